@@ -1,0 +1,395 @@
+"""The ``lucebox`` command line: argparse front end over :mod:`lucebox.engine`.
+
+Results go to stdout (``--json`` where a script may read them), progress to stderr. Every
+error a user can cause is one line and an exit code from :mod:`lucebox.engine.errors`; an
+unexpected error is one line plus the path of a log with the full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lucebox.engine import config, doctor, gpu
+from lucebox.engine.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    LuceboxError,
+    NotAvailableError,
+)
+from lucebox.engine.paths import Paths, resolve_paths
+
+Handler = Callable[[argparse.Namespace, Paths], int]
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts and sizes: a whole number above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 1..65535, got {value}")
+    return value
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))
+
+
+def not_available(what: str, lands_with: str) -> Handler:
+    """Handler for a command whose capability has not landed: says so and exits 1."""
+
+    def handler(args: argparse.Namespace, paths: Paths) -> int:
+        raise NotAvailableError(
+            f"`lucebox {what}` is not available in this version yet",
+            hint=f"it comes with {lands_with}",
+        )
+
+    return handler
+
+
+# --- doctor -----------------------------------------------------------------------------------
+
+
+def doctor_json(report: doctor.DoctorReport) -> dict[str, Any]:
+    probe = report.probe
+    return {
+        "gpu_status": probe.status,
+        "gpu_detail": probe.detail,
+        "gpus": [
+            {
+                **{k: v for k, v in dataclasses.asdict(g).items() if k != "processes"},
+                "driver_version": probe.driver_version,
+                "cuda_driver_version": probe.cuda_driver_version,
+                "processes": [dataclasses.asdict(p) for p in g.processes],
+            }
+            for g in probe.gpus
+        ],
+        "checks": [dataclasses.asdict(c) for c in report.checks],
+    }
+
+
+def cmd_doctor(args: argparse.Namespace, paths: Paths) -> int:
+    report = doctor.run_doctor(paths, gpu.probe_gpus())
+    if args.json:
+        print_json(doctor_json(report))
+        return EXIT_OK
+    width = max(len(c.name) for c in report.checks)
+    for check in report.checks:
+        print(f"{check.verdict:<8} {check.name:<{width}}  {check.detail}")
+        if check.action:
+            print(f"{'':<8} {'':<{width}}  -> {check.action}")
+    return EXIT_OK
+
+
+# --- config -----------------------------------------------------------------------------------
+
+
+def cmd_config_show(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    values = {key: getattr(settings, field) for key, field in config.KEYS.items()}
+    if args.json:
+        print_json({"path": str(paths.config_file), "settings": values})
+    else:
+        print(f"# {paths.config_file}")
+        for key, value in values.items():
+            print(f"{key} = {json.dumps(value)}")
+    return EXIT_OK
+
+
+def cmd_config_set(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.set_setting(paths, args.key, args.value)
+    value = getattr(settings, config.KEYS[args.key])
+    print(f"{args.key} = {json.dumps(value)}  (saved to {paths.config_file})")
+    return EXIT_OK
+
+
+def cmd_config_path(args: argparse.Namespace, paths: Paths) -> int:
+    print(paths.config_file)
+    return EXIT_OK
+
+
+def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
+    kept = config.reset_config(paths)
+    if kept is not None:
+        print(f"kept the old file as {kept}", file=sys.stderr)
+    print(f"wrote default settings to {paths.config_file}")
+    return EXIT_OK
+
+
+# --- parser -----------------------------------------------------------------------------------
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_serve_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
+    parser.add_argument("--model", metavar="SRC", help="target model: hf:..., pypi:... or a path")
+    parser.add_argument("--draft", metavar="SRC", help="speculative-decoding draft model")
+    parser.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
+    parser.add_argument("--host", metavar="H", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=port_number, metavar="P", help="TCP port (default 8080)")
+    parser.add_argument("--gpu", type=non_negative_int, metavar="INDEX", help="GPU to use")
+    parser.add_argument(
+        "--allow-base", action="store_true", help="serve a base (non-instruct) model anyway"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lucebox",
+        description="Turn this PC into a local LLM appliance: one GPU, one command.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(
+        name: str, help_text: str, handler: Handler, parent: Any = commands
+    ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = parent.add_parser(
+            name, help=help_text, description=help_text
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    up = command(
+        "up",
+        "find the GPU, pick models, start and watch the server (TUI)",
+        not_available("up", "the TUI issue"),
+    )
+    _add_serve_options(up)
+    up.add_argument("--headless", action="store_true", help="no TUI: same as `lucebox serve`")
+    up.add_argument("--detach", action="store_true", help="run in the background")
+
+    serve = command(
+        "serve",
+        "the whole pipeline headless in the foreground (for systemd)",
+        not_available("serve", "the serve-and-supervise issue"),
+    )
+    _add_serve_options(serve)
+    serve.add_argument("--detach", action="store_true", help="run in the background")
+
+    status = command(
+        "status",
+        "state of the running server and its latest sample",
+        not_available("status", "the serve-and-supervise issue"),
+    )
+    _add_json(status)
+    command(
+        "down", "stop the running server", not_available("down", "the serve-and-supervise issue")
+    )
+    logs = command(
+        "logs", "show the server log", not_available("logs", "the serve-and-supervise issue")
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+
+    doc = command(
+        "doctor", "GPU, driver, CUDA toolkit, cmake, compiler, disk, engine, models", cmd_doctor
+    )
+    _add_json(doc)
+
+    presets = command(
+        "presets",
+        "the presets and which fit this GPU",
+        not_available("presets", "the presets-and-planner issue"),
+    )
+    _add_json(presets)
+    presets.add_argument("--vram-mib", type=positive_int, metavar="N", help="plan for N MiB")
+
+    plan = command(
+        "plan",
+        "memory plan for a preset or model, no side effects",
+        not_available("plan", "the presets-and-planner issue"),
+    )
+    _add_json(plan)
+    which = plan.add_mutually_exclusive_group()
+    which.add_argument("--preset", metavar="ID")
+    which.add_argument("--model", metavar="SRC")
+    plan.add_argument("--vram-mib", type=positive_int, metavar="N", help="plan for N MiB of VRAM")
+    plan.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
+
+    models = command(
+        "models", "check, download and manage model files", lambda a, p: _print_help(models)
+    )
+    model_cmds = models.add_subparsers(dest="models_command", metavar="COMMAND")
+    check = command(
+        "check",
+        "inspect GGUF files and run the guards",
+        not_available("models check", "the model-inspection issue"),
+        model_cmds,
+    )
+    check.add_argument("paths", nargs="+", metavar="PATH", type=Path)
+    check.add_argument("--draft", metavar="PATH", type=Path, help="draft model to pair-check")
+    check.add_argument("--target", metavar="PATH", type=Path, help="target model of --draft")
+    check.add_argument("--allow-base", action="store_true", help="base models only warn")
+    _add_json(check)
+    pull = command(
+        "pull",
+        "download a model and verify it",
+        not_available("models pull", "the model-store issue"),
+        model_cmds,
+    )
+    pull.add_argument("source", metavar="SRC")
+    listing = command(
+        "list",
+        "models in the store",
+        not_available("models list", "the model-store issue"),
+        model_cmds,
+    )
+    _add_json(listing)
+    rm = command(
+        "rm",
+        "remove a model from the store",
+        not_available("models rm", "the model-store issue"),
+        model_cmds,
+    )
+    rm.add_argument("name", metavar="NAME")
+    verify = command(
+        "verify",
+        "re-hash a stored model",
+        not_available("models verify", "the model-store issue"),
+        model_cmds,
+    )
+    verify.add_argument("name", metavar="NAME")
+
+    engine = command(
+        "engine", "get, build and choose the inference engine", lambda a, p: _print_help(engine)
+    )
+    engine_cmds = engine.add_subparsers(dest="engine_command", metavar="COMMAND")
+    command(
+        "source",
+        "fill deps/llama.cpp from the pinned source",
+        not_available("engine source", "the engine issue"),
+        engine_cmds,
+    )
+    build = command(
+        "build",
+        "build llama-server for this machine",
+        not_available("engine build", "the engine issue"),
+        engine_cmds,
+    )
+    backend = build.add_mutually_exclusive_group()
+    backend.add_argument("--cpu", action="store_true", help="build for the CPU only")
+    backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
+    build.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
+    build.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
+    engine_status = command(
+        "status",
+        "installed engines and which one is used",
+        not_available("engine status", "the engine issue"),
+        engine_cmds,
+    )
+    _add_json(engine_status)
+    command(
+        "path",
+        "print the path of the llama-server that will be used",
+        not_available("engine path", "the engine issue"),
+        engine_cmds,
+    )
+
+    cfg = command("config", "show or change settings in config.toml", lambda a, p: _print_help(cfg))
+    cfg_cmds = cfg.add_subparsers(dest="config_command", metavar="COMMAND")
+    show = command("show", "print every setting", cmd_config_show, cfg_cmds)
+    _add_json(show)
+    setter = command("set", "change one setting", cmd_config_set, cfg_cmds)
+    setter.add_argument("key", metavar="KEY", choices=list(config.KEYS))
+    setter.add_argument("value", metavar="VALUE")
+    command("path", "print where config.toml is", cmd_config_path, cfg_cmds)
+    command(
+        "reset",
+        "keep config.toml aside as .bad-<time> and start from defaults",
+        cmd_config_reset,
+        cfg_cmds,
+    )
+
+    bench = command("bench", "measure the running server", lambda a, p: _print_help(bench))
+    bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
+    replay = command(
+        "replay",
+        "replay a recorded transcript against the server",
+        not_available("bench replay", "the benchmark issue"),
+        bench_cmds,
+    )
+    replay.add_argument("transcript", metavar="TRANSCRIPT.jsonl", type=Path)
+    command(
+        "quick",
+        "a short fixed benchmark",
+        not_available("bench quick", "the benchmark issue"),
+        bench_cmds,
+    )
+    return parser
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _crash_log(paths: Paths | None) -> Path:
+    """Write the current exception's traceback to a log file and return its path."""
+    text = traceback.format_exc()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if paths is not None:
+        try:
+            folder = paths.ensure(paths.logs_dir)
+            target = folder / f"crash-{stamp}.log"
+            target.write_text(text, encoding="utf-8")
+            return target
+        except (OSError, LuceboxError):
+            pass
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix=f"lucebox-crash-{stamp}-", suffix=".log")
+    with open(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return Path(name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    paths: Paths | None = None
+    try:
+        paths = resolve_paths()
+        handler: Handler = args.handler
+        return handler(args, paths)
+    except LuceboxError as exc:
+        print(f"lucebox: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("lucebox: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        log = _crash_log(paths)
+        print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

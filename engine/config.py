@@ -1,0 +1,215 @@
+"""Typed user settings in ``config.toml``: read with tomllib, written atomically with tomli-w.
+
+A file that cannot be parsed or that holds unknown keys or wrong types is reported with the
+file, the key and the expected type, and is never overwritten: ``reset_config`` keeps it as
+``config.toml.bad-<timestamp>`` before writing defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from lucebox.engine.atomic import write_text_atomic
+from lucebox.engine.errors import ConfigError, PathsError
+from lucebox.engine.paths import Paths
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a user can set once instead of passing flags every time."""
+
+    preset: str = ""
+    """Preset id that ``lucebox up`` starts; empty means ask (TUI) or pick the best that fits."""
+    host: str = "127.0.0.1"
+    """Address the server binds; anything but loopback requires an API key."""
+    port: int = 8080
+    """TCP port of the OpenAI-compatible endpoint."""
+    api_key: str = ""
+    """Key clients must send when the server binds beyond loopback."""
+    gpu_index: int = 0
+    """NVML index of the GPU to use."""
+    ctx: int = 0
+    """Context length in tokens; 0 lets the planner choose the largest that fits."""
+    allow_base: bool = False
+    """Serve base (non-instruct) models instead of refusing them."""
+    engine: str = ""
+    """Engine id to use; empty picks the best installed engine for the GPU."""
+
+
+# Dotted key in config.toml -> Settings field.
+KEYS: dict[str, str] = {
+    "preset": "preset",
+    "server.host": "host",
+    "server.port": "port",
+    "server.api_key": "api_key",
+    "gpu.index": "gpu_index",
+    "model.ctx": "ctx",
+    "model.allow_base": "allow_base",
+    "engine.id": "engine",
+}
+
+_FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
+
+
+def _type_name(kind: type) -> str:
+    return {bool: "true/false", int: "integer", str: "string"}[kind]
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and dotted not in KEYS:
+            flat.update(_flatten(value, f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _check_value(path: Path, key: str, value: object) -> object:
+    field = KEYS.get(key)
+    if field is None:
+        raise ConfigError(
+            f"{path}: unknown key '{key}'",
+            hint=f"known keys: {', '.join(KEYS)}; remove or rename it",
+        )
+    kind = _FIELD_TYPES[field]
+    # bool is an int in Python; keep the two apart so `port = true` is refused.
+    if type(value) is not kind:
+        raise ConfigError(
+            f"{path}: key '{key}' should be a {_type_name(kind)}, found {value!r}",
+            hint="fix that line or run `lucebox config set` to write a valid value",
+        )
+    if kind is int and isinstance(value, int) and value < 0:
+        raise ConfigError(f"{path}: key '{key}' must not be negative, found {value}")
+    return value
+
+
+def settings_from_toml(path: Path, text: str) -> Settings:
+    """Parse and validate the text of a config file (pure; ``path`` only names it)."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not valid TOML: {exc}",
+            hint="fix it by hand, or run `lucebox config reset` to keep it aside and start over",
+        ) from exc
+    values: dict[str, Any] = {}
+    for key, value in _flatten(table).items():
+        checked = _check_value(path, key, value)
+        values[KEYS[key]] = checked
+    return Settings(**values)
+
+
+def settings_to_toml(settings: Settings) -> str:
+    """Render the settings that differ from the defaults as TOML, in sections."""
+    defaults = Settings()
+    table: dict[str, Any] = {}
+    for key, field in KEYS.items():
+        value = getattr(settings, field)
+        if value == getattr(defaults, field):
+            continue
+        *sections, leaf = key.split(".")
+        node = table
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = value
+    return tomli_w.dumps(table)
+
+
+def load_settings(paths: Paths) -> Settings:
+    """Read config.toml; a missing file means defaults."""
+    path = paths.config_file
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings()
+    except NotADirectoryError as exc:
+        raise ConfigError(
+            f"{paths.config_dir} is not a folder, so {path.name} cannot live there",
+            hint="move that file away or point LUCEBOX_HOME elsewhere",
+        ) from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"{path} is a folder, not a file", hint="move it away") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not UTF-8 text",
+            hint="run `lucebox config reset` to keep it aside and start over",
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return settings_from_toml(path, text)
+
+
+def parse_value(key: str, raw: str) -> Any:
+    """Turn the text a user typed for ``key`` into a value of the key's type."""
+    field = KEYS.get(key)
+    if field is None:
+        raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")
+    kind = _FIELD_TYPES[field]
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in {"true", "yes", "on", "1"}:
+            return True
+        if lowered in {"false", "no", "off", "0"}:
+            return False
+        raise ConfigError(f"key '{key}' takes true or false, not {raw!r}")
+    if kind is int:
+        try:
+            value = int(raw)
+        except ValueError as exc:
+            raise ConfigError(f"key '{key}' takes an integer, not {raw!r}") from exc
+        if value < 0:
+            raise ConfigError(f"key '{key}' must not be negative, not {value}")
+        return value
+    return raw
+
+
+def save_settings(paths: Paths, settings: Settings) -> Path:
+    """Write config.toml atomically; the old file stays whole if anything fails."""
+    path = paths.config_file
+    try:
+        paths.ensure(paths.config_dir)
+        write_text_atomic(path, settings_to_toml(settings))
+    except PathsError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from exc
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {path}: {exc.strerror or exc}",
+            hint="check the folder's permissions or point LUCEBOX_HOME elsewhere",
+        ) from exc
+    return path
+
+
+def set_setting(paths: Paths, key: str, raw: str) -> Settings:
+    """Change one key; a config file that does not validate is refused, never overwritten."""
+    value = parse_value(key, raw)
+    updated = dataclasses.replace(load_settings(paths), **{KEYS[key]: value})
+    save_settings(paths, updated)
+    return updated
+
+
+def reset_config(paths: Paths, now_s: float | None = None) -> Path | None:
+    """Keep the current config.toml as ``config.toml.bad-<timestamp>`` and write defaults.
+
+    Returns where the old file was kept, or None when there was none.
+    """
+    path = paths.config_file
+    kept: Path | None = None
+    if path.exists():
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now_s))
+        kept = path.with_name(f"{path.name}.bad-{stamp}")
+        try:
+            path.rename(kept)
+        except OSError as exc:
+            raise ConfigError(f"cannot move {path} aside: {exc.strerror or exc}") from exc
+    save_settings(paths, Settings())
+    return kept

@@ -1,0 +1,172 @@
+"""``lucebox doctor``: what this machine can do, one verdict per line with what to do next."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import psutil
+
+from lucebox.engine import toolchain
+from lucebox.engine.gpu import GpuProbe
+from lucebox.engine.paths import Paths
+
+Verdict = Literal["ok", "warn", "missing"]
+
+GIB = 1024**3
+DISK_WARN_BYTES = 30 * GIB
+"""Below this a 24 GB-class model and its partial download no longer fit side by side."""
+RAM_WARN_BYTES = 8 * GIB
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    name: str
+    verdict: Verdict
+    detail: str
+    action: str = ""
+    """What to do about a warn or missing verdict; empty when ok."""
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    probe: GpuProbe
+    checks: tuple[Check, ...]
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / GIB:.1f} GiB"
+
+
+def check_gpu(probe: GpuProbe) -> list[Check]:
+    if not probe.has_gpu:
+        return [
+            Check(
+                "gpu",
+                "missing",
+                probe.detail,
+                "install an NVIDIA RTX card and its driver; without one lucebox serves only "
+                "small models on the CPU (preset 'smoke')",
+            )
+        ]
+    checks = []
+    for gpu in probe.gpus:
+        others = sum(p.used_bytes or 0 for p in gpu.processes)
+        detail = (
+            f"GPU {gpu.index}: {gpu.name}, {_gib(gpu.vram_free_bytes)} free of "
+            f"{_gib(gpu.vram_total_bytes)}, compute capability "
+            f"{gpu.compute_capability or 'not available'}"
+        )
+        if gpu.processes:
+            detail += f", {len(gpu.processes)} other process(es) hold {_gib(others)}"
+        verdict: Verdict = "ok"
+        action = ""
+        if gpu.mig_enabled:
+            verdict, action = "warn", "MIG is on: lucebox sees only what one MIG instance gets"
+        elif gpu.vram_free_bytes < gpu.vram_total_bytes // 2:
+            verdict = "warn"
+            action = "other programs hold much of the VRAM; close them for a larger model"
+        checks.append(Check(f"gpu{gpu.index}", verdict, detail, action))
+    checks.append(
+        Check(
+            "driver",
+            "ok",
+            f"NVIDIA driver {probe.driver_version or 'not available'}, "
+            f"CUDA {probe.cuda_driver_version or 'not available'}",
+        )
+    )
+    return checks
+
+
+def check_cuda_toolkit(probe: GpuProbe, cuda: toolchain.CudaToolkitInfo) -> Check:
+    if not cuda.tool.found:
+        if not probe.has_gpu:
+            return Check("cuda-toolkit", "ok", "not needed without an NVIDIA GPU")
+        return Check(
+            "cuda-toolkit",
+            "missing",
+            cuda.tool.detail,
+            "install the CUDA toolkit (nvcc) to build the GPU engine, or fetch a prebuilt "
+            "engine with `lucebox engine fetch`",
+        )
+    detail = f"nvcc {cuda.tool.version} at {cuda.tool.path}"
+    wanted = sorted({g.cuda_arch for g in probe.gpus if g.cuda_arch})
+    missing = [arch for arch in wanted if arch not in cuda.archs]
+    if missing:
+        return Check(
+            "cuda-toolkit",
+            "warn",
+            f"{detail}; it cannot build for compute capability {', '.join(missing)}",
+            "install a newer CUDA toolkit that lists that architecture in `nvcc --list-gpu-arch`",
+        )
+    if wanted:
+        detail += f"; builds for the GPU's arch {', '.join(wanted)}"
+    return Check("cuda-toolkit", "ok", detail)
+
+
+def check_tool(
+    key: str, tool: toolchain.ToolInfo, action: str, minimum: tuple[int, ...] = ()
+) -> Check:
+    if not tool.found:
+        return Check(key, "missing", tool.detail, action)
+    detail = f"{tool.name} {tool.version or '(version unknown)'} at {tool.path}"
+    if minimum and toolchain.version_tuple(tool.version) < minimum:
+        wanted = ".".join(map(str, minimum))
+        return Check(key, "warn", f"{detail}; {wanted} or newer is needed", action)
+    return Check(key, "ok", detail)
+
+
+def _existing_parent(folder: Path) -> Path:
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def check_disk(paths: Paths) -> Check:
+    where = _existing_parent(paths.data_dir)
+    usage = shutil.disk_usage(where)
+    detail = f"{_gib(usage.free)} free at {where} (models go to {paths.models_dir})"
+    if usage.free < DISK_WARN_BYTES:
+        return Check(
+            "disk",
+            "warn",
+            detail,
+            f"free at least {_gib(DISK_WARN_BYTES)} for a 24 GB-class model, or point "
+            "LUCEBOX_HOME to a larger disk",
+        )
+    return Check("disk", "ok", detail)
+
+
+def check_ram() -> Check:
+    memory = psutil.virtual_memory()
+    detail = f"{_gib(memory.total)} total, {_gib(memory.available)} available"
+    if memory.total < RAM_WARN_BYTES:
+        return Check("ram", "warn", detail, "models that spill off the GPU will be slow")
+    return Check("ram", "ok", detail)
+
+
+def run_doctor(
+    paths: Paths,
+    probe: GpuProbe,
+    extra_checks: Callable[[Paths, GpuProbe], list[Check]] | None = None,
+) -> DoctorReport:
+    """Run every check; ``extra_checks`` adds the engine and model lines."""
+    build_hint = "install it with your package manager (e.g. `apt install cmake g++`)"
+    checks = [
+        *check_gpu(probe),
+        check_cuda_toolkit(probe, toolchain.probe_cuda_toolkit()),
+        check_tool("cmake", toolchain.probe_cmake(), build_hint, toolchain.CMAKE_MIN_VERSION),
+        check_tool("c-compiler", toolchain.probe_c_compiler(), build_hint),
+        check_tool("cxx-compiler", toolchain.probe_cxx_compiler(), build_hint),
+        check_disk(paths),
+        check_ram(),
+    ]
+    if extra_checks is not None:
+        checks.extend(extra_checks(paths, probe))
+    return DoctorReport(probe, tuple(checks))

@@ -1,0 +1,47 @@
+"""Shared fixtures: every test runs with LUCEBOX_HOME in its own temp folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def lucebox_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "lucebox-home"
+    monkeypatch.setenv("LUCEBOX_HOME", str(home))
+    return home
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_lucebox(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120) -> CliResult:
+    """Run the installed ``lucebox`` command line in a subprocess, as a user would."""
+    merged = {**os.environ, **(env or {})}
+    done = subprocess.run(
+        [sys.executable, "-m", "lucebox.app.cli", *args],
+        capture_output=True,
+        text=True,
+        env=merged,
+        timeout=timeout_s,
+        check=False,
+    )
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def assert_one_line_error(result: CliResult) -> None:
+    """A user-facing failure is one line on stderr and never a traceback."""
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("lucebox: ")

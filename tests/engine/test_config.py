@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lucebox.engine import config
+from lucebox.engine.config import Settings
+from lucebox.engine.errors import ConfigError, PathsError
+from lucebox.engine.paths import resolve_paths
+
+
+@pytest.fixture
+def paths():
+    return resolve_paths()
+
+
+def test_missing_file_means_defaults(paths):
+    assert config.load_settings(paths) == Settings()
+
+
+def test_set_then_load_round_trips(paths):
+    config.set_setting(paths, "server.port", "8081")
+    config.set_setting(paths, "model.allow_base", "yes")
+    config.set_setting(paths, "preset", "smoke")
+    loaded = config.load_settings(paths)
+    assert loaded == Settings(port=8081, allow_base=True, preset="smoke")
+    text = paths.config_file.read_text()
+    assert "[server]" in text and "port = 8081" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[server]\nport = 'eighty'\n", "key 'server.port' should be a integer"),
+        ("[server]\nport = true\n", "key 'server.port' should be a integer"),
+        ("colour = 'blue'\n", "unknown key 'colour'"),
+        ("[model]\nallow_base = 1\n", "key 'model.allow_base' should be a true/false"),
+        ("[gpu]\nindex = -1\n", "must not be negative"),
+    ],
+)
+def test_bad_values_name_file_key_and_type(paths, text, fragment):
+    paths.ensure(paths.config_dir)
+    paths.config_file.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        config.load_settings(paths)
+    message = str(caught.value)
+    assert str(paths.config_file) in message
+    assert fragment.replace("a integer", "an integer") in message.replace("a integer", "an integer")
+
+
+def test_corrupt_file_is_refused_and_never_overwritten(paths):
+    paths.ensure(paths.config_dir)
+    corrupt = "[server\nport = = 3\n"
+    paths.config_file.write_text(corrupt)
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        config.load_settings(paths)
+    with pytest.raises(ConfigError):
+        config.set_setting(paths, "server.port", "9000")
+    assert paths.config_file.read_text() == corrupt
+
+
+def test_reset_keeps_the_bad_file_aside(paths):
+    paths.ensure(paths.config_dir)
+    paths.config_file.write_text("garbage = [")
+    kept = config.reset_config(paths, now_s=0)
+    assert kept is not None and kept.name.startswith("config.toml.bad-")
+    assert kept.read_text() == "garbage = ["
+    assert config.load_settings(paths) == Settings()
+
+
+def test_failed_write_leaves_the_old_file_whole(paths, monkeypatch):
+    config.set_setting(paths, "server.port", "8081")
+    before = paths.config_file.read_bytes()
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(ConfigError, match="cannot write"):
+        config.set_setting(paths, "server.port", "9000")
+    assert paths.config_file.read_bytes() == before
+    assert [p.name for p in paths.config_dir.iterdir()] == ["config.toml"]  # no temp file left
+
+
+def test_config_dir_that_is_a_file(paths):
+    paths.config_dir.parent.mkdir(parents=True)
+    paths.config_dir.write_text("not a folder")
+    with pytest.raises(ConfigError, match="not a folder"):
+        config.set_setting(paths, "server.port", "9000")
+    assert paths.config_dir.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "fragment"),
+    [
+        ("server.port", "x", "integer"),
+        ("model.allow_base", "maybe", "true or false"),
+        ("nope", "1", "unknown key"),
+    ],
+)
+def test_parse_value_rejects_bad_input(key, raw, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        config.parse_value(key, raw)
+
+
+def test_lucebox_home_pointing_to_a_file(tmp_path, monkeypatch):
+    target = tmp_path / "a-file"
+    target.write_text("keep me")
+    monkeypatch.setenv("LUCEBOX_HOME", str(target))
+    with pytest.raises(PathsError, match="is a file"):
+        resolve_paths()
+    assert target.read_text() == "keep me"
+
+
+def test_lucebox_home_puts_every_folder_inside(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUCEBOX_HOME", str(tmp_path / "h"))
+    paths = resolve_paths()
+    for folder in (
+        paths.config_dir,
+        paths.data_dir,
+        paths.cache_dir,
+        paths.state_dir,
+        paths.runtime_dir,
+    ):
+        assert folder.is_relative_to(tmp_path / "h")
