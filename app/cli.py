@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine import config, doctor, gpu
+from lucebox.engine import build, config, doctor, gpu, registry, source, toolchain
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -139,6 +139,149 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
     if kept is not None:
         print(f"kept the old file as {kept}", file=sys.stderr)
     print(f"wrote default settings to {paths.config_file}")
+    return EXIT_OK
+
+
+# --- engine -----------------------------------------------------------------------------------
+
+
+class StderrProgress:
+    """Progress on stderr: one rewritten line on a terminal, a line per 10% otherwise."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.tty = sys.stderr.isatty()
+        self.last_percent = -1
+
+    def update(self, percent: int | None, detail: str = "") -> None:
+        if percent is None or percent == self.last_percent:
+            return
+        if not self.tty and percent // 10 == self.last_percent // 10 and percent < 100:
+            return
+        self.last_percent = percent
+        bar = "#" * (percent // 5) + "." * (20 - percent // 5)
+        text = f"{self.label} [{bar}] {percent:3d}% {detail}"
+        if self.tty:
+            print(f"\r\x1b[2K{text[:120]}", end="", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.tty and self.last_percent >= 0:
+            print(file=sys.stderr)
+
+
+def _transfer_progress(label: str) -> Callable[[Any], None]:
+    bar = StderrProgress(label)
+
+    def report(event: Any) -> None:
+        fraction = event.fraction
+        if fraction is not None:
+            rate_mib = event.rate_bytes_per_s / 2**20
+            eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
+            bar.update(int(fraction * 100), f"{rate_mib:.1f} MiB/s{eta}")
+
+    return report
+
+
+def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
+    info = source.ensure_source(
+        paths,
+        index_url=args.index_url,
+        sdist=args.sdist,
+        on_progress=_transfer_progress("engine source"),
+    )
+    result = {
+        "path": str(info.path),
+        "origin": info.origin,
+        "identity": info.identity,
+        "build_number": info.build_number,
+    }
+    if args.json:
+        print_json(result)
+    else:
+        kind = "pinned sdist" if info.origin == "pin" else "existing checkout, used as is"
+        print(f"engine source: {info.path} ({kind})\n  identity: {info.identity}")
+    return EXIT_OK
+
+
+def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
+    want: build.Backend | None = "cpu" if args.cpu else "cuda" if args.cuda else None
+    archs = build.parse_archs(args.arch) if args.arch else ()
+    choice = build.choose_options(
+        gpu.probe_gpus(), toolchain.probe_cuda_toolkit(), want=want, archs=archs
+    )
+    print(f"engine build: {choice.reason}", file=sys.stderr)
+    src = source.ensure_source(paths, on_progress=_transfer_progress("engine source"))
+    bar = StderrProgress("engine build")
+    started_s = time.monotonic()
+
+    def on_event(event: build.BuildEvent) -> None:
+        if event.stage == "configure" and bar.last_percent < 0:
+            bar.update(0, "configuring")
+        elif event.percent is not None:
+            bar.update(event.percent)
+
+    try:
+        manifest, cached = registry.build_and_install(
+            paths, src, choice.options, jobs=args.jobs, on_event=on_event
+        )
+    finally:
+        bar.done()
+    elapsed_s = time.monotonic() - started_s
+    how = "already built" if cached else f"built in {elapsed_s:.0f} s"
+    if args.json:
+        print_json({**manifest.to_json(), "cached": cached, "elapsed_s": round(elapsed_s, 1)})
+    else:
+        print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
+    return EXIT_OK
+
+
+def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    engines = registry.list_engines(paths)
+    if args.json:
+        print_json(
+            {
+                "selected": selection.engine.id if selection.engine else None,
+                "reason": selection.reason,
+                "engines": [e.to_json() for e in engines],
+            }
+        )
+        return EXIT_OK
+    if not engines:
+        print("no engine installed: run `lucebox engine build`")
+        return EXIT_OK
+    for engine in engines:
+        mark = "*" if selection.engine and engine.id == selection.engine.id else " "
+        archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
+        print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
+        print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+    print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
+    return EXIT_OK
+
+
+def cmd_engine_path(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    if selection.engine is None:
+        raise registry.EngineError(selection.reason)
+    print(selection.engine.server_path)
+    return EXIT_OK
+
+
+def cmd_engine_fetch(args: argparse.Namespace, paths: Paths) -> int:
+    manifest = registry.fetch_engine(
+        paths, args.url, args.sha256, on_progress=_transfer_progress("engine fetch")
+    )
+    print(f"{manifest.id}: installed from {args.url}\n  {manifest.server_path}")
+    return EXIT_OK
+
+
+def cmd_engine_add(args: argparse.Namespace, paths: Paths) -> int:
+    manifest = registry.add_engine(paths, args.path, args.source)
+    print(f"{manifest.id}: registered {manifest.server_path}\n  {manifest.version}")
     return EXIT_OK
 
 
@@ -288,17 +431,17 @@ def build_parser() -> argparse.ArgumentParser:
         not_available("engine source", "the engine issue"),
         engine_cmds,
     )
-    build = command(
+    build_cmd = command(
         "build",
         "build llama-server for this machine",
         not_available("engine build", "the engine issue"),
         engine_cmds,
     )
-    backend = build.add_mutually_exclusive_group()
+    backend = build_cmd.add_mutually_exclusive_group()
     backend.add_argument("--cpu", action="store_true", help="build for the CPU only")
     backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
-    build.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
-    build.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
+    build_cmd.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
+    build_cmd.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
     engine_status = command(
         "status",
         "installed engines and which one is used",

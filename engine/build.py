@@ -1,0 +1,290 @@
+"""Build llama-server from the engine source with cmake, cached by source and options.
+
+The build directory lives in the user cache dir under a key made of the source identity and
+the options, so a second build with nothing changed reuses it; the result is installed into
+the data dir with a manifest (see :mod:`lucebox.engine.registry`). Engines are linked
+statically so an installed engine does not depend on its build directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from lucebox.engine import toolchain
+from lucebox.engine.errors import LuceboxError, UsageError
+from lucebox.engine.gpu import GpuProbe
+from lucebox.engine.paths import Paths
+from lucebox.engine.source import SourceInfo
+
+Backend = Literal["cpu", "cuda"]
+TARGETS = ("llama-server", "llama-bench", "llama-fit-params")
+_PROGRESS = re.compile(r"^\[\s*(\d{1,3})%\]")
+_ERROR_LINE = re.compile(r"error|Error|ERROR|fatal|No space left|not found", re.ASCII)
+
+
+class BuildError(LuceboxError):
+    """cmake configure or build failed; the message carries the log path and a hint."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What an engine is built for; part of the build cache key."""
+
+    backend: Backend
+    cuda_archs: tuple[str, ...] = ()
+    build_type: str = "Release"
+
+
+@dataclass(frozen=True)
+class BuildChoice:
+    options: BuildOptions
+    reason: str
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """Progress of a build: stage, percent of the cmake build (None while unknown), one line."""
+
+    stage: Literal["configure", "build", "install", "cached"]
+    percent: int | None
+    line: str
+
+
+BuildCallback = Callable[[BuildEvent], None]
+
+
+def parse_archs(text: str) -> tuple[str, ...]:
+    """ "86,89" or "8.6;9.0" -> ("86", "89"); refuses anything that is not an arch number."""
+    archs = []
+    for part in re.split(r"[,;\s]+", text.strip()):
+        if not part:
+            continue
+        arch = part.replace(".", "")
+        if not re.fullmatch(r"\d{2,3}[af]?", arch):
+            raise UsageError(
+                f"'{part}' is not a CUDA architecture",
+                hint="use compute capabilities like 86,89 or 8.6,8.9",
+            )
+        archs.append(arch)
+    if not archs:
+        raise UsageError("--arch needs at least one CUDA architecture, e.g. --arch 86")
+    return tuple(dict.fromkeys(archs))
+
+
+def choose_options(
+    probe: GpuProbe,
+    cuda: toolchain.CudaToolkitInfo,
+    *,
+    want: Backend | None = None,
+    archs: tuple[str, ...] = (),
+) -> BuildChoice:
+    """CUDA when nvcc and an NVIDIA GPU are present (or asked for), else CPU; say why."""
+    gpu_archs = tuple(dict.fromkeys(g.cuda_arch for g in probe.gpus if g.cuda_arch))
+    if want == "cpu":
+        return BuildChoice(BuildOptions("cpu"), "--cpu asked for a CPU-only engine")
+    if want == "cuda" or (want is None and probe.has_gpu and cuda.tool.found):
+        if not cuda.tool.found:
+            raise UsageError(
+                "--cuda needs the CUDA toolkit, but nvcc was not found",
+                hint="install the CUDA toolkit, or build with --cpu",
+            )
+        chosen = archs or gpu_archs
+        if not chosen:
+            raise UsageError(
+                "no NVIDIA GPU was found to pick a CUDA architecture for",
+                hint="name it with --arch, e.g. --arch 86 for an RTX 3090",
+            )
+        unsupported = [a for a in chosen if cuda.archs and a.rstrip("af") not in cuda.archs]
+        if unsupported:
+            raise UsageError(
+                f"nvcc {cuda.tool.version} cannot build for arch {', '.join(unsupported)}",
+                hint="install a newer CUDA toolkit (see `nvcc --list-gpu-arch`)",
+            )
+        why = "from --arch" if archs else "from the GPU's compute capability"
+        return BuildChoice(
+            BuildOptions("cuda", chosen),
+            f"CUDA for arch {', '.join(chosen)} ({why}), nvcc {cuda.tool.version}",
+        )
+    if not probe.has_gpu:
+        return BuildChoice(BuildOptions("cpu"), "CPU: no NVIDIA GPU found")
+    return BuildChoice(
+        BuildOptions("cpu"),
+        "CPU: the GPU needs the CUDA toolkit (nvcc) to build, which was not found",
+    )
+
+
+def build_key(source: SourceInfo, options: BuildOptions) -> str:
+    payload = json.dumps({"source": source.identity, **asdict(options)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def configure_argv(
+    source: SourceInfo, build_dir: Path, options: BuildOptions, *, use_ccache: bool
+) -> list[str]:
+    argv = [
+        "cmake",
+        "-S",
+        str(source.path),
+        "-B",
+        str(build_dir),
+        f"-DCMAKE_BUILD_TYPE={options.build_type}",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_APP=OFF",
+        # ON would download the web UI at build time; lucebox builds offline.
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        f"-DGGML_CCACHE={'ON' if use_ccache else 'OFF'}",
+    ]
+    if source.build_number is not None:
+        argv.append(f"-DLLAMA_BUILD_NUMBER={source.build_number}")
+    if options.backend == "cuda":
+        argv += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(options.cuda_archs)}"]
+    return argv
+
+
+def build_argv(build_dir: Path, jobs: int) -> list[str]:
+    return [
+        "cmake",
+        "--build",
+        str(build_dir),
+        "--config",
+        "Release",
+        "-j",
+        str(jobs),
+        "--target",
+        *TARGETS,
+    ]
+
+
+def parse_progress(line: str) -> int | None:
+    """cmake's "[ 42%] Building ..." -> 42."""
+    match = _PROGRESS.match(line)
+    return int(match.group(1)) if match else None
+
+
+def diagnose(tail: Iterable[str]) -> str:
+    """A hint for the usual causes of a failed build, from the last lines of its log."""
+    text = "\n".join(tail)
+    if "No space left on device" in text:
+        return "the disk is full: free space in the cache dir and build again"
+    if re.search(r"CMAKE_(CXX|C)_COMPILER", text) or "No CMAKE_C" in text:
+        return "no working C/C++ compiler: install one (e.g. `apt install g++`)"
+    if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
+        return "the CUDA toolkit is too old for this GPU's architecture: install a newer one"
+    if "CUDA Toolkit not found" in text or "No CMAKE_CUDA_COMPILER" in text:
+        return "the CUDA toolkit was not found by cmake: install it, or build with --cpu"
+    if "CMake 3." in text and "or higher is required" in text:
+        return "cmake is too old: install a newer cmake"
+    if "Killed signal terminated program" in text or "virtual memory exhausted" in text:
+        return "the compiler ran out of memory: build again with fewer jobs (--jobs 1)"
+    return "see the log for the first error"
+
+
+def run_logged(
+    argv: list[str],
+    log: Path,
+    stage: Literal["configure", "build"],
+    on_event: BuildCallback | None,
+) -> None:
+    """Run one cmake step, appending its output to ``log`` and reporting progress."""
+    tail: deque[str] = deque(maxlen=400)
+    with log.open("a", encoding="utf-8") as log_file:
+        log_file.write(f"$ {' '.join(argv)}\n")
+        log_file.flush()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                env={**os.environ, "CLICOLOR_FORCE": "0"},
+            )
+        except FileNotFoundError as exc:
+            raise BuildError(
+                f"{argv[0]} is not installed", hint="install cmake (e.g. `apt install cmake`)"
+            ) from exc
+        assert proc.stdout is not None
+        try:
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                log_file.write(raw)
+                tail.append(line)
+                if on_event is not None:
+                    on_event(BuildEvent(stage, parse_progress(line), line))
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        code = proc.wait()
+    if code != 0:
+        errors = [line for line in tail if _ERROR_LINE.search(line)][-8:] or list(tail)[-8:]
+        raise BuildError(
+            f"cmake {stage} failed (exit {code}); full log: {log}\n  " + "\n  ".join(errors),
+            hint=diagnose(tail),
+        )
+
+
+def default_jobs() -> int:
+    # One job per core; more only thrashes a 2-core machine's memory on the CUDA sources.
+    return max(1, os.cpu_count() or 1)
+
+
+def _configured_for(build_dir: Path) -> Path | None:
+    cache = build_dir / "CMakeCache.txt"
+    try:
+        text = cache.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", text, re.M)
+    return Path(match.group(1)).resolve() if match else None
+
+
+def build_engine_tree(
+    paths: Paths,
+    source: SourceInfo,
+    options: BuildOptions,
+    *,
+    jobs: int | None = None,
+    on_event: BuildCallback | None = None,
+) -> Path:
+    """Configure and build; returns the folder holding the built binaries."""
+    key = build_key(source, options)
+    build_dir = paths.ensure(paths.builds_dir) / key
+    if _configured_for(build_dir) not in (None, source.path.resolve()):
+        # Same source and options from another folder (a fresh clone): cmake refuses to reuse
+        # a cache made for a different source path, so start this build folder over.
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(exist_ok=True)
+    log = build_dir / "build.log"
+    log.write_text(
+        f"# lucebox engine build {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+        f"# source: {source.identity}\n# options: {asdict(options)}\n",
+        encoding="utf-8",
+    )
+    use_ccache = toolchain.probe_ccache().found
+    if not (build_dir / "CMakeCache.txt").exists() or not (build_dir / "Makefile").exists():
+        run_logged(
+            configure_argv(source, build_dir, options, use_ccache=use_ccache),
+            log,
+            "configure",
+            on_event,
+        )
+    run_logged(build_argv(build_dir, jobs or default_jobs()), log, "build", on_event)
+    bin_dir = build_dir / "bin"
+    missing = [t for t in TARGETS if not (bin_dir / t).is_file()]
+    if missing:
+        raise BuildError(f"the build finished without {', '.join(missing)}; full log: {log}")
+    return bin_dir

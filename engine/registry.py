@@ -1,0 +1,429 @@
+"""Installed engines: their manifests, what each can do, and which one lucebox uses.
+
+An engine is a folder in ``<data>/engines/<id>/`` with ``bin/llama-server`` (and friends) and
+``manifest.json``. What an engine supports is read from the engine itself (``--help`` lists
+speculative and KV cache types, ``--version`` its version) and from its source
+(``src/llama-arch.cpp`` lists model architectures), never typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from lucebox.engine.atomic import write_text_atomic
+from lucebox.engine.build import (
+    TARGETS,
+    BuildCallback,
+    BuildEvent,
+    BuildOptions,
+    build_engine_tree,
+    build_key,
+)
+from lucebox.engine.errors import LuceboxError, UsageError
+from lucebox.engine.gpu import GpuProbe
+from lucebox.engine.paths import Paths
+from lucebox.engine.source import SourceInfo, SourcePin, read_source
+from lucebox.engine.transfer import ProgressCallback, TransferError, download_file, sha256_file
+
+MANIFEST_NAME = "manifest.json"
+VERSION_TIMEOUT_S = 30.0
+Origin = Literal["build", "fetch", "add"]
+
+
+class EngineError(LuceboxError):
+    """An engine cannot be installed, registered or found."""
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can do, as read from the engine and its source."""
+
+    spec_types: tuple[str, ...]
+    kv_cache_types: tuple[str, ...]
+    model_archs: tuple[str, ...] | None
+    """None when unknown (a registered binary whose source we do not have)."""
+
+
+@dataclass(frozen=True)
+class EngineManifest:
+    """One installed engine (``manifest.json``)."""
+
+    id: str
+    backend: Literal["cpu", "cuda"]
+    cuda_archs: tuple[str, ...]
+    version: str
+    server_path: str
+    origin: Origin
+    capabilities: EngineCapabilities
+    source_identity: str | None = None
+    build_key: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    installed_at: str = ""
+    binaries: dict[str, str] = field(default_factory=dict)
+    """File name -> sha256 of each binary lucebox installed."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        caps = data.pop("capabilities")
+        data["cuda_archs"] = list(self.cuda_archs)
+        data.update(
+            spec_types=list(caps["spec_types"]),
+            kv_cache_types=list(caps["kv_cache_types"]),
+            model_archs=list(caps["model_archs"]) if caps["model_archs"] is not None else None,
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EngineManifest:
+        archs = data.get("model_archs")
+        return cls(
+            id=data["id"],
+            backend=data["backend"],
+            cuda_archs=tuple(data.get("cuda_archs") or ()),
+            version=data["version"],
+            server_path=data["server_path"],
+            origin=data["origin"],
+            capabilities=EngineCapabilities(
+                spec_types=tuple(data.get("spec_types") or ()),
+                kv_cache_types=tuple(data.get("kv_cache_types") or ()),
+                model_archs=tuple(archs) if archs is not None else None,
+            ),
+            source_identity=data.get("source_identity"),
+            build_key=data.get("build_key"),
+            options=dict(data.get("options") or {}),
+            installed_at=data.get("installed_at", ""),
+            binaries=dict(data.get("binaries") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class EngineSelection:
+    engine: EngineManifest | None
+    reason: str
+
+
+# --- reading capabilities ---------------------------------------------------------------------
+
+
+def parse_help_capabilities(help_text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Speculative types and KV cache types from ``llama-server --help``."""
+    spec = re.search(r"--spec-type\s+([a-z0-9][a-z0-9,\-]*)", help_text)
+    spec_types = tuple(t for t in spec.group(1).split(",") if t and t != "none") if spec else ()
+    kv = re.search(r"--cache-type-k\s+TYPE.*?allowed values:\s*([^\n]+)", help_text, re.S)
+    kv_types = tuple(t.strip() for t in kv.group(1).split(",") if t.strip()) if kv else ()
+    return spec_types, kv_types
+
+
+def parse_model_archs(llama_arch_cpp: str) -> tuple[str, ...]:
+    """Architecture names from the source's ``LLM_ARCH_NAMES`` table."""
+    table = re.search(r"LLM_ARCH_NAMES\s*=\s*\{(.*?)\n\};", llama_arch_cpp, re.S)
+    if table is None:
+        return ()
+    names = re.findall(r"\{\s*LLM_ARCH_(\w+)\s*,\s*\"([^\"]+)\"\s*\}", table.group(1))
+    return tuple(name for key, name in names if key != "UNKNOWN")
+
+
+def read_model_archs(source_dir: Path) -> tuple[str, ...] | None:
+    arch_file = source_dir / "src" / "llama-arch.cpp"
+    try:
+        archs = parse_model_archs(arch_file.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    return archs or None
+
+
+def _run_engine(server: Path, flag: str) -> str:
+    try:
+        done = subprocess.run(
+            [str(server), flag],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            check=False,
+            errors="replace",
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise EngineError(f"{server} does not run: {exc}") from exc
+    return done.stdout + done.stderr
+
+
+def read_version(server: Path) -> str:
+    """``version: 0.6.0-dev (build 11434, commit unknown)`` -> ``0.6.0-dev (build 11434, ...)``."""
+    output = _run_engine(server, "--version")
+    match = re.search(r"version:\s*(.+)", output)
+    if match is None:
+        raise EngineError(
+            f"{server} did not print a llama.cpp version",
+            hint="point to a llama-server binary from llama.cpp",
+        )
+    return match.group(1).strip()
+
+
+def read_capabilities(server: Path, source_dir: Path | None) -> EngineCapabilities:
+    spec_types, kv_types = parse_help_capabilities(_run_engine(server, "--help"))
+    archs = read_model_archs(source_dir) if source_dir is not None else None
+    return EngineCapabilities(spec_types, kv_types, archs)
+
+
+# --- the installed set ------------------------------------------------------------------------
+
+
+def list_engines(paths: Paths) -> list[EngineManifest]:
+    """Every installed engine whose manifest reads and whose server binary exists."""
+    engines: list[EngineManifest] = []
+    if not paths.engines_dir.is_dir():
+        return engines
+    for manifest_file in sorted(paths.engines_dir.glob(f"*/{MANIFEST_NAME}")):
+        try:
+            manifest = EngineManifest.from_json(json.loads(manifest_file.read_text("utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a half-removed or foreign folder is not an engine
+        if Path(manifest.server_path).is_file():
+            engines.append(manifest)
+    return engines
+
+
+def select_engine(paths: Paths, probe: GpuProbe, wanted_id: str = "") -> EngineSelection:
+    """The engine ``lucebox up`` would use, and why."""
+    engines = list_engines(paths)
+    if wanted_id:
+        for engine in engines:
+            if engine.id == wanted_id:
+                return EngineSelection(engine, f"engine.id = {wanted_id} in config.toml")
+        return EngineSelection(None, f"engine {wanted_id} from config.toml is not installed")
+    if not engines:
+        return EngineSelection(None, "no engine installed: run `lucebox engine build`")
+    gpu_archs = {g.cuda_arch for g in probe.gpus if g.cuda_arch}
+    if gpu_archs:
+        matching = [e for e in engines if e.backend == "cuda" and gpu_archs & set(e.cuda_archs)]
+        if matching:
+            chosen = max(matching, key=lambda e: e.installed_at)
+            return EngineSelection(
+                chosen, f"CUDA engine built for the GPU's arch {chosen.cuda_archs}"
+            )
+    cpu = [e for e in engines if e.backend == "cpu"]
+    if cpu:
+        chosen = max(cpu, key=lambda e: e.installed_at)
+        why = "no CUDA engine for this GPU" if gpu_archs else "no NVIDIA GPU"
+        return EngineSelection(chosen, f"CPU engine ({why})")
+    chosen = max(engines, key=lambda e: e.installed_at)
+    return EngineSelection(chosen, "the newest installed engine")
+
+
+def _write_manifest(folder: Path, manifest: EngineManifest) -> None:
+    write_text_atomic(folder / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2))
+
+
+def _install_binaries(bin_src: Path, staging_bin: Path) -> dict[str, str]:
+    staging_bin.mkdir(parents=True)
+    hashes = {}
+    for item in sorted(bin_src.iterdir()):
+        is_exe = item.is_file() and os.access(item, os.X_OK)
+        if is_exe or item.suffix == ".so" or ".so." in item.name:
+            shutil.copy2(item, staging_bin / item.name)
+            hashes[item.name] = sha256_file(item)
+    return hashes
+
+
+def _publish(paths: Paths, engine_id: str, staging: Path) -> Path:
+    """Move a fully written engine folder into place (replacing an older one whole)."""
+    final = paths.engines_dir / engine_id
+    old = paths.engines_dir / f".{engine_id}.old-{os.getpid()}"
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _staging_dir(paths: Paths, engine_id: str) -> Path:
+    staging = paths.ensure(paths.engines_dir) / f".{engine_id}.staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging
+
+
+def engine_id_for(source: SourceInfo, options: BuildOptions, key: str) -> str:
+    version = f"b{source.build_number}" if source.build_number else "src"
+    arch = f"-sm{'_'.join(options.cuda_archs)}" if options.backend == "cuda" else ""
+    return f"llama.cpp-{version}-{options.backend}{arch}-{key[:8]}"
+
+
+def find_built(paths: Paths, key: str) -> EngineManifest | None:
+    """An installed engine from the same source and options whose binaries are intact."""
+    for engine in list_engines(paths):
+        if engine.build_key != key:
+            continue
+        folder = Path(engine.server_path).parent
+        if all((folder / name).is_file() for name in engine.binaries):
+            return engine
+    return None
+
+
+def build_and_install(
+    paths: Paths,
+    source: SourceInfo,
+    options: BuildOptions,
+    *,
+    jobs: int | None = None,
+    on_event: BuildCallback | None = None,
+) -> tuple[EngineManifest, bool]:
+    """Build (or reuse) the engine for ``options``; returns it and whether it was cached."""
+    key = build_key(source, options)
+    cached = find_built(paths, key)
+    if cached is not None:
+        if on_event is not None:
+            on_event(BuildEvent("cached", 100, f"{cached.id} is already built"))
+        return cached, True
+    bin_dir = build_engine_tree(paths, source, options, jobs=jobs, on_event=on_event)
+    if on_event is not None:
+        on_event(BuildEvent("install", 100, "installing the engine"))
+    engine_id = engine_id_for(source, options, key)
+    staging = _staging_dir(paths, engine_id)
+    try:
+        hashes = _install_binaries(bin_dir, staging / "bin")
+        final_server = paths.engines_dir / engine_id / "bin" / "llama-server"
+        manifest = EngineManifest(
+            id=engine_id,
+            backend=options.backend,
+            cuda_archs=options.cuda_archs,
+            version=read_version(staging / "bin" / "llama-server"),
+            server_path=str(final_server),
+            origin="build",
+            capabilities=read_capabilities(staging / "bin" / "llama-server", source.path),
+            source_identity=source.identity,
+            build_key=key,
+            options=asdict(options),
+            installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            binaries=hashes,
+        )
+        _write_manifest(staging, manifest)
+        _publish(paths, engine_id, staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest, False
+
+
+def add_engine(paths: Paths, server: Path, source_dir: Path | None = None) -> EngineManifest:
+    """Register a llama-server the user already has, in place (nothing is copied)."""
+    server = server.expanduser().absolute()
+    if not server.is_file():
+        raise UsageError(f"{server} does not exist", hint="give the path of a llama-server binary")
+    if not os.access(server, os.X_OK):
+        raise UsageError(f"{server} is not executable", hint=f"chmod +x {server}")
+    version = read_version(server)
+    caps = read_capabilities(server, source_dir)
+    if not caps.spec_types and not caps.kv_cache_types:
+        raise EngineError(
+            f"{server} runs but its --help does not look like llama-server's",
+            hint="point to the llama-server binary, not llama-cli or another tool",
+        )
+    backend: Literal["cpu", "cuda"] = "cuda" if _links_cuda(server) else "cpu"
+    slug = re.sub(r"[^a-z0-9.]+", "-", version.lower()).strip("-")[:40]
+    engine_id = f"added-{slug}-{backend}"
+    manifest = EngineManifest(
+        id=engine_id,
+        backend=backend,
+        cuda_archs=(),
+        version=version,
+        server_path=str(server),
+        origin="add",
+        capabilities=caps,
+        installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    staging = _staging_dir(paths, engine_id)
+    try:
+        staging.mkdir()
+        _write_manifest(staging, manifest)
+        _publish(paths, engine_id, staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest
+
+
+def _links_cuda(server: Path) -> bool:
+    siblings = list(server.parent.glob("libggml-cuda*"))
+    if siblings:
+        return True
+    try:
+        with server.open("rb") as handle:
+            return b"ggml_cuda_init" in handle.read()
+    except OSError:
+        return False
+
+
+def fetch_engine(
+    paths: Paths,
+    url: str,
+    sha256: str,
+    *,
+    client: httpx.Client | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> EngineManifest:
+    """Install a prebuilt engine tarball (``bin/llama-server`` inside) checked by sha256."""
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise UsageError(f"'{sha256}' is not a sha256", hint="give the 64 hex digits")
+    name = Path(httpx.URL(url).path).name or "engine.tar.gz"
+    downloads = paths.ensure(paths.downloads_dir)
+    try:
+        archive = download_file(
+            url, downloads / name, sha256=sha256, client=client, on_progress=on_progress
+        )
+    except TransferError as exc:
+        raise EngineError(exc.message, hint=exc.hint) from exc
+    staging = _staging_dir(paths, "fetched")
+    try:
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                tar.extractall(staging, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise EngineError(f"{url} is not a readable tarball: {exc}") from exc
+        servers = sorted(staging.rglob("llama-server"))
+        if not servers:
+            raise EngineError(f"{url} holds no llama-server", hint="check the tarball")
+        bin_dir = servers[0].parent
+        for tool in TARGETS:
+            target = bin_dir / tool
+            if target.is_file():
+                target.chmod(target.stat().st_mode | stat.S_IXUSR)
+        version = read_version(servers[0])
+        caps = read_capabilities(servers[0], None)
+        backend: Literal["cpu", "cuda"] = "cuda" if _links_cuda(servers[0]) else "cpu"
+        engine_id = f"fetched-{sha256[:12]}-{backend}"
+        relative = servers[0].relative_to(staging)
+        manifest = EngineManifest(
+            id=engine_id,
+            backend=backend,
+            cuda_archs=(),
+            version=version,
+            server_path=str(paths.engines_dir / engine_id / relative),
+            origin="fetch",
+            capabilities=caps,
+            options={"url": url, "sha256": sha256},
+            installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            binaries={p.name: sha256_file(p) for p in bin_dir.iterdir() if p.is_file()},
+        )
+        _write_manifest(staging, manifest)
+        _publish(paths, engine_id, staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    archive.unlink(missing_ok=True)
+    return manifest
+
+
+def pinned_source_archs(source_dir: Path, pin: SourcePin) -> tuple[str, ...] | None:
+    """Model architectures of the pinned source when it is unpacked, else None."""
+    if read_source(source_dir, pin) is None:
+        return None
+    return read_model_archs(source_dir)

@@ -1,0 +1,167 @@
+"""Resumable HTTP downloads that hash while they write, for files outside the Hugging Face Hub.
+
+A download lands in ``<dest>.part`` and becomes ``dest`` only after its size and sha256 match;
+an interrupted one resumes from the partial with a Range request. Nothing that failed a check
+is ever left where a finished file would be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from lucebox.engine.errors import LuceboxError
+
+CHUNK_BYTES = 1024 * 1024
+PROGRESS_INTERVAL_S = 0.2
+
+
+@dataclass(frozen=True)
+class TransferProgress:
+    """One progress event of a download; rates are averaged over this session's bytes."""
+
+    name: str
+    done_bytes: int
+    total_bytes: int | None
+    rate_bytes_per_s: float
+    eta_s: float | None
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.total_bytes:
+            return None
+        return min(1.0, self.done_bytes / self.total_bytes)
+
+
+ProgressCallback = Callable[[TransferProgress], None]
+
+
+class TransferError(LuceboxError):
+    """A download failed; the partial file (if any) is kept for a resume unless it is bad."""
+
+
+def sha256_file(path: Path, hasher: hashlib._Hash | None = None) -> str:
+    """Hash a whole file at disk speed (1 MiB reads)."""
+    digest = hasher if hasher is not None else hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _hash_prefix(path: Path) -> tuple[hashlib._Hash, int]:
+    digest = hashlib.sha256()
+    if not path.exists():
+        return digest, 0
+    sha256_file(path, digest)
+    return digest, path.stat().st_size
+
+
+def download_file(
+    url: str,
+    dest: Path,
+    *,
+    sha256: str,
+    size_bytes: int | None = None,
+    client: httpx.Client | None = None,
+    on_progress: ProgressCallback | None = None,
+    timeout_s: float = 30.0,
+) -> Path:
+    """Download ``url`` to ``dest``, resuming ``dest.part``; verify size and sha256 first."""
+    part = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    own_client = client is None
+    http = client if client is not None else httpx.Client(timeout=timeout_s, follow_redirects=True)
+    try:
+        digest, offset = _hash_prefix(part)
+        if size_bytes is not None and offset > size_bytes:
+            part.unlink()
+            digest, offset = hashlib.sha256(), 0
+        if size_bytes is None or offset < size_bytes:
+            digest, offset = _fetch(http, url, part, digest, offset, size_bytes, on_progress)
+    except httpx.HTTPError as exc:
+        raise TransferError(
+            f"download of {url} failed: {exc}",
+            hint=f"run the same command again to resume from {part}",
+        ) from exc
+    finally:
+        if own_client:
+            http.close()
+    if size_bytes is not None and offset != size_bytes:
+        raise TransferError(
+            f"download of {url} stopped at {offset} of {size_bytes} bytes",
+            hint=f"run the same command again to resume from {part}",
+        )
+    actual = digest.hexdigest()
+    if actual != sha256.lower():
+        part.unlink()
+        raise TransferError(
+            f"{url} has sha256 {actual}, expected {sha256}; the bad file was deleted",
+            hint="the server sent different bytes than published: check the URL or try again",
+        )
+    os.replace(part, dest)
+    return dest
+
+
+def _fetch(
+    http: httpx.Client,
+    url: str,
+    part: Path,
+    digest: hashlib._Hash,
+    offset: int,
+    size_bytes: int | None,
+    on_progress: ProgressCallback | None,
+) -> tuple[hashlib._Hash, int]:
+    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    started_s = time.monotonic()
+    session_bytes = 0
+    last_report_s = 0.0
+    with http.stream("GET", url, headers=headers) as response:
+        if response.status_code == 404:
+            raise TransferError(f"{url} does not exist (HTTP 404)", hint="check the URL")
+        if response.status_code in (401, 403):
+            raise TransferError(
+                f"{url} refused access (HTTP {response.status_code})",
+                hint="check the URL and any token it needs",
+            )
+        if response.status_code == 416 and size_bytes is None:
+            return digest, offset  # the partial already holds the whole file
+        response.raise_for_status()
+        if offset and response.status_code != 206:
+            # The server ignored the Range request: start over rather than append twice.
+            digest, offset = hashlib.sha256(), 0
+        total = size_bytes
+        if total is None and "content-length" in response.headers:
+            total = offset + int(response.headers["content-length"])
+        name = Path(url.split("?")[0]).name
+        mode = "ab" if offset else "wb"
+        with part.open(mode) as handle:
+            for block in response.iter_bytes(CHUNK_BYTES):
+                handle.write(block)
+                digest.update(block)
+                offset += len(block)
+                session_bytes += len(block)
+                now_s = time.monotonic()
+                if on_progress is not None and now_s - last_report_s >= PROGRESS_INTERVAL_S:
+                    last_report_s = now_s
+                    on_progress(_progress(name, offset, total, session_bytes, now_s - started_s))
+            handle.flush()
+            os.fsync(handle.fileno())
+        if on_progress is not None:
+            elapsed_s = time.monotonic() - started_s
+            on_progress(_progress(name, offset, total, session_bytes, elapsed_s))
+    return digest, offset
+
+
+def _progress(
+    name: str, done: int, total: int | None, session_bytes: int, elapsed_s: float
+) -> TransferProgress:
+    rate = session_bytes / elapsed_s if elapsed_s > 0 else 0.0
+    eta = (total - done) / rate if total is not None and rate > 0 else None
+    return TransferProgress(name, done, total, rate, eta)
