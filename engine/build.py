@@ -125,7 +125,11 @@ def choose_options(
 
 
 def build_key(source: SourceInfo, options: BuildOptions) -> str:
-    payload = json.dumps({"source": source.identity, **asdict(options)}, sort_keys=True)
+    """Cache key: the exact source, the options and every cmake flag (paths left out)."""
+    flags = configure_argv(source, Path("."), options, use_ccache=False)[5:]
+    payload = json.dumps(
+        {"source": source.identity, **asdict(options), "flags": flags}, sort_keys=True
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -148,7 +152,10 @@ def configure_argv(
         f"-DGGML_CCACHE={'ON' if use_ccache else 'OFF'}",
     ]
     if source.build_number is not None:
+        # Without these, cmake asks git, which finds the enclosing lucebox checkout and stamps
+        # lucebox's commit into the engine's --version.
         argv.append(f"-DLLAMA_BUILD_NUMBER={source.build_number}")
+        argv.append(f"-DLLAMA_BUILD_COMMIT={source.identity.rsplit(':', 1)[-1][:12]}")
     if options.backend == "cuda":
         argv += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(options.cuda_archs)}"]
     return argv

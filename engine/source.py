@@ -209,9 +209,10 @@ def ensure_source(
     sdist: Path | None = None,
     client: httpx.Client | None = None,
     on_progress: ProgressCallback | None = None,
+    pin: SourcePin | None = None,
 ) -> SourceInfo:
     """Make ``source_dir`` hold the pinned engine source (or keep the checkout there)."""
-    pin = load_pin()
+    pin = pin if pin is not None else load_pin()
     target = source_dir if source_dir is not None else default_source_dir(paths)
     existing = read_source(target, pin)
     if existing is not None:

@@ -142,7 +142,8 @@ def _fetch(
         name = Path(url.split("?")[0]).name
         mode = "ab" if offset else "wb"
         with part.open(mode) as handle:
-            for block in response.iter_bytes(CHUNK_BYTES):
+            # Chunks as they arrive, so a cut connection loses nothing already received.
+            for block in response.iter_bytes():
                 handle.write(block)
                 digest.update(block)
                 offset += len(block)

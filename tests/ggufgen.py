@@ -1,0 +1,114 @@
+"""Write real GGUF files with the official gguf writer: tiny loadable models for tests and runs.
+
+``write_llama`` makes a random-weight llama model that llama-server loads and serves (garbage
+text, real compute); the metadata knobs let tests build base/instruct, draft/target and
+split-file cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass
+class ModelSpec:
+    arch: str = "llama"
+    name: str = "Tiny Llama Instruct"
+    basename: str | None = "tiny-llama"
+    finetune: str | None = "Instruct"
+    size_label: str | None = "1M"
+    n_layer: int = 2
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    n_ctx: int = 2048
+    extra_words: tuple[str, ...] = ("hello", "world", "the", "a", "model", "test")
+    chat_template: str | None = CHATML
+    dtype: type = np.float16
+    extra_kv: dict[str, object] = field(default_factory=dict)
+    seed: int = 0
+
+
+def vocab(spec: ModelSpec) -> list[str]:
+    specials = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
+    return specials + byte_tokens + ["\u2581" + w for w in spec.extra_words]
+
+
+def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
+    """A random-weight llama-architecture GGUF with an SPM tokenizer llama.cpp accepts."""
+    spec = spec or ModelSpec()
+    rng = np.random.default_rng(spec.seed)
+    tokens = vocab(spec)
+    n_vocab = len(tokens)
+    writer = gguf.GGUFWriter(str(path), spec.arch)
+    writer.add_name(spec.name)
+    if spec.basename:
+        writer.add_basename(spec.basename)
+    if spec.finetune:
+        writer.add_finetune(spec.finetune)
+    if spec.size_label:
+        writer.add_size_label(spec.size_label)
+    writer.add_context_length(spec.n_ctx)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == np.float16 else 0)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(
+        [0.0] * 5 + [-1000.0] * 256 + [-float(i) for i in range(len(spec.extra_words))]
+    )
+    types = [2, 3, 3, 3, 3] + [6] * 256 + [1] * len(spec.extra_words)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    if spec.chat_template is not None:
+        writer.add_chat_template(spec.chat_template)
+    for key, value in spec.extra_kv.items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        else:
+            writer.add_string(key, str(value))
+
+    def tensor(name: str, *shape: int, norm: bool = False) -> None:
+        data = np.ones(shape, dtype=np.float32) if norm else rng.normal(0, 0.02, shape)
+        writer.add_tensor(name, data.astype(np.float32 if norm else spec.dtype))
+
+    head_dim = spec.n_embd // spec.n_head
+    tensor("token_embd.weight", n_vocab, spec.n_embd)
+    tensor("output_norm.weight", spec.n_embd, norm=True)
+    tensor("output.weight", n_vocab, spec.n_embd)
+    for i in range(spec.n_layer):
+        tensor(f"blk.{i}.attn_norm.weight", spec.n_embd, norm=True)
+        tensor(f"blk.{i}.attn_q.weight", spec.n_embd, spec.n_embd)
+        tensor(f"blk.{i}.attn_k.weight", spec.n_head_kv * head_dim, spec.n_embd)
+        tensor(f"blk.{i}.attn_v.weight", spec.n_head_kv * head_dim, spec.n_embd)
+        tensor(f"blk.{i}.attn_output.weight", spec.n_embd, spec.n_embd)
+        tensor(f"blk.{i}.ffn_norm.weight", spec.n_embd, norm=True)
+        tensor(f"blk.{i}.ffn_gate.weight", spec.n_ff, spec.n_embd)
+        tensor(f"blk.{i}.ffn_up.weight", spec.n_ff, spec.n_embd)
+        tensor(f"blk.{i}.ffn_down.weight", spec.n_embd, spec.n_ff)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
