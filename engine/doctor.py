@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import psutil
 
-from lucebox.engine import toolchain
+from lucebox.engine import registry, toolchain
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
 
@@ -151,12 +150,38 @@ def check_ram() -> Check:
     return Check("ram", "ok", detail)
 
 
-def run_doctor(
-    paths: Paths,
-    probe: GpuProbe,
-    extra_checks: Callable[[Paths, GpuProbe], list[Check]] | None = None,
-) -> DoctorReport:
-    """Run every check; ``extra_checks`` adds the engine and model lines."""
+def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
+    selection = registry.select_engine(paths, probe, wanted_id)
+    engine = selection.engine
+    if engine is None:
+        return Check(
+            "engine",
+            "missing",
+            selection.reason,
+            "run `lucebox engine build` (or `lucebox engine fetch` / `engine add`)",
+        )
+    detail = f"{engine.id}: {engine.version} ({selection.reason})"
+    if probe.has_gpu and engine.backend == "cpu":
+        return Check(
+            "engine",
+            "warn",
+            detail,
+            "run `lucebox engine build` to build the CUDA engine for this GPU",
+        )
+    return Check("engine", "ok", detail)
+
+
+def check_models() -> Check:
+    return Check(
+        "models",
+        "missing",
+        "not installed: the model store is not in this version yet",
+        "it comes with the model-store issue (`lucebox models pull`)",
+    )
+
+
+def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> DoctorReport:
+    """Run every check; blocking (runs tools), so front ends call it from a worker."""
     build_hint = "install it with your package manager (e.g. `apt install cmake g++`)"
     checks = [
         *check_gpu(probe),
@@ -167,6 +192,5 @@ def run_doctor(
         check_disk(paths),
         check_ram(),
     ]
-    if extra_checks is not None:
-        checks.extend(extra_checks(paths, probe))
+    checks += [check_engine(paths, probe, wanted_engine_id), check_models()]
     return DoctorReport(probe, tuple(checks))

@@ -66,7 +66,16 @@ def test_doctor_json_without_gpu_is_clean():
     assert report["gpus"] == []
     assert "no NVIDIA GPU" in report["gpu_detail"]
     names = {c["name"] for c in report["checks"]}
-    assert {"gpu", "cmake", "c-compiler", "cxx-compiler", "disk", "ram"} <= names
+    assert {
+        "gpu",
+        "cmake",
+        "c-compiler",
+        "cxx-compiler",
+        "disk",
+        "ram",
+        "engine",
+        "models",
+    } <= names
     for check in report["checks"]:
         assert check["verdict"] in {"ok", "warn", "missing"}
         if check["verdict"] != "ok":
