@@ -17,12 +17,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine import build, config, doctor, gpu, registry, source, toolchain
+from lucebox.engine import build, config, doctor, gpu, guard, registry, source, toolchain
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
+    EXIT_REFUSED,
     LuceboxError,
     NotAvailableError,
+    UsageError,
 )
 from lucebox.engine.paths import Paths, resolve_paths
 
@@ -141,6 +143,56 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
         print(f"kept the old file as {kept}", file=sys.stderr)
     print(f"wrote default settings to {paths.config_file}")
     return EXIT_OK
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+def _print_check(result: guard.CheckResult) -> None:
+    info = result.info
+    summary = ""
+    if info is not None:
+        summary = (
+            f"{info.architecture} {info.file_type_name or info.quantization or ''} "
+            f"{info.size_label or ''}, ctx {info.context_length}, "
+            f"{info.weights_bytes / 2**30:.2f} GiB"
+        )
+        if result.speculative_type:
+            summary += f", speculative type {result.speculative_type}"
+    print(f"{result.verdict:<7} {result.path}  {summary}".rstrip())
+    for problem in result.problems:
+        print(f"        {problem.severity} {problem.code}: {problem.message}")
+    for note in result.notes:
+        print(f"        note: {note}")
+
+
+def cmd_models_check(args: argparse.Namespace, paths: Paths) -> int:
+    if (args.draft is None) != (args.target is None):
+        raise UsageError("--draft and --target go together", hint="give both paths or neither")
+    if not args.paths and args.draft is None:
+        raise UsageError("give at least one model file", hint="lucebox models check MODEL.gguf")
+    settings = config.load_settings(paths)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    archs = registry.known_model_archs(paths, selection)
+    spec_types = selection.engine.capabilities.spec_types if selection.engine else None
+    allow_base = args.allow_base or settings.allow_base
+    results = [
+        guard.check_model(path, allow_base=allow_base, known_archs=archs) for path in args.paths
+    ]
+    if args.draft is not None:
+        results += guard.check_pair(
+            args.draft,
+            args.target,
+            known_archs=archs,
+            spec_types=spec_types,
+            allow_base=allow_base,
+        )
+    if args.json:
+        print_json([r.to_json() for r in results])
+    else:
+        for result in results:
+            _print_check(result)
+    return EXIT_OK if all(r.usable for r in results) else EXIT_REFUSED
 
 
 # --- engine -----------------------------------------------------------------------------------
@@ -385,10 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = command(
         "check",
         "inspect GGUF files and run the guards",
-        not_available("models check", "the model-inspection issue"),
+        cmd_models_check,
         model_cmds,
     )
-    check.add_argument("paths", nargs="+", metavar="PATH", type=Path)
+    check.add_argument("paths", nargs="*", metavar="PATH", type=Path)
     check.add_argument("--draft", metavar="PATH", type=Path, help="draft model to pair-check")
     check.add_argument("--target", metavar="PATH", type=Path, help="target model of --draft")
     check.add_argument("--allow-base", action="store_true", help="base models only warn")

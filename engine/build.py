@@ -228,6 +228,7 @@ def run_logged(
             for raw in proc.stdout:
                 line = raw.rstrip("\n")
                 log_file.write(raw)
+                log_file.flush()  # so `tail -f` on the log follows the build
                 tail.append(line)
                 if on_event is not None:
                     on_event(BuildEvent(stage, parse_progress(line), line))

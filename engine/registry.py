@@ -34,7 +34,7 @@ from lucebox.engine.build import (
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
-from lucebox.engine.source import SourceInfo, SourcePin, read_source
+from lucebox.engine.source import SourceInfo, default_source_dir, load_pin, read_source
 from lucebox.engine.transfer import ProgressCallback, TransferError, download_file, sha256_file
 
 MANIFEST_NAME = "manifest.json"
@@ -422,8 +422,11 @@ def fetch_engine(
     return manifest
 
 
-def pinned_source_archs(source_dir: Path, pin: SourcePin) -> tuple[str, ...] | None:
-    """Model architectures of the pinned source when it is unpacked, else None."""
-    if read_source(source_dir, pin) is None:
+def known_model_archs(paths: Paths, selection: EngineSelection) -> tuple[str, ...] | None:
+    """Architectures the engine in use can load: from its manifest, else the pinned source."""
+    if selection.engine is not None and selection.engine.capabilities.model_archs:
+        return selection.engine.capabilities.model_archs
+    source_dir = default_source_dir(paths)
+    if read_source(source_dir, load_pin()) is None:
         return None
     return read_model_archs(source_dir)

@@ -38,6 +38,7 @@ class ModelSpec:
     dtype: type = np.float16
     extra_kv: dict[str, object] = field(default_factory=dict)
     seed: int = 0
+    bos_token_id: int = 1
 
 
 def vocab(spec: ModelSpec) -> list[str]:
@@ -76,13 +77,15 @@ def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
     )
     types = [2, 3, 3, 3, 3] + [6] * 256 + [1] * len(spec.extra_words)
     writer.add_token_types(types)
-    writer.add_bos_token_id(1)
+    writer.add_bos_token_id(spec.bos_token_id)
     writer.add_eos_token_id(2)
     writer.add_unk_token_id(0)
     if spec.chat_template is not None:
         writer.add_chat_template(spec.chat_template)
     for key, value in spec.extra_kv.items():
-        if isinstance(value, bool):
+        if isinstance(value, (list, tuple)):
+            writer.add_array(key, list(value))
+        elif isinstance(value, bool):
             writer.add_bool(key, value)
         elif isinstance(value, int):
             writer.add_uint32(key, value)

@@ -15,9 +15,7 @@ import lucebox.engine
 
 
 def engine_modules() -> list[str]:
-    return [
-        f"lucebox.engine.{info.name}" for info in pkgutil.iter_modules(lucebox.engine.__path__)
-    ]
+    return [f"lucebox.engine.{info.name}" for info in pkgutil.iter_modules(lucebox.engine.__path__)]
 
 
 def test_engine_modules_import_without_textual_or_rich():
