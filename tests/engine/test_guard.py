@@ -55,6 +55,7 @@ def test_complete_instruct_model_is_ok(models):
     result = check_model(models["instruct"], known_archs=ARCHS)
     assert result.verdict == "ok", result.problems
     info = result.info
+    assert info is not None
     assert info.architecture == "llama" and info.block_count == 2
     assert info.expected_size_bytes == info.actual_size_bytes
     assert info.has_chat_template and info.chat_template_bytes > 0
@@ -303,6 +304,7 @@ def test_real_gemma_is_a_base_model_without_template():
     result = check_model(gemma_model(), known_archs=ARCHS)
     assert codes(result) == {"no-chat-template", "base-model"}
     info = result.info
+    assert info is not None
     assert info.architecture == "gemma3" and info.block_count == 18
     assert info.context_length == 32768 and info.sliding_window == 512
     assert info.vocab_size == 262144
