@@ -40,8 +40,12 @@ def run_lucebox(*args: str, env: dict[str, str] | None = None, timeout_s: float 
 
 
 def assert_one_line_error(result: CliResult) -> None:
-    """A user-facing failure is one line on stderr and never a traceback."""
+    """A user-facing failure ends stderr with one error line and never shows a traceback.
+
+    Progress lines may come before it; they are not errors.
+    """
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("lucebox: ")
+    errors = [line for line in lines if line.startswith("lucebox: ")]
+    assert len(errors) == 1, result.stderr
+    assert lines[-1] == errors[0], result.stderr
