@@ -121,7 +121,7 @@ def _fetch(
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     started_s = time.monotonic()
     session_bytes = 0
-    last_report_s = 0.0
+    last_report_s = started_s  # the first rate is taken over a whole interval, not one block
     with http.stream("GET", url, headers=headers) as response:
         if response.status_code == 404:
             raise TransferError(f"{url} does not exist (HTTP 404)", hint="check the URL")
