@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -20,6 +23,8 @@ from lucebox.engine.errors import LuceboxError
 
 CHUNK_BYTES = 1024 * 1024
 PROGRESS_INTERVAL_S = 0.2
+QUEUE_BLOCKS = 256
+SYNC_EVERY_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,10 @@ def _fetch(
     size_bytes: int | None,
     on_progress: ProgressCallback | None,
 ) -> tuple[hashlib._Hash, int]:
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    # identity: the hash is over the bytes as published, so nothing may decode them in between.
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
     started_s = time.monotonic()
     session_bytes = 0
     last_report_s = started_s  # the first rate is taken over a whole interval, not one block
@@ -141,23 +149,75 @@ def _fetch(
             total = offset + int(response.headers["content-length"])
         name = Path(url.split("?")[0]).name
         mode = "ab" if offset else "wb"
-        with part.open(mode) as handle:
-            # Chunks as they arrive, so a cut connection loses nothing already received.
-            for block in response.iter_bytes():
-                handle.write(block)
-                digest.update(block)
+        with part.open(mode) as handle, _DiskWriter(handle, digest) as writer:
+            # Raw blocks as they arrive (no re-chunking, which would hold back up to a chunk
+            # that a cut connection then loses).
+            for block in response.iter_raw():
+                writer.put(block)
                 offset += len(block)
                 session_bytes += len(block)
-                now_s = time.monotonic()
-                if on_progress is not None and now_s - last_report_s >= PROGRESS_INTERVAL_S:
-                    last_report_s = now_s
-                    on_progress(_progress(name, offset, total, session_bytes, now_s - started_s))
-            handle.flush()
-            os.fsync(handle.fileno())
+                if on_progress is not None:
+                    now_s = time.monotonic()
+                    if now_s - last_report_s >= PROGRESS_INTERVAL_S:
+                        last_report_s = now_s
+                        on_progress(
+                            _progress(name, offset, total, session_bytes, now_s - started_s)
+                        )
         if on_progress is not None:
             elapsed_s = time.monotonic() - started_s
             on_progress(_progress(name, offset, total, session_bytes, elapsed_s))
     return digest, offset
+
+
+class _DiskWriter:
+    """Writes and hashes blocks on a second thread while the first one receives.
+
+    hashlib and file writes release the GIL, so receiving, hashing and writing overlap; on
+    leaving (also by an exception or Ctrl-C) every block already received is on disk and in
+    the hash, so the partial file matches the bytes counted for a resume.
+    """
+
+    def __init__(self, handle: IO[bytes], digest: hashlib._Hash) -> None:
+        self.handle = handle
+        self.digest = digest
+        self.blocks: queue.Queue[bytes | None] = queue.Queue(maxsize=QUEUE_BLOCKS)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="lucebox-disk-writer", daemon=True)
+
+    def __enter__(self) -> _DiskWriter:
+        self.thread.start()
+        return self
+
+    def put(self, block: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.blocks.put(block)
+
+    def _run(self) -> None:
+        unsynced = 0
+        while (block := self.blocks.get()) is not None:
+            if self.error is not None:
+                continue
+            try:
+                self.handle.write(block)
+                self.digest.update(block)
+                unsynced += len(block)
+                if unsynced >= SYNC_EVERY_BYTES:
+                    # Flush to disk while the network keeps going, so the final fsync that
+                    # makes the file durable before its rename is short.
+                    self.handle.flush()
+                    os.fdatasync(self.handle.fileno())
+                    unsynced = 0
+            except BaseException as exc:
+                self.error = exc
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.blocks.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
 
 
 def _progress(

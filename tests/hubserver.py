@@ -30,10 +30,10 @@ class HubFile:
     cut_after_bytes: list[int] = field(default_factory=list)
     """Cut the connection after this many body bytes, one entry per request, in order."""
     bytes_per_s: float | None = None
+    sha256: str = field(init=False)
 
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.body).hexdigest()
+    def __post_init__(self) -> None:
+        self.sha256 = hashlib.sha256(self.body).hexdigest()
 
 
 @dataclass
