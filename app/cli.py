@@ -23,15 +23,19 @@ from lucebox.engine import (
     doctor,
     gpu,
     guard,
+    pipeline,
+    presets,
     registry,
     source,
     store,
     toolchain,
 )
+from lucebox.engine import plan as plan_module
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_REFUSED,
+    GuardRefusal,
     LuceboxError,
     NotAvailableError,
     UsageError,
@@ -153,6 +157,148 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
         print(f"kept the old file as {kept}", file=sys.stderr)
     print(f"wrote default settings to {paths.config_file}")
     return EXIT_OK
+
+
+# --- presets and plan -------------------------------------------------------------------------
+
+
+def _mib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**20:,.0f} MiB"
+
+
+def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    budget = pipeline.budget_for(gpu.probe_gpus(), settings.gpu_index, args.vram_mib)
+    plans = [pipeline.plan_preset(paths, p, budget) for p in presets.load_presets(paths)]
+    best = pipeline.choose_preset(plans, budget)
+    if args.json:
+        print_json(
+            {
+                "budget": {"device": budget.device, "free_bytes": budget.free_bytes},
+                "best": best.preset.id if best else None,
+                "presets": [
+                    {
+                        "id": p.preset.id,
+                        "title": p.preset.title,
+                        "vram_tier_gib": p.preset.vram_tier_gib,
+                        "fits": p.plan.fits,
+                        "ctx": p.plan.ctx if p.plan.fits else 0,
+                        "reason": "" if p.plan.fits else "vram",
+                        "smoke_test": p.preset.smoke_test,
+                        "evidence": p.preset.evidence,
+                    }
+                    for p in plans
+                ],
+            }
+        )
+        return EXIT_OK
+    print(f"{budget.device}: {budget.free_bytes / 2**30:.1f} GiB free")
+    for item in plans:
+        mark = "*" if best is not None and item is best else " "
+        fit = (
+            f"fits, {item.plan.ctx:>7,} tokens ({item.plan.cache_type_k} KV)"
+            if item.plan.fits
+            else "does not fit: vram"
+        )
+        print(
+            f"{mark} {item.preset.id:<16} {item.preset.vram_tier_gib:>3} GB  {fit:<36} "
+            f"{item.preset.title}"
+        )
+    if best is not None:
+        print(f"* = what `lucebox up` picks: {best.preset.id}")
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    probe = gpu.probe_gpus()
+    budget = pipeline.budget_for(probe, settings.gpu_index, args.vram_mib)
+    selection = registry.select_engine(paths, probe, settings.engine)
+    kv_types = selection.engine.capabilities.kv_cache_types if selection.engine else None
+    ctx = args.ctx or settings.ctx or None
+    model_path: Path | None
+    if args.model:
+        model_path = pipeline.local_file(paths, args.model)
+        if model_path is None:
+            raise UsageError(
+                f"{args.model} is not on disk yet, so its header cannot be read",
+                hint=f"run `lucebox models pull {args.model}` first",
+            )
+        target = pipeline.facts_for(paths, model_path)
+        result = make_model_plan(target, budget, ctx, kv_types)
+        title = target.name
+    else:
+        if args.preset or settings.preset:
+            preset = presets.find_preset(paths, args.preset or settings.preset)
+            chosen = pipeline.plan_preset(paths, preset, budget, ctx=ctx, kv_types=kv_types)
+        else:
+            plans = [
+                pipeline.plan_preset(paths, p, budget, ctx=ctx, kv_types=kv_types)
+                for p in presets.load_presets(paths)
+            ]
+            best = pipeline.choose_preset(plans, budget)
+            if best is None:
+                raise GuardRefusal(
+                    f"no preset fits {budget.device}",
+                    hint="see `lucebox presets` for what each one needs",
+                )
+            chosen = best
+        result, title = chosen.plan, chosen.preset.title
+        model_path = pipeline.local_file(paths, chosen.preset.target.source)
+    server = selection.engine.server_path if selection.engine else "llama-server"
+    argv = [server, "-m", str(model_path or "<model>"), *result.server_flags()]
+    fit = (
+        pipeline.fit_check(selection.engine, model_path, result)
+        if selection.engine and model_path and result.fits
+        else None
+    )
+    if args.json:
+        print_json(
+            {
+                **result.to_json(),
+                "model": title,
+                "device": budget.device,
+                "argv": argv,
+                "fit_check": dataclasses.asdict(fit) if fit else None,
+            }
+        )
+    else:
+        memory = result.memory_bytes
+        print(f"{title} on {budget.device}")
+        for name, value in memory.to_json().items():
+            why = result.reasons.get(name, "")
+            print(f"  {name:<13}{_mib(value):>12}  {why}")
+        print(
+            f"  ctx {result.ctx}, KV {result.cache_type_k}/{result.cache_type_v}, "
+            f"GPU layers {'all' if result.n_gpu_layers < 0 else result.n_gpu_layers}, "
+            f"slots {result.parallel}"
+        )
+        for key in ("ctx", "cache_type", "n_gpu_layers", "kvflash_pool"):
+            print(f"  {key}: {result.reasons.get(key, '')}")
+        if fit is not None:
+            print(
+                f"  llama-fit-params: model {fit.model_mib} MiB, context {fit.context_mib} MiB,"
+                f" compute {fit.compute_mib} MiB ({fit.difference_percent:+.1f}% vs plan)"
+            )
+        print("  argv: " + " ".join(argv))
+    if not result.fits:
+        raise GuardRefusal(
+            f"the plan does not fit: {result.reasons.get('ctx') or result.reasons.get('fits', '')}",
+            hint=f"the largest context that fits is {result.largest_ctx} tokens",
+        )
+    return EXIT_OK
+
+
+def make_model_plan(
+    target: plan_module.ModelFacts,
+    budget: plan_module.GpuBudget,
+    ctx: int | None,
+    kv_types: tuple[str, ...] | None,
+) -> plan_module.Plan:
+    request = plan_module.PlanRequest(
+        target=target, budget=budget, ctx=ctx, kv_types=kv_types or plan_module.KV_PAIRS
+    )
+    return plan_module.make_plan(request)
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -490,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     presets = command(
         "presets",
         "the presets and which fit this GPU",
-        not_available("presets", "the presets-and-planner issue"),
+        cmd_presets,
     )
     _add_json(presets)
     presets.add_argument("--vram-mib", type=positive_int, metavar="N", help="plan for N MiB")
@@ -498,7 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan = command(
         "plan",
         "memory plan for a preset or model, no side effects",
-        not_available("plan", "the presets-and-planner issue"),
+        cmd_plan,
     )
     _add_json(plan)
     which = plan.add_mutually_exclusive_group()

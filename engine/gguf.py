@@ -154,6 +154,12 @@ class ModelInfo:
     target_layers: tuple[int, ...] | None
     """Target layers a DFlash/EAGLE-style draft reads hidden states from."""
     has_mtp_layers: bool
+    kv_layers: tuple[int, ...]
+    """Layers with attention K/V tensors: the ones that keep a KV cache."""
+    recurrent_layers: tuple[int, ...]
+    """Layers with recurrent (SSM / linear attention) state instead."""
+    ssm: dict[str, int]
+    """conv_kernel, inner_size, state_size, group_count when the model has recurrent layers."""
     draft_kind: str | None
     """The speculative type the engine detects for this file used as a draft (contract 4.3)."""
     header_bytes_read: int
@@ -452,6 +458,17 @@ def inspect_model(path: Path) -> ModelInfo:
     mtp_tensor = f"blk.{(block_count or 0) - 1}.nextn.eh_proj.weight"
     quant = max(by_type, key=lambda t: by_type[t]) if by_type else None
     names = {t.name for t in header.tensors}
+    kv_layers: set[int] = set()
+    recurrent_layers: set[int] = set()
+    for name in names:
+        match = _LAYER.match(name)
+        if match is None:
+            continue
+        part = match.group(2)
+        if part.startswith(("attn_k.", "attn_qkv.", "attn_kv_a_mqa.", "attn_k_b.")):
+            kv_layers.add(int(match.group(1)))
+        elif part.startswith(("ssm_", "time_mix_")):
+            recurrent_layers.add(int(match.group(1)))
     has_mtp = mtp_tensor in names
     draft_kind = None
     if arch == "dflash":
@@ -499,6 +516,13 @@ def inspect_model(path: Path) -> ModelInfo:
         split_no=_int(meta, "split.no"),
         target_layers=tuple(targets) if isinstance(targets, tuple) else None,
         has_mtp_layers=has_mtp,
+        kv_layers=tuple(sorted(kv_layers)),
+        recurrent_layers=tuple(sorted(recurrent_layers)),
+        ssm={
+            key: value
+            for key in ("conv_kernel", "inner_size", "state_size", "group_count")
+            if (value := _int(meta, f"{arch}.ssm.{key}")) is not None
+        },
         draft_kind=draft_kind,
         header_bytes_read=header.bytes_read,
         version=header.version,

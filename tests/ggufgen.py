@@ -39,12 +39,21 @@ class ModelSpec:
     extra_kv: dict[str, object] = field(default_factory=dict)
     seed: int = 0
     bos_token_id: int = 1
+    vocab_size: int | None = None
+    """Pad the vocabulary with filler tokens up to this size (real embedding sizes)."""
+    head_dim: int | None = None
+    sliding_window: int | None = None
+    constant_weights: bool = False
+    """Share one constant array per shape: fast to write, same memory once loaded."""
 
 
 def vocab(spec: ModelSpec) -> list[str]:
     specials = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
-    return specials + byte_tokens + ["\u2581" + w for w in spec.extra_words]
+    tokens = specials + byte_tokens + ["\u2581" + w for w in spec.extra_words]
+    if spec.vocab_size is not None:
+        tokens += [f"\u2581t{i}" for i in range(spec.vocab_size - len(tokens))]
+    return tokens
 
 
 def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
@@ -67,15 +76,20 @@ def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
     writer.add_feed_forward_length(spec.n_ff)
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head_kv)
-    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    head_dim = spec.head_dim or spec.n_embd // spec.n_head
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    if spec.arch != "gemma3":
+        writer.add_rope_dimension_count(head_dim)
+    if spec.sliding_window is not None:
+        writer.add_sliding_window(spec.sliding_window)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == np.float16 else 0)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
-    writer.add_token_scores(
-        [0.0] * 5 + [-1000.0] * 256 + [-float(i) for i in range(len(spec.extra_words))]
-    )
-    types = [2, 3, 3, 3, 3] + [6] * 256 + [1] * len(spec.extra_words)
+    n_words = n_vocab - 261
+    writer.add_token_scores([0.0] * 5 + [-1000.0] * 256 + [-float(i) for i in range(n_words)])
+    types = [2, 3, 3, 3, 3] + [6] * 256 + [1] * n_words
     writer.add_token_types(types)
     writer.add_bos_token_id(spec.bos_token_id)
     writer.add_eos_token_id(2)
@@ -92,20 +106,37 @@ def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
         else:
             writer.add_string(key, str(value))
 
-    def tensor(name: str, *shape: int, norm: bool = False) -> None:
-        data = np.ones(shape, dtype=np.float32) if norm else rng.normal(0, 0.02, shape)
-        writer.add_tensor(name, data.astype(np.float32 if norm else spec.dtype))
+    shared: dict[tuple[tuple[int, ...], bool], np.ndarray] = {}
 
-    head_dim = spec.n_embd // spec.n_head
+    def tensor(name: str, *shape: int, norm: bool = False) -> None:
+        key = (shape, norm)
+        if spec.constant_weights and key in shared:
+            data = shared[key]
+        elif norm:
+            data = np.ones(shape, dtype=np.float32)
+        elif spec.constant_weights:
+            data = np.full(shape, 0.01, dtype=spec.dtype)
+        else:
+            data = rng.normal(0, 0.02, shape).astype(spec.dtype)
+        shared[key] = data
+        writer.add_tensor(name, data)
+
+    q_width = spec.n_head * head_dim
     tensor("token_embd.weight", n_vocab, spec.n_embd)
     tensor("output_norm.weight", spec.n_embd, norm=True)
-    tensor("output.weight", n_vocab, spec.n_embd)
+    if spec.arch != "gemma3":  # gemma ties the output matrix to the embeddings
+        tensor("output.weight", n_vocab, spec.n_embd)
     for i in range(spec.n_layer):
         tensor(f"blk.{i}.attn_norm.weight", spec.n_embd, norm=True)
-        tensor(f"blk.{i}.attn_q.weight", spec.n_embd, spec.n_embd)
+        tensor(f"blk.{i}.attn_q.weight", q_width, spec.n_embd)
         tensor(f"blk.{i}.attn_k.weight", spec.n_head_kv * head_dim, spec.n_embd)
         tensor(f"blk.{i}.attn_v.weight", spec.n_head_kv * head_dim, spec.n_embd)
-        tensor(f"blk.{i}.attn_output.weight", spec.n_embd, spec.n_embd)
+        tensor(f"blk.{i}.attn_output.weight", spec.n_embd, q_width)
+        if spec.arch == "gemma3":
+            tensor(f"blk.{i}.attn_q_norm.weight", head_dim, norm=True)
+            tensor(f"blk.{i}.attn_k_norm.weight", head_dim, norm=True)
+            tensor(f"blk.{i}.post_attention_norm.weight", spec.n_embd, norm=True)
+            tensor(f"blk.{i}.post_ffw_norm.weight", spec.n_embd, norm=True)
         tensor(f"blk.{i}.ffn_norm.weight", spec.n_embd, norm=True)
         tensor(f"blk.{i}.ffn_gate.weight", spec.n_ff, spec.n_embd)
         tensor(f"blk.{i}.ffn_up.weight", spec.n_ff, spec.n_embd)

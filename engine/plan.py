@@ -1,0 +1,482 @@
+"""The memory planner (pure): GPU facts + model facts + user limits -> a Plan, number by number.
+
+It counts what llama-server allocates: weights from the GGUF tensor sizes, KV cache per token
+from the architecture (only layers that keep KV; sliding-window layers keep their window plus
+one micro-batch; recurrent layers keep a fixed state), the draft model, compute buffers, the
+CUDA context, and a reserve. It chooses the context (multiple of 256, at most the model's
+native maximum), the KV cache types (pairs the engine has fast kernels for), GPU layers when
+the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
+refuses with the largest that fits. Formulas follow the pinned engine (src/llama-context.cpp,
+src/llama-kv-cache-iswa.cpp, src/llama-hparams.cpp).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lucebox.engine.gguf import ModelInfo
+
+MIB = 1024**2
+GIB = 1024**3
+CTX_PAD = 256
+N_UBATCH = 512
+MIN_CTX = 2048
+KV_PAIRS = ("f16", "q8_0", "q4_0")
+"""K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+CUDA_CONTEXT_BYTES = 480 * MIB
+"""CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server."""
+RESERVE_FRACTION = 0.02
+RESERVE_MIN_BYTES = 256 * MIB
+"""Headroom left free: other programs' small allocations and fragmentation."""
+F16_ENOUGH_CTX = 65536
+"""f16 KV is kept when it already gives this much context (or the native maximum)."""
+KVFLASH_CAP = 16384
+KVFLASH_FLOOR = 512
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the planner needs to know about one model, from its header or its preset."""
+
+    name: str
+    architecture: str
+    weights_bytes: int
+    layer_bytes: int
+    """Weights of the repeating layers (what -ngl moves); the rest stays on the GPU."""
+    expert_bytes: int
+    """Weights of MoE expert tensors (what --n-cpu-moe moves to the CPU)."""
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    native_ctx: int
+    full_kv_elems_per_token: int
+    """Sum over full-attention KV layers of kv_heads x (key_length + value_length)."""
+    swa_kv_elems_per_token: int
+    swa_window: int
+    recurrent_state_bytes: int
+    """Fixed per-sequence state of recurrent layers (f32)."""
+    source: str
+    """"header" when read from the file, "preset" when from the preset's published facts."""
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """Memory the plan may use: a GPU's free VRAM, or RAM for a CPU-only plan."""
+
+    device: str
+    total_bytes: int
+    free_bytes: int
+    is_gpu: bool
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    target: ModelFacts
+    budget: GpuBudget
+    draft: ModelFacts | None = None
+    ctx: int | None = None
+    """Context the user asked for; None lets the planner choose."""
+    parallel: int = 1
+    kv_types: tuple[str, ...] = KV_PAIRS
+    """KV types the engine has; the planner only picks from these and KV_PAIRS."""
+
+
+@dataclass(frozen=True)
+class MemoryBytes:
+    weights: int
+    kv: int
+    draft: int
+    compute: int
+    cuda_context: int
+    reserve: int
+    available: int
+
+    @property
+    def total(self) -> int:
+        """What the engine will use (nvidia-smi's view); the reserve stays free."""
+        return self.weights + self.kv + self.draft + self.compute + self.cuda_context
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "weights": self.weights,
+            "kv": self.kv,
+            "draft": self.draft,
+            "compute": self.compute,
+            "cuda_context": self.cuda_context,
+            "reserve": self.reserve,
+            "total": self.total,
+            "available": self.available,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    fits: bool
+    ctx: int
+    cache_type_k: str
+    cache_type_v: str
+    n_gpu_layers: int
+    n_cpu_moe: int
+    parallel: int
+    memory_bytes: MemoryBytes
+    kvflash_pool_tokens: int | None
+    reasons: dict[str, str] = field(default_factory=dict)
+    largest_ctx: int = 0
+    """The largest context that fits with these types (for a refusal)."""
+
+    def server_flags(self) -> list[str]:
+        """The llama-server flags this plan decides (model paths are added by launch)."""
+        flags = [
+            "-c",
+            str(self.ctx),
+            "-np",
+            str(self.parallel),
+            "-ctk",
+            self.cache_type_k,
+            "-ctv",
+            self.cache_type_v,
+            "-fa",
+            "on",
+            "-ngl",
+            str(self.n_gpu_layers) if self.n_gpu_layers >= 0 else "all",
+            "--fit",
+            "off",
+        ]
+        if self.n_cpu_moe:
+            flags += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        return flags
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fits": self.fits,
+            "ctx": self.ctx,
+            "cache_type_k": self.cache_type_k,
+            "cache_type_v": self.cache_type_v,
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_cpu_moe": self.n_cpu_moe,
+            "parallel": self.parallel,
+            "memory_bytes": self.memory_bytes.to_json(),
+            "kvflash_pool_tokens": self.kvflash_pool_tokens,
+            "largest_ctx": self.largest_ctx,
+            "reasons": dict(self.reasons),
+        }
+
+
+# --- facts ------------------------------------------------------------------------------------
+
+
+def read_swa_patterns(source_dir: Path) -> dict[str, tuple[int, bool]]:
+    """Default sliding-window patterns per architecture from the engine source.
+
+    The engine hard-codes them per model file (``load_swa_pattern(ml, 6)`` for gemma3) unless
+    the GGUF carries ``<arch>.attention.sliding_window_pattern``.
+    """
+    patterns: dict[str, tuple[int, bool]] = {}
+    for path in sorted((source_dir / "src" / "models").glob("*.cpp")):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        match = re.search(
+            r"load_swa_pattern\(\s*ml\s*,\s*(\d+)\s*(?:,\s*(?:/\*.*?\*/\s*)?(true|false))?", text
+        )
+        if match:
+            patterns[path.stem] = (int(match.group(1)), match.group(2) == "true")
+    return patterns
+
+
+def _swa_layers(info: ModelInfo, pattern: tuple[int, bool] | None) -> set[int]:
+    if not info.sliding_window:
+        return set()
+    if info.swa_layers is not None:
+        return set(info.swa_layers)
+    if pattern is None:
+        return set()  # unknown: count every layer as full attention (safe side)
+    n_pattern, dense_first = pattern
+    layers = range(info.block_count or 0)
+    if dense_first:
+        return {i for i in layers if n_pattern == 0 or i % n_pattern != 0}
+    return {i for i in layers if n_pattern == 0 or i % n_pattern < n_pattern - 1}
+
+
+def _heads(value: int | tuple[int, ...] | None, layer: int) -> int:
+    if isinstance(value, tuple):
+        return value[layer] if layer < len(value) else 0
+    return value or 0
+
+
+def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None) -> ModelFacts:
+    """Planner facts from a real GGUF header."""
+    n_layer = info.block_count or 0
+    n_head = info.head_count if isinstance(info.head_count, int) else max(info.head_count or (1,))
+    n_embd = info.embedding_length or 0
+    key_length = info.key_length or (n_embd // n_head if n_head else 0)
+    value_length = info.value_length or key_length
+    swa = _swa_layers(info, swa_pattern)
+    full = swa_elems = 0
+    for layer in info.kv_layers:
+        elems = _heads(info.head_count_kv, layer) * (key_length + value_length)
+        if layer in swa:
+            swa_elems += elems
+        else:
+            full += elems
+    ssm = info.ssm
+    d_conv, d_inner = ssm.get("conv_kernel", 0), ssm.get("inner_size", 0)
+    d_state, n_group = ssm.get("state_size", 0), ssm.get("group_count", 0)
+    per_layer_state = (
+        max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
+    ) * 4
+    groups = info.weights_bytes_by_group
+    layer_bytes = sum(v for k, v in groups.items() if k not in ("embeddings", "output", "other"))
+    return ModelFacts(
+        name=info.name or Path(info.path).name,
+        architecture=info.architecture,
+        weights_bytes=info.weights_bytes,
+        layer_bytes=layer_bytes,
+        expert_bytes=groups.get("ffn_experts", 0),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=info.vocab_size or 0,
+        native_ctx=info.context_length or 4096,
+        full_kv_elems_per_token=full,
+        swa_kv_elems_per_token=swa_elems,
+        swa_window=info.sliding_window or 0,
+        recurrent_state_bytes=per_layer_state * len(info.recurrent_layers),
+        source="header",
+    )
+
+
+# --- arithmetic -------------------------------------------------------------------------------
+
+
+def pad_ctx(ctx: int) -> int:
+    return -(-ctx // CTX_PAD) * CTX_PAD
+
+
+def kv_bytes(facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1) -> int:
+    """KV cache bytes at ``ctx`` (unified cache across ``parallel`` slots)."""
+    per_elem = KV_TYPE_BYTES[kv_type]
+    cells = pad_ctx(ctx)
+    swa_cells = 0
+    if facts.swa_kv_elems_per_token:
+        swa_cells = pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
+    elems = facts.full_kv_elems_per_token * cells + facts.swa_kv_elems_per_token * swa_cells
+    return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
+
+
+def compute_bytes(facts: ModelFacts, ctx: int) -> int:
+    """Compute buffers of one forward pass of a micro-batch (FlashAttention on).
+
+    Logits dominate for large vocabularies; activations scale with the width; attention
+    scratch grows with the context. Calibrated against the engine's own
+    ``compute buffer size`` lines on the device (bench/plan_vs_gpu.py).
+    """
+    logits = N_UBATCH * facts.n_vocab * 4
+    activations = N_UBATCH * facts.n_embd * 4 * 12
+    attention = N_UBATCH * pad_ctx(ctx) * 4 // 8
+    return logits + activations + attention
+
+
+def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
+    """The lucebox engine's KVFlash auto pool (FACTS.md): half the free memory, bounded."""
+    if kv_per_token <= 0:
+        return min(KVFLASH_CAP, max_ctx)
+    tokens = int((free_after_weights - reserve) / 2 / kv_per_token) // CTX_PAD * CTX_PAD
+    return max(KVFLASH_FLOOR, min(KVFLASH_CAP, tokens, max_ctx))
+
+
+def _reserve(budget: GpuBudget) -> int:
+    return max(RESERVE_MIN_BYTES, int(budget.total_bytes * RESERVE_FRACTION))
+
+
+def _largest_ctx(
+    room: int, facts: ModelFacts, kv_type: str, parallel: int, draft: ModelFacts | None
+) -> int:
+    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``."""
+    lo, hi = 0, pad_ctx(facts.native_ctx) // CTX_PAD
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ctx = mid * CTX_PAD
+        need = kv_bytes(facts, ctx, kv_type, parallel) + compute_bytes(facts, ctx)
+        if draft is not None:
+            need += kv_bytes(draft, ctx, "f16", parallel) + compute_bytes(draft, ctx)
+        if need <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return min(lo * CTX_PAD, facts.native_ctx)
+
+
+def make_plan(request: PlanRequest) -> Plan:
+    """Choose context, KV types and offload for ``request``; explain every number."""
+    target, budget, draft = request.target, request.budget, request.draft
+    reasons: dict[str, str] = {}
+    reserve = _reserve(budget)
+    cuda_context = CUDA_CONTEXT_BYTES if budget.is_gpu else 0
+    available = budget.free_bytes
+    draft_weights = draft.weights_bytes if draft else 0
+    room_after_weights = available - reserve - cuda_context - target.weights_bytes - draft_weights
+    reasons["reserve"] = (
+        f"{reserve / MIB:.0f} MiB kept free: max(256 MiB, 2% of {budget.total_bytes / GIB:.1f} GiB)"
+    )
+    reasons["weights"] = (
+        f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
+        f"{'GGUF header' if target.source == 'header' else 'preset'}"
+    )
+    if cuda_context:
+        reasons["cuda_context"] = f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+
+    kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
+    n_gpu_layers = -1 if budget.is_gpu else 0
+    n_cpu_moe = 0
+    largest = {
+        t: _largest_ctx(room_after_weights, target, t, request.parallel, draft) for t in kv_choices
+    }
+    min_ctx = min(MIN_CTX, target.native_ctx)
+    if max(largest.values()) < min_ctx and budget.is_gpu:
+        n_gpu_layers, n_cpu_moe, offloaded = _offload(request, reserve + cuda_context, min_ctx)
+        room_after_weights += offloaded
+        largest = {
+            t: _largest_ctx(room_after_weights, target, t, request.parallel, draft)
+            for t in kv_choices
+        }
+        reasons["n_gpu_layers"] = f"the weights do not fit with a {min_ctx}-token context: " + (
+            f"{n_cpu_moe} layers' experts stay on the CPU"
+            if n_cpu_moe
+            else f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
+        )
+    else:
+        reasons["n_gpu_layers"] = (
+            "all layers on the GPU" if budget.is_gpu else "no GPU: everything runs on the CPU"
+        )
+
+    kv_type = _choose_kv_type(largest, target.native_ctx, request.ctx)
+    ctx_fit = largest[kv_type]
+    fits = ctx_fit >= min_ctx
+    if request.ctx is not None:
+        ctx = request.ctx
+        if ctx > target.native_ctx:
+            fits = False
+            reasons["ctx"] = (
+                f"{ctx} tokens asked, but the model was trained for "
+                f"{target.native_ctx}: ask for at most {target.native_ctx}"
+            )
+        elif pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
+            fits = False
+            reasons["ctx"] = (
+                f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
+                "free VRAM, pick a smaller model or quantization, or ask for less"
+            )
+        else:
+            reasons["ctx"] = f"{ctx} tokens as asked"
+    else:
+        ctx = ctx_fit if fits else min_ctx
+        why = (
+            "the model's native maximum"
+            if ctx_fit >= target.native_ctx
+            else "the largest that fits"
+        )
+        reasons["ctx"] = f"{ctx} tokens: {why}"
+    reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
+    if not fits and "ctx" not in reasons:
+        reasons["fits"] = "the model does not fit even with a 2048-token context"
+    used_ctx = max(ctx, CTX_PAD)
+    kv = kv_bytes(target, used_ctx, kv_type, request.parallel)
+    draft_total = 0
+    if draft is not None:
+        draft_total = (
+            draft.weights_bytes
+            + kv_bytes(draft, used_ctx, "f16", request.parallel)
+            + compute_bytes(draft, used_ctx)
+        )
+        reasons["draft"] = f"{draft.name}: weights, f16 KV at the same context, compute"
+    compute = compute_bytes(target, used_ctx)
+    memory = MemoryBytes(
+        weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
+        kv=kv,
+        draft=draft_total,
+        compute=compute,
+        cuda_context=cuda_context,
+        reserve=reserve,
+        available=available,
+    )
+    kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
+    pool = kvflash_pool(
+        available - cuda_context - memory.weights, reserve, kv_per_token, target.native_ctx
+    )
+    reasons["kvflash_pool"] = (
+        f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
+    )
+    return Plan(
+        fits=fits,
+        ctx=ctx,
+        cache_type_k=kv_type,
+        cache_type_v=kv_type,
+        n_gpu_layers=n_gpu_layers,
+        n_cpu_moe=n_cpu_moe,
+        parallel=request.parallel,
+        memory_bytes=memory,
+        kvflash_pool_tokens=pool,
+        reasons=reasons,
+        largest_ctx=ctx_fit,
+    )
+
+
+def _weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
+    if n_gpu_layers < 0 and not n_cpu_moe:
+        return facts.weights_bytes
+    if n_gpu_layers == 0 and not n_cpu_moe:
+        return facts.weights_bytes  # a CPU-only plan: every weight lives in RAM
+    if n_cpu_moe:
+        return facts.weights_bytes - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
+    per_layer = facts.layer_bytes // max(facts.n_layer, 1)
+    return facts.weights_bytes - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
+
+
+def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, int, int]:
+    """GPU layers (dense) or CPU-expert layers (MoE) so the weights leave room for min_ctx.
+
+    Returns (n_gpu_layers, n_cpu_moe, bytes moved off the GPU).
+    """
+    target = request.target
+    need = (
+        kv_bytes(target, min_ctx, "q8_0", request.parallel)
+        + compute_bytes(target, min_ctx)
+        + overhead
+        + target.weights_bytes
+        - request.budget.free_bytes
+    )
+    if target.expert_bytes:
+        per_layer = target.expert_bytes // max(target.n_layer, 1)
+        layers = min(target.n_layer, -(-need // max(per_layer, 1)))
+        return -1, layers, layers * per_layer
+    per_layer = target.layer_bytes // max(target.n_layer, 1)
+    layers_off = min(target.n_layer, -(-need // max(per_layer, 1)))
+    return target.n_layer - layers_off, 0, layers_off * per_layer
+
+
+def _choose_kv_type(largest: dict[str, int], native_ctx: int, asked: int | None) -> str:
+    order = [t for t in KV_PAIRS if t in largest]
+    if asked is not None:
+        for kv_type in order:
+            if largest[kv_type] >= asked:
+                return kv_type
+        return order[-1]
+    best = order[0]
+    for kv_type in order:
+        if largest[kv_type] >= min(native_ctx, F16_ENOUGH_CTX):
+            return kv_type
+        if largest[kv_type] > largest[best] * 1.2:
+            best = kv_type
+    return best
+
+
+def _kv_reason(kv_type: str, largest: dict[str, int], native_ctx: int) -> str:
+    options = ", ".join(f"{t}: {n} tokens" for t, n in largest.items())
+    if kv_type == "f16":
+        return f"f16 (full precision) already gives enough context ({options})"
+    return f"{kv_type} to fit more context ({options}; native {native_ctx})"
