@@ -3,7 +3,7 @@
 For each model: occupy VRAM with another process so that --leave-free-mib remain (a smaller
 card, as NVML reports it to the planner), run `lucebox plan --model M --json`, start
 llama-server with exactly the planned argv, send one request, read the server's VRAM from
-nvidia-smi, then bisect the largest context (step 1024) that loads and serves with the same
+nvidia-smi, then bisect the largest context (step 2048) that loads and serves with the same
 flags. Prints one JSON line per model. Needs a CUDA engine (`lucebox engine build`) and torch.
 
     python -m bench.plan_vs_gpu --model llama8b:24576 --model gemma3-4b:12288 ...
@@ -187,7 +187,7 @@ def measure(name: str, leave_free_mib: int, work: Path) -> dict[str, object]:
         if not ok:
             low = 0
         best = low
-        step = 1024
+        step = 2048
         lo, hi = low // step, high // step
         while lo < hi:
             mid = (lo + hi + 1) // 2

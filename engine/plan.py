@@ -27,11 +27,12 @@ MIN_CTX = 2048
 KV_PAIRS = ("f16", "q8_0", "q4_0")
 """K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
 KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
-CUDA_CONTEXT_BYTES = 480 * MIB
-"""CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server."""
-RESERVE_FRACTION = 0.02
+CUDA_CONTEXT_BYTES = 640 * MIB
+"""CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server
+(689 MiB measured on an H100 with CUDA 13 beyond the engine's own buffers)."""
+RESERVE_FRACTION = 0.015
 RESERVE_MIN_BYTES = 256 * MIB
-"""Headroom left free: other programs' small allocations and fragmentation."""
+"""Headroom left free of what is free now: other programs' small allocations, fragmentation."""
 F16_ENOUGH_CTX = 65536
 """f16 KV is kept when it already gives this much context (or the native maximum)."""
 KVFLASH_CAP = 16384
@@ -269,16 +270,17 @@ def kv_bytes(facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1) -> in
 
 
 def compute_bytes(facts: ModelFacts, ctx: int) -> int:
-    """Compute buffers of one forward pass of a micro-batch (FlashAttention on).
+    """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
 
-    Logits dominate for large vocabularies; activations scale with the width; attention
-    scratch grows with the context. Calibrated against the engine's own
-    ``compute buffer size`` lines on the device (bench/plan_vs_gpu.py).
+    The f16 attention mask spans the micro-batch by the context; activations scale with the
+    width. Calibrated against the engine's own ``CUDA0 compute buffer size`` on an H100:
+    155.5 MiB for a gemma3 4B shape at 75776 tokens (this gives 154), 25.8 MiB for a
+    gemma3 270M shape at 2048 tokens (this gives 23).
     """
-    logits = N_UBATCH * facts.n_vocab * 4
-    activations = N_UBATCH * facts.n_embd * 4 * 12
-    attention = N_UBATCH * pad_ctx(ctx) * 4 // 8
-    return logits + activations + attention
+    mask = N_UBATCH * pad_ctx(ctx) * 2
+    activations = N_UBATCH * facts.n_embd * 4 * 16
+    logits = facts.n_vocab * 4
+    return mask + activations + logits
 
 
 def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
@@ -290,7 +292,7 @@ def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max
 
 
 def _reserve(budget: GpuBudget) -> int:
-    return max(RESERVE_MIN_BYTES, int(budget.total_bytes * RESERVE_FRACTION))
+    return max(RESERVE_MIN_BYTES, int(budget.free_bytes * RESERVE_FRACTION))
 
 
 def _largest_ctx(
