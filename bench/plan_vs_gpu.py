@@ -121,11 +121,14 @@ def serve(argv: list[str], log: Path) -> tuple[bool, int | None, str]:
             time.sleep(0.5)
         if proc.poll() is not None:
             return False, None, log.read_text(errors="replace")
-        reply = httpx.post(
-            f"http://127.0.0.1:{PORT}/v1/chat/completions",
-            timeout=120,
-            json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 16},
-        )
+        try:
+            reply = httpx.post(
+                f"http://127.0.0.1:{PORT}/v1/chat/completions",
+                timeout=120,
+                json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 16},
+            )
+        except httpx.HTTPError:
+            return False, None, log.read_text(errors="replace")  # died serving: does not fit
         if reply.status_code != 200:
             return False, None, log.read_text(errors="replace")
         apps = subprocess.run(

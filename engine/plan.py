@@ -27,11 +27,11 @@ MIN_CTX = 2048
 KV_PAIRS = ("f16", "q8_0", "q4_0")
 """K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
 KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
-CUDA_CONTEXT_BYTES = 640 * MIB
+CUDA_CONTEXT_BYTES = 690 * MIB
 """CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server
-(689 MiB measured on an H100 with CUDA 13 beyond the engine's own buffers)."""
-RESERVE_FRACTION = 0.015
-RESERVE_MIN_BYTES = 256 * MIB
+(689-691 MiB measured on an H100 with CUDA 13 beyond the engine's own buffers)."""
+RESERVE_FRACTION = 0.01
+RESERVE_MIN_BYTES = 96 * MIB
 """Headroom left free of what is free now: other programs' small allocations, fragmentation."""
 F16_ENOUGH_CTX = 65536
 """f16 KV is kept when it already gives this much context (or the native maximum)."""
@@ -48,6 +48,9 @@ class ModelFacts:
     weights_bytes: int
     layer_bytes: int
     """Weights of the repeating layers (what -ngl moves); the rest stays on the GPU."""
+    host_bytes: int
+    """Weights the engine keeps in host memory: the input embeddings, unless they double as
+    the output matrix (tied embeddings)."""
     expert_bytes: int
     """Weights of MoE expert tensors (what --n-cpu-moe moves to the CPU)."""
     n_layer: int
@@ -56,6 +59,8 @@ class ModelFacts:
     native_ctx: int
     full_kv_elems_per_token: int
     """Sum over full-attention KV layers of kv_heads x (key_length + value_length)."""
+    max_layer_kv_elems: int
+    """The widest layer's kv_heads x (key_length + value_length)."""
     swa_kv_elems_per_token: int
     swa_window: int
     recurrent_state_bytes: int
@@ -210,6 +215,12 @@ def _heads(value: int | tuple[int, ...] | None, layer: int) -> int:
     return value or 0
 
 
+def groups_output_is_norm_only(info: ModelInfo) -> bool:
+    """True when the file has no output matrix: the embeddings double as it (tied)."""
+    output = info.weights_bytes_by_group.get("output", 0)
+    return output <= (info.embedding_length or 0) * 4
+
+
 def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None) -> ModelFacts:
     """Planner facts from a real GGUF header."""
     n_layer = info.block_count or 0
@@ -231,6 +242,14 @@ def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None
     per_layer_state = (
         max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
     ) * 4
+    widest = max(
+        (
+            _heads(info.head_count_kv, layer) * (key_length + value_length)
+            for layer in info.kv_layers
+        ),
+        default=0,
+    )
+    tied = groups_output_is_norm_only(info)
     groups = info.weights_bytes_by_group
     layer_bytes = sum(v for k, v in groups.items() if k not in ("embeddings", "output", "other"))
     return ModelFacts(
@@ -238,12 +257,14 @@ def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None
         architecture=info.architecture,
         weights_bytes=info.weights_bytes,
         layer_bytes=layer_bytes,
+        host_bytes=0 if tied else groups.get("embeddings", 0),
         expert_bytes=groups.get("ffn_experts", 0),
         n_layer=n_layer,
         n_embd=n_embd,
         n_vocab=info.vocab_size or 0,
         native_ctx=info.context_length or 4096,
         full_kv_elems_per_token=full,
+        max_layer_kv_elems=widest,
         swa_kv_elems_per_token=swa_elems,
         swa_window=info.sliding_window or 0,
         recurrent_state_bytes=per_layer_state * len(info.recurrent_layers),
@@ -269,18 +290,23 @@ def kv_bytes(facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1) -> in
     return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
 
 
-def compute_bytes(facts: ModelFacts, ctx: int) -> int:
+def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16") -> int:
     """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
 
     The f16 attention mask spans the micro-batch by the context; activations scale with the
-    width. Calibrated against the engine's own ``CUDA0 compute buffer size`` on an H100:
-    155.5 MiB for a gemma3 4B shape at 75776 tokens (this gives 154), 25.8 MiB for a
-    gemma3 270M shape at 2048 tokens (this gives 23).
+    width; a quantized KV cache is dequantized to f16 one layer at a time for prompt
+    processing. Calibrated against the engine's own ``CUDA0 compute buffer size`` on an
+    H100: gemma3 4B shape 155.5 MiB at 75776 tokens f16 and 406 MiB at 77824 tokens q8_0,
+    llama 8B shape 182 MiB at 67840 tokens f16 and 590 MiB at 112640 tokens q8_0; this
+    gives 154, 416, 195 and 602.
     """
     mask = N_UBATCH * pad_ctx(ctx) * 2
     activations = N_UBATCH * facts.n_embd * 4 * 16
     logits = facts.n_vocab * 4
-    return mask + activations + logits
+    dequant = 0
+    if kv_type not in ("f16", "bf16"):
+        dequant = int(pad_ctx(ctx) * facts.max_layer_kv_elems * 1.7)
+    return mask + activations + logits + dequant
 
 
 def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
@@ -303,7 +329,7 @@ def _largest_ctx(
     while lo < hi:
         mid = (lo + hi + 1) // 2
         ctx = mid * CTX_PAD
-        need = kv_bytes(facts, ctx, kv_type, parallel) + compute_bytes(facts, ctx)
+        need = kv_bytes(facts, ctx, kv_type, parallel) + compute_bytes(facts, ctx, kv_type)
         if draft is not None:
             need += kv_bytes(draft, ctx, "f16", parallel) + compute_bytes(draft, ctx)
         if need <= room:
@@ -321,7 +347,8 @@ def make_plan(request: PlanRequest) -> Plan:
     cuda_context = CUDA_CONTEXT_BYTES if budget.is_gpu else 0
     available = budget.free_bytes
     draft_weights = draft.weights_bytes if draft else 0
-    room_after_weights = available - reserve - cuda_context - target.weights_bytes - draft_weights
+    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
+    room_after_weights = available - reserve - cuda_context - resident - draft_weights
     reasons["reserve"] = (
         f"{reserve / MIB:.0f} MiB kept free: max(256 MiB, 2% of {budget.total_bytes / GIB:.1f} GiB)"
     )
@@ -396,7 +423,7 @@ def make_plan(request: PlanRequest) -> Plan:
             + compute_bytes(draft, used_ctx)
         )
         reasons["draft"] = f"{draft.name}: weights, f16 KV at the same context, compute"
-    compute = compute_bytes(target, used_ctx)
+    compute = compute_bytes(target, used_ctx, kv_type)
     memory = MemoryBytes(
         weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
         kv=kv,
@@ -429,14 +456,15 @@ def make_plan(request: PlanRequest) -> Plan:
 
 
 def _weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
-    if n_gpu_layers < 0 and not n_cpu_moe:
-        return facts.weights_bytes
     if n_gpu_layers == 0 and not n_cpu_moe:
         return facts.weights_bytes  # a CPU-only plan: every weight lives in RAM
+    on_gpu = facts.weights_bytes - facts.host_bytes
+    if n_gpu_layers < 0 and not n_cpu_moe:
+        return on_gpu
     if n_cpu_moe:
-        return facts.weights_bytes - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
+        return on_gpu - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
     per_layer = facts.layer_bytes // max(facts.n_layer, 1)
-    return facts.weights_bytes - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
+    return on_gpu - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
 
 
 def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, int, int]:

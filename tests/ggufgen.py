@@ -7,6 +7,7 @@ split-file cases.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,8 @@ class ModelSpec:
     sliding_window: int | None = None
     constant_weights: bool = False
     """Share one constant array per shape: fast to write, same memory once loaded."""
+    header_only: bool = False
+    """Write the header and tensor infos only; the data is a sparse hole (planner tests)."""
 
 
 def vocab(spec: ModelSpec) -> list[str]:
@@ -110,6 +113,13 @@ def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
 
     def tensor(name: str, *shape: int, norm: bool = False) -> None:
         key = (shape, norm)
+        if spec.header_only:
+            dtype = np.dtype(np.float32 if norm else spec.dtype)
+            # gguf takes numpy's (rows, cols) order: the reverse of GGUF's dimension order.
+            writer.add_tensor_info(
+                name, tuple(reversed(shape)), dtype, int(np.prod(shape)) * dtype.itemsize
+            )
+            return
         if spec.constant_weights and key in shared:
             data = shared[key]
         elif norm:
@@ -143,6 +153,15 @@ def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
         tensor(f"blk.{i}.ffn_down.weight", spec.n_embd, spec.n_ff)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
+    if spec.header_only:
+        writer.write_ti_data_to_file()
+        writer.close()
+        from lucebox.engine.gguf import read_header
+
+        header = read_header(path)
+        end = max(t.offset + t.n_bytes for t in header.tensors)
+        os.truncate(path, header.data_offset + end)
+        return path
     writer.write_tensors_to_file()
     writer.close()
     return path

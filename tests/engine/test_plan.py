@@ -1,0 +1,206 @@
+"""Planner tables over real GGUF headers and scripted GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lucebox.engine.gguf import inspect_model
+from lucebox.engine.gpu import probe_gpus
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.pipeline import budget_for, choose_preset, plan_preset
+from lucebox.engine.plan import (
+    GIB,
+    MIB,
+    GpuBudget,
+    PlanRequest,
+    facts_from_info,
+    kv_bytes,
+    kvflash_pool,
+    make_plan,
+    read_swa_patterns,
+)
+from lucebox.engine.presets import PresetError, load_presets, parse_preset
+from tests.ggufgen import ModelSpec, write_llama
+
+from .fake_nvml import FakeGpu, FakeNvml
+
+GEMMA_270M = ModelSpec(
+    arch="gemma3",
+    name="Gemma3 270M shape",
+    n_layer=18,
+    n_embd=640,
+    n_head=4,
+    n_head_kv=1,
+    head_dim=256,
+    n_ff=2048,
+    vocab_size=262144,
+    sliding_window=512,
+    n_ctx=32768,
+    header_only=True,
+)
+LLAMA_8B_HEADER = ModelSpec(
+    name="Llama 8B shape",
+    n_layer=32,
+    n_embd=4096,
+    n_head=32,
+    n_head_kv=8,
+    n_ff=14336,
+    n_ctx=131072,
+    header_only=True,
+)
+
+
+@pytest.fixture(scope="module")
+def gemma_facts(tmp_path_factory):
+    path = write_llama(tmp_path_factory.mktemp("g") / "gemma.gguf", GEMMA_270M)
+    return facts_from_info(inspect_model(path), (6, False))
+
+
+def card(gib: float, free_gib: float | None = None) -> GpuBudget:
+    total = int(gib * GIB)
+    return GpuBudget(f"{gib} GiB card", total, int((free_gib or gib) * GIB), is_gpu=True)
+
+
+@pytest.mark.parametrize(
+    ("ctx", "f16_mib", "q8_mib"),
+    [(4096, 27.0, 14.34375), (8192, 39.0, 20.71875), (32768, 111.0, 58.96875)],
+)
+def test_gemma_kv_matches_the_engine(gemma_facts, ctx, f16_mib, q8_mib):
+    # The engine's load log for the real Gemma 3 270M: f16 27/39/111 MiB, q8_0 20.7/59 MiB.
+    assert kv_bytes(gemma_facts, ctx, "f16") / MIB == f16_mib
+    assert kv_bytes(gemma_facts, ctx, "q8_0") / MIB == q8_mib
+
+
+def test_sliding_window_pattern_comes_from_the_engine_source():
+    source = Path(__file__).resolve().parents[2] / "deps" / "llama.cpp"
+    if not source.is_dir():
+        pytest.skip("engine source not unpacked (lucebox engine source)")
+    patterns = read_swa_patterns(source)
+    assert patterns["gemma3"] == (6, False)
+    assert patterns["gemma2"] == (2, False)
+
+
+def test_hybrid_model_keeps_kv_only_in_attention_layers():
+    facts = parse_preset(Path("presets/qwen36-27b-24gb.toml").read_text(), "p").target.facts
+    assert facts.full_kv_layers == 16 and facts.recurrent_layers == 48
+    from lucebox.engine.presets import facts_from_preset
+
+    preset = parse_preset(Path("presets/qwen36-27b-24gb.toml").read_text(), "p")
+    model = facts_from_preset(preset.target, preset.native_ctx, "q")
+    # 16 layers x 4 KV heads x (256 + 256) x 2 bytes = 64 KiB per token at f16.
+    per_token = (kv_bytes(model, 65536, "f16") - kv_bytes(model, 32768, "f16")) / 32768
+    assert per_token == 64 * 1024
+    assert kv_bytes(model, 256, "f16") > 48 * 3_000_000  # plus the recurrent state
+
+
+@pytest.mark.parametrize("gib", [8, 12, 16, 24, 32, 80])
+def test_llama_8b_on_scripted_cards(tmp_path, gib):
+    facts = facts_from_info(inspect_model(write_llama(tmp_path / "l.gguf", LLAMA_8B_HEADER)))
+    plan = make_plan(PlanRequest(target=facts, budget=card(gib)))
+    memory = plan.memory_bytes
+    assert plan.fits
+    assert plan.ctx % 256 == 0 and plan.ctx <= 131072
+    assert memory.total + memory.reserve <= card(gib).free_bytes
+    assert set(plan.reasons) >= {"ctx", "cache_type", "n_gpu_layers", "reserve"}
+
+
+def test_bigger_cards_never_get_less_context(gemma_facts):
+    contexts = [
+        make_plan(PlanRequest(target=gemma_facts, budget=card(g, g * 0.01))).ctx
+        for g in (8, 12, 16, 24)
+    ]
+    assert contexts == sorted(contexts)
+
+
+def test_another_app_holding_6_gib_leaves_less():
+    probe = probe_gpus(FakeNvml(gpus=[FakeGpu(processes=[(4242, 6 * GIB)])]))
+    budget = budget_for(probe)
+    assert budget.free_bytes < 18.5 * GIB
+    preset_plans = [plan_preset(resolve_paths(), p, budget) for p in load_presets(resolve_paths())]
+    busy = {p.preset.id: p.plan.ctx for p in preset_plans}
+    idle = {
+        p.preset.id: p.plan.ctx
+        for p in (plan_preset(resolve_paths(), p, card(24)) for p in load_presets(resolve_paths()))
+    }
+    assert busy["qwen3.6-27b"] < idle["qwen3.6-27b"]
+
+
+def test_a_context_that_does_not_fit_is_refused_with_the_largest(gemma_facts):
+    budget = card(24, 0.9)
+    chosen = make_plan(PlanRequest(target=gemma_facts, budget=budget))
+    asked = make_plan(PlanRequest(target=gemma_facts, budget=budget, ctx=chosen.largest_ctx + 4096))
+    if chosen.largest_ctx + 4096 <= 32768:
+        assert not asked.fits and "at most" in asked.reasons["ctx"]
+    too_long = make_plan(PlanRequest(target=gemma_facts, budget=budget, ctx=65536))
+    assert not too_long.fits and "trained for 32768" in too_long.reasons["ctx"]
+
+
+def test_weights_that_do_not_fit_are_offloaded_by_layer(tmp_path):
+    facts = facts_from_info(inspect_model(write_llama(tmp_path / "l.gguf", LLAMA_8B_HEADER)))
+    small = card(6)
+    plan = make_plan(PlanRequest(target=facts, budget=small))
+    assert 0 <= plan.n_gpu_layers < 32
+    assert plan.memory_bytes.weights < facts.weights_bytes
+
+
+def test_cpu_plan_keeps_everything_in_ram(gemma_facts):
+    budget = GpuBudget("RAM", 16 * GIB, 12 * GIB, is_gpu=False)
+    plan = make_plan(PlanRequest(target=gemma_facts, budget=budget))
+    assert plan.n_gpu_layers == 0 and plan.memory_bytes.cuda_context == 0
+    assert (
+        "-ngl" in plan.server_flags()
+        and plan.server_flags()[plan.server_flags().index("-ngl") + 1] == "0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("free_gib", "kib_per_token", "expected"),
+    [(8.3, 14.0, 16384), (7.5, 20.0, 16384), (0.01, 20.0, 512), (1.0, 100.0, 5120)],
+)
+def test_kvflash_pool_rule(free_gib, kib_per_token, expected):
+    pool = kvflash_pool(int(free_gib * GIB), 0, kib_per_token * 1024, 131072)
+    assert pool == expected
+
+
+def test_choose_preset_by_card():
+    paths = resolve_paths()
+    for gib, wanted in [
+        (8, "qwen3-4b"),
+        (12, "gemma3-12b"),
+        (16, "qwen3-14b"),
+        (24, "qwen3.6-27b"),
+        (32, "qwen3.6-27b-q6"),
+    ]:
+        budget = card(gib)
+        plans = [plan_preset(paths, p, budget) for p in load_presets(paths)]
+        best = choose_preset(plans, budget)
+        assert best is not None and best.preset.id == wanted
+    cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
+    plans = [plan_preset(paths, p, cpu) for p in load_presets(paths)]
+    assert choose_preset(plans, cpu).preset.id == "smoke"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("id = 3", "'id' should be str"),
+        ("nonsense = 1", "unknown key"),
+        ('id = "x"\ntitle = "t"', "missing key"),
+        ("[[", "not valid TOML"),
+    ],
+)
+def test_bad_preset_names_file_key_and_problem(text, fragment):
+    with pytest.raises(PresetError, match=fragment) as caught:
+        parse_preset(text, "presets/bad.toml")
+    assert "presets/bad.toml" in str(caught.value)
+
+
+def test_shipped_presets_are_valid_and_cover_every_tier():
+    presets = load_presets(resolve_paths())
+    tiers = {p.vram_tier_gib for p in presets}
+    assert {0, 8, 12, 16, 24, 32} <= tiers
+    smoke = next(p for p in presets if p.id == "smoke")
+    assert smoke.smoke_test and smoke.chat_template == "gemma" and smoke.target.base_model
+    assert all(p.evidence for p in presets)
