@@ -179,7 +179,8 @@ def test_choose_preset_by_card():
         assert best is not None and best.preset.id == wanted
     cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
     plans = [plan_preset(paths, p, cpu) for p in load_presets(paths)]
-    assert choose_preset(plans, cpu).preset.id == "smoke"
+    chosen = choose_preset(plans, cpu)
+    assert chosen is not None and chosen.preset.id == "smoke"
 
 
 @pytest.mark.parametrize(
