@@ -181,9 +181,9 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
                         "id": p.preset.id,
                         "title": p.preset.title,
                         "vram_tier_gib": p.preset.vram_tier_gib,
-                        "fits": p.plan.fits,
+                        "fits": not p.misfit,
                         "ctx": p.plan.ctx if p.plan.fits else 0,
-                        "reason": "" if p.plan.fits else "vram",
+                        "reason": p.misfit,
                         "smoke_test": p.preset.smoke_test,
                         "evidence": p.preset.evidence,
                     }
@@ -197,8 +197,8 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
         mark = "*" if best is not None and item is best else " "
         fit = (
             f"fits, {item.plan.ctx:>7,} tokens ({item.plan.cache_type_k} KV)"
-            if item.plan.fits
-            else "does not fit: vram"
+            if not item.misfit
+            else f"does not fit: {item.misfit}"
         )
         print(
             f"{mark} {item.preset.id:<16} {item.preset.vram_tier_gib:>3} GB  {fit:<36} "

@@ -146,6 +146,15 @@ class PresetPlan:
     target: ModelFacts
     draft: ModelFacts | None
 
+    @property
+    def misfit(self) -> str:
+        """ "" when the set runs wholly on the device, else one word: offload or vram."""
+        if not self.plan.fits:
+            return "vram"
+        if self.plan.n_gpu_layers >= 0 and self.plan.memory_bytes.cuda_context:
+            return "offload"
+        return ""
+
 
 GOOD_CTX = 8192
 """A preset is a candidate for `lucebox up` when it fits with at least this much context."""
@@ -178,7 +187,7 @@ def choose_preset(plans: list[PresetPlan], budget: GpuBudget) -> PresetPlan | No
         p
         for p in plans
         if budget.is_gpu
-        and p.plan.fits
+        and not p.misfit
         and not p.preset.smoke_test
         and p.preset.vram_tier_gib <= card_gib
         and p.plan.ctx >= min(GOOD_CTX, p.target.native_ctx)

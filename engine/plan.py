@@ -33,8 +33,9 @@ CUDA_CONTEXT_BYTES = 690 * MIB
 RESERVE_FRACTION = 0.01
 RESERVE_MIN_BYTES = 96 * MIB
 """Headroom left free of what is free now: other programs' small allocations, fragmentation."""
-F16_ENOUGH_CTX = 65536
-"""f16 KV is kept when it already gives this much context (or the native maximum)."""
+ENOUGH_CTX = 32768
+"""The most precise KV type that gives this much context (or the native maximum) is used:
+quality first, and 32K tokens hold a long chat or a mid-size agent session."""
 KVFLASH_CAP = 16384
 KVFLASH_FLOOR = 512
 
@@ -491,18 +492,11 @@ def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, in
 
 def _choose_kv_type(largest: dict[str, int], native_ctx: int, asked: int | None) -> str:
     order = [t for t in KV_PAIRS if t in largest]
-    if asked is not None:
-        for kv_type in order:
-            if largest[kv_type] >= asked:
-                return kv_type
-        return order[-1]
-    best = order[0]
+    wanted = asked if asked is not None else min(native_ctx, ENOUGH_CTX)
     for kv_type in order:
-        if largest[kv_type] >= min(native_ctx, F16_ENOUGH_CTX):
+        if largest[kv_type] >= wanted:
             return kv_type
-        if largest[kv_type] > largest[best] * 1.2:
-            best = kv_type
-    return best
+    return max(order, key=lambda t: largest[t])
 
 
 def _kv_reason(kv_type: str, largest: dict[str, int], native_ctx: int) -> str:
