@@ -26,6 +26,7 @@ from lucebox.engine import (
     pipeline,
     presets,
     registry,
+    service,
     source,
     store,
     toolchain,
@@ -156,6 +157,113 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
     if kept is not None:
         print(f"kept the old file as {kept}", file=sys.stderr)
     print(f"wrote default settings to {paths.config_file}")
+    return EXIT_OK
+
+
+# --- serve, status, down, logs ----------------------------------------------------------------
+
+
+def _serve_options(args: argparse.Namespace) -> service.ServeOptions:
+    return service.ServeOptions(
+        preset=args.preset,
+        model=args.model,
+        ctx=args.ctx,
+        host=args.host,
+        port=args.port,
+        gpu_index=args.gpu,
+        allow_base=args.allow_base,
+    )
+
+
+def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
+    if args.draft:
+        raise UsageError(
+            "--draft is not supported yet: drafts come from presets",
+            hint="use a preset with a draft, e.g. --preset qwen3-14b",
+        )
+    if args.detach:
+        import subprocess
+
+        argv = [
+            sys.executable,
+            "-m",
+            "lucebox.app.cli",
+            "serve",
+            *[a for a in sys.argv[2:] if a != "--detach"],
+        ]
+        log = paths.ensure(paths.logs_dir) / "serve.log"
+        with log.open("a") as handle:
+            proc = subprocess.Popen(
+                argv,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        print(f"lucebox serve runs in the background (pid {proc.pid}); log: {log}")
+        print("`lucebox status` shows it, `lucebox down` stops it")
+        return EXIT_OK
+
+    def emit(line: str) -> None:
+        print(f"lucebox: {line}", flush=True)
+
+    return service.serve(paths, _serve_options(args), emit)
+
+
+def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
+    if not args.headless:
+        print(
+            "lucebox: the dashboard (TUI) is not in this version yet; running headless",
+            file=sys.stderr,
+        )
+    return cmd_serve(args, paths)
+
+
+def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
+    status = service.current_status(paths)
+    if args.json:
+        print_json(status)
+        return EXIT_OK
+    if status["state"] == "stopped":
+        print("stopped: no lucebox server is running (`lucebox serve` starts one)")
+        return EXIT_OK
+    print(
+        f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
+        f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
+    )
+    sample = status.get("sample") or {}
+    if sample:
+        decode = sample.get("decode_tokens_per_s")
+        prefill = sample.get("prefill_tokens_per_s")
+        print(
+            f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
+            f"VRAM {(sample.get('vram_used_bytes') or 0) / 2**30:.2f} GiB"
+        )
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace, paths: Paths) -> int:
+    pid = service.stop_server(paths)
+    print("no lucebox server was running" if pid is None else f"stopped lucebox (pid {pid})")
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
+    log = service.engine_log(paths)
+    if not log.exists():
+        raise UsageError(
+            f"no engine log yet at {log}", hint="start the server with `lucebox serve`"
+        )
+    with log.open(encoding="utf-8", errors="replace") as handle:
+        sys.stdout.write(handle.read())
+        sys.stdout.flush()
+        while args.follow:
+            line = handle.readline()
+            if line:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            else:
+                time.sleep(0.25)
     return EXIT_OK
 
 
@@ -600,7 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = command(
         "up",
         "find the GPU, pick models, start and watch the server (TUI)",
-        not_available("up", "the TUI issue"),
+        cmd_up,
     )
     _add_serve_options(up)
     up.add_argument("--headless", action="store_true", help="no TUI: same as `lucebox serve`")
@@ -609,7 +717,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command(
         "serve",
         "the whole pipeline headless in the foreground (for systemd)",
-        not_available("serve", "the serve-and-supervise issue"),
+        cmd_serve,
     )
     _add_serve_options(serve)
     serve.add_argument("--detach", action="store_true", help="run in the background")
@@ -617,15 +725,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = command(
         "status",
         "state of the running server and its latest sample",
-        not_available("status", "the serve-and-supervise issue"),
+        cmd_status,
     )
     _add_json(status)
-    command(
-        "down", "stop the running server", not_available("down", "the serve-and-supervise issue")
-    )
-    logs = command(
-        "logs", "show the server log", not_available("logs", "the serve-and-supervise issue")
-    )
+    command("down", "stop the running server", cmd_down)
+    logs = command("logs", "show the server log", cmd_logs)
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
 
     doc = command(

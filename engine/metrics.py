@@ -1,0 +1,159 @@
+"""Metrics sampler: llama-server's /metrics counters, NVML and psutil -> one Sample a second.
+
+llama-server's throughput gauges reset on every scrape, so lucebox reads only the counters
+and derives rates from their deltas. The predicted and draft counters advance when a request
+finishes (contract 2.6), so decode rates describe the requests finished since the last sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+import psutil
+
+from lucebox.engine.gpu import NvmlNotSupportedError, NvmlProvider, NvmlUnavailableError
+
+HISTORY = 300
+_LINE = re.compile(r"^llamacpp:(\w+)(\{[^}]*\})?\s+([0-9.eE+-]+|nan|inf)\s*$")
+
+
+@dataclass(frozen=True)
+class Sample:
+    at_s: float
+    decode_tokens_per_s: float | None
+    prefill_tokens_per_s: float | None
+    ttft_s: float | None
+    """Prompt time of the requests finished since the last sample, per request."""
+    spec_acceptance: float | None
+    vram_used_bytes: int | None
+    gpu_util_percent: int | None
+    engine_cpu_percent: float | None
+    engine_rss_bytes: int | None
+    requests_finished: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """Unlabelled ``llamacpp:`` series of a Prometheus text page."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _LINE.match(line.strip())
+        if match and not match.group(2):
+            with contextlib.suppress(ValueError):
+                values[match.group(1)] = float(match.group(3))
+    return values
+
+
+def derive(
+    before: dict[str, float], after: dict[str, float], requests_finished: int
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(decode tok/s, prefill tok/s, ttft s, spec acceptance) from two counter snapshots."""
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    decode = prefill = ttft = acceptance = None
+    if delta("tokens_predicted_seconds_total") > 0:
+        decode = delta("tokens_predicted_total") / delta("tokens_predicted_seconds_total")
+    if delta("prompt_seconds_total") > 0:
+        prefill = delta("prompt_tokens_total") / delta("prompt_seconds_total")
+        if requests_finished:
+            ttft = delta("prompt_seconds_total") / requests_finished
+    if delta("spec_decode_num_draft_tokens_total") > 0:
+        acceptance = delta("spec_decode_num_accepted_tokens_total") / delta(
+            "spec_decode_num_draft_tokens_total"
+        )
+    return decode, prefill, ttft, acceptance
+
+
+class Sampler:
+    """Polls the engine at ``interval_s`` and keeps a short history for sparklines."""
+
+    def __init__(
+        self,
+        url: str,
+        engine_pid: int,
+        *,
+        nvml: NvmlProvider | None = None,
+        gpu_index: int = 0,
+        interval_s: float = 1.0,
+        client: httpx.AsyncClient | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        self.url = url
+        self.nvml = nvml
+        self.gpu_index = gpu_index
+        self.interval_s = interval_s
+        self.client = client
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.history: deque[Sample] = deque(maxlen=HISTORY)
+        self.process: psutil.Process | None = None
+        with contextlib.suppress(psutil.Error):
+            self.process = psutil.Process(engine_pid)
+            self.process.cpu_percent(None)
+        self._counters: dict[str, float] = {}
+
+    def _gpu(self) -> tuple[int | None, int | None]:
+        if self.nvml is None or self.process is None:
+            return None, None
+        used = util = None
+        with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
+            for pid, used_bytes in self.nvml.processes(self.gpu_index):
+                if pid == self.process.pid:
+                    used = used_bytes
+        with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
+            util = self.nvml.utilization_percent(self.gpu_index)
+        return used, util
+
+    async def sample_once(self, client: httpx.AsyncClient) -> Sample | None:
+        try:
+            page = await client.get(f"{self.url}/metrics", headers=self.headers)
+        except httpx.HTTPError:
+            return None
+        if page.status_code != 200:
+            return None
+        counters = parse_counters(page.text)
+        finished = self._finished_since_last(counters)
+        decode, prefill, ttft, acceptance = derive(self._counters, counters, finished)
+        self._counters = counters
+        used, util = self._gpu()
+        cpu = rss = None
+        if self.process is not None:
+            with contextlib.suppress(psutil.Error):
+                cpu = self.process.cpu_percent(None)
+                rss = self.process.memory_info().rss
+        sample = Sample(
+            time.time(), decode, prefill, ttft, acceptance, used, util, cpu, rss, finished
+        )
+        self.history.append(sample)
+        return sample
+
+    def _finished_since_last(self, counters: dict[str, float]) -> int:
+        # The engine exports no request counter; the predicted-tokens counter moves only when
+        # a request ends, so a rise means one (or, rarely within one second, several) ended.
+        before = self._counters.get("tokens_predicted_total")
+        after = counters.get("tokens_predicted_total")
+        return 1 if before is not None and after is not None and after > before else 0
+
+    async def samples(self) -> AsyncIterator[Sample]:
+        own = self.client is None
+        client = self.client or httpx.AsyncClient(timeout=2.0)
+        try:
+            while True:
+                sample = await self.sample_once(client)
+                if sample is not None:
+                    yield sample
+                await asyncio.sleep(self.interval_s)
+        finally:
+            if own:
+                await client.aclose()

@@ -1,0 +1,330 @@
+"""Supervise llama-server: start it, know when it is ready, bring it back, say why it died.
+
+The engine runs in its own process group with a parent-death signal, so it cannot outlive
+lucebox; its output goes to a rotating log file and an in-memory ring for the UI. Events are
+an async iterator that the CLI and the TUI both consume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import httpx
+import psutil
+
+from lucebox.engine.errors import LuceboxError
+from lucebox.engine.launch import LaunchSpec, server_argv, server_env, url_of
+
+EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
+LOG_ROTATE_BYTES = 16 * 1024 * 1024
+LOG_KEEP = 3
+RING_LINES = 2000
+STOP_TIMEOUT_S = 15.0
+HEALTH_INTERVAL_S = 0.25
+_PR_SET_PDEATHSIG = 1
+
+_DIAGNOSES: list[tuple[str, str, str]] = [
+    (
+        "oom",
+        r"out of memory|failed to allocate|unable to allocate (CUDA|Vulkan)\d* buffer",
+        "the GPU ran out of memory while loading",
+    ),
+    (
+        "truncated",
+        r"data is not within the file bounds|model is corrupted or incomplete",
+        "the model file is truncated or damaged: run `lucebox models verify` and pull it again",
+    ),
+    (
+        "unknown-arch",
+        r"unknown model architecture",
+        "the engine does not know this model's architecture: build a newer engine",
+    ),
+    (
+        "bad-flag",
+        r"error: invalid argument|error while handling argument|unknown argument",
+        "the engine refused a command-line flag",
+    ),
+    (
+        "port-in-use",
+        r"couldn't bind HTTP server socket",
+        "the port is taken: stop the other program or choose --port",
+    ),
+    (
+        "model-load",
+        r"exiting due to model loading error|failed to load model",
+        "the model failed to load",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    kind: EventKind
+    message: str
+    pid: int | None = None
+    diagnosis: str | None = None
+    """A stable code: oom, truncated, unknown-arch, bad-flag, port-in-use, model-load."""
+    restarts: int = 0
+
+
+class PortInUseError(LuceboxError):
+    """The port is held by another program."""
+
+
+def diagnose(lines: list[str]) -> tuple[str | None, str]:
+    """The most specific known cause in the engine's last lines, and a sentence for it."""
+    text = "\n".join(lines)
+    for code, pattern, sentence in _DIAGNOSES:
+        if re.search(pattern, text, re.IGNORECASE):
+            return code, sentence
+    return None, "the engine exited; see the log"
+
+
+def port_holder(host: str, port: int) -> str | None:
+    """Who holds ``host:port`` (as text), or None when it is free."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+            return None
+        except OSError:
+            pass
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+                if conn.pid:
+                    with contextlib.suppress(psutil.Error):
+                        return f"{psutil.Process(conn.pid).name()} (pid {conn.pid})"
+                return "another program"
+    return "another program"
+
+
+def _die_with_parent() -> None:
+    # The engine gets SIGKILL when lucebox dies, even by SIGKILL: no orphaned GPU holder.
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class RotatingLog:
+    """Append-only log file that rotates at a size, keeping a few old files."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = path.open("a", encoding="utf-8")
+
+    def write(self, line: str) -> None:
+        self.handle.write(line + "\n")
+        self.handle.flush()
+        if self.handle.tell() > LOG_ROTATE_BYTES:
+            self.handle.close()
+            for index in range(LOG_KEEP - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{index}")
+                if older.exists():
+                    older.rename(self.path.with_name(f"{self.path.name}.{index + 1}"))
+            self.path.rename(self.path.with_name(f"{self.path.name}.1"))
+            self.handle = self.path.open("a", encoding="utf-8")
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+@dataclass
+class RestartPolicy:
+    max_crashes: int = 5
+    window_s: float = 600.0
+    first_backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+
+
+class Supervisor:
+    """Runs one engine process at a time and reports what happens to it."""
+
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        log_path: Path,
+        *,
+        ready_timeout_s: float,
+        policy: RestartPolicy | None = None,
+        replan_on_oom: Callable[[LaunchSpec], LaunchSpec | None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.log = RotatingLog(log_path)
+        self.ring: deque[str] = deque(maxlen=RING_LINES)
+        self.ready_timeout_s = ready_timeout_s
+        self.policy = policy or RestartPolicy()
+        self.replan_on_oom = replan_on_oom
+        self.process: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+        self.started_at = time.time()
+        self._stopping = asyncio.Event()
+        self._crash_times: list[float] = []
+        self._oom_retried = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    async def _pump(self, stream: asyncio.StreamReader) -> None:
+        while raw := await stream.readline():
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            self.ring.append(line)
+            self.log.write(line)
+
+    async def _wait_ready(self, process: asyncio.subprocess.Process) -> bool:
+        url = url_of(self.spec) + "/health"
+        deadline = time.monotonic() + self.ready_timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while time.monotonic() < deadline and process.returncode is None:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(url)).status_code == 200:
+                        return True
+                try:
+                    await asyncio.wait_for(self._stopping.wait(), HEALTH_INTERVAL_S)
+                    return False
+                except TimeoutError:
+                    pass
+        return False
+
+    async def events(self) -> AsyncIterator[ServerEvent]:
+        """Start the engine and keep it up until ``stop`` or a crash loop; yield what happens."""
+        try:
+            while not self._stopping.is_set():
+                holder = port_holder(self.spec.host, self.spec.port)
+                if holder is not None:
+                    yield ServerEvent(
+                        "gave-up",
+                        f"port {self.spec.port} is held by {holder}",
+                        diagnosis="port-in-use",
+                        restarts=self.restarts,
+                    )
+                    return
+                argv = server_argv(self.spec)
+                self.log.write(f"# lucebox: starting {' '.join(argv)}")
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env={**os.environ, **server_env(self.spec)},
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+                self.process = process
+                assert process.stdout is not None
+                pump = asyncio.create_task(self._pump(process.stdout))
+                yield ServerEvent(
+                    "starting",
+                    f"engine started (pid {process.pid})",
+                    process.pid,
+                    restarts=self.restarts,
+                )
+                yield ServerEvent(
+                    "loading", "loading the model", process.pid, restarts=self.restarts
+                )
+                ready = await self._wait_ready(process)
+                if ready:
+                    yield ServerEvent(
+                        "ready",
+                        f"serving at {url_of(self.spec)}",
+                        process.pid,
+                        restarts=self.restarts,
+                    )
+                    stop_wait = asyncio.create_task(self._stopping.wait())
+                    exit_wait = asyncio.create_task(process.wait())
+                    await asyncio.wait({stop_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED)
+                    stop_wait.cancel()
+                if self._stopping.is_set():
+                    await self._terminate(process)
+                    await pump
+                    yield ServerEvent(
+                        "stopped", "engine stopped", process.pid, restarts=self.restarts
+                    )
+                    return
+                if process.returncode is None:  # never became ready in time
+                    await self._terminate(process)
+                await pump
+                code, sentence = diagnose(list(self.ring)[-60:])
+                yield ServerEvent(
+                    "exited",
+                    f"engine exited ({process.returncode}): {sentence}",
+                    process.pid,
+                    code,
+                    self.restarts,
+                )
+                next_spec = self._after_crash(code)
+                if next_spec is None:
+                    yield ServerEvent(
+                        "gave-up",
+                        f"gave up after {len(self._crash_times)} crashes in "
+                        f"{self.policy.window_s:.0f} s: {sentence}",
+                        process.pid,
+                        code,
+                        self.restarts,
+                    )
+                    return
+                backoff = min(
+                    self.policy.max_backoff_s,
+                    self.policy.first_backoff_s * 2 ** (len(self._crash_times) - 1),
+                )
+                if next_spec is not self.spec:
+                    self.spec = next_spec
+                    message = (
+                        f"out of memory: retrying once at a smaller context "
+                        f"({next_spec.plan.ctx} tokens)"
+                    )
+                else:
+                    message = f"restarting in {backoff:.0f} s"
+                self.restarts += 1
+                yield ServerEvent("restarting", message, process.pid, code, self.restarts)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
+        finally:
+            if self.process is not None and self.process.returncode is None:
+                await self._terminate(self.process)
+            self.log.close()
+
+    def _after_crash(self, code: str | None) -> LaunchSpec | None:
+        now = time.monotonic()
+        self._crash_times = [t for t in self._crash_times if now - t < self.policy.window_s]
+        self._crash_times.append(now)
+        if code == "oom" and self.replan_on_oom is not None and not self._oom_retried:
+            self._oom_retried = True
+            smaller = self.replan_on_oom(self.spec)
+            if smaller is not None:
+                return smaller
+        if code in ("truncated", "unknown-arch", "bad-flag", "port-in-use"):
+            return None  # the same command fails the same way: do not hammer it
+        if len(self._crash_times) >= self.policy.max_crashes:
+            return None
+        return self.spec
+
+    async def _terminate(self, process: asyncio.subprocess.Process) -> None:
+        """SIGTERM the engine's process group, wait, then SIGKILL."""
+        if process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+
+    def stop(self) -> None:
+        self._stopping.set()

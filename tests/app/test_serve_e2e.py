@@ -1,0 +1,157 @@
+"""`lucebox serve` end to end: the real CPU engine serving the real Gemma 3 270M."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import run_lucebox
+from tests.realmodels import engine_home, gemma_model
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def served(built_engine_home):
+    port = free_port()
+    env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lucebox.app.cli",
+            "serve",
+            "--preset",
+            "smoke",
+            "--port",
+            str(port),
+            "--ctx",
+            "4096",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    status = wait_for(lambda s: s["state"] == "ready", timeout_s=300, proc=proc)
+    yield proc, port, status
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def built_engine_home():
+    gemma_model()  # warms pip's cache for the store's own pull of the same source
+    env = {"LUCEBOX_HOME": str(engine_home())}
+    assert run_lucebox("engine", "source", env=env, timeout_s=600).returncode == 0
+    assert run_lucebox("engine", "build", "--cpu", env=env, timeout_s=3600).returncode == 0
+
+
+def status() -> dict:
+    result = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(engine_home())})
+    return json.loads(result.stdout)
+
+
+def wait_for(predicate, timeout_s: float, proc=None) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        current = status()
+        if predicate(current):
+            return current
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(proc.stdout.read() if proc.stdout else "serve exited")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out; last status {current}")
+
+
+def test_chat_stream_status_restart_and_clean_stop(served):
+    proc, port, ready = served
+    url = f"http://127.0.0.1:{port}"
+    messages = [{"role": "user", "content": "Say hello."}]
+    reply = httpx.post(
+        f"{url}/v1/chat/completions", timeout=120, json={"messages": messages, "max_tokens": 16}
+    ).json()
+    assert reply["model"] == "smoke" and reply["usage"]["completion_tokens"] > 0
+    chunks = []
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/chat/completions",
+        timeout=120,
+        json={"messages": messages, "max_tokens": 16, "stream": True},
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    assert any(c["choices"] and c["choices"][0]["delta"].get("content") for c in chunks)
+    sampled = wait_for(lambda s: (s["sample"] or {}).get("decode_tokens_per_s"), timeout_s=10)
+    assert sampled["sample"]["decode_tokens_per_s"] > 0
+
+    first_engine = ready["engine_pid"]
+    os.kill(first_engine, signal.SIGKILL)
+    back = wait_for(
+        lambda s: s["state"] == "ready" and s["engine_pid"] != first_engine, timeout_s=120
+    )
+    assert back["restarts"] >= 1
+    again = httpx.post(
+        f"{url}/v1/chat/completions", timeout=120, json={"messages": messages, "max_tokens": 4}
+    )
+    assert again.status_code == 200
+
+    second = run_lucebox(
+        "serve",
+        "--preset",
+        "smoke",
+        "--port",
+        str(free_port()),
+        env={"LUCEBOX_HOME": str(engine_home())},
+    )
+    assert second.returncode == 1 and "already serves" in second.stderr
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    assert not alive(back["engine_pid"])
+    assert status()["state"] == "stopped"
+
+
+def test_port_in_use_is_named(built_engine_home):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_lucebox(
+            "serve",
+            "--preset",
+            "smoke",
+            "--port",
+            str(port),
+            env={"LUCEBOX_HOME": str(engine_home())},
+            timeout_s=300,
+        )
+    assert result.returncode == 1
+    assert f"port {port} is held by" in result.stdout
+    assert status()["state"] == "stopped"

@@ -1,0 +1,135 @@
+"""Supervisor faults with a scripted fake engine (faults the real one will not make on demand)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from lucebox.engine.launch import LaunchSpec, server_argv
+from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, make_plan
+from lucebox.engine.supervisor import RestartPolicy, Supervisor, diagnose, port_holder
+from tests.engine.test_plan import GEMMA_270M
+from tests.ggufgen import write_llama
+
+FAKE = """#!{python}
+import sys
+print("srv  llama_server: initializing ...", flush=True)
+print("llama_model_load: error loading model: tensor 'x' data is not within the file bounds")
+print("srv  llama_server: exiting due to model loading error", flush=True)
+sys.exit(1)
+"""
+
+
+@pytest.fixture
+def plan(tmp_path):
+    from lucebox.engine.gguf import inspect_model
+    from lucebox.engine.plan import facts_from_info
+
+    facts = facts_from_info(inspect_model(write_llama(tmp_path / "g.gguf", GEMMA_270M)))
+    return make_plan(PlanRequest(target=facts, budget=GpuBudget("ram", 8 * GIB, 8 * GIB, False)))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_argv_has_no_shell_and_keeps_odd_paths(plan):
+    spec = LaunchSpec(
+        "/opt/llama server", '/m/it\'s "mine".gguf', plan, "smoke", chat_template="gemma"
+    )
+    argv = server_argv(spec)
+    assert argv[:3] == ["/opt/llama server", "-m", '/m/it\'s "mine".gguf']
+    assert "--metrics" in argv and argv[argv.index("--alias") + 1] == "smoke"
+    assert "--chat-template" in argv and "--jinja" not in argv
+
+
+def test_binding_beyond_loopback_needs_a_key(plan):
+    with pytest.raises(Exception, match="API key"):
+        server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0"))
+    argv = server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0", api_key="k"))
+    assert "k" not in argv  # the key travels in the environment
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: "
+            "cudaMalloc failed: out of memory",
+            "oom",
+        ),
+        ("tensor 'blk.3' data is not within the file bounds, model is corrupted", "truncated"),
+        (
+            "llama_model_load: error loading model: unknown model architecture: 'zzz'",
+            "unknown-arch",
+        ),
+        ("error: invalid argument: --bogus", "bad-flag"),
+        (
+            "srv         start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080",
+            "port-in-use",
+        ),
+    ],
+)
+def test_diagnosis_from_the_contract_strings(line, code):
+    assert diagnose(["noise", line])[0] == code
+
+
+def test_port_holder_names_the_holder():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert port_holder("127.0.0.1", port) is not None
+    assert port_holder("127.0.0.1", free_port()) is None
+
+
+async def test_crash_loop_gives_up_with_the_diagnosis(plan, tmp_path):
+    fake = tmp_path / "fake-server"
+    fake.write_text(FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    spec = LaunchSpec(str(fake), str(tmp_path / "g.gguf"), plan, "t", port=free_port())
+    policy = RestartPolicy(max_crashes=3, first_backoff_s=0.01)
+    supervisor = Supervisor(
+        spec, tmp_path / "logs" / "engine.log", ready_timeout_s=10, policy=policy
+    )
+    events = [event async for event in supervisor.events()]
+    kinds = [e.kind for e in events]
+    assert kinds[-1] == "gave-up"
+    assert events[-1].diagnosis == "truncated"
+    assert "models verify" in events[-1].message
+    # A truncated model fails the same way every time: no pointless restarts.
+    assert kinds.count("starting") == 1
+    assert "data is not within the file bounds" in (tmp_path / "logs" / "engine.log").read_text()
+
+
+async def test_generic_crashes_restart_with_backoff_then_give_up(plan, tmp_path):
+    fake = tmp_path / "fake-server"
+    fake.write_text(
+        f"#!{sys.executable}\nimport sys\nprint('segfault-ish', flush=True)\nsys.exit(139)\n"
+    )
+    fake.chmod(0o755)
+    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(
+        spec,
+        tmp_path / "engine.log",
+        ready_timeout_s=10,
+        policy=RestartPolicy(max_crashes=3, first_backoff_s=0.01),
+    )
+    kinds = [event.kind async for event in supervisor.events()]
+    assert kinds.count("starting") == 3
+    assert kinds.count("restarting") == 2
+    assert kinds[-1] == "gave-up"
+
+
+def test_log_path_is_created(tmp_path):
+    from lucebox.engine.supervisor import RotatingLog
+
+    log = RotatingLog(tmp_path / "deep" / "engine.log")
+    log.write("line")
+    log.close()
+    assert Path(tmp_path / "deep" / "engine.log").read_text() == "line\n"
