@@ -323,6 +323,7 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
     budget = pipeline.budget_for(probe, settings.gpu_index, args.vram_mib)
     selection = registry.select_engine(paths, probe, settings.engine)
     kv_types = selection.engine.capabilities.kv_cache_types if selection.engine else None
+    engine = selection.engine
     ctx = args.ctx or settings.ctx or None
     model_path: Path | None
     if args.model:
@@ -332,16 +333,16 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
                 f"{args.model} is not on disk yet, so its header cannot be read",
                 hint=f"run `lucebox models pull {args.model}` first",
             )
-        target = pipeline.facts_for(paths, model_path)
+        target = pipeline.facts_for(paths, model_path, engine)
         result = make_model_plan(target, budget, ctx, kv_types)
         title = target.name
     else:
         if args.preset or settings.preset:
             preset = presets.find_preset(paths, args.preset or settings.preset)
-            chosen = pipeline.plan_preset(paths, preset, budget, ctx=ctx, kv_types=kv_types)
+            chosen = pipeline.plan_preset(paths, preset, budget, ctx=ctx, engine=engine)
         else:
             plans = [
-                pipeline.plan_preset(paths, p, budget, ctx=ctx, kv_types=kv_types)
+                pipeline.plan_preset(paths, p, budget, ctx=ctx, engine=engine)
                 for p in presets.load_presets(paths)
             ]
             best = pipeline.choose_preset(plans, budget)

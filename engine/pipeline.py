@@ -72,24 +72,33 @@ def local_file(paths: Paths, source: str) -> Path | None:
     return None
 
 
-def facts_for(paths: Paths, path: Path) -> ModelFacts:
-    """Planner facts from a file's header, with the engine source's sliding-window patterns."""
+def facts_for(paths: Paths, path: Path, engine: EngineManifest | None = None) -> ModelFacts:
+    """Planner facts from a file's header, with the engine's sliding-window patterns (from
+    its manifest, else from the engine source)."""
     try:
         info = inspect_model(path)
     except (GgufFormatError, OSError) as exc:
         raise GuardRefusal(
             f"cannot plan {path}: {exc}", hint=f"run `lucebox models check {path}`"
         ) from exc
-    source_dir = default_source_dir(paths)
-    patterns = read_swa_patterns(source_dir) if source_dir.is_dir() else {}
+    patterns = engine.capabilities.swa_patterns if engine is not None else {}
+    if not patterns:
+        source_dir = default_source_dir(paths)
+        patterns = read_swa_patterns(source_dir) if source_dir.is_dir() else {}
     return facts_from_info(info, patterns.get(info.architecture))
 
 
-def model_facts(paths: Paths, model: PresetModel, native_ctx: int, name: str) -> ModelFacts:
+def model_facts(
+    paths: Paths,
+    model: PresetModel,
+    native_ctx: int,
+    name: str,
+    engine: EngineManifest | None = None,
+) -> ModelFacts:
     """From the header when the file is present, else from the preset's published facts."""
     path = local_file(paths, model.source)
     if path is not None:
-        return facts_for(paths, path)
+        return facts_for(paths, path, engine)
     return facts_from_preset(model, native_ctx, name)
 
 
@@ -166,12 +175,13 @@ def plan_preset(
     budget: GpuBudget,
     *,
     ctx: int | None = None,
-    kv_types: tuple[str, ...] | None = None,
+    engine: EngineManifest | None = None,
 ) -> PresetPlan:
-    target = model_facts(paths, preset.target, preset.native_ctx, preset.title)
+    target = model_facts(paths, preset.target, preset.native_ctx, preset.title, engine)
     draft = None
     if preset.draft is not None and preset.draft.model is not None:
-        draft = model_facts(paths, preset.draft.model, preset.native_ctx, "draft")
+        draft = model_facts(paths, preset.draft.model, preset.native_ctx, "draft", engine)
+    kv_types = engine.capabilities.kv_cache_types if engine is not None else KV_PAIRS
     request = PlanRequest(
         target=target, budget=budget, draft=draft, ctx=ctx, kv_types=kv_types or KV_PAIRS
     )

@@ -8,6 +8,7 @@ speculative and KV cache types, ``--version`` its version) and from its source
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from lucebox.engine.build import (
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
+from lucebox.engine.plan import read_swa_patterns
 from lucebox.engine.source import SourceInfo, default_source_dir, load_pin, read_source
 from lucebox.engine.transfer import ProgressCallback, TransferError, download_file, sha256_file
 
@@ -54,6 +56,8 @@ class EngineCapabilities:
     kv_cache_types: tuple[str, ...]
     model_archs: tuple[str, ...] | None
     """None when unknown (a registered binary whose source we do not have)."""
+    swa_patterns: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    """Default sliding-window pattern per architecture, from the engine source."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class EngineManifest:
             spec_types=list(caps["spec_types"]),
             kv_cache_types=list(caps["kv_cache_types"]),
             model_archs=list(caps["model_archs"]) if caps["model_archs"] is not None else None,
+            swa_patterns={k: list(v) for k, v in caps["swa_patterns"].items()},
         )
         return data
 
@@ -99,6 +104,9 @@ class EngineManifest:
                 spec_types=tuple(data.get("spec_types") or ()),
                 kv_cache_types=tuple(data.get("kv_cache_types") or ()),
                 model_archs=tuple(archs) if archs is not None else None,
+                swa_patterns={
+                    k: (int(v[0]), bool(v[1])) for k, v in (data.get("swa_patterns") or {}).items()
+                },
             ),
             source_identity=data.get("source_identity"),
             build_key=data.get("build_key"),
@@ -174,7 +182,8 @@ def read_version(server: Path) -> str:
 def read_capabilities(server: Path, source_dir: Path | None) -> EngineCapabilities:
     spec_types, kv_types = parse_help_capabilities(_run_engine(server, "--help"))
     archs = read_model_archs(source_dir) if source_dir is not None else None
-    return EngineCapabilities(spec_types, kv_types, archs)
+    patterns = read_swa_patterns(source_dir) if source_dir is not None else {}
+    return EngineCapabilities(spec_types, kv_types, archs, patterns)
 
 
 # --- the installed set ------------------------------------------------------------------------
@@ -282,6 +291,13 @@ def build_and_install(
     """Build (or reuse) the engine for ``options``; returns it and whether it was cached."""
     key = build_key(source, options)
     cached = find_built(paths, key)
+    if cached is not None and not cached.capabilities.swa_patterns:
+        # Built by a lucebox that did not record the patterns yet: read them now.
+        patterns = read_swa_patterns(source.path)
+        if patterns:
+            caps = dataclasses.replace(cached.capabilities, swa_patterns=patterns)
+            cached = dataclasses.replace(cached, capabilities=caps)
+            _write_manifest(Path(cached.server_path).parent.parent, cached)
     if cached is not None:
         if on_event is not None:
             on_event(BuildEvent("cached", 100, f"{cached.id} is already built"))

@@ -210,7 +210,7 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
             else:
                 emit("draft: refused by its guard, serving without speculation")
                 spec_type = None
-    facts = pipeline.facts_for(paths, target_path)
+    facts = pipeline.facts_for(paths, target_path, engine)
     ctx = options.ctx or settings.ctx or None
     plan = make_plan(
         PlanRequest(

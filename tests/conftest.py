@@ -49,3 +49,17 @@ def assert_one_line_error(result: CliResult) -> None:
     errors = [line for line in lines if line.startswith("lucebox: ")]
     assert len(errors) == 1, result.stderr
     assert lines[-1] == errors[0], result.stderr
+
+
+@pytest.fixture(scope="session")
+def built_engine_home() -> Path:
+    """LUCEBOX_HOME with the CPU engine built through the CLI (cached across runs)."""
+    from tests.realmodels import engine_home, gemma_model
+
+    gemma_model()  # warms pip's cache for the store's own pull of the same source
+    env = {"LUCEBOX_HOME": str(engine_home())}
+    source = run_lucebox("engine", "source", env=env, timeout_s=600)
+    assert source.returncode == 0, source.stderr
+    build = run_lucebox("engine", "build", "--cpu", env=env, timeout_s=3600)
+    assert build.returncode == 0, build.stderr
+    return engine_home()

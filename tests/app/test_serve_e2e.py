@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import run_lucebox
-from tests.realmodels import engine_home, gemma_model
+from tests.realmodels import engine_home
 
 pytestmark = pytest.mark.slow
 
@@ -62,14 +62,6 @@ def served(built_engine_home):
         proc.wait(timeout=60)
     assert proc.stdout is not None
     proc.stdout.close()
-
-
-@pytest.fixture(scope="session")
-def built_engine_home():
-    gemma_model()  # warms pip's cache for the store's own pull of the same source
-    env = {"LUCEBOX_HOME": str(engine_home())}
-    assert run_lucebox("engine", "source", env=env, timeout_s=600).returncode == 0
-    assert run_lucebox("engine", "build", "--cpu", env=env, timeout_s=3600).returncode == 0
 
 
 def status() -> dict:
