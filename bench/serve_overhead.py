@@ -18,7 +18,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import time
 import httpx
 import psutil
 
+from tests.ports import free_port
 from tests.realmodels import engine_home, gemma_model
 
 REQUEST = {
@@ -35,12 +35,6 @@ REQUEST = {
     "temperature": 0,
     "seed": 1,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ready(port: int, started: float, timeout_s: float = 300) -> float:

@@ -165,3 +165,47 @@ def write_llama(path: Path, spec: ModelSpec | None = None) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+SHAPES = {
+    "llama8b": ModelSpec(
+        name="Random Llama 8B",
+        n_layer=32,
+        n_embd=4096,
+        n_head=32,
+        n_head_kv=8,
+        n_ff=14336,
+        vocab_size=128256,
+        n_ctx=131072,
+        constant_weights=True,
+    ),
+    "gemma3-4b": ModelSpec(
+        arch="gemma3",
+        name="Random Gemma3 4B",
+        n_layer=34,
+        n_embd=2560,
+        n_head=8,
+        n_head_kv=4,
+        head_dim=256,
+        n_ff=10240,
+        vocab_size=262144,
+        sliding_window=1024,
+        n_ctx=131072,
+        constant_weights=True,
+    ),
+    "gemma3-270m": ModelSpec(
+        arch="gemma3",
+        name="Random Gemma3 270M",
+        n_layer=18,
+        n_embd=640,
+        n_head=4,
+        n_head_kv=1,
+        head_dim=256,
+        n_ff=2048,
+        vocab_size=262144,
+        sliding_window=512,
+        n_ctx=32768,
+        constant_weights=True,
+    ),
+}
+"""Real architectures at real sizes (llama 3 8B, gemma 3 4B and 270M) with constant weights."""

@@ -14,15 +14,10 @@ import httpx
 import pytest
 
 from tests.conftest import run_lucebox
+from tests.ports import free_port
 from tests.realmodels import engine_home
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def alive(pid: int) -> bool:

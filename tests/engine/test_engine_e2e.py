@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import socket
 import subprocess
 import tarfile
 import time
@@ -20,6 +19,7 @@ import pytest
 
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
+from tests.ports import free_port
 from tests.realmodels import engine_home, gemma_model
 
 pytestmark = pytest.mark.slow
@@ -33,12 +33,6 @@ def built_engine() -> dict:
     build = run_lucebox("engine", "build", "--cpu", "--json", env=env, timeout_s=3600)
     assert build.returncode == 0, build.stderr
     return json.loads(build.stdout)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_second_build_is_cached_and_fast(built_engine):

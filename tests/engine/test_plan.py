@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -22,34 +23,12 @@ from lucebox.engine.plan import (
     read_swa_patterns,
 )
 from lucebox.engine.presets import PresetError, load_presets, parse_preset
-from tests.ggufgen import ModelSpec, write_llama
+from tests.ggufgen import SHAPES, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
 
-GEMMA_270M = ModelSpec(
-    arch="gemma3",
-    name="Gemma3 270M shape",
-    n_layer=18,
-    n_embd=640,
-    n_head=4,
-    n_head_kv=1,
-    head_dim=256,
-    n_ff=2048,
-    vocab_size=262144,
-    sliding_window=512,
-    n_ctx=32768,
-    header_only=True,
-)
-LLAMA_8B_HEADER = ModelSpec(
-    name="Llama 8B shape",
-    n_layer=32,
-    n_embd=4096,
-    n_head=32,
-    n_head_kv=8,
-    n_ff=14336,
-    n_ctx=131072,
-    header_only=True,
-)
+GEMMA_270M = dataclasses.replace(SHAPES["gemma3-270m"], header_only=True)
+LLAMA_8B_HEADER = dataclasses.replace(SHAPES["llama8b"], header_only=True)
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +52,9 @@ def test_gemma_kv_matches_the_engine(gemma_facts, ctx, f16_mib, q8_mib):
     assert kv_bytes(gemma_facts, ctx, "q8_0") / MIB == q8_mib
 
 
-def test_sliding_window_pattern_comes_from_the_engine_source():
+@pytest.mark.slow
+def test_sliding_window_pattern_comes_from_the_engine_source(built_engine_home):
     source = Path(__file__).resolve().parents[2] / "deps" / "llama.cpp"
-    if not source.is_dir():
-        pytest.skip("engine source not unpacked (lucebox engine source)")
     patterns = read_swa_patterns(source)
     assert patterns["gemma3"] == (6, False)
     assert patterns["gemma2"] == (2, False)

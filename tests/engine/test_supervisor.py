@@ -13,6 +13,7 @@ from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, make_plan
 from lucebox.engine.supervisor import RestartPolicy, Supervisor, diagnose, port_holder
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
+from tests.ports import free_port
 
 FAKE = """#!{python}
 import sys
@@ -30,12 +31,6 @@ def plan(tmp_path):
 
     facts = facts_from_info(inspect_model(write_llama(tmp_path / "g.gguf", GEMMA_270M)))
     return make_plan(PlanRequest(target=facts, budget=GpuBudget("ram", 8 * GIB, 8 * GIB, False)))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_argv_has_no_shell_and_keeps_odd_paths(plan):
