@@ -50,7 +50,10 @@ def served(built_engine_home):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    status = wait_for(lambda s: s["state"] == "ready", timeout_s=300, proc=proc)
+    mine = f"http://127.0.0.1:{port}"
+    status = wait_for(
+        lambda s: s["state"] == "ready" and s["url"] == mine, timeout_s=300, proc=proc
+    )
     yield proc, port, status
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
