@@ -189,7 +189,7 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
             "-m",
             "lucebox.app.cli",
             "serve",
-            *[a for a in sys.argv[2:] if a != "--detach"],
+            *[a for a in sys.argv[2:] if a not in ("--detach", "--headless")],
         ]
         log = paths.ensure(paths.logs_dir) / "serve.log"
         with log.open("a") as handle:

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from lucebox.engine import config, gpu, guard, pipeline, presets, registry, store, toolchain
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.build import choose_options
+from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import GuardRefusal, LuceboxError
 from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
 from lucebox.engine.metrics import Sample, Sampler
@@ -30,6 +30,7 @@ from lucebox.engine.paths import Paths
 from lucebox.engine.plan import PlanRequest, make_plan
 from lucebox.engine.source import ensure_source
 from lucebox.engine.supervisor import ServerEvent, Supervisor
+from lucebox.engine.transfer import TransferProgress
 
 STATE_NAME = "serve.json"
 LOCK_NAME = "serve.lock"
@@ -139,6 +140,36 @@ class _Lock:
 Emit = Callable[[str], None]
 
 
+def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
+    """Turn download progress into a line every 5% (the log of a headless service)."""
+    last = [-1]
+
+    def report(event: TransferProgress) -> None:
+        fraction = event.fraction
+        if fraction is None or int(fraction * 20) == last[0]:
+            return
+        last[0] = int(fraction * 20)
+        eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
+        emit(
+            f"download {event.name}: {fraction:.0%} at "
+            f"{event.rate_bytes_per_s / 2**20:.1f} MiB/s{eta}"
+        )
+
+    return report
+
+
+def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
+    """A line at every 10% of the engine build."""
+    last = [-1]
+
+    def report(event: BuildEvent) -> None:
+        if event.percent is not None and event.percent // 10 > last[0]:
+            last[0] = event.percent // 10
+            emit(f"engine build: {event.percent}%")
+
+    return report
+
+
 def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpec, str, int]:
     """Everything before the engine starts; returns the launch spec, a model name, GPU index."""
     settings = config.load_settings(paths)
@@ -168,13 +199,17 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
     target_path = pipeline.local_file(paths, target_source)
     if target_path is None:
         emit(f"model: pulling {target_source}")
-        target_path = store.pull_model(paths, target_source).main_path
+        target_path = store.pull_model(
+            paths, target_source, on_progress=_download_progress(emit)
+        ).main_path
     selection = registry.select_engine(paths, probe, settings.engine)
     engine = selection.engine
     if engine is None:
         emit("engine: none installed, building it (this takes a while once)")
         choice = choose_options(probe, toolchain.probe_cuda_toolkit())
-        engine, _ = registry.build_and_install(paths, ensure_source(paths), choice.options)
+        engine, _ = registry.build_and_install(
+            paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
+        )
     emit(f"engine: {engine.id} ({engine.version})")
     archs = registry.known_model_archs(paths, registry.EngineSelection(engine, ""))
     template = preset.chat_template if preset else None
@@ -198,7 +233,9 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
             draft_file = pipeline.local_file(paths, preset.draft.model.source)
             if draft_file is None:
                 emit(f"draft: pulling {preset.draft.model.source}")
-                draft_file = store.pull_model(paths, preset.draft.model.source).main_path
+                draft_file = store.pull_model(
+                    paths, preset.draft.model.source, on_progress=_download_progress(emit)
+                ).main_path
             draft_result, _ = guard.check_pair(
                 draft_file,
                 target_path,
