@@ -8,6 +8,7 @@ unexpected error is one line plus the path of a log with the full traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -23,6 +24,7 @@ from lucebox.engine import (
     doctor,
     gpu,
     guard,
+    launch,
     pipeline,
     presets,
     registry,
@@ -31,7 +33,6 @@ from lucebox.engine import (
     store,
     toolchain,
 )
-from lucebox.engine import plan as plan_module
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -322,10 +323,11 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
     probe = gpu.probe_gpus()
     budget = pipeline.budget_for(probe, settings.gpu_index, args.vram_mib)
     selection = registry.select_engine(paths, probe, settings.engine)
-    kv_types = selection.engine.capabilities.kv_cache_types if selection.engine else None
     engine = selection.engine
     ctx = args.ctx or settings.ctx or None
     model_path: Path | None
+    template = None
+    sampling: tuple[tuple[str, float], ...] = ()
     if args.model:
         model_path = pipeline.local_file(paths, args.model)
         if model_path is None:
@@ -334,28 +336,30 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
                 hint=f"run `lucebox models pull {args.model}` first",
             )
         target = pipeline.facts_for(paths, model_path, engine)
-        result = make_model_plan(target, budget, ctx, kv_types)
-        title = target.name
+        result = pipeline.plan_model(target, budget, ctx, engine)
+        title = alias = target.name
     else:
-        if args.preset or settings.preset:
-            preset = presets.find_preset(paths, args.preset or settings.preset)
-            chosen = pipeline.plan_preset(paths, preset, budget, ctx=ctx, engine=engine)
-        else:
-            plans = [
-                pipeline.plan_preset(paths, p, budget, ctx=ctx, engine=engine)
-                for p in presets.load_presets(paths)
-            ]
-            best = pipeline.choose_preset(plans, budget)
-            if best is None:
-                raise GuardRefusal(
-                    f"no preset fits {budget.device}",
-                    hint="see `lucebox presets` for what each one needs",
-                )
-            chosen = best
-        result, title = chosen.plan, chosen.preset.title
+        chosen = pipeline.pick_preset(
+            paths, budget, args.preset or settings.preset, ctx=ctx, engine=engine
+        )
+        result, title, alias = chosen.plan, chosen.preset.title, chosen.preset.id
+        template = chosen.preset.chat_template
+        sampling = tuple(sorted(chosen.preset.sampling.items()))
         model_path = pipeline.local_file(paths, chosen.preset.target.source)
-    server = selection.engine.server_path if selection.engine else "llama-server"
-    argv = [server, "-m", str(model_path or "<model>"), *result.server_flags()]
+    spec = launch.LaunchSpec(
+        server_path=engine.server_path if engine else "llama-server",
+        model_path=str(model_path or "<model>"),
+        plan=result,
+        alias=alias,
+        host=settings.host,
+        port=settings.port,
+        chat_template=template,
+        api_key=settings.api_key or None,
+        sampling=sampling,
+    )
+    # serve generates a key before binding beyond loopback; it travels in the environment,
+    # so the command line is the same either way.
+    argv = launch.server_argv(dataclasses.replace(spec, api_key=spec.api_key or "<generated>"))
     fit = (
         pipeline.fit_check(selection.engine, model_path, result)
         if selection.engine and model_path and result.fits
@@ -396,18 +400,6 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
             hint=f"the largest context that fits is {result.largest_ctx} tokens",
         )
     return EXIT_OK
-
-
-def make_model_plan(
-    target: plan_module.ModelFacts,
-    budget: plan_module.GpuBudget,
-    ctx: int | None,
-    kv_types: tuple[str, ...] | None,
-) -> plan_module.Plan:
-    request = plan_module.PlanRequest(
-        target=target, budget=budget, ctx=ctx, kv_types=kv_types or plan_module.KV_PAIRS
-    )
-    return plan_module.make_plan(request)
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -891,13 +883,10 @@ def _crash_log(paths: Paths | None) -> Path:
     text = traceback.format_exc()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if paths is not None:
-        try:
-            folder = paths.ensure(paths.logs_dir)
-            target = folder / f"crash-{stamp}.log"
+        with contextlib.suppress(OSError, LuceboxError):
+            target = paths.ensure(paths.logs_dir) / f"crash-{stamp}.log"
             target.write_text(text, encoding="utf-8")
             return target
-        except (OSError, LuceboxError):
-            pass
     import tempfile
 
     fd, name = tempfile.mkstemp(prefix=f"lucebox-crash-{stamp}-", suffix=".log")

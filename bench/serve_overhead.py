@@ -20,14 +20,13 @@ import shlex
 import signal
 import statistics
 import subprocess
-import sys
 import time
 
 import httpx
 import psutil
 
 from tests.ports import free_port
-from tests.realmodels import engine_home, gemma_model
+from tests.realmodels import engine_home, gemma_model, smoke_serve_argv
 
 REQUEST = {
     "messages": [{"role": "user", "content": "Write a short story about a lighthouse."}],
@@ -73,18 +72,7 @@ def main() -> None:
     port = free_port()
     started = time.monotonic()
     served = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lucebox.app.cli",
-            "serve",
-            "--preset",
-            "smoke",
-            "--port",
-            str(port),
-            "--ctx",
-            "4096",
-        ],
+        smoke_serve_argv(port),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

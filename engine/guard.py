@@ -25,6 +25,27 @@ SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 LUCEBOX_DFLASH_ARCH = "qwen35-dflash-draft"
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def shard_names(filename: str) -> list[str]:
+    """Every shard of a split model named like NAME-00001-of-0000N.gguf (any folder prefix
+    kept); a file that is not a shard is its own only member."""
+    name = filename.rsplit("/", 1)[-1]
+    match = _SHARD.match(name)
+    if match is None:
+        return [filename]
+    count = int(match["count"])
+    folder = filename[: -len(name)]
+    return [f"{folder}{match['stem']}-{n:05d}-of-{count:05d}.gguf" for n in range(1, count + 1)]
+
+
+def model_name(filename: str) -> str:
+    """A model's name: the file's stem without the split suffix."""
+    name = filename.rsplit("/", 1)[-1]
+    match = _SHARD.match(name)
+    return match["stem"] if match else name.removesuffix(".gguf")
+
+
 _INSTRUCT_WORDS = re.compile(
     r"(^|[-_ .])(it|instruct|chat|sft|dpo|rlhf|assistant|thinking|reasoning)([-_ .]|$)", re.I
 )
@@ -107,7 +128,7 @@ def _normalised_names(info: ModelInfo, path: Path) -> list[str]:
         names.append(info.name)
     if info.basename and info.size_label:
         names.append(f"{info.basename}-{info.size_label}")
-    stem = _SHARD.sub(r"\g<stem>", path.name).removesuffix(".gguf")
+    stem = model_name(path.name)
     while _QUANT_SUFFIX.search(stem):
         stem = _QUANT_SUFFIX.sub("", stem)
     names.append(stem)
@@ -148,8 +169,8 @@ def _shard_problems(path: Path, info: ModelInfo) -> list[Problem]:
             )
         ]
     problems = []
-    for number in range(1, count + 1):
-        shard = path.with_name(f"{match['stem']}-{number:05d}-of-{count:05d}.gguf")
+    for number, name in enumerate(shard_names(path.name), start=1):
+        shard = path.with_name(name)
         if not shard.exists():
             problems.append(
                 Problem(

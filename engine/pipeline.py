@@ -29,7 +29,13 @@ from lucebox.engine.plan import (
     make_plan,
     read_swa_patterns,
 )
-from lucebox.engine.presets import Preset, PresetModel, facts_from_preset
+from lucebox.engine.presets import (
+    Preset,
+    PresetModel,
+    facts_from_preset,
+    find_preset,
+    load_presets,
+)
 from lucebox.engine.registry import EngineManifest
 from lucebox.engine.source import default_source_dir
 from lucebox.engine.store import list_models, parse_source
@@ -206,3 +212,37 @@ def choose_preset(plans: list[PresetPlan], budget: GpuBudget) -> PresetPlan | No
         return max(useful, key=lambda p: (p.preset.vram_tier_gib, p.plan.ctx))
     smoke = [p for p in plans if p.plan.fits and p.preset.smoke_test]
     return smoke[0] if smoke else None
+
+
+def pick_preset(
+    paths: Paths,
+    budget: GpuBudget,
+    preset_id: str | None,
+    *,
+    ctx: int | None = None,
+    engine: EngineManifest | None = None,
+) -> PresetPlan:
+    """The named preset, or the best one for ``budget``, planned; refuses when none fits."""
+    if preset_id:
+        return plan_preset(paths, find_preset(paths, preset_id), budget, ctx=ctx, engine=engine)
+    plans = [plan_preset(paths, p, budget, ctx=ctx, engine=engine) for p in load_presets(paths)]
+    best = choose_preset(plans, budget)
+    if best is None:
+        raise GuardRefusal(
+            f"no preset fits {budget.device}",
+            hint="see `lucebox presets` for what each needs, or pass --model",
+        )
+    return best
+
+
+def plan_model(
+    target: ModelFacts,
+    budget: GpuBudget,
+    ctx: int | None,
+    engine: EngineManifest | None,
+) -> Plan:
+    """Plan one model (no preset) with the KV types the engine has."""
+    kv_types = engine.capabilities.kv_cache_types if engine is not None else KV_PAIRS
+    return make_plan(
+        PlanRequest(target=target, budget=budget, ctx=ctx, kv_types=kv_types or KV_PAIRS)
+    )

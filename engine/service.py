@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from lucebox.engine import config, gpu, guard, pipeline, presets, registry, store, toolchain
+from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import GuardRefusal, LuceboxError
 from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
 from lucebox.engine.metrics import Sample, Sampler
 from lucebox.engine.paths import Paths
-from lucebox.engine.plan import PlanRequest, make_plan
 from lucebox.engine.source import ensure_source
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
@@ -182,17 +181,7 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
     if options.model:
         target_source = options.model
     else:
-        preset_id = options.preset or settings.preset
-        if preset_id:
-            preset = presets.find_preset(paths, preset_id)
-        else:
-            plans = [pipeline.plan_preset(paths, p, budget) for p in presets.load_presets(paths)]
-            best = pipeline.choose_preset(plans, budget)
-            if best is None:
-                raise GuardRefusal(
-                    f"no preset fits {budget.device}", hint="see `lucebox presets`; or pass --model"
-                )
-            preset = best.preset
+        preset = pipeline.pick_preset(paths, budget, options.preset or settings.preset).preset
         emit(f"preset: {preset.id} ({preset.title})")
         target_source = preset.target.source
 
@@ -249,11 +238,7 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
                 spec_type = None
     facts = pipeline.facts_for(paths, target_path, engine)
     ctx = options.ctx or settings.ctx or None
-    plan = make_plan(
-        PlanRequest(
-            target=facts, budget=budget, ctx=ctx, kv_types=engine.capabilities.kv_cache_types
-        )
-    )
+    plan = pipeline.plan_model(facts, budget, ctx, engine)
     if not plan.fits:
         raise GuardRefusal(
             f"the plan does not fit: {plan.reasons.get('ctx', '')}",

@@ -9,6 +9,7 @@ as it is; its identity (git commit, or a hash of its sources) keys the build cac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -132,12 +133,10 @@ def read_source(source_dir: Path, pin: SourcePin) -> SourceInfo | None:
     """What is in ``source_dir`` now, or None when it holds no engine source."""
     marker = source_dir / MARKER_NAME
     if marker.is_file():
-        try:
+        with contextlib.suppress(OSError, ValueError):
             recorded = json.loads(marker.read_text(encoding="utf-8"))
             if recorded.get("sha256") == pin.sha256:
                 return SourceInfo(source_dir, "pin", pin_identity(pin), pin.build_number)
-        except (OSError, ValueError):
-            pass
         return None  # an older pin: replace it
     if (source_dir / "CMakeLists.txt").is_file():
         return SourceInfo(source_dir, "checkout", checkout_identity(source_dir), None)

@@ -29,7 +29,7 @@ import httpx
 
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.errors import GuardRefusal, LuceboxError, UsageError
-from lucebox.engine.guard import CheckResult, check_model
+from lucebox.engine.guard import CheckResult, check_model, model_name, shard_names
 from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import (
     CHUNK_BYTES,
@@ -42,7 +42,6 @@ from lucebox.engine.transfer import (
 
 STRUCTURAL_CODES = {"not-gguf", "corrupt-header", "truncated", "missing-shard"}
 """Problems that mean the bytes are bad (quarantine), as opposed to a model to think about."""
-_SHARD = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -139,13 +138,6 @@ class ModelRecord:
             verified_at=data["verified_at"],
             info=dict(data.get("info") or {}),
         )
-
-
-def model_name(filename: str) -> str:
-    """Store name of a model file: its stem, without the split suffix."""
-    base = Path(filename).name
-    match = _SHARD.match(base)
-    return match["stem"] if match else base.removesuffix(".gguf")
 
 
 def _records_dir(paths: Paths) -> Path:
@@ -320,22 +312,13 @@ def _cached_hf_file(source: ModelSource, filename: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _hf_shard_names(filename: str) -> list[str]:
-    match = _SHARD.match(Path(filename).name)
-    if match is None:
-        return [filename]
-    count = int(match["count"])
-    folder = filename[: -len(Path(filename).name)]
-    return [f"{folder}{match['stem']}-{n:05d}-of-{count:05d}.gguf" for n in range(1, count + 1)]
-
-
 def _pull_hf(
     paths: Paths, source: ModelSource, on_progress: ProgressCallback | None
 ) -> ModelRecord:
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
-    names = _hf_shard_names(source.filename)
+    names = shard_names(source.filename)
     cached = [_cached_hf_file(source, name) for name in names]
     if all(cached):
         # Already in the Hugging Face cache: used in place. LFS blobs are named by sha256.
@@ -539,7 +522,7 @@ def _add_local(paths: Paths, source: ModelSource) -> ModelRecord:
     assert source.path is not None
     if not source.path.is_file():
         raise StoreError(f"{source.path} does not exist", hint="give the path of a .gguf file")
-    names = _hf_shard_names(source.path.name)
+    names = shard_names(source.path.name)
     files = [(source.path.with_name(Path(n).name), "", False) for n in names]
     hashed = [(p, sha256_file(p), False) for p, _, _ in files if p.exists()]
     if len(hashed) != len(files):

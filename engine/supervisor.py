@@ -97,11 +97,9 @@ def port_holder(host: str, port: int) -> str | None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
+        with contextlib.suppress(OSError):
             probe.bind((host, port))
             return None
-        except OSError:
-            pass
     with contextlib.suppress(psutil.Error, OSError):
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
@@ -194,11 +192,9 @@ class Supervisor:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(url)).status_code == 200:
                         return True
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), HEALTH_INTERVAL_S)
                     return False
-                except TimeoutError:
-                    pass
         return False
 
     async def events(self) -> AsyncIterator[ServerEvent]:

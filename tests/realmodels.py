@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -35,3 +36,19 @@ def gemma_model() -> Path:
     record = pull_model(paths, GEMMA_SOURCE)
     assert record.files[0].sha256 == GEMMA_SHA256
     return record.main_path
+
+
+def smoke_serve_argv(port: int) -> list[str]:
+    """`lucebox serve` of the smoke preset on ``port`` with a small context."""
+    return [
+        sys.executable,
+        "-m",
+        "lucebox.app.cli",
+        "serve",
+        "--preset",
+        "smoke",
+        "--port",
+        str(port),
+        "--ctx",
+        "4096",
+    ]

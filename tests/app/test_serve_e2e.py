@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 
 from tests.conftest import run_lucebox
 from tests.ports import free_port
-from tests.realmodels import engine_home
+from tests.realmodels import engine_home, smoke_serve_argv
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +32,7 @@ def served(built_engine_home):
     port = free_port()
     env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lucebox.app.cli",
-            "serve",
-            "--preset",
-            "smoke",
-            "--port",
-            str(port),
-            "--ctx",
-            "4096",
-        ],
+        smoke_serve_argv(port),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
