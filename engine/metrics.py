@@ -1,8 +1,9 @@
 """Metrics sampler: llama-server's /metrics counters, NVML and psutil -> one Sample a second.
 
 llama-server's throughput gauges reset on every scrape, so lucebox reads only the counters
-and derives rates from their deltas. The predicted and draft counters advance when a request
-finishes (contract 2.6), so decode rates describe the requests finished since the last sample.
+and derives rates from their deltas. The predicted and draft counters advance only when a
+request finishes (contract 2.6), so the live decode rate comes from /slots, whose `n_decoded`
+grows with every token; the counters give the rate when no slot is decoding any more.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import httpx
@@ -38,6 +39,10 @@ class Sample:
     engine_cpu_percent: float | None
     engine_rss_bytes: int | None
     requests_finished: int
+    slots_busy: int | None = None
+    slots_total: int | None = None
+    gpu_temperature_c: int | None = None
+    gpu_power_w: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +57,41 @@ def parse_counters(text: str) -> dict[str, float]:
             with contextlib.suppress(ValueError):
                 values[match.group(1)] = float(match.group(3))
     return values
+
+
+RATE_FIELDS = ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "spec_acceptance")
+
+
+def with_last_rates(last: Sample | None, sample: Sample) -> Sample:
+    """``sample`` with each rate it lacks taken from ``last``: the last known value to show."""
+    if last is None:
+        return sample
+    kept = {name: getattr(last, name) for name in RATE_FIELDS if getattr(sample, name) is None}
+    return replace(sample, **kept)
+
+
+def live_decoded(
+    before: dict[tuple[int, int], int], slots: list[Any]
+) -> tuple[int, dict[tuple[int, int], int]]:
+    """Tokens generated since ``before`` by the slots still decoding, and the new snapshot.
+
+    ``before`` maps (slot id, task id) to the slot's `n_decoded`; a task seen for the first
+    time counts from zero.
+    """
+    now: dict[tuple[int, int], int] = {}
+    tokens = 0
+    for slot in slots:
+        if not isinstance(slot, dict) or not slot.get("is_processing"):
+            continue
+        next_token = slot.get("next_token") or [{}]
+        decoded = next_token[0].get("n_decoded") if isinstance(next_token[0], dict) else None
+        slot_id, task_id = slot.get("id"), slot.get("id_task")
+        if not (isinstance(decoded, int) and isinstance(slot_id, int) and isinstance(task_id, int)):
+            continue
+        key = (slot_id, task_id)
+        now[key] = decoded
+        tokens += max(0, decoded - before.get(key, 0))
+    return tokens, now
 
 
 def derive(
@@ -102,38 +142,85 @@ class Sampler:
             self.process = psutil.Process(engine_pid)
             self.process.cpu_percent(None)
         self._counters: dict[str, float] = {}
+        self._decoded: dict[tuple[int, int], int] = {}
+        self._sampled_at = time.monotonic()
+        self._pending_prompt_s = 0.0
 
-    def _gpu(self) -> tuple[int | None, int | None]:
+    def _gpu(self) -> tuple[int | None, int | None, int | None, float | None]:
+        """(engine VRAM bytes, GPU util %, temperature C, power W); None where NVML has none."""
         if self.nvml is None or self.process is None:
-            return None, None
-        used = util = None
+            return None, None, None, None
+        used = util = temperature = power = None
         with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
             for pid, used_bytes in self.nvml.processes(self.gpu_index):
                 if pid == self.process.pid:
                     used = used_bytes
         with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
             util = self.nvml.utilization_percent(self.gpu_index)
-        return used, util
+        with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
+            temperature = self.nvml.temperature_c(self.gpu_index)
+        with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
+            power = self.nvml.power_draw_mw(self.gpu_index) / 1000
+        return used, util, temperature, power
+
+    async def _slots(self, client: httpx.AsyncClient) -> list[Any] | None:
+        try:
+            reply = await client.get(f"{self.url}/slots", headers=self.headers)
+            slots = reply.json() if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return slots if isinstance(slots, list) else None
 
     async def sample_once(self, client: httpx.AsyncClient) -> Sample | None:
         try:
-            page = await client.get(f"{self.url}/metrics", headers=self.headers)
+            page, slots = await asyncio.gather(
+                client.get(f"{self.url}/metrics", headers=self.headers), self._slots(client)
+            )
         except httpx.HTTPError:
             return None
         if page.status_code != 200:
             return None
+        now = time.monotonic()
+        interval_s, self._sampled_at = max(now - self._sampled_at, 1e-3), now
         counters = parse_counters(page.text)
         finished = self._finished_since_last(counters)
-        decode, prefill, ttft, acceptance = derive(self._counters, counters, finished)
+        decode, prefill, _, acceptance = derive(self._counters, counters, finished)
+        # A request's prompt time is counted when it is processed, its end when it finishes:
+        # time to first token is the prompt time gathered until a request finishes.
+        self._pending_prompt_s += counters.get("prompt_seconds_total", 0.0) - self._counters.get(
+            "prompt_seconds_total", 0.0
+        )
+        ttft = None
+        if finished:
+            ttft, self._pending_prompt_s = self._pending_prompt_s / finished, 0.0
         self._counters = counters
-        used, util = self._gpu()
+        busy = None
+        if slots is not None:
+            live_tokens, self._decoded = live_decoded(self._decoded, slots)
+            busy = len(self._decoded)
+            if busy:
+                decode = live_tokens / interval_s
+        used, util, temperature, power = self._gpu()
         cpu = rss = None
         if self.process is not None:
             with contextlib.suppress(psutil.Error):
                 cpu = self.process.cpu_percent(None)
                 rss = self.process.memory_info().rss
         sample = Sample(
-            time.time(), decode, prefill, ttft, acceptance, used, util, cpu, rss, finished
+            time.time(),
+            decode,
+            prefill,
+            ttft,
+            acceptance,
+            used,
+            util,
+            cpu,
+            rss,
+            finished,
+            slots_busy=busy,
+            slots_total=len(slots) if slots is not None else None,
+            gpu_temperature_c=temperature,
+            gpu_power_w=power,
         )
         self.history.append(sample)
         return sample

@@ -25,7 +25,7 @@ from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import GuardRefusal, LuceboxError
 from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
-from lucebox.engine.metrics import Sample, Sampler
+from lucebox.engine.metrics import Sample, Sampler, with_last_rates
 from lucebox.engine.paths import Paths
 from lucebox.engine.source import ensure_source
 from lucebox.engine.supervisor import ServerEvent, Supervisor
@@ -374,15 +374,8 @@ async def _sample(
     last: Sample | None = None
     try:
         async for sample in sampler.samples():
-            # Rates exist only for seconds in which a request finished; keep the last known.
-            if last is not None and sample.decode_tokens_per_s is None:
-                sample = dataclasses.replace(
-                    sample,
-                    decode_tokens_per_s=last.decode_tokens_per_s,
-                    prefill_tokens_per_s=last.prefill_tokens_per_s,
-                    ttft_s=last.ttft_s,
-                    spec_acceptance=last.spec_acceptance,
-                )
+            # Status shows the last known rate, not an idle second's missing one.
+            sample = with_last_rates(last, sample)
             last = sample
             state["sample"] = sample.to_json()
             save()
