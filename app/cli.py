@@ -26,7 +26,6 @@ from lucebox.engine import (
     guard,
     launch,
     pipeline,
-    presets,
     registry,
     service,
     source,
@@ -183,41 +182,50 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
             hint="use a preset with a draft, e.g. --preset qwen3-14b",
         )
     if args.detach:
-        import subprocess
-
-        argv = [
-            sys.executable,
-            "-m",
-            "lucebox.app.cli",
-            "serve",
-            *[a for a in sys.argv[2:] if a not in ("--detach", "--headless")],
-        ]
-        log = paths.ensure(paths.logs_dir) / "serve.log"
-        with log.open("a") as handle:
-            proc = subprocess.Popen(
-                argv,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        print(f"lucebox serve runs in the background (pid {proc.pid}); log: {log}")
+        pid, log = service.start_detached(paths, _serve_options(args))
+        print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
 
-    def emit(line: str) -> None:
+    return service.serve(paths, _serve_options(args), step_printer())
+
+
+def step_printer() -> Callable[[service.StepEvent], None]:
+    """Pipeline events as log lines; a running download or build prints every 5%."""
+    printed_twentieths: dict[str, int] = {}
+
+    def emit(event: service.StepEvent) -> None:
+        line = f"{event.step}: {event.message}"
+        if event.fraction is not None:
+            twentieth = int(event.fraction * 20)
+            if printed_twentieths.get(event.message) == twentieth:
+                return
+            printed_twentieths[event.message] = twentieth
+            line += f": {event.fraction:.0%}"
+            if event.rate_bytes_per_s is not None:
+                line += f" at {event.rate_bytes_per_s / 2**20:.1f} MiB/s"
+            if event.eta_s is not None:
+                line += f", {event.eta_s:.0f} s left"
         print(f"lucebox: {line}", flush=True)
 
-    return service.serve(paths, _serve_options(args), emit)
+    return emit
 
 
 def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
-    if not args.headless:
+    if args.headless or args.detach:
+        return cmd_serve(args, paths)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print(
-            "lucebox: the dashboard (TUI) is not in this version yet; running headless",
+            "lucebox: no terminal for the dashboard; running headless (as `lucebox serve`)",
             file=sys.stderr,
         )
-    return cmd_serve(args, paths)
+        return cmd_serve(args, paths)
+    if args.draft:
+        return cmd_serve(args, paths)  # refuses --draft with the same message
+    from lucebox.app.tui import make_app  # Textual loads only for the dashboard
+
+    result = make_app(paths, _serve_options(args)).run()
+    return result or EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -278,8 +286,8 @@ def _mib(n_bytes: int) -> str:
 def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
     budget = pipeline.budget_for(gpu.probe_gpus(), settings.gpu_index, args.vram_mib)
-    plans = [pipeline.plan_preset(paths, p, budget) for p in presets.load_presets(paths)]
-    best = pipeline.choose_preset(plans, budget)
+    table = pipeline.preset_table(paths, budget)
+    plans, best = table.plans, table.best
     if args.json:
         print_json(
             {

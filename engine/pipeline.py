@@ -214,6 +214,20 @@ def choose_preset(plans: list[PresetPlan], budget: GpuBudget) -> PresetPlan | No
     return smoke[0] if smoke else None
 
 
+@dataclass(frozen=True)
+class PresetTable:
+    """Every preset planned for one budget, and the one `lucebox up` would pick."""
+
+    budget: GpuBudget
+    plans: tuple[PresetPlan, ...]
+    best: PresetPlan | None
+
+
+def preset_table(paths: Paths, budget: GpuBudget) -> PresetTable:
+    plans = tuple(plan_preset(paths, p, budget) for p in load_presets(paths))
+    return PresetTable(budget, plans, choose_preset(list(plans), budget))
+
+
 def pick_preset(
     paths: Paths,
     budget: GpuBudget,

@@ -14,11 +14,13 @@ import fcntl
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain
 from lucebox.engine.atomic import write_text_atomic
@@ -27,6 +29,7 @@ from lucebox.engine.errors import GuardRefusal, LuceboxError
 from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
 from lucebox.engine.paths import Paths
+from lucebox.engine.plan import Plan
 from lucebox.engine.source import ensure_source
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
@@ -44,6 +47,55 @@ class ServeOptions:
     port: int | None = None
     gpu_index: int | None = None
     allow_base: bool = False
+
+    def to_args(self) -> list[str]:
+        """The `lucebox serve` arguments that give these options."""
+        pairs = [
+            ("--preset", self.preset),
+            ("--model", self.model),
+            ("--ctx", self.ctx),
+            ("--host", self.host),
+            ("--port", self.port),
+            ("--gpu", self.gpu_index),
+        ]
+        args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
+        return [*args, "--allow-base"] if self.allow_base else args
+
+
+StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
+STEPS: tuple[StepName, ...] = ("gpu", "preset", "models", "engine", "plan", "server")
+StepState = Literal["running", "done", "failed", "note"]
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """Progress of one pipeline step: what the CLI prints as a line and the TUI as a checklist."""
+
+    step: StepName
+    state: StepState
+    message: str
+    fraction: float | None = None
+    """0..1 of a download or build while it runs."""
+    rate_bytes_per_s: float | None = None
+    eta_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before the engine starts."""
+
+    spec: LaunchSpec
+    model: str
+    """The served model's name (the preset id, or the file's stem)."""
+    gpu_index: int
+    device: str
+    engine_version: str
+    plan: Plan
+    available_bytes: int
+    ready_timeout_s: float
+
+
+Emit = Callable[[StepEvent], None]
 
 
 class AlreadyServingError(LuceboxError):
@@ -104,6 +156,21 @@ def current_status(paths: Paths) -> dict[str, Any]:
     }
 
 
+def start_detached(paths: Paths, options: ServeOptions) -> tuple[int, Path]:
+    """Start `lucebox serve` as a background service of this user; returns its pid and log."""
+    argv = [sys.executable, "-m", "lucebox.app.cli", "serve", *options.to_args()]
+    log = paths.ensure(paths.logs_dir) / "serve.log"
+    with log.open("a") as handle:
+        proc = subprocess.Popen(
+            argv,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return proc.pid, log
+
+
 def stop_server(paths: Paths, timeout_s: float = 30.0) -> int | None:
     """SIGTERM the running lucebox server and wait for it; returns its pid, or None."""
     status = current_status(paths)
@@ -117,7 +184,9 @@ def stop_server(paths: Paths, timeout_s: float = 30.0) -> int | None:
     return int(pid)
 
 
-class _Lock:
+class ServeLock:
+    """One lucebox server per user: held for as long as a server (headless or TUI) runs."""
+
     def __init__(self, paths: Paths) -> None:
         folder = paths.ensure(paths.runtime_dir)
         self.handle: IO[str] = (folder / LOCK_NAME).open("a+")
@@ -136,70 +205,65 @@ class _Lock:
         self.handle.close()
 
 
-Emit = Callable[[str], None]
-
-
 def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
-    """Turn download progress into a line every 5% (the log of a headless service)."""
-    last = [-1]
-
     def report(event: TransferProgress) -> None:
-        fraction = event.fraction
-        if fraction is None or int(fraction * 20) == last[0]:
-            return
-        last[0] = int(fraction * 20)
-        eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
         emit(
-            f"download {event.name}: {fraction:.0%} at "
-            f"{event.rate_bytes_per_s / 2**20:.1f} MiB/s{eta}"
+            StepEvent(
+                "models",
+                "running",
+                f"downloading {event.name}",
+                event.fraction,
+                event.rate_bytes_per_s,
+                event.eta_s,
+            )
         )
 
     return report
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
-    """A line at every 10% of the engine build."""
-    last = [-1]
-
     def report(event: BuildEvent) -> None:
-        if event.percent is not None and event.percent // 10 > last[0]:
-            last[0] = event.percent // 10
-            emit(f"engine build: {event.percent}%")
+        if event.percent is not None:
+            emit(StepEvent("engine", "running", "building the engine", event.percent / 100))
 
     return report
 
 
-def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpec, str, int]:
-    """Everything before the engine starts; returns the launch spec, a model name, GPU index."""
+def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
+    """Every step before the engine starts: GPU, preset, models, engine, plan (blocking I/O)."""
     settings = config.load_settings(paths)
+    emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
     gpu_index = options.gpu_index if options.gpu_index is not None else settings.gpu_index
     budget = pipeline.budget_for(probe, gpu_index)
-    emit(f"device: {budget.device}, {budget.free_bytes / 2**30:.1f} GiB free")
+    emit(StepEvent("gpu", "done", f"{budget.device}, {budget.free_bytes / 2**30:.1f} GiB free"))
     allow_base = options.allow_base or settings.allow_base
     preset = None
     if options.model:
         target_source = options.model
+        emit(StepEvent("preset", "done", f"no preset: serving {target_source}"))
     else:
+        emit(StepEvent("preset", "running", "choosing the model set"))
         preset = pipeline.pick_preset(paths, budget, options.preset or settings.preset).preset
-        emit(f"preset: {preset.id} ({preset.title})")
+        emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
         target_source = preset.target.source
 
+    emit(StepEvent("models", "running", f"looking for {target_source}"))
     target_path = pipeline.local_file(paths, target_source)
     if target_path is None:
-        emit(f"model: pulling {target_source}")
         target_path = store.pull_model(
             paths, target_source, on_progress=_download_progress(emit)
         ).main_path
+    emit(StepEvent("engine", "running", "looking for an installed engine"))
     selection = registry.select_engine(paths, probe, settings.engine)
     engine = selection.engine
     if engine is None:
-        emit("engine: none installed, building it (this takes a while once)")
+        emit(StepEvent("engine", "note", "none installed: building it (this takes a while once)"))
         choice = choose_options(probe, toolchain.probe_cuda_toolkit())
         engine, _ = registry.build_and_install(
             paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
         )
-    emit(f"engine: {engine.id} ({engine.version})")
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     archs = registry.known_model_archs(paths, registry.EngineSelection(engine, ""))
     template = preset.chat_template if preset else None
     checked = guard.check_model(
@@ -209,7 +273,7 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
         known_archs=archs,
     )
     for problem in checked.problems:
-        emit(f"model check: {problem.severity} {problem.code}: {problem.message}")
+        emit(StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}"))
     if not checked.usable:
         raise GuardRefusal(
             f"{target_path.name} was refused by the model check", hint="see the problems above"
@@ -221,7 +285,6 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
         if preset.draft.model is not None:
             draft_file = pipeline.local_file(paths, preset.draft.model.source)
             if draft_file is None:
-                emit(f"draft: pulling {preset.draft.model.source}")
                 draft_file = store.pull_model(
                     paths, preset.draft.model.source, on_progress=_download_progress(emit)
                 ).main_path
@@ -234,8 +297,10 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
             if draft_result.usable:
                 draft_path = str(draft_file)
             else:
-                emit("draft: refused by its guard, serving without speculation")
+                emit(StepEvent("models", "note", "draft refused by its guard: no speculation"))
                 spec_type = None
+    emit(StepEvent("models", "done", target_path.name + (" + draft" if draft_path else "")))
+    emit(StepEvent("plan", "running", "sizing context and KV cache"))
     facts = pipeline.facts_for(paths, target_path, engine)
     ctx = options.ctx or settings.ctx or None
     plan = pipeline.plan_model(facts, budget, ctx, engine)
@@ -245,15 +310,21 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
             hint=f"the largest context that fits is {plan.largest_ctx} tokens",
         )
     emit(
-        f"plan: ctx {plan.ctx}, KV {plan.cache_type_k}, "
-        f"{plan.memory_bytes.total / 2**30:.2f} GiB of {budget.free_bytes / 2**30:.1f} GiB"
+        StepEvent(
+            "plan",
+            "done",
+            f"ctx {plan.ctx}, KV {plan.cache_type_k}, "
+            f"{plan.memory_bytes.total / 2**30:.2f} GiB of {budget.free_bytes / 2**30:.1f} GiB",
+        )
     )
     host = options.host or settings.host
     api_key = settings.api_key or None
     if not is_loopback(host) and api_key is None:
         api_key = new_api_key()
         config.set_setting(paths, "server.api_key", api_key)
-        emit(f"API key (shown once, saved as server.api_key): {api_key}")
+        emit(
+            StepEvent("server", "note", f"API key (shown once, saved as server.api_key): {api_key}")
+        )
     spec = LaunchSpec(
         server_path=engine.server_path,
         model_path=str(target_path),
@@ -268,10 +339,21 @@ def _prepare(paths: Paths, options: ServeOptions, emit: Emit) -> tuple[LaunchSpe
         api_key=api_key,
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
     )
-    return spec, spec.alias, gpu_index
+    # Loading reads the whole file: allow a minute per GiB on top of two minutes.
+    ready_timeout_s = 120 + 60 * target_path.stat().st_size / 2**30
+    return Prepared(
+        spec,
+        spec.alias,
+        gpu_index,
+        budget.device,
+        engine.version,
+        plan,
+        budget.free_bytes,
+        ready_timeout_s,
+    )
 
 
-def _smaller_context(spec: LaunchSpec) -> LaunchSpec | None:
+def smaller_context(spec: LaunchSpec) -> LaunchSpec | None:
     """Re-plan at three quarters of the context after an out-of-memory start."""
     ctx = (spec.plan.ctx * 3 // 4) // 256 * 256
     if ctx < 2048:
@@ -279,37 +361,52 @@ def _smaller_context(spec: LaunchSpec) -> LaunchSpec | None:
     return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, ctx=ctx))
 
 
+def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
+    return Supervisor(
+        prepared.spec,
+        engine_log(paths),
+        ready_timeout_s=prepared.ready_timeout_s,
+        replan_on_oom=smaller_context,
+    )
+
+
 def serve(paths: Paths, options: ServeOptions, emit: Emit) -> int:
     """Run the pipeline in the foreground until SIGINT/SIGTERM or a crash loop."""
-    lock = _Lock(paths)
+    lock = ServeLock(paths)
     try:
-        spec, model, gpu_index = _prepare(paths, options, emit)
-        # Loading reads the whole file: allow a minute per GiB on top of two minutes.
-        ready_timeout_s = 120 + 60 * Path(spec.model_path).stat().st_size / 2**30
-        return asyncio.run(_supervise(paths, spec, model, gpu_index, ready_timeout_s, emit))
+        prepared = prepare(paths, options, emit)
+        return asyncio.run(_serve_headless(paths, prepared, emit))
     finally:
-        state_file(paths).unlink(missing_ok=True)
         lock.release()
 
 
-async def _supervise(
-    paths: Paths,
-    spec: LaunchSpec,
-    model: str,
-    gpu_index: int,
-    ready_timeout_s: float,
-    emit: Emit,
-) -> int:
-    supervisor = Supervisor(
-        spec, engine_log(paths), ready_timeout_s=ready_timeout_s, replan_on_oom=_smaller_context
-    )
+async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
+    supervisor = new_supervisor(paths, prepared)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, supervisor.stop)
+    exit_code = 0
+    async for item in run_server(paths, prepared, supervisor):
+        if isinstance(item, ServerEvent):
+            state: StepState = "failed" if item.kind in ("gave-up", "exited") else "running"
+            emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
+            if item.kind == "gave-up":
+                exit_code = 1
+    return exit_code
+
+
+async def run_server(
+    paths: Paths, prepared: Prepared, supervisor: Supervisor
+) -> AsyncIterator[ServerEvent | Sample]:
+    """Supervise the engine and sample it once ready; yields both streams as they come.
+
+    Keeps the state file that `lucebox status` reads, and removes it when the server ends.
+    """
+    spec = prepared.spec
     state: dict[str, Any] = {
         "pid": os.getpid(),
         "url": url_of(spec),
-        "model": model,
+        "model": prepared.model,
         "started_at": time.time(),
         "state": "starting",
         "restarts": 0,
@@ -321,28 +418,44 @@ async def _supervise(
     def save() -> None:
         write_text_atomic(state_file(paths), json.dumps(state))
 
+    queue: asyncio.Queue[ServerEvent | Sample | None] = asyncio.Queue()
     sampler_task: asyncio.Task[None] | None = None
-    exit_code = 0
+
+    async def follow_supervisor() -> None:
+        try:
+            async for event in supervisor.events():
+                await queue.put(event)
+        finally:
+            await queue.put(None)
+
+    supervising = asyncio.create_task(follow_supervisor())
     try:
-        async for event in supervisor.events():
-            emit(f"server: {event.kind}: {event.message}")
-            state.update(state=_state_of(event), restarts=event.restarts, engine_pid=event.pid)
-            save()
-            if event.kind == "ready" and event.pid is not None:
-                if sampler_task is not None:
+        while (item := await queue.get()) is not None:
+            if isinstance(item, ServerEvent):
+                state.update(state=state_of(item), restarts=item.restarts, engine_pid=item.pid)
+                if item.kind == "ready" and item.pid is not None:
+                    if sampler_task is not None:
+                        sampler_task.cancel()
+                    sampler_task = asyncio.create_task(
+                        _sample(spec, item.pid, prepared.gpu_index, state, queue)
+                    )
+                elif sampler_task is not None and item.kind != "ready":
                     sampler_task.cancel()
-                sampler_task = asyncio.create_task(_sample(spec, event.pid, gpu_index, state, save))
-            if event.kind == "gave-up":
-                exit_code = 1
+                    sampler_task = None
+            save()
+            yield item
     finally:
+        supervisor.stop()
         if sampler_task is not None:
             sampler_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler_task
-    return exit_code
+        for task in (sampler_task, supervising):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        state_file(paths).unlink(missing_ok=True)
 
 
-def _state_of(event: ServerEvent) -> str:
+def state_of(event: ServerEvent) -> str:
     return {
         "starting": "starting",
         "loading": "loading",
@@ -359,7 +472,7 @@ async def _sample(
     engine_pid: int,
     gpu_index: int,
     state: dict[str, Any],
-    save: Callable[[], None],
+    queue: asyncio.Queue[ServerEvent | Sample | None],
 ) -> None:
     nvml = gpu.PynvmlProvider()
     try:
@@ -374,11 +487,10 @@ async def _sample(
     last: Sample | None = None
     try:
         async for sample in sampler.samples():
+            await queue.put(sample)
             # Status shows the last known rate, not an idle second's missing one.
-            sample = with_last_rates(last, sample)
-            last = sample
-            state["sample"] = sample.to_json()
-            save()
+            last = with_last_rates(last, sample)
+            state["sample"] = last.to_json()
     finally:
         if nvml_or_none is not None:
             with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):

@@ -164,6 +164,8 @@ class Supervisor:
         self.spec = spec
         self.log = RotatingLog(log_path)
         self.ring: deque[str] = deque(maxlen=RING_LINES)
+        self.lines_total = 0
+        """Lines the engine has written so far; a viewer shows the ring's last new ones."""
         self.ready_timeout_s = ready_timeout_s
         self.policy = policy or RestartPolicy()
         self.replan_on_oom = replan_on_oom
@@ -171,6 +173,7 @@ class Supervisor:
         self.restarts = 0
         self.started_at = time.time()
         self._stopping = asyncio.Event()
+        self._restart_asked = asyncio.Event()
         self._crash_times: list[float] = []
         self._oom_retried = False
 
@@ -182,6 +185,7 @@ class Supervisor:
         while raw := await stream.readline():
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             self.ring.append(line)
+            self.lines_total += 1
             self.log.write(line)
 
     async def _wait_ready(self, process: asyncio.subprocess.Process) -> bool:
@@ -241,9 +245,22 @@ class Supervisor:
                         restarts=self.restarts,
                     )
                     stop_wait = asyncio.create_task(self._stopping.wait())
+                    restart_wait = asyncio.create_task(self._restart_asked.wait())
                     exit_wait = asyncio.create_task(process.wait())
-                    await asyncio.wait({stop_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        {stop_wait, restart_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED
+                    )
                     stop_wait.cancel()
+                    restart_wait.cancel()
+                    if self._restart_asked.is_set() and not self._stopping.is_set():
+                        self._restart_asked.clear()
+                        await self._terminate(process)
+                        await pump
+                        self.restarts += 1
+                        yield ServerEvent(
+                            "restarting", "restarting as asked", process.pid, restarts=self.restarts
+                        )
+                        continue
                 if self._stopping.is_set():
                     await self._terminate(process)
                     await pump
@@ -322,5 +339,13 @@ class Supervisor:
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
 
+    @property
+    def stop_requested(self) -> bool:
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         self._stopping.set()
+
+    def restart(self) -> None:
+        """Stop the serving engine and start it again (no crash counted, no backoff)."""
+        self._restart_asked.set()

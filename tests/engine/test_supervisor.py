@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -128,3 +129,50 @@ def test_log_path_is_created(tmp_path):
     log.write("line")
     log.close()
     assert Path(tmp_path / "deep" / "engine.log").read_text() == "line\n"
+
+
+HEALTHY = """#!{python}
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{{"status":"ok"}}')
+
+    def log_message(self, *args):
+        pass
+
+print("main: server is listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+async def test_restart_asked_starts_a_new_engine_without_counting_a_crash(plan, tmp_path):
+    fake = tmp_path / "fake-server"
+    fake.write_text(HEALTHY.format(python=sys.executable))
+    fake.chmod(0o755)
+    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    seen = []
+    async for event in supervisor.events():
+        seen.append(event)
+        ready = [e for e in seen if e.kind == "ready"]
+        if event.kind == "ready":
+            if len(ready) == 1:
+                supervisor.restart()
+            else:
+                supervisor.stop()
+    kinds = [e.kind for e in seen]
+    assert kinds == [
+        *("starting", "loading", "ready", "restarting"),
+        *("starting", "loading", "ready", "stopped"),
+    ]
+    first_pid, second_pid = (e.pid or 0 for e in seen if e.kind == "ready")
+    assert 0 < first_pid != second_pid > 0
+    assert seen[-1].restarts == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(first_pid, 0)
+    with pytest.raises(ProcessLookupError):
+        os.kill(second_pid, 0)

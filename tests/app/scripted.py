@@ -1,0 +1,156 @@
+"""A scripted TUI backend: pipeline steps, failures, server events and samples on cue.
+
+The real backend is driven in test_tui.py's end-to-end test; this one produces the faults and
+the frozen states (a download at 40%, a dashboard with a minute of samples) that snapshots and
+failure tests need and that the real pipeline cannot hold still for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lucebox.app.tui import Backend
+from lucebox.engine.errors import LuceboxError
+from lucebox.engine.gguf import inspect_model
+from lucebox.engine.launch import LaunchSpec
+from lucebox.engine.metrics import Sample
+from lucebox.engine.paths import Paths
+from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, facts_from_info, make_plan
+from lucebox.engine.service import Emit, Prepared, ServeOptions, StepEvent
+from lucebox.engine.supervisor import ServerEvent, Supervisor
+from tests.engine.test_plan import GEMMA_270M
+from tests.ggufgen import write_llama
+
+STEPS_DONE = [
+    StepEvent("gpu", "running", "looking for an NVIDIA GPU"),
+    StepEvent("gpu", "done", "GPU 0: NVIDIA GeForce RTX 4090, 22.6 GiB free"),
+    StepEvent("preset", "done", "smoke (Gemma 3 270M smoke test)"),
+    StepEvent("models", "done", "gemma-3-270m-q4_k_m.gguf"),
+    StepEvent("engine", "done", "llama.cpp-b11434-cuda-sm89 (build 11434)"),
+    StepEvent("plan", "done", "ctx 32768, KV f16, 1.33 GiB of 22.6 GiB"),
+]
+STEPS_DOWNLOADING = [
+    *STEPS_DONE[:3],
+    StepEvent(
+        "models",
+        "running",
+        "downloading Qwen3-14B-Q4_K_M.gguf",
+        fraction=0.4,
+        rate_bytes_per_s=48.5 * 2**20,
+        eta_s=112,
+    ),
+]
+LOG_LINES = [
+    "main: loading model",
+    "llama_model_loader: loaded meta data with 39 key-value pairs",
+    "load_tensors: offloaded 19/19 layers to GPU",
+    "llama_context: n_ctx = 32768",
+    "W the draft model is not used: no speculative type was set",
+    "srv  init: initializing slots, n_slots = 1",
+    "main: server is listening on http://127.0.0.1:8080",
+    "srv  update_slots: all slots are idle",
+]
+
+
+def prepared_for(tmp_path: Path) -> Prepared:
+    model = write_llama(tmp_path / "gemma-3-270m.gguf", GEMMA_270M)
+    budget = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB), True)
+    plan = make_plan(
+        PlanRequest(target=facts_from_info(inspect_model(model)), budget=budget, ctx=32768)
+    )
+    spec = LaunchSpec("/opt/llama-server", str(model), plan, "smoke", port=8080)
+    return Prepared(spec, "smoke", 0, budget.device, "b11434", plan, budget.free_bytes, 60.0)
+
+
+def samples(count: int) -> list[Sample]:
+    """A minute of a busy server: decode and prefill rising and falling, steady VRAM."""
+    out = []
+    for second in range(count):
+        wave = (second % 12) / 12
+        out.append(
+            Sample(
+                1000.0 + second,
+                decode_tokens_per_s=180.0 + 60 * wave,
+                prefill_tokens_per_s=2400.0 + 900 * wave,
+                ttft_s=0.08 + 0.04 * wave,
+                spec_acceptance=None,
+                vram_used_bytes=int(1.29 * GIB),
+                gpu_util_percent=int(40 + 50 * wave),
+                engine_cpu_percent=101.0,
+                engine_rss_bytes=int(0.61 * GIB),
+                requests_finished=int(second % 3 == 0),
+                slots_busy=1,
+                slots_total=1,
+                gpu_temperature_c=61,
+                gpu_power_w=212.0,
+            )
+        )
+    return out
+
+
+@dataclass
+class ScriptedBackend(Backend):
+    paths: Paths
+    tmp_path: Path
+    steps: list[StepEvent] = field(default_factory=lambda: list(STEPS_DONE))
+    failures: list[LuceboxError] = field(default_factory=list)
+    """Raised by the first prepare calls, one each."""
+    hold: threading.Event | None = None
+    """When set, prepare waits for it after its steps (a download that stays at 40%)."""
+    server_events: list[ServerEvent] = field(
+        default_factory=lambda: [
+            ServerEvent("starting", "engine started (pid 4242)", 4242),
+            ServerEvent("loading", "loading the model", 4242),
+            ServerEvent("ready", "serving at http://127.0.0.1:8080", 4242),
+        ]
+    )
+    sample_script: list[Sample] = field(default_factory=list)
+    options_seen: list[ServeOptions] = field(default_factory=list)
+    detached: list[ServeOptions] = field(default_factory=list)
+    chosen: list[str] = field(default_factory=list)
+
+    def prepare(self, options: ServeOptions, emit: Emit) -> Prepared:
+        self.options_seen.append(options)
+        for event in self.steps:
+            emit(event)
+        if self.failures:
+            raise self.failures.pop(0)
+        if self.hold is not None:
+            self.hold.wait(timeout=30)
+        return prepared_for(self.tmp_path)
+
+    def choose_preset(self, preset_id: str) -> None:
+        self.chosen.append(preset_id)
+
+    def supervisor(self, prepared: Prepared) -> Supervisor:
+        supervisor = Supervisor(
+            prepared.spec, self.tmp_path / "engine.log", ready_timeout_s=prepared.ready_timeout_s
+        )
+        supervisor.ring.extend(LOG_LINES)
+        supervisor.lines_total = len(LOG_LINES)
+        return supervisor
+
+    async def run(
+        self, prepared: Prepared, supervisor: Supervisor
+    ) -> AsyncIterator[ServerEvent | Sample]:
+        try:
+            for event in self.server_events:
+                yield event
+            for sample in self.sample_script:
+                yield sample
+            if self.server_events and self.server_events[-1].kind == "gave-up":
+                return
+            # The supervisor offers a flag, not an event, to anything outside it: poll it.
+            while not supervisor.stop_requested:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            yield ServerEvent("stopped", "engine stopped", 4242)
+        finally:
+            supervisor.log.close()
+
+    def detach(self, options: ServeOptions) -> tuple[int, Path]:
+        self.detached.append(options)
+        return 4343, self.tmp_path / "serve.log"

@@ -1,0 +1,194 @@
+"""The TUI driven by Textual's pilot: scripted faults and states, and the real pipeline."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from textual.widgets import Button, DataTable, Input, Label, RichLog, Sparkline, Static
+
+from lucebox.app.tui import (
+    ChatPanel,
+    DashboardScreen,
+    LuceboxApp,
+    PresetScreen,
+    StartScreen,
+    StepRow,
+)
+from lucebox.engine.errors import GuardRefusal
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.service import ServeOptions, StepEvent
+from lucebox.engine.supervisor import ServerEvent
+from tests.app.scripted import STEPS_DOWNLOADING, ScriptedBackend, samples
+
+
+@pytest.fixture
+def backend(tmp_path) -> ScriptedBackend:
+    return ScriptedBackend(resolve_paths(dict(os.environ)), tmp_path)
+
+
+def app_for(backend: ScriptedBackend, options: ServeOptions | None = None) -> LuceboxApp:
+    return LuceboxApp(backend, options or ServeOptions(preset="smoke"), clock=lambda: 1000.0)
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the app did not reach the expected state")
+
+
+async def test_pipeline_steps_then_dashboard_with_samples(backend):
+    backend.sample_script = samples(20)
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        rows = {row.step: row.state for row in app.start_screen.query(StepRow)}
+        assert rows == dict.fromkeys(rows, "done")
+        dashboard = app.screen
+        assert isinstance(dashboard, DashboardScreen)
+        await wait_until(pilot, lambda: len(dashboard.history) == 20)
+        decode = str(dashboard.query_one("#decode-value", Label).render())
+        assert decode.endswith("tok/s") and decode != "—"
+        assert len(dashboard.query_one("#decode-spark", Sparkline).data or []) == 20
+        header = str(dashboard.query_one("#dash-header", Static).render())
+        assert "http://127.0.0.1:8080/v1" in header and "ready" in header
+        gpu_text = str(dashboard.query_one("#gpu", Static).render())
+        assert "weights" in gpu_text and "using 1.29 GiB" in gpu_text and "61°C" in gpu_text
+        assert "server is listening" in "\n".join(
+            str(line.text) for line in dashboard.query_one("#log-tail", RichLog).lines
+        )
+    assert backend.options_seen == [ServeOptions(preset="smoke")]
+
+
+async def test_download_progress_shows_bar_rate_and_eta(backend):
+    backend.steps = list(STEPS_DOWNLOADING)
+    backend.hold = threading.Event()
+    app = app_for(backend)
+    try:
+        async with app.run_test(size=(120, 30)) as pilot:
+            row = app.start_screen.query_one("#step-models", StepRow)
+            await wait_until(pilot, lambda: row.state == "running")
+            await pilot.pause(0.1)
+            assert row.query_one(".step-rate", Label).display
+            assert "48.5 MiB/s · 112 s left" in str(row.query_one(".step-rate", Label).render())
+            # Responsive while the blocking step runs: the log screen opens and closes.
+            await pilot.press("l")
+            assert app.screen.__class__.__name__ == "LogScreen"
+            await pilot.press("escape")
+            assert isinstance(app.screen, StartScreen)
+    finally:
+        backend.hold.set()
+
+
+async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend):
+    backend.failures = [
+        GuardRefusal(
+            "model.gguf was refused by the model check: base-model",
+            hint="pass --allow-base to serve a base model on purpose",
+        )
+    ]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        failure = app.start_screen.query_one("#failure")
+        await wait_until(pilot, lambda: failure.display)
+        assert "refused by the model check" in str(
+            app.start_screen.query_one("#failure-message", Static).render()
+        )
+        assert app.start_screen.query_one("#allow-base", Button).display
+        await pilot.click("#allow-base")
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+    assert [o.allow_base for o in backend.options_seen] == [False, True]
+
+
+async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
+    backend.server_events = [
+        ServerEvent("starting", "engine started (pid 1)", 1),
+        ServerEvent("exited", "engine exited (1): CUDA out of memory", 1, "oom"),
+        ServerEvent("gave-up", "gave up after 5 crashes in 600 s: out of memory", 1, "oom"),
+    ]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        failure = app.start_screen.query_one("#failure")
+        await wait_until(pilot, lambda: failure.display)
+        assert app.start_screen.query_one("#step-server", StepRow).state == "failed"
+        hint = str(app.start_screen.query_one("#failure-hint", Static).render())
+        assert "smaller card" in hint
+        assert not app.start_screen.query_one("#allow-base", Button).display
+        ready = ServerEvent("ready", "serving at http://127.0.0.1:8080", 2)
+        backend.server_events = [backend.server_events[0], ready]
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+
+async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
+    app = app_for(backend, ServeOptions())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, PresetScreen)
+                and app.screen.query_one(DataTable).row_count > 0
+            ),
+        )
+        table = app.screen.query_one(DataTable)
+        assert table.row_count >= 6
+        ids = [str(key.value) for key in table.rows]
+        assert "smoke" in ids
+        # Without a GPU the smoke test is the one that fits, and the cursor starts on it.
+        assert ids[table.cursor_row] == "smoke"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+    assert backend.chosen == ["smoke"]
+    assert backend.options_seen[0].preset == "smoke"
+
+
+async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend):
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await pilot.press("q")
+        await pilot.click("#keep")
+        await wait_until(pilot, lambda: bool(backend.detached))
+    assert backend.detached == [ServeOptions(preset="smoke")]
+    assert app.lock is None
+
+
+async def test_quit_stopping_the_server_stops_it(backend):
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        supervisor = app.supervisor
+        await pilot.press("q")
+        await pilot.click("#stop")
+        await wait_until(pilot, lambda: supervisor is not None and supervisor.stop_requested)
+    assert backend.detached == []
+
+
+async def test_chat_reports_a_server_that_is_not_there(backend):
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await pilot.press("c")
+        chat = app.screen.query_one(ChatPanel)
+        assert chat.display and isinstance(app.focused, Input)
+        await pilot.press(*"hi", "enter")
+        stats = chat.query_one("#chat-stats", Label)
+        await wait_until(pilot, lambda: "failed" in str(stats.render()))
+
+
+def test_no_color_is_respected(backend, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert app_for(backend).no_color
+
+
+def test_step_event_progress_messages_merge():
+    from lucebox.app.tui import StepChanged
+
+    first = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.1))
+    newer = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.2))
+    done = StepChanged(StepEvent("models", "done", "x"))
+    assert newer.can_replace(first)
+    assert not done.can_replace(first)
