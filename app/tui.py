@@ -216,6 +216,7 @@ class StartScreen(Screen[None]):
 
     def show_failure(self, failed: PipelineFailed) -> None:
         self.show_step(StepEvent(failed.step, "failed", failed.message))
+        self.query_one("#failure").border_title = f"{STEP_TITLES[failed.step]} failed"
         self.query_one("#failure-message", Static).update(Text(failed.message, style="bold"))
         self.query_one("#failure-hint", Static).update(failed.hint or "")
         base_refused = "base-model" in failed.message or "base model" in failed.message
@@ -283,7 +284,7 @@ class PresetScreen(ModalScreen[str | None]):
             table.add_row(
                 "★" if best is not None and item is best else "",
                 item.preset.id,
-                f"{item.preset.vram_tier_gib} GB",
+                f"{item.preset.vram_tier_gib} GB" if item.preset.vram_tier_gib else "any",
                 f"{item.plan.ctx:,}" if fits else f"no: {item.misfit}",
                 item.plan.cache_type_k if fits else "",
                 f"{item.plan.memory_bytes.total / GIB:.1f} GiB",
@@ -329,12 +330,12 @@ def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
     bar.append("\n")
     for size, label, colour in parts:
         if size:
-            bar.append("■ ", style=colour)
-            bar.append(f"{label} {size / GIB:.1f}  ")
-    bar.append("\n")
-    planned = f"planned {memory.total / GIB:.2f} GiB of {prepared.available_bytes / GIB:.1f}"
-    actual = "" if used_bytes is None else f" · using {used_bytes / GIB:.2f} GiB"
-    bar.append(planned + actual)
+            bar.append("■", style=colour)
+            bar.append(f" {label} {size / GIB:.1f} ")
+    bar.append("GiB\n")
+    bar.append(f"plan {memory.total / GIB:.2f} of {prepared.available_bytes / GIB:.1f} GiB")
+    if used_bytes is not None:
+        bar.append(f" · uses {used_bytes / GIB:.2f}")
     return bar
 
 
@@ -370,20 +371,25 @@ class GpuPanel(Static):
         width = max(self.size.width - 4, 10)
         text = vram_bar(prepared, sample.vram_used_bytes if sample else None, width)
         if sample is not None:
-            facts = []
-            if sample.gpu_util_percent is not None:
-                facts.append(f"util {sample.gpu_util_percent}%")
-            if sample.gpu_temperature_c is not None:
-                facts.append(f"{sample.gpu_temperature_c}°C")
-            if sample.gpu_power_w is not None:
-                facts.append(f"{sample.gpu_power_w:.0f} W")
-            if sample.engine_cpu_percent is not None:
-                facts.append(f"engine CPU {sample.engine_cpu_percent:.0f}%")
-            if sample.engine_rss_bytes is not None:
-                facts.append(f"RAM {sample.engine_rss_bytes / GIB:.2f} GiB")
-            if sample.slots_total is not None:
-                facts.append(f"slots {sample.slots_busy or 0}/{sample.slots_total} busy")
-            text.append("\n" + " · ".join(facts))
+            device = [
+                f"GPU {sample.gpu_util_percent}%" if sample.gpu_util_percent is not None else "",
+                f"{sample.gpu_temperature_c}°C" if sample.gpu_temperature_c is not None else "",
+                f"{sample.gpu_power_w:.0f} W" if sample.gpu_power_w is not None else "",
+            ]
+            engine = [
+                f"CPU {sample.engine_cpu_percent:.0f}%"
+                if sample.engine_cpu_percent is not None
+                else "",
+                f"RAM {sample.engine_rss_bytes / GIB:.2f} GiB"
+                if sample.engine_rss_bytes is not None
+                else "",
+                f"slots {sample.slots_busy or 0}/{sample.slots_total}"
+                if sample.slots_total is not None
+                else "",
+            ]
+            for facts in (device, engine):
+                if any(facts):
+                    text.append("\n" + " · ".join(f for f in facts if f))
         self.update(text)
 
 
@@ -400,6 +406,7 @@ class DashboardScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "toggle_chat", "Chat"),
+        Binding("escape", "close_chat", "Close chat", show=False),
         Binding("r", "restart", "Restart"),
         Binding("s", "stop", "Stop"),
         Binding("p", "switch_preset", "Preset"),
@@ -429,8 +436,8 @@ class DashboardScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#throughput").border_title = "Throughput"
-        self.query_one("#gpu").border_title = "Memory and GPU"
-        self.query_one("#log-tail").border_title = "Engine log"
+        self.query_one("#gpu").border_title = self.prepared.device
+        self.query_one("#log-tail").border_title = f"Engine log · {self.prepared.engine_version}"
         self.query_one("#chat").display = False
         self.refresh_header()
         self.query_one(GpuPanel).show(self.prepared, None)
@@ -441,22 +448,19 @@ class DashboardScreen(Screen[None]):
         return self.app
 
     def refresh_header(self) -> None:
-        spec = self.prepared.spec
+        plan = self.prepared.plan
         uptime_s = self.app_.clock() - self.app_.server_started_at
-        header = Text()
-        header.append("lucebox ", style="bold")
-        header.append(f"{self.prepared.model}", style="bold cyan")
-        header.append(f" · {self.prepared.device} · engine {self.prepared.engine_version}\n")
-        header.append(f"{url_of(spec)}/v1", style="bold underline")
-        header.append(" (y copies)  ")
         state_style = {"ready": "green", "failed": "red", "stopped": "red"}.get(
             self.state, "yellow"
         )
+        header = Text()
+        header.append(self.prepared.model, style="bold cyan")
+        header.append("  ")
         header.append(self.state, style=f"bold {state_style}")
-        header.append(
-            f" · up {format_duration(uptime_s)} · {self.restarts} restarts"
-            f" · ctx {self.prepared.plan.ctx:,} · KV {self.prepared.plan.cache_type_k}"
-        )
+        header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
+        header.append(f" · ctx {plan.ctx:,} · KV {plan.cache_type_k}\n")
+        header.append(f"{url_of(self.prepared.spec)}/v1", style="bold underline")
+        header.append("  y copies it", style="dim")
         self.query_one("#dash-header", Static).update(header)
 
     def show_event(self, event: ServerEvent) -> None:
@@ -486,6 +490,10 @@ class DashboardScreen(Screen[None]):
         chat.display = not chat.display
         if chat.display:
             chat.query_one(Input).focus()
+
+    def action_close_chat(self) -> None:
+        self.query_one(ChatPanel).display = False
+        self.query_one(RichLog).focus()
 
     def action_restart(self) -> None:
         self.app_.restart_server()
@@ -613,7 +621,11 @@ class LogScreen(Screen[None]):
 class QuitModal(ModalScreen[str]):
     """Quit: keep the model served in the background, or stop it."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss('cancel')", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss('cancel')", "Cancel"),
+        Binding("k", "dismiss('keep')", "Keep serving"),
+        Binding("s", "dismiss('stop')", "Stop and quit"),
+    ]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="quit"):
@@ -623,9 +635,9 @@ class QuitModal(ModalScreen[str]):
                 id="quit-detail",
             )
             with Horizontal(id="quit-choices"):
-                yield Button("Keep serving", id="keep", variant="primary")
-                yield Button("Stop and quit", id="stop", variant="error")
-                yield Button("Cancel", id="cancel")
+                yield Button("Keep serving (k)", id="keep", variant="primary")
+                yield Button("Stop and quit (s)", id="stop", variant="error")
+                yield Button("Cancel (esc)", id="cancel")
 
     @on(Button.Pressed)
     def choose(self, event: Button.Pressed) -> None:
@@ -691,7 +703,7 @@ class LuceboxApp(App[int]):
                 self.lock = self.backend.lock()
             prepared = self.backend.prepare(self.options, emit)
         except LuceboxError as exc:
-            self.post_message(PipelineFailed(current[0], str(exc), exc.hint))
+            self.post_message(PipelineFailed(current[0], exc.message, exc.hint))
             return
         self.post_message(PipelinePrepared(prepared))
 
@@ -753,7 +765,7 @@ class LuceboxApp(App[int]):
         try:
             table = self.backend.preset_table(self.options)
         except LuceboxError as exc:
-            self.post_message(PipelineFailed("preset", str(exc), exc.hint))
+            self.post_message(PipelineFailed("preset", exc.message, exc.hint))
             return
         self.call_from_thread(self.push_screen, PresetScreen(table), self.preset_chosen)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucebox.app.tui import Backend
+from lucebox.engine import pipeline
 from lucebox.engine.errors import LuceboxError
 from lucebox.engine.gguf import inspect_model
 from lucebox.engine.launch import LaunchSpec
@@ -56,9 +57,12 @@ LOG_LINES = [
 ]
 
 
+RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB), True)
+
+
 def prepared_for(tmp_path: Path) -> Prepared:
     model = write_llama(tmp_path / "gemma-3-270m.gguf", GEMMA_270M)
-    budget = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB), True)
+    budget = RTX_4090
     plan = make_plan(
         PlanRequest(target=facts_from_info(inspect_model(model)), budget=budget, ctx=32768)
     )
@@ -112,6 +116,13 @@ class ScriptedBackend(Backend):
     options_seen: list[ServeOptions] = field(default_factory=list)
     detached: list[ServeOptions] = field(default_factory=list)
     chosen: list[str] = field(default_factory=list)
+    budget: GpuBudget | None = None
+    """The card the preset table is planned for; None probes this machine."""
+
+    def preset_table(self, options: ServeOptions) -> pipeline.PresetTable:
+        if self.budget is None:
+            return super().preset_table(options)
+        return pipeline.preset_table(self.paths, self.budget)
 
     def prepare(self, options: ServeOptions, emit: Emit) -> Prepared:
         self.options_seen.append(options)

@@ -9,6 +9,7 @@ import pytest
 from textual.widgets import Button, DataTable, Input, Label, RichLog, Sparkline, Static
 
 from lucebox.app.tui import (
+    Backend,
     ChatPanel,
     DashboardScreen,
     LuceboxApp,
@@ -21,6 +22,8 @@ from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
 from tests.app.scripted import STEPS_DOWNLOADING, ScriptedBackend, samples
+from tests.ports import free_port
+from tests.realmodels import engine_home
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ async def test_pipeline_steps_then_dashboard_with_samples(backend):
         header = str(dashboard.query_one("#dash-header", Static).render())
         assert "http://127.0.0.1:8080/v1" in header and "ready" in header
         gpu_text = str(dashboard.query_one("#gpu", Static).render())
-        assert "weights" in gpu_text and "using 1.29 GiB" in gpu_text and "61°C" in gpu_text
+        assert "weights" in gpu_text and "uses 1.29" in gpu_text and "61°C" in gpu_text
         assert "server is listening" in "\n".join(
             str(line.text) for line in dashboard.query_one("#log-tail", RichLog).lines
         )
@@ -192,3 +195,44 @@ def test_step_event_progress_messages_merge():
     done = StepChanged(StepEvent("models", "done", "x"))
     assert newer.can_replace(first)
     assert not done.can_replace(first)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+async def test_up_reaches_the_dashboard_and_a_chat_reply_streams(built_engine_home):
+    """The real pipeline: CPU engine, the Gemma 3 270M smoke preset, a streamed chat reply."""
+    app = LuceboxApp(
+        Backend(resolve_paths({"LUCEBOX_HOME": str(engine_home())})),
+        ServeOptions(preset="smoke", port=free_port(), ctx=4096),
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, DashboardScreen) and app.screen.state == "ready",
+            timeout_s=300,
+        )
+        dashboard = app.screen
+        assert isinstance(dashboard, DashboardScreen) and app.supervisor is not None
+        engine_pid = app.supervisor.pid
+        assert engine_pid is not None and alive(engine_pid)
+        await pilot.press("c", *"Hello", "enter")
+        chat = dashboard.query_one(ChatPanel)
+        await wait_until(pilot, lambda: chat.messages[-1]["role"] == "assistant", timeout_s=120)
+        assert chat.messages[-1]["content"].strip()
+        stats = str(chat.query_one("#chat-stats", Label).render())
+        assert stats.startswith("TTFT ") and stats.endswith(" tok/s"), stats
+        await wait_until(
+            pilot,
+            lambda: dashboard.latest is not None and bool(dashboard.latest.decode_tokens_per_s),
+            timeout_s=10,
+        )
+        await pilot.press("escape", "q")
+        await pilot.click("#stop")
+        await wait_until(pilot, lambda: not alive(engine_pid), timeout_s=60)

@@ -1,0 +1,103 @@
+"""Snapshots of the TUI at 80x24 and 140x40 (review snapshot_report.html before updating)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from lucebox.app.tui import DashboardScreen, LuceboxApp, PresetScreen, StepRow
+from lucebox.engine.errors import GuardRefusal
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.service import ServeOptions
+from tests.app.scripted import RTX_4090, STEPS_DOWNLOADING, ScriptedBackend, samples
+
+SIZES = [(80, 24), (140, 40)]
+
+
+@pytest.fixture
+def backend(tmp_path):
+    backend = ScriptedBackend(resolve_paths(dict(os.environ)), tmp_path, budget=RTX_4090)
+    yield backend
+    if backend.hold is not None:
+        backend.hold.set()
+
+
+def app_for(backend: ScriptedBackend, options: ServeOptions | None = None) -> LuceboxApp:
+    return LuceboxApp(backend, options or ServeOptions(preset="smoke"), clock=lambda: 1000.0)
+
+
+async def settle(pilot: Pilot, predicate, timeout_s: float = 10.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if predicate():
+            await pilot.pause()
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the app did not reach the state to snapshot")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_start_up_while_downloading(backend, snap_compare, size):
+    backend.steps = list(STEPS_DOWNLOADING)
+    backend.hold = threading.Event()
+    app = app_for(backend)
+
+    async def run_before(pilot: Pilot) -> None:
+        row = app.start_screen.query_one("#step-models", StepRow)
+        await settle(pilot, lambda: row.state == "running")
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_preset_choice(backend, snap_compare, size):
+    app = app_for(backend, ServeOptions())
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(
+            pilot,
+            lambda: (
+                isinstance(app.screen, PresetScreen)
+                and app.screen.query_one(DataTable).row_count > 0
+            ),
+        )
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_dashboard_with_a_minute_of_samples(backend, snap_compare, size):
+    backend.sample_script = samples(60)
+    app = app_for(backend)
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(
+            pilot,
+            lambda: (
+                isinstance(app.screen, DashboardScreen)
+                and app.screen.latest is not None
+                and app.screen.latest.at_s == 1059.0
+            ),
+        )
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_failure_of_the_model_check(backend, snap_compare, size):
+    backend.steps = backend.steps[:4]
+    backend.failures = [
+        GuardRefusal(
+            "gemma-3-270m.gguf was refused by the model check: base-model",
+            hint="it is a base model: allow it for a test, or pick an instruct preset",
+        )
+    ]
+    app = app_for(backend)
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot, lambda: app.start_screen.query_one("#failure").display)
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
