@@ -23,6 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
 from textual.widgets import (
     Button,
     DataTable,
@@ -57,6 +58,16 @@ STEP_TITLES: dict[StepName, str] = {
 SPARK_POINTS = 60
 LOG_ERROR = re.compile(r"\berror\b|\bfailed\b|^E ", re.IGNORECASE)
 LOG_WARNING = re.compile(r"\bwarn(ing)?\b|^W ", re.IGNORECASE)
+
+
+class Readout(Label):
+    """A label whose size CSS fixes: redrawn only when its text changes, with no layout pass,
+    so a dashboard at rest costs next to nothing."""
+
+    def show(self, content: Text | str) -> None:
+        if content != getattr(self, "shown", None):
+            self.shown = content
+            self.update(content, layout=False)
 
 
 class Backend:
@@ -344,30 +355,32 @@ class ThroughputPanel(Vertical):
         for key, title in (("decode", "decode"), ("prefill", "prefill"), ("ttft", "TTFT")):
             with Horizontal(classes="metric-row"):
                 yield Label(title, classes="metric-name")
-                yield Label("—", id=f"{key}-value", classes="metric-value")
+                yield Readout("—", id=f"{key}-value", classes="metric-value")
                 yield Sparkline([], id=f"{key}-spark", summary_function=max)
-        yield Label("", id="spec-acceptance")
+        yield Readout("", id="spec-acceptance")
 
-    def show(self, history: deque[Sample], latest: Sample | None) -> None:
+    def show_rates(self, history: deque[Sample], latest: Sample | None) -> None:
         shown = latest or Sample(0, None, None, None, None, None, None, None, None, 0)
-        self.query_one("#decode-value", Label).update(_rate(shown.decode_tokens_per_s, "tok/s"))
-        self.query_one("#prefill-value", Label).update(_rate(shown.prefill_tokens_per_s, "tok/s"))
-        self.query_one("#ttft-value", Label).update(_rate(shown.ttft_s, "s", 2))
+        self.query_one("#decode-value", Readout).show(_rate(shown.decode_tokens_per_s, "tok/s"))
+        self.query_one("#prefill-value", Readout).show(_rate(shown.prefill_tokens_per_s, "tok/s"))
+        self.query_one("#ttft-value", Readout).show(_rate(shown.ttft_s, "s", 2))
         for key, field in (
             ("decode", "decode_tokens_per_s"),
             ("prefill", "prefill_tokens_per_s"),
             ("ttft", "ttft_s"),
         ):
+            # A full-width window: an idle server's flat line stays equal and is not redrawn.
             points = [getattr(s, field) or 0.0 for s in history]
-            self.query_one(f"#{key}-spark", Sparkline).data = points[-SPARK_POINTS:]
-        acceptance = self.query_one("#spec-acceptance", Label)
+            padded = [0.0] * (SPARK_POINTS - len(points)) + points[-SPARK_POINTS:]
+            self.query_one(f"#{key}-spark", Sparkline).data = padded
+        acceptance = self.query_one("#spec-acceptance", Readout)
         acceptance.display = shown.spec_acceptance is not None
         if shown.spec_acceptance is not None:
-            acceptance.update(f"draft acceptance {shown.spec_acceptance:.0%}")
+            acceptance.show(f"draft acceptance {shown.spec_acceptance:.0%}")
 
 
-class GpuPanel(Static):
-    def show(self, prepared: Prepared, sample: Sample | None) -> None:
+class GpuPanel(Readout):
+    def show_gpu(self, prepared: Prepared, sample: Sample | None) -> None:
         width = max(self.size.width - 4, 10)
         text = vram_bar(prepared, sample.vram_used_bytes if sample else None, width)
         if sample is not None:
@@ -390,7 +403,7 @@ class GpuPanel(Static):
             for facts in (device, engine):
                 if any(facts):
                     text.append("\n" + " · ".join(f for f in facts if f))
-        self.update(text)
+        self.show(text)
 
 
 def log_line(line: str) -> Text:
@@ -399,6 +412,24 @@ def log_line(line: str) -> Text:
     if LOG_WARNING.search(line):
         return Text(line, style="yellow")
     return Text(line, style="dim" if line.startswith("#") else "")
+
+
+class LogTail(Widget):
+    """The engine log's newest lines that fit; the whole log is on the log screen (l)."""
+
+    KEPT_LINES = 200
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id=id)
+        self.lines: deque[Text] = deque(maxlen=self.KEPT_LINES)
+
+    def add(self, lines: list[str]) -> None:
+        self.lines.extend(log_line(line) for line in lines)
+        self.refresh()  # same size, new text: no layout pass
+
+    def render(self) -> Text:
+        height = max(self.content_size.height, 1)
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(list(self.lines)[-height:])
 
 
 class DashboardScreen(Screen[None]):
@@ -425,12 +456,12 @@ class DashboardScreen(Screen[None]):
         self.log_lines_shown = 0
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="dash-header")
+        yield Readout("", id="dash-header")
         with Horizontal(id="dash-top"):
             yield ThroughputPanel(id="throughput")
             yield GpuPanel("", id="gpu")
         with Horizontal(id="dash-bottom"):
-            yield RichLog(id="log-tail", max_lines=500, wrap=False, markup=False)
+            yield LogTail(id="log-tail")
             yield ChatPanel(self.prepared, id="chat")
         yield Footer()
 
@@ -440,7 +471,7 @@ class DashboardScreen(Screen[None]):
         self.query_one("#log-tail").border_title = f"Engine log · {self.prepared.engine_version}"
         self.query_one("#chat").display = False
         self.refresh_header()
-        self.query_one(GpuPanel).show(self.prepared, None)
+        self.query_one(GpuPanel).show_gpu(self.prepared, None)
 
     @property
     def app_(self) -> LuceboxApp:
@@ -461,19 +492,19 @@ class DashboardScreen(Screen[None]):
         header.append(f" · ctx {plan.ctx:,} · KV {plan.cache_type_k}\n")
         header.append(f"{url_of(self.prepared.spec)}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
-        self.query_one("#dash-header", Static).update(header)
+        self.query_one("#dash-header", Readout).show(header)
 
     def show_event(self, event: ServerEvent) -> None:
         self.state = service.state_of(event)
         self.restarts = event.restarts
         self.refresh_header()
-        self.query_one(RichLog).write(log_line(f"# lucebox: {event.kind}: {event.message}"))
+        self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
 
     def show_sample(self, sample: Sample) -> None:
         self.history.append(sample)
         self.latest = with_last_rates(self.latest, sample)
-        self.query_one(ThroughputPanel).show(self.history, self.latest)
-        self.query_one(GpuPanel).show(self.prepared, sample)
+        self.query_one(ThroughputPanel).show_rates(self.history, self.latest)
+        self.query_one(GpuPanel).show_gpu(self.prepared, sample)
         self.refresh_header()
 
     def show_log(self, supervisor: Supervisor) -> None:
@@ -481,9 +512,7 @@ class DashboardScreen(Screen[None]):
         self.log_lines_shown = supervisor.lines_total
         if new_lines <= 0:
             return
-        log = self.query_one(RichLog)
-        for line in list(supervisor.ring)[-new_lines:]:
-            log.write(log_line(line))
+        self.query_one(LogTail).add(list(supervisor.ring)[-new_lines:])
 
     def action_toggle_chat(self) -> None:
         chat = self.query_one(ChatPanel)
@@ -493,7 +522,7 @@ class DashboardScreen(Screen[None]):
 
     def action_close_chat(self) -> None:
         self.query_one(ChatPanel).display = False
-        self.query_one(RichLog).focus()
+        self.set_focus(None)
 
     def action_restart(self) -> None:
         self.app_.restart_server()
@@ -517,10 +546,11 @@ class DashboardScreen(Screen[None]):
 
 
 def format_duration(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    """Minutes are enough for an uptime, and the header then changes once a minute."""
+    minutes = max(int(seconds), 0) // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 class ChatPanel(Vertical):

@@ -8,24 +8,30 @@ import tempfile
 from pathlib import Path
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a synced temp file in the same folder and a rename."""
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder and a rename.
+
+    ``durable`` also syncs the file and the folder, so the write survives a power cut; run-time
+    state rewritten every second (which a reboot makes stale anyway) skips the two syncs.
+    """
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as tmp:
             tmp.write(data)
             tmp.flush()
-            os.fsync(tmp.fileno())
+            if durable:
+                os.fsync(tmp.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
+def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"), durable=durable)
 
 
 def _fsync_dir(folder: Path) -> None:

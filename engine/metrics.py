@@ -143,6 +143,7 @@ class Sampler:
             self.process.cpu_percent(None)
         self._counters: dict[str, float] = {}
         self._decoded: dict[tuple[int, int], int] = {}
+        self._slots_total: int | None = None
         self._sampled_at = time.monotonic()
         self._pending_prompt_s = 0.0
 
@@ -173,16 +174,18 @@ class Sampler:
 
     async def sample_once(self, client: httpx.AsyncClient) -> Sample | None:
         try:
-            page, slots = await asyncio.gather(
-                client.get(f"{self.url}/metrics", headers=self.headers), self._slots(client)
-            )
+            page = await client.get(f"{self.url}/metrics", headers=self.headers)
         except httpx.HTTPError:
             return None
         if page.status_code != 200:
             return None
+        counters = parse_counters(page.text)
+        # /slots is read only while requests run (or just ended): an idle server costs one
+        # request a second.
+        processing = counters.get("requests_processing", 0.0) > 0 or bool(self._decoded)
+        slots = await self._slots(client) if processing or self._slots_total is None else None
         now = time.monotonic()
         interval_s, self._sampled_at = max(now - self._sampled_at, 1e-3), now
-        counters = parse_counters(page.text)
         finished = self._finished_since_last(counters)
         decode, prefill, _, acceptance = derive(self._counters, counters, finished)
         # A request's prompt time is counted when it is processed, its end when it finishes:
@@ -194,10 +197,10 @@ class Sampler:
         if finished:
             ttft, self._pending_prompt_s = self._pending_prompt_s / finished, 0.0
         self._counters = counters
-        busy = None
+        busy = 0 if self._slots_total is not None else None
         if slots is not None:
             live_tokens, self._decoded = live_decoded(self._decoded, slots)
-            busy = len(self._decoded)
+            busy, self._slots_total = len(self._decoded), len(slots)
             if busy:
                 decode = live_tokens / interval_s
         used, util, temperature, power = self._gpu()
@@ -218,7 +221,7 @@ class Sampler:
             rss,
             finished,
             slots_busy=busy,
-            slots_total=len(slots) if slots is not None else None,
+            slots_total=self._slots_total,
             gpu_temperature_c=temperature,
             gpu_power_w=power,
         )

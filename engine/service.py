@@ -416,7 +416,7 @@ async def run_server(
     }
 
     def save() -> None:
-        write_text_atomic(state_file(paths), json.dumps(state))
+        write_text_atomic(state_file(paths), json.dumps(state), durable=False)
 
     queue: asyncio.Queue[ServerEvent | Sample | None] = asyncio.Queue()
     sampler_task: asyncio.Task[None] | None = None

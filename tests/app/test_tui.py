@@ -6,12 +6,13 @@ import os
 import threading
 
 import pytest
-from textual.widgets import Button, DataTable, Input, Label, RichLog, Sparkline, Static
+from textual.widgets import Button, DataTable, Input, Label, Sparkline, Static
 
 from lucebox.app.tui import (
     Backend,
     ChatPanel,
     DashboardScreen,
+    LogTail,
     LuceboxApp,
     PresetScreen,
     StartScreen,
@@ -55,13 +56,14 @@ async def test_pipeline_steps_then_dashboard_with_samples(backend):
         await wait_until(pilot, lambda: len(dashboard.history) == 20)
         decode = str(dashboard.query_one("#decode-value", Label).render())
         assert decode.endswith("tok/s") and decode != "—"
-        assert len(dashboard.query_one("#decode-spark", Sparkline).data or []) == 20
+        points = list(dashboard.query_one("#decode-spark", Sparkline).data or [])
+        assert len(points) == 60 and points[:40] == [0.0] * 40 and min(points[40:]) >= 180
         header = str(dashboard.query_one("#dash-header", Static).render())
         assert "http://127.0.0.1:8080/v1" in header and "ready" in header
         gpu_text = str(dashboard.query_one("#gpu", Static).render())
         assert "weights" in gpu_text and "uses 1.29" in gpu_text and "61°C" in gpu_text
         assert "server is listening" in "\n".join(
-            str(line.text) for line in dashboard.query_one("#log-tail", RichLog).lines
+            str(line) for line in dashboard.query_one(LogTail).lines
         )
     assert backend.options_seen == [ServeOptions(preset="smoke")]
 

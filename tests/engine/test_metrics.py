@@ -12,7 +12,9 @@ from lucebox.engine.metrics import Sample, Sampler, live_decoded, parse_counters
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
 
-def metrics_page(prompt_tokens: int, prompt_s: float, predicted: int, predicted_s: float) -> str:
+def metrics_page(
+    prompt_tokens: int, prompt_s: float, predicted: int, predicted_s: float, processing: int = 0
+) -> str:
     return (
         "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
         "# TYPE llamacpp:prompt_tokens_total counter\n"
@@ -21,6 +23,7 @@ def metrics_page(prompt_tokens: int, prompt_s: float, predicted: int, predicted_
         f"llamacpp:tokens_predicted_total {predicted}\n"
         f"llamacpp:tokens_predicted_seconds_total {predicted_s}\n"
         "llamacpp:predicted_tokens_seconds 0\n"
+        f"llamacpp:requests_processing {processing}\n"
         'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 3\n'
     )
 
@@ -64,16 +67,17 @@ async def test_sampler_live_decode_then_ttft_when_the_request_finishes() -> None
     # seconds, then it finishes and the predicted counters move.
     script = [
         (metrics_page(0, 0.0, 0, 0.0), []),
-        (metrics_page(300, 0.25, 0, 0.0), [slot(4, 10)]),
-        (metrics_page(300, 0.25, 0, 0.0), [slot(4, 60)]),
+        (metrics_page(300, 0.25, 0, 0.0, processing=1), [slot(4, 10)]),
+        (metrics_page(300, 0.25, 0, 0.0, processing=1), [slot(4, 60)]),
+        (metrics_page(300, 0.25, 101, 2.0), [slot(4, 101, processing=False)]),
         (metrics_page(300, 0.25, 101, 2.0), [slot(4, 101, processing=False)]),
     ]
-    step = {"metrics": 0, "slots": 0}
+    fetched: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         name = request.url.path.strip("/")
-        page, slots = script[min(step[name], len(script) - 1)]
-        step[name] += 1
+        fetched.append(name)
+        page, slots = script[fetched.count("metrics") - 1]
         return (
             httpx.Response(200, text=page) if name == "metrics" else httpx.Response(200, json=slots)
         )
@@ -82,7 +86,7 @@ async def test_sampler_live_decode_then_ttft_when_the_request_finishes() -> None
     sampler = Sampler("http://engine", os.getpid(), nvml=FakeNvml(gpus=[gpu_holder]))
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         samples = [await sampler.sample_once(client) for _ in script]
-    first, prefill, decoding, finished = samples
+    first, prefill, decoding, finished, idle = samples
     assert first is not None and first.decode_tokens_per_s is None
     assert prefill is not None and prefill.prefill_tokens_per_s == pytest.approx(1200.0)
     assert prefill.slots_busy == 1 and prefill.ttft_s is None
@@ -95,7 +99,10 @@ async def test_sampler_live_decode_then_ttft_when_the_request_finishes() -> None
     assert finished.vram_used_bytes == 3 * 2**30
     assert (finished.gpu_util_percent, finished.gpu_temperature_c) == (7, 41)
     assert finished.gpu_power_w == pytest.approx(42.5)
-    assert len(sampler.history) == 4
+    assert len(sampler.history) == 5
+    # Idle again: /slots is not asked, the slot count is kept.
+    assert idle is not None and (idle.slots_busy, idle.slots_total) == (0, 1)
+    assert fetched == ["metrics", "slots"] * 4 + ["metrics"]
 
 
 async def test_sampler_without_slots_endpoint_uses_counters() -> None:
