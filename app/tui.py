@@ -188,7 +188,7 @@ class StepRow(Horizontal):
 
 
 def rate_text(event: StepEvent) -> str:
-    parts = []
+    parts = [f"{event.fraction:.0%}"] if event.fraction is not None else []
     if event.rate_bytes_per_s is not None:
         parts.append(f"{event.rate_bytes_per_s / 2**20:.1f} MiB/s")
     if event.eta_s is not None:
@@ -451,7 +451,7 @@ class DashboardScreen(Screen[None]):
         self.prepared = prepared
         self.history: deque[Sample] = deque(maxlen=SPARK_POINTS)
         self.latest: Sample | None = None
-        self.state = "starting"
+        self.state = "ready"  # the dashboard opens when the server is ready
         self.restarts = 0
         self.log_lines_shown = 0
 
@@ -606,6 +606,8 @@ class ChatPanel(Vertical):
                 async for delta in stream_chat(
                     client, url_of(spec), list(self.messages), api_key=spec.api_key
                 ):
+                    if not self.reply and delta.text:
+                        stats.update(f"TTFT {_rate(delta.ttft_s, 's', 2)} · streaming…")
                     self.reply += delta.text
                     if delta.done:
                         ttft = _rate(delta.ttft_s, "s", 2)

@@ -254,6 +254,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
         target_path = store.pull_model(
             paths, target_source, on_progress=_download_progress(emit)
         ).main_path
+    emit(StepEvent("models", "done", f"{target_path.name} is here"))
     emit(StepEvent("engine", "running", "looking for an installed engine"))
     selection = registry.select_engine(paths, probe, settings.engine)
     engine = selection.engine
@@ -265,6 +266,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
         )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     archs = registry.known_model_archs(paths, registry.EngineSelection(engine, ""))
+    emit(StepEvent("models", "running", f"checking {target_path.name} for this engine"))
     template = preset.chat_template if preset else None
     checked = guard.check_model(
         target_path,

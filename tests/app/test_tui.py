@@ -78,7 +78,9 @@ async def test_download_progress_shows_bar_rate_and_eta(backend):
             await wait_until(pilot, lambda: row.state == "running")
             await pilot.pause(0.1)
             assert row.query_one(".step-rate", Label).display
-            assert "48.5 MiB/s · 112 s left" in str(row.query_one(".step-rate", Label).render())
+            assert "40% · 48.5 MiB/s · 112 s left" in str(
+                row.query_one(".step-rate", Label).render()
+            )
             # Responsive while the blocking step runs: the log screen opens and closes.
             await pilot.press("l")
             assert app.screen.__class__.__name__ == "LogScreen"
