@@ -6,9 +6,12 @@
 3. Decode speed: the median `predicted_per_second` of a fixed request served by lucebox
    (sampler on) and by the bare engine (no sampler).
 
-Uses the built CPU engine and the Gemma 3 270M from the test cache (tests/realmodels.py).
+Uses the built CPU engine and the Gemma 3 270M from the test cache (tests/realmodels.py), or
+with --model the given GGUF and the engine installed in $LUCEBOX_HOME (bench/device_ready.sh
+runs it on the GPU with a generated 8B llama). The file is read once first, so that neither
+start pays for a cold page cache.
 
-    .venv/bin/python -m bench.serve_overhead [--idle-s 60] [--requests 5]
+    .venv/bin/python -m bench.serve_overhead [--idle-s 60] [--requests 5] [--model PATH]
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ import signal
 import statistics
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import psutil
 
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.service import engine_log
 from tests.ports import free_port
 from tests.realmodels import engine_home, gemma_model, smoke_serve_argv
 
@@ -66,13 +72,24 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--idle-s", type=float, default=60)
     parser.add_argument("--requests", type=int, default=5)
+    parser.add_argument("--model", type=Path, help="a GGUF to serve instead of the smoke preset")
     args = parser.parse_args()
-    gemma_model()
-    env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
+    if args.model is None:
+        gemma_model()
+        env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
+    else:
+        env = dict(os.environ)
+        with args.model.open("rb") as handle:
+            while handle.read(2**24):
+                pass
     port = free_port()
+    argv = smoke_serve_argv(port)
+    if args.model is not None:
+        argv[argv.index("--preset") : argv.index("--preset") + 2] = ["--model", str(args.model)]
+        argv[argv.index("--ctx") : argv.index("--ctx") + 2] = []
     started = time.monotonic()
     served = subprocess.Popen(
-        smoke_serve_argv(port),
+        argv,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -84,7 +101,7 @@ def main() -> None:
     cpu_after = lucebox_process.cpu_times()
     idle_cpu_s = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
     with_sampler = decode_speeds(port, args.requests)
-    log = engine_home() / "state" / "logs" / "engine.log"
+    log = engine_log(resolve_paths(env))
     starts = [
         line for line in log.read_text().splitlines() if line.startswith("# lucebox: starting ")
     ]
@@ -101,6 +118,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "model": str(args.model or "smoke preset"),
                 "lucebox_ready_s": round(lucebox_ready_s, 2),
                 "by_hand_ready_s": round(by_hand_ready_s, 2),
                 "ready_ratio": round(lucebox_ready_s / by_hand_ready_s, 2),

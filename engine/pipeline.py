@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 
 from lucebox.engine.errors import GuardRefusal, UsageError
-from lucebox.engine.gguf import GgufFormatError, inspect_model
+from lucebox.engine.gguf import GgufFormatError, ModelInfo, inspect_model
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
@@ -78,15 +78,21 @@ def local_file(paths: Paths, source: str) -> Path | None:
     return None
 
 
-def facts_for(paths: Paths, path: Path, engine: EngineManifest | None = None) -> ModelFacts:
-    """Planner facts from a file's header, with the engine's sliding-window patterns (from
-    its manifest, else from the engine source)."""
-    try:
-        info = inspect_model(path)
-    except (GgufFormatError, OSError) as exc:
-        raise GuardRefusal(
-            f"cannot plan {path}: {exc}", hint=f"run `lucebox models check {path}`"
-        ) from exc
+def facts_for(
+    paths: Paths,
+    path: Path,
+    engine: EngineManifest | None = None,
+    info: ModelInfo | None = None,
+) -> ModelFacts:
+    """Planner facts from a file's header (``info`` when it was read already), with the
+    engine's sliding-window patterns (from its manifest, else from the engine source)."""
+    if info is None:
+        try:
+            info = inspect_model(path)
+        except (GgufFormatError, OSError) as exc:
+            raise GuardRefusal(
+                f"cannot plan {path}: {exc}", hint=f"run `lucebox models check {path}`"
+            ) from exc
     patterns = engine.capabilities.swa_patterns if engine is not None else {}
     if not patterns:
         source_dir = default_source_dir(paths)

@@ -30,6 +30,7 @@ from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
+from lucebox.engine.presets import find_preset
 from lucebox.engine.source import ensure_source
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
@@ -244,7 +245,13 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
         emit(StepEvent("preset", "done", f"no preset: serving {target_source}"))
     else:
         emit(StepEvent("preset", "running", "choosing the model set"))
-        preset = pipeline.pick_preset(paths, budget, options.preset or settings.preset).preset
+        preset_id = options.preset or settings.preset
+        # A named preset needs no planning here: the plan below reads the file itself.
+        preset = (
+            find_preset(paths, preset_id)
+            if preset_id
+            else pipeline.pick_preset(paths, budget, None).preset
+        )
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
         target_source = preset.target.source
 
@@ -303,7 +310,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
                 spec_type = None
     emit(StepEvent("models", "done", target_path.name + (" + draft" if draft_path else "")))
     emit(StepEvent("plan", "running", "sizing context and KV cache"))
-    facts = pipeline.facts_for(paths, target_path, engine)
+    facts = pipeline.facts_for(paths, target_path, engine, checked.info)
     ctx = options.ctx or settings.ctx or None
     plan = pipeline.plan_model(facts, budget, ctx, engine)
     if not plan.fits:
