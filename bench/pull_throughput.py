@@ -5,6 +5,8 @@ and times, --rounds times alternately, `curl -o` and the whole `lucebox models p
 (Python start-up, Hub metadata, download with hashing, header check, record). Reports median
 MiB/s of each, their ratio, and the bytes the lucebox process read from files (rchar; socket
 reads are not counted) over the file size: hashing happens while writing, with no second pass.
+Also times curl followed by `sync FILE`, since lucebox makes its file durable before the rename
+and plain curl does not.
 
     .venv/bin/python -m bench.pull_throughput [--size-mib 1024] [--rounds 3]
 """
@@ -54,11 +56,14 @@ def main() -> None:
         with serve_hub() as hub:
             hub.add("bench/model", "bench-instruct-f16.gguf", HubFile(body))
             url = f"{hub.base_url}/bench/model/resolve/main/bench-instruct-f16.gguf"
-            curl_times, pull_times, rchars = [], [], []
+            curl_times, curl_synced_times, pull_times, rchars = [], [], [], []
             for round_no in range(args.rounds):
                 started = time.perf_counter()
                 subprocess.run(["curl", "-sSfL", "-o", str(work / "curl.gguf"), url], check=True)
                 curl_times.append(time.perf_counter() - started)
+                # lucebox syncs its file before calling it done; curl leaves it to the kernel.
+                subprocess.run(["sync", str(work / "curl.gguf")], check=True)
+                curl_synced_times.append(time.perf_counter() - started)
                 (work / "curl.gguf").unlink()
                 env = {
                     **os.environ,
@@ -79,7 +84,9 @@ def main() -> None:
                     raise SystemExit(done.stderr)
                 rchars.append(int(done.stderr.split("RCHAR")[-1].split()[0]))
                 shutil.rmtree(work / f"home-{round_no}")
-    curl_s, pull_s, rchar = (statistics.median(v) for v in (curl_times, pull_times, rchars))
+    curl_s, synced_s, pull_s, rchar = (
+        statistics.median(v) for v in (curl_times, curl_synced_times, pull_times, rchars)
+    )
     size_mib = len(body) / 2**20
     print(
         json.dumps(
@@ -88,6 +95,8 @@ def main() -> None:
                 "curl_mib_per_s": round(size_mib / curl_s, 1),
                 "lucebox_pull_mib_per_s": round(size_mib / pull_s, 1),
                 "ratio": round(curl_s / pull_s, 3),
+                "curl_then_sync_mib_per_s": round(size_mib / synced_s, 1),
+                "ratio_to_curl_then_sync": round(synced_s / pull_s, 3),
                 "lucebox_rchar_over_file_size": round(rchar / len(body), 3),
             }
         )
