@@ -772,7 +772,8 @@ class LuceboxApp(App[int]):
                 await self.push_screen(self.dashboard)
         if event.kind == "gave-up":
             self.dashboard = None
-            self.on_pipeline_failed(PipelineFailed("server", event.message, _hint_for(event)))
+            hint = "the log (l) has the engine's own words; Retry (r) starts it again"
+            self.on_pipeline_failed(PipelineFailed("server", event.message, hint))
             return
         if self.dashboard is not None:
             self.dashboard.show_event(event)
@@ -866,15 +867,6 @@ class LuceboxApp(App[int]):
 
     async def action_quit(self) -> None:
         self.stop_and_exit()
-
-
-def _hint_for(event: ServerEvent) -> str:
-    return {
-        "oom": "pick a preset for a smaller card, or ask for less context with --ctx",
-        "port-in-use": "stop the other program or choose another port with --port",
-        "truncated": "`lucebox models verify` checks the file; pull it again",
-        "unknown-arch": "this engine cannot run the model: pick another preset",
-    }.get(event.diagnosis or "", "open the log (l) for the engine's own words")
 
 
 def make_app(paths: Paths, options: ServeOptions, backend: Backend | None = None) -> LuceboxApp:

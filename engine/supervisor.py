@@ -41,7 +41,7 @@ _DIAGNOSES: list[tuple[str, str, str]] = [
     (
         "oom",
         r"out of memory|failed to allocate|unable to allocate (CUDA|Vulkan)\d* buffer",
-        "the GPU ran out of memory while loading",
+        "the GPU ran out of memory while loading: pick a smaller preset or ask for less --ctx",
     ),
     (
         "truncated",

@@ -63,3 +63,12 @@ def built_engine_home() -> Path:
     build = run_lucebox("engine", "build", "--cpu", env=env, timeout_s=3600)
     assert build.returncode == 0, build.stderr
     return engine_home()
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a zombie counts until it is reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -12,19 +12,11 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import run_lucebox
+from tests.conftest import alive, run_lucebox
 from tests.ports import free_port
 from tests.realmodels import engine_home, smoke_serve_argv
 
 pytestmark = pytest.mark.slow
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture

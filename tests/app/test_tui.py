@@ -23,6 +23,7 @@ from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
 from tests.app.scripted import STEPS_DOWNLOADING, ScriptedBackend, samples
+from tests.conftest import alive
 from tests.ports import free_port
 from tests.realmodels import engine_home
 
@@ -114,15 +115,23 @@ async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
     backend.server_events = [
         ServerEvent("starting", "engine started (pid 1)", 1),
         ServerEvent("exited", "engine exited (1): CUDA out of memory", 1, "oom"),
-        ServerEvent("gave-up", "gave up after 5 crashes in 600 s: out of memory", 1, "oom"),
+        ServerEvent(
+            "gave-up",
+            "gave up after 5 crashes in 600 s: the GPU ran out of memory while loading: "
+            "pick a smaller preset or ask for less --ctx",
+            1,
+            "oom",
+        ),
     ]
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
         failure = app.start_screen.query_one("#failure")
         await wait_until(pilot, lambda: failure.display)
         assert app.start_screen.query_one("#step-server", StepRow).state == "failed"
+        message = str(app.start_screen.query_one("#failure-message", Static).render())
+        assert "smaller preset" in message
         hint = str(app.start_screen.query_one("#failure-hint", Static).render())
-        assert "smaller card" in hint
+        assert "log (l)" in hint
         assert not app.start_screen.query_one("#allow-base", Button).display
         ready = ServerEvent("ready", "serving at http://127.0.0.1:8080", 2)
         backend.server_events = [backend.server_events[0], ready]
@@ -199,14 +208,6 @@ def test_step_event_progress_messages_merge():
     done = StepChanged(StepEvent("models", "done", "x"))
     assert newer.can_replace(first)
     assert not done.can_replace(first)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.slow
