@@ -169,6 +169,10 @@ class StepRow(Horizontal):
         yield ProgressBar(total=100, show_eta=False, classes="step-bar")
         yield Label("", classes="step-rate")
 
+    def clear(self) -> None:
+        self.state = "pending"
+        self.show(StepEvent(self.step, "note", ""))
+
     def show(self, event: StepEvent) -> None:
         if event.state in ("running", "done", "failed"):
             self.state = event.state
@@ -212,6 +216,7 @@ class StartScreen(Screen[None]):
             with Vertical(id="steps"):
                 for step in STEPS:
                     yield StepRow(step)
+            yield Static("", id="notes")
             with Vertical(id="failure"):
                 yield Static("", id="failure-message")
                 yield Static("", id="failure-hint")
@@ -223,7 +228,16 @@ class StartScreen(Screen[None]):
         yield Footer()
 
     def show_step(self, event: StepEvent) -> None:
+        if event.state == "note":
+            # Warnings and one-time facts (an API key) stay in view under the checklist.
+            self.notes.append(f"{STEP_TITLES[event.step]}: {event.message}")
+            self.query_one("#notes", Static).update("\n".join(self.notes))
+            return
         self.query_one(f"#step-{event.step}", StepRow).show(event)
+
+    @property
+    def notes(self) -> list[str]:
+        return self.app_.notes
 
     def show_failure(self, failed: PipelineFailed) -> None:
         self.show_step(StepEvent(failed.step, "failed", failed.message))
@@ -237,9 +251,10 @@ class StartScreen(Screen[None]):
 
     def reset(self) -> None:
         self.query_one("#failure").display = False
+        self.notes.clear()
+        self.query_one("#notes", Static).update("")
         for row in self.query(StepRow):
-            row.state = "pending"
-            row.show(StepEvent(row.step, "note", ""))
+            row.clear()
 
     @on(Button.Pressed, "#retry")
     def action_retry(self) -> None:
@@ -472,6 +487,7 @@ class DashboardScreen(Screen[None]):
         self.query_one("#chat").display = False
         self.refresh_header()
         self.query_one(GpuPanel).show_gpu(self.prepared, None)
+        self.query_one(LogTail).add([f"# lucebox: {note}" for note in self.app_.notes])
 
     @property
     def app_(self) -> LuceboxApp:
@@ -704,6 +720,8 @@ class LuceboxApp(App[int]):
         self.lock: service.ServeLock | None = None
         self.server_started_at = clock()
         self.exit_code = 0
+        self.notes: list[str] = []
+        """Notes of this pipeline run (warnings, an API key shown once), also in the log tail."""
         self.start_screen = StartScreen()
         self.dashboard: DashboardScreen | None = None
 

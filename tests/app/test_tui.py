@@ -22,7 +22,7 @@ from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
-from tests.app.scripted import STEPS_DOWNLOADING, ScriptedBackend, samples
+from tests.app.scripted import RTX_4090, STEPS_DOWNLOADING, ScriptedBackend, samples
 from tests.conftest import alive
 from tests.ports import free_port
 from tests.realmodels import engine_home
@@ -241,3 +241,48 @@ async def test_up_reaches_the_dashboard_and_a_chat_reply_streams(built_engine_ho
         await pilot.press("escape", "q")
         await pilot.click("#stop")
         await wait_until(pilot, lambda: not alive(engine_pid), timeout_s=60)
+
+
+async def test_notes_stay_in_view_and_reach_the_dashboard_log(backend):
+    key_note = StepEvent("server", "note", "API key (shown once, saved as server.api_key): k-123")
+    backend.steps = [*backend.steps, key_note]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        notes = str(app.start_screen.query_one("#notes", Static).render())
+        assert "Server: API key (shown once" in notes and "k-123" in notes
+        dashboard = app.screen
+        assert isinstance(dashboard, DashboardScreen)
+        await wait_until(
+            pilot, lambda: any("k-123" in str(line) for line in dashboard.query_one(LogTail).lines)
+        )
+
+
+async def test_switching_preset_from_the_dashboard_runs_the_pipeline_again(backend):
+    backend.budget = RTX_4090
+    app = app_for(backend)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        first_supervisor = app.supervisor
+        await pilot.press("p")
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, PresetScreen)
+                and app.screen.query_one(DataTable).row_count > 0
+            ),
+        )
+        table = app.screen.query_one(DataTable)
+        ids = [str(key.value) for key in table.rows]
+        # The 24 GB card's best preset has the cursor; take the one below the smoke test.
+        table.move_cursor(row=ids.index("qwen3-4b"))
+        await pilot.press("enter")
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, DashboardScreen) and app.supervisor is not first_supervisor
+            ),
+        )
+        assert first_supervisor is not None and first_supervisor.stop_requested
+    assert backend.chosen == ["qwen3-4b"]
+    assert [o.preset for o in backend.options_seen] == ["smoke", "qwen3-4b"]
