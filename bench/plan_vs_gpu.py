@@ -3,8 +3,9 @@
 For each model: occupy VRAM with another process so that --leave-free-mib remain (a smaller
 card, as NVML reports it to the planner), run `lucebox plan --model M --json`, start
 llama-server with exactly the planned argv, send one request, read the server's VRAM from
-nvidia-smi, then bisect the largest context (step 2048) that loads and serves with the same
-flags. Prints one JSON line per model. Needs a CUDA engine (`lucebox engine build`) and torch.
+nvidia-smi, then bisect the largest context that loads and serves with the same flags
+(steps of 2048, then of 256 within the last one). Prints one JSON line per model. Needs a
+CUDA engine (`lucebox engine build`) and torch.
 
     python -m bench.plan_vs_gpu --model llama8b:24576 --model gemma3-4b:12288 ...
 """
@@ -134,6 +135,20 @@ def with_ctx(argv: list[str], ctx: int) -> list[str]:
     return out
 
 
+def largest_loading(argv: list[str], low: int, high: int, step: int, log: Path) -> int:
+    """Bisect the largest multiple of ``step`` in [low, high] that loads and serves
+    (``low`` is known to)."""
+    lo, hi = low // step, high // step
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        served, _, _ = serve(with_ctx(argv, mid * step), log)
+        if served:
+            lo = mid
+        else:
+            hi = mid - 1
+    return max(low, lo * step)
+
+
 def measure(name: str, leave_free_mib: int, work: Path) -> dict[str, object]:
     model = work / f"{name}.gguf"
     if not model.exists():
@@ -148,17 +163,11 @@ def measure(name: str, leave_free_mib: int, work: Path) -> dict[str, object]:
         low, high = plan["ctx"], SHAPES[name].n_ctx
         if not ok:
             low = 0
-        best = low
-        step = 2048
-        lo, hi = low // step, high // step
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            served, _, _ = serve(with_ctx(argv, mid * step), work / f"{name}-probe.log")
-            if served:
-                lo = mid
-            else:
-                hi = mid - 1
-        best = max(best, lo * step)
+        coarse = largest_loading(argv, low, high, 2048, work / f"{name}-probe.log")
+        best = max(low, coarse)
+        # Then in the planner's own 256-token steps within the last coarse step.
+        probe_log = work / f"{name}-probe.log"
+        best = largest_loading(argv, best, min(best + 2048 - 256, high), 256, probe_log)
     finally:
         if holder is not None:
             holder.kill()
