@@ -42,6 +42,15 @@ REQUEST = {
 }
 
 
+def serve_argv(port: int, model: Path | None) -> list[str]:
+    """`lucebox serve` of the smoke preset, or of ``model`` at the context the plan picks."""
+    argv = smoke_serve_argv(port)
+    if model is not None:
+        argv[argv.index("--preset") : argv.index("--preset") + 2] = ["--model", str(model)]
+        argv[argv.index("--ctx") : argv.index("--ctx") + 2] = []
+    return argv
+
+
 def wait_ready(port: int, started: float, timeout_s: float = 300) -> float:
     while time.monotonic() - started < timeout_s:
         try:
@@ -83,10 +92,7 @@ def main() -> None:
             while handle.read(2**24):
                 pass
     port = free_port()
-    argv = smoke_serve_argv(port)
-    if args.model is not None:
-        argv[argv.index("--preset") : argv.index("--preset") + 2] = ["--model", str(args.model)]
-        argv[argv.index("--ctx") : argv.index("--ctx") + 2] = []
+    argv = serve_argv(port, args.model)
     started = time.monotonic()
     served = subprocess.Popen(
         argv,

@@ -6,7 +6,10 @@ the smoke preset on the CPU engine, as a user's terminal would run it.
 2. Decode speed with the TUI attached vs `lucebox serve` alone: median `predicted_per_second`
    of the same fixed request, in --rounds alternating rounds.
 
-    .venv/bin/python -m bench.tui_overhead [--window-s 60] [--rounds 2]
+With --model, the given GGUF is served with the engine in $LUCEBOX_HOME instead
+(bench/device_tui.sh runs it on the GPU with a generated 8B llama).
+
+    .venv/bin/python -m bench.tui_overhead [--window-s 60] [--rounds 2] [--model PATH]
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import sys
 import termios
 import threading
 import time
+from pathlib import Path
 
 import psutil
 
-from bench.serve_overhead import decode_speeds, stop, wait_ready
+from bench.serve_overhead import decode_speeds, serve_argv, stop, wait_ready
 from tests.ports import free_port
-from tests.realmodels import engine_home, gemma_model, smoke_serve_argv
+from tests.realmodels import engine_home, gemma_model
 
 COLUMNS, ROWS = 140, 40
 
@@ -36,8 +40,8 @@ COLUMNS, ROWS = 140, 40
 class Tui:
     """`lucebox up` on a pseudo-terminal whose output is read and dropped."""
 
-    def __init__(self, port: int, env: dict[str, str]) -> None:
-        argv = [*smoke_serve_argv(port)]
+    def __init__(self, port: int, env: dict[str, str], model: Path | None) -> None:
+        argv = serve_argv(port, model)
         argv[argv.index("serve")] = "up"
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
@@ -83,16 +87,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--window-s", type=float, default=60)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model", type=Path, help="a GGUF to serve instead of the smoke preset")
     args = parser.parse_args()
-    gemma_model()
-    env = {**os.environ, "LUCEBOX_HOME": str(engine_home()), "TERM": "xterm-256color"}
+    env = {**os.environ, "TERM": "xterm-256color"}
+    if args.model is None:
+        gemma_model()
+        env["LUCEBOX_HOME"] = str(engine_home())
     result: dict[str, object] = {}
     tui_speeds: list[float] = []
     serve_speeds: list[float] = []
     for round_index in range(args.rounds):
         port = free_port()
         started = time.monotonic()
-        tui = Tui(port, env)
+        tui = Tui(port, env, args.model)
         wait_ready(port, started)
         time.sleep(3)  # the dashboard opens once /health answers
         if round_index == 0:
@@ -114,7 +121,10 @@ def main() -> None:
         port = free_port()
         started = time.monotonic()
         served = subprocess.Popen(
-            smoke_serve_argv(port), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            serve_argv(port, args.model),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_ready(port, started)
         serve_speeds += requests_for(port, args.window_s)
