@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
 import pytest
+from textual.css.query import NoMatches
 from textual.widgets import Button, DataTable, Input, Label, Sparkline, Static
 
 from lucebox.app.tui import (
@@ -39,17 +41,23 @@ def app_for(backend: ScriptedBackend, options: ServeOptions | None = None) -> Lu
 
 async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
     for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return
+        with contextlib.suppress(NoMatches):  # a screen that is still being composed
+            if predicate():
+                return
         await pilot.pause(0.05)
     raise AssertionError("the app did not reach the expected state")
+
+
+def on_dashboard(app: LuceboxApp) -> bool:
+    """The dashboard is the screen and its widgets are there."""
+    return isinstance(app.screen, DashboardScreen) and bool(app.screen.query(LogTail))
 
 
 async def test_pipeline_steps_then_dashboard_with_samples(backend):
     backend.sample_script = samples(20)
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
         rows = {row.step: row.state for row in app.start_screen.query(StepRow)}
         assert rows == dict.fromkeys(rows, "done")
         dashboard = app.screen
@@ -107,7 +115,7 @@ async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend)
         )
         assert app.start_screen.query_one("#allow-base", Button).display
         await pilot.click("#allow-base")
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
     assert [o.allow_base for o in backend.options_seen] == [False, True]
 
 
@@ -136,7 +144,7 @@ async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
         ready = ServerEvent("ready", "serving at http://127.0.0.1:8080", 2)
         backend.server_events = [backend.server_events[0], ready]
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
 
 
 async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
@@ -156,7 +164,7 @@ async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
         # Without a GPU the smoke test is the one that fits, and the cursor starts on it.
         assert ids[table.cursor_row] == "smoke"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
     assert backend.chosen == ["smoke"]
     assert backend.options_seen[0].preset == "smoke"
 
@@ -164,7 +172,7 @@ async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
 async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend):
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
         await pilot.press("q")
         await pilot.click("#keep")
         await wait_until(pilot, lambda: bool(backend.detached))
@@ -175,7 +183,7 @@ async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend)
 async def test_quit_stopping_the_server_stops_it(backend):
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
         supervisor = app.supervisor
         await pilot.press("q")
         await pilot.click("#stop")
@@ -186,7 +194,7 @@ async def test_quit_stopping_the_server_stops_it(backend):
 async def test_chat_reports_a_server_that_is_not_there(backend):
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
         await pilot.press("c")
         chat = app.screen.query_one(ChatPanel)
         assert chat.display and isinstance(app.focused, Input)
@@ -220,7 +228,11 @@ async def test_up_reaches_the_dashboard_and_a_chat_reply_streams(built_engine_ho
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(
             pilot,
-            lambda: isinstance(app.screen, DashboardScreen) and app.screen.state == "ready",
+            lambda: (
+                on_dashboard(app)
+                and isinstance(app.screen, DashboardScreen)
+                and app.screen.state == "ready"
+            ),
             timeout_s=300,
         )
         dashboard = app.screen
@@ -248,7 +260,7 @@ async def test_notes_stay_in_view_and_reach_the_dashboard_log(backend):
     backend.steps = [*backend.steps, key_note]
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
         notes = str(app.start_screen.query_one("#notes", Static).render())
         assert "Server: API key (shown once" in notes and "k-123" in notes
         dashboard = app.screen
@@ -262,7 +274,7 @@ async def test_switching_preset_from_the_dashboard_runs_the_pipeline_again(backe
     backend.budget = RTX_4090
     app = app_for(backend)
     async with app.run_test(size=(120, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_until(pilot, lambda: on_dashboard(app))
         first_supervisor = app.supervisor
         await pilot.press("p")
         await wait_until(
@@ -279,9 +291,7 @@ async def test_switching_preset_from_the_dashboard_runs_the_pipeline_again(backe
         await pilot.press("enter")
         await wait_until(
             pilot,
-            lambda: (
-                isinstance(app.screen, DashboardScreen) and app.supervisor is not first_supervisor
-            ),
+            lambda: on_dashboard(app) and app.supervisor is not first_supervisor,
         )
         assert first_supervisor is not None and first_supervisor.stop_requested
     assert backend.chosen == ["qwen3-4b"]
