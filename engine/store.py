@@ -521,7 +521,7 @@ def _assemble(
 def _add_local(paths: Paths, source: ModelSource) -> ModelRecord:
     assert source.path is not None
     if not source.path.is_file():
-        raise StoreError(f"{source.path} does not exist", hint="give the path of a .gguf file")
+        raise UsageError(f"{source.path} does not exist", hint="give the path of a .gguf file")
     names = shard_names(source.path.name)
     files = [(source.path.with_name(Path(n).name), "", False) for n in names]
     hashed = [(p, sha256_file(p), False) for p, _, _ in files if p.exists()]

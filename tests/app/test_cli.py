@@ -146,3 +146,13 @@ def test_config_set_show_round_trip():
     assert run_lucebox("config", "set", "server.port", "8099").returncode == 0
     shown = json.loads(run_lucebox("config", "show", "--json").stdout)
     assert shown["settings"]["server.port"] == 8099
+
+
+def test_up_without_a_terminal_runs_headless_and_refuses_a_missing_model(tmp_path):
+    missing = tmp_path / "no-such-model.gguf"
+    result = run_lucebox("up", "--model", str(missing))
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "running headless" in lines[0]
+    assert lines[-1].startswith("lucebox: ") and "does not exist" in lines[-1]
+    assert "Traceback" not in result.stderr
