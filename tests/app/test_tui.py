@@ -17,6 +17,7 @@ from lucebox.app.tui import (
     LogTail,
     LuceboxApp,
     PresetScreen,
+    QuitModal,
     StartScreen,
     StepRow,
 )
@@ -114,7 +115,8 @@ async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend)
             app.start_screen.query_one("#failure-message", Static).render()
         )
         assert app.start_screen.query_one("#allow-base", Button).display
-        await pilot.click("#allow-base")
+        # Pressed through the button itself: a click could land before the panel is laid out.
+        app.start_screen.query_one("#allow-base", Button).press()
         await wait_until(pilot, lambda: on_dashboard(app))
     assert [o.allow_base for o in backend.options_seen] == [False, True]
 
@@ -174,7 +176,8 @@ async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: on_dashboard(app))
         await pilot.press("q")
-        await pilot.click("#keep")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
+        await pilot.press("k")
         await wait_until(pilot, lambda: bool(backend.detached))
     assert backend.detached == [ServeOptions(preset="smoke")]
     assert app.lock is None
@@ -186,7 +189,8 @@ async def test_quit_stopping_the_server_stops_it(backend):
         await wait_until(pilot, lambda: on_dashboard(app))
         supervisor = app.supervisor
         await pilot.press("q")
-        await pilot.click("#stop")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
+        await pilot.press("s")
         await wait_until(pilot, lambda: supervisor is not None and supervisor.stop_requested)
     assert backend.detached == []
 
@@ -251,7 +255,8 @@ async def test_up_reaches_the_dashboard_and_a_chat_reply_streams(built_engine_ho
             timeout_s=10,
         )
         await pilot.press("escape", "q")
-        await pilot.click("#stop")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
+        await pilot.press("s")
         await wait_until(pilot, lambda: not alive(engine_pid), timeout_s=60)
 
 
