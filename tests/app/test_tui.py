@@ -301,3 +301,19 @@ async def test_switching_preset_from_the_dashboard_runs_the_pipeline_again(backe
         assert first_supervisor is not None and first_supervisor.stop_requested
     assert backend.chosen == ["qwen3-4b"]
     assert [o.preset for o in backend.options_seen] == ["smoke", "qwen3-4b"]
+
+
+async def test_leaving_the_first_run_choice_goes_on_with_the_automatic_pick(backend):
+    app = app_for(backend, ServeOptions())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, PresetScreen)
+                and app.screen.query_one(DataTable).row_count > 0
+            ),
+        )
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: on_dashboard(app))
+    assert backend.chosen == []
+    assert backend.options_seen == [ServeOptions()]
