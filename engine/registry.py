@@ -384,7 +384,6 @@ def fetch_engine(
     url: str,
     sha256: str,
     *,
-    client: httpx.Client | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> EngineManifest:
     """Install a prebuilt engine tarball (``bin/llama-server`` inside) checked by sha256."""
@@ -393,9 +392,7 @@ def fetch_engine(
     name = Path(httpx.URL(url).path).name or "engine.tar.gz"
     downloads = paths.ensure(paths.downloads_dir)
     try:
-        archive = download_file(
-            url, downloads / name, sha256=sha256, client=client, on_progress=on_progress
-        )
+        archive = download_file(url, downloads / name, sha256=sha256, on_progress=on_progress)
     except TransferError as exc:
         raise EngineError(exc.message, hint=exc.hint) from exc
     staging = _staging_dir(paths, "fetched")

@@ -246,7 +246,6 @@ def ensure_source(
                 downloads / pin.filename,
                 sha256=pin.sha256,
                 size_bytes=size,
-                client=http,
                 on_progress=on_progress,
             )
         except TransferError as exc:

@@ -25,8 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
-
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.errors import GuardRefusal, LuceboxError, UsageError
 from lucebox.engine.guard import CheckResult, check_model, model_name, shard_names
@@ -365,35 +363,34 @@ def _pull_hf(
     _check_free_disk(dest_dir, total - present)
     headers = build_hf_headers()
     files = []
-    with httpx.Client(headers=headers, timeout=60, follow_redirects=True) as client:
-        for name, meta in zip(names, metas, strict=True):
-            info = infos.get(name)
-            lfs = getattr(info, "lfs", None)
-            expected = getattr(lfs, "sha256", None) or (
-                meta.etag if meta.etag and _SHA256.match(meta.etag) else None
+    for name, meta in zip(names, metas, strict=True):
+        info = infos.get(name)
+        lfs = getattr(info, "lfs", None)
+        expected = getattr(lfs, "sha256", None) or (
+            meta.etag if meta.etag and _SHA256.match(meta.etag) else None
+        )
+        if expected is None:
+            raise StoreError(
+                f"the Hub publishes no sha256 for {name}",
+                hint="lucebox only pulls files it can verify",
             )
-            if expected is None:
-                raise StoreError(
-                    f"the Hub publishes no sha256 for {name}",
-                    hint="lucebox only pulls files it can verify",
+        dest = dest_dir / Path(name).name
+        if not (dest.exists() and sha256_file(dest) == expected):
+            try:
+                url = hf_hub_url(source.repo_id, name, revision=commit, endpoint=endpoint)
+                download_file(
+                    url,
+                    dest,
+                    sha256=expected,
+                    size_bytes=meta.size,
+                    headers=headers,
+                    on_progress=on_progress,
                 )
-            dest = dest_dir / Path(name).name
-            if not (dest.exists() and sha256_file(dest) == expected):
-                try:
-                    url = hf_hub_url(source.repo_id, name, revision=commit, endpoint=endpoint)
-                    download_file(
-                        url,
-                        dest,
-                        sha256=expected,
-                        size_bytes=meta.size,
-                        client=client,
-                        on_progress=on_progress,
-                    )
-                except TransferError as exc:
-                    if "sha256" in exc.message:
-                        raise HashMismatchError(exc.message, hint=exc.hint) from exc
-                    raise StoreError(exc.message, hint=exc.hint) from exc
-            files.append((dest, expected, True))
+            except TransferError as exc:
+                if "sha256" in exc.message:
+                    raise HashMismatchError(exc.message, hint=exc.hint) from exc
+                raise StoreError(exc.message, hint=exc.hint) from exc
+        files.append((dest, expected, True))
     return _check_and_record(paths, source, files, "hub-lfs", commit)
 
 

@@ -3,8 +3,10 @@
 huggingface-hub is pointed at it with ``HF_ENDPOINT`` / ``endpoint=``. It serves
 ``HEAD|GET /{repo}/resolve/{revision}/{path}`` with ``X-Repo-Commit``, ``ETag``,
 ``X-Linked-Etag``, ``X-Linked-Size`` and Range support, and
-``POST /api/models/{repo}/paths-info/{revision}`` with the LFS sha256. Faults are injected per
-file: a connection cut after N bytes, wrong bytes, a slow link, gated (401) and missing (404).
+``POST /api/models/{repo}/paths-info/{revision}`` with the LFS sha256. With ``storage_host``
+set, resolve answers as the real Hub does for LFS files: a redirect to a storage URL on another
+host name (``GET /storage/{sha256}``). Faults are injected per file: a connection cut after N
+bytes, wrong bytes, a slow link, gated (401) and missing (404).
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ class HubState:
     files: dict[tuple[str, str], HubFile] = field(default_factory=dict)
     gated: set[str] = field(default_factory=set)
     base_url: str = ""
+    storage_host: str | None = None
+    """Host name (for this server) that resolve redirects file downloads to, e.g. localhost."""
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    """(method, path, Range header) of every request, in order."""
+    authorized: list[tuple[str, str]] = field(default_factory=list)
+    """(method, path) of the requests that carried an Authorization header."""
 
     def add(self, repo: str, path: str, hub_file: HubFile) -> HubFile:
         self.files[(repo, path)] = hub_file
@@ -80,7 +87,16 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
 
         def _resolve(self) -> None:
             state.requests.append((self.command, self.path, self.headers.get("Range")))
+            if "authorization" in {k.lower() for k in self.headers}:
+                state.authorized.append((self.command, self.path))
             parts = unquote(self.path.split("?")[0]).lstrip("/").split("/")
+            if len(parts) == 2 and parts[0] == "storage":
+                stored = [f for f in state.files.values() if f.sha256 == parts[1]]
+                if not stored:
+                    self._error(404, "EntryNotFound", "no such object")
+                    return
+                self._send_file(stored[0], {})
+                return
             if len(parts) < 5 or parts[2] != "resolve":
                 self._error(404, "EntryNotFound", "bad path")
                 return
@@ -88,6 +104,25 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             hub_file = self._lookup(repo, path)
             if hub_file is None:
                 return
+            hub_headers = {
+                "X-Repo-Commit": COMMIT,
+                "ETag": f'"{hub_file.sha256}"',
+                "X-Linked-Etag": f'"{hub_file.sha256}"',
+                "X-Linked-Size": str(len(hub_file.body)),
+            }
+            if state.storage_host is not None:
+                port = self.server.server_address[1]
+                self.send_response(302)
+                for name, value in hub_headers.items():
+                    self.send_header(name, value)
+                location = f"http://{state.storage_host}:{port}/storage/{hub_file.sha256}"
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self._send_file(hub_file, hub_headers)
+
+        def _send_file(self, hub_file: HubFile, extra_headers: dict[str, str]) -> None:
             body = hub_file.served if hub_file.served is not None else hub_file.body
             start, status = 0, 200
             range_header = self.headers.get("Range")
@@ -99,10 +134,8 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 return
             payload = body[start:]
             self.send_response(status)
-            self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("ETag", f'"{hub_file.sha256}"')
-            self.send_header("X-Linked-Etag", f'"{hub_file.sha256}"')
-            self.send_header("X-Linked-Size", str(len(hub_file.body)))
+            for name, value in extra_headers.items():
+                self.send_header(name, value)
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(len(payload)))

@@ -103,6 +103,31 @@ def test_resume_after_cuts_at_random_offsets(hub_env, model_bytes, tmp_path, mon
         assert ranges == [None, f"bytes={cut}-"]
 
 
+@pytest.mark.parametrize(
+    ("storage_host", "token_sent"), [("localhost", False), ("127.0.0.1", True)]
+)
+def test_token_goes_to_redirects_on_the_hubs_host_only(
+    hub_env, model_bytes, monkeypatch, storage_host, token_sent
+):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    hub_env.storage_host = storage_host
+    cut = len(model_bytes) // 3
+    hub_env.add("acme/gated", "tiny-instruct-f16.gguf", HubFile(model_bytes, cut_after_bytes=[cut]))
+    hub_env.gated.add("acme/gated")
+    source = "hf:acme/gated/tiny-instruct-f16.gguf"
+    with pytest.raises(StoreError, match="resume"):
+        pull_model(resolve_paths(), source)
+    record = pull_model(resolve_paths(), source)
+    assert record.files[0].sha256 == sha(model_bytes)
+    gets = [r for r in hub_env.requests if r[0] == "GET"]
+    storage = [r for r in gets if r[1].startswith("/storage/")]
+    assert [r[2] for r in storage] == [None, f"bytes={cut}-"]
+    resolves = [("GET", r[1]) for r in gets if "/resolve/" in r[1]]
+    assert len(resolves) == 2 and set(resolves) <= set(hub_env.authorized)
+    storage_authorized = [r for r in hub_env.authorized if r[1].startswith("/storage/")]
+    assert len([r for r in storage_authorized if r[0] == "GET"]) == (2 if token_sent else 0)
+
+
 def test_wrong_bytes_are_caught_and_nothing_is_kept(hub_env, model_bytes):
     bad = bytearray(model_bytes)
     bad[len(bad) // 2] ^= 0xFF
