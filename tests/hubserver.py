@@ -111,7 +111,7 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 "X-Linked-Size": str(len(hub_file.body)),
             }
             if state.storage_host is not None:
-                port = self.server.server_address[1]
+                port = state.base_url.rsplit(":", 1)[1]
                 self.send_response(302)
                 for name, value in hub_headers.items():
                     self.send_header(name, value)
