@@ -10,19 +10,23 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
 import httpx
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.color import Color
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import (
     Button,
@@ -32,7 +36,6 @@ from textual.widgets import (
     Label,
     ProgressBar,
     RichLog,
-    Sparkline,
     Static,
 )
 from textual.worker import get_current_worker
@@ -61,13 +64,16 @@ LOG_WARNING = re.compile(r"\bwarn(ing)?\b|^W ", re.IGNORECASE)
 
 
 class Readout(Label):
-    """A label whose size CSS fixes: redrawn only when its text changes, with no layout pass,
-    so a dashboard at rest costs next to nothing."""
+    """A label redrawn only when its text changes, so a dashboard at rest costs next to nothing.
 
-    def show(self, content: Text | str) -> None:
+    Its size is fixed by CSS, so a change needs no layout pass, unless ``layout`` says the text
+    may take a different number of lines.
+    """
+
+    def show(self, content: Text | str, layout: bool = False) -> None:
         if content != getattr(self, "shown", None):
             self.shown = content
-            self.update(content, layout=False)
+            self.update(content, layout=layout)
 
 
 class Backend:
@@ -337,7 +343,10 @@ def _rate(value: float | None, unit: str, digits: int = 1) -> str:
 
 
 def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
-    """The planned split of the card (weights / KV / draft / other / free), scaled to width."""
+    """The planned split of the card (weights / KV / draft / other / free), scaled to width.
+
+    The legend breaks between entries, never inside one.
+    """
     memory = prepared.plan.memory_bytes
     other = memory.total - memory.weights - memory.kv - memory.draft
     free = max(prepared.available_bytes - memory.total, 0)
@@ -353,16 +362,88 @@ def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
     for size, _, colour in parts:
         cells = round(width * size / whole)
         bar.append("█" * cells, style=colour)
-    bar.append("\n")
-    for size, label, colour in parts:
-        if size:
-            bar.append("■", style=colour)
-            bar.append(f" {label} {size / GIB:.1f} ")
-    bar.append("GiB\n")
-    bar.append(f"plan {memory.total / GIB:.2f} of {prepared.available_bytes / GIB:.1f} GiB")
+    legend = [(f"{label} {size / GIB:.1f}", colour) for size, label, colour in parts if size]
+    legend[-1] = (legend[-1][0] + " GiB", legend[-1][1])
+    line_cells = width
+    for entry, colour in legend:
+        if line_cells + len(entry) + 3 > width:
+            bar.append("\n")
+            line_cells = 0
+        elif line_cells:
+            bar.append(" ")
+            line_cells += 1
+        bar.append("■", style=colour)
+        bar.append(f" {entry}")
+        line_cells += len(entry) + 2
+    bar.append(f"\nplan {memory.total / GIB:.2f} of {prepared.available_bytes / GIB:.1f} GiB")
     if used_bytes is not None:
         bar.append(f" · uses {used_bytes / GIB:.2f}")
     return bar
+
+
+def per_cell(values: Sequence[float], width: int) -> list[float]:
+    """The largest of the values each of ``width`` cells covers (a value may span cells)."""
+    cells = []
+    for cell in range(width):
+        start = cell * len(values) // width
+        end = max((cell + 1) * len(values) // width, start + 1)
+        cells.append(max(values[start:end]))
+    return cells
+
+
+class Trend(Widget):
+    """A one-line sparkline of the last minute, newest on the right, each cell the largest
+    value of the samples it covers.
+
+    Textual's Sparkline blends a new colour and style for every bar on every redraw, which
+    made up most of the dashboard's cost each second; here the eight bar heights share eight
+    styles, computed once per colour pair.
+    """
+
+    BARS = "▁▂▃▄▅▆▇█"
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"trend--low", "trend--high"}
+    DEFAULT_CSS = """
+    Trend { height: 1; }
+    Trend > .trend--low { color: $primary 30%; }
+    Trend > .trend--high { color: $primary; }
+    """
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id=id)
+        self.values: tuple[float, ...] = ()
+        self.level_styles: tuple[tuple[Color, Color], list[Style]] | None = None
+
+    def show(self, values: Sequence[float]) -> None:
+        if tuple(values) != self.values:
+            self.values = tuple(values)
+            self.refresh()
+
+    def _styles(self) -> list[Style]:
+        _, base = self.background_colors
+        low = base + self.get_component_styles("trend--low").color
+        high = base + self.get_component_styles("trend--high").color
+        if self.level_styles is None or self.level_styles[0] != (low, high):
+            levels = len(self.BARS) - 1
+            styles = [
+                Style(color=low.blend(high, level / levels).rich_color, bgcolor=base.rich_color)
+                for level in range(levels + 1)
+            ]
+            self.level_styles = ((low, high), styles)
+        return self.level_styles[1]
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y or width <= 0:
+            return Strip.blank(width, self.rich_style)
+        values = self.values or (0.0,)
+        low, high = min(values), max(values)
+        cells = per_cell(values, width)
+        extent = (high - low) or 1.0
+        styles = self._styles()
+        top = len(self.BARS) - 1
+        levels = [int((value - low) / extent * top) for value in cells]
+        segments = [Segment(self.BARS[level], styles[level]) for level in levels]
+        return Strip(segments, width).simplify()
 
 
 class ThroughputPanel(Vertical):
@@ -371,7 +452,7 @@ class ThroughputPanel(Vertical):
             with Horizontal(classes="metric-row"):
                 yield Label(title, classes="metric-name")
                 yield Readout("—", id=f"{key}-value", classes="metric-value")
-                yield Sparkline([], id=f"{key}-spark", summary_function=max)
+                yield Trend(id=f"{key}-spark")
         yield Readout("", id="spec-acceptance")
 
     def show_rates(self, history: deque[Sample], latest: Sample | None) -> None:
@@ -387,64 +468,106 @@ class ThroughputPanel(Vertical):
             # A full-width window: an idle server's flat line stays equal and is not redrawn.
             points = [getattr(s, field) or 0.0 for s in history]
             padded = [0.0] * (SPARK_POINTS - len(points)) + points[-SPARK_POINTS:]
-            self.query_one(f"#{key}-spark", Sparkline).data = padded
+            self.query_one(f"#{key}-spark", Trend).show(padded)
         acceptance = self.query_one("#spec-acceptance", Readout)
         acceptance.display = shown.spec_acceptance is not None
         if shown.spec_acceptance is not None:
             acceptance.show(f"draft acceptance {shown.spec_acceptance:.0%}")
 
 
-class GpuPanel(Readout):
+class GpuPanel(Vertical):
+    """The card's memory as planned and used, then its live load, temperature and power.
+
+    The memory bar changes only with what the engine allocates, so each second redraws just
+    the two live lines under it.
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Readout("", id="vram")
+        yield Readout("", id="gpu-live")
+
     def show_gpu(self, prepared: Prepared, sample: Sample | None) -> None:
-        width = max(self.size.width - 4, 10)
-        text = vram_bar(prepared, sample.vram_used_bytes if sample else None, width)
-        if sample is not None:
-            device = [
-                f"GPU {sample.gpu_util_percent}%" if sample.gpu_util_percent is not None else "",
-                f"{sample.gpu_temperature_c}°C" if sample.gpu_temperature_c is not None else "",
-                f"{sample.gpu_power_w:.0f} W" if sample.gpu_power_w is not None else "",
-            ]
-            engine = [
-                f"CPU {sample.engine_cpu_percent:.0f}%"
-                if sample.engine_cpu_percent is not None
-                else "",
-                f"RAM {sample.engine_rss_bytes / GIB:.2f} GiB"
-                if sample.engine_rss_bytes is not None
-                else "",
-                f"slots {sample.slots_busy or 0}/{sample.slots_total}"
-                if sample.slots_total is not None
-                else "",
-            ]
-            for facts in (device, engine):
-                if any(facts):
-                    text.append("\n" + " · ".join(f for f in facts if f))
-        self.show(text)
+        width = max(self.content_size.width, 10)
+        used = sample.vram_used_bytes if sample else None
+        self.query_one("#vram", Readout).show(vram_bar(prepared, used, width), layout=True)
+        if sample is None:
+            return
+        device = [
+            f"GPU {sample.gpu_util_percent}%" if sample.gpu_util_percent is not None else "",
+            f"{sample.gpu_temperature_c}°C" if sample.gpu_temperature_c is not None else "",
+            f"{sample.gpu_power_w:.0f} W" if sample.gpu_power_w is not None else "",
+        ]
+        engine = [
+            f"CPU {sample.engine_cpu_percent:.0f}%"
+            if sample.engine_cpu_percent is not None
+            else "",
+            f"RAM {sample.engine_rss_bytes / GIB:.2f} GiB"
+            if sample.engine_rss_bytes is not None
+            else "",
+            f"slots {sample.slots_busy or 0}/{sample.slots_total}"
+            if sample.slots_total is not None
+            else "",
+        ]
+        lines = [" · ".join(f for f in facts if f) for facts in (device, engine)]
+        self.query_one("#gpu-live", Readout).show("\n".join(line for line in lines if line))
+
+
+def log_style(line: str) -> Style:
+    """Errors red, warnings yellow, lucebox's own lines (``#``) dim."""
+    if LOG_ERROR.search(line):
+        return Style(color="red", bold=True)
+    if LOG_WARNING.search(line):
+        return Style(color="yellow")
+    return Style(dim=True) if line.startswith("#") else Style()
 
 
 def log_line(line: str) -> Text:
-    if LOG_ERROR.search(line):
-        return Text(line, style="bold red")
-    if LOG_WARNING.search(line):
-        return Text(line, style="yellow")
-    return Text(line, style="dim" if line.startswith("#") else "")
+    return Text(line, style=log_style(line))
 
 
 class LogTail(Widget):
-    """The engine log's newest lines that fit; the whole log is on the log screen (l)."""
+    """The engine log's newest lines that fit; the whole log is on the log screen (l).
+
+    Drawn line by line: each log line is rendered to a strip once (per width) and reused as
+    it moves up, so a busy engine log costs one new strip per new line.
+    """
 
     KEPT_LINES = 200
 
     def __init__(self, id: str) -> None:
         super().__init__(id=id)
-        self.lines: deque[Text] = deque(maxlen=self.KEPT_LINES)
+        self.lines: deque[str] = deque(maxlen=self.KEPT_LINES)
+        self.strips: dict[tuple[int, int], Strip] = {}
+        """Rendered lines by (line number, width), until the widget's style changes."""
+        self.lines_added = 0
 
     def add(self, lines: list[str]) -> None:
-        self.lines.extend(log_line(line) for line in lines)
+        self.lines.extend(lines)
+        self.lines_added += len(lines)
+        first_kept = self.lines_added - len(self.lines)
+        self.strips = {key: strip for key, strip in self.strips.items() if key[0] >= first_kept}
         self.refresh()  # same size, new text: no layout pass
 
-    def render(self) -> Text:
-        height = max(self.content_size.height, 1)
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(list(self.lines)[-height:])
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.strips.clear()
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        index = max(len(self.lines) - height, 0) + y
+        if not 0 <= index < len(self.lines):
+            return Strip.blank(width, self.rich_style)
+        key = (self.lines_added - len(self.lines) + index, width)
+        strip = self.strips.get(key)
+        if strip is None:
+            base = self.rich_style
+            line = self.lines[index]
+            text = Text(line)
+            text.truncate(width, overflow="ellipsis")
+            strip = Strip([Segment(text.plain, base + log_style(line))])
+            strip = strip.extend_cell_length(width, base)
+            self.strips[key] = strip
+        return strip
 
 
 class DashboardScreen(Screen[None]):
@@ -474,7 +597,7 @@ class DashboardScreen(Screen[None]):
         yield Readout("", id="dash-header")
         with Horizontal(id="dash-top"):
             yield ThroughputPanel(id="throughput")
-            yield GpuPanel("", id="gpu")
+            yield GpuPanel(id="gpu")
         with Horizontal(id="dash-bottom"):
             yield LogTail(id="log-tail")
             yield ChatPanel(self.prepared, id="chat")

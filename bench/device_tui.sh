@@ -6,5 +6,5 @@ set -uo pipefail
 source bench/device_env.sh
 ensure_engine
 model=$(generated_model "${1:-llama8b}")
-python3 -m bench.tui_overhead --model "$model" --window-s "${WINDOW_S:-30}" --rounds 2 \
+python3 -m bench.tui_overhead --model "$model" --window-s "${WINDOW_S:-30}" --rounds "${ROUNDS:-2}" \
     | tee "$OUT/tui_overhead.json"

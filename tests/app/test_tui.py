@@ -8,7 +8,7 @@ import threading
 
 import pytest
 from textual.css.query import NoMatches
-from textual.widgets import Button, DataTable, Input, Label, Sparkline, Static
+from textual.widgets import Button, DataTable, Input, Label, Static
 
 from lucebox.app.tui import (
     Backend,
@@ -20,6 +20,8 @@ from lucebox.app.tui import (
     QuitModal,
     StartScreen,
     StepRow,
+    Trend,
+    per_cell,
 )
 from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.paths import resolve_paths
@@ -66,11 +68,13 @@ async def test_pipeline_steps_then_dashboard_with_samples(backend):
         await wait_until(pilot, lambda: len(dashboard.history) == 20)
         decode = str(dashboard.query_one("#decode-value", Label).render())
         assert decode.endswith("tok/s") and decode != "—"
-        points = list(dashboard.query_one("#decode-spark", Sparkline).data or [])
+        points = list(dashboard.query_one("#decode-spark", Trend).values)
         assert len(points) == 60 and points[:40] == [0.0] * 40 and min(points[40:]) >= 180
         header = str(dashboard.query_one("#dash-header", Static).render())
         assert "http://127.0.0.1:8080/v1" in header and "ready" in header
-        gpu_text = str(dashboard.query_one("#gpu", Static).render())
+        gpu_text = "\n".join(
+            str(dashboard.query_one(f"#{part}", Static).render()) for part in ("vram", "gpu-live")
+        )
         assert "weights" in gpu_text and "uses 1.29" in gpu_text and "61°C" in gpu_text
         assert "server is listening" in "\n".join(
             str(line) for line in dashboard.query_one(LogTail).lines
@@ -317,3 +321,9 @@ async def test_leaving_the_first_run_choice_goes_on_with_the_automatic_pick(back
         await wait_until(pilot, lambda: on_dashboard(app))
     assert backend.chosen == []
     assert backend.options_seen == [ServeOptions()]
+
+
+def test_trend_cells_keep_each_spans_largest_value():
+    assert per_cell([1.0, 5.0, 2.0, 0.0], 2) == [5.0, 2.0]
+    assert per_cell([3.0, 4.0], 4) == [3.0, 3.0, 4.0, 4.0]
+    assert per_cell([0.0] * 59 + [9.0], 7)[-1] == 9.0
