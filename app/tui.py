@@ -59,6 +59,7 @@ STEP_TITLES: dict[StepName, str] = {
     "server": "Server",
 }
 SPARK_POINTS = 60
+LOG_TAIL_INTERVAL_S = 2.0
 LOG_ERROR = re.compile(r"\berror\b|\bfailed\b|^E ", re.IGNORECASE)
 LOG_WARNING = re.compile(r"\bwarn(ing)?\b|^W ", re.IGNORECASE)
 
@@ -592,6 +593,7 @@ class DashboardScreen(Screen[None]):
         self.state = "ready"  # the dashboard opens when the server is ready
         self.restarts = 0
         self.log_lines_shown = 0
+        self.log_shown_at = -LOG_TAIL_INTERVAL_S
 
     def compose(self) -> ComposeResult:
         yield Readout("", id="dash-header")
@@ -646,11 +648,16 @@ class DashboardScreen(Screen[None]):
         self.query_one(GpuPanel).show_gpu(self.prepared, sample)
         self.refresh_header()
 
-    def show_log(self, supervisor: Supervisor) -> None:
+    def show_log(self, supervisor: Supervisor, *, now: bool = False) -> None:
+        """New engine log lines into the tail: at once with ``now``, else at most every
+        LOG_TAIL_INTERVAL_S. A busy engine logs with every request, and moving the whole
+        tail each second was the dashboard's largest cost while serving."""
+        due_at = self.log_shown_at + LOG_TAIL_INTERVAL_S
         new_lines = min(supervisor.lines_total - self.log_lines_shown, len(supervisor.ring))
-        self.log_lines_shown = supervisor.lines_total
-        if new_lines <= 0:
+        if new_lines <= 0 or (not now and time.monotonic() < due_at):
             return
+        self.log_lines_shown = supervisor.lines_total
+        self.log_shown_at = time.monotonic()
         self.query_one(LogTail).add(list(supervisor.ring)[-new_lines:])
 
     def action_toggle_chat(self) -> None:
@@ -919,7 +926,7 @@ class LuceboxApp(App[int]):
         if self.dashboard is not None:
             self.dashboard.show_event(event)
             if self.supervisor is not None:
-                self.dashboard.show_log(self.supervisor)
+                self.dashboard.show_log(self.supervisor, now=True)
         else:
             self.start_screen.show_step(StepEvent("server", "running", event.message))
 

@@ -8,10 +8,13 @@ failure tests need and that the real pipeline cannot hold still for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from textual.css.query import NoMatches
 
 from lucebox.app.tui import Backend
 from lucebox.engine import pipeline
@@ -165,3 +168,12 @@ class ScriptedBackend(Backend):
     def detach(self, options: ServeOptions) -> tuple[int, Path]:
         self.detached.append(options)
         return 4343, self.tmp_path / "serve.log"
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        with contextlib.suppress(NoMatches):  # a screen that is still being composed
+            if predicate():
+                return
+        await pilot.pause(0.05)
+    raise AssertionError("the app did not reach the expected state")

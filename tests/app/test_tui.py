@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 
 import pytest
-from textual.css.query import NoMatches
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from lucebox.app.tui import (
@@ -27,7 +25,13 @@ from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
-from tests.app.scripted import RTX_4090, STEPS_DOWNLOADING, ScriptedBackend, samples
+from tests.app.scripted import (
+    RTX_4090,
+    STEPS_DOWNLOADING,
+    ScriptedBackend,
+    samples,
+    wait_until,
+)
 from tests.conftest import alive
 from tests.ports import free_port
 from tests.realmodels import engine_home
@@ -40,15 +44,6 @@ def backend(tmp_path) -> ScriptedBackend:
 
 def app_for(backend: ScriptedBackend, options: ServeOptions | None = None) -> LuceboxApp:
     return LuceboxApp(backend, options or ServeOptions(preset="smoke"), clock=lambda: 1000.0)
-
-
-async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        with contextlib.suppress(NoMatches):  # a screen that is still being composed
-            if predicate():
-                return
-        await pilot.pause(0.05)
-    raise AssertionError("the app did not reach the expected state")
 
 
 def on_dashboard(app: LuceboxApp) -> bool:

@@ -13,7 +13,13 @@ from lucebox.app.tui import DashboardScreen, LuceboxApp, PresetScreen, StepRow
 from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions
-from tests.app.scripted import RTX_4090, STEPS_DOWNLOADING, ScriptedBackend, samples
+from tests.app.scripted import (
+    RTX_4090,
+    STEPS_DOWNLOADING,
+    ScriptedBackend,
+    samples,
+    wait_until,
+)
 
 SIZES = [(80, 24), (140, 40)]
 
@@ -30,13 +36,10 @@ def app_for(backend: ScriptedBackend, options: ServeOptions | None = None) -> Lu
     return LuceboxApp(backend, options or ServeOptions(preset="smoke"), clock=lambda: 1000.0)
 
 
-async def settle(pilot: Pilot, predicate, timeout_s: float = 10.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            await pilot.pause()
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("the app did not reach the state to snapshot")
+async def settle(pilot: Pilot, predicate) -> None:
+    """Wait for the state to snapshot, then for the screen to draw it."""
+    await wait_until(pilot, predicate)
+    await pilot.pause()
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
