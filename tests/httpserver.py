@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +18,10 @@ class Route:
     cut_after_bytes: int | None = None
     """Close the connection after sending this many body bytes (once, then serve whole)."""
     cuts_left: int = 1
+    honours_range: bool = True
+    """False: answer a Range request with the whole body (200), as some servers do."""
+    stall_s: float = 0.0
+    """Send the headers, then nothing for this long before the body."""
 
 
 @dataclass
@@ -45,7 +50,7 @@ def _handler(state: FileServer) -> type[BaseHTTPRequestHandler]:
                 self._send(route.status, b'{"error": "refused"}', "application/json")
                 return
             body, status, start = route.body, 200, 0
-            if range_header and range_header.startswith("bytes="):
+            if route.honours_range and range_header and range_header.startswith("bytes="):
                 start = int(range_header[6:].split("-")[0])
                 if start >= len(body):
                     self._send(416, b"", "text/plain")
@@ -58,6 +63,9 @@ def _handler(state: FileServer) -> type[BaseHTTPRequestHandler]:
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
             self.end_headers()
+            if route.stall_s:
+                self.wfile.flush()
+                time.sleep(route.stall_s)
             if route.cut_after_bytes is not None and route.cuts_left > 0:
                 route.cuts_left -= 1
                 self.wfile.write(payload[: route.cut_after_bytes])

@@ -1,0 +1,53 @@
+"""Downloads against a real loopback server: the faults a model or engine download meets."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from lucebox.engine.transfer import TransferError, download_file
+from tests.httpserver import Route, serve_files
+
+BODY = os.urandom(3 * 1024 * 1024 + 123)
+SHA256 = hashlib.sha256(BODY).hexdigest()
+
+
+def test_a_server_that_ignores_range_gives_a_whole_file_not_a_doubled_one(tmp_path):
+    dest = tmp_path / "model.gguf"
+    dest.with_name("model.gguf.part").write_bytes(BODY[:1000])
+    with serve_files({"/m": Route(BODY, honours_range=False)}) as server:
+        download_file(f"{server.base_url}/m", dest, sha256=SHA256, size_bytes=len(BODY))
+        assert server.requests == [("GET", "/m", "bytes=1000-")]
+    assert dest.read_bytes() == BODY
+    assert not dest.with_name("model.gguf.part").exists()
+
+
+def test_a_cut_without_a_known_size_keeps_the_partial_for_a_resume(tmp_path):
+    dest = tmp_path / "engine.tar.gz"
+    with serve_files({"/e": Route(BODY, cut_after_bytes=100_000)}) as server:
+        with pytest.raises(TransferError, match=r"stopped at 100000 of \d+ bytes") as caught:
+            download_file(f"{server.base_url}/e", dest, sha256=SHA256)
+        assert "resume" in (caught.value.hint or "")
+        assert dest.with_name("engine.tar.gz.part").stat().st_size == 100_000
+        download_file(f"{server.base_url}/e", dest, sha256=SHA256)
+        assert server.requests[-1] == ("GET", "/e", "bytes=100000-")
+    assert dest.read_bytes() == BODY
+
+
+def test_a_stalled_server_times_out_with_a_clear_message(tmp_path):
+    dest = tmp_path / "model.gguf"
+    with (
+        serve_files({"/m": Route(BODY, stall_s=3)}) as server,
+        pytest.raises(TransferError, match=r"failed: no data for 0.5 s"),
+    ):
+        download_file(f"{server.base_url}/m", dest, sha256=SHA256, timeout_s=0.5)
+    assert not dest.exists()
+
+
+def test_nothing_listening_is_a_one_line_failure(tmp_path):
+    with serve_files() as server:
+        url = f"{server.base_url}/m"
+    with pytest.raises(TransferError, match="Connection refused"):
+        download_file(url, tmp_path / "m", sha256=SHA256)
