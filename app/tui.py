@@ -60,8 +60,9 @@ STEP_TITLES: dict[StepName, str] = {
 }
 SPARK_POINTS = 60
 LOG_TAIL_INTERVAL_S = 2.0
-LOG_ERROR = re.compile(r"\berror\b|\bfailed\b|^E ", re.IGNORECASE)
-LOG_WARNING = re.compile(r"\bwarn(ing)?\b|^W ", re.IGNORECASE)
+# The engine's level letter follows its timestamp ("0.01.234.567 W srv ..."); see the contract.
+LOG_ERROR = re.compile(r"(?i:\berror\b|\bfailed\b)|^(?:[\d.]+ )?E ")
+LOG_WARNING = re.compile(r"(?i:\bwarn(ing)?\b)|^(?:[\d.]+ )?W ")
 
 
 class Readout(Label):

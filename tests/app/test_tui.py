@@ -6,6 +6,7 @@ import os
 import threading
 
 import pytest
+from rich.style import Style
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from lucebox.app.tui import (
@@ -19,6 +20,7 @@ from lucebox.app.tui import (
     StartScreen,
     StepRow,
     Trend,
+    log_style,
     per_cell,
 )
 from lucebox.engine.errors import GuardRefusal
@@ -322,3 +324,13 @@ def test_trend_cells_keep_each_spans_largest_value():
     assert per_cell([1.0, 5.0, 2.0, 0.0], 2) == [5.0, 2.0]
     assert per_cell([3.0, 4.0], 4) == [3.0, 3.0, 4.0, 4.0]
     assert per_cell([0.0] * 59 + [9.0], 7)[-1] == 9.0
+
+
+def test_log_levels_are_read_after_the_engines_timestamp():
+    warning = "0.00.003.762 W srv  llama_server: security: no API key is set"
+    error = "0.00.010.001 E srv  load_model: failed to load model"
+    info = "0.00.953.620 I srv  llama_server: model loaded"
+    assert log_style(warning) == log_style("W untimed warning") == Style(color="yellow")
+    assert log_style(error) == Style(color="red", bold=True)
+    assert log_style(info) == log_style("Every word here is plain")
+    assert log_style("# lucebox: ready").dim
