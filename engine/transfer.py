@@ -17,6 +17,7 @@ import hashlib
 import http.client
 import os
 import queue
+import ssl
 import threading
 import time
 import urllib.error
@@ -109,11 +110,19 @@ def download_file(
                 url, dict(headers or {}), part, digest, offset, size_bytes, on_progress, timeout_s
             )
         except (OSError, http.client.HTTPException) as exc:
-            if isinstance(exc, TimeoutError):
+            cause = getattr(exc, "reason", None) or exc
+            hint = resume_hint
+            if isinstance(cause, TimeoutError):
                 reason = f"no data for {timeout_s:g} s"
+            elif isinstance(cause, ssl.SSLCertVerificationError):
+                reason = f"the server's certificate is not trusted ({cause.verify_message})"
+                hint = (
+                    "check the system clock and any proxy that intercepts HTTPS; "
+                    "SSL_CERT_FILE names a file of extra certificate authorities"
+                )
             else:
-                reason = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
-            raise TransferError(f"download of {url} failed: {reason}", hint=resume_hint) from exc
+                reason = str(cause) or type(cause).__name__
+            raise TransferError(f"download of {url} failed: {reason}", hint=hint) from exc
     if size_bytes is not None and offset != size_bytes:
         raise TransferError(
             f"download of {url} stopped at {offset} of {size_bytes} bytes", hint=resume_hint

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -85,10 +86,17 @@ def _handler(state: FileServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serve_files(routes: dict[str, Route] | None = None) -> Iterator[FileServer]:
+def serve_files(
+    routes: dict[str, Route] | None = None, tls: ssl.SSLContext | None = None
+) -> Iterator[FileServer]:
+    """Serve ``routes`` on loopback; over HTTPS with ``tls`` (a server-side context)."""
     state = FileServer(routes=dict(routes or {}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    state.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    scheme = "http"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    state.base_url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

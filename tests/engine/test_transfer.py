@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import ssl
 
 import pytest
+import trustme
 
 from lucebox.engine.transfer import TransferError, download_file
 from tests.httpserver import Route, serve_files
@@ -51,3 +53,39 @@ def test_nothing_listening_is_a_one_line_failure(tmp_path):
         url = f"{server.base_url}/m"
     with pytest.raises(TransferError, match="Connection refused"):
         download_file(url, tmp_path / "m", sha256=SHA256)
+
+
+@pytest.fixture
+def tls_server_context() -> tuple[ssl.SSLContext, trustme.CA]:
+    authority = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    return context, authority
+
+
+def test_https_downloads_trust_what_httpx_trusts(tmp_path, monkeypatch, tls_server_context):
+    context, authority = tls_server_context
+    ca_file = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    with serve_files({"/m": Route(BODY, cut_after_bytes=50_000)}, tls=context) as server:
+        url = f"{server.base_url}/m"
+        assert url.startswith("https://")
+        with pytest.raises(TransferError, match="stopped at"):
+            download_file(url, tmp_path / "m", sha256=SHA256)
+        download_file(url, tmp_path / "m", sha256=SHA256)
+        assert server.requests[-1] == ("GET", "/m", "bytes=50000-")
+    assert (tmp_path / "m").read_bytes() == BODY
+
+
+def test_https_refuses_a_certificate_nobody_vouches_for(tmp_path, monkeypatch, tls_server_context):
+    context, _ = tls_server_context
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with (
+        serve_files({"/m": Route(BODY)}, tls=context) as server,
+        pytest.raises(TransferError, match="certificate is not trusted") as caught,
+    ):
+        download_file(f"{server.base_url}/m", tmp_path / "m", sha256=SHA256)
+    assert "SSL_CERT_FILE" in (caught.value.hint or "")
+    assert not (tmp_path / "m").exists()
