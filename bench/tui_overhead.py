@@ -30,9 +30,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.serve_overhead import decode_speeds, serve_argv, stop, wait_ready
+from bench.serve_overhead import decode_speeds, serve_argv, serve_env, stop, wait_ready
 from tests.ports import free_port
-from tests.realmodels import engine_home, gemma_model
 
 COLUMNS, ROWS = 140, 40
 
@@ -89,10 +88,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--model", type=Path, help="a GGUF to serve instead of the smoke preset")
     args = parser.parse_args()
-    env = {**os.environ, "TERM": "xterm-256color"}
-    if args.model is None:
-        gemma_model()
-        env["LUCEBOX_HOME"] = str(engine_home())
+    env = {**serve_env(args.model), "TERM": "xterm-256color"}
     result: dict[str, object] = {}
     tui_speeds: list[float] = []
     serve_speeds: list[float] = []

@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from textual.app import App
 from textual.css.query import NoMatches
+from textual.widgets import DataTable
 
-from lucebox.app.tui import Backend
+from lucebox.app.tui import Backend, PresetScreen
 from lucebox.engine import pipeline
 from lucebox.engine.errors import LuceboxError
 from lucebox.engine.gguf import inspect_model
@@ -177,3 +179,8 @@ async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
                 return
         await pilot.pause(0.05)
     raise AssertionError("the app did not reach the expected state")
+
+
+def preset_table_shown(app: App[int]) -> bool:
+    """The preset choice is the screen and its plan table has rows."""
+    return isinstance(app.screen, PresetScreen) and app.screen.query_one(DataTable).row_count > 0

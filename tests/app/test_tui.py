@@ -15,7 +15,6 @@ from lucebox.app.tui import (
     DashboardScreen,
     LogTail,
     LuceboxApp,
-    PresetScreen,
     QuitModal,
     StartScreen,
     StepRow,
@@ -31,6 +30,7 @@ from tests.app.scripted import (
     RTX_4090,
     STEPS_DOWNLOADING,
     ScriptedBackend,
+    preset_table_shown,
     samples,
     wait_until,
 )
@@ -155,10 +155,7 @@ async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_until(
             pilot,
-            lambda: (
-                isinstance(app.screen, PresetScreen)
-                and app.screen.query_one(DataTable).row_count > 0
-            ),
+            lambda: preset_table_shown(app),
         )
         table = app.screen.query_one(DataTable)
         assert table.row_count >= 6
@@ -285,10 +282,7 @@ async def test_switching_preset_from_the_dashboard_runs_the_pipeline_again(backe
         await pilot.press("p")
         await wait_until(
             pilot,
-            lambda: (
-                isinstance(app.screen, PresetScreen)
-                and app.screen.query_one(DataTable).row_count > 0
-            ),
+            lambda: preset_table_shown(app),
         )
         table = app.screen.query_one(DataTable)
         ids = [str(key.value) for key in table.rows]
@@ -309,10 +303,7 @@ async def test_leaving_the_first_run_choice_goes_on_with_the_automatic_pick(back
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_until(
             pilot,
-            lambda: (
-                isinstance(app.screen, PresetScreen)
-                and app.screen.query_one(DataTable).row_count > 0
-            ),
+            lambda: preset_table_shown(app),
         )
         await pilot.press("escape")
         await wait_until(pilot, lambda: on_dashboard(app))

@@ -7,9 +7,8 @@ import threading
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable
 
-from lucebox.app.tui import DashboardScreen, LuceboxApp, PresetScreen, StepRow
+from lucebox.app.tui import DashboardScreen, LuceboxApp, StepRow
 from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions
@@ -17,6 +16,7 @@ from tests.app.scripted import (
     RTX_4090,
     STEPS_DOWNLOADING,
     ScriptedBackend,
+    preset_table_shown,
     samples,
     wait_until,
 )
@@ -62,10 +62,7 @@ def test_preset_choice(backend, snap_compare, size):
     async def run_before(pilot: Pilot) -> None:
         await settle(
             pilot,
-            lambda: (
-                isinstance(app.screen, PresetScreen)
-                and app.screen.query_one(DataTable).row_count > 0
-            ),
+            lambda: preset_table_shown(app),
         )
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
