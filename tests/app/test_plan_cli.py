@@ -61,8 +61,8 @@ def test_unknown_preset_and_missing_model():
 
 
 @pytest.mark.slow
-def test_plan_from_the_real_gemma_header_matches_llama_fit_params():
-    from tests.realmodels import engine_home, gemma_model
+def test_plan_from_the_real_gemma_header_matches_llama_fit_params(built_engine_home):
+    from tests.realmodels import gemma_model
 
     result = run_lucebox(
         "plan",
@@ -71,7 +71,7 @@ def test_plan_from_the_real_gemma_header_matches_llama_fit_params():
         "--ctx",
         "32768",
         "--json",
-        env={"LUCEBOX_HOME": str(engine_home())},
+        env={"LUCEBOX_HOME": str(built_engine_home)},
     )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
