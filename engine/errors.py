@@ -13,6 +13,12 @@ line and never shows a traceback for these.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lucebox.engine.guard import Problem
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -53,6 +59,17 @@ class GuardRefusal(LuceboxError):
     """A guard refused: a model check failed, a plan does not fit, the engine cannot serve."""
 
     exit_code = EXIT_REFUSED
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, problems: Sequence[Problem] = ()
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.problems = tuple(problems)
+        """The model check's problems behind a refused file (front ends decide on codes)."""
+
+    @property
+    def problem_codes(self) -> tuple[str, ...]:
+        return tuple(p.code for p in self.problems)
 
 
 class NotAvailableError(LuceboxError):
