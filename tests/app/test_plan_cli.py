@@ -70,6 +70,9 @@ def test_plan_from_the_real_gemma_header_matches_llama_fit_params(built_engine_h
         str(gemma_model()),
         "--ctx",
         "32768",
+        "--allow-base",
+        "--cache",
+        "off",
         "--json",
         env={"LUCEBOX_HOME": str(built_engine_home)},
     )
@@ -159,3 +162,32 @@ def test_plan_refuses_a_truncated_file_as_serve_would(tmp_path):
     assert "truncated" in {p["code"] for p in document["target"]["problems"]}
     dry = run_lucebox("serve", "--model", str(model), "--dry-run")
     assert dry.returncode == 3 and "refused by the model check" in dry.stderr
+
+
+@pytest.mark.slow
+def test_the_pinned_capabilities_beside_the_pin_are_the_built_engines(built_engine_home):
+    from lucebox.engine.paths import resolve_paths
+    from lucebox.engine.planning import pinned_engine
+    from lucebox.engine.registry import list_engines
+
+    (built,) = [e for e in list_engines(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}))]
+    pinned = pinned_engine().capabilities
+    assert pinned.spec_types == built.capabilities.spec_types
+    assert pinned.kv_cache_types == built.capabilities.kv_cache_types
+    assert pinned.model_archs == built.capabilities.model_archs
+    assert pinned.swa_patterns == built.capabilities.swa_patterns
+
+
+@pytest.mark.slow
+def test_a_plan_before_the_first_build_is_the_launch_after_it(built_engine_home, tmp_path):
+    from tests.realmodels import smol_model
+
+    model = str(smol_model())
+    before = run_lucebox("plan", "--model", model, "--json")
+    after = run_lucebox(
+        "plan", "--model", model, "--json", env={"LUCEBOX_HOME": str(built_engine_home)}
+    )
+    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
+    planned, built = json.loads(before.stdout), json.loads(after.stdout)
+    assert planned["engine"]["id"] is None and built["engine"]["id"]
+    assert planned["argv"][1:] == built["argv"][1:]
