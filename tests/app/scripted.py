@@ -18,7 +18,8 @@ from textual.app import App
 from textual.css.query import NoMatches
 from textual.widgets import DataTable
 
-from lucebox.app.tui import Backend, PresetScreen
+from lucebox.app.tui.backend import Backend
+from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.engine import pipeline
 from lucebox.engine.errors import LuceboxError
 from lucebox.engine.gguf import inspect_model

@@ -9,19 +9,16 @@ import pytest
 from rich.style import Style
 from textual.widgets import Button, DataTable, Input, Label, Static
 
-from lucebox.app.tui import (
-    Backend,
-    ChatPanel,
-    DashboardScreen,
-    LogTail,
-    LuceboxApp,
-    QuitModal,
-    StartScreen,
-    StepRow,
-    Trend,
-    log_style,
-    per_cell,
-)
+from lucebox.app.tui.app import LuceboxApp
+from lucebox.app.tui.backend import Backend
+from lucebox.app.tui.messages import StepChanged
+from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.screens.start import StartScreen
+from lucebox.app.tui.widgets.chat import ChatPanel
+from lucebox.app.tui.widgets.log import LogTail, log_style
+from lucebox.app.tui.widgets.steps import StepRow
+from lucebox.app.tui.widgets.trend import Trend, per_cell
 from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
@@ -211,8 +208,6 @@ def test_no_color_is_respected(backend, monkeypatch):
 
 
 def test_step_event_progress_messages_merge():
-    from lucebox.app.tui import StepChanged
-
     first = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.1))
     newer = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.2))
     done = StepChanged(StepEvent("models", "done", "x"))

@@ -8,7 +8,9 @@ import threading
 import pytest
 from textual.pilot import Pilot
 
-from lucebox.app.tui import DashboardScreen, LuceboxApp, StepRow
+from lucebox.app.tui.app import LuceboxApp
+from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions

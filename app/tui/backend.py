@@ -1,0 +1,52 @@
+"""What the TUI asks of the engine, in one object that tests replace to script faults."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from lucebox.engine import config, gpu, pipeline, service
+from lucebox.engine.metrics import Sample
+from lucebox.engine.paths import Paths
+from lucebox.engine.service import Prepared, ServeOptions
+from lucebox.engine.supervisor import ServerEvent, Supervisor
+
+
+class Backend:
+    """What the TUI asks of the engine; tests replace it with a scripted one for faults."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+
+    def first_run(self) -> bool:
+        """No preset chosen yet: the user picks one from the plan table."""
+        return not config.load_settings(self.paths).preset
+
+    def preset_table(self, options: ServeOptions) -> pipeline.PresetTable:
+        settings = config.load_settings(self.paths)
+        index = options.gpu_index if options.gpu_index is not None else settings.gpu_index
+        return pipeline.preset_table(self.paths, pipeline.budget_for(gpu.probe_gpus(), index))
+
+    def choose_preset(self, preset_id: str) -> None:
+        config.set_setting(self.paths, "preset", preset_id)
+
+    def lock(self) -> service.ServeLock:
+        return service.ServeLock(self.paths)
+
+    def prepare(self, options: ServeOptions, emit: service.Emit) -> Prepared:
+        return service.prepare(self.paths, options, emit)
+
+    def supervisor(self, prepared: Prepared) -> Supervisor:
+        return service.new_supervisor(self.paths, prepared)
+
+    def run(
+        self, prepared: Prepared, supervisor: Supervisor
+    ) -> AsyncIterator[ServerEvent | Sample]:
+        return service.run_server(self.paths, prepared, supervisor)
+
+    def detach(self, options: ServeOptions) -> tuple[int, Path]:
+        return service.start_detached(self.paths, options)
+
+    @property
+    def log_path(self) -> Path:
+        return service.engine_log(self.paths)
