@@ -8,12 +8,10 @@ unexpected error is one line plus the path of a log with the full traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from lucebox.engine import (
     store,
     toolchain,
 )
+from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -224,8 +223,9 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
         return cmd_serve(args, paths)  # refuses --draft with the same message
     from lucebox.app.tui import make_app  # Textual loads only for the dashboard
 
-    result = make_app(paths, _serve_options(args)).run()
-    return result or EXIT_OK
+    app = make_app(paths, _serve_options(args))
+    app.run()
+    return EXIT_FAILURE if app.return_code is None else app.return_code
 
 
 def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -886,23 +886,6 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _crash_log(paths: Paths | None) -> Path:
-    """Write the current exception's traceback to a log file and return its path."""
-    text = traceback.format_exc()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if paths is not None:
-        with contextlib.suppress(OSError, LuceboxError):
-            target = paths.ensure(paths.logs_dir) / f"crash-{stamp}.log"
-            target.write_text(text, encoding="utf-8")
-            return target
-    import tempfile
-
-    fd, name = tempfile.mkstemp(prefix=f"lucebox-crash-{stamp}-", suffix=".log")
-    with open(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return Path(name)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -918,7 +901,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("lucebox: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        log = _crash_log(paths)
+        log = write_crash_log(paths, exc)
         print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
         return EXIT_FAILURE
 

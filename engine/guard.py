@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.gguf import GgufFormatError, ModelInfo, inspect_model, token_texts_digest
 
 Severity = Literal["error", "warning"]
@@ -95,6 +96,24 @@ class CheckResult:
         if self.speculative_type is not None:
             out["speculative_type"] = self.speculative_type
         return out
+
+
+ALLOW_BASE_CODES = frozenset({"base-model", "no-chat-template"})
+"""The problems that allowing a base model (``--allow-base``) turns into warnings."""
+
+
+def refusal(result: CheckResult) -> GuardRefusal:
+    """The error for a model the check refused, carrying the codes of what refused it."""
+    return GuardRefusal(
+        f"{Path(result.path).name} was refused by the model check",
+        hint="see the problems above",
+        problem_codes=tuple(p.code for p in result.problems if p.severity == "error"),
+    )
+
+
+def allow_base_serves(refused: GuardRefusal) -> bool:
+    """Whether allowing a base model would let this refused model be served."""
+    return bool(refused.problem_codes) and set(refused.problem_codes) <= ALLOW_BASE_CODES
 
 
 def verdict_of(problems: list[Problem]) -> Verdict:

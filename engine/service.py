@@ -206,20 +206,25 @@ class ServeLock:
         self.handle.close()
 
 
-def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
-    def report(event: TransferProgress) -> None:
-        emit(
-            StepEvent(
-                "models",
-                "running",
-                f"downloading {event.name}",
-                event.fraction,
-                event.rate_bytes_per_s,
-                event.eta_s,
-            )
-        )
+def download_step(progress: TransferProgress) -> StepEvent:
+    """A download's progress as the models step shows it."""
+    return StepEvent(
+        "models",
+        "running",
+        f"downloading {progress.name}",
+        progress.fraction,
+        progress.rate_bytes_per_s,
+        progress.eta_s,
+    )
 
-    return report
+
+def problem_note(problem: guard.Problem) -> StepEvent:
+    """A problem the model check found, as a note under the models step."""
+    return StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}")
+
+
+def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
+    return lambda progress: emit(download_step(progress))
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
@@ -282,11 +287,9 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
         known_archs=archs,
     )
     for problem in checked.problems:
-        emit(StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}"))
+        emit(problem_note(problem))
     if not checked.usable:
-        raise GuardRefusal(
-            f"{target_path.name} was refused by the model check", hint="see the problems above"
-        )
+        raise guard.refusal(checked)
     spec_type = draft_path = None
     draft_max = None
     if preset is not None and preset.draft is not None:

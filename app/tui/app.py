@@ -14,13 +14,12 @@ from typing import ClassVar
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.worker import get_current_worker
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import (
     AllowBaseRequested,
     MetricsSampled,
-    PipelineFailed,
     PipelinePrepared,
     PresetPickRequested,
     QuitRequested,
@@ -32,15 +31,19 @@ from lucebox.app.tui.messages import (
 )
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.presets import PresetScreen
-from lucebox.app.tui.screens.start import StartScreen
-from lucebox.engine import service
-from lucebox.engine.errors import LuceboxError
+from lucebox.app.tui.screens.start import Failure, StartScreen
+from lucebox.engine import guard, service
+from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, GuardRefusal, LuceboxError
 from lucebox.engine.paths import Paths
 from lucebox.engine.service import Prepared, ServeOptions, StepEvent, StepName
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
+WORKER_STEPS: dict[str, StepName] = {"presets": "preset"}
+"""The checklist step a failing worker's group stands for; the pipeline's is the step it was on,
+and every other group's (server, chat, quit) is the server."""
 
-class LuceboxApp(App[int]):
+
+class LuceboxApp(App[None]):
     """`lucebox up`: runs the pipeline, then the dashboard of the served model."""
 
     CSS_PATH = "lucebox.tcss"
@@ -63,7 +66,10 @@ class LuceboxApp(App[int]):
         self.prepared: Prepared | None = None
         self.supervisor: Supervisor | None = None
         self.lock: service.ServeLock | None = None
-        self.exit_code = 0
+        self.step_now: StepName = "gpu"
+        """The pipeline step the last progress event came from."""
+        self.exit_code = EXIT_OK
+        """What quitting now exits with: the failure on show, else 0."""
         self.start_screen = StartScreen(backend.log_path)
         self.dashboard: DashboardScreen | None = None
 
@@ -78,34 +84,55 @@ class LuceboxApp(App[int]):
 
     def start_pipeline(self) -> None:
         self.start_screen.reset()
+        self.step_now = "gpu"
+        self.exit_code = EXIT_OK
         self.prepare_pipeline()
 
     @work(thread=True, exclusive=True, group="pipeline", exit_on_error=False)
     def prepare_pipeline(self) -> None:
         worker = get_current_worker()
-        current: list[StepName] = ["gpu"]
 
         def emit(event: StepEvent) -> None:
-            current[0] = event.step
             if not worker.is_cancelled:
                 self.post_message(StepChanged(event))
 
-        try:
-            if self.lock is None:
-                self.lock = self.backend.lock()
-            prepared = self.backend.prepare(self.options, emit)
-        except LuceboxError as exc:
-            self.post_message(PipelineFailed(current[0], exc.message, exc.hint))
-            return
-        self.post_message(PipelinePrepared(prepared))
+        if self.lock is None:
+            self.lock = self.backend.lock()
+        self.post_message(PipelinePrepared(self.backend.prepare(self.options, emit)))
 
     def on_step_changed(self, message: StepChanged) -> None:
+        self.step_now = message.event.step
         self.start_screen.show_step(message.event)
 
-    def on_pipeline_failed(self, message: PipelineFailed) -> None:
+    @on(Worker.StateChanged)
+    def handle_worker_error(self, event: Worker.StateChanged) -> None:
+        """Every worker's failure ends here, on the failure panel: a lucebox error with its
+        message and hint, anything else as a bug with the path of its full traceback."""
+        worker, error = event.worker, event.worker.error
+        if event.state != WorkerState.ERROR or error is None:
+            return
+        step = (
+            self.step_now
+            if worker.group == "pipeline"
+            else WORKER_STEPS.get(worker.group, "server")
+        )
+        if isinstance(error, LuceboxError):
+            refused_base = isinstance(error, GuardRefusal) and guard.allow_base_serves(error)
+            failure = Failure(step, error.message, error.hint, error.exit_code, refused_base)
+        else:
+            log = self.backend.write_crash_log(error)
+            hint = f"a bug in lucebox; the full traceback is in {log}"
+            failure = Failure(step, f"unexpected error: {error!r}", hint, EXIT_FAILURE)
+        if worker.group == "server":
+            self.stop_server()
+        self.show_failure(failure)
+
+    def show_failure(self, failure: Failure) -> None:
+        self.exit_code = failure.exit_code
+        self.dashboard = None
         if self.screen is not self.start_screen:
             self.switch_screen(self.start_screen)
-        self.start_screen.show_failure(message)
+        self.start_screen.show_failure(failure)
 
     def on_pipeline_prepared(self, message: PipelinePrepared) -> None:
         self.prepared = message.prepared
@@ -134,9 +161,8 @@ class LuceboxApp(App[int]):
             )
             await self.push_screen(self.dashboard)
         if event.kind == "gave-up":
-            self.dashboard = None
             hint = "the log (l) has the engine's own words; Retry (r) starts it again"
-            self.on_pipeline_failed(PipelineFailed("server", event.message, hint))
+            self.show_failure(Failure("server", event.message, hint, EXIT_FAILURE))
             return
         if self.dashboard is not None:
             self.dashboard.show_event(event)
@@ -191,11 +217,7 @@ class LuceboxApp(App[int]):
     @work(thread=True, exclusive=True, group="presets", exit_on_error=False)
     def pick_preset(self) -> None:
         """Plan every preset for this card (blocking: GPU probe, headers), then ask."""
-        try:
-            table = self.backend.preset_table(self.options)
-        except LuceboxError as exc:
-            self.post_message(PipelineFailed("preset", exc.message, exc.hint))
-            return
+        table = self.backend.preset_table(self.options)
         self.call_from_thread(self.push_screen, PresetScreen(table), self.preset_chosen)
 
     def preset_chosen(self, preset_id: str | None) -> None:
@@ -220,12 +242,12 @@ class LuceboxApp(App[int]):
     async def keep_serving(self) -> None:
         await self.shut_down()
         pid, log = self.backend.detach(self.options)
-        self.exit(0, message=f"lucebox serves in the background (pid {pid}); log: {log}")
+        self.exit(message=f"lucebox serves in the background (pid {pid}); log: {log}")
 
     @work(exclusive=True, group="quit", exit_on_error=False)
     async def stop_and_exit(self) -> None:
         await self.shut_down()
-        self.exit(self.exit_code)
+        self.exit(return_code=self.exit_code)
 
     async def shut_down(self) -> None:
         """Stop the engine and wait until it is gone; release the one-server lock."""

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from lucebox.engine import config, gpu, pipeline, service
+from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths
 from lucebox.engine.service import Prepared, ServeOptions
@@ -50,3 +51,6 @@ class Backend:
     @property
     def log_path(self) -> Path:
         return service.engine_log(self.paths)
+
+    def write_crash_log(self, error: BaseException) -> Path:
+        return write_crash_log(self.paths, error)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from lucebox.engine.metrics import Sample
-from lucebox.engine.service import Prepared, StepEvent, StepName
+from lucebox.engine.service import Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent
 
 # --- from the workers ---------------------------------------------------------------------------
@@ -30,13 +30,6 @@ class StepChanged(Message):
             and message.event.fraction is not None
             and self.event.fraction is not None
         )
-
-
-@dataclass
-class PipelineFailed(Message):
-    step: StepName
-    message: str
-    hint: str | None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -13,15 +14,23 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
-from lucebox.app.tui.messages import (
-    AllowBaseRequested,
-    PipelineFailed,
-    PresetPickRequested,
-    RetryRequested,
-)
+from lucebox.app.tui.messages import AllowBaseRequested, PresetPickRequested, RetryRequested
 from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.widgets.steps import STEP_TITLES, StepRow
-from lucebox.engine.service import STEPS, StepEvent
+from lucebox.engine.service import STEPS, StepEvent, StepName
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What the failure panel shows: the step that failed, what went wrong, what to do."""
+
+    step: StepName
+    message: str
+    hint: str | None
+    exit_code: int
+    """What `lucebox up` exits with when the user quits here (DESIGN.md's codes)."""
+    allow_base_serves: bool = False
+    """Allowing a base model would let the refused model be served."""
 
 
 class StartScreen(Screen[None]):
@@ -65,13 +74,12 @@ class StartScreen(Screen[None]):
             return
         self.query_one(f"#step-{event.step}", StepRow).show(event)
 
-    def show_failure(self, failed: PipelineFailed) -> None:
-        self.show_step(StepEvent(failed.step, "failed", failed.message))
-        self.query_one("#failure").border_title = f"{STEP_TITLES[failed.step]} failed"
-        self.query_one("#failure-message", Static).update(Text(failed.message, style="bold"))
-        self.query_one("#failure-hint", Static).update(failed.hint or "")
-        base_refused = "base-model" in failed.message or "base model" in failed.message
-        self.query_one("#allow-base").display = base_refused
+    def show_failure(self, failure: Failure) -> None:
+        self.show_step(StepEvent(failure.step, "failed", failure.message))
+        self.query_one("#failure").border_title = f"{STEP_TITLES[failure.step]} failed"
+        self.query_one("#failure-message", Static).update(Text(failure.message, style="bold"))
+        self.query_one("#failure-hint", Static).update(failure.hint or "")
+        self.query_one("#allow-base").display = failure.allow_base_serves
         self.query_one("#failure").display = True
         self.query_one("#retry", Button).focus()
 

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 import httpx
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Label, Static
+from textual.worker import Worker
 
 from lucebox.app.tui.widgets.readout import value_text
 from lucebox.engine.chat import ChatError, stream_chat
@@ -26,6 +27,7 @@ class ChatPanel(Vertical):
         self.prepared = prepared
         self.messages: list[dict[str, str]] = []
         self.reply = ""
+        self.replying: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="chat-scroll"):
@@ -46,7 +48,18 @@ class ChatPanel(Vertical):
         self.reply = ""
         self.query_one("#chat-stats", Label).update("waiting for the first token…")
         self.render_transcript()
-        self.stream_reply()
+        # The App's worker, so that the App's one handler sees it fail; it ends with the panel.
+        self.replying = self.app.run_worker(
+            self.stream_reply(),
+            name="stream_reply",
+            group="chat",
+            exclusive=True,
+            exit_on_error=False,
+        )
+
+    def on_unmount(self) -> None:
+        if self.replying is not None:
+            self.replying.cancel()
 
     def render_transcript(self) -> None:
         transcript = Text()
@@ -62,7 +75,6 @@ class ChatPanel(Vertical):
         self.query_one("#chat-transcript", Static).update(transcript)
         self.query_one("#chat-scroll", VerticalScroll).scroll_end(animate=False)
 
-    @work(exclusive=True, group="chat", exit_on_error=False)
     async def stream_reply(self) -> None:
         stats = self.query_one("#chat-stats", Label)
         spec = self.prepared.spec
