@@ -41,6 +41,7 @@ from lucebox.engine.errors import (
     UsageError,
 )
 from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.units import gib_text, mib_text, rate_text
 
 Handler = Callable[[argparse.Namespace, Paths], int]
 
@@ -202,7 +203,7 @@ def step_printer() -> Callable[[service.StepEvent], None]:
             printed_twentieths[event.message] = twentieth
             line += f": {event.fraction:.0%}"
             if event.rate_bytes_per_s is not None:
-                line += f" at {event.rate_bytes_per_s / 2**20:.1f} MiB/s"
+                line += f" at {rate_text(event.rate_bytes_per_s)}"
             if event.eta_s is not None:
                 line += f", {event.eta_s:.0f} s left"
         print(f"lucebox: {line}", flush=True)
@@ -246,7 +247,7 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
         prefill = sample.get("prefill_tokens_per_s")
         print(
             f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
-            f"VRAM {(sample.get('vram_used_bytes') or 0) / 2**30:.2f} GiB"
+            f"VRAM {gib_text(sample.get('vram_used_bytes') or 0, 2)}"
         )
     return EXIT_OK
 
@@ -279,10 +280,6 @@ def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
 # --- presets and plan -------------------------------------------------------------------------
 
 
-def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**20:,.0f} MiB"
-
-
 def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
     budget = pipeline.budget_for(gpu.probe_gpus(), settings.gpu_index, args.vram_mib)
@@ -309,7 +306,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             }
         )
         return EXIT_OK
-    print(f"{budget.device}: {budget.free_bytes / 2**30:.1f} GiB free")
+    print(f"{budget.device}: {gib_text(budget.free_bytes)} free")
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (
@@ -388,7 +385,7 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
         print(f"{title} on {budget.device}")
         for name, value in memory.to_json().items():
             why = result.reasons.get(name, "")
-            print(f"  {name:<13}{_mib(value):>12}  {why}")
+            print(f"  {name:<13}{mib_text(value):>12}  {why}")
         print(
             f"  ctx {result.ctx}, KV {result.cache_type_k}/{result.cache_type_v}, "
             f"GPU layers {'all' if result.n_gpu_layers < 0 else result.n_gpu_layers}, "
@@ -420,7 +417,7 @@ def _print_check(result: guard.CheckResult) -> None:
         summary = (
             f"{info.architecture} {info.file_type_name or info.quantization or ''} "
             f"{info.size_label or ''}, ctx {info.context_length}, "
-            f"{info.weights_bytes / 2**30:.2f} GiB"
+            f"{gib_text(info.weights_bytes, 2)}"
         )
         if result.speculative_type:
             summary += f", speculative type {result.speculative_type}"
@@ -464,7 +461,7 @@ def _record_line(record: store.ModelRecord) -> str:
     info = record.info
     what = f"{info.get('architecture', '?')} {info.get('file_type') or ''}".strip()
     return (
-        f"{record.name}  {record.size_bytes / 2**30:.2f} GiB  {what}  verified "
+        f"{record.name}  {gib_text(record.size_bytes, 2)}  {what}  verified "
         f"{record.verified_at}  ({record.source})"
     )
 
@@ -523,7 +520,7 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
             )
     deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
     freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
-    print(f"removed {record.name}; freed {freed / 2**30:.2f} GiB")
+    print(f"removed {record.name}; freed {gib_text(freed, 2)}")
     return EXIT_OK
 
 
@@ -562,9 +559,8 @@ def _transfer_progress(label: str) -> Callable[[Any], None]:
     def report(event: Any) -> None:
         fraction = event.fraction
         if fraction is not None:
-            rate_mib = event.rate_bytes_per_s / 2**20
             eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
-            bar.update(int(fraction * 100), f"{rate_mib:.1f} MiB/s{eta}")
+            bar.update(int(fraction * 100), f"{rate_text(event.rate_bytes_per_s)}{eta}")
 
     return report
 

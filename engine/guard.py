@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.gguf import GgufFormatError, ModelInfo, inspect_model, token_texts_digest
+from lucebox.engine.units import gib_text
 
 Severity = Literal["error", "warning"]
 Verdict = Literal["ok", "warn", "refuse"]
@@ -120,10 +121,6 @@ def verdict_of(problems: list[Problem]) -> Verdict:
     if any(p.severity == "error" for p in problems):
         return "refuse"
     return "warn" if problems else "ok"
-
-
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB"
 
 
 def incomplete_marker(path: Path) -> Path | None:
@@ -273,8 +270,8 @@ def check_model(
                 "truncated",
                 "error",
                 f"the file has {info.actual_size_bytes:,} of {info.expected_size_bytes:,} bytes "
-                f"({present:.1f}% present; {_gib(info.actual_size_bytes)} of "
-                f"{_gib(info.expected_size_bytes)}): download it again",
+                f"({present:.1f}% present; {gib_text(info.actual_size_bytes, 2)} of "
+                f"{gib_text(info.expected_size_bytes, 2)}): download it again",
             )
         )
     problems += _shard_problems(path, info)

@@ -92,7 +92,7 @@ class Prepared:
     device: str
     engine_version: str
     plan: Plan
-    available_bytes: int
+    vram_free_bytes: int
     ready_timeout_s: float
 
 

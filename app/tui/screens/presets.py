@@ -12,8 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from lucebox.engine import pipeline
-
-GIB = 2**30
+from lucebox.engine.units import gib_text
 
 
 class PresetScreen(ModalScreen[str | None]):
@@ -29,7 +28,7 @@ class PresetScreen(ModalScreen[str | None]):
         budget = self.table.budget
         with Vertical(id="presets"):
             yield Static(
-                f"Choose a model set for {budget.device} ({budget.free_bytes / GIB:.1f} GiB free)",
+                f"Choose a model set for {budget.device} ({gib_text(budget.free_bytes)} free)",
                 id="presets-title",
             )
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
@@ -47,7 +46,7 @@ class PresetScreen(ModalScreen[str | None]):
                 f"{item.preset.vram_tier_gib} GB" if item.preset.vram_tier_gib else "any",
                 f"{item.plan.ctx:,}" if fits else f"no: {item.misfit}",
                 item.plan.cache_type_k if fits else "",
-                f"{item.plan.memory_bytes.total / GIB:.1f} GiB",
+                gib_text(item.plan.memory_bytes.total),
                 item.preset.title,
                 key=item.preset.id,
             )

@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
+from lucebox.engine import units
 from lucebox.engine.service import StepEvent, StepName
 
 STEP_TITLES: dict[StepName, str] = {
@@ -62,7 +63,7 @@ class StepRow(Horizontal):
 def rate_text(event: StepEvent) -> str:
     parts = [f"{event.fraction:.0%}"] if event.fraction is not None else []
     if event.rate_bytes_per_s is not None:
-        parts.append(f"{event.rate_bytes_per_s / 2**20:.1f} MiB/s")
+        parts.append(units.rate_text(event.rate_bytes_per_s))
     if event.eta_s is not None:
         parts.append(f"{event.eta_s:.0f} s left")
     return " · ".join(parts)
