@@ -202,7 +202,7 @@ def plan_preset(
 
 def choose_preset(plans: list[PresetPlan], budget: GpuBudget) -> PresetPlan | None:
     """The best model set that fits: the largest tier the card is made for, with a useful
-    context. Without a GPU it is the smoke test: larger models on a CPU are too slow to enjoy.
+    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
     card_gib = round(budget.total_bytes / GIB)
     useful = [
@@ -216,8 +216,9 @@ def choose_preset(plans: list[PresetPlan], budget: GpuBudget) -> PresetPlan | No
     ]
     if useful:
         return max(useful, key=lambda p: (p.preset.vram_tier_gib, p.plan.ctx))
-    smoke = [p for p in plans if p.plan.fits and p.preset.smoke_test]
-    return smoke[0] if smoke else None
+    # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
+    fallback = [p for p in plans if p.plan.fits and (p.preset.cpu_default or p.preset.smoke_test)]
+    return min(fallback, key=lambda p: not p.preset.cpu_default, default=None)
 
 
 @dataclass(frozen=True)

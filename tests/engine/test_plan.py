@@ -158,7 +158,29 @@ def test_choose_preset_by_card():
     cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
     plans = [plan_preset(paths, p, cpu) for p in load_presets(paths)]
     chosen = choose_preset(plans, cpu)
-    assert chosen is not None and chosen.preset.id == "smoke"
+    # Without a GPU the default is the instruct model that chats, not the base smoke test.
+    assert chosen is not None and chosen.preset.id == "smollm2"
+    without_cpu_default = [p for p in plans if not p.preset.cpu_default]
+    fallback = choose_preset(without_cpu_default, cpu)
+    assert fallback is not None and fallback.preset.id == "smoke"
+
+
+@pytest.mark.slow
+def test_cpu_default_preset_matches_its_real_file():
+    """The published facts of the CPU default are the ones the real GGUF's header gives."""
+    from lucebox.engine.pipeline import facts_for
+    from lucebox.engine.presets import facts_from_preset
+    from tests.realmodels import SMOL_SIZE_BYTES, smol_model
+
+    paths = resolve_paths()
+    (preset,) = [p for p in load_presets(paths) if p.cpu_default]
+    assert preset.target.size_bytes == SMOL_SIZE_BYTES and not preset.target.size_is_estimate
+    published = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    real = facts_for(paths, smol_model())
+    for field in ("architecture", "n_layer", "n_embd", "n_vocab", "native_ctx"):
+        assert getattr(published, field) == getattr(real, field), field
+    assert published.full_kv_elems_per_token == real.full_kv_elems_per_token
+    assert published.weights_bytes == preset.target.size_bytes
 
 
 @pytest.mark.parametrize(
