@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine import (
+    apikey,
     build,
     config,
     doctor,
@@ -362,12 +363,11 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
         host=settings.host,
         port=settings.port,
         chat_template=template,
-        api_key=settings.api_key or None,
+        # serve writes the key file before it binds beyond loopback.
+        api_key_file=None if launch.is_loopback(settings.host) else str(apikey.api_key_path(paths)),
         sampling=sampling,
     )
-    # serve generates a key before binding beyond loopback; it travels in the environment,
-    # so the command line is the same either way.
-    argv = launch.server_argv(dataclasses.replace(spec, api_key=spec.api_key or "<generated>"))
+    argv = launch.server_argv(spec)
     fit = (
         pipeline.fit_check(selection.engine, model_path, result)
         if selection.engine and model_path and result.fits

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain
+from lucebox.engine.apikey import new_api_key
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import GuardRefusal, LuceboxError
-from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
+from lucebox.engine.launch import LaunchSpec, is_loopback, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
