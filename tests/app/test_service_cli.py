@@ -1,0 +1,93 @@
+"""`lucebox service`: a --user install into a temporary home, its status, and its removal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_lucebox
+
+
+@pytest.fixture
+def user_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "home"
+    runtime = tmp_path / "runtime"
+    home.mkdir()
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def service_json(*args: str) -> dict:
+    done = run_lucebox(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_user_install_writes_unit_and_launcher_and_uninstall_removes_them(user_home):
+    unit = user_home / ".config/systemd/user/lucebox.service"
+    wants = user_home / ".config/systemd/user/default.target.wants/lucebox.service"
+    entry = user_home / ".local/share/applications/lucebox.desktop"
+    icon = user_home / ".local/share/icons/hicolor/scalable/apps/lucebox.svg"
+    assert service_json("status")["service"] == {
+        "installed": False,
+        "enabled": False,
+        "scope": None,
+    }
+
+    dry = run_lucebox("service", "install", "--user", "--dry-run")
+    assert dry.returncode == 0 and f"# {unit}" in dry.stdout and "[Service]" in dry.stdout
+    assert not unit.exists() and not entry.exists()
+
+    done = run_lucebox("service", "install", "--user")
+    assert done.returncode == 0, done.stderr
+    assert unit.is_file() and entry.is_file() and icon.is_file() and wants.is_symlink()
+    assert "enabled" in done.stdout and "loginctl enable-linger" in done.stdout
+    assert 'Environment="LUCEBOX_HOME=' in unit.read_text()
+    assert "Exec=" in entry.read_text() and "lucebox.app.cli up" in entry.read_text()
+    assert service_json("status")["service"] == {
+        "installed": True,
+        "enabled": True,
+        "scope": "user",
+    }
+    assert service_json("service", "status") == {
+        "installed": True,
+        "enabled": True,
+        "scope": "user",
+    }
+    if shutil.which("systemd-analyze"):
+        verified = subprocess.run(
+            ["systemd-analyze", "verify", "--user", str(unit)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert verified.returncode == 0 and not verified.stderr.strip(), verified.stderr
+
+    gone = run_lucebox("service", "uninstall", "--user")
+    assert gone.returncode == 0, gone.stderr
+    assert not unit.exists() and not wants.is_symlink() and not wants.exists()
+    assert not entry.exists() and not icon.exists()
+    assert service_json("service", "status")["installed"] is False
+    again = run_lucebox("service", "uninstall")
+    assert again.returncode == 0 and "was not installed" in again.stdout
+
+
+def test_system_dry_run_shows_the_hardened_unit_and_the_steps_before_it(user_home):
+    done = run_lucebox("service", "install", "--system", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "# /etc/systemd/system/lucebox.service" in done.stdout
+    assert "build the engine in /var/lib/lucebox" in done.stdout
+    assert "User=lucebox" in done.stdout and "StateDirectory=lucebox" in done.stdout
+
+
+def test_service_without_a_subcommand_shows_help(user_home):
+    done = run_lucebox("service")
+    assert done.returncode == 2 and "install" in done.stderr
