@@ -13,6 +13,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -215,6 +216,11 @@ def install(plan: InstallPlan, environ: Mapping[str, str] | None = None) -> Inst
     """
     env = _env(environ)
     files = plan.files
+    if shutil.which("systemctl", path=env.get("PATH")) is None:
+        raise ServiceError(
+            "systemctl was not found: this system does not run systemd, so nothing was installed",
+            hint="run `lucebox serve --detach` instead",
+        )
     _write(files.unit_file, plan.unit_text.encode(), 0o644)
     if plan.desktop_text is not None and files.desktop_file and files.icon_file:
         _write(files.desktop_file, plan.desktop_text.encode(), 0o644)

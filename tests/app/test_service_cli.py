@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_lucebox
+from tests.conftest import assert_one_line_error, run_lucebox
 
 
 @pytest.fixture
@@ -78,6 +79,16 @@ def test_user_install_writes_unit_and_launcher_and_uninstall_removes_them(user_h
     assert service_json("service", "status")["installed"] is False
     again = run_lucebox("service", "uninstall")
     assert again.returncode == 0 and "was not installed" in again.stdout
+
+
+def test_without_systemd_nothing_is_written(user_home, tmp_path):
+    bare_path = tmp_path / "bin"
+    bare_path.mkdir()
+    (bare_path / "python").symlink_to(sys.executable)
+    done = run_lucebox("service", "install", env={"PATH": str(bare_path)})
+    assert done.returncode == 1 and "systemctl was not found" in done.stderr
+    assert_one_line_error(done)
+    assert not (user_home / ".config").exists() and not (user_home / ".local").exists()
 
 
 def test_system_dry_run_shows_the_hardened_unit_and_the_steps_before_it(user_home):
