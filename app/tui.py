@@ -40,13 +40,14 @@ from textual.widgets import (
 )
 from textual.worker import get_current_worker
 
-from lucebox.engine import config, gpu, pipeline, service
+from lucebox.engine import config, gpu, planning, registry, service
 from lucebox.engine.chat import ChatError, stream_chat
 from lucebox.engine.errors import LuceboxError
 from lucebox.engine.launch import url_of
 from lucebox.engine.metrics import Sample, with_last_rates
 from lucebox.engine.paths import Paths
-from lucebox.engine.service import STEPS, Prepared, ServeOptions, StepEvent, StepName
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import STEPS, Prepared, StepEvent, StepName
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
 GIB = 2**30
@@ -88,10 +89,14 @@ class Backend:
         """No preset chosen yet: the user picks one from the plan table."""
         return not config.load_settings(self.paths).preset
 
-    def preset_table(self, options: ServeOptions) -> pipeline.PresetTable:
+    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         settings = config.load_settings(self.paths)
-        index = options.gpu_index if options.gpu_index is not None else settings.gpu_index
-        return pipeline.preset_table(self.paths, pipeline.budget_for(gpu.probe_gpus(), index))
+        probe = gpu.probe_gpus()
+        resolved = planning.resolve(options, settings)
+        budget = planning.budget_for(probe, resolved.gpu_index)
+        installed = registry.select_engine(self.paths, probe, settings.engine).engine
+        engine = planning.EngineView.of(installed)
+        return planning.preset_table(self.paths, options, settings, budget, engine)
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)
@@ -295,7 +300,7 @@ class PresetScreen(ModalScreen[str | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss_none", "Back")]
 
-    def __init__(self, table: pipeline.PresetTable) -> None:
+    def __init__(self, table: planning.PresetTable) -> None:
         super().__init__()
         self.table = table
 
@@ -317,16 +322,18 @@ class PresetScreen(ModalScreen[str | None]):
             fits = not item.misfit
             table.add_row(
                 "★" if best is not None and item is best else "",
-                item.preset.id,
-                f"{item.preset.vram_tier_gib} GB" if item.preset.vram_tier_gib else "any",
+                item.alias,
+                f"{item.preset.vram_tier_gib} GB"
+                if item.preset and item.preset.vram_tier_gib
+                else "any",
                 f"{item.plan.ctx:,}" if fits else f"no: {item.misfit}",
                 item.plan.cache_type_k if fits else "",
                 f"{item.plan.memory_bytes.total / GIB:.1f} GiB",
-                item.preset.title,
-                key=item.preset.id,
+                item.title,
+                key=item.alias,
             )
         if best is not None:
-            table.move_cursor(row=table.get_row_index(best.preset.id))
+            table.move_cursor(row=table.get_row_index(best.alias))
         table.focus()
 
     @on(DataTable.RowSelected)

@@ -19,14 +19,14 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable
 
 from lucebox.app.tui import Backend, PresetScreen
-from lucebox.engine import pipeline
+from lucebox.engine import planning
+from lucebox.engine.config import Settings
 from lucebox.engine.errors import LuceboxError
-from lucebox.engine.gguf import inspect_model
-from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.metrics import Sample
-from lucebox.engine.paths import Paths
-from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, facts_from_info, make_plan
-from lucebox.engine.service import Emit, Prepared, ServeOptions, StepEvent
+from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.plan import GIB, GpuBudget
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import Emit, Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
@@ -66,13 +66,15 @@ RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB)
 
 
 def prepared_for(tmp_path: Path) -> Prepared:
-    model = write_llama(tmp_path / "gemma-3-270m.gguf", GEMMA_270M)
-    budget = RTX_4090
-    plan = make_plan(
-        PlanRequest(target=facts_from_info(inspect_model(model)), budget=budget, ctx=32768)
+    """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
+    model = write_llama(tmp_path / "smoke.gguf", GEMMA_270M)
+    engine = planning.pinned_engine()
+    engine = planning.EngineView("b11434", "b11434", "/opt/llama-server", engine.capabilities)
+    options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
+    launch = planning.plan_launch(
+        resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
     )
-    spec = LaunchSpec("/opt/llama-server", str(model), plan, "smoke", port=8080)
-    return Prepared(spec, "smoke", 0, budget.device, "b11434", plan, budget.free_bytes, 60.0)
+    return Prepared(launch, Settings(), 0, 60.0)
 
 
 def samples(count: int) -> list[Sample]:
@@ -124,10 +126,11 @@ class ScriptedBackend(Backend):
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
 
-    def preset_table(self, options: ServeOptions) -> pipeline.PresetTable:
+    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         if self.budget is None:
             return super().preset_table(options)
-        return pipeline.preset_table(self.paths, self.budget)
+        engine = planning.EngineView.of(None)
+        return planning.preset_table(self.paths, options, Settings(), self.budget, engine)
 
     def prepare(self, options: ServeOptions, emit: Emit) -> Prepared:
         self.options_seen.append(options)

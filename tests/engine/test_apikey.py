@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import stat
 import subprocess
 import time
@@ -12,11 +13,12 @@ import pytest
 
 from lucebox.engine import config
 from lucebox.engine.apikey import api_key_path, ensure_api_key_file, read_api_key
+from lucebox.engine.config import Settings
 from lucebox.engine.errors import ConfigError
 from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.launch import LaunchSpec, server_argv
+from lucebox.engine.launch import server_argv
 from lucebox.engine.paths import resolve_paths
-from lucebox.engine.pipeline import budget_for, facts_for, plan_model
+from lucebox.engine.planning import EngineView, ServeOptions, budget_for, plan_launch
 from lucebox.engine.registry import select_engine
 from tests.ports import free_port
 
@@ -84,21 +86,16 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
     assert engine is not None
     paths = resolve_paths()
     key_file, key, _ = ensure_api_key_file(paths)
-    model = smol_model()
-    plan = plan_model(
-        facts_for(engine_paths, model, engine), budget_for(probe_gpus()), 2048, engine
-    )
     port = free_port()
-    spec = LaunchSpec(
-        engine.server_path,
-        str(model),
-        plan,
-        "smollm2",
-        host="0.0.0.0",
-        port=port,
-        api_key=key,
-        api_key_file=str(key_file),
+    options = ServeOptions(model=str(smol_model()), ctx=2048, host="0.0.0.0", port=port)
+    launch = plan_launch(
+        paths,
+        options,
+        settings=Settings(),
+        budget=budget_for(probe_gpus()),
+        engine=EngineView.of(engine),
     )
+    spec = dataclasses.replace(launch.spec, api_key=key, api_key_file=str(key_file))
     log = (tmp_path / "engine.log").open("wb")
     proc = subprocess.Popen(server_argv(spec), stdout=log, stderr=subprocess.STDOUT)
     try:
