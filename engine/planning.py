@@ -21,12 +21,13 @@ from typing import Any, Literal
 import psutil
 
 from lucebox.engine import speculation
+from lucebox.engine.apikey import api_key_path
 from lucebox.engine.config import Settings
 from lucebox.engine.errors import GuardRefusal, UsageError
 from lucebox.engine.gguf import ModelInfo
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.guard import CheckResult, Problem, check_model, check_pair
-from lucebox.engine.launch import LaunchSpec, server_argv
+from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
@@ -554,6 +555,11 @@ def plan_launch(
         draft_max=spec_choice.draft_max,
         draft_p_min=spec_choice.p_min,
         api_key=resolved.api_key,
+        # Beyond loopback (or with a key of the user's) the engine reads the key file that
+        # prepare() writes; the path is known before the file exists.
+        api_key_file=(
+            str(api_key_path(paths)) if resolved.api_key or not is_loopback(resolved.host) else None
+        ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
     )
     return LaunchPlan(

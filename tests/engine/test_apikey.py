@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import stat
 import subprocess
 import time
@@ -20,6 +21,7 @@ from lucebox.engine.launch import server_argv
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.planning import EngineView, ServeOptions, budget_for, plan_launch
 from lucebox.engine.registry import select_engine
+from tests.conftest import run_lucebox
 from tests.ports import free_port
 
 
@@ -124,3 +126,33 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+def test_plan_beyond_loopback_names_the_key_file_and_writes_nothing():
+    paths = resolve_paths()
+    config.set_setting(paths, "server.host", "0.0.0.0")
+    done = run_lucebox("plan", "--json", "--preset", "smollm2", "--ctx", "2048")
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(done.stdout)["argv"]
+    assert argv[argv.index("--api-key-file") + 1] == str(api_key_path(paths))
+    assert not api_key_path(paths).exists()
+
+
+@pytest.mark.slow
+def test_first_start_beyond_loopback_shows_the_key_once(built_engine_home):
+    from tests.realmodels import smol_model
+
+    smol_model()  # warms pip's cache for the store's own pull
+    engine = select_engine(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}), probe_gpus())
+    assert engine.engine is not None
+    assert run_lucebox("engine", "add", engine.engine.server_path).returncode == 0
+    args = ("serve", "--prepare-only", "--preset", "smollm2", "--ctx", "2048", "--host", "0.0.0.0")
+    first = run_lucebox(*args)
+    assert first.returncode == 0, first.stderr
+    key_file = api_key_path(resolve_paths())
+    key = read_api_key(key_file)
+    assert key and f"API key (shown once, kept in {key_file}): {key}" in first.stdout
+    assert mode_of(key_file) == 0o600
+    second = run_lucebox(*args)
+    assert second.returncode == 0 and key not in second.stdout + second.stderr
+    assert read_api_key(key_file) == key
