@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lucebox.app import servicecmd
 from lucebox.engine import (
     build,
     config,
@@ -28,6 +29,7 @@ from lucebox.engine import (
     source,
     speculation,
     store,
+    systemd,
     toolchain,
     units,
 )
@@ -194,6 +196,9 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
 
+    if getattr(args, "prepare_only", False):  # a serve flag; up has none
+        service.prepare(paths, _serve_options(args), step_printer())
+        return EXIT_OK
     return service.serve(paths, _serve_options(args), step_printer())
 
 
@@ -281,10 +286,13 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
-    status = service.current_status(paths)
+    unit = systemd.service_status()
+    status = {**service.current_status(paths), "service": unit.to_json()}
     if args.json:
         print_json(status)
         return EXIT_OK
+    if unit.installed:
+        print(f"service: {servicecmd.describe(unit)}")
     if status["state"] == "stopped":
         print("stopped: no lucebox server is running (`lucebox serve` starts one)")
         return EXIT_OK
@@ -717,6 +725,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_serve_options(serve)
     serve.add_argument("--detach", action="store_true", help="run in the background")
+    serve.add_argument(
+        "--prepare-only", action="store_true", help="pull models and build the engine, then exit"
+    )
 
     status = command(
         "status",
@@ -838,6 +849,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="its llama.cpp source, to read the model architectures it knows",
     )
+
+    svc = command(
+        "service", "run lucebox at boot as a systemd service", lambda a, p: _print_help(svc)
+    )
+    servicecmd.add_commands(svc)
 
     cfg = command("config", "show or change settings in config.toml", lambda a, p: _print_help(cfg))
     cfg_cmds = cfg.add_subparsers(dest="config_command", metavar="COMMAND")

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain
+from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import LuceboxError
-from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
+from lucebox.engine.launch import LaunchSpec, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
@@ -306,12 +307,12 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
         )
     )
     emit(StepEvent("plan", "done", plan_summary(launch)))
-    if not dry_run and not is_loopback(launch.spec.host) and launch.spec.api_key is None:
-        api_key = new_api_key()
-        config.set_setting(paths, "server.api_key", api_key)
-        emit(
-            StepEvent("server", "note", f"API key (shown once, saved as server.api_key): {api_key}")
-        )
+    if not dry_run and launch.spec.api_key_file:
+        key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
+        if created:
+            emit(
+                StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
+            )
         launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
