@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain
+from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain, webui
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import GuardRefusal, LuceboxError
@@ -143,6 +143,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
             "uptime_s": 0,
             "restarts": 0,
             "sample": None,
+            "webui_url": None,
         }
     return {
         "state": state["state"],
@@ -154,6 +155,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
         "sample": state.get("sample"),
         "engine_pid": state.get("engine_pid"),
         "log": state.get("log"),
+        "webui_url": state.get("webui_url"),
     }
 
 
@@ -422,6 +424,11 @@ async def run_server(
         "engine_pid": None,
         "sample": None,
         "log": str(engine_log(paths)),
+        "webui_url": (
+            webui.webui_url(spec.host, spec.port)
+            if webui.has_webui(Path(spec.server_path))
+            else None
+        ),
     }
 
     def save() -> None:
