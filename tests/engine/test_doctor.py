@@ -16,7 +16,7 @@ from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
-from tests.nodeenv import old_node_only
+from tests.uibuild import old_node_only
 
 from .fake_nvml import GIB, FakeGpu, FakeNvml
 

@@ -11,7 +11,7 @@ import pytest
 from lucebox.engine import nodejs
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.toolchain import version_tuple
-from tests.nodeenv import old_node_only, pip_cannot_reach_an_index
+from tests.uibuild import old_node_only, pip_cannot_reach_an_index
 
 
 def test_the_systems_node_is_used_when_new_enough():

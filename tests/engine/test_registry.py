@@ -15,7 +15,7 @@ from lucebox.engine.registry import (
     parse_model_archs,
 )
 from lucebox.engine.source import SourceInfo
-from tests.nodeenv import old_node_only, pip_cannot_reach_an_index
+from tests.uibuild import old_node_only, pip_cannot_reach_an_index
 
 HELP = """
 -ctk,  --cache-type-k TYPE              KV cache data type for K

@@ -13,6 +13,7 @@ from lucebox.engine import webui
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.source import ensure_source
 from tests.ports import free_port
+from tests.uibuild import ui_assets_argv
 
 
 def test_has_webui_reads_the_binary(tmp_path):
@@ -51,23 +52,8 @@ def pinned_source(tmp_path_factory) -> Path:
 
 def _ui_assets(source: Path, binary_dir: Path, path: str, **env: str) -> str:
     """Run the source's own UI provisioning script as the engine build runs it."""
-    cmake = shutil.which("cmake")
-    assert cmake is not None
     done = subprocess.run(
-        [
-            cmake,
-            f"-DUI_SOURCE_DIR={source / 'tools' / 'ui'}",
-            f"-DUI_BINARY_DIR={binary_dir}",
-            f"-DLLAMA_SOURCE_DIR={source}",
-            "-DLLAMA_BUILD_NUMBER=11434",
-            "-DHF_BUCKET=ggml-org/llama-ui",
-            "-DHF_VERSION=b11434",
-            "-DHF_ENABLED=OFF",
-            "-DBUILD_UI=ON",
-            "-DLLAMA_UI_GZIP=ON",
-            "-P",
-            str(source / "scripts" / "ui-assets.cmake"),
-        ],
+        ui_assets_argv(source, binary_dir),
         env={**os.environ, "PATH": path, **env},
         capture_output=True,
         text=True,

@@ -1,7 +1,12 @@
-"""Machines without a usable node for the web UI build: an old node only, pip offline."""
+"""The web UI build outside an engine build: the source's own UI script, machines without node.
+
+The UI script (``scripts/ui-assets.cmake``) is what the engine build runs for the
+``llama-ui-assets`` target; tests and the UI benchmark run it alone, as the build does.
+"""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,3 +36,23 @@ def pip_cannot_reach_an_index(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "5")
+
+
+def ui_assets_argv(source: Path, binary_dir: Path) -> list[str]:
+    """The engine build's UI step for the pinned ``source``, writing into ``binary_dir``."""
+    cmake = shutil.which("cmake")
+    assert cmake is not None, "cmake is not on PATH"
+    return [
+        cmake,
+        f"-DUI_SOURCE_DIR={source / 'tools' / 'ui'}",
+        f"-DUI_BINARY_DIR={binary_dir}",
+        f"-DLLAMA_SOURCE_DIR={source}",
+        "-DLLAMA_BUILD_NUMBER=11434",
+        "-DHF_BUCKET=ggml-org/llama-ui",
+        "-DHF_VERSION=b11434",
+        "-DHF_ENABLED=OFF",
+        "-DBUILD_UI=ON",
+        "-DLLAMA_UI_GZIP=ON",
+        "-P",
+        str(source / "scripts" / "ui-assets.cmake"),
+    ]
