@@ -424,11 +424,7 @@ async def run_server(
         "engine_pid": None,
         "sample": None,
         "log": str(engine_log(paths)),
-        "webui_url": (
-            webui.webui_url(spec.host, spec.port)
-            if webui.has_webui(Path(spec.server_path))
-            else None
-        ),
+        "webui_url": webui.served_url(spec.server_path, spec.host, spec.port),
     }
 
     def save() -> None:

@@ -67,3 +67,8 @@ def webui_url(host: str, port: int) -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}/"
+
+
+def served_url(server_path: str, host: str, port: int) -> str | None:
+    """The UI's URL for a llama-server at ``server_path`` bound there; None if it has no UI."""
+    return webui_url(host, port) if has_webui(Path(server_path)) else None

@@ -87,3 +87,11 @@ def test_an_unreachable_npm_registry_is_named_as_the_reason(pinned_source, tmp_p
     reason = webui.why_no_webui(log)
     assert reason.startswith("npm ci failed")
     assert "ECONNREFUSED" in reason
+
+
+def test_served_url_only_for_an_engine_with_the_ui(tmp_path):
+    server = tmp_path / "llama-server"
+    server.write_bytes(b"\x7fELF" + b"\0" * 64)
+    assert webui.served_url(str(server), "127.0.0.1", 8080) is None
+    server.write_bytes(b"\x7fELF" + b"\0" * 64 + webui.ASSET_MARKER)
+    assert webui.served_url(str(server), "127.0.0.1", 8080) == "http://127.0.0.1:8080/"
