@@ -300,6 +300,8 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
         f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
         f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
     )
+    if status.get("webui_url"):
+        print(f"  chat in a browser: {status['webui_url']}")
     sample = status.get("sample") or {}
     if sample:
         decode = sample.get("decode_tokens_per_s")
@@ -597,7 +599,13 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
         print_json({**manifest.to_json(), "cached": cached, "elapsed_s": round(elapsed_s, 1)})
     else:
         print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
+        print(f"  web UI: {_webui_line(manifest)}")
     return EXIT_OK
+
+
+def _webui_line(engine: registry.EngineManifest) -> str:
+    answer = "yes" if engine.webui else "no"
+    return f"{answer} ({engine.webui_detail})" if engine.webui_detail else answer
 
 
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -621,6 +629,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
 

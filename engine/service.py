@@ -22,8 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
+<<<<<<< HEAD
 from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain
 from lucebox.engine.apikey import ensure_api_key_file
+=======
+from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain, webui
+>>>>>>> webui
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import LuceboxError
@@ -142,6 +146,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
             "uptime_s": 0,
             "restarts": 0,
             "sample": None,
+            "webui_url": None,
         }
     return {
         "state": state["state"],
@@ -153,6 +158,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
         "sample": state.get("sample"),
         "engine_pid": state.get("engine_pid"),
         "log": state.get("log"),
+        "webui_url": state.get("webui_url"),
     }
 
 
@@ -399,6 +405,7 @@ async def run_server(
         "engine_pid": None,
         "sample": None,
         "log": str(engine_log(paths)),
+        "webui_url": webui.served_url(spec.server_path, spec.host, spec.port),
     }
 
     def save() -> None:
