@@ -27,7 +27,11 @@ Result = TypeVar("Result")
 
 
 def _note(text: str) -> None:
-    print(f"lucebox: {text}", file=sys.stderr, flush=True)
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def _warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
 
 
 def _measure(
@@ -135,7 +139,7 @@ def read_transcript(path: Path) -> Transcript:
         raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
     transcript = parse_transcript(text.splitlines())
     for warning in transcript.warnings:
-        _note(f"{path.name}: {warning}")
+        _warn(f"{path.name}: {warning}")
     if not transcript.call_starts:
         raise UsageError(
             f"{path}: no assistant turns to replay",
@@ -167,7 +171,7 @@ def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
             n_gen=args.n_gen,
             calls=args.calls,
             on_call=lambda call: _print_call(served.config.name, call),
-            on_warning=_note,
+            on_warning=_warn,
         )
 
     results = _measure(args, paths, "cache", workload)

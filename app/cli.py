@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.app.bench import add_bench_commands
+from lucebox.app.connect import add_connect_command
 from lucebox.engine import (
     build,
     config,
@@ -867,6 +868,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = command("bench", "measure the running server", lambda a, p: _print_help(bench))
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
     add_bench_commands(bench_cmds, command, positive_int)
+    add_connect_command(commands, command)
     return parser
 
 
