@@ -71,17 +71,6 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def tool_specs(transcript: Transcript) -> list[dict[str, Any]]:
-    """Tool definitions for the tools the session called (the transcript keeps no schemas)."""
-    return [
-        {
-            "type": "function",
-            "function": {"name": name, "parameters": {"type": "object", "properties": {}}},
-        }
-        for name in transcript.tool_names
-    ]
-
-
 def replay(
     served: Served,
     transcript: Transcript,

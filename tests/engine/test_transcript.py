@@ -53,8 +53,8 @@ def test_the_shipped_session_converts_exactly():
     assert transcript.messages[2]["tool_call_id"] == "toolu_01Lbx0001"
     assert transcript.messages[2]["content"].startswith("=" * 29 + " test session starts")
     # A turn of only thinking + tool_use keeps no text.
-    assert transcript.messages[5]["content"] is None
-    assert transcript.messages[5]["tool_calls"][0]["function"]["name"] == "Read"
+    assert transcript.messages[13]["content"] is None
+    assert transcript.messages[13]["tool_calls"][0]["function"]["name"] == "Bash"
     for index, message in enumerate(transcript.messages):
         if message["role"] == "tool":
             calls = transcript.messages[index - 1].get("tool_calls", [])
