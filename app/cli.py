@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.app import servicecmd
+from lucebox.app.bench import add_bench_commands
+from lucebox.app.connect import add_connect_command
 from lucebox.engine import (
     build,
     config,
@@ -881,19 +883,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = command("bench", "measure the running server", lambda a, p: _print_help(bench))
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
-    replay = command(
-        "replay",
-        "replay a recorded transcript against the server",
-        not_available("bench replay", "the benchmark issue"),
-        bench_cmds,
-    )
-    replay.add_argument("transcript", metavar="TRANSCRIPT.jsonl", type=Path)
-    command(
-        "quick",
-        "a short fixed benchmark",
-        not_available("bench quick", "the benchmark issue"),
-        bench_cmds,
-    )
+    add_bench_commands(bench_cmds, command, positive_int)
+    add_connect_command(commands, command)
     return parser
 
 

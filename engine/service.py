@@ -22,12 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-<<<<<<< HEAD
-from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
 from lucebox.engine.apikey import ensure_api_key_file
-=======
-from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain, webui
->>>>>>> webui
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import LuceboxError
