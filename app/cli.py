@@ -405,6 +405,8 @@ def _print_check(result: guard.CheckResult) -> None:
             f"{info.size_label or ''}, ctx {info.context_length}, "
             f"{gib_text(info.weights_bytes, 2)}"
         )
+        if info.has_mtp_layers:
+            summary += ", carries an MTP head (lucebox speculates with it: --spec mtp)"
         if result.speculative_type:
             summary += f", speculative type {result.speculative_type}"
     print(f"{result.verdict:<7} {result.path}  {summary}".rstrip())
