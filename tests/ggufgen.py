@@ -239,12 +239,12 @@ def _tensors(writer: gguf.GGUFWriter, spec: ModelSpec) -> Tensor:
         dtype = np.dtype(spec.dtype if kind == "weight" else np.float32)
         quant = gguf.GGMLQuantizationType[spec.quant] if spec.quant and kind == "weight" else None
         if spec.header_only:
-            # gguf takes numpy's (rows, cols) order: the reverse of GGUF's dimension order.
+            # Like add_tensor, add_tensor_info takes numpy's (rows, cols) order.
             n_bytes = int(np.prod(shape)) * dtype.itemsize
             if quant is not None:
                 block, type_size = gguf.GGML_QUANT_SIZES[quant]
                 n_bytes = int(np.prod(shape)) // block * type_size
-            writer.add_tensor_info(name, tuple(reversed(shape)), dtype, n_bytes, raw_dtype=quant)
+            writer.add_tensor_info(name, shape, dtype, n_bytes, raw_dtype=quant)
             return
         key = (shape, kind)
         if spec.constant_weights and key in shared:
@@ -260,11 +260,18 @@ def _tensors(writer: gguf.GGUFWriter, spec: ModelSpec) -> Tensor:
             data = -0.5 - np.abs(data)  # a decay: -exp(A_log) is negative in real checkpoints
         if agree is not None:
             data = _agreeing(name, data, agree)
-        if quant is not None:
-            writer.add_tensor(name, gguf.quants.quantize(data.astype(np.float32), quant),
-                              raw_dtype=quant)  # fmt: skip
-        else:
+        if quant is None:
             writer.add_tensor(name, data)
+            return
+        # Constant weights share their quantized form too: an 8B shape quantizes once per shape.
+        packed_key = (shape, f"{kind}:{spec.quant}")
+        reusable = spec.constant_weights and data is shared[key]
+        packed = shared.get(packed_key) if reusable else None
+        if packed is None:
+            packed = gguf.quants.quantize(data.astype(np.float32), quant)
+            if reusable:
+                shared[packed_key] = packed
+        writer.add_tensor(name, packed, raw_dtype=quant)
 
     return tensor
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from lucebox.engine.gguf import inspect_model
+from lucebox.engine.gguf import inspect_model, read_header
 from tests.ggufgen import (
     AssistantSpec,
     LuceboxDFlashSpec,
@@ -119,3 +119,24 @@ def test_cache_writes_once_and_keys_by_spec(tmp_path):
     assert spec_digest(spec) != spec_digest(qwen35_target(agree_token="hello"))
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert os.path.getsize(first) == inspect_model(first).expected_size_bytes
+
+
+@pytest.mark.parametrize("header_only", [False, True])
+def test_quantized_weights(tmp_path, header_only):
+    spec = qwen35_target(quant="Q8_0", header_only=header_only, constant_weights=True)
+    path = write_gguf(tmp_path / "q8.gguf", spec)
+    info = inspect_model(path)
+    assert info.quantization == info.file_type_name == "Q8_0"
+    assert info.actual_size_bytes == info.expected_size_bytes
+    f16 = inspect_model(write_gguf(tmp_path / "f16.gguf", qwen35_target(header_only=True)))
+    assert info.weights_bytes < 0.6 * f16.weights_bytes
+
+
+def test_header_only_files_describe_the_same_tensors(tmp_path):
+    spec = qwen35_target(quant="Q8_0")
+    full = read_header(write_gguf(tmp_path / "full.gguf", spec))
+    hole = dataclasses.replace(spec, header_only=True)
+    header = read_header(write_gguf(tmp_path / "hole.gguf", hole))
+    assert [(t.name, t.shape, t.ggml_type) for t in header.tensors] == [
+        (t.name, t.shape, t.ggml_type) for t in full.tensors
+    ]
