@@ -32,6 +32,8 @@ class LaunchSpec:
     """The key lucebox's own clients send (the sampler, the chat panel)."""
     api_key_file: str | None = None
     """The file the engine reads the key from; required to bind beyond loopback."""
+    slot_save_path: str | None = None
+    """Folder the engine saves and restores slots in (``/slots`` actions)."""
     sampling: tuple[tuple[str, float], ...] = ()
 
 
@@ -74,6 +76,8 @@ def server_argv(spec: LaunchSpec) -> list[str]:
     ]
     if spec.api_key_file:
         argv += ["--api-key-file", spec.api_key_file]
+    if spec.slot_save_path:
+        argv += ["--slot-save-path", spec.slot_save_path]
     if spec.chat_template:
         argv += ["--chat-template", spec.chat_template]
     else:

@@ -101,6 +101,9 @@ class PlanRequest:
     """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
     prompt_cache: bool = True
     """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
+    checkpoints: bool = False
+    """Hybrid (recurrent) models: keep context checkpoints close together so a growing
+    agent prompt resumes from a recent one instead of re-reading the whole prompt."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +118,16 @@ class MemoryBytes:
     prompt_cache: int = 0
     """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
     plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
+    checkpoints: int = 0
+    """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
     prompt_cache_in_total: bool = False
 
     @property
     def total(self) -> int:
         """What the engine will use (nvidia-smi's view); the reserve stays free."""
         engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
-        return engine + (self.prompt_cache if self.prompt_cache_in_total else 0)
+        host = self.prompt_cache + self.checkpoints
+        return engine + (host if self.prompt_cache_in_total else 0)
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -131,6 +137,7 @@ class MemoryBytes:
             "compute": self.compute,
             "cuda_context": self.cuda_context,
             "prompt_cache": self.prompt_cache,
+            "checkpoints": self.checkpoints,
             "reserve": self.reserve,
             "total": self.total,
             "available": self.available,
@@ -154,6 +161,7 @@ class Plan:
     swa_full: bool = False
     cache_ram_mib: int | None = None
     """The host-RAM prompt cache the engine gets; 0 turns it off."""
+    checkpoint_min_step: int | None = None
 
     def server_flags(self) -> list[str]:
         """The llama-server flags this plan decides (model paths are added by launch)."""
@@ -179,6 +187,13 @@ class Plan:
             flags.append("--swa-full")
         if self.cache_ram_mib is not None:
             flags += ["--cache-ram", str(self.cache_ram_mib)]
+        if self.checkpoint_min_step is not None:
+            flags += [
+                "--ctx-checkpoints",
+                str(CONTEXT_CHECKPOINTS),
+                "--checkpoint-min-step",
+                str(self.checkpoint_min_step),
+            ]
         return flags
 
     def to_json(self) -> dict[str, Any]:
@@ -375,6 +390,12 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
     return min(lo * CTX_PAD, facts.native_ctx)
 
 
+CONTEXT_CHECKPOINTS = 8
+"""Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
+the whole recurrent state (about 150 MiB on a 27B hybrid) in host RAM."""
+CHECKPOINT_MIN_STEP = 512
+"""Tokens between checkpoints for agent work: one lands near the end of each call's prompt
+(the engine's default of 8192 leaves a hybrid model re-reading up to 8K tokens a call)."""
 PROMPT_CACHE_MAX_BYTES = 8192 * MIB
 """The engine's own default for ``--cache-ram``."""
 PROMPT_CACHE_RAM_SHARE = 4
@@ -400,8 +421,13 @@ def make_plan(request: PlanRequest) -> Plan:
     draft_weights = draft.weights_bytes if draft else 0
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident - draft_weights
+    checkpoints = (
+        CONTEXT_CHECKPOINTS * target.recurrent_state_bytes * request.parallel
+        if request.checkpoints
+        else 0
+    )
     if not budget.is_gpu:
-        room_after_weights -= prompt_cache
+        room_after_weights -= prompt_cache + checkpoints
     reasons["reserve"] = (
         f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
         f"{RESERVE_FRACTION:.1%} of the {budget.free_bytes / GIB:.1f} GiB free)"
@@ -413,6 +439,12 @@ def make_plan(request: PlanRequest) -> Plan:
     if cuda_context:
         reasons["cuda_context"] = f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
     reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
+    if request.checkpoints:
+        reasons["checkpoints"] = (
+            f"{checkpoints / MIB:.0f} MiB host RAM: up to {CONTEXT_CHECKPOINTS} checkpoints of "
+            f"the recurrent state, one every {CHECKPOINT_MIN_STEP} tokens, so a hybrid model "
+            "resumes an agent's growing prompt near its end"
+        )
 
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
     n_gpu_layers = -1 if budget.is_gpu else 0
@@ -501,6 +533,7 @@ def make_plan(request: PlanRequest) -> Plan:
         reserve=reserve,
         available=available,
         prompt_cache=prompt_cache,
+        checkpoints=checkpoints,
         prompt_cache_in_total=not budget.is_gpu,
     )
     kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
@@ -524,6 +557,7 @@ def make_plan(request: PlanRequest) -> Plan:
         largest_ctx=ctx_fit,
         swa_full=request.swa_full,
         cache_ram_mib=prompt_cache // MIB,
+        checkpoint_min_step=CHECKPOINT_MIN_STEP if request.checkpoints else None,
     )
 
 

@@ -317,6 +317,11 @@ class PlanRefusal(GuardRefusal):
         self.launch = launch
 
 
+def slots_dir(paths: Paths) -> Path:
+    """Where the engine saves a slot's prompt cache on stop, to restore it on the next start."""
+    return paths.data_dir / "slots"
+
+
 # --- the plan ---------------------------------------------------------------------------------
 
 
@@ -521,6 +526,7 @@ def plan_launch(
         ctx_cap=ctx_cap,
         swa_full=swa_full,
         prompt_cache=resolved.cache == "agent",
+        checkpoints=resolved.cache == "agent" and target.facts.recurrent_state_bytes > 0,
     )
     if swa_full:
         request = _weigh_swa_full(request)
@@ -558,6 +564,7 @@ def plan_launch(
             str(api_key_path(paths)) if resolved.api_key or not is_loopback(resolved.host) else None
         ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
+        slot_save_path=str(slots_dir(paths)) if resolved.cache == "agent" else None,
     )
     return LaunchPlan(
         title=preset.title if preset else target.facts.name,
