@@ -161,7 +161,7 @@ class Plan:
     swa_full: bool = False
     cache_ram_mib: int | None = None
     """The host-RAM prompt cache the engine gets; 0 turns it off."""
-    checkpoint_min_step: int | None = None
+    context_checkpoints: int | None = None
 
     def server_flags(self) -> list[str]:
         """The llama-server flags this plan decides (model paths are added by launch)."""
@@ -187,13 +187,8 @@ class Plan:
             flags.append("--swa-full")
         if self.cache_ram_mib is not None:
             flags += ["--cache-ram", str(self.cache_ram_mib)]
-        if self.checkpoint_min_step is not None:
-            flags += [
-                "--ctx-checkpoints",
-                str(CONTEXT_CHECKPOINTS),
-                "--checkpoint-min-step",
-                str(self.checkpoint_min_step),
-            ]
+        if self.context_checkpoints is not None:
+            flags += ["--ctx-checkpoints", str(self.context_checkpoints)]
         return flags
 
     def to_json(self) -> dict[str, Any]:
@@ -393,9 +388,6 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
 CONTEXT_CHECKPOINTS = 8
 """Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
 the whole recurrent state (about 150 MiB on a 27B hybrid) in host RAM."""
-CHECKPOINT_MIN_STEP = 512
-"""Tokens between checkpoints for agent work: one lands near the end of each call's prompt
-(the engine's default of 8192 leaves a hybrid model re-reading up to 8K tokens a call)."""
 PROMPT_CACHE_MAX_BYTES = 8192 * MIB
 """The engine's own default for ``--cache-ram``."""
 PROMPT_CACHE_RAM_SHARE = 4
@@ -442,8 +434,8 @@ def make_plan(request: PlanRequest) -> Plan:
     if request.checkpoints:
         reasons["checkpoints"] = (
             f"{checkpoints / MIB:.0f} MiB host RAM: up to {CONTEXT_CHECKPOINTS} checkpoints of "
-            f"the recurrent state, one every {CHECKPOINT_MIN_STEP} tokens, so a hybrid model "
-            "resumes an agent's growing prompt near its end"
+            "the recurrent state (the engine takes one near the end of each prompt), so a "
+            "hybrid model resumes an agent's growing prompt instead of re-reading it"
         )
 
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
@@ -557,7 +549,7 @@ def make_plan(request: PlanRequest) -> Plan:
         largest_ctx=ctx_fit,
         swa_full=request.swa_full,
         cache_ram_mib=prompt_cache // MIB,
-        checkpoint_min_step=CHECKPOINT_MIN_STEP if request.checkpoints else None,
+        context_checkpoints=CONTEXT_CHECKPOINTS if request.checkpoints else None,
     )
 
 
