@@ -72,6 +72,19 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def index_list(text: str) -> tuple[int, ...]:
+    """``0,1`` -> (0, 1): GPU indices, each non-negative, none twice."""
+    items = tuple(non_negative_int(item.strip()) for item in text.split(","))
+    if len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"{text!r} names a GPU twice")
+    return items
+
+
+def mib_list(text: str) -> tuple[int, ...]:
+    """``24576,24576`` -> one positive MiB size per card."""
+    return tuple(positive_int(item.strip()) for item in text.split(","))
+
+
 def port_number(text: str) -> int:
     value = positive_int(text)
     if value > 65535:
@@ -178,7 +191,7 @@ def _serve_options(args: argparse.Namespace) -> planning.ServeOptions:
         ctx=getattr(args, "ctx", None),
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
-        gpu_index=getattr(args, "gpu", None),
+        gpus=getattr(args, "gpus", None),
         allow_base=getattr(args, "allow_base", False),
         vram_mib=getattr(args, "vram_mib", None),
     )
@@ -348,7 +361,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     probe = gpu.probe_gpus()
     options = _serve_options(args)
     resolved = planning.resolve(options, settings)
-    budget = planning.budget_for(probe, resolved.gpu_index, args.vram_mib)
+    budget = planning.budget_for(probe, resolved.gpus, args.vram_mib)
     engine = planning.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
     table = planning.preset_table(paths, options, settings, budget, engine)
     plans, best = table.plans, table.best
@@ -687,12 +700,25 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
     parser.add_argument("--host", metavar="H", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, metavar="P", help="TCP port (default 8080)")
-    parser.add_argument("--gpu", type=non_negative_int, metavar="INDEX", help="GPU to use")
+    gpus = parser.add_mutually_exclusive_group()
+    gpus.add_argument(
+        "--gpus",
+        type=index_list,
+        metavar="0,1",
+        help="GPUs to use (NVML indices); default: every NVIDIA GPU, one alone when it is enough",
+    )
+    gpus.add_argument(
+        "--gpu", dest="gpus", type=lambda text: (non_negative_int(text),), metavar="INDEX",
+        help="one GPU to use (same as --gpus INDEX)",
+    )  # fmt: skip
     parser.add_argument(
         "--allow-base", action="store_true", help="serve a base (non-instruct) model anyway"
     )
     parser.add_argument(
-        "--vram-mib", type=positive_int, metavar="N", help="plan for a card with N MiB free"
+        "--vram-mib",
+        type=mib_list,
+        metavar="N[,N...]",
+        help="plan for cards with N MiB free each (one number per card)",
     )
 
 
@@ -763,7 +789,10 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_presets,
     )
     _add_json(presets)
-    presets.add_argument("--vram-mib", type=positive_int, metavar="N", help="plan for N MiB")
+    presets.add_argument(
+        "--vram-mib", type=mib_list, metavar="N[,N...]", help="plan for cards of N MiB each"
+    )
+    presets.add_argument("--gpus", type=index_list, metavar="0,1", help="GPUs to plan for")
 
     plan = command(
         "plan",

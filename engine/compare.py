@@ -132,7 +132,7 @@ class _ServeProcess:
                 model=options.model,
                 draft=options.draft,
                 ctx=options.ctx,
-                gpu_index=options.gpu_index,
+                gpus=options.gpus,
                 allow_base=options.allow_base,
                 host="127.0.0.1",
                 port=self.port,

@@ -34,6 +34,8 @@ class LaunchSpec:
     """The file the engine reads the key from; required to bind beyond loopback."""
     slot_save_path: str | None = None
     """Folder the engine saves and restores slots in (``/slots`` actions)."""
+    gpus: tuple[int, ...] = ()
+    """NVML indices of the GPUs the engine may see (in that order), when it runs on GPUs."""
     sampling: tuple[tuple[str, float], ...] = ()
 
 
@@ -97,6 +99,17 @@ def server_argv(spec: LaunchSpec) -> list[str]:
         if flag:
             argv += [flag, f"{value:g}"]
     return argv
+
+
+def server_env(spec: LaunchSpec) -> dict[str, str]:
+    """Environment for the engine: it sees exactly the planned GPUs, numbered as NVML does
+    (CUDA's own order puts the fastest first, which would mismatch the plan's split)."""
+    if not spec.gpus:
+        return {}
+    return {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
+    }
 
 
 def url_of(spec: LaunchSpec) -> str:

@@ -73,8 +73,23 @@ class ModelFacts:
 
 
 @dataclass(frozen=True)
+class DeviceBudget:
+    """One GPU of a budget: its NVML index, name and memory."""
+
+    index: int
+    name: str
+    total_bytes: int
+    free_bytes: int
+
+    @property
+    def label(self) -> str:
+        """How plans name it: ``GPU 0: NVIDIA GeForce RTX 4090``, or a hypothetical card."""
+        return self.name if self.name.startswith("a ") else f"GPU {self.index}: {self.name}"
+
+
+@dataclass(frozen=True)
 class GpuBudget:
-    """Memory the plan may use: a GPU's free VRAM, or RAM for a CPU-only plan."""
+    """Memory the plan may use: GPUs' free VRAM (summed), or RAM for a CPU-only plan."""
 
     device: str
     total_bytes: int
@@ -82,6 +97,12 @@ class GpuBudget:
     is_gpu: bool
     host_total_bytes: int = 0
     """System RAM of this PC: the engine's host-RAM prompt cache lives there."""
+    devices: tuple[DeviceBudget, ...] = ()
+    """The GPUs behind the sums, when there are several (one GPU needs no split)."""
+
+    @property
+    def device_count(self) -> int:
+        return max(1, len(self.devices)) if self.is_gpu else 1
 
 
 @dataclass(frozen=True)
@@ -162,6 +183,12 @@ class Plan:
     cache_ram_mib: int | None = None
     """The host-RAM prompt cache the engine gets; 0 turns it off."""
     context_checkpoints: int | None = None
+    device_bytes: tuple[tuple[str, int], ...] = ()
+    """What the engine will use on each GPU (name, bytes); their sum is ``total``."""
+    tensor_split: tuple[float, ...] = ()
+    """Share of the layers per GPU when the model is spread over several."""
+    main_gpu: int = 0
+    """Position (among the GPUs the engine sees) of the one holding the output and scratch."""
 
     def server_flags(self) -> list[str]:
         """The llama-server flags this plan decides (model paths are added by launch)."""
@@ -189,6 +216,15 @@ class Plan:
             flags += ["--cache-ram", str(self.cache_ram_mib)]
         if self.context_checkpoints is not None:
             flags += ["--ctx-checkpoints", str(self.context_checkpoints)]
+        if self.tensor_split:
+            flags += [
+                "--split-mode",
+                "layer",
+                "--tensor-split",
+                ",".join(f"{share:g}" for share in self.tensor_split),
+                "--main-gpu",
+                str(self.main_gpu),
+            ]
         return flags
 
     def to_json(self) -> dict[str, Any]:
@@ -205,6 +241,8 @@ class Plan:
             "largest_ctx": self.largest_ctx,
             "swa_full": self.swa_full,
             "cache_ram_mib": self.cache_ram_mib,
+            "tensor_split": list(self.tensor_split),
+            "main_gpu": self.main_gpu,
             "reasons": dict(self.reasons),
         }
 
@@ -359,6 +397,10 @@ def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max
 
 
 def _reserve(budget: GpuBudget) -> int:
+    if len(budget.devices) > 1:
+        return sum(
+            max(RESERVE_MIN_BYTES, int(d.free_bytes * RESERVE_FRACTION)) for d in budget.devices
+        )
     return max(RESERVE_MIN_BYTES, int(budget.free_bytes * RESERVE_FRACTION))
 
 
@@ -375,7 +417,7 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
         mid = (lo + hi + 1) // 2
         ctx = mid * CTX_PAD
         need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-        need += compute_bytes(facts, ctx, kv_type)
+        need += compute_bytes(facts, ctx, kv_type) * request.budget.device_count
         if draft is not None:
             need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
         if need <= room:
@@ -407,7 +449,7 @@ def make_plan(request: PlanRequest) -> Plan:
     target, budget, draft = request.target, request.budget, request.draft
     reasons: dict[str, str] = {}
     reserve = _reserve(budget)
-    cuda_context = CUDA_CONTEXT_BYTES if budget.is_gpu else 0
+    cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.free_bytes
     prompt_cache = prompt_cache_bytes(budget) if request.prompt_cache else 0
     draft_weights = draft.weights_bytes if draft else 0
@@ -429,7 +471,10 @@ def make_plan(request: PlanRequest) -> Plan:
         f"{'GGUF header' if target.source == 'header' else 'preset'}"
     )
     if cuda_context:
-        reasons["cuda_context"] = f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+        reasons["cuda_context"] = (
+            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
+        )
     reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
     if request.checkpoints:
         reasons["checkpoints"] = (
@@ -515,7 +560,7 @@ def make_plan(request: PlanRequest) -> Plan:
             f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
             f"same context (as the target's), compute"
         )
-    compute = compute_bytes(target, used_ctx, kv_type)
+    compute = compute_bytes(target, used_ctx, kv_type) * budget.device_count
     memory = MemoryBytes(
         weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
         kv=kv,
@@ -535,6 +580,13 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["kvflash_pool"] = (
         f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
     )
+    split, main_gpu, per_device = _split(budget, memory, reserve)
+    if split:
+        reasons["split"] = (
+            f"layers spread over {len(split)} GPUs in proportion to what each has free after "
+            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); GPU "
+            f"{budget.devices[main_gpu].index} holds the output and the compute buffer"
+        )
     return Plan(
         fits=fits,
         ctx=ctx,
@@ -550,7 +602,34 @@ def make_plan(request: PlanRequest) -> Plan:
         swa_full=request.swa_full,
         cache_ram_mib=prompt_cache // MIB,
         context_checkpoints=CONTEXT_CHECKPOINTS if request.checkpoints else None,
+        device_bytes=per_device,
+        tensor_split=split,
+        main_gpu=main_gpu,
     )
+
+
+def _split(
+    budget: GpuBudget, memory: MemoryBytes, reserve: int
+) -> tuple[tuple[float, ...], int, tuple[tuple[str, int], ...]]:
+    """Layer shares per GPU in proportion to each one's room, and each GPU's total."""
+    if len(budget.devices) < 2 or not budget.is_gpu:
+        return (), 0, ((budget.device, memory.total),)
+    count = len(budget.devices)
+    per_device_fixed = CUDA_CONTEXT_BYTES + memory.compute // count
+    rooms = [
+        max(0, d.free_bytes - max(RESERVE_MIN_BYTES, int(d.free_bytes * RESERVE_FRACTION)))
+        - per_device_fixed
+        for d in budget.devices
+    ]
+    total_room = max(sum(rooms), 1)
+    shares = tuple(round(max(r, 0) / total_room, 3) for r in rooms)
+    spread = memory.weights + memory.kv + memory.draft
+    per_device = tuple(
+        (d.label, per_device_fixed + int(spread * r / total_room))
+        for d, r in zip(budget.devices, rooms, strict=True)
+    )
+    main = max(range(count), key=lambda i: rooms[i])
+    return shares, main, per_device
 
 
 def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:

@@ -267,7 +267,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
     resolved = planning.resolve(options, settings)
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
-    budget = planning.budget_for(probe, resolved.gpu_index, options.vram_mib)
+    budget = planning.budget_for(probe, resolved.gpus, options.vram_mib)
     emit(StepEvent("gpu", "done", f"{budget.device}, {budget.free_bytes / 2**30:.1f} GiB free"))
     installed = registry.select_engine(paths, probe, settings.engine).engine
     preset = None
@@ -319,7 +319,8 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
-    return Prepared(launch, settings, resolved.gpu_index, ready_timeout_s)
+    gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
+    return Prepared(launch, settings, gpu_index, ready_timeout_s)
 
 
 def plan_summary(launch: LaunchPlan) -> str:

@@ -28,7 +28,7 @@ class Backend:
         settings = config.load_settings(self.paths)
         probe = gpu.probe_gpus()
         resolved = planning.resolve(options, settings)
-        budget = planning.budget_for(probe, resolved.gpu_index)
+        budget = planning.budget_for(probe, resolved.gpus)
         installed = registry.select_engine(self.paths, probe, settings.engine).engine
         engine = planning.EngineView.of(installed)
         return planning.preset_table(self.paths, options, settings, budget, engine)
