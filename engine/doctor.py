@@ -12,7 +12,7 @@ import psutil
 from lucebox.engine import registry, store, toolchain
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
-from lucebox.engine.units import GIB, gib_text
+from lucebox.engine.units import GIB, gib
 
 Verdict = Literal["ok", "warn", "missing"]
 
@@ -53,12 +53,12 @@ def check_gpu(probe: GpuProbe) -> list[Check]:
     for gpu in probe.gpus:
         others = sum(p.used_bytes or 0 for p in gpu.processes)
         detail = (
-            f"GPU {gpu.index}: {gpu.name}, {gib_text(gpu.vram_free_bytes)} free of "
-            f"{gib_text(gpu.vram_total_bytes)}, compute capability "
+            f"GPU {gpu.index}: {gpu.name}, {gib(gpu.vram_free_bytes)} free of "
+            f"{gib(gpu.vram_total_bytes)}, compute capability "
             f"{gpu.compute_capability or 'not available'}"
         )
         if gpu.processes:
-            detail += f", {len(gpu.processes)} other process(es) hold {gib_text(others)}"
+            detail += f", {len(gpu.processes)} other process(es) hold {gib(others)}"
         verdict: Verdict = "ok"
         action = ""
         if gpu.mig_enabled:
@@ -126,13 +126,13 @@ def _existing_parent(folder: Path) -> Path:
 def check_disk(paths: Paths) -> Check:
     where = _existing_parent(paths.data_dir)
     usage = shutil.disk_usage(where)
-    detail = f"{gib_text(usage.free)} free at {where} (models go to {paths.models_dir})"
+    detail = f"{gib(usage.free)} free at {where} (models go to {paths.models_dir})"
     if usage.free < DISK_WARN_BYTES:
         return Check(
             "disk",
             "warn",
             detail,
-            f"free at least {gib_text(DISK_WARN_BYTES)} for a 24 GB-class model, or point "
+            f"free at least {gib(DISK_WARN_BYTES)} for a 24 GB-class model, or point "
             "LUCEBOX_HOME to a larger disk",
         )
     return Check("disk", "ok", detail)
@@ -140,7 +140,7 @@ def check_disk(paths: Paths) -> Check:
 
 def check_ram() -> Check:
     memory = psutil.virtual_memory()
-    detail = f"{gib_text(memory.total)} total, {gib_text(memory.available)} available"
+    detail = f"{gib(memory.total)} total, {gib(memory.available)} available"
     if memory.total < RAM_WARN_BYTES:
         return Check("ram", "warn", detail, "models that spill off the GPU will be slow")
     return Check("ram", "ok", detail)
@@ -178,7 +178,7 @@ def check_models(paths: Paths) -> Check:
         )
     size = sum(r.size_bytes for r in records)
     names = ", ".join(r.name for r in records[:4]) + (" ..." if len(records) > 4 else "")
-    return Check("models", "ok", f"{len(records)} model(s), {gib_text(size)}: {names}")
+    return Check("models", "ok", f"{len(records)} model(s), {gib(size)}: {names}")
 
 
 def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> DoctorReport:

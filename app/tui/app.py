@@ -35,7 +35,8 @@ from lucebox.app.tui.screens.start import Failure, StartScreen
 from lucebox.engine import guard, service
 from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, GuardRefusal, LuceboxError
 from lucebox.engine.paths import Paths
-from lucebox.engine.service import Prepared, ServeOptions, StepEvent, StepName
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import Prepared, StepEvent, StepName
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
 WORKER_STEPS: dict[str, StepName] = {"presets": "preset"}

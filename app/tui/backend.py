@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from lucebox.engine import config, gpu, pipeline, service
+from lucebox.engine import config, gpu, planning, registry, service
 from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths
-from lucebox.engine.service import Prepared, ServeOptions
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import Prepared
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
 
@@ -23,10 +24,14 @@ class Backend:
         """No preset chosen yet: the user picks one from the plan table."""
         return not config.load_settings(self.paths).preset
 
-    def preset_table(self, options: ServeOptions) -> pipeline.PresetTable:
+    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         settings = config.load_settings(self.paths)
-        index = options.gpu_index if options.gpu_index is not None else settings.gpu_index
-        return pipeline.preset_table(self.paths, pipeline.budget_for(gpu.probe_gpus(), index))
+        probe = gpu.probe_gpus()
+        resolved = planning.resolve(options, settings)
+        budget = planning.budget_for(probe, resolved.gpu_index)
+        installed = registry.select_engine(self.paths, probe, settings.engine).engine
+        engine = planning.EngineView.of(installed)
+        return planning.preset_table(self.paths, options, settings, budget, engine)
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)

@@ -20,14 +20,13 @@ from textual.widgets import DataTable
 
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
-from lucebox.engine import guard, pipeline, service
-from lucebox.engine.errors import GuardRefusal
-from lucebox.engine.gguf import inspect_model
-from lucebox.engine.launch import LaunchSpec
+from lucebox.engine import planning, service
+from lucebox.engine.config import Settings
 from lucebox.engine.metrics import Sample
-from lucebox.engine.paths import Paths
-from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, facts_from_info, make_plan
-from lucebox.engine.service import Emit, Prepared, ServeOptions, StepEvent
+from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.plan import GIB, GpuBudget
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import Emit, Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
 from tests.engine.test_plan import GEMMA_270M
@@ -68,21 +67,28 @@ LOG_LINES = [
 RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB), True)
 
 
-def prepared_for(tmp_path: Path) -> Prepared:
-    model = write_llama(tmp_path / "gemma-3-270m.gguf", GEMMA_270M)
-    budget = RTX_4090
-    plan = make_plan(
-        PlanRequest(target=facts_from_info(inspect_model(model)), budget=budget, ctx=32768)
+def plan_on_rtx_4090(model: Path) -> planning.LaunchPlan:
+    """The one planner's launch of a model file on a scripted RTX 4090 with the pinned engine."""
+    engine = planning.pinned_engine()
+    engine = planning.EngineView("b11434", "b11434", "/opt/llama-server", engine.capabilities)
+    options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
+    return planning.plan_launch(
+        resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
     )
-    spec = LaunchSpec("/opt/llama-server", str(model), plan, "smoke", port=8080)
-    return Prepared(spec, "smoke", 0, budget.device, "b11434", plan, budget.free_bytes, 60.0)
 
 
-def refused_by_the_model_check(path: Path, spec: ModelSpec) -> tuple[list[StepEvent], GuardRefusal]:
-    """The notes and the error the engine's model check gives a generated model file."""
-    checked = guard.check_model(write_llama(path, spec))
-    assert not checked.usable
-    return [service.problem_note(p) for p in checked.problems], guard.refusal(checked)
+def prepared_for(tmp_path: Path) -> Prepared:
+    """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
+    launch = plan_on_rtx_4090(write_llama(tmp_path / "smoke.gguf", GEMMA_270M))
+    return Prepared(launch, Settings(), 0, 60.0)
+
+
+def refused_by_the_model_check(model: Path) -> tuple[list[StepEvent], planning.PlanRefusal]:
+    """The notes and the error that prepare gives for a model file the check refuses."""
+    launch = plan_on_rtx_4090(model)
+    assert launch.refusal is not None
+    notes = [service.problem_note(p) for p in launch.problems]
+    return notes, planning.PlanRefusal(launch, launch.refusal)
 
 
 BASE_GEMMA = ModelSpec(name="Gemma 3 270m", basename="gemma-3", finetune=None, size_label="270M")
@@ -141,12 +147,13 @@ class ScriptedBackend(Backend):
     """The card the preset table is planned for; None probes this machine."""
     preset_table_failure: Exception | None = None
 
-    def preset_table(self, options: ServeOptions) -> pipeline.PresetTable:
+    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         if self.preset_table_failure is not None:
             raise self.preset_table_failure
         if self.budget is None:
             return super().preset_table(options)
-        return pipeline.preset_table(self.paths, self.budget)
+        engine = planning.EngineView.of(None)
+        return planning.preset_table(self.paths, options, Settings(), self.budget, engine)
 
     def prepare(self, options: ServeOptions, emit: Emit) -> Prepared:
         self.options_seen.append(options)

@@ -20,7 +20,6 @@ from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
-from lucebox.engine import guard
 from lucebox.engine.errors import GuardRefusal, UsageError
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
@@ -106,7 +105,9 @@ async def test_download_progress_shows_bar_rate_and_eta(backend):
 
 
 async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend, tmp_path):
-    notes, refusal = refused_by_the_model_check(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
+    notes, refusal = refused_by_the_model_check(
+        write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
+    )
     assert refusal.problem_codes == ("base-model",)
     backend.steps = [*STEPS_DONE[:4], *notes]
     backend.failures = [refusal]
@@ -130,9 +131,9 @@ async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(ba
     model = write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
     with model.open("r+b") as handle:
         handle.truncate(model.stat().st_size - 4096)
-    checked = guard.check_model(model)
-    assert {p.code for p in checked.problems} == {"base-model", "truncated"}
-    backend.failures = [guard.refusal(checked)]
+    _, refusal = refused_by_the_model_check(model)
+    assert set(refusal.problem_codes) == {"base-model", "truncated"}
+    backend.failures = [refusal]
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
         failure = app.start_screen.query_one("#failure")

@@ -11,8 +11,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from lucebox.engine import pipeline
-from lucebox.engine.units import gib_text
+from lucebox.engine import planning
+from lucebox.engine.units import gib
 
 
 class PresetScreen(ModalScreen[str | None]):
@@ -20,7 +20,7 @@ class PresetScreen(ModalScreen[str | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss_none", "Back")]
 
-    def __init__(self, table: pipeline.PresetTable) -> None:
+    def __init__(self, table: planning.PresetTable) -> None:
         super().__init__()
         self.table = table
 
@@ -28,7 +28,7 @@ class PresetScreen(ModalScreen[str | None]):
         budget = self.table.budget
         with Vertical(id="presets"):
             yield Static(
-                f"Choose a model set for {budget.device} ({gib_text(budget.free_bytes)} free)",
+                f"Choose a model set for {budget.device} ({gib(budget.free_bytes)} free)",
                 id="presets-title",
             )
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
@@ -42,16 +42,18 @@ class PresetScreen(ModalScreen[str | None]):
             fits = not item.misfit
             table.add_row(
                 "★" if best is not None and item is best else "",
-                item.preset.id,
-                f"{item.preset.vram_tier_gib} GB" if item.preset.vram_tier_gib else "any",
+                item.alias,
+                f"{item.preset.vram_tier_gib} GB"
+                if item.preset and item.preset.vram_tier_gib
+                else "any",
                 f"{item.plan.ctx:,}" if fits else f"no: {item.misfit}",
                 item.plan.cache_type_k if fits else "",
-                gib_text(item.plan.memory_bytes.total),
-                item.preset.title,
-                key=item.preset.id,
+                gib(item.plan.memory_bytes.total),
+                item.title,
+                key=item.alias,
             )
         if best is not None:
-            table.move_cursor(row=table.get_row_index(best.preset.id))
+            table.move_cursor(row=table.get_row_index(best.alias))
         table.focus()
 
     @on(DataTable.RowSelected)
