@@ -16,6 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lucebox.app import servicecmd
+from lucebox.app.bench import add_bench_commands
+from lucebox.app.connect import add_connect_command
 from lucebox.engine import (
     build,
     config,
@@ -28,6 +31,7 @@ from lucebox.engine import (
     source,
     speculation,
     store,
+    systemd,
     toolchain,
     units,
 )
@@ -42,6 +46,7 @@ from lucebox.engine.errors import (
     UsageError,
 )
 from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.units import gib_text, rate_text
 
 Handler = Callable[[argparse.Namespace, Paths], int]
 
@@ -193,6 +198,9 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
 
+    if getattr(args, "prepare_only", False):  # a serve flag; up has none
+        service.prepare(paths, _serve_options(args), step_printer())
+        return EXIT_OK
     return service.serve(paths, _serve_options(args), step_printer())
 
 
@@ -220,9 +228,11 @@ def _print_launch_plan(launch_plan: planning.LaunchPlan) -> None:
     result = launch_plan.plan
     memory = result.memory_bytes
     print(f"{launch_plan.title} on {launch_plan.budget.device}")
+    for problem in launch_plan.problems:
+        print(f"  {problem.severity} {problem.code}: {problem.message}")
     for name, value in memory.to_json().items():
         why = result.reasons.get(name, "")
-        print(f"  {name:<13}{units.mib(value):>12}  {why}")
+        print(f"  {name:<13}{units.mib_text(value):>12}  {why}")
     print(
         f"  ctx {result.ctx}, KV {result.cache_type_k}/{result.cache_type_v}, "
         f"GPU layers {'all' if result.n_gpu_layers < 0 else result.n_gpu_layers}, "
@@ -253,7 +263,7 @@ def step_printer() -> Callable[[service.StepEvent], None]:
             printed_twentieths[event.message] = twentieth
             line += f": {event.fraction:.0%}"
             if event.rate_bytes_per_s is not None:
-                line += f" at {units.mib_per_s(event.rate_bytes_per_s)}"
+                line += f" at {rate_text(event.rate_bytes_per_s)}"
             if event.eta_s is not None:
                 line += f", {event.eta_s:.0f} s left"
         print(f"lucebox: {line}", flush=True)
@@ -278,10 +288,13 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
-    status = service.current_status(paths)
+    unit = systemd.service_status()
+    status = {**service.current_status(paths), "service": unit.to_json()}
     if args.json:
         print_json(status)
         return EXIT_OK
+    if unit.installed:
+        print(f"service: {servicecmd.describe(unit)}")
     if status["state"] == "stopped":
         print("stopped: no lucebox server is running (`lucebox serve` starts one)")
         return EXIT_OK
@@ -289,13 +302,15 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
         f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
         f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
     )
+    if status.get("webui_url"):
+        print(f"  chat in a browser: {status['webui_url']}")
     sample = status.get("sample") or {}
     if sample:
         decode = sample.get("decode_tokens_per_s")
         prefill = sample.get("prefill_tokens_per_s")
         print(
             f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
-            f"VRAM {units.gib(sample.get('vram_used_bytes') or 0, 2)}"
+            f"VRAM {gib_text(sample.get('vram_used_bytes') or 0, 2)}"
         )
     return EXIT_OK
 
@@ -359,7 +374,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             }
         )
         return EXIT_OK
-    print(f"{budget.device}: {units.gib(budget.free_bytes)} free")
+    print(f"{budget.device}: {units.gib_text(budget.free_bytes)} free")
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (
@@ -388,8 +403,10 @@ def _print_check(result: guard.CheckResult) -> None:
         summary = (
             f"{info.architecture} {info.file_type_name or info.quantization or ''} "
             f"{info.size_label or ''}, ctx {info.context_length}, "
-            f"{units.gib(info.weights_bytes, 2)}"
+            f"{gib_text(info.weights_bytes, 2)}"
         )
+        if info.has_mtp_layers:
+            summary += ", carries an MTP head (lucebox speculates with it: --spec mtp)"
         if result.speculative_type:
             summary += f", speculative type {result.speculative_type}"
     print(f"{result.verdict:<7} {result.path}  {summary}".rstrip())
@@ -432,7 +449,7 @@ def _record_line(record: store.ModelRecord) -> str:
     info = record.info
     what = f"{info.get('architecture', '?')} {info.get('file_type') or ''}".strip()
     return (
-        f"{record.name}  {units.gib(record.size_bytes, 2)}  {what}  verified "
+        f"{record.name}  {gib_text(record.size_bytes, 2)}  {what}  verified "
         f"{record.verified_at}  ({record.source})"
     )
 
@@ -491,7 +508,7 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
             )
     deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
     freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
-    print(f"removed {record.name}; freed {units.gib(freed, 2)}")
+    print(f"removed {record.name}; freed {gib_text(freed, 2)}")
     return EXIT_OK
 
 
@@ -531,7 +548,7 @@ def _transfer_progress(label: str) -> Callable[[Any], None]:
         fraction = event.fraction
         if fraction is not None:
             eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
-            bar.update(int(fraction * 100), f"{units.mib_per_s(event.rate_bytes_per_s)}{eta}")
+            bar.update(int(fraction * 100), f"{rate_text(event.rate_bytes_per_s)}{eta}")
 
     return report
 
@@ -586,7 +603,13 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
         print_json({**manifest.to_json(), "cached": cached, "elapsed_s": round(elapsed_s, 1)})
     else:
         print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
+        print(f"  web UI: {_webui_line(manifest)}")
     return EXIT_OK
+
+
+def _webui_line(engine: registry.EngineManifest) -> str:
+    answer = "yes" if engine.webui else "no"
+    return f"{answer} ({engine.webui_detail})" if engine.webui_detail else answer
 
 
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -610,6 +633,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
 
@@ -714,6 +738,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_serve_options(serve)
     serve.add_argument("--detach", action="store_true", help="run in the background")
+    serve.add_argument(
+        "--prepare-only", action="store_true", help="pull models and build the engine, then exit"
+    )
 
     status = command(
         "status",
@@ -836,6 +863,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="its llama.cpp source, to read the model architectures it knows",
     )
 
+    svc = command(
+        "service", "run lucebox at boot as a systemd service", lambda a, p: _print_help(svc)
+    )
+    servicecmd.add_commands(svc)
+
     cfg = command("config", "show or change settings in config.toml", lambda a, p: _print_help(cfg))
     cfg_cmds = cfg.add_subparsers(dest="config_command", metavar="COMMAND")
     show = command("show", "print every setting", cmd_config_show, cfg_cmds)
@@ -853,19 +885,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = command("bench", "measure the running server", lambda a, p: _print_help(bench))
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
-    replay = command(
-        "replay",
-        "replay a recorded transcript against the server",
-        not_available("bench replay", "the benchmark issue"),
-        bench_cmds,
-    )
-    replay.add_argument("transcript", metavar="TRANSCRIPT.jsonl", type=Path)
-    command(
-        "quick",
-        "a short fixed benchmark",
-        not_available("bench quick", "the benchmark issue"),
-        bench_cmds,
-    )
+    add_bench_commands(bench_cmds, command, positive_int)
+    add_connect_command(commands, command)
     return parser
 
 

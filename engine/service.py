@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from lucebox.engine import config, gpu, planning, registry, store, toolchain, units
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
+from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.errors import LuceboxError
-from lucebox.engine.guard import Problem
-from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
+from lucebox.engine.launch import LaunchSpec, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
@@ -142,6 +142,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
             "uptime_s": 0,
             "restarts": 0,
             "sample": None,
+            "webui_url": None,
         }
     return {
         "state": state["state"],
@@ -153,6 +154,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
         "sample": state.get("sample"),
         "engine_pid": state.get("engine_pid"),
         "log": state.get("log"),
+        "webui_url": state.get("webui_url"),
     }
 
 
@@ -217,7 +219,7 @@ def download_step(progress: TransferProgress) -> StepEvent:
     )
 
 
-def problem_note(problem: Problem) -> StepEvent:
+def problem_note(problem: guard.Problem) -> StepEvent:
     """A problem the model check found, as a note under the models step."""
     return StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}")
 
@@ -266,7 +268,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
     budget = planning.budget_for(probe, resolved.gpu_index, options.vram_mib)
-    emit(StepEvent("gpu", "done", f"{budget.device}, {units.gib(budget.free_bytes)} free"))
+    emit(StepEvent("gpu", "done", f"{budget.device}, {budget.free_bytes / 2**30:.1f} GiB free"))
     installed = registry.select_engine(paths, probe, settings.engine).engine
     preset = None
     if options.model:
@@ -307,16 +309,16 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
         )
     )
     emit(StepEvent("plan", "done", plan_summary(launch)))
-    if not dry_run and not is_loopback(launch.spec.host) and launch.spec.api_key is None:
-        api_key = new_api_key()
-        config.set_setting(paths, "server.api_key", api_key)
-        emit(
-            StepEvent("server", "note", f"API key (shown once, saved as server.api_key): {api_key}")
-        )
+    if not dry_run and launch.spec.api_key_file:
+        key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
+        if created:
+            emit(
+                StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
+            )
         launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
-    ready_timeout_s = 120 + 60 * units.in_gib(size_bytes)
+    ready_timeout_s = 120 + 60 * size_bytes / 2**30
     return Prepared(launch, settings, resolved.gpu_index, ready_timeout_s)
 
 
@@ -325,7 +327,7 @@ def plan_summary(launch: LaunchPlan) -> str:
     spec = launch.speculation.spec_type or "no speculation"
     return (
         f"ctx {plan.ctx}, KV {plan.cache_type_k}, {spec}, "
-        f"{units.gib(plan.memory_bytes.total, 2)} of {units.gib(launch.budget.free_bytes)}"
+        f"{plan.memory_bytes.total / 2**30:.2f} GiB of {launch.budget.free_bytes / 2**30:.1f} GiB"
     )
 
 
@@ -399,6 +401,7 @@ async def run_server(
         "engine_pid": None,
         "sample": None,
         "log": str(engine_log(paths)),
+        "webui_url": webui.served_url(spec.server_path, spec.host, spec.port),
     }
 
     def save() -> None:

@@ -20,8 +20,9 @@ from textual.widgets import DataTable
 
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
-from lucebox.engine import planning, service
+from lucebox.engine import guard, planning, service
 from lucebox.engine.config import Settings
+from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths, resolve_paths
 from lucebox.engine.plan import GIB, GpuBudget
@@ -67,28 +68,23 @@ LOG_LINES = [
 RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB), True)
 
 
-def plan_on_rtx_4090(model: Path) -> planning.LaunchPlan:
-    """The one planner's launch of a model file on a scripted RTX 4090 with the pinned engine."""
+def prepared_for(tmp_path: Path) -> Prepared:
+    """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
+    model = write_llama(tmp_path / "smoke.gguf", GEMMA_270M)
     engine = planning.pinned_engine()
     engine = planning.EngineView("b11434", "b11434", "/opt/llama-server", engine.capabilities)
     options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
-    return planning.plan_launch(
+    launch = planning.plan_launch(
         resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
     )
-
-
-def prepared_for(tmp_path: Path) -> Prepared:
-    """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
-    launch = plan_on_rtx_4090(write_llama(tmp_path / "smoke.gguf", GEMMA_270M))
     return Prepared(launch, Settings(), 0, 60.0)
 
 
-def refused_by_the_model_check(model: Path) -> tuple[list[StepEvent], planning.PlanRefusal]:
-    """The notes and the error that prepare gives for a model file the check refuses."""
-    launch = plan_on_rtx_4090(model)
-    assert launch.refusal is not None
-    notes = [service.problem_note(p) for p in launch.problems]
-    return notes, planning.PlanRefusal(launch, launch.refusal)
+def refused_by_the_model_check(path: Path, spec: ModelSpec) -> tuple[list[StepEvent], GuardRefusal]:
+    """The notes and the error the engine's model check gives a generated model file."""
+    checked = guard.check_model(write_llama(path, spec))
+    assert not checked.usable
+    return [service.problem_note(p) for p in checked.problems], guard.refusal(checked)
 
 
 BASE_GEMMA = ModelSpec(name="Gemma 3 270m", basename="gemma-3", finetune=None, size_label="270M")

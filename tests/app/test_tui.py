@@ -20,6 +20,7 @@ from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
+from lucebox.engine import guard
 from lucebox.engine.errors import GuardRefusal, UsageError
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
@@ -105,9 +106,7 @@ async def test_download_progress_shows_bar_rate_and_eta(backend):
 
 
 async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend, tmp_path):
-    notes, refusal = refused_by_the_model_check(
-        write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
-    )
+    notes, refusal = refused_by_the_model_check(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
     assert refusal.problem_codes == ("base-model",)
     backend.steps = [*STEPS_DONE[:4], *notes]
     backend.failures = [refusal]
@@ -131,9 +130,9 @@ async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(ba
     model = write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
     with model.open("r+b") as handle:
         handle.truncate(model.stat().st_size - 4096)
-    _, refusal = refused_by_the_model_check(model)
-    assert set(refusal.problem_codes) == {"base-model", "truncated"}
-    backend.failures = [refusal]
+    checked = guard.check_model(model)
+    assert {p.code for p in checked.problems} == {"base-model", "truncated"}
+    backend.failures = [guard.refusal(checked)]
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
         failure = app.start_screen.query_one("#failure")
@@ -180,12 +179,12 @@ async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
         assert table.row_count >= 6
         ids = [str(key.value) for key in table.rows]
         assert "smoke" in ids
-        # Without a GPU the smoke test is the one that fits, and the cursor starts on it.
-        assert ids[table.cursor_row] == "smoke"
+        # Without a GPU the CPU default (an instruct model) is chosen, and the cursor starts on it.
+        assert ids[table.cursor_row] == "smollm2"
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_dashboard(app))
-    assert backend.chosen == ["smoke"]
-    assert backend.options_seen[0].preset == "smoke"
+    assert backend.chosen == ["smollm2"]
+    assert backend.options_seen[0].preset == "smollm2"
 
 
 async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
@@ -24,7 +23,6 @@ from tests.app.scripted import (
     samples,
     wait_until,
 )
-from tests.ggufgen import write_llama
 
 SIZES = [(80, 24), (140, 40)]
 
@@ -39,15 +37,6 @@ def backend(tmp_path):
 
 def app_for(backend: ScriptedBackend, options: ServeOptions | None = None) -> LuceboxApp:
     return LuceboxApp(backend, options or ServeOptions(preset="smoke"), clock=lambda: 1000.0)
-
-
-def fixed_path(tmp_path: Path, name: str) -> Path:
-    """The base Gemma GGUF at a path that is the same in every run, as the hint shows it."""
-    folder = Path("/tmp/lucebox-snapshots")
-    folder.mkdir(exist_ok=True)
-    # Same bytes every time, moved into place whole: parallel runs never see half a file.
-    os.replace(write_llama(tmp_path / name, BASE_GEMMA), folder / name)
-    return folder / name
 
 
 async def settle(pilot: Pilot, predicate) -> None:
@@ -102,7 +91,7 @@ def test_dashboard_with_a_minute_of_samples(backend, snap_compare, size):
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_failure_of_the_model_check(backend, snap_compare, size, tmp_path):
-    notes, refusal = refused_by_the_model_check(fixed_path(tmp_path, "gemma-3-270m.gguf"))
+    notes, refusal = refused_by_the_model_check(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
     # As the engine runs it: the check comes once the engine is known.
     checking = StepEvent("models", "running", "checking gemma-3-270m.gguf for this engine")
     backend.steps = [*backend.steps[:5], checking, *notes]

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from lucebox.engine import planning
-from lucebox.engine.units import gib
+from lucebox.engine.units import gib_text
 
 
 class PresetScreen(ModalScreen[str | None]):
@@ -28,7 +28,7 @@ class PresetScreen(ModalScreen[str | None]):
         budget = self.table.budget
         with Vertical(id="presets"):
             yield Static(
-                f"Choose a model set for {budget.device} ({gib(budget.free_bytes)} free)",
+                f"Choose a model set for {budget.device} ({gib_text(budget.free_bytes)} free)",
                 id="presets-title",
             )
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
@@ -48,7 +48,7 @@ class PresetScreen(ModalScreen[str | None]):
                 else "any",
                 f"{item.plan.ctx:,}" if fits else f"no: {item.misfit}",
                 item.plan.cache_type_k if fits else "",
-                gib(item.plan.memory_bytes.total),
+                gib_text(item.plan.memory_bytes.total),
                 item.title,
                 key=item.alias,
             )

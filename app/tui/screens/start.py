@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
@@ -50,8 +50,7 @@ class StartScreen(Screen[None]):
         """Notes of this pipeline run (warnings, an API key shown once), also in the log tail."""
 
     def compose(self) -> ComposeResult:
-        # Scrolls when notes and a failure outgrow a small terminal; focus brings Retry into view.
-        with VerticalScroll(id="start"):
+        with Vertical(id="start"):
             yield Static("lucebox · turning this PC into an LLM server", id="start-title")
             with Vertical(id="steps"):
                 for step in STEPS:

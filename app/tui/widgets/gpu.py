@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from lucebox.app.tui.widgets.readout import Readout
 from lucebox.engine.metrics import Sample
 from lucebox.engine.service import Prepared
-from lucebox.engine.units import gib, in_gib
+from lucebox.engine.units import gib_text, to_gib
 
 
 def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
@@ -32,7 +32,7 @@ def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
     for size, _, colour in parts:
         cells = round(width * size / whole)
         bar.append("█" * cells, style=colour)
-    legend = [(f"{label} {in_gib(size):.1f}", colour) for size, label, colour in parts if size]
+    legend = [(f"{label} {to_gib(size):.1f}", colour) for size, label, colour in parts if size]
     legend[-1] = (legend[-1][0] + " GiB", legend[-1][1])
     line_cells = width
     for entry, colour in legend:
@@ -45,9 +45,9 @@ def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
         bar.append("■", style=colour)
         bar.append(f" {entry}")
         line_cells += len(entry) + 2
-    bar.append(f"\nplan {in_gib(memory.total):.2f} of {gib(prepared.vram_free_bytes)}")
+    bar.append(f"\nplan {to_gib(memory.total):.2f} of {gib_text(prepared.vram_free_bytes)}")
     if used_bytes is not None:
-        bar.append(f" · uses {in_gib(used_bytes):.2f}")
+        bar.append(f" · uses {to_gib(used_bytes):.2f}")
     return bar
 
 
@@ -77,7 +77,9 @@ class GpuPanel(Vertical):
             f"CPU {sample.engine_cpu_percent:.0f}%"
             if sample.engine_cpu_percent is not None
             else "",
-            f"RAM {gib(sample.engine_rss_bytes, 2)}" if sample.engine_rss_bytes is not None else "",
+            f"RAM {gib_text(sample.engine_rss_bytes, 2)}"
+            if sample.engine_rss_bytes is not None
+            else "",
             f"slots {sample.slots_busy or 0}/{sample.slots_total}"
             if sample.slots_total is not None
             else "",

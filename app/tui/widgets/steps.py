@@ -63,7 +63,7 @@ class StepRow(Horizontal):
 def rate_text(event: StepEvent) -> str:
     parts = [f"{event.fraction:.0%}"] if event.fraction is not None else []
     if event.rate_bytes_per_s is not None:
-        parts.append(units.mib_per_s(event.rate_bytes_per_s))
+        parts.append(units.rate_text(event.rate_bytes_per_s))
     if event.eta_s is not None:
         parts.append(f"{event.eta_s:.0f} s left")
     return " · ".join(parts)
