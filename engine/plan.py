@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.gguf import ModelInfo
+from lucebox.engine.units import GIB, MIB
 
-MIB = 1024**2
-GIB = 1024**3
 CTX_PAD = 256
 N_UBATCH = 512
 MIN_CTX = 2048

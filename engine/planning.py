@@ -32,9 +32,7 @@ from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
-    GIB,
     KV_PAIRS,
-    MIB,
     GpuBudget,
     ModelFacts,
     Plan,
@@ -46,6 +44,7 @@ from lucebox.engine.presets import Preset, PresetModel, facts_from_preset, load_
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.speculation import SpecFiles, SpecMode
 from lucebox.engine.store import list_models, parse_source
+from lucebox.engine.units import GIB, MIB
 
 CacheProfile = Literal["agent", "off"]
 FIT_TIMEOUT_S = 120.0

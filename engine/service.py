@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, units, webui
 from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
@@ -268,7 +268,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
     budget = planning.budget_for(probe, resolved.gpu_index, options.vram_mib)
-    emit(StepEvent("gpu", "done", f"{budget.device}, {budget.free_bytes / 2**30:.1f} GiB free"))
+    emit(StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.free_bytes)} free"))
     installed = registry.select_engine(paths, probe, settings.engine).engine
     preset = None
     if options.model:
@@ -318,7 +318,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
         launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
-    ready_timeout_s = 120 + 60 * size_bytes / 2**30
+    ready_timeout_s = 120 + 60 * units.to_gib(size_bytes)
     return Prepared(launch, settings, resolved.gpu_index, ready_timeout_s)
 
 
@@ -327,7 +327,8 @@ def plan_summary(launch: LaunchPlan) -> str:
     spec = launch.speculation.spec_type or "no speculation"
     return (
         f"ctx {plan.ctx}, KV {plan.cache_type_k}, {spec}, "
-        f"{plan.memory_bytes.total / 2**30:.2f} GiB of {launch.budget.free_bytes / 2**30:.1f} GiB"
+        f"{units.gib_text(plan.memory_bytes.total, 2)} of "
+        f"{units.gib_text(launch.budget.free_bytes)}"
     )
 
 

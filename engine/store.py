@@ -39,6 +39,7 @@ from lucebox.engine.transfer import (
     download_file,
     sha256_file,
 )
+from lucebox.engine.units import gib_text
 
 STRUCTURAL_CODES = {"not-gguf", "corrupt-header", "truncated", "missing-shard"}
 """Problems that mean the bytes are bad (quarantine), as opposed to a model to think about."""
@@ -237,8 +238,8 @@ def _check_free_disk(folder: Path, needed_bytes: int) -> None:
     free = shutil.disk_usage(folder).free
     if needed_bytes > free:
         raise GuardRefusal(
-            f"not enough disk: the download needs {needed_bytes / 2**30:.2f} GiB, "
-            f"{folder} has {free / 2**30:.2f} GiB free",
+            f"not enough disk: the download needs {gib_text(needed_bytes, 2)}, "
+            f"{folder} has {gib_text(free, 2)} free",
             hint="free space there or point LUCEBOX_HOME to a larger disk",
         )
 

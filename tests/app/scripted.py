@@ -25,11 +25,12 @@ from lucebox.engine.config import Settings
 from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths, resolve_paths
-from lucebox.engine.plan import GIB, GpuBudget
+from lucebox.engine.plan import GpuBudget
 from lucebox.engine.planning import ServeOptions
 from lucebox.engine.service import Emit, Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
+from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama
 

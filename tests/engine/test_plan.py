@@ -12,8 +12,6 @@ from lucebox.engine.gguf import inspect_model
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.plan import (
-    GIB,
-    MIB,
     GpuBudget,
     PlanRequest,
     facts_from_info,
@@ -30,6 +28,7 @@ from lucebox.engine.planning import (
     preset_table,
 )
 from lucebox.engine.presets import PresetError, load_presets, parse_preset
+from lucebox.engine.units import GIB, MIB
 from tests.ggufgen import SHAPES, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
