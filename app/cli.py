@@ -355,7 +355,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     if args.json:
         print_json(
             {
-                "budget": {"device": budget.device, "free_bytes": budget.free_bytes},
+                "budget": {"device": budget.device, "vram_free_bytes": budget.vram_free_bytes},
                 "best": best.alias if best else None,
                 "presets": [
                     {
@@ -374,7 +374,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             }
         )
         return EXIT_OK
-    print(f"{budget.device}: {units.gib_text(budget.free_bytes)} free")
+    print(f"{budget.device}: {units.gib_text(budget.vram_free_bytes)} free")
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (

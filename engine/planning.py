@@ -654,7 +654,7 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     """The best model set that fits: the largest tier the card is made for, with a useful
     context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
-    card_gib = round(budget.total_bytes / GIB)
+    card_gib = round(budget.vram_total_bytes / GIB)
     useful = [
         p
         for p in plans

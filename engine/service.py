@@ -92,7 +92,7 @@ class Prepared:
 
     @property
     def vram_free_bytes(self) -> int:
-        return self.launch.budget.free_bytes
+        return self.launch.budget.vram_free_bytes
 
 
 Emit = Callable[[StepEvent], None]
@@ -268,7 +268,9 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
     budget = planning.budget_for(probe, resolved.gpu_index, options.vram_mib)
-    emit(StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.free_bytes)} free"))
+    emit(
+        StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
+    )
     installed = registry.select_engine(paths, probe, settings.engine).engine
     preset = None
     if options.model:
@@ -328,7 +330,7 @@ def plan_summary(launch: LaunchPlan) -> str:
     return (
         f"ctx {plan.ctx}, KV {plan.cache_type_k}, {spec}, "
         f"{units.gib_text(plan.memory_bytes.total, 2)} of "
-        f"{units.gib_text(launch.budget.free_bytes)}"
+        f"{units.gib_text(launch.budget.vram_free_bytes)}"
     )
 
 
