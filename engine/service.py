@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -236,12 +237,14 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
     return report
 
 
-def _pull(paths: Paths, source: str, emit: Emit) -> Path:
+def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
     found = planning.local_file(paths, source)
     if found is not None:
         return found
     emit(StepEvent("models", "running", f"looking for {source}"))
-    return store.pull_model(paths, source, on_progress=_download_progress(emit)).main_path
+    return store.pull_model(
+        paths, source, on_progress=_download_progress(emit), cancel=cancel
+    ).main_path
 
 
 def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
@@ -257,11 +260,20 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
     return engine
 
 
-def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = False) -> Prepared:
+def prepare(
+    paths: Paths,
+    options: ServeOptions,
+    emit: Emit,
+    *,
+    dry_run: bool = False,
+    cancel: threading.Event | None = None,
+) -> Prepared:
     """Every step before the engine starts: GPU, preset, models, engine, plan (blocking I/O).
 
     ``dry_run`` fetches and builds nothing: the plan uses the preset's published facts for
-    files not here yet and the pinned engine's capabilities when none is built.
+    files not here yet and the pinned engine's capabilities when none is built. Setting
+    ``cancel`` (from another thread) stops a download between reads with
+    CancelledByUserError; the partial file stays for the next run to resume.
     """
     settings = config.load_settings(paths)
     resolved = planning.resolve(options, settings)
@@ -283,12 +295,12 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
-        _pull(paths, target_source, emit)
+        _pull(paths, target_source, emit, cancel)
         draft_source = options.draft or (
             preset.draft.model.source if preset and preset.draft and preset.draft.model else None
         )
         if draft_source:
-            _pull(paths, draft_source, emit)
+            _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, probe, settings.engine, emit)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planning.plan_launch(
