@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.errors import CancelledByUserError, GuardRefusal, LuceboxError, UsageError
+from lucebox.engine.errors import (
+    CancelledByUserError,
+    GuardRefusal,
+    HashMismatchError,
+    LuceboxError,
+    UsageError,
+)
 from lucebox.engine.guard import CheckResult, check_model, model_name, shard_names
 from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import (
@@ -48,10 +54,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 class StoreError(LuceboxError):
     """A model cannot be pulled, found or removed."""
-
-
-class HashMismatchError(GuardRefusal):
-    """A file's bytes differ from the published sha256 (problem code ``hash-mismatch``)."""
 
 
 @dataclass(frozen=True)
@@ -394,8 +396,6 @@ def _pull_hf(
                     cancel=cancel,
                 )
             except TransferError as exc:
-                if "sha256" in exc.message:
-                    raise HashMismatchError(exc.message, hint=exc.hint) from exc
                 raise StoreError(exc.message, hint=exc.hint) from exc
         files.append((dest, expected, True))
     return _check_and_record(paths, source, files, "hub-lfs", commit)
