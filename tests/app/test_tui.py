@@ -386,6 +386,23 @@ async def test_an_unexpected_error_in_the_server_worker_shows_the_crash_log(back
         assert app.supervisor is not None and app.supervisor.stop_requested
 
 
+async def test_an_unexpected_error_in_the_chat_shows_the_crash_log(backend, monkeypatch):
+    def broken_stream(*args, **kwargs):
+        raise TypeError("a bug in the chat")
+
+    # A fault the real client does not make on demand: the chat's own code failing.
+    monkeypatch.setattr("lucebox.app.tui.widgets.chat.stream_chat", broken_stream)
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("c", *"hi", "enter")
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert isinstance(app.screen, StartScreen)
+        message, hint = failure_text(app)
+        assert "a bug in the chat" in message
+        assert "TypeError: a bug in the chat" in crash_log_in(hint).read_text()
+
+
 async def test_an_error_planning_the_preset_table_shows_on_the_preset_step(backend):
     backend.preset_table_failure = GuardRefusal("no preset can be planned", hint="see why")
     app = app_for(backend, ServeOptions())
