@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import sys
 import time
@@ -368,7 +369,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     if args.json:
         print_json(
             {
-                "budget": {"device": budget.device, "free_bytes": budget.free_bytes},
+                "budget": {"device": budget.device, "vram_free_bytes": budget.vram_free_bytes},
                 "best": best.alias if best else None,
                 "presets": [
                     {
@@ -387,7 +388,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             }
         )
         return EXIT_OK
-    print(f"{budget.device}: {units.gib_text(budget.free_bytes)} free")
+    print(f"{budget.device}: {units.gib_text(budget.vram_free_bytes)} free")
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (
@@ -925,6 +926,16 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; ``argv`` None is this process's own command line, and it ends after."""
+    code = _run(argv)
+    if argv is None:
+        # The process exits next. Its last garbage collection walks every object the imports
+        # made (Textual, httpx, numpy): about half a second, most of quitting the dashboard.
+        gc.freeze()
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     paths: Paths | None = None

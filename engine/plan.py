@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.gguf import ModelInfo
+from lucebox.engine.units import GIB, MIB
 
-MIB = 1024**2
-GIB = 1024**3
 CTX_PAD = 256
 N_UBATCH = 512
 MIN_CTX = 2048
@@ -78,8 +77,8 @@ class DeviceBudget:
 
     index: int
     name: str
-    total_bytes: int
-    free_bytes: int
+    vram_total_bytes: int
+    vram_free_bytes: int
 
     @property
     def label(self) -> str:
@@ -92,8 +91,8 @@ class GpuBudget:
     """Memory the plan may use: GPUs' free VRAM (summed), or RAM for a CPU-only plan."""
 
     device: str
-    total_bytes: int
-    free_bytes: int
+    vram_total_bytes: int
+    vram_free_bytes: int
     is_gpu: bool
     host_total_bytes: int = 0
     """System RAM of this PC: the engine's host-RAM prompt cache lives there."""
@@ -399,9 +398,10 @@ def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max
 def _reserve(budget: GpuBudget) -> int:
     if len(budget.devices) > 1:
         return sum(
-            max(RESERVE_MIN_BYTES, int(d.free_bytes * RESERVE_FRACTION)) for d in budget.devices
+            max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+            for d in budget.devices
         )
-    return max(RESERVE_MIN_BYTES, int(budget.free_bytes * RESERVE_FRACTION))
+    return max(RESERVE_MIN_BYTES, int(budget.vram_free_bytes * RESERVE_FRACTION))
 
 
 def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
@@ -440,7 +440,7 @@ plans the same way from one minute to the next."""
 
 def prompt_cache_bytes(budget: GpuBudget) -> int:
     """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM."""
-    ram = budget.host_total_bytes if budget.is_gpu else budget.total_bytes
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
     return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE) // MIB * MIB
 
 
@@ -450,7 +450,7 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons: dict[str, str] = {}
     reserve = _reserve(budget)
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
-    available = budget.free_bytes
+    available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget) if request.prompt_cache else 0
     draft_weights = draft.weights_bytes if draft else 0
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
@@ -464,7 +464,7 @@ def make_plan(request: PlanRequest) -> Plan:
         room_after_weights -= prompt_cache + checkpoints
     reasons["reserve"] = (
         f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
-        f"{RESERVE_FRACTION:.1%} of the {budget.free_bytes / GIB:.1f} GiB free)"
+        f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
     )
     reasons["weights"] = (
         f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
@@ -617,7 +617,9 @@ def _split(
     count = len(budget.devices)
     per_device_fixed = CUDA_CONTEXT_BYTES + memory.compute // count
     rooms = [
-        max(0, d.free_bytes - max(RESERVE_MIN_BYTES, int(d.free_bytes * RESERVE_FRACTION)))
+        max(
+            0, d.vram_free_bytes - max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+        )
         - per_device_fixed
         for d in budget.devices
     ]
@@ -670,7 +672,7 @@ def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, in
         + compute_bytes(target, min_ctx)
         + overhead
         + target.weights_bytes
-        - request.budget.free_bytes
+        - request.budget.vram_free_bytes
     )
     if target.expert_bytes:
         per_layer = target.expert_bytes // max(target.n_layer, 1)

@@ -32,9 +32,7 @@ from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv, server_e
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
-    GIB,
     KV_PAIRS,
-    MIB,
     DeviceBudget,
     GpuBudget,
     ModelFacts,
@@ -47,6 +45,7 @@ from lucebox.engine.presets import Preset, PresetModel, facts_from_preset, load_
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.speculation import SpecFiles, SpecMode
 from lucebox.engine.store import list_models, parse_source
+from lucebox.engine.units import GIB, MIB
 
 CacheProfile = Literal["agent", "off"]
 FIT_TIMEOUT_S = 120.0
@@ -167,8 +166,8 @@ def pool_of(devices: tuple[DeviceBudget, ...], host_total_bytes: int) -> GpuBudg
     names = [d.label for d in devices]
     return GpuBudget(
         names[0] if len(names) == 1 else " + ".join(names),
-        sum(d.total_bytes for d in devices),
-        sum(d.free_bytes for d in devices),
+        sum(d.vram_total_bytes for d in devices),
+        sum(d.vram_free_bytes for d in devices),
         is_gpu=True,
         host_total_bytes=host_total_bytes,
         devices=devices,
@@ -527,7 +526,7 @@ def plan_launch(
     if len(budget.devices) < 2:
         return pooled
     wanted = min(pooled.resolved.ctx or ENOUGH_CTX, pooled.target.facts.native_ctx)
-    for device in sorted(budget.devices, key=lambda d: -d.free_bytes):
+    for device in sorted(budget.devices, key=lambda d: -d.vram_free_bytes):
         alone = plan_on(pool_of((device,), budget.host_total_bytes))
         plan = alone.plan
         if (
@@ -720,7 +719,7 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     """The best model set that fits: the largest tier the card is made for, with a useful
     context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
-    card_gib = round(budget.total_bytes / GIB)
+    card_gib = round(budget.vram_total_bytes / GIB)
     useful = [
         p
         for p in plans

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -39,8 +40,10 @@ class Backend:
     def lock(self) -> service.ServeLock:
         return service.ServeLock(self.paths)
 
-    def prepare(self, options: ServeOptions, emit: service.Emit) -> Prepared:
-        return service.prepare(self.paths, options, emit)
+    def prepare(
+        self, options: ServeOptions, emit: service.Emit, cancel: threading.Event
+    ) -> Prepared:
+        return service.prepare(self.paths, options, emit, cancel=cancel)
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
         return service.new_supervisor(self.paths, prepared)

@@ -12,8 +12,6 @@ from lucebox.engine.gguf import inspect_model
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.plan import (
-    GIB,
-    MIB,
     GpuBudget,
     PlanRequest,
     facts_from_info,
@@ -30,6 +28,7 @@ from lucebox.engine.planning import (
     preset_table,
 )
 from lucebox.engine.presets import PresetError, load_presets, parse_preset
+from lucebox.engine.units import GIB, MIB
 from tests.ggufgen import SHAPES, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
@@ -87,7 +86,7 @@ def test_llama_8b_on_scripted_cards(tmp_path, gib):
     memory = plan.memory_bytes
     assert plan.fits
     assert plan.ctx % 256 == 0 and plan.ctx <= 131072
-    assert memory.total + memory.reserve <= card(gib).free_bytes
+    assert memory.total + memory.reserve <= card(gib).vram_free_bytes
     assert set(plan.reasons) >= {"ctx", "cache_type", "n_gpu_layers", "reserve"}
 
 
@@ -102,7 +101,7 @@ def test_bigger_cards_never_get_less_context(gemma_facts):
 def test_another_app_holding_6_gib_leaves_less():
     probe = probe_gpus(FakeNvml(gpus=[FakeGpu(processes=[(4242, 6 * GIB)])]))
     budget = budget_for(probe)
-    assert budget.free_bytes < 18.5 * GIB
+    assert budget.vram_free_bytes < 18.5 * GIB
 
     def contexts(budget: GpuBudget) -> dict[str, int]:
         table = preset_table(
