@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lucebox.app import status
 from lucebox.engine import (
     build,
     config,
@@ -27,6 +28,7 @@ from lucebox.engine import (
     launch,
     pipeline,
     registry,
+    runstate,
     service,
     source,
     store,
@@ -160,7 +162,7 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
-# --- serve, status, down, logs ----------------------------------------------------------------
+# --- serve (status, down and logs live in status.py) ---------------------------------------
 
 
 def _serve_options(args: argparse.Namespace) -> service.ServeOptions:
@@ -182,7 +184,7 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
             hint="use a preset with a draft, e.g. --preset qwen3-14b",
         )
     if args.detach:
-        pid, log = service.start_detached(paths, _serve_options(args))
+        pid, log = runstate.start_detached(paths, _serve_options(args).to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
@@ -226,54 +228,6 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
 
     result = make_app(paths, _serve_options(args)).run()
     return result or EXIT_OK
-
-
-def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
-    status = service.current_status(paths)
-    if args.json:
-        print_json(status)
-        return EXIT_OK
-    if status["state"] == "stopped":
-        print("stopped: no lucebox server is running (`lucebox serve` starts one)")
-        return EXIT_OK
-    print(
-        f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
-        f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
-    )
-    sample = status.get("sample") or {}
-    if sample:
-        decode = sample.get("decode_tokens_per_s")
-        prefill = sample.get("prefill_tokens_per_s")
-        print(
-            f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
-            f"VRAM {(sample.get('vram_used_bytes') or 0) / 2**30:.2f} GiB"
-        )
-    return EXIT_OK
-
-
-def cmd_down(args: argparse.Namespace, paths: Paths) -> int:
-    pid = service.stop_server(paths)
-    print("no lucebox server was running" if pid is None else f"stopped lucebox (pid {pid})")
-    return EXIT_OK
-
-
-def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
-    log = service.engine_log(paths)
-    if not log.exists():
-        raise UsageError(
-            f"no engine log yet at {log}", hint="start the server with `lucebox serve`"
-        )
-    with log.open(encoding="utf-8", errors="replace") as handle:
-        sys.stdout.write(handle.read())
-        sys.stdout.flush()
-        while args.follow:
-            line = handle.readline()
-            if line:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            else:
-                time.sleep(0.25)
-    return EXIT_OK
 
 
 # --- presets and plan -------------------------------------------------------------------------
@@ -723,15 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_options(serve)
     serve.add_argument("--detach", action="store_true", help="run in the background")
 
-    status = command(
-        "status",
-        "state of the running server and its latest sample",
-        cmd_status,
-    )
-    _add_json(status)
-    command("down", "stop the running server", cmd_down)
-    logs = command("logs", "show the server log", cmd_logs)
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    status.add_commands(command)
 
     doc = command(
         "doctor", "GPU, driver, CUDA toolkit, cmake, compiler, disk, engine, models", cmd_doctor
@@ -886,7 +832,7 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _crash_log(paths: Paths | None) -> Path:
+def crash_log(paths: Paths | None) -> Path:
     """Write the current exception's traceback to a log file and return its path."""
     text = traceback.format_exc()
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -918,7 +864,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("lucebox: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        log = _crash_log(paths)
+        log = crash_log(paths)
         print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
         return EXIT_FAILURE
 
