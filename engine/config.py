@@ -40,6 +40,8 @@ class Settings:
     """Context length in tokens; 0 lets the planner choose the largest that fits."""
     allow_base: bool = False
     """Serve base (non-instruct) models instead of refusing them."""
+    spec: str = ""
+    """Speculative decoding: auto, off, mtp, dflash, draft or ngram; empty is auto."""
     engine: str = ""
     """Engine id to use; empty picks the best installed engine for the GPU."""
 
@@ -53,6 +55,7 @@ KEYS: dict[str, str] = {
     "gpu.index": "gpu_index",
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",
+    "model.spec": "spec",
     "engine.id": "engine",
 }
 

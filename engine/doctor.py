@@ -12,10 +12,10 @@ import psutil
 from lucebox.engine import registry, store, toolchain
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
+from lucebox.engine.units import GIB, gib_text
 
 Verdict = Literal["ok", "warn", "missing"]
 
-GIB = 1024**3
 DISK_WARN_BYTES = 30 * GIB
 """Below this a 24 GB-class model and its partial download no longer fit side by side."""
 RAM_WARN_BYTES = 8 * GIB
@@ -38,10 +38,6 @@ class DoctorReport:
     checks: tuple[Check, ...]
 
 
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / GIB:.1f} GiB"
-
-
 def check_gpu(probe: GpuProbe) -> list[Check]:
     if not probe.has_gpu:
         return [
@@ -57,12 +53,12 @@ def check_gpu(probe: GpuProbe) -> list[Check]:
     for gpu in probe.gpus:
         others = sum(p.used_bytes or 0 for p in gpu.processes)
         detail = (
-            f"GPU {gpu.index}: {gpu.name}, {_gib(gpu.vram_free_bytes)} free of "
-            f"{_gib(gpu.vram_total_bytes)}, compute capability "
+            f"GPU {gpu.index}: {gpu.name}, {gib_text(gpu.vram_free_bytes)} free of "
+            f"{gib_text(gpu.vram_total_bytes)}, compute capability "
             f"{gpu.compute_capability or 'not available'}"
         )
         if gpu.processes:
-            detail += f", {len(gpu.processes)} other process(es) hold {_gib(others)}"
+            detail += f", {len(gpu.processes)} other process(es) hold {gib_text(others)}"
         verdict: Verdict = "ok"
         action = ""
         if gpu.mig_enabled:
@@ -130,13 +126,13 @@ def _existing_parent(folder: Path) -> Path:
 def check_disk(paths: Paths) -> Check:
     where = _existing_parent(paths.data_dir)
     usage = shutil.disk_usage(where)
-    detail = f"{_gib(usage.free)} free at {where} (models go to {paths.models_dir})"
+    detail = f"{gib_text(usage.free)} free at {where} (models go to {paths.models_dir})"
     if usage.free < DISK_WARN_BYTES:
         return Check(
             "disk",
             "warn",
             detail,
-            f"free at least {_gib(DISK_WARN_BYTES)} for a 24 GB-class model, or point "
+            f"free at least {gib_text(DISK_WARN_BYTES)} for a 24 GB-class model, or point "
             "LUCEBOX_HOME to a larger disk",
         )
     return Check("disk", "ok", detail)
@@ -144,7 +140,7 @@ def check_disk(paths: Paths) -> Check:
 
 def check_ram() -> Check:
     memory = psutil.virtual_memory()
-    detail = f"{_gib(memory.total)} total, {_gib(memory.available)} available"
+    detail = f"{gib_text(memory.total)} total, {gib_text(memory.available)} available"
     if memory.total < RAM_WARN_BYTES:
         return Check("ram", "warn", detail, "models that spill off the GPU will be slow")
     return Check("ram", "ok", detail)
@@ -182,7 +178,7 @@ def check_models(paths: Paths) -> Check:
         )
     size = sum(r.size_bytes for r in records)
     names = ", ".join(r.name for r in records[:4]) + (" ..." if len(records) > 4 else "")
-    return Check("models", "ok", f"{len(records)} model(s), {_gib(size)}: {names}")
+    return Check("models", "ok", f"{len(records)} model(s), {gib_text(size)}: {names}")
 
 
 def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> DoctorReport:

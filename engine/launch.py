@@ -28,6 +28,7 @@ class LaunchSpec:
     spec_type: str | None = None
     """Speculative type; only set when the draft (if any) passed its guard."""
     draft_max: int | None = None
+    draft_p_min: float | None = None
     api_key: str | None = None
     sampling: tuple[tuple[str, float], ...] = ()
 
@@ -80,9 +81,13 @@ def server_argv(spec: LaunchSpec) -> list[str]:
     if spec.spec_type:
         argv += ["--spec-type", spec.spec_type]
         if spec.draft_path:
-            argv += ["-md", spec.draft_path]
+            # The draft's KV cache has the target's type: the plan priced it so.
+            kv = (spec.plan.cache_type_k, spec.plan.cache_type_v)
+            argv += ["-md", spec.draft_path, "-ctkd", kv[0], "-ctvd", kv[1]]
         if spec.draft_max:
             argv += ["--spec-draft-n-max", str(spec.draft_max)]
+        if spec.draft_p_min is not None:
+            argv += ["--spec-draft-p-min", f"{spec.draft_p_min:g}"]
     for name, value in spec.sampling:
         flag = _SAMPLING_FLAGS.get(name)
         if flag:

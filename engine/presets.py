@@ -46,6 +46,8 @@ class PresetModel:
     size_is_estimate: bool
     facts: PresetFacts
     base_model: bool = False
+    file_name: str | None = None
+    """The GGUF's name inside a PyPI package, so a plan can name the path before a pull."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ def _model(table: Any, facts: Any, where: str) -> PresetModel:
         size_is_estimate=bool(_get(table, "size_is_estimate", bool, where, required=False)),
         facts=_facts(facts, f"{where} facts"),
         base_model=bool(_get(table, "base_model", bool, where, required=False)),
+        file_name=_get(table, "file_name", str, where, required=False),
     )
 
 

@@ -32,7 +32,13 @@ def test_wheel_installs_and_imports_without_the_checkout(tmp_path):
     )
     (wheel,) = (tmp_path / "dist").glob("lucebox-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"lucebox/engine/gpu.py", "lucebox/engine/pin.toml", "lucebox/app/cli.py"} <= names
+    assert {
+        "lucebox/engine/gpu.py",
+        "lucebox/engine/pin.toml",
+        "lucebox/app/cli.py",
+        "lucebox/app/tui/app.py",
+        "lucebox/app/tui/lucebox.tcss",
+    } <= names
     assert not any(name.startswith(("app/", "engine/", "tests/")) for name in names)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
