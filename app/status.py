@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lucebox.engine import runstate
 from lucebox.engine.atomic import write_text_atomic
+from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, LuceboxError, UsageError
 from lucebox.engine.paths import Paths, resolve_paths
 
@@ -224,8 +225,6 @@ def main(argv: Sequence[str]) -> int:
         print(f"lucebox: {exc}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:
-        from lucebox.app.cli import crash_log  # only now: the full command line is heavy
-
-        log = crash_log(paths)
+        log = write_crash_log(paths, exc)
         print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
         return EXIT_FAILURE

@@ -14,7 +14,7 @@ Per shape it prints the engine's decode and prefill rates token-weighted over th
 (decode steps over decode time, the engine's own rule), the sampler's, the difference, the
 requests each side counted, and the median of the 10 s window rate `status` showed during it.
 
-    .venv/bin/python -m bench.live_numbers [--short 24] [--long 4] [--pairs 8]
+    .venv/bin/python -m bench.live_numbers [--short 24] [--long 4] [--long-tokens 256] [--pairs 8]
 """
 
 from __future__ import annotations
@@ -186,6 +186,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--short", type=int, default=24, help="short replies, back to back")
     parser.add_argument("--long", type=int, default=4, help="long replies, back to back")
+    parser.add_argument("--long-tokens", type=int, default=256, help="tokens of a long reply")
     parser.add_argument("--pairs", type=int, default=8, help="requests per client, two at once")
     args = parser.parse_args()
     os.environ["LUCEBOX_HOME"] = str(engine_home())
@@ -215,7 +216,7 @@ def main() -> None:
 
         results = [
             shape("short replies", lambda: back_to_back(args.short, 16)),
-            shape("long replies", lambda: back_to_back(args.long, 256)),
+            shape("long replies", lambda: back_to_back(args.long, args.long_tokens)),
             shape("two at once", two_at_once),
         ]
         final = status()

@@ -135,6 +135,7 @@ RATE_FIELDS = (
     "last_decode_tokens_per_s",
     "last_prefill_tokens_per_s",
     "last_ttft_s",
+    "cached_prompt_share",
 )
 
 
@@ -364,6 +365,7 @@ class Sampler:
             prompt_tokens_total=_whole(counters.get("prompt_tokens_total")),
             cached_prompt_tokens_total=_whole(counters.get("prompt_tokens_cached_total")),
             generated_tokens_total=_whole(counters.get("tokens_predicted_total")),
+            cached_prompt_share=self._cached_share,
         )
         self.history.append(sample)
         return sample

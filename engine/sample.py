@@ -71,6 +71,8 @@ class Sample:
     """... prompt tokens reused from its cache ..."""
     generated_tokens_total: int | None = None
     """... and tokens generated."""
+    cached_prompt_share: float | None = None
+    """Cached / (cached + processed) prompt tokens over the window (the engine's counters)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

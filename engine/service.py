@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lucebox.engine import config, gpu, guard, planning, registry, runstate, store, toolchain
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key
 from lucebox.engine.paths import Paths
@@ -23,11 +23,7 @@ from lucebox.engine.plan import Plan
 from lucebox.engine.planning import LaunchPlan
 from lucebox.engine.planning import ServeOptions as ServeOptions
 from lucebox.engine.registry import EngineManifest
-from lucebox.engine.runstate import ServeLock as ServeLock
-from lucebox.engine.runstate import ServerRun
-from lucebox.engine.runstate import engine_log as engine_log
-from lucebox.engine.runstate import state_of as state_of
-from lucebox.engine.sample import Sample
+from lucebox.engine.runstate import ServeLock, ServerRun, engine_log
 from lucebox.engine.source import ensure_source
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
@@ -248,18 +244,6 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         gpu_index=prepared.gpu_index,
         spec_reason=prepared.launch.speculation.reason,
     )
-
-
-def run_server(
-    paths: Paths, prepared: Prepared, supervisor: Supervisor
-) -> AsyncIterator[ServerEvent | Sample]:
-    """The events and samples of :func:`server_run`, for a front end that only watches."""
-    return server_run(paths, prepared, supervisor).events()
-
-
-def start_detached(paths: Paths, options: ServeOptions) -> tuple[int, Path]:
-    """Start `lucebox serve` with ``options`` in the background; its pid and log."""
-    return runstate.start_detached(paths, options.to_args())
 
 
 def serve(paths: Paths, options: ServeOptions, emit: Emit) -> int:
