@@ -16,7 +16,7 @@ import contextlib
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -160,6 +160,20 @@ class _Span:
     finished: bool = False
     draft_accepted: int = 0
     draft_generated: int = 0
+    cached_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class WindowRates:
+    """What :class:`RateWindow` reports; None where the window holds nothing to measure."""
+
+    decode_tokens_per_s: float | None
+    prefill_tokens_per_s: float | None
+    ttft_s: float | None
+    """Mean engine-side prompt time of the finished requests."""
+    spec_acceptance: float | None
+    cached_prompt_share: float | None
+    """Cached / (cached + processed) prompt tokens of the finished requests."""
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -193,6 +207,7 @@ class RateWindow:
                 finished=True,
                 draft_accepted=request.draft_accepted,
                 draft_generated=request.draft_generated,
+                cached_tokens=request.cached_tokens,
             )
         )
 
@@ -209,18 +224,22 @@ class RateWindow:
         for task_id in set(self._seen) - set(running):
             del self._seen[task_id]
 
-    def rates(self, now_s: float) -> tuple[float | None, float | None, float | None, float | None]:
-        """(decode tok/s, prefill tok/s, mean engine TTFT s, draft acceptance) in the window."""
+    def rates(self, now_s: float) -> WindowRates:
         while self.spans and self.spans[0].at_s < now_s - self.window_s:
             self.spans.popleft()
         spans = self.spans
         finished = [span for span in spans if span.finished]
         prompted = [span for span in finished if span.prompt_tokens > 0]
-        return (
+        cached = [span for span in finished if span.cached_tokens is not None]
+        return WindowRates(
             _ratio(sum(s.decode_steps for s in spans), sum(s.decode_s for s in spans)),
             _ratio(sum(s.prompt_tokens for s in prompted), sum(s.prompt_s for s in prompted)),
             _ratio(sum(s.prompt_s for s in finished), len(finished)),
             _ratio(sum(s.draft_accepted for s in spans), sum(s.draft_generated for s in spans)),
+            _ratio(
+                sum(s.cached_tokens or 0 for s in cached),
+                sum((s.cached_tokens or 0) + s.prompt_tokens for s in cached),
+            ),
         )
 
 
@@ -254,7 +273,7 @@ class Sampler:
         api_key: str | None = None,
         spec_type: str | None = None,
         spec_reason: str | None = None,
-        clock: Any = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url
         self.log = log
@@ -273,14 +292,13 @@ class Sampler:
             self.process.cpu_percent(None)
         self.window = RateWindow()
         self._counters: dict[str, float] = {}
-        self._counter_history: deque[tuple[float, float, float]] = deque()
-        """(time, cached prompt tokens, processed prompt tokens) per poll, for the window."""
         self._slots_total: int | None = None
         self._speculating: bool | None = None
         self._running: dict[int, int] = {}
         self._last: FinishedRequest | None = None
         self._totals = Sample(0.0, None, None, None, None, None, None, None, None, 0)
         self._cached_share: float | None = None
+        """The last window's cached prompt share, kept while no request finishes."""
 
     def _gpu(self) -> tuple[int | None, int | None, int | None, float | None]:
         """(engine VRAM bytes, GPU util %, temperature C, power W); None where NVML has none."""
@@ -330,9 +348,10 @@ class Sampler:
             self.window.add_progress(self._running, now_s)
         elif processing:
             self._running = {}
-        decode, prefill, ttft, acceptance = self.window.rates(now_s)
+        rates = self.window.rates(now_s)
         self._counters = counters
-        self._update_cache_share(counters, now_s)
+        if rates.cached_prompt_share is not None:
+            self._cached_share = rates.cached_prompt_share
         if finished:
             self._last = finished[-1]
         totals = self._add_totals(finished)
@@ -346,10 +365,10 @@ class Sampler:
         sample = replace(
             totals,
             at_s=time.time(),
-            decode_tokens_per_s=decode,
-            prefill_tokens_per_s=prefill,
-            ttft_s=ttft,
-            spec_acceptance=acceptance,
+            decode_tokens_per_s=rates.decode_tokens_per_s,
+            prefill_tokens_per_s=rates.prefill_tokens_per_s,
+            ttft_s=rates.ttft_s,
+            spec_acceptance=rates.spec_acceptance,
             vram_used_bytes=used,
             gpu_util_percent=util,
             engine_cpu_percent=cpu,
@@ -382,24 +401,6 @@ class Sampler:
             prefill_seconds_total=totals.prefill_seconds_total + sum(r.prompt_s for r in finished),
         )
         return self._totals
-
-    def _update_cache_share(self, counters: dict[str, float], now_s: float) -> None:
-        """Cached share of the prompt tokens the engine saw in the window (kept while idle)."""
-        history = self._counter_history
-        history.append(
-            (
-                now_s,
-                counters.get("prompt_tokens_cached_total", 0.0),
-                counters.get("prompt_tokens_total", 0.0),
-            )
-        )
-        while len(history) > 1 and history[1][0] <= now_s - WINDOW_S:
-            history.popleft()
-        _, cached_before, processed_before = history[0]
-        _, cached_now, processed_now = history[-1]
-        cached, processed = cached_now - cached_before, processed_now - processed_before
-        if cached + processed > 0:
-            self._cached_share = cached / (cached + processed)
 
     def spec_status(self) -> SpecStatus | None:
         """Speculation as planned and as running; None when none was planned."""

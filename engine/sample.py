@@ -72,7 +72,8 @@ class Sample:
     generated_tokens_total: int | None = None
     """... and tokens generated."""
     cached_prompt_share: float | None = None
-    """Cached / (cached + processed) prompt tokens over the window (the engine's counters)."""
+    """Cached / (cached + processed) prompt tokens of the requests finished in the window (the
+    last window's while none finishes)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,7 +109,8 @@ class CacheStatus:
     """How much of the prompts the engine took from its cache instead of computing them."""
 
     cached_prompt_share: float | None
-    """Cached / (cached + processed) prompt tokens over the window; None with no prompt."""
+    """Cached / (cached + processed) prompt tokens of the requests finished in the window (the
+    last window's while none finishes); None before the first."""
     full_reprocess_events: int
     """Times the engine logged that it re-processed a whole prompt for lack of cache data."""
     last_cached_tokens: int | None = None

@@ -9,7 +9,14 @@ import os
 import httpx
 import pytest
 
-from lucebox.engine.metrics import EngineLog, RateWindow, Sampler, parse_counters, with_last_rates
+from lucebox.engine.metrics import (
+    EngineLog,
+    RateWindow,
+    Sampler,
+    WindowRates,
+    parse_counters,
+    with_last_rates,
+)
 from lucebox.engine.sample import Sample
 from tests.engine.enginelog import engine_lines, http_seen
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
@@ -211,14 +218,18 @@ def test_progress_is_replaced_by_the_finished_request():
     window = RateWindow(window_s=10)
     window.add_progress({first.task_id: 5}, 100.0)
     window.add_progress({first.task_id: 15}, 101.0)
-    assert window.rates(101.0)[0] == pytest.approx(10.0)
+    assert window.rates(101.0).decode_tokens_per_s == pytest.approx(10.0)
     window.add_finished(first, 102.0)
-    assert window.rates(102.0)[0] == pytest.approx(first.decode_steps / first.decode_s)
+    assert window.rates(102.0).decode_tokens_per_s == pytest.approx(
+        first.decode_steps / first.decode_s
+    )
     window.add_finished(second, 103.0)
     both = (first.decode_steps + second.decode_steps) / (first.decode_s + second.decode_s)
-    assert window.rates(103.0)[0] == pytest.approx(both)
-    assert window.rates(112.5)[0] == pytest.approx(second.decode_steps / second.decode_s)
-    assert window.rates(120.0) == (None, None, None, None)
+    assert window.rates(103.0).decode_tokens_per_s == pytest.approx(both)
+    later = window.rates(112.5)
+    assert later.decode_tokens_per_s == pytest.approx(second.decode_steps / second.decode_s)
+    assert later.cached_prompt_share == 0.0  # neither prompt was in the cache
+    assert window.rates(120.0) == WindowRates(None, None, None, None, None)
 
 
 def test_with_last_rates_fills_only_missing_rates():
