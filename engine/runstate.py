@@ -283,6 +283,15 @@ class ServerRun:
                 started_at=time.time(),
                 ctx=supervisor.spec.plan.ctx,
                 log=str(engine_log(paths)),
+                spec=SpecStatus(
+                    spec_type,
+                    None,
+                    spec_reason or f"{spec_type} as planned",
+                    None,
+                    None,
+                )
+                if (spec_type := supervisor.spec.spec_type)
+                else None,
             )
         )
         self._sampling: asyncio.Task[None] | None = None
