@@ -239,9 +239,16 @@ def state_of(event: ServerEvent) -> RunStateName:
     return _STATE_OF_EVENT[event.kind]
 
 
+def planned_spec(spec_type: str | None, reason: str | None) -> SpecStatus | None:
+    """Speculation as planned, before the engine says whether it runs; None when none is."""
+    if spec_type is None:
+        return None
+    return SpecStatus(spec_type, None, reason or f"{spec_type} as planned", None, None)
+
+
 @dataclass
 class _Run:
-    """The state of one server run as it changes; ``status()`` freezes it."""
+    """What changes while a server runs: its status, last sample and the engine's log facts."""
 
     status: Status
     sample: Sample | None = None
@@ -283,15 +290,7 @@ class ServerRun:
                 started_at=time.time(),
                 ctx=supervisor.spec.plan.ctx,
                 log=str(engine_log(paths)),
-                spec=SpecStatus(
-                    spec_type,
-                    None,
-                    spec_reason or f"{spec_type} as planned",
-                    None,
-                    None,
-                )
-                if (spec_type := supervisor.spec.spec_type)
-                else None,
+                spec=planned_spec(supervisor.spec.spec_type, spec_reason),
             )
         )
         self._sampling: asyncio.Task[None] | None = None

@@ -248,3 +248,21 @@ async def test_sampler_returns_none_when_metrics_are_off():
     sampler = Sampler("http://engine", os.getpid(), EngineLog())
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         assert await sampler.sample_once(client) is None
+
+
+async def test_a_refused_draft_shows_as_inactive_with_the_engines_reason():
+    seen, log = http_seen("spec_refused"), EngineLog()
+    for line in engine_lines("spec_refused"):
+        log.feed(line)
+    engine = Engine(seen["metrics"][-1], seen["slots_idle"])
+    sampler = Sampler("http://engine", os.getpid(), log, spec_type="draft-simple")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine.handler)) as client:
+        sample = await sampler.sample_once(client)
+    assert sample is not None and sample.requests_finished == 1
+    spec = sampler.spec_status()
+    assert spec is not None and spec.active is False
+    assert spec.reason == (
+        "the engine could not start it: draft model vocab type must match target model to use "
+        "speculation"
+    )
+    assert (spec.acceptance, spec.accepted_per_step) == (None, None)
