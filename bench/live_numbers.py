@@ -1,7 +1,8 @@
 """Benchmark: do the live numbers match the engine's own?
 
 Serves SmolLM2-135M-Instruct the way `lucebox serve` does (its `prepare`, supervisor, run and
-sampler) with the built CPU engine from the test cache, runs three shapes of steady load, and
+sampler) with the built CPU engine from the test cache (registered in a temporary
+LUCEBOX_HOME), runs three shapes of steady load, and
 compares what `lucebox status --json` reports with the `timings` the engine put in each reply:
 
 1. short: back-to-back chat requests with short replies;
@@ -24,17 +25,20 @@ import asyncio
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from lucebox.engine import service
+from lucebox.engine import registry, service
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.runstate import ServeLock, ServerRun
 from tests.ports import free_port
@@ -189,7 +193,12 @@ def main() -> None:
     parser.add_argument("--long-tokens", type=int, default=256, help="tokens of a long reply")
     parser.add_argument("--pairs", type=int, default=8, help="requests per client, two at once")
     args = parser.parse_args()
-    os.environ["LUCEBOX_HOME"] = str(engine_home())
+    # A home of its own, with the test cache's built engine registered in place: the bench
+    # does not hold the lock of the home the slow tests serve from.
+    home = Path(tempfile.mkdtemp(prefix="lucebox-live-bench-"))
+    os.environ["LUCEBOX_HOME"] = str(home)
+    (server_path,) = (engine_home() / "data" / "engines").glob("*/bin/llama-server")
+    registry.add_engine(resolve_paths(), server_path)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = Server(port)
@@ -222,7 +231,8 @@ def main() -> None:
         final = status()
     finally:
         server.stop()
-    print(json.dumps({"shapes": results, "cache": final["cache"]}, indent=1))
+    shutil.rmtree(home, ignore_errors=True)
+    print(json.dumps({"shapes": results, "cache": final["cache"], "spec": final["spec"]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -218,8 +218,9 @@ class RateWindow:
             self._seen[task_id] = (decoded, now_s)
             # The first sight of a task has no start to measure from: it counts from the next.
             # A poll with no new token still counts its time (a draft step can bring several
-            # tokens at once); the prompt's time before the first token does not.
-            if before is not None and decoded > 0:
+            # tokens at once); up to the first token, as for the engine, the time is the
+            # prompt's.
+            if before is not None and before[0] > 0:
                 self.spans.append(_Span(now_s, task_id, decoded - before[0], now_s - before[1]))
         for task_id in set(self._seen) - set(running):
             del self._seen[task_id]
