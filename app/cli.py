@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lucebox.app import status
+from lucebox.app import servicecmd, status
+from lucebox.app.bench import add_bench_commands
+from lucebox.app.connect import add_connect_command
 from lucebox.engine import (
     build,
     config,
@@ -196,6 +198,9 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
 
+    if getattr(args, "prepare_only", False):  # a serve flag; up has none
+        service.prepare(paths, _serve_options(args), step_printer())
+        return EXIT_OK
     return service.serve(paths, _serve_options(args), step_printer())
 
 
@@ -347,6 +352,8 @@ def _print_check(result: guard.CheckResult) -> None:
             f"{info.size_label or ''}, ctx {info.context_length}, "
             f"{gib_text(info.weights_bytes, 2)}"
         )
+        if info.has_mtp_layers:
+            summary += ", carries an MTP head (lucebox speculates with it: --spec mtp)"
         if result.speculative_type:
             summary += f", speculative type {result.speculative_type}"
     print(f"{result.verdict:<7} {result.path}  {summary}".rstrip())
@@ -543,7 +550,13 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
         print_json({**manifest.to_json(), "cached": cached, "elapsed_s": round(elapsed_s, 1)})
     else:
         print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
+        print(f"  web UI: {_webui_line(manifest)}")
     return EXIT_OK
+
+
+def _webui_line(engine: registry.EngineManifest) -> str:
+    answer = "yes" if engine.webui else "no"
+    return f"{answer} ({engine.webui_detail})" if engine.webui_detail else answer
 
 
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -567,6 +580,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
 
@@ -671,6 +685,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_serve_options(serve)
     serve.add_argument("--detach", action="store_true", help="run in the background")
+    serve.add_argument(
+        "--prepare-only", action="store_true", help="pull models and build the engine, then exit"
+    )
 
     status.add_commands(command)
 
@@ -785,6 +802,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="its llama.cpp source, to read the model architectures it knows",
     )
 
+    svc = command(
+        "service", "run lucebox at boot as a systemd service", lambda a, p: _print_help(svc)
+    )
+    servicecmd.add_commands(svc)
+
     cfg = command("config", "show or change settings in config.toml", lambda a, p: _print_help(cfg))
     cfg_cmds = cfg.add_subparsers(dest="config_command", metavar="COMMAND")
     show = command("show", "print every setting", cmd_config_show, cfg_cmds)
@@ -802,19 +824,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = command("bench", "measure the running server", lambda a, p: _print_help(bench))
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
-    replay = command(
-        "replay",
-        "replay a recorded transcript against the server",
-        not_available("bench replay", "the benchmark issue"),
-        bench_cmds,
-    )
-    replay.add_argument("transcript", metavar="TRANSCRIPT.jsonl", type=Path)
-    command(
-        "quick",
-        "a short fixed benchmark",
-        not_available("bench quick", "the benchmark issue"),
-        bench_cmds,
-    )
+    add_bench_commands(bench_cmds, command, positive_int)
+    add_connect_command(commands, command)
     return parser
 
 

@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lucebox.engine import runstate
+from lucebox.app.servicecmd import describe
+from lucebox.engine import runstate, systemd
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, LuceboxError, UsageError
 from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.units import gib_text
 
 COMMANDS = ("status", "down", "logs")
 WATCH_POLL_S = 0.25
@@ -31,14 +33,17 @@ def _number(value: float | None, unit: str, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f} {unit}"
 
 
-def status_line(status: runstate.Status) -> str:
-    """One line for people: state, model, and the latest rates."""
+def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
+    """Lines for people: the service, the state and model, and the latest rates."""
+    service = f"service: {describe(unit)}\n" if unit.installed else ""
     if status.state == "stopped":
-        return "stopped: no lucebox server is running (`lucebox serve` starts one)"
+        return f"{service}stopped: no lucebox server is running (`lucebox serve` starts one)"
     head = (
-        f"{status.state}: {status.model} at {status.url} (pid {status.pid}, "
+        f"{service}{status.state}: {status.model} at {status.url} (pid {status.pid}, "
         f"up {status.uptime_s():.0f} s, {status.restarts} restarts)"
     )
+    if status.webui_url:
+        head += f"\n  chat in a browser: {status.webui_url}"
     sample = status.sample
     if sample is None:
         return head
@@ -53,7 +58,7 @@ def status_line(status: runstate.Status) -> str:
     if status.spec is not None and status.spec.acceptance is not None:
         parts.append(f"draft accepted {status.spec.acceptance:.0%}")
     if sample.vram_used_bytes is not None:
-        parts.append(f"VRAM {sample.vram_used_bytes / 2**30:.2f} GiB")
+        parts.append(f"VRAM {gib_text(sample.vram_used_bytes, 2)}")
     return f"{head}\n  " + ", ".join(parts) + f" (last {sample.window_s:.0f} s)"
 
 
@@ -133,11 +138,13 @@ def _show(status: runstate.Status, args: argparse.Namespace) -> None:
                 f"cannot write {args.prometheus}: {exc.strerror or exc}",
                 hint="give a writable path for --prometheus",
             ) from exc
+    unit = systemd.service_status()
     if args.json:
+        document = {**status.to_json(), "service": unit.to_json()}
         # One line per sample while watching (NDJSON), an indented document otherwise.
-        print(json.dumps(status.to_json(), indent=None if args.watch else 2), flush=True)
+        print(json.dumps(document, indent=None if args.watch else 2), flush=True)
     else:
-        print(status_line(status), flush=True)
+        print(status_line(status, unit), flush=True)
 
 
 def _sample_key(status: runstate.Status) -> tuple[object, ...]:

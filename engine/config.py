@@ -177,7 +177,11 @@ def parse_value(key: str, raw: str) -> Any:
 
 
 def save_settings(paths: Paths, settings: Settings) -> Path:
-    """Write config.toml atomically; the old file stays whole if anything fails."""
+    """Write config.toml atomically; the old file stays whole if anything fails.
+
+    The file is created with mode 0600 (as every atomic write is), since it may hold
+    ``server.api_key``.
+    """
     path = paths.config_file
     try:
         paths.ensure(paths.config_dir)

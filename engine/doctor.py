@@ -9,7 +9,7 @@ from typing import Literal
 
 import psutil
 
-from lucebox.engine import registry, store, toolchain
+from lucebox.engine import nodejs, registry, store, toolchain
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
 from lucebox.engine.units import GIB, gib_text
@@ -167,6 +167,40 @@ def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
     return Check("engine", "ok", detail)
 
 
+def check_node(node: nodejs.NodeInfo) -> list[Check]:
+    """node and npm for building the web UI; optional, so never worse than warn."""
+    minimum = ".".join(map(str, nodejs.NODE_MIN_VERSION))
+    if node.usable:
+        return [
+            Check("node", "ok", f"{node.reason}; node at {node.node.path}"),
+            Check("npm", "ok", f"npm {node.npm.version} at {node.npm.path}"),
+        ]
+    action = (
+        f"`lucebox engine build` installs node from PyPI ({nodejs.NODE_WHEEL}) for the web UI, "
+        f"or install node >= {minimum} with npm"
+    )
+    npm_detail = (
+        f"npm {node.npm.version} at {node.npm.path}, unused without a new enough node"
+        if node.npm.found
+        else node.npm.detail
+    )
+    return [Check("node", "warn", node.reason, action), Check("npm", "warn", npm_detail, action)]
+
+
+def check_webui(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
+    engine = registry.select_engine(paths, probe, wanted_id).engine
+    if engine is None:
+        return Check("webui", "missing", "no engine installed", "run `lucebox engine build`")
+    if engine.webui:
+        return Check("webui", "ok", f"{engine.id} serves the chat web UI at / of its address")
+    return Check(
+        "webui",
+        "warn",
+        f"{engine.id} has no web UI: {engine.webui_detail or 'it was not built with it'}",
+        "run `lucebox engine build` where node and the npm registry can be reached",
+    )
+
+
 def check_models(paths: Paths) -> Check:
     records = store.list_models(paths)
     if not records:
@@ -193,5 +227,10 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
         check_disk(paths),
         check_ram(),
     ]
-    checks += [check_engine(paths, probe, wanted_engine_id), check_models(paths)]
+    checks += check_node(nodejs.probe_node(paths))
+    checks += [
+        check_engine(paths, probe, wanted_engine_id),
+        check_webui(paths, probe, wanted_engine_id),
+        check_models(paths),
+    ]
     return DoctorReport(probe, tuple(checks))

@@ -21,13 +21,14 @@ from typing import Any, Literal
 import psutil
 
 from lucebox.engine import speculation
+from lucebox.engine.apikey import api_key_path
 from lucebox.engine.config import Settings
 from lucebox.engine.errors import GuardRefusal, UsageError
 from lucebox.engine.gguf import ModelInfo
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.guard import CheckResult, Problem, check_model, check_pair
 from lucebox.engine.guard import refusal as refusal_of
-from lucebox.engine.launch import LaunchSpec, server_argv
+from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
@@ -551,6 +552,11 @@ def plan_launch(
         draft_max=spec_choice.draft_max,
         draft_p_min=spec_choice.p_min,
         api_key=resolved.api_key,
+        # Beyond loopback (or with a key of the user's) the engine reads the key file that
+        # prepare() writes; the path is known before the file exists.
+        api_key_file=(
+            str(api_key_path(paths)) if resolved.api_key or not is_loopback(resolved.host) else None
+        ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
     )
     return LaunchPlan(
@@ -647,7 +653,7 @@ class PresetTable:
 
 def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
     """The best model set that fits: the largest tier the card is made for, with a useful
-    context. Without a GPU it is the smoke test: larger models on a CPU are too slow to enjoy.
+    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
     card_gib = round(budget.total_bytes / GIB)
     useful = [
@@ -662,8 +668,13 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     ]
     if useful:
         return max(useful, key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, p.plan.ctx))
-    smoke = [p for p in plans if p.plan.fits and p.preset and p.preset.smoke_test]
-    return smoke[0] if smoke else None
+    # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
+    fallback = [
+        p
+        for p in plans
+        if p.plan.fits and p.preset and (p.preset.cpu_default or p.preset.smoke_test)
+    ]
+    return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
 
 
 def preset_table(

@@ -73,6 +73,8 @@ class Preset:
     sampling: dict[str, float]
     smoke_test: bool
     path: str
+    cpu_default: bool = False
+    """The set `lucebox up` picks when there is no usable GPU (a small instruct model)."""
 
 
 _TOP = {
@@ -101,6 +103,7 @@ _OPTIONAL_FACTS = {
 }
 _KNOWN_TOP = set(_TOP) | {
     "smoke_test",
+    "cpu_default",
     "chat_template",
     "target",
     "draft",
@@ -190,6 +193,7 @@ def parse_preset(text: str, path: str) -> Preset:
         sampling={k: _get(sampling, k, float, f"{path} [sampling]") for k in sampling},
         smoke_test=bool(_get(table, "smoke_test", bool, path, required=False)),
         path=path,
+        cpu_default=bool(_get(table, "cpu_default", bool, path, required=False)),
     )
 
 

@@ -71,6 +71,8 @@ class Status:
     spec: SpecStatus | None = None
     """None when no speculation was planned."""
     cache: CacheStatus | None = None
+    webui_url: str | None = None
+    """Where the engine's own chat page is, when the engine serves one."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -91,6 +93,7 @@ class Status:
             "engine_pid": self.engine_pid,
             "ctx": self.ctx,
             "log": self.log,
+            "webui_url": self.webui_url,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -125,6 +128,7 @@ class Status:
             sample=Sample.from_json(data.get("sample")),
             spec=SpecStatus.from_json(data.get("spec")),
             cache=CacheStatus.from_json(data.get("cache")),
+            webui_url=text("webui_url"),
         )
 
 
@@ -273,6 +277,7 @@ class ServerRun:
         model: str,
         gpu_index: int,
         spec_reason: str | None = None,
+        webui_url: str | None = None,
     ) -> None:
         from lucebox.engine.launch import url_of
 
@@ -291,6 +296,7 @@ class ServerRun:
                 ctx=supervisor.spec.plan.ctx,
                 log=str(engine_log(paths)),
                 spec=planned_spec(supervisor.spec.spec_type, spec_reason),
+                webui_url=webui_url,
             )
         )
         self._sampling: asyncio.Task[None] | None = None

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
+from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.build import BuildEvent, choose_options
-from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key
+from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
 from lucebox.engine.planning import LaunchPlan
@@ -186,12 +187,12 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
         )
     )
     emit(StepEvent("plan", "done", plan_summary(launch)))
-    if not dry_run and not is_loopback(launch.spec.host) and launch.spec.api_key is None:
-        api_key = new_api_key()
-        config.set_setting(paths, "server.api_key", api_key)
-        emit(
-            StepEvent("server", "note", f"API key (shown once, saved as server.api_key): {api_key}")
-        )
+    if not dry_run and launch.spec.api_key_file:
+        key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
+        if created:
+            emit(
+                StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
+            )
         launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
@@ -237,12 +238,14 @@ def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
 
 def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
     """The run that supervises ``supervisor``'s engine, samples it and keeps the state file."""
+    spec = prepared.spec
     return ServerRun(
         paths,
         supervisor,
         model=prepared.model,
         gpu_index=prepared.gpu_index,
         spec_reason=prepared.launch.speculation.reason,
+        webui_url=webui.served_url(spec.server_path, spec.host, spec.port),
     )
 
 

@@ -179,12 +179,12 @@ async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
         assert table.row_count >= 6
         ids = [str(key.value) for key in table.rows]
         assert "smoke" in ids
-        # Without a GPU the smoke test is the one that fits, and the cursor starts on it.
-        assert ids[table.cursor_row] == "smoke"
+        # Without a GPU the CPU default (an instruct model) is chosen, and the cursor starts on it.
+        assert ids[table.cursor_row] == "smollm2"
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_dashboard(app))
-    assert backend.chosen == ["smoke"]
-    assert backend.options_seen[0].preset == "smoke"
+    assert backend.chosen == ["smollm2"]
+    assert backend.options_seen[0].preset == "smollm2"
 
 
 async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend):

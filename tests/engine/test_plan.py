@@ -22,7 +22,13 @@ from lucebox.engine.plan import (
     make_plan,
     read_swa_patterns,
 )
-from lucebox.engine.planning import EngineView, ServeOptions, budget_for, preset_table
+from lucebox.engine.planning import (
+    EngineView,
+    ServeOptions,
+    budget_for,
+    choose_preset,
+    preset_table,
+)
 from lucebox.engine.presets import PresetError, load_presets, parse_preset
 from tests.ggufgen import SHAPES, write_llama
 
@@ -157,8 +163,27 @@ def test_choose_preset_by_card():
         best = preset_table(paths, ServeOptions(), Settings(), card(gib), EngineView.of(None)).best
         assert best is not None and best.alias == wanted
     cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
-    chosen = preset_table(paths, ServeOptions(), Settings(), cpu, EngineView.of(None)).best
-    assert chosen is not None and chosen.alias == "smoke"
+    table = preset_table(paths, ServeOptions(), Settings(), cpu, EngineView.of(None))
+    # Without a GPU the default is the instruct model that chats, not the base smoke test.
+    assert table.best is not None and table.best.alias == "smollm2"
+    without_cpu_default = [p for p in table.plans if p.preset and not p.preset.cpu_default]
+    fallback = choose_preset(without_cpu_default, cpu)
+    assert fallback is not None and fallback.alias == "smoke"
+
+
+@pytest.mark.slow
+def test_cpu_default_preset_matches_its_real_file():
+    """The published facts of the CPU default are the ones the real GGUF's header gives."""
+    from lucebox.engine.presets import facts_from_preset
+    from tests.realmodels import SMOL_SIZE_BYTES, smol_model
+
+    (preset,) = [p for p in load_presets(resolve_paths()) if p.cpu_default]
+    assert preset.target.size_bytes == SMOL_SIZE_BYTES and not preset.target.size_is_estimate
+    published = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    real = facts_from_info(inspect_model(smol_model()))
+    for field in ("architecture", "n_layer", "n_embd", "n_vocab", "native_ctx"):
+        assert getattr(published, field) == getattr(real, field), field
+    assert published.full_kv_elems_per_token == real.full_kv_elems_per_token
 
 
 @pytest.mark.parametrize(
