@@ -27,6 +27,7 @@ from lucebox.engine.planning import ServeOptions as ServeOptions
 from lucebox.engine.registry import EngineManifest
 from lucebox.engine.runstate import ServeLock, ServerRun, engine_log
 from lucebox.engine.source import ensure_source
+from lucebox.engine.specguard import Decision, SpecGuard
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
 
@@ -225,43 +226,58 @@ def plan_summary(launch: LaunchPlan) -> str:
     )
 
 
-def replan_after_oom(paths: Paths, prepared: Prepared) -> Callable[[LaunchSpec], LaunchSpec | None]:
-    """The supervisor's out-of-memory re-plan: a new launch plan at a smaller context.
-
-    A context the user asked for is never shrunk: the re-plan refuses (exit 3) instead.
+class Replanner:
+    """The launch being served, and the one planner's answer when it must change: a smaller
+    context after running out of memory, shorter drafts or none when speculation does not pay.
     """
-    current = prepared.launch
 
-    def replan(spec: LaunchSpec) -> LaunchSpec | None:
-        nonlocal current
-        smaller = planning.smaller_context_plan(paths, current, prepared.settings)
+    def __init__(self, paths: Paths, prepared: Prepared) -> None:
+        self.paths = paths
+        self.settings = prepared.settings
+        self.current = prepared.launch
+
+    def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
+        """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
+        smaller = planning.smaller_context_plan(self.paths, self.current, self.settings)
         if smaller.refusal is not None:
             return None
-        current = smaller
+        self.current = smaller
         return dataclasses.replace(smaller.spec, api_key=spec.api_key)
 
-    return replan
+    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec:
+        if decision.action == "shorten":
+            return dataclasses.replace(spec, draft_max=decision.draft_max)
+        plain = planning.replan(self.paths, self.current, self.settings, spec="off")
+        if plain.refusal is not None:  # the same files and card: cannot happen, keep serving
+            return dataclasses.replace(spec, spec_type=None, draft_path=None)
+        self.current = plain
+        return dataclasses.replace(plain.spec, api_key=spec.api_key)
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
-    return Supervisor(
-        prepared.spec,
-        engine_log(paths),
-        ready_timeout_s=prepared.ready_timeout_s,
-        replan_on_oom=replan_after_oom(paths, prepared),
-    )
+    return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
 
 
 def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
-    """The run that supervises ``supervisor``'s engine, samples it and keeps the state file."""
+    """The run that supervises ``supervisor``'s engine, samples it and keeps the state file;
+    every change of launch while it runs comes from the one planner (``Replanner``)."""
     spec = prepared.spec
+    launch = prepared.launch
+    replanner = Replanner(paths, prepared)
+    supervisor.replan_on_oom = replanner.after_oom
+    guard = None
+    if spec.spec_type is not None:
+        guard = SpecGuard.for_launch(spec.spec_type, spec.draft_max, launch.budget.is_gpu)
     return ServerRun(
         paths,
         supervisor,
         model=prepared.model,
         gpu_index=prepared.gpu_index,
-        spec_reason=prepared.launch.speculation.reason,
+        spec_reason=launch.speculation.reason,
         webui_url=webui.served_url(spec.server_path, spec.host, spec.port),
+        spec_guard=guard,
+        spec_asked=launch.resolved.spec != "auto",
+        on_spec_decision=replanner.after_spec_decision,
     )
 
 
