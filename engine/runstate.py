@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from lucebox.engine.launch import LaunchSpec
     from lucebox.engine.metrics import EngineLog
+    from lucebox.engine.slots import SlotKey
     from lucebox.engine.specguard import Decision, SpecGuard
     from lucebox.engine.supervisor import ServerEvent, Supervisor
 
@@ -282,6 +283,7 @@ class ServerRun:
         spec_guard: SpecGuard | None = None,
         spec_asked: bool = False,
         on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec] | None = None,
+        slot_key: SlotKey | None = None,
     ) -> None:
         from lucebox.engine.launch import url_of
 
@@ -290,6 +292,8 @@ class ServerRun:
         self.spec_asked = spec_asked
         """The user chose the mode (--spec or model.spec): a guard decision only warns."""
         self.on_spec_decision = on_spec_decision
+        self.slot_key = slot_key
+        """The saved-slot identity of this launch; None when slots are not saved."""
         self._pending: Decision | None = None
         self._spec_off: SpecStatus | None = None
         """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
@@ -368,8 +372,29 @@ class ServerRun:
         facts.feed(line)
 
     async def _engine_stopping(self) -> None:
-        """Runs before the supervisor stops a live engine on purpose: sampling ends first."""
+        """Runs before the supervisor stops a live engine on purpose: sampling ends first,
+        then the slot is saved so the next start answers from a warm cache."""
         await self._stop_sampling()
+        if self._run.status.state == "ready":
+            await self._slot("save")
+
+    async def _slot(self, action: Literal["save", "restore"]) -> None:
+        import httpx
+
+        from lucebox.engine.slots import restore_slot, save_slot
+
+        spec = self.supervisor.spec
+        key = self.slot_key
+        if key is None or spec.slot_save_path is None:
+            return
+        key = replace(key, ctx=spec.plan.ctx, cache_type_k=spec.plan.cache_type_k)
+        key = replace(key, cache_type_v=spec.plan.cache_type_v)
+        headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+        act = save_slot if action == "save" else restore_slot
+        async with httpx.AsyncClient() as client:
+            tokens = await act(client, self.url, headers, Path(spec.slot_save_path), key)
+        if tokens:
+            self.supervisor.log.write(f"# lucebox: slot {action}d ({tokens} tokens)")
 
     async def _stop_sampling(self) -> None:
         import asyncio
@@ -430,6 +455,7 @@ class ServerRun:
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
+            await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
 
     async def _sample(

@@ -26,6 +26,7 @@ from lucebox.engine.planning import LaunchPlan
 from lucebox.engine.planning import ServeOptions as ServeOptions
 from lucebox.engine.registry import EngineManifest
 from lucebox.engine.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.slots import SlotKey
 from lucebox.engine.source import ensure_source
 from lucebox.engine.specguard import Decision, SpecGuard
 from lucebox.engine.supervisor import ServerEvent, Supervisor
@@ -181,6 +182,7 @@ def prepare(
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, probe, settings.engine, emit)
+        paths.ensure(planning.slots_dir(paths))  # the engine refuses a save path that is missing
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planning.plan_launch(
         paths,
@@ -278,6 +280,13 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         spec_guard=guard,
         spec_asked=launch.resolved.spec != "auto",
         on_spec_decision=replanner.after_spec_decision,
+        slot_key=SlotKey(
+            spec.alias,
+            spec.model_path,
+            spec.plan.ctx,
+            spec.plan.cache_type_k,
+            spec.plan.cache_type_v,
+        ),
     )
 
 
