@@ -336,7 +336,7 @@ class ServerRun:
         pending = self._pending
         if spec is None or pending is None or not self.spec_asked:
             return spec
-        return replace(spec, reason=f"{pending.reason} — kept, as --spec asked; it costs speed")
+        return replace(spec, reason=f"{pending.observed}; kept, as --spec asked: it costs speed")
 
     def _watch_acceptance(self, sample: Sample) -> None:
         """Feed the guard; apply its decision once no request is running (one restart)."""

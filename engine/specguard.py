@@ -55,6 +55,8 @@ class Decision:
     draft_max: int | None
     """The new draft length when shortening."""
     reason: str
+    observed: str
+    """What was seen, without the action (for a warning when the user chose the mode)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,11 @@ class SpecGuard:
         if not self.shortened and self.draft_max is not None and self.draft_max > 2:
             shorter = max(2, self.draft_max // 2)
             decision = Decision(
-                "shorten", acceptance, shorter, f"{seen}: drafts shortened to {shorter} tokens"
+                "shorten",
+                acceptance,
+                shorter,
+                f"{seen}: drafts shortened to {shorter} tokens",
+                seen,
             )
             return replace(window, draft_max=shorter, shortened=True), decision
-        return window, Decision("off", acceptance, None, f"{seen}: speculation switched off")
+        return window, Decision("off", acceptance, None, f"{seen}: speculation switched off", seen)
