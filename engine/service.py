@@ -78,7 +78,15 @@ class StepEvent:
     fraction: float | None = None
     """0..1 of a download or build while it runs."""
     rate_bytes_per_s: float | None = None
+    """A download's rate over its latest seconds; None until known."""
     eta_s: float | None = None
+    """Seconds a download has left; None until a rate is known, 0 only at the end."""
+    attempt: int | None = None
+    """Which attempt of a download this is (or is next, while waiting), from 1."""
+    waiting_s: float | None = None
+    """Seconds until a download's next attempt, while it waits to retry."""
+    retry_reason: str = ""
+    """Why a download's last attempt stopped, while it waits to retry."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,10 @@ class ServeLock:
 
 def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
     def report(event: TransferProgress) -> None:
+        if event.waiting_for_pid is not None:
+            message = f"waiting for pid {event.waiting_for_pid} (fetching {event.name})"
+            emit(StepEvent("models", "running", message))
+            return
         emit(
             StepEvent(
                 "models",
@@ -216,6 +228,9 @@ def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
                 event.fraction,
                 event.rate_bytes_per_s,
                 event.eta_s,
+                event.attempt,
+                event.waiting_s,
+                event.retry_reason,
             )
         )
 
