@@ -24,6 +24,7 @@ proxies from the environment, TLS (with the same trust store as httpx).
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import fcntl
 import hashlib
@@ -31,6 +32,7 @@ import http.client
 import math
 import os
 import queue
+import socket
 import ssl
 import threading
 import time
@@ -62,6 +64,7 @@ MIN_RATE_SPAN_S = 1.0
 RETRY_AFTER_MAX_S = 600.0
 """A server's Retry-After is honoured up to this; a longer one would look like a hang."""
 LOCK_POLL_S = 0.2
+CANCEL_POLL_S = 0.1
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -521,7 +524,11 @@ def _fetch(
             handle = partial.path.open("ab" if partial.offset else "wb")
         except OSError as exc:
             raise _DiskWriteError(exc) from exc
-        with handle, _DiskWriter(handle, partial.digest) as writer:
+        with (
+            handle,
+            _DiskWriter(handle, partial.digest) as writer,
+            _shut_down_on_cancel(response, cancel),
+        ):
             _receive(response, writer, partial, total, name, on_progress, cancel, attempt)
     if cancel is not None and cancel.is_set():
         raise CancelledByUserError(
@@ -530,6 +537,41 @@ def _fetch(
         )
     if total is not None and partial.offset < total:
         raise _Retry(f"the connection closed at {partial.offset} of {total} bytes")
+
+
+@contextmanager
+def _shut_down_on_cancel(
+    response: http.client.HTTPResponse, cancel: threading.Event | None
+) -> Iterator[None]:
+    """While inside, a set ``cancel`` shuts the connection down from a watcher thread.
+
+    A read blocked on a stalled link would otherwise hold a cancel (quitting the TUI) for up to
+    ``stall_s``; after the shutdown it returns at once, as at the end of the body. The watcher
+    is joined before leaving, so it never touches a descriptor the response has closed.
+    """
+    if cancel is None:
+        yield
+        return
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            if cancel.wait(CANCEL_POLL_S):
+                # A duplicate of the descriptor: shutdown acts on the connection itself.
+                with (
+                    contextlib.suppress(OSError, ValueError),
+                    socket.socket(fileno=os.dup(response.fileno())) as connection,
+                ):
+                    connection.shutdown(socket.SHUT_RDWR)
+                return
+
+    watcher = threading.Thread(target=watch, name="lucebox-download-cancel", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        watcher.join()
 
 
 class _BodyReader:

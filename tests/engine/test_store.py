@@ -433,15 +433,16 @@ def test_cancel_stops_between_reads_and_keeps_the_partial(hub_env, model_bytes):
         HubFile(model_bytes, bytes_per_s=len(model_bytes) / 4),
     )
     cancel = threading.Event()
+    cancelled_at: list[float] = []
 
     def cancel_once_bytes_arrive(event):
-        if event.done_bytes:
+        if event.done_bytes and not cancel.is_set():
+            cancelled_at.append(time.monotonic())
             cancel.set()
 
-    started = time.monotonic()
     with pytest.raises(CancelledByUserError, match="cancelled") as caught:
         pull_model(resolve_paths(), SOURCE, on_progress=cancel_once_bytes_arrive, cancel=cancel)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - cancelled_at[0] < 1.5  # the whole file would take 4 s
     assert caught.value.exit_code == 130 and "resume" in (caught.value.hint or "")
     partial = store._files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
     kept = partial.stat().st_size
@@ -499,6 +500,28 @@ def test_two_pulls_of_one_file_share_one_download(hub_env, model_bytes, tmp_path
     assert Path(record.files[0].path).read_bytes() == model_bytes
     assert not partial_path().exists()
     assert not partial_path().with_name("tiny-instruct-f16.gguf.lock").exists()
+
+
+def test_cancel_during_a_stall_does_not_wait_for_the_stall_time(hub_env, model_bytes):
+    config.set_setting(resolve_paths(), "download.stall_s", "30")
+    hub_env.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(model_bytes, faults=[stall(4000)]))
+    cancel = threading.Event()
+    cancelled_at: list[float] = []
+
+    def cancel_while_the_read_waits():
+        while not body_ranges(hub_env):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        cancelled_at.append(time.monotonic())
+        cancel.set()
+
+    canceller = threading.Thread(target=cancel_while_the_read_waits)
+    canceller.start()
+    with pytest.raises(CancelledByUserError, match="cancelled"):
+        pull_model(resolve_paths(), SOURCE, cancel=cancel)
+    canceller.join()
+    assert time.monotonic() - cancelled_at[0] < 1.5  # not the 30 s stall time
+    assert partial_path().stat().st_size == 4000
 
 
 def test_local_path_is_registered_in_place(tmp_path):
