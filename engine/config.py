@@ -40,6 +40,8 @@ class Settings:
     """Context length in tokens; 0 lets the planner choose the largest that fits."""
     allow_base: bool = False
     """Serve base (non-instruct) models instead of refusing them."""
+    spec: str = ""
+    """Speculative decoding: auto, off, mtp, dflash, draft or ngram; empty is auto."""
     engine: str = ""
     """Engine id to use; empty picks the best installed engine for the GPU."""
     download_max_idle_attempts: int = 10
@@ -59,6 +61,7 @@ KEYS: dict[str, str] = {
     "gpu.index": "gpu_index",
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",
+    "model.spec": "spec",
     "engine.id": "engine",
     "download.max_idle_attempts": "download_max_idle_attempts",
     "download.stall_s": "download_stall_s",
@@ -193,7 +196,11 @@ def parse_value(key: str, raw: str) -> Any:
 
 
 def save_settings(paths: Paths, settings: Settings) -> Path:
-    """Write config.toml atomically; the old file stays whole if anything fails."""
+    """Write config.toml atomically; the old file stays whole if anything fails.
+
+    The file is created with mode 0600 (as every atomic write is), since it may hold
+    ``server.api_key``.
+    """
     path = paths.config_file
     try:
         paths.ensure(paths.config_dir)

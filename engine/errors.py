@@ -57,6 +57,13 @@ class GuardRefusal(LuceboxError):
 
     exit_code = EXIT_REFUSED
 
+    def __init__(
+        self, message: str, *, hint: str | None = None, problem_codes: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.problem_codes = problem_codes
+        """The model check's codes of the errors that refused (DESIGN.md's stable strings)."""
+
 
 class NotAvailableError(LuceboxError):
     """The command exists but its capability has not landed in this version."""

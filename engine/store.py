@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from lucebox.engine import config
+from lucebox.engine import config, units
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.errors import (
     CancelledByUserError,
@@ -246,9 +246,9 @@ def _check_and_record(
 
 
 def _size_text(size_bytes: int) -> str:
-    if size_bytes >= 2**30:
-        return f"{size_bytes / 2**30:.2f} GiB"
-    return f"{size_bytes / 2**20:.1f} MiB"
+    return (
+        units.gib_text(size_bytes, 2) if size_bytes >= units.GIB else units.mib_text(size_bytes, 1)
+    )
 
 
 def _check_free_disk(folder: Path, needed_bytes: int) -> None:

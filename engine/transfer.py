@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from lucebox.engine.errors import CancelledByUserError, LuceboxError
+from lucebox.engine.units import rate_text
 
 CHUNK_BYTES = 1024 * 1024
 PROGRESS_INTERVAL_S = 0.2
@@ -164,7 +165,7 @@ def progress_text(
     """
     if waiting_s is not None:
         return f"{retry_reason}; attempt {attempt} in {duration_text(waiting_s)}"
-    rate = f"{rate_bytes_per_s / 2**20:.1f} MiB/s" if rate_bytes_per_s is not None else "— MiB/s"
+    rate = rate_text(rate_bytes_per_s) if rate_bytes_per_s is not None else "— MiB/s"
     parts = [rate]
     if eta_s is None:
         parts.append("— left")
