@@ -47,7 +47,7 @@ from lucebox.engine.errors import (
     UsageError,
 )
 from lucebox.engine.paths import Paths, resolve_paths
-from lucebox.engine.transfer import TransferProgress, progress_text
+from lucebox.engine.transfer import TransferProgress, progress_parts
 from lucebox.engine.units import gib_text
 
 Handler = Callable[[argparse.Namespace, Paths], int]
@@ -267,14 +267,14 @@ def step_printer() -> Callable[[service.StepEvent], None]:
             printed_marks[event.message] = mark
             line += f": {event.fraction:.0%}"
             if event.attempt is not None:
-                detail = progress_text(
+                parts = progress_parts(
                     event.rate_bytes_per_s,
                     event.eta_s,
                     attempt=event.attempt,
                     waiting_s=event.waiting_s,
                     retry_reason=event.retry_reason,
                 )
-                line += f", {detail}"
+                line += ", " + ", ".join(parts)
         print(f"lucebox: {line}", flush=True)
 
     return emit
@@ -578,12 +578,14 @@ def _transfer_progress(label: str) -> Callable[[TransferProgress], None]:
             bar.note(f"waiting for pid {event.waiting_for_pid} (fetching {event.name})")
             return
         fraction = event.fraction
-        detail = progress_text(
-            event.rate_bytes_per_s,
-            event.eta_s,
-            attempt=event.attempt,
-            waiting_s=event.waiting_s,
-            retry_reason=event.retry_reason,
+        detail = ", ".join(
+            progress_parts(
+                event.rate_bytes_per_s,
+                event.eta_s,
+                attempt=event.attempt,
+                waiting_s=event.waiting_s,
+                retry_reason=event.retry_reason,
+            )
         )
         state = f"waiting {event.attempt}" if event.waiting_s is not None else ""
         bar.update(int(fraction * 100) if fraction is not None else None, detail, state=state)

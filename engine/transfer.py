@@ -151,28 +151,29 @@ def duration_text(seconds: float) -> str:
     return f"{whole_s // 3600} h {whole_s % 3600 // 60:02d} min"
 
 
-def progress_text(
+def progress_parts(
     rate_bytes_per_s: float | None,
     eta_s: float | None,
     *,
     attempt: int = 1,
     waiting_s: float | None = None,
     retry_reason: str = "",
-) -> str:
-    """The detail of a download's progress line, the same in the CLI and the TUI.
+) -> tuple[str, ...]:
+    """The words of a download's progress, the same in the CLI (", ") and the TUI (" · ").
 
     "—" stands for a rate or ETA not known yet; a finished download (ETA 0) shows no ETA.
+    While waiting to retry: why, and when which attempt starts.
     """
     if waiting_s is not None:
-        return f"{retry_reason}; attempt {attempt} in {duration_text(waiting_s)}"
-    rate = rate_text(rate_bytes_per_s) if rate_bytes_per_s is not None else "— MiB/s"
-    parts = [rate]
+        return (retry_reason, f"attempt {attempt} in {duration_text(waiting_s)}")
+    parts = [rate_text(rate_bytes_per_s) if rate_bytes_per_s is not None else "— MiB/s"]
     if eta_s is None:
         parts.append("— left")
     elif eta_s > 0:
         parts.append(f"{duration_text(eta_s)} left")
-    text = ", ".join(parts)
-    return f"{text} (attempt {attempt})" if attempt > 1 else text
+    if attempt > 1:
+        parts.append(f"attempt {attempt}")
+    return tuple(parts)
 
 
 def sha256_file(path: Path, hasher: hashlib._Hash | None = None) -> str:

@@ -160,7 +160,7 @@ def test_the_pull_command_says_when_it_waits_and_which_attempt(hub_env, model_by
     assert any(
         f"the connection closed at {half} of" in line and "attempt 2 in" in line for line in lines
     )
-    assert any("HTTP 503 Service Unavailable; attempt 3 in 1 s" in line for line in lines)
+    assert any("HTTP 503 Service Unavailable, attempt 3 in 1 s" in line for line in lines)
     assert any(line.startswith("models pull [####################] 100%") for line in lines)
     assert not any(" 0 s left" in line for line in lines)
 
@@ -291,7 +291,7 @@ def test_slow_link_reports_an_honest_rate_and_eta(hub_env, model_bytes):
     assert unknown and known and middle.index(known[0]) == len(unknown)
     assert all(e.rate_bytes_per_s is None for e in unknown)
     assert all(0.5 * rate < (e.rate_bytes_per_s or 0) < 2 * rate for e in known)
-    texts = [transfer.progress_text(e.rate_bytes_per_s, e.eta_s) for e in middle]
+    texts = [", ".join(transfer.progress_parts(e.rate_bytes_per_s, e.eta_s)) for e in middle]
     assert texts[0] == "— MiB/s, — left"
     assert not any(" 0 s left" in text for text in texts)
     assert events[-1].eta_s == 0 and events[-1].done_bytes == len(model_bytes)

@@ -18,7 +18,7 @@ from lucebox.engine.transfer import (
     TransferRefusedError,
     download_file,
     duration_text,
-    progress_text,
+    progress_parts,
 )
 from tests.httpserver import Route, serve_files
 
@@ -149,13 +149,13 @@ def test_time_left_is_rounded_up_so_it_never_reads_zero(seconds, text):
     assert duration_text(seconds) == text
 
 
-def test_progress_text_says_what_is_not_known_and_when_it_retries():
-    assert progress_text(None, None) == "— MiB/s, — left"
-    assert progress_text(2**20, 0.2) == "1.0 MiB/s, 1 s left"
-    assert progress_text(2**20, 0.0) == "1.0 MiB/s"
-    assert progress_text(2**20, 30, attempt=3) == "1.0 MiB/s, 30 s left (attempt 3)"
-    waiting = progress_text(None, None, attempt=4, waiting_s=3.5, retry_reason="HTTP 503")
-    assert waiting == "HTTP 503; attempt 4 in 4 s"
+def test_progress_words_say_what_is_not_known_and_when_it_retries():
+    assert progress_parts(None, None) == ("— MiB/s", "— left")
+    assert progress_parts(2**20, 0.2) == ("1.0 MiB/s", "1 s left")
+    assert progress_parts(2**20, 0.0) == ("1.0 MiB/s",)
+    assert progress_parts(2**20, 30, attempt=3) == ("1.0 MiB/s", "30 s left", "attempt 3")
+    waiting = progress_parts(None, None, attempt=4, waiting_s=3.5, retry_reason="HTTP 503")
+    assert waiting == ("HTTP 503", "attempt 4 in 4 s")
 
 
 def test_backoff_doubles_up_to_its_cap():
