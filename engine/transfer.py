@@ -353,6 +353,9 @@ def _fetch_with_retries(
                 hint="free space on that disk (the partial is kept), then run the same command",
             ) from exc.cause
         except (OSError, http.client.HTTPException) as exc:
+            if cancel is not None and cancel.is_set():
+                # The cancel shut the connection down; over TLS that reads as an error.
+                raise _cancelled(name, partial) from exc
             cause = getattr(exc, "reason", None) or exc
             if isinstance(cause, ssl.SSLCertVerificationError):
                 raise TransferError(
@@ -377,8 +380,8 @@ def _fetch_with_retries(
         if idle_attempts >= policy.max_idle_attempts:
             total = f" of {size_bytes}" if size_bytes is not None else ""
             raise TransferError(
-                f"download of {name} gave up after {idle_attempts} attempts in a row brought "
-                f"no new byte (last: {reason}); {partial.offset}{total} bytes are on disk",
+                f"download of {name} gave up after {idle_attempts} attempts in a row without "
+                f"a new byte (last: {reason}); {partial.offset}{total} bytes are on disk",
                 hint=resume_hint,
             )
         wait_s = policy.backoff_s(idle_attempts)
@@ -388,6 +391,13 @@ def _fetch_with_retries(
         _wait_to_retry(
             wait_s, reason, attempt, partial.offset, size_bytes, name, on_progress, cancel
         )
+
+
+def _cancelled(name: str, partial: _Partial) -> CancelledByUserError:
+    return CancelledByUserError(
+        f"download of {name} cancelled; {partial.offset} bytes kept in {partial.path}",
+        hint="run the same command again to resume",
+    )
 
 
 def _wait_to_retry(
@@ -533,10 +543,7 @@ def _fetch(
         ):
             _receive(response, writer, partial, total, name, on_progress, cancel, attempt)
     if cancel is not None and cancel.is_set():
-        raise CancelledByUserError(
-            f"download of {name} cancelled; {partial.offset} bytes kept in {partial.path}",
-            hint="run the same command again to resume",
-        )
+        raise _cancelled(name, partial)
     if total is not None and partial.offset < total:
         raise _Retry(f"the connection closed at {partial.offset} of {total} bytes")
 

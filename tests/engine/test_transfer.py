@@ -82,7 +82,7 @@ def test_a_stalled_server_gives_up_with_a_clear_message(tmp_path):
     started = time.monotonic()
     with (
         serve_files({"/m": Route(BODY, stall_s=3)}) as server,
-        pytest.raises(TransferError, match=r"no new byte \(last: no data for 0.5 s\)"),
+        pytest.raises(TransferError, match=r"without a new byte \(last: no data for 0.5 s\)"),
     ):
         download_file(f"{server.base_url}/m", dest, sha256=SHA256, policy=FAST)
     assert 1.5 <= time.monotonic() - started < 2.9
