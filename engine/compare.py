@@ -5,9 +5,9 @@ named configuration is served by a real ``lucebox serve`` (the same pipeline and
 user's server) on a free loopback port, the workload runs against its URL, and the server is
 stopped through its own SIGTERM path before the next one starts, so no engine outlives it.
 
-A configuration says what differs from the planned launch: extra ``lucebox serve`` arguments,
-engine settings given as llama-server's ``LLAMA_ARG_*`` environment variables (which the
-engine reads and ``lucebox serve`` passes on), and fields added to every request.
+A configuration says what differs from the planned launch: ``lucebox serve`` options the one
+planner turns into the engine's flags (so a compared launch is a planned launch), and fields
+added to every request.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 from lucebox.engine import config
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.paths import Paths
-from lucebox.engine.service import ServeOptions, current_status
+from lucebox.engine.runstate import current_status
+from lucebox.engine.service import ServeOptions
 
 Result = TypeVar("Result")
 
@@ -39,8 +40,6 @@ class ServeConfig:
     name: str
     serve_args: tuple[str, ...] = ()
     """Arguments added to ``lucebox serve``."""
-    engine_env: tuple[tuple[str, str], ...] = ()
-    """Engine settings as llama-server environment variables (``LLAMA_ARG_*``)."""
     request_fields: tuple[tuple[str, Any], ...] = ()
     """Fields the workload adds to every request (e.g. ``cache_prompt: false``)."""
 
@@ -58,20 +57,19 @@ class Served:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-# What each side of a --compare axis changes. cache=off: no host-RAM prompt cache in the engine
-# and no prompt reuse per request (llama-server's `cache_prompt`).
+# What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
+# host-RAM prompt cache, no checkpoints or slot files, and no prompt reuse per request
+# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation.
 AXES: Mapping[str, Mapping[str, ServeConfig]] = {
     "cache": {
-        "on": ServeConfig("cache=on"),
+        "on": ServeConfig("cache=on", serve_args=("--cache", "agent")),
         "off": ServeConfig(
-            "cache=off",
-            engine_env=(("LLAMA_ARG_CACHE_RAM", "0"),),
-            request_fields=(("cache_prompt", False),),
+            "cache=off", serve_args=("--cache", "off"), request_fields=(("cache_prompt", False),)
         ),
     },
     "spec": {
-        "on": ServeConfig("spec=on", engine_env=(("LLAMA_ARG_SPEC_TYPE", "ngram-mod"),)),
-        "off": ServeConfig("spec=off", engine_env=(("LLAMA_ARG_SPEC_TYPE", "none"),)),
+        "on": ServeConfig("spec=on", serve_args=("--spec", "auto")),
+        "off": ServeConfig("spec=off", serve_args=("--spec", "off")),
     },
 }
 
@@ -133,22 +131,21 @@ class _ServeProcess:
             *ServeOptions(
                 preset=options.preset,
                 model=options.model,
+                draft=options.draft,
                 ctx=options.ctx,
-                gpu_index=options.gpu_index,
+                gpus=options.gpus,
                 allow_base=options.allow_base,
                 host="127.0.0.1",
                 port=self.port,
             ).to_args(),
             *serve.serve_args,
         ]
-        env = {**os.environ, **dict(serve.engine_env)}
         with self.log.open("w") as handle:
             self.proc = subprocess.Popen(
                 argv,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
                 start_new_session=True,
             )
         self.engine_pid: int | None = None
@@ -158,11 +155,11 @@ class _ServeProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             status = current_status(self.paths)
-            if status["pid"] == self.proc.pid:
-                self.engine_pid = status.get("engine_pid") or self.engine_pid
-                if status["state"] == "ready" and status["url"] == url:
+            if status.pid == self.proc.pid:
+                self.engine_pid = status.engine_pid or self.engine_pid
+                if status.state == "ready" and status.url == url:
                     return url
-                if status["state"] == "failed":
+                if status.state == "failed":
                     break
             if self.proc.poll() is not None:
                 break
@@ -203,9 +200,9 @@ def run_configs(
 ) -> list[tuple[ServeConfig, Result]]:
     """Serve each configuration in turn and run ``workload`` against it (blocking)."""
     running = current_status(paths)
-    if running["state"] != "stopped":
+    if running.state != "stopped":
         raise UsageError(
-            f"lucebox already serves {running['model']} at {running['url']}; "
+            f"lucebox already serves {running.model} at {running.url}; "
             "--compare starts its own servers",
             hint="stop it with `lucebox down`, or measure it with --url / without --compare",
         )
@@ -216,7 +213,7 @@ def run_configs(
         child = _ServeProcess(paths, options, serve)
         try:
             url = child.wait_ready(ready_timeout_s)
-            model = current_status(paths)["model"]
+            model = current_status(paths).model
             on_note(f"{serve.name}: ready at {url}")
             results.append((serve, workload(Served(url, model, api_key, serve))))
         finally:

@@ -33,6 +33,7 @@ from lucebox.engine.errors import (
     CancelledByUserError,
     ConfigError,
     GuardRefusal,
+    HashMismatchError,
     LuceboxError,
     UsageError,
 )
@@ -40,7 +41,6 @@ from lucebox.engine.guard import CheckResult, check_model, model_name, shard_nam
 from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import (
     CHUNK_BYTES,
-    DigestMismatchError,
     ProgressCallback,
     RetryPolicy,
     TransferError,
@@ -59,10 +59,6 @@ DISK_MARGIN_BYTES = 512 * 2**20
 
 class StoreError(LuceboxError):
     """A model cannot be pulled, found or removed."""
-
-
-class HashMismatchError(GuardRefusal):
-    """A file's bytes differ from the published sha256 (problem code ``hash-mismatch``)."""
 
 
 @dataclass(frozen=True)
@@ -442,8 +438,6 @@ def _bytes_to_fetch(dest: Path, size_bytes: int) -> int:
 
 def _hf_transfer_error(exc: TransferError, source: ModelSource, name: str) -> LuceboxError:
     """A failed download said in the Hub's terms, with what to do about it."""
-    if isinstance(exc, DigestMismatchError):
-        return HashMismatchError(exc.message, hint=exc.hint)
     if isinstance(exc, TransferRefusedError) and exc.status in (401, 403):
         return StoreError(
             f"the Hub refused the download of {name} from {source.repo_id} (HTTP {exc.status})",

@@ -48,7 +48,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from lucebox.engine.errors import CancelledByUserError, LuceboxError
+from lucebox.engine.errors import CancelledByUserError, HashMismatchError, LuceboxError
 from lucebox.engine.units import rate_text
 
 CHUNK_BYTES = 1024 * 1024
@@ -135,10 +135,6 @@ class TransferRefusedError(TransferError):
     def __init__(self, message: str, *, status: int, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.status = status
-
-
-class DigestMismatchError(TransferError):
-    """The bytes received differ from the published sha256; the bad partial was deleted."""
 
 
 def duration_text(seconds: float) -> str:
@@ -255,7 +251,7 @@ def download_file(
         actual = partial.digest.hexdigest()
         if actual != sha256.lower():
             part.unlink()
-            raise DigestMismatchError(
+            raise HashMismatchError(
                 f"{url} has sha256 {actual}, expected {sha256}; the bad file was deleted",
                 hint="the server sent different bytes than published: check the URL or try again",
             )

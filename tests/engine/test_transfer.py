@@ -12,6 +12,7 @@ import pytest
 import trustme
 
 from lucebox.engine import transfer
+from lucebox.engine.errors import HashMismatchError
 from lucebox.engine.transfer import (
     RetryPolicy,
     TransferError,
@@ -36,6 +37,18 @@ def test_a_server_that_ignores_range_gives_a_whole_file_not_a_doubled_one(tmp_pa
         assert server.requests == [("GET", "/m", "bytes=1000-")]
     assert dest.read_bytes() == BODY
     assert not dest.with_name("model.gguf.part").exists()
+
+
+def test_other_bytes_than_published_are_a_hash_mismatch_and_deleted(tmp_path):
+    dest = tmp_path / "engine.tar.gz"
+    with (
+        serve_files({"/e": Route(BODY[:-1] + b"x")}) as server,
+        pytest.raises(HashMismatchError, match=f"expected {SHA256}") as caught,
+    ):
+        download_file(f"{server.base_url}/e", dest, sha256=SHA256)
+    assert caught.value.exit_code == 3
+    assert not dest.exists() and not dest.with_name("engine.tar.gz.part").exists()
+    assert len(server.requests) == 1  # not retried
 
 
 def test_cuts_without_a_known_size_are_resumed_within_the_run(tmp_path):
