@@ -47,7 +47,15 @@ class StepEvent:
     fraction: float | None = None
     """0..1 of a download or build while it runs."""
     rate_bytes_per_s: float | None = None
+    """A download's rate over its latest seconds; None until known."""
     eta_s: float | None = None
+    """Seconds a download has left; None until a rate is known, 0 only at the end."""
+    attempt: int | None = None
+    """Which attempt of a download this is (or is next, while waiting), from 1."""
+    waiting_s: float | None = None
+    """Seconds until a download's next attempt, while it waits to retry."""
+    retry_reason: str = ""
+    """Why a download's last attempt stopped, while it waits to retry."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,9 @@ Emit = Callable[[StepEvent], None]
 
 def download_step(progress: TransferProgress) -> StepEvent:
     """A download's progress as the models step shows it."""
+    if progress.waiting_for_pid is not None:
+        message = f"waiting for pid {progress.waiting_for_pid} (fetching {progress.name})"
+        return StepEvent("models", "running", message)
     return StepEvent(
         "models",
         "running",
@@ -97,6 +108,9 @@ def download_step(progress: TransferProgress) -> StepEvent:
         progress.fraction,
         progress.rate_bytes_per_s,
         progress.eta_s,
+        progress.attempt,
+        progress.waiting_s,
+        progress.retry_reason,
     )
 
 

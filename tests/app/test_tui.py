@@ -22,12 +22,13 @@ from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
-from lucebox.engine import guard, store
+from lucebox.engine import guard, service, store
 from lucebox.engine.errors import CancelledByUserError, GuardRefusal, UsageError
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
-from lucebox.engine.transfer import TransferError
+from lucebox.engine.transfer import TransferError, TransferProgress
+from lucebox.engine.units import GIB
 from tests.app.scripted import (
     BASE_GEMMA,
     RTX_4090,
@@ -95,12 +96,56 @@ async def test_download_progress_shows_bar_rate_and_eta(backend):
         await wait_until(pilot, lambda: row.state == "running")
         await pilot.pause(0.1)
         assert row.query_one(".step-rate", Label).display
-        assert "40% · 48.5 MiB/s · 112 s left" in str(row.query_one(".step-rate", Label).render())
+        assert "40% · 48.5 MiB/s · 1 min 52 s left" in str(
+            row.query_one(".step-rate", Label).render()
+        )
         # Responsive while the blocking step runs: the log screen opens and closes.
         await pilot.press("l")
         assert app.screen.__class__.__name__ == "LogScreen"
         await pilot.press("escape")
         assert isinstance(app.screen, StartScreen)
+
+
+async def test_download_waits_show_the_reason_the_attempt_and_the_other_writer(backend):
+    retrying = TransferProgress(
+        "Qwen3-14B-Q4_K_M.gguf",
+        done_bytes=4 * GIB,
+        total_bytes=10 * GIB,
+        rate_bytes_per_s=None,
+        eta_s=None,
+        attempt=3,
+        waiting_s=3.5,
+        retry_reason="HTTP 503 Service Unavailable",
+    )
+    other_writer = TransferProgress(
+        "Qwen3-14B-Q4_K_M.gguf", 0, None, None, None, waiting_for_pid=4242
+    )
+    backend.steps = list(STEPS_DONE[:3])
+    backend.downloading = True
+    app = app_for(backend)
+    async with app.run_test(size=(120, 30)) as pilot:
+        preset = app.start_screen.query_one("#step-preset", StepRow)
+        await wait_until(pilot, lambda: preset.state == "done")
+        row = app.start_screen.query_one("#step-models", StepRow)
+        for progress, message, rate in [
+            (
+                other_writer,
+                "waiting for pid 4242 (fetching Qwen3-14B-Q4_K_M.gguf)",
+                None,
+            ),
+            (
+                retrying,
+                "downloading Qwen3-14B-Q4_K_M.gguf",
+                "40% · HTTP 503 Service Unavailable · attempt 3 in 4 s",
+            ),
+        ]:
+            row.show(service.download_step(progress))
+            await pilot.pause()
+            assert message in str(row.query_one(".step-message", Label).render())
+            shown = row.query_one(".step-rate", Label)
+            assert shown.display == (rate is not None)
+            if rate is not None:
+                assert rate in str(shown.render())
 
 
 async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend, tmp_path):
