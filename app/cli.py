@@ -8,17 +8,17 @@ unexpected error is one line plus the path of a log with the full traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from lucebox.app import servicecmd
+from lucebox.app.bench import add_bench_commands
+from lucebox.app.connect import add_connect_command
 from lucebox.engine import (
     build,
     config,
@@ -35,6 +35,7 @@ from lucebox.engine import (
     toolchain,
     units,
 )
+from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -45,6 +46,7 @@ from lucebox.engine.errors import (
     UsageError,
 )
 from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.units import gib_text, rate_text
 
 Handler = Callable[[argparse.Namespace, Paths], int]
 
@@ -226,9 +228,11 @@ def _print_launch_plan(launch_plan: planning.LaunchPlan) -> None:
     result = launch_plan.plan
     memory = result.memory_bytes
     print(f"{launch_plan.title} on {launch_plan.budget.device}")
+    for problem in launch_plan.problems:
+        print(f"  {problem.severity} {problem.code}: {problem.message}")
     for name, value in memory.to_json().items():
         why = result.reasons.get(name, "")
-        print(f"  {name:<13}{units.mib(value):>12}  {why}")
+        print(f"  {name:<13}{units.mib_text(value):>12}  {why}")
     print(
         f"  ctx {result.ctx}, KV {result.cache_type_k}/{result.cache_type_v}, "
         f"GPU layers {'all' if result.n_gpu_layers < 0 else result.n_gpu_layers}, "
@@ -259,7 +263,7 @@ def step_printer() -> Callable[[service.StepEvent], None]:
             printed_twentieths[event.message] = twentieth
             line += f": {event.fraction:.0%}"
             if event.rate_bytes_per_s is not None:
-                line += f" at {event.rate_bytes_per_s / 2**20:.1f} MiB/s"
+                line += f" at {rate_text(event.rate_bytes_per_s)}"
             if event.eta_s is not None:
                 line += f", {event.eta_s:.0f} s left"
         print(f"lucebox: {line}", flush=True)
@@ -278,8 +282,9 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
         return cmd_serve(args, paths)
     from lucebox.app.tui import make_app  # Textual loads only for the dashboard
 
-    result = make_app(paths, _serve_options(args)).run()
-    return result or EXIT_OK
+    app = make_app(paths, _serve_options(args))
+    app.run()
+    return EXIT_FAILURE if app.return_code is None else app.return_code
 
 
 def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -297,13 +302,15 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
         f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
         f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
     )
+    if status.get("webui_url"):
+        print(f"  chat in a browser: {status['webui_url']}")
     sample = status.get("sample") or {}
     if sample:
         decode = sample.get("decode_tokens_per_s")
         prefill = sample.get("prefill_tokens_per_s")
         print(
             f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
-            f"VRAM {(sample.get('vram_used_bytes') or 0) / 2**30:.2f} GiB"
+            f"VRAM {gib_text(sample.get('vram_used_bytes') or 0, 2)}"
         )
     return EXIT_OK
 
@@ -367,7 +374,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             }
         )
         return EXIT_OK
-    print(f"{budget.device}: {units.gib(budget.free_bytes)} free")
+    print(f"{budget.device}: {units.gib_text(budget.free_bytes)} free")
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (
@@ -396,8 +403,10 @@ def _print_check(result: guard.CheckResult) -> None:
         summary = (
             f"{info.architecture} {info.file_type_name or info.quantization or ''} "
             f"{info.size_label or ''}, ctx {info.context_length}, "
-            f"{info.weights_bytes / 2**30:.2f} GiB"
+            f"{gib_text(info.weights_bytes, 2)}"
         )
+        if info.has_mtp_layers:
+            summary += ", carries an MTP head (lucebox speculates with it: --spec mtp)"
         if result.speculative_type:
             summary += f", speculative type {result.speculative_type}"
     print(f"{result.verdict:<7} {result.path}  {summary}".rstrip())
@@ -440,7 +449,7 @@ def _record_line(record: store.ModelRecord) -> str:
     info = record.info
     what = f"{info.get('architecture', '?')} {info.get('file_type') or ''}".strip()
     return (
-        f"{record.name}  {record.size_bytes / 2**30:.2f} GiB  {what}  verified "
+        f"{record.name}  {gib_text(record.size_bytes, 2)}  {what}  verified "
         f"{record.verified_at}  ({record.source})"
     )
 
@@ -499,7 +508,7 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
             )
     deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
     freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
-    print(f"removed {record.name}; freed {freed / 2**30:.2f} GiB")
+    print(f"removed {record.name}; freed {gib_text(freed, 2)}")
     return EXIT_OK
 
 
@@ -538,9 +547,8 @@ def _transfer_progress(label: str) -> Callable[[Any], None]:
     def report(event: Any) -> None:
         fraction = event.fraction
         if fraction is not None:
-            rate_mib = event.rate_bytes_per_s / 2**20
             eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
-            bar.update(int(fraction * 100), f"{rate_mib:.1f} MiB/s{eta}")
+            bar.update(int(fraction * 100), f"{rate_text(event.rate_bytes_per_s)}{eta}")
 
     return report
 
@@ -595,7 +603,13 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
         print_json({**manifest.to_json(), "cached": cached, "elapsed_s": round(elapsed_s, 1)})
     else:
         print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
+        print(f"  web UI: {_webui_line(manifest)}")
     return EXIT_OK
+
+
+def _webui_line(engine: registry.EngineManifest) -> str:
+    answer = "yes" if engine.webui else "no"
+    return f"{answer} ({engine.webui_detail})" if engine.webui_detail else answer
 
 
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -619,6 +633,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
 
@@ -870,42 +885,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = command("bench", "measure the running server", lambda a, p: _print_help(bench))
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
-    replay = command(
-        "replay",
-        "replay a recorded transcript against the server",
-        not_available("bench replay", "the benchmark issue"),
-        bench_cmds,
-    )
-    replay.add_argument("transcript", metavar="TRANSCRIPT.jsonl", type=Path)
-    command(
-        "quick",
-        "a short fixed benchmark",
-        not_available("bench quick", "the benchmark issue"),
-        bench_cmds,
-    )
+    add_bench_commands(bench_cmds, command, positive_int)
+    add_connect_command(commands, command)
     return parser
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return 2
-
-
-def _crash_log(paths: Paths | None) -> Path:
-    """Write the current exception's traceback to a log file and return its path."""
-    text = traceback.format_exc()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if paths is not None:
-        with contextlib.suppress(OSError, LuceboxError):
-            target = paths.ensure(paths.logs_dir) / f"crash-{stamp}.log"
-            target.write_text(text, encoding="utf-8")
-            return target
-    import tempfile
-
-    fd, name = tempfile.mkstemp(prefix=f"lucebox-crash-{stamp}-", suffix=".log")
-    with open(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return Path(name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -923,7 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("lucebox: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        log = _crash_log(paths)
+        log = write_crash_log(paths, exc)
         print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
         return EXIT_FAILURE
 

@@ -14,12 +14,6 @@ line and never shows a traceback for these.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from lucebox.engine.guard import Problem
-
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -64,15 +58,11 @@ class GuardRefusal(LuceboxError):
     exit_code = EXIT_REFUSED
 
     def __init__(
-        self, message: str, *, hint: str | None = None, problems: Sequence[Problem] = ()
+        self, message: str, *, hint: str | None = None, problem_codes: tuple[str, ...] = ()
     ) -> None:
         super().__init__(message, hint=hint)
-        self.problems = tuple(problems)
-        """The model check's problems behind a refused file (front ends decide on codes)."""
-
-    @property
-    def problem_codes(self) -> tuple[str, ...]:
-        return tuple(p.code for p in self.problems)
+        self.problem_codes = problem_codes
+        """The model check's codes of the errors that refused (DESIGN.md's stable strings)."""
 
 
 class NotAvailableError(LuceboxError):

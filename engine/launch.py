@@ -96,5 +96,10 @@ def server_argv(spec: LaunchSpec) -> list[str]:
 
 
 def url_of(spec: LaunchSpec) -> str:
-    host = "127.0.0.1" if spec.host in ("0.0.0.0", "") else spec.host
-    return f"http://{host}:{spec.port}"
+    return url_of_address(spec.host, spec.port)
+
+
+def url_of_address(host: str, port: int) -> str:
+    """The URL a client on this machine uses for a server bound to ``host:port``."""
+    client_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return f"http://{client_host}:{port}"

@@ -27,6 +27,7 @@ from lucebox.engine.errors import GuardRefusal, UsageError
 from lucebox.engine.gguf import ModelInfo
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.guard import CheckResult, Problem, check_model, check_pair
+from lucebox.engine.guard import refusal as refusal_of
 from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
@@ -271,11 +272,7 @@ def _target_file(
     elif preset is not None:
         facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
     else:
-        raise GuardRefusal(
-            f"{path.name} was refused by the model check",
-            hint=f"run `lucebox models check {path}`",
-            problems=check.problems,
-        )
+        raise refusal_of(check)
     return ModelFile(source, path, True, facts, check)
 
 
@@ -316,7 +313,7 @@ class PlanRefusal(GuardRefusal):
     """A launch plan that must not start; carries the plan so `plan` can still print it."""
 
     def __init__(self, launch: LaunchPlan, refusal: GuardRefusal) -> None:
-        super().__init__(refusal.message, hint=refusal.hint, problems=refusal.problems)
+        super().__init__(refusal.message, hint=refusal.hint, problem_codes=refusal.problem_codes)
         self.launch = launch
 
 
@@ -600,11 +597,7 @@ def _speculation(
 
 def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
     if target.check is not None and not target.check.usable:
-        return GuardRefusal(
-            f"{target.path.name} was refused by the model check",
-            hint=f"run `lucebox models check {target.path}` to see why",
-            problems=target.check.problems,
-        )
+        return refusal_of(target.check)
     if not memory.fits:
         reason = memory.reasons.get("ctx") or memory.reasons.get("fits", "")
         return GuardRefusal(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from lucebox.engine import config, gpu, planning, registry, store, toolchain
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
 from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
@@ -91,7 +91,7 @@ class Prepared:
         return self.launch.engine.version
 
     @property
-    def available_bytes(self) -> int:
+    def vram_free_bytes(self) -> int:
         return self.launch.budget.free_bytes
 
 
@@ -142,6 +142,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
             "uptime_s": 0,
             "restarts": 0,
             "sample": None,
+            "webui_url": None,
         }
     return {
         "state": state["state"],
@@ -153,6 +154,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
         "sample": state.get("sample"),
         "engine_pid": state.get("engine_pid"),
         "log": state.get("log"),
+        "webui_url": state.get("webui_url"),
     }
 
 
@@ -205,20 +207,25 @@ class ServeLock:
         self.handle.close()
 
 
-def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
-    def report(event: TransferProgress) -> None:
-        emit(
-            StepEvent(
-                "models",
-                "running",
-                f"downloading {event.name}",
-                event.fraction,
-                event.rate_bytes_per_s,
-                event.eta_s,
-            )
-        )
+def download_step(progress: TransferProgress) -> StepEvent:
+    """A download's progress as the models step shows it."""
+    return StepEvent(
+        "models",
+        "running",
+        f"downloading {progress.name}",
+        progress.fraction,
+        progress.rate_bytes_per_s,
+        progress.eta_s,
+    )
 
-    return report
+
+def problem_note(problem: guard.Problem) -> StepEvent:
+    """A problem the model check found, as a note under the models step."""
+    return StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}")
+
+
+def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
+    return lambda progress: emit(download_step(progress))
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
@@ -291,7 +298,7 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
         preset=preset,
     )
     for problem in launch.problems:
-        emit(StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}"))
+        emit(problem_note(problem))
     if launch.refusal is not None:
         raise planning.PlanRefusal(launch, launch.refusal)
     emit(
@@ -394,6 +401,7 @@ async def run_server(
         "engine_pid": None,
         "sample": None,
         "log": str(engine_log(paths)),
+        "webui_url": webui.served_url(spec.server_path, spec.host, spec.port),
     }
 
     def save() -> None:

@@ -55,7 +55,9 @@ def test_wheel_and_sdist_carry_the_package_data(dist):
     assert {
         "lucebox/engine/pin.toml",
         "lucebox/app/cli.py",
-        "lucebox/app/lucebox.tcss",
+        "lucebox/app/tui/lucebox.tcss",
+        "lucebox/app/tui/app.py",
+        "lucebox/engine/pin_capabilities.json",
         "lucebox/assets/lucebox.desktop",
         "lucebox/assets/lucebox.svg",
         "lucebox/systemd_units/lucebox-user.service.in",
