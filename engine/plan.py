@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.gguf import ModelInfo
+from lucebox.engine.units import GIB, MIB
 
-MIB = 1024**2
-GIB = 1024**3
 CTX_PAD = 256
 N_UBATCH = 512
 MIN_CTX = 2048
@@ -73,13 +72,36 @@ class ModelFacts:
 
 
 @dataclass(frozen=True)
+class DeviceBudget:
+    """One GPU of a budget: its NVML index, name and memory."""
+
+    index: int
+    name: str
+    vram_total_bytes: int
+    vram_free_bytes: int
+
+    @property
+    def label(self) -> str:
+        """How plans name it: ``GPU 0: NVIDIA GeForce RTX 4090``, or a hypothetical card."""
+        return self.name if self.name.startswith("a ") else f"GPU {self.index}: {self.name}"
+
+
+@dataclass(frozen=True)
 class GpuBudget:
-    """Memory the plan may use: a GPU's free VRAM, or RAM for a CPU-only plan."""
+    """Memory the plan may use: GPUs' free VRAM (summed), or RAM for a CPU-only plan."""
 
     device: str
-    total_bytes: int
-    free_bytes: int
+    vram_total_bytes: int
+    vram_free_bytes: int
     is_gpu: bool
+    host_total_bytes: int = 0
+    """System RAM of this PC: the engine's host-RAM prompt cache lives there."""
+    devices: tuple[DeviceBudget, ...] = ()
+    """The GPUs behind the sums, when there are several (one GPU needs no split)."""
+
+    @property
+    def device_count(self) -> int:
+        return max(1, len(self.devices)) if self.is_gpu else 1
 
 
 @dataclass(frozen=True)
@@ -92,6 +114,16 @@ class PlanRequest:
     parallel: int = 1
     kv_types: tuple[str, ...] = KV_PAIRS
     """KV types the engine has; the planner only picks from these and KV_PAIRS."""
+    ctx_cap: int | None = None
+    """An upper bound the planner must stay under without the user asking for a context
+    (after an out-of-memory start); the user's ``ctx`` is never capped."""
+    swa_full: bool = False
+    """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
+    prompt_cache: bool = True
+    """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
+    checkpoints: bool = False
+    """Hybrid (recurrent) models: keep context checkpoints close together so a growing
+    agent prompt resumes from a recent one instead of re-reading the whole prompt."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +135,19 @@ class MemoryBytes:
     cuda_context: int
     reserve: int
     available: int
+    prompt_cache: int = 0
+    """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
+    plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
+    checkpoints: int = 0
+    """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
+    prompt_cache_in_total: bool = False
 
     @property
     def total(self) -> int:
         """What the engine will use (nvidia-smi's view); the reserve stays free."""
-        return self.weights + self.kv + self.draft + self.compute + self.cuda_context
+        engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
+        host = self.prompt_cache + self.checkpoints
+        return engine + (host if self.prompt_cache_in_total else 0)
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -116,6 +156,8 @@ class MemoryBytes:
             "draft": self.draft,
             "compute": self.compute,
             "cuda_context": self.cuda_context,
+            "prompt_cache": self.prompt_cache,
+            "checkpoints": self.checkpoints,
             "reserve": self.reserve,
             "total": self.total,
             "available": self.available,
@@ -136,6 +178,16 @@ class Plan:
     reasons: dict[str, str] = field(default_factory=dict)
     largest_ctx: int = 0
     """The largest context that fits with these types (for a refusal)."""
+    swa_full: bool = False
+    cache_ram_mib: int | None = None
+    """The host-RAM prompt cache the engine gets; 0 turns it off."""
+    context_checkpoints: int | None = None
+    device_bytes: tuple[tuple[str, int], ...] = ()
+    """What the engine will use on each GPU (name, bytes); their sum is ``total``."""
+    tensor_split: tuple[float, ...] = ()
+    """Share of the layers per GPU when the model is spread over several."""
+    main_gpu: int = 0
+    """Position (among the GPUs the engine sees) of the one holding the output and scratch."""
 
     def server_flags(self) -> list[str]:
         """The llama-server flags this plan decides (model paths are added by launch)."""
@@ -157,6 +209,21 @@ class Plan:
         ]
         if self.n_cpu_moe:
             flags += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        if self.swa_full:
+            flags.append("--swa-full")
+        if self.cache_ram_mib is not None:
+            flags += ["--cache-ram", str(self.cache_ram_mib)]
+        if self.context_checkpoints is not None:
+            flags += ["--ctx-checkpoints", str(self.context_checkpoints)]
+        if self.tensor_split:
+            flags += [
+                "--split-mode",
+                "layer",
+                "--tensor-split",
+                ",".join(f"{share:g}" for share in self.tensor_split),
+                "--main-gpu",
+                str(self.main_gpu),
+            ]
         return flags
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +238,10 @@ class Plan:
             "memory_bytes": self.memory_bytes.to_json(),
             "kvflash_pool_tokens": self.kvflash_pool_tokens,
             "largest_ctx": self.largest_ctx,
+            "swa_full": self.swa_full,
+            "cache_ram_mib": self.cache_ram_mib,
+            "tensor_split": list(self.tensor_split),
+            "main_gpu": self.main_gpu,
             "reasons": dict(self.reasons),
         }
 
@@ -282,13 +353,17 @@ def pad_ctx(ctx: int) -> int:
     return -(-ctx // CTX_PAD) * CTX_PAD
 
 
-def kv_bytes(facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1) -> int:
+def kv_bytes(
+    facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1, swa_full: bool = False
+) -> int:
     """KV cache bytes at ``ctx`` (unified cache across ``parallel`` slots)."""
     per_elem = KV_TYPE_BYTES[kv_type]
     cells = pad_ctx(ctx)
     swa_cells = 0
     if facts.swa_kv_elems_per_token:
-        swa_cells = pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
+        swa_cells = (
+            cells if swa_full else pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
+        )
     elems = facts.full_kv_elems_per_token * cells + facts.swa_kv_elems_per_token * swa_cells
     return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
 
@@ -321,20 +396,30 @@ def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max
 
 
 def _reserve(budget: GpuBudget) -> int:
-    return max(RESERVE_MIN_BYTES, int(budget.free_bytes * RESERVE_FRACTION))
+    if len(budget.devices) > 1:
+        return sum(
+            max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+            for d in budget.devices
+        )
+    return max(RESERVE_MIN_BYTES, int(budget.vram_free_bytes * RESERVE_FRACTION))
 
 
-def _largest_ctx(
-    room: int, facts: ModelFacts, kv_type: str, parallel: int, draft: ModelFacts | None
-) -> int:
-    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``."""
+def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
+    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``.
+
+    The draft's KV cache has the target's type (``-ctkd/-ctvd`` say so on the command line):
+    an f16 draft cache next to a quantized target cache would spend the memory the
+    quantization saved.
+    """
+    facts, draft, parallel = request.target, request.draft, request.parallel
     lo, hi = 0, pad_ctx(facts.native_ctx) // CTX_PAD
     while lo < hi:
         mid = (lo + hi + 1) // 2
         ctx = mid * CTX_PAD
-        need = kv_bytes(facts, ctx, kv_type, parallel) + compute_bytes(facts, ctx, kv_type)
+        need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
+        need += compute_bytes(facts, ctx, kv_type) * request.budget.device_count
         if draft is not None:
-            need += kv_bytes(draft, ctx, "f16", parallel) + compute_bytes(draft, ctx)
+            need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
         if need <= room:
             lo = mid
         else:
@@ -342,41 +427,71 @@ def _largest_ctx(
     return min(lo * CTX_PAD, facts.native_ctx)
 
 
+CONTEXT_CHECKPOINTS = 8
+"""Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
+the whole recurrent state (about 150 MiB on a 27B hybrid) in host RAM."""
+PROMPT_CACHE_MAX_BYTES = 8192 * MIB
+"""The engine's own default for ``--cache-ram``."""
+PROMPT_CACHE_RAM_SHARE = 4
+"""At most a quarter of the PC's RAM goes to the prompt cache: on a GPU it competes with the
+rest of the PC, on a CPU with the model itself. Total RAM, not free RAM, so the same launch
+plans the same way from one minute to the next."""
+
+
+def prompt_cache_bytes(budget: GpuBudget) -> int:
+    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM."""
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
+    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE) // MIB * MIB
+
+
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
     reasons: dict[str, str] = {}
     reserve = _reserve(budget)
-    cuda_context = CUDA_CONTEXT_BYTES if budget.is_gpu else 0
-    available = budget.free_bytes
+    cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
+    available = budget.vram_free_bytes
+    prompt_cache = prompt_cache_bytes(budget) if request.prompt_cache else 0
     draft_weights = draft.weights_bytes if draft else 0
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident - draft_weights
+    checkpoints = (
+        CONTEXT_CHECKPOINTS * target.recurrent_state_bytes * request.parallel
+        if request.checkpoints
+        else 0
+    )
+    if not budget.is_gpu:
+        room_after_weights -= prompt_cache + checkpoints
     reasons["reserve"] = (
         f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
-        f"{RESERVE_FRACTION:.1%} of the {budget.free_bytes / GIB:.1f} GiB free)"
+        f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
     )
     reasons["weights"] = (
         f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
         f"{'GGUF header' if target.source == 'header' else 'preset'}"
     )
     if cuda_context:
-        reasons["cuda_context"] = f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+        reasons["cuda_context"] = (
+            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
+        )
+    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
+    if request.checkpoints:
+        reasons["checkpoints"] = (
+            f"{checkpoints / MIB:.0f} MiB host RAM: up to {CONTEXT_CHECKPOINTS} checkpoints of "
+            "the recurrent state (the engine takes one near the end of each prompt), so a "
+            "hybrid model resumes an agent's growing prompt instead of re-reading it"
+        )
 
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
     n_gpu_layers = -1 if budget.is_gpu else 0
     n_cpu_moe = 0
-    largest = {
-        t: _largest_ctx(room_after_weights, target, t, request.parallel, draft) for t in kv_choices
-    }
+    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
     min_ctx = min(MIN_CTX, target.native_ctx)
     if max(largest.values()) < min_ctx and budget.is_gpu:
         n_gpu_layers, n_cpu_moe, offloaded = _offload(request, reserve + cuda_context, min_ctx)
         room_after_weights += offloaded
-        largest = {
-            t: _largest_ctx(room_after_weights, target, t, request.parallel, draft)
-            for t in kv_choices
-        }
+        largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
         reasons["n_gpu_layers"] = f"the weights do not fit with a {min_ctx}-token context: " + (
             f"{n_cpu_moe} layers' experts stay on the CPU"
             if n_cpu_moe
@@ -413,21 +528,39 @@ def make_plan(request: PlanRequest) -> Plan:
             if ctx_fit >= target.native_ctx
             else "the largest that fits"
         )
+        if request.ctx_cap is not None and ctx > request.ctx_cap:
+            ctx = request.ctx_cap // CTX_PAD * CTX_PAD
+            fits = fits and ctx >= min_ctx
+            why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
         reasons["ctx"] = f"{ctx} tokens: {why}"
     reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
     if not fits and "ctx" not in reasons:
         reasons["fits"] = "the model does not fit even with a 2048-token context"
     used_ctx = max(ctx, CTX_PAD)
-    kv = kv_bytes(target, used_ctx, kv_type, request.parallel)
+    kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
+    if request.swa_full:
+        reasons["swa_full"] = (
+            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
+            "prompt is reused instead of re-read; counted in kv"
+        )
+    elif target.swa_kv_elems_per_token and request.prompt_cache:
+        reasons["swa_full"] = (
+            f"no --swa-full: keeping the whole context in the sliding-window layers would "
+            f"leave less than {min(request.ctx or ENOUGH_CTX, target.native_ctx)} tokens; "
+            "a cached prompt is re-read past the window"
+        )
     draft_total = 0
     if draft is not None:
         draft_total = (
             draft.weights_bytes
-            + kv_bytes(draft, used_ctx, "f16", request.parallel)
-            + compute_bytes(draft, used_ctx)
+            + kv_bytes(draft, used_ctx, kv_type, request.parallel)
+            + compute_bytes(draft, used_ctx, kv_type)
         )
-        reasons["draft"] = f"{draft.name}: weights, f16 KV at the same context, compute"
-    compute = compute_bytes(target, used_ctx, kv_type)
+        reasons["draft"] = (
+            f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
+            f"same context (as the target's), compute"
+        )
+    compute = compute_bytes(target, used_ctx, kv_type) * budget.device_count
     memory = MemoryBytes(
         weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
         kv=kv,
@@ -436,6 +569,9 @@ def make_plan(request: PlanRequest) -> Plan:
         cuda_context=cuda_context,
         reserve=reserve,
         available=available,
+        prompt_cache=prompt_cache,
+        checkpoints=checkpoints,
+        prompt_cache_in_total=not budget.is_gpu,
     )
     kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
     pool = kvflash_pool(
@@ -444,6 +580,13 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["kvflash_pool"] = (
         f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
     )
+    split, main_gpu, per_device = _split(budget, memory, reserve)
+    if split:
+        reasons["split"] = (
+            f"layers spread over {len(split)} GPUs in proportion to what each has free after "
+            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); GPU "
+            f"{budget.devices[main_gpu].index} holds the output and the compute buffer"
+        )
     return Plan(
         fits=fits,
         ctx=ctx,
@@ -456,6 +599,53 @@ def make_plan(request: PlanRequest) -> Plan:
         kvflash_pool_tokens=pool,
         reasons=reasons,
         largest_ctx=ctx_fit,
+        swa_full=request.swa_full,
+        cache_ram_mib=prompt_cache // MIB,
+        context_checkpoints=CONTEXT_CHECKPOINTS if request.checkpoints else None,
+        device_bytes=per_device,
+        tensor_split=split,
+        main_gpu=main_gpu,
+    )
+
+
+def _split(
+    budget: GpuBudget, memory: MemoryBytes, reserve: int
+) -> tuple[tuple[float, ...], int, tuple[tuple[str, int], ...]]:
+    """Layer shares per GPU in proportion to each one's room, and each GPU's total."""
+    if len(budget.devices) < 2 or not budget.is_gpu:
+        return (), 0, ((budget.device, memory.total),)
+    count = len(budget.devices)
+    per_device_fixed = CUDA_CONTEXT_BYTES + memory.compute // count
+    rooms = [
+        max(
+            0, d.vram_free_bytes - max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+        )
+        - per_device_fixed
+        for d in budget.devices
+    ]
+    total_room = max(sum(rooms), 1)
+    shares = tuple(round(max(r, 0) / total_room, 3) for r in rooms)
+    spread = memory.weights + memory.kv + memory.draft
+    per_device = tuple(
+        (d.label, per_device_fixed + int(spread * r / total_room))
+        for d, r in zip(budget.devices, rooms, strict=True)
+    )
+    main = max(range(count), key=lambda i: rooms[i])
+    return shares, main, per_device
+
+
+def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
+    if not request.prompt_cache:
+        return "no host-RAM prompt cache (--cache-ram 0): every prompt is processed anew"
+    where = (
+        "host RAM beside the GPU, not counted in VRAM"
+        if request.budget.is_gpu
+        else "the same RAM as the model, counted in total"
+    )
+    return (
+        f"{prompt_cache / MIB:.0f} MiB host-RAM prompt cache (--cache-ram): the engine's "
+        f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
+        f"PC's RAM; {where}"
     )
 
 
@@ -482,7 +672,7 @@ def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, in
         + compute_bytes(target, min_ctx)
         + overhead
         + target.weights_bytes
-        - request.budget.free_bytes
+        - request.budget.vram_free_bytes
     )
     if target.expert_bytes:
         per_layer = target.expert_bytes // max(target.n_layer, 1)

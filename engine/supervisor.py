@@ -220,9 +220,9 @@ class Supervisor:
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
                 process = await asyncio.create_subprocess_exec(
                     *argv,
+                    env={**os.environ, **server_env(self.spec)},
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
-                    env={**os.environ, **server_env(self.spec)},
                     start_new_session=True,
                     preexec_fn=_die_with_parent,
                 )

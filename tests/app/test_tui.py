@@ -2,39 +2,46 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-import threading
+import time
+from pathlib import Path
 
 import pytest
 from rich.style import Style
 from textual.widgets import Button, DataTable, Input, Label, Static
+from textual.worker import WorkerState
 
-from lucebox.app.tui import (
-    Backend,
-    ChatPanel,
-    DashboardScreen,
-    LogTail,
-    LuceboxApp,
-    QuitModal,
-    StartScreen,
-    StepRow,
-    Trend,
-    log_style,
-    per_cell,
-)
-from lucebox.engine.errors import GuardRefusal
+from lucebox.app.tui.app import LuceboxApp
+from lucebox.app.tui.backend import Backend
+from lucebox.app.tui.messages import StepChanged
+from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.screens.start import StartScreen
+from lucebox.app.tui.widgets.chat import ChatPanel
+from lucebox.app.tui.widgets.log import LogTail, log_style
+from lucebox.app.tui.widgets.steps import StepRow
+from lucebox.app.tui.widgets.trend import Trend, per_cell
+from lucebox.engine import guard, store
+from lucebox.engine.errors import CancelledByUserError, GuardRefusal, UsageError
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
+from lucebox.engine.transfer import TransferError
 from tests.app.scripted import (
+    BASE_GEMMA,
     RTX_4090,
+    STEPS_DONE,
     STEPS_DOWNLOADING,
     ScriptedBackend,
     preset_table_shown,
+    refused_by_the_model_check,
     samples,
     wait_until,
 )
 from tests.conftest import alive
+from tests.ggufgen import write_llama
+from tests.hubserver import HubFile, serve_hub
 from tests.ports import free_port
 from tests.realmodels import engine_home
 
@@ -81,33 +88,26 @@ async def test_pipeline_steps_then_dashboard_with_samples(backend):
 
 async def test_download_progress_shows_bar_rate_and_eta(backend):
     backend.steps = list(STEPS_DOWNLOADING)
-    backend.hold = threading.Event()
+    backend.downloading = True
     app = app_for(backend)
-    try:
-        async with app.run_test(size=(120, 30)) as pilot:
-            row = app.start_screen.query_one("#step-models", StepRow)
-            await wait_until(pilot, lambda: row.state == "running")
-            await pilot.pause(0.1)
-            assert row.query_one(".step-rate", Label).display
-            assert "40% · 48.5 MiB/s · 112 s left" in str(
-                row.query_one(".step-rate", Label).render()
-            )
-            # Responsive while the blocking step runs: the log screen opens and closes.
-            await pilot.press("l")
-            assert app.screen.__class__.__name__ == "LogScreen"
-            await pilot.press("escape")
-            assert isinstance(app.screen, StartScreen)
-    finally:
-        backend.hold.set()
+    async with app.run_test(size=(120, 30)) as pilot:
+        row = app.start_screen.query_one("#step-models", StepRow)
+        await wait_until(pilot, lambda: row.state == "running")
+        await pilot.pause(0.1)
+        assert row.query_one(".step-rate", Label).display
+        assert "40% · 48.5 MiB/s · 112 s left" in str(row.query_one(".step-rate", Label).render())
+        # Responsive while the blocking step runs: the log screen opens and closes.
+        await pilot.press("l")
+        assert app.screen.__class__.__name__ == "LogScreen"
+        await pilot.press("escape")
+        assert isinstance(app.screen, StartScreen)
 
 
-async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend):
-    backend.failures = [
-        GuardRefusal(
-            "model.gguf was refused by the model check: base-model",
-            hint="pass --allow-base to serve a base model on purpose",
-        )
-    ]
+async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend, tmp_path):
+    notes, refusal = refused_by_the_model_check(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
+    assert refusal.problem_codes == ("base-model",)
+    backend.steps = [*STEPS_DONE[:4], *notes]
+    backend.failures = [refusal]
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
         failure = app.start_screen.query_one("#failure")
@@ -115,11 +115,27 @@ async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend)
         assert "refused by the model check" in str(
             app.start_screen.query_one("#failure-message", Static).render()
         )
+        assert "base-model" in str(app.start_screen.query_one("#notes", Static).render())
         assert app.start_screen.query_one("#allow-base", Button).display
         # Pressed through the button itself: a click could land before the panel is laid out.
         app.start_screen.query_one("#allow-base", Button).press()
         await wait_until(pilot, lambda: on_dashboard(app))
     assert [o.allow_base for o in backend.options_seen] == [False, True]
+
+
+async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(backend, tmp_path):
+    # A base model cut short: allowing base models would not make it servable.
+    model = write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
+    with model.open("r+b") as handle:
+        handle.truncate(model.stat().st_size - 4096)
+    checked = guard.check_model(model)
+    assert {p.code for p in checked.problems} == {"base-model", "truncated"}
+    backend.failures = [guard.refusal(checked)]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        failure = app.start_screen.query_one("#failure")
+        await wait_until(pilot, lambda: failure.display)
+        assert not app.start_screen.query_one("#allow-base", Button).display
 
 
 async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
@@ -161,12 +177,12 @@ async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
         assert table.row_count >= 6
         ids = [str(key.value) for key in table.rows]
         assert "smoke" in ids
-        # Without a GPU the smoke test is the one that fits, and the cursor starts on it.
-        assert ids[table.cursor_row] == "smoke"
+        # Without a GPU the CPU default (an instruct model) is chosen, and the cursor starts on it.
+        assert ids[table.cursor_row] == "smollm2"
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_dashboard(app))
-    assert backend.chosen == ["smoke"]
-    assert backend.options_seen[0].preset == "smoke"
+    assert backend.chosen == ["smollm2"]
+    assert backend.options_seen[0].preset == "smollm2"
 
 
 async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend):
@@ -211,8 +227,6 @@ def test_no_color_is_respected(backend, monkeypatch):
 
 
 def test_step_event_progress_messages_merge():
-    from lucebox.app.tui import StepChanged
-
     first = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.1))
     newer = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.2))
     done = StepChanged(StepEvent("models", "done", "x"))
@@ -325,3 +339,153 @@ def test_log_levels_are_read_after_the_engines_timestamp():
     assert log_style(error) == Style(color="red", bold=True)
     assert log_style(info) == log_style("Every word here is plain")
     assert log_style("# lucebox: ready").dim
+
+
+def failure_shown(app: LuceboxApp) -> bool:
+    return bool(app.start_screen.query_one("#failure").display)
+
+
+def failure_text(app: LuceboxApp) -> tuple[str, str]:
+    screen = app.start_screen
+    message = str(screen.query_one("#failure-message", Static).render())
+    return message, str(screen.query_one("#failure-hint", Static).render())
+
+
+def crash_log_in(hint: str) -> Path:
+    (path,) = (word for word in hint.split() if word.endswith(".log"))
+    return Path(path)
+
+
+async def test_an_unexpected_error_in_the_pipeline_shows_the_crash_log(backend):
+    backend.steps = STEPS_DONE[:4]
+    backend.failures = [RuntimeError("a bug in the engine step")]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert app.start_screen.query_one("#step-models", StepRow).state == "failed"
+        assert not any(row.state == "running" for row in app.start_screen.query(StepRow))
+        message, hint = failure_text(app)
+        assert "a bug in the engine step" in message
+        log = crash_log_in(hint)
+        assert "RuntimeError: a bug in the engine step" in log.read_text()
+        assert "Traceback" in log.read_text()
+        await pilot.press("r")
+        await wait_until(pilot, lambda: on_dashboard(app))
+
+
+async def test_an_unexpected_error_in_the_server_worker_shows_the_crash_log(backend):
+    backend.server_failure = KeyError("slots")
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert isinstance(app.screen, StartScreen)
+        assert app.start_screen.query_one("#step-server", StepRow).state == "failed"
+        message, hint = failure_text(app)
+        assert "KeyError" in message
+        assert "KeyError: 'slots'" in crash_log_in(hint).read_text()
+        assert app.supervisor is not None and app.supervisor.stop_requested
+
+
+async def test_an_unexpected_error_in_the_chat_shows_the_crash_log(backend, monkeypatch):
+    def broken_stream(*args, **kwargs):
+        raise TypeError("a bug in the chat")
+
+    # A fault the real client does not make on demand: the chat's own code failing.
+    monkeypatch.setattr("lucebox.app.tui.widgets.chat.stream_chat", broken_stream)
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("c", *"hi", "enter")
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert isinstance(app.screen, StartScreen)
+        message, hint = failure_text(app)
+        assert "a bug in the chat" in message
+        assert "TypeError: a bug in the chat" in crash_log_in(hint).read_text()
+
+
+async def test_an_error_planning_the_preset_table_shows_on_the_preset_step(backend):
+    backend.preset_table_failure = GuardRefusal("no preset can be planned", hint="see why")
+    app = app_for(backend, ServeOptions())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert app.start_screen.query_one("#step-preset", StepRow).state == "failed"
+        assert failure_text(app) == ("no preset can be planned", "see why")
+
+
+@pytest.mark.parametrize(
+    ("failure", "exit_code"),
+    [
+        (GuardRefusal("x.gguf was refused by the model check"), 3),
+        (UsageError("no preset named 'nope'"), 2),
+        (TransferError("the download stopped"), 1),
+        (RuntimeError("a bug"), 1),
+    ],
+)
+async def test_quitting_after_a_failure_exits_with_its_code(backend, failure, exit_code):
+    backend.failures = [failure]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        await pilot.press("q")
+    assert app.return_code == exit_code
+
+
+async def test_quitting_after_the_server_gave_up_exits_1(backend):
+    backend.server_events = [ServerEvent("gave-up", "gave up after 5 crashes in 600 s", 1)]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        await pilot.press("q")
+    assert app.return_code == 1
+
+
+async def test_quitting_after_a_retry_that_worked_exits_0(backend):
+    backend.failures = [GuardRefusal("x.gguf was refused by the model check")]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        await pilot.press("r")
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
+        await pilot.press("s")
+    assert app.return_code == 0
+
+
+async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the_partial(
+    tmp_path, monkeypatch
+):
+    """The real pipeline pulling from a slow local Hub: q ends the download, not waits for it."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    body = bytes(range(256)) * (32 * 1024)  # 8 MiB at 512 KiB/s: 16 s, far longer than the test
+    with serve_hub() as hub:
+        hub.add("acme/big", "big-instruct.gguf", HubFile(body, bytes_per_s=512 * 1024))
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        paths = resolve_paths(dict(os.environ))
+        app = LuceboxApp(Backend(paths), ServeOptions(model="hf:acme/big/big-instruct.gguf"))
+        partial = store._files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
+        async with app.run_test(size=(100, 30)) as pilot:
+            row = app.start_screen.query_one("#step-models", StepRow)
+            await wait_until(
+                pilot,
+                lambda: (
+                    "downloading" in str(row.query_one(".step-message", Label).render())
+                    and partial.exists()
+                    and partial.stat().st_size > 0
+                ),
+                timeout_s=30,
+            )
+            (pipeline,) = (w for w in app.workers if w.group == "pipeline")
+            quit_at = time.monotonic()
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.return_code is not None, timeout_s=5)
+        stopped_s = time.monotonic() - quit_at
+        kept = partial.stat().st_size
+        await asyncio.sleep(0.3)
+        assert partial.stat().st_size == kept
+    assert stopped_s < 1.0
+    # The download's thread ended with the cancel, so nothing keeps the process alive.
+    assert pipeline.state == WorkerState.ERROR
+    assert isinstance(pipeline.error, CancelledByUserError)
+    assert 0 < kept < len(body)
+    assert app.return_code == 0

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.launch import LaunchSpec, server_argv
-from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, make_plan
+from lucebox.engine.plan import GpuBudget, PlanRequest, make_plan
 from lucebox.engine.supervisor import RestartPolicy, Supervisor, diagnose, port_holder
+from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
 from tests.ports import free_port
@@ -47,8 +48,14 @@ def test_argv_has_no_shell_and_keeps_odd_paths(plan):
 def test_binding_beyond_loopback_needs_a_key(plan):
     with pytest.raises(Exception, match="API key"):
         server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0"))
-    argv = server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0", api_key="k"))
-    assert "k" not in argv  # the key travels in the environment
+    with pytest.raises(Exception, match="API key"):
+        server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0", api_key="lb-secret"))
+    spec = LaunchSpec(
+        "s", "m", plan, "a", host="0.0.0.0", api_key="lb-secret", api_key_file="/c/api_key"
+    )
+    argv = server_argv(spec)
+    assert argv[argv.index("--api-key-file") + 1] == "/c/api_key"
+    assert not any("lb-secret" in arg for arg in argv)
 
 
 @pytest.mark.parametrize(
