@@ -599,10 +599,13 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     print(f"engine build: {choice.reason}", file=sys.stderr)
     src = source.ensure_source(paths, on_progress=_transfer_progress("engine source"))
     bar = StderrProgress("engine build")
+    toolkit_bar = StderrProgress("CUDA toolkit")
     started_s = time.monotonic()
 
     def on_event(event: build.BuildEvent) -> None:
-        if event.stage == "configure" and bar.last_percent < 0:
+        if event.stage == "toolkit":
+            toolkit_bar.update(event.percent, event.line)
+        elif event.stage == "configure" and bar.last_percent < 0:
             bar.update(0, "configuring")
         elif event.percent is not None:
             bar.update(event.percent)
@@ -612,6 +615,7 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
             paths, src, choice.options, jobs=args.jobs, on_event=on_event
         )
     finally:
+        toolkit_bar.done()
         bar.done()
     elapsed_s = time.monotonic() - started_s
     how = "already built" if cached else f"built in {elapsed_s:.0f} s"

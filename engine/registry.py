@@ -77,6 +77,8 @@ class EngineManifest:
     installed_at: str = ""
     binaries: dict[str, str] = field(default_factory=dict)
     """File name -> sha256 of each binary lucebox installed."""
+    toolkit: str | None = None
+    """The CUDA toolkit that built it ("PyPI CUDA 13.0 (pin ...)"); None when not known."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -113,6 +115,7 @@ class EngineManifest:
             options=dict(data.get("options") or {}),
             installed_at=data.get("installed_at", ""),
             binaries=dict(data.get("binaries") or {}),
+            toolkit=data.get("toolkit"),
         )
 
 
@@ -323,6 +326,7 @@ def build_and_install(
             options=asdict(options),
             installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
             binaries=hashes,
+            toolkit=options.toolkit or None,
         )
         _write_manifest(staging, manifest)
         _publish(paths, engine_id, staging)

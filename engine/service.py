@@ -224,7 +224,10 @@ def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
     def report(event: BuildEvent) -> None:
-        if event.percent is not None:
+        if event.stage == "toolkit":
+            fraction = event.percent / 100 if event.percent is not None else None
+            emit(StepEvent("engine", "running", f"CUDA toolkit: {event.line}", fraction))
+        elif event.percent is not None:
             emit(StepEvent("engine", "running", "building the engine", event.percent / 100))
 
     return report
