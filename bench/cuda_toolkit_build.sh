@@ -46,3 +46,4 @@ server=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["server_p
 echo "cuobjdump: $(wc -l <"$home/elf.txt") ELF images, $(grep -c sm_86 "$home/elf.txt") for sm_86," \
     "$(grep -v -c sm_86 "$home/elf.txt") for other archs"
 ls -la "$(dirname "$server")"
+readelf -d "$server" | grep -E "NEEDED|RUNPATH|RPATH"

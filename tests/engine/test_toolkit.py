@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from lucebox.engine import toolkit
 from lucebox.engine.build import BuildOptions, choose_options, configure_argv, run_logged
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
+from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.source import SourceInfo, ensure_source
 from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.toolkit import ToolkitRefusal, choose_toolkit
@@ -161,7 +164,8 @@ def test_fetch_from_pypi_and_configure_cmake_against_it(tmp_path, monkeypatch):
         assert re.search(rf"\b{symbol}\b", dynamic.stdout)
 
     source = ensure_source(paths)
-    # cmake finds no system toolkit on PATH or through CUDA_HOME, only the one it is pointed at.
+    # cmake finds no system toolkit on PATH or through CUDA_HOME, only the one it is pointed at;
+    # as root, a private mount namespace also empties /usr/local/cuda for the configure run.
     path = ":".join(p for p in os.environ["PATH"].split(":") if "cuda" not in p.lower())
     monkeypatch.setenv("PATH", path)
     monkeypatch.delenv("CUDA_HOME", raising=False)
@@ -169,6 +173,10 @@ def test_fetch_from_pypi_and_configure_cmake_against_it(tmp_path, monkeypatch):
     options = BuildOptions("cuda", ("86",), toolkit=toolkit.fetched_label())
     build_dir = tmp_path / "build"
     argv = configure_argv(source, build_dir, options, use_ccache=False, toolkit_root=fetched.root)
+    if os.geteuid() == 0 and shutil.which("unshare") and Path("/usr/local/cuda").exists():
+        (tmp_path / "empty").mkdir()
+        hide = f'mount --bind {tmp_path / "empty"} /usr/local/cuda && exec "$@"'
+        argv = ["unshare", "-m", "sh", "-c", hide, "sh", *argv]
     run_logged(argv, tmp_path / "configure.log", "configure", None)
     cache = (build_dir / "CMakeCache.txt").read_text()
     for key in (
@@ -180,3 +188,34 @@ def test_fetch_from_pypi_and_configure_cmake_against_it(tmp_path, monkeypatch):
         value = re.search(rf"^{re.escape(key)}=(.*)$", cache, re.M)
         assert value and Path(value.group(1)).is_relative_to(fetched.root), key
     assert "CUDA compiler identification is NVIDIA 13.0" in (tmp_path / "configure.log").read_text()
+
+
+def test_runtime_libraries_go_next_to_the_engine(tmp_path):
+    lib = tmp_path / "toolkit" / "lib"
+    lib.mkdir(parents=True)
+    for name in toolkit.RUNTIME_LIBS:
+        (lib / name).write_bytes(name.encode())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "libcudart.so.13").write_bytes(b"from an older build")
+    toolkit.install_runtime_libs(tmp_path / "toolkit", bin_dir)
+    for name in toolkit.RUNTIME_LIBS:
+        assert (bin_dir / name).read_bytes() == name.encode()
+
+
+def test_manifest_records_the_toolkit():
+    manifest = EngineManifest(
+        id="llama.cpp-b11434-cuda-sm86-0123abcd",
+        backend="cuda",
+        cuda_archs=("86",),
+        version="b11434",
+        server_path="/engines/x/bin/llama-server",
+        origin="build",
+        capabilities=EngineCapabilities((), (), None),
+        toolkit=toolkit.fetched_label(),
+    )
+    data = json.loads(json.dumps(manifest.to_json()))
+    assert data["toolkit"].startswith("PyPI CUDA 13.0 (pin ")
+    assert EngineManifest.from_json(data) == manifest
+    del data["toolkit"]
+    assert EngineManifest.from_json(data).toolkit is None
