@@ -647,6 +647,8 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        if engine.toolkit:
+            print(f"    built with: {engine.toolkit}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
 

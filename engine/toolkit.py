@@ -48,7 +48,7 @@ RUNTIME_LIBS = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13")
 """What a built engine loads at run time besides the driver; installed next to it."""
 MARKER_NAME = ".lucebox-toolkit.json"
 FETCHED_PREFIX = "PyPI CUDA"
-_DOWNLOADING = re.compile(r"Downloading (\S+?\.whl)")
+_DOWNLOADING = re.compile(r"(?:Downloading|Using cached|Processing) (?:\S*/)?(\S+?\.whl)")
 _DRIVER_API = re.compile(r"^\s*CUresult\s+(cu\w+)\s*\(", re.M)
 
 
@@ -251,7 +251,7 @@ def _size_in(line: str) -> int:
 
 
 def _run_pip(argv: list[str], total_bytes: int | None, on_progress: ToolkitCallback | None) -> None:
-    """Run pip, reporting each wheel it starts to download (pip shows no byte counts here)."""
+    """Run pip, reporting each wheel it starts on (pip shows no byte counts without a terminal)."""
     tail: list[str] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:

@@ -149,6 +149,9 @@ def test_fetch_from_pypi_and_configure_cmake_against_it(tmp_path, monkeypatch):
     assert fetched.root.is_relative_to(paths.cache_dir)
     assert toolkit.fetched_toolkit(paths) == fetched
     assert seen[0].fraction == 0.0 and seen[-1].fraction == 1.0
+    wheels = [p.line for p in seen if p.line.startswith("downloading ")]
+    assert len(wheels) == 6 and "nvidia_cublas" in wheels[-1]
+    assert [p.fraction for p in seen] == sorted(p.fraction for p in seen)
     assert 0.7e9 < fetched.installed_bytes < 1.2e9
     assert re.fullmatch(r"fetched into the cache \(13\.0, \d\.\d GB\)", toolkit.describe(fetched))
     version = subprocess.run(
