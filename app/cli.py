@@ -601,14 +601,18 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     bar = StderrProgress("engine build")
     toolkit_bar = StderrProgress("CUDA toolkit")
     started_s = time.monotonic()
+    compile_started_s: list[float] = []  # the estimate leaves out the toolkit download
 
     def on_event(event: build.BuildEvent) -> None:
         if event.stage == "toolkit":
             toolkit_bar.update(event.percent, event.line)
-        elif event.stage == "configure" and bar.last_percent < 0:
+            return
+        compile_started_s[:] = compile_started_s or [time.monotonic()]
+        if event.stage == "configure" and bar.last_percent < 0:
             bar.update(0, "configuring")
         elif event.percent is not None:
-            bar.update(event.percent)
+            left_s = build.estimate_left_s(time.monotonic() - compile_started_s[0], event.percent)
+            bar.update(event.percent, f"about {left_s / 60:.0f} min left" if left_s else "")
 
     try:
         manifest, cached = registry.build_and_install(

@@ -189,6 +189,13 @@ def parse_progress(line: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def estimate_left_s(elapsed_s: float, percent: int) -> float | None:
+    """Seconds left at the pace so far; None before 5% (the first steps say little)."""
+    if percent < 5 or percent >= 100:
+        return None
+    return elapsed_s * (100 - percent) / percent
+
+
 def diagnose(tail: Iterable[str]) -> str:
     """A hint for the usual causes of a failed build, from the last lines of its log."""
     text = "\n".join(tail)

@@ -24,7 +24,7 @@ from typing import IO, Any, Literal
 
 from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.build import BuildEvent, choose_options
+from lucebox.engine.build import BuildEvent, choose_options, estimate_left_s
 from lucebox.engine.errors import GuardRefusal, LuceboxError
 from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
@@ -223,12 +223,20 @@ def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
+    build_started_s: list[float] = []
+
     def report(event: BuildEvent) -> None:
         if event.stage == "toolkit":
             fraction = event.percent / 100 if event.percent is not None else None
             emit(StepEvent("engine", "running", f"CUDA toolkit: {event.line}", fraction))
         elif event.percent is not None:
-            emit(StepEvent("engine", "running", "building the engine", event.percent / 100))
+            build_started_s[:] = build_started_s or [time.monotonic()]
+            left_s = estimate_left_s(time.monotonic() - build_started_s[0], event.percent)
+            emit(
+                StepEvent(
+                    "engine", "running", "building the engine", event.percent / 100, eta_s=left_s
+                )
+            )
 
     return report
 

@@ -11,6 +11,7 @@ from lucebox.engine.build import (
     choose_options,
     configure_argv,
     diagnose,
+    estimate_left_s,
     parse_archs,
     parse_progress,
 )
@@ -133,3 +134,9 @@ def test_parse_progress(line, percent):
 )
 def test_diagnose(tail, fragment):
     assert fragment in diagnose(tail)
+
+
+def test_estimate_left_follows_the_pace_so_far():
+    assert estimate_left_s(300.0, 25) == 900.0
+    assert estimate_left_s(10.0, 2) is None
+    assert estimate_left_s(600.0, 100) is None
