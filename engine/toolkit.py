@@ -369,6 +369,8 @@ def ensure_toolkit(
     """
     existing = fetched_toolkit(paths)
     if existing is not None:
+        if on_progress is not None:
+            on_progress(ToolkitProgress(1.0, describe(existing)))
         return existing
     folder = install_dir(paths)
     paths.ensure(folder.parent)
@@ -399,11 +401,11 @@ def ensure_toolkit(
         staging.rename(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    if on_progress is not None:
-        on_progress(ToolkitProgress(1.0, f"CUDA {FETCHED_CUDA_VERSION} is in {folder}"))
     fetched = fetched_toolkit(paths)
     if fetched is None:
         raise ToolkitError(f"the CUDA toolkit in {folder} is incomplete", hint="fetch it again")
+    if on_progress is not None:
+        on_progress(ToolkitProgress(1.0, describe(fetched)))
     return fetched
 
 

@@ -148,6 +148,10 @@ def test_fetch_from_pypi_and_configure_cmake_against_it(tmp_path, monkeypatch):
     )
     assert fetched.root.is_relative_to(paths.cache_dir)
     assert toolkit.fetched_toolkit(paths) == fetched
+    assert seen[-1].line == toolkit.describe(fetched)
+    again: list[toolkit.ToolkitProgress] = []
+    assert toolkit.ensure_toolkit(paths, on_progress=again.append) == fetched
+    assert [p.line for p in again] == [toolkit.describe(fetched)]
     assert seen[0].fraction == 0.0 and seen[-1].fraction == 1.0
     wheels = [p.line for p in seen if p.line.startswith("downloading ")]
     assert len(wheels) == 6 and "nvidia_cublas" in wheels[-1]
