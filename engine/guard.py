@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.gguf import GgufFormatError, ModelInfo, inspect_model, token_texts_digest
+from lucebox.engine.units import gib_text
 
 Severity = Literal["error", "warning"]
 Verdict = Literal["ok", "warn", "refuse"]
@@ -97,14 +99,28 @@ class CheckResult:
         return out
 
 
+ALLOW_BASE_CODES = frozenset({"base-model", "no-chat-template"})
+"""The problems that allowing a base model (``--allow-base``) turns into warnings."""
+
+
+def refusal(result: CheckResult) -> GuardRefusal:
+    """The error for a model the check refused, carrying the codes of what refused it."""
+    return GuardRefusal(
+        f"{Path(result.path).name} was refused by the model check",
+        hint="see the problems above",
+        problem_codes=tuple(p.code for p in result.problems if p.severity == "error"),
+    )
+
+
+def allow_base_serves(refused: GuardRefusal) -> bool:
+    """Whether allowing a base model would let this refused model be served."""
+    return bool(refused.problem_codes) and set(refused.problem_codes) <= ALLOW_BASE_CODES
+
+
 def verdict_of(problems: list[Problem]) -> Verdict:
     if any(p.severity == "error" for p in problems):
         return "refuse"
     return "warn" if problems else "ok"
-
-
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB"
 
 
 def incomplete_marker(path: Path) -> Path | None:
@@ -254,8 +270,8 @@ def check_model(
                 "truncated",
                 "error",
                 f"the file has {info.actual_size_bytes:,} of {info.expected_size_bytes:,} bytes "
-                f"({present:.1f}% present; {_gib(info.actual_size_bytes)} of "
-                f"{_gib(info.expected_size_bytes)}): download it again",
+                f"({present:.1f}% present; {gib_text(info.actual_size_bytes, 2)} of "
+                f"{gib_text(info.expected_size_bytes, 2)}): download it again",
             )
         )
     problems += _shard_problems(path, info)

@@ -27,6 +27,7 @@ DESIGN_COMMANDS = [
     ["engine", "path"],
     ["bench", "replay"],
     ["bench", "quick"],
+    ["connect"],
     ["config", "show"],
 ]
 
@@ -46,6 +47,7 @@ def test_help_lists_every_command():
         "models",
         "engine",
         "bench",
+        "connect",
         "config",
     ]:
         assert f"    {name} " in result.stdout

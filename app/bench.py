@@ -1,0 +1,258 @@
+"""``lucebox bench quick`` and ``lucebox bench replay``: the command line over the benches.
+
+Both measure the running server (``lucebox status`` knows its URL), or with ``--compare`` two
+configurations that lucebox serves one after the other (:mod:`lucebox.engine.compare`).
+Tables go to stdout, progress and warnings to stderr; ``--json`` prints one document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lucebox.engine import config, service
+from lucebox.engine.compare import ServeConfig, Served, parse_compare, run_configs
+from lucebox.engine.errors import EXIT_OK, UsageError
+from lucebox.engine.measure import CallSample
+from lucebox.engine.paths import Paths
+from lucebox.engine.quick import run_quick, sample_json
+from lucebox.engine.replay import ReplayCall, ReplayResult, replay
+from lucebox.engine.transcript import Transcript, parse_transcript
+
+Result = TypeVar("Result")
+
+
+def _note(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def _warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
+
+
+def _measure(
+    args: argparse.Namespace,
+    paths: Paths,
+    axis: str,
+    workload: Callable[[Served], Result],
+) -> list[tuple[ServeConfig, Result]]:
+    """Run ``workload`` on each --compare configuration, or once on the server at hand."""
+    if args.compare:
+        configs = parse_compare(args.compare, axis)
+        options = service.ServeOptions(preset=args.preset, model=args.model, ctx=args.ctx)
+        return run_configs(paths, options, configs, workload, on_note=_note)
+    if args.preset or args.model or args.ctx:
+        raise UsageError(
+            "--preset, --model and --ctx choose what --compare serves",
+            hint="without --compare the bench measures the running server as it is",
+        )
+    api_key = config.load_settings(paths).api_key or None
+    url = getattr(args, "url", None)
+    model = None
+    if url is None:
+        status = service.current_status(paths)
+        if status["state"] != "ready":
+            raise UsageError(
+                f"no lucebox server is ready (state: {status['state']})",
+                hint=f"start one with `lucebox serve`, or use --compare {axis}=on,off",
+            )
+        url, model = status["url"], status["model"]
+    default = ServeConfig("default")
+    return [(default, workload(Served(url.rstrip("/"), model, api_key, default)))]
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if not a or not b else f"{a / b:.2f}x"
+
+
+# --- bench quick ------------------------------------------------------------------------------
+
+
+def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
+    def workload(served: Served) -> dict[str, CallSample]:
+        return run_quick(
+            served,
+            on_sample=lambda name, s: _note(
+                f"{served.config.name} {name}: {_fmt(s.decode_tok_s, '.1f')} tok/s"
+            ),
+        )
+
+    results = _measure(args, paths, "spec", workload)
+    if args.json:
+        document: dict[str, Any] = {
+            "configs": {
+                serve.name: {name: sample_json(s) for name, s in samples.items()}
+                for serve, samples in results
+            }
+        }
+        if len(results) == 2:
+            (_, first), (_, second) = results
+            document["decode_ratio"] = {
+                name: _plain_ratio(first[name].decode_tok_s, second[name].decode_tok_s)
+                for name in first
+            }
+        print(json.dumps(document, indent=2))
+        return EXIT_OK
+    header = (
+        f"{'config':<10} {'prompt':<6} {'ttft s':>7} {'prefill t/s':>11} "
+        f"{'decode t/s':>10} {'accepted':>9}"
+    )
+    print(header)
+    for serve, samples in results:
+        for name, s in samples.items():
+            print(
+                f"{serve.name:<10} {name:<6} {_fmt(s.ttft_s, '.3f'):>7} "
+                f"{_fmt(s.prefill_tok_s, '.1f'):>11} {_fmt(s.decode_tok_s, '.1f'):>10} "
+                f"{_fmt(s.acceptance, '.0%'):>9}"
+            )
+    if len(results) == 2:
+        (first_config, first), (second_config, second) = results
+        print(f"\ndecode {first_config.name} / {second_config.name}:")
+        for name in first:
+            print(f"  {name:<6} {_ratio(first[name].decode_tok_s, second[name].decode_tok_s)}")
+    return EXIT_OK
+
+
+def _plain_ratio(a: float | None, b: float | None) -> float | None:
+    return None if not a or not b else round(a / b, 3)
+
+
+# --- bench replay -----------------------------------------------------------------------------
+
+
+def read_transcript(path: Path) -> Transcript:
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: no such transcript", hint="give a Claude Code .jsonl file"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
+    transcript = parse_transcript(text.splitlines())
+    for warning in transcript.warnings:
+        _warn(f"{path.name}: {warning}")
+    if not transcript.call_starts:
+        raise UsageError(
+            f"{path}: no assistant turns to replay",
+            hint="a Claude Code session file (~/.claude/projects/*/*.jsonl) has them",
+        )
+    return transcript
+
+
+def _print_call(name: str, call: ReplayCall) -> None:
+    s = call.sample
+    _note(
+        f"{name} call {call.index}: ttft {_fmt(s.ttft_s, '.2f')} s, prompt {s.prompt_tokens} "
+        f"({s.cached_tokens} cached)" + (", EMPTY reply" if s.empty else "")
+    )
+
+
+def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
+    if args.url and args.compare:
+        raise UsageError(
+            "--url and --compare exclude each other",
+            hint="--url measures a server as it is; --compare starts its own",
+        )
+    transcript = read_transcript(args.transcript)
+
+    def workload(served: Served) -> ReplayResult:
+        return replay(
+            served,
+            transcript,
+            n_gen=args.n_gen,
+            calls=args.calls,
+            on_call=lambda call: _print_call(served.config.name, call),
+            on_warning=_warn,
+        )
+
+    results = _measure(args, paths, "cache", workload)
+    if args.json:
+        print(
+            json.dumps(
+                {"configs": {serve.name: result.to_json() for serve, result in results}},
+                indent=2,
+            )
+        )
+        return EXIT_OK
+    print(
+        f"{'config':<10} {'call':>4} {'ttft s':>7} {'prompt':>7} {'cached':>7} {'decode t/s':>10}"
+    )
+    for serve, result in results:
+        for call in result.calls:
+            s = call.sample
+            print(
+                f"{serve.name:<10} {call.index:>4} {_fmt(s.ttft_s, '.3f'):>7} "
+                f"{s.prompt_tokens or 0:>7} {s.cached_tokens or 0:>7} "
+                f"{_fmt(s.decode_tok_s, '.1f'):>10}" + ("  EMPTY" if s.empty else "")
+            )
+    print()
+    for serve, result in results:
+        print(
+            f"{serve.name:<10} ttft total {result.ttft_total_s:.2f} s "
+            f"(warm calls {result.warm_ttft_total_s:.2f} s), wall {result.wall_s:.1f} s, "
+            f"{result.empty} empty, {len(result.skipped)} skipped"
+        )
+    if len(results) == 2:
+        (first_config, first), (second_config, second) = results
+        print(
+            f"{first_config.name} / {second_config.name}: "
+            f"ttft {_ratio(first.ttft_total_s, second.ttft_total_s)}, "
+            f"warm ttft {_ratio(first.warm_ttft_total_s, second.warm_ttft_total_s)}, "
+            f"wall {_ratio(first.wall_s, second.wall_s)}"
+        )
+    return EXIT_OK
+
+
+# --- registration -----------------------------------------------------------------------------
+
+
+Count = Callable[[str], int]
+
+
+def _add_compare_options(parser: argparse.ArgumentParser, axis: str, count: Count) -> None:
+    parser.add_argument(
+        "--compare",
+        metavar=f"{axis}=on,off",
+        help=f"serve two configurations one after the other and compare them ({axis})",
+    )
+    parser.add_argument("--preset", metavar="ID", help="with --compare: the preset to serve")
+    parser.add_argument("--model", metavar="SRC", help="with --compare: the model to serve")
+    parser.add_argument("--ctx", type=count, metavar="N", help="with --compare: context")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def add_bench_commands(
+    bench_cmds: Any, command: Callable[..., argparse.ArgumentParser], count: Count
+) -> None:
+    """Register ``bench replay`` and ``bench quick``; ``count`` parses a positive number."""
+    replay_cmd = command(
+        "replay",
+        "replay an agent transcript (Claude Code JSONL) call by call and time each call",
+        cmd_bench_replay,
+        bench_cmds,
+    )
+    replay_cmd.add_argument("transcript", metavar="TRANSCRIPT.jsonl", type=Path)
+    replay_cmd.add_argument(
+        "--n-gen", type=count, default=64, metavar="N", help="tokens per reply (64)"
+    )
+    replay_cmd.add_argument(
+        "--calls", type=count, metavar="N", help="replay only the first N calls"
+    )
+    _add_compare_options(replay_cmd, "cache", count)
+    replay_cmd.add_argument("--url", metavar="U", help="measure the server at this URL instead")
+    quick = command(
+        "quick",
+        "a fixed prompt set: TTFT, prefill and decode tok/s, speculative acceptance",
+        cmd_bench_quick,
+        bench_cmds,
+    )
+    _add_compare_options(quick, "spec", count)

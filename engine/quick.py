@@ -1,0 +1,141 @@
+"""``bench quick``: a fixed prompt set that shows what a configuration does to speed.
+
+Four prompts, each measuring something a user feels: a short chat (time to first token), code
+writing (decode), an edit that repeats most of its input (where n-gram speculation pays off),
+and a question over a long document (prefill). Greedy decoding so two runs are comparable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lucebox.engine.compare import Served
+from lucebox.engine.measure import CallSample, streamed_call
+
+_EDIT_SOURCE = "\n".join(
+    [
+        "def summarize_orders(orders):",
+        '    """Totals per customer, the largest order and the count of late orders."""',
+        "    totals = {}",
+        "    largest = None",
+        "    late = 0",
+        "    for order in orders:",
+        "        customer = order['customer']",
+        "        totals[customer] = totals.get(customer, 0) + order['amount']",
+        "        if largest is None or order['amount'] > largest['amount']:",
+        "            largest = order",
+        "        if order['delivered'] > order['promised']:",
+        "            late += 1",
+        "    ranked = sorted(totals.items(), key=lambda item: item[1], reverse=True)",
+        "    report = []",
+        "    for customer, total in ranked:",
+        "        share = total / sum(totals.values())",
+        "        report.append(f'{customer}: {total:.2f} ({share:.0%})')",
+        "    if largest is not None:",
+        "        report.append(f\"largest order: {largest['id']} of {largest['amount']:.2f}\")",
+        "    report.append(f'late orders: {late} of {len(orders)}')",
+        "    return '\\n'.join(report)",
+    ]
+)
+
+_CITIES = ["Oslo", "Lima", "Pune", "Graz", "Kobe", "Turin", "Perth", "Quito", "Accra", "Hanoi"]
+_ITEMS = ["valves", "cables", "pumps", "filters", "sensors", "gaskets", "motors", "relays"]
+
+
+def _long_document() -> str:
+    """A deterministic shipping log of about 2,500 tokens with one fact asked about."""
+    lines = []
+    for day in range(1, 91):
+        city = _CITIES[(day * 7) % len(_CITIES)]
+        item = _ITEMS[(day * 3) % len(_ITEMS)]
+        crates = (day * 37) % 90 + 10
+        lines.append(f"Day {day}: {crates} crates of {item} shipped from the {city} depot.")
+    lines[57] = "Day 58: the Kobe depot shipped 412 crates of titanium bolts, the record."
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class QuickPrompt:
+    name: str
+    messages: tuple[dict[str, str], ...]
+    max_tokens: int
+
+
+PROMPTS: tuple[QuickPrompt, ...] = (
+    QuickPrompt(
+        "chat",
+        ({"role": "user", "content": "Give me three tips for sleeping better."},),
+        96,
+    ),
+    QuickPrompt(
+        "code",
+        (
+            {
+                "role": "user",
+                "content": "Write a Python function that merges overlapping intervals, "
+                "with a docstring and two examples.",
+            },
+        ),
+        192,
+    ),
+    QuickPrompt(
+        "edit",
+        (
+            {
+                "role": "user",
+                "content": "Rename the variable `totals` to `spend_by_customer` in this "
+                "function and return the whole function, unchanged otherwise:\n\n```python\n"
+                f"{_EDIT_SOURCE}\n```",
+            },
+        ),
+        320,
+    ),
+    QuickPrompt(
+        "long",
+        (
+            {
+                "role": "user",
+                "content": f"{_long_document()}\n\nIn the log above, which depot shipped the "
+                "record number of crates, and of what?",
+            },
+        ),
+        48,
+    ),
+)
+
+WARM_UP = ({"role": "user", "content": "Reply with one word."},)
+
+
+def run_quick(
+    served: Served, on_sample: Callable[[str, CallSample], None] = lambda name, sample: None
+) -> dict[str, CallSample]:
+    """One warm-up call (not counted), then each prompt once, in order."""
+    headers = served.headers()
+    base: dict[str, Any] = {"temperature": 0, "seed": 1, **dict(served.config.request_fields)}
+    streamed_call(served.url, {**base, "messages": list(WARM_UP), "max_tokens": 1}, headers)
+    samples = {}
+    for prompt in PROMPTS:
+        body = {**base, "messages": list(prompt.messages), "max_tokens": prompt.max_tokens}
+        sample = streamed_call(served.url, body, headers)
+        samples[prompt.name] = sample
+        on_sample(prompt.name, sample)
+    return samples
+
+
+def sample_json(sample: CallSample) -> dict[str, Any]:
+    def rounded(value: float | None, digits: int) -> float | None:
+        return None if value is None else round(value, digits)
+
+    return {
+        "ttft_s": rounded(sample.ttft_s, 3),
+        "decode_tok_s": rounded(sample.decode_tok_s, 1),
+        "prefill_tok_s": rounded(sample.prefill_tok_s, 1),
+        "prompt_tokens": sample.prompt_tokens,
+        "completion_tokens": sample.completion_tokens,
+        "draft_tokens": sample.draft_tokens,
+        "accepted_tokens": sample.accepted_tokens,
+        "acceptance": rounded(sample.acceptance, 3),
+        "empty": sample.empty,
+    }

@@ -1,0 +1,54 @@
+"""`lucebox bench` input checks that need no server: each a one-line message and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lucebox.engine.compare import parse_compare
+from lucebox.engine.errors import UsageError
+from tests.conftest import assert_one_line_error, run_lucebox
+
+SESSION = Path(__file__).resolve().parents[2] / "assets" / "agent-session.jsonl"
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["replay", str(SESSION)], "no lucebox server is ready"),
+        (["quick"], "no lucebox server is ready"),
+        (["replay", "/nonexistent/session.jsonl"], "no such transcript"),
+        (["replay", str(SESSION), "--url", "http://x", "--compare", "cache=on,off"], "exclude"),
+        (["replay", str(SESSION), "--compare", "spec=on,off"], "--compare cache=on,off"),
+        (["quick", "--compare", "spec=on"], "two different values"),
+        (["quick", "--model", "x.gguf"], "choose what --compare serves"),
+    ],
+)
+def test_bad_bench_input_is_one_line_and_exit_2(args, says):
+    result = run_lucebox("bench", *args)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result)
+    assert says in result.stderr
+
+
+def test_a_transcript_without_calls_is_refused(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"type": "summary", "summary": "x"}\nnot json\n')
+    result = run_lucebox("bench", "replay", str(empty))
+    assert result.returncode == 2
+    assert "warning: empty.jsonl: line 2: not valid JSON" in result.stderr
+    assert_one_line_error(result)
+    assert "no assistant turns" in result.stderr
+
+
+def test_compare_values_map_to_configurations():
+    on, off = parse_compare("cache=on,off", "cache")
+    assert (on.name, on.engine_env, on.request_fields) == ("cache=on", (), ())
+    assert off.engine_env == (("LLAMA_ARG_CACHE_RAM", "0"),)
+    assert off.request_fields == (("cache_prompt", False),)
+    spec_off, spec_on = parse_compare("spec=off,on", "spec")
+    assert spec_on.engine_env == (("LLAMA_ARG_SPEC_TYPE", "ngram-mod"),)
+    assert spec_off.name == "spec=off"
+    with pytest.raises(UsageError):
+        parse_compare("cache=on,on", "cache")
