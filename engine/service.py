@@ -25,7 +25,7 @@ from typing import IO, Any, Literal
 from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
 from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.build import BuildEvent, choose_options, estimate_left_s
+from lucebox.engine.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.errors import LuceboxError
 from lucebox.engine.launch import LaunchSpec, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
@@ -264,6 +264,16 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
         engine, _ = registry.build_and_install(
             paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
         )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
+    """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
+    emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
+    engine, _ = registry.build_and_install(
+        paths, ensure_source(paths), BuildOptions("cpu"), on_event=_build_progress(emit)
+    )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine
 

@@ -19,6 +19,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import (
     AllowBaseRequested,
+    CpuEngineRequested,
     MetricsSampled,
     PipelinePrepared,
     PresetPickRequested,
@@ -38,6 +39,7 @@ from lucebox.engine.paths import Paths
 from lucebox.engine.planning import ServeOptions
 from lucebox.engine.service import Prepared, StepEvent, StepName
 from lucebox.engine.supervisor import ServerEvent, Supervisor
+from lucebox.engine.toolkit import ToolkitRefusal
 
 WORKER_STEPS: dict[str, StepName] = {"presets": "preset"}
 """The checklist step a failing worker's group stands for; the pipeline's is the step it was on,
@@ -83,14 +85,14 @@ class LuceboxApp(App[None]):
 
     # pipeline -----------------------------------------------------------------------------------
 
-    def start_pipeline(self) -> None:
+    def start_pipeline(self, *, cpu_engine_first: bool = False) -> None:
         self.start_screen.reset()
         self.step_now = "gpu"
         self.exit_code = EXIT_OK
-        self.prepare_pipeline()
+        self.prepare_pipeline(cpu_engine_first)
 
     @work(thread=True, exclusive=True, group="pipeline", exit_on_error=False)
-    def prepare_pipeline(self) -> None:
+    def prepare_pipeline(self, cpu_engine_first: bool = False) -> None:
         worker = get_current_worker()
 
         def emit(event: StepEvent) -> None:
@@ -99,6 +101,8 @@ class LuceboxApp(App[None]):
 
         if self.lock is None:
             self.lock = self.backend.lock()
+        if cpu_engine_first:
+            self.backend.build_cpu_engine(emit)
         self.post_message(PipelinePrepared(self.backend.prepare(self.options, emit)))
 
     def on_step_changed(self, message: StepChanged) -> None:
@@ -119,7 +123,14 @@ class LuceboxApp(App[None]):
         )
         if isinstance(error, LuceboxError):
             refused_base = isinstance(error, GuardRefusal) and guard.allow_base_serves(error)
-            failure = Failure(step, error.message, error.hint, error.exit_code, refused_base)
+            failure = Failure(
+                step,
+                error.message,
+                error.hint,
+                error.exit_code,
+                refused_base,
+                cpu_engine_offered=isinstance(error, ToolkitRefusal),
+            )
         else:
             log = self.backend.write_crash_log(error)
             hint = f"a bug in lucebox; the full traceback is in {log}"
@@ -188,6 +199,10 @@ class LuceboxApp(App[None]):
     def allow_base_and_retry(self) -> None:
         self.options = replace(self.options, allow_base=True)
         self.start_pipeline()
+
+    @on(CpuEngineRequested)
+    def build_cpu_engine_and_go_on(self) -> None:
+        self.start_pipeline(cpu_engine_first=True)
 
     @on(PresetPickRequested)
     def preset_pick_requested(self) -> None:

@@ -42,6 +42,9 @@ class Backend:
     def prepare(self, options: ServeOptions, emit: service.Emit) -> Prepared:
         return service.prepare(self.paths, options, emit)
 
+    def build_cpu_engine(self, emit: service.Emit) -> None:
+        service.build_cpu_engine(self.paths, emit)
+
     def supervisor(self, prepared: Prepared) -> Supervisor:
         return service.new_supervisor(self.paths, prepared)
 

@@ -142,6 +142,7 @@ class ScriptedBackend(Backend):
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
     preset_table_failure: Exception | None = None
+    cpu_engine_builds: int = 0
 
     def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         if self.preset_table_failure is not None:
@@ -160,6 +161,10 @@ class ScriptedBackend(Backend):
         if self.hold is not None:
             self.hold.wait(timeout=30)
         return prepared_for(self.tmp_path)
+
+    def build_cpu_engine(self, emit: Emit) -> None:
+        self.cpu_engine_builds += 1
+        emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
 
     def choose_preset(self, preset_id: str) -> None:
         self.chosen.append(preset_id)
