@@ -16,8 +16,9 @@ if [ -d /usr/local/cuda ]; then
 fi
 PATH=$(tr ':' '\n' <<<"$PATH" | grep -v -i cuda | paste -sd:)
 unset CUDA_HOME CUDA_PATH
-if command -v nvcc >/dev/null; then
-    echo "nvcc is still visible at $(command -v nvcc)" >&2
+# A wrapper script may stay on PATH (this machine has /usr/local/bin/nvcc); it must not run.
+if nvcc --version >/dev/null 2>&1; then
+    echo "nvcc still runs: $(command -v nvcc)" >&2
     exit 1
 fi
 home=${1:-$(mktemp -d /tmp/lucebox-cuda-bench.XXXXXX)}
