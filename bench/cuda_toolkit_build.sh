@@ -22,6 +22,7 @@ if nvcc --version >/dev/null 2>&1; then
     exit 1
 fi
 home=${1:-$(mktemp -d /tmp/lucebox-cuda-bench.XXXXXX)}
+mkdir -p "$home"
 export LUCEBOX_HOME=$home PYTHONUNBUFFERED=1
 py=$PWD/.venv/bin/python
 lucebox() { "$py" -m lucebox.app.cli "$@"; }
