@@ -584,19 +584,27 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     print(f"engine build: {choice.reason}", file=sys.stderr)
     src = source.ensure_source(paths, on_progress=_transfer_progress("engine source"))
     bar = StderrProgress("engine build")
+    toolkit_bar = StderrProgress("CUDA toolkit")
     started_s = time.monotonic()
+    compile_started_s: list[float] = []  # the estimate leaves out the toolkit download
 
     def on_event(event: build.BuildEvent) -> None:
+        if event.stage == "toolkit":
+            toolkit_bar.update(event.percent, event.line)
+            return
+        compile_started_s[:] = compile_started_s or [time.monotonic()]
         if event.stage == "configure" and bar.last_percent < 0:
             bar.update(0, "configuring")
         elif event.percent is not None:
-            bar.update(event.percent)
+            left_s = build.estimate_left_s(time.monotonic() - compile_started_s[0], event.percent)
+            bar.update(event.percent, f"about {left_s / 60:.0f} min left" if left_s else "")
 
     try:
         manifest, cached = registry.build_and_install(
             paths, src, choice.options, jobs=args.jobs, on_event=on_event
         )
     finally:
+        toolkit_bar.done()
         bar.done()
     elapsed_s = time.monotonic() - started_s
     how = "already built" if cached else f"built in {elapsed_s:.0f} s"
@@ -634,6 +642,8 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        if engine.toolkit:
+            print(f"    built with: {engine.toolkit}")
         print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK

@@ -81,6 +81,8 @@ class EngineManifest:
     installed_at: str = ""
     binaries: dict[str, str] = field(default_factory=dict)
     """File name -> sha256 of each binary lucebox installed."""
+    toolkit: str | None = None
+    """The CUDA toolkit that built it ("PyPI CUDA 13.0 (pin ...)"); None when not known."""
     webui: bool = False
     """The server embeds the web UI (read from the binary)."""
     webui_detail: str = ""
@@ -123,6 +125,7 @@ class EngineManifest:
             options=dict(data.get("options") or {}),
             installed_at=data.get("installed_at", ""),
             binaries=dict(data.get("binaries") or {}),
+            toolkit=data.get("toolkit"),
             webui=bool(data.get("webui", False)),
             webui_detail=str(data.get("webui_detail", "")),
             rpc=bool(data.get("rpc", False)),
@@ -396,6 +399,7 @@ def _build_and_install(
             options=asdict(options),
             installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
             binaries=hashes,
+            toolkit=options.toolkit or None,
             webui=has_ui,
             webui_detail=_webui_detail(has_ui, node, bin_dir.parent / "build.log"),
             rpc="ggml-rpc-server" in hashes,

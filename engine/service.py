@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Literal
 
 from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, units, webui
 from lucebox.engine.apikey import ensure_api_key_file
-from lucebox.engine.build import BuildEvent, choose_options
+from lucebox.engine.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
@@ -124,9 +125,20 @@ def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
+    build_started_s: list[float] = []
+
     def report(event: BuildEvent) -> None:
-        if event.percent is not None:
-            emit(StepEvent("engine", "running", "building the engine", event.percent / 100))
+        if event.stage == "toolkit":
+            fraction = event.percent / 100 if event.percent is not None else None
+            emit(StepEvent("engine", "running", f"CUDA toolkit: {event.line}", fraction))
+        elif event.percent is not None:
+            build_started_s[:] = build_started_s or [time.monotonic()]
+            left_s = estimate_left_s(time.monotonic() - build_started_s[0], event.percent)
+            emit(
+                StepEvent(
+                    "engine", "running", "building the engine", event.percent / 100, eta_s=left_s
+                )
+            )
 
     return report
 
@@ -150,6 +162,16 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
         engine, _ = registry.build_and_install(
             paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
         )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
+    """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
+    emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
+    engine, _ = registry.build_and_install(
+        paths, ensure_source(paths), BuildOptions("cpu"), on_event=_build_progress(emit)
+    )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine
 

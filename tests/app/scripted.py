@@ -145,6 +145,7 @@ class ScriptedBackend(Backend):
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
     preset_table_failure: Exception | None = None
+    cpu_engine_builds: int = 0
 
     def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         if self.preset_table_failure is not None:
@@ -166,6 +167,10 @@ class ScriptedBackend(Backend):
                 raise AssertionError("the app never cancelled the download")
             raise CancelledByUserError("download of Qwen3-14B-Q4_K_M.gguf cancelled")
         return prepared_for(self.tmp_path)
+
+    def build_cpu_engine(self, emit: Emit) -> None:
+        self.cpu_engine_builds += 1
+        emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
 
     def choose_preset(self, preset_id: str) -> None:
         self.chosen.append(preset_id)

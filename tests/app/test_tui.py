@@ -24,9 +24,11 @@ from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
 from lucebox.engine import guard, service, store
 from lucebox.engine.errors import CancelledByUserError, GuardRefusal, UsageError
+from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
+from lucebox.engine.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.transfer import TransferError, TransferProgress
 from lucebox.engine.units import GIB
 from tests.app.scripted import (
@@ -41,6 +43,8 @@ from tests.app.scripted import (
     wait_until,
 )
 from tests.conftest import alive
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
+from tests.engine.test_build import NO_NVCC
 from tests.ggufgen import write_llama
 from tests.hubserver import HubFile, serve_hub
 from tests.ports import free_port
@@ -168,6 +172,28 @@ async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend,
     assert [o.allow_base for o in backend.options_seen] == [False, True]
 
 
+async def test_a_refused_cuda_build_offers_the_cpu_engine_and_builds_it_on_request(backend):
+    old_driver = probe_gpus(FakeNvml(gpus=[FakeGpu()], cuda=12040, driver="550.54.15"))
+    with pytest.raises(ToolkitRefusal) as refused:
+        choose_toolkit(old_driver, NO_NVCC, ("86",), host="x86_64")
+    backend.steps = STEPS_DONE[:3]
+    backend.failures = [refused.value]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        failure = app.start_screen.query_one("#failure")
+        await wait_until(pilot, lambda: failure.display)
+        assert "driver 580 or newer" in str(
+            app.start_screen.query_one("#failure-message", Static).render()
+        )
+        assert app.start_screen.query_one("#cpu-engine", Button).display
+        assert not app.start_screen.query_one("#allow-base", Button).display
+        assert backend.cpu_engine_builds == 0
+        app.start_screen.query_one("#cpu-engine", Button).press()
+        await wait_until(pilot, lambda: on_dashboard(app))
+    assert backend.cpu_engine_builds == 1
+    assert app.exit_code == 0
+
+
 async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(backend, tmp_path):
     # A base model cut short: allowing base models would not make it servable.
     model = write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
@@ -181,6 +207,7 @@ async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(ba
         failure = app.start_screen.query_one("#failure")
         await wait_until(pilot, lambda: failure.display)
         assert not app.start_screen.query_one("#allow-base", Button).display
+        assert not app.start_screen.query_one("#cpu-engine", Button).display
 
 
 async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
