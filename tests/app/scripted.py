@@ -68,11 +68,11 @@ LOG_LINES = [
 RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB), True)
 
 
-def prepared_for(tmp_path: Path) -> Prepared:
+def prepared_for(tmp_path: Path, server_path: str = "/opt/llama-server") -> Prepared:
     """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
     model = write_llama(tmp_path / "smoke.gguf", GEMMA_270M)
     engine = planning.pinned_engine()
-    engine = planning.EngineView("b11434", "b11434", "/opt/llama-server", engine.capabilities)
+    engine = planning.EngineView("b11434", "b11434", server_path, engine.capabilities)
     options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
     launch = planning.plan_launch(
         resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
@@ -142,6 +142,8 @@ class ScriptedBackend(Backend):
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
     preset_table_failure: Exception | None = None
+    server_path: str = "/opt/llama-server"
+    """The engine binary the launch names (one with the web UI's files shows its address)."""
 
     def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         if self.preset_table_failure is not None:
@@ -159,7 +161,7 @@ class ScriptedBackend(Backend):
             raise self.failures.pop(0)
         if self.hold is not None:
             self.hold.wait(timeout=30)
-        return prepared_for(self.tmp_path)
+        return prepared_for(self.tmp_path, self.server_path)
 
     def choose_preset(self, preset_id: str) -> None:
         self.chosen.append(preset_id)
