@@ -244,6 +244,8 @@ def run_logged(
             proc.kill()
             proc.wait()
             raise
+        finally:
+            proc.stdout.close()
         code = proc.wait()
     if code != 0:
         errors = [line for line in tail if _ERROR_LINE.search(line)][-8:] or list(tail)[-8:]
@@ -285,8 +287,12 @@ def build_engine_tree(
     build_dir = paths.ensure(paths.builds_dir) / key
     if _configured_for(build_dir) not in (None, source.path.resolve()):
         # Same source and options from another folder (a fresh clone): cmake refuses to reuse
-        # a cache made for a different source path, so start this build folder over.
-        shutil.rmtree(build_dir)
+        # a cache made for a different source path, so start this build folder over. Moved
+        # aside first: a removal cut short must not leave a half-deleted tree (the UI's
+        # node_modules) that the next build would take as installed.
+        trash = build_dir.with_name(f".{key}.old-{os.getpid()}")
+        build_dir.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
     build_dir.mkdir(exist_ok=True)
     log = build_dir / "build.log"
     log.write_text(
