@@ -5,9 +5,9 @@ named configuration is served by a real ``lucebox serve`` (the same pipeline and
 user's server) on a free loopback port, the workload runs against its URL, and the server is
 stopped through its own SIGTERM path before the next one starts, so no engine outlives it.
 
-A configuration says what differs from the planned launch: extra ``lucebox serve`` arguments,
-engine settings given as llama-server's ``LLAMA_ARG_*`` environment variables (which the
-engine reads and ``lucebox serve`` passes on), and fields added to every request.
+A configuration says what differs from the planned launch: ``lucebox serve`` options the one
+planner turns into the engine's flags (so a compared launch is a planned launch), and fields
+added to every request.
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ class ServeConfig:
     name: str
     serve_args: tuple[str, ...] = ()
     """Arguments added to ``lucebox serve``."""
-    engine_env: tuple[tuple[str, str], ...] = ()
-    """Engine settings as llama-server environment variables (``LLAMA_ARG_*``)."""
     request_fields: tuple[tuple[str, Any], ...] = ()
     """Fields the workload adds to every request (e.g. ``cache_prompt: false``)."""
 
@@ -58,20 +56,19 @@ class Served:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-# What each side of a --compare axis changes. cache=off: no host-RAM prompt cache in the engine
-# and no prompt reuse per request (llama-server's `cache_prompt`).
+# What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
+# host-RAM prompt cache, no checkpoints or slot files, and no prompt reuse per request
+# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation.
 AXES: Mapping[str, Mapping[str, ServeConfig]] = {
     "cache": {
-        "on": ServeConfig("cache=on"),
+        "on": ServeConfig("cache=on", serve_args=("--cache", "agent")),
         "off": ServeConfig(
-            "cache=off",
-            engine_env=(("LLAMA_ARG_CACHE_RAM", "0"),),
-            request_fields=(("cache_prompt", False),),
+            "cache=off", serve_args=("--cache", "off"), request_fields=(("cache_prompt", False),)
         ),
     },
     "spec": {
-        "on": ServeConfig("spec=on", engine_env=(("LLAMA_ARG_SPEC_TYPE", "ngram-mod"),)),
-        "off": ServeConfig("spec=off", engine_env=(("LLAMA_ARG_SPEC_TYPE", "none"),)),
+        "on": ServeConfig("spec=on", serve_args=("--spec", "auto")),
+        "off": ServeConfig("spec=off", serve_args=("--spec", "off")),
     },
 }
 
@@ -133,22 +130,21 @@ class _ServeProcess:
             *ServeOptions(
                 preset=options.preset,
                 model=options.model,
+                draft=options.draft,
                 ctx=options.ctx,
-                gpu_index=options.gpu_index,
+                gpus=options.gpus,
                 allow_base=options.allow_base,
                 host="127.0.0.1",
                 port=self.port,
             ).to_args(),
             *serve.serve_args,
         ]
-        env = {**os.environ, **dict(serve.engine_env)}
         with self.log.open("w") as handle:
             self.proc = subprocess.Popen(
                 argv,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
                 start_new_session=True,
             )
         self.engine_pid: int | None = None

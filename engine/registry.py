@@ -327,25 +327,22 @@ def build_and_install(
     """
     cached = _find_cached(paths, source, build_key(source, options))
     if cached is not None and (cached.webui or not options.webui):
-        return _reuse(cached, on_event)
+        return _reuse(cached, on_event)  # no need to wait behind a build of another engine
     with _one_build_at_a_time(paths, on_event):
-        return _build_or_reuse(paths, source, options, jobs=jobs, on_event=on_event)
+        return _build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
 
 
 @contextlib.contextmanager
 def _one_build_at_a_time(paths: Paths, on_event: BuildCallback | None) -> Iterator[None]:
-    """One engine build per cache: a second one waits, then finds what the first installed.
-
-    Two builds of one engine (two checkouts, or `up` while `engine build` runs) would share a
-    build folder and the machine's cores; each is minutes of compiling.
-    """
-    lock_path = paths.ensure(paths.builds_dir) / ".build.lock"
-    with lock_path.open("a") as handle:
+    """Builds in one LUCEBOX_HOME share a cache folder per key: a second build (another
+    terminal, a test run) waits for the first and then finds its engine instead of
+    configuring over a half-built tree."""
+    with (paths.ensure(paths.builds_dir) / ".lock").open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if on_event is not None:
-                on_event(BuildEvent("configure", None, "waiting for another engine build"))
+                on_event(BuildEvent("wait", None, "waiting for another build of the engine"))
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -353,7 +350,7 @@ def _one_build_at_a_time(paths: Paths, on_event: BuildCallback | None) -> Iterat
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build_or_reuse(
+def _build_and_install(
     paths: Paths,
     source: SourceInfo,
     options: BuildOptions,

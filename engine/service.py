@@ -16,13 +16,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, units, webui
 from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
@@ -92,7 +93,7 @@ class Prepared:
 
     @property
     def vram_free_bytes(self) -> int:
-        return self.launch.budget.free_bytes
+        return self.launch.budget.vram_free_bytes
 
 
 Emit = Callable[[StepEvent], None]
@@ -236,12 +237,14 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
     return report
 
 
-def _pull(paths: Paths, source: str, emit: Emit) -> Path:
+def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
     found = planning.local_file(paths, source)
     if found is not None:
         return found
     emit(StepEvent("models", "running", f"looking for {source}"))
-    return store.pull_model(paths, source, on_progress=_download_progress(emit)).main_path
+    return store.pull_model(
+        paths, source, on_progress=_download_progress(emit), cancel=cancel
+    ).main_path
 
 
 def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
@@ -257,18 +260,29 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
     return engine
 
 
-def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = False) -> Prepared:
+def prepare(
+    paths: Paths,
+    options: ServeOptions,
+    emit: Emit,
+    *,
+    dry_run: bool = False,
+    cancel: threading.Event | None = None,
+) -> Prepared:
     """Every step before the engine starts: GPU, preset, models, engine, plan (blocking I/O).
 
     ``dry_run`` fetches and builds nothing: the plan uses the preset's published facts for
-    files not here yet and the pinned engine's capabilities when none is built.
+    files not here yet and the pinned engine's capabilities when none is built. Setting
+    ``cancel`` (from another thread) stops a download between reads with
+    CancelledByUserError; the partial file stays for the next run to resume.
     """
     settings = config.load_settings(paths)
     resolved = planning.resolve(options, settings)
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
-    budget = planning.budget_for(probe, resolved.gpu_index, options.vram_mib)
-    emit(StepEvent("gpu", "done", f"{budget.device}, {budget.free_bytes / 2**30:.1f} GiB free"))
+    budget = planning.budget_for(probe, resolved.gpus, options.vram_mib)
+    emit(
+        StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
+    )
     installed = registry.select_engine(paths, probe, settings.engine).engine
     preset = None
     if options.model:
@@ -281,12 +295,12 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
-        _pull(paths, target_source, emit)
+        _pull(paths, target_source, emit, cancel)
         draft_source = options.draft or (
             preset.draft.model.source if preset and preset.draft and preset.draft.model else None
         )
         if draft_source:
-            _pull(paths, draft_source, emit)
+            _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, probe, settings.engine, emit)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planning.plan_launch(
@@ -319,7 +333,8 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = 
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
-    return Prepared(launch, settings, resolved.gpu_index, ready_timeout_s)
+    gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
+    return Prepared(launch, settings, gpu_index, ready_timeout_s)
 
 
 def plan_summary(launch: LaunchPlan) -> str:
@@ -327,7 +342,8 @@ def plan_summary(launch: LaunchPlan) -> str:
     spec = launch.speculation.spec_type or "no speculation"
     return (
         f"ctx {plan.ctx}, KV {plan.cache_type_k}, {spec}, "
-        f"{plan.memory_bytes.total / 2**30:.2f} GiB of {launch.budget.free_bytes / 2**30:.1f} GiB"
+        f"{units.gib_text(plan.memory_bytes.total, 2)} of "
+        f"{units.gib_text(launch.budget.vram_free_bytes)}"
     )
 
 

@@ -25,7 +25,7 @@ import httpx
 import psutil
 
 from lucebox.engine.errors import LuceboxError
-from lucebox.engine.launch import LaunchSpec, server_argv, url_of
+from lucebox.engine.launch import LaunchSpec, server_argv, server_env, url_of
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
 LOG_ROTATE_BYTES = 16 * 1024 * 1024
@@ -220,6 +220,7 @@ class Supervisor:
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
                 process = await asyncio.create_subprocess_exec(
                     *argv,
+                    env={**os.environ, **server_env(self.spec)},
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,7 +29,7 @@ class Backend:
         settings = config.load_settings(self.paths)
         probe = gpu.probe_gpus()
         resolved = planning.resolve(options, settings)
-        budget = planning.budget_for(probe, resolved.gpu_index)
+        budget = planning.budget_for(probe, resolved.gpus)
         installed = registry.select_engine(self.paths, probe, settings.engine).engine
         engine = planning.EngineView.of(installed)
         return planning.preset_table(self.paths, options, settings, budget, engine)
@@ -39,8 +40,10 @@ class Backend:
     def lock(self) -> service.ServeLock:
         return service.ServeLock(self.paths)
 
-    def prepare(self, options: ServeOptions, emit: service.Emit) -> Prepared:
-        return service.prepare(self.paths, options, emit)
+    def prepare(
+        self, options: ServeOptions, emit: service.Emit, cancel: threading.Event
+    ) -> Prepared:
+        return service.prepare(self.paths, options, emit, cancel=cancel)
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
         return service.new_supervisor(self.paths, prepared)

@@ -22,14 +22,15 @@ from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.engine import guard, planning, service
 from lucebox.engine.config import Settings
-from lucebox.engine.errors import GuardRefusal
+from lucebox.engine.errors import CancelledByUserError, GuardRefusal
 from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths, resolve_paths
-from lucebox.engine.plan import GIB, GpuBudget
+from lucebox.engine.plan import GpuBudget
 from lucebox.engine.planning import ServeOptions
 from lucebox.engine.service import Emit, Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
+from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama
 
@@ -126,8 +127,8 @@ class ScriptedBackend(Backend):
     """Raised by the first prepare calls, one each."""
     server_failure: Exception | None = None
     """Raised by the server after its events, instead of serving on."""
-    hold: threading.Event | None = None
-    """When set, prepare waits for it after its steps (a download that stays at 40%)."""
+    downloading: bool = False
+    """After its steps prepare stays in a download (at 40%) until the app cancels it."""
     server_events: list[ServerEvent] = field(
         default_factory=lambda: [
             ServerEvent("starting", "engine started (pid 4242)", 4242),
@@ -153,14 +154,17 @@ class ScriptedBackend(Backend):
         engine = planning.EngineView.of(None)
         return planning.preset_table(self.paths, options, Settings(), self.budget, engine)
 
-    def prepare(self, options: ServeOptions, emit: Emit) -> Prepared:
+    def prepare(self, options: ServeOptions, emit: Emit, cancel: threading.Event) -> Prepared:
         self.options_seen.append(options)
         for event in self.steps:
             emit(event)
         if self.failures:
             raise self.failures.pop(0)
-        if self.hold is not None:
-            self.hold.wait(timeout=30)
+        if self.downloading:
+            # The engine's download stops between reads once cancelled, and says so.
+            if not cancel.wait(timeout=60):
+                raise AssertionError("the app never cancelled the download")
+            raise CancelledByUserError("download of Qwen3-14B-Q4_K_M.gguf cancelled")
         return prepared_for(self.tmp_path, self.server_path)
 
     def choose_preset(self, preset_id: str) -> None:

@@ -44,11 +44,11 @@ def test_a_transcript_without_calls_is_refused(tmp_path):
 
 def test_compare_values_map_to_configurations():
     on, off = parse_compare("cache=on,off", "cache")
-    assert (on.name, on.engine_env, on.request_fields) == ("cache=on", (), ())
-    assert off.engine_env == (("LLAMA_ARG_CACHE_RAM", "0"),)
+    assert (on.name, on.serve_args, on.request_fields) == ("cache=on", ("--cache", "agent"), ())
+    assert off.serve_args == ("--cache", "off")
     assert off.request_fields == (("cache_prompt", False),)
     spec_off, spec_on = parse_compare("spec=off,on", "spec")
-    assert spec_on.engine_env == (("LLAMA_ARG_SPEC_TYPE", "ngram-mod"),)
-    assert spec_off.name == "spec=off"
+    assert spec_on.serve_args == ("--spec", "auto")
+    assert (spec_off.name, spec_off.serve_args) == ("spec=off", ("--spec", "off"))
     with pytest.raises(UsageError):
         parse_compare("cache=on,on", "cache")

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.launch import LaunchSpec, server_argv
-from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, make_plan
+from lucebox.engine.plan import GpuBudget, PlanRequest, make_plan
 from lucebox.engine.supervisor import RestartPolicy, Supervisor, diagnose, port_holder
+from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
 from tests.ports import free_port
