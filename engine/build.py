@@ -247,19 +247,21 @@ def run_logged(
                 f"{argv[0]} is not installed", hint="install cmake (e.g. `apt install cmake`)"
             ) from exc
         assert proc.stdout is not None
-        with proc:  # closes the pipe and waits, however the loop ends
-            try:
-                for raw in proc.stdout:
-                    line = raw.rstrip("\n")
-                    log_file.write(raw)
-                    log_file.flush()  # so `tail -f` on the log follows the build
-                    tail.append(line)
-                    if on_event is not None:
-                        on_event(BuildEvent(stage, parse_progress(line), line))
-            except BaseException:
-                proc.kill()
-                raise
-        code = proc.returncode
+        try:
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                log_file.write(raw)
+                log_file.flush()  # so `tail -f` on the log follows the build
+                tail.append(line)
+                if on_event is not None:
+                    on_event(BuildEvent(stage, parse_progress(line), line))
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            proc.stdout.close()
+        code = proc.wait()
     if code != 0:
         errors = [line for line in tail if _ERROR_LINE.search(line)][-8:] or list(tail)[-8:]
         raise BuildError(
@@ -300,8 +302,12 @@ def build_engine_tree(
     build_dir = paths.ensure(paths.builds_dir) / key
     if _configured_for(build_dir) not in (None, source.path.resolve()):
         # Same source and options from another folder (a fresh clone): cmake refuses to reuse
-        # a cache made for a different source path, so start this build folder over.
-        shutil.rmtree(build_dir)
+        # a cache made for a different source path, so start this build folder over. Moved
+        # aside first: a removal cut short must not leave a half-deleted tree (the UI's
+        # node_modules) that the next build would take as installed.
+        trash = build_dir.with_name(f".{key}.old-{os.getpid()}")
+        build_dir.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
     build_dir.mkdir(exist_ok=True)
     log = build_dir / "build.log"
     log.write_text(

@@ -328,6 +328,9 @@ def build_and_install(
     (``webui_detail`` says why). An engine whose UI build failed before (npm unreachable)
     is rebuilt in its cached build folder, which redoes only the UI and the link.
     """
+    cached = _find_cached(paths, source, build_key(source, options))
+    if cached is not None and (cached.webui or not options.webui):
+        return _reuse(cached, on_event)  # no need to wait behind a build of another engine
     with _one_build_at_a_time(paths, on_event):
         return _build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
 

