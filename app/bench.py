@@ -80,6 +80,7 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
     def workload(served: Served) -> dict[str, CallSample]:
         return run_quick(
             served,
+            max_tokens=args.n_gen,
             on_sample=lambda name, s: _note(
                 f"{served.config.name} {name}: {_fmt(s.decode_tok_s, '.1f')} tok/s"
             ),
@@ -254,5 +255,8 @@ def add_bench_commands(
         "a fixed prompt set: TTFT, prefill and decode tok/s, speculative acceptance",
         cmd_bench_quick,
         bench_cmds,
+    )
+    quick.add_argument(
+        "--n-gen", type=count, metavar="N", help="cap every reply at N tokens (a smoke run)"
     )
     _add_compare_options(quick, "spec", count)

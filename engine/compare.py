@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -120,7 +120,9 @@ def _tail(log: Path, lines: int = 5) -> str:
 class _ServeProcess:
     """One `lucebox serve` child: started, waited on until ready, stopped cleanly."""
 
-    def __init__(self, paths: Paths, options: ServeOptions, serve: ServeConfig) -> None:
+    def __init__(
+        self, paths: Paths, options: ServeOptions, serve: ServeConfig, env: Mapping[str, str]
+    ) -> None:
         self.paths = paths
         self.config = serve
         self.port = free_port()
@@ -141,14 +143,13 @@ class _ServeProcess:
             ).to_args(),
             *serve.serve_args,
         ]
-        env = {**os.environ, **dict(serve.engine_env)}
         with self.log.open("w") as handle:
             self.proc = subprocess.Popen(
                 argv,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env={**env, **dict(serve.engine_env)},
                 start_new_session=True,
             )
         self.engine_pid: int | None = None
@@ -192,6 +193,29 @@ class _ServeProcess:
                 os.kill(self.engine_pid, signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def serving(
+    paths: Paths,
+    options: ServeOptions,
+    serve: ServeConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900,
+) -> Iterator[Served]:
+    """``lucebox serve`` for one configuration, from ready until the block ends.
+
+    ``env`` is the child's environment (default: this process's); its ``LUCEBOX_HOME`` must
+    name the same home as ``paths``.
+    """
+    child = _ServeProcess(paths, options, serve, os.environ if env is None else env)
+    try:
+        url = child.wait_ready(ready_timeout_s)
+        model = current_status(paths)["model"]
+        yield Served(url, model, config.load_settings(paths).api_key or None, serve)
+    finally:
+        child.stop()
+
+
 def run_configs(
     paths: Paths,
     options: ServeOptions,
@@ -209,17 +233,13 @@ def run_configs(
             "--compare starts its own servers",
             hint="stop it with `lucebox down`, or measure it with --url / without --compare",
         )
-    api_key = config.load_settings(paths).api_key or None
     results: list[tuple[ServeConfig, Result]] = []
     for serve in configs:
         on_note(f"{serve.name}: starting lucebox serve")
-        child = _ServeProcess(paths, options, serve)
         try:
-            url = child.wait_ready(ready_timeout_s)
-            model = current_status(paths)["model"]
-            on_note(f"{serve.name}: ready at {url}")
-            results.append((serve, workload(Served(url, model, api_key, serve))))
+            with serving(paths, options, serve, ready_timeout_s=ready_timeout_s) as served:
+                on_note(f"{serve.name}: ready at {served.url}")
+                results.append((serve, workload(served)))
         finally:
-            child.stop()
             on_note(f"{serve.name}: stopped")
     return results
