@@ -101,13 +101,21 @@ def test_responses_plain_and_streamed_with_a_function_call(oai):
         {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 21 C."},
     ]
     tools = [{"type": "function", **WEATHER_FUNCTION}]
-    with oai.responses.stream(
-        model="any", input=history, tools=tools, max_output_tokens=6
-    ) as stream:
-        kinds = {event.type for event in stream}
-        final = stream.get_final_response()
-    assert {"response.created", "response.output_text.delta", "response.completed"} <= kinds
-    assert final.output_text
+    # Raw events: the SDK's `responses.stream()` helper needs `output_index`/`content_index`
+    # on each delta, which llama-server b11434 does not send (server-task.cpp, output_text.delta).
+    events = list(
+        oai.responses.create(
+            model="any", input=history, tools=tools, max_output_tokens=6, stream=True
+        )
+    )
+    kinds = [event.type for event in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text.strip()
+    completed = events[-1].response
+    usage = completed.usage
+    assert completed.status == "completed"
+    assert usage.input_tokens + usage.input_tokens_details.cached_tokens > 20
 
 
 def test_anthropic_messages_plain_and_streamed_with_tool_use(claude, smol_server):
