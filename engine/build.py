@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,7 +28,7 @@ from lucebox.engine.paths import Paths
 from lucebox.engine.source import SourceInfo
 
 Backend = Literal["cpu", "cuda"]
-TARGETS = ("llama-server", "llama-bench", "llama-fit-params")
+TARGETS = ("llama-server", "llama-bench", "llama-fit-params", "ggml-rpc-server")
 _PROGRESS = re.compile(r"^\[\s*(\d{1,3})%\]")
 _ERROR_LINE = re.compile(r"error|Error|ERROR|fatal|No space left|not found", re.ASCII)
 
@@ -44,6 +44,8 @@ class BuildOptions:
     backend: Backend
     cuda_archs: tuple[str, ...] = ()
     build_type: str = "Release"
+    webui: bool = True
+    """Build the engine's web UI from source with npm (never fails the engine build)."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,13 @@ def configure_argv(
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=OFF",
         "-DLLAMA_BUILD_APP=OFF",
-        # ON would download the web UI at build time; lucebox builds offline.
+        # ON would download the web UI from the Hub at build time; BUILD_UI builds it with npm.
         "-DLLAMA_USE_PREBUILT_UI=OFF",
+        f"-DLLAMA_BUILD_UI={'ON' if options.webui else 'OFF'}",
+        # Every engine can serve as or use an RPC peer; RDMA would link the build machine's
+        # libibverbs when present, which a home PC's engine does not need.
+        "-DGGML_RPC=ON",
+        "-DGGML_RPC_RDMA=OFF",
         f"-DGGML_CCACHE={'ON' if use_ccache else 'OFF'}",
     ]
     if source.build_number is not None:
@@ -204,6 +211,7 @@ def run_logged(
     log: Path,
     stage: Literal["configure", "build"],
     on_event: BuildCallback | None,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """Run one cmake step, appending its output to ``log`` and reporting progress."""
     tail: deque[str] = deque(maxlen=400)
@@ -217,7 +225,7 @@ def run_logged(
                 stderr=subprocess.STDOUT,
                 text=True,
                 errors="replace",
-                env={**os.environ, "CLICOLOR_FORCE": "0"},
+                env={**(os.environ if env is None else env), "CLICOLOR_FORCE": "0"},
             )
         except FileNotFoundError as exc:
             raise BuildError(
@@ -267,8 +275,12 @@ def build_engine_tree(
     *,
     jobs: int | None = None,
     on_event: BuildCallback | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Path:
-    """Configure and build; returns the folder holding the built binaries."""
+    """Configure and build; returns the folder holding the built binaries.
+
+    ``env`` is the build's environment (the web UI build finds node and npm on its PATH).
+    """
     key = build_key(source, options)
     build_dir = paths.ensure(paths.builds_dir) / key
     if _configured_for(build_dir) not in (None, source.path.resolve()):
@@ -289,8 +301,9 @@ def build_engine_tree(
             log,
             "configure",
             on_event,
+            env,
         )
-    run_logged(build_argv(build_dir, jobs or default_jobs()), log, "build", on_event)
+    run_logged(build_argv(build_dir, jobs or default_jobs()), log, "build", on_event, env)
     bin_dir = build_dir / "bin"
     missing = [t for t in TARGETS if not (bin_dir / t).is_file()]
     if missing:

@@ -40,6 +40,8 @@ class Settings:
     """Context length in tokens; 0 lets the planner choose the largest that fits."""
     allow_base: bool = False
     """Serve base (non-instruct) models instead of refusing them."""
+    spec: str = ""
+    """Speculative decoding: auto, off, mtp, dflash, draft or ngram; empty is auto."""
     engine: str = ""
     """Engine id to use; empty picks the best installed engine for the GPU."""
 
@@ -53,6 +55,7 @@ KEYS: dict[str, str] = {
     "gpu.index": "gpu_index",
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",
+    "model.spec": "spec",
     "engine.id": "engine",
 }
 
@@ -174,7 +177,11 @@ def parse_value(key: str, raw: str) -> Any:
 
 
 def save_settings(paths: Paths, settings: Settings) -> Path:
-    """Write config.toml atomically; the old file stays whole if anything fails."""
+    """Write config.toml atomically; the old file stays whole if anything fails.
+
+    The file is created with mode 0600 (as every atomic write is), since it may hold
+    ``server.api_key``.
+    """
     path = paths.config_file
     try:
         paths.ensure(paths.config_dir)

@@ -9,13 +9,13 @@ from typing import Literal
 
 import psutil
 
-from lucebox.engine import registry, store, toolchain
+from lucebox.engine import nodejs, registry, store, toolchain
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
+from lucebox.engine.units import GIB, gib_text
 
 Verdict = Literal["ok", "warn", "missing"]
 
-GIB = 1024**3
 DISK_WARN_BYTES = 30 * GIB
 """Below this a 24 GB-class model and its partial download no longer fit side by side."""
 RAM_WARN_BYTES = 8 * GIB
@@ -38,10 +38,6 @@ class DoctorReport:
     checks: tuple[Check, ...]
 
 
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / GIB:.1f} GiB"
-
-
 def check_gpu(probe: GpuProbe) -> list[Check]:
     if not probe.has_gpu:
         return [
@@ -57,12 +53,12 @@ def check_gpu(probe: GpuProbe) -> list[Check]:
     for gpu in probe.gpus:
         others = sum(p.used_bytes or 0 for p in gpu.processes)
         detail = (
-            f"GPU {gpu.index}: {gpu.name}, {_gib(gpu.vram_free_bytes)} free of "
-            f"{_gib(gpu.vram_total_bytes)}, compute capability "
+            f"GPU {gpu.index}: {gpu.name}, {gib_text(gpu.vram_free_bytes)} free of "
+            f"{gib_text(gpu.vram_total_bytes)}, compute capability "
             f"{gpu.compute_capability or 'not available'}"
         )
         if gpu.processes:
-            detail += f", {len(gpu.processes)} other process(es) hold {_gib(others)}"
+            detail += f", {len(gpu.processes)} other process(es) hold {gib_text(others)}"
         verdict: Verdict = "ok"
         action = ""
         if gpu.mig_enabled:
@@ -130,13 +126,13 @@ def _existing_parent(folder: Path) -> Path:
 def check_disk(paths: Paths) -> Check:
     where = _existing_parent(paths.data_dir)
     usage = shutil.disk_usage(where)
-    detail = f"{_gib(usage.free)} free at {where} (models go to {paths.models_dir})"
+    detail = f"{gib_text(usage.free)} free at {where} (models go to {paths.models_dir})"
     if usage.free < DISK_WARN_BYTES:
         return Check(
             "disk",
             "warn",
             detail,
-            f"free at least {_gib(DISK_WARN_BYTES)} for a 24 GB-class model, or point "
+            f"free at least {gib_text(DISK_WARN_BYTES)} for a 24 GB-class model, or point "
             "LUCEBOX_HOME to a larger disk",
         )
     return Check("disk", "ok", detail)
@@ -144,7 +140,7 @@ def check_disk(paths: Paths) -> Check:
 
 def check_ram() -> Check:
     memory = psutil.virtual_memory()
-    detail = f"{_gib(memory.total)} total, {_gib(memory.available)} available"
+    detail = f"{gib_text(memory.total)} total, {gib_text(memory.available)} available"
     if memory.total < RAM_WARN_BYTES:
         return Check("ram", "warn", detail, "models that spill off the GPU will be slow")
     return Check("ram", "ok", detail)
@@ -171,6 +167,40 @@ def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
     return Check("engine", "ok", detail)
 
 
+def check_node(node: nodejs.NodeInfo) -> list[Check]:
+    """node and npm for building the web UI; optional, so never worse than warn."""
+    minimum = ".".join(map(str, nodejs.NODE_MIN_VERSION))
+    if node.usable:
+        return [
+            Check("node", "ok", f"{node.reason}; node at {node.node.path}"),
+            Check("npm", "ok", f"npm {node.npm.version} at {node.npm.path}"),
+        ]
+    action = (
+        f"`lucebox engine build` installs node from PyPI ({nodejs.NODE_WHEEL}) for the web UI, "
+        f"or install node >= {minimum} with npm"
+    )
+    npm_detail = (
+        f"npm {node.npm.version} at {node.npm.path}, unused without a new enough node"
+        if node.npm.found
+        else node.npm.detail
+    )
+    return [Check("node", "warn", node.reason, action), Check("npm", "warn", npm_detail, action)]
+
+
+def check_webui(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
+    engine = registry.select_engine(paths, probe, wanted_id).engine
+    if engine is None:
+        return Check("webui", "missing", "no engine installed", "run `lucebox engine build`")
+    if engine.webui:
+        return Check("webui", "ok", f"{engine.id} serves the chat web UI at / of its address")
+    return Check(
+        "webui",
+        "warn",
+        f"{engine.id} has no web UI: {engine.webui_detail or 'it was not built with it'}",
+        "run `lucebox engine build` where node and the npm registry can be reached",
+    )
+
+
 def check_models(paths: Paths) -> Check:
     records = store.list_models(paths)
     if not records:
@@ -182,7 +212,7 @@ def check_models(paths: Paths) -> Check:
         )
     size = sum(r.size_bytes for r in records)
     names = ", ".join(r.name for r in records[:4]) + (" ..." if len(records) > 4 else "")
-    return Check("models", "ok", f"{len(records)} model(s), {_gib(size)}: {names}")
+    return Check("models", "ok", f"{len(records)} model(s), {gib_text(size)}: {names}")
 
 
 def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> DoctorReport:
@@ -197,5 +227,10 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
         check_disk(paths),
         check_ram(),
     ]
-    checks += [check_engine(paths, probe, wanted_engine_id), check_models(paths)]
+    checks += check_node(nodejs.probe_node(paths))
+    checks += [
+        check_engine(paths, probe, wanted_engine_id),
+        check_webui(paths, probe, wanted_engine_id),
+        check_models(paths),
+    ]
     return DoctorReport(probe, tuple(checks))

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.gguf import GgufFormatError, ModelInfo, inspect_model, token_texts_digest
+from lucebox.engine.units import gib_text
 
 Severity = Literal["error", "warning"]
 Verdict = Literal["ok", "warn", "refuse"]
@@ -23,6 +25,40 @@ SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 """The engine's own draft-simple rules (common/speculative.cpp, contract 4.4)."""
 LUCEBOX_DFLASH_ARCH = "qwen35-dflash-draft"
+OTHER_ENGINE_DRAFT_ARCHS = {
+    LUCEBOX_DFLASH_ARCH: "the Lucebox engine (dflash_server)",
+    "dflash-draft": "the Lucebox engine (dflash_server)",
+    "gemma4-dflash-draft": "the Lucebox engine (dflash_server)",
+}
+"""Draft architectures made for another engine: llama-server cannot load them."""
+DRAFT_ONLY_ARCHS = {"dflash": "a DFlash draft", "gemma4-assistant": "a Gemma 4 MTP assistant"}
+"""Architectures that are drafts by nature: they speculate for a target, never serve alone."""
+
+
+def draft_only_kind(info: ModelInfo, path: Path) -> str | None:
+    """What kind of draft a file is when it can only speak for a target; None for a model."""
+    if info.architecture in DRAFT_ONLY_ARCHS:
+        return DRAFT_ONLY_ARCHS[info.architecture]
+    if info.architecture in OTHER_ENGINE_DRAFT_ARCHS:
+        return f"a draft for {OTHER_ENGINE_DRAFT_ARCHS[info.architecture]}"
+    if info.has_mtp_layers and Path(path).name.lower().startswith("mtp-"):
+        return "an MTP head published apart from its model"
+    return None
+
+
+def other_engine_problem(info: ModelInfo) -> Problem | None:
+    """A draft made for another engine, refused by name."""
+    engine = OTHER_ENGINE_DRAFT_ARCHS.get(info.architecture)
+    if engine is None:
+        return None
+    return Problem(
+        "draft-arch-mismatch",
+        "error",
+        f"architecture '{info.architecture}' is a draft for {engine}, not for llama-server: "
+        "use an upstream DFlash draft (architecture 'dflash', made with convert_hf_to_gguf.py "
+        "--target-model-dir) or let lucebox pick n-gram or MTP speculation",
+    )
+
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -97,14 +133,28 @@ class CheckResult:
         return out
 
 
+ALLOW_BASE_CODES = frozenset({"base-model", "no-chat-template"})
+"""The problems that allowing a base model (``--allow-base``) turns into warnings."""
+
+
+def refusal(result: CheckResult) -> GuardRefusal:
+    """The error for a model the check refused, carrying the codes of what refused it."""
+    return GuardRefusal(
+        f"{Path(result.path).name} was refused by the model check",
+        hint="see the problems above",
+        problem_codes=tuple(p.code for p in result.problems if p.severity == "error"),
+    )
+
+
+def allow_base_serves(refused: GuardRefusal) -> bool:
+    """Whether allowing a base model would let this refused model be served."""
+    return bool(refused.problem_codes) and set(refused.problem_codes) <= ALLOW_BASE_CODES
+
+
 def verdict_of(problems: list[Problem]) -> Verdict:
     if any(p.severity == "error" for p in problems):
         return "refuse"
     return "warn" if problems else "ok"
-
-
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB"
 
 
 def incomplete_marker(path: Path) -> Path | None:
@@ -254,12 +304,23 @@ def check_model(
                 "truncated",
                 "error",
                 f"the file has {info.actual_size_bytes:,} of {info.expected_size_bytes:,} bytes "
-                f"({present:.1f}% present; {_gib(info.actual_size_bytes)} of "
-                f"{_gib(info.expected_size_bytes)}): download it again",
+                f"({present:.1f}% present; {gib_text(info.actual_size_bytes, 2)} of "
+                f"{gib_text(info.expected_size_bytes, 2)}): download it again",
             )
         )
     problems += _shard_problems(path, info)
 
+    draft_kind = draft_only_kind(info, path) if instruct_guard else None
+    if draft_kind is not None:
+        problems.append(
+            Problem(
+                "draft-only",
+                "error",
+                f"this is {draft_kind} ('{info.architecture}'): a draft, it needs a target "
+                "model; serve the target with --model and give this file as --draft",
+            )
+        )
+        instruct_guard = False
     if instruct_guard:
         severity: Severity = "warning" if allow_base else "error"
         escape = "" if allow_base else "; pass --allow-base to serve it anyway"
@@ -283,9 +344,10 @@ def check_model(
                 )
             )
 
+    foreign = other_engine_problem(info)
     if known_archs is None:
         notes.append("architecture not checked: no engine built and no engine source unpacked")
-    elif info.architecture not in known_archs:
+    elif info.architecture not in known_archs and foreign is None:
         problem_text = f"the engine does not know architecture '{info.architecture}'"
         if info.architecture == LUCEBOX_DFLASH_ARCH:
             problem_text += " (a draft for the Lucebox dflash_server, not for llama-server)"
@@ -296,6 +358,8 @@ def check_model(
                 f"{problem_text}: pick a model of a supported architecture or a newer engine",
             )
         )
+    if foreign is not None and draft_kind is None:
+        problems.append(foreign)
     return CheckResult(str(path), verdict_of(problems), tuple(problems), info, tuple(notes))
 
 
@@ -334,16 +398,8 @@ def check_pair(
 def _pair_problems(
     draft: ModelInfo, target: ModelInfo, draft_path: Path, target_path: Path
 ) -> tuple[str | None, list[Problem]]:
-    if draft.architecture == LUCEBOX_DFLASH_ARCH:
-        return None, [
-            Problem(
-                "draft-arch-mismatch",
-                "error",
-                f"this draft has architecture '{LUCEBOX_DFLASH_ARCH}' (a Lucebox dflash_server "
-                "draft); llama-server cannot use it: use an upstream DFlash draft (architecture "
-                "'dflash', made with convert_hf_to_gguf.py --target-model-dir)",
-            )
-        ]
+    if draft.architecture in OTHER_ENGINE_DRAFT_ARCHS:
+        return None, []  # check_model already refused it by name
     if draft.draft_kind in ("draft-dflash", "draft-dspark"):
         problems = []
         layers = target.block_count or 0

@@ -1,13 +1,12 @@
 """Launch (pure): a plan and the user's choices -> llama-server argv and environment.
 
-No shell is involved: paths with spaces and quotes pass as they are. The API key travels in
-the environment (``LLAMA_API_KEY``), never in argv where ``ps`` would show it.
+No shell is involved: paths with spaces and quotes pass as they are. The engine reads the API
+key from a file (``--api-key-file``), so the key is never in argv, where ``ps`` would show it.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import secrets
 from dataclasses import dataclass
 
 from lucebox.engine.errors import UsageError
@@ -28,7 +27,11 @@ class LaunchSpec:
     spec_type: str | None = None
     """Speculative type; only set when the draft (if any) passed its guard."""
     draft_max: int | None = None
+    draft_p_min: float | None = None
     api_key: str | None = None
+    """The key lucebox's own clients send (the sampler, the chat panel)."""
+    api_key_file: str | None = None
+    """The file the engine reads the key from; required to bind beyond loopback."""
     sampling: tuple[tuple[str, float], ...] = ()
 
 
@@ -49,16 +52,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def new_api_key() -> str:
-    return f"lb-{secrets.token_urlsafe(24)}"
-
-
 def server_argv(spec: LaunchSpec) -> list[str]:
     """The exact llama-server command line for ``spec``."""
-    if not is_loopback(spec.host) and not spec.api_key:
+    if not is_loopback(spec.host) and not spec.api_key_file:
         raise UsageError(
             f"binding {spec.host} exposes the server beyond this machine without an API key",
-            hint="set server.api_key (lucebox generates one when you bind beyond loopback)",
+            hint="lucebox generates a key file when you bind beyond loopback; or keep 127.0.0.1",
         )
     argv = [
         spec.server_path,
@@ -73,6 +72,8 @@ def server_argv(spec: LaunchSpec) -> list[str]:
         "--metrics",
         *spec.plan.server_flags(),
     ]
+    if spec.api_key_file:
+        argv += ["--api-key-file", spec.api_key_file]
     if spec.chat_template:
         argv += ["--chat-template", spec.chat_template]
     else:
@@ -80,19 +81,18 @@ def server_argv(spec: LaunchSpec) -> list[str]:
     if spec.spec_type:
         argv += ["--spec-type", spec.spec_type]
         if spec.draft_path:
-            argv += ["-md", spec.draft_path]
+            # The draft's KV cache has the target's type: the plan priced it so.
+            kv = (spec.plan.cache_type_k, spec.plan.cache_type_v)
+            argv += ["-md", spec.draft_path, "-ctkd", kv[0], "-ctvd", kv[1]]
         if spec.draft_max:
             argv += ["--spec-draft-n-max", str(spec.draft_max)]
+        if spec.draft_p_min is not None:
+            argv += ["--spec-draft-p-min", f"{spec.draft_p_min:g}"]
     for name, value in spec.sampling:
         flag = _SAMPLING_FLAGS.get(name)
         if flag:
             argv += [flag, f"{value:g}"]
     return argv
-
-
-def server_env(spec: LaunchSpec) -> dict[str, str]:
-    """Environment additions for the engine process."""
-    return {"LLAMA_API_KEY": spec.api_key} if spec.api_key else {}
 
 
 def url_of(spec: LaunchSpec) -> str:

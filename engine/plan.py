@@ -80,6 +80,8 @@ class GpuBudget:
     total_bytes: int
     free_bytes: int
     is_gpu: bool
+    host_total_bytes: int = 0
+    """System RAM of this PC: the engine's host-RAM prompt cache lives there."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,13 @@ class PlanRequest:
     parallel: int = 1
     kv_types: tuple[str, ...] = KV_PAIRS
     """KV types the engine has; the planner only picks from these and KV_PAIRS."""
+    ctx_cap: int | None = None
+    """An upper bound the planner must stay under without the user asking for a context
+    (after an out-of-memory start); the user's ``ctx`` is never capped."""
+    swa_full: bool = False
+    """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
+    prompt_cache: bool = True
+    """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +112,16 @@ class MemoryBytes:
     cuda_context: int
     reserve: int
     available: int
+    prompt_cache: int = 0
+    """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
+    plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
+    prompt_cache_in_total: bool = False
 
     @property
     def total(self) -> int:
         """What the engine will use (nvidia-smi's view); the reserve stays free."""
-        return self.weights + self.kv + self.draft + self.compute + self.cuda_context
+        engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
+        return engine + (self.prompt_cache if self.prompt_cache_in_total else 0)
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -116,6 +130,7 @@ class MemoryBytes:
             "draft": self.draft,
             "compute": self.compute,
             "cuda_context": self.cuda_context,
+            "prompt_cache": self.prompt_cache,
             "reserve": self.reserve,
             "total": self.total,
             "available": self.available,
@@ -136,6 +151,9 @@ class Plan:
     reasons: dict[str, str] = field(default_factory=dict)
     largest_ctx: int = 0
     """The largest context that fits with these types (for a refusal)."""
+    swa_full: bool = False
+    cache_ram_mib: int | None = None
+    """The host-RAM prompt cache the engine gets; 0 turns it off."""
 
     def server_flags(self) -> list[str]:
         """The llama-server flags this plan decides (model paths are added by launch)."""
@@ -157,6 +175,10 @@ class Plan:
         ]
         if self.n_cpu_moe:
             flags += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        if self.swa_full:
+            flags.append("--swa-full")
+        if self.cache_ram_mib is not None:
+            flags += ["--cache-ram", str(self.cache_ram_mib)]
         return flags
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +193,8 @@ class Plan:
             "memory_bytes": self.memory_bytes.to_json(),
             "kvflash_pool_tokens": self.kvflash_pool_tokens,
             "largest_ctx": self.largest_ctx,
+            "swa_full": self.swa_full,
+            "cache_ram_mib": self.cache_ram_mib,
             "reasons": dict(self.reasons),
         }
 
@@ -282,13 +306,17 @@ def pad_ctx(ctx: int) -> int:
     return -(-ctx // CTX_PAD) * CTX_PAD
 
 
-def kv_bytes(facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1) -> int:
+def kv_bytes(
+    facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1, swa_full: bool = False
+) -> int:
     """KV cache bytes at ``ctx`` (unified cache across ``parallel`` slots)."""
     per_elem = KV_TYPE_BYTES[kv_type]
     cells = pad_ctx(ctx)
     swa_cells = 0
     if facts.swa_kv_elems_per_token:
-        swa_cells = pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
+        swa_cells = (
+            cells if swa_full else pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
+        )
     elems = facts.full_kv_elems_per_token * cells + facts.swa_kv_elems_per_token * swa_cells
     return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
 
@@ -324,22 +352,41 @@ def _reserve(budget: GpuBudget) -> int:
     return max(RESERVE_MIN_BYTES, int(budget.free_bytes * RESERVE_FRACTION))
 
 
-def _largest_ctx(
-    room: int, facts: ModelFacts, kv_type: str, parallel: int, draft: ModelFacts | None
-) -> int:
-    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``."""
+def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
+    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``.
+
+    The draft's KV cache has the target's type (``-ctkd/-ctvd`` say so on the command line):
+    an f16 draft cache next to a quantized target cache would spend the memory the
+    quantization saved.
+    """
+    facts, draft, parallel = request.target, request.draft, request.parallel
     lo, hi = 0, pad_ctx(facts.native_ctx) // CTX_PAD
     while lo < hi:
         mid = (lo + hi + 1) // 2
         ctx = mid * CTX_PAD
-        need = kv_bytes(facts, ctx, kv_type, parallel) + compute_bytes(facts, ctx, kv_type)
+        need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
+        need += compute_bytes(facts, ctx, kv_type)
         if draft is not None:
-            need += kv_bytes(draft, ctx, "f16", parallel) + compute_bytes(draft, ctx)
+            need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
         if need <= room:
             lo = mid
         else:
             hi = mid - 1
     return min(lo * CTX_PAD, facts.native_ctx)
+
+
+PROMPT_CACHE_MAX_BYTES = 8192 * MIB
+"""The engine's own default for ``--cache-ram``."""
+PROMPT_CACHE_RAM_SHARE = 4
+"""At most a quarter of the PC's RAM goes to the prompt cache: on a GPU it competes with the
+rest of the PC, on a CPU with the model itself. Total RAM, not free RAM, so the same launch
+plans the same way from one minute to the next."""
+
+
+def prompt_cache_bytes(budget: GpuBudget) -> int:
+    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM."""
+    ram = budget.host_total_bytes if budget.is_gpu else budget.total_bytes
+    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE) // MIB * MIB
 
 
 def make_plan(request: PlanRequest) -> Plan:
@@ -349,9 +396,12 @@ def make_plan(request: PlanRequest) -> Plan:
     reserve = _reserve(budget)
     cuda_context = CUDA_CONTEXT_BYTES if budget.is_gpu else 0
     available = budget.free_bytes
+    prompt_cache = prompt_cache_bytes(budget) if request.prompt_cache else 0
     draft_weights = draft.weights_bytes if draft else 0
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident - draft_weights
+    if not budget.is_gpu:
+        room_after_weights -= prompt_cache
     reasons["reserve"] = (
         f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
         f"{RESERVE_FRACTION:.1%} of the {budget.free_bytes / GIB:.1f} GiB free)"
@@ -362,21 +412,17 @@ def make_plan(request: PlanRequest) -> Plan:
     )
     if cuda_context:
         reasons["cuda_context"] = f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
 
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
     n_gpu_layers = -1 if budget.is_gpu else 0
     n_cpu_moe = 0
-    largest = {
-        t: _largest_ctx(room_after_weights, target, t, request.parallel, draft) for t in kv_choices
-    }
+    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
     min_ctx = min(MIN_CTX, target.native_ctx)
     if max(largest.values()) < min_ctx and budget.is_gpu:
         n_gpu_layers, n_cpu_moe, offloaded = _offload(request, reserve + cuda_context, min_ctx)
         room_after_weights += offloaded
-        largest = {
-            t: _largest_ctx(room_after_weights, target, t, request.parallel, draft)
-            for t in kv_choices
-        }
+        largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
         reasons["n_gpu_layers"] = f"the weights do not fit with a {min_ctx}-token context: " + (
             f"{n_cpu_moe} layers' experts stay on the CPU"
             if n_cpu_moe
@@ -413,20 +459,38 @@ def make_plan(request: PlanRequest) -> Plan:
             if ctx_fit >= target.native_ctx
             else "the largest that fits"
         )
+        if request.ctx_cap is not None and ctx > request.ctx_cap:
+            ctx = request.ctx_cap // CTX_PAD * CTX_PAD
+            fits = fits and ctx >= min_ctx
+            why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
         reasons["ctx"] = f"{ctx} tokens: {why}"
     reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
     if not fits and "ctx" not in reasons:
         reasons["fits"] = "the model does not fit even with a 2048-token context"
     used_ctx = max(ctx, CTX_PAD)
-    kv = kv_bytes(target, used_ctx, kv_type, request.parallel)
+    kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
+    if request.swa_full:
+        reasons["swa_full"] = (
+            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
+            "prompt is reused instead of re-read; counted in kv"
+        )
+    elif target.swa_kv_elems_per_token and request.prompt_cache:
+        reasons["swa_full"] = (
+            f"no --swa-full: keeping the whole context in the sliding-window layers would "
+            f"leave less than {min(request.ctx or ENOUGH_CTX, target.native_ctx)} tokens; "
+            "a cached prompt is re-read past the window"
+        )
     draft_total = 0
     if draft is not None:
         draft_total = (
             draft.weights_bytes
-            + kv_bytes(draft, used_ctx, "f16", request.parallel)
-            + compute_bytes(draft, used_ctx)
+            + kv_bytes(draft, used_ctx, kv_type, request.parallel)
+            + compute_bytes(draft, used_ctx, kv_type)
         )
-        reasons["draft"] = f"{draft.name}: weights, f16 KV at the same context, compute"
+        reasons["draft"] = (
+            f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
+            f"same context (as the target's), compute"
+        )
     compute = compute_bytes(target, used_ctx, kv_type)
     memory = MemoryBytes(
         weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
@@ -436,6 +500,8 @@ def make_plan(request: PlanRequest) -> Plan:
         cuda_context=cuda_context,
         reserve=reserve,
         available=available,
+        prompt_cache=prompt_cache,
+        prompt_cache_in_total=not budget.is_gpu,
     )
     kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
     pool = kvflash_pool(
@@ -456,6 +522,23 @@ def make_plan(request: PlanRequest) -> Plan:
         kvflash_pool_tokens=pool,
         reasons=reasons,
         largest_ctx=ctx_fit,
+        swa_full=request.swa_full,
+        cache_ram_mib=prompt_cache // MIB,
+    )
+
+
+def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
+    if not request.prompt_cache:
+        return "no host-RAM prompt cache (--cache-ram 0): every prompt is processed anew"
+    where = (
+        "host RAM beside the GPU, not counted in VRAM"
+        if request.budget.is_gpu
+        else "the same RAM as the model, counted in total"
+    )
+    return (
+        f"{prompt_cache / MIB:.0f} MiB host-RAM prompt cache (--cache-ram): the engine's "
+        f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
+        f"PC's RAM; {where}"
     )
 
 

@@ -46,6 +46,8 @@ class PresetModel:
     size_is_estimate: bool
     facts: PresetFacts
     base_model: bool = False
+    file_name: str | None = None
+    """The GGUF's name inside a PyPI package, so a plan can name the path before a pull."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class Preset:
     sampling: dict[str, float]
     smoke_test: bool
     path: str
+    cpu_default: bool = False
+    """The set `lucebox up` picks when there is no usable GPU (a small instruct model)."""
 
 
 _TOP = {
@@ -99,6 +103,7 @@ _OPTIONAL_FACTS = {
 }
 _KNOWN_TOP = set(_TOP) | {
     "smoke_test",
+    "cpu_default",
     "chat_template",
     "target",
     "draft",
@@ -150,6 +155,7 @@ def _model(table: Any, facts: Any, where: str) -> PresetModel:
         size_is_estimate=bool(_get(table, "size_is_estimate", bool, where, required=False)),
         facts=_facts(facts, f"{where} facts"),
         base_model=bool(_get(table, "base_model", bool, where, required=False)),
+        file_name=_get(table, "file_name", str, where, required=False),
     )
 
 
@@ -187,6 +193,7 @@ def parse_preset(text: str, path: str) -> Preset:
         sampling={k: _get(sampling, k, float, f"{path} [sampling]") for k in sampling},
         smoke_test=bool(_get(table, "smoke_test", bool, path, required=False)),
         path=path,
+        cpu_default=bool(_get(table, "cpu_default", bool, path, required=False)),
     )
 
 

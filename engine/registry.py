@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import httpx
 
+from lucebox.engine import nodejs, webui
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import (
     TARGETS,
@@ -77,6 +78,12 @@ class EngineManifest:
     installed_at: str = ""
     binaries: dict[str, str] = field(default_factory=dict)
     """File name -> sha256 of each binary lucebox installed."""
+    webui: bool = False
+    """The server embeds the web UI (read from the binary)."""
+    webui_detail: str = ""
+    """How the UI was built, or why the engine has none."""
+    rpc: bool = False
+    """ggml-rpc-server sits next to the server: the engine can serve as an RPC peer."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -113,6 +120,9 @@ class EngineManifest:
             options=dict(data.get("options") or {}),
             installed_at=data.get("installed_at", ""),
             binaries=dict(data.get("binaries") or {}),
+            webui=bool(data.get("webui", False)),
+            webui_detail=str(data.get("webui_detail", "")),
+            rpc=bool(data.get("rpc", False)),
         )
 
 
@@ -280,16 +290,7 @@ def find_built(paths: Paths, key: str) -> EngineManifest | None:
     return None
 
 
-def build_and_install(
-    paths: Paths,
-    source: SourceInfo,
-    options: BuildOptions,
-    *,
-    jobs: int | None = None,
-    on_event: BuildCallback | None = None,
-) -> tuple[EngineManifest, bool]:
-    """Build (or reuse) the engine for ``options``; returns it and whether it was cached."""
-    key = build_key(source, options)
+def _find_cached(paths: Paths, source: SourceInfo, key: str) -> EngineManifest | None:
     cached = find_built(paths, key)
     if cached is not None and not cached.capabilities.swa_patterns:
         # Built by a lucebox that did not record the patterns yet: read them now.
@@ -298,37 +299,93 @@ def build_and_install(
             caps = dataclasses.replace(cached.capabilities, swa_patterns=patterns)
             cached = dataclasses.replace(cached, capabilities=caps)
             _write_manifest(Path(cached.server_path).parent.parent, cached)
-    if cached is not None:
-        if on_event is not None:
-            on_event(BuildEvent("cached", 100, f"{cached.id} is already built"))
-        return cached, True
-    bin_dir = build_engine_tree(paths, source, options, jobs=jobs, on_event=on_event)
+    return cached
+
+
+def _reuse(cached: EngineManifest, on_event: BuildCallback | None) -> tuple[EngineManifest, bool]:
+    if on_event is not None:
+        on_event(BuildEvent("cached", 100, f"{cached.id} is already built"))
+    return cached, True
+
+
+def build_and_install(
+    paths: Paths,
+    source: SourceInfo,
+    options: BuildOptions,
+    *,
+    jobs: int | None = None,
+    on_event: BuildCallback | None = None,
+) -> tuple[EngineManifest, bool]:
+    """Build (or reuse) the engine for ``options``; returns it and whether it was cached.
+
+    The web UI needs node and npm: without a usable node the engine is built without it
+    (``webui_detail`` says why). An engine whose UI build failed before (npm unreachable)
+    is rebuilt in its cached build folder, which redoes only the UI and the link.
+    """
+    cached = _find_cached(paths, source, build_key(source, options))
+    if cached is not None and (cached.webui or not options.webui):
+        return _reuse(cached, on_event)
+    node = nodejs.ensure_node(paths) if options.webui else None
+    if node is not None and not node.usable:
+        if cached is not None:
+            return _reuse(cached, on_event)
+        options = dataclasses.replace(options, webui=False)
+        without_ui = _find_cached(paths, source, build_key(source, options))
+        if without_ui is not None:
+            return _reuse(without_ui, on_event)
+    key = build_key(source, options)
+    bin_dir = build_engine_tree(
+        paths,
+        source,
+        options,
+        jobs=jobs,
+        on_event=on_event,
+        env=node.build_env() if node is not None and node.usable else None,
+    )
     if on_event is not None:
         on_event(BuildEvent("install", 100, "installing the engine"))
     engine_id = engine_id_for(source, options, key)
     staging = _staging_dir(paths, engine_id)
     try:
         hashes = _install_binaries(bin_dir, staging / "bin")
-        final_server = paths.engines_dir / engine_id / "bin" / "llama-server"
+        server = staging / "bin" / "llama-server"
+        has_ui = webui.has_webui(server)
         manifest = EngineManifest(
             id=engine_id,
             backend=options.backend,
             cuda_archs=options.cuda_archs,
-            version=read_version(staging / "bin" / "llama-server"),
-            server_path=str(final_server),
+            version=read_version(server),
+            server_path=str(paths.engines_dir / engine_id / "bin" / "llama-server"),
             origin="build",
-            capabilities=read_capabilities(staging / "bin" / "llama-server", source.path),
+            capabilities=read_capabilities(server, source.path),
             source_identity=source.identity,
             build_key=key,
             options=asdict(options),
             installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
             binaries=hashes,
+            webui=has_ui,
+            webui_detail=_webui_detail(has_ui, node, bin_dir.parent / "build.log"),
+            rpc="ggml-rpc-server" in hashes,
         )
         _write_manifest(staging, manifest)
         _publish(paths, engine_id, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest, False
+
+
+def _webui_detail(has_ui: bool, node: nodejs.NodeInfo | None, build_log: Path) -> str:
+    if node is None:
+        return "not asked for"
+    if not node.usable:
+        return node.reason
+    if has_ui:
+        return f"built from the engine source with {node.reason}"
+    try:
+        log_text = build_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        log_text = ""
+    return webui.why_no_webui(log_text)
 
 
 def add_engine(paths: Paths, server: Path, source_dir: Path | None = None) -> EngineManifest:
@@ -357,6 +414,8 @@ def add_engine(paths: Paths, server: Path, source_dir: Path | None = None) -> En
         origin="add",
         capabilities=caps,
         installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        webui=webui.has_webui(server),
+        rpc=(server.parent / "ggml-rpc-server").is_file(),
     )
     staging = _staging_dir(paths, engine_id)
     try:
@@ -426,6 +485,8 @@ def fetch_engine(
             options={"url": url, "sha256": sha256},
             installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
             binaries={p.name: sha256_file(p) for p in bin_dir.iterdir() if p.is_file()},
+            webui=webui.has_webui(servers[0]),
+            rpc=(bin_dir / "ggml-rpc-server").is_file(),
         )
         _write_manifest(staging, manifest)
         _publish(paths, engine_id, staging)

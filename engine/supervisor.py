@@ -25,7 +25,7 @@ import httpx
 import psutil
 
 from lucebox.engine.errors import LuceboxError
-from lucebox.engine.launch import LaunchSpec, server_argv, server_env, url_of
+from lucebox.engine.launch import LaunchSpec, server_argv, url_of
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
 LOG_ROTATE_BYTES = 16 * 1024 * 1024
@@ -222,7 +222,6 @@ class Supervisor:
                     *argv,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
-                    env={**os.environ, **server_env(self.spec)},
                     start_new_session=True,
                     preexec_fn=_die_with_parent,
                 )

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from lucebox.engine.errors import LuceboxError
+from lucebox.engine.errors import CancelledByUserError, LuceboxError
 
 CHUNK_BYTES = 1024 * 1024
 PROGRESS_INTERVAL_S = 0.2
@@ -91,11 +91,13 @@ def download_file(
     headers: Mapping[str, str] | None = None,
     on_progress: ProgressCallback | None = None,
     timeout_s: float = 60.0,
+    cancel: threading.Event | None = None,
 ) -> Path:
     """Download ``url`` to ``dest``, resuming ``dest.part``; verify length and sha256 first.
 
     ``headers`` go to ``url`` and to redirects on the same host only, so a token for the Hub
-    never reaches the storage host it redirects to.
+    never reaches the storage host it redirects to. Setting ``cancel`` stops the download
+    between reads with :class:`CancelledByUserError`; the partial file stays for a resume.
     """
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +109,15 @@ def download_file(
     if size_bytes is None or offset < size_bytes:
         try:
             digest, offset = _fetch(
-                url, dict(headers or {}), part, digest, offset, size_bytes, on_progress, timeout_s
+                url,
+                dict(headers or {}),
+                part,
+                digest,
+                offset,
+                size_bytes,
+                on_progress,
+                timeout_s,
+                cancel,
             )
         except (OSError, http.client.HTTPException) as exc:
             cause = getattr(exc, "reason", None) or exc
@@ -180,6 +190,7 @@ def _fetch(
     size_bytes: int | None,
     on_progress: ProgressCallback | None,
     timeout_s: float,
+    cancel: threading.Event | None,
 ) -> tuple[hashlib._Hash, int]:
     try:
         response = _open(url, headers, offset, timeout_s)
@@ -207,7 +218,12 @@ def _fetch(
             total = offset + response.length
         name = Path(urlsplit(url).path).name
         with part.open("ab" if offset else "wb") as handle, _DiskWriter(handle, digest) as writer:
-            offset = _receive(response, writer, offset, total, name, on_progress)
+            offset = _receive(response, writer, offset, total, name, on_progress, cancel)
+    if cancel is not None and cancel.is_set():
+        raise CancelledByUserError(
+            f"download of {name} cancelled; {offset} bytes kept in {part}",
+            hint="run the same command again to resume",
+        )
     if total is not None and offset < total:
         raise TransferError(
             f"download of {url} stopped at {offset} of {total} bytes",
@@ -223,6 +239,7 @@ def _receive(
     total: int | None,
     name: str,
     on_progress: ProgressCallback | None,
+    cancel: threading.Event | None,
 ) -> int:
     """Fill buffers from the response and hand each to the writer; returns the bytes counted.
 
@@ -231,6 +248,7 @@ def _receive(
     and a fast one is read in large blocks. A buffer goes to the writer when it is full or a
     progress interval has passed; one that is partly filled when the connection breaks still
     reaches disk and hash, so the partial file matches the bytes counted for a resume.
+    A set ``cancel`` ends it after the read in progress, like the end of the body.
     """
     started_s = last_report_s = time.monotonic()
     session_bytes = 0
@@ -242,6 +260,9 @@ def _receive(
         filled = 0
         try:
             while filled < BUFFER_BYTES:
+                if cancel is not None and cancel.is_set():
+                    eof = True
+                    break
                 read_started_s = time.monotonic()
                 got = response.readinto(view[filled : filled + read_bytes])
                 if not got:

@@ -1,10 +1,12 @@
-"""A normal (non-editable) install lays app/ and engine/ out as lucebox.app and lucebox.engine."""
+"""The wheel works outside the checkout: built with `python -m build` from a copy of the tree,
+installed into a fresh venv, and run from another folder. It never builds the engine."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -12,44 +14,118 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.slow
 
-@pytest.mark.slow
-def test_wheel_installs_and_imports_without_the_checkout(tmp_path):
+
+def _copy_tree(target: Path) -> None:
+    """The files git would commit (tracked and new), not the checkout's build leftovers."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        source = ROOT / name
+        if source.is_file() and not name.startswith("lucebox.egg-info"):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / name).write_bytes(source.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    tree = tmp_path_factory.mktemp("tree")
+    out = tmp_path_factory.mktemp("dist")
+    _copy_tree(tree)
+    # sdist first, then the wheel from the unpacked sdist: both must carry the package data.
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            str(ROOT),
-            "-w",
-            str(tmp_path / "dist"),
-        ],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(tree)],
         check=True,
         capture_output=True,
+        timeout=600,
     )
-    (wheel,) = (tmp_path / "dist").glob("lucebox-*.whl")
+    return out
+
+
+def test_wheel_and_sdist_carry_the_package_data(dist):
+    (wheel,) = dist.glob("lucebox-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"lucebox/engine/gpu.py", "lucebox/engine/pin.toml", "lucebox/app/cli.py"} <= names
-    assert not any(name.startswith(("app/", "engine/", "tests/")) for name in names)
-    target = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(target)
-    # -S skips site-packages' .pth files, so the editable install of this checkout is not seen;
-    # the dependencies come from site-packages added by hand after the installed wheel.
-    code = (
-        "import sys\n"
-        f"sys.path[:0] = [{str(target)!r}, {sysconfig.get_paths()['purelib']!r}]\n"
-        "import lucebox.app.cli, lucebox.engine.source as source\n"
-        "print(source.__file__)\n"
-        "print(source.load_pin().version)\n"
-        "print(source.checkout_root())\n"
+    shipped_presets = {f"lucebox/presets/{p.name}" for p in (ROOT / "presets").glob("*.toml")}
+    assert "lucebox/presets/smollm2-135m-cpu.toml" in shipped_presets <= names
+    assert {
+        "lucebox/engine/pin.toml",
+        "lucebox/app/cli.py",
+        "lucebox/app/tui/lucebox.tcss",
+        "lucebox/app/tui/app.py",
+        "lucebox/engine/pin_capabilities.json",
+        "lucebox/assets/lucebox.desktop",
+        "lucebox/assets/lucebox.svg",
+        "lucebox/units/lucebox-user.service.in",
+        "lucebox/units/lucebox-system.service.in",
+    } <= names
+    assert not any(name.startswith(("app/", "engine/", "tests/", "packaging/")) for name in names)
+    (sdist,) = dist.glob("lucebox-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        sdist_names = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
+    assert {"presets/smollm2-135m-cpu.toml", "packaging/systemd/lucebox-user.service.in"} <= (
+        sdist_names
     )
-    done = subprocess.run(
-        [sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True
+
+
+def test_fresh_venv_runs_presets_and_plan_outside_the_checkout(dist, tmp_path):
+    (wheel,) = dist.glob("lucebox-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # The checkout's pip installs into the fresh venv (dependencies from its cache or PyPI).
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=900,
     )
-    module_file, version, checkout = done.stdout.splitlines()
-    assert Path(module_file).is_relative_to(target)
-    assert version == "11434.0.0"
-    assert checkout == "None"
+    home = tmp_path / "lucebox-home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LUCEBOX_HOME": str(home)}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def lucebox(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(venv / "bin" / "lucebox"), *args],
+            capture_output=True,
+            text=True,
+            cwd=elsewhere,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    presets = lucebox("presets", "--json")
+    assert presets.returncode == 0, presets.stderr
+    report = json.loads(presets.stdout)
+    ids = {p["id"] for p in report["presets"]}
+    assert {"smoke", "smollm2", "qwen3-4b"} <= ids
+    plan = lucebox("plan", "--json", "--preset", "smollm2", "--ctx", "4096")
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert planned["fits"] and planned["ctx"] == 4096 and "--jinja" in planned["argv"]
+    dry = lucebox("service", "install", "--user", "--dry-run")
+    assert dry.returncode == 0 and str(python) in dry.stdout, dry.stderr
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import lucebox.app.tui, lucebox.engine.source as s;"
+            "print(s.__file__); print(s.load_pin().version); print(s.checkout_root())",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        check=True,
+    )
+    module_file, version, checkout = probe.stdout.splitlines()
+    assert Path(module_file).is_relative_to(venv)
+    assert (version, checkout) == ("11434.0.0", "None")
+    # Presets and plan read headers and the pin only: nothing was built or downloaded.
+    assert not (home / "data").exists() and not (home / "cache").exists()

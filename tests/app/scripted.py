@@ -18,18 +18,20 @@ from textual.app import App
 from textual.css.query import NoMatches
 from textual.widgets import DataTable
 
-from lucebox.app.tui import Backend, PresetScreen
-from lucebox.engine import pipeline
-from lucebox.engine.errors import LuceboxError
-from lucebox.engine.gguf import inspect_model
-from lucebox.engine.launch import LaunchSpec
+from lucebox.app.tui.backend import Backend
+from lucebox.app.tui.screens.presets import PresetScreen
+from lucebox.engine import guard, planning, service
+from lucebox.engine.config import Settings
+from lucebox.engine.errors import GuardRefusal
 from lucebox.engine.metrics import Sample
-from lucebox.engine.paths import Paths
-from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, facts_from_info, make_plan
-from lucebox.engine.service import Emit, Prepared, ServeOptions, StepEvent
+from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.plan import GIB, GpuBudget
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import Emit, Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent, Supervisor
+from lucebox.engine.transfer import TransferProgress
 from tests.engine.test_plan import GEMMA_270M
-from tests.ggufgen import write_llama
+from tests.ggufgen import ModelSpec, write_llama
 
 STEPS_DONE = [
     StepEvent("gpu", "running", "looking for an NVIDIA GPU"),
@@ -41,13 +43,14 @@ STEPS_DONE = [
 ]
 STEPS_DOWNLOADING = [
     *STEPS_DONE[:3],
-    StepEvent(
-        "models",
-        "running",
-        "downloading Qwen3-14B-Q4_K_M.gguf",
-        fraction=0.4,
-        rate_bytes_per_s=48.5 * 2**20,
-        eta_s=112,
+    service.download_step(
+        TransferProgress(
+            "Qwen3-14B-Q4_K_M.gguf",
+            done_bytes=4 * GIB,
+            total_bytes=10 * GIB,
+            rate_bytes_per_s=48.5 * 2**20,
+            eta_s=112,
+        )
     ),
 ]
 LOG_LINES = [
@@ -66,13 +69,26 @@ RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB)
 
 
 def prepared_for(tmp_path: Path) -> Prepared:
-    model = write_llama(tmp_path / "gemma-3-270m.gguf", GEMMA_270M)
-    budget = RTX_4090
-    plan = make_plan(
-        PlanRequest(target=facts_from_info(inspect_model(model)), budget=budget, ctx=32768)
+    """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
+    model = write_llama(tmp_path / "smoke.gguf", GEMMA_270M)
+    engine = planning.pinned_engine()
+    engine = planning.EngineView("b11434", "b11434", "/opt/llama-server", engine.capabilities)
+    options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
+    launch = planning.plan_launch(
+        resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
     )
-    spec = LaunchSpec("/opt/llama-server", str(model), plan, "smoke", port=8080)
-    return Prepared(spec, "smoke", 0, budget.device, "b11434", plan, budget.free_bytes, 60.0)
+    return Prepared(launch, Settings(), 0, 60.0)
+
+
+def refused_by_the_model_check(path: Path, spec: ModelSpec) -> tuple[list[StepEvent], GuardRefusal]:
+    """The notes and the error the engine's model check gives a generated model file."""
+    checked = guard.check_model(write_llama(path, spec))
+    assert not checked.usable
+    return [service.problem_note(p) for p in checked.problems], guard.refusal(checked)
+
+
+BASE_GEMMA = ModelSpec(name="Gemma 3 270m", basename="gemma-3", finetune=None, size_label="270M")
+"""A complete GGUF named like the base Gemma 3 270M release: the check refuses it as base-model."""
 
 
 def samples(count: int) -> list[Sample]:
@@ -106,8 +122,10 @@ class ScriptedBackend(Backend):
     paths: Paths
     tmp_path: Path
     steps: list[StepEvent] = field(default_factory=lambda: list(STEPS_DONE))
-    failures: list[LuceboxError] = field(default_factory=list)
+    failures: list[Exception] = field(default_factory=list)
     """Raised by the first prepare calls, one each."""
+    server_failure: Exception | None = None
+    """Raised by the server after its events, instead of serving on."""
     hold: threading.Event | None = None
     """When set, prepare waits for it after its steps (a download that stays at 40%)."""
     server_events: list[ServerEvent] = field(
@@ -123,11 +141,15 @@ class ScriptedBackend(Backend):
     chosen: list[str] = field(default_factory=list)
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
+    preset_table_failure: Exception | None = None
 
-    def preset_table(self, options: ServeOptions) -> pipeline.PresetTable:
+    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
+        if self.preset_table_failure is not None:
+            raise self.preset_table_failure
         if self.budget is None:
             return super().preset_table(options)
-        return pipeline.preset_table(self.paths, self.budget)
+        engine = planning.EngineView.of(None)
+        return planning.preset_table(self.paths, options, Settings(), self.budget, engine)
 
     def prepare(self, options: ServeOptions, emit: Emit) -> Prepared:
         self.options_seen.append(options)
@@ -158,6 +180,8 @@ class ScriptedBackend(Backend):
                 yield event
             for sample in self.sample_script:
                 yield sample
+            if self.server_failure is not None:
+                raise self.server_failure
             if self.server_events and self.server_events[-1].kind == "gave-up":
                 return
             # The supervisor offers a flag, not an event, to anything outside it: poll it.
@@ -181,6 +205,6 @@ async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:
     raise AssertionError("the app did not reach the expected state")
 
 
-def preset_table_shown(app: App[int]) -> bool:
+def preset_table_shown(app: App[None]) -> bool:
     """The preset choice is the screen and its plan table has rows."""
     return isinstance(app.screen, PresetScreen) and app.screen.query_one(DataTable).row_count > 0

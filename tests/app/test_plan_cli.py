@@ -70,6 +70,9 @@ def test_plan_from_the_real_gemma_header_matches_llama_fit_params(built_engine_h
         str(gemma_model()),
         "--ctx",
         "32768",
+        "--allow-base",
+        "--cache",
+        "off",
         "--json",
         env={"LUCEBOX_HOME": str(built_engine_home)},
     )
@@ -78,3 +81,113 @@ def test_plan_from_the_real_gemma_header_matches_llama_fit_params(built_engine_h
     assert plan["memory_bytes"]["kv"] == 111 * 2**20
     fit = plan["fit_check"]
     assert fit is not None and fit["context_mib"] == 111
+
+
+def _main_json(capsys, *argv: str) -> tuple[int, dict]:
+    from lucebox.app.cli import main
+
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+CARDS_GIB = (8, 12, 16, 24, 32, 48, 80)
+
+
+@pytest.mark.parametrize("gib", CARDS_GIB)
+def test_dry_run_launches_exactly_what_plan_prints_for_every_preset(capsys, gib):
+    from lucebox.engine.paths import resolve_paths
+    from lucebox.engine.presets import load_presets
+
+    vram = str(gib * 1024)
+    for preset in load_presets(resolve_paths()):
+        plan_code, planned = _main_json(capsys, "plan", "--preset", preset.id, "--vram-mib", vram)
+        serve_code, dry = _main_json(
+            capsys, "serve", "--preset", preset.id, "--vram-mib", vram, "--dry-run"
+        )
+        assert (plan_code, planned) == (serve_code, dry), preset.id
+        argv = planned["argv"]
+        if planned["memory_bytes"]["draft"] and planned["spec"]["type"] != "draft-mtp":
+            assert argv[argv.index("-md") + 1] == planned["draft"]["path"]
+            assert argv[argv.index("-ctkd") + 1] == planned["cache_type_k"]
+            assert argv[argv.index("--spec-type") + 1] == planned["spec"]["type"]
+        if planned["spec"]["type"]:
+            assert argv[argv.index("--spec-type") + 1] == planned["spec"]["type"]
+        else:
+            assert "--spec-type" not in argv and not planned["memory_bytes"]["draft"]
+        assert planned["target"]["path"].endswith(".gguf") and not planned["target"]["present"]
+        assert plan_code == (0 if planned["fits"] else 3)
+
+
+def test_up_dry_run_prints_the_same_document(capsys):
+    plan_code, planned = _main_json(capsys, "plan", "--preset", "qwen3-14b", "--vram-mib", "16384")
+    up_code, dry = _main_json(
+        capsys, "up", "--preset", "qwen3-14b", "--vram-mib", "16384", "--dry-run"
+    )
+    assert (plan_code, planned) == (up_code, dry) == (0, planned)
+
+
+def test_the_draft_is_priced_at_the_targets_kv_type_and_shown_why(capsys):
+    code, planned = _main_json(capsys, "plan", "--preset", "qwen3-14b", "--vram-mib", "16384")
+    assert code == 0 and planned["spec"]["type"] == "draft-simple"
+    assert planned["memory_bytes"]["draft"] > 600 * 2**20
+    assert planned["cache_type_k"] in planned["reasons"]["draft"]
+    squeezed = _main_json(capsys, "plan", "--preset", "qwen3-14b", "--vram-mib", "12288")[1]
+    assert squeezed["spec"]["type"] == "ngram-mod"
+    assert "not draft-simple: its memory would leave" in squeezed["reasons"]["spec"]
+
+
+def test_printed_command_is_shell_quoted(capsys, tmp_path):
+    import shlex
+
+    from tests.ggufgen import write_llama
+
+    model = write_llama(tmp_path / "my model's copy.gguf")
+    code, planned = _main_json(capsys, "plan", "--model", str(model), "--allow-base")
+    assert code == 0, capsys.readouterr().err
+    assert shlex.split(planned["command"]) == planned["argv"]
+    assert planned["alias"] == "my model's copy"
+
+
+def test_plan_refuses_a_truncated_file_as_serve_would(tmp_path):
+    from tests.ggufgen import write_llama
+
+    model = write_llama(tmp_path / "cut.gguf")
+    with model.open("r+b") as handle:
+        handle.truncate(model.stat().st_size // 2)
+    planned = run_lucebox("plan", "--model", str(model), "--json")
+    assert planned.returncode == 3
+    assert_one_line_error(planned)
+    document = json.loads(planned.stdout)
+    assert not document["fits"]
+    assert "truncated" in {p["code"] for p in document["target"]["problems"]}
+    dry = run_lucebox("serve", "--model", str(model), "--dry-run")
+    assert dry.returncode == 3 and "refused by the model check" in dry.stderr
+
+
+@pytest.mark.slow
+def test_the_pinned_capabilities_beside_the_pin_are_the_built_engines(built_engine_home):
+    from lucebox.engine.paths import resolve_paths
+    from lucebox.engine.planning import pinned_engine
+    from lucebox.engine.registry import list_engines
+
+    (built,) = [e for e in list_engines(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}))]
+    pinned = pinned_engine().capabilities
+    assert pinned.spec_types == built.capabilities.spec_types
+    assert pinned.kv_cache_types == built.capabilities.kv_cache_types
+    assert pinned.model_archs == built.capabilities.model_archs
+    assert pinned.swa_patterns == built.capabilities.swa_patterns
+
+
+@pytest.mark.slow
+def test_a_plan_before_the_first_build_is_the_launch_after_it(built_engine_home, tmp_path):
+    from tests.realmodels import smol_model
+
+    model = str(smol_model())
+    before = run_lucebox("plan", "--model", model, "--json")
+    after = run_lucebox(
+        "plan", "--model", model, "--json", env={"LUCEBOX_HOME": str(built_engine_home)}
+    )
+    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
+    planned, built = json.loads(before.stdout), json.loads(after.stdout)
+    assert planned["engine"]["id"] is None and built["engine"]["id"]
+    assert planned["argv"][1:] == built["argv"][1:]

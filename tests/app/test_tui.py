@@ -4,37 +4,41 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 from rich.style import Style
 from textual.widgets import Button, DataTable, Input, Label, Static
 
-from lucebox.app.tui import (
-    Backend,
-    ChatPanel,
-    DashboardScreen,
-    LogTail,
-    LuceboxApp,
-    QuitModal,
-    StartScreen,
-    StepRow,
-    Trend,
-    log_style,
-    per_cell,
-)
-from lucebox.engine.errors import GuardRefusal
+from lucebox.app.tui.app import LuceboxApp
+from lucebox.app.tui.backend import Backend
+from lucebox.app.tui.messages import StepChanged
+from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.screens.start import StartScreen
+from lucebox.app.tui.widgets.chat import ChatPanel
+from lucebox.app.tui.widgets.log import LogTail, log_style
+from lucebox.app.tui.widgets.steps import StepRow
+from lucebox.app.tui.widgets.trend import Trend, per_cell
+from lucebox.engine import guard
+from lucebox.engine.errors import GuardRefusal, UsageError
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
+from lucebox.engine.transfer import TransferError
 from tests.app.scripted import (
+    BASE_GEMMA,
     RTX_4090,
+    STEPS_DONE,
     STEPS_DOWNLOADING,
     ScriptedBackend,
     preset_table_shown,
+    refused_by_the_model_check,
     samples,
     wait_until,
 )
 from tests.conftest import alive
+from tests.ggufgen import write_llama
 from tests.ports import free_port
 from tests.realmodels import engine_home
 
@@ -101,13 +105,11 @@ async def test_download_progress_shows_bar_rate_and_eta(backend):
         backend.hold.set()
 
 
-async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend):
-    backend.failures = [
-        GuardRefusal(
-            "model.gguf was refused by the model check: base-model",
-            hint="pass --allow-base to serve a base model on purpose",
-        )
-    ]
+async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend, tmp_path):
+    notes, refusal = refused_by_the_model_check(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
+    assert refusal.problem_codes == ("base-model",)
+    backend.steps = [*STEPS_DONE[:4], *notes]
+    backend.failures = [refusal]
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
         failure = app.start_screen.query_one("#failure")
@@ -115,11 +117,27 @@ async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend)
         assert "refused by the model check" in str(
             app.start_screen.query_one("#failure-message", Static).render()
         )
+        assert "base-model" in str(app.start_screen.query_one("#notes", Static).render())
         assert app.start_screen.query_one("#allow-base", Button).display
         # Pressed through the button itself: a click could land before the panel is laid out.
         app.start_screen.query_one("#allow-base", Button).press()
         await wait_until(pilot, lambda: on_dashboard(app))
     assert [o.allow_base for o in backend.options_seen] == [False, True]
+
+
+async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(backend, tmp_path):
+    # A base model cut short: allowing base models would not make it servable.
+    model = write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
+    with model.open("r+b") as handle:
+        handle.truncate(model.stat().st_size - 4096)
+    checked = guard.check_model(model)
+    assert {p.code for p in checked.problems} == {"base-model", "truncated"}
+    backend.failures = [guard.refusal(checked)]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        failure = app.start_screen.query_one("#failure")
+        await wait_until(pilot, lambda: failure.display)
+        assert not app.start_screen.query_one("#allow-base", Button).display
 
 
 async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
@@ -161,12 +179,12 @@ async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
         assert table.row_count >= 6
         ids = [str(key.value) for key in table.rows]
         assert "smoke" in ids
-        # Without a GPU the smoke test is the one that fits, and the cursor starts on it.
-        assert ids[table.cursor_row] == "smoke"
+        # Without a GPU the CPU default (an instruct model) is chosen, and the cursor starts on it.
+        assert ids[table.cursor_row] == "smollm2"
         await pilot.press("enter")
         await wait_until(pilot, lambda: on_dashboard(app))
-    assert backend.chosen == ["smoke"]
-    assert backend.options_seen[0].preset == "smoke"
+    assert backend.chosen == ["smollm2"]
+    assert backend.options_seen[0].preset == "smollm2"
 
 
 async def test_quit_keeping_the_server_hands_it_to_a_background_service(backend):
@@ -211,8 +229,6 @@ def test_no_color_is_respected(backend, monkeypatch):
 
 
 def test_step_event_progress_messages_merge():
-    from lucebox.app.tui import StepChanged
-
     first = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.1))
     newer = StepChanged(StepEvent("models", "running", "downloading x", fraction=0.2))
     done = StepChanged(StepEvent("models", "done", "x"))
@@ -325,3 +341,97 @@ def test_log_levels_are_read_after_the_engines_timestamp():
     assert log_style(error) == Style(color="red", bold=True)
     assert log_style(info) == log_style("Every word here is plain")
     assert log_style("# lucebox: ready").dim
+
+
+def failure_shown(app: LuceboxApp) -> bool:
+    return bool(app.start_screen.query_one("#failure").display)
+
+
+def failure_text(app: LuceboxApp) -> tuple[str, str]:
+    screen = app.start_screen
+    message = str(screen.query_one("#failure-message", Static).render())
+    return message, str(screen.query_one("#failure-hint", Static).render())
+
+
+def crash_log_in(hint: str) -> Path:
+    (path,) = (word for word in hint.split() if word.endswith(".log"))
+    return Path(path)
+
+
+async def test_an_unexpected_error_in_the_pipeline_shows_the_crash_log(backend):
+    backend.steps = STEPS_DONE[:4]
+    backend.failures = [RuntimeError("a bug in the engine step")]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert app.start_screen.query_one("#step-models", StepRow).state == "failed"
+        assert not any(row.state == "running" for row in app.start_screen.query(StepRow))
+        message, hint = failure_text(app)
+        assert "a bug in the engine step" in message
+        log = crash_log_in(hint)
+        assert "RuntimeError: a bug in the engine step" in log.read_text()
+        assert "Traceback" in log.read_text()
+        await pilot.press("r")
+        await wait_until(pilot, lambda: on_dashboard(app))
+
+
+async def test_an_unexpected_error_in_the_server_worker_shows_the_crash_log(backend):
+    backend.server_failure = KeyError("slots")
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert isinstance(app.screen, StartScreen)
+        assert app.start_screen.query_one("#step-server", StepRow).state == "failed"
+        message, hint = failure_text(app)
+        assert "KeyError" in message
+        assert "KeyError: 'slots'" in crash_log_in(hint).read_text()
+        assert app.supervisor is not None and app.supervisor.stop_requested
+
+
+async def test_an_error_planning_the_preset_table_shows_on_the_preset_step(backend):
+    backend.preset_table_failure = GuardRefusal("no preset can be planned", hint="see why")
+    app = app_for(backend, ServeOptions())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert app.start_screen.query_one("#step-preset", StepRow).state == "failed"
+        assert failure_text(app) == ("no preset can be planned", "see why")
+
+
+@pytest.mark.parametrize(
+    ("failure", "exit_code"),
+    [
+        (GuardRefusal("x.gguf was refused by the model check"), 3),
+        (UsageError("no preset named 'nope'"), 2),
+        (TransferError("the download stopped"), 1),
+        (RuntimeError("a bug"), 1),
+    ],
+)
+async def test_quitting_after_a_failure_exits_with_its_code(backend, failure, exit_code):
+    backend.failures = [failure]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        await pilot.press("q")
+    assert app.return_code == exit_code
+
+
+async def test_quitting_after_the_server_gave_up_exits_1(backend):
+    backend.server_events = [ServerEvent("gave-up", "gave up after 5 crashes in 600 s", 1)]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        await pilot.press("q")
+    assert app.return_code == 1
+
+
+async def test_quitting_after_a_retry_that_worked_exits_0(backend):
+    backend.failures = [GuardRefusal("x.gguf was refused by the model check")]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: failure_shown(app))
+        await pilot.press("r")
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
+        await pilot.press("s")
+    assert app.return_code == 0

@@ -8,15 +8,18 @@ import threading
 import pytest
 from textual.pilot import Pilot
 
-from lucebox.app.tui import DashboardScreen, LuceboxApp, StepRow
-from lucebox.engine.errors import GuardRefusal
+from lucebox.app.tui.app import LuceboxApp
+from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.paths import resolve_paths
-from lucebox.engine.service import ServeOptions
+from lucebox.engine.service import ServeOptions, StepEvent
 from tests.app.scripted import (
+    BASE_GEMMA,
     RTX_4090,
     STEPS_DOWNLOADING,
     ScriptedBackend,
     preset_table_shown,
+    refused_by_the_model_check,
     samples,
     wait_until,
 )
@@ -87,14 +90,12 @@ def test_dashboard_with_a_minute_of_samples(backend, snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_failure_of_the_model_check(backend, snap_compare, size):
-    backend.steps = backend.steps[:4]
-    backend.failures = [
-        GuardRefusal(
-            "gemma-3-270m.gguf was refused by the model check: base-model",
-            hint="it is a base model: allow it for a test, or pick an instruct preset",
-        )
-    ]
+def test_failure_of_the_model_check(backend, snap_compare, size, tmp_path):
+    notes, refusal = refused_by_the_model_check(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
+    # As the engine runs it: the check comes once the engine is known.
+    checking = StepEvent("models", "running", "checking gemma-3-270m.gguf for this engine")
+    backend.steps = [*backend.steps[:5], checking, *notes]
+    backend.failures = [refusal]
     app = app_for(backend)
 
     async def run_before(pilot: Pilot) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.build import (
+    TARGETS,
     BuildOptions,
     build_key,
     choose_options,
@@ -83,6 +84,24 @@ def test_configure_flags_are_offline_and_pinned():
     assert not any("CUDA" in flag for flag in cpu)
     cuda = configure_argv(SOURCE, Path("/b"), BuildOptions("cuda", ("86", "89")), use_ccache=False)
     assert "-DGGML_CUDA=ON" in cuda and "-DCMAKE_CUDA_ARCHITECTURES=86;89" in cuda
+
+
+def test_every_build_has_the_web_ui_and_the_rpc_backend():
+    cpu = configure_argv(SOURCE, Path("/b"), BuildOptions("cpu"), use_ccache=False)
+    # The UI is built from the source with npm, never downloaded from the Hub at build time.
+    assert "-DLLAMA_BUILD_UI=ON" in cpu and "-DLLAMA_USE_PREBUILT_UI=OFF" in cpu
+    assert "-DGGML_RPC=ON" in cpu and "-DGGML_RPC_RDMA=OFF" in cpu
+    assert "ggml-rpc-server" in TARGETS
+    without_ui = configure_argv(
+        SOURCE, Path("/b"), BuildOptions("cpu", webui=False), use_ccache=False
+    )
+    assert "-DLLAMA_BUILD_UI=OFF" in without_ui and "-DGGML_RPC=ON" in without_ui
+
+
+def test_the_web_ui_is_part_of_the_build_key():
+    assert build_key(SOURCE, BuildOptions("cpu")) != build_key(
+        SOURCE, BuildOptions("cpu", webui=False)
+    )
 
 
 def test_build_key_follows_source_and_options():

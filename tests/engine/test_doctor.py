@@ -1,9 +1,22 @@
 from __future__ import annotations
 
-from lucebox.engine.doctor import check_cuda_toolkit, check_engine, check_gpu, run_doctor
+import dataclasses
+import json
+
+from lucebox.engine import nodejs
+from lucebox.engine.doctor import (
+    check_cuda_toolkit,
+    check_engine,
+    check_gpu,
+    check_node,
+    check_webui,
+    run_doctor,
+)
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
+from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
+from tests.uibuild import old_node_only
 
 from .fake_nvml import GIB, FakeGpu, FakeNvml
 
@@ -53,3 +66,57 @@ def test_every_check_has_an_action_unless_ok():
     for check in report.checks:
         assert check.verdict in {"ok", "warn", "missing"}
         assert check.verdict == "ok" or check.action
+
+
+def test_node_rows_when_a_new_enough_node_is_found():
+    node = nodejs.NodeInfo(
+        ToolInfo("node", True, "/usr/bin/node", "20.20.2", "v20.20.2"),
+        ToolInfo("npm", True, "/usr/bin/npm", "11.19.1", "11.19.1"),
+        "system",
+        True,
+        "the system's node 20.20.2, npm 11.19.1",
+    )
+    node_row, npm_row = check_node(node)
+    assert (node_row.name, node_row.verdict) == ("node", "ok")
+    assert "20.20.2" in node_row.detail and "/usr/bin/node" in node_row.detail
+    assert (npm_row.name, npm_row.verdict) == ("npm", "ok") and "11.19.1" in npm_row.detail
+
+
+def test_node_rows_warn_with_the_way_out_when_node_is_old(tmp_path, monkeypatch):
+    old_node_only(tmp_path, monkeypatch)
+    node_row, npm_row = check_node(nodejs.probe_node(resolve_paths()))
+    assert node_row.verdict == "warn" and "18.19.1 is older than 20.19" in node_row.detail
+    assert nodejs.NODE_WHEEL in node_row.action
+    assert npm_row.verdict == "warn" and "npm" in npm_row.detail
+
+
+def test_webui_row_follows_the_selected_engine():
+    paths = resolve_paths()
+    no_gpu = probe_gpus(FakeNvml(init_failure="no-nvml"))
+    assert check_webui(paths, no_gpu, "").verdict == "missing"
+    folder = paths.engines_dir / "e"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "llama-server").write_text("", encoding="utf-8")
+    manifest = EngineManifest(
+        id="e",
+        backend="cpu",
+        cuda_archs=(),
+        version="v",
+        server_path=str(folder / "bin" / "llama-server"),
+        origin="build",
+        capabilities=EngineCapabilities((), (), None),
+        webui=False,
+        webui_detail="npm ci failed (1): FetchError: request failed",
+    )
+    (folder / "manifest.json").write_text(json.dumps(manifest.to_json()), encoding="utf-8")
+    row = check_webui(paths, no_gpu, "")
+    assert row.verdict == "warn" and "npm ci failed" in row.detail and row.action
+    with_ui = dataclasses.replace(manifest, webui=True, webui_detail="")
+    (folder / "manifest.json").write_text(json.dumps(with_ui.to_json()), encoding="utf-8")
+    assert check_webui(paths, no_gpu, "").verdict == "ok"
+
+
+def test_doctor_lists_node_npm_and_webui():
+    report = run_doctor(resolve_paths(), probe_gpus(FakeNvml(init_failure="no-nvml")))
+    names = [check.name for check in report.checks]
+    assert {"node", "npm", "webui"} <= set(names)

@@ -262,11 +262,25 @@ def test_dflash_draft(models, tmp_path):
     assert codes(engine_without_dflash) == {"draft-arch-mismatch"}
 
 
-def test_lucebox_dflash_draft_is_not_for_llama_server(models, tmp_path):
-    path = write_llama(tmp_path / "lucebox-dflash.gguf", ModelSpec(arch="qwen35-dflash-draft"))
+@pytest.mark.parametrize("arch", ["qwen35-dflash-draft", "dflash-draft", "gemma4-dflash-draft"])
+def test_drafts_for_another_engine_are_refused_by_name(models, tmp_path, arch):
+    path = write_llama(tmp_path / f"{arch}.gguf", ModelSpec(arch=arch))
     draft, _ = check_pair(path, models["instruct"], known_archs=ARCHS)
-    assert codes(draft) == {"draft-arch-mismatch", "unsupported-arch"}
-    assert "dflash_server" in " ".join(p.message for p in draft.problems)
+    assert codes(draft) == {"draft-arch-mismatch"}
+    assert (
+        f"'{arch}' is a draft for the Lucebox engine (dflash_server)" in draft.problems[0].message
+    )
+    as_target = check_model(path, known_archs=ARCHS)
+    assert codes(as_target) == {"draft-only"}
+    assert "it needs a target" in as_target.problems[0].message
+
+
+def test_a_draft_given_as_the_target_is_refused_as_a_draft(models, tmp_path):
+    dflash = dflash_draft(tmp_path / "qwen3-dflash.gguf", [0, 1])
+    result = check_model(dflash, known_archs=(*ARCHS, "dflash"))
+    assert codes(result) == {"draft-only"}
+    assert "a DFlash draft ('dflash'): a draft, it needs a target" in result.problems[0].message
+    assert "no-chat-template" not in codes(result)
 
 
 def test_fuzzed_headers_never_escape(models, tmp_path):

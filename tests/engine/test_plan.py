@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from lucebox.engine.config import Settings
 from lucebox.engine.gguf import inspect_model
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
-from lucebox.engine.pipeline import budget_for, choose_preset, plan_preset
 from lucebox.engine.plan import (
     GIB,
     MIB,
@@ -21,6 +21,13 @@ from lucebox.engine.plan import (
     kvflash_pool,
     make_plan,
     read_swa_patterns,
+)
+from lucebox.engine.planning import (
+    EngineView,
+    ServeOptions,
+    budget_for,
+    choose_preset,
+    preset_table,
 )
 from lucebox.engine.presets import PresetError, load_presets, parse_preset
 from tests.ggufgen import SHAPES, write_llama
@@ -96,12 +103,14 @@ def test_another_app_holding_6_gib_leaves_less():
     probe = probe_gpus(FakeNvml(gpus=[FakeGpu(processes=[(4242, 6 * GIB)])]))
     budget = budget_for(probe)
     assert budget.free_bytes < 18.5 * GIB
-    preset_plans = [plan_preset(resolve_paths(), p, budget) for p in load_presets(resolve_paths())]
-    busy = {p.preset.id: p.plan.ctx for p in preset_plans}
-    idle = {
-        p.preset.id: p.plan.ctx
-        for p in (plan_preset(resolve_paths(), p, card(24)) for p in load_presets(resolve_paths()))
-    }
+
+    def contexts(budget: GpuBudget) -> dict[str, int]:
+        table = preset_table(
+            resolve_paths(), ServeOptions(), Settings(), budget, EngineView.of(None)
+        )
+        return {p.alias: p.plan.ctx for p in table.plans}
+
+    busy, idle = contexts(budget), contexts(card(24))
     assert busy["qwen3.6-27b"] < idle["qwen3.6-27b"]
 
 
@@ -151,14 +160,30 @@ def test_choose_preset_by_card():
         (24, "qwen3.6-27b"),
         (32, "qwen3.6-27b-q6"),
     ]:
-        budget = card(gib)
-        plans = [plan_preset(paths, p, budget) for p in load_presets(paths)]
-        best = choose_preset(plans, budget)
-        assert best is not None and best.preset.id == wanted
+        best = preset_table(paths, ServeOptions(), Settings(), card(gib), EngineView.of(None)).best
+        assert best is not None and best.alias == wanted
     cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
-    plans = [plan_preset(paths, p, cpu) for p in load_presets(paths)]
-    chosen = choose_preset(plans, cpu)
-    assert chosen is not None and chosen.preset.id == "smoke"
+    table = preset_table(paths, ServeOptions(), Settings(), cpu, EngineView.of(None))
+    # Without a GPU the default is the instruct model that chats, not the base smoke test.
+    assert table.best is not None and table.best.alias == "smollm2"
+    without_cpu_default = [p for p in table.plans if p.preset and not p.preset.cpu_default]
+    fallback = choose_preset(without_cpu_default, cpu)
+    assert fallback is not None and fallback.alias == "smoke"
+
+
+@pytest.mark.slow
+def test_cpu_default_preset_matches_its_real_file():
+    """The published facts of the CPU default are the ones the real GGUF's header gives."""
+    from lucebox.engine.presets import facts_from_preset
+    from tests.realmodels import SMOL_SIZE_BYTES, smol_model
+
+    (preset,) = [p for p in load_presets(resolve_paths()) if p.cpu_default]
+    assert preset.target.size_bytes == SMOL_SIZE_BYTES and not preset.target.size_is_estimate
+    published = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    real = facts_from_info(inspect_model(smol_model()))
+    for field in ("architecture", "n_layer", "n_embd", "n_vocab", "native_ctx"):
+        assert getattr(published, field) == getattr(real, field), field
+    assert published.full_kv_elems_per_token == real.full_kv_elems_per_token
 
 
 @pytest.mark.parametrize(

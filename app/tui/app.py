@@ -1,0 +1,273 @@
+"""The App of `lucebox up`: runs the pipeline and the server in workers, switches the screens.
+
+Workers only post messages (:mod:`lucebox.app.tui.messages`); screens post requests and this
+App, which owns the options, the server and the one-server lock, acts on them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from lucebox.app.tui.backend import Backend
+from lucebox.app.tui.messages import (
+    AllowBaseRequested,
+    MetricsSampled,
+    PipelinePrepared,
+    PresetPickRequested,
+    QuitRequested,
+    RestartRequested,
+    RetryRequested,
+    ServerChanged,
+    StepChanged,
+    StopRequested,
+)
+from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.screens.presets import PresetScreen
+from lucebox.app.tui.screens.start import Failure, StartScreen
+from lucebox.engine import guard, service
+from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, GuardRefusal, LuceboxError
+from lucebox.engine.paths import Paths
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import Prepared, StepEvent, StepName
+from lucebox.engine.supervisor import ServerEvent, Supervisor
+
+WORKER_STEPS: dict[str, StepName] = {"presets": "preset"}
+"""The checklist step a failing worker's group stands for; the pipeline's is the step it was on,
+and every other group's (server, chat, quit) is the server."""
+
+
+class LuceboxApp(App[None]):
+    """`lucebox up`: runs the pipeline, then the dashboard of the served model."""
+
+    CSS_PATH = "lucebox.tcss"
+    TITLE = "lucebox"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True)
+    ]
+
+    def __init__(
+        self,
+        backend: Backend,
+        options: ServeOptions,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.options = options
+        self.clock = clock
+        self.prepared: Prepared | None = None
+        self.supervisor: Supervisor | None = None
+        self.lock: service.ServeLock | None = None
+        self.step_now: StepName = "gpu"
+        """The pipeline step the last progress event came from."""
+        self.exit_code = EXIT_OK
+        """What quitting now exits with: the failure on show, else 0."""
+        self.start_screen = StartScreen(backend.log_path)
+        self.dashboard: DashboardScreen | None = None
+
+    async def on_mount(self) -> None:
+        await self.push_screen(self.start_screen)
+        if self.options.model is None and self.options.preset is None and self.backend.first_run():
+            self.pick_preset()
+        else:
+            self.start_pipeline()
+
+    # pipeline -----------------------------------------------------------------------------------
+
+    def start_pipeline(self) -> None:
+        self.start_screen.reset()
+        self.step_now = "gpu"
+        self.exit_code = EXIT_OK
+        self.prepare_pipeline()
+
+    @work(thread=True, exclusive=True, group="pipeline", exit_on_error=False)
+    def prepare_pipeline(self) -> None:
+        worker = get_current_worker()
+
+        def emit(event: StepEvent) -> None:
+            if not worker.is_cancelled:
+                self.post_message(StepChanged(event))
+
+        if self.lock is None:
+            self.lock = self.backend.lock()
+        self.post_message(PipelinePrepared(self.backend.prepare(self.options, emit)))
+
+    def on_step_changed(self, message: StepChanged) -> None:
+        self.step_now = message.event.step
+        self.start_screen.show_step(message.event)
+
+    @on(Worker.StateChanged)
+    def handle_worker_error(self, event: Worker.StateChanged) -> None:
+        """Every worker's failure ends here, on the failure panel: a lucebox error with its
+        message and hint, anything else as a bug with the path of its full traceback."""
+        worker, error = event.worker, event.worker.error
+        if event.state != WorkerState.ERROR or error is None:
+            return
+        step = (
+            self.step_now
+            if worker.group == "pipeline"
+            else WORKER_STEPS.get(worker.group, "server")
+        )
+        if isinstance(error, LuceboxError):
+            refused_base = isinstance(error, GuardRefusal) and guard.allow_base_serves(error)
+            failure = Failure(step, error.message, error.hint, error.exit_code, refused_base)
+        else:
+            log = self.backend.write_crash_log(error)
+            hint = f"a bug in lucebox; the full traceback is in {log}"
+            failure = Failure(step, f"unexpected error: {error!r}", hint, EXIT_FAILURE)
+        if worker.group == "server":
+            self.stop_server()
+        self.show_failure(failure)
+
+    def show_failure(self, failure: Failure) -> None:
+        self.exit_code = failure.exit_code
+        self.dashboard = None
+        if self.screen is not self.start_screen:
+            self.switch_screen(self.start_screen)
+        self.start_screen.show_failure(failure)
+
+    def on_pipeline_prepared(self, message: PipelinePrepared) -> None:
+        self.prepared = message.prepared
+        self.start_screen.show_step(StepEvent("server", "running", "starting the engine"))
+        self.run_server(message.prepared)
+
+    @work(exclusive=True, group="server", exit_on_error=False)
+    async def run_server(self, prepared: Prepared) -> None:
+        supervisor = self.backend.supervisor(prepared)
+        self.supervisor = supervisor
+        async for item in self.backend.run(prepared, supervisor):
+            if isinstance(item, ServerEvent):
+                self.post_message(ServerChanged(item))
+            else:
+                self.post_message(MetricsSampled(item))
+
+    async def on_server_changed(self, message: ServerChanged) -> None:
+        event = message.event
+        if event.kind == "ready" and self.dashboard is None and self.prepared is not None:
+            self.start_screen.show_step(StepEvent("server", "done", event.message))
+            self.dashboard = DashboardScreen(
+                self.prepared,
+                log_path=self.backend.log_path,
+                notes=self.start_screen.notes,
+                clock=self.clock,
+            )
+            await self.push_screen(self.dashboard)
+        if event.kind == "gave-up":
+            hint = "the log (l) has the engine's own words; Retry (r) starts it again"
+            self.show_failure(Failure("server", event.message, hint, EXIT_FAILURE))
+            return
+        if self.dashboard is not None:
+            self.dashboard.show_event(event)
+            if self.supervisor is not None:
+                self.dashboard.show_log(self.supervisor, now=True)
+        else:
+            self.start_screen.show_step(StepEvent("server", "running", event.message))
+
+    def on_metrics_sampled(self, message: MetricsSampled) -> None:
+        if self.dashboard is not None:
+            self.dashboard.show_sample(message.sample)
+            if self.supervisor is not None:
+                self.dashboard.show_log(self.supervisor)
+
+    # requests from the screens --------------------------------------------------------------------
+
+    @on(RetryRequested)
+    def retry(self) -> None:
+        self.start_pipeline()
+
+    @on(AllowBaseRequested)
+    def allow_base_and_retry(self) -> None:
+        self.options = replace(self.options, allow_base=True)
+        self.start_pipeline()
+
+    @on(PresetPickRequested)
+    def preset_pick_requested(self) -> None:
+        self.pick_preset()
+
+    @on(RestartRequested)
+    def restart_server(self) -> None:
+        if self.supervisor is not None and self.prepared is not None:
+            if self.workers_in("server"):
+                self.supervisor.restart()
+            else:
+                self.run_server(self.prepared)
+
+    @on(StopRequested)
+    def stop_server(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
+
+    @on(QuitRequested)
+    def quit_requested(self, message: QuitRequested) -> None:
+        if message.keep_serving:
+            self.keep_serving()
+        else:
+            self.stop_and_exit()
+
+    # actions ------------------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="presets", exit_on_error=False)
+    def pick_preset(self) -> None:
+        """Plan every preset for this card (blocking: GPU probe, headers), then ask."""
+        table = self.backend.preset_table(self.options)
+        self.call_from_thread(self.push_screen, PresetScreen(table), self.preset_chosen)
+
+    def preset_chosen(self, preset_id: str | None) -> None:
+        if preset_id is None:
+            # Leaving the first-run choice goes on with the preset lucebox picks itself.
+            if self.prepared is None and not self.workers_in("pipeline"):
+                self.start_pipeline()
+            return
+        self.backend.choose_preset(preset_id)
+        self.options = replace(self.options, preset=preset_id, model=None)
+        self.stop_server()
+        self.dashboard = None
+        self.prepared = None
+        if self.screen is not self.start_screen:
+            self.switch_screen(self.start_screen)
+        self.start_pipeline()
+
+    def workers_in(self, group: str) -> bool:
+        return any(w.group == group and not w.is_finished for w in self.workers)
+
+    @work(exclusive=True, group="quit", exit_on_error=False)
+    async def keep_serving(self) -> None:
+        await self.shut_down()
+        pid, log = self.backend.detach(self.options)
+        self.exit(message=f"lucebox serves in the background (pid {pid}); log: {log}")
+
+    @work(exclusive=True, group="quit", exit_on_error=False)
+    async def stop_and_exit(self) -> None:
+        await self.shut_down()
+        self.exit(return_code=self.exit_code)
+
+    async def shut_down(self) -> None:
+        """Stop the engine and wait until it is gone; release the one-server lock."""
+        self.stop_server()
+        for worker in list(self.workers):
+            if worker.group == "server":
+                await worker.wait()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def on_unmount(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    async def action_quit(self) -> None:
+        self.stop_and_exit()
+
+
+def make_app(paths: Paths, options: ServeOptions, backend: Backend | None = None) -> LuceboxApp:
+    return LuceboxApp(backend or Backend(paths), options)

@@ -1,0 +1,61 @@
+"""What the TUI asks of the engine, in one object that tests replace to script faults."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from lucebox.engine import config, gpu, planning, registry, service
+from lucebox.engine.crashlog import write_crash_log
+from lucebox.engine.metrics import Sample
+from lucebox.engine.paths import Paths
+from lucebox.engine.planning import ServeOptions
+from lucebox.engine.service import Prepared
+from lucebox.engine.supervisor import ServerEvent, Supervisor
+
+
+class Backend:
+    """What the TUI asks of the engine; tests replace it with a scripted one for faults."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+
+    def first_run(self) -> bool:
+        """No preset chosen yet: the user picks one from the plan table."""
+        return not config.load_settings(self.paths).preset
+
+    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
+        settings = config.load_settings(self.paths)
+        probe = gpu.probe_gpus()
+        resolved = planning.resolve(options, settings)
+        budget = planning.budget_for(probe, resolved.gpu_index)
+        installed = registry.select_engine(self.paths, probe, settings.engine).engine
+        engine = planning.EngineView.of(installed)
+        return planning.preset_table(self.paths, options, settings, budget, engine)
+
+    def choose_preset(self, preset_id: str) -> None:
+        config.set_setting(self.paths, "preset", preset_id)
+
+    def lock(self) -> service.ServeLock:
+        return service.ServeLock(self.paths)
+
+    def prepare(self, options: ServeOptions, emit: service.Emit) -> Prepared:
+        return service.prepare(self.paths, options, emit)
+
+    def supervisor(self, prepared: Prepared) -> Supervisor:
+        return service.new_supervisor(self.paths, prepared)
+
+    def run(
+        self, prepared: Prepared, supervisor: Supervisor
+    ) -> AsyncIterator[ServerEvent | Sample]:
+        return service.run_server(self.paths, prepared, supervisor)
+
+    def detach(self, options: ServeOptions) -> tuple[int, Path]:
+        return service.start_detached(self.paths, options)
+
+    @property
+    def log_path(self) -> Path:
+        return service.engine_log(self.paths)
+
+    def write_crash_log(self, error: BaseException) -> Path:
+        return write_crash_log(self.paths, error)

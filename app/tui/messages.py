@@ -1,0 +1,84 @@
+"""The TUI's messages: facts from the workers, and requests the screens make of the App.
+
+Workers post the first kind from their threads; screens post the second kind and the App, which
+owns the pipeline, the server and the lock, handles them. High-rate messages override
+``can_replace`` so the queue keeps only the newest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from lucebox.engine.metrics import Sample
+from lucebox.engine.service import Prepared, StepEvent
+from lucebox.engine.supervisor import ServerEvent
+
+# --- from the workers ---------------------------------------------------------------------------
+
+
+@dataclass
+class StepChanged(Message):
+    event: StepEvent
+
+    def can_replace(self, message: Message) -> bool:
+        # Download and build progress come many times a second: keep the newest.
+        return (
+            isinstance(message, StepChanged)
+            and message.event.step == self.event.step
+            and message.event.fraction is not None
+            and self.event.fraction is not None
+        )
+
+
+@dataclass
+class PipelinePrepared(Message):
+    prepared: Prepared
+
+
+@dataclass
+class ServerChanged(Message):
+    event: ServerEvent
+
+
+@dataclass
+class MetricsSampled(Message):
+    """One second of the server's numbers; each one is a point of the sparklines, so none merge."""
+
+    sample: Sample
+
+
+# --- from the screens ---------------------------------------------------------------------------
+
+
+@dataclass
+class RetryRequested(Message):
+    """Run the pipeline again with the same options."""
+
+
+@dataclass
+class AllowBaseRequested(Message):
+    """Run the pipeline again, serving a base model on purpose."""
+
+
+@dataclass
+class PresetPickRequested(Message):
+    """Show the preset table; a choice restarts the pipeline with that preset."""
+
+
+@dataclass
+class RestartRequested(Message):
+    """Restart the engine with the same plan."""
+
+
+@dataclass
+class StopRequested(Message):
+    """Stop the engine and keep the dashboard open."""
+
+
+@dataclass
+class QuitRequested(Message):
+    """Close the dashboard, either stopping the engine or handing it to a background service."""
+
+    keep_serving: bool

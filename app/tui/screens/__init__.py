@@ -1,0 +1,1 @@
+"""Screens of the TUI: each shows one stage and posts request messages for the App to act on."""

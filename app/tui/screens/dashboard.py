@@ -1,0 +1,177 @@
+"""The served model at a glance: endpoint, throughput, memory, GPU, log, and a chat."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+
+from lucebox.app.tui.messages import (
+    PresetPickRequested,
+    QuitRequested,
+    RestartRequested,
+    StopRequested,
+)
+from lucebox.app.tui.screens.log import LogScreen
+from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.widgets.chat import ChatPanel
+from lucebox.app.tui.widgets.gpu import GpuPanel
+from lucebox.app.tui.widgets.log import LogTail
+from lucebox.app.tui.widgets.readout import Readout
+from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
+from lucebox.engine import service
+from lucebox.engine.launch import url_of
+from lucebox.engine.metrics import Sample, with_last_rates
+from lucebox.engine.service import Prepared
+from lucebox.engine.supervisor import ServerEvent, Supervisor
+
+LOG_TAIL_INTERVAL_S = 2.0
+
+
+def format_duration(seconds: float) -> str:
+    """Minutes are enough for an uptime, and the header then changes once a minute."""
+    minutes = max(int(seconds), 0) // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class DashboardScreen(Screen[None]):
+    """The served model at a glance: endpoint, throughput, memory, GPU, log; a chat to try it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "toggle_chat", "Chat"),
+        Binding("escape", "close_chat", "Close chat", show=False),
+        Binding("r", "restart", "Restart"),
+        Binding("s", "stop", "Stop"),
+        Binding("p", "switch_preset", "Preset"),
+        Binding("l", "open_log", "Log"),
+        Binding("y", "copy_url", "Copy URL"),
+        Binding("q", "quit_asking", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        prepared: Prepared,
+        *,
+        log_path: Path,
+        notes: list[str],
+        clock: Callable[[], float],
+    ) -> None:
+        super().__init__()
+        self.prepared = prepared
+        self.log_path = log_path
+        self.notes = list(notes)
+        self.clock = clock
+        self.server_started_at = clock()  # the dashboard opens when the server is ready
+        self.history: deque[Sample] = deque(maxlen=SPARK_POINTS)
+        self.latest: Sample | None = None
+        self.state = "ready"
+        self.restarts = 0
+        self.log_lines_shown = 0
+        self.log_shown_at = -LOG_TAIL_INTERVAL_S
+
+    def compose(self) -> ComposeResult:
+        yield Readout("", id="dash-header")
+        with Horizontal(id="dash-top"):
+            yield ThroughputPanel(id="throughput")
+            yield GpuPanel(id="gpu")
+        with Horizontal(id="dash-bottom"):
+            yield LogTail(id="log-tail")
+            yield ChatPanel(self.prepared, id="chat")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#throughput").border_title = "Throughput"
+        self.query_one("#gpu").border_title = self.prepared.device
+        self.query_one("#log-tail").border_title = f"Engine log · {self.prepared.engine_version}"
+        self.query_one("#chat").display = False
+        self.refresh_header()
+        self.query_one(GpuPanel).show_gpu(self.prepared, None)
+        self.query_one(LogTail).add([f"# lucebox: {note}" for note in self.notes])
+
+    def refresh_header(self) -> None:
+        plan = self.prepared.plan
+        uptime_s = self.clock() - self.server_started_at
+        state_style = {"ready": "green", "failed": "red", "stopped": "red"}.get(
+            self.state, "yellow"
+        )
+        header = Text()
+        header.append(self.prepared.model, style="bold cyan")
+        header.append("  ")
+        header.append(self.state, style=f"bold {state_style}")
+        header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
+        header.append(f" · ctx {plan.ctx:,} · KV {plan.cache_type_k}\n")
+        header.append(f"{url_of(self.prepared.spec)}/v1", style="bold underline")
+        header.append("  y copies it", style="dim")
+        self.query_one("#dash-header", Readout).show(header)
+
+    def show_event(self, event: ServerEvent) -> None:
+        if event.kind == "ready":
+            self.server_started_at = self.clock()
+        self.state = service.state_of(event)
+        self.restarts = event.restarts
+        self.refresh_header()
+        self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
+
+    def show_sample(self, sample: Sample) -> None:
+        self.history.append(sample)
+        self.latest = with_last_rates(self.latest, sample)
+        self.query_one(ThroughputPanel).show_rates(self.history, self.latest)
+        self.query_one(GpuPanel).show_gpu(self.prepared, sample)
+        self.refresh_header()
+
+    def show_log(self, supervisor: Supervisor, *, now: bool = False) -> None:
+        """New engine log lines into the tail: at once with ``now``, else at most every
+        LOG_TAIL_INTERVAL_S. A busy engine logs with every request, and moving the whole
+        tail each second was the dashboard's largest cost while serving."""
+        due_at = self.log_shown_at + LOG_TAIL_INTERVAL_S
+        new_lines = min(supervisor.lines_total - self.log_lines_shown, len(supervisor.ring))
+        if new_lines <= 0 or (not now and time.monotonic() < due_at):
+            return
+        self.log_lines_shown = supervisor.lines_total
+        self.log_shown_at = time.monotonic()
+        self.query_one(LogTail).add(list(supervisor.ring)[-new_lines:])
+
+    def action_toggle_chat(self) -> None:
+        chat = self.query_one(ChatPanel)
+        chat.display = not chat.display
+        if chat.display:
+            chat.query_one(Input).focus()
+
+    def action_close_chat(self) -> None:
+        self.query_one(ChatPanel).display = False
+        self.set_focus(None)
+
+    def action_restart(self) -> None:
+        self.post_message(RestartRequested())
+
+    def action_stop(self) -> None:
+        self.post_message(StopRequested())
+
+    def action_switch_preset(self) -> None:
+        self.post_message(PresetPickRequested())
+
+    def action_open_log(self) -> None:
+        self.app.push_screen(LogScreen(self.log_path))
+
+    def action_copy_url(self) -> None:
+        url = f"{url_of(self.prepared.spec)}/v1"
+        self.app.copy_to_clipboard(url)
+        self.notify(f"copied {url}")
+
+    def action_quit_asking(self) -> None:
+        self.app.push_screen(QuitModal(), self.quit_chosen)
+
+    def quit_chosen(self, choice: str | None) -> None:
+        if choice in ("keep", "stop"):
+            self.post_message(QuitRequested(keep_serving=choice == "keep"))

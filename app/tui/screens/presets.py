@@ -1,0 +1,64 @@
+"""The preset choice: every preset with what it gets on this card."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Static
+
+from lucebox.engine import planning
+from lucebox.engine.units import gib_text
+
+
+class PresetScreen(ModalScreen[str | None]):
+    """Every preset with what it gets on this card; Enter picks one."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss_none", "Back")]
+
+    def __init__(self, table: planning.PresetTable) -> None:
+        super().__init__()
+        self.table = table
+
+    def compose(self) -> ComposeResult:
+        budget = self.table.budget
+        with Vertical(id="presets"):
+            yield Static(
+                f"Choose a model set for {budget.device} ({gib_text(budget.free_bytes)} free)",
+                id="presets-title",
+            )
+            yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
+            yield Static("Enter picks · Esc goes back · ★ what fits best", id="presets-help")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("", "Preset", "Card", "Context", "KV", "Memory", "Model set")
+        best = self.table.best
+        for item in self.table.plans:
+            fits = not item.misfit
+            table.add_row(
+                "★" if best is not None and item is best else "",
+                item.alias,
+                f"{item.preset.vram_tier_gib} GB"
+                if item.preset and item.preset.vram_tier_gib
+                else "any",
+                f"{item.plan.ctx:,}" if fits else f"no: {item.misfit}",
+                item.plan.cache_type_k if fits else "",
+                gib_text(item.plan.memory_bytes.total),
+                item.title,
+                key=item.alias,
+            )
+        if best is not None:
+            table.move_cursor(row=table.get_row_index(best.alias))
+        table.focus()
+
+    @on(DataTable.RowSelected)
+    def choose(self, event: DataTable.RowSelected) -> None:
+        self.dismiss(str(event.row_key.value))
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,103 @@
+"""A chat with the served model, to try it from the dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Input, Label, Static
+from textual.worker import Worker
+
+from lucebox.app.tui.widgets.readout import value_text
+from lucebox.engine.chat import ChatError, stream_chat
+from lucebox.engine.launch import url_of
+from lucebox.engine.service import Prepared
+
+
+class ChatPanel(Vertical):
+    """Type a message, watch the reply stream in, with its time to first token and speed."""
+
+    def __init__(self, prepared: Prepared, id: str) -> None:
+        super().__init__(id=id)
+        self.prepared = prepared
+        self.messages: list[dict[str, str]] = []
+        self.reply = ""
+        self.replying: Worker[None] | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="chat-scroll"):
+            yield Static("", id="chat-transcript")
+        yield Label("", id="chat-stats")
+        yield Input(placeholder="Say something to the model, Enter sends", id="chat-input")
+
+    def on_mount(self) -> None:
+        self.border_title = "Chat"
+
+    @on(Input.Submitted, "#chat-input")
+    def send(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        event.input.value = ""
+        self.messages.append({"role": "user", "content": text})
+        self.reply = ""
+        self.query_one("#chat-stats", Label).update("waiting for the first token…")
+        self.render_transcript()
+        # The App's worker, so that the App's one handler sees it fail; it ends with the panel.
+        self.replying = self.app.run_worker(
+            self.stream_reply(),
+            name="stream_reply",
+            group="chat",
+            exclusive=True,
+            exit_on_error=False,
+        )
+
+    def on_unmount(self) -> None:
+        if self.replying is not None:
+            self.replying.cancel()
+
+    def render_transcript(self) -> None:
+        transcript = Text()
+        for message in self.messages:
+            if message["role"] == "user":
+                transcript.append("you  ", style="bold cyan")
+            else:
+                transcript.append("model ", style="bold green")
+            transcript.append(message["content"] + "\n")
+        if self.reply:
+            transcript.append("model ", style="bold green")
+            transcript.append(self.reply)
+        self.query_one("#chat-transcript", Static).update(transcript)
+        self.query_one("#chat-scroll", VerticalScroll).scroll_end(animate=False)
+
+    async def stream_reply(self) -> None:
+        stats = self.query_one("#chat-stats", Label)
+        spec = self.prepared.spec
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=5)) as client:
+                async for delta in stream_chat(
+                    client, url_of(spec), list(self.messages), api_key=spec.api_key
+                ):
+                    if not self.reply and delta.text:
+                        stats.update(f"TTFT {value_text(delta.ttft_s, 's', 2)} · streaming…")
+                    self.reply += delta.text
+                    if delta.done:
+                        ttft = value_text(delta.ttft_s, "s", 2)
+                        speed = value_text(delta.tokens_per_s, "tok/s")
+                        stats.update(f"TTFT {ttft} · {speed}")
+                    self.render_transcript()
+        except ChatError as exc:
+            stats.update(Text(str(exc), style="red"))
+            return
+        self.messages.append({"role": "assistant", "content": self.reply})
+        self.reply = ""
+        self.post_message(self.ReplyDone())
+
+    @dataclass
+    class ReplyDone(Message):
+        """A reply finished streaming."""

@@ -1,0 +1,1 @@
+"""Files lucebox ships for the desktop: the launcher entry and its icon."""

@@ -1,0 +1,764 @@
+"""The one planner: (card, files or preset, flags + settings) -> the launch.
+
+``plan_launch`` is the only code that turns what the user asked for into what runs: `up`,
+`serve`, `plan`, `--dry-run`, `presets`, the TUI's preset table and the re-plan after an
+out-of-memory start all call it, so whatever is planned is what launches. It reads headers
+and runs the model checks (never downloads); with no engine built yet it plans with the
+pinned engine's capabilities, kept beside the pin.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+from lucebox.engine import speculation
+from lucebox.engine.apikey import api_key_path
+from lucebox.engine.config import Settings
+from lucebox.engine.errors import GuardRefusal, UsageError
+from lucebox.engine.gguf import ModelInfo
+from lucebox.engine.gpu import GpuProbe
+from lucebox.engine.guard import CheckResult, Problem, check_model, check_pair
+from lucebox.engine.guard import refusal as refusal_of
+from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv
+from lucebox.engine.paths import Paths
+from lucebox.engine.plan import (
+    ENOUGH_CTX,
+    GIB,
+    KV_PAIRS,
+    MIB,
+    GpuBudget,
+    ModelFacts,
+    Plan,
+    PlanRequest,
+    facts_from_info,
+    make_plan,
+)
+from lucebox.engine.presets import Preset, PresetModel, facts_from_preset, load_presets
+from lucebox.engine.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.speculation import SpecFiles, SpecMode
+from lucebox.engine.store import list_models, parse_source
+
+CacheProfile = Literal["agent", "off"]
+FIT_TIMEOUT_S = 120.0
+GOOD_CTX = 8192
+"""A preset is a candidate for `lucebox up` when it fits with at least this much context."""
+PLANNED_SERVER_PATH = "llama-server"
+"""argv[0] of a plan made before any engine is built (the build decides the folder)."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What the user asked for on the command line; None means "not given"."""
+
+    preset: str | None = None
+    model: str | None = None
+    draft: str | None = None
+    spec: SpecMode | None = None
+    cache: CacheProfile | None = None
+    ctx: int | None = None
+    host: str | None = None
+    port: int | None = None
+    gpu_index: int | None = None
+    allow_base: bool = False
+    vram_mib: int | None = None
+    """Plan for a card with this much free memory instead of the GPU that is here."""
+
+    def to_args(self) -> list[str]:
+        """The `lucebox serve` arguments that give these options."""
+        pairs = [
+            ("--preset", self.preset),
+            ("--model", self.model),
+            ("--draft", self.draft),
+            ("--spec", self.spec),
+            ("--cache", self.cache),
+            ("--ctx", self.ctx),
+            ("--host", self.host),
+            ("--port", self.port),
+            ("--gpu", self.gpu_index),
+            ("--vram-mib", self.vram_mib),
+        ]
+        args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
+        return [*args, "--allow-base"] if self.allow_base else args
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Flags over config.toml, resolved once: every launch decision reads this."""
+
+    preset_id: str | None
+    ctx: int | None
+    spec: SpecMode
+    cache: CacheProfile
+    host: str
+    port: int
+    gpu_index: int
+    allow_base: bool
+    api_key: str | None
+
+
+def resolve(options: ServeOptions, settings: Settings) -> Resolved:
+    spec = options.spec or settings.spec or "auto"
+    if spec not in speculation.SPEC_MODES:
+        raise UsageError(
+            f"model.spec = {spec!r} in config.toml is not a speculation mode",
+            hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
+        )
+    return Resolved(
+        preset_id=None if options.model else (options.preset or settings.preset or None),
+        ctx=options.ctx or settings.ctx or None,
+        spec=spec,
+        cache=options.cache or "agent",
+        host=options.host or settings.host,
+        port=options.port or settings.port,
+        gpu_index=options.gpu_index if options.gpu_index is not None else settings.gpu_index,
+        allow_base=options.allow_base or settings.allow_base,
+        api_key=settings.api_key or None,
+    )
+
+
+# --- the machine ------------------------------------------------------------------------------
+
+
+def budget_for(probe: GpuProbe, gpu_index: int = 0, vram_mib: int | None = None) -> GpuBudget:
+    """The memory a plan may use: a hypothetical card (--vram-mib), the GPU, or the RAM."""
+    memory = psutil.virtual_memory()
+    if vram_mib is not None:
+        size = vram_mib * MIB
+        return GpuBudget(
+            f"a {vram_mib} MiB card", size, size, is_gpu=True, host_total_bytes=memory.total
+        )
+    for gpu in probe.gpus:
+        if gpu.index == gpu_index:
+            return GpuBudget(
+                f"GPU {gpu.index}: {gpu.name}",
+                gpu.vram_total_bytes,
+                gpu.vram_free_bytes,
+                is_gpu=True,
+                host_total_bytes=memory.total,
+            )
+    if probe.gpus:
+        raise UsageError(
+            f"there is no GPU {gpu_index}",
+            hint=f"GPUs: {', '.join(str(g.index) for g in probe.gpus)}",
+        )
+    return GpuBudget(
+        "CPU (no NVIDIA GPU): system RAM", memory.total, memory.available, is_gpu=False
+    )
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """The engine a plan is made for: the installed one, or the pinned one not built yet."""
+
+    id: str | None
+    version: str
+    server_path: str
+    capabilities: EngineCapabilities
+
+    @classmethod
+    def of(cls, manifest: EngineManifest | None) -> EngineView:
+        if manifest is None:
+            return pinned_engine()
+        return cls(manifest.id, manifest.version, manifest.server_path, manifest.capabilities)
+
+
+def pinned_engine() -> EngineView:
+    """The pinned engine's capabilities as recorded beside the pin (pin_capabilities.json)."""
+    text = resources.files("lucebox.engine").joinpath("pin_capabilities.json").read_text("utf-8")
+    data = json.loads(text)
+    caps = EngineCapabilities(
+        spec_types=tuple(data["spec_types"]),
+        kv_cache_types=tuple(data["kv_cache_types"]),
+        model_archs=tuple(data["model_archs"]),
+        swa_patterns={k: (int(v[0]), bool(v[1])) for k, v in data["swa_patterns"].items()},
+    )
+    return EngineView(None, data["version"], PLANNED_SERVER_PATH, caps)
+
+
+# --- model files ------------------------------------------------------------------------------
+
+
+def local_file(paths: Paths, source: str) -> Path | None:
+    """The file behind a model source, when it is on disk (a path, or pulled into the store)."""
+    parsed = parse_source(source)
+    if parsed.kind == "path":
+        return parsed.path if parsed.path and parsed.path.is_file() else None
+    for record in list_models(paths):
+        if record.source == source and record.main_path.is_file():
+            return record.main_path
+    return None
+
+
+def planned_path(paths: Paths, source: str, file_name: str | None = None) -> Path:
+    """Where the store keeps, or will keep, the file of ``source``."""
+    found = local_file(paths, source)
+    if found is not None:
+        return found
+    parsed = parse_source(source)
+    files = paths.models_dir / "files"
+    if parsed.kind == "hf":
+        return files / parsed.repo_id.replace("/", "--") / Path(parsed.filename).name
+    if parsed.kind == "pypi":
+        return files / "pypi" / (file_name or f"{parsed.dist}.gguf")
+    assert parsed.path is not None
+    return parsed.path
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One model of the launch: where it is, what the planner knows, what the check said."""
+
+    source: str
+    path: Path
+    present: bool
+    facts: ModelFacts
+    check: CheckResult | None
+    """None when the file is not here yet (the plan used the preset's published facts)."""
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.check.info if self.check is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "path": str(self.path),
+            "present": self.present,
+            "verdict": self.check.verdict if self.check else None,
+            "problems": [p.__dict__ for p in self.check.problems] if self.check else [],
+        }
+
+
+def _facts(info: ModelInfo, engine: EngineView) -> ModelFacts:
+    return facts_from_info(info, engine.capabilities.swa_patterns.get(info.architecture))
+
+
+def _target_file(
+    paths: Paths,
+    source: str,
+    preset: Preset | None,
+    engine: EngineView,
+    allow_base: bool,
+) -> ModelFile:
+    path = local_file(paths, source)
+    if path is None:
+        if preset is None:
+            raise UsageError(
+                f"{source} is not on disk yet, so its header cannot be read",
+                hint=f"run `lucebox models pull {source}` first",
+            )
+        facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+        return ModelFile(
+            source, planned_path(paths, source, preset.target.file_name), False, facts, None
+        )
+    template = bool(preset and preset.chat_template)
+    check = check_model(
+        path,
+        allow_base=allow_base or template,
+        template_supplied=template,
+        known_archs=engine.capabilities.model_archs,
+    )
+    if check.info is not None:
+        facts = _facts(check.info, engine)
+    elif preset is not None:
+        facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    else:
+        raise refusal_of(check)
+    return ModelFile(source, path, True, facts, check)
+
+
+def _draft_file(
+    paths: Paths,
+    source: str,
+    model: PresetModel | None,
+    native_ctx: int,
+    target: ModelFile,
+    engine: EngineView,
+) -> ModelFile:
+    path = local_file(paths, source)
+    if path is None:
+        if model is None:
+            raise UsageError(
+                f"the draft {source} is not on disk yet, so its header cannot be read",
+                hint=f"run `lucebox models pull {source}` first",
+            )
+        facts = facts_from_preset(model, native_ctx, "draft")
+        return ModelFile(source, planned_path(paths, source, model.file_name), False, facts, None)
+    if target.present:
+        check, _ = check_pair(
+            path,
+            target.path,
+            known_archs=engine.capabilities.model_archs,
+            spec_types=engine.capabilities.spec_types,
+        )
+    else:
+        check = check_model(path, known_archs=engine.capabilities.model_archs, instruct_guard=False)
+    if check.info is None:
+        facts = facts_from_preset(model, native_ctx, "draft") if model else target.facts
+    else:
+        facts = _facts(check.info, engine)
+    return ModelFile(source, path, True, facts, check)
+
+
+class PlanRefusal(GuardRefusal):
+    """A launch plan that must not start; carries the plan so `plan` can still print it."""
+
+    def __init__(self, launch: LaunchPlan, refusal: GuardRefusal) -> None:
+        super().__init__(refusal.message, hint=refusal.hint, problem_codes=refusal.problem_codes)
+        self.launch = launch
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Speculation:
+    spec_type: str | None
+    draft: ModelFile | None
+    draft_max: int | None
+    p_min: float | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.spec_type, "draft_max": self.draft_max, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs, decided once; ``argv`` is exactly what starts."""
+
+    title: str
+    alias: str
+    preset: Preset | None
+    budget: GpuBudget
+    engine: EngineView
+    target: ModelFile
+    speculation: Speculation
+    plan: Plan
+    """The memory plan: context, KV types, offload and every memory term with its reason."""
+    spec: LaunchSpec
+    resolved: Resolved
+    refusal: GuardRefusal | None = None
+    """Why this plan must not start (a refused file, a plan that does not fit)."""
+    fit_check: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def argv(self) -> list[str]:
+        return server_argv(self.spec)
+
+    @property
+    def command(self) -> str:
+        """The command line, quoted so it pastes into a shell."""
+        return shlex.join(self.argv)
+
+    @property
+    def misfit(self) -> str:
+        """ "" when the set runs wholly on the device, else one word: offload or vram."""
+        if not self.plan.fits:
+            return "vram"
+        if self.plan.n_gpu_layers >= 0 and self.plan.memory_bytes.cuda_context:
+            return "offload"
+        return ""
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        found = self.target.check.problems if self.target.check else ()
+        draft = self.speculation.draft
+        return found + (draft.check.problems if draft and draft.check else ())
+
+    def to_json(self) -> dict[str, Any]:
+        """The document `plan --json` and `up/serve --dry-run --json` print."""
+        memory = self.plan.memory_bytes
+        return {
+            **self.plan.to_json(),
+            "fits": self.refusal is None,
+            "model": self.title,
+            "alias": self.alias,
+            "preset": self.preset.id if self.preset else None,
+            "device": self.budget.device,
+            "devices": [{"name": self.budget.device, "memory_bytes": memory.total}],
+            "engine": {"id": self.engine.id, "version": self.engine.version},
+            "target": self.target.to_json(),
+            "draft": self.speculation.draft.to_json() if self.speculation.draft else None,
+            "spec": self.speculation.to_json(),
+            "argv": self.argv,
+            "command": self.command,
+            "refusal": str(self.refusal) if self.refusal else None,
+            "fit_check": self.fit_check,
+        }
+
+
+def _mtp_facts(target: ModelFacts) -> ModelFacts:
+    """The MTP head as the engine runs it: a one-layer draft context over the target."""
+    return replace(
+        target,
+        name=f"{target.name} MTP layers",
+        weights_bytes=0,
+        layer_bytes=0,
+        host_bytes=0,
+        expert_bytes=0,
+        n_layer=1,
+        full_kv_elems_per_token=target.max_layer_kv_elems,
+        swa_kv_elems_per_token=0,
+        recurrent_state_bytes=0,
+    )
+
+
+def _spec_files(target: ModelFile, draft: ModelFile | None, preset: Preset | None) -> SpecFiles:
+    info = target.info
+    draft_check = draft.check if draft else None
+    refused = (
+        [p.message for p in draft_check.problems if p.severity == "error"] if draft_check else []
+    )
+    preset_draft = preset.draft if preset else None
+    return SpecFiles(
+        target_name=target.facts.name,
+        target_has_mtp=bool(info and info.has_mtp_layers),
+        target_is_moe=target.facts.expert_bytes > 0,
+        draft_name=draft.path.name if draft else None,
+        draft_type=(draft_check.speculative_type if draft_check else None)
+        or (preset_draft.spec_type if preset_draft and draft else None),
+        draft_problem=refused[0] if refused else None,
+        preset_type=preset_draft.spec_type if preset_draft and info is None else None,
+        preset_draft_max=preset_draft.draft_max if preset_draft else None,
+    )
+
+
+def _weigh(
+    request: PlanRequest,
+    found: list[speculation.SpecCandidate],
+    draft: ModelFile | None,
+    mode: SpecMode,
+) -> tuple[speculation.SpecCandidate | None, Plan, list[str]]:
+    """The first candidate whose memory does not cost the context a plan without it gets."""
+    plain = make_plan(request)
+    wanted = min(plain.ctx, request.ctx or ENOUGH_CTX, request.target.native_ctx)
+    passed: list[str] = []
+    for candidate in found:
+        extra = None
+        if candidate.uses_draft_file and draft is not None:
+            extra = draft.facts
+        elif candidate.spec_type == "draft-mtp":
+            extra = _mtp_facts(request.target)
+        if extra is None:
+            return candidate, plain, passed
+        planned = make_plan(replace(request, draft=extra))
+        if mode != "auto":
+            return candidate, planned, passed
+        # q8_0 KV is near-lossless and worth a working draft; q4_0 is not.
+        precision_lost = planned.cache_type_k == "q4_0" and plain.cache_type_k != "q4_0"
+        if planned.fits and planned.ctx >= wanted and not precision_lost:
+            return candidate, planned, passed
+        cost = (
+            f"{planned.ctx} tokens with {planned.cache_type_k} KV instead of "
+            f"{plain.ctx} with {plain.cache_type_k}"
+        )
+        passed.append(f"not {candidate.spec_type}: its memory would leave {cost}")
+    return None, plain, passed
+
+
+def _weigh_swa_full(request: PlanRequest) -> PlanRequest:
+    """Keep --swa-full when the context it leaves is still enough for an agent session."""
+    with_full = make_plan(request)
+    wanted = min(request.ctx or ENOUGH_CTX, request.target.native_ctx)
+    if with_full.fits and with_full.ctx >= wanted:
+        return request
+    return replace(request, swa_full=False)
+
+
+def plan_launch(
+    paths: Paths,
+    options: ServeOptions,
+    *,
+    settings: Settings,
+    budget: GpuBudget,
+    engine: EngineView,
+    preset: Preset | None = None,
+    ctx_cap: int | None = None,
+) -> LaunchPlan:
+    """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
+
+    ``preset`` is the model set already chosen (None with --model); ``ctx_cap`` bounds the
+    context after an out-of-memory start.
+    """
+    resolved = resolve(options, settings)
+    if options.model:
+        target_source = options.model
+    elif preset is not None:
+        target_source = preset.target.source
+    else:
+        raise UsageError("nothing to plan", hint="name a --preset or a --model")
+    target = _target_file(paths, target_source, preset, engine, resolved.allow_base)
+    draft = None
+    draft_source = options.draft
+    preset_draft_model = preset.draft.model if preset and preset.draft else None
+    if draft_source is None and preset_draft_model is not None:
+        draft_source = preset_draft_model.source
+    if draft_source is not None:
+        native = preset.native_ctx if preset else target.facts.native_ctx
+        model = (
+            preset_draft_model
+            if draft_source == (preset_draft_model.source if preset_draft_model else None)
+            else None
+        )
+        draft = _draft_file(paths, draft_source, model, native, target, engine)
+
+    swa_full = resolved.cache == "agent" and target.facts.swa_kv_elems_per_token > 0
+    request = PlanRequest(
+        target=target.facts,
+        budget=budget,
+        ctx=resolved.ctx,
+        kv_types=engine.capabilities.kv_cache_types or KV_PAIRS,
+        ctx_cap=ctx_cap,
+        swa_full=swa_full,
+        prompt_cache=resolved.cache == "agent",
+    )
+    if swa_full:
+        request = _weigh_swa_full(request)
+    files = _spec_files(target, draft, preset)
+    spec_types = engine.capabilities.spec_types
+    allowed = speculation.for_mode(speculation.candidates(files, spec_types), resolved.spec)
+    refusal: GuardRefusal | None = None
+    if resolved.spec not in ("auto", "off") and not allowed:
+        refusal = GuardRefusal(
+            speculation.unavailable_reason(files, resolved.spec, spec_types),
+            hint="pass --spec auto to let lucebox choose, or --spec off",
+        )
+    chosen, memory, passed = _weigh(request, allowed, draft, resolved.spec)
+    spec_choice = _speculation(chosen, draft, resolved.spec, passed, options.spec is not None)
+    reasons = {**memory.reasons, "spec": spec_choice.reason}
+    memory = replace(memory, reasons=reasons)
+
+    refusal = refusal or _refusal(target, memory)
+    spec = LaunchSpec(
+        server_path=engine.server_path,
+        model_path=str(target.path),
+        plan=memory,
+        alias=preset.id if preset else target.path.stem,
+        host=resolved.host,
+        port=resolved.port,
+        chat_template=preset.chat_template if preset else None,
+        draft_path=str(spec_choice.draft.path) if spec_choice.draft else None,
+        spec_type=spec_choice.spec_type,
+        draft_max=spec_choice.draft_max,
+        draft_p_min=spec_choice.p_min,
+        api_key=resolved.api_key,
+        # Beyond loopback (or with a key of the user's) the engine reads the key file that
+        # prepare() writes; the path is known before the file exists.
+        api_key_file=(
+            str(api_key_path(paths)) if resolved.api_key or not is_loopback(resolved.host) else None
+        ),
+        sampling=tuple(sorted(preset.sampling.items())) if preset else (),
+    )
+    return LaunchPlan(
+        title=preset.title if preset else target.facts.name,
+        alias=spec.alias,
+        preset=preset,
+        budget=budget,
+        engine=engine,
+        target=target,
+        speculation=spec_choice,
+        plan=memory,
+        spec=spec,
+        resolved=resolved,
+        refusal=refusal,
+    )
+
+
+def _speculation(
+    chosen: speculation.SpecCandidate | None,
+    draft: ModelFile | None,
+    mode: SpecMode,
+    passed: list[str],
+    asked: bool,
+) -> Speculation:
+    tail = "; ".join(passed)
+    if chosen is None:
+        why = "off as asked" if mode == "off" else "none possible with these files and engine"
+        return Speculation(None, None, None, None, "; ".join(filter(None, [why, tail])))
+    warn = "" if mode == "auto" or not asked else f" (--spec {mode} as asked)"
+    return Speculation(
+        chosen.spec_type,
+        draft if chosen.uses_draft_file else None,
+        chosen.draft_max,
+        chosen.p_min,
+        "; ".join(filter(None, [chosen.why + warn, tail])),
+    )
+
+
+def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
+    if target.check is not None and not target.check.usable:
+        return refusal_of(target.check)
+    if not memory.fits:
+        reason = memory.reasons.get("ctx") or memory.reasons.get("fits", "")
+        return GuardRefusal(
+            f"the plan does not fit: {reason}",
+            hint=f"the largest context that fits is {memory.largest_ctx} tokens",
+        )
+    return None
+
+
+def smaller_context_plan(paths: Paths, launch: LaunchPlan, settings: Settings) -> LaunchPlan:
+    """The re-plan after an out-of-memory start: three quarters of the context, recomputed.
+
+    A context the user asked for is never shrunk: that raises the refusal with the numbers.
+    """
+    served = launch.plan.ctx
+    if launch.resolved.ctx is not None:
+        raise GuardRefusal(
+            f"the engine ran out of memory at the {served}-token context you asked for",
+            hint="ask for a smaller --ctx (or model.ctx), or free GPU memory",
+        )
+    options = ServeOptions(
+        model=launch.target.source if launch.preset is None else None,
+        preset=launch.preset.id if launch.preset else None,
+        draft=launch.speculation.draft.source if launch.speculation.draft else None,
+        spec=launch.resolved.spec,
+        cache=launch.resolved.cache,
+        host=launch.resolved.host,
+        port=launch.resolved.port,
+        allow_base=launch.resolved.allow_base,
+    )
+    return plan_launch(
+        paths,
+        options,
+        settings=settings,
+        budget=launch.budget,
+        engine=launch.engine,
+        preset=launch.preset,
+        ctx_cap=served * 3 // 4,
+    )
+
+
+# --- presets ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PresetTable:
+    """Every preset planned for one budget, and the one `lucebox up` would pick."""
+
+    budget: GpuBudget
+    plans: tuple[LaunchPlan, ...]
+    best: LaunchPlan | None
+
+
+def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
+    """The best model set that fits: the largest tier the card is made for, with a useful
+    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
+    """
+    card_gib = round(budget.total_bytes / GIB)
+    useful = [
+        p
+        for p in plans
+        if budget.is_gpu
+        and p.preset is not None
+        and not p.misfit
+        and not p.preset.smoke_test
+        and p.preset.vram_tier_gib <= card_gib
+        and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
+    ]
+    if useful:
+        return max(useful, key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, p.plan.ctx))
+    # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
+    fallback = [
+        p
+        for p in plans
+        if p.plan.fits and p.preset and (p.preset.cpu_default or p.preset.smoke_test)
+    ]
+    return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
+
+
+def preset_table(
+    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
+) -> PresetTable:
+    plans = tuple(
+        plan_launch(
+            paths,
+            replace(options, preset=p.id, model=None),
+            settings=settings,
+            budget=budget,
+            engine=engine,
+            preset=p,
+        )
+        for p in load_presets(paths)
+    )
+    return PresetTable(budget, plans, choose_preset(list(plans), budget))
+
+
+def pick_preset(
+    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
+) -> Preset:
+    """The named preset, or the best one for ``budget``; refuses when none fits."""
+    from lucebox.engine.presets import find_preset
+
+    wanted = options.preset or settings.preset
+    if wanted:
+        return find_preset(paths, wanted)
+    best = preset_table(paths, options, settings, budget, engine).best
+    if best is None or best.preset is None:
+        raise GuardRefusal(
+            f"no preset fits {budget.device}",
+            hint="see `lucebox presets` for what each needs, or pass --model",
+        )
+    return best.preset
+
+
+# --- the engine's own estimate ----------------------------------------------------------------
+
+
+def fit_check(launch: LaunchPlan) -> dict[str, Any] | None:
+    """Ask the built engine's llama-fit-params for its estimate of the same launch."""
+    tool = Path(launch.engine.server_path).with_name("llama-fit-params")
+    if launch.engine.id is None or not tool.is_file() or not launch.target.present:
+        return None
+    argv = [str(tool), "-m", str(launch.target.path), "--fit-print", "on"]
+    argv += [a for a in launch.plan.server_flags() if a not in ("--fit", "off")]
+    argv = _without_flag(argv, "--cache-ram")
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=FIT_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [
+        line.split()
+        for line in done.stdout.splitlines()
+        if re.match(r"^\S+( \d+){3}\s*$", line.strip())
+    ]
+    if not rows:
+        return None
+    device_rows = [r for r in rows if r[0] != "Host"] or rows
+    model_mib, context_mib, compute_mib = (sum(int(r[i]) for r in device_rows) for i in (1, 2, 3))
+    engine_total = (model_mib + context_mib + compute_mib) * MIB
+    memory = launch.plan.memory_bytes
+    ours = memory.weights + memory.kv + memory.compute
+    return {
+        "device": ",".join(r[0] for r in device_rows),
+        "model_mib": model_mib,
+        "context_mib": context_mib,
+        "compute_mib": compute_mib,
+        "difference_percent": round(100 * (ours - engine_total) / max(engine_total, 1), 1),
+    }
+
+
+def _without_flag(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag`` and its value (llama-fit-params does not take every flag)."""
+    out: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == flag:
+            skip = True
+        else:
+            out.append(item)
+    return out

@@ -1,0 +1,1 @@
+"""systemd unit templates rendered by lucebox.engine.unit (installed as lucebox.units)."""
