@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lucebox.engine import config, service
+from lucebox.engine.apikey import client_api_key
 from lucebox.engine.compare import ServeConfig, Served, parse_compare, run_configs
 from lucebox.engine.errors import EXIT_OK, UsageError
 from lucebox.engine.measure import CallSample
@@ -50,7 +51,7 @@ def _measure(
             "--preset, --model and --ctx choose what --compare serves",
             hint="without --compare the bench measures the running server as it is",
         )
-    api_key = config.load_settings(paths).api_key or None
+    api_key = client_api_key(paths, config.load_settings(paths).api_key)
     url = getattr(args, "url", None)
     model = None
     if url is None:

@@ -5,14 +5,15 @@ named configuration is served by a real ``lucebox serve`` (the same pipeline and
 user's server) on a free loopback port, the workload runs against its URL, and the server is
 stopped through its own SIGTERM path before the next one starts, so no engine outlives it.
 
-A configuration says what differs from the planned launch: extra ``lucebox serve`` arguments,
-engine settings given as llama-server's ``LLAMA_ARG_*`` environment variables (which the
-engine reads and ``lucebox serve`` passes on), and fields added to every request.
+A configuration says what differs from the planned launch: ``lucebox serve`` options (so the
+one planner decides the launch, as for a user's server), and fields the workload adds to every
+request.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -25,9 +26,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lucebox.engine import config
+from lucebox.engine.apikey import client_api_key
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.paths import Paths
-from lucebox.engine.service import ServeOptions, current_status
+from lucebox.engine.planning import CacheProfile, ServeOptions
+from lucebox.engine.service import current_status
+from lucebox.engine.speculation import SpecMode
 
 Result = TypeVar("Result")
 
@@ -37,10 +41,10 @@ class ServeConfig:
     """One configuration to serve and measure."""
 
     name: str
-    serve_args: tuple[str, ...] = ()
-    """Arguments added to ``lucebox serve``."""
-    engine_env: tuple[tuple[str, str], ...] = ()
-    """Engine settings as llama-server environment variables (``LLAMA_ARG_*``)."""
+    spec: SpecMode | None = None
+    """``lucebox serve --spec``; None leaves the planner's choice."""
+    cache: CacheProfile | None = None
+    """``lucebox serve --cache``; None leaves the planner's choice."""
     request_fields: tuple[tuple[str, Any], ...] = ()
     """Fields the workload adds to every request (e.g. ``cache_prompt: false``)."""
 
@@ -58,20 +62,17 @@ class Served:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-# What each side of a --compare axis changes. cache=off: no host-RAM prompt cache in the engine
-# and no prompt reuse per request (llama-server's `cache_prompt`).
+# What each side of a --compare axis changes. cache=on is the planner's agent profile; cache=off
+# has no host-RAM prompt cache and no prompt reuse per request (llama-server's `cache_prompt`).
+# spec=on is n-gram speculation: it needs no draft file, so every model can be compared.
 AXES: Mapping[str, Mapping[str, ServeConfig]] = {
     "cache": {
-        "on": ServeConfig("cache=on"),
-        "off": ServeConfig(
-            "cache=off",
-            engine_env=(("LLAMA_ARG_CACHE_RAM", "0"),),
-            request_fields=(("cache_prompt", False),),
-        ),
+        "on": ServeConfig("cache=on", cache="agent"),
+        "off": ServeConfig("cache=off", cache="off", request_fields=(("cache_prompt", False),)),
     },
     "spec": {
-        "on": ServeConfig("spec=on", engine_env=(("LLAMA_ARG_SPEC_TYPE", "ngram-mod"),)),
-        "off": ServeConfig("spec=off", engine_env=(("LLAMA_ARG_SPEC_TYPE", "none"),)),
+        "on": ServeConfig("spec=on", spec="ngram"),
+        "off": ServeConfig("spec=off", spec="off"),
     },
 }
 
@@ -132,16 +133,13 @@ class _ServeProcess:
             "-m",
             "lucebox.app.cli",
             "serve",
-            *ServeOptions(
-                preset=options.preset,
-                model=options.model,
-                ctx=options.ctx,
-                gpu_index=options.gpu_index,
-                allow_base=options.allow_base,
+            *dataclasses.replace(
+                options,
+                spec=serve.spec or options.spec,
+                cache=serve.cache or options.cache,
                 host="127.0.0.1",
                 port=self.port,
             ).to_args(),
-            *serve.serve_args,
         ]
         with self.log.open("w") as handle:
             self.proc = subprocess.Popen(
@@ -149,7 +147,7 @@ class _ServeProcess:
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**env, **dict(serve.engine_env)},
+                env=dict(env),
                 start_new_session=True,
             )
         self.engine_pid: int | None = None
@@ -211,7 +209,8 @@ def serving(
     try:
         url = child.wait_ready(ready_timeout_s)
         model = current_status(paths)["model"]
-        yield Served(url, model, config.load_settings(paths).api_key or None, serve)
+        api_key = client_api_key(paths, config.load_settings(paths).api_key)
+        yield Served(url, model, api_key, serve)
     finally:
         child.stop()
 

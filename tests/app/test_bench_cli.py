@@ -44,11 +44,9 @@ def test_a_transcript_without_calls_is_refused(tmp_path):
 
 def test_compare_values_map_to_configurations():
     on, off = parse_compare("cache=on,off", "cache")
-    assert (on.name, on.engine_env, on.request_fields) == ("cache=on", (), ())
-    assert off.engine_env == (("LLAMA_ARG_CACHE_RAM", "0"),)
-    assert off.request_fields == (("cache_prompt", False),)
+    assert (on.name, on.cache, on.request_fields) == ("cache=on", "agent", ())
+    assert (off.cache, off.request_fields) == ("off", (("cache_prompt", False),))
     spec_off, spec_on = parse_compare("spec=off,on", "spec")
-    assert spec_on.engine_env == (("LLAMA_ARG_SPEC_TYPE", "ngram-mod"),)
-    assert spec_off.name == "spec=off"
+    assert (spec_on.spec, spec_off.spec, spec_off.name) == ("ngram", "off", "spec=off")
     with pytest.raises(UsageError):
         parse_compare("cache=on,on", "cache")
