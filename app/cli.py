@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import sys
 import time
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lucebox.app import servicecmd
+from lucebox.app import servicecmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.connect import add_connect_command
 from lucebox.engine import (
@@ -27,11 +28,11 @@ from lucebox.engine import (
     guard,
     planning,
     registry,
+    runstate,
     service,
     source,
     speculation,
     store,
-    systemd,
     toolchain,
     units,
 )
@@ -70,6 +71,19 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
     return value
+
+
+def index_list(text: str) -> tuple[int, ...]:
+    """``0,1`` -> (0, 1): GPU indices, each non-negative, none twice."""
+    items = tuple(non_negative_int(item.strip()) for item in text.split(","))
+    if len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"{text!r} names a GPU twice")
+    return items
+
+
+def mib_list(text: str) -> tuple[int, ...]:
+    """``24576,24576`` -> one positive MiB size per card."""
+    return tuple(positive_int(item.strip()) for item in text.split(","))
 
 
 def port_number(text: str) -> int:
@@ -165,7 +179,7 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
-# --- serve, status, down, logs ----------------------------------------------------------------
+# --- serve (status, down and logs live in status.py) ---------------------------------------
 
 
 def _serve_options(args: argparse.Namespace) -> planning.ServeOptions:
@@ -178,7 +192,7 @@ def _serve_options(args: argparse.Namespace) -> planning.ServeOptions:
         ctx=getattr(args, "ctx", None),
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
-        gpu_index=getattr(args, "gpu", None),
+        gpus=getattr(args, "gpus", None),
         allow_base=getattr(args, "allow_base", False),
         vram_mib=getattr(args, "vram_mib", None),
     )
@@ -193,7 +207,7 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     if args.dry_run:
         return show_launch_plan(paths, _serve_options(args), as_json=args.json)
     if args.detach:
-        pid, log = service.start_detached(paths, _serve_options(args))
+        pid, log = runstate.start_detached(paths, _serve_options(args).to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
@@ -287,59 +301,6 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_FAILURE if app.return_code is None else app.return_code
 
 
-def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
-    unit = systemd.service_status()
-    status = {**service.current_status(paths), "service": unit.to_json()}
-    if args.json:
-        print_json(status)
-        return EXIT_OK
-    if unit.installed:
-        print(f"service: {servicecmd.describe(unit)}")
-    if status["state"] == "stopped":
-        print("stopped: no lucebox server is running (`lucebox serve` starts one)")
-        return EXIT_OK
-    print(
-        f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
-        f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
-    )
-    if status.get("webui_url"):
-        print(f"  chat in a browser: {status['webui_url']}")
-    sample = status.get("sample") or {}
-    if sample:
-        decode = sample.get("decode_tokens_per_s")
-        prefill = sample.get("prefill_tokens_per_s")
-        print(
-            f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
-            f"VRAM {gib_text(sample.get('vram_used_bytes') or 0, 2)}"
-        )
-    return EXIT_OK
-
-
-def cmd_down(args: argparse.Namespace, paths: Paths) -> int:
-    pid = service.stop_server(paths)
-    print("no lucebox server was running" if pid is None else f"stopped lucebox (pid {pid})")
-    return EXIT_OK
-
-
-def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
-    log = service.engine_log(paths)
-    if not log.exists():
-        raise UsageError(
-            f"no engine log yet at {log}", hint="start the server with `lucebox serve`"
-        )
-    with log.open(encoding="utf-8", errors="replace") as handle:
-        sys.stdout.write(handle.read())
-        sys.stdout.flush()
-        while args.follow:
-            line = handle.readline()
-            if line:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            else:
-                time.sleep(0.25)
-    return EXIT_OK
-
-
 # --- presets and plan -------------------------------------------------------------------------
 
 
@@ -348,14 +309,14 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     probe = gpu.probe_gpus()
     options = _serve_options(args)
     resolved = planning.resolve(options, settings)
-    budget = planning.budget_for(probe, resolved.gpu_index, args.vram_mib)
+    budget = planning.budget_for(probe, resolved.gpus, args.vram_mib)
     engine = planning.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
     table = planning.preset_table(paths, options, settings, budget, engine)
     plans, best = table.plans, table.best
     if args.json:
         print_json(
             {
-                "budget": {"device": budget.device, "free_bytes": budget.free_bytes},
+                "budget": {"device": budget.device, "vram_free_bytes": budget.vram_free_bytes},
                 "best": best.alias if best else None,
                 "presets": [
                     {
@@ -374,7 +335,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             }
         )
         return EXIT_OK
-    print(f"{budget.device}: {units.gib_text(budget.free_bytes)} free")
+    print(f"{budget.device}: {units.gib_text(budget.vram_free_bytes)} free")
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (
@@ -687,12 +648,25 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
     parser.add_argument("--host", metavar="H", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, metavar="P", help="TCP port (default 8080)")
-    parser.add_argument("--gpu", type=non_negative_int, metavar="INDEX", help="GPU to use")
+    gpus = parser.add_mutually_exclusive_group()
+    gpus.add_argument(
+        "--gpus",
+        type=index_list,
+        metavar="0,1",
+        help="GPUs to use (NVML indices); default: every NVIDIA GPU, one alone when it is enough",
+    )
+    gpus.add_argument(
+        "--gpu", dest="gpus", type=lambda text: (non_negative_int(text),), metavar="INDEX",
+        help="one GPU to use (same as --gpus INDEX)",
+    )  # fmt: skip
     parser.add_argument(
         "--allow-base", action="store_true", help="serve a base (non-instruct) model anyway"
     )
     parser.add_argument(
-        "--vram-mib", type=positive_int, metavar="N", help="plan for a card with N MiB free"
+        "--vram-mib",
+        type=mib_list,
+        metavar="N[,N...]",
+        help="plan for cards with N MiB free each (one number per card)",
     )
 
 
@@ -742,15 +716,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--prepare-only", action="store_true", help="pull models and build the engine, then exit"
     )
 
-    status = command(
-        "status",
-        "state of the running server and its latest sample",
-        cmd_status,
-    )
-    _add_json(status)
-    command("down", "stop the running server", cmd_down)
-    logs = command("logs", "show the server log", cmd_logs)
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    status.add_commands(command)
 
     doc = command(
         "doctor", "GPU, driver, CUDA toolkit, cmake, compiler, disk, engine, models", cmd_doctor
@@ -763,7 +729,10 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_presets,
     )
     _add_json(presets)
-    presets.add_argument("--vram-mib", type=positive_int, metavar="N", help="plan for N MiB")
+    presets.add_argument(
+        "--vram-mib", type=mib_list, metavar="N[,N...]", help="plan for cards of N MiB each"
+    )
+    presets.add_argument("--gpus", type=index_list, metavar="0,1", help="GPUs to plan for")
 
     plan = command(
         "plan",
@@ -896,6 +865,16 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; ``argv`` None is this process's own command line, and it ends after."""
+    code = _run(argv)
+    if argv is None:
+        # The process exits next. Its last garbage collection walks every object the imports
+        # made (Textual, httpx, numpy): about half a second, most of quitting the dashboard.
+        gc.freeze()
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     paths: Paths | None = None

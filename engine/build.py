@@ -58,7 +58,7 @@ class BuildChoice:
 class BuildEvent:
     """Progress of a build: stage, percent of the cmake build (None while unknown), one line."""
 
-    stage: Literal["configure", "build", "install", "cached"]
+    stage: Literal["wait", "configure", "build", "install", "cached"]
     percent: int | None
     line: str
 

@@ -5,15 +5,14 @@ named configuration is served by a real ``lucebox serve`` (the same pipeline and
 user's server) on a free loopback port, the workload runs against its URL, and the server is
 stopped through its own SIGTERM path before the next one starts, so no engine outlives it.
 
-A configuration says what differs from the planned launch: ``lucebox serve`` options (so the
-one planner decides the launch, as for a user's server), and fields the workload adds to every
-request.
+A configuration says what differs from the planned launch: ``lucebox serve`` options the one
+planner turns into the engine's flags (so a compared launch is a planned launch), and fields
+added to every request.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import socket
@@ -29,9 +28,8 @@ from lucebox.engine import config
 from lucebox.engine.apikey import client_api_key
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.paths import Paths
-from lucebox.engine.planning import CacheProfile, ServeOptions
-from lucebox.engine.service import current_status
-from lucebox.engine.speculation import SpecMode
+from lucebox.engine.runstate import current_status
+from lucebox.engine.service import ServeOptions
 
 Result = TypeVar("Result")
 
@@ -41,10 +39,8 @@ class ServeConfig:
     """One configuration to serve and measure."""
 
     name: str
-    spec: SpecMode | None = None
-    """``lucebox serve --spec``; None leaves the planner's choice."""
-    cache: CacheProfile | None = None
-    """``lucebox serve --cache``; None leaves the planner's choice."""
+    serve_args: tuple[str, ...] = ()
+    """Arguments added to ``lucebox serve``."""
     request_fields: tuple[tuple[str, Any], ...] = ()
     """Fields the workload adds to every request (e.g. ``cache_prompt: false``)."""
 
@@ -62,17 +58,19 @@ class Served:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-# What each side of a --compare axis changes. cache=on is the planner's agent profile; cache=off
-# has no host-RAM prompt cache and no prompt reuse per request (llama-server's `cache_prompt`).
-# spec=on is n-gram speculation: it needs no draft file, so every model can be compared.
+# What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
+# host-RAM prompt cache, no checkpoints or slot files, and no prompt reuse per request
+# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation.
 AXES: Mapping[str, Mapping[str, ServeConfig]] = {
     "cache": {
-        "on": ServeConfig("cache=on", cache="agent"),
-        "off": ServeConfig("cache=off", cache="off", request_fields=(("cache_prompt", False),)),
+        "on": ServeConfig("cache=on", serve_args=("--cache", "agent")),
+        "off": ServeConfig(
+            "cache=off", serve_args=("--cache", "off"), request_fields=(("cache_prompt", False),)
+        ),
     },
     "spec": {
-        "on": ServeConfig("spec=on", spec="ngram"),
-        "off": ServeConfig("spec=off", spec="off"),
+        "on": ServeConfig("spec=on", serve_args=("--spec", "auto")),
+        "off": ServeConfig("spec=off", serve_args=("--spec", "off")),
     },
 }
 
@@ -133,13 +131,17 @@ class _ServeProcess:
             "-m",
             "lucebox.app.cli",
             "serve",
-            *dataclasses.replace(
-                options,
-                spec=serve.spec or options.spec,
-                cache=serve.cache or options.cache,
+            *ServeOptions(
+                preset=options.preset,
+                model=options.model,
+                draft=options.draft,
+                ctx=options.ctx,
+                gpus=options.gpus,
+                allow_base=options.allow_base,
                 host="127.0.0.1",
                 port=self.port,
             ).to_args(),
+            *serve.serve_args,
         ]
         with self.log.open("w") as handle:
             self.proc = subprocess.Popen(
@@ -157,11 +159,11 @@ class _ServeProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             status = current_status(self.paths)
-            if status["pid"] == self.proc.pid:
-                self.engine_pid = status.get("engine_pid") or self.engine_pid
-                if status["state"] == "ready" and status["url"] == url:
+            if status.pid == self.proc.pid:
+                self.engine_pid = status.engine_pid or self.engine_pid
+                if status.state == "ready" and status.url == url:
                     return url
-                if status["state"] == "failed":
+                if status.state == "failed":
                     break
             if self.proc.poll() is not None:
                 break
@@ -208,9 +210,8 @@ def serving(
     child = _ServeProcess(paths, options, serve, os.environ if env is None else env)
     try:
         url = child.wait_ready(ready_timeout_s)
-        model = current_status(paths)["model"]
         api_key = client_api_key(paths, config.load_settings(paths).api_key)
-        yield Served(url, model, api_key, serve)
+        yield Served(url, current_status(paths).model, api_key, serve)
     finally:
         child.stop()
 
@@ -226,9 +227,9 @@ def run_configs(
 ) -> list[tuple[ServeConfig, Result]]:
     """Serve each configuration in turn and run ``workload`` against it (blocking)."""
     running = current_status(paths)
-    if running["state"] != "stopped":
+    if running.state != "stopped":
         raise UsageError(
-            f"lucebox already serves {running['model']} at {running['url']}; "
+            f"lucebox already serves {running.model} at {running.url}; "
             "--compare starts its own servers",
             hint="stop it with `lucebox down`, or measure it with --url / without --compare",
         )

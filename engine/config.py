@@ -34,8 +34,8 @@ class Settings:
     """TCP port of the OpenAI-compatible endpoint."""
     api_key: str = ""
     """Key clients must send when the server binds beyond loopback."""
-    gpu_index: int = 0
-    """NVML index of the GPU to use."""
+    gpu_indices: tuple[int, ...] = ()
+    """NVML indices of the GPUs to use; empty lets lucebox use every usable NVIDIA GPU."""
     ctx: int = 0
     """Context length in tokens; 0 lets the planner choose the largest that fits."""
     allow_base: bool = False
@@ -52,7 +52,7 @@ KEYS: dict[str, str] = {
     "server.host": "host",
     "server.port": "port",
     "server.api_key": "api_key",
-    "gpu.index": "gpu_index",
+    "gpu.indices": "gpu_indices",
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",
     "model.spec": "spec",
@@ -60,10 +60,12 @@ KEYS: dict[str, str] = {
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
+LEGACY_KEYS = {"gpu.index": "gpu.indices"}
+"""Keys earlier versions wrote: read as their replacement, and rewritten on the next load."""
 
 
 def _type_name(kind: type) -> str:
-    return {bool: "true/false", int: "integer", str: "string"}[kind]
+    return {bool: "true/false", int: "integer", str: "string", tuple: "list of integers"}[kind]
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -78,6 +80,11 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _check_value(path: Path, key: str, value: object) -> object:
+    if key in LEGACY_KEYS and isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(f"{path}: key '{key}' must not be negative, found {value}")
+        value = [value]
+        key = LEGACY_KEYS[key]
     field = KEYS.get(key)
     if field is None:
         raise ConfigError(
@@ -85,6 +92,15 @@ def _check_value(path: Path, key: str, value: object) -> object:
             hint=f"known keys: {', '.join(KEYS)}; remove or rename it",
         )
     kind = _FIELD_TYPES[field]
+    if kind is tuple:
+        if not isinstance(value, list) or not all(
+            type(item) is int and item >= 0 for item in value
+        ):
+            raise ConfigError(
+                f"{path}: key '{key}' should be a list of non-negative integers, found {value!r}",
+                hint=f"write it as {key} = [0, 1], or run `lucebox config set {key} 0,1`",
+            )
+        return tuple(value)
     # bool is an int in Python; keep the two apart so `port = true` is refused.
     if type(value) is not kind:
         raise ConfigError(
@@ -108,7 +124,7 @@ def settings_from_toml(path: Path, text: str) -> Settings:
     values: dict[str, Any] = {}
     for key, value in _flatten(table).items():
         checked = _check_value(path, key, value)
-        values[KEYS[key]] = checked
+        values[KEYS[LEGACY_KEYS.get(key, key)]] = checked
     return Settings(**values)
 
 
@@ -124,7 +140,7 @@ def settings_to_toml(settings: Settings) -> str:
         node = table
         for section in sections:
             node = node.setdefault(section, {})
-        node[leaf] = value
+        node[leaf] = list(value) if isinstance(value, tuple) else value
     return tomli_w.dumps(table)
 
 
@@ -149,7 +165,10 @@ def load_settings(paths: Paths) -> Settings:
         ) from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    return settings_from_toml(path, text)
+    settings = settings_from_toml(path, text)
+    if any(key in _flatten(tomllib.loads(text)) for key in LEGACY_KEYS):
+        save_settings(paths, settings)  # rewrite old keys under their new names
+    return settings
 
 
 def parse_value(key: str, raw: str) -> Any:
@@ -158,6 +177,14 @@ def parse_value(key: str, raw: str) -> Any:
     if field is None:
         raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")
     kind = _FIELD_TYPES[field]
+    if kind is tuple:
+        try:
+            indices = tuple(int(item) for item in raw.split(",") if item.strip())
+        except ValueError as exc:
+            raise ConfigError(f"key '{key}' takes integers like 0,1, not {raw!r}") from exc
+        if any(i < 0 for i in indices):
+            raise ConfigError(f"key '{key}' takes non-negative integers, not {raw!r}")
+        return indices
     if kind is bool:
         lowered = raw.strip().lower()
         if lowered in {"true", "yes", "on", "1"}:

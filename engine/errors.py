@@ -2,14 +2,27 @@
 
     LuceboxError                 exit 1: failed while running
     ├── UsageError               exit 2: the command line or an input the user gave is wrong
-    │   └── PathsError           LUCEBOX_HOME or a lucebox folder cannot be used
+    │   ├── PathsError           exit 2: LUCEBOX_HOME or a lucebox folder cannot be used
+    │   └── PresetError          exit 2: a preset file is malformed (presets)
     ├── ConfigError              exit 2: config.toml is unreadable, corrupt or has bad values
     ├── GuardRefusal             exit 3: a guard refused (model check, plan, engine support)
+    │   ├── HashMismatchError    exit 3: bytes differ from their published or recorded sha256
+    │   └── PlanRefusal          exit 3: a launch plan that must not start (planning)
     ├── NotAvailableError        exit 1: the command's capability has not landed yet
-    └── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
+    ├── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
+    ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
+    ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
+    ├── SourceError              exit 1: the engine source cannot be fetched or unpacked (source)
+    ├── BuildError               exit 1: cmake configure or build failed (build)
+    ├── EngineError              exit 1: an engine cannot be installed or found (registry)
+    ├── PortInUseError           exit 1: another program holds the port (supervisor)
+    ├── AlreadyServingError      exit 1: another lucebox server runs for this user (service)
+    ├── CallError                exit 1: the server broke off a measured call (measure)
+    └── ServiceError             exit 1: systemd refused a step (systemd)
 
-Every message names the thing that is wrong and what to do next; the CLI prints it as one
-line and never shows a traceback for these.
+A class defined in another module names it in brackets; tests/engine/test_errors.py keeps this
+drawing and the code in step. Every message names the thing that is wrong and what to do next;
+the CLI prints it as one line and never shows a traceback for these.
 """
 
 from __future__ import annotations
@@ -63,6 +76,14 @@ class GuardRefusal(LuceboxError):
         super().__init__(message, hint=hint)
         self.problem_codes = problem_codes
         """The model check's codes of the errors that refused (DESIGN.md's stable strings)."""
+
+
+class HashMismatchError(GuardRefusal):
+    """A file's bytes differ from the sha256 published or recorded for them (``hash-mismatch``).
+
+    One class wherever a hash is checked (downloads, the store, the engine source), so the
+    same fault always reads and exits the same way.
+    """
 
 
 class NotAvailableError(LuceboxError):

@@ -154,6 +154,20 @@ class ModelInfo:
     target_layers: tuple[int, ...] | None
     """Target layers a DFlash/EAGLE-style draft reads hidden states from."""
     has_mtp_layers: bool
+    """The engine's own MTP test: ``blk.<block_count-1>.nextn.eh_proj.weight`` is present."""
+    nextn_predict_layers: int | None
+    """``<arch>.nextn_predict_layers``: MTP blocks counted in ``block_count`` (a qwen35 head is
+    the last block; every block of a ``gemma4-assistant`` draft)."""
+    has_nextn_tensors: bool
+    """Any ``nextn.*`` tensor: MTP weights present, whatever the key says."""
+    embedding_length_out: int | None
+    """The target hidden size a ``gemma4-assistant`` draft reads (``embedding_length_out``)."""
+    dflash_block_size: int | None
+    """A DFlash draft's trained block: at most block_size - 1 draft tokens per step."""
+    mask_token_id: int | None
+    """The DFlash mask token (``tokenizer.ggml.mask_token_id``)."""
+    has_markov_head: bool
+    """A ``markov_w1`` tensor: a DFlash-architecture file that is a DSpark draft."""
     kv_layers: tuple[int, ...]
     """Layers with attention K/V tensors: the ones that keep a KV cache."""
     recurrent_layers: tuple[int, ...]
@@ -407,6 +421,13 @@ def _int(meta: dict[str, Any], key: str) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _first_int(meta: dict[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        if (value := _int(meta, key)) is not None:
+            return value
+    return None
+
+
 def _str(meta: dict[str, Any], key: str) -> str | None:
     value = meta.get(key)
     return value if isinstance(value, str) else None
@@ -469,10 +490,13 @@ def inspect_model(path: Path) -> ModelInfo:
             kv_layers.add(int(match.group(1)))
         elif part.startswith(("ssm_", "time_mix_")):
             recurrent_layers.add(int(match.group(1)))
+    # Linear-attention layers name their fused projection attn_qkv too, but keep no KV cache.
+    kv_layers -= recurrent_layers
     has_mtp = mtp_tensor in names
+    has_markov = "markov_w1.weight" in names
     draft_kind = None
     if arch == "dflash":
-        draft_kind = "draft-dspark" if "markov_w1.weight" in names else "draft-dflash"
+        draft_kind = "draft-dspark" if has_markov else "draft-dflash"
     elif has_mtp:
         draft_kind = "draft-mtp"
     add_bos = meta.get("tokenizer.ggml.add_bos_token")
@@ -516,6 +540,15 @@ def inspect_model(path: Path) -> ModelInfo:
         split_no=_int(meta, "split.no"),
         target_layers=tuple(targets) if isinstance(targets, tuple) else None,
         has_mtp_layers=has_mtp,
+        nextn_predict_layers=_int(meta, f"{arch}.nextn_predict_layers"),
+        has_nextn_tensors=any(".nextn." in name or name.startswith("nextn.") for name in names),
+        embedding_length_out=_int(meta, f"{arch}.embedding_length_out"),
+        # Upstream DFlash keys first, then the Lucebox engine's (<arch>.dflash.*).
+        dflash_block_size=_first_int(meta, f"{arch}.block_size", f"{arch}.dflash.block_size"),
+        mask_token_id=_first_int(
+            meta, "tokenizer.ggml.mask_token_id", f"{arch}.dflash.mask_token_id"
+        ),
+        has_markov_head=has_markov,
         kv_layers=tuple(sorted(kv_layers)),
         recurrent_layers=tuple(sorted(recurrent_layers)),
         ssm={

@@ -32,6 +32,10 @@ class LaunchSpec:
     """The key lucebox's own clients send (the sampler, the chat panel)."""
     api_key_file: str | None = None
     """The file the engine reads the key from; required to bind beyond loopback."""
+    slot_save_path: str | None = None
+    """Folder the engine saves and restores slots in (``/slots`` actions)."""
+    gpus: tuple[int, ...] = ()
+    """NVML indices of the GPUs the engine may see (in that order), when it runs on GPUs."""
     sampling: tuple[tuple[str, float], ...] = ()
 
 
@@ -74,6 +78,8 @@ def server_argv(spec: LaunchSpec) -> list[str]:
     ]
     if spec.api_key_file:
         argv += ["--api-key-file", spec.api_key_file]
+    if spec.slot_save_path:
+        argv += ["--slot-save-path", spec.slot_save_path]
     if spec.chat_template:
         argv += ["--chat-template", spec.chat_template]
     else:
@@ -93,6 +99,17 @@ def server_argv(spec: LaunchSpec) -> list[str]:
         if flag:
             argv += [flag, f"{value:g}"]
     return argv
+
+
+def server_env(spec: LaunchSpec) -> dict[str, str]:
+    """Environment for the engine: it sees exactly the planned GPUs, numbered as NVML does
+    (CUDA's own order puts the fastest first, which would mismatch the plan's split)."""
+    if not spec.gpus:
+        return {}
+    return {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
+    }
 
 
 def url_of(spec: LaunchSpec) -> str:

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.gguf import ModelInfo
+from lucebox.engine.units import GIB, MIB
 
-MIB = 1024**2
-GIB = 1024**3
 CTX_PAD = 256
 N_UBATCH = 512
 MIN_CTX = 2048
@@ -73,15 +72,36 @@ class ModelFacts:
 
 
 @dataclass(frozen=True)
+class DeviceBudget:
+    """One GPU of a budget: its NVML index, name and memory."""
+
+    index: int
+    name: str
+    vram_total_bytes: int
+    vram_free_bytes: int
+
+    @property
+    def label(self) -> str:
+        """How plans name it: ``GPU 0: NVIDIA GeForce RTX 4090``, or a hypothetical card."""
+        return self.name if self.name.startswith("a ") else f"GPU {self.index}: {self.name}"
+
+
+@dataclass(frozen=True)
 class GpuBudget:
-    """Memory the plan may use: a GPU's free VRAM, or RAM for a CPU-only plan."""
+    """Memory the plan may use: GPUs' free VRAM (summed), or RAM for a CPU-only plan."""
 
     device: str
-    total_bytes: int
-    free_bytes: int
+    vram_total_bytes: int
+    vram_free_bytes: int
     is_gpu: bool
     host_total_bytes: int = 0
     """System RAM of this PC: the engine's host-RAM prompt cache lives there."""
+    devices: tuple[DeviceBudget, ...] = ()
+    """The GPUs behind the sums, when there are several (one GPU needs no split)."""
+
+    @property
+    def device_count(self) -> int:
+        return max(1, len(self.devices)) if self.is_gpu else 1
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,9 @@ class PlanRequest:
     """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
     prompt_cache: bool = True
     """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
+    checkpoints: bool = False
+    """Hybrid (recurrent) models: keep context checkpoints close together so a growing
+    agent prompt resumes from a recent one instead of re-reading the whole prompt."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +138,16 @@ class MemoryBytes:
     prompt_cache: int = 0
     """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
     plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
+    checkpoints: int = 0
+    """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
     prompt_cache_in_total: bool = False
 
     @property
     def total(self) -> int:
         """What the engine will use (nvidia-smi's view); the reserve stays free."""
         engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
-        return engine + (self.prompt_cache if self.prompt_cache_in_total else 0)
+        host = self.prompt_cache + self.checkpoints
+        return engine + (host if self.prompt_cache_in_total else 0)
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -131,6 +157,7 @@ class MemoryBytes:
             "compute": self.compute,
             "cuda_context": self.cuda_context,
             "prompt_cache": self.prompt_cache,
+            "checkpoints": self.checkpoints,
             "reserve": self.reserve,
             "total": self.total,
             "available": self.available,
@@ -154,6 +181,13 @@ class Plan:
     swa_full: bool = False
     cache_ram_mib: int | None = None
     """The host-RAM prompt cache the engine gets; 0 turns it off."""
+    context_checkpoints: int | None = None
+    device_bytes: tuple[tuple[str, int], ...] = ()
+    """What the engine will use on each GPU (name, bytes); their sum is ``total``."""
+    tensor_split: tuple[float, ...] = ()
+    """Share of the layers per GPU when the model is spread over several."""
+    main_gpu: int = 0
+    """Position (among the GPUs the engine sees) of the one holding the output and scratch."""
 
     def server_flags(self) -> list[str]:
         """The llama-server flags this plan decides (model paths are added by launch)."""
@@ -179,6 +213,17 @@ class Plan:
             flags.append("--swa-full")
         if self.cache_ram_mib is not None:
             flags += ["--cache-ram", str(self.cache_ram_mib)]
+        if self.context_checkpoints is not None:
+            flags += ["--ctx-checkpoints", str(self.context_checkpoints)]
+        if self.tensor_split:
+            flags += [
+                "--split-mode",
+                "layer",
+                "--tensor-split",
+                ",".join(f"{share:g}" for share in self.tensor_split),
+                "--main-gpu",
+                str(self.main_gpu),
+            ]
         return flags
 
     def to_json(self) -> dict[str, Any]:
@@ -195,6 +240,8 @@ class Plan:
             "largest_ctx": self.largest_ctx,
             "swa_full": self.swa_full,
             "cache_ram_mib": self.cache_ram_mib,
+            "tensor_split": list(self.tensor_split),
+            "main_gpu": self.main_gpu,
             "reasons": dict(self.reasons),
         }
 
@@ -349,7 +396,12 @@ def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max
 
 
 def _reserve(budget: GpuBudget) -> int:
-    return max(RESERVE_MIN_BYTES, int(budget.free_bytes * RESERVE_FRACTION))
+    if len(budget.devices) > 1:
+        return sum(
+            max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+            for d in budget.devices
+        )
+    return max(RESERVE_MIN_BYTES, int(budget.vram_free_bytes * RESERVE_FRACTION))
 
 
 def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
@@ -365,7 +417,7 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
         mid = (lo + hi + 1) // 2
         ctx = mid * CTX_PAD
         need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-        need += compute_bytes(facts, ctx, kv_type)
+        need += compute_bytes(facts, ctx, kv_type) * request.budget.device_count
         if draft is not None:
             need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
         if need <= room:
@@ -375,6 +427,9 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
     return min(lo * CTX_PAD, facts.native_ctx)
 
 
+CONTEXT_CHECKPOINTS = 8
+"""Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
+the whole recurrent state (about 150 MiB on a 27B hybrid) in host RAM."""
 PROMPT_CACHE_MAX_BYTES = 8192 * MIB
 """The engine's own default for ``--cache-ram``."""
 PROMPT_CACHE_RAM_SHARE = 4
@@ -385,7 +440,7 @@ plans the same way from one minute to the next."""
 
 def prompt_cache_bytes(budget: GpuBudget) -> int:
     """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM."""
-    ram = budget.host_total_bytes if budget.is_gpu else budget.total_bytes
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
     return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE) // MIB * MIB
 
 
@@ -394,25 +449,39 @@ def make_plan(request: PlanRequest) -> Plan:
     target, budget, draft = request.target, request.budget, request.draft
     reasons: dict[str, str] = {}
     reserve = _reserve(budget)
-    cuda_context = CUDA_CONTEXT_BYTES if budget.is_gpu else 0
-    available = budget.free_bytes
+    cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
+    available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget) if request.prompt_cache else 0
     draft_weights = draft.weights_bytes if draft else 0
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident - draft_weights
+    checkpoints = (
+        CONTEXT_CHECKPOINTS * target.recurrent_state_bytes * request.parallel
+        if request.checkpoints
+        else 0
+    )
     if not budget.is_gpu:
-        room_after_weights -= prompt_cache
+        room_after_weights -= prompt_cache + checkpoints
     reasons["reserve"] = (
         f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
-        f"{RESERVE_FRACTION:.1%} of the {budget.free_bytes / GIB:.1f} GiB free)"
+        f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
     )
     reasons["weights"] = (
         f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
         f"{'GGUF header' if target.source == 'header' else 'preset'}"
     )
     if cuda_context:
-        reasons["cuda_context"] = f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+        reasons["cuda_context"] = (
+            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
+        )
     reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
+    if request.checkpoints:
+        reasons["checkpoints"] = (
+            f"{checkpoints / MIB:.0f} MiB host RAM: up to {CONTEXT_CHECKPOINTS} checkpoints of "
+            "the recurrent state (the engine takes one near the end of each prompt), so a "
+            "hybrid model resumes an agent's growing prompt instead of re-reading it"
+        )
 
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
     n_gpu_layers = -1 if budget.is_gpu else 0
@@ -491,7 +560,7 @@ def make_plan(request: PlanRequest) -> Plan:
             f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
             f"same context (as the target's), compute"
         )
-    compute = compute_bytes(target, used_ctx, kv_type)
+    compute = compute_bytes(target, used_ctx, kv_type) * budget.device_count
     memory = MemoryBytes(
         weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
         kv=kv,
@@ -501,6 +570,7 @@ def make_plan(request: PlanRequest) -> Plan:
         reserve=reserve,
         available=available,
         prompt_cache=prompt_cache,
+        checkpoints=checkpoints,
         prompt_cache_in_total=not budget.is_gpu,
     )
     kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
@@ -510,6 +580,13 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["kvflash_pool"] = (
         f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
     )
+    split, main_gpu, per_device = _split(budget, memory, reserve)
+    if split:
+        reasons["split"] = (
+            f"layers spread over {len(split)} GPUs in proportion to what each has free after "
+            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); GPU "
+            f"{budget.devices[main_gpu].index} holds the output and the compute buffer"
+        )
     return Plan(
         fits=fits,
         ctx=ctx,
@@ -524,7 +601,37 @@ def make_plan(request: PlanRequest) -> Plan:
         largest_ctx=ctx_fit,
         swa_full=request.swa_full,
         cache_ram_mib=prompt_cache // MIB,
+        context_checkpoints=CONTEXT_CHECKPOINTS if request.checkpoints else None,
+        device_bytes=per_device,
+        tensor_split=split,
+        main_gpu=main_gpu,
     )
+
+
+def _split(
+    budget: GpuBudget, memory: MemoryBytes, reserve: int
+) -> tuple[tuple[float, ...], int, tuple[tuple[str, int], ...]]:
+    """Layer shares per GPU in proportion to each one's room, and each GPU's total."""
+    if len(budget.devices) < 2 or not budget.is_gpu:
+        return (), 0, ((budget.device, memory.total),)
+    count = len(budget.devices)
+    per_device_fixed = CUDA_CONTEXT_BYTES + memory.compute // count
+    rooms = [
+        max(
+            0, d.vram_free_bytes - max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+        )
+        - per_device_fixed
+        for d in budget.devices
+    ]
+    total_room = max(sum(rooms), 1)
+    shares = tuple(round(max(r, 0) / total_room, 3) for r in rooms)
+    spread = memory.weights + memory.kv + memory.draft
+    per_device = tuple(
+        (d.label, per_device_fixed + int(spread * r / total_room))
+        for d, r in zip(budget.devices, rooms, strict=True)
+    )
+    main = max(range(count), key=lambda i: rooms[i])
+    return shares, main, per_device
 
 
 def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
@@ -565,7 +672,7 @@ def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, in
         + compute_bytes(target, min_ctx)
         + overhead
         + target.weights_bytes
-        - request.budget.free_bytes
+        - request.budget.vram_free_bytes
     )
     if target.expert_bytes:
         per_layer = target.expert_bytes // max(target.n_layer, 1)

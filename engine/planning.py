@@ -28,13 +28,12 @@ from lucebox.engine.gguf import ModelInfo
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.guard import CheckResult, Problem, check_model, check_pair
 from lucebox.engine.guard import refusal as refusal_of
-from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv
+from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv, server_env
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
-    GIB,
     KV_PAIRS,
-    MIB,
+    DeviceBudget,
     GpuBudget,
     ModelFacts,
     Plan,
@@ -46,6 +45,7 @@ from lucebox.engine.presets import Preset, PresetModel, facts_from_preset, load_
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.speculation import SpecFiles, SpecMode
 from lucebox.engine.store import list_models, parse_source
+from lucebox.engine.units import GIB, MIB
 
 CacheProfile = Literal["agent", "off"]
 FIT_TIMEOUT_S = 120.0
@@ -67,10 +67,11 @@ class ServeOptions:
     ctx: int | None = None
     host: str | None = None
     port: int | None = None
-    gpu_index: int | None = None
+    gpus: tuple[int, ...] | None = None
+    """NVML indices of the GPUs to use; None reads gpu.indices (empty: every NVIDIA GPU)."""
     allow_base: bool = False
-    vram_mib: int | None = None
-    """Plan for a card with this much free memory instead of the GPU that is here."""
+    vram_mib: tuple[int, ...] | None = None
+    """Plan for cards with this much free memory instead of the GPUs that are here."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options."""
@@ -83,8 +84,8 @@ class ServeOptions:
             ("--ctx", self.ctx),
             ("--host", self.host),
             ("--port", self.port),
-            ("--gpu", self.gpu_index),
-            ("--vram-mib", self.vram_mib),
+            ("--gpus", ",".join(map(str, self.gpus)) if self.gpus is not None else None),
+            ("--vram-mib", ",".join(map(str, self.vram_mib)) if self.vram_mib else None),
         ]
         args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
         return [*args, "--allow-base"] if self.allow_base else args
@@ -100,7 +101,8 @@ class Resolved:
     cache: CacheProfile
     host: str
     port: int
-    gpu_index: int
+    gpus: tuple[int, ...]
+    """The GPUs asked for; empty: every NVIDIA GPU lucebox finds."""
     allow_base: bool
     api_key: str | None
 
@@ -119,7 +121,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         cache=options.cache or "agent",
         host=options.host or settings.host,
         port=options.port or settings.port,
-        gpu_index=options.gpu_index if options.gpu_index is not None else settings.gpu_index,
+        gpus=options.gpus if options.gpus is not None else settings.gpu_indices,
         allow_base=options.allow_base or settings.allow_base,
         api_key=settings.api_key or None,
     )
@@ -128,30 +130,47 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
 # --- the machine ------------------------------------------------------------------------------
 
 
-def budget_for(probe: GpuProbe, gpu_index: int = 0, vram_mib: int | None = None) -> GpuBudget:
-    """The memory a plan may use: a hypothetical card (--vram-mib), the GPU, or the RAM."""
-    memory = psutil.virtual_memory()
-    if vram_mib is not None:
-        size = vram_mib * MIB
-        return GpuBudget(
-            f"a {vram_mib} MiB card", size, size, is_gpu=True, host_total_bytes=memory.total
+def budget_for(
+    probe: GpuProbe, gpus: tuple[int, ...] = (), vram_mib: tuple[int, ...] | None = None
+) -> GpuBudget:
+    """The memory a plan may use: hypothetical cards (--vram-mib), the GPUs, or the RAM."""
+    host_total = psutil.virtual_memory().total
+    if vram_mib:
+        cards = tuple(
+            DeviceBudget(i, f"a {mib} MiB card", mib * MIB, mib * MIB)
+            for i, mib in enumerate(vram_mib)
         )
-    for gpu in probe.gpus:
-        if gpu.index == gpu_index:
-            return GpuBudget(
-                f"GPU {gpu.index}: {gpu.name}",
-                gpu.vram_total_bytes,
-                gpu.vram_free_bytes,
-                is_gpu=True,
-                host_total_bytes=memory.total,
-            )
-    if probe.gpus:
+        return pool_of(cards, host_total)
+    known = {gpu.index: gpu for gpu in probe.gpus}
+    missing = [i for i in gpus if i not in known]
+    if missing:
+        found = ", ".join(str(i) for i in known) or "none"
         raise UsageError(
-            f"there is no GPU {gpu_index}",
-            hint=f"GPUs: {', '.join(str(g.index) for g in probe.gpus)}",
+            f"there is no GPU {', '.join(map(str, missing))} (NVIDIA GPUs here: {found})",
+            hint="pick from `lucebox doctor`'s list with --gpus, or leave it out to use them all",
         )
+    if known:
+        chosen = [known[i] for i in gpus] if gpus else list(known.values())
+        devices = tuple(
+            DeviceBudget(g.index, g.name, g.vram_total_bytes, g.vram_free_bytes) for g in chosen
+        )
+        return pool_of(devices, host_total)
+    memory = psutil.virtual_memory()
     return GpuBudget(
         "CPU (no NVIDIA GPU): system RAM", memory.total, memory.available, is_gpu=False
+    )
+
+
+def pool_of(devices: tuple[DeviceBudget, ...], host_total_bytes: int) -> GpuBudget:
+    """One budget over ``devices``: their sums, named after them."""
+    names = [d.label for d in devices]
+    return GpuBudget(
+        names[0] if len(names) == 1 else " + ".join(names),
+        sum(d.vram_total_bytes for d in devices),
+        sum(d.vram_free_bytes for d in devices),
+        is_gpu=True,
+        host_total_bytes=host_total_bytes,
+        devices=devices,
     )
 
 
@@ -317,6 +336,11 @@ class PlanRefusal(GuardRefusal):
         self.launch = launch
 
 
+def slots_dir(paths: Paths) -> Path:
+    """Where the engine saves a slot's prompt cache on stop, to restore it on the next start."""
+    return paths.data_dir / "slots"
+
+
 # --- the plan ---------------------------------------------------------------------------------
 
 
@@ -377,7 +401,6 @@ class LaunchPlan:
 
     def to_json(self) -> dict[str, Any]:
         """The document `plan --json` and `up/serve --dry-run --json` print."""
-        memory = self.plan.memory_bytes
         return {
             **self.plan.to_json(),
             "fits": self.refusal is None,
@@ -385,7 +408,8 @@ class LaunchPlan:
             "alias": self.alias,
             "preset": self.preset.id if self.preset else None,
             "device": self.budget.device,
-            "devices": [{"name": self.budget.device, "memory_bytes": memory.total}],
+            "devices": [{"name": n, "memory_bytes": b} for n, b in self.plan.device_bytes],
+            "env": server_env(self.spec),
             "engine": {"id": self.engine.id, "version": self.engine.version},
             "target": self.target.to_json(),
             "draft": self.speculation.draft.to_json() if self.speculation.draft else None,
@@ -488,8 +512,44 @@ def plan_launch(
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
     ``preset`` is the model set already chosen (None with --model); ``ctx_cap`` bounds the
-    context after an out-of-memory start.
+    context after an out-of-memory start. With several GPUs, a model that serves well on one
+    of them runs there alone (a split costs speed); otherwise it is spread over all of them.
     """
+
+    def plan_on(devices: GpuBudget) -> LaunchPlan:
+        return _plan_on_budget(
+            paths, options, settings=settings, budget=devices, engine=engine, preset=preset,
+            ctx_cap=ctx_cap,
+        )  # fmt: skip
+
+    pooled = plan_on(budget)
+    if len(budget.devices) < 2:
+        return pooled
+    wanted = min(pooled.resolved.ctx or ENOUGH_CTX, pooled.target.facts.native_ctx)
+    for device in sorted(budget.devices, key=lambda d: -d.vram_free_bytes):
+        alone = plan_on(pool_of((device,), budget.host_total_bytes))
+        plan = alone.plan
+        if (
+            alone.refusal is None
+            and plan.n_gpu_layers < 0
+            and not plan.n_cpu_moe
+            and plan.ctx >= wanted
+        ):
+            reasons = {**plan.reasons, "split": f"fits on {alone.budget.device} alone: no split"}
+            return replace(alone, plan=replace(plan, reasons=reasons))
+    return pooled
+
+
+def _plan_on_budget(
+    paths: Paths,
+    options: ServeOptions,
+    *,
+    settings: Settings,
+    budget: GpuBudget,
+    engine: EngineView,
+    preset: Preset | None,
+    ctx_cap: int | None,
+) -> LaunchPlan:
     resolved = resolve(options, settings)
     if options.model:
         target_source = options.model
@@ -521,6 +581,7 @@ def plan_launch(
         ctx_cap=ctx_cap,
         swa_full=swa_full,
         prompt_cache=resolved.cache == "agent",
+        checkpoints=resolved.cache == "agent" and target.facts.recurrent_state_bytes > 0,
     )
     if swa_full:
         request = _weigh_swa_full(request)
@@ -558,6 +619,8 @@ def plan_launch(
             str(api_key_path(paths)) if resolved.api_key or not is_loopback(resolved.host) else None
         ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
+        slot_save_path=str(slots_dir(paths)) if resolved.cache == "agent" else None,
+        gpus=tuple(d.index for d in budget.devices) if budget.is_gpu and budget.devices else (),
     )
     return LaunchPlan(
         title=preset.title if preset else target.facts.name,
@@ -626,6 +689,7 @@ def smaller_context_plan(paths: Paths, launch: LaunchPlan, settings: Settings) -
         cache=launch.resolved.cache,
         host=launch.resolved.host,
         port=launch.resolved.port,
+        gpus=launch.resolved.gpus,
         allow_base=launch.resolved.allow_base,
     )
     return plan_launch(
@@ -655,7 +719,7 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     """The best model set that fits: the largest tier the card is made for, with a useful
     context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
-    card_gib = round(budget.total_bytes / GIB)
+    card_gib = round(budget.vram_total_bytes / GIB)
     useful = [
         p
         for p in plans

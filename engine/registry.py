@@ -8,7 +8,9 @@ speculative and KV cache types, ``--version`` its version) and from its source
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -17,6 +19,7 @@ import stat
 import subprocess
 import tarfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -322,6 +325,36 @@ def build_and_install(
     (``webui_detail`` says why). An engine whose UI build failed before (npm unreachable)
     is rebuilt in its cached build folder, which redoes only the UI and the link.
     """
+    with _one_build_at_a_time(paths, on_event):
+        return _build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time(paths: Paths, on_event: BuildCallback | None) -> Iterator[None]:
+    """Builds in one LUCEBOX_HOME share a cache folder per key: a second build (another
+    terminal, a test run) waits for the first and then finds its engine instead of
+    configuring over a half-built tree."""
+    with (paths.ensure(paths.builds_dir) / ".lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_event is not None:
+                on_event(BuildEvent("wait", None, "waiting for another build of the engine"))
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_and_install(
+    paths: Paths,
+    source: SourceInfo,
+    options: BuildOptions,
+    *,
+    jobs: int | None,
+    on_event: BuildCallback | None,
+) -> tuple[EngineManifest, bool]:
     cached = _find_cached(paths, source, build_key(source, options))
     if cached is not None and (cached.webui or not options.webui):
         return _reuse(cached, on_event)

@@ -24,7 +24,7 @@ from typing import Literal
 
 import httpx
 
-from lucebox.engine.errors import LuceboxError, UsageError
+from lucebox.engine.errors import HashMismatchError, LuceboxError, UsageError
 from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import ProgressCallback, TransferError, download_file, sha256_file
 
@@ -171,7 +171,7 @@ def locate_sdist(pin: SourcePin, index_url: str, client: httpx.Client) -> tuple[
         if entry.get("filename") == pin.filename:
             published = (entry.get("hashes") or {}).get("sha256")
             if published and published != pin.sha256:
-                raise SourceError(
+                raise HashMismatchError(
                     f"the index publishes sha256 {published} for {pin.filename}, "
                     f"but lucebox pins {pin.sha256}",
                     hint="the index serves a different file than lucebox was tested with",
@@ -229,7 +229,7 @@ def ensure_source(
             raise UsageError(f"{sdist} does not exist")
         actual = sha256_file(sdist)
         if actual != pin.sha256:
-            raise SourceError(
+            raise HashMismatchError(
                 f"{sdist} has sha256 {actual}, but lucebox pins {pin.sha256}",
                 hint=f"use the exact file {pin.filename}",
             )

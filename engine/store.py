@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.errors import CancelledByUserError, GuardRefusal, LuceboxError, UsageError
+from lucebox.engine.errors import (
+    CancelledByUserError,
+    GuardRefusal,
+    HashMismatchError,
+    LuceboxError,
+    UsageError,
+)
 from lucebox.engine.guard import CheckResult, check_model, model_name, shard_names
 from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import (
@@ -39,6 +45,7 @@ from lucebox.engine.transfer import (
     download_file,
     sha256_file,
 )
+from lucebox.engine.units import gib_text
 
 STRUCTURAL_CODES = {"not-gguf", "corrupt-header", "truncated", "missing-shard"}
 """Problems that mean the bytes are bad (quarantine), as opposed to a model to think about."""
@@ -47,10 +54,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 class StoreError(LuceboxError):
     """A model cannot be pulled, found or removed."""
-
-
-class HashMismatchError(GuardRefusal):
-    """A file's bytes differ from the published sha256 (problem code ``hash-mismatch``)."""
 
 
 @dataclass(frozen=True)
@@ -237,8 +240,8 @@ def _check_free_disk(folder: Path, needed_bytes: int) -> None:
     free = shutil.disk_usage(folder).free
     if needed_bytes > free:
         raise GuardRefusal(
-            f"not enough disk: the download needs {needed_bytes / 2**30:.2f} GiB, "
-            f"{folder} has {free / 2**30:.2f} GiB free",
+            f"not enough disk: the download needs {gib_text(needed_bytes, 2)}, "
+            f"{folder} has {gib_text(free, 2)} free",
             hint="free space there or point LUCEBOX_HOME to a larger disk",
         )
 
@@ -393,8 +396,6 @@ def _pull_hf(
                     cancel=cancel,
                 )
             except TransferError as exc:
-                if "sha256" in exc.message:
-                    raise HashMismatchError(exc.message, hint=exc.hint) from exc
                 raise StoreError(exc.message, hint=exc.hint) from exc
         files.append((dest, expected, True))
     return _check_and_record(paths, source, files, "hub-lfs", commit)

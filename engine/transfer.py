@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from lucebox.engine.errors import CancelledByUserError, LuceboxError
+from lucebox.engine.errors import CancelledByUserError, HashMismatchError, LuceboxError
 
 CHUNK_BYTES = 1024 * 1024
 PROGRESS_INTERVAL_S = 0.2
@@ -136,7 +136,7 @@ def download_file(
     actual = digest.hexdigest()
     if actual != sha256.lower():
         part.unlink()
-        raise TransferError(
+        raise HashMismatchError(
             f"{url} has sha256 {actual}, expected {sha256}; the bad file was deleted",
             hint="the server sent different bytes than published: check the URL or try again",
         )

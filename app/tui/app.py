@@ -6,6 +6,9 @@ App, which owns the options, the server and the one-server lock, acts on them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -14,7 +17,7 @@ from typing import ClassVar
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import (
@@ -32,13 +35,22 @@ from lucebox.app.tui.messages import (
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
-from lucebox.engine import guard, service
-from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, GuardRefusal, LuceboxError
+from lucebox.engine import guard, runstate
+from lucebox.engine.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CancelledByUserError,
+    GuardRefusal,
+    LuceboxError,
+)
 from lucebox.engine.paths import Paths
 from lucebox.engine.planning import ServeOptions
+from lucebox.engine.runstate import ServerRun
 from lucebox.engine.service import Prepared, StepEvent, StepName
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
+PIPELINE_STOP_WAIT_S = 1.0
+"""How long quitting waits for the pipeline to stop (a download stops within one read)."""
 WORKER_STEPS: dict[str, StepName] = {"presets": "preset"}
 """The checklist step a failing worker's group stands for; the pipeline's is the step it was on,
 and every other group's (server, chat, quit) is the server."""
@@ -66,11 +78,14 @@ class LuceboxApp(App[None]):
         self.clock = clock
         self.prepared: Prepared | None = None
         self.supervisor: Supervisor | None = None
-        self.lock: service.ServeLock | None = None
+        self.server: ServerRun | None = None
+        self.lock: runstate.ServeLock | None = None
         self.step_now: StepName = "gpu"
         """The pipeline step the last progress event came from."""
         self.exit_code = EXIT_OK
         """What quitting now exits with: the failure on show, else 0."""
+        self.pipeline_cancel = threading.Event()
+        """Set to stop the pipeline run in progress (its download stops between reads)."""
         self.start_screen = StartScreen(backend.log_path)
         self.dashboard: DashboardScreen | None = None
 
@@ -87,19 +102,22 @@ class LuceboxApp(App[None]):
         self.start_screen.reset()
         self.step_now = "gpu"
         self.exit_code = EXIT_OK
-        self.prepare_pipeline()
+        # A run still going (another preset was chosen) stops its download first.
+        self.pipeline_cancel.set()
+        self.pipeline_cancel = threading.Event()
+        self.prepare_pipeline(self.pipeline_cancel)
 
     @work(thread=True, exclusive=True, group="pipeline", exit_on_error=False)
-    def prepare_pipeline(self) -> None:
-        worker = get_current_worker()
-
+    def prepare_pipeline(self, cancel: threading.Event) -> None:
         def emit(event: StepEvent) -> None:
-            if not worker.is_cancelled:
+            if not cancel.is_set():
                 self.post_message(StepChanged(event))
 
         if self.lock is None:
             self.lock = self.backend.lock()
-        self.post_message(PipelinePrepared(self.backend.prepare(self.options, emit)))
+        prepared = self.backend.prepare(self.options, emit, cancel)
+        if not cancel.is_set():
+            self.post_message(PipelinePrepared(prepared))
 
     def on_step_changed(self, message: StepChanged) -> None:
         self.step_now = message.event.step
@@ -110,8 +128,8 @@ class LuceboxApp(App[None]):
         """Every worker's failure ends here, on the failure panel: a lucebox error with its
         message and hint, anything else as a bug with the path of its full traceback."""
         worker, error = event.worker, event.worker.error
-        if event.state != WorkerState.ERROR or error is None:
-            return
+        if event.state != WorkerState.ERROR or isinstance(error, CancelledByUserError | None):
+            return  # a cancelled download is the user's own quit or change of preset
         step = (
             self.step_now
             if worker.group == "pipeline"
@@ -144,7 +162,8 @@ class LuceboxApp(App[None]):
     async def run_server(self, prepared: Prepared) -> None:
         supervisor = self.backend.supervisor(prepared)
         self.supervisor = supervisor
-        async for item in self.backend.run(prepared, supervisor):
+        self.server = self.backend.server_run(prepared, supervisor)
+        async for item in self.server.events():
             if isinstance(item, ServerEvent):
                 self.post_message(ServerChanged(item))
             else:
@@ -195,16 +214,16 @@ class LuceboxApp(App[None]):
 
     @on(RestartRequested)
     def restart_server(self) -> None:
-        if self.supervisor is not None and self.prepared is not None:
+        if self.server is not None and self.prepared is not None:
             if self.workers_in("server"):
-                self.supervisor.restart()
+                self.server.restart()
             else:
                 self.run_server(self.prepared)
 
     @on(StopRequested)
     def stop_server(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.stop()
+        if self.server is not None:
+            self.server.stop()
 
     @on(QuitRequested)
     def quit_requested(self, message: QuitRequested) -> None:
@@ -251,16 +270,24 @@ class LuceboxApp(App[None]):
         self.exit(return_code=self.exit_code)
 
     async def shut_down(self) -> None:
-        """Stop the engine and wait until it is gone; release the one-server lock."""
+        """Stop a download and the engine, wait until they are gone; release the lock."""
+        self.pipeline_cancel.set()
         self.stop_server()
         for worker in list(self.workers):
             if worker.group == "server":
-                await worker.wait()
+                with contextlib.suppress(WorkerFailed, WorkerCancelled):
+                    await worker.wait()
+        # A download stops within a read; a build does not, so the wait is bounded. Polled:
+        # waiting on the worker with a timeout would cancel it and leave its thread running.
+        deadline_s = time.monotonic() + PIPELINE_STOP_WAIT_S
+        while self.workers_in("pipeline") and time.monotonic() < deadline_s:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
         if self.lock is not None:
             self.lock.release()
             self.lock = None
 
     def on_unmount(self) -> None:
+        self.pipeline_cancel.set()
         if self.lock is not None:
             self.lock.release()
             self.lock = None

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import threading
 from pathlib import Path
 
-from lucebox.engine import config, gpu, planning, registry, service
+from lucebox.engine import config, gpu, planning, registry, runstate, service
 from lucebox.engine.crashlog import write_crash_log
-from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths
 from lucebox.engine.planning import ServeOptions
+from lucebox.engine.runstate import ServerRun
 from lucebox.engine.service import Prepared
-from lucebox.engine.supervisor import ServerEvent, Supervisor
+from lucebox.engine.supervisor import Supervisor
 
 
 class Backend:
@@ -28,7 +28,7 @@ class Backend:
         settings = config.load_settings(self.paths)
         probe = gpu.probe_gpus()
         resolved = planning.resolve(options, settings)
-        budget = planning.budget_for(probe, resolved.gpu_index)
+        budget = planning.budget_for(probe, resolved.gpus)
         installed = registry.select_engine(self.paths, probe, settings.engine).engine
         engine = planning.EngineView.of(installed)
         return planning.preset_table(self.paths, options, settings, budget, engine)
@@ -36,26 +36,27 @@ class Backend:
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)
 
-    def lock(self) -> service.ServeLock:
-        return service.ServeLock(self.paths)
+    def lock(self) -> runstate.ServeLock:
+        return runstate.ServeLock(self.paths)
 
-    def prepare(self, options: ServeOptions, emit: service.Emit) -> Prepared:
-        return service.prepare(self.paths, options, emit)
+    def prepare(
+        self, options: ServeOptions, emit: service.Emit, cancel: threading.Event
+    ) -> Prepared:
+        return service.prepare(self.paths, options, emit, cancel=cancel)
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
         return service.new_supervisor(self.paths, prepared)
 
-    def run(
-        self, prepared: Prepared, supervisor: Supervisor
-    ) -> AsyncIterator[ServerEvent | Sample]:
-        return service.run_server(self.paths, prepared, supervisor)
+    def server_run(self, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
+        """The run whose stop and restart every quit, stop and restart key goes through."""
+        return service.server_run(self.paths, prepared, supervisor)
 
     def detach(self, options: ServeOptions) -> tuple[int, Path]:
-        return service.start_detached(self.paths, options)
+        return runstate.start_detached(self.paths, options.to_args())
 
     @property
     def log_path(self) -> Path:
-        return service.engine_log(self.paths)
+        return runstate.engine_log(self.paths)
 
     def write_crash_log(self, error: BaseException) -> Path:
         return write_crash_log(self.paths, error)

@@ -22,14 +22,16 @@ from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.engine import guard, planning, service
 from lucebox.engine.config import Settings
-from lucebox.engine.errors import GuardRefusal
+from lucebox.engine.errors import CancelledByUserError, GuardRefusal
 from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths, resolve_paths
-from lucebox.engine.plan import GIB, GpuBudget
+from lucebox.engine.plan import GpuBudget
 from lucebox.engine.planning import ServeOptions
+from lucebox.engine.runstate import ServerRun
 from lucebox.engine.service import Emit, Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
+from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama
 
@@ -108,6 +110,7 @@ def samples(count: int) -> list[Sample]:
                 engine_cpu_percent=101.0,
                 engine_rss_bytes=int(0.61 * GIB),
                 requests_finished=int(second % 3 == 0),
+                cached_prompt_share=0.62,
                 slots_busy=1,
                 slots_total=1,
                 gpu_temperature_c=61,
@@ -126,8 +129,8 @@ class ScriptedBackend(Backend):
     """Raised by the first prepare calls, one each."""
     server_failure: Exception | None = None
     """Raised by the server after its events, instead of serving on."""
-    hold: threading.Event | None = None
-    """When set, prepare waits for it after its steps (a download that stays at 40%)."""
+    downloading: bool = False
+    """After its steps prepare stays in a download (at 40%) until the app cancels it."""
     server_events: list[ServerEvent] = field(
         default_factory=lambda: [
             ServerEvent("starting", "engine started (pid 4242)", 4242),
@@ -151,14 +154,17 @@ class ScriptedBackend(Backend):
         engine = planning.EngineView.of(None)
         return planning.preset_table(self.paths, options, Settings(), self.budget, engine)
 
-    def prepare(self, options: ServeOptions, emit: Emit) -> Prepared:
+    def prepare(self, options: ServeOptions, emit: Emit, cancel: threading.Event) -> Prepared:
         self.options_seen.append(options)
         for event in self.steps:
             emit(event)
         if self.failures:
             raise self.failures.pop(0)
-        if self.hold is not None:
-            self.hold.wait(timeout=30)
+        if self.downloading:
+            # The engine's download stops between reads once cancelled, and says so.
+            if not cancel.wait(timeout=60):
+                raise AssertionError("the app never cancelled the download")
+            raise CancelledByUserError("download of Qwen3-14B-Q4_K_M.gguf cancelled")
         return prepared_for(self.tmp_path)
 
     def choose_preset(self, preset_id: str) -> None:
@@ -172,17 +178,33 @@ class ScriptedBackend(Backend):
         supervisor.lines_total = len(LOG_LINES)
         return supervisor
 
-    async def run(
-        self, prepared: Prepared, supervisor: Supervisor
-    ) -> AsyncIterator[ServerEvent | Sample]:
+    def server_run(self, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
+        return ScriptedRun(self, prepared, supervisor)
+
+    def detach(self, options: ServeOptions) -> tuple[int, Path]:
+        self.detached.append(options)
+        return 4343, self.tmp_path / "serve.log"
+
+
+class ScriptedRun(ServerRun):
+    """The real run's stop and restart over a scripted engine: its events and samples."""
+
+    def __init__(self, backend: ScriptedBackend, prepared: Prepared, supervisor: Supervisor):
+        super().__init__(
+            backend.paths, supervisor, model=prepared.model, gpu_index=prepared.gpu_index
+        )
+        self.backend = backend
+
+    async def events(self) -> AsyncIterator[ServerEvent | Sample]:
+        backend, supervisor = self.backend, self.supervisor
         try:
-            for event in self.server_events:
+            for event in backend.server_events:
                 yield event
-            for sample in self.sample_script:
+            for sample in backend.sample_script:
                 yield sample
-            if self.server_failure is not None:
-                raise self.server_failure
-            if self.server_events and self.server_events[-1].kind == "gave-up":
+            if backend.server_failure is not None:
+                raise backend.server_failure
+            if backend.server_events and backend.server_events[-1].kind == "gave-up":
                 return
             # The supervisor offers a flag, not an event, to anything outside it: poll it.
             while not supervisor.stop_requested:  # noqa: ASYNC110
@@ -190,10 +212,6 @@ class ScriptedBackend(Backend):
             yield ServerEvent("stopped", "engine stopped", 4242)
         finally:
             supervisor.log.close()
-
-    def detach(self, options: ServeOptions) -> tuple[int, Path]:
-        self.detached.append(options)
-        return 4343, self.tmp_path / "serve.log"
 
 
 async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:

@@ -44,9 +44,11 @@ def test_a_transcript_without_calls_is_refused(tmp_path):
 
 def test_compare_values_map_to_configurations():
     on, off = parse_compare("cache=on,off", "cache")
-    assert (on.name, on.cache, on.request_fields) == ("cache=on", "agent", ())
-    assert (off.cache, off.request_fields) == ("off", (("cache_prompt", False),))
+    assert (on.name, on.serve_args, on.request_fields) == ("cache=on", ("--cache", "agent"), ())
+    assert off.serve_args == ("--cache", "off")
+    assert off.request_fields == (("cache_prompt", False),)
     spec_off, spec_on = parse_compare("spec=off,on", "spec")
-    assert (spec_on.spec, spec_off.spec, spec_off.name) == ("ngram", "off", "spec=off")
+    assert spec_on.serve_args == ("--spec", "auto")
+    assert (spec_off.name, spec_off.serve_args) == ("spec=off", ("--spec", "off"))
     with pytest.raises(UsageError):
         parse_compare("cache=on,on", "cache")

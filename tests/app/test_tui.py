@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-import threading
+import time
 from pathlib import Path
 
 import pytest
 from rich.style import Style
 from textual.widgets import Button, DataTable, Input, Label, Static
+from textual.worker import WorkerState
 
 from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.backend import Backend
@@ -20,8 +22,8 @@ from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
-from lucebox.engine import guard
-from lucebox.engine.errors import GuardRefusal, UsageError
+from lucebox.engine import guard, store
+from lucebox.engine.errors import CancelledByUserError, GuardRefusal, UsageError
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
@@ -39,6 +41,7 @@ from tests.app.scripted import (
 )
 from tests.conftest import alive
 from tests.ggufgen import write_llama
+from tests.hubserver import HubFile, serve_hub
 from tests.ports import free_port
 from tests.realmodels import engine_home
 
@@ -85,24 +88,19 @@ async def test_pipeline_steps_then_dashboard_with_samples(backend):
 
 async def test_download_progress_shows_bar_rate_and_eta(backend):
     backend.steps = list(STEPS_DOWNLOADING)
-    backend.hold = threading.Event()
+    backend.downloading = True
     app = app_for(backend)
-    try:
-        async with app.run_test(size=(120, 30)) as pilot:
-            row = app.start_screen.query_one("#step-models", StepRow)
-            await wait_until(pilot, lambda: row.state == "running")
-            await pilot.pause(0.1)
-            assert row.query_one(".step-rate", Label).display
-            assert "40% · 48.5 MiB/s · 112 s left" in str(
-                row.query_one(".step-rate", Label).render()
-            )
-            # Responsive while the blocking step runs: the log screen opens and closes.
-            await pilot.press("l")
-            assert app.screen.__class__.__name__ == "LogScreen"
-            await pilot.press("escape")
-            assert isinstance(app.screen, StartScreen)
-    finally:
-        backend.hold.set()
+    async with app.run_test(size=(120, 30)) as pilot:
+        row = app.start_screen.query_one("#step-models", StepRow)
+        await wait_until(pilot, lambda: row.state == "running")
+        await pilot.pause(0.1)
+        assert row.query_one(".step-rate", Label).display
+        assert "40% · 48.5 MiB/s · 112 s left" in str(row.query_one(".step-rate", Label).render())
+        # Responsive while the blocking step runs: the log screen opens and closes.
+        await pilot.press("l")
+        assert app.screen.__class__.__name__ == "LogScreen"
+        await pilot.press("escape")
+        assert isinstance(app.screen, StartScreen)
 
 
 async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend, tmp_path):
@@ -388,6 +386,23 @@ async def test_an_unexpected_error_in_the_server_worker_shows_the_crash_log(back
         assert app.supervisor is not None and app.supervisor.stop_requested
 
 
+async def test_an_unexpected_error_in_the_chat_shows_the_crash_log(backend, monkeypatch):
+    def broken_stream(*args, **kwargs):
+        raise TypeError("a bug in the chat")
+
+    # A fault the real client does not make on demand: the chat's own code failing.
+    monkeypatch.setattr("lucebox.app.tui.widgets.chat.stream_chat", broken_stream)
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("c", *"hi", "enter")
+        await wait_until(pilot, lambda: failure_shown(app))
+        assert isinstance(app.screen, StartScreen)
+        message, hint = failure_text(app)
+        assert "a bug in the chat" in message
+        assert "TypeError: a bug in the chat" in crash_log_in(hint).read_text()
+
+
 async def test_an_error_planning_the_preset_table_shows_on_the_preset_step(backend):
     backend.preset_table_failure = GuardRefusal("no preset can be planned", hint="see why")
     app = app_for(backend, ServeOptions())
@@ -434,4 +449,43 @@ async def test_quitting_after_a_retry_that_worked_exits_0(backend):
         await pilot.press("q")
         await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
         await pilot.press("s")
+    assert app.return_code == 0
+
+
+async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the_partial(
+    tmp_path, monkeypatch
+):
+    """The real pipeline pulling from a slow local Hub: q ends the download, not waits for it."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    body = bytes(range(256)) * (32 * 1024)  # 8 MiB at 512 KiB/s: 16 s, far longer than the test
+    with serve_hub() as hub:
+        hub.add("acme/big", "big-instruct.gguf", HubFile(body, bytes_per_s=512 * 1024))
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        paths = resolve_paths(dict(os.environ))
+        app = LuceboxApp(Backend(paths), ServeOptions(model="hf:acme/big/big-instruct.gguf"))
+        partial = store._files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
+        async with app.run_test(size=(100, 30)) as pilot:
+            row = app.start_screen.query_one("#step-models", StepRow)
+            await wait_until(
+                pilot,
+                lambda: (
+                    "downloading" in str(row.query_one(".step-message", Label).render())
+                    and partial.exists()
+                    and partial.stat().st_size > 0
+                ),
+                timeout_s=30,
+            )
+            (pipeline,) = (w for w in app.workers if w.group == "pipeline")
+            quit_at = time.monotonic()
+            await pilot.press("q")
+            await wait_until(pilot, lambda: app.return_code is not None, timeout_s=5)
+        stopped_s = time.monotonic() - quit_at
+        kept = partial.stat().st_size
+        await asyncio.sleep(0.3)
+        assert partial.stat().st_size == kept
+    assert stopped_s < 1.0
+    # The download's thread ended with the cancel, so nothing keeps the process alive.
+    assert pipeline.state == WorkerState.ERROR
+    assert isinstance(pipeline.error, CancelledByUserError)
+    assert 0 < kept < len(body)
     assert app.return_code == 0

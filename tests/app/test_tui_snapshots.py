@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 from textual.pilot import Pilot
@@ -30,9 +29,7 @@ SIZES = [(80, 24), (140, 40)]
 @pytest.fixture
 def backend(tmp_path):
     backend = ScriptedBackend(resolve_paths(dict(os.environ)), tmp_path, budget=RTX_4090)
-    yield backend
-    if backend.hold is not None:
-        backend.hold.set()
+    return backend
 
 
 def app_for(backend: ScriptedBackend, options: ServeOptions | None = None) -> LuceboxApp:
@@ -48,7 +45,7 @@ async def settle(pilot: Pilot, predicate) -> None:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_start_up_while_downloading(backend, snap_compare, size):
     backend.steps = list(STEPS_DOWNLOADING)
-    backend.hold = threading.Event()
+    backend.downloading = True
     app = app_for(backend)
 
     async def run_before(pilot: Pilot) -> None:

@@ -12,8 +12,6 @@ from lucebox.engine.gguf import inspect_model
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.plan import (
-    GIB,
-    MIB,
     GpuBudget,
     PlanRequest,
     facts_from_info,
@@ -30,6 +28,7 @@ from lucebox.engine.planning import (
     preset_table,
 )
 from lucebox.engine.presets import PresetError, load_presets, parse_preset
+from lucebox.engine.units import GIB, MIB
 from tests.ggufgen import SHAPES, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
@@ -87,7 +86,7 @@ def test_llama_8b_on_scripted_cards(tmp_path, gib):
     memory = plan.memory_bytes
     assert plan.fits
     assert plan.ctx % 256 == 0 and plan.ctx <= 131072
-    assert memory.total + memory.reserve <= card(gib).free_bytes
+    assert memory.total + memory.reserve <= card(gib).vram_free_bytes
     assert set(plan.reasons) >= {"ctx", "cache_type", "n_gpu_layers", "reserve"}
 
 
@@ -102,7 +101,7 @@ def test_bigger_cards_never_get_less_context(gemma_facts):
 def test_another_app_holding_6_gib_leaves_less():
     probe = probe_gpus(FakeNvml(gpus=[FakeGpu(processes=[(4242, 6 * GIB)])]))
     budget = budget_for(probe)
-    assert budget.free_bytes < 18.5 * GIB
+    assert budget.vram_free_bytes < 18.5 * GIB
 
     def contexts(budget: GpuBudget) -> dict[str, int]:
         table = preset_table(
@@ -208,3 +207,75 @@ def test_shipped_presets_are_valid_and_cover_every_tier():
     smoke = next(p for p in presets if p.id == "smoke")
     assert smoke.smoke_test and smoke.chat_template == "gemma" and smoke.target.base_model
     assert all(p.evidence for p in presets)
+
+
+def _gpus(*cards: tuple[float, float]) -> GpuBudget:
+    """NVML-probed GPUs: (total GiB, GiB other programs hold) per card."""
+    fakes = [
+        FakeGpu(total_bytes=int(total * GIB), used_bytes=int(used * GIB)) for total, used in cards
+    ]
+    return budget_for(probe_gpus(FakeNvml(gpus=fakes)))
+
+
+def _launch(budget: GpuBudget, preset: str):
+    from lucebox.engine.planning import plan_launch
+    from lucebox.engine.presets import find_preset
+
+    paths = resolve_paths()
+    return plan_launch(
+        paths,
+        ServeOptions(preset=preset),
+        settings=Settings(),
+        budget=budget,
+        engine=EngineView.of(None),
+        preset=find_preset(paths, preset),
+    )
+
+
+@pytest.mark.parametrize(
+    ("cards", "preset", "split"),
+    [
+        (((24, 0.3), (24, 0.3)), "qwen3.6-27b-q6", False),  # fits one 24 GB card alone
+        (((24, 0.3), (24, 0.3)), "qwen3-14b", False),
+        (((24, 0.3), (12, 0.3)), "qwen3.6-27b", False),
+        (((16, 0.3), (16, 0.3), (16, 0.3)), "qwen3.6-27b-q6", True),
+        (((24, 22.5), (24, 0.3)), "qwen3.6-27b", False),  # the busy card is passed over
+        (((12, 0.3), (12, 0.3)), "qwen3.6-27b", True),
+    ],
+)
+def test_split_planner_on_scripted_cards(cards, preset, split):
+    budget = _gpus(*cards)
+    launch = _launch(budget, preset)
+    plan = launch.plan
+    assert launch.refusal is None, launch.refusal
+    argv, env = launch.argv, launch.to_json()["env"]
+    devices = launch.to_json()["devices"]
+    assert sum(d["memory_bytes"] for d in devices) == pytest.approx(
+        plan.memory_bytes.total, abs=len(devices)
+    )
+    if split:
+        assert len(plan.tensor_split) == len(cards) and "--tensor-split" in argv
+        assert argv[argv.index("--split-mode") + 1] == "layer"
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in range(len(cards)))
+        for device, (total, used) in zip(devices, cards, strict=True):
+            assert device["memory_bytes"] <= (total - used) * GIB  # each card holds its share
+        assert "spread over" in plan.reasons["split"]
+    else:
+        assert "--tensor-split" not in argv and "alone: no split" in plan.reasons["split"]
+        assert len(devices) == 1
+        chosen = env["CUDA_VISIBLE_DEVICES"]
+        free = {str(i): (t - u) for i, (t, u) in enumerate(cards)}
+        assert free[chosen] == max(free.values())
+
+
+def test_a_gpu_that_does_not_exist_is_a_usage_error():
+    from lucebox.engine.errors import UsageError
+
+    with pytest.raises(UsageError, match="there is no GPU 2"):
+        budget_for(probe_gpus(FakeNvml(gpus=[FakeGpu(), FakeGpu()])), gpus=(2,))
+
+
+def test_two_cards_reach_the_row_their_sum_is_made_for():
+    budget = _gpus((24, 0.3), (24, 0.3))
+    table = preset_table(resolve_paths(), ServeOptions(), Settings(), budget, EngineView.of(None))
+    assert table.best is not None and table.best.alias == "qwen3.6-27b-q6"

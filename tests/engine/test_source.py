@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from lucebox.engine.errors import UsageError
+from lucebox.engine.errors import HashMismatchError, UsageError
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.source import MARKER_NAME, SourceError, SourcePin, ensure_source, load_pin
 from tests.httpserver import Route, serve_files
@@ -87,7 +87,7 @@ def test_index_publishing_another_hash_is_refused(paths, tmp_path):
     target = tmp_path / "deps" / "llama.cpp"
     with (
         serve_files(index_routes(SDIST, published_sha="0" * 64)) as server,
-        pytest.raises(SourceError, match="lucebox pins"),
+        pytest.raises(HashMismatchError, match="lucebox pins"),
     ):
         ensure_source(
             paths, source_dir=target, index_url=f"{server.base_url}/simple", pin=pin_for(SDIST)
@@ -100,7 +100,7 @@ def test_wrong_bytes_leave_nothing_behind(paths, tmp_path):
     tampered = SDIST[:-10] + b"0123456789"
     routes = index_routes(SDIST)
     routes["/files/pkg-1.0.tar.gz"] = Route(tampered)
-    with serve_files(routes) as server, pytest.raises(SourceError, match="sha256"):
+    with serve_files(routes) as server, pytest.raises(HashMismatchError, match="sha256"):
         ensure_source(
             paths, source_dir=target, index_url=f"{server.base_url}/simple", pin=pin_for(SDIST)
         )
@@ -142,8 +142,9 @@ def test_local_sdist(paths, tmp_path):
     assert (info.path / "src" / "llama-arch.cpp").exists()
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(SDIST + b"x")
-    with pytest.raises(SourceError, match="lucebox pins"):
+    with pytest.raises(HashMismatchError, match="lucebox pins") as caught:
         ensure_source(paths, source_dir=tmp_path / "src2", sdist=bad, pin=pin_for(SDIST))
+    assert caught.value.exit_code == 3
     assert not (tmp_path / "src2").exists()
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine import store
-from lucebox.engine.errors import CancelledByUserError, GuardRefusal
+from lucebox.engine.errors import CancelledByUserError, GuardRefusal, HashMismatchError
 from lucebox.engine.paths import resolve_paths
-from lucebox.engine.store import HashMismatchError, StoreError, parse_source, pull_model
+from lucebox.engine.store import StoreError, parse_source, pull_model
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, write_llama
 from tests.hubserver import COMMIT, HubFile, serve_hub

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -9,9 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from lucebox.engine import runstate
 from lucebox.engine.launch import LaunchSpec, server_argv
-from lucebox.engine.plan import GIB, GpuBudget, PlanRequest, make_plan
-from lucebox.engine.supervisor import RestartPolicy, Supervisor, diagnose, port_holder
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.plan import GpuBudget, PlanRequest, make_plan
+from lucebox.engine.runstate import ServerRun, read_status
+from lucebox.engine.supervisor import (
+    RestartPolicy,
+    ServerEvent,
+    Supervisor,
+    diagnose,
+    port_holder,
+)
+from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
 from tests.ports import free_port
@@ -182,3 +193,57 @@ async def test_restart_asked_starts_a_new_engine_without_counting_a_crash(plan, 
         os.kill(first_pid, 0)
     with pytest.raises(ProcessLookupError):
         os.kill(second_pid, 0)
+
+
+async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
+    fake = tmp_path / "fake-server"
+    fake.write_text(HEALTHY.format(python=sys.executable))
+    fake.chmod(0o755)
+    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    paths = resolve_paths()
+    run = ServerRun(paths, supervisor, model="t", gpu_index=0)
+    lines: list[tuple[int, str]] = []
+    feed = supervisor.on_line
+    assert feed is not None
+
+    def on_line(pid: int, line: str) -> None:
+        lines.append((pid, line))
+        feed(pid, line)
+
+    supervisor.on_line = on_line
+    stopped: list[int | None] = []
+    stopping = supervisor.before_stop
+    assert stopping is not None
+
+    async def before_stop() -> None:
+        stopped.append(supervisor.pid)
+        await stopping()
+
+    supervisor.before_stop = before_stop
+    smaller = dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, ctx=2048))
+    events, on_file = [], []
+    async for item in run.events():
+        if not isinstance(item, ServerEvent):
+            continue
+        events.append(item)
+        on_file.append(read_status(paths))
+        if item.kind == "ready":
+            if len([e for e in events if e.kind == "ready"]) == 1:
+                run.restart(smaller)
+            else:
+                run.stop()
+    assert [e.kind for e in events] == [
+        *("starting", "loading", "ready", "restarting"),
+        *("starting", "loading", "ready", "stopped"),
+    ]
+    first_pid, second_pid = (e.pid for e in events if e.kind == "ready")
+    # The work done on stop ran once for each engine stopped on purpose, whoever asked.
+    assert stopped == [first_pid, second_pid]
+    ready_states = [s for s in on_file if s is not None and s.state == "ready"]
+    assert [s.ctx for s in ready_states] == [plan.ctx, 2048]
+    assert ready_states[-1].restarts == 1 and ready_states[-1].engine_pid == second_pid
+    assert supervisor.spec is smaller
+    assert {pid for pid, _ in lines} == {first_pid, second_pid}
+    assert any("main: server is listening" in line for _, line in lines)
+    assert runstate.read_status(paths) is None  # the run removed its state file

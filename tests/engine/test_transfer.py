@@ -9,6 +9,7 @@ import ssl
 import pytest
 import trustme
 
+from lucebox.engine.errors import HashMismatchError
 from lucebox.engine.transfer import TransferError, download_file
 from tests.httpserver import Route, serve_files
 
@@ -24,6 +25,17 @@ def test_a_server_that_ignores_range_gives_a_whole_file_not_a_doubled_one(tmp_pa
         assert server.requests == [("GET", "/m", "bytes=1000-")]
     assert dest.read_bytes() == BODY
     assert not dest.with_name("model.gguf.part").exists()
+
+
+def test_other_bytes_than_published_are_a_hash_mismatch_and_deleted(tmp_path):
+    dest = tmp_path / "engine.tar.gz"
+    with (
+        serve_files({"/e": Route(BODY[:-1] + b"x")}) as server,
+        pytest.raises(HashMismatchError, match=f"expected {SHA256}") as caught,
+    ):
+        download_file(f"{server.base_url}/e", dest, sha256=SHA256)
+    assert caught.value.exit_code == 3
+    assert not dest.exists() and not dest.with_name("engine.tar.gz.part").exists()
 
 
 def test_a_cut_without_a_known_size_keeps_the_partial_for_a_resume(tmp_path):

@@ -28,7 +28,7 @@ from lucebox.app.tui.widgets.gpu import GpuPanel
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.readout import Readout
 from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
-from lucebox.engine import service
+from lucebox.engine import runstate
 from lucebox.engine.launch import url_of
 from lucebox.engine.metrics import Sample, with_last_rates
 from lucebox.engine.service import Prepared
@@ -118,7 +118,7 @@ class DashboardScreen(Screen[None]):
     def show_event(self, event: ServerEvent) -> None:
         if event.kind == "ready":
             self.server_started_at = self.clock()
-        self.state = service.state_of(event)
+        self.state = runstate.state_of(event)
         self.restarts = event.restarts
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])

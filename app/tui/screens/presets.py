@@ -28,7 +28,7 @@ class PresetScreen(ModalScreen[str | None]):
         budget = self.table.budget
         with Vertical(id="presets"):
             yield Static(
-                f"Choose a model set for {budget.device} ({gib_text(budget.free_bytes)} free)",
+                f"Choose a model set for {budget.device} ({gib_text(budget.vram_free_bytes)} free)",
                 id="presets-title",
             )
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)

@@ -1,0 +1,46 @@
+"""The agent cache profile on the real CPU engine: a hybrid model's growing session is resumed
+from the cache on every call, never re-read in full."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from lucebox.engine.compare import AXES, Served, run_configs
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.planning import ServeOptions
+from tests.ggufgen import cached_gguf, qwen35_target
+from tests.realmodels import engine_home
+
+pytestmark = pytest.mark.slow
+
+FULL_REPROCESS = "forcing full prompt re-processing"
+TOOL_RESULT = " hello world the model test" * 12
+
+
+def growing_session(served: Served, calls: int = 10) -> list[dict]:
+    """An agent's shape: each call re-sends the whole history plus one more tool result."""
+    prompt = "<|im_start|>system\nYou are a coding agent.<|im_end|>\n"
+    timings = []
+    for call in range(calls):
+        prompt += f"<|im_start|>user\ntool result {call}:{TOOL_RESULT}<|im_end|>\n"
+        body = {"prompt": prompt, "n_predict": 4, "temperature": 0, "cache_prompt": True}
+        with httpx.Client(timeout=300) as client:  # a fresh connection per call
+            reply = client.post(f"{served.url}/completion", json=body)
+        reply.raise_for_status()
+        timings.append(reply.json()["timings"])
+    return timings
+
+
+def test_a_hybrid_models_growing_session_is_never_reprocessed_in_full(built_engine_home):
+    paths = resolve_paths({"LUCEBOX_HOME": str(engine_home())})
+    target = cached_gguf(qwen35_target(mtp=False))
+    options = ServeOptions(model=str(target), ctx=4096)
+    [(_, timings)] = run_configs(paths, options, (AXES["cache"]["on"],), growing_session)
+    log = (paths.logs_dir / "engine.log").read_text(errors="replace")
+    assert "--ctx-checkpoints" in log or "ctx-checkpoints" in log or timings
+    assert log.count(FULL_REPROCESS) == 0, log[-3000:]
+    reused = [t["cache_n"] for t in timings[1:]]
+    assert all(n > 0 for n in reused), timings
+    # each call re-reads little more than its new tool result, not the whole history
+    assert all(t["prompt_n"] < 200 for t in timings[1:]), timings

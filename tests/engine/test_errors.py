@@ -1,0 +1,60 @@
+"""The exception tree drawn in engine/errors.py is the tree in the code, exit codes included."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+
+import lucebox.app
+import lucebox.engine
+from lucebox.engine import errors
+from lucebox.engine.errors import LuceboxError
+
+LINE = re.compile(r"^\s*[│├└─ ]*?(?P<name>[A-Z]\w+)\s+exit (?P<code>\d+):")
+
+
+def every_error_class() -> list[type[LuceboxError]]:
+    for package in (lucebox.engine, lucebox.app):
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            importlib.import_module(info.name)
+    found, todo = [], [LuceboxError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+def drawing() -> dict[str, tuple[int, str | None]]:
+    """Name -> (exit code, parent's name) as the docstring draws them."""
+    drawn: dict[str, tuple[int, str | None]] = {}
+    open_at: list[tuple[int, str]] = []  # (column of the name, name) down the current branch
+    for line in (errors.__doc__ or "").splitlines():
+        match = LINE.match(line)
+        if match is None:
+            continue
+        column = match.start("name")
+        while open_at and open_at[-1][0] >= column:
+            open_at.pop()
+        drawn[match["name"]] = (int(match["code"]), open_at[-1][1] if open_at else None)
+        open_at.append((column, match["name"]))
+    return drawn
+
+
+def test_every_error_class_is_drawn_with_its_exit_code_and_parent():
+    drawn = drawing()
+    classes = every_error_class()
+    assert len(classes) > 10
+    for cls in classes:
+        assert cls.__name__ in drawn, f"{cls.__name__} ({cls.__module__}) is not on the drawing"
+        code, parent = drawn[cls.__name__]
+        assert code == cls.exit_code, cls.__name__
+        expected_parent = None if cls is LuceboxError else cls.__mro__[1].__name__
+        assert parent == expected_parent, cls.__name__
+    assert set(drawn) == {cls.__name__ for cls in classes}
+
+
+def test_class_names_are_unique_so_the_drawing_names_one_class_each():
+    names = [cls.__name__ for cls in every_error_class()]
+    assert len(names) == len(set(names))
