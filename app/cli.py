@@ -20,6 +20,7 @@ from typing import Any
 from lucebox.app import servicecmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.connect import add_connect_command
+from lucebox.app.handler import Handler, run_handler
 from lucebox.engine import (
     build,
     config,
@@ -36,22 +37,18 @@ from lucebox.engine import (
     toolchain,
     units,
 )
-from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_REFUSED,
     CancelledByUserError,
     GuardRefusal,
-    LuceboxError,
     NotAvailableError,
     UsageError,
 )
-from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import TransferProgress, progress_parts
 from lucebox.engine.units import gib_text
-
-Handler = Callable[[argparse.Namespace, Paths], int]
 
 
 def positive_int(text: str) -> int:
@@ -925,23 +922,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    paths: Paths | None = None
-    try:
-        paths = resolve_paths()
-        handler: Handler = args.handler
-        return handler(args, paths)
-    except LuceboxError as exc:
-        print(f"lucebox: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("lucebox: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        log = write_crash_log(paths, exc)
-        print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
-        return EXIT_FAILURE
+    return run_handler(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
