@@ -178,7 +178,7 @@ class LuceboxApp(App[None]):
             if isinstance(item, ServerEvent):
                 self.post_message(ServerChanged(item))
             else:
-                self.post_message(MetricsSampled(item))
+                self.post_message(MetricsSampled(item, self.server.status.spec))
 
     async def on_server_changed(self, message: ServerChanged) -> None:
         event = message.event
@@ -204,7 +204,7 @@ class LuceboxApp(App[None]):
 
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
         if self.dashboard is not None:
-            self.dashboard.show_sample(message.sample)
+            self.dashboard.show_sample(message.sample, message.spec)
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)
 

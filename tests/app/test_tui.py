@@ -617,3 +617,19 @@ async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the
     assert isinstance(pipeline.error, CancelledByUserError)
     assert 0 < kept < len(body)
     assert app.return_code == 0
+
+
+def test_speculation_line_is_loud_when_planned_speculation_does_not_run():
+    from lucebox.app.tui.widgets.throughput import spec_line
+    from lucebox.engine.sample import SpecStatus
+
+    running = spec_line(SpecStatus("draft-mtp", True, "planned", 0.62, 1.9), 0.62)
+    assert running is not None and running.plain == (
+        "draft-mtp · 62% of drafts accepted · 1.9 per step"
+    )
+    off = spec_line(
+        SpecStatus("draft-mtp", False, "0% of 300 drafted tokens accepted", 0.0, 0.0), 0
+    )
+    assert off is not None and off.plain.startswith("draft-mtp is OFF: 0% of 300")
+    assert "red" in str(off.style)
+    assert spec_line(None, None) is None

@@ -33,6 +33,7 @@ from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
 from lucebox.engine import runstate, webui
 from lucebox.engine.launch import url_of
 from lucebox.engine.metrics import Sample, with_last_rates
+from lucebox.engine.sample import SpecStatus
 from lucebox.engine.service import Prepared
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
@@ -136,10 +137,10 @@ class DashboardScreen(Screen[None]):
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
 
-    def show_sample(self, sample: Sample) -> None:
+    def show_sample(self, sample: Sample, spec: SpecStatus | None = None) -> None:
         self.history.append(sample)
         self.latest = with_last_rates(self.latest, sample)
-        self.query_one(ThroughputPanel).show_rates(self.history, self.latest)
+        self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec)
         self.query_one(GpuPanel).show_gpu(self.prepared, sample)
         self.refresh_header()
 
