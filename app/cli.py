@@ -43,7 +43,6 @@ from lucebox.engine.errors import (
     EXIT_REFUSED,
     CancelledByUserError,
     GuardRefusal,
-    NotAvailableError,
     UsageError,
 )
 from lucebox.engine.paths import Paths
@@ -94,18 +93,6 @@ def port_number(text: str) -> int:
 
 def print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
-
-
-def not_available(what: str, lands_with: str) -> Handler:
-    """Handler for a command whose capability has not landed: says so and exits 1."""
-
-    def handler(args: argparse.Namespace, paths: Paths) -> int:
-        raise NotAvailableError(
-            f"`lucebox {what}` is not available in this version yet",
-            hint=f"it comes with {lands_with}",
-        )
-
-    return handler
 
 
 # --- doctor -----------------------------------------------------------------------------------

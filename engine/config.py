@@ -183,8 +183,16 @@ def load_settings(paths: Paths) -> Settings:
     return settings
 
 
+SPEC_MODES = ("", "auto", "off", "mtp", "dflash", "draft", "ngram")
+"""What ``model.spec`` takes (empty is auto); the planner's speculation modes."""
+
+
 def parse_value(key: str, raw: str) -> Any:
     """Turn the text a user typed for ``key`` into a value of the key's type."""
+    if key == "model.spec" and raw not in SPEC_MODES:
+        raise ConfigError(f"key 'model.spec' takes one of {', '.join(SPEC_MODES[1:])}, not {raw!r}")
+    if key == "server.port" and raw.strip().isdigit() and not 1 <= int(raw) <= 65535:
+        raise ConfigError(f"key 'server.port' takes a port from 1 to 65535, not {raw}")
     field = KEYS.get(key)
     if field is None:
         raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 STATE_NAME = "serve.json"
 LOCK_NAME = "serve.lock"
-STOP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 45.0
+"""A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
 
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
 
@@ -217,6 +218,11 @@ def stop_server(paths: Paths, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
     pid = current_status(paths).pid
     if pid is None:
         return None
+    if _lock_is_free(paths):
+        # The server holds the lock while it runs: a state file without it was left by a
+        # lucebox that was killed, and its pid may belong to another program by now.
+        state_file(paths).unlink(missing_ok=True)
+        return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
@@ -228,6 +234,19 @@ def stop_server(paths: Paths, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
             hint=f"`kill {pid}` again, or `kill -9 {pid}` (its engine dies with it)",
         )
     return pid
+
+
+def _lock_is_free(paths: Paths) -> bool:
+    try:
+        with (paths.runtime_dir / LOCK_NAME).open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return True
+    except OSError:
+        return False
 
 
 _STATE_OF_EVENT: dict[str, RunStateName] = {
@@ -282,7 +301,7 @@ class ServerRun:
         webui_url: str | None = None,
         spec_guard: SpecGuard | None = None,
         spec_asked: bool = False,
-        on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec] | None = None,
+        on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec | None] | None = None,
         slot_key: SlotKey | None = None,
     ) -> None:
         from lucebox.engine.launch import url_of
@@ -360,7 +379,9 @@ class ServerRun:
                 current.spec_type or "", False, decision.reason, decision.acceptance, None
             )
         self.spec_reason = decision.reason
-        self.restart(self.on_spec_decision(decision, current))
+        changed = self.on_spec_decision(decision, current)
+        if changed is not None:
+            self.restart(changed)
 
     def _feed_line(self, engine_pid: int, line: str) -> None:
         from lucebox.engine.metrics import EngineLog

@@ -282,14 +282,19 @@ class Replanner:
         self.current = smaller
         return dataclasses.replace(smaller.spec, api_key=spec.api_key)
 
-    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec:
+    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec | None:
+        """The launch with shorter drafts, or without speculation; None keeps the one running
+        (a re-plan of the same files on the same card that no longer fits cannot start)."""
         if decision.action == "shorten":
-            return dataclasses.replace(spec, draft_max=decision.draft_max)
-        plain = planning.replan(self.paths, self.current, self.settings, spec="off")
-        if plain.refusal is not None:  # the same files and card: cannot happen, keep serving
-            return dataclasses.replace(spec, spec_type=None, draft_path=None)
-        self.current = plain
-        return dataclasses.replace(plain.spec, api_key=spec.api_key)
+            changed = planning.replan(
+                self.paths, self.current, self.settings, draft_max=decision.draft_max
+            )
+        else:
+            changed = planning.replan(self.paths, self.current, self.settings, spec="off")
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return dataclasses.replace(changed.spec, api_key=spec.api_key)
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
@@ -346,7 +351,7 @@ async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
     webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
     async for item in run.events():
         if isinstance(item, ServerEvent):
-            state: StepState = "failed" if item.kind in ("gave-up", "exited") else "running"
+            state: StepState = "failed" if item.kind == "gave-up" else "running"
             emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
             if item.kind == "ready" and webui_url:
                 emit(StepEvent("server", "note", f"chat in a browser: {webui_url}"))
