@@ -11,6 +11,7 @@
     ├── NotAvailableError        exit 1: the command's capability has not landed yet
     ├── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
     ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
+    │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404 (transfer)
     ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
     ├── SourceError              exit 1: the engine source cannot be fetched or unpacked (source)
     ├── BuildError               exit 1: cmake configure or build failed (build)

@@ -386,6 +386,8 @@ class Sampler:
             cached_prompt_tokens_total=_whole(counters.get("prompt_tokens_cached_total")),
             generated_tokens_total=_whole(counters.get("tokens_predicted_total")),
             cached_prompt_share=self._cached_share,
+            draft_tokens_total=_whole(counters.get("spec_decode_num_draft_tokens_total")),
+            accepted_tokens_total=_whole(counters.get("spec_decode_num_accepted_tokens_total")),
         )
         self.history.append(sample)
         return sample

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, get_args
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
     from lucebox.engine.launch import LaunchSpec
     from lucebox.engine.metrics import EngineLog
+    from lucebox.engine.slots import SlotKey
+    from lucebox.engine.specguard import Decision, SpecGuard
     from lucebox.engine.supervisor import ServerEvent, Supervisor
 
 STATE_NAME = "serve.json"
@@ -278,9 +280,23 @@ class ServerRun:
         gpu_index: int,
         spec_reason: str | None = None,
         webui_url: str | None = None,
+        spec_guard: SpecGuard | None = None,
+        spec_asked: bool = False,
+        on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec] | None = None,
+        slot_key: SlotKey | None = None,
     ) -> None:
         from lucebox.engine.launch import url_of
 
+        self.spec_guard = spec_guard
+        """Watches the acceptance; None when nothing speculates (or it was switched off)."""
+        self.spec_asked = spec_asked
+        """The user chose the mode (--spec or model.spec): a guard decision only warns."""
+        self.on_spec_decision = on_spec_decision
+        self.slot_key = slot_key
+        """The saved-slot identity of this launch; None when slots are not saved."""
+        self._pending: Decision | None = None
+        self._spec_off: SpecStatus | None = None
+        """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
         self.paths = paths
         self.supervisor = supervisor
         self.gpu_index = gpu_index
@@ -315,6 +331,37 @@ class ServerRun:
         """Stop the serving engine and start it again, with ``spec`` when given."""
         self.supervisor.restart(spec)
 
+    def _guarded(self, spec: SpecStatus | None) -> SpecStatus | None:
+        """The sampler's view of speculation, with the guard's warning when it only warns."""
+        pending = self._pending
+        if spec is None or pending is None or not self.spec_asked:
+            return spec
+        return replace(spec, reason=f"{pending.observed}; kept, as --spec asked: it costs speed")
+
+    def _watch_acceptance(self, sample: Sample) -> None:
+        """Feed the guard; apply its decision once no request is running (one restart)."""
+        guard = self.spec_guard
+        if guard is None or sample.draft_tokens_total is None:
+            return
+        if self._pending is None:
+            self.spec_guard, self._pending = guard.judge(
+                sample.draft_tokens_total, sample.accepted_tokens_total or 0
+            )
+        decision = self._pending
+        if decision is None or self.spec_asked or self.on_spec_decision is None:
+            return
+        if sample.slots_busy != 0:
+            return  # the engine has no per-request switch: wait for an idle moment
+        current = self.supervisor.spec
+        self._pending = None
+        if decision.action == "off":
+            self.spec_guard = None
+            self._spec_off = SpecStatus(
+                current.spec_type or "", False, decision.reason, decision.acceptance, None
+            )
+        self.spec_reason = decision.reason
+        self.restart(self.on_spec_decision(decision, current))
+
     def _feed_line(self, engine_pid: int, line: str) -> None:
         from lucebox.engine.metrics import EngineLog
 
@@ -325,8 +372,29 @@ class ServerRun:
         facts.feed(line)
 
     async def _engine_stopping(self) -> None:
-        """Runs before the supervisor stops a live engine on purpose: sampling ends first."""
+        """Runs before the supervisor stops a live engine on purpose: sampling ends first,
+        then the slot is saved so the next start answers from a warm cache."""
         await self._stop_sampling()
+        if self._run.status.state == "ready":
+            await self._slot("save")
+
+    async def _slot(self, action: Literal["save", "restore"]) -> None:
+        import httpx
+
+        from lucebox.engine.slots import restore_slot, save_slot
+
+        spec = self.supervisor.spec
+        key = self.slot_key
+        if key is None or spec.slot_save_path is None:
+            return
+        key = replace(key, ctx=spec.plan.ctx, cache_type_k=spec.plan.cache_type_k)
+        key = replace(key, cache_type_v=spec.plan.cache_type_v)
+        headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+        act = save_slot if action == "save" else restore_slot
+        async with httpx.AsyncClient() as client:
+            tokens = await act(client, self.url, headers, Path(spec.slot_save_path), key)
+        if tokens:
+            self.supervisor.log.write(f"# lucebox: slot {action}d ({tokens} tokens)")
 
     async def _stop_sampling(self) -> None:
         import asyncio
@@ -387,6 +455,7 @@ class ServerRun:
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
+            await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
 
     async def _sample(
@@ -422,9 +491,10 @@ class ServerRun:
                 self._run.status = replace(
                     self._run.status,
                     sample=self._run.sample,
-                    spec=sampler.spec_status(),
+                    spec=self._spec_off or self._guarded(sampler.spec_status()),
                     cache=sampler.cache_status(),
                 )
+                self._watch_acceptance(sample)
         finally:
             if nvml is not None:
                 with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):

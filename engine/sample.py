@@ -74,6 +74,10 @@ class Sample:
     cached_prompt_share: float | None = None
     """Cached / (cached + processed) prompt tokens of the requests finished in the window (the
     last window's while none finishes)."""
+    draft_tokens_total: int | None = None
+    """The engine's speculation counters since it started: tokens drafted ..."""
+    accepted_tokens_total: int | None = None
+    """... and drafted tokens the target accepted."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Literal
 
 from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, units, webui
 from lucebox.engine.apikey import ensure_api_key_file
-from lucebox.engine.build import BuildEvent, choose_options
+from lucebox.engine.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
@@ -26,7 +27,9 @@ from lucebox.engine.planning import LaunchPlan
 from lucebox.engine.planning import ServeOptions as ServeOptions
 from lucebox.engine.registry import EngineManifest
 from lucebox.engine.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.slots import SlotKey
 from lucebox.engine.source import ensure_source
+from lucebox.engine.specguard import Decision, SpecGuard
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
 
@@ -45,7 +48,15 @@ class StepEvent:
     fraction: float | None = None
     """0..1 of a download or build while it runs."""
     rate_bytes_per_s: float | None = None
+    """A download's rate over its latest seconds; None until known."""
     eta_s: float | None = None
+    """Seconds a download has left; None until a rate is known, 0 only at the end."""
+    attempt: int | None = None
+    """Which attempt of a download this is (or is next, while waiting), from 1."""
+    waiting_s: float | None = None
+    """Seconds until a download's next attempt, while it waits to retry."""
+    retry_reason: str = ""
+    """Why a download's last attempt stopped, while it waits to retry."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,9 @@ Emit = Callable[[StepEvent], None]
 
 def download_step(progress: TransferProgress) -> StepEvent:
     """A download's progress as the models step shows it."""
+    if progress.waiting_for_pid is not None:
+        message = f"waiting for pid {progress.waiting_for_pid} (fetching {progress.name})"
+        return StepEvent("models", "running", message)
     return StepEvent(
         "models",
         "running",
@@ -95,6 +109,9 @@ def download_step(progress: TransferProgress) -> StepEvent:
         progress.fraction,
         progress.rate_bytes_per_s,
         progress.eta_s,
+        progress.attempt,
+        progress.waiting_s,
+        progress.retry_reason,
     )
 
 
@@ -108,9 +125,20 @@ def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
+    build_started_s: list[float] = []
+
     def report(event: BuildEvent) -> None:
-        if event.percent is not None:
-            emit(StepEvent("engine", "running", "building the engine", event.percent / 100))
+        if event.stage == "toolkit":
+            fraction = event.percent / 100 if event.percent is not None else None
+            emit(StepEvent("engine", "running", f"CUDA toolkit: {event.line}", fraction))
+        elif event.percent is not None:
+            build_started_s[:] = build_started_s or [time.monotonic()]
+            left_s = estimate_left_s(time.monotonic() - build_started_s[0], event.percent)
+            emit(
+                StepEvent(
+                    "engine", "running", "building the engine", event.percent / 100, eta_s=left_s
+                )
+            )
 
     return report
 
@@ -134,6 +162,16 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
         engine, _ = registry.build_and_install(
             paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
         )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
+    """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
+    emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
+    engine, _ = registry.build_and_install(
+        paths, ensure_source(paths), BuildOptions("cpu"), on_event=_build_progress(emit)
+    )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine
 
@@ -180,6 +218,7 @@ def prepare(
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, probe, settings.engine, emit)
+        paths.ensure(planning.slots_dir(paths))  # the engine refuses a save path that is missing
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planning.plan_launch(
         paths,
@@ -225,43 +264,65 @@ def plan_summary(launch: LaunchPlan) -> str:
     )
 
 
-def replan_after_oom(paths: Paths, prepared: Prepared) -> Callable[[LaunchSpec], LaunchSpec | None]:
-    """The supervisor's out-of-memory re-plan: a new launch plan at a smaller context.
-
-    A context the user asked for is never shrunk: the re-plan refuses (exit 3) instead.
+class Replanner:
+    """The launch being served, and the one planner's answer when it must change: a smaller
+    context after running out of memory, shorter drafts or none when speculation does not pay.
     """
-    current = prepared.launch
 
-    def replan(spec: LaunchSpec) -> LaunchSpec | None:
-        nonlocal current
-        smaller = planning.smaller_context_plan(paths, current, prepared.settings)
+    def __init__(self, paths: Paths, prepared: Prepared) -> None:
+        self.paths = paths
+        self.settings = prepared.settings
+        self.current = prepared.launch
+
+    def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
+        """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
+        smaller = planning.smaller_context_plan(self.paths, self.current, self.settings)
         if smaller.refusal is not None:
             return None
-        current = smaller
+        self.current = smaller
         return dataclasses.replace(smaller.spec, api_key=spec.api_key)
 
-    return replan
+    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec:
+        if decision.action == "shorten":
+            return dataclasses.replace(spec, draft_max=decision.draft_max)
+        plain = planning.replan(self.paths, self.current, self.settings, spec="off")
+        if plain.refusal is not None:  # the same files and card: cannot happen, keep serving
+            return dataclasses.replace(spec, spec_type=None, draft_path=None)
+        self.current = plain
+        return dataclasses.replace(plain.spec, api_key=spec.api_key)
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
-    return Supervisor(
-        prepared.spec,
-        engine_log(paths),
-        ready_timeout_s=prepared.ready_timeout_s,
-        replan_on_oom=replan_after_oom(paths, prepared),
-    )
+    return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
 
 
 def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
-    """The run that supervises ``supervisor``'s engine, samples it and keeps the state file."""
+    """The run that supervises ``supervisor``'s engine, samples it and keeps the state file;
+    every change of launch while it runs comes from the one planner (``Replanner``)."""
     spec = prepared.spec
+    launch = prepared.launch
+    replanner = Replanner(paths, prepared)
+    supervisor.replan_on_oom = replanner.after_oom
+    guard = None
+    if spec.spec_type is not None:
+        guard = SpecGuard.for_launch(spec.spec_type, spec.draft_max, launch.budget.is_gpu)
     return ServerRun(
         paths,
         supervisor,
         model=prepared.model,
         gpu_index=prepared.gpu_index,
-        spec_reason=prepared.launch.speculation.reason,
+        spec_reason=launch.speculation.reason,
         webui_url=webui.served_url(spec.server_path, spec.host, spec.port),
+        spec_guard=guard,
+        spec_asked=launch.resolved.spec != "auto",
+        on_spec_decision=replanner.after_spec_decision,
+        slot_key=SlotKey(
+            spec.alias,
+            spec.model_path,
+            spec.plan.ctx,
+            spec.plan.cache_type_k,
+            spec.plan.cache_type_v,
+        ),
     )
 
 
@@ -281,10 +342,14 @@ async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, run.stop)
     exit_code = 0
+    spec = prepared.spec
+    webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
     async for item in run.events():
         if isinstance(item, ServerEvent):
             state: StepState = "failed" if item.kind in ("gave-up", "exited") else "running"
             emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
+            if item.kind == "ready" and webui_url:
+                emit(StepEvent("server", "note", f"chat in a browser: {webui_url}"))
             if item.kind == "gave-up":
                 exit_code = 1
     return exit_code

@@ -79,6 +79,8 @@ class ServerEvent:
     diagnosis: str | None = None
     """A stable code: oom, truncated, unknown-arch, bad-flag, port-in-use, model-load."""
     restarts: int = 0
+    ctx: int | None = None
+    """The context this engine serves (a re-plan after running out of memory changes it)."""
 
 
 class PortInUseError(LuceboxError):
@@ -238,9 +240,10 @@ class Supervisor:
                 pump = asyncio.create_task(self._pump(process.pid, process.stdout))
                 yield ServerEvent(
                     "starting",
-                    f"engine started (pid {process.pid})",
+                    f"engine started (pid {process.pid}, ctx {self.spec.plan.ctx})",
                     process.pid,
                     restarts=self.restarts,
+                    ctx=self.spec.plan.ctx,
                 )
                 yield ServerEvent(
                     "loading", "loading the model", process.pid, restarts=self.restarts

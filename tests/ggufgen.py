@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import gguf
 import numpy as np
@@ -575,7 +575,10 @@ def cached_gguf(spec: ModelSpec, folder: Path | None = None) -> Path:
     return path
 
 
-def widen(spec: ModelSpec, factor: int) -> ModelSpec:
+AnySpec = TypeVar("AnySpec", bound=ModelSpec)
+
+
+def widen(spec: AnySpec, factor: int) -> AnySpec:
     """``spec`` with ``factor`` times the width (hidden size, FFN, heads; head sizes kept), for
     runs that need real compute: a GPU, or a CPU benchmark that should not measure overhead."""
     changes: dict[str, Any] = {
@@ -617,11 +620,12 @@ def dflash_for(target: HybridSpec, *, dspark: bool = False, **changes: object) -
         vocab_size=target.vocab_size,
         chat_template=target.chat_template,
         dtype=target.dtype,
+        quant=target.quant,
         agree_token=target.agree_token,
         constant_weights=target.constant_weights,
         header_only=target.header_only,
         target_layers=(1, target.n_layer - 1),
-        markov_rank=16 if dspark else None,
+        markov_rank=32 if dspark else None,
         seed=target.seed + 1,
     )
     return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
@@ -646,6 +650,7 @@ def draft_model_for(target: ModelSpec, **changes: object) -> ModelSpec:
         chat_template=target.chat_template,
         bos_token_id=target.bos_token_id,
         dtype=target.dtype,
+        quant=target.quant,
         agree_token=target.agree_token,
         constant_weights=target.constant_weights,
         header_only=target.header_only,

@@ -63,6 +63,11 @@ class AllowBaseRequested(Message):
 
 
 @dataclass
+class CpuEngineRequested(Message):
+    """Build the CPU engine, as the user chose when the CUDA build was refused, then go on."""
+
+
+@dataclass
 class PresetPickRequested(Message):
     """Show the preset table; a choice restarts the pipeline with that preset."""
 

@@ -247,3 +247,65 @@ async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
     assert {pid for pid, _ in lines} == {first_pid, second_pid}
     assert any("main: server is listening" in line for _, line in lines)
     assert runstate.read_status(paths) is None  # the run removed its state file
+
+
+OOM_FAKE = """#!{python}
+import sys
+print("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 900.00 MiB on device 0: "
+      "cudaMalloc failed: out of memory", flush=True)
+sys.exit(1)
+"""
+
+
+def _prepared_on(tmp_path, server: Path, ctx: int | None):
+    from lucebox.engine import planning
+    from lucebox.engine.config import Settings
+    from lucebox.engine.service import Prepared
+    from tests.ggufgen import ModelSpec
+
+    model = write_llama(tmp_path / "long.gguf", ModelSpec(n_ctx=32768))
+    caps = planning.pinned_engine().capabilities
+    engine = planning.EngineView("fake", "fake", str(server), caps)
+    options = planning.ServeOptions(model=str(model), ctx=ctx, port=free_port(), cache="off")
+    launch = planning.plan_launch(
+        resolve_paths(),
+        options,
+        settings=Settings(),
+        budget=GpuBudget("a 8192 MiB card", 8 * GIB, 8 * GIB, True),
+        engine=engine,
+    )
+    return Prepared(launch, Settings(), 0, 10.0)
+
+
+async def test_out_of_memory_restarts_once_with_a_new_plan_at_a_smaller_context(tmp_path):
+    from lucebox.engine import service
+
+    fake = tmp_path / "oom-server"
+    fake.write_text(OOM_FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    prepared = _prepared_on(tmp_path, fake, ctx=None)
+    supervisor = service.new_supervisor(resolve_paths(), prepared)
+    supervisor.policy = RestartPolicy(max_crashes=2, first_backoff_s=0.01)
+    run = service.server_run(resolve_paths(), prepared, supervisor)
+    events = [e async for e in run.events() if isinstance(e, ServerEvent)]
+    served = [e.ctx for e in events if e.kind == "starting"]
+    assert served[0] == prepared.plan.ctx == 32768
+    assert served[1] == 32768 * 3 // 4  # planned again, not patched: the plan says why
+    assert "out of memory" in supervisor.spec.plan.reasons["ctx"]
+    assert supervisor.spec.plan.memory_bytes.kv < prepared.plan.memory_bytes.kv
+
+
+async def test_out_of_memory_at_a_context_the_user_asked_for_is_refused_not_shrunk(tmp_path):
+    from lucebox.engine import service
+    from lucebox.engine.errors import EXIT_REFUSED, GuardRefusal
+
+    fake = tmp_path / "oom-server"
+    fake.write_text(OOM_FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    prepared = _prepared_on(tmp_path, fake, ctx=16384)
+    supervisor = service.new_supervisor(resolve_paths(), prepared)
+    run = service.server_run(resolve_paths(), prepared, supervisor)
+    with pytest.raises(GuardRefusal, match="16384-token context you asked for") as refused:
+        [e async for e in run.events()]
+    assert refused.value.exit_code == EXIT_REFUSED
+    assert supervisor.process is None or supervisor.process.returncode is not None
