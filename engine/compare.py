@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from lucebox.engine import config
 from lucebox.engine.apikey import client_api_key
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.paths import Paths
+from lucebox.engine.planning import slots_dir
 from lucebox.engine.runstate import current_status
 from lucebox.engine.service import ServeOptions
 
@@ -194,6 +196,26 @@ class _ServeProcess:
 
 
 @contextlib.contextmanager
+def _cold_slots(paths: Paths) -> Iterator[None]:
+    """Saved slots set aside while a configuration runs, then put back.
+
+    Every planned stop saves the engine's slot and the next start of the same model restores
+    it, so without this the second configuration would start warm from the first one's prompts
+    (and the user's own saved slot would be replaced by the bench's).
+    """
+    folder = slots_dir(paths)
+    aside = folder.with_name(f"{folder.name}.compare-{os.getpid()}")
+    if folder.exists():
+        folder.rename(aside)
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if aside.exists():
+            aside.rename(folder)
+
+
+@contextlib.contextmanager
 def serving(
     paths: Paths,
     options: ServeOptions,
@@ -207,13 +229,14 @@ def serving(
     ``env`` is the child's environment (default: this process's); its ``LUCEBOX_HOME`` must
     name the same home as ``paths``.
     """
-    child = _ServeProcess(paths, options, serve, os.environ if env is None else env)
-    try:
-        url = child.wait_ready(ready_timeout_s)
-        api_key = client_api_key(paths, config.load_settings(paths).api_key)
-        yield Served(url, current_status(paths).model, api_key, serve)
-    finally:
-        child.stop()
+    with _cold_slots(paths):
+        child = _ServeProcess(paths, options, serve, os.environ if env is None else env)
+        try:
+            url = child.wait_ready(ready_timeout_s)
+            api_key = client_api_key(paths, config.load_settings(paths).api_key)
+            yield Served(url, current_status(paths).model, api_key, serve)
+        finally:
+            child.stop()
 
 
 def run_configs(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.planning import slots_dir
 from tests.conftest import alive, run_lucebox
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
@@ -72,6 +74,10 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
 
 def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engine_home, tmp_path):
     home = private_engine_home(tmp_path / "compare-home")
+    # A slot the user's own server saved: no configuration may start warm from it or replace it.
+    slots = slots_dir(resolve_paths({"LUCEBOX_HOME": str(home)}))
+    slots.mkdir(parents=True)
+    (slots / "users.slot").write_bytes(b"saved by the user's server")
     result = bench(
         home,
         "replay",
@@ -91,6 +97,7 @@ def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engi
     assert result.returncode == 0, result.stderr
     configs = json.loads(result.stdout)["configs"]
     assert list(configs) == ["cache=on", "cache=off"]
+    assert configs["cache=on"]["calls"][0]["cached_tokens"] < 72
     assert configs["cache=on"]["calls"][1]["cached_tokens"] > 0
     assert [c["cached_tokens"] for c in configs["cache=off"]["calls"]] == [0, 0]
     logs = sorted((home / "state" / "logs").glob("compare-*.log"))
@@ -101,5 +108,7 @@ def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engi
         for pid in re.findall(r"engine started \(pid (\d+)\)", log.read_text())
     ]
     assert len(engine_pids) == 2 and not any(alive(pid) for pid in engine_pids)
+    assert [p.name for p in slots.iterdir()] == ["users.slot"]
+    assert (slots / "users.slot").read_bytes() == b"saved by the user's server"
     status = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)})
     assert json.loads(status.stdout)["state"] == "stopped"
