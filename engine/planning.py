@@ -600,7 +600,11 @@ def _plan_on_budget(
         request = _weigh_swa_full(request)
     files = _spec_files(target, draft, preset)
     spec_types = engine.capabilities.spec_types
-    allowed = speculation.for_mode(speculation.candidates(files, spec_types), resolved.spec)
+    found = speculation.candidates(files, spec_types)
+    cpu_note = ""
+    if resolved.spec == "auto":
+        found, cpu_note = speculation.for_backend(found, budget.is_gpu)
+    allowed = speculation.for_mode(found, resolved.spec)
     refusal: GuardRefusal | None = None
     if resolved.spec not in ("auto", "off") and not allowed:
         refusal = GuardRefusal(
@@ -608,6 +612,7 @@ def _plan_on_budget(
             hint="pass --spec auto to let lucebox choose, or --spec off",
         )
     chosen, memory, passed = _weigh(request, allowed, draft, resolved.spec)
+    passed = [cpu_note, *passed] if cpu_note else passed
     if chosen is not None and options.draft_max is not None:
         why = f"{chosen.why}; drafts shortened to {options.draft_max} tokens (low acceptance)"
         chosen = replace(chosen, draft_max=options.draft_max, why=why)
