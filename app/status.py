@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -156,6 +157,9 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
     if not args.watch:
         return EXIT_OK
     shown = _sample_key(status)
+    # A status bar or a service manager ends the watch with SIGTERM (SIGINT may be ignored in
+    # a background job): both end it quietly.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while True:
             time.sleep(WATCH_POLL_S)
