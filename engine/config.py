@@ -44,6 +44,8 @@ class Settings:
     """Speculative decoding: auto, off, mtp, dflash, draft or ngram; empty is auto."""
     engine: str = ""
     """Engine id to use; empty picks the best installed engine for the GPU."""
+    rpc_peers: tuple[str, ...] = ()
+    """``host:port`` of `lucebox worker` peers whose devices join the split."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -57,9 +59,12 @@ KEYS: dict[str, str] = {
     "model.allow_base": "allow_base",
     "model.spec": "spec",
     "engine.id": "engine",
+    "rpc.peers": "rpc_peers",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
+_STRING_LISTS = {"rpc_peers"}
+"""Tuple fields of strings; every other tuple holds non-negative integers."""
 LEGACY_KEYS = {"gpu.index": "gpu.indices"}
 """Keys earlier versions wrote: read as their replacement, and rewritten on the next load."""
 
@@ -92,6 +97,13 @@ def _check_value(path: Path, key: str, value: object) -> object:
             hint=f"known keys: {', '.join(KEYS)}; remove or rename it",
         )
     kind = _FIELD_TYPES[field]
+    if field in _STRING_LISTS:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(
+                f"{path}: key '{key}' should be a list of strings, found {value!r}",
+                hint=f'write it as {key} = ["host:50052"], or run `lucebox config set {key} ...`',
+            )
+        return tuple(value)
     if kind is tuple:
         if not isinstance(value, list) or not all(
             type(item) is int and item >= 0 for item in value
@@ -177,6 +189,8 @@ def parse_value(key: str, raw: str) -> Any:
     if field is None:
         raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")
     kind = _FIELD_TYPES[field]
+    if field in _STRING_LISTS:
+        return tuple(item.strip() for item in raw.split(",") if item.strip())
     if kind is tuple:
         try:
             indices = tuple(int(item) for item in raw.split(",") if item.strip())

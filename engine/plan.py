@@ -73,16 +73,20 @@ class ModelFacts:
 
 @dataclass(frozen=True)
 class DeviceBudget:
-    """One GPU of a budget: its NVML index, name and memory."""
+    """One device of a budget: a GPU (NVML index), or an RPC peer's device; name and memory."""
 
     index: int
     name: str
     vram_total_bytes: int
     vram_free_bytes: int
+    address: str = ""
+    """``host:port`` of the RPC peer offering this device; empty for a GPU of this PC."""
 
     @property
     def label(self) -> str:
-        """How plans name it: ``GPU 0: NVIDIA GeForce RTX 4090``, or a hypothetical card."""
+        """How plans name it: ``GPU 0: NVIDIA GeForce RTX 4090``, a peer, a hypothetical card."""
+        if self.address:
+            return f"peer {self.address}: {self.name}"
         return self.name if self.name.startswith("a ") else f"GPU {self.index}: {self.name}"
 
 
@@ -583,9 +587,9 @@ def make_plan(request: PlanRequest) -> Plan:
     split, main_gpu, per_device = _split(budget, memory, reserve)
     if split:
         reasons["split"] = (
-            f"layers spread over {len(split)} GPUs in proportion to what each has free after "
-            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); GPU "
-            f"{budget.devices[main_gpu].index} holds the output and the compute buffer"
+            f"layers spread over {len(split)} devices in proportion to what each has free after "
+            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
+            f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
         )
     return Plan(
         fits=fits,

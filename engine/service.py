@@ -23,7 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, units, webui
+from lucebox.engine import (
+    config,
+    gpu,
+    guard,
+    peers,
+    planning,
+    registry,
+    store,
+    toolchain,
+    units,
+    webui,
+)
 from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
@@ -279,7 +290,8 @@ def prepare(
     resolved = planning.resolve(options, settings)
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
-    budget = planning.budget_for(probe, resolved.gpus, options.vram_mib)
+    found = peers.ask_peers(resolved.rpc)
+    budget = planning.budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
@@ -302,6 +314,7 @@ def prepare(
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, probe, settings.engine, emit)
+    peers.check_builds(found, planning.EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planning.plan_launch(
         paths,
