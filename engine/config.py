@@ -18,8 +18,9 @@ from typing import Any
 import tomli_w
 
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.errors import ConfigError, PathsError
+from lucebox.engine.errors import ConfigError, PathsError, UsageError
 from lucebox.engine.paths import Paths
+from lucebox.engine.peers import split_address
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,13 @@ def parse_value(key: str, raw: str) -> Any:
         raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")
     kind = _FIELD_TYPES[field]
     if field in _STRING_LISTS:
-        return tuple(item.strip() for item in raw.split(",") if item.strip())
+        items = tuple(item.strip() for item in raw.split(",") if item.strip())
+        for item in items:
+            try:
+                split_address(item)
+            except UsageError as exc:
+                raise ConfigError(f"key '{key}': {exc.message}", hint=exc.hint) from exc
+        return items
     if kind is tuple:
         try:
             indices = tuple(int(item) for item in raw.split(",") if item.strip())
