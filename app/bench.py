@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lucebox.engine import config, service
+from lucebox.engine import config, runstate, service
 from lucebox.engine.compare import ServeConfig, Served, parse_compare, run_configs
 from lucebox.engine.errors import EXIT_OK, UsageError
 from lucebox.engine.measure import CallSample
@@ -54,13 +54,13 @@ def _measure(
     url = getattr(args, "url", None)
     model = None
     if url is None:
-        status = service.current_status(paths)
-        if status["state"] != "ready":
+        status = runstate.current_status(paths)
+        if status.state != "ready" or status.url is None:
             raise UsageError(
-                f"no lucebox server is ready (state: {status['state']})",
+                f"no lucebox server is ready (state: {status.state})",
                 hint=f"start one with `lucebox serve`, or use --compare {axis}=on,off",
             )
-        url, model = status["url"], status["model"]
+        url, model = status.url, status.model
     default = ServeConfig("default")
     return [(default, workload(Served(url.rstrip("/"), model, api_key, default)))]
 

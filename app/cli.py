@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lucebox.app import servicecmd
+from lucebox.app import servicecmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.connect import add_connect_command
 from lucebox.app.workercmd import add_worker_command
@@ -30,11 +30,11 @@ from lucebox.engine import (
     peers,
     planning,
     registry,
+    runstate,
     service,
     source,
     speculation,
     store,
-    systemd,
     toolchain,
     units,
 )
@@ -192,7 +192,7 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
-# --- serve, status, down, logs ----------------------------------------------------------------
+# --- serve (status, down and logs live in status.py) ---------------------------------------
 
 
 def _serve_options(args: argparse.Namespace) -> planning.ServeOptions:
@@ -221,7 +221,7 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     if args.dry_run:
         return show_launch_plan(paths, _serve_options(args), as_json=args.json)
     if args.detach:
-        pid, log = service.start_detached(paths, _serve_options(args))
+        pid, log = runstate.start_detached(paths, _serve_options(args).to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
@@ -313,59 +313,6 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
     app = make_app(paths, _serve_options(args))
     app.run()
     return EXIT_FAILURE if app.return_code is None else app.return_code
-
-
-def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
-    unit = systemd.service_status()
-    status = {**service.current_status(paths), "service": unit.to_json()}
-    if args.json:
-        print_json(status)
-        return EXIT_OK
-    if unit.installed:
-        print(f"service: {servicecmd.describe(unit)}")
-    if status["state"] == "stopped":
-        print("stopped: no lucebox server is running (`lucebox serve` starts one)")
-        return EXIT_OK
-    print(
-        f"{status['state']}: {status['model']} at {status['url']} (pid {status['pid']}, "
-        f"up {status['uptime_s']:.0f} s, {status['restarts']} restarts)"
-    )
-    if status.get("webui_url"):
-        print(f"  chat in a browser: {status['webui_url']}")
-    sample = status.get("sample") or {}
-    if sample:
-        decode = sample.get("decode_tokens_per_s")
-        prefill = sample.get("prefill_tokens_per_s")
-        print(
-            f"  decode {decode or 0:.1f} tok/s, prefill {prefill or 0:.1f} tok/s, "
-            f"VRAM {gib_text(sample.get('vram_used_bytes') or 0, 2)}"
-        )
-    return EXIT_OK
-
-
-def cmd_down(args: argparse.Namespace, paths: Paths) -> int:
-    pid = service.stop_server(paths)
-    print("no lucebox server was running" if pid is None else f"stopped lucebox (pid {pid})")
-    return EXIT_OK
-
-
-def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
-    log = service.engine_log(paths)
-    if not log.exists():
-        raise UsageError(
-            f"no engine log yet at {log}", hint="start the server with `lucebox serve`"
-        )
-    with log.open(encoding="utf-8", errors="replace") as handle:
-        sys.stdout.write(handle.read())
-        sys.stdout.flush()
-        while args.follow:
-            line = handle.readline()
-            if line:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            else:
-                time.sleep(0.25)
-    return EXIT_OK
 
 
 # --- presets and plan -------------------------------------------------------------------------
@@ -791,15 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--prepare-only", action="store_true", help="pull models and build the engine, then exit"
     )
 
-    status = command(
-        "status",
-        "state of the running server and its latest sample",
-        cmd_status,
-    )
-    _add_json(status)
-    command("down", "stop the running server", cmd_down)
-    logs = command("logs", "show the server log", cmd_logs)
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    status.add_commands(command)
 
     doc = command(
         "doctor", "GPU, driver, CUDA toolkit, cmake, compiler, disk, engine, models", cmd_doctor

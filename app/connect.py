@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine import config, service
+from lucebox.engine import config, runstate
 from lucebox.engine.connect import CLIENTS, Endpoint, setup_for, write_setup
 from lucebox.engine.errors import EXIT_OK, UsageError
 from lucebox.engine.launch import url_of_address
@@ -20,9 +20,9 @@ def endpoint_of(paths: Paths) -> Endpoint:
     """The running server's URL and model, else the configured address and preset."""
     settings = config.load_settings(paths)
     api_key = settings.api_key or None
-    status = service.current_status(paths)
-    if status["state"] != "stopped":
-        return Endpoint(status["url"], status["model"], api_key)
+    status = runstate.current_status(paths)
+    if status.state != "stopped" and status.url is not None and status.model is not None:
+        return Endpoint(status.url, status.model, api_key)
     if not settings.preset:
         raise UsageError(
             "no server is running and no preset is set, so the model alias is unknown",

@@ -20,11 +20,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from bench.plan_vs_gpu import free_mib, hog
-from tests.ggufgen import ModelSpec, write_llama
+from tests.ggufgen import (
+    ModelSpec,
+    dflash_for,
+    qwen3_pair,
+    qwen35_target,
+    widen,
+    write_gguf,
+)
 
 PORT = 18280
 LLAMA_3B = ModelSpec(
@@ -179,8 +187,37 @@ PROMPTS = [
 def model(work: Path, name: str, spec: ModelSpec) -> Path:
     path = work / f"{name}.gguf"
     if not path.exists():
-        write_llama(path, spec)
+        write_gguf(path, spec)
     return path
+
+
+def speculation_cases(work: Path) -> dict[str, Case]:
+    """Each speculation mode on generated files made GPU-sized (random weights: the memory
+    and the argv are what these prove, not speed)."""
+    shape: dict[str, Any] = {
+        "n_layer": 16,
+        "vocab_size": 32000,
+        "n_ctx": 32768,
+        "constant_weights": True,
+    }
+    hybrid = widen(qwen35_target(**shape), 32)
+    plain_hybrid = widen(qwen35_target(mtp=False, **shape), 32)
+    qwen3, qwen3_draft = qwen3_pair(**shape)
+    return {
+        "mtp": Case("mtp", model(work, "qwen35-mtp", hybrid), None, "mtp"),
+        "dflash": Case(
+            "dflash",
+            model(work, "qwen35", plain_hybrid),
+            model(work, "qwen35-dflash", dflash_for(plain_hybrid)),
+            "dflash",
+        ),
+        "simple": Case(
+            "simple",
+            model(work, "qwen3", widen(qwen3, 16)),
+            model(work, "qwen3-draft", widen(qwen3_draft, 16)),
+            "draft",
+        ),
+    }
 
 
 def main() -> None:
@@ -190,7 +227,7 @@ def main() -> None:
         "--case",
         action="append",
         required=True,
-        help="NAME:LEAVE_FREE_MIB with NAME one of pair, ngram, off",
+        help="NAME:LEAVE_FREE_MIB with NAME one of pair, ngram, off, mtp, dflash, simple",
     )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -200,6 +237,7 @@ def main() -> None:
         "pair": Case("pair", target, draft, "draft"),
         "ngram": Case("ngram", target, None, "ngram"),
         "off": Case("off", target, None, "off"),
+        **speculation_cases(args.work),
     }
     for item in args.case:
         name, _, leave = item.partition(":")

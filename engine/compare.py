@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 from lucebox.engine import config
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.paths import Paths
-from lucebox.engine.service import ServeOptions, current_status
+from lucebox.engine.runstate import current_status
+from lucebox.engine.service import ServeOptions
 
 Result = TypeVar("Result")
 
@@ -154,11 +155,11 @@ class _ServeProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             status = current_status(self.paths)
-            if status["pid"] == self.proc.pid:
-                self.engine_pid = status.get("engine_pid") or self.engine_pid
-                if status["state"] == "ready" and status["url"] == url:
+            if status.pid == self.proc.pid:
+                self.engine_pid = status.engine_pid or self.engine_pid
+                if status.state == "ready" and status.url == url:
                     return url
-                if status["state"] == "failed":
+                if status.state == "failed":
                     break
             if self.proc.poll() is not None:
                 break
@@ -199,9 +200,9 @@ def run_configs(
 ) -> list[tuple[ServeConfig, Result]]:
     """Serve each configuration in turn and run ``workload`` against it (blocking)."""
     running = current_status(paths)
-    if running["state"] != "stopped":
+    if running.state != "stopped":
         raise UsageError(
-            f"lucebox already serves {running['model']} at {running['url']}; "
+            f"lucebox already serves {running.model} at {running.url}; "
             "--compare starts its own servers",
             hint="stop it with `lucebox down`, or measure it with --url / without --compare",
         )
@@ -212,7 +213,7 @@ def run_configs(
         child = _ServeProcess(paths, options, serve)
         try:
             url = child.wait_ready(ready_timeout_s)
-            model = current_status(paths)["model"]
+            model = current_status(paths).model
             on_note(f"{serve.name}: ready at {url}")
             results.append((serve, workload(Served(url, model, api_key, serve))))
         finally:

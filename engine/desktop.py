@@ -7,7 +7,6 @@ has lucebox, so the menu entry works for a venv or pipx install too.
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 DESKTOP_NAME = "lucebox.desktop"
 ICON_NAME = "lucebox.svg"
@@ -25,10 +24,14 @@ def quote_exec_arg(arg: str) -> str:
 
 
 def shipped_entry() -> str:
+    from importlib import resources  # on use: `lucebox status` imports this module
+
     return (resources.files("lucebox.assets") / DESKTOP_NAME).read_text(encoding="utf-8")
 
 
 def icon_bytes() -> bytes:
+    from importlib import resources  # on use: `lucebox status` imports this module
+
     return (resources.files("lucebox.assets") / ICON_NAME).read_bytes()
 
 

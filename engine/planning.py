@@ -690,23 +690,23 @@ def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
     return None
 
 
-def smaller_context_plan(paths: Paths, launch: LaunchPlan, settings: Settings) -> LaunchPlan:
-    """The re-plan after an out-of-memory start: three quarters of the context, recomputed.
-
-    A context the user asked for is never shrunk: that raises the refusal with the numbers.
-    """
-    served = launch.plan.ctx
-    if launch.resolved.ctx is not None:
-        raise GuardRefusal(
-            f"the engine ran out of memory at the {served}-token context you asked for",
-            hint="ask for a smaller --ctx (or model.ctx), or free GPU memory",
-        )
+def replan(
+    paths: Paths,
+    launch: LaunchPlan,
+    settings: Settings,
+    *,
+    ctx_cap: int | None = None,
+    spec: SpecMode | None = None,
+) -> LaunchPlan:
+    """``launch`` planned again (same files, card and engine) with a context bound or another
+    speculation mode: after an out-of-memory start, or when speculation is switched off."""
     options = ServeOptions(
         model=launch.target.source if launch.preset is None else None,
         preset=launch.preset.id if launch.preset else None,
         draft=launch.speculation.draft.source if launch.speculation.draft else None,
-        spec=launch.resolved.spec,
+        spec=spec or launch.resolved.spec,
         cache=launch.resolved.cache,
+        ctx=launch.resolved.ctx,
         host=launch.resolved.host,
         port=launch.resolved.port,
         gpus=launch.resolved.gpus,
@@ -720,8 +720,22 @@ def smaller_context_plan(paths: Paths, launch: LaunchPlan, settings: Settings) -
         budget=launch.budget,
         engine=launch.engine,
         preset=launch.preset,
-        ctx_cap=served * 3 // 4,
+        ctx_cap=ctx_cap,
     )
+
+
+def smaller_context_plan(paths: Paths, launch: LaunchPlan, settings: Settings) -> LaunchPlan:
+    """The re-plan after an out-of-memory start: three quarters of the context, recomputed.
+
+    A context the user asked for is never shrunk: that raises the refusal with the numbers.
+    """
+    served = launch.plan.ctx
+    if launch.resolved.ctx is not None:
+        raise GuardRefusal(
+            f"the engine ran out of memory at the {served}-token context you asked for",
+            hint="ask for a smaller --ctx (or model.ctx), or free GPU memory",
+        )
+    return replan(paths, launch, settings, ctx_cap=served * 3 // 4)
 
 
 # --- presets ----------------------------------------------------------------------------------

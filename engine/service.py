@@ -1,27 +1,20 @@
 """The headless pipeline of `lucebox serve` (and `up --headless`): from GPU to a served model.
 
 probe GPU -> choose preset -> models (pull + guards) -> engine (build if missing) -> plan ->
-launch -> supervise + sample. One server per user: a lock in the runtime dir, and a state
-file there that `lucebox status` and `lucebox down` read.
+launch -> supervise + sample. The lock, the state file and the running server's stop and
+restart are in :mod:`lucebox.engine.runstate`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import fcntl
-import json
-import os
 import signal
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Literal
 
 from lucebox.engine import (
     config,
@@ -36,23 +29,19 @@ from lucebox.engine import (
     webui,
 )
 from lucebox.engine.apikey import ensure_api_key_file
-from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import BuildEvent, choose_options
-from lucebox.engine.errors import LuceboxError
-from lucebox.engine.launch import LaunchSpec, url_of
-from lucebox.engine.metrics import Sample, Sampler, with_last_rates
+from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import Plan
 from lucebox.engine.planning import LaunchPlan
 from lucebox.engine.planning import ServeOptions as ServeOptions
 from lucebox.engine.registry import EngineManifest
+from lucebox.engine.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.slots import SlotKey
 from lucebox.engine.source import ensure_source
+from lucebox.engine.specguard import Decision, SpecGuard
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
-
-STATE_NAME = "serve.json"
-LOCK_NAME = "serve.lock"
-
 
 StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
 STEPS: tuple[StepName, ...] = ("gpu", "preset", "models", "engine", "plan", "server")
@@ -108,115 +97,6 @@ class Prepared:
 
 
 Emit = Callable[[StepEvent], None]
-
-
-class AlreadyServingError(LuceboxError):
-    """Another lucebox server runs for this user."""
-
-
-def state_file(paths: Paths) -> Path:
-    return paths.runtime_dir / STATE_NAME
-
-
-def engine_log(paths: Paths) -> Path:
-    return paths.logs_dir / "engine.log"
-
-
-def read_state(paths: Paths) -> dict[str, Any] | None:
-    try:
-        state: dict[str, Any] = json.loads(state_file(paths).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return state
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def current_status(paths: Paths) -> dict[str, Any]:
-    """The DESIGN.md status shape; "stopped" when no lucebox server is alive."""
-    state = read_state(paths)
-    if state is None or not _pid_alive(state.get("pid")):
-        return {
-            "state": "stopped",
-            "pid": None,
-            "url": None,
-            "model": None,
-            "uptime_s": 0,
-            "restarts": 0,
-            "sample": None,
-            "webui_url": None,
-        }
-    return {
-        "state": state["state"],
-        "pid": state["pid"],
-        "url": state["url"],
-        "model": state["model"],
-        "uptime_s": round(time.time() - state["started_at"], 1),
-        "restarts": state["restarts"],
-        "sample": state.get("sample"),
-        "engine_pid": state.get("engine_pid"),
-        "log": state.get("log"),
-        "webui_url": state.get("webui_url"),
-    }
-
-
-def start_detached(paths: Paths, options: ServeOptions) -> tuple[int, Path]:
-    """Start `lucebox serve` as a background service of this user; returns its pid and log."""
-    argv = [sys.executable, "-m", "lucebox.app.cli", "serve", *options.to_args()]
-    log = paths.ensure(paths.logs_dir) / "serve.log"
-    with log.open("a") as handle:
-        proc = subprocess.Popen(
-            argv,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    return proc.pid, log
-
-
-def stop_server(paths: Paths, timeout_s: float = 30.0) -> int | None:
-    """SIGTERM the running lucebox server and wait for it; returns its pid, or None."""
-    status = current_status(paths)
-    pid = status["pid"]
-    if pid is None:
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _pid_alive(pid):
-        time.sleep(0.1)
-    return int(pid)
-
-
-class ServeLock:
-    """One lucebox server per user: held for as long as a server (headless or TUI) runs."""
-
-    def __init__(self, paths: Paths) -> None:
-        folder = paths.ensure(paths.runtime_dir)
-        self.handle: IO[str] = (folder / LOCK_NAME).open("a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self.handle.close()
-            running = current_status(paths)
-            raise AlreadyServingError(
-                f"lucebox already serves {running.get('model')} at {running.get('url')} "
-                f"(pid {running.get('pid')})",
-                hint="`lucebox status` shows it; `lucebox down` stops it",
-            ) from exc
-
-    def release(self) -> None:
-        self.handle.close()
 
 
 def download_step(progress: TransferProgress) -> StepEvent:
@@ -314,6 +194,7 @@ def prepare(
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, probe, settings.engine, emit)
+        paths.ensure(planning.slots_dir(paths))  # the engine refuses a save path that is missing
     peers.check_builds(found, planning.EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planning.plan_launch(
@@ -360,30 +241,65 @@ def plan_summary(launch: LaunchPlan) -> str:
     )
 
 
-def replan_after_oom(paths: Paths, prepared: Prepared) -> Callable[[LaunchSpec], LaunchSpec | None]:
-    """The supervisor's out-of-memory re-plan: a new launch plan at a smaller context.
-
-    A context the user asked for is never shrunk: the re-plan refuses (exit 3) instead.
+class Replanner:
+    """The launch being served, and the one planner's answer when it must change: a smaller
+    context after running out of memory, shorter drafts or none when speculation does not pay.
     """
-    current = prepared.launch
 
-    def replan(spec: LaunchSpec) -> LaunchSpec | None:
-        nonlocal current
-        smaller = planning.smaller_context_plan(paths, current, prepared.settings)
+    def __init__(self, paths: Paths, prepared: Prepared) -> None:
+        self.paths = paths
+        self.settings = prepared.settings
+        self.current = prepared.launch
+
+    def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
+        """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
+        smaller = planning.smaller_context_plan(self.paths, self.current, self.settings)
         if smaller.refusal is not None:
             return None
-        current = smaller
+        self.current = smaller
         return dataclasses.replace(smaller.spec, api_key=spec.api_key)
 
-    return replan
+    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec:
+        if decision.action == "shorten":
+            return dataclasses.replace(spec, draft_max=decision.draft_max)
+        plain = planning.replan(self.paths, self.current, self.settings, spec="off")
+        if plain.refusal is not None:  # the same files and card: cannot happen, keep serving
+            return dataclasses.replace(spec, spec_type=None, draft_path=None)
+        self.current = plain
+        return dataclasses.replace(plain.spec, api_key=spec.api_key)
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
-    return Supervisor(
-        prepared.spec,
-        engine_log(paths),
-        ready_timeout_s=prepared.ready_timeout_s,
-        replan_on_oom=replan_after_oom(paths, prepared),
+    return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
+
+
+def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
+    """The run that supervises ``supervisor``'s engine, samples it and keeps the state file;
+    every change of launch while it runs comes from the one planner (``Replanner``)."""
+    spec = prepared.spec
+    launch = prepared.launch
+    replanner = Replanner(paths, prepared)
+    supervisor.replan_on_oom = replanner.after_oom
+    guard = None
+    if spec.spec_type is not None:
+        guard = SpecGuard.for_launch(spec.spec_type, spec.draft_max, launch.budget.is_gpu)
+    return ServerRun(
+        paths,
+        supervisor,
+        model=prepared.model,
+        gpu_index=prepared.gpu_index,
+        spec_reason=launch.speculation.reason,
+        webui_url=webui.served_url(spec.server_path, spec.host, spec.port),
+        spec_guard=guard,
+        spec_asked=launch.resolved.spec != "auto",
+        on_spec_decision=replanner.after_spec_decision,
+        slot_key=SlotKey(
+            spec.alias,
+            spec.model_path,
+            spec.plan.ctx,
+            spec.plan.cache_type_k,
+            spec.plan.cache_type_v,
+        ),
     )
 
 
@@ -398,118 +314,15 @@ def serve(paths: Paths, options: ServeOptions, emit: Emit) -> int:
 
 
 async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
-    supervisor = new_supervisor(paths, prepared)
+    run = server_run(paths, prepared, new_supervisor(paths, prepared))
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, supervisor.stop)
+        loop.add_signal_handler(signum, run.stop)
     exit_code = 0
-    async for item in run_server(paths, prepared, supervisor):
+    async for item in run.events():
         if isinstance(item, ServerEvent):
             state: StepState = "failed" if item.kind in ("gave-up", "exited") else "running"
             emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
             if item.kind == "gave-up":
                 exit_code = 1
     return exit_code
-
-
-async def run_server(
-    paths: Paths, prepared: Prepared, supervisor: Supervisor
-) -> AsyncIterator[ServerEvent | Sample]:
-    """Supervise the engine and sample it once ready; yields both streams as they come.
-
-    Keeps the state file that `lucebox status` reads, and removes it when the server ends.
-    """
-    spec = prepared.spec
-    state: dict[str, Any] = {
-        "pid": os.getpid(),
-        "url": url_of(spec),
-        "model": prepared.model,
-        "started_at": time.time(),
-        "state": "starting",
-        "restarts": 0,
-        "engine_pid": None,
-        "sample": None,
-        "log": str(engine_log(paths)),
-        "webui_url": webui.served_url(spec.server_path, spec.host, spec.port),
-    }
-
-    def save() -> None:
-        write_text_atomic(state_file(paths), json.dumps(state), durable=False)
-
-    queue: asyncio.Queue[ServerEvent | Sample | None] = asyncio.Queue()
-    sampler_task: asyncio.Task[None] | None = None
-
-    async def follow_supervisor() -> None:
-        try:
-            async for event in supervisor.events():
-                await queue.put(event)
-        finally:
-            await queue.put(None)
-
-    supervising = asyncio.create_task(follow_supervisor())
-    try:
-        while (item := await queue.get()) is not None:
-            if isinstance(item, ServerEvent):
-                state.update(state=state_of(item), restarts=item.restarts, engine_pid=item.pid)
-                if item.kind == "ready" and item.pid is not None:
-                    if sampler_task is not None:
-                        sampler_task.cancel()
-                    sampler_task = asyncio.create_task(
-                        _sample(spec, item.pid, prepared.gpu_index, state, queue)
-                    )
-                elif sampler_task is not None and item.kind != "ready":
-                    sampler_task.cancel()
-                    sampler_task = None
-            save()
-            yield item
-    finally:
-        supervisor.stop()
-        if sampler_task is not None:
-            sampler_task.cancel()
-        for task in (sampler_task, supervising):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        state_file(paths).unlink(missing_ok=True)
-
-
-def state_of(event: ServerEvent) -> str:
-    return {
-        "starting": "starting",
-        "loading": "loading",
-        "ready": "ready",
-        "exited": "restarting",
-        "restarting": "restarting",
-        "gave-up": "failed",
-        "stopped": "stopped",
-    }[event.kind]
-
-
-async def _sample(
-    spec: LaunchSpec,
-    engine_pid: int,
-    gpu_index: int,
-    state: dict[str, Any],
-    queue: asyncio.Queue[ServerEvent | Sample | None],
-) -> None:
-    nvml = gpu.PynvmlProvider()
-    try:
-        nvml.init()
-    except gpu.NvmlUnavailableError:
-        nvml_or_none = None
-    else:
-        nvml_or_none = nvml
-    sampler = Sampler(
-        url_of(spec), engine_pid, nvml=nvml_or_none, gpu_index=gpu_index, api_key=spec.api_key
-    )
-    last: Sample | None = None
-    try:
-        async for sample in sampler.samples():
-            await queue.put(sample)
-            # Status shows the last known rate, not an idle second's missing one.
-            last = with_last_rates(last, sample)
-            state["sample"] = last.to_json()
-    finally:
-        if nvml_or_none is not None:
-            with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):
-                nvml.shutdown()

@@ -16,7 +16,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -80,6 +80,8 @@ class ServerEvent:
     """A stable code: oom, truncated, unknown-arch, bad-flag, port-in-use, model-load,
     rpc-peer."""
     restarts: int = 0
+    ctx: int | None = None
+    """The context this engine serves (a re-plan after running out of memory changes it)."""
 
 
 class PortInUseError(LuceboxError):
@@ -212,8 +214,13 @@ class Supervisor:
         self.process: asyncio.subprocess.Process | None = None
         self.restarts = 0
         self.started_at = time.time()
+        self.on_line: Callable[[int, str], None] | None = None
+        """Called with the engine's pid and each line it writes, as it writes it."""
+        self.before_stop: Callable[[], Awaitable[None]] | None = None
+        """Awaited before a live engine is stopped on purpose (stop, restart, not ready)."""
         self._stopping = asyncio.Event()
         self._restart_asked = asyncio.Event()
+        self._restart_spec: LaunchSpec | None = None
         self._crash_times: list[float] = []
         self._oom_retried = False
 
@@ -221,12 +228,14 @@ class Supervisor:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    async def _pump(self, stream: asyncio.StreamReader) -> None:
+    async def _pump(self, engine_pid: int, stream: asyncio.StreamReader) -> None:
         while raw := await stream.readline():
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             self.ring.append(line)
             self.lines_total += 1
             self.log.write(line)
+            if self.on_line is not None:
+                self.on_line(engine_pid, line)
 
     async def _wait_ready(self, process: asyncio.subprocess.Process) -> bool:
         url = url_of(self.spec) + "/health"
@@ -266,12 +275,13 @@ class Supervisor:
                 )
                 self.process = process
                 assert process.stdout is not None
-                pump = asyncio.create_task(self._pump(process.stdout))
+                pump = asyncio.create_task(self._pump(process.pid, process.stdout))
                 yield ServerEvent(
                     "starting",
-                    f"engine started (pid {process.pid})",
+                    f"engine started (pid {process.pid}, ctx {self.spec.plan.ctx})",
                     process.pid,
                     restarts=self.restarts,
+                    ctx=self.spec.plan.ctx,
                 )
                 yield ServerEvent(
                     "loading", "loading the model", process.pid, restarts=self.restarts
@@ -296,9 +306,9 @@ class Supervisor:
                         self._restart_asked.clear()
                         await self._terminate(process)
                         await pump
-                        self.restarts += 1
-                        yield ServerEvent(
-                            "restarting", "restarting as asked", process.pid, restarts=self.restarts
+                        asked, self._restart_spec = self._restart_spec, None
+                        yield self._relaunch(
+                            asked or self.spec, "restarting as asked", process.pid, None
                         )
                         continue
                 if self._stopping.is_set():
@@ -335,21 +345,27 @@ class Supervisor:
                     self.policy.first_backoff_s * 2 ** (len(self._crash_times) - 1),
                 )
                 if next_spec is not self.spec:
-                    self.spec = next_spec
                     message = (
                         f"out of memory: retrying once at a smaller context "
                         f"({next_spec.plan.ctx} tokens)"
                     )
                 else:
                     message = f"restarting in {backoff:.0f} s"
-                self.restarts += 1
-                yield ServerEvent("restarting", message, process.pid, code, self.restarts)
+                yield self._relaunch(next_spec, message, process.pid, code)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), backoff)
         finally:
             if self.process is not None and self.process.returncode is None:
                 await self._terminate(self.process)
             self.log.close()
+
+    def _relaunch(
+        self, spec: LaunchSpec, message: str, pid: int | None, code: str | None
+    ) -> ServerEvent:
+        """Every restart, asked for or after a crash: the next engine runs ``spec``."""
+        self.spec = spec
+        self.restarts += 1
+        return ServerEvent("restarting", message, pid, code, self.restarts)
 
     def _after_crash(self, code: str | None) -> LaunchSpec | None:
         now = time.monotonic()
@@ -370,6 +386,8 @@ class Supervisor:
         """SIGTERM the engine's process group, wait, then SIGKILL."""
         if process.returncode is not None:
             return
+        if self.before_stop is not None:
+            await self.before_stop()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -384,8 +402,11 @@ class Supervisor:
         return self._stopping.is_set()
 
     def stop(self) -> None:
+        """Stop the engine and end :meth:`events`; runstate.ServerRun.stop is the caller."""
         self._stopping.set()
 
-    def restart(self) -> None:
-        """Stop the serving engine and start it again (no crash counted, no backoff)."""
+    def restart(self, spec: LaunchSpec | None = None) -> None:
+        """Stop the serving engine and start it again, with ``spec`` when given (no crash
+        counted, no backoff); runstate.ServerRun.restart is the caller."""
+        self._restart_spec = spec
         self._restart_asked.set()

@@ -14,17 +14,15 @@ import grp
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine import config, desktop
+from lucebox.engine import desktop
 from lucebox.engine.atomic import write_bytes_atomic
 from lucebox.engine.errors import LuceboxError, UsageError
-from lucebox.engine.launch import is_loopback
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.unit import (
     SCOPES,
@@ -138,6 +136,8 @@ def manager_running(scope: Scope, environ: Mapping[str, str] | None = None) -> b
 
 
 def _run(argv: list[str], environ: Mapping[str, str], what: str) -> None:
+    import subprocess  # here, not at the top: `lucebox status` imports this module
+
     try:
         done = subprocess.run(
             argv,
@@ -176,6 +176,11 @@ def plan_install(
     install_prefix: str = sys.prefix,
 ) -> InstallPlan:
     """Render the unit (and the launcher for --user) for this machine; nothing is written."""
+    # Imported here: `lucebox status` reads service_status from this module and must stay
+    # light (under 0.1 s of CPU), while settings and the launch rules pull in the planner.
+    from lucebox.engine import config
+    from lucebox.engine.launch import is_loopback
+
     env = _env(environ)
     if scope == "system":
         settings = config.load_settings(resolve_paths({"LUCEBOX_HOME": str(SYSTEM_HOME)}))
@@ -311,6 +316,8 @@ def prepare_system_home(python: str = sys.executable) -> None:
             f"the user {SYSTEM_USER} cannot run lucebox from {python}",
             hint="install lucebox where every user can read it (e.g. a venv under /opt)",
         ) from exc
+    import subprocess
+
     # Progress of the download and the build goes straight to this terminal.
     done = subprocess.run(
         [*as_user, python, "-m", "lucebox.app.cli", "serve", "--prepare-only"], check=False

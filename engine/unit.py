@@ -9,7 +9,6 @@ reaches the process as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -89,6 +88,8 @@ def quote_word(word: str, *, exec_arg: bool) -> str:
 
 
 def _template(scope: Scope) -> str:
+    from importlib import resources  # on use: `lucebox status` imports this module
+
     return (resources.files("lucebox.units") / f"lucebox-{scope}.service.in").read_text(
         encoding="utf-8"
     )

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import gguf
 import numpy as np
@@ -575,7 +575,10 @@ def cached_gguf(spec: ModelSpec, folder: Path | None = None) -> Path:
     return path
 
 
-def widen(spec: ModelSpec, factor: int) -> ModelSpec:
+AnySpec = TypeVar("AnySpec", bound=ModelSpec)
+
+
+def widen(spec: AnySpec, factor: int) -> AnySpec:
     """``spec`` with ``factor`` times the width (hidden size, FFN, heads; head sizes kept), for
     runs that need real compute: a GPU, or a CPU benchmark that should not measure overhead."""
     changes: dict[str, Any] = {

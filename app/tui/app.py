@@ -35,7 +35,7 @@ from lucebox.app.tui.messages import (
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
-from lucebox.engine import guard, service
+from lucebox.engine import guard, runstate
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -45,6 +45,7 @@ from lucebox.engine.errors import (
 )
 from lucebox.engine.paths import Paths
 from lucebox.engine.planning import ServeOptions
+from lucebox.engine.runstate import ServerRun
 from lucebox.engine.service import Prepared, StepEvent, StepName
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
@@ -77,7 +78,8 @@ class LuceboxApp(App[None]):
         self.clock = clock
         self.prepared: Prepared | None = None
         self.supervisor: Supervisor | None = None
-        self.lock: service.ServeLock | None = None
+        self.server: ServerRun | None = None
+        self.lock: runstate.ServeLock | None = None
         self.step_now: StepName = "gpu"
         """The pipeline step the last progress event came from."""
         self.exit_code = EXIT_OK
@@ -160,7 +162,8 @@ class LuceboxApp(App[None]):
     async def run_server(self, prepared: Prepared) -> None:
         supervisor = self.backend.supervisor(prepared)
         self.supervisor = supervisor
-        async for item in self.backend.run(prepared, supervisor):
+        self.server = self.backend.server_run(prepared, supervisor)
+        async for item in self.server.events():
             if isinstance(item, ServerEvent):
                 self.post_message(ServerChanged(item))
             else:
@@ -211,16 +214,16 @@ class LuceboxApp(App[None]):
 
     @on(RestartRequested)
     def restart_server(self) -> None:
-        if self.supervisor is not None and self.prepared is not None:
+        if self.server is not None and self.prepared is not None:
             if self.workers_in("server"):
-                self.supervisor.restart()
+                self.server.restart()
             else:
                 self.run_server(self.prepared)
 
     @on(StopRequested)
     def stop_server(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.stop()
+        if self.server is not None:
+            self.server.stop()
 
     @on(QuitRequested)
     def quit_requested(self, message: QuitRequested) -> None:

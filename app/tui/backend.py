@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-from lucebox.engine import config, gpu, planning, registry, service
+from lucebox.engine import config, gpu, planning, registry, runstate, service
 from lucebox.engine.crashlog import write_crash_log
-from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths
 from lucebox.engine.planning import ServeOptions
+from lucebox.engine.runstate import ServerRun
 from lucebox.engine.service import Prepared
-from lucebox.engine.supervisor import ServerEvent, Supervisor
+from lucebox.engine.supervisor import Supervisor
 
 
 class Backend:
@@ -37,8 +36,8 @@ class Backend:
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)
 
-    def lock(self) -> service.ServeLock:
-        return service.ServeLock(self.paths)
+    def lock(self) -> runstate.ServeLock:
+        return runstate.ServeLock(self.paths)
 
     def prepare(
         self, options: ServeOptions, emit: service.Emit, cancel: threading.Event
@@ -48,17 +47,16 @@ class Backend:
     def supervisor(self, prepared: Prepared) -> Supervisor:
         return service.new_supervisor(self.paths, prepared)
 
-    def run(
-        self, prepared: Prepared, supervisor: Supervisor
-    ) -> AsyncIterator[ServerEvent | Sample]:
-        return service.run_server(self.paths, prepared, supervisor)
+    def server_run(self, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
+        """The run whose stop and restart every quit, stop and restart key goes through."""
+        return service.server_run(self.paths, prepared, supervisor)
 
     def detach(self, options: ServeOptions) -> tuple[int, Path]:
-        return service.start_detached(self.paths, options)
+        return runstate.start_detached(self.paths, options.to_args())
 
     @property
     def log_path(self) -> Path:
-        return service.engine_log(self.paths)
+        return runstate.engine_log(self.paths)
 
     def write_crash_log(self, error: BaseException) -> Path:
         return write_crash_log(self.paths, error)

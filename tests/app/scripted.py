@@ -27,6 +27,7 @@ from lucebox.engine.metrics import Sample
 from lucebox.engine.paths import Paths, resolve_paths
 from lucebox.engine.plan import GpuBudget
 from lucebox.engine.planning import ServeOptions
+from lucebox.engine.runstate import ServerRun
 from lucebox.engine.service import Emit, Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 from lucebox.engine.transfer import TransferProgress
@@ -109,6 +110,7 @@ def samples(count: int) -> list[Sample]:
                 engine_cpu_percent=101.0,
                 engine_rss_bytes=int(0.61 * GIB),
                 requests_finished=int(second % 3 == 0),
+                cached_prompt_share=0.62,
                 slots_busy=1,
                 slots_total=1,
                 gpu_temperature_c=61,
@@ -176,17 +178,33 @@ class ScriptedBackend(Backend):
         supervisor.lines_total = len(LOG_LINES)
         return supervisor
 
-    async def run(
-        self, prepared: Prepared, supervisor: Supervisor
-    ) -> AsyncIterator[ServerEvent | Sample]:
+    def server_run(self, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
+        return ScriptedRun(self, prepared, supervisor)
+
+    def detach(self, options: ServeOptions) -> tuple[int, Path]:
+        self.detached.append(options)
+        return 4343, self.tmp_path / "serve.log"
+
+
+class ScriptedRun(ServerRun):
+    """The real run's stop and restart over a scripted engine: its events and samples."""
+
+    def __init__(self, backend: ScriptedBackend, prepared: Prepared, supervisor: Supervisor):
+        super().__init__(
+            backend.paths, supervisor, model=prepared.model, gpu_index=prepared.gpu_index
+        )
+        self.backend = backend
+
+    async def events(self) -> AsyncIterator[ServerEvent | Sample]:
+        backend, supervisor = self.backend, self.supervisor
         try:
-            for event in self.server_events:
+            for event in backend.server_events:
                 yield event
-            for sample in self.sample_script:
+            for sample in backend.sample_script:
                 yield sample
-            if self.server_failure is not None:
-                raise self.server_failure
-            if self.server_events and self.server_events[-1].kind == "gave-up":
+            if backend.server_failure is not None:
+                raise backend.server_failure
+            if backend.server_events and backend.server_events[-1].kind == "gave-up":
                 return
             # The supervisor offers a flag, not an event, to anything outside it: poll it.
             while not supervisor.stop_requested:  # noqa: ASYNC110
@@ -194,10 +212,6 @@ class ScriptedBackend(Backend):
             yield ServerEvent("stopped", "engine stopped", 4242)
         finally:
             supervisor.log.close()
-
-    def detach(self, options: ServeOptions) -> tuple[int, Path]:
-        self.detached.append(options)
-        return 4343, self.tmp_path / "serve.log"
 
 
 async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:

@@ -78,8 +78,14 @@ def test_chat_stream_status_restart_and_clean_stop(served):
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunks.append(json.loads(line[6:]))
     assert any(c["choices"] and c["choices"][0]["delta"].get("content") for c in chunks)
-    sampled = wait_for(lambda s: (s["sample"] or {}).get("decode_tokens_per_s"), timeout_s=10)
+    sampled = wait_for(
+        lambda s: (s["sample"] or {}).get("requests_finished_total", 0) >= 2, timeout_s=10
+    )
     assert sampled["sample"]["decode_tokens_per_s"] > 0
+    # Both replies counted once, from the engine's own timing lines; no speculation planned.
+    assert sampled["sample"]["requests_finished_total"] == 2
+    assert sampled["spec"] is None and sampled["cache"]["full_reprocess_events"] == 0
+    assert sampled["cache"]["cached_prompt_share"] > 0  # the second prompt repeats the first
 
     first_engine = ready["engine_pid"]
     os.kill(first_engine, signal.SIGKILL)

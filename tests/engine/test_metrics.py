@@ -1,5 +1,6 @@
-"""Sampler arithmetic on scripted /metrics and /slots pages (the real engine is covered by the
-serve end-to-end test; exact counter sequences cannot be produced on demand by it)."""
+"""The sampler fed what the pinned engine really wrote (tests/engine/enginelog, recorded by its
+capture.py from the built CPU engine serving SmolLM2 and Gemma 3): its log lines, /metrics and
+/slots bodies, checked against the `timings` the engine put in each reply."""
 
 from __future__ import annotations
 
@@ -8,52 +9,230 @@ import os
 import httpx
 import pytest
 
-from lucebox.engine.metrics import Sample, Sampler, live_decoded, parse_counters, with_last_rates
+from lucebox.engine.metrics import (
+    EngineLog,
+    RateWindow,
+    Sampler,
+    WindowRates,
+    parse_counters,
+    with_last_rates,
+)
+from lucebox.engine.sample import Sample
+from tests.engine.enginelog import engine_lines, http_seen
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
 
-def metrics_page(
-    prompt_tokens: int, prompt_s: float, predicted: int, predicted_s: float, processing: int = 0
-) -> str:
-    return (
-        "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
-        "# TYPE llamacpp:prompt_tokens_total counter\n"
-        f"llamacpp:prompt_tokens_total {prompt_tokens}\n"
-        f"llamacpp:prompt_seconds_total {prompt_s}\n"
-        f"llamacpp:tokens_predicted_total {predicted}\n"
-        f"llamacpp:tokens_predicted_seconds_total {predicted_s}\n"
-        "llamacpp:predicted_tokens_seconds 0\n"
-        f"llamacpp:requests_processing {processing}\n"
-        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 3\n'
-    )
+def per_request(lines: list[str]) -> list[list[str]]:
+    """The log cut after each request's last line (`stop processing`)."""
+    chunks: list[list[str]] = [[]]
+    for line in lines:
+        chunks[-1].append(line)
+        if "stop processing" in line:
+            chunks.append([])
+    return chunks
 
 
-def slot(task: int, decoded: int, processing: bool = True) -> dict[str, object]:
-    return {
-        "id": 0,
-        "id_task": task,
-        "is_processing": processing,
-        "next_token": [{"n_decoded": decoded}],
-    }
+def decode_rate(timings: dict) -> float:
+    """The engine's own rule: decode steps (the first token is free) over decode time."""
+    return (timings["predicted_n"] - 1) / (timings["predicted_ms"] / 1000)
 
 
-def test_parse_counters_keeps_unlabelled_series_only() -> None:
-    counters = parse_counters(metrics_page(10, 0.5, 20, 1.0))
-    assert counters["prompt_tokens_total"] == 10
+@pytest.mark.parametrize("name", ["spec", "two_slots", "reprocess"])
+def test_each_request_is_read_as_the_engine_replied(name):
+    log = EngineLog()
+    for line in engine_lines(name):
+        log.feed(line)
+    finished = log.take_finished()
+    timings = http_seen(name)["timings"]
+    assert len(finished) == len(timings)
+    for request, replied in zip(finished, timings, strict=True):
+        assert request.prompt_tokens == replied["prompt_n"]
+        assert request.generated_tokens == replied["predicted_n"]
+        assert request.cached_tokens == replied["cache_n"]
+        assert request.prompt_s == pytest.approx(replied["prompt_ms"] / 1000, abs=1e-5)
+        assert request.decode_s == pytest.approx(replied["predicted_ms"] / 1000, abs=1e-5)
+        assert request.draft_generated == replied.get("draft_n", 0)
+        assert request.draft_accepted == replied.get("draft_n_accepted", 0)
+    assert log.take_finished() == []
+
+
+def test_full_prompt_reprocessing_is_counted():
+    log = EngineLog()
+    for line in engine_lines("reprocess"):
+        log.feed(line)
+    reprocessed = [line for line in engine_lines("reprocess") if "forcing full prompt" in line]
+    assert reprocessed and log.full_reprocess_events == len(reprocessed)
+    assert http_seen("reprocess")["timings"][-1]["cache_n"] == 0
+
+
+def test_parse_counters_keeps_unlabelled_series_only():
+    counters = parse_counters(http_seen("spec")["metrics"][-1])
+    assert counters["spec_decode_num_draft_tokens_total"] > 0
     assert "spec_decode_num_accepted_tokens_per_pos_total" not in counters
 
 
-def test_live_decoded_counts_new_tasks_from_zero_and_skips_idle_slots() -> None:
-    tokens, snapshot = live_decoded({}, [slot(7, 12), slot(8, 5, processing=False)])
-    assert (tokens, snapshot) == (12, {(0, 7): 12})
-    tokens, snapshot = live_decoded(snapshot, [slot(7, 40)])
-    assert (tokens, snapshot) == (28, {(0, 7): 40})
-    tokens, _ = live_decoded(snapshot, [slot(9, 3)])
-    assert tokens == 3
-    assert live_decoded({}, [{"id": "x"}, "junk", slot(1, -5)]) == (0, {(0, 1): -5})
+class Engine:
+    """Serves recorded /metrics and /slots bodies; the test moves it from one to the next."""
+
+    def __init__(self, metrics: str, slots: list) -> None:
+        self.metrics, self.slots = metrics, slots
+        self.asked: list[str] = []
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.asked.append(request.url.path)
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=self.metrics)
+        return httpx.Response(200, json=self.slots)
 
 
-def test_with_last_rates_fills_only_missing_rates() -> None:
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+async def test_sampler_replays_a_speculative_run_as_the_engine_timed_it():
+    seen, chunks = http_seen("spec"), per_request(engine_lines("spec"))
+    timings = seen["timings"]
+    engine, clock, log = Engine(seen["metrics"][0], seen["slots_idle"]), Clock(), EngineLog()
+    gpu = FakeGpu(processes=[(os.getpid(), 3 * 2**30)])
+    sampler = Sampler(
+        "http://engine",
+        os.getpid(),
+        log,
+        nvml=FakeNvml(gpus=[gpu]),
+        spec_type="draft-simple",
+        clock=clock,
+    )
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine.handler)) as client:
+        loaded = next(i for i, line in enumerate(chunks[0]) if "listening on" in line)
+        for line in chunks[0][: loaded + 1]:
+            log.feed(line)  # the load, up to the first request
+        first = await sampler.sample_once(client)
+        assert first is not None
+        assert (first.decode_tokens_per_s, first.requests_finished) == (None, 0)
+        assert (first.slots_busy, first.slots_total) == (0, 2)
+        assert first.vram_used_bytes == 3 * 2**30
+        # Three short requests, each longer than the window: each sample shows that request.
+        for index in range(3):
+            for line in chunks[index]:
+                log.feed(line)
+            engine.metrics = seen["metrics"][index + 1]
+            clock.now_s += 30
+            sample = await sampler.sample_once(client)
+            replied = timings[index]
+            assert sample is not None and sample.requests_finished == 1
+            assert sample.requests_finished_total == index + 1
+            assert sample.decode_tokens_per_s == pytest.approx(decode_rate(replied), rel=1e-4)
+            assert sample.last_decode_tokens_per_s == sample.decode_tokens_per_s
+            assert sample.prefill_tokens_per_s == pytest.approx(
+                replied["prompt_per_second"], rel=1e-3
+            )
+            assert sample.ttft_s == pytest.approx(replied["prompt_ms"] / 1000, abs=1e-5)
+            assert sample.spec_acceptance == pytest.approx(
+                replied["draft_n_accepted"] / replied["draft_n"]
+            )
+            cache = sampler.cache_status()
+            assert cache.last_cached_tokens == replied["cache_n"]
+            assert cache.cached_prompt_share == pytest.approx(
+                replied["cache_n"] / (replied["cache_n"] + replied["prompt_n"])
+            )
+        # A long request: its progress shows while it runs, from /slots, at the real pace.
+        long_request, live = timings[3], seen["live"]
+        start_s = clock.now_s
+        running = []
+        for poll in live:
+            engine.metrics, engine.slots = poll["metrics"], poll["slots"]
+            clock.now_s = start_s + poll["at_s"] - live[0]["at_s"]
+            sample = await sampler.sample_once(client)
+            assert sample is not None and sample.requests_finished == 0
+            if sample.slots_busy:
+                running.append(sample)
+        # Once the window holds only its progress, the rate is the long request's own pace.
+        assert len(running) > 20
+        assert running[-1].decode_tokens_per_s == pytest.approx(decode_rate(long_request), rel=0.25)
+        for line in chunks[3]:
+            log.feed(line)
+        engine.metrics = seen["metrics"][-1]
+        engine.slots = seen["slots_idle"]
+        clock.now_s += 1
+        done = await sampler.sample_once(client)
+    # Once finished, the engine's timing lines replace the progress: exact again.
+    assert done is not None and done.requests_finished == 1 and done.slots_busy == 0
+    assert done.decode_tokens_per_s == pytest.approx(decode_rate(long_request), rel=1e-4)
+    assert done.requests_finished_total == len(timings)
+    assert done.decode_tokens_total == sum(t["predicted_n"] - 1 for t in timings)
+    assert done.decode_seconds_total == pytest.approx(
+        sum(t["predicted_ms"] for t in timings) / 1000, abs=1e-4
+    )
+    assert done.prefill_tokens_total == sum(t["prompt_n"] for t in timings)
+    counters = parse_counters(seen["metrics"][-1])
+    assert done.generated_tokens_total == sum(t["predicted_n"] for t in timings)
+    assert done.cached_prompt_tokens_total == counters["prompt_tokens_cached_total"]
+    spec = sampler.spec_status()
+    assert spec is not None and spec.active is True and spec.type == "draft-simple"
+    drafted = sum(t["draft_n"] for t in timings)
+    accepted = sum(t["draft_n_accepted"] for t in timings)
+    assert spec.acceptance == pytest.approx(accepted / drafted)
+    assert spec.accepted_per_step == pytest.approx(
+        accepted / counters["spec_decode_num_drafts_total"]
+    )
+    assert len(sampler.history) == 5 + len(live)
+
+
+async def test_two_slots_at_once_are_each_counted_at_their_own_rate():
+    seen, lines = http_seen("two_slots"), engine_lines("two_slots")
+    timings = seen["timings"]
+    engine, clock, log = Engine(seen["metrics"][0], seen["slots_idle"]), Clock(), EngineLog()
+    sampler = Sampler("http://engine", os.getpid(), log, clock=clock)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine.handler)) as client:
+        await sampler.sample_once(client)
+        busy = []
+        for poll in seen["live"]:
+            engine.metrics, engine.slots = poll["metrics"], poll["slots"]
+            clock.now_s = 1000.0 + poll["at_s"] - seen["live"][0]["at_s"]
+            sample = await sampler.sample_once(client)
+            assert sample is not None
+            busy.append(sample.slots_busy)
+        for line in lines:
+            log.feed(line)
+        engine.metrics, engine.slots = seen["metrics"][-1], seen["slots_idle"]
+        clock.now_s += 1
+        sample = await sampler.sample_once(client)
+    assert 2 in busy
+    assert sampler.spec_status() is None  # no speculation planned
+    assert sample is not None and sample.requests_finished == 2
+    steps = sum(t["predicted_n"] - 1 for t in timings)
+    seconds = sum(t["predicted_ms"] for t in timings) / 1000
+    assert sample.decode_tokens_per_s == pytest.approx(steps / seconds, rel=1e-4)
+    assert sample.prefill_tokens_total == sum(t["prompt_n"] for t in timings)
+
+
+def test_progress_is_replaced_by_the_finished_request():
+    log = EngineLog()
+    for line in engine_lines("two_slots"):
+        log.feed(line)
+    first, second = log.take_finished()
+    window = RateWindow(window_s=10)
+    window.add_progress({first.task_id: 5}, 100.0)
+    window.add_progress({first.task_id: 15}, 101.0)
+    assert window.rates(101.0).decode_tokens_per_s == pytest.approx(10.0)
+    window.add_finished(first, 102.0)
+    assert window.rates(102.0).decode_tokens_per_s == pytest.approx(
+        first.decode_steps / first.decode_s
+    )
+    window.add_finished(second, 103.0)
+    both = (first.decode_steps + second.decode_steps) / (first.decode_s + second.decode_s)
+    assert window.rates(103.0).decode_tokens_per_s == pytest.approx(both)
+    later = window.rates(112.5)
+    assert later.decode_tokens_per_s == pytest.approx(second.decode_steps / second.decode_s)
+    assert later.cached_prompt_share == 0.0  # neither prompt was in the cache
+    assert window.rates(120.0) == WindowRates(None, None, None, None, None)
+
+
+def test_with_last_rates_fills_only_missing_rates():
     last = Sample(1.0, 50.0, 900.0, 0.2, 0.7, None, None, None, None, 1)
     now = Sample(2.0, None, 1200.0, None, None, 5, 9, None, None, 0)
     merged = with_last_rates(last, now)
@@ -62,69 +241,28 @@ def test_with_last_rates_fills_only_missing_rates() -> None:
     assert with_last_rates(None, now) is now
 
 
-async def test_sampler_live_decode_then_ttft_when_the_request_finishes() -> None:
-    # One long request: prompt processed in the first second, tokens stream for two more
-    # seconds, then it finishes and the predicted counters move.
-    script = [
-        (metrics_page(0, 0.0, 0, 0.0), []),
-        (metrics_page(300, 0.25, 0, 0.0, processing=1), [slot(4, 10)]),
-        (metrics_page(300, 0.25, 0, 0.0, processing=1), [slot(4, 60)]),
-        (metrics_page(300, 0.25, 101, 2.0), [slot(4, 101, processing=False)]),
-        (metrics_page(300, 0.25, 101, 2.0), [slot(4, 101, processing=False)]),
-    ]
-    fetched: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        name = request.url.path.strip("/")
-        fetched.append(name)
-        page, slots = script[fetched.count("metrics") - 1]
-        return (
-            httpx.Response(200, text=page) if name == "metrics" else httpx.Response(200, json=slots)
-        )
-
-    gpu_holder = FakeGpu(processes=[(os.getpid(), 3 * 2**30)])
-    sampler = Sampler("http://engine", os.getpid(), nvml=FakeNvml(gpus=[gpu_holder]))
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        samples = [await sampler.sample_once(client) for _ in script]
-    first, prefill, decoding, finished, idle = samples
-    assert first is not None and first.decode_tokens_per_s is None
-    assert prefill is not None and prefill.prefill_tokens_per_s == pytest.approx(1200.0)
-    assert prefill.slots_busy == 1 and prefill.ttft_s is None
-    assert decoding is not None and decoding.decode_tokens_per_s is not None
-    assert decoding.decode_tokens_per_s > 0 and decoding.requests_finished == 0
-    assert finished is not None and finished.requests_finished == 1
-    assert finished.decode_tokens_per_s == pytest.approx(50.5)
-    assert finished.ttft_s == pytest.approx(0.25)
-    assert finished.slots_busy == 0 and finished.slots_total == 1
-    assert finished.vram_used_bytes == 3 * 2**30
-    assert (finished.gpu_util_percent, finished.gpu_temperature_c) == (7, 41)
-    assert finished.gpu_power_w == pytest.approx(42.5)
-    assert len(sampler.history) == 5
-    # Idle again: /slots is not asked, the slot count is kept.
-    assert idle is not None and (idle.slots_busy, idle.slots_total) == (0, 1)
-    assert fetched == ["metrics", "slots"] * 4 + ["metrics"]
-
-
-async def test_sampler_without_slots_endpoint_uses_counters() -> None:
-    pages = iter([metrics_page(0, 0, 0, 0), metrics_page(10, 0.1, 40, 0.5)])
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/slots":
-            return httpx.Response(501, text="This server does not support slots endpoint.")
-        return httpx.Response(200, text=next(pages))
-
-    sampler = Sampler("http://engine", os.getpid())
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        await sampler.sample_once(client)
-        sample = await sampler.sample_once(client)
-    assert sample is not None and sample.decode_tokens_per_s == pytest.approx(80.0)
-    assert sample.slots_total is None and sample.vram_used_bytes is None
-
-
-async def test_sampler_returns_none_when_metrics_are_off() -> None:
+async def test_sampler_returns_none_when_metrics_are_off():
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(501, text="This server does not support metrics endpoint.")
 
-    sampler = Sampler("http://engine", os.getpid())
+    sampler = Sampler("http://engine", os.getpid(), EngineLog())
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         assert await sampler.sample_once(client) is None
+
+
+async def test_a_refused_draft_shows_as_inactive_with_the_engines_reason():
+    seen, log = http_seen("spec_refused"), EngineLog()
+    for line in engine_lines("spec_refused"):
+        log.feed(line)
+    engine = Engine(seen["metrics"][-1], seen["slots_idle"])
+    sampler = Sampler("http://engine", os.getpid(), log, spec_type="draft-simple")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine.handler)) as client:
+        sample = await sampler.sample_once(client)
+    assert sample is not None and sample.requests_finished == 1
+    spec = sampler.spec_status()
+    assert spec is not None and spec.active is False
+    assert spec.reason == (
+        "the engine could not start it: draft model vocab type must match target model to use "
+        "speculation"
+    )
+    assert (spec.acceptance, spec.accepted_per_step) == (None, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -9,9 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from lucebox.engine import runstate
 from lucebox.engine.launch import LaunchSpec, server_argv
+from lucebox.engine.paths import resolve_paths
 from lucebox.engine.plan import GpuBudget, PlanRequest, make_plan
-from lucebox.engine.supervisor import RestartPolicy, Supervisor, diagnose, port_holder
+from lucebox.engine.runstate import ServerRun, read_status
+from lucebox.engine.supervisor import (
+    RestartPolicy,
+    ServerEvent,
+    Supervisor,
+    diagnose,
+    port_holder,
+)
 from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
@@ -183,3 +193,119 @@ async def test_restart_asked_starts_a_new_engine_without_counting_a_crash(plan, 
         os.kill(first_pid, 0)
     with pytest.raises(ProcessLookupError):
         os.kill(second_pid, 0)
+
+
+async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
+    fake = tmp_path / "fake-server"
+    fake.write_text(HEALTHY.format(python=sys.executable))
+    fake.chmod(0o755)
+    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    paths = resolve_paths()
+    run = ServerRun(paths, supervisor, model="t", gpu_index=0)
+    lines: list[tuple[int, str]] = []
+    feed = supervisor.on_line
+    assert feed is not None
+
+    def on_line(pid: int, line: str) -> None:
+        lines.append((pid, line))
+        feed(pid, line)
+
+    supervisor.on_line = on_line
+    stopped: list[int | None] = []
+    stopping = supervisor.before_stop
+    assert stopping is not None
+
+    async def before_stop() -> None:
+        stopped.append(supervisor.pid)
+        await stopping()
+
+    supervisor.before_stop = before_stop
+    smaller = dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, ctx=2048))
+    events, on_file = [], []
+    async for item in run.events():
+        if not isinstance(item, ServerEvent):
+            continue
+        events.append(item)
+        on_file.append(read_status(paths))
+        if item.kind == "ready":
+            if len([e for e in events if e.kind == "ready"]) == 1:
+                run.restart(smaller)
+            else:
+                run.stop()
+    assert [e.kind for e in events] == [
+        *("starting", "loading", "ready", "restarting"),
+        *("starting", "loading", "ready", "stopped"),
+    ]
+    first_pid, second_pid = (e.pid for e in events if e.kind == "ready")
+    # The work done on stop ran once for each engine stopped on purpose, whoever asked.
+    assert stopped == [first_pid, second_pid]
+    ready_states = [s for s in on_file if s is not None and s.state == "ready"]
+    assert [s.ctx for s in ready_states] == [plan.ctx, 2048]
+    assert ready_states[-1].restarts == 1 and ready_states[-1].engine_pid == second_pid
+    assert supervisor.spec is smaller
+    assert {pid for pid, _ in lines} == {first_pid, second_pid}
+    assert any("main: server is listening" in line for _, line in lines)
+    assert runstate.read_status(paths) is None  # the run removed its state file
+
+
+OOM_FAKE = """#!{python}
+import sys
+print("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 900.00 MiB on device 0: "
+      "cudaMalloc failed: out of memory", flush=True)
+sys.exit(1)
+"""
+
+
+def _prepared_on(tmp_path, server: Path, ctx: int | None):
+    from lucebox.engine import planning
+    from lucebox.engine.config import Settings
+    from lucebox.engine.service import Prepared
+    from tests.ggufgen import ModelSpec
+
+    model = write_llama(tmp_path / "long.gguf", ModelSpec(n_ctx=32768))
+    caps = planning.pinned_engine().capabilities
+    engine = planning.EngineView("fake", "fake", str(server), caps)
+    options = planning.ServeOptions(model=str(model), ctx=ctx, port=free_port(), cache="off")
+    launch = planning.plan_launch(
+        resolve_paths(),
+        options,
+        settings=Settings(),
+        budget=GpuBudget("a 8192 MiB card", 8 * GIB, 8 * GIB, True),
+        engine=engine,
+    )
+    return Prepared(launch, Settings(), 0, 10.0)
+
+
+async def test_out_of_memory_restarts_once_with_a_new_plan_at_a_smaller_context(tmp_path):
+    from lucebox.engine import service
+
+    fake = tmp_path / "oom-server"
+    fake.write_text(OOM_FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    prepared = _prepared_on(tmp_path, fake, ctx=None)
+    supervisor = service.new_supervisor(resolve_paths(), prepared)
+    supervisor.policy = RestartPolicy(max_crashes=2, first_backoff_s=0.01)
+    run = service.server_run(resolve_paths(), prepared, supervisor)
+    events = [e async for e in run.events() if isinstance(e, ServerEvent)]
+    served = [e.ctx for e in events if e.kind == "starting"]
+    assert served[0] == prepared.plan.ctx == 32768
+    assert served[1] == 32768 * 3 // 4  # planned again, not patched: the plan says why
+    assert "out of memory" in supervisor.spec.plan.reasons["ctx"]
+    assert supervisor.spec.plan.memory_bytes.kv < prepared.plan.memory_bytes.kv
+
+
+async def test_out_of_memory_at_a_context_the_user_asked_for_is_refused_not_shrunk(tmp_path):
+    from lucebox.engine import service
+    from lucebox.engine.errors import EXIT_REFUSED, GuardRefusal
+
+    fake = tmp_path / "oom-server"
+    fake.write_text(OOM_FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    prepared = _prepared_on(tmp_path, fake, ctx=16384)
+    supervisor = service.new_supervisor(resolve_paths(), prepared)
+    run = service.server_run(resolve_paths(), prepared, supervisor)
+    with pytest.raises(GuardRefusal, match="16384-token context you asked for") as refused:
+        [e async for e in run.events()]
+    assert refused.value.exit_code == EXIT_REFUSED
+    assert supervisor.process is None or supervisor.process.returncode is not None

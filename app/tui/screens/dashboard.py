@@ -28,7 +28,7 @@ from lucebox.app.tui.widgets.gpu import GpuPanel
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.readout import Readout
 from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
-from lucebox.engine import service
+from lucebox.engine import runstate
 from lucebox.engine.launch import url_of
 from lucebox.engine.metrics import Sample, with_last_rates
 from lucebox.engine.service import Prepared
@@ -77,6 +77,8 @@ class DashboardScreen(Screen[None]):
         self.latest: Sample | None = None
         self.state = "ready"
         self.restarts = 0
+        self.served_ctx: int | None = None
+        """The context the running engine serves: after an out-of-memory re-plan, the new one."""
         self.log_lines_shown = 0
         self.log_shown_at = -LOG_TAIL_INTERVAL_S
 
@@ -110,7 +112,7 @@ class DashboardScreen(Screen[None]):
         header.append("  ")
         header.append(self.state, style=f"bold {state_style}")
         header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
-        header.append(f" · ctx {plan.ctx:,} · KV {plan.cache_type_k}\n")
+        header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}\n")
         header.append(f"{url_of(self.prepared.spec)}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
         self.query_one("#dash-header", Readout).show(header)
@@ -118,7 +120,9 @@ class DashboardScreen(Screen[None]):
     def show_event(self, event: ServerEvent) -> None:
         if event.kind == "ready":
             self.server_started_at = self.clock()
-        self.state = service.state_of(event)
+        if event.ctx is not None:
+            self.served_ctx = event.ctx
+        self.state = runstate.state_of(event)
         self.restarts = event.restarts
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])

@@ -1,4 +1,8 @@
-"""Decode, prefill and time to first token: the value now and the last minute's trend."""
+"""Decode, prefill and the engine's time to first token: the value now and the last minute's
+trend, then draft acceptance and how much of the prompts came from the cache.
+
+The time to first token is the engine's own (its prompt time per request): queueing and the
+network are not in it, so the row says "eng TTFT"."""
 
 from __future__ import annotations
 
@@ -17,12 +21,13 @@ SPARK_POINTS = 60
 
 class ThroughputPanel(Vertical):
     def compose(self) -> ComposeResult:
-        for key, title in (("decode", "decode"), ("prefill", "prefill"), ("ttft", "TTFT")):
+        for key, title in (("decode", "decode"), ("prefill", "prefill"), ("ttft", "eng TTFT")):
             with Horizontal(classes="metric-row"):
                 yield Label(title, classes="metric-name")
                 yield Readout("—", id=f"{key}-value", classes="metric-value")
                 yield Trend(id=f"{key}-spark")
         yield Readout("", id="spec-acceptance")
+        yield Readout("", id="prompt-cache")
 
     def show_rates(self, history: deque[Sample], latest: Sample | None) -> None:
         shown = latest or Sample(0, None, None, None, None, None, None, None, None, 0)
@@ -46,3 +51,7 @@ class ThroughputPanel(Vertical):
         acceptance.display = shown.spec_acceptance is not None
         if shown.spec_acceptance is not None:
             acceptance.show(f"draft acceptance {shown.spec_acceptance:.0%}")
+        cache = self.query_one("#prompt-cache", Readout)
+        cache.display = shown.cached_prompt_share is not None
+        if shown.cached_prompt_share is not None:
+            cache.show(f"prompt tokens from cache {shown.cached_prompt_share:.0%}")

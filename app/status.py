@@ -1,0 +1,237 @@
+"""`lucebox status`, `down` and `logs`: answered from the run-state file alone.
+
+A status bar or a script may ask every second, so these commands import nothing heavy (no
+HTTP client, no TUI, no GGUF reader): `lucebox` dispatches to :func:`main` here before it
+loads the rest of the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lucebox.app.servicecmd import describe
+from lucebox.engine import runstate, systemd
+from lucebox.engine.atomic import write_text_atomic
+from lucebox.engine.crashlog import write_crash_log
+from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, LuceboxError, UsageError
+from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.units import gib_text
+
+COMMANDS = ("status", "down", "logs")
+WATCH_POLL_S = 0.25
+"""How often --watch reads the state file; the server rewrites it once a second."""
+
+Handler = Callable[[argparse.Namespace, Paths], int]
+
+
+def _number(value: float | None, unit: str, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f} {unit}"
+
+
+def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
+    """Lines for people: the service, the state and model, and the latest rates."""
+    service = f"service: {describe(unit)}\n" if unit.installed else ""
+    if status.state == "stopped":
+        return f"{service}stopped: no lucebox server is running (`lucebox serve` starts one)"
+    head = (
+        f"{service}{status.state}: {status.model} at {status.url} (pid {status.pid}, "
+        f"up {status.uptime_s():.0f} s, {status.restarts} restarts)"
+    )
+    if status.webui_url:
+        head += f"\n  chat in a browser: {status.webui_url}"
+    sample = status.sample
+    if sample is None:
+        return head
+    parts = [
+        f"decode {_number(sample.decode_tokens_per_s, 'tok/s')}",
+        f"prefill {_number(sample.prefill_tokens_per_s, 'tok/s')}",
+        f"engine TTFT {_number(sample.ttft_s, 's', 2)}",
+        f"{sample.requests_finished_total} requests",
+    ]
+    if status.cache is not None and status.cache.cached_prompt_share is not None:
+        parts.append(f"prompt cached {status.cache.cached_prompt_share:.0%}")
+    if status.spec is not None and status.spec.acceptance is not None:
+        parts.append(f"draft accepted {status.spec.acceptance:.0%}")
+    if sample.vram_used_bytes is not None:
+        parts.append(f"VRAM {gib_text(sample.vram_used_bytes, 2)}")
+    return f"{head}\n  " + ", ".join(parts) + f" (last {sample.window_s:.0f} s)"
+
+
+def prometheus_text(status: runstate.Status) -> str:
+    """The status as a Prometheus textfile (node_exporter's textfile collector reads it)."""
+    sample, cache, spec = status.sample, status.cache, status.spec
+    series: list[tuple[str, str, str, float | int | None]] = [
+        ("up", "gauge", "1 while lucebox serves a ready engine", int(status.state == "ready")),
+        ("restarts_total", "counter", "engine restarts of this server", status.restarts),
+        (
+            "decode_tokens_per_second",
+            "gauge",
+            "per-request decode rate, token-weighted over the sample window",
+            sample.decode_tokens_per_s if sample else None,
+        ),
+        (
+            "prefill_tokens_per_second",
+            "gauge",
+            "per-request prompt rate, token-weighted over the sample window",
+            sample.prefill_tokens_per_s if sample else None,
+        ),
+        (
+            "engine_ttft_seconds",
+            "gauge",
+            "engine-side time to first token (queueing and network excluded)",
+            sample.ttft_s if sample else None,
+        ),
+        (
+            "requests_finished_total",
+            "counter",
+            "requests the engine finished",
+            sample.requests_finished_total if sample else None,
+        ),
+        (
+            "vram_used_bytes",
+            "gauge",
+            "GPU memory the engine holds",
+            sample.vram_used_bytes if sample else None,
+        ),
+        (
+            "cached_prompt_share",
+            "gauge",
+            "share of prompt tokens taken from the cache",
+            cache.cached_prompt_share if cache else None,
+        ),
+        (
+            "full_reprocess_events_total",
+            "counter",
+            "whole prompts re-processed for lack of cache data",
+            cache.full_reprocess_events if cache else None,
+        ),
+        (
+            "spec_acceptance",
+            "gauge",
+            "share of draft tokens accepted",
+            spec.acceptance if spec else None,
+        ),
+    ]
+    lines = []
+    for name, kind, help_text, value in series:
+        if value is not None:
+            lines += [
+                f"# HELP lucebox_{name} {help_text}",
+                f"# TYPE lucebox_{name} {kind}",
+                f"lucebox_{name} {value}",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def _show(status: runstate.Status, args: argparse.Namespace) -> None:
+    # The textfile first: whoever reads the line may look at the file next.
+    if args.prometheus is not None:
+        try:
+            write_text_atomic(args.prometheus, prometheus_text(status), durable=False)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write {args.prometheus}: {exc.strerror or exc}",
+                hint="give a writable path for --prometheus",
+            ) from exc
+    unit = systemd.service_status()
+    if args.json:
+        document = {**status.to_json(), "service": unit.to_json()}
+        # One line per sample while watching (NDJSON), an indented document otherwise.
+        print(json.dumps(document, indent=None if args.watch else 2), flush=True)
+    else:
+        print(status_line(status, unit), flush=True)
+
+
+def _sample_key(status: runstate.Status) -> tuple[object, ...]:
+    """What makes a new line while watching: a new sample, or a change of state."""
+    return (status.state, status.pid, status.sample.at_s if status.sample else None)
+
+
+def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
+    status = runstate.current_status(paths)
+    _show(status, args)
+    if not args.watch:
+        return EXIT_OK
+    shown = _sample_key(status)
+    try:
+        while True:
+            time.sleep(WATCH_POLL_S)
+            status = runstate.current_status(paths)
+            if (key := _sample_key(status)) != shown:
+                shown = key
+                _show(status, args)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace, paths: Paths) -> int:
+    pid = runstate.stop_server(paths)
+    print("no lucebox server was running" if pid is None else f"stopped lucebox (pid {pid})")
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
+    log = runstate.engine_log(paths)
+    if not log.exists():
+        raise UsageError(
+            f"no engine log yet at {log}", hint="start the server with `lucebox serve`"
+        )
+    with log.open(encoding="utf-8", errors="replace") as handle:
+        sys.stdout.write(handle.read())
+        sys.stdout.flush()
+        while args.follow:
+            line = handle.readline()
+            if line:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            else:
+                time.sleep(0.25)
+    return EXIT_OK
+
+
+def add_commands(command: Callable[[str, str, Handler], argparse.ArgumentParser]) -> None:
+    """Register status, down and logs through the command line's ``command`` helper."""
+    status = command("status", "state of the running server and its latest sample", cmd_status)
+    status.add_argument("--json", action="store_true", help="print the result as JSON")
+    status.add_argument(
+        "--watch", action="store_true", help="print a line per sample (NDJSON with --json)"
+    )
+    status.add_argument(
+        "--prometheus", type=Path, metavar="FILE", help="also write a Prometheus textfile"
+    )
+    command("down", "stop the running server", cmd_down)
+    logs = command("logs", "show the server log", cmd_logs)
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run one of :data:`COMMANDS` without loading the rest of the command line."""
+    parser = argparse.ArgumentParser(prog="lucebox")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help_text: str, handler: Handler) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(
+            name, help=help_text, description=help_text
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    add_commands(command)
+    args = parser.parse_args(argv)
+    paths: Paths | None = None
+    try:
+        paths = resolve_paths()
+        handler: Handler = args.handler
+        return handler(args, paths)
+    except LuceboxError as exc:
+        print(f"lucebox: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        log = write_crash_log(paths, exc)
+        print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
+        return EXIT_FAILURE

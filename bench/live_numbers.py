@@ -1,0 +1,239 @@
+"""Benchmark: do the live numbers match the engine's own?
+
+Serves SmolLM2-135M-Instruct the way `lucebox serve` does (its `prepare`, supervisor, run and
+sampler) with the built CPU engine from the test cache (registered in a temporary
+LUCEBOX_HOME), runs three shapes of steady load, and
+compares what `lucebox status --json` reports with the `timings` the engine put in each reply:
+
+1. short: back-to-back chat requests with short replies;
+2. long: back-to-back requests with long replies (their progress shows while they run);
+3. two at once: two clients back to back on two slots.
+
+`lucebox serve` plans one slot on a CPU today, so the bench asks the engine for two
+(the plan's `parallel`); nothing else differs from `lucebox serve --model SMOL --ctx 4096`.
+Per shape it prints the engine's decode and prefill rates token-weighted over the shape
+(decode steps over decode time, the engine's own rule), the sampler's, the difference, the
+requests each side counted, and the median of the 10 s window rate `status` showed during it.
+
+    .venv/bin/python -m bench.live_numbers [--short 24] [--long 4] [--long-tokens 256] [--pairs 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lucebox.engine import registry, service
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.runstate import ServeLock, ServerRun
+from tests.ports import free_port
+from tests.realmodels import engine_home, smol_model
+
+TOPICS = ("the sea", "a lamp", "bread", "rain", "a bicycle", "tea", "a cat", "winter")
+
+
+def chat(url: str, topic: str, max_tokens: int) -> dict[str, Any]:
+    # A fresh connection per call: the engine may drop a kept-alive one after a reply.
+    reply = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": f"Write about {topic}."}],
+            "max_tokens": max_tokens,
+            "temperature": 0.7,
+        },
+        timeout=600,
+    )
+    reply.raise_for_status()
+    timings: dict[str, Any] = reply.json()["timings"]
+    return timings
+
+
+def status() -> dict[str, Any]:
+    """`lucebox status --json`, as a script would ask for it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lucebox.app.entry", "status", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+class Watch:
+    """`lucebox status --watch --json` in the background: every sample it prints."""
+
+    def __init__(self) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "lucebox.app.entry", "status", "--watch", "--json"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.reader = threading.Thread(target=self._read)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            sample = json.loads(line).get("sample")
+            if sample:
+                self.samples.append(sample)
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        self.reader.join()
+
+
+class Server:
+    """`lucebox serve`'s steps in a thread of this process, with two slots."""
+
+    def __init__(self, port: int) -> None:
+        self.paths = resolve_paths()
+        self.lock = ServeLock(self.paths)
+        options = service.ServeOptions(model=str(smol_model()), ctx=4096, port=port)
+        prepared = service.prepare(self.paths, options, lambda event: None)
+        plan = dataclasses.replace(prepared.plan, parallel=2)
+        launch = dataclasses.replace(
+            prepared.launch, plan=plan, spec=dataclasses.replace(prepared.spec, plan=plan)
+        )
+        self.prepared = dataclasses.replace(prepared, launch=launch)
+        self.loop = asyncio.new_event_loop()
+        self.run: ServerRun | None = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._serve(),))
+        self.thread.start()
+
+    async def _serve(self) -> None:
+        supervisor = service.new_supervisor(self.paths, self.prepared)
+        self.run = service.server_run(self.paths, self.prepared, supervisor)
+        async for item in self.run.events():
+            if getattr(item, "kind", None) == "ready":
+                self.ready.set()
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.loop.call_soon_threadsafe(self.run.stop)
+        self.thread.join(timeout=60)
+        self.lock.release()
+
+
+def settled(before: dict[str, Any], replies: int, timeout_s: float = 30) -> dict[str, Any]:
+    """The status once the sampler has seen every reply finish (it samples once a second)."""
+    deadline = time.monotonic() + timeout_s
+    want = before["sample"]["requests_finished_total"] + replies
+    while True:
+        now = status()
+        if now["sample"]["requests_finished_total"] >= want or time.monotonic() > deadline:
+            return now
+        time.sleep(0.5)
+
+
+def engine_rates(timings: list[dict[str, Any]]) -> tuple[float, float]:
+    steps = sum(t["predicted_n"] - 1 for t in timings)
+    decode_s = sum(t["predicted_ms"] for t in timings) / 1000
+    prompt = sum(t["prompt_n"] for t in timings)
+    prompt_s = sum(t["prompt_ms"] for t in timings) / 1000
+    return steps / decode_s, prompt / prompt_s
+
+
+def shape(name: str, load: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]:
+    before = status()
+    watch = Watch()
+    timings = load()
+    after = settled(before, len(timings))
+    watch.close()
+    b, a = before["sample"], after["sample"]
+    sampled_decode = (a["decode_tokens_total"] - b["decode_tokens_total"]) / (
+        a["decode_seconds_total"] - b["decode_seconds_total"]
+    )
+    sampled_prefill = (a["prefill_tokens_total"] - b["prefill_tokens_total"]) / (
+        a["prefill_seconds_total"] - b["prefill_seconds_total"]
+    )
+    engine_decode, engine_prefill = engine_rates(timings)
+    shown = [s["decode_tokens_per_s"] for s in watch.samples if s["decode_tokens_per_s"]]
+    return {
+        "shape": name,
+        "requests_engine": len(timings),
+        "requests_sampled": a["requests_finished_total"] - b["requests_finished_total"],
+        "decode_tok_s_engine": round(engine_decode, 2),
+        "decode_tok_s_sampled": round(sampled_decode, 2),
+        "decode_error_percent": round(100 * (sampled_decode / engine_decode - 1), 3),
+        "prefill_tok_s_engine": round(engine_prefill, 2),
+        "prefill_tok_s_sampled": round(sampled_prefill, 2),
+        "prefill_error_percent": round(100 * (sampled_prefill / engine_prefill - 1), 3),
+        "window_decode_tok_s_median_shown": round(statistics.median(shown), 2) if shown else None,
+        "per_reply_decode_tok_s_median": round(
+            statistics.median(t["predicted_per_second"] for t in timings), 2
+        ),
+        "samples_shown": len(watch.samples),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--short", type=int, default=24, help="short replies, back to back")
+    parser.add_argument("--long", type=int, default=4, help="long replies, back to back")
+    parser.add_argument("--long-tokens", type=int, default=256, help="tokens of a long reply")
+    parser.add_argument("--pairs", type=int, default=8, help="requests per client, two at once")
+    args = parser.parse_args()
+    # A home of its own, with the test cache's built engine registered in place: the bench
+    # does not hold the lock of the home the slow tests serve from.
+    home = Path(tempfile.mkdtemp(prefix="lucebox-live-bench-"))
+    os.environ["LUCEBOX_HOME"] = str(home)
+    (server_path,) = (engine_home() / "data" / "engines").glob("*/bin/llama-server")
+    registry.add_engine(resolve_paths(), server_path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = Server(port)
+    try:
+        if not server.ready.wait(timeout=600):
+            raise SystemExit("the server did not become ready")
+        while status()["sample"] is None:
+            time.sleep(0.5)
+
+        def back_to_back(count: int, max_tokens: int) -> list[dict[str, Any]]:
+            return [chat(url, TOPICS[i % len(TOPICS)], max_tokens) for i in range(count)]
+
+        def two_at_once() -> list[dict[str, Any]]:
+            replies: list[dict[str, Any]] = []
+            clients = [
+                threading.Thread(target=lambda: replies.extend(back_to_back(args.pairs, 48)))
+                for _ in range(2)
+            ]
+            for client in clients:
+                client.start()
+            for client in clients:
+                client.join()
+            return replies
+
+        results = [
+            shape("short replies", lambda: back_to_back(args.short, 16)),
+            shape("long replies", lambda: back_to_back(args.long, args.long_tokens)),
+            shape("two at once", two_at_once),
+        ]
+        final = status()
+    finally:
+        server.stop()
+    shutil.rmtree(home, ignore_errors=True)
+    print(json.dumps({"shapes": results, "cache": final["cache"], "spec": final["spec"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""What the sampler reports: frozen values that the state file, the CLI and the TUI share.
+
+Kept apart from the sampler itself so that `lucebox status` reads them without importing the
+HTTP client the sampler needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
+
+WINDOW_S = 10.0
+"""Rates are token-weighted over the requests that finished (or progressed) this long ago."""
+
+_Value = TypeVar("_Value", "Sample", "SpecStatus", "CacheStatus")
+
+
+def _from_json(kind: type[_Value], data: Any) -> _Value | None:
+    """``kind`` from its ``to_json`` form; None when ``data`` is not one (an older file)."""
+    if not isinstance(data, dict):
+        return None
+    known = {f.name for f in fields(kind)}
+    try:
+        return kind(**{key: value for key, value in data.items() if key in known})
+    except TypeError:
+        return None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample of the serving engine.
+
+    Rates are per request as the engine reports them in its per-task timing lines, weighted by
+    tokens over the last ``window_s`` seconds (finished requests, plus the progress of requests
+    still running); the ``last_*`` fields are those of the last finished request alone.
+    """
+
+    at_s: float
+    decode_tokens_per_s: float | None
+    prefill_tokens_per_s: float | None
+    ttft_s: float | None
+    """Engine-side time to first token: the prompt time the engine reports per request, from
+    its slot taking the task to the first token (queueing and the network are not in it); the
+    mean over the requests finished in the window."""
+    spec_acceptance: float | None
+    vram_used_bytes: int | None
+    gpu_util_percent: int | None
+    engine_cpu_percent: float | None
+    engine_rss_bytes: int | None
+    requests_finished: int
+    """Requests finished since the previous sample (each counted once, from the engine's log)."""
+    slots_busy: int | None = None
+    slots_total: int | None = None
+    gpu_temperature_c: int | None = None
+    gpu_power_w: float | None = None
+    window_s: float = WINDOW_S
+    last_decode_tokens_per_s: float | None = None
+    last_prefill_tokens_per_s: float | None = None
+    last_ttft_s: float | None = None
+    requests_finished_total: int = 0
+    """Requests finished since the sampler started."""
+    decode_tokens_total: int = 0
+    """Decode steps of those requests (the engine's own count: the first token is free)."""
+    decode_seconds_total: float = 0.0
+    prefill_tokens_total: int = 0
+    """Prompt tokens those requests processed (cached ones excluded)."""
+    prefill_seconds_total: float = 0.0
+    prompt_tokens_total: int | None = None
+    """The engine's /metrics counters since it started: prompt tokens processed ..."""
+    cached_prompt_tokens_total: int | None = None
+    """... prompt tokens reused from its cache ..."""
+    generated_tokens_total: int | None = None
+    """... and tokens generated."""
+    cached_prompt_share: float | None = None
+    """Cached / (cached + processed) prompt tokens of the requests finished in the window (the
+    last window's while none finishes)."""
+    draft_tokens_total: int | None = None
+    """The engine's speculation counters since it started: tokens drafted ..."""
+    accepted_tokens_total: int | None = None
+    """... and drafted tokens the target accepted."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Sample | None:
+        return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class SpecStatus:
+    """Speculative decoding as planned and as the engine really runs it."""
+
+    type: str
+    active: bool | None
+    """Whether the engine runs it (its /slots say so); None until the engine has answered."""
+    reason: str
+    acceptance: float | None
+    """Accepted / drafted tokens since the engine started (its spec_decode counters)."""
+    accepted_per_step: float | None
+    """Draft tokens accepted per verification step."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> SpecStatus | None:
+        return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    """How much of the prompts the engine took from its cache instead of computing them."""
+
+    cached_prompt_share: float | None
+    """Cached / (cached + processed) prompt tokens of the requests finished in the window (the
+    last window's while none finishes); None before the first."""
+    full_reprocess_events: int
+    """Times the engine logged that it re-processed a whole prompt for lack of cache data."""
+    last_cached_tokens: int | None = None
+    """Prompt tokens the last finished request took from the cache."""
+    last_prompt_tokens: int | None = None
+    """Prompt tokens the last finished request processed."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> CacheStatus | None:
+        return _from_json(cls, data)

@@ -1,0 +1,94 @@
+"""Warm prompts across restarts: the engine's slot saved on every planned stop, restored on the
+next start of the same launch.
+
+An agent's 30K-token prompt takes minutes to process again on a home card; a restored slot
+answers its next call from the cache. The engine saves and restores through its ``/slots``
+actions into ``--slot-save-path``; lucebox writes beside each file what it was saved with,
+and restores only when the new launch serves the same model file at the same context and
+KV types (anything else would be refused by the engine, or worse, be wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lucebox.engine.atomic import write_text_atomic
+
+SLOT_ID = 0
+"""The agent profile serves one slot."""
+SAVE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class SlotKey:
+    """What a saved slot is valid for."""
+
+    alias: str
+    model_path: str
+    ctx: int
+    cache_type_k: str
+    cache_type_v: str
+
+    @property
+    def file_name(self) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]", "_", self.alias) + ".slot"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _meta_path(folder: Path, key: SlotKey) -> Path:
+    return folder / f"{key.file_name}.json"
+
+
+async def save_slot(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], folder: Path, key: SlotKey
+) -> int | None:
+    """Ask the engine to save its slot; returns the tokens saved, or None when it could not."""
+    try:
+        reply = await client.post(
+            f"{url}/slots/{SLOT_ID}",
+            params={"action": "save"},
+            json={"filename": key.file_name},
+            headers=headers,
+            timeout=SAVE_TIMEOUT_S,
+        )
+    except httpx.HTTPError:
+        return None
+    if reply.status_code != 200:
+        return None
+    write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
+    saved = reply.json().get("n_saved")
+    return int(saved) if isinstance(saved, int) else None
+
+
+async def restore_slot(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], folder: Path, key: SlotKey
+) -> int | None:
+    """Restore the slot saved for this same launch; returns the tokens restored, or None."""
+    try:
+        saved_for = json.loads(_meta_path(folder, key).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if saved_for != key.to_json() or not (folder / key.file_name).is_file():
+        return None
+    try:
+        reply = await client.post(
+            f"{url}/slots/{SLOT_ID}",
+            params={"action": "restore"},
+            json={"filename": key.file_name},
+            headers=headers,
+            timeout=SAVE_TIMEOUT_S,
+        )
+    except httpx.HTTPError:
+        return None
+    if reply.status_code != 200:
+        return None
+    restored = reply.json().get("n_restored")
+    return int(restored) if isinstance(restored, int) else None

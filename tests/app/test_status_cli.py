@@ -1,0 +1,97 @@
+"""`lucebox status` from the run-state file: cheap to ask, and `--watch` streams a line per sample.
+
+The server side of the state file is :func:`runstate.write_status`, the function a running
+server writes it with; this test process stands in as the live server (its pid is alive).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+from lucebox.engine import runstate
+from lucebox.engine.paths import resolve_paths
+from tests.engine.test_runstate import a_sample, serving
+
+HEAVY = ("asyncio", "httpx", "psutil", "textual", "rich", "gguf", "huggingface_hub", "numpy")
+
+
+def lucebox(*args: str) -> list[str]:
+    """The `lucebox` console script's entry, as a subprocess."""
+    return [sys.executable, "-m", "lucebox.app.entry", *args]
+
+
+def test_status_json_reads_the_state_file_without_heavy_imports():
+    paths = resolve_paths()
+    runstate.write_status(paths, serving(os.getpid(), a_sample()))
+    code = (
+        "import sys\n"
+        "from lucebox.app.entry import main\n"
+        "code = main(['status', '--json'])\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "[]"
+    document = json.loads(done.stdout)
+    assert (document["state"], document["model"], document["ctx"]) == ("ready", "smoke", 4096)
+    assert document["sample"]["decode_tokens_per_s"] == 88.5
+    assert document["cache"]["cached_prompt_share"] == 0.4
+
+
+def test_status_watch_json_streams_one_line_per_sample(tmp_path):
+    paths = resolve_paths()
+    status = serving(os.getpid(), a_sample(at_s=1.0, decode=50.0))
+    runstate.write_status(paths, status)
+    textfile = tmp_path / "lucebox.prom"
+    watch = subprocess.Popen(
+        lucebox("status", "--watch", "--json", "--prometheus", str(textfile)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert watch.stdout is not None
+    try:
+        first = json.loads(watch.stdout.readline())
+        assert first["sample"]["decode_tokens_per_s"] == 50.0
+        # The same sample rewritten (a state change elsewhere in the file) makes no new line.
+        runstate.write_status(paths, replace(status, restarts=2))
+        time.sleep(0.6)
+        runstate.write_status(paths, replace(status, sample=a_sample(at_s=2.0, decode=60.0)))
+        second = json.loads(watch.stdout.readline())
+        assert second["sample"]["decode_tokens_per_s"] == 60.0
+        assert "lucebox_decode_tokens_per_second 60.0" in textfile.read_text()
+        runstate.state_file(paths).unlink()
+        third = json.loads(watch.stdout.readline())
+        assert third["state"] == "stopped"
+        assert "lucebox_up 0" in textfile.read_text()
+    finally:
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(timeout=10) == 0
+        watch.stdout.close()
+        assert watch.stderr is not None
+        assert watch.stderr.read() == ""
+        watch.stderr.close()
+
+
+def test_status_for_people_and_a_bad_textfile_path(tmp_path):
+    done = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert done.stdout.startswith("stopped: no lucebox server is running")
+    runstate.write_status(resolve_paths(), serving(os.getpid(), a_sample()))
+    done = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
+    assert done.stdout.startswith("ready: smoke at http://127.0.0.1:8080")
+    assert "decode 88.5 tok/s" in done.stdout and "prompt cached 40%" in done.stdout
+    missing = tmp_path / "nowhere" / "lucebox.prom"
+    done = subprocess.run(
+        lucebox("status", "--prometheus", str(missing)), capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(f"lucebox: cannot write {missing}")
+    assert "Traceback" not in done.stderr

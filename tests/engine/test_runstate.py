@@ -1,0 +1,111 @@
+"""Run state: the state file and its typed status, the one-server lock, stopping a server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from lucebox.engine import runstate
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.sample import CacheStatus, Sample, SpecStatus
+
+
+def a_sample(at_s: float = 1700000000.0, decode: float | None = 88.5) -> Sample:
+    return Sample(at_s, decode, 240.0, 0.05, 0.8, None, None, 12.0, 2**28, 1)
+
+
+def serving(pid: int, sample: Sample | None = None) -> runstate.Status:
+    return runstate.Status(
+        "ready",
+        pid=pid,
+        url="http://127.0.0.1:8080",
+        model="smoke",
+        started_at=1700000000.0,
+        restarts=1,
+        engine_pid=pid,
+        ctx=4096,
+        sample=sample,
+        spec=SpecStatus("draft-simple", True, "as planned", 0.9, 2.7),
+        cache=CacheStatus(0.4, 0, 24, 12),
+    )
+
+
+def test_status_json_keeps_the_design_keys():
+    document = serving(os.getpid(), a_sample()).to_json(now_s=1700000010.0)
+    assert {"state", "pid", "url", "model", "uptime_s", "restarts", "sample", "spec", "cache"} <= (
+        document.keys()
+    )
+    assert document["uptime_s"] == 10.0
+    assert {
+        "decode_tokens_per_s",
+        "prefill_tokens_per_s",
+        "ttft_s",
+        "spec_acceptance",
+        "vram_used_bytes",
+        "gpu_util_percent",
+    } <= document["sample"].keys()
+    assert document["spec"] == {
+        "type": "draft-simple",
+        "active": True,
+        "reason": "as planned",
+        "acceptance": 0.9,
+        "accepted_per_step": 2.7,
+    }
+    assert {"cached_prompt_share", "full_reprocess_events"} <= document["cache"].keys()
+    stopped = runstate.STOPPED.to_json()
+    assert (stopped["state"], stopped["pid"], stopped["sample"], stopped["spec"]) == (
+        "stopped",
+        None,
+        None,
+        None,
+    )
+
+
+def test_state_file_round_trip_and_a_dead_server_reads_as_stopped(tmp_path):
+    paths = resolve_paths()
+    status = serving(os.getpid(), a_sample())
+    runstate.write_status(paths, status)
+    assert runstate.read_status(paths) == status
+    assert runstate.current_status(paths) == status
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    runstate.write_status(paths, serving(int(done.stdout)))
+    assert runstate.current_status(paths) is runstate.STOPPED
+    runstate.state_file(paths).write_text('{"state": "ready", "pid": ')
+    assert runstate.current_status(paths) is runstate.STOPPED
+    runstate.state_file(paths).write_text(json.dumps({"state": "dancing", "pid": os.getpid()}))
+    assert runstate.current_status(paths) is runstate.STOPPED
+
+
+def test_a_second_server_is_refused_by_name():
+    paths = resolve_paths()
+    lock = runstate.ServeLock(paths)
+    try:
+        runstate.write_status(paths, serving(os.getpid()))
+        with pytest.raises(runstate.AlreadyServingError, match="already serves smoke at http"):
+            runstate.ServeLock(paths)
+    finally:
+        lock.release()
+    runstate.ServeLock(paths).release()
+
+
+def test_stop_server_stops_the_recorded_process():
+    paths = resolve_paths()
+    assert runstate.stop_server(paths) is None
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # This test is the parent: reap the child as soon as it ends, as init would.
+    reaper = threading.Thread(target=server.wait)
+    reaper.start()
+    runstate.write_status(paths, serving(server.pid))
+    assert runstate.stop_server(paths, timeout_s=10) == server.pid
+    reaper.join(timeout=5)
+    assert server.returncode == -15
