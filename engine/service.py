@@ -32,11 +32,13 @@ from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.build import BuildEvent, choose_options
 from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.paths import Paths
+from lucebox.engine.peers import Peer
 from lucebox.engine.plan import Plan
 from lucebox.engine.planning import LaunchPlan
 from lucebox.engine.planning import ServeOptions as ServeOptions
 from lucebox.engine.registry import EngineManifest
 from lucebox.engine.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.sample import PeerStatus
 from lucebox.engine.slots import SlotKey
 from lucebox.engine.source import ensure_source
 from lucebox.engine.specguard import Decision, SpecGuard
@@ -69,6 +71,8 @@ class Prepared:
     settings: config.Settings
     gpu_index: int
     ready_timeout_s: float
+    peers: tuple[Peer, ...] = ()
+    """The RPC peers of the launch, as they answered before it."""
 
     @property
     def spec(self) -> LaunchSpec:
@@ -228,7 +232,7 @@ def prepare(
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
     gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
-    return Prepared(launch, settings, gpu_index, ready_timeout_s)
+    return Prepared(launch, settings, gpu_index, ready_timeout_s, found)
 
 
 def plan_summary(launch: LaunchPlan) -> str:
@@ -299,6 +303,9 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             spec.plan.ctx,
             spec.plan.cache_type_k,
             spec.plan.cache_type_v,
+        ),
+        peers=tuple(
+            PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),
     )
 
