@@ -132,7 +132,7 @@ def make_spec(
                 f"port {taken} on {host} is held by {holder}",
                 hint="stop it or choose another --port (the worker uses --port and the next one)",
             )
-    return WorkerSpec(str(server), host, port, gpu_index, str(paths.cache_dir / "rpc"))
+    return WorkerSpec(str(server), host, port, gpu_index, str(paths.cache_dir / "llama.cpp"))
 
 
 def published(spec: WorkerSpec, engine: EngineManifest) -> PeerInfo:

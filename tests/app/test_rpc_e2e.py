@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -109,10 +110,10 @@ def test_serve_across_two_workers_and_name_the_one_that_dies(home):
         argv = engine.cmdline()
         assert argv[argv.index("--rpc") + 1] == peers
         assert len(argv[argv.index("--tensor-split") + 1].split(",")) == 2
-        # Both workers hold layers: the engine connected to each RPC server.
+        # Both workers hold layers: the engine put a model buffer on each RPC device.
+        log = Path(status["log"]).read_text()
         for port in ports:
-            log = (home / "state" / "logs" / f"worker-{port}.log").read_text()
-            assert "Accepted client connection" in log, log
+            assert re.search(rf"RPC\d+\[127\.0\.0\.1:{port}\] model buffer size", log), log
         reply = httpx.post(
             f"http://127.0.0.1:{http_port}/v1/chat/completions",
             timeout=120,
