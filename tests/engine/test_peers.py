@@ -72,6 +72,10 @@ def test_split_planner_with_peers(cards, remote, preset):
     busiest = [n for n, f in zip(names, frees, strict=True) if f < 2 * GIB]
     assert all(shares[n] < 0.05 for n in busiest)  # a card full of other work gets little
     assert "spread over" in plan.reasons["split"]
+    # Every layer offloaded: whole layer slots, n_layer + 1 with the output, as the engine
+    # deals them out (src/llama-model.cpp), so each device's total is what it will hold.
+    assert sum(plan.tensor_split) == launch.target.facts.n_layer + 1
+    assert all(share == int(share) for share in plan.tensor_split)
 
 
 def test_a_model_that_fits_one_gpu_still_uses_the_peers_asked_for():
