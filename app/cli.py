@@ -21,12 +21,14 @@ from lucebox.app import servicecmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.connect import add_connect_command
 from lucebox.app.handler import Handler, run_handler
+from lucebox.app.workercmd import add_worker_command
 from lucebox.engine import (
     build,
     config,
     doctor,
     gpu,
     guard,
+    peers,
     planning,
     registry,
     runstate,
@@ -82,6 +84,17 @@ def index_list(text: str) -> tuple[int, ...]:
 def mib_list(text: str) -> tuple[int, ...]:
     """``24576,24576`` -> one positive MiB size per card."""
     return tuple(positive_int(item.strip()) for item in text.split(","))
+
+
+def peer_list(text: str) -> tuple[str, ...]:
+    """``h1:50052,h2:50052`` -> the peer addresses, each HOST:PORT."""
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    for item in items:
+        try:
+            peers.split_address(item)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.message}: {exc.hint}") from None
+    return items
 
 
 def port_number(text: str) -> int:
@@ -181,6 +194,7 @@ def _serve_options(args: argparse.Namespace) -> planning.ServeOptions:
         gpus=getattr(args, "gpus", None),
         allow_base=getattr(args, "allow_base", False),
         vram_mib=getattr(args, "vram_mib", None),
+        rpc=getattr(args, "rpc", None),
     )
 
 
@@ -302,8 +316,10 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     probe = gpu.probe_gpus()
     options = _serve_options(args)
     resolved = planning.resolve(options, settings)
-    budget = planning.budget_for(probe, resolved.gpus, args.vram_mib)
+    found = peers.ask_peers(resolved.rpc)
+    budget = planning.budget_for(probe, resolved.gpus, args.vram_mib, peers.peer_devices(found))
     engine = planning.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
+    peers.check_builds(found, engine.version)
     table = planning.preset_table(paths, options, settings, budget, engine)
     plans, best = table.plans, table.best
     if args.json:
@@ -702,6 +718,12 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
         metavar="N[,N...]",
         help="plan for cards with N MiB free each (one number per card)",
     )
+    parser.add_argument(
+        "--rpc",
+        type=peer_list,
+        metavar="HOST:PORT[,...]",
+        help="`lucebox worker` peers whose devices join the split (setting rpc.peers)",
+    )
 
 
 def _add_serve_options(parser: argparse.ArgumentParser) -> None:
@@ -767,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--vram-mib", type=mib_list, metavar="N[,N...]", help="plan for cards of N MiB each"
     )
     presets.add_argument("--gpus", type=index_list, metavar="0,1", help="GPUs to plan for")
+    presets.add_argument("--rpc", type=peer_list, metavar="HOST:PORT[,...]", help="peers to add")
 
     plan = command(
         "plan",
@@ -890,6 +913,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
     add_bench_commands(bench_cmds, command, positive_int)
     add_connect_command(commands, command)
+    add_worker_command(commands, command, port_number)
     return parser
 
 

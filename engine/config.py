@@ -18,8 +18,9 @@ from typing import Any
 import tomli_w
 
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.errors import ConfigError, PathsError
+from lucebox.engine.errors import ConfigError, PathsError, UsageError
 from lucebox.engine.paths import Paths
+from lucebox.engine.peers import split_address
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Settings:
     """A download connection that sends nothing for this long is dropped and resumed."""
     download_backoff_max_s: float = 60.0
     """Longest wait between download attempts (the waits double from 1 s up to this)."""
+    rpc_peers: tuple[str, ...] = ()
+    """``host:port`` of `lucebox worker` peers whose devices join the split."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -66,9 +69,12 @@ KEYS: dict[str, str] = {
     "download.max_idle_attempts": "download_max_idle_attempts",
     "download.stall_s": "download_stall_s",
     "download.backoff_max_s": "download_backoff_max_s",
+    "rpc.peers": "rpc_peers",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
+_STRING_LISTS = {"rpc_peers"}
+"""Tuple fields of strings; every other tuple holds non-negative integers."""
 LEGACY_KEYS = {"gpu.index": "gpu.indices"}
 """Keys earlier versions wrote: read as their replacement, and rewritten on the next load."""
 
@@ -104,6 +110,13 @@ def _check_value(path: Path, key: str, value: object) -> object:
     kind = _FIELD_TYPES[field]
     if kind is float and type(value) is int:
         value = float(value)  # `stall_s = 30` is a number too
+    if field in _STRING_LISTS:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(
+                f"{path}: key '{key}' should be a list of strings, found {value!r}",
+                hint=f'write it as {key} = ["host:50052"], or run `lucebox config set {key} ...`',
+            )
+        return tuple(value)
     if kind is tuple:
         if not isinstance(value, list) or not all(
             type(item) is int and item >= 0 for item in value
@@ -197,6 +210,14 @@ def parse_value(key: str, raw: str) -> Any:
     if field is None:
         raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")
     kind = _FIELD_TYPES[field]
+    if field in _STRING_LISTS:
+        items = tuple(item.strip() for item in raw.split(",") if item.strip())
+        for item in items:
+            try:
+                split_address(item)
+            except UsageError as exc:
+                raise ConfigError(f"key '{key}': {exc.message}", hint=exc.hint) from exc
+        return items
     if kind is tuple:
         try:
             indices = tuple(int(item) for item in raw.split(",") if item.strip())

@@ -52,9 +52,10 @@ def check_gpu(probe: GpuProbe) -> list[Check]:
     checks = []
     for gpu in probe.gpus:
         others = sum(p.used_bytes or 0 for p in gpu.processes)
+        load = "not available" if gpu.utilization_percent is None else f"{gpu.utilization_percent}%"
         detail = (
             f"GPU {gpu.index}: {gpu.name}, {gib_text(gpu.vram_free_bytes)} free of "
-            f"{gib_text(gpu.vram_total_bytes)}, compute capability "
+            f"{gib_text(gpu.vram_total_bytes)}, load {load}, compute capability "
             f"{gpu.compute_capability or 'not available'}"
         )
         if gpu.processes:

@@ -20,7 +20,8 @@
     ├── PortInUseError           exit 1: another program holds the port (supervisor)
     ├── AlreadyServingError      exit 1: another lucebox server runs for this user (service)
     ├── CallError                exit 1: the server broke off a measured call (measure)
-    └── ServiceError             exit 1: systemd refused a step (systemd)
+    ├── ServiceError             exit 1: systemd refused a step (systemd)
+    └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (worker)
 
 A class defined in another module names it in brackets; tests/engine/test_errors.py keeps this
 drawing and the code in step. Every message names the thing that is wrong and what to do next;

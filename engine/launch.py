@@ -37,6 +37,8 @@ class LaunchSpec:
     """Folder the engine saves and restores slots in (``/slots`` actions)."""
     gpus: tuple[int, ...] = ()
     """NVML indices of the GPUs the engine may see (in that order), when it runs on GPUs."""
+    rpc: tuple[str, ...] = ()
+    """``host:port`` of the RPC peers; the engine puts their devices before its GPUs."""
     sampling: tuple[tuple[str, float], ...] = ()
 
 
@@ -77,6 +79,8 @@ def server_argv(spec: LaunchSpec) -> list[str]:
         "--metrics",
         *spec.plan.server_flags(),
     ]
+    if spec.rpc:
+        argv += ["--rpc", ",".join(spec.rpc)]
     if spec.api_key_file:
         argv += ["--api-key-file", spec.api_key_file]
     if spec.slot_save_path:

@@ -73,16 +73,20 @@ class ModelFacts:
 
 @dataclass(frozen=True)
 class DeviceBudget:
-    """One GPU of a budget: its NVML index, name and memory."""
+    """One device of a budget: a GPU (NVML index), or an RPC peer's device; name and memory."""
 
     index: int
     name: str
     vram_total_bytes: int
     vram_free_bytes: int
+    address: str = ""
+    """``host:port`` of the RPC peer offering this device; empty for a GPU of this PC."""
 
     @property
     def label(self) -> str:
-        """How plans name it: ``GPU 0: NVIDIA GeForce RTX 4090``, or a hypothetical card."""
+        """How plans name it: ``GPU 0: NVIDIA GeForce RTX 4090``, a peer, a hypothetical card."""
+        if self.address:
+            return f"peer {self.address}: {self.name}"
         return self.name if self.name.startswith("a ") else f"GPU {self.index}: {self.name}"
 
 
@@ -185,7 +189,8 @@ class Plan:
     device_bytes: tuple[tuple[str, int], ...] = ()
     """What the engine will use on each GPU (name, bytes); their sum is ``total``."""
     tensor_split: tuple[float, ...] = ()
-    """Share of the layers per GPU when the model is spread over several."""
+    """Share of the layers per device when the model is spread over several: whole layer
+    slots (n_layer + 1 with the output) when every layer is offloaded, else fractions."""
     main_gpu: int = 0
     """Position (among the GPUs the engine sees) of the one holding the output and scratch."""
 
@@ -420,6 +425,11 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
         need += compute_bytes(facts, ctx, kv_type) * request.budget.device_count
         if draft is not None:
             need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
+        if len(request.budget.devices) > 1:
+            # Each device takes whole layers: up to one layer (weights + KV) per device is
+            # lost to rounding when the layers are dealt out (``_slot_counts``).
+            layer = facts.layer_bytes + kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
+            need += len(request.budget.devices) * layer // max(facts.n_layer, 1)
         if need <= room:
             lo = mid
         else:
@@ -586,12 +596,12 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["kvflash_pool"] = (
         f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
     )
-    split, main_gpu, per_device = _split(budget, memory, reserve)
+    split, main_gpu, per_device = _split(budget, memory, target, n_gpu_layers, n_cpu_moe)
     if split:
         reasons["split"] = (
-            f"layers spread over {len(split)} GPUs in proportion to what each has free after "
-            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); GPU "
-            f"{budget.devices[main_gpu].index} holds the output and the compute buffer"
+            f"layers spread over {len(split)} devices in proportion to what each has free after "
+            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
+            f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
         )
     return Plan(
         fits=fits,
@@ -615,9 +625,9 @@ def make_plan(request: PlanRequest) -> Plan:
 
 
 def _split(
-    budget: GpuBudget, memory: MemoryBytes, reserve: int
+    budget: GpuBudget, memory: MemoryBytes, target: ModelFacts, n_gpu_layers: int, n_cpu_moe: int
 ) -> tuple[tuple[float, ...], int, tuple[tuple[str, int], ...]]:
-    """Layer shares per GPU in proportion to each one's room, and each GPU's total."""
+    """Layer shares per device in proportion to each one's room, and each device's total."""
     if len(budget.devices) < 2 or not budget.is_gpu:
         return (), 0, ((budget.device, memory.total),)
     count = len(budget.devices)
@@ -629,15 +639,80 @@ def _split(
         - per_device_fixed
         for d in budget.devices
     ]
-    total_room = max(sum(rooms), 1)
+    everything_offloaded = n_gpu_layers < 0 and not n_cpu_moe
+    holder = count - 1
+    if everything_offloaded:
+        # The engine puts the output matrix on the last device that gets layers: the last
+        # one with room for it; the devices after it get none.
+        output = memory.weights - min(target.layer_bytes, memory.weights)
+        holder = max((i for i, r in enumerate(rooms) if r >= output), default=count - 1)
+        rooms = [r if i < holder else r - output if i == holder else 0 for i, r in enumerate(rooms)]
+    total_room = max(sum(max(r, 0) for r in rooms), 1)
     shares = tuple(round(max(r, 0) / total_room, 3) for r in rooms)
-    spread = memory.weights + memory.kv + memory.draft
+    if everything_offloaded:
+        shares = _slot_counts(rooms, memory, target, holder)
+        spread = _by_layer(shares, memory, target)
+    else:
+        spread = [
+            int((memory.weights + memory.kv + memory.draft) * max(r, 0) / total_room) for r in rooms
+        ]
     per_device = tuple(
-        (d.label, per_device_fixed + int(spread * r / total_room))
-        for d, r in zip(budget.devices, rooms, strict=True)
+        (d.label, per_device_fixed + part) for d, part in zip(budget.devices, spread, strict=True)
     )
     main = max(range(count), key=lambda i: rooms[i])
     return shares, main, per_device
+
+
+def _slot_counts(
+    rooms: list[int], memory: MemoryBytes, target: ModelFacts, holder: int
+) -> tuple[float, ...]:
+    """Whole layers per device (``holder`` also gets the output slot), as --tensor-split.
+
+    Shares given as slot counts place exactly those layers (see ``_by_layer``): fractions
+    would round a layer onto a device that is already full.
+    """
+    n_layer = max(target.n_layer, 1)
+    per_layer = max((min(target.layer_bytes, memory.weights) + memory.kv) / n_layer, 1.0)
+    total_room = sum(max(r, 0) for r in rooms) or 1
+    quotas = [n_layer * max(r, 0) / total_room for r in rooms]
+    caps = [int(max(r, 0) // per_layer) for r in rooms]
+    counts = [min(int(q), c) for q, c in zip(quotas, caps, strict=True)]
+    while sum(counts) < n_layer:
+        spare = [i for i in range(holder + 1) if counts[i] < caps[i]] or list(range(holder + 1))
+        counts[max(spare, key=lambda i: quotas[i] - counts[i])] += 1
+    counts[holder] += 1
+    return tuple(float(c) for c in counts)
+
+
+def _by_layer(shares: tuple[float, ...], memory: MemoryBytes, target: ModelFacts) -> list[int]:
+    """Each device's weights and KV as the engine places them with every layer offloaded.
+
+    llama_model::load_tensors (src/llama-model.cpp of the pinned source) splits n_layer + 1
+    slots by the cumulative --tensor-split: layer ``il`` goes to the first device whose
+    cumulative share exceeds ``il / (n_layer + 1)``, and the output layer (the last slot) to
+    the device of slot ``n_layer``, so the last device also holds the output matrix.
+    """
+    n_layer = max(target.n_layer, 1)
+    whole = sum(shares) or 1.0
+    bounds, running = [], 0.0
+    for share in shares:
+        running += share
+        bounds.append(running / whole)
+
+    def device_of(slot: int) -> int:
+        above = (i for i, bound in enumerate(bounds) if bound > slot / (n_layer + 1))
+        return next(above, len(shares) - 1)
+
+    layers = [0] * len(shares)
+    for il in range(n_layer):
+        layers[device_of(il)] += 1
+    layer_weights = min(target.layer_bytes, memory.weights)
+    parts = [
+        (layer_weights * n + memory.kv * n) // n_layer + int(memory.draft * share / whole)
+        for n, share in zip(layers, shares, strict=True)
+    ]
+    parts[device_of(n_layer)] += memory.weights - layer_weights
+    return parts
 
 
 def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:

@@ -81,6 +81,8 @@ class ServeOptions:
     """Plan for cards with this much free memory instead of the GPUs that are here."""
     draft_max: int | None = None
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
+    rpc: tuple[str, ...] | None = None
+    """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options."""
@@ -95,6 +97,7 @@ class ServeOptions:
             ("--port", self.port),
             ("--gpus", ",".join(map(str, self.gpus)) if self.gpus is not None else None),
             ("--vram-mib", ",".join(map(str, self.vram_mib)) if self.vram_mib else None),
+            ("--rpc", ",".join(self.rpc) if self.rpc is not None else None),
         ]
         args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
         return [*args, "--allow-base"] if self.allow_base else args
@@ -112,6 +115,8 @@ class Resolved:
     port: int
     gpus: tuple[int, ...]
     """The GPUs asked for; empty: every NVIDIA GPU lucebox finds."""
+    rpc: tuple[str, ...]
+    """The RPC peers asked for, in the order the engine numbers their devices."""
     allow_base: bool
     api_key: str | None
 
@@ -131,6 +136,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         host=options.host or settings.host,
         port=options.port or settings.port,
         gpus=options.gpus if options.gpus is not None else settings.gpu_indices,
+        rpc=options.rpc if options.rpc is not None else settings.rpc_peers,
         allow_base=options.allow_base or settings.allow_base,
         api_key=settings.api_key or None,
     )
@@ -140,16 +146,25 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
 
 
 def budget_for(
-    probe: GpuProbe, gpus: tuple[int, ...] = (), vram_mib: tuple[int, ...] | None = None
+    probe: GpuProbe,
+    gpus: tuple[int, ...] = (),
+    vram_mib: tuple[int, ...] | None = None,
+    peers: tuple[DeviceBudget, ...] = (),
 ) -> GpuBudget:
-    """The memory a plan may use: hypothetical cards (--vram-mib), the GPUs, or the RAM."""
+    """The memory a plan may use: RPC peers' devices (first: see below) and hypothetical
+    cards (--vram-mib), the GPUs, or the RAM.
+
+    The engine's device list is the RPC devices first, in --rpc order, then this PC's GPUs
+    (llama_model_load in src/llama.cpp of the pinned source: "add RPC servers at the front of
+    the list"); --tensor-split and --main-gpu index that list, so the budget keeps its order.
+    """
     host_total = psutil.virtual_memory().total
     if vram_mib:
         cards = tuple(
             DeviceBudget(i, f"a {mib} MiB card", mib * MIB, mib * MIB)
             for i, mib in enumerate(vram_mib)
         )
-        return pool_of(cards, host_total)
+        return pool_of(peers + cards, host_total)
     known = {gpu.index: gpu for gpu in probe.gpus}
     missing = [i for i in gpus if i not in known]
     if missing:
@@ -163,7 +178,10 @@ def budget_for(
         devices = tuple(
             DeviceBudget(g.index, g.name, g.vram_total_bytes, g.vram_free_bytes) for g in chosen
         )
-        return pool_of(devices, host_total)
+        return pool_of(peers + devices, host_total)
+    if peers:
+        # No GPU here: the layers go to the peers, the CPU keeps the token embeddings.
+        return pool_of(peers, host_total)
     memory = psutil.virtual_memory()
     return GpuBudget(
         "CPU (no NVIDIA GPU): system RAM", memory.total, memory.available, is_gpu=False
@@ -527,6 +545,7 @@ def plan_launch(
     ``preset`` is the model set already chosen (None with --model); ``ctx_cap`` bounds the
     context after an out-of-memory start. With several GPUs, a model that serves well on one
     of them runs there alone (a split costs speed); otherwise it is spread over all of them.
+    Peers asked for with --rpc are always used: the user asked for the split.
     """
 
     def plan_on(devices: GpuBudget) -> LaunchPlan:
@@ -536,7 +555,7 @@ def plan_launch(
         )  # fmt: skip
 
     pooled = plan_on(budget)
-    if len(budget.devices) < 2:
+    if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
     wanted = min(pooled.resolved.ctx or ENOUGH_CTX, pooled.target.facts.native_ctx)
     for device in sorted(budget.devices, key=lambda d: -d.vram_free_bytes):
@@ -641,7 +660,8 @@ def _plan_on_budget(
         ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
         slot_save_path=str(slots_dir(paths)) if resolved.cache == "agent" else None,
-        gpus=tuple(d.index for d in budget.devices) if budget.is_gpu and budget.devices else (),
+        gpus=tuple(d.index for d in budget.devices if not d.address) if budget.is_gpu else (),
+        rpc=tuple(d.address for d in budget.devices if d.address),
     )
     return LaunchPlan(
         title=preset.title if preset else target.facts.name,

@@ -18,16 +18,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, get_args
+from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.errors import LuceboxError
 from lucebox.engine.paths import Paths
-from lucebox.engine.sample import CacheStatus, Sample, SpecStatus
+from lucebox.engine.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 
 if TYPE_CHECKING:
     import asyncio
 
+    from lucebox.engine.gpu import NvmlProvider
     from lucebox.engine.launch import LaunchSpec
     from lucebox.engine.metrics import EngineLog
     from lucebox.engine.slots import SlotKey
@@ -39,6 +40,7 @@ LOCK_NAME = "serve.lock"
 STOP_TIMEOUT_S = 45.0
 """A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
 
+_Item = TypeVar("_Item", GpuStatus, PeerStatus)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
 
 
@@ -76,6 +78,8 @@ class Status:
     cache: CacheStatus | None = None
     webui_url: str | None = None
     """Where the engine's own chat page is, when the engine serves one."""
+    gpus: tuple[GpuStatus, ...] = ()
+    peers: tuple[PeerStatus, ...] = ()
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -97,6 +101,8 @@ class Status:
             "ctx": self.ctx,
             "log": self.log,
             "webui_url": self.webui_url,
+            "gpus": [g.to_json() for g in self.gpus],
+            "peers": [p.to_json() for p in self.peers],
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -132,7 +138,14 @@ class Status:
             spec=SpecStatus.from_json(data.get("spec")),
             cache=CacheStatus.from_json(data.get("cache")),
             webui_url=text("webui_url"),
+            gpus=_items(GpuStatus.from_json, data.get("gpus")),
+            peers=_items(PeerStatus.from_json, data.get("peers")),
         )
+
+
+def _items(read: Callable[[Any], _Item | None], data: Any) -> tuple[_Item, ...]:
+    found = [read(item) for item in data] if isinstance(data, list) else []
+    return tuple(item for item in found if item is not None)
 
 
 STOPPED = Status("stopped")
@@ -303,6 +316,7 @@ class ServerRun:
         spec_asked: bool = False,
         on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec | None] | None = None,
         slot_key: SlotKey | None = None,
+        peers: tuple[PeerStatus, ...] = (),
     ) -> None:
         from lucebox.engine.launch import url_of
 
@@ -332,6 +346,7 @@ class ServerRun:
                 log=str(engine_log(paths)),
                 spec=planned_spec(supervisor.spec.spec_type, spec_reason),
                 webui_url=webui_url,
+                peers=peers,
             )
         )
         self._sampling: asyncio.Task[None] | None = None
@@ -472,12 +487,25 @@ class ServerRun:
             restarts=event.restarts,
             engine_pid=event.pid,
             ctx=self.supervisor.spec.plan.ctx,
+            peers=self._peers_after(event),
         )
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
             await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
+
+    def _peers_after(self, event: ServerEvent) -> tuple[PeerStatus, ...]:
+        """The peers' state: lost when the engine exited and its RPC server does not answer."""
+        from lucebox.engine.supervisor import down_peers
+
+        peers = self._run.status.peers
+        if event.kind == "ready":
+            return tuple(replace(p, state="up") for p in peers)
+        if event.kind != "exited" or not peers:
+            return peers
+        down = set(down_peers(tuple(p.address for p in peers)))
+        return tuple(replace(p, state="lost" if p.address in down else "up") for p in peers)
 
     async def _sample(
         self, engine_pid: int, queue: asyncio.Queue[ServerEvent | Sample | None]
@@ -511,6 +539,7 @@ class ServerRun:
                 self._run.sample = with_last_rates(self._run.sample, sample)
                 self._run.status = replace(
                     self._run.status,
+                    gpus=gpu_statuses(nvml) if nvml is not None else (),
                     sample=self._run.sample,
                     spec=self._spec_off or self._guarded(sampler.spec_status()),
                     cache=sampler.cache_status(),
@@ -520,3 +549,21 @@ class ServerRun:
             if nvml is not None:
                 with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):
                     nvml.shutdown()
+
+
+def gpu_statuses(nvml: NvmlProvider) -> tuple[GpuStatus, ...]:
+    """Every NVIDIA GPU's memory and load now (a split engine uses several)."""
+    from lucebox.engine.gpu import NvmlNotSupportedError
+
+    found = []
+    for index in range(nvml.device_count()):
+        try:
+            total, _, used = nvml.memory_bytes(index)
+        except NvmlNotSupportedError:
+            continue
+        try:
+            util: int | None = nvml.utilization_percent(index)
+        except NvmlNotSupportedError:
+            util = None
+        found.append(GpuStatus(index, used, total, util))
+    return tuple(found)

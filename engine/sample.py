@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 WINDOW_S = 10.0
 """Rates are token-weighted over the requests that finished (or progressed) this long ago."""
 
-_Value = TypeVar("_Value", "Sample", "SpecStatus", "CacheStatus")
+_Value = TypeVar("_Value", "Sample", "SpecStatus", "CacheStatus", "GpuStatus", "PeerStatus")
 
 
 def _from_json(kind: type[_Value], data: Any) -> _Value | None:
@@ -127,4 +127,39 @@ class CacheStatus:
 
     @classmethod
     def from_json(cls, data: Any) -> CacheStatus | None:
+        return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class GpuStatus:
+    """One NVIDIA GPU of this PC, as the sampler last read it."""
+
+    index: int
+    vram_used_bytes: int
+    vram_total_bytes: int
+    util_percent: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> GpuStatus | None:
+        return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class PeerStatus:
+    """One RPC peer of the launch: what it published at start, and whether it still answers."""
+
+    address: str
+    build: str
+    free_bytes: int
+    state: str
+    """up, or lost (its RPC server stopped answering)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PeerStatus | None:
         return _from_json(cls, data)

@@ -17,16 +17,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lucebox.engine import config, gpu, guard, planning, registry, store, toolchain, units, webui
+from lucebox.engine import (
+    config,
+    gpu,
+    guard,
+    peers,
+    planning,
+    registry,
+    store,
+    toolchain,
+    units,
+    webui,
+)
 from lucebox.engine.apikey import ensure_api_key_file
 from lucebox.engine.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.paths import Paths
+from lucebox.engine.peers import Peer
 from lucebox.engine.plan import Plan
 from lucebox.engine.planning import LaunchPlan
 from lucebox.engine.planning import ServeOptions as ServeOptions
 from lucebox.engine.registry import EngineManifest
 from lucebox.engine.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.sample import PeerStatus
 from lucebox.engine.slots import SlotKey
 from lucebox.engine.source import ensure_source
 from lucebox.engine.specguard import Decision, SpecGuard
@@ -67,6 +80,8 @@ class Prepared:
     settings: config.Settings
     gpu_index: int
     ready_timeout_s: float
+    peers: tuple[Peer, ...] = ()
+    """The RPC peers of the launch, as they answered before it."""
 
     @property
     def spec(self) -> LaunchSpec:
@@ -195,7 +210,8 @@ def prepare(
     resolved = planning.resolve(options, settings)
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     probe = gpu.probe_gpus()
-    budget = planning.budget_for(probe, resolved.gpus, options.vram_mib)
+    found = peers.ask_peers(resolved.rpc)
+    budget = planning.budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
@@ -219,6 +235,7 @@ def prepare(
             _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, probe, settings.engine, emit)
         paths.ensure(planning.slots_dir(paths))  # the engine refuses a save path that is missing
+    peers.check_builds(found, planning.EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planning.plan_launch(
         paths,
@@ -251,7 +268,7 @@ def prepare(
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
     gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
-    return Prepared(launch, settings, gpu_index, ready_timeout_s)
+    return Prepared(launch, settings, gpu_index, ready_timeout_s, found)
 
 
 def plan_summary(launch: LaunchPlan) -> str:
@@ -327,6 +344,9 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             spec.plan.ctx,
             spec.plan.cache_type_k,
             spec.plan.cache_type_v,
+        ),
+        peers=tuple(
+            PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),
     )
 

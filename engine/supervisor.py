@@ -77,7 +77,8 @@ class ServerEvent:
     message: str
     pid: int | None = None
     diagnosis: str | None = None
-    """A stable code: oom, truncated, unknown-arch, bad-flag, port-in-use, model-load."""
+    """A stable code: oom, truncated, unknown-arch, bad-flag, port-in-use, model-load,
+    rpc-peer."""
     restarts: int = 0
     ctx: int | None = None
     """The context this engine serves (a re-plan after running out of memory changes it)."""
@@ -87,13 +88,50 @@ class PortInUseError(LuceboxError):
     """The port is held by another program."""
 
 
-def diagnose(lines: list[str]) -> tuple[str | None, str]:
-    """The most specific known cause in the engine's last lines, and a sentence for it."""
+# The engine's RPC client (ggml/src/ggml-rpc/ggml-rpc.cpp of the pinned source) aborts with
+# these: a peer gone while serving (RPC_STATUS_ASSERT, no address in the line) and a peer
+# not answering at start (GGML_ABORT with the endpoint).
+_RPC_LOST = r"Remote RPC server crashed or returned malformed response"
+_RPC_UNREACHABLE = r"Failed to connect to (\S+)|RPC handshake failed for (\S+)"
+
+
+def diagnose(lines: list[str], down_peers: tuple[str, ...] = ()) -> tuple[str | None, str]:
+    """The most specific known cause in the engine's last lines, and a sentence for it.
+
+    ``down_peers`` are the RPC peers that did not answer after the exit: the engine's own
+    line for a peer lost mid-serve does not say which one it was.
+    """
     text = "\n".join(lines)
+    unreachable = re.search(_RPC_UNREACHABLE, text)
+    if unreachable:
+        peer = unreachable.group(1) or unreachable.group(2)
+        return "rpc-peer", (
+            f"the RPC peer {peer} does not answer: start `lucebox worker` there, "
+            "or serve without it (--rpc / rpc.peers)"
+        )
+    if re.search(_RPC_LOST, text):
+        which = ", ".join(down_peers) if down_peers else "one of the RPC peers"
+        return "rpc-peer", (
+            f"lost the RPC peer {which} while serving (its worker stopped or the network "
+            "dropped): start `lucebox worker` there again, or serve without it"
+        )
     for code, pattern, sentence in _DIAGNOSES:
         if re.search(pattern, text, re.IGNORECASE):
             return code, sentence
     return None, "the engine exited; see the log"
+
+
+def down_peers(addresses: tuple[str, ...]) -> tuple[str, ...]:
+    """The RPC peers whose server does not accept a connection now."""
+    down = []
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                pass
+        except (OSError, ValueError):
+            down.append(address)
+    return tuple(down)
 
 
 def port_holder(host: str, port: int) -> str | None:
@@ -114,7 +152,7 @@ def port_holder(host: str, port: int) -> str | None:
     return "another program"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # The engine gets SIGKILL when lucebox dies, even by SIGKILL: no orphaned GPU holder.
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
@@ -233,7 +271,7 @@ class Supervisor:
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
                 self.process = process
                 assert process.stdout is not None
@@ -283,7 +321,7 @@ class Supervisor:
                 if process.returncode is None:  # never became ready in time
                     await self._terminate(process)
                 await pump
-                code, sentence = diagnose(list(self.ring)[-60:])
+                code, sentence = diagnose(list(self.ring)[-60:], down_peers(self.spec.rpc))
                 yield ServerEvent(
                     "exited",
                     f"engine exited ({process.returncode}): {sentence}",

@@ -31,6 +31,13 @@ def test_set_then_load_round_trips(paths):
     assert "[server]" in text and "port = 8081" in text
 
 
+def test_rpc_peers_round_trip(paths):
+    config.set_setting(paths, "rpc.peers", "10.0.0.2:50052, [::1]:50060")
+    loaded = config.load_settings(paths)
+    assert loaded.rpc_peers == ("10.0.0.2:50052", "[::1]:50060")
+    assert "[rpc]" in paths.config_file.read_text()
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
@@ -39,6 +46,7 @@ def test_set_then_load_round_trips(paths):
         ("colour = 'blue'\n", "unknown key 'colour'"),
         ("[model]\nallow_base = 1\n", "key 'model.allow_base' should be a true/false"),
         ("[gpu]\nindex = -1\n", "must not be negative"),
+        ("[rpc]\npeers = [50052]\n", "key 'rpc.peers' should be a list of strings"),
     ],
 )
 def test_bad_values_name_file_key_and_type(paths, text, fragment):
@@ -99,6 +107,7 @@ def test_config_dir_that_is_a_file(paths):
         ("server.port", "x", "integer"),
         ("model.allow_base", "maybe", "true or false"),
         ("nope", "1", "unknown key"),
+        ("rpc.peers", "10.0.0.2", "is not a peer address"),
     ],
 )
 def test_parse_value_rejects_bad_input(key, raw, fragment):

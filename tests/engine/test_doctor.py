@@ -40,6 +40,14 @@ def test_other_app_holding_6_gib_is_reported():
     assert "580.159.04" in driver_line.detail and "13.0" in driver_line.detail
 
 
+def test_every_gpu_is_listed_with_free_memory_and_load():
+    probe = probe_gpus(FakeNvml(gpus=[FakeGpu(), FakeGpu(name="NVIDIA RTX A4000")]))
+    first, second = check_gpu(probe)[:2]
+    assert first.name == "gpu0" and second.name == "gpu1"
+    assert "NVIDIA RTX A4000" in second.detail and "free of" in second.detail
+    assert "load 7%" in first.detail and "load 7%" in second.detail
+
+
 def test_busy_and_mig_cards_warn():
     busy = probe_gpus(FakeNvml(gpus=[FakeGpu(processes=[(99999, 16 * GIB)])]))
     assert check_gpu(busy)[0].verdict == "warn"

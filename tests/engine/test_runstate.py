@@ -12,7 +12,7 @@ import pytest
 
 from lucebox.engine import runstate
 from lucebox.engine.paths import resolve_paths
-from lucebox.engine.sample import CacheStatus, Sample, SpecStatus
+from lucebox.engine.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 
 
 def a_sample(at_s: float = 1700000000.0, decode: float | None = 88.5) -> Sample:
@@ -32,6 +32,8 @@ def serving(pid: int, sample: Sample | None = None) -> runstate.Status:
         sample=sample,
         spec=SpecStatus("draft-simple", True, "as planned", 0.9, 2.7),
         cache=CacheStatus(0.4, 0, 24, 12),
+        gpus=(GpuStatus(0, 2**33, 2**34, 40), GpuStatus(1, 2**32, 2**34, None)),
+        peers=(PeerStatus("10.0.0.2:50052", "0.6.0-dev (build 11434)", 2**34, "up"),),
     )
 
 
@@ -57,6 +59,20 @@ def test_status_json_keeps_the_design_keys():
         "accepted_per_step": 2.7,
     }
     assert {"cached_prompt_share", "full_reprocess_events"} <= document["cache"].keys()
+    assert document["gpus"][0] == {
+        "index": 0,
+        "vram_used_bytes": 2**33,
+        "vram_total_bytes": 2**34,
+        "util_percent": 40,
+    }
+    assert document["peers"] == [
+        {
+            "address": "10.0.0.2:50052",
+            "build": "0.6.0-dev (build 11434)",
+            "free_bytes": 2**34,
+            "state": "up",
+        }
+    ]
     stopped = runstate.STOPPED.to_json()
     assert (stopped["state"], stopped["pid"], stopped["sample"], stopped["spec"]) == (
         "stopped",
@@ -127,3 +143,17 @@ def test_a_state_file_left_by_a_killed_lucebox_is_not_trusted():
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_every_gpu_is_read_for_status():
+    from .fake_nvml import FakeGpu, FakeNvml
+
+    nvml = FakeNvml(
+        gpus=[
+            FakeGpu(used_bytes=2**30),
+            FakeGpu(used_bytes=2**31, unsupported=frozenset({"utilization_percent"})),
+        ]
+    )
+    found = runstate.gpu_statuses(nvml)
+    assert [(g.index, g.vram_used_bytes) for g in found] == [(0, 2**30), (1, 2**31)]
+    assert found[1].util_percent is None

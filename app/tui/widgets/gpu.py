@@ -48,7 +48,24 @@ def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
     bar.append(f"\nplan {to_gib(memory.total):.2f} of {gib_text(prepared.vram_free_bytes)}")
     if used_bytes is not None:
         bar.append(f" · uses {to_gib(used_bytes):.2f}")
-    return bar
+    return bar + device_bars(prepared, width)
+
+
+def device_bars(prepared: Prepared, width: int) -> Text:
+    """One bar per device of a split plan (GPUs and RPC peers): its share against its room."""
+    devices = prepared.launch.budget.devices
+    shares = prepared.plan.device_bytes
+    bars = Text()
+    if len(shares) < 2 or len(devices) != len(shares):
+        return bars
+    for device, (name, planned) in zip(devices, shares, strict=True):
+        room = max(device.vram_free_bytes, planned, 1)
+        cells = round(width * planned / room)
+        bars.append(f"\n{name}\n")
+        bars.append("█" * cells, style="#5f87d7")
+        bars.append("█" * (width - cells), style="#303030")
+        bars.append(f"\n{to_gib(planned):.2f} of {gib_text(device.vram_free_bytes)}")
+    return bars
 
 
 class GpuPanel(Vertical):

@@ -1,0 +1,50 @@
+"""``lucebox worker``: the CLI over :mod:`lucebox.engine.worker`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from lucebox.engine import config, gpu, registry, worker
+from lucebox.engine.launch import is_loopback
+from lucebox.engine.paths import Paths
+from lucebox.engine.peers import DEFAULT_RPC_PORT
+
+
+def cmd_worker(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    probe = gpu.probe_gpus()
+    engine = registry.select_engine(paths, probe, settings.engine).engine
+    spec = worker.make_spec(
+        paths, engine, probe, host=args.host, port=args.port, gpu_index=args.gpu,
+        allow_lan=args.allow_lan,
+    )  # fmt: skip
+    assert engine is not None
+    if not is_loopback(args.host):
+        print(f"lucebox: warning: {worker.RISK.format(host=args.host, port=args.port)}",
+              file=sys.stderr)  # fmt: skip
+    log = paths.ensure(paths.logs_dir) / f"worker-{args.port}.log"
+    return worker.run_worker(spec, engine, log, lambda line: print(line, flush=True))
+
+
+def add_worker_command(
+    commands: Any, command: Callable[..., argparse.ArgumentParser], port_number: Any
+) -> None:
+    sub = command(
+        "worker",
+        "lend this PC's GPU (or CPU) to another lucebox: the engine's RPC server",
+        cmd_worker,
+        commands,
+    )
+    sub.add_argument(
+        "--port", type=port_number, default=DEFAULT_RPC_PORT, metavar="P",
+        help=f"RPC port (default {DEFAULT_RPC_PORT}); the info endpoint is on the next one",
+    )  # fmt: skip
+    sub.add_argument("--host", default="127.0.0.1", metavar="H", help="address to bind")
+    sub.add_argument("--gpu", type=int, metavar="N", help="the GPU to offer (NVML index)")
+    sub.add_argument(
+        "--allow-lan", action="store_true",
+        help="bind beyond loopback anyway (the RPC server has no authentication)",
+    )  # fmt: skip
