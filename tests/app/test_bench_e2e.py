@@ -105,7 +105,7 @@ def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engi
     engine_pids = [
         int(pid)
         for log in logs
-        for pid in re.findall(r"engine started \(pid (\d+)\)", log.read_text())
+        for pid in re.findall(r"engine started \(pid (\d+)", log.read_text())
     ]
     assert len(engine_pids) == 2 and not any(alive(pid) for pid in engine_pids)
     assert [p.name for p in slots.iterdir()] == ["users.slot"]
