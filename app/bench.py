@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lucebox.engine import config, runstate, service
+from lucebox.engine.apikey import client_api_key
 from lucebox.engine.compare import ServeConfig, Served, parse_compare, run_configs
 from lucebox.engine.errors import EXIT_OK, UsageError
 from lucebox.engine.measure import CallSample
@@ -50,7 +51,7 @@ def _measure(
             "--preset, --model and --ctx choose what --compare serves",
             hint="without --compare the bench measures the running server as it is",
         )
-    api_key = config.load_settings(paths).api_key or None
+    api_key = client_api_key(paths, config.load_settings(paths).api_key)
     url = getattr(args, "url", None)
     model = None
     if url is None:
@@ -80,6 +81,7 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
     def workload(served: Served) -> dict[str, CallSample]:
         return run_quick(
             served,
+            max_tokens=args.n_gen,
             on_sample=lambda name, s: _note(
                 f"{served.config.name} {name}: {_fmt(s.decode_tok_s, '.1f')} tok/s"
             ),
@@ -254,5 +256,8 @@ def add_bench_commands(
         "a fixed prompt set: TTFT, prefill and decode tok/s, speculative acceptance",
         cmd_bench_quick,
         bench_cmds,
+    )
+    quick.add_argument(
+        "--n-gen", type=count, metavar="N", help="cap every reply at N tokens (a smoke run)"
     )
     _add_compare_options(quick, "spec", count)

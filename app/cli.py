@@ -20,6 +20,7 @@ from typing import Any
 from lucebox.app import servicecmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.connect import add_connect_command
+from lucebox.app.handler import Handler, run_handler
 from lucebox.app.workercmd import add_worker_command
 from lucebox.engine import (
     build,
@@ -38,20 +39,17 @@ from lucebox.engine import (
     toolchain,
     units,
 )
-from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.errors import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_REFUSED,
+    CancelledByUserError,
     GuardRefusal,
-    LuceboxError,
-    NotAvailableError,
     UsageError,
 )
-from lucebox.engine.paths import Paths, resolve_paths
-from lucebox.engine.units import gib_text, rate_text
-
-Handler = Callable[[argparse.Namespace, Paths], int]
+from lucebox.engine.paths import Paths
+from lucebox.engine.transfer import TransferProgress, progress_parts
+from lucebox.engine.units import gib_text
 
 
 def positive_int(text: str) -> int:
@@ -108,18 +106,6 @@ def port_number(text: str) -> int:
 
 def print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
-
-
-def not_available(what: str, lands_with: str) -> Handler:
-    """Handler for a command whose capability has not landed: says so and exits 1."""
-
-    def handler(args: argparse.Namespace, paths: Paths) -> int:
-        raise NotAvailableError(
-            f"`lucebox {what}` is not available in this version yet",
-            hint=f"it comes with {lands_with}",
-        )
-
-    return handler
 
 
 # --- doctor -----------------------------------------------------------------------------------
@@ -280,20 +266,27 @@ def _print_launch_plan(launch_plan: planning.LaunchPlan) -> None:
 
 def step_printer() -> Callable[[service.StepEvent], None]:
     """Pipeline events as log lines; a running download or build prints every 5%."""
-    printed_twentieths: dict[str, int] = {}
+    printed_marks: dict[str, tuple[str, int]] = {}
 
     def emit(event: service.StepEvent) -> None:
         line = f"{event.step}: {event.message}"
         if event.fraction is not None:
-            twentieth = int(event.fraction * 20)
-            if printed_twentieths.get(event.message) == twentieth:
+            waiting = event.waiting_s is not None
+            # A wait for a retry is printed once per attempt, progress once per 5%.
+            mark = ("waiting", event.attempt or 0) if waiting else ("at", int(event.fraction * 20))
+            if printed_marks.get(event.message) == mark:
                 return
-            printed_twentieths[event.message] = twentieth
+            printed_marks[event.message] = mark
             line += f": {event.fraction:.0%}"
-            if event.rate_bytes_per_s is not None:
-                line += f" at {rate_text(event.rate_bytes_per_s)}"
-            if event.eta_s is not None:
-                line += f", {event.eta_s:.0f} s left"
+            if event.attempt is not None:
+                parts = progress_parts(
+                    event.rate_bytes_per_s,
+                    event.eta_s,
+                    attempt=event.attempt,
+                    waiting_s=event.waiting_s,
+                    retry_reason=event.retry_reason,
+                )
+                line += ", " + ", ".join(parts)
         print(f"lucebox: {line}", flush=True)
 
     return emit
@@ -437,7 +430,7 @@ def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
         record = store.pull_model(paths, args.source, on_progress=progress)
     except KeyboardInterrupt:
         print(file=sys.stderr)
-        raise store.StoreError(
+        raise CancelledByUserError(
             "download interrupted; the partial file is kept (*.part) in the store",
             hint=f"run `lucebox models pull {args.source}` again to resume",
         ) from None
@@ -493,19 +486,32 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
 
 
 class StderrProgress:
-    """Progress on stderr: one rewritten line on a terminal, a line per 10% otherwise."""
+    """Progress on stderr: one rewritten line on a terminal, a line per 10% otherwise.
+
+    A change of ``state`` (a download starting to wait for a retry, say) is always shown; on a
+    terminal a line with a state is redrawn at every update, so its countdown moves.
+    """
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.tty = sys.stderr.isatty()
         self.last_percent = -1
+        self.last_state = ""
 
-    def update(self, percent: int | None, detail: str = "") -> None:
-        if percent is None or percent == self.last_percent:
+    def update(self, percent: int | None, detail: str = "", *, state: str = "") -> None:
+        if percent is None:
             return
-        if not self.tty and percent // 10 == self.last_percent // 10 and percent < 100:
+        changed = state != self.last_state
+        if percent == self.last_percent and not changed and not (self.tty and state):
             return
-        self.last_percent = percent
+        if (
+            not self.tty
+            and not changed
+            and percent // 10 == self.last_percent // 10
+            and percent < 100
+        ):
+            return
+        self.last_percent, self.last_state = percent, state
         bar = "#" * (percent // 5) + "." * (20 - percent // 5)
         text = f"{self.label} [{bar}] {percent:3d}% {detail}"
         if self.tty:
@@ -513,19 +519,37 @@ class StderrProgress:
         else:
             print(text, file=sys.stderr, flush=True)
 
+    def note(self, text: str) -> None:
+        """A line of its own, between progress lines."""
+        if self.tty and self.last_percent >= 0:
+            print(file=sys.stderr)
+        self.last_percent = -1
+        print(f"{self.label}: {text}", file=sys.stderr, flush=True)
+
     def done(self) -> None:
         if self.tty and self.last_percent >= 0:
             print(file=sys.stderr)
 
 
-def _transfer_progress(label: str) -> Callable[[Any], None]:
+def _transfer_progress(label: str) -> Callable[[TransferProgress], None]:
     bar = StderrProgress(label)
 
-    def report(event: Any) -> None:
+    def report(event: TransferProgress) -> None:
+        if event.waiting_for_pid is not None:
+            bar.note(f"waiting for pid {event.waiting_for_pid} (fetching {event.name})")
+            return
         fraction = event.fraction
-        if fraction is not None:
-            eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
-            bar.update(int(fraction * 100), f"{rate_text(event.rate_bytes_per_s)}{eta}")
+        detail = ", ".join(
+            progress_parts(
+                event.rate_bytes_per_s,
+                event.eta_s,
+                attempt=event.attempt,
+                waiting_s=event.waiting_s,
+                retry_reason=event.retry_reason,
+            )
+        )
+        state = f"waiting {event.attempt}" if event.waiting_s is not None else ""
+        bar.update(int(fraction * 100) if fraction is not None else None, detail, state=state)
 
     return report
 
@@ -560,19 +584,27 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     print(f"engine build: {choice.reason}", file=sys.stderr)
     src = source.ensure_source(paths, on_progress=_transfer_progress("engine source"))
     bar = StderrProgress("engine build")
+    toolkit_bar = StderrProgress("CUDA toolkit")
     started_s = time.monotonic()
+    compile_started_s: list[float] = []  # the estimate leaves out the toolkit download
 
     def on_event(event: build.BuildEvent) -> None:
+        if event.stage == "toolkit":
+            toolkit_bar.update(event.percent, event.line)
+            return
+        compile_started_s[:] = compile_started_s or [time.monotonic()]
         if event.stage == "configure" and bar.last_percent < 0:
             bar.update(0, "configuring")
         elif event.percent is not None:
-            bar.update(event.percent)
+            left_s = build.estimate_left_s(time.monotonic() - compile_started_s[0], event.percent)
+            bar.update(event.percent, f"about {left_s / 60:.0f} min left" if left_s else "")
 
     try:
         manifest, cached = registry.build_and_install(
             paths, src, choice.options, jobs=args.jobs, on_event=on_event
         )
     finally:
+        toolkit_bar.done()
         bar.done()
     elapsed_s = time.monotonic() - started_s
     how = "already built" if cached else f"built in {elapsed_s:.0f} s"
@@ -610,6 +642,8 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        if engine.toolkit:
+            print(f"    built with: {engine.toolkit}")
         print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
@@ -899,23 +933,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    paths: Paths | None = None
-    try:
-        paths = resolve_paths()
-        handler: Handler = args.handler
-        return handler(args, paths)
-    except LuceboxError as exc:
-        print(f"lucebox: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("lucebox: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        log = write_crash_log(paths, exc)
-        print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
-        return EXIT_FAILURE
+    return run_handler(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

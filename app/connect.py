@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine import config, runstate
+from lucebox.engine.apikey import client_api_key
 from lucebox.engine.connect import CLIENTS, Endpoint, setup_for, write_setup
 from lucebox.engine.errors import EXIT_OK, UsageError
 from lucebox.engine.launch import url_of_address
@@ -19,7 +20,7 @@ from lucebox.engine.paths import Paths
 def endpoint_of(paths: Paths) -> Endpoint:
     """The running server's URL and model, else the configured address and preset."""
     settings = config.load_settings(paths)
-    api_key = settings.api_key or None
+    api_key = client_api_key(paths, settings.api_key)
     status = runstate.current_status(paths)
     if status.state != "stopped" and status.url is not None and status.model is not None:
         return Endpoint(status.url, status.model, api_key)

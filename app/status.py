@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from lucebox.app.handler import Handler, run_handler
 from lucebox.app.servicecmd import describe
 from lucebox.engine import runstate, systemd
 from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.crashlog import write_crash_log
-from lucebox.engine.errors import EXIT_FAILURE, EXIT_OK, LuceboxError, UsageError
-from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.errors import EXIT_OK, UsageError
+from lucebox.engine.paths import Paths
 from lucebox.engine.units import gib_text
 
 COMMANDS = ("status", "down", "logs")
 WATCH_POLL_S = 0.25
 """How often --watch reads the state file; the server rewrites it once a second."""
-
-Handler = Callable[[argparse.Namespace, Paths], int]
 
 
 def _number(value: float | None, unit: str, digits: int = 1) -> str:
@@ -158,6 +157,9 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
     if not args.watch:
         return EXIT_OK
     shown = _sample_key(status)
+    # A status bar or a service manager ends the watch with SIGTERM (SIGINT may be ignored in
+    # a background job): both end it quietly.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while True:
             time.sleep(WATCH_POLL_S)
@@ -222,16 +224,4 @@ def main(argv: Sequence[str]) -> int:
         return sub
 
     add_commands(command)
-    args = parser.parse_args(argv)
-    paths: Paths | None = None
-    try:
-        paths = resolve_paths()
-        handler: Handler = args.handler
-        return handler(args, paths)
-    except LuceboxError as exc:
-        print(f"lucebox: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:
-        log = write_crash_log(paths, exc)
-        print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
-        return EXIT_FAILURE
+    return run_handler(parser.parse_args(argv))

@@ -70,3 +70,8 @@ def ensure_api_key_file(paths: Paths, wanted_key: str = "") -> tuple[Path, str, 
             hint="check the config folder's permissions or point LUCEBOX_HOME elsewhere",
         ) from exc
     return path, key, created
+
+
+def client_api_key(paths: Paths, settings_key: str) -> str | None:
+    """The key a client of this server sends: ``server.api_key`` if set, else the key file's."""
+    return settings_key or read_api_key(api_key_path(paths))

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from lucebox.engine import toolchain
+from lucebox.engine import toolchain, toolkit
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
@@ -44,6 +44,8 @@ class BuildOptions:
     backend: Backend
     cuda_archs: tuple[str, ...] = ()
     build_type: str = "Release"
+    toolkit: str = ""
+    """The CUDA toolkit that builds it ("system CUDA 13.0", "PyPI CUDA 13.0 (pin ...)")."""
     webui: bool = True
     """Build the engine's web UI from source with npm (never fails the engine build)."""
 
@@ -58,7 +60,7 @@ class BuildChoice:
 class BuildEvent:
     """Progress of a build: stage, percent of the cmake build (None while unknown), one line."""
 
-    stage: Literal["wait", "configure", "build", "install", "cached"]
+    stage: Literal["wait", "toolkit", "configure", "build", "install", "cached"]
     percent: int | None
     line: str
 
@@ -90,54 +92,55 @@ def choose_options(
     *,
     want: Backend | None = None,
     archs: tuple[str, ...] = (),
+    host: str | None = None,
 ) -> BuildChoice:
-    """CUDA when nvcc and an NVIDIA GPU are present (or asked for), else CPU; say why."""
+    """CUDA whenever there is an NVIDIA GPU (or it is asked for), else CPU; say why.
+
+    A machine with an NVIDIA GPU never silently gets a CPU engine: when no toolkit can build
+    for it, :class:`toolkit.ToolkitRefusal` says what is needed (``--cpu`` builds anyway).
+    """
     gpu_archs = tuple(dict.fromkeys(g.cuda_arch for g in probe.gpus if g.cuda_arch))
     if want == "cpu":
         return BuildChoice(BuildOptions("cpu"), "--cpu asked for a CPU-only engine")
-    if want == "cuda" or (want is None and probe.has_gpu and cuda.tool.found):
-        if not cuda.tool.found:
-            raise UsageError(
-                "--cuda needs the CUDA toolkit, but nvcc was not found",
-                hint="install the CUDA toolkit, or build with --cpu",
-            )
-        chosen = archs or gpu_archs
-        if not chosen:
-            raise UsageError(
-                "no NVIDIA GPU was found to pick a CUDA architecture for",
-                hint="name it with --arch, e.g. --arch 86 for an RTX 3090",
-            )
-        unsupported = [a for a in chosen if cuda.archs and a.rstrip("af") not in cuda.archs]
-        if unsupported:
-            raise UsageError(
-                f"nvcc {cuda.tool.version} cannot build for arch {', '.join(unsupported)}",
-                hint="install a newer CUDA toolkit (see `nvcc --list-gpu-arch`)",
-            )
-        why = "from --arch" if archs else "from the GPU's compute capability"
-        return BuildChoice(
-            BuildOptions("cuda", chosen),
-            f"CUDA for arch {', '.join(chosen)} ({why}), nvcc {cuda.tool.version}",
-        )
-    if not probe.has_gpu:
+    if want is None and not probe.has_gpu:
         return BuildChoice(BuildOptions("cpu"), "CPU: no NVIDIA GPU found")
+    chosen = archs or gpu_archs
+    if not chosen:
+        raise UsageError(
+            "no NVIDIA GPU was found to pick a CUDA architecture for",
+            hint="name it with --arch, e.g. --arch 86 for an RTX 3090",
+        )
+    kit = toolkit.choose_toolkit(
+        probe, cuda, chosen, host=toolkit.host_machine() if host is None else host
+    )
+    why = "from --arch" if archs else "from the GPU's compute capability"
     return BuildChoice(
-        BuildOptions("cpu"),
-        "CPU: the GPU needs the CUDA toolkit (nvcc) to build, which was not found",
+        BuildOptions("cuda", chosen, toolkit=kit.label),
+        f"CUDA for arch {', '.join(chosen)} ({why}), {kit.reason}",
     )
 
 
 def build_key(source: SourceInfo, options: BuildOptions) -> str:
     """Cache key: the exact source, the options and every cmake flag (paths left out)."""
     flags = configure_argv(source, Path("."), options, use_ccache=False)[5:]
-    payload = json.dumps(
-        {"source": source.identity, **asdict(options), "flags": flags}, sort_keys=True
-    )
+    fields = asdict(options)
+    if not options.toolkit:
+        # A CPU build names no toolkit; leaving the field out keeps CPU keys, and so the
+        # engines already built with them, unchanged.
+        del fields["toolkit"]
+    payload = json.dumps({"source": source.identity, **fields, "flags": flags}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def configure_argv(
-    source: SourceInfo, build_dir: Path, options: BuildOptions, *, use_ccache: bool
+    source: SourceInfo,
+    build_dir: Path,
+    options: BuildOptions,
+    *,
+    use_ccache: bool,
+    toolkit_root: Path | None = None,
 ) -> list[str]:
+    """The cmake configure command; ``toolkit_root`` points it at a fetched CUDA toolkit."""
     argv = [
         "cmake",
         "-S",
@@ -165,6 +168,11 @@ def configure_argv(
         argv.append(f"-DLLAMA_BUILD_COMMIT={source.identity.rsplit(':', 1)[-1][:12]}")
     if options.backend == "cuda":
         argv += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(options.cuda_archs)}"]
+    if toolkit.is_fetched(options.toolkit):
+        # The engine finds the CUDA runtime libraries installed next to it.
+        argv.append("-DCMAKE_BUILD_RPATH=$ORIGIN")
+        if toolkit_root is not None:
+            argv += toolkit.cmake_flags(toolkit_root)
     return argv
 
 
@@ -186,6 +194,13 @@ def parse_progress(line: str) -> int | None:
     """cmake's "[ 42%] Building ..." -> 42."""
     match = _PROGRESS.match(line)
     return int(match.group(1)) if match else None
+
+
+def estimate_left_s(elapsed_s: float, percent: int) -> float | None:
+    """Seconds left at the pace so far; None before 5% (the first steps say little)."""
+    if percent < 5 or percent >= 100:
+        return None
+    return elapsed_s * (100 - percent) / percent
 
 
 def diagnose(tail: Iterable[str]) -> str:
@@ -244,6 +259,8 @@ def run_logged(
             proc.kill()
             proc.wait()
             raise
+        finally:
+            proc.stdout.close()
         code = proc.wait()
     if code != 0:
         errors = [line for line in tail if _ERROR_LINE.search(line)][-8:] or list(tail)[-8:]
@@ -285,8 +302,12 @@ def build_engine_tree(
     build_dir = paths.ensure(paths.builds_dir) / key
     if _configured_for(build_dir) not in (None, source.path.resolve()):
         # Same source and options from another folder (a fresh clone): cmake refuses to reuse
-        # a cache made for a different source path, so start this build folder over.
-        shutil.rmtree(build_dir)
+        # a cache made for a different source path, so start this build folder over. Moved
+        # aside first: a removal cut short must not leave a half-deleted tree (the UI's
+        # node_modules) that the next build would take as installed.
+        trash = build_dir.with_name(f".{key}.old-{os.getpid()}")
+        build_dir.rename(trash)
+        shutil.rmtree(trash, ignore_errors=True)
     build_dir.mkdir(exist_ok=True)
     log = build_dir / "build.log"
     log.write_text(
@@ -294,10 +315,13 @@ def build_engine_tree(
         f"# source: {source.identity}\n# options: {asdict(options)}\n",
         encoding="utf-8",
     )
+    toolkit_root = _fetch_toolkit(paths, options, on_event)
     use_ccache = toolchain.probe_ccache().found
     if not (build_dir / "CMakeCache.txt").exists() or not (build_dir / "Makefile").exists():
         run_logged(
-            configure_argv(source, build_dir, options, use_ccache=use_ccache),
+            configure_argv(
+                source, build_dir, options, use_ccache=use_ccache, toolkit_root=toolkit_root
+            ),
             log,
             "configure",
             on_event,
@@ -308,4 +332,21 @@ def build_engine_tree(
     missing = [t for t in TARGETS if not (bin_dir / t).is_file()]
     if missing:
         raise BuildError(f"the build finished without {', '.join(missing)}; full log: {log}")
+    if toolkit_root is not None:
+        toolkit.install_runtime_libs(toolkit_root, bin_dir)
     return bin_dir
+
+
+def _fetch_toolkit(
+    paths: Paths, options: BuildOptions, on_event: BuildCallback | None
+) -> Path | None:
+    """The fetched CUDA toolkit's root when the options name it (installed on first use)."""
+    if not toolkit.is_fetched(options.toolkit):
+        return None
+
+    def report(progress: toolkit.ToolkitProgress) -> None:
+        if on_event is not None:
+            percent = int(progress.fraction * 100) if progress.fraction is not None else None
+            on_event(BuildEvent("toolkit", percent, progress.line))
+
+    return toolkit.ensure_toolkit(paths, on_progress=report).root

@@ -14,19 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lucebox.engine import config
+from lucebox.engine.apikey import client_api_key
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.paths import Paths
+from lucebox.engine.planning import slots_dir
 from lucebox.engine.runstate import current_status
 from lucebox.engine.service import ServeOptions
 
@@ -118,7 +121,9 @@ def _tail(log: Path, lines: int = 5) -> str:
 class _ServeProcess:
     """One `lucebox serve` child: started, waited on until ready, stopped cleanly."""
 
-    def __init__(self, paths: Paths, options: ServeOptions, serve: ServeConfig) -> None:
+    def __init__(
+        self, paths: Paths, options: ServeOptions, serve: ServeConfig, env: Mapping[str, str]
+    ) -> None:
         self.paths = paths
         self.config = serve
         self.port = free_port()
@@ -146,6 +151,7 @@ class _ServeProcess:
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=dict(env),
                 start_new_session=True,
             )
         self.engine_pid: int | None = None
@@ -189,6 +195,50 @@ class _ServeProcess:
                 os.kill(self.engine_pid, signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def _cold_slots(paths: Paths) -> Iterator[None]:
+    """Saved slots set aside while a configuration runs, then put back.
+
+    Every planned stop saves the engine's slot and the next start of the same model restores
+    it, so without this the second configuration would start warm from the first one's prompts
+    (and the user's own saved slot would be replaced by the bench's).
+    """
+    folder = slots_dir(paths)
+    aside = folder.with_name(f"{folder.name}.compare-{os.getpid()}")
+    if folder.exists():
+        folder.rename(aside)
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if aside.exists():
+            aside.rename(folder)
+
+
+@contextlib.contextmanager
+def serving(
+    paths: Paths,
+    options: ServeOptions,
+    serve: ServeConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900,
+) -> Iterator[Served]:
+    """``lucebox serve`` for one configuration, from ready until the block ends.
+
+    ``env`` is the child's environment (default: this process's); its ``LUCEBOX_HOME`` must
+    name the same home as ``paths``.
+    """
+    with _cold_slots(paths):
+        child = _ServeProcess(paths, options, serve, os.environ if env is None else env)
+        try:
+            url = child.wait_ready(ready_timeout_s)
+            api_key = client_api_key(paths, config.load_settings(paths).api_key)
+            yield Served(url, current_status(paths).model, api_key, serve)
+        finally:
+            child.stop()
+
+
 def run_configs(
     paths: Paths,
     options: ServeOptions,
@@ -206,17 +256,13 @@ def run_configs(
             "--compare starts its own servers",
             hint="stop it with `lucebox down`, or measure it with --url / without --compare",
         )
-    api_key = config.load_settings(paths).api_key or None
     results: list[tuple[ServeConfig, Result]] = []
     for serve in configs:
         on_note(f"{serve.name}: starting lucebox serve")
-        child = _ServeProcess(paths, options, serve)
         try:
-            url = child.wait_ready(ready_timeout_s)
-            model = current_status(paths).model
-            on_note(f"{serve.name}: ready at {url}")
-            results.append((serve, workload(Served(url, model, api_key, serve))))
+            with serving(paths, options, serve, ready_timeout_s=ready_timeout_s) as served:
+                on_note(f"{serve.name}: ready at {served.url}")
+                results.append((serve, workload(served)))
         finally:
-            child.stop()
             on_note(f"{serve.name}: stopped")
     return results

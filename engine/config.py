@@ -47,6 +47,12 @@ class Settings:
     """Engine id to use; empty picks the best installed engine for the GPU."""
     rpc_peers: tuple[str, ...] = ()
     """``host:port`` of `lucebox worker` peers whose devices join the split."""
+    download_max_idle_attempts: int = 10
+    """A download gives up after this many attempts in a row that brought no new byte."""
+    download_stall_s: float = 30.0
+    """A download connection that sends nothing for this long is dropped and resumed."""
+    download_backoff_max_s: float = 60.0
+    """Longest wait between download attempts (the waits double from 1 s up to this)."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -61,6 +67,9 @@ KEYS: dict[str, str] = {
     "model.spec": "spec",
     "engine.id": "engine",
     "rpc.peers": "rpc_peers",
+    "download.max_idle_attempts": "download_max_idle_attempts",
+    "download.stall_s": "download_stall_s",
+    "download.backoff_max_s": "download_backoff_max_s",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
@@ -71,7 +80,8 @@ LEGACY_KEYS = {"gpu.index": "gpu.indices"}
 
 
 def _type_name(kind: type) -> str:
-    return {bool: "true/false", int: "integer", str: "string", tuple: "list of integers"}[kind]
+    names = {bool: "true/false", int: "integer", float: "number", str: "string"}
+    return names.get(kind, "list of integers")
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -105,6 +115,8 @@ def _check_value(path: Path, key: str, value: object) -> object:
                 hint=f'write it as {key} = ["host:50052"], or run `lucebox config set {key} ...`',
             )
         return tuple(value)
+    if kind is float and type(value) is int:
+        value = float(value)  # `stall_s = 30` is a number too
     if kind is tuple:
         if not isinstance(value, list) or not all(
             type(item) is int and item >= 0 for item in value
@@ -120,7 +132,7 @@ def _check_value(path: Path, key: str, value: object) -> object:
             f"{path}: key '{key}' should be a {_type_name(kind)}, found {value!r}",
             hint="fix that line or run `lucebox config set` to write a valid value",
         )
-    if kind is int and isinstance(value, int) and value < 0:
+    if kind in (int, float) and isinstance(value, int | float) and not value >= 0:
         raise ConfigError(f"{path}: key '{key}' must not be negative, found {value}")
     return value
 
@@ -184,8 +196,16 @@ def load_settings(paths: Paths) -> Settings:
     return settings
 
 
+SPEC_MODES = ("", "auto", "off", "mtp", "dflash", "draft", "ngram")
+"""What ``model.spec`` takes (empty is auto); the planner's speculation modes."""
+
+
 def parse_value(key: str, raw: str) -> Any:
     """Turn the text a user typed for ``key`` into a value of the key's type."""
+    if key == "model.spec" and raw not in SPEC_MODES:
+        raise ConfigError(f"key 'model.spec' takes one of {', '.join(SPEC_MODES[1:])}, not {raw!r}")
+    if key == "server.port" and raw.strip().isdigit() and not 1 <= int(raw) <= 65535:
+        raise ConfigError(f"key 'server.port' takes a port from 1 to 65535, not {raw}")
     field = KEYS.get(key)
     if field is None:
         raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")
@@ -221,6 +241,14 @@ def parse_value(key: str, raw: str) -> Any:
         if value < 0:
             raise ConfigError(f"key '{key}' must not be negative, not {value}")
         return value
+    if kind is float:
+        try:
+            number = float(raw)
+        except ValueError as exc:
+            raise ConfigError(f"key '{key}' takes a number, not {raw!r}") from exc
+        if not number >= 0:
+            raise ConfigError(f"key '{key}' must be a number not below 0, not {raw}")
+        return number
     return raw
 
 

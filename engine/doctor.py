@@ -9,7 +9,7 @@ from typing import Literal
 
 import psutil
 
-from lucebox.engine import nodejs, registry, store, toolchain
+from lucebox.engine import nodejs, registry, store, toolchain, toolkit
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.paths import Paths
 from lucebox.engine.units import GIB, gib_text
@@ -79,30 +79,30 @@ def check_gpu(probe: GpuProbe) -> list[Check]:
     return checks
 
 
-def check_cuda_toolkit(probe: GpuProbe, cuda: toolchain.CudaToolkitInfo) -> Check:
-    if not cuda.tool.found:
-        if not probe.has_gpu:
-            return Check("cuda-toolkit", "ok", "not needed without an NVIDIA GPU")
-        return Check(
-            "cuda-toolkit",
-            "missing",
-            cuda.tool.detail,
-            "install the CUDA toolkit (nvcc) to build the GPU engine, or fetch a prebuilt "
-            "engine with `lucebox engine fetch`",
-        )
-    detail = f"nvcc {cuda.tool.version} at {cuda.tool.path}"
-    wanted = sorted({g.cuda_arch for g in probe.gpus if g.cuda_arch})
-    missing = [arch for arch in wanted if arch not in cuda.archs]
-    if missing:
-        return Check(
-            "cuda-toolkit",
-            "warn",
-            f"{detail}; it cannot build for compute capability {', '.join(missing)}",
-            "install a newer CUDA toolkit that lists that architecture in `nvcc --list-gpu-arch`",
-        )
-    if wanted:
-        detail += f"; builds for the GPU's arch {', '.join(wanted)}"
-    return Check("cuda-toolkit", "ok", detail)
+def check_cuda_toolkit(
+    probe: GpuProbe,
+    cuda: toolchain.CudaToolkitInfo,
+    fetched: toolkit.FetchedToolkit | None,
+    host: str,
+) -> Check:
+    """The toolkit that would build the CUDA engine: the system's, the fetched one, or none."""
+    wanted = tuple(sorted({g.cuda_arch for g in probe.gpus if g.cuda_arch}))
+    if not wanted:
+        if fetched is not None:
+            return Check("cuda-toolkit", "ok", toolkit.describe(fetched))
+        if cuda.tool.found:
+            return Check("cuda-toolkit", "ok", f"nvcc {cuda.tool.version} at {cuda.tool.path}")
+        return Check("cuda-toolkit", "ok", "not needed without an NVIDIA GPU")
+    try:
+        choice = toolkit.choose_toolkit(probe, cuda, wanted, host=host)
+    except toolkit.ToolkitRefusal as exc:
+        return Check("cuda-toolkit", "missing", exc.message, exc.hint or "")
+    archs = f"builds for the GPU's arch {', '.join(wanted)}"
+    if choice.source == "system":
+        return Check("cuda-toolkit", "ok", f"{choice.reason}; {archs}")
+    if fetched is not None:
+        return Check("cuda-toolkit", "ok", f"{toolkit.describe(fetched)}; {archs}")
+    return Check("cuda-toolkit", "ok", f"{choice.reason} to build the engine; {archs}")
 
 
 def check_tool(
@@ -221,7 +221,12 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
     build_hint = "install it with your package manager (e.g. `apt install cmake g++`)"
     checks = [
         *check_gpu(probe),
-        check_cuda_toolkit(probe, toolchain.probe_cuda_toolkit()),
+        check_cuda_toolkit(
+            probe,
+            toolchain.probe_cuda_toolkit(),
+            toolkit.fetched_toolkit(paths),
+            toolkit.host_machine(),
+        ),
         check_tool("cmake", toolchain.probe_cmake(), build_hint, toolchain.CMAKE_MIN_VERSION),
         check_tool("c-compiler", toolchain.probe_c_compiler(), build_hint),
         check_tool("cxx-compiler", toolchain.probe_cxx_compiler(), build_hint),

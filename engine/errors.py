@@ -7,13 +7,15 @@
     ├── ConfigError              exit 2: config.toml is unreadable, corrupt or has bad values
     ├── GuardRefusal             exit 3: a guard refused (model check, plan, engine support)
     │   ├── HashMismatchError    exit 3: bytes differ from their published or recorded sha256
-    │   └── PlanRefusal          exit 3: a launch plan that must not start (planning)
-    ├── NotAvailableError        exit 1: the command's capability has not landed yet
+    │   ├── PlanRefusal          exit 3: a launch plan that must not start (planning)
+    │   └── ToolkitRefusal       exit 3: no CUDA toolkit can build for this driver/card (toolkit)
     ├── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
     ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
+    │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404 (transfer)
     ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
     ├── SourceError              exit 1: the engine source cannot be fetched or unpacked (source)
     ├── BuildError               exit 1: cmake configure or build failed (build)
+    ├── ToolkitError             exit 1: the CUDA toolkit could not be fetched (toolkit)
     ├── EngineError              exit 1: an engine cannot be installed or found (registry)
     ├── PortInUseError           exit 1: another program holds the port (supervisor)
     ├── AlreadyServingError      exit 1: another lucebox server runs for this user (service)
@@ -85,10 +87,6 @@ class HashMismatchError(GuardRefusal):
     One class wherever a hash is checked (downloads, the store, the engine source), so the
     same fault always reads and exits the same way.
     """
-
-
-class NotAvailableError(LuceboxError):
-    """The command exists but its capability has not landed in this version."""
 
 
 class CancelledByUserError(LuceboxError):

@@ -7,6 +7,7 @@ key from a file (``--api-key-file``), so the key is never in argv, where ``ps`` 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lucebox.engine.errors import UsageError
@@ -116,11 +117,25 @@ def server_env(spec: LaunchSpec) -> dict[str, str]:
     }
 
 
+def engine_environ(spec: LaunchSpec, inherited: Mapping[str, str]) -> dict[str, str]:
+    """The engine's whole environment: this process's, without the engine settings it would
+    read from there (``LLAMA_ARG_*``, ``LLAMA_API_KEY``: they would change the launch behind
+    the plan's back), plus :func:`server_env`."""
+    kept = {
+        name: value
+        for name, value in inherited.items()
+        if not name.startswith("LLAMA_ARG_") and name != "LLAMA_API_KEY"
+    }
+    return {**kept, **server_env(spec)}
+
+
 def url_of(spec: LaunchSpec) -> str:
     return url_of_address(spec.host, spec.port)
 
 
 def url_of_address(host: str, port: int) -> str:
     """The URL a client on this machine uses for a server bound to ``host:port``."""
-    client_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    client_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in client_host:
+        client_host = f"[{client_host}]"
     return f"http://{client_host}:{port}"

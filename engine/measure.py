@@ -23,8 +23,9 @@ class CallError(LuceboxError):
 
 @dataclass(frozen=True)
 class CallSample:
-    ttft_s: float | None
-    """Seconds from sending to the first generated piece (text, reasoning or tool call)."""
+    ttft_s: float
+    """Seconds from sending to the first generated piece (text, reasoning or tool call); for a
+    reply with none, to its end: what the user waited to learn there is nothing."""
     decode_tok_s: float | None
     prefill_tok_s: float | None
     prompt_tokens: int | None
@@ -125,7 +126,7 @@ def streamed_call(
     if prompt_tokens is None and "prompt_n" in timings:
         prompt_tokens = int(timings["prompt_n"]) + (cached or 0)
     return CallSample(
-        ttft_s=None if first_at is None else first_at - sent_at,
+        ttft_s=(first_at or done_at) - sent_at,
         decode_tok_s=None if decode is None else float(decode),
         prefill_tok_s=_float(timings.get("prompt_per_second")),
         prompt_tokens=prompt_tokens,

@@ -448,10 +448,16 @@ rest of the PC, on a CPU with the model itself. Total RAM, not free RAM, so the 
 plans the same way from one minute to the next."""
 
 
-def prompt_cache_bytes(budget: GpuBudget) -> int:
-    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM."""
+PROMPT_CACHE_PROMPTS = 4
+"""Whole-context prompts the cache is sized to hold: a small model needs far less than 8 GiB."""
+
+
+def prompt_cache_bytes(budget: GpuBudget, target: ModelFacts) -> int:
+    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM and by
+    a few full-context prompts of this model."""
     ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
-    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE) // MIB * MIB
+    prompts = PROMPT_CACHE_PROMPTS * kv_bytes(target, target.native_ctx, "f16")
+    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE, prompts) // MIB * MIB
 
 
 def make_plan(request: PlanRequest) -> Plan:
@@ -461,7 +467,7 @@ def make_plan(request: PlanRequest) -> Plan:
     reserve = _reserve(budget)
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
-    prompt_cache = prompt_cache_bytes(budget) if request.prompt_cache else 0
+    prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
     draft_weights = draft.weights_bytes if draft else 0
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident - draft_weights
@@ -720,7 +726,7 @@ def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
     return (
         f"{prompt_cache / MIB:.0f} MiB host-RAM prompt cache (--cache-ram): the engine's "
         f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
-        f"PC's RAM; {where}"
+        f"PC's RAM and {PROMPT_CACHE_PROMPTS} full-context prompts; {where}"
     )
 
 

@@ -10,6 +10,7 @@ pinned engine's capabilities, kept beside the pin.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -28,7 +29,13 @@ from lucebox.engine.gguf import ModelInfo
 from lucebox.engine.gpu import GpuProbe
 from lucebox.engine.guard import CheckResult, Problem, check_model, check_pair
 from lucebox.engine.guard import refusal as refusal_of
-from lucebox.engine.launch import LaunchSpec, is_loopback, server_argv, server_env
+from lucebox.engine.launch import (
+    LaunchSpec,
+    engine_environ,
+    is_loopback,
+    server_argv,
+    server_env,
+)
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
@@ -74,6 +81,8 @@ class ServeOptions:
     """Plan for cards with this much free memory instead of the GPUs that are here."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
+    draft_max: int | None = None
+    """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options."""
@@ -389,6 +398,10 @@ class LaunchPlan:
     """The memory plan: context, KV types, offload and every memory term with its reason."""
     spec: LaunchSpec
     resolved: Resolved
+    options: ServeOptions
+    """What it was planned from: a re-plan changes only what it must."""
+    ctx_cap: int | None = None
+    """The bound an out-of-memory re-plan put on the context; later re-plans keep it."""
     refusal: GuardRefusal | None = None
     """Why this plan must not start (a refused file, a plan that does not fit)."""
     fit_check: dict[str, Any] | None = field(default=None, compare=False)
@@ -606,7 +619,11 @@ def _plan_on_budget(
         request = _weigh_swa_full(request)
     files = _spec_files(target, draft, preset)
     spec_types = engine.capabilities.spec_types
-    allowed = speculation.for_mode(speculation.candidates(files, spec_types), resolved.spec)
+    found = speculation.candidates(files, spec_types)
+    cpu_note = ""
+    if resolved.spec == "auto":
+        found, cpu_note = speculation.for_backend(found, budget.is_gpu)
+    allowed = speculation.for_mode(found, resolved.spec)
     refusal: GuardRefusal | None = None
     if resolved.spec not in ("auto", "off") and not allowed:
         refusal = GuardRefusal(
@@ -614,6 +631,10 @@ def _plan_on_budget(
             hint="pass --spec auto to let lucebox choose, or --spec off",
         )
     chosen, memory, passed = _weigh(request, allowed, draft, resolved.spec)
+    passed = [cpu_note, *passed] if cpu_note else passed
+    if chosen is not None and options.draft_max is not None:
+        why = f"{chosen.why}; drafts shortened to {options.draft_max} tokens (low acceptance)"
+        chosen = replace(chosen, draft_max=options.draft_max, why=why)
     spec_choice = _speculation(chosen, draft, resolved.spec, passed, options.spec is not None)
     reasons = {**memory.reasons, "spec": spec_choice.reason}
     memory = replace(memory, reasons=reasons)
@@ -653,6 +674,8 @@ def _plan_on_budget(
         plan=memory,
         spec=spec,
         resolved=resolved,
+        options=options,
+        ctx_cap=ctx_cap,
         refusal=refusal,
     )
 
@@ -697,21 +720,15 @@ def replan(
     *,
     ctx_cap: int | None = None,
     spec: SpecMode | None = None,
+    draft_max: int | None = None,
 ) -> LaunchPlan:
-    """``launch`` planned again (same files, card and engine) with a context bound or another
-    speculation mode: after an out-of-memory start, or when speculation is switched off."""
-    options = ServeOptions(
-        model=launch.target.source if launch.preset is None else None,
-        preset=launch.preset.id if launch.preset else None,
-        draft=launch.speculation.draft.source if launch.speculation.draft else None,
-        spec=spec or launch.resolved.spec,
-        cache=launch.resolved.cache,
-        ctx=launch.resolved.ctx,
-        host=launch.resolved.host,
-        port=launch.resolved.port,
-        gpus=launch.resolved.gpus,
-        rpc=launch.resolved.rpc,
-        allow_base=launch.resolved.allow_base,
+    """``launch`` planned again (same options, files, card and engine) with a context bound, a
+    shorter draft or another speculation mode: after an out-of-memory start, or when the
+    speculation guard decides."""
+    options = replace(
+        launch.options,
+        spec=spec or launch.options.spec,
+        draft_max=draft_max if draft_max is not None else launch.options.draft_max,
     )
     return plan_launch(
         paths,
@@ -720,7 +737,7 @@ def replan(
         budget=launch.budget,
         engine=launch.engine,
         preset=launch.preset,
-        ctx_cap=ctx_cap,
+        ctx_cap=ctx_cap or launch.ctx_cap,
     )
 
 
@@ -820,11 +837,18 @@ def fit_check(launch: LaunchPlan) -> dict[str, Any] | None:
     if launch.engine.id is None or not tool.is_file() or not launch.target.present:
         return None
     argv = [str(tool), "-m", str(launch.target.path), "--fit-print", "on"]
-    argv += [a for a in launch.plan.server_flags() if a not in ("--fit", "off")]
-    argv = _without_flag(argv, "--cache-ram")
+    argv += launch.plan.server_flags()
+    # The target alone (the draft is not its business), without the server's own flags.
+    for server_only in ("--fit", "--cache-ram", "--ctx-checkpoints"):
+        argv = _without_flag(argv, server_only)
     try:
         done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=FIT_TIMEOUT_S, check=False
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=FIT_TIMEOUT_S,
+            check=False,
+            env=engine_environ(launch.spec, os.environ),
         )
     except (OSError, subprocess.SubprocessError):
         return None

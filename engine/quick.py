@@ -109,15 +109,22 @@ WARM_UP = ({"role": "user", "content": "Reply with one word."},)
 
 
 def run_quick(
-    served: Served, on_sample: Callable[[str, CallSample], None] = lambda name, sample: None
+    served: Served,
+    *,
+    max_tokens: int | None = None,
+    on_sample: Callable[[str, CallSample], None] = lambda name, sample: None,
 ) -> dict[str, CallSample]:
-    """One warm-up call (not counted), then each prompt once, in order."""
+    """One warm-up call (not counted), then each prompt once, in order.
+
+    ``max_tokens`` caps every prompt's reply (a smoke run); by default each has its own.
+    """
     headers = served.headers()
     base: dict[str, Any] = {"temperature": 0, "seed": 1, **dict(served.config.request_fields)}
     streamed_call(served.url, {**base, "messages": list(WARM_UP), "max_tokens": 1}, headers)
     samples = {}
     for prompt in PROMPTS:
-        body = {**base, "messages": list(prompt.messages), "max_tokens": prompt.max_tokens}
+        limit = prompt.max_tokens if max_tokens is None else min(max_tokens, prompt.max_tokens)
+        body = {**base, "messages": list(prompt.messages), "max_tokens": limit}
         sample = streamed_call(served.url, body, headers)
         samples[prompt.name] = sample
         on_sample(prompt.name, sample)

@@ -81,6 +81,8 @@ class EngineManifest:
     installed_at: str = ""
     binaries: dict[str, str] = field(default_factory=dict)
     """File name -> sha256 of each binary lucebox installed."""
+    toolkit: str | None = None
+    """The CUDA toolkit that built it ("PyPI CUDA 13.0 (pin ...)"); None when not known."""
     webui: bool = False
     """The server embeds the web UI (read from the binary)."""
     webui_detail: str = ""
@@ -123,6 +125,7 @@ class EngineManifest:
             options=dict(data.get("options") or {}),
             installed_at=data.get("installed_at", ""),
             binaries=dict(data.get("binaries") or {}),
+            toolkit=data.get("toolkit"),
             webui=bool(data.get("webui", False)),
             webui_detail=str(data.get("webui_detail", "")),
             rpc=bool(data.get("rpc", False)),
@@ -325,6 +328,9 @@ def build_and_install(
     (``webui_detail`` says why). An engine whose UI build failed before (npm unreachable)
     is rebuilt in its cached build folder, which redoes only the UI and the link.
     """
+    cached = _find_cached(paths, source, build_key(source, options))
+    if cached is not None and (cached.webui or not options.webui):
+        return _reuse(cached, on_event)  # no need to wait behind a build of another engine
     with _one_build_at_a_time(paths, on_event):
         return _build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
 
@@ -396,6 +402,7 @@ def _build_and_install(
             options=asdict(options),
             installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
             binaries=hashes,
+            toolkit=options.toolkit or None,
             webui=has_ui,
             webui_detail=_webui_detail(has_ui, node, bin_dir.parent / "build.log"),
             rpc="ggml-rpc-server" in hashes,

@@ -45,12 +45,12 @@ class ReplayResult:
 
     @property
     def ttft_total_s(self) -> float:
-        return sum(call.sample.ttft_s or 0.0 for call in self.calls)
+        return sum(call.sample.ttft_s for call in self.calls)
 
     @property
     def warm_ttft_total_s(self) -> float:
         """TTFT of every call after the first, whose prefix an earlier call could have cached."""
-        return sum(call.sample.ttft_s or 0.0 for call in self.calls[1:])
+        return sum(call.sample.ttft_s for call in self.calls[1:])
 
     @property
     def empty(self) -> int:

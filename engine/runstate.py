@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 STATE_NAME = "serve.json"
 LOCK_NAME = "serve.lock"
-STOP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 45.0
+"""A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
 
 _Item = TypeVar("_Item", GpuStatus, PeerStatus)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
@@ -230,6 +231,11 @@ def stop_server(paths: Paths, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
     pid = current_status(paths).pid
     if pid is None:
         return None
+    if _lock_is_free(paths):
+        # The server holds the lock while it runs: a state file without it was left by a
+        # lucebox that was killed, and its pid may belong to another program by now.
+        state_file(paths).unlink(missing_ok=True)
+        return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
@@ -241,6 +247,19 @@ def stop_server(paths: Paths, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
             hint=f"`kill {pid}` again, or `kill -9 {pid}` (its engine dies with it)",
         )
     return pid
+
+
+def _lock_is_free(paths: Paths) -> bool:
+    try:
+        with (paths.runtime_dir / LOCK_NAME).open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return True
+    except OSError:
+        return False
 
 
 _STATE_OF_EVENT: dict[str, RunStateName] = {
@@ -295,7 +314,7 @@ class ServerRun:
         webui_url: str | None = None,
         spec_guard: SpecGuard | None = None,
         spec_asked: bool = False,
-        on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec] | None = None,
+        on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec | None] | None = None,
         slot_key: SlotKey | None = None,
         peers: tuple[PeerStatus, ...] = (),
     ) -> None:
@@ -351,7 +370,7 @@ class ServerRun:
         pending = self._pending
         if spec is None or pending is None or not self.spec_asked:
             return spec
-        return replace(spec, reason=f"{pending.reason} — kept, as --spec asked; it costs speed")
+        return replace(spec, reason=f"{pending.observed}; kept, as --spec asked: it costs speed")
 
     def _watch_acceptance(self, sample: Sample) -> None:
         """Feed the guard; apply its decision once no request is running (one restart)."""
@@ -375,7 +394,9 @@ class ServerRun:
                 current.spec_type or "", False, decision.reason, decision.acceptance, None
             )
         self.spec_reason = decision.reason
-        self.restart(self.on_spec_decision(decision, current))
+        changed = self.on_spec_decision(decision, current)
+        if changed is not None:
+            self.restart(changed)
 
     def _feed_line(self, engine_pid: int, line: str) -> None:
         from lucebox.engine.metrics import EngineLog

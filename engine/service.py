@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from lucebox.engine import (
     webui,
 )
 from lucebox.engine.apikey import ensure_api_key_file
-from lucebox.engine.build import BuildEvent, choose_options
+from lucebox.engine.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.launch import LaunchSpec
 from lucebox.engine.paths import Paths
 from lucebox.engine.peers import Peer
@@ -60,7 +61,15 @@ class StepEvent:
     fraction: float | None = None
     """0..1 of a download or build while it runs."""
     rate_bytes_per_s: float | None = None
+    """A download's rate over its latest seconds; None until known."""
     eta_s: float | None = None
+    """Seconds a download has left; None until a rate is known, 0 only at the end."""
+    attempt: int | None = None
+    """Which attempt of a download this is (or is next, while waiting), from 1."""
+    waiting_s: float | None = None
+    """Seconds until a download's next attempt, while it waits to retry."""
+    retry_reason: str = ""
+    """Why a download's last attempt stopped, while it waits to retry."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,9 @@ Emit = Callable[[StepEvent], None]
 
 def download_step(progress: TransferProgress) -> StepEvent:
     """A download's progress as the models step shows it."""
+    if progress.waiting_for_pid is not None:
+        message = f"waiting for pid {progress.waiting_for_pid} (fetching {progress.name})"
+        return StepEvent("models", "running", message)
     return StepEvent(
         "models",
         "running",
@@ -112,6 +124,9 @@ def download_step(progress: TransferProgress) -> StepEvent:
         progress.fraction,
         progress.rate_bytes_per_s,
         progress.eta_s,
+        progress.attempt,
+        progress.waiting_s,
+        progress.retry_reason,
     )
 
 
@@ -125,9 +140,20 @@ def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
 
 
 def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
+    build_started_s: list[float] = []
+
     def report(event: BuildEvent) -> None:
-        if event.percent is not None:
-            emit(StepEvent("engine", "running", "building the engine", event.percent / 100))
+        if event.stage == "toolkit":
+            fraction = event.percent / 100 if event.percent is not None else None
+            emit(StepEvent("engine", "running", f"CUDA toolkit: {event.line}", fraction))
+        elif event.percent is not None:
+            build_started_s[:] = build_started_s or [time.monotonic()]
+            left_s = estimate_left_s(time.monotonic() - build_started_s[0], event.percent)
+            emit(
+                StepEvent(
+                    "engine", "running", "building the engine", event.percent / 100, eta_s=left_s
+                )
+            )
 
     return report
 
@@ -151,6 +177,16 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
         engine, _ = registry.build_and_install(
             paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
         )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
+    """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
+    emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
+    engine, _ = registry.build_and_install(
+        paths, ensure_source(paths), BuildOptions("cpu"), on_event=_build_progress(emit)
+    )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine
 
@@ -263,14 +299,19 @@ class Replanner:
         self.current = smaller
         return dataclasses.replace(smaller.spec, api_key=spec.api_key)
 
-    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec:
+    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec | None:
+        """The launch with shorter drafts, or without speculation; None keeps the one running
+        (a re-plan of the same files on the same card that no longer fits cannot start)."""
         if decision.action == "shorten":
-            return dataclasses.replace(spec, draft_max=decision.draft_max)
-        plain = planning.replan(self.paths, self.current, self.settings, spec="off")
-        if plain.refusal is not None:  # the same files and card: cannot happen, keep serving
-            return dataclasses.replace(spec, spec_type=None, draft_path=None)
-        self.current = plain
-        return dataclasses.replace(plain.spec, api_key=spec.api_key)
+            changed = planning.replan(
+                self.paths, self.current, self.settings, draft_max=decision.draft_max
+            )
+        else:
+            changed = planning.replan(self.paths, self.current, self.settings, spec="off")
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return dataclasses.replace(changed.spec, api_key=spec.api_key)
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
@@ -326,10 +367,14 @@ async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, run.stop)
     exit_code = 0
+    spec = prepared.spec
+    webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
     async for item in run.events():
         if isinstance(item, ServerEvent):
-            state: StepState = "failed" if item.kind in ("gave-up", "exited") else "running"
+            state: StepState = "failed" if item.kind == "gave-up" else "running"
             emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
+            if item.kind == "ready" and webui_url:
+                emit(StepEvent("server", "note", f"chat in a browser: {webui_url}"))
             if item.kind == "gave-up":
                 exit_code = 1
     return exit_code

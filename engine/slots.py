@@ -22,7 +22,9 @@ from lucebox.engine.atomic import write_text_atomic
 
 SLOT_ID = 0
 """The agent profile serves one slot."""
-SAVE_TIMEOUT_S = 60.0
+SAVE_TIMEOUT_S = 15.0
+"""A save on the stop path must leave the engine time to exit before `lucebox down` and
+systemd give up on the stop."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,10 @@ async def save_slot(
         )
     except httpx.HTTPError:
         return None
-    if reply.status_code != 200:
-        return None
-    write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
-    saved = reply.json().get("n_saved")
-    return int(saved) if isinstance(saved, int) else None
+    saved = _count(reply, "n_saved")
+    if saved is not None:
+        write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
+    return saved
 
 
 async def restore_slot(
@@ -88,7 +89,15 @@ async def restore_slot(
         )
     except httpx.HTTPError:
         return None
+    return _count(reply, "n_restored")
+
+
+def _count(reply: httpx.Response, key: str) -> int | None:
+    """The token count a slot action answers with; None for an error or an odd reply."""
     if reply.status_code != 200:
         return None
-    restored = reply.json().get("n_restored")
-    return int(restored) if isinstance(restored, int) else None
+    try:
+        value = reply.json().get(key)
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None

@@ -124,6 +124,27 @@ def candidates(files: SpecFiles, spec_types: tuple[str, ...]) -> list[SpecCandid
     return found
 
 
+CPU_LOSES = frozenset({"draft-mtp", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
+"""Model-drafted speculation on a CPU: verifying k+1 tokens costs nearly k+1 plain steps, so
+these were slower than plain decoding even with every draft accepted, or needed 76-94% of
+drafts to break even (bench/spec_breakeven.py on the pinned engine)."""
+
+
+def for_backend(found: list[SpecCandidate], on_gpu: bool) -> tuple[list[SpecCandidate], str]:
+    """The candidates worth trying on this backend, and why the others were left out."""
+    if on_gpu:
+        return found, ""
+    kept = [c for c in found if c.spec_type not in CPU_LOSES]
+    left = sorted({c.spec_type for c in found} - {c.spec_type for c in kept})
+    why = (
+        f"not {', '.join(left)}: on a CPU, checking a draft costs nearly as much as decoding "
+        "it, so they were slower than none even when every draft was accepted"
+        if left
+        else ""
+    )
+    return kept, why
+
+
 def for_mode(found: list[SpecCandidate], mode: SpecMode) -> list[SpecCandidate]:
     """The candidates a mode allows, best first (auto: all of them)."""
     if mode == "off":

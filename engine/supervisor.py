@@ -25,7 +25,7 @@ import httpx
 import psutil
 
 from lucebox.engine.errors import LuceboxError
-from lucebox.engine.launch import LaunchSpec, server_argv, server_env, url_of
+from lucebox.engine.launch import LaunchSpec, engine_environ, server_argv, url_of
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
 LOG_ROTATE_BYTES = 16 * 1024 * 1024
@@ -267,7 +267,7 @@ class Supervisor:
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
                 process = await asyncio.create_subprocess_exec(
                     *argv,
-                    env={**os.environ, **server_env(self.spec)},
+                    env=engine_environ(self.spec, os.environ),
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
@@ -371,11 +371,11 @@ class Supervisor:
         now = time.monotonic()
         self._crash_times = [t for t in self._crash_times if now - t < self.policy.window_s]
         self._crash_times.append(now)
-        if code == "oom" and self.replan_on_oom is not None and not self._oom_retried:
+        if code == "oom" and self.replan_on_oom is not None:
+            if self._oom_retried:
+                return None  # the re-planned launch ran out of memory too: do not hammer it
             self._oom_retried = True
-            smaller = self.replan_on_oom(self.spec)
-            if smaller is not None:
-                return smaller
+            return self.replan_on_oom(self.spec)
         if code in ("truncated", "unknown-arch", "bad-flag", "port-in-use"):
             return None  # the same command fails the same way: do not hammer it
         if len(self._crash_times) >= self.policy.max_crashes:

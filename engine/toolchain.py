@@ -91,6 +91,9 @@ def _nvcc_candidates() -> tuple[str, ...]:
 
 def probe_cuda_toolkit() -> CudaToolkitInfo:
     tool = probe_tool("CUDA toolkit (nvcc)", _nvcc_candidates(), r"release (\d+\.\d+)")
+    if tool.found and tool.version is None:
+        # A wrapper script left behind by a removed toolkit runs but compiles nothing.
+        tool = ToolInfo(tool.name, False, tool.path, None, f"{tool.path} reports no CUDA release")
     archs: tuple[str, ...] = ()
     if tool.found and tool.path:
         listing = _run([tool.path, "--list-gpu-arch"]) or ""

@@ -90,7 +90,7 @@ def quote_word(word: str, *, exec_arg: bool) -> str:
 def _template(scope: Scope) -> str:
     from importlib import resources  # on use: `lucebox status` imports this module
 
-    return (resources.files("lucebox.units") / f"lucebox-{scope}.service.in").read_text(
+    return (resources.files("lucebox.systemd_units") / f"lucebox-{scope}.service.in").read_text(
         encoding="utf-8"
     )
 

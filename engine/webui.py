@@ -13,6 +13,7 @@ import ipaddress
 import mmap
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
 ASSET_MARKER = b"_app/version.json"
@@ -72,3 +73,10 @@ def webui_url(host: str, port: int) -> str:
 def served_url(server_path: str, host: str, port: int) -> str | None:
     """The UI's URL for a llama-server at ``server_path`` bound there; None if it has no UI."""
     return webui_url(host, port) if has_webui(Path(server_path)) else None
+
+
+def has_desktop(environ: Mapping[str, str], platform: str) -> bool:
+    """Whether a browser can open here: a graphical session, not a console or an SSH login."""
+    if platform in ("darwin", "win32"):
+        return True
+    return bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))

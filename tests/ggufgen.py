@@ -620,11 +620,12 @@ def dflash_for(target: HybridSpec, *, dspark: bool = False, **changes: object) -
         vocab_size=target.vocab_size,
         chat_template=target.chat_template,
         dtype=target.dtype,
+        quant=target.quant,
         agree_token=target.agree_token,
         constant_weights=target.constant_weights,
         header_only=target.header_only,
         target_layers=(1, target.n_layer - 1),
-        markov_rank=16 if dspark else None,
+        markov_rank=32 if dspark else None,
         seed=target.seed + 1,
     )
     return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
@@ -649,6 +650,7 @@ def draft_model_for(target: ModelSpec, **changes: object) -> ModelSpec:
         chat_template=target.chat_template,
         bos_token_id=target.bos_token_id,
         dtype=target.dtype,
+        quant=target.quant,
         agree_token=target.agree_token,
         constant_weights=target.constant_weights,
         header_only=target.header_only,

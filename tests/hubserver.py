@@ -5,23 +5,61 @@ huggingface-hub is pointed at it with ``HF_ENDPOINT`` / ``endpoint=``. It serves
 ``X-Linked-Etag``, ``X-Linked-Size`` and Range support, and
 ``POST /api/models/{repo}/paths-info/{revision}`` with the LFS sha256. With ``storage_host``
 set, resolve answers as the real Hub does for LFS files: a redirect to a storage URL on another
-host name (``GET /storage/{sha256}``). Faults are injected per file: a connection cut after N
-bytes, wrong bytes, a slow link, gated (401) and missing (404).
+host name (``GET /storage/{sha256}``). Faults are injected per file through real sockets: a
+connection cut or reset after N bytes, a stall, an error status (5xx, 429 with Retry-After),
+wrong bytes, a slow link, gated (401) and missing (404).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Literal
 from urllib.parse import parse_qs, unquote
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What goes wrong with one GET of a file's body."""
+
+    kind: Literal["cut", "reset", "stall", "status"]
+    after_bytes: int = 0
+    """Body bytes sent before a cut, reset or stall."""
+    status: int = 503
+    retry_after: str | None = None
+    """Retry-After header of a status answer."""
+    stall_s: float = 3600.0
+    """How long a stall sends nothing before closing (ended early when the server stops)."""
+
+
+def cut(after_bytes: int) -> Fault:
+    """Close the connection cleanly (FIN) after ``after_bytes`` of the body."""
+    return Fault("cut", after_bytes)
+
+
+def reset(after_bytes: int) -> Fault:
+    """Abort the connection (RST) after ``after_bytes`` of the body."""
+    return Fault("reset", after_bytes)
+
+
+def stall(after_bytes: int, stall_s: float = 3600.0) -> Fault:
+    """Send ``after_bytes`` of the body, then nothing, keeping the connection open."""
+    return Fault("stall", after_bytes, stall_s=stall_s)
+
+
+def status(code: int, retry_after: str | None = None) -> Fault:
+    """Answer the GET with an error status instead of the body."""
+    return Fault("status", status=code, retry_after=retry_after)
 
 
 @dataclass
@@ -32,6 +70,8 @@ class HubFile:
     cut_after_bytes: list[int] = field(default_factory=list)
     """Cut the connection after this many body bytes, one entry per request, in order."""
     bytes_per_s: float | None = None
+    faults: list[Fault] = field(default_factory=list)
+    """One fault per GET of the body, in order; later GETs are served whole."""
     sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -49,6 +89,8 @@ class HubState:
     """(method, path, Range header) of every request, in order."""
     authorized: list[tuple[str, str]] = field(default_factory=list)
     """(method, path) of the requests that carried an Authorization header."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set when the server stops, ending stalls early."""
 
     def add(self, repo: str, path: str, hub_file: HubFile) -> HubFile:
         self.files[(repo, path)] = hub_file
@@ -123,7 +165,11 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             self._send_file(hub_file, hub_headers)
 
         def _send_file(self, hub_file: HubFile, extra_headers: dict[str, str]) -> None:
-            body = hub_file.served if hub_file.served is not None else hub_file.body
+            fault = hub_file.faults.pop(0) if self.command == "GET" and hub_file.faults else None
+            if fault is not None and fault.kind == "status":
+                self._fault_status(fault)
+                return
+            body = memoryview(hub_file.served if hub_file.served is not None else hub_file.body)
             start, status = 0, 200
             range_header = self.headers.get("Range")
             if range_header and range_header.startswith("bytes="):
@@ -145,15 +191,34 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             if self.command == "HEAD":
                 return
             limit = hub_file.cut_after_bytes.pop(0) if hub_file.cut_after_bytes else None
+            if fault is not None:
+                limit = fault.after_bytes
             to_send = payload if limit is None else payload[:limit]
-            step = 64 * 1024
+            step = 64 * 1024 if hub_file.bytes_per_s else 1024 * 1024
             for offset in range(0, len(to_send), step):
                 self.wfile.write(to_send[offset : offset + step])
                 if hub_file.bytes_per_s:
                     time.sleep(step / hub_file.bytes_per_s)
             self.wfile.flush()
+            if fault is not None and fault.kind == "stall":
+                state.stopping.wait(fault.stall_s)
+            if fault is not None and fault.kind == "reset":
+                # SO_LINGER with a zero timeout makes close() send RST instead of FIN.
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
             if limit is not None:
                 self.close_connection = True
+
+        def _fault_status(self, fault: Fault) -> None:
+            body = json.dumps({"error": f"injected {fault.status}"}).encode()
+            self.send_response(fault.status)
+            if fault.retry_after is not None:
+                self.send_header("Retry-After", fault.retry_after)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         do_GET = _resolve
         do_HEAD = _resolve
@@ -208,6 +273,7 @@ def serve_hub(state: HubState | None = None) -> Iterator[HubState]:
     try:
         yield hub
     finally:
+        hub.stopping.set()
         server.shutdown()
         server.server_close()
         thread.join()

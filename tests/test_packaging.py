@@ -60,8 +60,8 @@ def test_wheel_and_sdist_carry_the_package_data(dist):
         "lucebox/engine/pin_capabilities.json",
         "lucebox/assets/lucebox.desktop",
         "lucebox/assets/lucebox.svg",
-        "lucebox/units/lucebox-user.service.in",
-        "lucebox/units/lucebox-system.service.in",
+        "lucebox/systemd_units/lucebox-user.service.in",
+        "lucebox/systemd_units/lucebox-system.service.in",
     } <= names
     assert not any(name.startswith(("app/", "engine/", "tests/", "packaging/")) for name in names)
     (sdist,) = dist.glob("lucebox-*.tar.gz")

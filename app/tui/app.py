@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import (
     AllowBaseRequested,
+    CpuEngineRequested,
     MetricsSampled,
     PipelinePrepared,
     PresetPickRequested,
@@ -48,6 +49,7 @@ from lucebox.engine.planning import ServeOptions
 from lucebox.engine.runstate import ServerRun
 from lucebox.engine.service import Prepared, StepEvent, StepName
 from lucebox.engine.supervisor import ServerEvent, Supervisor
+from lucebox.engine.toolkit import ToolkitRefusal
 
 PIPELINE_STOP_WAIT_S = 1.0
 """How long quitting waits for the pipeline to stop (a download stops within one read)."""
@@ -98,23 +100,25 @@ class LuceboxApp(App[None]):
 
     # pipeline -----------------------------------------------------------------------------------
 
-    def start_pipeline(self) -> None:
+    def start_pipeline(self, *, cpu_engine_first: bool = False) -> None:
         self.start_screen.reset()
         self.step_now = "gpu"
         self.exit_code = EXIT_OK
         # A run still going (another preset was chosen) stops its download first.
         self.pipeline_cancel.set()
         self.pipeline_cancel = threading.Event()
-        self.prepare_pipeline(self.pipeline_cancel)
+        self.prepare_pipeline(self.pipeline_cancel, cpu_engine_first)
 
     @work(thread=True, exclusive=True, group="pipeline", exit_on_error=False)
-    def prepare_pipeline(self, cancel: threading.Event) -> None:
+    def prepare_pipeline(self, cancel: threading.Event, cpu_engine_first: bool = False) -> None:
         def emit(event: StepEvent) -> None:
             if not cancel.is_set():
                 self.post_message(StepChanged(event))
 
         if self.lock is None:
             self.lock = self.backend.lock()
+        if cpu_engine_first:
+            self.backend.build_cpu_engine(emit)
         prepared = self.backend.prepare(self.options, emit, cancel)
         if not cancel.is_set():
             self.post_message(PipelinePrepared(prepared))
@@ -137,7 +141,14 @@ class LuceboxApp(App[None]):
         )
         if isinstance(error, LuceboxError):
             refused_base = isinstance(error, GuardRefusal) and guard.allow_base_serves(error)
-            failure = Failure(step, error.message, error.hint, error.exit_code, refused_base)
+            failure = Failure(
+                step,
+                error.message,
+                error.hint,
+                error.exit_code,
+                refused_base,
+                cpu_engine_offered=isinstance(error, ToolkitRefusal),
+            )
         else:
             log = self.backend.write_crash_log(error)
             hint = f"a bug in lucebox; the full traceback is in {log}"
@@ -167,7 +178,7 @@ class LuceboxApp(App[None]):
             if isinstance(item, ServerEvent):
                 self.post_message(ServerChanged(item))
             else:
-                self.post_message(MetricsSampled(item))
+                self.post_message(MetricsSampled(item, self.server.status.spec))
 
     async def on_server_changed(self, message: ServerChanged) -> None:
         event = message.event
@@ -193,7 +204,7 @@ class LuceboxApp(App[None]):
 
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
         if self.dashboard is not None:
-            self.dashboard.show_sample(message.sample)
+            self.dashboard.show_sample(message.sample, message.spec)
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)
 
@@ -207,6 +218,10 @@ class LuceboxApp(App[None]):
     def allow_base_and_retry(self) -> None:
         self.options = replace(self.options, allow_base=True)
         self.start_pipeline()
+
+    @on(CpuEngineRequested)
+    def build_cpu_engine_and_go_on(self) -> None:
+        self.start_pipeline(cpu_engine_first=True)
 
     @on(PresetPickRequested)
     def preset_pick_requested(self) -> None:

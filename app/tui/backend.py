@@ -44,6 +44,9 @@ class Backend:
     ) -> Prepared:
         return service.prepare(self.paths, options, emit, cancel=cancel)
 
+    def build_cpu_engine(self, emit: service.Emit) -> None:
+        service.build_cpu_engine(self.paths, emit)
+
     def supervisor(self, prepared: Prepared) -> Supervisor:
         return service.new_supervisor(self.paths, prepared)
 

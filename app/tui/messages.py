@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from lucebox.engine.metrics import Sample
+from lucebox.engine.sample import SpecStatus
 from lucebox.engine.service import Prepared, StepEvent
 from lucebox.engine.supervisor import ServerEvent
 
@@ -47,6 +48,8 @@ class MetricsSampled(Message):
     """One second of the server's numbers; each one is a point of the sparklines, so none merge."""
 
     sample: Sample
+    spec: SpecStatus | None = None
+    """Speculation as the run sees it then (None: none planned)."""
 
 
 # --- from the screens ---------------------------------------------------------------------------
@@ -60,6 +63,11 @@ class RetryRequested(Message):
 @dataclass
 class AllowBaseRequested(Message):
     """Run the pipeline again, serving a base model on purpose."""
+
+
+@dataclass
+class CpuEngineRequested(Message):
+    """Build the CPU engine, as the user chose when the CUDA build was refused, then go on."""
 
 
 @dataclass

@@ -8,7 +8,7 @@
 #   LUCEBOX_HOST          address inside the container (default 0.0.0.0, which needs an API key:
 #                         lucebox writes one to $LUCEBOX_HOME/config/api_key and shows it once)
 #   LUCEBOX_PORT          port inside the container (default 8080)
-#   LUCEBOX_GPU           GPU index (default 0)
+#   LUCEBOX_GPU           GPU index (default: every GPU; one alone when the model fits it)
 #   LUCEBOX_ALLOW_BASE    true to serve a base (non-instruct) model
 #   LUCEBOX_ENGINE        a llama-server built into the image, registered on the first start
 #   LUCEBOX_ENGINE_SOURCE its llama.cpp source folder (for the model architectures it knows)

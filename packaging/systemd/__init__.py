@@ -1,1 +1,1 @@
-"""systemd unit templates rendered by lucebox.engine.unit (installed as lucebox.units)."""
+"""systemd unit templates rendered by lucebox.engine.unit (installed as lucebox.systemd_units)."""

@@ -70,11 +70,11 @@ LOG_LINES = [
 RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB), True)
 
 
-def prepared_for(tmp_path: Path) -> Prepared:
+def prepared_for(tmp_path: Path, server_path: str = "/opt/llama-server") -> Prepared:
     """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
     model = write_llama(tmp_path / "smoke.gguf", GEMMA_270M)
     engine = planning.pinned_engine()
-    engine = planning.EngineView("b11434", "b11434", "/opt/llama-server", engine.capabilities)
+    engine = planning.EngineView("b11434", "b11434", server_path, engine.capabilities)
     options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
     launch = planning.plan_launch(
         resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
@@ -145,6 +145,9 @@ class ScriptedBackend(Backend):
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
     preset_table_failure: Exception | None = None
+    cpu_engine_builds: int = 0
+    server_path: str = "/opt/llama-server"
+    """The engine binary the launch names (one with the web UI's files shows its address)."""
 
     def preset_table(self, options: ServeOptions) -> planning.PresetTable:
         if self.preset_table_failure is not None:
@@ -165,7 +168,11 @@ class ScriptedBackend(Backend):
             if not cancel.wait(timeout=60):
                 raise AssertionError("the app never cancelled the download")
             raise CancelledByUserError("download of Qwen3-14B-Q4_K_M.gguf cancelled")
-        return prepared_for(self.tmp_path)
+        return prepared_for(self.tmp_path, self.server_path)
+
+    def build_cpu_engine(self, emit: Emit) -> None:
+        self.cpu_engine_builds += 1
+        emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
 
     def choose_preset(self, preset_id: str) -> None:
         self.chosen.append(preset_id)

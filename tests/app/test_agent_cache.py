@@ -1,5 +1,7 @@
 """The agent cache profile on the real CPU engine: a hybrid model's growing session is resumed
-from the cache on every call, never re-read in full."""
+from the cache on every call, never re-read in full. (The engine's "forcing full prompt
+re-processing" line is trace-level, so the replies' own ``timings`` are the witness: each call
+takes its history from the cache and processes only the new tool result.)"""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from tests.realmodels import engine_home
 
 pytestmark = pytest.mark.slow
 
-FULL_REPROCESS = "forcing full prompt re-processing"
 TOOL_RESULT = " hello world the model test" * 12
 
 
@@ -38,8 +39,7 @@ def test_a_hybrid_models_growing_session_is_never_reprocessed_in_full(built_engi
     options = ServeOptions(model=str(target), ctx=4096)
     [(_, timings)] = run_configs(paths, options, (AXES["cache"]["on"],), growing_session)
     log = (paths.logs_dir / "engine.log").read_text(errors="replace")
-    assert "--ctx-checkpoints" in log or "ctx-checkpoints" in log or timings
-    assert log.count(FULL_REPROCESS) == 0, log[-3000:]
+    assert "--ctx-checkpoints 8" in log  # the launch the planner chose for a hybrid model
     reused = [t["cache_n"] for t in timings[1:]]
     assert all(n > 0 for n in reused), timings
     # each call re-reads little more than its new tool result, not the whole history

@@ -72,8 +72,14 @@ def test_status_watch_json_streams_one_line_per_sample(tmp_path):
         assert third["state"] == "stopped"
         assert "lucebox_up 0" in textfile.read_text()
     finally:
-        watch.send_signal(signal.SIGINT)
-        assert watch.wait(timeout=10) == 0
+        watch.send_signal(signal.SIGTERM)
+        try:
+            code = watch.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.wait()
+            raise
+        assert code == 0
         watch.stdout.close()
         assert watch.stderr is not None
         assert watch.stderr.read() == ""

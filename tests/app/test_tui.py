@@ -22,12 +22,15 @@ from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
-from lucebox.engine import guard, store
+from lucebox.engine import guard, service, store, webui
 from lucebox.engine.errors import CancelledByUserError, GuardRefusal, UsageError
+from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.service import ServeOptions, StepEvent
 from lucebox.engine.supervisor import ServerEvent
-from lucebox.engine.transfer import TransferError
+from lucebox.engine.toolkit import ToolkitRefusal, choose_toolkit
+from lucebox.engine.transfer import TransferError, TransferProgress
+from lucebox.engine.units import GIB
 from tests.app.scripted import (
     BASE_GEMMA,
     RTX_4090,
@@ -40,6 +43,8 @@ from tests.app.scripted import (
     wait_until,
 )
 from tests.conftest import alive
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
+from tests.engine.test_build import NO_NVCC
 from tests.ggufgen import write_llama
 from tests.hubserver import HubFile, serve_hub
 from tests.ports import free_port
@@ -95,12 +100,56 @@ async def test_download_progress_shows_bar_rate_and_eta(backend):
         await wait_until(pilot, lambda: row.state == "running")
         await pilot.pause(0.1)
         assert row.query_one(".step-rate", Label).display
-        assert "40% · 48.5 MiB/s · 112 s left" in str(row.query_one(".step-rate", Label).render())
+        assert "40% · 48.5 MiB/s · 1 min 52 s left" in str(
+            row.query_one(".step-rate", Label).render()
+        )
         # Responsive while the blocking step runs: the log screen opens and closes.
         await pilot.press("l")
         assert app.screen.__class__.__name__ == "LogScreen"
         await pilot.press("escape")
         assert isinstance(app.screen, StartScreen)
+
+
+async def test_download_waits_show_the_reason_the_attempt_and_the_other_writer(backend):
+    retrying = TransferProgress(
+        "Qwen3-14B-Q4_K_M.gguf",
+        done_bytes=4 * GIB,
+        total_bytes=10 * GIB,
+        rate_bytes_per_s=None,
+        eta_s=None,
+        attempt=3,
+        waiting_s=3.5,
+        retry_reason="HTTP 503 Service Unavailable",
+    )
+    other_writer = TransferProgress(
+        "Qwen3-14B-Q4_K_M.gguf", 0, None, None, None, waiting_for_pid=4242
+    )
+    backend.steps = list(STEPS_DONE[:3])
+    backend.downloading = True
+    app = app_for(backend)
+    async with app.run_test(size=(120, 30)) as pilot:
+        preset = app.start_screen.query_one("#step-preset", StepRow)
+        await wait_until(pilot, lambda: preset.state == "done")
+        row = app.start_screen.query_one("#step-models", StepRow)
+        for progress, message, rate in [
+            (
+                other_writer,
+                "waiting for pid 4242 (fetching Qwen3-14B-Q4_K_M.gguf)",
+                None,
+            ),
+            (
+                retrying,
+                "downloading Qwen3-14B-Q4_K_M.gguf",
+                "40% · HTTP 503 Service Unavailable · attempt 3 in 4 s",
+            ),
+        ]:
+            row.show(service.download_step(progress))
+            await pilot.pause()
+            assert message in str(row.query_one(".step-message", Label).render())
+            shown = row.query_one(".step-rate", Label)
+            assert shown.display == (rate is not None)
+            if rate is not None:
+                assert rate in str(shown.render())
 
 
 async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend, tmp_path):
@@ -123,6 +172,28 @@ async def test_base_model_refusal_offers_allow_base_and_retries_with_it(backend,
     assert [o.allow_base for o in backend.options_seen] == [False, True]
 
 
+async def test_a_refused_cuda_build_offers_the_cpu_engine_and_builds_it_on_request(backend):
+    old_driver = probe_gpus(FakeNvml(gpus=[FakeGpu()], cuda=12040, driver="550.54.15"))
+    with pytest.raises(ToolkitRefusal) as refused:
+        choose_toolkit(old_driver, NO_NVCC, ("86",), host="x86_64")
+    backend.steps = STEPS_DONE[:3]
+    backend.failures = [refused.value]
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        failure = app.start_screen.query_one("#failure")
+        await wait_until(pilot, lambda: failure.display)
+        assert "driver 580 or newer" in str(
+            app.start_screen.query_one("#failure-message", Static).render()
+        )
+        assert app.start_screen.query_one("#cpu-engine", Button).display
+        assert not app.start_screen.query_one("#allow-base", Button).display
+        assert backend.cpu_engine_builds == 0
+        app.start_screen.query_one("#cpu-engine", Button).press()
+        await wait_until(pilot, lambda: on_dashboard(app))
+    assert backend.cpu_engine_builds == 1
+    assert app.exit_code == 0
+
+
 async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(backend, tmp_path):
     # A base model cut short: allowing base models would not make it servable.
     model = write_llama(tmp_path / "gemma-3-270m.gguf", BASE_GEMMA)
@@ -136,6 +207,7 @@ async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(ba
         failure = app.start_screen.query_one("#failure")
         await wait_until(pilot, lambda: failure.display)
         assert not app.start_screen.query_one("#allow-base", Button).display
+        assert not app.start_screen.query_one("#cpu-engine", Button).display
 
 
 async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
@@ -452,6 +524,62 @@ async def test_quitting_after_a_retry_that_worked_exits_0(backend):
     assert app.return_code == 0
 
 
+def _engine_with_webui(tmp_path: Path) -> str:
+    """A stand-in llama-server that carries the web UI's files, as a built one does."""
+    server = tmp_path / "llama-server"
+    server.write_bytes(b"\x7fELF" + b"\0" * 256 + webui.ASSET_MARKER + b"\0")
+    return str(server)
+
+
+async def test_the_dashboard_shows_the_web_ui_and_w_opens_it(backend, tmp_path, monkeypatch):
+    backend.server_path = _engine_with_webui(tmp_path)
+    monkeypatch.setenv("DISPLAY", ":0")
+    app = app_for(backend)
+    opened: list[str] = []
+    # Launching a real browser is what this machine cannot do: record the request instead.
+    monkeypatch.setattr(app, "open_url", lambda url, **_: opened.append(url))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+
+        def header() -> str:
+            return str(app.screen.query_one("#dash-header", Static).render())
+
+        await wait_until(pilot, lambda: "/v1" in header())
+        header_text = header()
+        assert "http://127.0.0.1:8080/v1" in header_text
+        assert "chat in a browser http://127.0.0.1:8080/ " in header_text
+        assert app.active_bindings["w"].enabled
+        await pilot.press("w")
+        await pilot.pause()
+        assert opened == ["http://127.0.0.1:8080/"]
+
+
+async def test_without_a_desktop_w_copies_the_web_ui_address(backend, tmp_path, monkeypatch):
+    backend.server_path = _engine_with_webui(tmp_path)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    app = app_for(backend)
+    opened: list[str] = []
+    monkeypatch.setattr(app, "open_url", lambda url, **_: opened.append(url))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("w")
+        await pilot.pause()
+        assert opened == [] and app.clipboard == "http://127.0.0.1:8080/"
+
+
+async def test_an_engine_without_the_ui_has_no_web_ui_key(backend):
+    app = app_for(backend)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        dashboard = app.screen
+        assert isinstance(dashboard, DashboardScreen) and dashboard.webui_url is None
+        header = dashboard.query_one("#dash-header", Static)
+        await wait_until(pilot, lambda: "/v1" in str(header.render()))
+        assert "chat in a browser" not in str(header.render())
+        assert "w" not in app.active_bindings
+
+
 async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the_partial(
     tmp_path, monkeypatch
 ):
@@ -489,3 +617,19 @@ async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the
     assert isinstance(pipeline.error, CancelledByUserError)
     assert 0 < kept < len(body)
     assert app.return_code == 0
+
+
+def test_speculation_line_is_loud_when_planned_speculation_does_not_run():
+    from lucebox.app.tui.widgets.throughput import spec_line
+    from lucebox.engine.sample import SpecStatus
+
+    running = spec_line(SpecStatus("draft-mtp", True, "planned", 0.62, 1.9), 0.62)
+    assert running is not None and running.plain == (
+        "draft-mtp · 62% of drafts accepted · 1.9 per step"
+    )
+    off = spec_line(
+        SpecStatus("draft-mtp", False, "0% of 300 drafted tokens accepted", 0.0, 0.0), 0
+    )
+    assert off is not None and off.plain.startswith("draft-mtp is OFF: 0% of 300")
+    assert "red" in str(off.style)
+    assert spec_line(None, None) is None

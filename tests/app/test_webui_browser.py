@@ -202,7 +202,7 @@ def test_off_loopback_the_page_asks_for_the_key_and_chats_with_it(serve, browser
         page.locator("#api-key-input").fill(API_KEY)
         page.locator("#api-key-input").press("Enter")
         response = _ask(page, QUESTION)
-        assert response.request.headers.get("authorization") == f"Bearer {API_KEY}"
+        assert response.request.all_headers().get("authorization") == f"Bearer {API_KEY}"
         _screenshot(page, "webui-chat-with-key.png")
     finally:
         context.close()

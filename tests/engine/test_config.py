@@ -8,6 +8,8 @@ from lucebox.engine import config
 from lucebox.engine.config import Settings
 from lucebox.engine.errors import ConfigError, PathsError
 from lucebox.engine.paths import resolve_paths
+from lucebox.engine.store import retry_policy
+from lucebox.engine.transfer import RetryPolicy
 
 
 @pytest.fixture
@@ -133,3 +135,36 @@ def test_lucebox_home_puts_every_folder_inside(tmp_path, monkeypatch):
         paths.runtime_dir,
     ):
         assert folder.is_relative_to(tmp_path / "h")
+
+
+def test_download_settings_take_numbers_and_become_the_retry_policy(paths):
+    assert retry_policy(Settings()) == RetryPolicy()
+    paths.ensure(paths.config_dir)
+    paths.config_file.write_text(
+        "[download]\nmax_idle_attempts = 4\nstall_s = 2\nbackoff_max_s = 0.5\n"
+    )
+    loaded = config.load_settings(paths)
+    assert retry_policy(loaded) == RetryPolicy(max_idle_attempts=4, stall_s=2.0, backoff_max_s=0.5)
+    assert config.set_setting(paths, "download.stall_s", "0.25").download_stall_s == 0.25
+    assert "stall_s = 0.25" in paths.config_file.read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[download]\nstall_s = -1\n", "must not be negative"),
+        ("[download]\nstall_s = nan\n", "must not be negative"),
+        ("[download]\nbackoff_max_s = 'soon'\n", "should be a number"),
+        ("[download]\nmax_idle_attempts = 2.5\n", "should be a integer"),
+    ],
+)
+def test_bad_download_settings_are_refused(paths, text, fragment):
+    paths.ensure(paths.config_dir)
+    paths.config_file.write_text(text)
+    with pytest.raises(ConfigError, match=fragment):
+        config.load_settings(paths)
+
+
+def test_a_zero_stall_time_is_refused_before_any_download(paths):
+    with pytest.raises(ConfigError, match=r"download.stall_s must be above 0"):
+        retry_policy(Settings(download_stall_s=0.0))

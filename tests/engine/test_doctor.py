@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 from lucebox.engine import nodejs
 from lucebox.engine.doctor import (
@@ -16,6 +17,7 @@ from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
+from lucebox.engine.toolkit import FetchedToolkit
 from tests.uibuild import old_node_only
 
 from .fake_nvml import GIB, FakeGpu, FakeNvml
@@ -55,12 +57,24 @@ def test_busy_and_mig_cards_warn():
 
 def test_cuda_toolkit_against_the_gpu_arch():
     h100 = probe_gpus(FakeNvml(gpus=[FakeGpu(capability=(9, 0))]))
-    assert check_cuda_toolkit(h100, NVCC_13).verdict == "ok"
-    old = check_cuda_toolkit(h100, NVCC_11)
-    assert old.verdict == "warn" and "90" in old.detail
-    assert check_cuda_toolkit(h100, NO_NVCC).verdict == "missing"
+    system = check_cuda_toolkit(h100, NVCC_13, None, "x86_64")
+    assert system.verdict == "ok" and "nvcc 13.0" in system.detail and "90" in system.detail
+    too_old = check_cuda_toolkit(h100, NVCC_11, None, "x86_64")
+    assert too_old.verdict == "ok" and "fetches CUDA 13.0 from PyPI" in too_old.detail
+    fetched = FetchedToolkit(
+        Path("/cache/toolkits/cuda-13.0/site/nvidia/cu13"), "13.0", 841_000_000, None
+    )
+    line = check_cuda_toolkit(h100, NO_NVCC, fetched, "x86_64")
+    assert line.verdict == "ok"
+    assert line.detail.startswith("fetched into the cache (13.0, 0.8 GB)")
+    old_driver = probe_gpus(FakeNvml(gpus=[FakeGpu()], cuda=12040, driver="550.54.15"))
+    refused = check_cuda_toolkit(old_driver, NO_NVCC, None, "x86_64")
+    assert refused.verdict == "missing" and "580" in refused.detail and "--cpu" in refused.action
     no_gpu = probe_gpus(FakeNvml(init_failure="no-nvml"))
-    assert check_cuda_toolkit(no_gpu, NO_NVCC).verdict == "ok"
+    assert check_cuda_toolkit(no_gpu, NO_NVCC, None, "x86_64").detail == (
+        "not needed without an NVIDIA GPU"
+    )
+    assert check_cuda_toolkit(no_gpu, NO_NVCC, fetched, "x86_64").detail.startswith("fetched")
 
 
 def test_engine_line_without_engines():

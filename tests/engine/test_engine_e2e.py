@@ -60,6 +60,25 @@ def test_status_lists_capabilities_read_from_the_engine(built_engine):
     assert path.stdout.strip() == engine["server_path"]
 
 
+def test_every_build_has_the_web_ui_and_the_rpc_server(built_engine):
+    assert built_engine["webui"] is True, built_engine["webui_detail"]
+    assert built_engine["webui_detail"].startswith("built from the engine source with ")
+    assert built_engine["rpc"] is True
+    rpc_server = Path(built_engine["server_path"]).with_name("ggml-rpc-server")
+    done = subprocess.run(
+        [str(rpc_server), "--help"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0 and "--port" in done.stderr
+    env = {"LUCEBOX_HOME": str(engine_home())}
+    status = json.loads(run_lucebox("engine", "status", "--json", env=env).stdout)
+    (engine,) = [e for e in status["engines"] if e["id"] == built_engine["id"]]
+    assert engine["webui"] is True and engine["rpc"] is True
+    checks = {
+        c["name"]: c for c in json.loads(run_lucebox("doctor", "--json", env=env).stdout)["checks"]
+    }
+    assert checks["webui"]["verdict"] == "ok"
+
+
 def test_version_names_the_pinned_build(built_engine):
     done = subprocess.run(
         [built_engine["server_path"], "--version"],
@@ -145,6 +164,8 @@ def test_fetch_a_prebuilt_engine(built_engine, lucebox_home):
     status = json.loads(run_lucebox("engine", "status", "--json").stdout)
     (engine,) = status["engines"]
     assert engine["origin"] == "fetch" and "draft-dflash" in engine["spec_types"]
+    # The UI is read from the binary; the tarball carries no ggml-rpc-server.
+    assert engine["webui"] is True and engine["rpc"] is False
     assert Path(engine["server_path"]).is_file()
 
 
@@ -153,6 +174,7 @@ def test_add_an_existing_llama_server(built_engine, tmp_path):
     assert added.returncode == 0, added.stderr
     (engine,) = json.loads(run_lucebox("engine", "status", "--json").stdout)["engines"]
     assert engine["origin"] == "add" and engine["server_path"] == built_engine["server_path"]
+    assert engine["webui"] is True and engine["rpc"] is True
     not_server = tmp_path / "not-a-server"
     not_server.write_text("#!/bin/sh\necho hi\n")
     not_server.chmod(0o755)

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import fcntl
 import json
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -132,3 +135,45 @@ def test_an_engine_with_the_ui_is_reused_without_looking_for_node(tmp_path, monk
     manifest, cached = build_and_install(paths, SOURCE, BuildOptions("cpu"))
     assert cached and manifest.id == with_ui.id
     assert not nodejs.wheel_dir(paths).parent.exists()
+
+
+def test_a_cached_engine_does_not_wait_behind_another_build(tmp_path):
+    paths = resolve_paths()
+    with_ui = _installed(paths, build_key(SOURCE, BuildOptions("cpu")), webui=True)
+    with (paths.ensure(paths.builds_dir) / ".lock").open("a") as other_build:
+        fcntl.flock(other_build, fcntl.LOCK_EX)
+        manifest, cached = build_and_install(paths, SOURCE, BuildOptions("cpu"))
+    assert cached and manifest.id == with_ui.id
+
+
+def test_a_second_build_waits_for_the_first_and_takes_its_engine(tmp_path):
+    """While another process builds, `engine build` waits, then finds the engine installed.
+
+    The source does not exist, so a build attempted instead of waiting would fail.
+    """
+    paths = resolve_paths()
+    options = BuildOptions("cpu")
+    lock = paths.ensure(paths.builds_dir) / ".lock"
+    events: list[BuildEvent] = []
+    result: list[tuple[EngineManifest, bool]] = []
+    with lock.open("a") as other_build:
+        fcntl.flock(other_build, fcntl.LOCK_EX)
+        waiting = threading.Thread(
+            target=lambda: result.append(
+                build_and_install(paths, SOURCE, options, on_event=events.append)
+            )
+        )
+        waiting.start()
+        for _ in range(200):
+            if events:
+                break
+            time.sleep(0.05)
+        assert [(e.stage, e.line) for e in events] == [
+            ("wait", "waiting for another build of the engine")
+        ]
+        assert waiting.is_alive()
+        installed = _installed(paths, build_key(SOURCE, options), webui=True)
+        fcntl.flock(other_build, fcntl.LOCK_UN)
+    waiting.join(timeout=30)
+    ((manifest, cached),) = result
+    assert cached and manifest.id == installed.id

@@ -122,7 +122,11 @@ def test_stop_server_stops_the_recorded_process():
     reaper = threading.Thread(target=server.wait)
     reaper.start()
     runstate.write_status(paths, serving(server.pid))
-    assert runstate.stop_server(paths, timeout_s=10) == server.pid
+    lock = runstate.ServeLock(paths)  # a running server holds it
+    try:
+        assert runstate.stop_server(paths, timeout_s=10) == server.pid
+    finally:
+        lock.release()
     reaper.join(timeout=5)
     assert server.returncode == -15
 
@@ -139,3 +143,17 @@ def test_every_gpu_is_read_for_status():
     found = runstate.gpu_statuses(nvml)
     assert [(g.index, g.vram_used_bytes) for g in found] == [(0, 2**30), (1, 2**31)]
     assert found[1].util_percent is None
+
+
+def test_a_state_file_left_by_a_killed_lucebox_is_not_trusted():
+    paths = resolve_paths()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # The state file names a live pid, but no server holds the lock: the pid was reused.
+        runstate.write_status(paths, serving(bystander.pid))
+        assert runstate.stop_server(paths, timeout_s=2) is None
+        assert bystander.poll() is None
+        assert not runstate.state_file(paths).exists()
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -111,18 +111,13 @@ def test_wrong_bytes_leave_nothing_behind(paths, tmp_path):
 def test_interrupted_download_resumes(paths, tmp_path):
     target = tmp_path / "deps" / "llama.cpp"
     with serve_files(index_routes(SDIST, cut_after_bytes=len(SDIST) // 2)) as server:
-        with pytest.raises(SourceError, match="resume"):
-            ensure_source(
-                paths, source_dir=target, index_url=f"{server.base_url}/simple", pin=pin_for(SDIST)
-            )
-        assert not target.exists()
-        assert (paths.downloads_dir / "pkg-1.0.tar.gz.part").is_file()
+        # The transfer resumes a cut by itself, within the same call.
         info = ensure_source(
             paths, source_dir=target, index_url=f"{server.base_url}/simple", pin=pin_for(SDIST)
         )
     assert info.origin == "pin"
     ranges = [r[2] for r in server.requests if r[1].startswith("/files/")]
-    assert ranges[0] is None and ranges[1] == f"bytes={len(SDIST) // 2}-"
+    assert ranges == [None, f"bytes={len(SDIST) // 2}-"]
 
 
 def test_package_missing_from_index(paths, tmp_path):

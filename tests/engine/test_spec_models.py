@@ -127,6 +127,8 @@ def test_quantized_weights(tmp_path, header_only):
     path = write_gguf(tmp_path / "q8.gguf", spec)
     info = inspect_model(path)
     assert info.quantization == info.file_type_name == "Q8_0"
+    for draft in (dflash_for(spec), dflash_for(spec, dspark=True), draft_model_for(spec)):
+        assert inspect_model(write_gguf(tmp_path / "d.gguf", draft)).quantization == "Q8_0"
     assert info.actual_size_bytes == info.expected_size_bytes
     f16 = inspect_model(write_gguf(tmp_path / "f16.gguf", qwen35_target(header_only=True)))
     assert info.weights_bytes < 0.6 * f16.weights_bytes

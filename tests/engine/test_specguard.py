@@ -56,10 +56,12 @@ def test_a_new_engine_process_restarts_the_count():
 @pytest.mark.parametrize(
     ("spec_type", "draft_max", "on_gpu", "floor", "says"),
     [
-        ("draft-mtp", 3, False, 0.70, "measured CPU break-even"),
-        ("draft-simple", 8, False, 0.5, "not measured on a CPU"),
+        ("draft-mtp", 3, False, 1.0, "measured CPU break-even"),
+        ("draft-dflash", 15, False, 0.85, "measured CPU break-even"),
+        ("ngram-mod", None, False, 0.55, "measured CPU break-even"),
+        ("draft-simple", 8, False, 0.9, "not measured on a CPU"),
         ("draft-mtp", 3, True, CUDA_FLOOR, "not yet measured on CUDA"),
-        ("ngram-mod", None, True, 0.05, "cost almost nothing"),
+        ("ngram-mod", None, True, 0.1, "cost almost nothing on a GPU"),
     ],
 )
 def test_floors_name_where_they_come_from(spec_type, draft_max, on_gpu, floor, says):

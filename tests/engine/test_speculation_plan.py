@@ -103,3 +103,14 @@ def test_spec_setting_in_config_is_read_once_and_a_flag_wins(mode):
     assert default["spec"]["type"] is None
     chosen = plan("--model", target, "--spec", mode)[1]
     assert chosen["spec"]["type"] == {"auto": "draft-mtp", "off": None, "ngram": "ngram-mod"}[mode]
+
+
+def test_on_a_cpu_auto_leaves_model_drafts_out_and_says_why():
+    target = str(cached_gguf(qwen35_target()))
+    result = run_lucebox("plan", "--model", target, "--json")  # this machine: no GPU
+    document = json.loads(result.stdout)
+    assert result.returncode == 0, result.stderr
+    assert document["spec"]["type"] == "ngram-mod"
+    assert "not draft-mtp: on a CPU" in document["reasons"]["spec"]
+    asked = json.loads(run_lucebox("plan", "--model", target, "--spec", "mtp", "--json").stdout)
+    assert asked["spec"]["type"] == "draft-mtp"  # the user's choice is respected

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import os
 import ssl
+import time
 
 import pytest
 import trustme
 
+from lucebox.engine import transfer
 from lucebox.engine.errors import HashMismatchError
-from lucebox.engine.transfer import TransferError, download_file
+from lucebox.engine.transfer import (
+    RetryPolicy,
+    TransferError,
+    TransferRefusedError,
+    download_file,
+    duration_text,
+    progress_parts,
+)
 from tests.httpserver import Route, serve_files
 
 BODY = os.urandom(3 * 1024 * 1024 + 123)
 SHA256 = hashlib.sha256(BODY).hexdigest()
+FAST = RetryPolicy(max_idle_attempts=3, stall_s=0.5, backoff_max_s=0.05)
+"""Small settings so that retries and stalls take a fraction of a second."""
 
 
 def test_a_server_that_ignores_range_gives_a_whole_file_not_a_doubled_one(tmp_path):
@@ -36,35 +48,76 @@ def test_other_bytes_than_published_are_a_hash_mismatch_and_deleted(tmp_path):
         download_file(f"{server.base_url}/e", dest, sha256=SHA256)
     assert caught.value.exit_code == 3
     assert not dest.exists() and not dest.with_name("engine.tar.gz.part").exists()
+    assert len(server.requests) == 1  # not retried
 
 
-def test_a_cut_without_a_known_size_keeps_the_partial_for_a_resume(tmp_path):
+def test_cuts_without_a_known_size_are_resumed_within_the_run(tmp_path):
     dest = tmp_path / "engine.tar.gz"
-    with serve_files({"/e": Route(BODY, cut_after_bytes=100_000)}) as server:
-        with pytest.raises(TransferError, match=r"stopped at 100000 of \d+ bytes") as caught:
-            download_file(f"{server.base_url}/e", dest, sha256=SHA256)
+    with serve_files({"/e": Route(BODY, cut_after_bytes=100_000, cuts_left=3)}) as server:
+        download_file(f"{server.base_url}/e", dest, sha256=SHA256, policy=FAST)
+        ranges = [r[2] for r in server.requests]
+    assert ranges == [None, "bytes=100000-", "bytes=200000-", "bytes=300000-"]
+    assert dest.read_bytes() == BODY
+
+
+def test_giving_up_keeps_the_partial_and_says_how_to_resume(tmp_path):
+    dest = tmp_path / "engine.tar.gz"
+    # Every request after the first is cut before its first body byte: no progress at all.
+    route = Route(BODY, cut_after_bytes=100_000, cuts_left=1)
+    with serve_files({"/e": route}) as server:
+        events: list[transfer.TransferProgress] = []
+
+        def cut_every_later_request(event: transfer.TransferProgress) -> None:
+            events.append(event)
+            route.cut_after_bytes, route.cuts_left = 0, 10
+
+        with pytest.raises(TransferError, match=r"gave up after 3 attempts") as caught:
+            download_file(
+                f"{server.base_url}/e",
+                dest,
+                sha256=SHA256,
+                policy=FAST,
+                on_progress=cut_every_later_request,
+            )
+        assert "100000 bytes are on disk" in caught.value.message
         assert "resume" in (caught.value.hint or "")
+        assert len(server.requests) == 4
         assert dest.with_name("engine.tar.gz.part").stat().st_size == 100_000
-        download_file(f"{server.base_url}/e", dest, sha256=SHA256)
+        assert [e.attempt for e in events if e.waiting_s is not None][:1] == [2]
+        route.cuts_left = 0
+        download_file(f"{server.base_url}/e", dest, sha256=SHA256, policy=FAST)
         assert server.requests[-1] == ("GET", "/e", "bytes=100000-")
     assert dest.read_bytes() == BODY
 
 
-def test_a_stalled_server_times_out_with_a_clear_message(tmp_path):
+def test_a_stalled_server_gives_up_with_a_clear_message(tmp_path):
     dest = tmp_path / "model.gguf"
+    started = time.monotonic()
     with (
         serve_files({"/m": Route(BODY, stall_s=3)}) as server,
-        pytest.raises(TransferError, match=r"failed: no data for 0.5 s"),
+        pytest.raises(TransferError, match=r"without a new byte \(last: no data for 0.5 s\)"),
     ):
-        download_file(f"{server.base_url}/m", dest, sha256=SHA256, timeout_s=0.5)
+        download_file(f"{server.base_url}/m", dest, sha256=SHA256, policy=FAST)
+    assert 1.5 <= time.monotonic() - started < 2.9
     assert not dest.exists()
+
+
+@pytest.mark.parametrize("code", [401, 403, 404, 410])
+def test_refusals_are_not_retried(tmp_path, code):
+    with serve_files({"/m": Route(BODY, status=code)}) as server:
+        with pytest.raises(TransferRefusedError, match=f"HTTP {code}") as caught:
+            download_file(f"{server.base_url}/m", tmp_path / "m", sha256=SHA256, policy=FAST)
+        assert caught.value.status == code
+        assert len(server.requests) == 1
 
 
 def test_nothing_listening_is_a_one_line_failure(tmp_path):
     with serve_files() as server:
         url = f"{server.base_url}/m"
+    started = time.monotonic()
     with pytest.raises(TransferError, match="Connection refused"):
         download_file(url, tmp_path / "m", sha256=SHA256)
+    assert time.monotonic() - started < 0.9  # a server never reached is not waited for
 
 
 @pytest.fixture
@@ -83,10 +136,8 @@ def test_https_downloads_trust_what_httpx_trusts(tmp_path, monkeypatch, tls_serv
     with serve_files({"/m": Route(BODY, cut_after_bytes=50_000)}, tls=context) as server:
         url = f"{server.base_url}/m"
         assert url.startswith("https://")
-        with pytest.raises(TransferError, match="stopped at"):
-            download_file(url, tmp_path / "m", sha256=SHA256)
-        download_file(url, tmp_path / "m", sha256=SHA256)
-        assert server.requests[-1] == ("GET", "/m", "bytes=50000-")
+        download_file(url, tmp_path / "m", sha256=SHA256, policy=FAST)
+        assert [r[2] for r in server.requests] == [None, "bytes=50000-"]
     assert (tmp_path / "m").read_bytes() == BODY
 
 
@@ -101,3 +152,33 @@ def test_https_refuses_a_certificate_nobody_vouches_for(tmp_path, monkeypatch, t
         download_file(f"{server.base_url}/m", tmp_path / "m", sha256=SHA256)
     assert "SSL_CERT_FILE" in (caught.value.hint or "")
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.01, "1 s"), (1.0, "1 s"), (59.2, "1 min 00 s"), (125, "2 min 05 s"), (7322, "2 h 02 min")],
+)
+def test_time_left_is_rounded_up_so_it_never_reads_zero(seconds, text):
+    assert duration_text(seconds) == text
+
+
+def test_progress_words_say_what_is_not_known_and_when_it_retries():
+    assert progress_parts(None, None) == ("— MiB/s", "— left")
+    assert progress_parts(2**20, 0.2) == ("1.0 MiB/s", "1 s left")
+    assert progress_parts(2**20, 0.0) == ("1.0 MiB/s",)
+    assert progress_parts(2**20, 30, attempt=3) == ("1.0 MiB/s", "30 s left", "attempt 3")
+    waiting = progress_parts(None, None, attempt=4, waiting_s=3.5, retry_reason="HTTP 503")
+    assert waiting == ("HTTP 503", "attempt 4 in 4 s")
+
+
+def test_backoff_doubles_up_to_its_cap():
+    policy = RetryPolicy()
+    assert [policy.backoff_s(n) for n in range(10)] == [1, 1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert sum(policy.backoff_s(n) for n in range(1, policy.max_idle_attempts)) == 243
+
+
+def test_retry_after_takes_seconds_or_a_date():
+    assert transfer._retry_after_s("7") == 7.0
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 28 <= (transfer._retry_after_s(later) or 0) <= 31
+    assert transfer._retry_after_s("soon") is None

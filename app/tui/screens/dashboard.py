@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -28,9 +30,10 @@ from lucebox.app.tui.widgets.gpu import GpuPanel
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.readout import Readout
 from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
-from lucebox.engine import runstate
+from lucebox.engine import runstate, webui
 from lucebox.engine.launch import url_of
 from lucebox.engine.metrics import Sample, with_last_rates
+from lucebox.engine.sample import SpecStatus
 from lucebox.engine.service import Prepared
 from lucebox.engine.supervisor import ServerEvent, Supervisor
 
@@ -56,6 +59,7 @@ class DashboardScreen(Screen[None]):
         Binding("p", "switch_preset", "Preset"),
         Binding("l", "open_log", "Log"),
         Binding("y", "copy_url", "Copy URL"),
+        Binding("w", "open_webui", "Web UI"),
         Binding("q", "quit_asking", "Quit"),
     ]
 
@@ -81,6 +85,8 @@ class DashboardScreen(Screen[None]):
         """The context the running engine serves: after an out-of-memory re-plan, the new one."""
         self.log_lines_shown = 0
         self.log_shown_at = -LOG_TAIL_INTERVAL_S
+        spec = prepared.spec
+        self.webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
 
     def compose(self) -> ComposeResult:
         yield Readout("", id="dash-header")
@@ -115,6 +121,10 @@ class DashboardScreen(Screen[None]):
         header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}\n")
         header.append(f"{url_of(self.prepared.spec)}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
+        if self.webui_url:
+            header.append("   chat in a browser ")
+            header.append(self.webui_url, style="bold underline")
+            header.append("  w opens it", style="dim")
         self.query_one("#dash-header", Readout).show(header)
 
     def show_event(self, event: ServerEvent) -> None:
@@ -127,10 +137,10 @@ class DashboardScreen(Screen[None]):
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
 
-    def show_sample(self, sample: Sample) -> None:
+    def show_sample(self, sample: Sample, spec: SpecStatus | None = None) -> None:
         self.history.append(sample)
         self.latest = with_last_rates(self.latest, sample)
-        self.query_one(ThroughputPanel).show_rates(self.history, self.latest)
+        self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec)
         self.query_one(GpuPanel).show_gpu(self.prepared, sample)
         self.refresh_header()
 
@@ -172,6 +182,20 @@ class DashboardScreen(Screen[None]):
         url = f"{url_of(self.prepared.spec)}/v1"
         self.app.copy_to_clipboard(url)
         self.notify(f"copied {url}")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # An engine built without the UI has no page to open: no key in the footer.
+        return action != "open_webui" or self.webui_url is not None
+
+    def action_open_webui(self) -> None:
+        if self.webui_url is None:
+            return
+        if webui.has_desktop(os.environ, sys.platform):
+            self.app.open_url(self.webui_url)
+            self.notify(f"opening {self.webui_url} in the browser")
+        else:
+            self.app.copy_to_clipboard(self.webui_url)
+            self.notify(f"no desktop here: open {self.webui_url} in a browser (copied)")
 
     def action_quit_asking(self) -> None:
         self.app.push_screen(QuitModal(), self.quit_chosen)

@@ -14,7 +14,12 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
-from lucebox.app.tui.messages import AllowBaseRequested, PresetPickRequested, RetryRequested
+from lucebox.app.tui.messages import (
+    AllowBaseRequested,
+    CpuEngineRequested,
+    PresetPickRequested,
+    RetryRequested,
+)
 from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.widgets.steps import STEP_TITLES, StepRow
 from lucebox.engine.service import STEPS, StepEvent, StepName
@@ -31,6 +36,8 @@ class Failure:
     """What `lucebox up` exits with when the user quits here (DESIGN.md's codes)."""
     allow_base_serves: bool = False
     """Allowing a base model would let the refused model be served."""
+    cpu_engine_offered: bool = False
+    """The GPU's CUDA engine cannot be built here; a CPU engine can (the user decides)."""
 
 
 class StartScreen(Screen[None]):
@@ -63,6 +70,7 @@ class StartScreen(Screen[None]):
                     yield Button("Retry", id="retry", variant="primary")
                     yield Button("Another preset", id="another-preset")
                     yield Button("Allow base model", id="allow-base")
+                    yield Button("Build for the CPU", id="cpu-engine")
                     yield Button("Open log", id="open-log")
         yield Footer()
 
@@ -80,6 +88,7 @@ class StartScreen(Screen[None]):
         self.query_one("#failure-message", Static).update(Text(failure.message, style="bold"))
         self.query_one("#failure-hint", Static).update(failure.hint or "")
         self.query_one("#allow-base").display = failure.allow_base_serves
+        self.query_one("#cpu-engine").display = failure.cpu_engine_offered
         self.query_one("#failure").display = True
         self.query_one("#retry", Button).focus()
 
@@ -101,6 +110,10 @@ class StartScreen(Screen[None]):
     @on(Button.Pressed, "#allow-base")
     def allow_base_and_retry(self) -> None:
         self.post_message(AllowBaseRequested())
+
+    @on(Button.Pressed, "#cpu-engine")
+    def build_cpu_engine(self) -> None:
+        self.post_message(CpuEngineRequested())
 
     @on(Button.Pressed, "#open-log")
     def action_open_log(self) -> None:

@@ -10,6 +10,7 @@ from textual.widgets import Label, ProgressBar
 
 from lucebox.engine import units
 from lucebox.engine.service import StepEvent, StepName
+from lucebox.engine.transfer import progress_parts
 
 STEP_TITLES: dict[StepName, str] = {
     "gpu": "GPU",
@@ -61,9 +62,16 @@ class StepRow(Horizontal):
 
 
 def rate_text(event: StepEvent) -> str:
+    """Percent, then for a download the same words as the CLI's progress line."""
     parts = [f"{event.fraction:.0%}"] if event.fraction is not None else []
-    if event.rate_bytes_per_s is not None:
+    if event.attempt is not None:
+        parts += progress_parts(
+            event.rate_bytes_per_s,
+            event.eta_s,
+            attempt=event.attempt,
+            waiting_s=event.waiting_s,
+            retry_reason=event.retry_reason,
+        )
+    elif event.rate_bytes_per_s is not None:
         parts.append(units.rate_text(event.rate_bytes_per_s))
-    if event.eta_s is not None:
-        parts.append(f"{event.eta_s:.0f} s left")
     return " · ".join(parts)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label
@@ -15,6 +16,7 @@ from textual.widgets import Label
 from lucebox.app.tui.widgets.readout import Readout, value_text
 from lucebox.app.tui.widgets.trend import Trend
 from lucebox.engine.metrics import Sample
+from lucebox.engine.sample import SpecStatus
 
 SPARK_POINTS = 60
 
@@ -26,10 +28,11 @@ class ThroughputPanel(Vertical):
                 yield Label(title, classes="metric-name")
                 yield Readout("—", id=f"{key}-value", classes="metric-value")
                 yield Trend(id=f"{key}-spark")
-        yield Readout("", id="spec-acceptance")
-        yield Readout("", id="prompt-cache")
+        yield Readout("", id="spec-and-cache")
 
-    def show_rates(self, history: deque[Sample], latest: Sample | None) -> None:
+    def show_rates(
+        self, history: deque[Sample], latest: Sample | None, spec: SpecStatus | None = None
+    ) -> None:
         shown = latest or Sample(0, None, None, None, None, None, None, None, None, 0)
         self.query_one("#decode-value", Readout).show(
             value_text(shown.decode_tokens_per_s, "tok/s")
@@ -47,11 +50,24 @@ class ThroughputPanel(Vertical):
             points = [getattr(s, field) or 0.0 for s in history]
             padded = [0.0] * (SPARK_POINTS - len(points)) + points[-SPARK_POINTS:]
             self.query_one(f"#{key}-spark", Trend).show(padded)
-        acceptance = self.query_one("#spec-acceptance", Readout)
-        acceptance.display = shown.spec_acceptance is not None
-        if shown.spec_acceptance is not None:
-            acceptance.show(f"draft acceptance {shown.spec_acceptance:.0%}")
-        cache = self.query_one("#prompt-cache", Readout)
-        cache.display = shown.cached_prompt_share is not None
+        line = spec_line(spec, shown.spec_acceptance) or Text()
         if shown.cached_prompt_share is not None:
-            cache.show(f"prompt tokens from cache {shown.cached_prompt_share:.0%}")
+            line.append(" · " if line else "")
+            line.append(f"cache {shown.cached_prompt_share:.0%} of prompt")
+        readout = self.query_one("#spec-and-cache", Readout)
+        readout.display = bool(line)
+        readout.show(line)
+
+
+def spec_line(spec: SpecStatus | None, acceptance: float | None) -> Text | None:
+    """Speculation in one line; loud when it was planned and does not run."""
+    if spec is None:
+        return None if acceptance is None else Text(f"draft acceptance {acceptance:.0%}")
+    if spec.active is False:
+        return Text(f"{spec.type} is OFF: {spec.reason}", style="bold red")
+    line = Text(spec.type, style="bold")
+    if spec.acceptance is not None:
+        line.append(f" · {spec.acceptance:.0%} of drafts accepted")
+    if spec.accepted_per_step is not None:
+        line.append(f" · {spec.accepted_per_step:.1f} per step")
+    return line

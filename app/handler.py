@@ -1,0 +1,32 @@
+"""Run a parsed command: every error a user can cause becomes one line and its exit code;
+anything else one line and the path of a log with the full traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from lucebox.engine.crashlog import write_crash_log
+from lucebox.engine.errors import EXIT_CANCELLED, EXIT_FAILURE, LuceboxError
+from lucebox.engine.paths import Paths, resolve_paths
+
+Handler = Callable[[argparse.Namespace, Paths], int]
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    paths: Paths | None = None
+    try:
+        paths = resolve_paths()
+        handler: Handler = args.handler
+        return handler(args, paths)
+    except LuceboxError as exc:
+        print(f"lucebox: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("lucebox: interrupted", file=sys.stderr)
+        return EXIT_CANCELLED
+    except Exception as exc:
+        log = write_crash_log(paths, exc)
+        print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
+        return EXIT_FAILURE

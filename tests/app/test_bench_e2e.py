@@ -1,0 +1,114 @@
+"""`lucebox bench` against the real engine: a 3-call cut of the shipped agent session, the quick
+prompt set, and `--compare cache=on,off` starting and stopping its own servers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lucebox.engine.paths import resolve_paths
+from lucebox.engine.planning import slots_dir
+from tests.conftest import alive, run_lucebox
+from tests.realmodels import smol_model
+from tests.smolserver import private_engine_home
+
+pytestmark = pytest.mark.slow
+
+SESSION = Path(__file__).resolve().parents[2] / "assets" / "agent-session.jsonl"
+
+
+def bench(home: Path, *args: str):
+    return run_lucebox("bench", *args, env={"LUCEBOX_HOME": str(home)}, timeout_s=1800)
+
+
+def test_replay_of_three_calls_reuses_the_growing_prefix(smol_server, smol_home):
+    result = bench(
+        smol_home,
+        "replay",
+        str(SESSION),
+        "--url",
+        smol_server.url,
+        "--calls",
+        "3",
+        "--n-gen",
+        "8",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    replay = json.loads(result.stdout)["configs"]["default"]
+    calls = replay["calls"]
+    assert [call["index"] for call in calls] == [0, 1, 2]
+    assert set(calls[0]) == {
+        "index",
+        "ttft_s",
+        "decode_tok_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "empty",
+    }
+    prompts = [call["prompt_tokens"] for call in calls]
+    assert prompts[0] < prompts[1] < prompts[2]
+    # Each call's prompt extends the last one, so the engine serves that part from its cache.
+    for before, call in itertools.pairwise(calls):
+        assert call["cached_tokens"] >= before["prompt_tokens"] * 0.9
+    assert replay["ttft_total_s"] == pytest.approx(sum(c["ttft_s"] for c in calls), abs=0.01)
+    assert replay["empty"] == sum(c["empty"] for c in calls)
+    assert replay["wall_s"] > 0
+
+
+def test_quick_measures_the_running_server(smol_server, smol_home):
+    result = bench(smol_home, "quick", "--n-gen", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    samples = json.loads(result.stdout)["configs"]["default"]
+    assert list(samples) == ["chat", "code", "edit", "long"]
+    for sample in samples.values():
+        assert sample["ttft_s"] > 0 and sample["completion_tokens"] <= 4
+        assert sample["prefill_tok_s"] > 0
+    assert samples["long"]["prompt_tokens"] > 1500
+    assert samples["chat"]["acceptance"] is None  # no speculation configured
+
+
+def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engine_home, tmp_path):
+    home = private_engine_home(tmp_path / "compare-home")
+    # A slot the user's own server saved: no configuration may start warm from it or replace it.
+    slots = slots_dir(resolve_paths({"LUCEBOX_HOME": str(home)}))
+    slots.mkdir(parents=True)
+    (slots / "users.slot").write_bytes(b"saved by the user's server")
+    result = bench(
+        home,
+        "replay",
+        str(SESSION),
+        "--calls",
+        "2",
+        "--n-gen",
+        "4",
+        "--compare",
+        "cache=on,off",
+        "--model",
+        str(smol_model()),
+        "--ctx",
+        "2048",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    configs = json.loads(result.stdout)["configs"]
+    assert list(configs) == ["cache=on", "cache=off"]
+    assert configs["cache=on"]["calls"][0]["cached_tokens"] < 72
+    assert configs["cache=on"]["calls"][1]["cached_tokens"] > 0
+    assert [c["cached_tokens"] for c in configs["cache=off"]["calls"]] == [0, 0]
+    logs = sorted((home / "state" / "logs").glob("compare-*.log"))
+    assert [log.name for log in logs] == ["compare-cache-off.log", "compare-cache-on.log"]
+    engine_pids = [
+        int(pid)
+        for log in logs
+        for pid in re.findall(r"engine started \(pid (\d+)\)", log.read_text())
+    ]
+    assert len(engine_pids) == 2 and not any(alive(pid) for pid in engine_pids)
+    assert [p.name for p in slots.iterdir()] == ["users.slot"]
+    assert (slots / "users.slot").read_bytes() == b"saved by the user's server"
+    status = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)})
+    assert json.loads(status.stdout)["state"] == "stopped"

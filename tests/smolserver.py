@@ -1,0 +1,23 @@
+"""A lucebox home of its own that uses the built CPU engine, for tests that serve SmolLM2.
+
+The shared engine home's one-server lock and state file stay free for the tests that use it;
+the engine itself is not copied: its manifest points at the built binary.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from lucebox.engine.paths import resolve_paths
+from tests.realmodels import engine_home
+
+
+def private_engine_home(folder: Path) -> Path:
+    """``folder`` as a LUCEBOX_HOME that knows the engines built in the shared engine home."""
+    source = resolve_paths({"LUCEBOX_HOME": str(engine_home())}).engines_dir
+    target = resolve_paths({"LUCEBOX_HOME": str(folder)}).engines_dir
+    for manifest in source.glob("*/manifest.json"):
+        (target / manifest.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(manifest, target / manifest.parent.name / manifest.name)
+    return folder
