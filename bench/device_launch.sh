@@ -11,5 +11,5 @@ echo "engine ready after $(( $(date +%s) - start )) s" | tee "$OUT/engine.txt"
 lucebox engine status --json > "$OUT/engine-status.json"
 python3 -m bench.launch_vs_gpu --work .devrun/work "$@" | tee "$OUT/launch_vs_gpu.jsonl"
 cp .devrun/work/*.serve.log "$OUT/" 2>/dev/null
-cp .devrun/home/logs/engine.log "$OUT/engine.log" 2>/dev/null
+cp .devrun/home/state/logs/engine.log "$OUT/engine.log" 2>/dev/null
 exit 0
