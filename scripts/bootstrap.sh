@@ -7,7 +7,13 @@ bootstrap_venv() {
     venv="${LUCEBOX_VENV:-$root/.venv}"
     spec="$root"
     [ -n "$extras" ] && spec="$root[$extras]"
-    stamp="$venv/.lucebox-installed-$(cksum <"$root/pyproject.toml" | cut -d' ' -f1)-${extras:-base}"
+    local sum
+    sum="$(cksum <"$root/pyproject.toml" | cut -d' ' -f1)"
+    stamp="$venv/.lucebox-installed-$sum-${extras:-base}"
+    # A venv set up with the dev tools also serves plain `./lucebox`: no reinstall between them.
+    if [ -z "$extras" ] && [ -f "$venv/.lucebox-installed-$sum-dev" ]; then
+        stamp="$venv/.lucebox-installed-$sum-dev"
+    fi
     if [ ! -f "$stamp" ]; then
         echo "lucebox: setting up $venv (first run only)" >&2
         python3 -m venv "$venv" || { echo "lucebox: python3 -m venv failed; install python3-venv" >&2; return 1; }

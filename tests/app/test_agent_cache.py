@@ -33,8 +33,11 @@ def growing_session(served: Served, calls: int = 10) -> list[dict]:
     return timings
 
 
-def test_a_hybrid_models_growing_session_is_never_reprocessed_in_full(built_engine_home):
-    paths = resolve_paths({"LUCEBOX_HOME": str(engine_home())})
+def test_a_hybrid_models_growing_session_is_never_reprocessed_in_full(
+    built_engine_home, monkeypatch
+):
+    monkeypatch.setenv("LUCEBOX_HOME", str(engine_home()))  # the served child's home too
+    paths = resolve_paths()
     target = cached_gguf(qwen35_target(mtp=False))
     options = ServeOptions(model=str(target), ctx=4096)
     [(_, timings)] = run_configs(paths, options, (AXES["cache"]["on"],), growing_session)
