@@ -82,9 +82,11 @@ def test_chat_stream_status_restart_and_clean_stop(served):
         lambda s: (s["sample"] or {}).get("requests_finished_total", 0) >= 2, timeout_s=10
     )
     assert sampled["sample"]["decode_tokens_per_s"] > 0
-    # Both replies counted once, from the engine's own timing lines; no speculation planned.
+    # Both replies counted once, from the engine's own timing lines; on a CPU the planner
+    # speculates with n-grams only (too few drafts yet for the guard to judge them).
     assert sampled["sample"]["requests_finished_total"] == 2
-    assert sampled["spec"] is None and sampled["cache"]["full_reprocess_events"] == 0
+    assert sampled["spec"]["type"] == "ngram-mod" and sampled["spec"]["active"] is not False
+    assert sampled["cache"]["full_reprocess_events"] == 0
     assert sampled["cache"]["cached_prompt_share"] > 0  # the second prompt repeats the first
 
     first_engine = ready["engine_pid"]
