@@ -1,7 +1,5 @@
 """Speculation through `lucebox serve` on the real CPU engine: the MTP head of a generated model
-runs when asked for and its counters reach `status --json`; speculation that does not pay on
-this CPU is switched off by the guard (a restart through the one stop path), and the status
-keeps saying what was planned and why it stopped."""
+runs when asked for, and its counters reach `status --json`."""
 
 from __future__ import annotations
 
@@ -16,10 +14,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.runstate import engine_log
 from tests.conftest import run_lucebox
-from tests.ggufgen import cached_gguf, qwen35_target
+from tests.ggufgen import ModelSpec, cached_gguf, qwen35_target
 from tests.ports import free_port
 from tests.realmodels import engine_home
 
@@ -31,9 +27,11 @@ def status() -> dict:
     return json.loads(done.stdout)
 
 
-def serve_until(extra: list[str], done: Callable[[dict], bool], timeout_s: float = 600) -> list:
-    """Serve the generated hybrid model, send requests until ``done(status)``; the statuses."""
-    target = cached_gguf(qwen35_target())
+def serve_until(
+    extra: list[str], done: Callable[[dict], bool], *, model: ModelSpec, timeout_s: float = 180
+) -> list:
+    """Serve a generated model, send requests until ``done(status)``; the statuses seen."""
+    target = cached_gguf(model)
     port = free_port()
     env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
     argv = [sys.executable, "-m", "lucebox.app.cli", "serve", "--model", str(target)]
@@ -68,26 +66,12 @@ def serve_until(extra: list[str], done: Callable[[dict], bool], timeout_s: float
 
 
 def test_the_mtp_head_runs_when_asked_and_its_counters_reach_status(built_engine_home):
-    def warned(now: dict) -> bool:
-        return "kept, as --spec asked" in (now["spec"] or {}).get("reason", "")
+    def counted(now: dict) -> bool:
+        return ((now["spec"] or {}).get("acceptance") or 0) > 0
 
-    seen = serve_until(["--spec", "mtp"], warned)
+    # A head the target agrees with (tests/ggufgen.py agree_token): its drafts are accepted.
+    seen = serve_until(["--spec", "mtp"], counted, model=qwen35_target(agree_token="hello"))
     spec = seen[-1]["spec"]
     assert spec["type"] == "draft-mtp" and spec["active"] is True
-    assert spec["acceptance"] is not None and spec["acceptance"] < 0.5  # random weights
-    assert seen[-1]["restarts"] == 0  # the user's choice is kept, with the warning
-
-
-def test_speculation_that_does_not_pay_on_this_cpu_is_switched_off(built_engine_home):
-    def switched_off(now: dict) -> bool:
-        return (now["spec"] or {}).get("active") is False
-
-    seen = serve_until([], switched_off)
-    first, last = seen[0]["spec"], seen[-1]["spec"]
-    assert first["type"] == "ngram-mod"  # auto on a CPU: no model drafts
-    assert last["type"] == "ngram-mod" and "switched off" in last["reason"]
-    assert last["acceptance"] is not None
-    assert seen[-1]["restarts"] >= 1
-    log = engine_log(resolve_paths({"LUCEBOX_HOME": str(engine_home())})).read_text()
-    starts = [line for line in log.splitlines() if line.startswith("# lucebox: starting")]
-    assert "--spec-type" in starts[0] and "--spec-type" not in starts[-1]
+    assert spec["acceptance"] > 0.5 and spec["accepted_per_step"] > 0
+    assert seen[-1]["restarts"] == 0
