@@ -19,7 +19,7 @@ from lucebox.engine.errors import ConfigError
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.launch import server_argv
 from lucebox.engine.paths import resolve_paths
-from lucebox.engine.planning import EngineView, ServeOptions, budget_for, plan_launch
+from lucebox.engine.planning import EngineView, ServeOptions, budget_for, plan_launch, slots_dir
 from lucebox.engine.registry import select_engine
 from tests.conftest import run_lucebox
 from tests.ports import free_port
@@ -98,6 +98,7 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
         engine=EngineView.of(engine),
     )
     spec = dataclasses.replace(launch.spec, api_key=key, api_key_file=str(key_file))
+    paths.ensure(slots_dir(paths))  # prepare() makes it before a launch; the engine needs it
     log = (tmp_path / "engine.log").open("wb")
     proc = subprocess.Popen(server_argv(spec), stdout=log, stderr=subprocess.STDOUT)
     try:
