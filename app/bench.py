@@ -51,10 +51,12 @@ def _measure(
             "--preset, --model and --ctx choose what --compare serves",
             hint="without --compare the bench measures the running server as it is",
         )
-    api_key = client_api_key(paths, config.load_settings(paths).api_key)
     url = getattr(args, "url", None)
     model = None
+    # lucebox's own key goes to lucebox's own server only, never to a --url of another host.
+    api_key = None
     if url is None:
+        api_key = client_api_key(paths, config.load_settings(paths).api_key)
         status = runstate.current_status(paths)
         if status.state != "ready" or status.url is None:
             raise UsageError(

@@ -53,17 +53,7 @@ async def save_slot(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], folder: Path, key: SlotKey
 ) -> int | None:
     """Ask the engine to save its slot; returns the tokens saved, or None when it could not."""
-    try:
-        reply = await client.post(
-            f"{url}/slots/{SLOT_ID}",
-            params={"action": "save"},
-            json={"filename": key.file_name},
-            headers=headers,
-            timeout=SAVE_TIMEOUT_S,
-        )
-    except httpx.HTTPError:
-        return None
-    saved = _count(reply, "n_saved")
+    saved = await _slot_action(client, url, headers, key, "save", "n_saved")
     if saved is not None:
         write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
     return saved
@@ -79,17 +69,29 @@ async def restore_slot(
         return None
     if saved_for != key.to_json() or not (folder / key.file_name).is_file():
         return None
+    return await _slot_action(client, url, headers, key, "restore", "n_restored")
+
+
+async def _slot_action(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    key: SlotKey,
+    action: str,
+    count_key: str,
+) -> int | None:
+    """One ``/slots`` action on the agent slot; the token count it answers, or None."""
     try:
         reply = await client.post(
             f"{url}/slots/{SLOT_ID}",
-            params={"action": "restore"},
+            params={"action": action},
             json={"filename": key.file_name},
             headers=headers,
             timeout=SAVE_TIMEOUT_S,
         )
     except httpx.HTTPError:
         return None
-    return _count(reply, "n_restored")
+    return _count(reply, count_key)
 
 
 def _count(reply: httpx.Response, key: str) -> int | None:
