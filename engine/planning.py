@@ -50,6 +50,7 @@ from lucebox.engine.plan import (
 )
 from lucebox.engine.presets import Preset, PresetModel, facts_from_preset, load_presets
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.specguard import acceptance_floor
 from lucebox.engine.speculation import SpecFiles, SpecMode
 from lucebox.engine.store import list_models, parse_source
 from lucebox.engine.units import GIB, MIB
@@ -622,7 +623,9 @@ def _plan_on_budget(
     found = speculation.candidates(files, spec_types)
     cpu_note = ""
     if resolved.spec == "auto":
-        found, cpu_note = speculation.for_backend(found, budget.is_gpu)
+        found, cpu_note = speculation.for_backend(
+            found, budget.is_gpu, user_draft=options.draft is not None
+        )
     allowed = speculation.for_mode(found, resolved.spec)
     refusal: GuardRefusal | None = None
     if resolved.spec not in ("auto", "off") and not allowed:
@@ -635,7 +638,9 @@ def _plan_on_budget(
     if chosen is not None and options.draft_max is not None:
         why = f"{chosen.why}; drafts shortened to {options.draft_max} tokens (low acceptance)"
         chosen = replace(chosen, draft_max=options.draft_max, why=why)
-    spec_choice = _speculation(chosen, draft, resolved.spec, passed, options.spec is not None)
+    spec_choice = _speculation(
+        chosen, draft, resolved.spec, passed, options.spec is not None, on_gpu=budget.is_gpu
+    )
     reasons = {**memory.reasons, "spec": spec_choice.reason}
     memory = replace(memory, reasons=reasons)
 
@@ -686,18 +691,29 @@ def _speculation(
     mode: SpecMode,
     passed: list[str],
     asked: bool,
+    *,
+    on_gpu: bool,
 ) -> Speculation:
     tail = "; ".join(passed)
     if chosen is None:
         why = "off as asked" if mode == "off" else "none possible with these files and engine"
         return Speculation(None, None, None, None, "; ".join(filter(None, [why, tail])))
-    warn = "" if mode == "auto" or not asked else f" (--spec {mode} as asked)"
+    user_chose = mode != "auto" and asked
+    warn = f" (--spec {mode} as asked)" if user_chose else ""
+    _, floor_source = acceptance_floor(chosen.spec_type, chosen.draft_max, on_gpu)
+    if user_chose:
+        action = "warns"
+    elif chosen.draft_max is not None and chosen.draft_max > 2:
+        action = "shortens the drafts, then stops speculating,"
+    else:
+        action = "stops speculating"
+    watch = f"{action} below {floor_source}"
     return Speculation(
         chosen.spec_type,
         draft if chosen.uses_draft_file else None,
         chosen.draft_max,
         chosen.p_min,
-        "; ".join(filter(None, [chosen.why + warn, tail])),
+        "; ".join(filter(None, [chosen.why + warn, f"the guard {watch}", tail])),
     )
 
 

@@ -3,10 +3,11 @@ shorten the drafts or stop speculating.
 
 A wrong draft costs far more than it saves (measured with the pinned engine on a CPU: decode
 fell to 0.14x with 3-token MTP drafts, 0.07x with 15-token DFlash drafts and 0.70x with n-gram
-drafts when few were accepted). Each mode has a break-even acceptance
-below which the plain engine is faster; the guard decides only after enough drafted tokens,
-acts only clearly below the floor, and acts in one direction (shorter, then off), so it never
-flaps. The server applies a decision by restarting the engine when no request is running.
+drafts when few were accepted; on an H100 to 0.40x, 0.34x and 0.88x). Each mode has a
+break-even acceptance below which the plain engine is faster; the guard decides only after
+enough drafted tokens, acts only clearly below the floor, and acts in one direction (shorter,
+then off), so it never flaps. The server applies a decision by restarting the engine when no
+request is running.
 """
 
 from __future__ import annotations
@@ -32,25 +33,33 @@ accepted and with none (bench/spec_breakeven.py, Q8_0 and Q4_0 models):
 off as soon as anything is rejected); DFlash needed 0.76-0.94; n-gram 0.53-0.56."""
 CPU_DEFAULT_FLOOR = 0.9
 """A mode or draft length not measured on a CPU: model drafts rarely pay off there."""
-CUDA_FLOOR = 0.3
-"""Not yet measured on CUDA, where verifying k+1 tokens costs about one token's time and the
-break-even is lower than on a CPU: a conservative floor until bench/spec_breakeven.py runs
-on a GPU. n-gram drafts cost almost nothing anywhere."""
-NGRAM_FLOOR_GPU = 0.1
-"""n-gram drafts on a GPU: verifying them costs about one token's time (H100: 688 tok/s with
-every draft accepted against 282 without speculation); only a near-total miss loses."""
+CUDA_BREAK_EVEN: dict[tuple[str, int | None], float] = {
+    ("draft-mtp", 3): 0.6,
+    ("draft-mtp", 6): 0.43,
+    ("draft-simple", 6): 0.67,
+    ("draft-dflash", 15): 0.16,
+    ("draft-dspark", 15): 0.16,
+    ("ngram-mod", None): 0.46,
+}
+"""Break-even acceptance on CUDA, from wall-clock decode speed on an H100 with a 1.7 GB F16
+hybrid target (bench/spec_breakeven.py --scale 32 --layers 16 --quant F16 --threads 4). A
+home card's 15 GB model verifies a draft relatively more cheaply, so its true break-even is
+lower: these floors err towards switching off."""
+CUDA_DEFAULT_FLOOR = 0.7
+"""A mode or draft length not measured on CUDA: above every measured break-even."""
 
 
 def acceptance_floor(spec_type: str, draft_max: int | None, on_gpu: bool) -> tuple[float, str]:
     """The acceptance below which ``spec_type`` slows decoding, and where the number is from."""
-    if on_gpu and spec_type.startswith("ngram"):
-        return NGRAM_FLOOR_GPU, "a 10% floor: n-gram drafts cost almost nothing on a GPU"
-    if on_gpu:
-        return CUDA_FLOOR, "a conservative 30% floor (break-even not yet measured on CUDA)"
-    floor = CPU_BREAK_EVEN.get((spec_type, None if spec_type.startswith("ngram") else draft_max))
+    backend, table, default = (
+        ("CUDA", CUDA_BREAK_EVEN, CUDA_DEFAULT_FLOOR)
+        if on_gpu
+        else ("CPU", CPU_BREAK_EVEN, CPU_DEFAULT_FLOOR)
+    )
+    floor = table.get((spec_type, None if spec_type.startswith("ngram") else draft_max))
     if floor is None:
-        return CPU_DEFAULT_FLOOR, "a 90% floor (this draft length was not measured on a CPU)"
-    return floor, f"{floor:.0%} accepted: the measured CPU break-even of {spec_type}"
+        return default, f"a {default:.0%} floor (this draft length was not measured on {backend})"
+    return floor, f"{floor:.0%} accepted: the measured {backend} break-even of {spec_type}"
 
 
 @dataclass(frozen=True)

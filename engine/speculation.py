@@ -130,19 +130,27 @@ these were slower than plain decoding even with every draft accepted, or needed 
 drafts to break even (bench/spec_breakeven.py on the pinned engine)."""
 
 
-def for_backend(found: list[SpecCandidate], on_gpu: bool) -> tuple[list[SpecCandidate], str]:
-    """The candidates worth trying on this backend, and why the others were left out."""
+def for_backend(
+    found: list[SpecCandidate], on_gpu: bool, user_draft: bool = False
+) -> tuple[list[SpecCandidate], str]:
+    """The candidates worth trying on this backend, and why the others were left out.
+
+    A draft file the user named (``user_draft``) is kept on a CPU too: they asked for that
+    pairing, and the speculation guard stops it if it does not pay off on this machine.
+    """
     if on_gpu:
         return found, ""
-    kept = [c for c in found if c.spec_type not in CPU_LOSES]
+    kept = [c for c in found if c.spec_type not in CPU_LOSES or (user_draft and c.uses_draft_file)]
     left = sorted({c.spec_type for c in found} - {c.spec_type for c in kept})
-    why = (
-        f"not {', '.join(left)}: on a CPU, checking a draft costs nearly as much as decoding "
-        "it, so they were slower than none even when every draft was accepted"
-        if left
-        else ""
-    )
-    return kept, why
+    notes = []
+    if left:
+        notes.append(
+            f"not {', '.join(left)}: on a CPU, checking a draft costs nearly as much as "
+            "decoding it, so they were slower than none even when every draft was accepted"
+        )
+    if any(c.spec_type in CPU_LOSES for c in kept):
+        notes.append("the named draft is tried on a CPU, where drafts rarely pay off")
+    return kept, "; ".join(notes)
 
 
 def for_mode(found: list[SpecCandidate], mode: SpecMode) -> list[SpecCandidate]:

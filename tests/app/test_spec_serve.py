@@ -1,5 +1,6 @@
 """Speculation through `lucebox serve` on the real CPU engine: the MTP head of a generated model
-runs when asked for, and its counters reach `status --json`."""
+runs when asked for, and its counters reach `status --json`; a draft that is never accepted is
+shortened, then switched off, by the guard."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import run_lucebox
-from tests.ggufgen import ModelSpec, cached_gguf, qwen35_target
+from tests.ggufgen import ModelSpec, cached_gguf, dflash_for, qwen35_target
 from tests.ports import free_port
 from tests.realmodels import engine_home
 
@@ -75,3 +76,22 @@ def test_the_mtp_head_runs_when_asked_and_its_counters_reach_status(built_engine
     assert spec["type"] == "draft-mtp" and spec["active"] is True
     assert spec["acceptance"] > 0.5 and spec["accepted_per_step"] > 0
     assert seen[-1]["restarts"] == 0
+
+
+def test_a_draft_that_is_never_accepted_is_shortened_then_switched_off(built_engine_home):
+    # Random weights: the target almost never agrees with its DFlash draft.
+    target = qwen35_target()
+    draft = cached_gguf(dflash_for(target))
+
+    def switched_off(now: dict) -> bool:
+        return (now["spec"] or {}).get("active") is False
+
+    seen = serve_until(["--draft", str(draft)], switched_off, model=target)
+    first, last = seen[0]["spec"], seen[-1]["spec"]
+    assert first["type"] == "draft-dflash" and first["active"] is True
+    assert "the named draft is tried on a CPU" in first["reason"]
+    assert last["type"] == "draft-dflash" and last["active"] is False
+    assert "speculation switched off" in last["reason"]
+    assert "accepted, below 85% accepted" in last["reason"]
+    assert any("drafts shortened to 7 tokens" in (now["spec"] or {})["reason"] for now in seen)
+    assert seen[-1]["restarts"] == 2  # once with shorter drafts, once without any

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from lucebox.engine.specguard import (
-    CUDA_FLOOR,
     MIN_DRAFTED_TOKENS,
     SpecGuard,
     acceptance_floor,
@@ -59,9 +58,11 @@ def test_a_new_engine_process_restarts_the_count():
         ("draft-mtp", 3, False, 1.0, "measured CPU break-even"),
         ("draft-dflash", 15, False, 0.85, "measured CPU break-even"),
         ("ngram-mod", None, False, 0.55, "measured CPU break-even"),
-        ("draft-simple", 8, False, 0.9, "not measured on a CPU"),
-        ("draft-mtp", 3, True, CUDA_FLOOR, "not yet measured on CUDA"),
-        ("ngram-mod", None, True, 0.1, "cost almost nothing on a GPU"),
+        ("draft-simple", 8, False, 0.9, "not measured on CPU"),
+        ("draft-mtp", 3, True, 0.6, "measured CUDA break-even of draft-mtp"),
+        ("draft-dflash", 15, True, 0.16, "measured CUDA break-even"),
+        ("ngram-mod", None, True, 0.46, "measured CUDA break-even of ngram-mod"),
+        ("draft-mtp", 2, True, 0.7, "not measured on CUDA"),
     ],
 )
 def test_floors_name_where_they_come_from(spec_type, draft_max, on_gpu, floor, says):

@@ -114,3 +114,15 @@ def test_on_a_cpu_auto_leaves_model_drafts_out_and_says_why():
     assert "not draft-mtp: on a CPU" in document["reasons"]["spec"]
     asked = json.loads(run_lucebox("plan", "--model", target, "--spec", "mtp", "--json").stdout)
     assert asked["spec"]["type"] == "draft-mtp"  # the user's choice is respected
+
+
+def test_on_a_cpu_a_draft_the_user_names_is_tried_and_the_guard_watches_it():
+    target_spec = qwen35_target()
+    target, draft = cached_gguf(target_spec), cached_gguf(dflash_for(target_spec))
+    result = run_lucebox("plan", "--model", str(target), "--draft", str(draft), "--json")
+    document = json.loads(result.stdout)
+    assert result.returncode == 0, result.stderr
+    assert document["spec"]["type"] == "draft-dflash"  # the target's own MTP head is left out
+    reason = document["reasons"]["spec"]
+    assert "not draft-mtp: on a CPU" in reason and "the named draft is tried on a CPU" in reason
+    assert "the guard shortens the drafts, then stops speculating, below 85% accepted" in reason
