@@ -155,7 +155,7 @@ def test_choose_preset_by_card():
     for gib, wanted in [
         (8, "qwen3-4b"),
         (12, "gemma3-12b"),
-        (16, "qwen3-14b"),
+        (16, "qwen3.6-27b-iq3"),
         (24, "qwen3.6-27b"),
         (32, "qwen3.6-27b-q6"),
     ]:
