@@ -31,7 +31,7 @@ lucebox engine source || exit 1
 start=$(date +%s)
 # Each stderr line gets the seconds since the start, so the fetch and the compile can be told apart.
 lucebox engine build --cuda --arch 86 --json >"$home/build.json" 2> >(
-    while IFS= read -r line; do echo "$(($(date +%s) - start)) $line"; done | tee "$home/build.stderr"
+    while IFS= read -r line; do echo "$(($(date +%s) - start)) $line"; done | tee "$home/build.stderr" >&2
 )
 rc=$?
 end=$(date +%s)

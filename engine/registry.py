@@ -18,15 +18,16 @@ import shutil
 import stat
 import subprocess
 import tarfile
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 
-from lucebox.engine import nodejs, webui
+from lucebox.engine import nodejs, toolkit, webui
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.build import (
     TARGETS,
@@ -168,7 +169,19 @@ def read_model_archs(source_dir: Path) -> tuple[str, ...] | None:
     return archs or None
 
 
-def _run_engine(server: Path, flag: str) -> str:
+def _run_engine(server: Path, flag: str, driver_stub: Path | None) -> str:
+    output = _run(server, flag, os.environ)
+    if driver_stub is None or "libcuda.so.1: cannot open shared object file" not in output:
+        return output
+    # A CUDA engine built on a machine without the NVIDIA driver: the loader needs a
+    # libcuda.so.1, which the toolkit's stub stands in for (its calls fail: no device).
+    with tempfile.TemporaryDirectory(prefix="lucebox-driver-stub-") as folder:
+        (Path(folder) / "libcuda.so.1").symlink_to(driver_stub)
+        library_path = os.pathsep.join(filter(None, [folder, os.environ.get("LD_LIBRARY_PATH")]))
+        return _run(server, flag, {**os.environ, "LD_LIBRARY_PATH": library_path})
+
+
+def _run(server: Path, flag: str, env: Mapping[str, str]) -> str:
     try:
         done = subprocess.run(
             [str(server), flag],
@@ -177,15 +190,18 @@ def _run_engine(server: Path, flag: str) -> str:
             timeout=VERSION_TIMEOUT_S,
             check=False,
             errors="replace",
+            env=env,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise EngineError(f"{server} does not run: {exc}") from exc
     return done.stdout + done.stderr
 
 
-def read_version(server: Path) -> str:
-    """``version: 0.6.0-dev (build 11434, commit unknown)`` -> ``0.6.0-dev (build 11434, ...)``."""
-    output = _run_engine(server, "--version")
+def read_version(server: Path, driver_stub: Path | None) -> str:
+    """``version: 0.6.0-dev (build 11434, commit unknown)`` -> ``0.6.0-dev (build 11434, ...)``.
+
+    ``driver_stub`` lets a CUDA engine answer on a machine without the NVIDIA driver."""
+    output = _run_engine(server, "--version", driver_stub)
     match = re.search(r"version:\s*(.+)", output)
     if match is None:
         raise EngineError(
@@ -195,8 +211,10 @@ def read_version(server: Path) -> str:
     return match.group(1).strip()
 
 
-def read_capabilities(server: Path, source_dir: Path | None) -> EngineCapabilities:
-    spec_types, kv_types = parse_help_capabilities(_run_engine(server, "--help"))
+def read_capabilities(
+    server: Path, source_dir: Path | None, driver_stub: Path | None
+) -> EngineCapabilities:
+    spec_types, kv_types = parse_help_capabilities(_run_engine(server, "--help", driver_stub))
     archs = read_model_archs(source_dir) if source_dir is not None else None
     patterns = read_swa_patterns(source_dir) if source_dir is not None else {}
     return EngineCapabilities(spec_types, kv_types, archs, patterns)
@@ -388,15 +406,16 @@ def _build_and_install(
     try:
         hashes = _install_binaries(bin_dir, staging / "bin")
         server = staging / "bin" / "llama-server"
+        stub = toolkit.driver_stub(paths)
         has_ui = webui.has_webui(server)
         manifest = EngineManifest(
             id=engine_id,
             backend=options.backend,
             cuda_archs=options.cuda_archs,
-            version=read_version(server),
+            version=read_version(server, stub),
             server_path=str(paths.engines_dir / engine_id / "bin" / "llama-server"),
             origin="build",
-            capabilities=read_capabilities(server, source.path),
+            capabilities=read_capabilities(server, source.path, stub),
             source_identity=source.identity,
             build_key=key,
             options=asdict(options),
@@ -435,8 +454,9 @@ def add_engine(paths: Paths, server: Path, source_dir: Path | None = None) -> En
         raise UsageError(f"{server} does not exist", hint="give the path of a llama-server binary")
     if not os.access(server, os.X_OK):
         raise UsageError(f"{server} is not executable", hint=f"chmod +x {server}")
-    version = read_version(server)
-    caps = read_capabilities(server, source_dir)
+    stub = toolkit.driver_stub(paths)
+    version = read_version(server, stub)
+    caps = read_capabilities(server, source_dir, stub)
     if not caps.spec_types and not caps.kv_cache_types:
         raise EngineError(
             f"{server} runs but its --help does not look like llama-server's",
@@ -509,8 +529,9 @@ def fetch_engine(
             target = bin_dir / tool
             if target.is_file():
                 target.chmod(target.stat().st_mode | stat.S_IXUSR)
-        version = read_version(servers[0])
-        caps = read_capabilities(servers[0], None)
+        stub = toolkit.driver_stub(paths)
+        version = read_version(servers[0], stub)
+        caps = read_capabilities(servers[0], None, stub)
         backend: Literal["cpu", "cuda"] = "cuda" if _links_cuda(servers[0]) else "cpu"
         engine_id = f"fetched-{sha256[:12]}-{backend}"
         relative = servers[0].relative_to(staging)

@@ -352,6 +352,18 @@ def _build_driver_stub(root: Path) -> None:
         raise ToolkitError(f"cannot build the driver stub libcuda.so: {exc}") from exc
 
 
+def driver_stub(paths: Paths) -> Path | None:
+    """A driver stub (libcuda.so) that lets a CUDA engine start where no NVIDIA driver is
+    installed, to read its ``--version`` and ``--help``: the fetched toolkit's, else a system
+    toolkit's. Its entry points all fail, so the engine finds no CUDA device and goes on."""
+    fetched = fetched_toolkit(paths)
+    homes = [fetched.root] if fetched else []
+    homes += [Path(h) for h in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if h]
+    homes.append(Path("/usr/local/cuda"))
+    stubs = [home / lib / "stubs" / "libcuda.so" for home in homes for lib in ("lib", "lib64")]
+    return next((stub for stub in stubs if stub.is_file()), None)
+
+
 def _tree_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 

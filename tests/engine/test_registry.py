@@ -2,20 +2,26 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shutil
+import subprocess
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from lucebox.engine import nodejs
+import pytest
+
+from lucebox.engine import nodejs, toolkit
 from lucebox.engine.build import BuildEvent, BuildOptions, build_key
 from lucebox.engine.paths import Paths, resolve_paths
 from lucebox.engine.registry import (
     EngineCapabilities,
     EngineManifest,
+    EngineError,
     build_and_install,
     parse_help_capabilities,
     parse_model_archs,
+    read_version,
 )
 from lucebox.engine.source import SourceInfo
 from tests.uibuild import old_node_only, pip_cannot_reach_an_index
@@ -177,3 +183,33 @@ def test_a_second_build_waits_for_the_first_and_takes_its_engine(tmp_path):
     waiting.join(timeout=30)
     ((manifest, cached),) = result
     assert cached and manifest.id == installed.id
+
+
+def test_a_cuda_engine_answers_on_a_machine_without_the_driver(tmp_path, monkeypatch):
+    # A real binary linked against a libcuda.so.1 that this machine lacks, as a CUDA engine
+    # built with a fetched toolkit is on a machine with no NVIDIA driver.
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler is not None, "the tests need a C compiler (the engine build does too)"
+    stubs = tmp_path / "cuda" / "lib64" / "stubs"
+    stubs.mkdir(parents=True)
+    (tmp_path / "stub.c").write_text("int cuInit(void) { return 999; }\n")
+    (tmp_path / "server.c").write_text(
+        "#include <stdio.h>\nint cuInit(void);\n"
+        'int main(void) { printf("version: 1.0 (build 11434, cuda %d)\\n", cuInit()); }\n'
+    )
+    shared = ["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"]
+    build = [
+        [compiler, *shared, "-o", str(stubs / "libcuda.so"), str(tmp_path / "stub.c")],
+        [compiler, "-o", str(tmp_path / "llama-server"), str(tmp_path / "server.c"),
+         f"-L{stubs}", "-lcuda"],
+    ]  # fmt: skip
+    for argv in build:
+        subprocess.run(argv, check=True, capture_output=True)
+    server = tmp_path / "llama-server"
+    with pytest.raises(EngineError, match="did not print a llama.cpp version"):
+        read_version(server, None)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    stub = toolkit.driver_stub(paths)
+    assert stub == stubs / "libcuda.so"
+    assert read_version(server, stub) == "1.0 (build 11434, cuda 999)"
