@@ -16,8 +16,8 @@ from lucebox.engine.build import BuildEvent, BuildOptions, build_key
 from lucebox.engine.paths import Paths, resolve_paths
 from lucebox.engine.registry import (
     EngineCapabilities,
-    EngineManifest,
     EngineError,
+    EngineManifest,
     build_and_install,
     parse_help_capabilities,
     parse_model_archs,
