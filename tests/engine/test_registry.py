@@ -206,7 +206,7 @@ def test_a_cuda_engine_answers_on_a_machine_without_the_driver(tmp_path, monkeyp
     for argv in build:
         subprocess.run(argv, check=True, capture_output=True)
     server = tmp_path / "llama-server"
-    with pytest.raises(EngineError, match="did not print a llama.cpp version"):
+    with pytest.raises(EngineError, match=r"did not print a llama\.cpp version"):
         read_version(server, None)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
