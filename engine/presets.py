@@ -37,6 +37,8 @@ class PresetFacts:
     swa_window: int = 0
     recurrent_layers: int = 0
     recurrent_state_bytes_per_layer: int = 0
+    expert_share: float = 0.0
+    """Share of the file in MoE expert tensors (what --n-cpu-moe can keep on the CPU)."""
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,12 @@ _FACTS = {
     "kv_heads": int,
     "head_dim": int,
 }
-_OPTIONAL_FACTS = {
+_OPTIONAL_FACTS: dict[str, type] = {
     "swa_kv_layers": int,
     "swa_window": int,
     "recurrent_layers": int,
     "recurrent_state_bytes_per_layer": int,
+    "expert_share": float,
 }
 _KNOWN_TOP = set(_TOP) | {
     "smoke_test",
@@ -136,6 +139,8 @@ def _facts(table: Any, where: str) -> PresetFacts:
     unknown = set(table) - set(_FACTS) - set(_OPTIONAL_FACTS)
     if unknown:
         raise PresetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    if not 0 <= values["expert_share"] < 1:
+        raise PresetError(f"{where}: 'expert_share' is a share of the file, from 0 to below 1")
     return PresetFacts(**values)
 
 
@@ -242,7 +247,7 @@ def facts_from_preset(model: PresetModel, native_ctx: int, name: str) -> ModelFa
         weights_bytes=model.size_bytes,
         layer_bytes=int(model.size_bytes * layer_share),
         host_bytes=0,
-        expert_bytes=0,
+        expert_bytes=int(model.size_bytes * facts.expert_share),
         n_layer=facts.n_layer,
         n_embd=facts.n_embd,
         n_vocab=facts.n_vocab,

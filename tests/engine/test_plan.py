@@ -12,6 +12,7 @@ from lucebox.engine.gguf import inspect_model
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.plan import (
+    MOE_OFFLOAD_CTX,
     GpuBudget,
     PlanRequest,
     facts_from_info,
@@ -27,7 +28,7 @@ from lucebox.engine.planning import (
     choose_preset,
     preset_table,
 )
-from lucebox.engine.presets import PresetError, load_presets, parse_preset
+from lucebox.engine.presets import PresetError, facts_from_preset, load_presets, parse_preset
 from lucebox.engine.units import GIB, MIB
 from tests.ggufgen import SHAPES, write_llama
 
@@ -129,6 +130,21 @@ def test_weights_that_do_not_fit_are_offloaded_by_layer(tmp_path):
     plan = make_plan(PlanRequest(target=facts, budget=small))
     assert 0 <= plan.n_gpu_layers < 32
     assert plan.memory_bytes.weights < facts.weights_bytes
+
+
+def test_an_moe_keeps_its_experts_on_the_cpu_for_an_agent_sized_context():
+    preset = parse_preset(Path("presets/qwen36-35b-a3b-24gb.toml").read_text(), "p")
+    facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    assert facts.expert_bytes == int(preset.target.size_bytes * 0.9)
+    plan = make_plan(PlanRequest(target=facts, budget=card(16)))
+    assert plan.n_gpu_layers == -1 and 0 < plan.n_cpu_moe < facts.n_layer
+    assert plan.fits and plan.ctx >= MOE_OFFLOAD_CTX
+    assert "experts stay on the CPU" in plan.reasons["n_gpu_layers"]
+    dense = dataclasses.replace(facts, expert_bytes=0)  # the same bytes as dense layers
+    assert make_plan(PlanRequest(target=dense, budget=card(16))).n_cpu_moe == 0
+    bad = Path("presets/qwen36-35b-a3b-24gb.toml").read_text().replace("share = 0.9", "share = 1.5")
+    with pytest.raises(PresetError, match="share of the file"):
+        parse_preset(bad, "presets/bad.toml")
 
 
 def test_cpu_plan_keeps_everything_in_ram(gemma_facts):
