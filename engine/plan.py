@@ -23,10 +23,6 @@ from lucebox.engine.units import GIB, MIB
 CTX_PAD = 256
 N_UBATCH = 512
 MIN_CTX = 2048
-MOE_OFFLOAD_CTX = 32768
-"""An MoE target keeps this much context (q8_0 KV) by leaving experts on the CPU: a token reads
-only a few experts, so experts in system RAM cost far less speed than a short context costs an
-agent; a dense model's layers on the CPU slow every token, so it offloads only for MIN_CTX."""
 KV_PAIRS = ("f16", "q8_0", "q4_0")
 """K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
 KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
@@ -508,14 +504,21 @@ def make_plan(request: PlanRequest) -> Plan:
     n_cpu_moe = 0
     largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
     min_ctx = min(MIN_CTX, target.native_ctx)
-    offload_ctx = min(MOE_OFFLOAD_CTX if target.expert_bytes else MIN_CTX, target.native_ctx)
-    if max(largest.values()) < offload_ctx and budget.is_gpu:
+    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
+    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
+    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
+    offload_ctx = min(
+        (request.ctx or ENOUGH_CTX) if target.expert_bytes else MIN_CTX, target.native_ctx
+    )
+    best_kv = max(largest, key=lambda t: largest[t])
+    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
+    if largest[offload_kv] < offload_ctx and budget.is_gpu:
         n_gpu_layers, n_cpu_moe, offloaded = _offload(request, reserve + cuda_context, offload_ctx)
         room_after_weights += offloaded
         largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
         reasons["n_gpu_layers"] = (
-            f"{n_cpu_moe} layers' experts stay on the CPU, so a {offload_ctx}-token context "
-            "fits (a token reads only a few experts: in system RAM they cost little speed)"
+            f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
+            "context (a token reads only a few experts: in system RAM they cost little speed)"
             if n_cpu_moe
             else f"the weights do not fit with a {min_ctx}-token context: "
             f"{n_gpu_layers} of {target.n_layer} layers on the GPU"

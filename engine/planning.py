@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import psutil
 
-from lucebox.engine import speculation
+from lucebox.engine import specguard, speculation
 from lucebox.engine.apikey import api_key_path
 from lucebox.engine.config import Settings
 from lucebox.engine.errors import GuardRefusal, UsageError
@@ -50,7 +50,6 @@ from lucebox.engine.plan import (
 )
 from lucebox.engine.presets import Preset, PresetModel, facts_from_preset, load_presets
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
-from lucebox.engine.specguard import acceptance_floor
 from lucebox.engine.speculation import SpecFiles, SpecMode
 from lucebox.engine.store import list_models, parse_source
 from lucebox.engine.units import GIB, MIB
@@ -634,12 +633,23 @@ def _plan_on_budget(
             hint="pass --spec auto to let lucebox choose, or --spec off",
         )
     chosen, memory, passed = _weigh(request, allowed, draft, resolved.spec)
-    passed = [cpu_note, *passed] if cpu_note else passed
+    passed = [n for n in (cpu_note, speculation.tried_on_cpu(chosen, budget.is_gpu)) if n] + passed
     if chosen is not None and options.draft_max is not None:
         why = f"{chosen.why}; drafts shortened to {options.draft_max} tokens (low acceptance)"
         chosen = replace(chosen, draft_max=options.draft_max, why=why)
+    chosen_by = ""
+    if resolved.spec != "auto" and options.spec is not None:
+        chosen_by = f"--spec {resolved.spec} as asked"
+    elif resolved.spec != "auto":
+        chosen_by = f'model.spec = "{resolved.spec}" in config.toml'
     spec_choice = _speculation(
-        chosen, draft, resolved.spec, passed, options.spec is not None, on_gpu=budget.is_gpu
+        chosen,
+        draft,
+        resolved.spec,
+        passed,
+        chosen_by=chosen_by,
+        on_gpu=budget.is_gpu,
+        shortened=options.draft_max is not None,
     )
     reasons = {**memory.reasons, "spec": spec_choice.reason}
     memory = replace(memory, reasons=reasons)
@@ -690,30 +700,30 @@ def _speculation(
     draft: ModelFile | None,
     mode: SpecMode,
     passed: list[str],
-    asked: bool,
     *,
+    chosen_by: str,
     on_gpu: bool,
+    shortened: bool,
 ) -> Speculation:
+    """``chosen_by`` names where a mode the user chose comes from ("" under auto)."""
     tail = "; ".join(passed)
     if chosen is None:
         why = "off as asked" if mode == "off" else "none possible with these files and engine"
         return Speculation(None, None, None, None, "; ".join(filter(None, [why, tail])))
-    user_chose = mode != "auto" and asked
-    warn = f" (--spec {mode} as asked)" if user_chose else ""
-    _, floor_source = acceptance_floor(chosen.spec_type, chosen.draft_max, on_gpu)
-    if user_chose:
-        action = "warns"
-    elif chosen.draft_max is not None and chosen.draft_max > 2:
-        action = "shortens the drafts, then stops speculating,"
-    else:
-        action = "stops speculating"
-    watch = f"{action} below {floor_source}"
+    warn = f" ({chosen_by})" if chosen_by else ""
+    watch = specguard.describe(
+        chosen.spec_type,
+        chosen.draft_max,
+        on_gpu,
+        user_chose=bool(chosen_by),
+        shortened=shortened,
+    )
     return Speculation(
         chosen.spec_type,
         draft if chosen.uses_draft_file else None,
         chosen.draft_max,
         chosen.p_min,
-        "; ".join(filter(None, [chosen.why + warn, f"the guard {watch}", tail])),
+        "; ".join(filter(None, [chosen.why + warn, watch, tail])),
     )
 
 

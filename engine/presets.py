@@ -135,7 +135,9 @@ def _facts(table: Any, where: str) -> PresetFacts:
     if not isinstance(table, dict):
         raise PresetError(f"{where}: missing table [facts]")
     values = {k: _get(table, k, t, where) for k, t in _FACTS.items()}
-    values |= {k: _get(table, k, t, where, required=False) or 0 for k, t in _OPTIONAL_FACTS.items()}
+    values |= {
+        k: _get(table, k, t, where, required=False) or t() for k, t in _OPTIONAL_FACTS.items()
+    }
     unknown = set(table) - set(_FACTS) - set(_OPTIONAL_FACTS)
     if unknown:
         raise PresetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")

@@ -169,16 +169,29 @@ def read_model_archs(source_dir: Path) -> tuple[str, ...] | None:
     return archs or None
 
 
+NO_DRIVER = "libcuda.so.1: cannot open shared object file"
+"""The loader's words when a CUDA engine runs where the NVIDIA driver is not installed."""
+
+
 def _run_engine(server: Path, flag: str, driver_stub: Path | None) -> str:
     output = _run(server, flag, os.environ)
-    if driver_stub is None or "libcuda.so.1: cannot open shared object file" not in output:
+    if NO_DRIVER not in output:
         return output
-    # A CUDA engine built on a machine without the NVIDIA driver: the loader needs a
-    # libcuda.so.1, which the toolkit's stub stands in for (its calls fail: no device).
-    with tempfile.TemporaryDirectory(prefix="lucebox-driver-stub-") as folder:
-        (Path(folder) / "libcuda.so.1").symlink_to(driver_stub)
-        library_path = os.pathsep.join(filter(None, [folder, os.environ.get("LD_LIBRARY_PATH")]))
-        return _run(server, flag, {**os.environ, "LD_LIBRARY_PATH": library_path})
+    if driver_stub is not None:
+        # A CUDA engine on a machine without the NVIDIA driver: the toolkit's stub stands in
+        # for libcuda.so.1 (its calls fail, so the engine finds no device and answers).
+        with tempfile.TemporaryDirectory(prefix="lucebox-driver-stub-") as folder:
+            (Path(folder) / "libcuda.so.1").symlink_to(driver_stub.resolve())
+            paths = [folder, os.environ.get("LD_LIBRARY_PATH")]
+            env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, paths))}
+            output = _run(server, flag, env)
+    if NO_DRIVER in output:
+        raise EngineError(
+            f"{server} is a CUDA build and this machine has no NVIDIA driver (libcuda.so.1)",
+            hint="install the NVIDIA driver, or a CUDA toolkit (its driver stub lets lucebox "
+            "read the engine)",
+        )
+    return output
 
 
 def _run(server: Path, flag: str, env: Mapping[str, str]) -> str:
@@ -218,6 +231,15 @@ def read_capabilities(
     archs = read_model_archs(source_dir) if source_dir is not None else None
     patterns = read_swa_patterns(source_dir) if source_dir is not None else {}
     return EngineCapabilities(spec_types, kv_types, archs, patterns)
+
+
+def read_engine(
+    paths: Paths, server: Path, source_dir: Path | None
+) -> tuple[str, EngineCapabilities]:
+    """A llama-server's version and capabilities, read by running it (on a machine without the
+    NVIDIA driver too, through a CUDA toolkit's driver stub)."""
+    stub = toolkit.driver_stub(paths)
+    return read_version(server, stub), read_capabilities(server, source_dir, stub)
 
 
 # --- the installed set ------------------------------------------------------------------------
@@ -406,16 +428,16 @@ def _build_and_install(
     try:
         hashes = _install_binaries(bin_dir, staging / "bin")
         server = staging / "bin" / "llama-server"
-        stub = toolkit.driver_stub(paths)
+        version, capabilities = read_engine(paths, server, source.path)
         has_ui = webui.has_webui(server)
         manifest = EngineManifest(
             id=engine_id,
             backend=options.backend,
             cuda_archs=options.cuda_archs,
-            version=read_version(server, stub),
+            version=version,
             server_path=str(paths.engines_dir / engine_id / "bin" / "llama-server"),
             origin="build",
-            capabilities=read_capabilities(server, source.path, stub),
+            capabilities=capabilities,
             source_identity=source.identity,
             build_key=key,
             options=asdict(options),
@@ -454,9 +476,7 @@ def add_engine(paths: Paths, server: Path, source_dir: Path | None = None) -> En
         raise UsageError(f"{server} does not exist", hint="give the path of a llama-server binary")
     if not os.access(server, os.X_OK):
         raise UsageError(f"{server} is not executable", hint=f"chmod +x {server}")
-    stub = toolkit.driver_stub(paths)
-    version = read_version(server, stub)
-    caps = read_capabilities(server, source_dir, stub)
+    version, caps = read_engine(paths, server, source_dir)
     if not caps.spec_types and not caps.kv_cache_types:
         raise EngineError(
             f"{server} runs but its --help does not look like llama-server's",
@@ -529,9 +549,7 @@ def fetch_engine(
             target = bin_dir / tool
             if target.is_file():
                 target.chmod(target.stat().st_mode | stat.S_IXUSR)
-        stub = toolkit.driver_stub(paths)
-        version = read_version(servers[0], stub)
-        caps = read_capabilities(servers[0], None, stub)
+        version, caps = read_engine(paths, servers[0], None)
         backend: Literal["cpu", "cuda"] = "cuda" if _links_cuda(servers[0]) else "cpu"
         engine_id = f"fetched-{sha256[:12]}-{backend}"
         relative = servers[0].relative_to(staging)

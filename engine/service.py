@@ -327,7 +327,12 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     supervisor.replan_on_oom = replanner.after_oom
     guard = None
     if spec.spec_type is not None:
-        guard = SpecGuard.for_launch(spec.spec_type, spec.draft_max, launch.budget.is_gpu)
+        guard = SpecGuard.for_launch(
+            spec.spec_type,
+            spec.draft_max,
+            launch.budget.is_gpu,
+            shortened=launch.options.draft_max is not None,
+        )
     return ServerRun(
         paths,
         supervisor,

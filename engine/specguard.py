@@ -42,7 +42,8 @@ CUDA_BREAK_EVEN: dict[tuple[str, int | None], float] = {
     ("ngram-mod", None): 0.46,
 }
 """Break-even acceptance on CUDA, from wall-clock decode speed on an H100 with a 1.7 GB F16
-hybrid target (bench/spec_breakeven.py --scale 32 --layers 16 --quant F16 --threads 4). A
+hybrid target (bench/spec_breakeven.py --scale 32 --layers 16 --quant F16 --threads 4; the
+run is in bench/results/h100-spec-breakeven-f16-1.7gb.json). A
 home card's 15 GB model verifies a draft relatively more cheaply, so its true break-even is
 lower: these floors err towards switching off."""
 CUDA_DEFAULT_FLOOR = 0.7
@@ -50,16 +51,43 @@ CUDA_DEFAULT_FLOOR = 0.7
 
 
 def acceptance_floor(spec_type: str, draft_max: int | None, on_gpu: bool) -> tuple[float, str]:
-    """The acceptance below which ``spec_type`` slows decoding, and where the number is from."""
+    """The acceptance below which ``spec_type`` slows decoding, and where the number is from
+    (a phrase that follows "below")."""
     backend, table, default = (
-        ("CUDA", CUDA_BREAK_EVEN, CUDA_DEFAULT_FLOOR)
+        ("on CUDA", CUDA_BREAK_EVEN, CUDA_DEFAULT_FLOOR)
         if on_gpu
-        else ("CPU", CPU_BREAK_EVEN, CPU_DEFAULT_FLOOR)
+        else ("on a CPU", CPU_BREAK_EVEN, CPU_DEFAULT_FLOOR)
     )
-    floor = table.get((spec_type, None if spec_type.startswith("ngram") else draft_max))
+    if spec_type.startswith("ngram"):
+        # Every n-gram type drafts from the text itself and costs the same to check.
+        ngram = table[("ngram-mod", None)]
+        return ngram, f"the {ngram:.0%} break-even measured for ngram-mod {backend}"
+    floor = table.get((spec_type, draft_max))
     if floor is None:
-        return default, f"a {default:.0%} floor (this draft length was not measured on {backend})"
-    return floor, f"{floor:.0%} accepted: the measured {backend} break-even of {spec_type}"
+        return default, (
+            f"a {default:.0%} floor ({spec_type} with {draft_max}-token drafts "
+            f"was not measured {backend})"
+        )
+    return floor, f"the {floor:.0%} break-even measured for {spec_type} {backend}"
+
+
+def can_shorten(draft_max: int | None, shortened: bool) -> bool:
+    """The guard's first step: halve the drafts once, when they are longer than two tokens."""
+    return not shortened and draft_max is not None and draft_max > 2
+
+
+def describe(
+    spec_type: str, draft_max: int | None, on_gpu: bool, *, user_chose: bool, shortened: bool
+) -> str:
+    """What the guard will do with this launch, for the plan's reasons."""
+    _, floor_source = acceptance_floor(spec_type, draft_max, on_gpu)
+    if user_chose:
+        action = "warns"
+    elif can_shorten(draft_max, shortened):
+        action = "shortens the drafts, then stops speculating,"
+    else:
+        action = "stops speculating"
+    return f"the guard {action} below {floor_source}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +107,7 @@ class SpecGuard:
 
     spec_type: str
     draft_max: int | None
+    on_gpu: bool
     floor: float
     floor_source: str
     drafted_at_start: int = 0
@@ -86,9 +115,11 @@ class SpecGuard:
     shortened: bool = False
 
     @classmethod
-    def for_launch(cls, spec_type: str, draft_max: int | None, on_gpu: bool) -> SpecGuard:
+    def for_launch(
+        cls, spec_type: str, draft_max: int | None, on_gpu: bool, *, shortened: bool = False
+    ) -> SpecGuard:
         floor, source = acceptance_floor(spec_type, draft_max, on_gpu)
-        return cls(spec_type, draft_max, floor, source)
+        return cls(spec_type, draft_max, on_gpu, floor, source, shortened=shortened)
 
     def judge(self, drafted_total: int, accepted_total: int) -> tuple[SpecGuard, Decision | None]:
         """Judge the drafts since the last decision point (the engine's running totals)."""
@@ -102,14 +133,19 @@ class SpecGuard:
         if acceptance >= self.floor - HYSTERESIS:
             return window, None
         seen = f"{acceptance:.0%} of {drafted} drafted tokens accepted, below {self.floor_source}"
-        if not self.shortened and self.draft_max is not None and self.draft_max > 2:
+        if self.draft_max is not None and can_shorten(self.draft_max, self.shortened):
             shorter = max(2, self.draft_max // 2)
             decision = Decision(
                 "shorten",
                 acceptance,
                 shorter,
-                f"{seen}: drafts shortened to {shorter} tokens",
+                f"{seen}; drafts shortened to {shorter} tokens",
                 seen,
             )
-            return replace(window, draft_max=shorter, shortened=True), decision
-        return window, Decision("off", acceptance, None, f"{seen}: speculation switched off", seen)
+            # Shorter drafts have their own break-even (higher: fewer tokens per check).
+            floor, source = acceptance_floor(self.spec_type, shorter, self.on_gpu)
+            shortened = replace(
+                window, draft_max=shorter, shortened=True, floor=floor, floor_source=source
+            )
+            return shortened, decision
+        return window, Decision("off", acceptance, None, f"{seen}; speculation switched off", seen)

@@ -141,16 +141,21 @@ def for_backend(
     if on_gpu:
         return found, ""
     kept = [c for c in found if c.spec_type not in CPU_LOSES or (user_draft and c.uses_draft_file)]
-    left = sorted({c.spec_type for c in found} - {c.spec_type for c in kept})
-    notes = []
-    if left:
-        notes.append(
-            f"not {', '.join(left)}: on a CPU, checking a draft costs nearly as much as "
-            "decoding it, so they were slower than none even when every draft was accepted"
-        )
-    if any(c.spec_type in CPU_LOSES for c in kept):
-        notes.append("the named draft is tried on a CPU, where drafts rarely pay off")
-    return kept, "; ".join(notes)
+    left = sorted({c.spec_type for c in found if c not in kept})
+    why = (
+        f"not {', '.join(left)}: on a CPU, checking a draft costs nearly as much as decoding "
+        "it, so they were slower than none even when every draft was accepted"
+        if left
+        else ""
+    )
+    return kept, why
+
+
+def tried_on_cpu(chosen: SpecCandidate | None, on_gpu: bool) -> str:
+    """A note when a draft the user named runs on a CPU, where drafts rarely pay off."""
+    if on_gpu or chosen is None or not chosen.uses_draft_file:
+        return ""
+    return "the named draft is tried on a CPU, where drafts rarely pay off"
 
 
 def for_mode(found: list[SpecCandidate], mode: SpecMode) -> list[SpecCandidate]:

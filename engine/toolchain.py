@@ -80,12 +80,17 @@ def probe_ccache() -> ToolInfo:
     return probe_tool("ccache", ("ccache",), r"version (\d+\.\d+(?:\.\d+)?)")
 
 
+def cuda_homes() -> tuple[Path, ...]:
+    """Where a system CUDA toolkit is by convention (it is often installed but not on PATH)."""
+    named = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+    return tuple(Path(root) for root in named if root)
+
+
 def _nvcc_candidates() -> tuple[str, ...]:
-    # nvcc is often installed but not on PATH; CUDA_HOME and /usr/local/cuda are the conventions.
     found = ["nvcc"]
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and Path(root, "bin", "nvcc").is_file():
-            found.append(str(Path(root, "bin", "nvcc")))
+    for root in cuda_homes():
+        if (root / "bin" / "nvcc").is_file():
+            found.append(str(root / "bin" / "nvcc"))
     return tuple(found)
 
 

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from lucebox.engine import toolchain
 from lucebox.engine.atomic import write_text_atomic
 from lucebox.engine.errors import GuardRefusal, LuceboxError
 from lucebox.engine.gpu import GpuProbe
@@ -358,8 +359,7 @@ def driver_stub(paths: Paths) -> Path | None:
     toolkit's. Its entry points all fail, so the engine finds no CUDA device and goes on."""
     fetched = fetched_toolkit(paths)
     homes = [fetched.root] if fetched else []
-    homes += [Path(h) for h in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if h]
-    homes.append(Path("/usr/local/cuda"))
+    homes += toolchain.cuda_homes()
     stubs = [home / lib / "stubs" / "libcuda.so" for home in homes for lib in ("lib", "lib64")]
     return next((stub for stub in stubs if stub.is_file()), None)
 

@@ -12,7 +12,7 @@ from lucebox.engine.gguf import inspect_model
 from lucebox.engine.gpu import probe_gpus
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.plan import (
-    MOE_OFFLOAD_CTX,
+    ENOUGH_CTX,
     GpuBudget,
     PlanRequest,
     facts_from_info,
@@ -138,13 +138,29 @@ def test_an_moe_keeps_its_experts_on_the_cpu_for_an_agent_sized_context():
     assert facts.expert_bytes == int(preset.target.size_bytes * 0.9)
     plan = make_plan(PlanRequest(target=facts, budget=card(16)))
     assert plan.n_gpu_layers == -1 and 0 < plan.n_cpu_moe < facts.n_layer
-    assert plan.fits and plan.ctx >= MOE_OFFLOAD_CTX
+    assert plan.fits and plan.ctx >= ENOUGH_CTX and plan.cache_type_k == "q8_0"
     assert "experts stay on the CPU" in plan.reasons["n_gpu_layers"]
-    dense = dataclasses.replace(facts, expert_bytes=0)  # the same bytes as dense layers
-    assert make_plan(PlanRequest(target=dense, budget=card(16))).n_cpu_moe == 0
-    bad = Path("presets/qwen36-35b-a3b-24gb.toml").read_text().replace("share = 0.9", "share = 1.5")
+    # The same bytes as dense layers: those offload only for the smallest usable context.
+    dense = make_plan(
+        PlanRequest(target=dataclasses.replace(facts, expert_bytes=0), budget=card(16))
+    )
+    assert dense.n_cpu_moe == 0 and dense.n_gpu_layers < facts.n_layer
+    assert dense.ctx < ENOUGH_CTX
+
+
+def test_an_moe_offloads_experts_for_the_context_asked_and_no_more():
+    preset = parse_preset(Path("presets/qwen36-35b-a3b-24gb.toml").read_text(), "p")
+    facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    small_ask = make_plan(PlanRequest(target=facts, budget=card(24, free_gib=22.2), ctx=8192))
+    assert small_ask.fits and small_ask.n_cpu_moe == 0
+    large_ask = make_plan(PlanRequest(target=facts, budget=card(16), ctx=131072))
+    assert large_ask.fits and large_ask.ctx == 131072 and large_ask.n_cpu_moe > 0
+
+
+def test_a_preset_expert_share_is_a_share_of_the_file():
+    text = Path("presets/qwen36-35b-a3b-24gb.toml").read_text()
     with pytest.raises(PresetError, match="share of the file"):
-        parse_preset(bad, "presets/bad.toml")
+        parse_preset(text.replace("share = 0.9", "share = 1.5"), "presets/bad.toml")
 
 
 def test_cpu_plan_keeps_everything_in_ram(gemma_facts):

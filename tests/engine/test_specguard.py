@@ -8,6 +8,7 @@ from lucebox.engine.specguard import (
     MIN_DRAFTED_TOKENS,
     SpecGuard,
     acceptance_floor,
+    describe,
 )
 
 
@@ -55,16 +56,53 @@ def test_a_new_engine_process_restarts_the_count():
 @pytest.mark.parametrize(
     ("spec_type", "draft_max", "on_gpu", "floor", "says"),
     [
-        ("draft-mtp", 3, False, 1.0, "measured CPU break-even"),
-        ("draft-dflash", 15, False, 0.85, "measured CPU break-even"),
-        ("ngram-mod", None, False, 0.55, "measured CPU break-even"),
-        ("draft-simple", 8, False, 0.9, "not measured on CPU"),
-        ("draft-mtp", 3, True, 0.6, "measured CUDA break-even of draft-mtp"),
-        ("draft-dflash", 15, True, 0.16, "measured CUDA break-even"),
-        ("ngram-mod", None, True, 0.46, "measured CUDA break-even of ngram-mod"),
-        ("draft-mtp", 2, True, 0.7, "not measured on CUDA"),
+        ("draft-mtp", 3, False, 1.0, "break-even measured for draft-mtp on a CPU"),
+        ("draft-dflash", 15, False, 0.85, "the 85% break-even measured for draft-dflash on a CPU"),
+        ("ngram-mod", None, False, 0.55, "measured for ngram-mod on a CPU"),
+        (
+            "draft-simple",
+            8,
+            False,
+            0.9,
+            "draft-simple with 8-token drafts was not measured on a CPU",
+        ),
+        ("draft-mtp", 3, True, 0.6, "the 60% break-even measured for draft-mtp on CUDA"),
+        ("draft-dflash", 15, True, 0.16, "measured for draft-dflash on CUDA"),
+        ("ngram-mod", None, True, 0.46, "measured for ngram-mod on CUDA"),
+        ("ngram-simple", None, True, 0.46, "measured for ngram-mod on CUDA"),
+        ("draft-mtp", 2, True, 0.7, "draft-mtp with 2-token drafts was not measured on CUDA"),
     ],
 )
 def test_floors_name_where_they_come_from(spec_type, draft_max, on_gpu, floor, says):
     value, source = acceptance_floor(spec_type, draft_max, on_gpu)
     assert value == floor and says in source
+
+
+def test_shorter_drafts_are_judged_against_their_own_break_even():
+    guard = SpecGuard.for_launch("draft-mtp", 6, on_gpu=True)
+    assert guard.floor == 0.43
+    guard, decision = guard.judge(1000, 300)  # 30%: below 6-token drafts' 43%
+    assert decision is not None and decision.action == "shorten" and decision.draft_max == 3
+    assert guard.floor == 0.6 and "60%" in guard.floor_source
+    guard, decision = guard.judge(1600, 300 + 330)  # 55% of 3-token drafts: within hysteresis
+    assert decision is None
+
+
+def test_a_launch_already_shortened_goes_straight_to_off():
+    guard = SpecGuard.for_launch("draft-dflash", 7, on_gpu=False, shortened=True)
+    _, decision = guard.judge(300, 0)
+    assert decision is not None and decision.action == "off"
+
+
+@pytest.mark.parametrize(
+    ("spec_type", "draft_max", "user_chose", "shortened", "says"),
+    [
+        ("draft-mtp", 3, False, False, "the guard shortens the drafts, then stops speculating,"),
+        ("draft-mtp", 3, False, True, "the guard stops speculating below"),
+        ("ngram-mod", None, False, False, "the guard stops speculating below the 46%"),
+        ("draft-dflash", 15, True, False, "the guard warns below"),
+    ],
+)
+def test_the_plan_says_what_the_guard_will_do(spec_type, draft_max, user_chose, shortened, says):
+    text = describe(spec_type, draft_max, True, user_chose=user_chose, shortened=shortened)
+    assert says in text

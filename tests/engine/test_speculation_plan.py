@@ -125,4 +125,14 @@ def test_on_a_cpu_a_draft_the_user_names_is_tried_and_the_guard_watches_it():
     assert document["spec"]["type"] == "draft-dflash"  # the target's own MTP head is left out
     reason = document["reasons"]["spec"]
     assert "not draft-mtp: on a CPU" in reason and "the named draft is tried on a CPU" in reason
-    assert "the guard shortens the drafts, then stops speculating, below 85% accepted" in reason
+    assert "then stops speculating, below the 85% break-even measured for draft-dflash" in reason
+
+
+def test_a_mode_set_in_config_is_the_users_choice_and_the_guard_only_warns():
+    target_spec = qwen35_target()
+    target, draft = cached_gguf(target_spec), cached_gguf(dflash_for(target_spec))
+    assert run_lucebox("config", "set", "model.spec", "dflash").returncode == 0
+    code, document, err = plan("--model", str(target), "--draft", str(draft))
+    assert code == 0, err
+    reason = document["reasons"]["spec"]
+    assert 'model.spec = "dflash" in config.toml' in reason and "the guard warns below" in reason
