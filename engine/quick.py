@@ -87,8 +87,8 @@ PROMPTS: tuple[QuickPrompt, ...] = (
         (
             {
                 "role": "user",
-                "content": "Change 'Beautiful' to 'Pretty' in this text and return the "
-                f"whole text, unchanged otherwise:\n\n{_EDIT_SOURCE}",
+                "content": "Change 'Beautiful' to 'Pretty' in the third line of this text "
+                f"and return the whole text, unchanged otherwise:\n\n{_EDIT_SOURCE}",
             },
         ),
         320,
