@@ -129,6 +129,9 @@ class ModelInfo:
     head_count_kv: int | tuple[int, ...] | None
     key_length: int | None
     value_length: int | None
+    key_length_swa: int | None
+    value_length_swa: int | None
+    """Head sizes of the sliding-window layers where they differ (Gemma 4: 256 beside 512)."""
     sliding_window: int | None
     swa_layers: tuple[int, ...] | None
     """Layers that use the sliding window, when the file says; None when it does not."""
@@ -518,6 +521,8 @@ def inspect_model(path: Path) -> ModelInfo:
         head_count_kv=_per_layer(meta, f"{arch}.attention.head_count_kv"),
         key_length=_int(meta, f"{arch}.attention.key_length"),
         value_length=_int(meta, f"{arch}.attention.value_length"),
+        key_length_swa=_int(meta, f"{arch}.attention.key_length_swa"),
+        value_length_swa=_int(meta, f"{arch}.attention.value_length_swa"),
         sliding_window=_int(meta, f"{arch}.attention.sliding_window"),
         swa_layers=_swa_layers(meta, arch, block_count),
         vocab_size=vocab_size,

@@ -307,10 +307,14 @@ def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None
     n_embd = info.embedding_length or 0
     key_length = info.key_length or (n_embd // n_head if n_head else 0)
     value_length = info.value_length or key_length
+    head_elems = key_length + value_length
+    swa_head_elems = (info.key_length_swa or key_length) + (info.value_length_swa or value_length)
     swa = _swa_layers(info, swa_pattern)
-    full = swa_elems = 0
+    full = swa_elems = widest = 0
     for layer in info.kv_layers:
-        elems = _heads(info.head_count_kv, layer) * (key_length + value_length)
+        per_head = swa_head_elems if layer in swa else head_elems
+        elems = _heads(info.head_count_kv, layer) * per_head
+        widest = max(widest, elems)
         if layer in swa:
             swa_elems += elems
         else:
@@ -321,13 +325,6 @@ def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None
     per_layer_state = (
         max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
     ) * 4
-    widest = max(
-        (
-            _heads(info.head_count_kv, layer) * (key_length + value_length)
-            for layer in info.kv_layers
-        ),
-        default=0,
-    )
     tied = groups_output_is_norm_only(info)
     groups = info.weights_bytes_by_group
     layer_bytes = sum(v for k, v in groups.items() if k not in ("embeddings", "output", "other"))

@@ -30,7 +30,7 @@ from lucebox.engine.planning import (
 )
 from lucebox.engine.presets import PresetError, facts_from_preset, load_presets, parse_preset
 from lucebox.engine.units import GIB, MIB
-from tests.ggufgen import SHAPES, write_llama
+from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
 
@@ -78,6 +78,29 @@ def test_hybrid_model_keeps_kv_only_in_attention_layers():
     per_token = (kv_bytes(model, 65536, "f16") - kv_bytes(model, 32768, "f16")) / 32768
     assert per_token == 64 * 1024
     assert kv_bytes(model, 256, "f16") > 48 * 3_000_000  # plus the recurrent state
+
+
+def test_sliding_window_layers_use_their_own_head_size(tmp_path):
+    # Gemma 4 shape: five sliding-window layers with 256-wide heads, one global with 512.
+    spec = ModelSpec(
+        arch="gemma4",
+        n_layer=6,
+        n_embd=256,
+        n_head=4,
+        n_head_kv=2,
+        head_dim=512,
+        sliding_window=512,
+        header_only=True,
+        extra_kv={
+            "gemma4.attention.key_length_swa": 256,
+            "gemma4.attention.value_length_swa": 256,
+            "gemma4.attention.sliding_window_pattern": [True] * 5 + [False],
+        },
+    )
+    facts = facts_from_info(inspect_model(write_llama(tmp_path / "g.gguf", spec)))
+    assert facts.full_kv_elems_per_token == 1 * 2 * (512 + 512)
+    assert facts.swa_kv_elems_per_token == 5 * 2 * (256 + 256)
+    assert facts.max_layer_kv_elems == 2 * (512 + 512)
 
 
 @pytest.mark.parametrize("gib", [8, 12, 16, 24, 32, 80])
