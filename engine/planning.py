@@ -793,9 +793,16 @@ class PresetTable:
     best: LaunchPlan | None
 
 
+def _keeps_prompts(launch: LaunchPlan) -> bool:
+    """Whether an agent's growing prompt is reused from the cache: a sliding-window model only
+    keeps it with --swa-full (otherwise everything past the window is read again)."""
+    return not launch.target.facts.swa_kv_elems_per_token or launch.plan.swa_full
+
+
 def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
     """The best model set that fits: the largest tier the card is made for, with a useful
-    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
+    context; within the tier one that keeps agent prompts cached, then the longest context.
+    Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
     card_gib = round(budget.vram_total_bytes / GIB)
     useful = [
@@ -809,7 +816,14 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
         and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
     ]
     if useful:
-        return max(useful, key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, p.plan.ctx))
+        return max(
+            useful,
+            key=lambda p: (
+                p.preset.vram_tier_gib if p.preset else 0,
+                _keeps_prompts(p),
+                p.plan.ctx,
+            ),
+        )
     # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
     fallback = [
         p

@@ -35,6 +35,9 @@ class PresetFacts:
     head_dim: int
     swa_kv_layers: int = 0
     swa_window: int = 0
+    swa_kv_heads: int = 0
+    swa_head_dim: int = 0
+    """Sliding-window layers' KV heads and head size where they differ (0: as the others)."""
     recurrent_layers: int = 0
     recurrent_state_bytes_per_layer: int = 0
     expert_share: float = 0.0
@@ -100,6 +103,8 @@ _FACTS = {
 _OPTIONAL_FACTS: dict[str, type] = {
     "swa_kv_layers": int,
     "swa_window": int,
+    "swa_kv_heads": int,
+    "swa_head_dim": int,
     "recurrent_layers": int,
     "recurrent_state_bytes_per_layer": int,
     "expert_share": float,
@@ -243,6 +248,7 @@ def facts_from_preset(model: PresetModel, native_ctx: int, name: str) -> ModelFa
     params_layer = max(model.size_bytes * 8 // 5 - params_non_layer, 1)  # ~5 bits per weight
     layer_share = params_layer / (params_layer + params_non_layer)
     elems = facts.kv_heads * 2 * facts.head_dim
+    swa_elems = (facts.swa_kv_heads or facts.kv_heads) * 2 * (facts.swa_head_dim or facts.head_dim)
     return ModelFacts(
         name=name,
         architecture=facts.architecture,
@@ -255,8 +261,8 @@ def facts_from_preset(model: PresetModel, native_ctx: int, name: str) -> ModelFa
         n_vocab=facts.n_vocab,
         native_ctx=native_ctx,
         full_kv_elems_per_token=facts.full_kv_layers * elems,
-        max_layer_kv_elems=elems,
-        swa_kv_elems_per_token=facts.swa_kv_layers * elems,
+        max_layer_kv_elems=max(elems, swa_elems if facts.swa_kv_layers else 0),
+        swa_kv_elems_per_token=facts.swa_kv_layers * swa_elems,
         swa_window=facts.swa_window,
         recurrent_state_bytes=facts.recurrent_layers * facts.recurrent_state_bytes_per_layer,
         source="preset",

@@ -155,6 +155,16 @@ def test_weights_that_do_not_fit_are_offloaded_by_layer(tmp_path):
     assert plan.memory_bytes.weights < facts.weights_bytes
 
 
+def test_a_preset_prices_sliding_window_layers_at_their_own_head_size():
+    preset = parse_preset(Path("presets/gemma4-31b-24gb.toml").read_text(), "p")
+    facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    assert facts.full_kv_elems_per_token == 10 * 4 * 2 * 512
+    assert facts.swa_kv_elems_per_token == 50 * 16 * 2 * 256
+    assert facts.max_layer_kv_elems == 16 * 2 * 256
+    assert preset.draft is not None and preset.draft.model is not None
+    assert preset.draft.model.facts.full_kv_layers == 0  # the assistant reads the target's KV
+
+
 def test_an_moe_keeps_its_experts_on_the_cpu_for_an_agent_sized_context():
     preset = parse_preset(Path("presets/qwen36-35b-a3b-24gb.toml").read_text(), "p")
     facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
