@@ -495,6 +495,11 @@ def inspect_model(path: Path) -> ModelInfo:
             recurrent_layers.add(int(match.group(1)))
     # Linear-attention layers name their fused projection attn_qkv too, but keep no KV cache.
     kv_layers -= recurrent_layers
+    # The last shared_kv_layers layers (Gemma 4 E-size) reuse earlier layers' cache, even
+    # where the file still carries their K projections.
+    shared = _int(meta, f"{arch}.attention.shared_kv_layers") or 0
+    if shared and block_count:
+        kv_layers = {layer for layer in kv_layers if layer < block_count - shared}
     has_mtp = mtp_tensor in names
     has_markov = "markov_w1.weight" in names
     draft_kind = None

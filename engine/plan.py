@@ -126,8 +126,9 @@ class PlanRequest:
     prompt_cache: bool = True
     """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
     checkpoints: bool = False
-    """Hybrid (recurrent) models: keep context checkpoints close together so a growing
-    agent prompt resumes from a recent one instead of re-reading the whole prompt."""
+    """Hybrid (recurrent) and sliding-window models: the engine saves what it cannot roll back
+    (the recurrent state, the window) near the end of each prompt, so a growing agent prompt
+    resumes from a recent checkpoint instead of being read again; the plan bounds them."""
 
 
 @dataclass(frozen=True)
@@ -436,7 +437,10 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
 
 CONTEXT_CHECKPOINTS = 8
 """Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
-the whole recurrent state (about 150 MiB on a 27B hybrid) in host RAM."""
+the whole recurrent state (about 150 MiB on a 27B hybrid) or the sliding-window cache (about
+1.2 GiB on a 31B Gemma 4 at f16) in host RAM."""
+CHECKPOINT_RAM_SHARE = 8
+"""Checkpoints take at most an eighth of the PC's RAM (at least one is kept)."""
 PROMPT_CACHE_MAX_BYTES = 8192 * MIB
 """The engine's own default for ``--cache-ram``."""
 PROMPT_CACHE_RAM_SHARE = 4
@@ -457,6 +461,24 @@ def prompt_cache_bytes(budget: GpuBudget, target: ModelFacts) -> int:
     return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE, prompts) // MIB * MIB
 
 
+def _checkpoints(request: PlanRequest) -> tuple[int, int]:
+    """Context checkpoints per slot and the host-RAM bytes of each: the recurrent state, plus
+    the sliding-window cache unless --swa-full keeps the whole context (no checkpoints then)."""
+    target, budget = request.target, request.budget
+    if not request.checkpoints:
+        return 0, 0
+    window = 0
+    if target.swa_kv_elems_per_token and not request.swa_full:
+        window_cells = pad_ctx(target.swa_window + N_UBATCH)
+        window = int(target.swa_kv_elems_per_token * window_cells * KV_TYPE_BYTES["f16"])
+    each = target.recurrent_state_bytes + window
+    if not each:
+        return 0, 0
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
+    fitting = ram // CHECKPOINT_RAM_SHARE // each if ram else CONTEXT_CHECKPOINTS
+    return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
+
+
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
@@ -468,11 +490,8 @@ def make_plan(request: PlanRequest) -> Plan:
     draft_weights = draft.weights_bytes if draft else 0
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident - draft_weights
-    checkpoints = (
-        CONTEXT_CHECKPOINTS * target.recurrent_state_bytes * request.parallel
-        if request.checkpoints
-        else 0
-    )
+    n_checkpoints, checkpoint_bytes = _checkpoints(request)
+    checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
     if not budget.is_gpu:
         room_after_weights -= prompt_cache + checkpoints
     reasons["reserve"] = (
@@ -489,11 +508,13 @@ def make_plan(request: PlanRequest) -> Plan:
             + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
         )
     reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
-    if request.checkpoints:
+    if n_checkpoints:
+        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
         reasons["checkpoints"] = (
-            f"{checkpoints / MIB:.0f} MiB host RAM: up to {CONTEXT_CHECKPOINTS} checkpoints of "
-            "the recurrent state (the engine takes one near the end of each prompt), so a "
-            "hybrid model resumes an agent's growing prompt instead of re-reading it"
+            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
+            f"{what} (the engine takes one near the end of each prompt, at most 1/"
+            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
+            "one instead of being read again"
         )
 
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
@@ -569,8 +590,9 @@ def make_plan(request: PlanRequest) -> Plan:
     elif target.swa_kv_elems_per_token and request.prompt_cache:
         reasons["swa_full"] = (
             f"no --swa-full: keeping the whole context in the sliding-window layers would "
-            f"leave less than {min(request.ctx or ENOUGH_CTX, target.native_ctx)} tokens; "
-            "a cached prompt is re-read past the window"
+            f"leave less than {min(request.ctx or ENOUGH_CTX, target.native_ctx)} tokens; a "
+            "growing prompt resumes from a checkpoint, one changed before its end is read "
+            "again from the checkpoint before the change"
         )
     draft_total = 0
     if draft is not None:
@@ -624,7 +646,8 @@ def make_plan(request: PlanRequest) -> Plan:
         largest_ctx=ctx_fit,
         swa_full=request.swa_full,
         cache_ram_mib=prompt_cache // MIB,
-        context_checkpoints=CONTEXT_CHECKPOINTS if request.checkpoints else None,
+        # --cache off keeps nothing: not the engine's 32 default checkpoints either.
+        context_checkpoints=n_checkpoints or (None if request.prompt_cache else 0),
         device_bytes=per_device,
         tensor_split=split,
         main_gpu=main_gpu,

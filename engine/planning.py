@@ -613,7 +613,8 @@ def _plan_on_budget(
         ctx_cap=ctx_cap,
         swa_full=swa_full,
         prompt_cache=resolved.cache == "agent",
-        checkpoints=resolved.cache == "agent" and target.facts.recurrent_state_bytes > 0,
+        checkpoints=resolved.cache == "agent"
+        and (target.facts.recurrent_state_bytes > 0 or target.facts.swa_kv_elems_per_token > 0),
     )
     if swa_full:
         request = _weigh_swa_full(request)
@@ -793,16 +794,9 @@ class PresetTable:
     best: LaunchPlan | None
 
 
-def _keeps_prompts(launch: LaunchPlan) -> bool:
-    """Whether an agent's growing prompt is reused from the cache: a sliding-window model only
-    keeps it with --swa-full (otherwise everything past the window is read again)."""
-    return not launch.target.facts.swa_kv_elems_per_token or launch.plan.swa_full
-
-
 def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
     """The best model set that fits: the largest tier the card is made for, with a useful
-    context; within the tier one that keeps agent prompts cached, then the longest context.
-    Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
+    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
     card_gib = round(budget.vram_total_bytes / GIB)
     useful = [
@@ -816,14 +810,7 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
         and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
     ]
     if useful:
-        return max(
-            useful,
-            key=lambda p: (
-                p.preset.vram_tier_gib if p.preset else 0,
-                _keeps_prompts(p),
-                p.plan.ctx,
-            ),
-        )
+        return max(useful, key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, p.plan.ctx))
     # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
     fallback = [
         p

@@ -146,6 +146,8 @@ def _facts(table: Any, where: str) -> PresetFacts:
     unknown = set(table) - set(_FACTS) - set(_OPTIONAL_FACTS)
     if unknown:
         raise PresetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    if (values["swa_kv_heads"] or values["swa_head_dim"]) and not values["swa_kv_layers"]:
+        raise PresetError(f"{where}: 'swa_kv_heads' and 'swa_head_dim' need 'swa_kv_layers'")
     if not 0 <= values["expert_share"] < 1:
         raise PresetError(f"{where}: 'expert_share' is a share of the file, from 0 to below 1")
     return PresetFacts(**values)

@@ -101,6 +101,13 @@ def test_sliding_window_layers_use_their_own_head_size(tmp_path):
     assert facts.full_kv_elems_per_token == 1 * 2 * (512 + 512)
     assert facts.swa_kv_elems_per_token == 5 * 2 * (256 + 256)
     assert facts.max_layer_kv_elems == 2 * (512 + 512)
+    shared = dataclasses.replace(
+        spec, extra_kv={**spec.extra_kv, "gemma4.attention.shared_kv_layers": 2}
+    )
+    # The last two layers (one sliding-window, the global one) read earlier layers' cache.
+    facts = facts_from_info(inspect_model(write_llama(tmp_path / "s.gguf", shared)))
+    assert facts.full_kv_elems_per_token == 0
+    assert facts.swa_kv_elems_per_token == 4 * 2 * (256 + 256)
 
 
 @pytest.mark.parametrize("gib", [8, 12, 16, 24, 32, 80])
@@ -165,6 +172,22 @@ def test_a_preset_prices_sliding_window_layers_at_their_own_head_size():
     assert preset.draft.model.facts.full_kv_layers == 0  # the assistant reads the target's KV
 
 
+def test_sliding_window_checkpoints_are_bounded_by_the_pcs_ram():
+    preset = parse_preset(Path("presets/gemma4-31b-24gb.toml").read_text(), "p")
+    facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    each = 50 * 16 * 2 * 256 * 1536 * 2  # the window's cells at f16: 1.2 GiB
+    for ram_gib, wanted in ((32, 3), (128, 8), (4, 1)):
+        budget = dataclasses.replace(card(24), host_total_bytes=ram_gib * GIB)
+        plan = make_plan(PlanRequest(target=facts, budget=budget, checkpoints=True))
+        assert not plan.swa_full and plan.context_checkpoints == wanted
+        assert plan.memory_bytes.checkpoints == wanted * each
+        assert "checkpoints of the sliding-window cache" in plan.reasons["checkpoints"]
+    full = make_plan(PlanRequest(target=facts, budget=card(80), checkpoints=True, swa_full=True))
+    assert full.context_checkpoints is None and full.memory_bytes.checkpoints == 0
+    off = make_plan(PlanRequest(target=facts, budget=card(24), prompt_cache=False))
+    assert off.server_flags()[-2:] == ["--ctx-checkpoints", "0"]
+
+
 def test_an_moe_keeps_its_experts_on_the_cpu_for_an_agent_sized_context():
     preset = parse_preset(Path("presets/qwen36-35b-a3b-24gb.toml").read_text(), "p")
     facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
@@ -194,6 +217,9 @@ def test_a_preset_expert_share_is_a_share_of_the_file():
     text = Path("presets/qwen36-35b-a3b-24gb.toml").read_text()
     with pytest.raises(PresetError, match="share of the file"):
         parse_preset(text.replace("share = 0.9", "share = 1.5"), "presets/bad.toml")
+    gemma = Path("presets/gemma4-31b-24gb.toml").read_text()
+    with pytest.raises(PresetError, match="need 'swa_kv_layers'"):
+        parse_preset(gemma.replace("swa_kv_layers = 50\n", ""), "presets/bad.toml")
 
 
 def test_cpu_plan_keeps_everything_in_ram(gemma_facts):
@@ -220,7 +246,7 @@ def test_choose_preset_by_card():
     for gib, wanted in [
         (8, "qwen3-4b"),
         (12, "gemma3-12b"),
-        (16, "qwen3.6-27b-iq3"),
+        (16, "gemma4-26b-a4b"),
         (24, "qwen3.6-27b"),
         (32, "qwen3.6-27b-q6"),
     ]:
