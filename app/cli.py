@@ -26,10 +26,12 @@ from lucebox.engine import (
     build,
     config,
     doctor,
+    fitcheck,
     gpu,
     guard,
     peers,
     planning,
+    presetchoice,
     registry,
     runstate,
     service,
@@ -228,7 +230,7 @@ def show_launch_plan(paths: Paths, options: planning.ServeOptions, *, as_json: b
         if not isinstance(exc, planning.PlanRefusal):
             raise
         launch_plan, refusal = exc.launch, exc
-    launch_plan = dataclasses.replace(launch_plan, fit_check=planning.fit_check(launch_plan))
+    launch_plan = dataclasses.replace(launch_plan, fit_check=fitcheck.fit_check(launch_plan))
     if as_json:
         print_json(launch_plan.to_json())
     else:
@@ -320,7 +322,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     budget = planning.budget_for(probe, resolved.gpus, args.vram_mib, peers.peer_devices(found))
     engine = planning.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
     peers.check_builds(found, engine.version)
-    table = planning.preset_table(paths, options, settings, budget, engine)
+    table = presetchoice.preset_table(paths, options, settings, budget, engine)
     plans, best = table.plans, table.best
     if args.json:
         print_json(

@@ -10,10 +10,7 @@ pinned engine's capabilities, kept beside the pin.
 from __future__ import annotations
 
 import json
-import os
-import re
 import shlex
-import subprocess
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -31,7 +28,6 @@ from lucebox.engine.guard import CheckResult, Problem, check_model, check_pair
 from lucebox.engine.guard import refusal as refusal_of
 from lucebox.engine.launch import (
     LaunchSpec,
-    engine_environ,
     is_loopback,
     server_argv,
     server_env,
@@ -48,15 +44,13 @@ from lucebox.engine.plan import (
     facts_from_info,
     make_plan,
 )
-from lucebox.engine.presets import Preset, PresetModel, facts_from_preset, load_presets
+from lucebox.engine.presets import Preset, PresetModel, facts_from_preset
 from lucebox.engine.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.speculation import SpecFiles, SpecMode
 from lucebox.engine.store import list_models, parse_source
-from lucebox.engine.units import GIB, MIB
+from lucebox.engine.units import MIB
 
 CacheProfile = Literal["agent", "off"]
-FIT_TIMEOUT_S = 120.0
-GOOD_CTX = 8192
 """A preset is a candidate for `lucebox up` when it fits with at least this much context."""
 PLANNED_SERVER_PATH = "llama-server"
 """argv[0] of a plan made before any engine is built (the build decides the folder)."""
@@ -780,135 +774,3 @@ def smaller_context_plan(paths: Paths, launch: LaunchPlan, settings: Settings) -
             hint="ask for a smaller --ctx (or model.ctx), or free GPU memory",
         )
     return replan(paths, launch, settings, ctx_cap=served * 3 // 4)
-
-
-# --- presets ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PresetTable:
-    """Every preset planned for one budget, and the one `lucebox up` would pick."""
-
-    budget: GpuBudget
-    plans: tuple[LaunchPlan, ...]
-    best: LaunchPlan | None
-
-
-def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
-    """The best model set that fits: the largest tier the card is made for, with a useful
-    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
-    """
-    card_gib = round(budget.vram_total_bytes / GIB)
-    useful = [
-        p
-        for p in plans
-        if budget.is_gpu
-        and p.preset is not None
-        and not p.misfit
-        and not p.preset.smoke_test
-        and p.preset.vram_tier_gib <= card_gib
-        and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
-    ]
-    if useful:
-        return max(useful, key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, p.plan.ctx))
-    # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
-    fallback = [
-        p
-        for p in plans
-        if p.plan.fits and p.preset and (p.preset.cpu_default or p.preset.smoke_test)
-    ]
-    return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
-
-
-def preset_table(
-    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
-) -> PresetTable:
-    plans = tuple(
-        plan_launch(
-            paths,
-            replace(options, preset=p.id, model=None),
-            settings=settings,
-            budget=budget,
-            engine=engine,
-            preset=p,
-        )
-        for p in load_presets(paths)
-    )
-    return PresetTable(budget, plans, choose_preset(list(plans), budget))
-
-
-def pick_preset(
-    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
-) -> Preset:
-    """The named preset, or the best one for ``budget``; refuses when none fits."""
-    from lucebox.engine.presets import find_preset
-
-    wanted = options.preset or settings.preset
-    if wanted:
-        return find_preset(paths, wanted)
-    best = preset_table(paths, options, settings, budget, engine).best
-    if best is None or best.preset is None:
-        raise GuardRefusal(
-            f"no preset fits {budget.device}",
-            hint="see `lucebox presets` for what each needs, or pass --model",
-        )
-    return best.preset
-
-
-# --- the engine's own estimate ----------------------------------------------------------------
-
-
-def fit_check(launch: LaunchPlan) -> dict[str, Any] | None:
-    """Ask the built engine's llama-fit-params for its estimate of the same launch."""
-    tool = Path(launch.engine.server_path).with_name("llama-fit-params")
-    if launch.engine.id is None or not tool.is_file() or not launch.target.present:
-        return None
-    argv = [str(tool), "-m", str(launch.target.path), "--fit-print", "on"]
-    argv += launch.plan.server_flags()
-    # The target alone (the draft is not its business), without the server's own flags.
-    for server_only in ("--fit", "--cache-ram", "--ctx-checkpoints"):
-        argv = _without_flag(argv, server_only)
-    try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=FIT_TIMEOUT_S,
-            check=False,
-            env=engine_environ(launch.spec, os.environ),
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    rows = [
-        line.split()
-        for line in done.stdout.splitlines()
-        if re.match(r"^\S+( \d+){3}\s*$", line.strip())
-    ]
-    if not rows:
-        return None
-    device_rows = [r for r in rows if r[0] != "Host"] or rows
-    model_mib, context_mib, compute_mib = (sum(int(r[i]) for r in device_rows) for i in (1, 2, 3))
-    engine_total = (model_mib + context_mib + compute_mib) * MIB
-    memory = launch.plan.memory_bytes
-    ours = memory.weights + memory.kv + memory.compute
-    return {
-        "device": ",".join(r[0] for r in device_rows),
-        "model_mib": model_mib,
-        "context_mib": context_mib,
-        "compute_mib": compute_mib,
-        "difference_percent": round(100 * (ours - engine_total) / max(engine_total, 1), 1),
-    }
-
-
-def _without_flag(argv: list[str], flag: str) -> list[str]:
-    """``argv`` without ``flag`` and its value (llama-fit-params does not take every flag)."""
-    out: list[str] = []
-    skip = False
-    for item in argv:
-        if skip:
-            skip = False
-        elif item == flag:
-            skip = True
-        else:
-            out.append(item)
-    return out

@@ -23,6 +23,7 @@ from lucebox.engine import (
     guard,
     peers,
     planning,
+    presetchoice,
     registry,
     store,
     toolchain,
@@ -221,7 +222,7 @@ def prepare(
         emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
     else:
         emit(StepEvent("preset", "running", "choosing the model set"))
-        preset = planning.pick_preset(
+        preset = presetchoice.pick_preset(
             paths, options, settings, budget, planning.EngineView.of(installed)
         )
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))

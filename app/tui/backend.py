@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from lucebox.engine import config, gpu, planning, registry, runstate, service
+from lucebox.engine import config, gpu, planning, presetchoice, registry, runstate, service
 from lucebox.engine.crashlog import write_crash_log
 from lucebox.engine.paths import Paths
 from lucebox.engine.planning import ServeOptions
@@ -24,14 +24,14 @@ class Backend:
         """No preset chosen yet: the user picks one from the plan table."""
         return not config.load_settings(self.paths).preset
 
-    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
+    def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
         settings = config.load_settings(self.paths)
         probe = gpu.probe_gpus()
         resolved = planning.resolve(options, settings)
         budget = planning.budget_for(probe, resolved.gpus)
         installed = registry.select_engine(self.paths, probe, settings.engine).engine
         engine = planning.EngineView.of(installed)
-        return planning.preset_table(self.paths, options, settings, budget, engine)
+        return presetchoice.preset_table(self.paths, options, settings, budget, engine)
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)

@@ -20,7 +20,7 @@ from textual.widgets import DataTable
 
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
-from lucebox.engine import guard, planning, service
+from lucebox.engine import guard, planning, presetchoice, service
 from lucebox.engine.config import Settings
 from lucebox.engine.errors import CancelledByUserError, GuardRefusal
 from lucebox.engine.metrics import Sample
@@ -149,13 +149,13 @@ class ScriptedBackend(Backend):
     server_path: str = "/opt/llama-server"
     """The engine binary the launch names (one with the web UI's files shows its address)."""
 
-    def preset_table(self, options: ServeOptions) -> planning.PresetTable:
+    def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
         if self.preset_table_failure is not None:
             raise self.preset_table_failure
         if self.budget is None:
             return super().preset_table(options)
         engine = planning.EngineView.of(None)
-        return planning.preset_table(self.paths, options, Settings(), self.budget, engine)
+        return presetchoice.preset_table(self.paths, options, Settings(), self.budget, engine)
 
     def prepare(self, options: ServeOptions, emit: Emit, cancel: threading.Event) -> Prepared:
         self.options_seen.append(options)

@@ -21,13 +21,8 @@ from lucebox.engine.plan import (
     make_plan,
     read_swa_patterns,
 )
-from lucebox.engine.planning import (
-    EngineView,
-    ServeOptions,
-    budget_for,
-    choose_preset,
-    preset_table,
-)
+from lucebox.engine.planning import EngineView, ServeOptions, budget_for
+from lucebox.engine.presetchoice import choose_preset, preset_table
 from lucebox.engine.presets import PresetError, facts_from_preset, load_presets, parse_preset
 from lucebox.engine.units import GIB, MIB
 from tests.ggufgen import SHAPES, ModelSpec, write_llama

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from lucebox.engine import planning
+from lucebox.engine import presetchoice
 from lucebox.engine.units import gib_text
 
 
@@ -20,7 +20,7 @@ class PresetScreen(ModalScreen[str | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss_none", "Back")]
 
-    def __init__(self, table: planning.PresetTable) -> None:
+    def __init__(self, table: presetchoice.PresetTable) -> None:
         super().__init__()
         self.table = table
 
