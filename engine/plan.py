@@ -62,13 +62,15 @@ class ModelFacts:
     full_kv_elems_per_token: int
     """Sum over full-attention KV layers of kv_heads x (key_length + value_length)."""
     max_layer_kv_elems: int
-    """The widest layer's kv_heads x (key_length + value_length)."""
+    """The widest full-attention layer's kv_heads x (key_length + value_length)."""
     swa_kv_elems_per_token: int
     swa_window: int
     recurrent_state_bytes: int
     """Fixed per-sequence state of recurrent layers (f32)."""
     source: str
     """"header" when read from the file, "preset" when from the preset's published facts."""
+    max_swa_layer_kv_elems: int = 0
+    """The widest sliding-window layer's, which spans only the window without --swa-full."""
 
 
 @dataclass(frozen=True)
@@ -311,15 +313,16 @@ def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None
     head_elems = key_length + value_length
     swa_head_elems = (info.key_length_swa or key_length) + (info.value_length_swa or value_length)
     swa = _swa_layers(info, swa_pattern)
-    full = swa_elems = widest = 0
+    full = swa_elems = widest = widest_swa = 0
     for layer in info.kv_layers:
-        per_head = swa_head_elems if layer in swa else head_elems
-        elems = _heads(info.head_count_kv, layer) * per_head
-        widest = max(widest, elems)
         if layer in swa:
+            elems = _heads(info.head_count_kv, layer) * swa_head_elems
             swa_elems += elems
+            widest_swa = max(widest_swa, elems)
         else:
+            elems = _heads(info.head_count_kv, layer) * head_elems
             full += elems
+            widest = max(widest, elems)
     ssm = info.ssm
     d_conv, d_inner = ssm.get("conv_kernel", 0), ssm.get("inner_size", 0)
     d_state, n_group = ssm.get("state_size", 0), ssm.get("group_count", 0)
@@ -342,6 +345,7 @@ def facts_from_info(info: ModelInfo, swa_pattern: tuple[int, bool] | None = None
         native_ctx=info.context_length or 4096,
         full_kv_elems_per_token=full,
         max_layer_kv_elems=widest,
+        max_swa_layer_kv_elems=widest_swa,
         swa_kv_elems_per_token=swa_elems,
         swa_window=info.sliding_window or 0,
         recurrent_state_bytes=per_layer_state * len(info.recurrent_layers),
@@ -371,7 +375,7 @@ def kv_bytes(
     return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
 
 
-def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16") -> int:
+def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16", swa_full: bool = False) -> int:
     """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
 
     The f16 attention mask spans the micro-batch by the context; activations scale with the
@@ -386,7 +390,11 @@ def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16") -> int:
     logits = facts.n_vocab * 4
     dequant = 0
     if kv_type not in ("f16", "bf16"):
-        dequant = int(pad_ctx(ctx) * facts.max_layer_kv_elems * 1.7)
+        swa_cells = pad_ctx(ctx if swa_full else min(ctx, facts.swa_window + N_UBATCH))
+        widest = max(
+            pad_ctx(ctx) * facts.max_layer_kv_elems, swa_cells * facts.max_swa_layer_kv_elems
+        )
+        dequant = int(widest * 1.7)
     return mask + activations + logits + dequant
 
 
@@ -420,7 +428,7 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
         mid = (lo + hi + 1) // 2
         ctx = mid * CTX_PAD
         need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-        need += compute_bytes(facts, ctx, kv_type) * request.budget.device_count
+        need += compute_bytes(facts, ctx, kv_type, request.swa_full) * request.budget.device_count
         if draft is not None:
             need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
         if len(request.budget.devices) > 1:
@@ -605,7 +613,7 @@ def make_plan(request: PlanRequest) -> Plan:
             f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
             f"same context (as the target's), compute"
         )
-    compute = compute_bytes(target, used_ctx, kv_type) * budget.device_count
+    compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
     memory = MemoryBytes(
         weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
         kv=kv,

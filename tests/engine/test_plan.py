@@ -15,6 +15,7 @@ from lucebox.engine.plan import (
     ENOUGH_CTX,
     GpuBudget,
     PlanRequest,
+    compute_bytes,
     facts_from_info,
     kv_bytes,
     kvflash_pool,
@@ -96,6 +97,7 @@ def test_sliding_window_layers_use_their_own_head_size(tmp_path):
     assert facts.full_kv_elems_per_token == 1 * 2 * (512 + 512)
     assert facts.swa_kv_elems_per_token == 5 * 2 * (256 + 256)
     assert facts.max_layer_kv_elems == 2 * (512 + 512)
+    assert facts.max_swa_layer_kv_elems == 2 * (256 + 256)
     shared = dataclasses.replace(
         spec, extra_kv={**spec.extra_kv, "gemma4.attention.shared_kv_layers": 2}
     )
@@ -162,7 +164,15 @@ def test_a_preset_prices_sliding_window_layers_at_their_own_head_size():
     facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
     assert facts.full_kv_elems_per_token == 10 * 4 * 2 * 512
     assert facts.swa_kv_elems_per_token == 50 * 16 * 2 * 256
-    assert facts.max_layer_kv_elems == 16 * 2 * 256
+    assert facts.max_layer_kv_elems == 4 * 2 * 512
+    assert facts.max_swa_layer_kv_elems == 16 * 2 * 256
+    # Dequantizing for a quantized cache: the global layers over the whole context, the
+    # sliding-window ones over their window only.
+    ctx = 32768
+    q8 = compute_bytes(facts, ctx, "q8_0") - compute_bytes(facts, ctx, "f16")
+    assert q8 == int(max(ctx * 4096, 1536 * 8192) * 1.7)
+    full = compute_bytes(facts, ctx, "q8_0", swa_full=True) - compute_bytes(facts, ctx, "f16")
+    assert full == int(ctx * 8192 * 1.7)
     assert preset.draft is not None and preset.draft.model is not None
     assert preset.draft.model.facts.full_kv_layers == 0  # the assistant reads the target's KV
 
