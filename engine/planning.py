@@ -32,16 +32,15 @@ from lucebox.engine.launch import (
     server_argv,
     server_env,
 )
+from lucebox.engine.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.paths import Paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
     KV_PAIRS,
     DeviceBudget,
     GpuBudget,
-    ModelFacts,
     Plan,
     PlanRequest,
-    facts_from_info,
     make_plan,
 )
 from lucebox.engine.presets import Preset, PresetModel, facts_from_preset

@@ -14,8 +14,8 @@ from importlib import resources
 from typing import Any
 
 from lucebox.engine.errors import UsageError
+from lucebox.engine.modelfacts import ModelFacts
 from lucebox.engine.paths import Paths
-from lucebox.engine.plan import ModelFacts
 
 SPEC_TYPES_NEEDING_DRAFT = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
 

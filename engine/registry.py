@@ -39,8 +39,8 @@ from lucebox.engine.build import (
 )
 from lucebox.engine.errors import LuceboxError, UsageError
 from lucebox.engine.gpu import GpuProbe
+from lucebox.engine.modelfacts import read_swa_patterns
 from lucebox.engine.paths import Paths
-from lucebox.engine.plan import read_swa_patterns
 from lucebox.engine.source import SourceInfo, default_source_dir, load_pin, read_source
 from lucebox.engine.transfer import ProgressCallback, TransferError, download_file, sha256_file
 

@@ -10,17 +10,16 @@ import pytest
 from lucebox.engine.config import Settings
 from lucebox.engine.gguf import inspect_model
 from lucebox.engine.gpu import probe_gpus
+from lucebox.engine.modelfacts import facts_from_info, read_swa_patterns
 from lucebox.engine.paths import resolve_paths
 from lucebox.engine.plan import (
     ENOUGH_CTX,
     GpuBudget,
     PlanRequest,
     compute_bytes,
-    facts_from_info,
     kv_bytes,
     kvflash_pool,
     make_plan,
-    read_swa_patterns,
 )
 from lucebox.engine.planning import EngineView, ServeOptions, budget_for
 from lucebox.engine.presetchoice import choose_preset, preset_table

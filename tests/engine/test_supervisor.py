@@ -39,7 +39,7 @@ sys.exit(1)
 @pytest.fixture
 def plan(tmp_path):
     from lucebox.engine.gguf import inspect_model
-    from lucebox.engine.plan import facts_from_info
+    from lucebox.engine.modelfacts import facts_from_info
 
     facts = facts_from_info(inspect_model(write_llama(tmp_path / "g.gguf", GEMMA_270M)))
     return make_plan(PlanRequest(target=facts, budget=GpuBudget("ram", 8 * GIB, 8 * GIB, False)))
