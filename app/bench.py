@@ -1,7 +1,7 @@
 """``lucebox bench quick`` and ``lucebox bench replay``: the command line over the benches.
 
 Both measure the running server (``lucebox status`` knows its URL), or with ``--compare`` two
-configurations that lucebox serves one after the other (:mod:`lucebox.engine.compare`).
+configurations that lucebox serves one after the other (:mod:`lucebox.engine.bench.compare`).
 Tables go to stdout, progress and warnings to stderr; ``--json`` prints one document.
 """
 
@@ -14,15 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lucebox.engine import config, runstate, service
-from lucebox.engine.apikey import client_api_key
-from lucebox.engine.compare import ServeConfig, Served, parse_compare, run_configs
-from lucebox.engine.errors import EXIT_OK, UsageError
-from lucebox.engine.measure import CallSample
-from lucebox.engine.paths import Paths
-from lucebox.engine.quick import run_quick, sample_json
-from lucebox.engine.replay import ReplayCall, ReplayResult, replay
-from lucebox.engine.transcript import Transcript, parse_transcript
+from lucebox.engine import pipeline
+from lucebox.engine.bench.compare import ServeConfig, Served, parse_compare, run_configs
+from lucebox.engine.bench.measure import CallSample
+from lucebox.engine.bench.quick import run_quick, sample_json
+from lucebox.engine.bench.replay import ReplayCall, ReplayResult, replay
+from lucebox.engine.bench.transcript import Transcript, parse_transcript
+from lucebox.engine.core.errors import EXIT_OK, UsageError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.machine import config
+from lucebox.engine.machine.apikey import client_api_key
+from lucebox.engine.run import runstate
 
 Result = TypeVar("Result")
 
@@ -44,7 +46,7 @@ def _measure(
     """Run ``workload`` on each --compare configuration, or once on the server at hand."""
     if args.compare:
         configs = parse_compare(args.compare, axis)
-        options = service.ServeOptions(preset=args.preset, model=args.model, ctx=args.ctx)
+        options = pipeline.ServeOptions(preset=args.preset, model=args.model, ctx=args.ctx)
         return run_configs(paths, options, configs, workload, on_note=_note)
     if args.preset or args.model or args.ctx:
         raise UsageError(

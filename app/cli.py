@@ -1,7 +1,7 @@
 """The ``lucebox`` command line: argparse front end over :mod:`lucebox.engine`.
 
 Results go to stdout (``--json`` where a script may read them), progress to stderr. Every
-error a user can cause is one line and an exit code from :mod:`lucebox.engine.errors`; an
+error a user can cause is one line and an exit code from :mod:`lucebox.engine.core.errors`; an
 unexpected error is one line plus the path of a log with the full traceback.
 """
 
@@ -30,28 +30,20 @@ from lucebox.app.cliargs import (
 from lucebox.app.connect import add_connect_command
 from lucebox.app.handler import Handler, run_handler
 from lucebox.app.workercmd import add_worker_command
-from lucebox.engine import (
-    config,
-    doctor,
-    fitcheck,
-    gpu,
-    peers,
-    planning,
-    presetchoice,
-    registry,
-    runstate,
-    service,
-    speculation,
-    units,
-)
-from lucebox.engine.errors import (
+from lucebox.engine import doctor, pipeline
+from lucebox.engine.core import units
+from lucebox.engine.core.errors import (
     EXIT_FAILURE,
     EXIT_OK,
     GuardRefusal,
     UsageError,
 )
-from lucebox.engine.paths import Paths
-from lucebox.engine.transfer import progress_parts
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.core.transfer import progress_parts
+from lucebox.engine.engines import registry
+from lucebox.engine.machine import config, gpu, peers
+from lucebox.engine.plan import fitcheck, planner, presetchoice, speculation
+from lucebox.engine.run import runstate
 
 # --- doctor -----------------------------------------------------------------------------------
 
@@ -126,8 +118,8 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
 # --- serve (status, down and logs live in status.py) ---------------------------------------
 
 
-def _serve_options(args: argparse.Namespace) -> planning.ServeOptions:
-    return planning.ServeOptions(
+def _serve_options(args: argparse.Namespace) -> planner.ServeOptions:
+    return planner.ServeOptions(
         preset=getattr(args, "preset", None),
         model=getattr(args, "model", None),
         draft=getattr(args, "draft", None),
@@ -158,19 +150,19 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
         return EXIT_OK
 
     if getattr(args, "prepare_only", False):  # a serve flag; up has none
-        service.prepare(paths, _serve_options(args), step_printer())
+        pipeline.prepare(paths, _serve_options(args), step_printer())
         return EXIT_OK
-    return service.serve(paths, _serve_options(args), step_printer())
+    return pipeline.serve(paths, _serve_options(args), step_printer())
 
 
-def show_launch_plan(paths: Paths, options: planning.ServeOptions, *, as_json: bool) -> int:
+def show_launch_plan(paths: Paths, options: planner.ServeOptions, *, as_json: bool) -> int:
     """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
-    quiet: Callable[[service.StepEvent], None] = lambda event: None  # noqa: E731
+    quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:
-        prepared = service.prepare(paths, options, quiet, dry_run=True)
+        prepared = pipeline.prepare(paths, options, quiet, dry_run=True)
         launch_plan, refusal = prepared.launch, None
     except GuardRefusal as exc:
-        if not isinstance(exc, planning.PlanRefusal):
+        if not isinstance(exc, planner.PlanRefusal):
             raise
         launch_plan, refusal = exc.launch, exc
     launch_plan = dataclasses.replace(launch_plan, fit_check=fitcheck.fit_check(launch_plan))
@@ -183,7 +175,7 @@ def show_launch_plan(paths: Paths, options: planning.ServeOptions, *, as_json: b
     return EXIT_OK
 
 
-def _print_launch_plan(launch_plan: planning.LaunchPlan) -> None:
+def _print_launch_plan(launch_plan: planner.LaunchPlan) -> None:
     result = launch_plan.plan
     memory = result.memory_bytes
     print(f"{launch_plan.title} on {launch_plan.budget.device}")
@@ -209,11 +201,11 @@ def _print_launch_plan(launch_plan: planning.LaunchPlan) -> None:
     print("  command: " + launch_plan.command)
 
 
-def step_printer() -> Callable[[service.StepEvent], None]:
+def step_printer() -> Callable[[pipeline.StepEvent], None]:
     """Pipeline events as log lines; a running download or build prints every 5%."""
     printed_marks: dict[str, tuple[str, int]] = {}
 
-    def emit(event: service.StepEvent) -> None:
+    def emit(event: pipeline.StepEvent) -> None:
         line = f"{event.step}: {event.message}"
         if event.fraction is not None:
             waiting = event.waiting_s is not None
@@ -260,10 +252,10 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
     probe = gpu.probe_gpus()
     options = _serve_options(args)
-    resolved = planning.resolve(options, settings)
+    resolved = planner.resolve(options, settings)
     found = peers.ask_peers(resolved.rpc)
-    budget = planning.budget_for(probe, resolved.gpus, args.vram_mib, peers.peer_devices(found))
-    engine = planning.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
+    budget = planner.budget_for(probe, resolved.gpus, args.vram_mib, peers.peer_devices(found))
+    engine = planner.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
     peers.check_builds(found, engine.version)
     table = presetchoice.preset_table(paths, options, settings, budget, engine)
     plans, best = table.plans, table.best

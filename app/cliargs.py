@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from lucebox.engine import peers
-from lucebox.engine.errors import UsageError
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.machine import peers
 
 
 def positive_int(text: str) -> int:

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine import config, runstate
-from lucebox.engine.apikey import client_api_key
-from lucebox.engine.connect import CLIENTS, Endpoint, setup_for, write_setup
-from lucebox.engine.errors import EXIT_OK, UsageError
-from lucebox.engine.launch import url_of_address
-from lucebox.engine.paths import Paths
+from lucebox.engine.core.errors import EXIT_OK, UsageError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.machine import config
+from lucebox.engine.machine.apikey import client_api_key
+from lucebox.engine.machine.connect import CLIENTS, Endpoint, setup_for, write_setup
+from lucebox.engine.plan.launch import url_of_address
+from lucebox.engine.run import runstate
 
 
 def endpoint_of(paths: Paths) -> Endpoint:

@@ -7,9 +7,9 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from lucebox.engine.crashlog import write_crash_log
-from lucebox.engine.errors import EXIT_CANCELLED, EXIT_FAILURE, LuceboxError
-from lucebox.engine.paths import Paths, resolve_paths
+from lucebox.engine.core.crashlog import write_crash_log
+from lucebox.engine.core.errors import EXIT_CANCELLED, EXIT_FAILURE, LuceboxError
+from lucebox.engine.core.paths import Paths, resolve_paths
 
 Handler = Callable[[argparse.Namespace, Paths], int]
 Command = Callable[..., argparse.ArgumentParser]

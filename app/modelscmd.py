@@ -10,10 +10,12 @@ from typing import Any
 from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.handler import Command
 from lucebox.app.progress import transfer_progress
-from lucebox.engine import config, gpu, guard, registry, store
-from lucebox.engine.errors import EXIT_OK, EXIT_REFUSED, CancelledByUserError, UsageError
-from lucebox.engine.paths import Paths
-from lucebox.engine.units import gib_text
+from lucebox.engine.core.errors import EXIT_OK, EXIT_REFUSED, CancelledByUserError, UsageError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.core.units import gib_text
+from lucebox.engine.engines import registry
+from lucebox.engine.machine import config, gpu
+from lucebox.engine.models import guard, store
 
 
 def _print_check(result: guard.CheckResult) -> None:

@@ -1,4 +1,4 @@
-"""``lucebox service install|uninstall|status``: the CLI over :mod:`lucebox.engine.systemd`."""
+"""``lucebox service install|uninstall|status``: the CLI over the systemd units of the engine."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pwd
 import sys
 from typing import TYPE_CHECKING
 
-from lucebox.engine import systemd
-from lucebox.engine.errors import EXIT_OK
-from lucebox.engine.unit import SYSTEM_HOME, SYSTEM_USER, Scope
+from lucebox.engine.core.errors import EXIT_OK
+from lucebox.engine.machine import systemd
+from lucebox.engine.machine.unit import SYSTEM_HOME, SYSTEM_USER, Scope
 
 if TYPE_CHECKING:
-    from lucebox.engine.paths import Paths
+    from lucebox.engine.core.paths import Paths
 
 
 def _scope(args: argparse.Namespace) -> Scope:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from lucebox.app.handler import Handler, run_handler
 from lucebox.app.servicecmd import describe
-from lucebox.engine import runstate, systemd
-from lucebox.engine.atomic import write_text_atomic
-from lucebox.engine.errors import EXIT_OK, UsageError
-from lucebox.engine.paths import Paths
-from lucebox.engine.units import gib_text
+from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.errors import EXIT_OK, UsageError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.core.units import gib_text
+from lucebox.engine.machine import systemd
+from lucebox.engine.run import runstate
 
 COMMANDS = ("status", "down", "logs")
 WATCH_POLL_S = 0.25

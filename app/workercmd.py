@@ -1,4 +1,4 @@
-"""``lucebox worker``: the CLI over :mod:`lucebox.engine.worker`."""
+"""``lucebox worker``: the CLI over :mod:`lucebox.engine.run.worker`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lucebox.engine import config, gpu, registry, worker
-from lucebox.engine.launch import is_loopback
-from lucebox.engine.paths import Paths
-from lucebox.engine.peers import DEFAULT_RPC_PORT
+from lucebox.engine.core.address import is_loopback
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import registry
+from lucebox.engine.machine import config, gpu
+from lucebox.engine.machine.peers import DEFAULT_RPC_PORT
+from lucebox.engine.run import worker
 
 
 def cmd_worker(args: argparse.Namespace, paths: Paths) -> int:

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lucebox.engine.transfer import TransferProgress, download_file
+from lucebox.engine.core.transfer import TransferProgress, download_file
 from tests.hubserver import HubFile, cut, serve_hub
 
 BLOCK_BYTES = 16 * 2**20

@@ -38,9 +38,10 @@ from typing import Any
 
 import httpx
 
-from lucebox.engine import registry, service
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.runstate import ServeLock, ServerRun
+from lucebox.engine import pipeline
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import registry
+from lucebox.engine.run.runstate import ServeLock, ServerRun
 from tests.ports import free_port
 from tests.realmodels import engine_home, smol_model
 
@@ -107,8 +108,8 @@ class Server:
     def __init__(self, port: int) -> None:
         self.paths = resolve_paths()
         self.lock = ServeLock(self.paths)
-        options = service.ServeOptions(model=str(smol_model()), ctx=4096, port=port)
-        prepared = service.prepare(self.paths, options, lambda event: None)
+        options = pipeline.ServeOptions(model=str(smol_model()), ctx=4096, port=port)
+        prepared = pipeline.prepare(self.paths, options, lambda event: None)
         plan = dataclasses.replace(prepared.plan, parallel=2)
         launch = dataclasses.replace(
             prepared.launch, plan=plan, spec=dataclasses.replace(prepared.spec, plan=plan)
@@ -121,8 +122,8 @@ class Server:
         self.thread.start()
 
     async def _serve(self) -> None:
-        supervisor = service.new_supervisor(self.paths, self.prepared)
-        self.run = service.server_run(self.paths, self.prepared, supervisor)
+        supervisor = pipeline.new_supervisor(self.paths, self.prepared)
+        self.run = pipeline.server_run(self.paths, self.prepared, supervisor)
         async for item in self.run.events():
             if getattr(item, "kind", None) == "ready":
                 self.ready.set()

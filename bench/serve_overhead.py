@@ -29,8 +29,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.runstate import engine_log
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.run.runstate import engine_log
 from tests.ports import free_port
 from tests.realmodels import engine_home, gemma_model, smoke_serve_argv
 

@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lucebox.engine import runstate
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.sample import CacheStatus, Sample, SpecStatus
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.run import runstate
+from lucebox.engine.run.sample import CacheStatus, Sample, SpecStatus
 
 
 def cpu_s(argv: list[str], env: dict[str, str]) -> float:

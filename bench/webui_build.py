@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lucebox.engine import nodejs, webui
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.source import ensure_source
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import nodejs, webui
+from lucebox.engine.engines.source import ensure_source
 from tests.uibuild import ui_assets_argv
 
 

@@ -9,10 +9,11 @@ from typing import Literal
 
 import psutil
 
-from lucebox.engine import nodejs, registry, store, toolchain, toolkit
-from lucebox.engine.gpu import GpuProbe
-from lucebox.engine.paths import Paths
-from lucebox.engine.units import GIB, gib_text
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.core.units import GIB, gib_text
+from lucebox.engine.engines import nodejs, registry, toolchain, toolkit
+from lucebox.engine.machine.gpu import GpuProbe
+from lucebox.engine.models import store
 
 Verdict = Literal["ok", "warn", "missing"]
 

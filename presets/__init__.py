@@ -1,1 +1,1 @@
-"""The model sets lucebox ships, one TOML file each (read by lucebox.engine.presets)."""
+"""The model sets lucebox ships, one TOML file each (read by lucebox.engine.models.presets)."""

@@ -301,7 +301,7 @@ def _finish(writer: gguf.GGUFWriter, path: Path, spec: ModelSpec) -> Path:
     if spec.header_only:
         writer.write_ti_data_to_file()
         writer.close()
-        from lucebox.engine.gguf import read_header
+        from lucebox.engine.models.gguf import read_header
 
         header = read_header(path)
         end = max(t.offset + t.n_bytes for t in header.tensors)

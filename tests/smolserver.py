@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from lucebox.engine.paths import resolve_paths
+from lucebox.engine.core.paths import resolve_paths
 from tests.realmodels import engine_home
 
 

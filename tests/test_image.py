@@ -92,9 +92,9 @@ def test_recipe_builds_with_lucebox_and_publishes_on_loopback_only():
 def test_entrypoint_serves_the_cpu_default_with_the_image_engine(built_engine_home, tmp_path):
     """First start of a fresh volume: the baked engine is registered, the preset and context
     come from the environment, and the model answers."""
-    from lucebox.engine.gpu import probe_gpus
-    from lucebox.engine.paths import resolve_paths
-    from lucebox.engine.registry import select_engine
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.engines.registry import select_engine
+    from lucebox.engine.machine.gpu import probe_gpus
     from tests.realmodels import smol_model
 
     smol_model()  # warms pip's cache for the store's own pull

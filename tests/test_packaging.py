@@ -53,11 +53,11 @@ def test_wheel_and_sdist_carry_the_package_data(dist):
     shipped_presets = {f"lucebox/presets/{p.name}" for p in (ROOT / "presets").glob("*.toml")}
     assert "lucebox/presets/smollm2-135m-cpu.toml" in shipped_presets <= names
     assert {
-        "lucebox/engine/pin.toml",
+        "lucebox/engine/engines/pin.toml",
         "lucebox/app/cli.py",
         "lucebox/app/tui/lucebox.tcss",
         "lucebox/app/tui/app.py",
-        "lucebox/engine/pin_capabilities.json",
+        "lucebox/engine/engines/pin_capabilities.json",
         "lucebox/assets/lucebox.desktop",
         "lucebox/assets/lucebox.svg",
         "lucebox/systemd_units/lucebox-user.service.in",
@@ -115,7 +115,7 @@ def test_fresh_venv_runs_presets_and_plan_outside_the_checkout(dist, tmp_path):
         [
             str(python),
             "-c",
-            "import lucebox.app.tui, lucebox.engine.source as s;"
+            "import lucebox.app.tui, lucebox.engine.engines.source as s;"
             "print(s.__file__); print(s.load_pin().version); print(s.checkout_root())",
         ],
         capture_output=True,

@@ -36,20 +36,21 @@ from lucebox.app.tui.messages import (
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
-from lucebox.engine import guard, runstate
-from lucebox.engine.errors import (
+from lucebox.engine.core.errors import (
     EXIT_FAILURE,
     EXIT_OK,
     CancelledByUserError,
     GuardRefusal,
     LuceboxError,
 )
-from lucebox.engine.paths import Paths
-from lucebox.engine.planning import ServeOptions
-from lucebox.engine.runstate import ServerRun
-from lucebox.engine.service import Prepared, StepEvent, StepName
-from lucebox.engine.supervisor import ServerEvent, Supervisor
-from lucebox.engine.toolkit import ToolkitRefusal
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines.toolkit import ToolkitRefusal
+from lucebox.engine.models import guard
+from lucebox.engine.pipeline import Prepared, StepEvent, StepName
+from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.run import runstate
+from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 PIPELINE_STOP_WAIT_S = 1.0
 """How long quitting waits for the pipeline to stop (a download stops within one read)."""

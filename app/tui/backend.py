@@ -5,13 +5,17 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from lucebox.engine import config, gpu, planning, presetchoice, registry, runstate, service
-from lucebox.engine.crashlog import write_crash_log
-from lucebox.engine.paths import Paths
-from lucebox.engine.planning import ServeOptions
-from lucebox.engine.runstate import ServerRun
-from lucebox.engine.service import Prepared
-from lucebox.engine.supervisor import Supervisor
+from lucebox.engine import pipeline
+from lucebox.engine.core.crashlog import write_crash_log
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import registry
+from lucebox.engine.machine import config, gpu
+from lucebox.engine.pipeline import Prepared
+from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.run import runstate
+from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.supervisor import Supervisor
 
 
 class Backend:
@@ -27,10 +31,10 @@ class Backend:
     def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
         settings = config.load_settings(self.paths)
         probe = gpu.probe_gpus()
-        resolved = planning.resolve(options, settings)
-        budget = planning.budget_for(probe, resolved.gpus)
+        resolved = planner.resolve(options, settings)
+        budget = planner.budget_for(probe, resolved.gpus)
         installed = registry.select_engine(self.paths, probe, settings.engine).engine
-        engine = planning.EngineView.of(installed)
+        engine = planner.EngineView.of(installed)
         return presetchoice.preset_table(self.paths, options, settings, budget, engine)
 
     def choose_preset(self, preset_id: str) -> None:
@@ -40,19 +44,19 @@ class Backend:
         return runstate.ServeLock(self.paths)
 
     def prepare(
-        self, options: ServeOptions, emit: service.Emit, cancel: threading.Event
+        self, options: ServeOptions, emit: pipeline.Emit, cancel: threading.Event
     ) -> Prepared:
-        return service.prepare(self.paths, options, emit, cancel=cancel)
+        return pipeline.prepare(self.paths, options, emit, cancel=cancel)
 
-    def build_cpu_engine(self, emit: service.Emit) -> None:
-        service.build_cpu_engine(self.paths, emit)
+    def build_cpu_engine(self, emit: pipeline.Emit) -> None:
+        pipeline.build_cpu_engine(self.paths, emit)
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
-        return service.new_supervisor(self.paths, prepared)
+        return pipeline.new_supervisor(self.paths, prepared)
 
     def server_run(self, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
         """The run whose stop and restart every quit, stop and restart key goes through."""
-        return service.server_run(self.paths, prepared, supervisor)
+        return pipeline.server_run(self.paths, prepared, supervisor)
 
     def detach(self, options: ServeOptions) -> tuple[int, Path]:
         return runstate.start_detached(self.paths, options.to_args())

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from lucebox.engine.metrics import Sample
-from lucebox.engine.sample import SpecStatus
-from lucebox.engine.service import Prepared, StepEvent
-from lucebox.engine.supervisor import ServerEvent
+from lucebox.engine.pipeline import Prepared, StepEvent
+from lucebox.engine.run.metrics import Sample
+from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.supervisor import ServerEvent
 
 # --- from the workers ---------------------------------------------------------------------------
 

@@ -1,1 +1,1 @@
-"""systemd unit templates rendered by lucebox.engine.unit (installed as lucebox.systemd_units)."""
+"""systemd unit templates for lucebox.engine.machine.unit (shipped as lucebox.systemd_units)."""

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.compare import ServeConfig, Served, serving
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.service import ServeOptions
+from lucebox.engine.bench.compare import ServeConfig, Served, serving
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.pipeline import ServeOptions
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
 

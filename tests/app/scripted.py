@@ -20,18 +20,20 @@ from textual.widgets import DataTable
 
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
-from lucebox.engine import guard, planning, presetchoice, service
-from lucebox.engine.config import Settings
-from lucebox.engine.errors import CancelledByUserError, GuardRefusal
-from lucebox.engine.metrics import Sample
-from lucebox.engine.paths import Paths, resolve_paths
-from lucebox.engine.plan import GpuBudget
-from lucebox.engine.planning import ServeOptions
-from lucebox.engine.runstate import ServerRun
-from lucebox.engine.service import Emit, Prepared, StepEvent
-from lucebox.engine.supervisor import ServerEvent, Supervisor
-from lucebox.engine.transfer import TransferProgress
-from lucebox.engine.units import GIB
+from lucebox.engine import pipeline
+from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal
+from lucebox.engine.core.paths import Paths, resolve_paths
+from lucebox.engine.core.transfer import TransferProgress
+from lucebox.engine.core.units import GIB
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.models import guard
+from lucebox.engine.pipeline import Emit, Prepared, StepEvent
+from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.run.metrics import Sample
+from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama
 
@@ -45,7 +47,7 @@ STEPS_DONE = [
 ]
 STEPS_DOWNLOADING = [
     *STEPS_DONE[:3],
-    service.download_step(
+    pipeline.download_step(
         TransferProgress(
             "Qwen3-14B-Q4_K_M.gguf",
             done_bytes=4 * GIB,
@@ -73,10 +75,10 @@ RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB)
 def prepared_for(tmp_path: Path, server_path: str = "/opt/llama-server") -> Prepared:
     """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
     model = write_llama(tmp_path / "smoke.gguf", GEMMA_270M)
-    engine = planning.pinned_engine()
-    engine = planning.EngineView("b11434", "b11434", server_path, engine.capabilities)
+    engine = planner.pinned_engine()
+    engine = planner.EngineView("b11434", "b11434", server_path, engine.capabilities)
     options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
-    launch = planning.plan_launch(
+    launch = planner.plan_launch(
         resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
     )
     return Prepared(launch, Settings(), 0, 60.0)
@@ -86,7 +88,7 @@ def refused_by_the_model_check(path: Path, spec: ModelSpec) -> tuple[list[StepEv
     """The notes and the error the engine's model check gives a generated model file."""
     checked = guard.check_model(write_llama(path, spec))
     assert not checked.usable
-    return [service.problem_note(p) for p in checked.problems], guard.refusal(checked)
+    return [pipeline.problem_note(p) for p in checked.problems], guard.refusal(checked)
 
 
 BASE_GEMMA = ModelSpec(name="Gemma 3 270m", basename="gemma-3", finetune=None, size_label="270M")
@@ -154,7 +156,7 @@ class ScriptedBackend(Backend):
             raise self.preset_table_failure
         if self.budget is None:
             return super().preset_table(options)
-        engine = planning.EngineView.of(None)
+        engine = planner.EngineView.of(None)
         return presetchoice.preset_table(self.paths, options, Settings(), self.budget, engine)
 
     def prepare(self, options: ServeOptions, emit: Emit, cancel: threading.Event) -> Prepared:

@@ -10,9 +10,9 @@ import itertools
 import httpx
 import pytest
 
-from lucebox.engine.compare import AXES, Served, run_configs
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.planning import ServeOptions
+from lucebox.engine.bench.compare import AXES, Served, run_configs
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.planner import ServeOptions
 from tests.ggufgen import cached_gguf, qwen35_target
 from tests.realmodels import engine_home
 

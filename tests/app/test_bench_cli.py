@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.compare import parse_compare
-from lucebox.engine.errors import UsageError
+from lucebox.engine.bench.compare import parse_compare
+from lucebox.engine.core.errors import UsageError
 from tests.conftest import assert_one_line_error, run_lucebox
 
 SESSION = Path(__file__).resolve().parents[2] / "assets" / "agent-session.jsonl"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.planning import slots_dir
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.planner import slots_dir
 from tests.conftest import alive, run_lucebox
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home

@@ -95,8 +95,8 @@ CARDS_GIB = (8, 12, 16, 24, 32, 48, 80)
 
 @pytest.mark.parametrize("gib", CARDS_GIB)
 def test_dry_run_launches_exactly_what_plan_prints_for_every_preset(capsys, gib):
-    from lucebox.engine.paths import resolve_paths
-    from lucebox.engine.presets import load_presets
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.models.presets import load_presets
 
     vram = str(gib * 1024)
     for preset in load_presets(resolve_paths()):
@@ -166,9 +166,9 @@ def test_plan_refuses_a_truncated_file_as_serve_would(tmp_path):
 
 @pytest.mark.slow
 def test_the_pinned_capabilities_beside_the_pin_are_the_built_engines(built_engine_home):
-    from lucebox.engine.paths import resolve_paths
-    from lucebox.engine.planning import pinned_engine
-    from lucebox.engine.registry import list_engines
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.engines.registry import list_engines
+    from lucebox.engine.plan.planner import pinned_engine
 
     engines = list_engines(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}))
     pinned = pinned_engine().capabilities

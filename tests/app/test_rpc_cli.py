@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from lucebox.engine.peers import INFO_PORT_OFFSET, PeerInfo
-from lucebox.engine.planning import pinned_engine
-from lucebox.engine.units import GIB
+from lucebox.engine.core.units import GIB
+from lucebox.engine.machine.peers import INFO_PORT_OFFSET, PeerInfo
+from lucebox.engine.plan.planner import pinned_engine
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 from tests.ports import free_port

@@ -107,9 +107,9 @@ def test_service_without_a_subcommand_shows_help(user_home):
 @pytest.mark.slow
 def test_prepare_only_pulls_and_plans_then_exits_without_serving(built_engine_home, lucebox_home):
     """What `install --system` runs as the service user before enabling the unit."""
-    from lucebox.engine.gpu import probe_gpus
-    from lucebox.engine.paths import resolve_paths
-    from lucebox.engine.registry import select_engine
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.engines.registry import select_engine
+    from lucebox.engine.machine.gpu import probe_gpus
     from tests.realmodels import smol_model
 
     smol_model()  # warms pip's cache for the store's own pull

@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.planning import slots_dir
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.planner import slots_dir
 from tests.conftest import run_lucebox
 from tests.ports import free_port
 from tests.realmodels import engine_home, smol_model

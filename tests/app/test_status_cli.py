@@ -14,8 +14,8 @@ import sys
 import time
 from dataclasses import replace
 
-from lucebox.engine import runstate
-from lucebox.engine.paths import resolve_paths
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.run import runstate
 from tests.engine.test_runstate import a_sample, serving
 
 HEAVY = ("asyncio", "httpx", "psutil", "textual", "rich", "gguf", "huggingface_hub", "numpy")

@@ -22,15 +22,17 @@ from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
-from lucebox.engine import guard, service, store, webui
-from lucebox.engine.errors import CancelledByUserError, GuardRefusal, UsageError
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.service import ServeOptions, StepEvent
-from lucebox.engine.supervisor import ServerEvent
-from lucebox.engine.toolkit import ToolkitRefusal, choose_toolkit
-from lucebox.engine.transfer import TransferError, TransferProgress
-from lucebox.engine.units import GIB
+from lucebox.engine import pipeline
+from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, UsageError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.transfer import TransferError, TransferProgress
+from lucebox.engine.core.units import GIB
+from lucebox.engine.engines import webui
+from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
+from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.models import guard, store
+from lucebox.engine.pipeline import ServeOptions, StepEvent
+from lucebox.engine.run.supervisor import ServerEvent
 from tests.app.scripted import (
     BASE_GEMMA,
     RTX_4090,
@@ -143,7 +145,7 @@ async def test_download_waits_show_the_reason_the_attempt_and_the_other_writer(b
                 "40% · HTTP 503 Service Unavailable · attempt 3 in 4 s",
             ),
         ]:
-            row.show(service.download_step(progress))
+            row.show(pipeline.download_step(progress))
             await pilot.pause()
             assert message in str(row.query_one(".step-message", Label).render())
             shown = row.query_one(".step-rate", Label)
@@ -621,7 +623,7 @@ async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the
 
 def test_speculation_line_is_loud_when_planned_speculation_does_not_run():
     from lucebox.app.tui.widgets.throughput import spec_line
-    from lucebox.engine.sample import SpecStatus
+    from lucebox.engine.run.sample import SpecStatus
 
     running = spec_line(SpecStatus("draft-mtp", True, "planned", 0.62, 1.9), 0.62)
     assert running is not None and running.plain == (

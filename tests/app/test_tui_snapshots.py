@@ -10,8 +10,8 @@ from textual.pilot import Pilot
 from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.widgets.steps import StepRow
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.service import ServeOptions, StepEvent
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.pipeline import ServeOptions, StepEvent
 from tests.app.scripted import (
     BASE_GEMMA,
     RTX_4090,

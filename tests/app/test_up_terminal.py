@@ -12,8 +12,8 @@ import termios
 import threading
 import time
 
-from lucebox.engine import store
-from lucebox.engine.paths import resolve_paths
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.models import store
 from tests.hubserver import HubFile, serve_hub
 
 

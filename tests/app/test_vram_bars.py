@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lucebox.app.tui.widgets.gpu import device_bars, vram_bar
-from lucebox.engine.config import Settings
-from lucebox.engine.service import Prepared
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.pipeline import Prepared
 from tests.engine.test_peers import _budget, _peer
 from tests.engine.test_plan import _launch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lucebox.engine.gpu import NvmlNotSupportedError, NvmlUnavailableError, ProbeStatus
+from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlUnavailableError, ProbeStatus
 
 GIB = 1024**3
 

@@ -12,15 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lucebox.engine import config
-from lucebox.engine.apikey import api_key_path, ensure_api_key_file, read_api_key
-from lucebox.engine.config import Settings
-from lucebox.engine.errors import ConfigError
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.launch import server_argv
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.planning import EngineView, ServeOptions, budget_for, plan_launch, slots_dir
-from lucebox.engine.registry import select_engine
+from lucebox.engine.core.errors import ConfigError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines.registry import select_engine
+from lucebox.engine.machine import config
+from lucebox.engine.machine.apikey import api_key_path, ensure_api_key_file, read_api_key
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.plan.launch import server_argv
+from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for, plan_launch, slots_dir
 from tests.conftest import run_lucebox
 from tests.ports import free_port
 

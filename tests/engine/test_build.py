@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import toolkit
-from lucebox.engine.build import (
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import toolkit
+from lucebox.engine.engines.build import (
     TARGETS,
     BuildError,
     BuildOptions,
@@ -18,12 +20,10 @@ from lucebox.engine.build import (
     parse_archs,
     parse_progress,
 )
-from lucebox.engine.errors import UsageError
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.source import SourceInfo
-from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
-from lucebox.engine.toolkit import ToolkitRefusal
+from lucebox.engine.engines.source import SourceInfo
+from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
+from lucebox.engine.engines.toolkit import ToolkitRefusal
+from lucebox.engine.machine.gpu import probe_gpus
 
 from .fake_nvml import FakeGpu, FakeNvml
 

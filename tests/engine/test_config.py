@@ -4,12 +4,12 @@ import os
 
 import pytest
 
-from lucebox.engine import config
-from lucebox.engine.config import Settings
-from lucebox.engine.errors import ConfigError, PathsError
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.store import retry_policy
-from lucebox.engine.transfer import RetryPolicy
+from lucebox.engine.core.errors import ConfigError, PathsError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.transfer import RetryPolicy
+from lucebox.engine.machine import config
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.models.store import retry_policy
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from lucebox.engine.crashlog import write_crash_log
-from lucebox.engine.paths import resolve_paths
+from lucebox.engine.core.crashlog import write_crash_log
+from lucebox.engine.core.paths import resolve_paths
 
 
 def failing() -> None:

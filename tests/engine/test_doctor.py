@@ -4,7 +4,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from lucebox.engine import nodejs
+from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.doctor import (
     check_cuda_toolkit,
     check_engine,
@@ -13,11 +13,11 @@ from lucebox.engine.doctor import (
     check_webui,
     run_doctor,
 )
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.registry import EngineCapabilities, EngineManifest
-from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
-from lucebox.engine.toolkit import FetchedToolkit
+from lucebox.engine.engines import nodejs
+from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
+from lucebox.engine.engines.toolkit import FetchedToolkit
+from lucebox.engine.machine.gpu import probe_gpus
 from tests.uibuild import old_node_only
 
 from .fake_nvml import GIB, FakeGpu, FakeNvml

@@ -1,4 +1,4 @@
-"""The exception tree drawn in engine/errors.py is the tree in the code, exit codes included."""
+"""The exception tree drawn in engine/core/errors.py is the one in the code, exit codes too."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 
 import lucebox.app
 import lucebox.engine
-from lucebox.engine import errors
-from lucebox.engine.errors import LuceboxError
+from lucebox.engine.core import errors
+from lucebox.engine.core.errors import LuceboxError
 
 LINE = re.compile(r"^\s*[│├└─ ]*?(?P<name>[A-Z]\w+)\s+exit (?P<code>\d+):")
 

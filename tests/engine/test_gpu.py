@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from lucebox.engine.gpu import cuda_arch, format_cuda_version, probe_gpus
+from lucebox.engine.machine.gpu import cuda_arch, format_cuda_version, probe_gpus
 
 from .fake_nvml import GIB, FakeGpu, FakeNvml
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lucebox.engine.measure import CallError, streamed_call
+from lucebox.engine.bench.measure import CallError, streamed_call
 
 
 def _chunk(delta: dict) -> bytes:

@@ -9,7 +9,7 @@ import os
 import httpx
 import pytest
 
-from lucebox.engine.metrics import (
+from lucebox.engine.run.metrics import (
     EngineLog,
     RateWindow,
     Sampler,
@@ -17,7 +17,7 @@ from lucebox.engine.metrics import (
     parse_counters,
     with_last_rates,
 )
-from lucebox.engine.sample import Sample
+from lucebox.engine.run.sample import Sample
 from tests.engine.enginelog import engine_lines, http_seen
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import nodejs
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.toolchain import version_tuple
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import nodejs
+from lucebox.engine.engines.toolchain import version_tuple
 from tests.uibuild import old_node_only, pip_cannot_reach_an_index
 
 

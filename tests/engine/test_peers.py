@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from lucebox.engine import peers
-from lucebox.engine.errors import GuardRefusal, UsageError
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.peers import Peer, PeerInfo
-from lucebox.engine.plan import GpuBudget
-from lucebox.engine.planning import budget_for, pinned_engine
-from lucebox.engine.supervisor import diagnose
-from lucebox.engine.units import GIB
+from lucebox.engine.core.errors import GuardRefusal, UsageError
+from lucebox.engine.core.units import GIB
+from lucebox.engine.machine import peers
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.machine.peers import Peer, PeerInfo
+from lucebox.engine.plan.planner import budget_for, pinned_engine
+from lucebox.engine.run.supervisor import diagnose
 from tests.httpserver import Route, serve_files
 
 from .fake_nvml import FakeGpu, FakeNvml

@@ -7,24 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.config import Settings
-from lucebox.engine.gguf import inspect_model
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.modelfacts import facts_from_info, read_swa_patterns
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.plan import (
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.models.gguf import inspect_model
+from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
+from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
+from lucebox.engine.plan.memory import (
     ENOUGH_CTX,
-    GpuBudget,
     PlanRequest,
     compute_bytes,
     kv_bytes,
     kvflash_pool,
     make_plan,
 )
-from lucebox.engine.planning import EngineView, ServeOptions, budget_for
-from lucebox.engine.presetchoice import choose_preset, preset_table
-from lucebox.engine.presets import PresetError, facts_from_preset, load_presets, parse_preset
-from lucebox.engine.units import GIB, MIB
+from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for
+from lucebox.engine.plan.presetchoice import choose_preset, preset_table
 from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
@@ -65,7 +65,7 @@ def test_sliding_window_pattern_comes_from_the_engine_source(built_engine_home):
 def test_hybrid_model_keeps_kv_only_in_attention_layers():
     facts = parse_preset(Path("presets/qwen36-27b-24gb.toml").read_text(), "p").target.facts
     assert facts.full_kv_layers == 16 and facts.recurrent_layers == 48
-    from lucebox.engine.presets import facts_from_preset
+    from lucebox.engine.models.presets import facts_from_preset
 
     preset = parse_preset(Path("presets/qwen36-27b-24gb.toml").read_text(), "p")
     model = facts_from_preset(preset.target, preset.native_ctx, "q")
@@ -268,7 +268,7 @@ def test_choose_preset_by_card():
 @pytest.mark.slow
 def test_cpu_default_preset_matches_its_real_file():
     """The published facts of the CPU default are the ones the real GGUF's header gives."""
-    from lucebox.engine.presets import facts_from_preset
+    from lucebox.engine.models.presets import facts_from_preset
     from tests.realmodels import SMOL_SIZE_BYTES, smol_model
 
     (preset,) = [p for p in load_presets(resolve_paths()) if p.cpu_default]
@@ -313,8 +313,8 @@ def _gpus(*cards: tuple[float, float]) -> GpuBudget:
 
 
 def _launch(budget: GpuBudget, preset: str):
-    from lucebox.engine.planning import plan_launch
-    from lucebox.engine.presets import find_preset
+    from lucebox.engine.models.presets import find_preset
+    from lucebox.engine.plan.planner import plan_launch
 
     paths = resolve_paths()
     return plan_launch(
@@ -364,7 +364,7 @@ def test_split_planner_on_scripted_cards(cards, preset, split):
 
 
 def test_a_gpu_that_does_not_exist_is_a_usage_error():
-    from lucebox.engine.errors import UsageError
+    from lucebox.engine.core.errors import UsageError
 
     with pytest.raises(UsageError, match="there is no GPU 2"):
         budget_for(probe_gpus(FakeNvml(gpus=[FakeGpu(), FakeGpu()])), gpus=(2,))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import nodejs, toolkit
-from lucebox.engine.build import BuildEvent, BuildOptions, build_key
-from lucebox.engine.paths import Paths, resolve_paths
-from lucebox.engine.registry import (
+from lucebox.engine.core.paths import Paths, resolve_paths
+from lucebox.engine.engines import nodejs, toolkit
+from lucebox.engine.engines.build import BuildEvent, BuildOptions, build_key
+from lucebox.engine.engines.registry import (
     EngineCapabilities,
     EngineError,
     EngineManifest,
@@ -25,7 +25,7 @@ from lucebox.engine.registry import (
     read_engine,
     read_version,
 )
-from lucebox.engine.source import SourceInfo
+from lucebox.engine.engines.source import SourceInfo
 from tests.uibuild import old_node_only, pip_cannot_reach_an_index
 
 HELP = """

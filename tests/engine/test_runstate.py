@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from lucebox.engine import runstate
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.run import runstate
+from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 
 
 def a_sample(at_s: float = 1700000000.0, decode: float | None = 88.5) -> Sample:

@@ -7,9 +7,15 @@ import tarfile
 
 import pytest
 
-from lucebox.engine.errors import HashMismatchError, UsageError
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.source import MARKER_NAME, SourceError, SourcePin, ensure_source, load_pin
+from lucebox.engine.core.errors import HashMismatchError, UsageError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines.source import (
+    MARKER_NAME,
+    SourceError,
+    SourcePin,
+    ensure_source,
+    load_pin,
+)
 from tests.httpserver import Route, serve_files
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from lucebox.engine.gguf import inspect_model, read_header
+from lucebox.engine.models.gguf import inspect_model, read_header
 from tests.ggufgen import (
     AssistantSpec,
     LuceboxDFlashSpec,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lucebox.engine.specguard import (
+from lucebox.engine.plan.specguard import (
     MIN_DRAFTED_TOKENS,
     SpecGuard,
     acceptance_floor,

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import config, store, transfer
-from lucebox.engine.errors import CancelledByUserError, GuardRefusal, HashMismatchError
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.store import StoreError, parse_source, pull_model
+from lucebox.engine.core import transfer
+from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, HashMismatchError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.machine import config
+from lucebox.engine.models import store
+from lucebox.engine.models.store import StoreError, parse_source, pull_model
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, write_llama
 from tests.hubserver import COMMIT, HubFile, cut, reset, serve_hub, stall, status

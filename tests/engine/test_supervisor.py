@@ -10,19 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import runstate
-from lucebox.engine.launch import LaunchSpec, server_argv
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.plan import GpuBudget, PlanRequest, make_plan
-from lucebox.engine.runstate import ServerRun, read_status
-from lucebox.engine.supervisor import (
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.plan.launch import LaunchSpec, server_argv
+from lucebox.engine.plan.memory import PlanRequest, make_plan
+from lucebox.engine.run import runstate
+from lucebox.engine.run.runstate import ServerRun, read_status
+from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
     Supervisor,
     diagnose,
     port_holder,
 )
-from lucebox.engine.units import GIB
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
 from tests.ports import free_port
@@ -38,8 +39,8 @@ sys.exit(1)
 
 @pytest.fixture
 def plan(tmp_path):
-    from lucebox.engine.gguf import inspect_model
-    from lucebox.engine.modelfacts import facts_from_info
+    from lucebox.engine.models.gguf import inspect_model
+    from lucebox.engine.models.modelfacts import facts_from_info
 
     facts = facts_from_info(inspect_model(write_llama(tmp_path / "g.gguf", GEMMA_270M)))
     return make_plan(PlanRequest(target=facts, budget=GpuBudget("ram", 8 * GIB, 8 * GIB, False)))
@@ -140,7 +141,7 @@ async def test_generic_crashes_restart_with_backoff_then_give_up(plan, tmp_path)
 
 
 def test_log_path_is_created(tmp_path):
-    from lucebox.engine.supervisor import RotatingLog
+    from lucebox.engine.run.supervisor import RotatingLog
 
     log = RotatingLog(tmp_path / "deep" / "engine.log")
     log.write("line")
@@ -258,16 +259,16 @@ sys.exit(1)
 
 
 def _prepared_on(tmp_path, server: Path, ctx: int | None):
-    from lucebox.engine import planning
-    from lucebox.engine.config import Settings
-    from lucebox.engine.service import Prepared
+    from lucebox.engine.machine.config import Settings
+    from lucebox.engine.pipeline import Prepared
+    from lucebox.engine.plan import planner
     from tests.ggufgen import ModelSpec
 
     model = write_llama(tmp_path / "long.gguf", ModelSpec(n_ctx=32768))
-    caps = planning.pinned_engine().capabilities
-    engine = planning.EngineView("fake", "fake", str(server), caps)
-    options = planning.ServeOptions(model=str(model), ctx=ctx, port=free_port(), cache="off")
-    launch = planning.plan_launch(
+    caps = planner.pinned_engine().capabilities
+    engine = planner.EngineView("fake", "fake", str(server), caps)
+    options = planner.ServeOptions(model=str(model), ctx=ctx, port=free_port(), cache="off")
+    launch = planner.plan_launch(
         resolve_paths(),
         options,
         settings=Settings(),
@@ -278,15 +279,15 @@ def _prepared_on(tmp_path, server: Path, ctx: int | None):
 
 
 async def test_out_of_memory_restarts_once_with_a_new_plan_at_a_smaller_context(tmp_path):
-    from lucebox.engine import service
+    from lucebox.engine import pipeline
 
     fake = tmp_path / "oom-server"
     fake.write_text(OOM_FAKE.format(python=sys.executable))
     fake.chmod(0o755)
     prepared = _prepared_on(tmp_path, fake, ctx=None)
-    supervisor = service.new_supervisor(resolve_paths(), prepared)
+    supervisor = pipeline.new_supervisor(resolve_paths(), prepared)
     supervisor.policy = RestartPolicy(max_crashes=2, first_backoff_s=0.01)
-    run = service.server_run(resolve_paths(), prepared, supervisor)
+    run = pipeline.server_run(resolve_paths(), prepared, supervisor)
     events = [e async for e in run.events() if isinstance(e, ServerEvent)]
     served = [e.ctx for e in events if e.kind == "starting"]
     assert served[0] == prepared.plan.ctx == 32768
@@ -296,15 +297,15 @@ async def test_out_of_memory_restarts_once_with_a_new_plan_at_a_smaller_context(
 
 
 async def test_out_of_memory_at_a_context_the_user_asked_for_is_refused_not_shrunk(tmp_path):
-    from lucebox.engine import service
-    from lucebox.engine.errors import EXIT_REFUSED, GuardRefusal
+    from lucebox.engine import pipeline
+    from lucebox.engine.core.errors import EXIT_REFUSED, GuardRefusal
 
     fake = tmp_path / "oom-server"
     fake.write_text(OOM_FAKE.format(python=sys.executable))
     fake.chmod(0o755)
     prepared = _prepared_on(tmp_path, fake, ctx=16384)
-    supervisor = service.new_supervisor(resolve_paths(), prepared)
-    run = service.server_run(resolve_paths(), prepared, supervisor)
+    supervisor = pipeline.new_supervisor(resolve_paths(), prepared)
+    run = pipeline.server_run(resolve_paths(), prepared, supervisor)
     with pytest.raises(GuardRefusal, match="16384-token context you asked for") as refused:
         [e async for e in run.events()]
     assert refused.value.exit_code == EXIT_REFUSED

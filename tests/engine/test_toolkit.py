@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import toolkit
-from lucebox.engine.build import BuildOptions, choose_options, configure_argv, run_logged
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.registry import EngineCapabilities, EngineManifest
-from lucebox.engine.source import SourceInfo, ensure_source
-from lucebox.engine.toolchain import CudaToolkitInfo, ToolInfo
-from lucebox.engine.toolkit import ToolkitRefusal, choose_toolkit
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import toolkit
+from lucebox.engine.engines.build import BuildOptions, choose_options, configure_argv, run_logged
+from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.engines.source import SourceInfo, ensure_source
+from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
+from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
+from lucebox.engine.machine.gpu import probe_gpus
 from tests import realmodels
 
 from .fake_nvml import FakeGpu, FakeNvml

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lucebox.engine.transcript import parse_transcript
+from lucebox.engine.bench.transcript import parse_transcript
 
 SESSION = Path(__file__).resolve().parents[2] / "assets" / "agent-session.jsonl"
 

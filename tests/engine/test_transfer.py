@@ -11,9 +11,9 @@ import time
 import pytest
 import trustme
 
-from lucebox.engine import transfer
-from lucebox.engine.errors import HashMismatchError
-from lucebox.engine.transfer import (
+from lucebox.engine.core import transfer
+from lucebox.engine.core.errors import HashMismatchError
+from lucebox.engine.core.transfer import (
     RetryPolicy,
     TransferError,
     TransferRefusedError,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import desktop
-from lucebox.engine.errors import UsageError
-from lucebox.engine.unit import quote_word, render_unit, unit_spec
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.machine import desktop
+from lucebox.engine.machine.unit import quote_word, render_unit, unit_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_systemd_analyze = pytest.mark.skipif(

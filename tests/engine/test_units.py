@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lucebox.engine.units import GIB, MIB, gib_text, mib_text, rate_text, to_gib
+from lucebox.engine.core.units import GIB, MIB, gib_text, mib_text, rate_text, to_gib
 
 
 def test_sizes_and_rates_carry_their_unit():

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import webui
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.source import ensure_source
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import webui
+from lucebox.engine.engines.source import ensure_source
 from tests.ports import free_port
 from tests.uibuild import ui_assets_argv
 

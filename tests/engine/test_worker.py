@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine import worker
-from lucebox.engine.errors import UsageError
-from lucebox.engine.gpu import probe_gpus
-from lucebox.engine.paths import resolve_paths
-from lucebox.engine.peers import PeerInfo
-from lucebox.engine.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.machine.peers import PeerInfo
+from lucebox.engine.run import worker
 from tests.ports import free_port
 
 from .fake_nvml import FakeGpu, FakeNvml

@@ -30,12 +30,13 @@ from lucebox.app.tui.widgets.gpu import GpuPanel
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.readout import Readout
 from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
-from lucebox.engine import runstate, webui
-from lucebox.engine.launch import url_of
-from lucebox.engine.metrics import Sample, with_last_rates
-from lucebox.engine.sample import SpecStatus
-from lucebox.engine.service import Prepared
-from lucebox.engine.supervisor import ServerEvent, Supervisor
+from lucebox.engine.engines import webui
+from lucebox.engine.pipeline import Prepared
+from lucebox.engine.plan.launch import url_of
+from lucebox.engine.run import runstate
+from lucebox.engine.run.metrics import Sample, with_last_rates
+from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 LOG_TAIL_INTERVAL_S = 2.0
 

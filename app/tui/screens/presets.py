@@ -11,8 +11,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from lucebox.engine import presetchoice
-from lucebox.engine.units import gib_text
+from lucebox.engine.core.units import gib_text
+from lucebox.engine.plan import presetchoice
 
 
 class PresetScreen(ModalScreen[str | None]):

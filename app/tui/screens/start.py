@@ -22,7 +22,7 @@ from lucebox.app.tui.messages import (
 )
 from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.widgets.steps import STEP_TITLES, StepRow
-from lucebox.engine.service import STEPS, StepEvent, StepName
+from lucebox.engine.pipeline import STEPS, StepEvent, StepName
 
 
 @dataclass(frozen=True)

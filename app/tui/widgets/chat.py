@@ -14,9 +14,9 @@ from textual.widgets import Input, Label, Static
 from textual.worker import Worker
 
 from lucebox.app.tui.widgets.readout import value_text
-from lucebox.engine.chat import ChatError, stream_chat
-from lucebox.engine.launch import url_of
-from lucebox.engine.service import Prepared
+from lucebox.engine.pipeline import Prepared
+from lucebox.engine.plan.launch import url_of
+from lucebox.engine.run.chat import ChatError, stream_chat
 
 
 class ChatPanel(Vertical):

@@ -7,9 +7,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from lucebox.app.tui.widgets.readout import Readout
-from lucebox.engine.metrics import Sample
-from lucebox.engine.service import Prepared
-from lucebox.engine.units import gib_text, to_gib
+from lucebox.engine.core.units import gib_text, to_gib
+from lucebox.engine.pipeline import Prepared
+from lucebox.engine.run.metrics import Sample
 
 
 def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:

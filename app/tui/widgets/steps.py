@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from lucebox.engine import units
-from lucebox.engine.service import StepEvent, StepName
-from lucebox.engine.transfer import progress_parts
+from lucebox.engine.core import units
+from lucebox.engine.core.transfer import progress_parts
+from lucebox.engine.pipeline import StepEvent, StepName
 
 STEP_TITLES: dict[StepName, str] = {
     "gpu": "GPU",

@@ -15,8 +15,8 @@ from textual.widgets import Label
 
 from lucebox.app.tui.widgets.readout import Readout, value_text
 from lucebox.app.tui.widgets.trend import Trend
-from lucebox.engine.metrics import Sample
-from lucebox.engine.sample import SpecStatus
+from lucebox.engine.run.metrics import Sample
+from lucebox.engine.run.sample import SpecStatus
 
 SPARK_POINTS = 60
 

@@ -1,0 +1,268 @@
+"""Configurations that lucebox starts one after the other, each measured by one workload.
+
+For ``bench quick --compare spec=on,off`` and ``bench replay --compare cache=on,off``: each
+named configuration is served by a real ``lucebox serve`` (the same pipeline and planner as a
+user's server) on a free loopback port, the workload runs against its URL, and the server is
+stopped through its own SIGTERM path before the next one starts, so no engine outlives it.
+
+A configuration says what differs from the planned launch: ``lucebox serve`` options the one
+planner turns into the engine's flags (so a compared launch is a planned launch), and fields
+added to every request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lucebox.engine.core.errors import LuceboxError, UsageError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.machine import config
+from lucebox.engine.machine.apikey import client_api_key
+from lucebox.engine.pipeline import ServeOptions
+from lucebox.engine.plan.planner import slots_dir
+from lucebox.engine.run.runstate import current_status
+
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """One configuration to serve and measure."""
+
+    name: str
+    serve_args: tuple[str, ...] = ()
+    """Arguments added to ``lucebox serve``."""
+    request_fields: tuple[tuple[str, Any], ...] = ()
+    """Fields the workload adds to every request (e.g. ``cache_prompt: false``)."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running server a workload talks to."""
+
+    url: str
+    model: str | None = None
+    api_key: str | None = None
+    config: ServeConfig = field(default_factory=lambda: ServeConfig("default"))
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+# What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
+# host-RAM prompt cache, no checkpoints or slot files, and no prompt reuse per request
+# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation.
+AXES: Mapping[str, Mapping[str, ServeConfig]] = {
+    "cache": {
+        "on": ServeConfig("cache=on", serve_args=("--cache", "agent")),
+        "off": ServeConfig(
+            "cache=off", serve_args=("--cache", "off"), request_fields=(("cache_prompt", False),)
+        ),
+    },
+    "spec": {
+        "on": ServeConfig("spec=on", serve_args=("--spec", "auto")),
+        "off": ServeConfig("spec=off", serve_args=("--spec", "off")),
+    },
+}
+
+
+def parse_compare(text: str, allowed_axis: str) -> tuple[ServeConfig, ...]:
+    """``cache=on,off`` -> the two configurations, in the order given."""
+    axis, _, values = text.partition("=")
+    sides = AXES.get(axis)
+    names = [value.strip() for value in values.split(",") if value.strip()]
+    if axis != allowed_axis or sides is None:
+        raise UsageError(
+            f"cannot compare {text!r} here", hint=f"use --compare {allowed_axis}=on,off"
+        )
+    if len(names) < 2 or len(set(names)) != len(names) or not set(names) <= set(sides):
+        raise UsageError(
+            f"--compare {text!r} needs two different values of {sorted(sides)}",
+            hint=f"e.g. --compare {axis}=on,off",
+        )
+    return tuple(sides[name] for name in names)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _tail(log: Path, lines: int = 5) -> str:
+    try:
+        text = log.read_text("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(line for line in text.splitlines()[-lines:] if line.strip())
+
+
+class _ServeProcess:
+    """One `lucebox serve` child: started, waited on until ready, stopped cleanly."""
+
+    def __init__(
+        self, paths: Paths, options: ServeOptions, serve: ServeConfig, env: Mapping[str, str]
+    ) -> None:
+        self.paths = paths
+        self.config = serve
+        self.port = free_port()
+        self.log = paths.ensure(paths.logs_dir) / f"compare-{serve.name.replace('=', '-')}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "lucebox.app.cli",
+            "serve",
+            *ServeOptions(
+                preset=options.preset,
+                model=options.model,
+                draft=options.draft,
+                ctx=options.ctx,
+                gpus=options.gpus,
+                allow_base=options.allow_base,
+                host="127.0.0.1",
+                port=self.port,
+            ).to_args(),
+            *serve.serve_args,
+        ]
+        with self.log.open("w") as handle:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                start_new_session=True,
+            )
+        self.engine_pid: int | None = None
+
+    def wait_ready(self, timeout_s: float) -> str:
+        url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = current_status(self.paths)
+            if status.pid == self.proc.pid:
+                self.engine_pid = status.engine_pid or self.engine_pid
+                if status.state == "ready" and status.url == url:
+                    return url
+                if status.state == "failed":
+                    break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.25)
+        else:
+            raise LuceboxError(
+                f"{self.config.name}: the server was not ready within {timeout_s:.0f} s",
+                hint=f"its log is {self.log}",
+            )
+        raise LuceboxError(
+            f"{self.config.name}: lucebox serve stopped before it was ready: {_tail(self.log)}",
+            hint=f"full log: {self.log}",
+        )
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """SIGTERM (lucebox stops its engine on that path), then kill what is left."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.engine_pid is not None and _alive(self.engine_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.engine_pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _cold_slots(paths: Paths) -> Iterator[None]:
+    """Saved slots set aside while a configuration runs, then put back.
+
+    Every planned stop saves the engine's slot and the next start of the same model restores
+    it, so without this the second configuration would start warm from the first one's prompts
+    (and the user's own saved slot would be replaced by the bench's).
+    """
+    folder = slots_dir(paths)
+    aside = folder.with_name(f"{folder.name}.compare-{os.getpid()}")
+    if folder.exists():
+        folder.rename(aside)
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if aside.exists():
+            aside.rename(folder)
+
+
+@contextlib.contextmanager
+def serving(
+    paths: Paths,
+    options: ServeOptions,
+    serve: ServeConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900,
+) -> Iterator[Served]:
+    """``lucebox serve`` for one configuration, from ready until the block ends.
+
+    ``env`` is the child's environment (default: this process's); its ``LUCEBOX_HOME`` must
+    name the same home as ``paths``.
+    """
+    with _cold_slots(paths):
+        child = _ServeProcess(paths, options, serve, os.environ if env is None else env)
+        try:
+            url = child.wait_ready(ready_timeout_s)
+            api_key = client_api_key(paths, config.load_settings(paths).api_key)
+            yield Served(url, current_status(paths).model, api_key, serve)
+        finally:
+            child.stop()
+
+
+def run_configs(
+    paths: Paths,
+    options: ServeOptions,
+    configs: tuple[ServeConfig, ...],
+    workload: Callable[[Served], Result],
+    *,
+    ready_timeout_s: float = 900,
+    on_note: Callable[[str], None] = lambda note: None,
+) -> list[tuple[ServeConfig, Result]]:
+    """Serve each configuration in turn and run ``workload`` against it (blocking)."""
+    running = current_status(paths)
+    if running.state != "stopped":
+        raise UsageError(
+            f"lucebox already serves {running.model} at {running.url}; "
+            "--compare starts its own servers",
+            hint="stop it with `lucebox down`, or measure it with --url / without --compare",
+        )
+    results: list[tuple[ServeConfig, Result]] = []
+    for serve in configs:
+        on_note(f"{serve.name}: starting lucebox serve")
+        try:
+            with serving(paths, options, serve, ready_timeout_s=ready_timeout_s) as served:
+                on_note(f"{serve.name}: ready at {served.url}")
+                results.append((serve, workload(served)))
+        finally:
+            on_note(f"{serve.name}: stopped")
+    return results

@@ -1,0 +1,473 @@
+"""Model guards: every file is checked before the engine sees it, and each refusal says why.
+
+Problem codes are stable strings (DESIGN.md): scripts and the TUI key on them. A guard that
+would need an unknown fact (the engine's architecture list before any engine or source is
+present) does not guess; it leaves the check out and says so in the result.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.core.units import gib_text
+from lucebox.engine.models.gguf import GgufFormatError, ModelInfo, inspect_model, token_texts_digest
+
+Severity = Literal["error", "warning"]
+Verdict = Literal["ok", "warn", "refuse"]
+
+INCOMPLETE_SUFFIXES = (".part", ".incomplete", ".download", ".crdownload", ".aria2", ".tmp")
+"""Markers downloaders leave beside (or instead of) a file that is still being written."""
+SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
+SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
+"""The engine's own draft-simple rules (common/speculative.cpp, contract 4.4)."""
+LUCEBOX_DFLASH_ARCH = "qwen35-dflash-draft"
+OTHER_ENGINE_DRAFT_ARCHS = {
+    LUCEBOX_DFLASH_ARCH: "the Lucebox engine (dflash_server)",
+    "dflash-draft": "the Lucebox engine (dflash_server)",
+    "gemma4-dflash-draft": "the Lucebox engine (dflash_server)",
+}
+"""Draft architectures made for another engine: llama-server cannot load them."""
+DRAFT_ONLY_ARCHS = {"dflash": "a DFlash draft", "gemma4-assistant": "a Gemma 4 MTP assistant"}
+"""Architectures that are drafts by nature: they speculate for a target, never serve alone."""
+
+
+def draft_only_kind(info: ModelInfo, path: Path) -> str | None:
+    """What kind of draft a file is when it can only speak for a target; None for a model."""
+    if info.architecture in DRAFT_ONLY_ARCHS:
+        return DRAFT_ONLY_ARCHS[info.architecture]
+    if info.architecture in OTHER_ENGINE_DRAFT_ARCHS:
+        return f"a draft for {OTHER_ENGINE_DRAFT_ARCHS[info.architecture]}"
+    if info.has_mtp_layers and Path(path).name.lower().startswith("mtp-"):
+        return "an MTP head published apart from its model"
+    return None
+
+
+def other_engine_problem(info: ModelInfo) -> Problem | None:
+    """A draft made for another engine, refused by name."""
+    engine = OTHER_ENGINE_DRAFT_ARCHS.get(info.architecture)
+    if engine is None:
+        return None
+    return Problem(
+        "draft-arch-mismatch",
+        "error",
+        f"architecture '{info.architecture}' is a draft for {engine}, not for llama-server: "
+        "use an upstream DFlash draft (architecture 'dflash', made with convert_hf_to_gguf.py "
+        "--target-model-dir) or let lucebox pick n-gram or MTP speculation",
+    )
+
+
+_SHARD = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def shard_names(filename: str) -> list[str]:
+    """Every shard of a split model named like NAME-00001-of-0000N.gguf (any folder prefix
+    kept); a file that is not a shard is its own only member."""
+    name = filename.rsplit("/", 1)[-1]
+    match = _SHARD.match(name)
+    if match is None:
+        return [filename]
+    count = int(match["count"])
+    folder = filename[: -len(name)]
+    return [f"{folder}{match['stem']}-{n:05d}-of-{count:05d}.gguf" for n in range(1, count + 1)]
+
+
+def model_name(filename: str) -> str:
+    """A model's name: the file's stem without the split suffix."""
+    name = filename.rsplit("/", 1)[-1]
+    match = _SHARD.match(name)
+    return match["stem"] if match else name.removesuffix(".gguf")
+
+
+_INSTRUCT_WORDS = re.compile(
+    r"(^|[-_ .])(it|instruct|chat|sft|dpo|rlhf|assistant|thinking|reasoning)([-_ .]|$)", re.I
+)
+_BASE_WORDS = re.compile(r"(^|[-_ .])(base|pretrain|pretrained|pt)([-_ .]|$)", re.I)
+_QUANT_SUFFIX = re.compile(r"[-_.](i?q\d\w*|f16|f32|bf16|fp16)$", re.I)
+# Official base releases whose instruct twin carries a suffix (-it, -Instruct, -Chat):
+# a file named exactly like the base release is the base model.
+_KNOWN_BASE_NAMES = (
+    re.compile(r"^gemma-?\d+n?(-[\d.]+[bm])(-e\d+b)?$"),
+    re.compile(r"^(meta-)?llama-?\d(\.\d)?-[\d.]+b$"),
+    re.compile(r"^qwen\d(\.\d)?-[\d.]+b$"),
+    re.compile(r"^mistral-[\d.]+b(-v\d(\.\d)?)?$"),
+    re.compile(r"^phi-?\d(\.\d)?(-mini|-medium|-small)?$"),
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    code: str
+    severity: Severity
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    path: str
+    verdict: Verdict
+    problems: tuple[Problem, ...]
+    info: ModelInfo | None
+    notes: tuple[str, ...] = ()
+    """Checks that could not run and why (not problems of the file)."""
+    speculative_type: str | None = None
+    """For a draft checked against its target: the type the pair would use."""
+
+    @property
+    def usable(self) -> bool:
+        return self.verdict != "refuse"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": self.path,
+            "verdict": self.verdict,
+            "problems": [p.__dict__ for p in self.problems],
+            "info": self.info.to_json() if self.info else {},
+            "notes": list(self.notes),
+        }
+        if self.speculative_type is not None:
+            out["speculative_type"] = self.speculative_type
+        return out
+
+
+ALLOW_BASE_CODES = frozenset({"base-model", "no-chat-template"})
+"""The problems that allowing a base model (``--allow-base``) turns into warnings."""
+
+
+def refusal(result: CheckResult) -> GuardRefusal:
+    """The error for a model the check refused, carrying the codes of what refused it."""
+    return GuardRefusal(
+        f"{Path(result.path).name} was refused by the model check",
+        hint="see the problems above",
+        problem_codes=tuple(p.code for p in result.problems if p.severity == "error"),
+    )
+
+
+def allow_base_serves(refused: GuardRefusal) -> bool:
+    """Whether allowing a base model would let this refused model be served."""
+    return bool(refused.problem_codes) and set(refused.problem_codes) <= ALLOW_BASE_CODES
+
+
+def verdict_of(problems: list[Problem]) -> Verdict:
+    if any(p.severity == "error" for p in problems):
+        return "refuse"
+    return "warn" if problems else "ok"
+
+
+def incomplete_marker(path: Path) -> Path | None:
+    """A partial-download marker for ``path`` (also for a Hugging Face cache blob)."""
+    if path.name.endswith(INCOMPLETE_SUFFIXES):
+        return path
+    candidates = [path]
+    if path.is_symlink():
+        candidates.append(path.resolve())
+    for candidate in candidates:
+        for suffix in INCOMPLETE_SUFFIXES:
+            marker = candidate.with_name(candidate.name + suffix)
+            if marker.exists():
+                return marker
+    return None
+
+
+def _normalised_names(info: ModelInfo, path: Path) -> list[str]:
+    names = []
+    if info.name:
+        names.append(info.name)
+    if info.basename and info.size_label:
+        names.append(f"{info.basename}-{info.size_label}")
+    stem = model_name(path.name)
+    while _QUANT_SUFFIX.search(stem):
+        stem = _QUANT_SUFFIX.sub("", stem)
+    names.append(stem)
+    return [re.sub(r"[\s_]+", "-", n.strip().lower()) for n in names]
+
+
+def base_model_reason(info: ModelInfo, path: Path) -> str | None:
+    """Why this looks like a base (pretrained, not instruction-tuned) model, or None."""
+    finetune = (info.finetune or "").strip()
+    names = _normalised_names(info, path)
+    if any(_INSTRUCT_WORDS.search(n) for n in [finetune, *names]):
+        return None
+    if finetune and _BASE_WORDS.search(finetune):
+        return f"its metadata says general.finetune = '{finetune}'"
+    for name in names:
+        if _BASE_WORDS.search(name):
+            return f"its name '{name}' marks a base/pretrained model"
+        if any(pattern.match(name) for pattern in _KNOWN_BASE_NAMES):
+            return (
+                f"'{name}' is the name of a base release; its instruct twin carries a suffix "
+                "such as -it or -Instruct"
+            )
+    return None
+
+
+def _shard_problems(path: Path, info: ModelInfo) -> list[Problem]:
+    match = _SHARD.match(path.name)
+    count = info.split_count or 0
+    if count <= 1:
+        return []
+    if match is None:
+        return [
+            Problem(
+                "missing-shard",
+                "error",
+                f"{path.name} is shard {info.split_no} of {count}, but its name does not "
+                "follow NAME-00001-of-0000N.gguf, so the other shards cannot be found",
+            )
+        ]
+    problems = []
+    for number, name in enumerate(shard_names(path.name), start=1):
+        shard = path.with_name(name)
+        if not shard.exists():
+            problems.append(
+                Problem(
+                    "missing-shard",
+                    "error",
+                    f"shard {number} of {count} ({shard.name}) is missing: "
+                    "download it next to the others",
+                )
+            )
+            continue
+        if shard == path:
+            continue
+        try:
+            shard_info = inspect_model(shard)
+        except (GgufFormatError, OSError) as exc:
+            problems.append(
+                Problem(
+                    "missing-shard",
+                    "error",
+                    f"shard {shard.name} is unreadable ({exc}): download it again",
+                )
+            )
+            continue
+        if shard_info.actual_size_bytes < shard_info.expected_size_bytes:
+            present = 100 * shard_info.actual_size_bytes / shard_info.expected_size_bytes
+            problems.append(
+                Problem(
+                    "missing-shard",
+                    "error",
+                    f"shard {shard.name} is incomplete ({present:.1f}% present): download it again",
+                )
+            )
+    return problems
+
+
+def check_model(
+    path: Path,
+    *,
+    allow_base: bool = False,
+    template_supplied: bool = False,
+    known_archs: tuple[str, ...] | None = None,
+    instruct_guard: bool = True,
+) -> CheckResult:
+    """Inspect one model file and run every single-file guard on it."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    if not path.exists():
+        problem = Problem("not-found", "error", f"{path} does not exist: check the path")
+        return CheckResult(str(path), "refuse", (problem,), None)
+    if path.is_dir():
+        problem = Problem("not-found", "error", f"{path} is a folder: give the .gguf file in it")
+        return CheckResult(str(path), "refuse", (problem,), None)
+    marker = incomplete_marker(path)
+    if marker is not None:
+        problems.append(
+            Problem(
+                "incomplete-download",
+                "error",
+                f"{marker.name} shows a download still in progress or cut off: "
+                "finish or restart the download before using it",
+            )
+        )
+    try:
+        info = inspect_model(path)
+    except GgufFormatError as exc:
+        hint = {
+            "not-gguf": "this is not a GGUF model; lucebox serves .gguf files",
+            "truncated": "the file is cut off: download it again",
+            "corrupt-header": "the file is damaged: download it again",
+        }[exc.code]
+        problems.append(Problem(exc.code, "error", f"{exc.message}: {hint}"))
+        return CheckResult(str(path), "refuse", tuple(problems), None)
+    except OSError as exc:
+        problems.append(Problem("not-found", "error", f"cannot read {path}: {exc.strerror}"))
+        return CheckResult(str(path), "refuse", tuple(problems), None)
+
+    if info.actual_size_bytes < info.expected_size_bytes:
+        present = 100 * info.actual_size_bytes / info.expected_size_bytes
+        problems.append(
+            Problem(
+                "truncated",
+                "error",
+                f"the file has {info.actual_size_bytes:,} of {info.expected_size_bytes:,} bytes "
+                f"({present:.1f}% present; {gib_text(info.actual_size_bytes, 2)} of "
+                f"{gib_text(info.expected_size_bytes, 2)}): download it again",
+            )
+        )
+    problems += _shard_problems(path, info)
+
+    draft_kind = draft_only_kind(info, path) if instruct_guard else None
+    if draft_kind is not None:
+        problems.append(
+            Problem(
+                "draft-only",
+                "error",
+                f"this is {draft_kind} ('{info.architecture}'): a draft, it needs a target "
+                "model; serve the target with --model and give this file as --draft",
+            )
+        )
+        instruct_guard = False
+    if instruct_guard:
+        severity: Severity = "warning" if allow_base else "error"
+        escape = "" if allow_base else "; pass --allow-base to serve it anyway"
+        if not info.has_chat_template and not template_supplied:
+            problems.append(
+                Problem(
+                    "no-chat-template",
+                    severity,
+                    "the file has no chat template, so the engine would silently fall back to "
+                    f"ChatML and the replies turn to gibberish: use the instruct release{escape}",
+                )
+            )
+        reason = base_model_reason(info, path)
+        if reason is not None:
+            problems.append(
+                Problem(
+                    "base-model",
+                    severity,
+                    f"this looks like a base model ({reason}); base models continue text instead "
+                    f"of answering: use the instruct release{escape}",
+                )
+            )
+
+    foreign = other_engine_problem(info)
+    if known_archs is None:
+        notes.append("architecture not checked: no engine built and no engine source unpacked")
+    elif info.architecture not in known_archs and foreign is None:
+        problem_text = f"the engine does not know architecture '{info.architecture}'"
+        if info.architecture == LUCEBOX_DFLASH_ARCH:
+            problem_text += " (a draft for the Lucebox dflash_server, not for llama-server)"
+        problems.append(
+            Problem(
+                "unsupported-arch",
+                "error",
+                f"{problem_text}: pick a model of a supported architecture or a newer engine",
+            )
+        )
+    if foreign is not None and draft_kind is None:
+        problems.append(foreign)
+    return CheckResult(str(path), verdict_of(problems), tuple(problems), info, tuple(notes))
+
+
+def check_pair(
+    draft_path: Path,
+    target_path: Path,
+    *,
+    known_archs: tuple[str, ...] | None = None,
+    spec_types: tuple[str, ...] | None = None,
+    allow_base: bool = False,
+) -> tuple[CheckResult, CheckResult]:
+    """Check a draft against its target; the draft's result carries the speculative type."""
+    target = check_model(target_path, allow_base=allow_base, known_archs=known_archs)
+    draft = check_model(draft_path, known_archs=known_archs, instruct_guard=False)
+    if draft.info is None or target.info is None:
+        return draft, target
+    problems = list(draft.problems)
+    spec_type, pair_problems = _pair_problems(draft.info, target.info, draft_path, target_path)
+    problems += pair_problems
+    if spec_type is not None and spec_types is not None and spec_type not in spec_types:
+        problems.append(
+            Problem(
+                "draft-arch-mismatch",
+                "error",
+                f"the engine cannot run {spec_type}: build a newer engine",
+            )
+        )
+    return (
+        CheckResult(
+            draft.path, verdict_of(problems), tuple(problems), draft.info, draft.notes, spec_type
+        ),
+        target,
+    )
+
+
+def _pair_problems(
+    draft: ModelInfo, target: ModelInfo, draft_path: Path, target_path: Path
+) -> tuple[str | None, list[Problem]]:
+    if draft.architecture in OTHER_ENGINE_DRAFT_ARCHS:
+        return None, []  # check_model already refused it by name
+    if draft.draft_kind in ("draft-dflash", "draft-dspark"):
+        problems = []
+        layers = target.block_count or 0
+        too_deep = [layer for layer in draft.target_layers or () if layer >= layers]
+        if too_deep:
+            problems.append(
+                Problem(
+                    "draft-arch-mismatch",
+                    "error",
+                    f"the draft reads target layers {list(too_deep)}, but the target has only "
+                    f"{layers} layers: this draft was made for another target model",
+                )
+            )
+        if (
+            draft.embedding_length
+            and target.embedding_length
+            and (draft.embedding_length != target.embedding_length)
+        ):
+            problems.append(
+                Problem(
+                    "draft-arch-mismatch",
+                    "error",
+                    f"the draft's hidden size {draft.embedding_length} differs from the target's "
+                    f"{target.embedding_length}: this draft was made for another target model",
+                )
+            )
+        return draft.draft_kind, problems
+    if draft.draft_kind == "draft-mtp":
+        if draft.embedding_length != target.embedding_length:
+            return "draft-mtp", [
+                Problem(
+                    "draft-arch-mismatch",
+                    "error",
+                    f"the MTP layers' width {draft.embedding_length} differs from the target's "
+                    f"{target.embedding_length}: the engine would abort",
+                )
+            ]
+        return "draft-mtp", []
+    return "draft-simple", _vocab_problems(draft, target, draft_path, target_path)
+
+
+def _vocab_problems(
+    draft: ModelInfo, target: ModelInfo, draft_path: Path, target_path: Path
+) -> list[Problem]:
+    reasons = []
+    if draft.tokenizer_model != target.tokenizer_model:
+        reasons.append(f"tokenizer '{draft.tokenizer_model}' vs '{target.tokenizer_model}'")
+    if (draft.add_bos_token, draft.bos_token_id) != (target.add_bos_token, target.bos_token_id):
+        reasons.append(f"BOS token {draft.bos_token_id} vs {target.bos_token_id}")
+    if (draft.add_eos_token, draft.eos_token_id) != (target.add_eos_token, target.eos_token_id):
+        reasons.append(f"EOS token {draft.eos_token_id} vs {target.eos_token_id}")
+    draft_vocab, target_vocab = draft.vocab_size or 0, target.vocab_size or 0
+    if abs(draft_vocab - target_vocab) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
+        reasons.append(f"vocab size {draft_vocab} vs {target_vocab}")
+    elif draft.tokenizer_fingerprint != target.tokenizer_fingerprint:
+        stop = min(draft_vocab, target_vocab)
+        start = SPEC_VOCAB_CHECK_START_TOKEN_ID
+        if token_texts_digest(draft_path, start, stop) != token_texts_digest(
+            target_path, start, stop
+        ):
+            reasons.append(f"different token texts among ids {start}..{stop - 1}")
+    if not reasons:
+        return []
+    return [
+        Problem(
+            "draft-vocab-mismatch",
+            "error",
+            "the draft's vocabulary does not match the target's (" + "; ".join(reasons) + "), so "
+            "the engine would refuse to speculate: use a draft of the same model family",
+        )
+    ]

@@ -1,0 +1,378 @@
+"""The headless pipeline of `lucebox serve` (and `up --headless`): from GPU to a served model.
+
+probe GPU -> choose preset -> models (pull + guards) -> engine (build if missing) -> plan ->
+launch -> supervise + sample. The lock, the state file and the running server's stop and
+restart are in :mod:`lucebox.engine.run.runstate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lucebox.engine.core import units
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.core.transfer import TransferProgress
+from lucebox.engine.engines import registry, toolchain, webui
+from lucebox.engine.engines.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
+from lucebox.engine.engines.registry import EngineManifest
+from lucebox.engine.engines.source import ensure_source
+from lucebox.engine.machine import config, gpu, peers
+from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.machine.peers import Peer
+from lucebox.engine.models import guard, store
+from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.planner import LaunchPlan
+from lucebox.engine.plan.planner import ServeOptions as ServeOptions
+from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.run.sample import PeerStatus
+from lucebox.engine.run.slots import SlotKey
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+
+StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
+STEPS: tuple[StepName, ...] = ("gpu", "preset", "models", "engine", "plan", "server")
+StepState = Literal["running", "done", "failed", "note"]
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """Progress of one pipeline step: what the CLI prints as a line and the TUI as a checklist."""
+
+    step: StepName
+    state: StepState
+    message: str
+    fraction: float | None = None
+    """0..1 of a download or build while it runs."""
+    rate_bytes_per_s: float | None = None
+    """A download's rate over its latest seconds; None until known."""
+    eta_s: float | None = None
+    """Seconds a download has left; None until a rate is known, 0 only at the end."""
+    attempt: int | None = None
+    """Which attempt of a download this is (or is next, while waiting), from 1."""
+    waiting_s: float | None = None
+    """Seconds until a download's next attempt, while it waits to retry."""
+    retry_reason: str = ""
+    """Why a download's last attempt stopped, while it waits to retry."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before the engine starts: the launch plan and what it was made on."""
+
+    launch: LaunchPlan
+    settings: config.Settings
+    gpu_index: int
+    ready_timeout_s: float
+    peers: tuple[Peer, ...] = ()
+    """The RPC peers of the launch, as they answered before it."""
+
+    @property
+    def spec(self) -> LaunchSpec:
+        return self.launch.spec
+
+    @property
+    def plan(self) -> Plan:
+        return self.launch.plan
+
+    @property
+    def model(self) -> str:
+        """The served model's name (the preset id, or the file's stem)."""
+        return self.launch.alias
+
+    @property
+    def device(self) -> str:
+        return self.launch.budget.device
+
+    @property
+    def engine_version(self) -> str:
+        return self.launch.engine.version
+
+    @property
+    def vram_free_bytes(self) -> int:
+        return self.launch.budget.vram_free_bytes
+
+
+Emit = Callable[[StepEvent], None]
+
+
+def download_step(progress: TransferProgress) -> StepEvent:
+    """A download's progress as the models step shows it."""
+    if progress.waiting_for_pid is not None:
+        message = f"waiting for pid {progress.waiting_for_pid} (fetching {progress.name})"
+        return StepEvent("models", "running", message)
+    return StepEvent(
+        "models",
+        "running",
+        f"downloading {progress.name}",
+        progress.fraction,
+        progress.rate_bytes_per_s,
+        progress.eta_s,
+        progress.attempt,
+        progress.waiting_s,
+        progress.retry_reason,
+    )
+
+
+def problem_note(problem: guard.Problem) -> StepEvent:
+    """A problem the model check found, as a note under the models step."""
+    return StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}")
+
+
+def _download_progress(emit: Emit) -> Callable[[TransferProgress], None]:
+    return lambda progress: emit(download_step(progress))
+
+
+def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
+    build_started_s: list[float] = []
+
+    def report(event: BuildEvent) -> None:
+        if event.stage == "toolkit":
+            fraction = event.percent / 100 if event.percent is not None else None
+            emit(StepEvent("engine", "running", f"CUDA toolkit: {event.line}", fraction))
+        elif event.percent is not None:
+            build_started_s[:] = build_started_s or [time.monotonic()]
+            left_s = estimate_left_s(time.monotonic() - build_started_s[0], event.percent)
+            emit(
+                StepEvent(
+                    "engine", "running", "building the engine", event.percent / 100, eta_s=left_s
+                )
+            )
+
+    return report
+
+
+def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
+    found = planner.local_file(paths, source)
+    if found is not None:
+        return found
+    emit(StepEvent("models", "running", f"looking for {source}"))
+    return store.pull_model(
+        paths, source, on_progress=_download_progress(emit), cancel=cancel
+    ).main_path
+
+
+def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
+    emit(StepEvent("engine", "running", "looking for an installed engine"))
+    engine = registry.select_engine(paths, probe, wanted).engine
+    if engine is None:
+        emit(StepEvent("engine", "note", "none installed: building it (this takes a while once)"))
+        choice = choose_options(probe, toolchain.probe_cuda_toolkit())
+        engine, _ = registry.build_and_install(
+            paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
+        )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
+    """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
+    emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
+    engine, _ = registry.build_and_install(
+        paths, ensure_source(paths), BuildOptions("cpu"), on_event=_build_progress(emit)
+    )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def prepare(
+    paths: Paths,
+    options: ServeOptions,
+    emit: Emit,
+    *,
+    dry_run: bool = False,
+    cancel: threading.Event | None = None,
+) -> Prepared:
+    """Every step before the engine starts: GPU, preset, models, engine, plan (blocking I/O).
+
+    ``dry_run`` fetches and builds nothing: the plan uses the preset's published facts for
+    files not here yet and the pinned engine's capabilities when none is built. Setting
+    ``cancel`` (from another thread) stops a download between reads with
+    CancelledByUserError; the partial file stays for the next run to resume.
+    """
+    settings = config.load_settings(paths)
+    resolved = planner.resolve(options, settings)
+    emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
+    probe = gpu.probe_gpus()
+    found = peers.ask_peers(resolved.rpc)
+    budget = planner.budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
+    emit(
+        StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
+    )
+    installed = registry.select_engine(paths, probe, settings.engine).engine
+    preset = None
+    if options.model:
+        emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
+    else:
+        emit(StepEvent("preset", "running", "choosing the model set"))
+        preset = presetchoice.pick_preset(
+            paths, options, settings, budget, planner.EngineView.of(installed)
+        )
+        emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    if not dry_run:
+        target_source = options.model or (preset.target.source if preset else "")
+        _pull(paths, target_source, emit, cancel)
+        draft_source = options.draft or (
+            preset.draft.model.source if preset and preset.draft and preset.draft.model else None
+        )
+        if draft_source:
+            _pull(paths, draft_source, emit, cancel)
+        installed = _engine(paths, probe, settings.engine, emit)
+        paths.ensure(planner.slots_dir(paths))  # the engine refuses a save path that is missing
+    peers.check_builds(found, planner.EngineView.of(installed).version)
+    emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
+    launch = planner.plan_launch(
+        paths,
+        options,
+        settings=settings,
+        budget=budget,
+        engine=planner.EngineView.of(installed),
+        preset=preset,
+    )
+    for problem in launch.problems:
+        emit(problem_note(problem))
+    if launch.refusal is not None:
+        raise planner.PlanRefusal(launch, launch.refusal)
+    emit(
+        StepEvent(
+            "models",
+            "done",
+            launch.target.path.name + (" + draft" if launch.speculation.draft else ""),
+        )
+    )
+    emit(StepEvent("plan", "done", plan_summary(launch)))
+    if not dry_run and launch.spec.api_key_file:
+        key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
+        if created:
+            emit(
+                StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
+            )
+        launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
+    # Loading reads the whole file: allow a minute per GiB on top of two minutes.
+    size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
+    ready_timeout_s = 120 + 60 * size_bytes / 2**30
+    gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
+    return Prepared(launch, settings, gpu_index, ready_timeout_s, found)
+
+
+def plan_summary(launch: LaunchPlan) -> str:
+    plan = launch.plan
+    spec = launch.speculation.spec_type or "no speculation"
+    return (
+        f"ctx {plan.ctx}, KV {plan.cache_type_k}, {spec}, "
+        f"{units.gib_text(plan.memory_bytes.total, 2)} of "
+        f"{units.gib_text(launch.budget.vram_free_bytes)}"
+    )
+
+
+class Replanner:
+    """The launch being served, and the one planner's answer when it must change: a smaller
+    context after running out of memory, shorter drafts or none when speculation does not pay.
+    """
+
+    def __init__(self, paths: Paths, prepared: Prepared) -> None:
+        self.paths = paths
+        self.settings = prepared.settings
+        self.current = prepared.launch
+
+    def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
+        """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
+        smaller = planner.smaller_context_plan(self.paths, self.current, self.settings)
+        if smaller.refusal is not None:
+            return None
+        self.current = smaller
+        return dataclasses.replace(smaller.spec, api_key=spec.api_key)
+
+    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec | None:
+        """The launch with shorter drafts, or without speculation; None keeps the one running
+        (a re-plan of the same files on the same card that no longer fits cannot start)."""
+        if decision.action == "shorten":
+            changed = planner.replan(
+                self.paths, self.current, self.settings, draft_max=decision.draft_max
+            )
+        else:
+            changed = planner.replan(self.paths, self.current, self.settings, spec="off")
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return dataclasses.replace(changed.spec, api_key=spec.api_key)
+
+
+def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
+    return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
+
+
+def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
+    """The run that supervises ``supervisor``'s engine, samples it and keeps the state file;
+    every change of launch while it runs comes from the one planner (``Replanner``)."""
+    spec = prepared.spec
+    launch = prepared.launch
+    replanner = Replanner(paths, prepared)
+    supervisor.replan_on_oom = replanner.after_oom
+    guard = None
+    if spec.spec_type is not None:
+        guard = SpecGuard.for_launch(
+            spec.spec_type,
+            spec.draft_max,
+            launch.budget.is_gpu,
+            shortened=launch.options.draft_max is not None,
+        )
+    return ServerRun(
+        paths,
+        supervisor,
+        model=prepared.model,
+        gpu_index=prepared.gpu_index,
+        spec_reason=launch.speculation.reason,
+        webui_url=webui.served_url(spec.server_path, spec.host, spec.port),
+        spec_guard=guard,
+        spec_asked=launch.resolved.spec != "auto",
+        on_spec_decision=replanner.after_spec_decision,
+        slot_key=SlotKey(
+            spec.alias,
+            spec.model_path,
+            spec.plan.ctx,
+            spec.plan.cache_type_k,
+            spec.plan.cache_type_v,
+        ),
+        peers=tuple(
+            PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
+        ),
+    )
+
+
+def serve(paths: Paths, options: ServeOptions, emit: Emit) -> int:
+    """Run the pipeline in the foreground until SIGINT/SIGTERM or a crash loop."""
+    lock = ServeLock(paths)
+    try:
+        prepared = prepare(paths, options, emit)
+        return asyncio.run(_serve_headless(paths, prepared, emit))
+    finally:
+        lock.release()
+
+
+async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
+    run = server_run(paths, prepared, new_supervisor(paths, prepared))
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, run.stop)
+    exit_code = 0
+    spec = prepared.spec
+    webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
+    async for item in run.events():
+        if isinstance(item, ServerEvent):
+            state: StepState = "failed" if item.kind == "gave-up" else "running"
+            emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
+            if item.kind == "ready" and webui_url:
+                emit(StepEvent("server", "note", f"chat in a browser: {webui_url}"))
+            if item.kind == "gave-up":
+                exit_code = 1
+    return exit_code

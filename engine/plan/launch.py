@@ -1,0 +1,132 @@
+"""Launch (pure): a plan and the user's choices -> llama-server argv and environment.
+
+No shell is involved: paths with spaces and quotes pass as they are. The engine reads the API
+key from a file (``--api-key-file``), so the key is never in argv, where ``ps`` would show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lucebox.engine.core.address import is_loopback
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.plan.memory import Plan
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    server_path: str
+    model_path: str
+    plan: Plan
+    alias: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    chat_template: str | None = None
+    """A built-in template name the engine knows (for a base model used on purpose)."""
+    draft_path: str | None = None
+    spec_type: str | None = None
+    """Speculative type; only set when the draft (if any) passed its guard."""
+    draft_max: int | None = None
+    draft_p_min: float | None = None
+    api_key: str | None = None
+    """The key lucebox's own clients send (the sampler, the chat panel)."""
+    api_key_file: str | None = None
+    """The file the engine reads the key from; required to bind beyond loopback."""
+    slot_save_path: str | None = None
+    """Folder the engine saves and restores slots in (``/slots`` actions)."""
+    gpus: tuple[int, ...] = ()
+    """NVML indices of the GPUs the engine may see (in that order), when it runs on GPUs."""
+    rpc: tuple[str, ...] = ()
+    """``host:port`` of the RPC peers; the engine puts their devices before its GPUs."""
+    sampling: tuple[tuple[str, float], ...] = ()
+
+
+_SAMPLING_FLAGS = {
+    "temperature": "--temp",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "min_p": "--min-p",
+}
+
+
+def server_argv(spec: LaunchSpec) -> list[str]:
+    """The exact llama-server command line for ``spec``."""
+    if not is_loopback(spec.host) and not spec.api_key_file:
+        raise UsageError(
+            f"binding {spec.host} exposes the server beyond this machine without an API key",
+            hint="lucebox generates a key file when you bind beyond loopback; or keep 127.0.0.1",
+        )
+    argv = [
+        spec.server_path,
+        "-m",
+        spec.model_path,
+        "--host",
+        spec.host,
+        "--port",
+        str(spec.port),
+        "--alias",
+        spec.alias,
+        "--metrics",
+        *spec.plan.server_flags(),
+    ]
+    if spec.rpc:
+        argv += ["--rpc", ",".join(spec.rpc)]
+    if spec.api_key_file:
+        argv += ["--api-key-file", spec.api_key_file]
+    if spec.slot_save_path:
+        argv += ["--slot-save-path", spec.slot_save_path]
+    if spec.chat_template:
+        argv += ["--chat-template", spec.chat_template]
+    else:
+        argv.append("--jinja")
+    if spec.spec_type:
+        argv += ["--spec-type", spec.spec_type]
+        if spec.draft_path:
+            # The draft's KV cache has the target's type: the plan priced it so.
+            kv = (spec.plan.cache_type_k, spec.plan.cache_type_v)
+            argv += ["-md", spec.draft_path, "-ctkd", kv[0], "-ctvd", kv[1]]
+        if spec.draft_max:
+            argv += ["--spec-draft-n-max", str(spec.draft_max)]
+        if spec.draft_p_min is not None:
+            argv += ["--spec-draft-p-min", f"{spec.draft_p_min:g}"]
+    for name, value in spec.sampling:
+        flag = _SAMPLING_FLAGS.get(name)
+        if flag:
+            argv += [flag, f"{value:g}"]
+    return argv
+
+
+def server_env(spec: LaunchSpec) -> dict[str, str]:
+    """Environment for the engine: it sees exactly the planned GPUs, numbered as NVML does
+    (CUDA's own order puts the fastest first, which would mismatch the plan's split)."""
+    if not spec.gpus:
+        return {}
+    return {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
+    }
+
+
+def engine_environ(spec: LaunchSpec, inherited: Mapping[str, str]) -> dict[str, str]:
+    """The engine's whole environment: this process's, without the engine settings it would
+    read from there (``LLAMA_ARG_*``, ``LLAMA_API_KEY``: they would change the launch behind
+    the plan's back), plus :func:`server_env`."""
+    kept = {
+        name: value
+        for name, value in inherited.items()
+        if not name.startswith("LLAMA_ARG_") and name != "LLAMA_API_KEY"
+    }
+    return {**kept, **server_env(spec)}
+
+
+def url_of(spec: LaunchSpec) -> str:
+    return url_of_address(spec.host, spec.port)
+
+
+def url_of_address(host: str, port: int) -> str:
+    """The URL a client on this machine uses for a server bound to ``host:port``."""
+    client_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in client_host:
+        client_host = f"[{client_host}]"
+    return f"http://{client_host}:{port}"

@@ -1,0 +1,649 @@
+"""The memory planner (pure): GPU facts + model facts + user limits -> a Plan, number by number.
+
+It counts what llama-server allocates: weights from the GGUF tensor sizes, KV cache per token
+from the architecture (only layers that keep KV; sliding-window layers keep their window plus
+one micro-batch; recurrent layers keep a fixed state), the draft model, compute buffers, the
+CUDA context, and a reserve. It chooses the context (multiple of 256, at most the model's
+native maximum), the KV cache types (pairs the engine has fast kernels for), GPU layers when
+the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
+refuses with the largest that fits. Formulas follow the pinned engine (src/llama-context.cpp,
+src/llama-kv-cache-iswa.cpp, src/llama-hparams.cpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.models.modelfacts import ModelFacts
+
+CTX_PAD = 256
+N_UBATCH = 512
+MIN_CTX = 2048
+KV_PAIRS = ("f16", "q8_0", "q4_0")
+"""K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+CUDA_CONTEXT_BYTES = 690 * MIB
+"""CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server
+(689-691 MiB measured on an H100 with CUDA 13 beyond the engine's own buffers)."""
+RESERVE_FRACTION = 0.005
+RESERVE_MIN_BYTES = 64 * MIB
+"""Headroom left free of what is free now, for other programs' small allocations. The plan
+itself matched the engine to within 13 MiB on the H100 (bench/plan_vs_gpu.py), so the reserve
+does not pad the plan's own error; a larger one costs context on models with small KV."""
+ENOUGH_CTX = 32768
+"""The most precise KV type that gives this much context (or the native maximum) is used:
+quality first, and 32K tokens hold a long chat or a mid-size agent session."""
+KVFLASH_CAP = 16384
+KVFLASH_FLOOR = 512
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    target: ModelFacts
+    budget: GpuBudget
+    draft: ModelFacts | None = None
+    ctx: int | None = None
+    """Context the user asked for; None lets the planner choose."""
+    parallel: int = 1
+    kv_types: tuple[str, ...] = KV_PAIRS
+    """KV types the engine has; the planner only picks from these and KV_PAIRS."""
+    ctx_cap: int | None = None
+    """An upper bound the planner must stay under without the user asking for a context
+    (after an out-of-memory start); the user's ``ctx`` is never capped."""
+    swa_full: bool = False
+    """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
+    prompt_cache: bool = True
+    """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
+    checkpoints: bool = False
+    """Hybrid (recurrent) and sliding-window models: the engine saves what it cannot roll back
+    (the recurrent state, the window) near the end of each prompt, so a growing agent prompt
+    resumes from a recent checkpoint instead of being read again; the plan bounds them."""
+
+
+@dataclass(frozen=True)
+class MemoryBytes:
+    weights: int
+    kv: int
+    draft: int
+    compute: int
+    cuda_context: int
+    reserve: int
+    available: int
+    prompt_cache: int = 0
+    """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
+    plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
+    checkpoints: int = 0
+    """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
+    prompt_cache_in_total: bool = False
+
+    @property
+    def total(self) -> int:
+        """What the engine will use (nvidia-smi's view); the reserve stays free."""
+        engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
+        host = self.prompt_cache + self.checkpoints
+        return engine + (host if self.prompt_cache_in_total else 0)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "weights": self.weights,
+            "kv": self.kv,
+            "draft": self.draft,
+            "compute": self.compute,
+            "cuda_context": self.cuda_context,
+            "prompt_cache": self.prompt_cache,
+            "checkpoints": self.checkpoints,
+            "reserve": self.reserve,
+            "total": self.total,
+            "available": self.available,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    fits: bool
+    ctx: int
+    cache_type_k: str
+    cache_type_v: str
+    n_gpu_layers: int
+    n_cpu_moe: int
+    parallel: int
+    memory_bytes: MemoryBytes
+    kvflash_pool_tokens: int | None
+    reasons: dict[str, str] = field(default_factory=dict)
+    largest_ctx: int = 0
+    """The largest context that fits with these types (for a refusal)."""
+    swa_full: bool = False
+    cache_ram_mib: int | None = None
+    """The host-RAM prompt cache the engine gets; 0 turns it off."""
+    context_checkpoints: int | None = None
+    device_bytes: tuple[tuple[str, int], ...] = ()
+    """What the engine will use on each GPU (name, bytes); their sum is ``total``."""
+    tensor_split: tuple[float, ...] = ()
+    """Share of the layers per device when the model is spread over several: whole layer
+    slots (n_layer + 1 with the output) when every layer is offloaded, else fractions."""
+    main_gpu: int = 0
+    """Position (among the GPUs the engine sees) of the one holding the output and scratch."""
+
+    def server_flags(self) -> list[str]:
+        """The llama-server flags this plan decides (model paths are added by launch)."""
+        flags = [
+            "-c",
+            str(self.ctx),
+            "-np",
+            str(self.parallel),
+            "-ctk",
+            self.cache_type_k,
+            "-ctv",
+            self.cache_type_v,
+            "-fa",
+            "on",
+            "-ngl",
+            str(self.n_gpu_layers) if self.n_gpu_layers >= 0 else "all",
+            "--fit",
+            "off",
+        ]
+        if self.n_cpu_moe:
+            flags += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        if self.swa_full:
+            flags.append("--swa-full")
+        if self.cache_ram_mib is not None:
+            flags += ["--cache-ram", str(self.cache_ram_mib)]
+        if self.context_checkpoints is not None:
+            flags += ["--ctx-checkpoints", str(self.context_checkpoints)]
+        if self.tensor_split:
+            flags += [
+                "--split-mode",
+                "layer",
+                "--tensor-split",
+                ",".join(f"{share:g}" for share in self.tensor_split),
+                "--main-gpu",
+                str(self.main_gpu),
+            ]
+        return flags
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fits": self.fits,
+            "ctx": self.ctx,
+            "cache_type_k": self.cache_type_k,
+            "cache_type_v": self.cache_type_v,
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_cpu_moe": self.n_cpu_moe,
+            "parallel": self.parallel,
+            "memory_bytes": self.memory_bytes.to_json(),
+            "kvflash_pool_tokens": self.kvflash_pool_tokens,
+            "largest_ctx": self.largest_ctx,
+            "swa_full": self.swa_full,
+            "cache_ram_mib": self.cache_ram_mib,
+            "tensor_split": list(self.tensor_split),
+            "main_gpu": self.main_gpu,
+            "reasons": dict(self.reasons),
+        }
+
+
+# --- arithmetic -------------------------------------------------------------------------------
+
+
+def pad_ctx(ctx: int) -> int:
+    return -(-ctx // CTX_PAD) * CTX_PAD
+
+
+def kv_bytes(
+    facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1, swa_full: bool = False
+) -> int:
+    """KV cache bytes at ``ctx`` (unified cache across ``parallel`` slots)."""
+    per_elem = KV_TYPE_BYTES[kv_type]
+    cells = pad_ctx(ctx)
+    swa_cells = 0
+    if facts.swa_kv_elems_per_token:
+        swa_cells = (
+            cells if swa_full else pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
+        )
+    elems = facts.full_kv_elems_per_token * cells + facts.swa_kv_elems_per_token * swa_cells
+    return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
+
+
+def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16", swa_full: bool = False) -> int:
+    """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
+
+    The f16 attention mask spans the micro-batch by the context; activations scale with the
+    width; a quantized KV cache is dequantized to f16 one layer at a time for prompt
+    processing. Calibrated against the engine's own ``CUDA0 compute buffer size`` on an
+    H100: gemma3 4B shape 155.5 MiB at 75776 tokens f16 and 406 MiB at 77824 tokens q8_0,
+    llama 8B shape 182 MiB at 67840 tokens f16 and 590 MiB at 112640 tokens q8_0; this
+    gives 154, 416, 195 and 602.
+    """
+    mask = N_UBATCH * pad_ctx(ctx) * 2
+    activations = N_UBATCH * facts.n_embd * 4 * 16
+    logits = facts.n_vocab * 4
+    dequant = 0
+    if kv_type not in ("f16", "bf16"):
+        swa_cells = pad_ctx(ctx if swa_full else min(ctx, facts.swa_window + N_UBATCH))
+        widest = max(
+            pad_ctx(ctx) * facts.max_layer_kv_elems, swa_cells * facts.max_swa_layer_kv_elems
+        )
+        dequant = int(widest * 1.7)
+    return mask + activations + logits + dequant
+
+
+def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
+    """The lucebox engine's KVFlash auto pool (FACTS.md): half the free memory, bounded."""
+    if kv_per_token <= 0:
+        return min(KVFLASH_CAP, max_ctx)
+    tokens = int((free_after_weights - reserve) / 2 / kv_per_token) // CTX_PAD * CTX_PAD
+    return max(KVFLASH_FLOOR, min(KVFLASH_CAP, tokens, max_ctx))
+
+
+def _reserve(budget: GpuBudget) -> int:
+    if len(budget.devices) > 1:
+        return sum(
+            max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+            for d in budget.devices
+        )
+    return max(RESERVE_MIN_BYTES, int(budget.vram_free_bytes * RESERVE_FRACTION))
+
+
+def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
+    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``.
+
+    The draft's KV cache has the target's type (``-ctkd/-ctvd`` say so on the command line):
+    an f16 draft cache next to a quantized target cache would spend the memory the
+    quantization saved.
+    """
+    facts, draft, parallel = request.target, request.draft, request.parallel
+    lo, hi = 0, pad_ctx(facts.native_ctx) // CTX_PAD
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ctx = mid * CTX_PAD
+        need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
+        need += compute_bytes(facts, ctx, kv_type, request.swa_full) * request.budget.device_count
+        if draft is not None:
+            need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
+        if len(request.budget.devices) > 1:
+            # Each device takes whole layers: up to one layer (weights + KV) per device is
+            # lost to rounding when the layers are dealt out (``_slot_counts``).
+            layer = facts.layer_bytes + kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
+            need += len(request.budget.devices) * layer // max(facts.n_layer, 1)
+        if need <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return min(lo * CTX_PAD, facts.native_ctx)
+
+
+CONTEXT_CHECKPOINTS = 8
+"""Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
+the whole recurrent state (about 150 MiB on a 27B hybrid) or the sliding-window cache (about
+1.2 GiB on a 31B Gemma 4 at f16) in host RAM."""
+CHECKPOINT_RAM_SHARE = 8
+"""Checkpoints take at most an eighth of the PC's RAM (at least one is kept)."""
+PROMPT_CACHE_MAX_BYTES = 8192 * MIB
+"""The engine's own default for ``--cache-ram``."""
+PROMPT_CACHE_RAM_SHARE = 4
+"""At most a quarter of the PC's RAM goes to the prompt cache: on a GPU it competes with the
+rest of the PC, on a CPU with the model itself. Total RAM, not free RAM, so the same launch
+plans the same way from one minute to the next."""
+
+
+PROMPT_CACHE_PROMPTS = 4
+"""Whole-context prompts the cache is sized to hold: a small model needs far less than 8 GiB."""
+
+
+def prompt_cache_bytes(budget: GpuBudget, target: ModelFacts) -> int:
+    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM and by
+    a few full-context prompts of this model."""
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
+    prompts = PROMPT_CACHE_PROMPTS * kv_bytes(target, target.native_ctx, "f16")
+    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE, prompts) // MIB * MIB
+
+
+def _checkpoints(request: PlanRequest) -> tuple[int, int]:
+    """Context checkpoints per slot and the host-RAM bytes of each: the recurrent state, plus
+    the sliding-window cache unless --swa-full keeps the whole context (no checkpoints then)."""
+    target, budget = request.target, request.budget
+    if not request.checkpoints:
+        return 0, 0
+    window = 0
+    if target.swa_kv_elems_per_token and not request.swa_full:
+        window_cells = pad_ctx(target.swa_window + N_UBATCH)
+        window = int(target.swa_kv_elems_per_token * window_cells * KV_TYPE_BYTES["f16"])
+    each = target.recurrent_state_bytes + window
+    if not each:
+        return 0, 0
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
+    fitting = ram // CHECKPOINT_RAM_SHARE // each if ram else CONTEXT_CHECKPOINTS
+    return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
+
+
+def make_plan(request: PlanRequest) -> Plan:
+    """Choose context, KV types and offload for ``request``; explain every number."""
+    target, budget, draft = request.target, request.budget, request.draft
+    reasons: dict[str, str] = {}
+    reserve = _reserve(budget)
+    cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
+    available = budget.vram_free_bytes
+    prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
+    draft_weights = draft.weights_bytes if draft else 0
+    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
+    room_after_weights = available - reserve - cuda_context - resident - draft_weights
+    n_checkpoints, checkpoint_bytes = _checkpoints(request)
+    checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
+    if not budget.is_gpu:
+        room_after_weights -= prompt_cache + checkpoints
+    reasons["reserve"] = (
+        f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
+        f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
+    )
+    reasons["weights"] = (
+        f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
+        f"{'GGUF header' if target.source == 'header' else 'preset'}"
+    )
+    if cuda_context:
+        reasons["cuda_context"] = (
+            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
+        )
+    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
+    if n_checkpoints:
+        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
+        reasons["checkpoints"] = (
+            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
+            f"{what} (the engine takes one near the end of each prompt, at most 1/"
+            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
+            "one instead of being read again"
+        )
+
+    kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
+    n_gpu_layers = -1 if budget.is_gpu else 0
+    n_cpu_moe = 0
+    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+    min_ctx = min(MIN_CTX, target.native_ctx)
+    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
+    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
+    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
+    offload_ctx = min(
+        (request.ctx or ENOUGH_CTX) if target.expert_bytes else MIN_CTX, target.native_ctx
+    )
+    best_kv = max(largest, key=lambda t: largest[t])
+    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
+    if largest[offload_kv] < offload_ctx and budget.is_gpu:
+        n_gpu_layers, n_cpu_moe, offloaded = _offload(request, reserve + cuda_context, offload_ctx)
+        room_after_weights += offloaded
+        largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+        reasons["n_gpu_layers"] = (
+            f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
+            "context (a token reads only a few experts: in system RAM they cost little speed)"
+            if n_cpu_moe
+            else f"the weights do not fit with a {min_ctx}-token context: "
+            f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
+        )
+    else:
+        reasons["n_gpu_layers"] = (
+            "all layers on the GPU" if budget.is_gpu else "no GPU: everything runs on the CPU"
+        )
+
+    kv_type = _choose_kv_type(largest, target.native_ctx, request.ctx)
+    ctx_fit = largest[kv_type]
+    fits = ctx_fit >= min_ctx
+    if request.ctx is not None:
+        ctx = request.ctx
+        if ctx > target.native_ctx:
+            fits = False
+            reasons["ctx"] = (
+                f"{ctx} tokens asked, but the model was trained for "
+                f"{target.native_ctx}: ask for at most {target.native_ctx}"
+            )
+        elif pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
+            fits = False
+            reasons["ctx"] = (
+                f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
+                "free VRAM, pick a smaller model or quantization, or ask for less"
+            )
+        else:
+            reasons["ctx"] = f"{ctx} tokens as asked"
+    else:
+        ctx = ctx_fit if fits else min_ctx
+        why = (
+            "the model's native maximum"
+            if ctx_fit >= target.native_ctx
+            else "the largest that fits"
+        )
+        if request.ctx_cap is not None and ctx > request.ctx_cap:
+            ctx = request.ctx_cap // CTX_PAD * CTX_PAD
+            fits = fits and ctx >= min_ctx
+            why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
+        reasons["ctx"] = f"{ctx} tokens: {why}"
+    reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
+    if not fits and "ctx" not in reasons:
+        reasons["fits"] = "the model does not fit even with a 2048-token context"
+    used_ctx = max(ctx, CTX_PAD)
+    kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
+    if request.swa_full:
+        reasons["swa_full"] = (
+            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
+            "prompt is reused instead of re-read; counted in kv"
+        )
+    elif target.swa_kv_elems_per_token and request.prompt_cache:
+        reasons["swa_full"] = (
+            f"no --swa-full: keeping the whole context in the sliding-window layers would "
+            f"leave less than {min(request.ctx or ENOUGH_CTX, target.native_ctx)} tokens; a "
+            "growing prompt resumes from a checkpoint, one changed before its end is read "
+            "again from the checkpoint before the change"
+        )
+    draft_total = 0
+    if draft is not None:
+        draft_total = (
+            draft.weights_bytes
+            + kv_bytes(draft, used_ctx, kv_type, request.parallel)
+            + compute_bytes(draft, used_ctx, kv_type)
+        )
+        reasons["draft"] = (
+            f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
+            f"same context (as the target's), compute"
+        )
+    compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
+    memory = MemoryBytes(
+        weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
+        kv=kv,
+        draft=draft_total,
+        compute=compute,
+        cuda_context=cuda_context,
+        reserve=reserve,
+        available=available,
+        prompt_cache=prompt_cache,
+        checkpoints=checkpoints,
+        prompt_cache_in_total=not budget.is_gpu,
+    )
+    kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
+    pool = kvflash_pool(
+        available - cuda_context - memory.weights, reserve, kv_per_token, target.native_ctx
+    )
+    reasons["kvflash_pool"] = (
+        f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
+    )
+    split, main_gpu, per_device = _split(budget, memory, target, n_gpu_layers, n_cpu_moe)
+    if split:
+        reasons["split"] = (
+            f"layers spread over {len(split)} devices in proportion to what each has free after "
+            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
+            f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
+        )
+    return Plan(
+        fits=fits,
+        ctx=ctx,
+        cache_type_k=kv_type,
+        cache_type_v=kv_type,
+        n_gpu_layers=n_gpu_layers,
+        n_cpu_moe=n_cpu_moe,
+        parallel=request.parallel,
+        memory_bytes=memory,
+        kvflash_pool_tokens=pool,
+        reasons=reasons,
+        largest_ctx=ctx_fit,
+        swa_full=request.swa_full,
+        cache_ram_mib=prompt_cache // MIB,
+        # --cache off keeps nothing: not the engine's 32 default checkpoints either.
+        context_checkpoints=n_checkpoints or (None if request.prompt_cache else 0),
+        device_bytes=per_device,
+        tensor_split=split,
+        main_gpu=main_gpu,
+    )
+
+
+def _split(
+    budget: GpuBudget, memory: MemoryBytes, target: ModelFacts, n_gpu_layers: int, n_cpu_moe: int
+) -> tuple[tuple[float, ...], int, tuple[tuple[str, int], ...]]:
+    """Layer shares per device in proportion to each one's room, and each device's total."""
+    if len(budget.devices) < 2 or not budget.is_gpu:
+        return (), 0, ((budget.device, memory.total),)
+    count = len(budget.devices)
+    per_device_fixed = CUDA_CONTEXT_BYTES + memory.compute // count
+    rooms = [
+        max(
+            0, d.vram_free_bytes - max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+        )
+        - per_device_fixed
+        for d in budget.devices
+    ]
+    everything_offloaded = n_gpu_layers < 0 and not n_cpu_moe
+    holder = count - 1
+    if everything_offloaded:
+        # The engine puts the output matrix on the last device that gets layers: the last
+        # one with room for it; the devices after it get none.
+        output = memory.weights - min(target.layer_bytes, memory.weights)
+        holder = max((i for i, r in enumerate(rooms) if r >= output), default=count - 1)
+        rooms = [r if i < holder else r - output if i == holder else 0 for i, r in enumerate(rooms)]
+    total_room = max(sum(max(r, 0) for r in rooms), 1)
+    shares = tuple(round(max(r, 0) / total_room, 3) for r in rooms)
+    if everything_offloaded:
+        shares = _slot_counts(rooms, memory, target, holder)
+        spread = _by_layer(shares, memory, target)
+    else:
+        spread = [
+            int((memory.weights + memory.kv + memory.draft) * max(r, 0) / total_room) for r in rooms
+        ]
+    per_device = tuple(
+        (d.label, per_device_fixed + part) for d, part in zip(budget.devices, spread, strict=True)
+    )
+    main = max(range(count), key=lambda i: rooms[i])
+    return shares, main, per_device
+
+
+def _slot_counts(
+    rooms: list[int], memory: MemoryBytes, target: ModelFacts, holder: int
+) -> tuple[float, ...]:
+    """Whole layers per device (``holder`` also gets the output slot), as --tensor-split.
+
+    Shares given as slot counts place exactly those layers (see ``_by_layer``): fractions
+    would round a layer onto a device that is already full.
+    """
+    n_layer = max(target.n_layer, 1)
+    per_layer = max((min(target.layer_bytes, memory.weights) + memory.kv) / n_layer, 1.0)
+    total_room = sum(max(r, 0) for r in rooms) or 1
+    quotas = [n_layer * max(r, 0) / total_room for r in rooms]
+    caps = [int(max(r, 0) // per_layer) for r in rooms]
+    counts = [min(int(q), c) for q, c in zip(quotas, caps, strict=True)]
+    while sum(counts) < n_layer:
+        spare = [i for i in range(holder + 1) if counts[i] < caps[i]] or list(range(holder + 1))
+        counts[max(spare, key=lambda i: quotas[i] - counts[i])] += 1
+    counts[holder] += 1
+    return tuple(float(c) for c in counts)
+
+
+def _by_layer(shares: tuple[float, ...], memory: MemoryBytes, target: ModelFacts) -> list[int]:
+    """Each device's weights and KV as the engine places them with every layer offloaded.
+
+    llama_model::load_tensors (src/llama-model.cpp of the pinned source) splits n_layer + 1
+    slots by the cumulative --tensor-split: layer ``il`` goes to the first device whose
+    cumulative share exceeds ``il / (n_layer + 1)``, and the output layer (the last slot) to
+    the device of slot ``n_layer``, so the last device also holds the output matrix.
+    """
+    n_layer = max(target.n_layer, 1)
+    whole = sum(shares) or 1.0
+    bounds, running = [], 0.0
+    for share in shares:
+        running += share
+        bounds.append(running / whole)
+
+    def device_of(slot: int) -> int:
+        above = (i for i, bound in enumerate(bounds) if bound > slot / (n_layer + 1))
+        return next(above, len(shares) - 1)
+
+    layers = [0] * len(shares)
+    for il in range(n_layer):
+        layers[device_of(il)] += 1
+    layer_weights = min(target.layer_bytes, memory.weights)
+    parts = [
+        (layer_weights * n + memory.kv * n) // n_layer + int(memory.draft * share / whole)
+        for n, share in zip(layers, shares, strict=True)
+    ]
+    parts[device_of(n_layer)] += memory.weights - layer_weights
+    return parts
+
+
+def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
+    if not request.prompt_cache:
+        return "no host-RAM prompt cache (--cache-ram 0): every prompt is processed anew"
+    where = (
+        "host RAM beside the GPU, not counted in VRAM"
+        if request.budget.is_gpu
+        else "the same RAM as the model, counted in total"
+    )
+    return (
+        f"{prompt_cache / MIB:.0f} MiB host-RAM prompt cache (--cache-ram): the engine's "
+        f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
+        f"PC's RAM and {PROMPT_CACHE_PROMPTS} full-context prompts; {where}"
+    )
+
+
+def _weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
+    if n_gpu_layers == 0 and not n_cpu_moe:
+        return facts.weights_bytes  # a CPU-only plan: every weight lives in RAM
+    on_gpu = facts.weights_bytes - facts.host_bytes
+    if n_gpu_layers < 0 and not n_cpu_moe:
+        return on_gpu
+    if n_cpu_moe:
+        return on_gpu - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
+    per_layer = facts.layer_bytes // max(facts.n_layer, 1)
+    return on_gpu - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
+
+
+def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, int, int]:
+    """GPU layers (dense) or CPU-expert layers (MoE) so the weights leave room for min_ctx.
+
+    Returns (n_gpu_layers, n_cpu_moe, bytes moved off the GPU).
+    """
+    target = request.target
+    need = (
+        kv_bytes(target, min_ctx, "q8_0", request.parallel)
+        + compute_bytes(target, min_ctx)
+        + overhead
+        + target.weights_bytes
+        - request.budget.vram_free_bytes
+    )
+    if target.expert_bytes:
+        per_layer = target.expert_bytes // max(target.n_layer, 1)
+        layers = min(target.n_layer, -(-need // max(per_layer, 1)))
+        return -1, layers, layers * per_layer
+    per_layer = target.layer_bytes // max(target.n_layer, 1)
+    layers_off = min(target.n_layer, -(-need // max(per_layer, 1)))
+    return target.n_layer - layers_off, 0, layers_off * per_layer
+
+
+def _choose_kv_type(largest: dict[str, int], native_ctx: int, asked: int | None) -> str:
+    order = [t for t in KV_PAIRS if t in largest]
+    wanted = asked if asked is not None else min(native_ctx, ENOUGH_CTX)
+    for kv_type in order:
+        if largest[kv_type] >= wanted:
+            return kv_type
+    return max(order, key=lambda t: largest[t])
+
+
+def _kv_reason(kv_type: str, largest: dict[str, int], native_ctx: int) -> str:
+    options = ", ".join(f"{t}: {n} tokens" for t, n in largest.items())
+    if kv_type == "f16":
+        return f"f16 (full precision) already gives enough context ({options})"
+    return f"{kv_type} to fit more context ({options}; native {native_ctx})"

@@ -1,0 +1,85 @@
+"""Which preset a machine gets: every shipped preset planned for one budget by the one
+planner, and the choice `lucebox up` makes from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.core.units import GIB
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.models.presets import Preset, find_preset, load_presets
+from lucebox.engine.plan.planner import EngineView, LaunchPlan, ServeOptions, plan_launch
+
+GOOD_CTX = 8192
+"""The least context a set needs to be offered as a card's pick."""
+
+
+@dataclass(frozen=True)
+class PresetTable:
+    """Every preset planned for one budget, and the one `lucebox up` would pick."""
+
+    budget: GpuBudget
+    plans: tuple[LaunchPlan, ...]
+    best: LaunchPlan | None
+
+
+def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
+    """The best model set that fits: the largest tier the card is made for, with a useful
+    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
+    """
+    card_gib = round(budget.vram_total_bytes / GIB)
+    useful = [
+        p
+        for p in plans
+        if budget.is_gpu
+        and p.preset is not None
+        and not p.misfit
+        and not p.preset.smoke_test
+        and p.preset.vram_tier_gib <= card_gib
+        and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
+    ]
+    if useful:
+        return max(useful, key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, p.plan.ctx))
+    # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
+    fallback = [
+        p
+        for p in plans
+        if p.plan.fits and p.preset and (p.preset.cpu_default or p.preset.smoke_test)
+    ]
+    return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
+
+
+def preset_table(
+    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
+) -> PresetTable:
+    plans = tuple(
+        plan_launch(
+            paths,
+            replace(options, preset=p.id, model=None),
+            settings=settings,
+            budget=budget,
+            engine=engine,
+            preset=p,
+        )
+        for p in load_presets(paths)
+    )
+    return PresetTable(budget, plans, choose_preset(list(plans), budget))
+
+
+def pick_preset(
+    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
+) -> Preset:
+    """The named preset, or the best one for ``budget``; refuses when none fits."""
+    wanted = options.preset or settings.preset
+    if wanted:
+        return find_preset(paths, wanted)
+    best = preset_table(paths, options, settings, budget, engine).best
+    if best is None or best.preset is None:
+        raise GuardRefusal(
+            f"no preset fits {budget.device}",
+            hint="see `lucebox presets` for what each needs, or pass --model",
+        )
+    return best.preset
