@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.pipeline import ServeOptions
 from lucebox.engine.plan.planner import slots_dir
-from lucebox.engine.run.runstate import current_status
+from lucebox.engine.run.runstate import current_status, pid_alive
 
 Result = TypeVar("Result")
 
@@ -57,7 +58,7 @@ class Served:
     config: ServeConfig = field(default_factory=lambda: ServeConfig("default"))
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return auth_headers(self.api_key)
 
 
 # What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
@@ -98,16 +99,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _tail(log: Path, lines: int = 5) -> str:
@@ -190,7 +181,7 @@ class _ServeProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if self.engine_pid is not None and _alive(self.engine_pid):
+        if self.engine_pid is not None and pid_alive(self.engine_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.engine_pid, signal.SIGKILL)
 

@@ -19,7 +19,7 @@
     ├── EngineError              exit 1: an engine cannot be installed or found (registry)
     ├── PortInUseError           exit 1: another program holds the port (supervisor)
     ├── AlreadyServingError      exit 1: another lucebox server runs for this user (service)
-    ├── CallError                exit 1: the server broke off a measured call (measure)
+    ├── CallError                exit 1: the server refused or broke off a call (api)
     ├── ServiceError             exit 1: systemd refused a step (systemd)
     └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (worker)
 

@@ -417,6 +417,7 @@ class ServerRun:
     async def _slot(self, action: Literal["save", "restore"]) -> None:
         import httpx
 
+        from lucebox.engine.core.api import auth_headers
         from lucebox.engine.run.slots import restore_slot, save_slot
 
         spec = self.supervisor.spec
@@ -425,7 +426,7 @@ class ServerRun:
             return
         key = replace(key, ctx=spec.plan.ctx, cache_type_k=spec.plan.cache_type_k)
         key = replace(key, cache_type_v=spec.plan.cache_type_v)
-        headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+        headers = auth_headers(spec.api_key)
         act = save_slot if action == "save" else restore_slot
         async with httpx.AsyncClient() as client:
             tokens = await act(client, self.url, headers, Path(spec.slot_save_path), key)
