@@ -318,6 +318,11 @@ def _checkpoints(request: PlanRequest) -> tuple[int, int]:
     return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
 
 
+def wanted_ctx(asked: int | None, native_ctx: int) -> int:
+    """The context a plan aims for: the one asked for, else ENOUGH_CTX; never past native."""
+    return min(asked or ENOUGH_CTX, native_ctx)
+
+
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
@@ -364,9 +369,7 @@ def make_plan(request: PlanRequest) -> Plan:
     # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
     # token reads only a few experts, so in system RAM they cost little speed. A dense model's
     # layers on the CPU slow every token, so it offloads only for the smallest usable context.
-    offload_ctx = min(
-        (request.ctx or ENOUGH_CTX) if target.expert_bytes else MIN_CTX, target.native_ctx
-    )
+    offload_ctx = wanted_ctx(request.ctx, target.native_ctx) if target.expert_bytes else min_ctx
     best_kv = max(largest, key=lambda t: largest[t])
     offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
     if largest[offload_kv] < offload_ctx and budget.is_gpu:
@@ -385,7 +388,7 @@ def make_plan(request: PlanRequest) -> Plan:
             "all layers on the GPU" if budget.is_gpu else "no GPU: everything runs on the CPU"
         )
 
-    kv_type = _choose_kv_type(largest, target.native_ctx, request.ctx)
+    kv_type = _choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
     ctx_fit = largest[kv_type]
     fits = ctx_fit >= min_ctx
     if request.ctx is not None:
@@ -429,7 +432,7 @@ def make_plan(request: PlanRequest) -> Plan:
     elif target.swa_kv_elems_per_token and request.prompt_cache:
         reasons["swa_full"] = (
             f"no --swa-full: keeping the whole context in the sliding-window layers would "
-            f"leave less than {min(request.ctx or ENOUGH_CTX, target.native_ctx)} tokens; a "
+            f"leave less than {wanted_ctx(request.ctx, target.native_ctx)} tokens; a "
             "growing prompt resumes from a checkpoint, one changed before its end is read "
             "again from the checkpoint before the change"
         )
@@ -633,9 +636,9 @@ def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, in
     return target.n_layer - layers_off, 0, layers_off * per_layer
 
 
-def _choose_kv_type(largest: dict[str, int], native_ctx: int, asked: int | None) -> str:
+def _choose_kv_type(largest: dict[str, int], wanted: int) -> str:
+    """The most precise KV type that gives ``wanted`` tokens, else the one that gives most."""
     order = [t for t in KV_PAIRS if t in largest]
-    wanted = asked if asked is not None else min(native_ctx, ENOUGH_CTX)
     for kv_type in order:
         if largest[kv_type] >= wanted:
             return kv_type

@@ -40,11 +40,11 @@ from lucebox.engine.plan.launch import (
     server_env,
 )
 from lucebox.engine.plan.memory import (
-    ENOUGH_CTX,
     KV_PAIRS,
     Plan,
     PlanRequest,
     make_plan,
+    wanted_ctx,
 )
 from lucebox.engine.plan.speculation import SpecFiles, SpecMode
 
@@ -492,7 +492,7 @@ def _weigh(
 ) -> tuple[speculation.SpecCandidate | None, Plan, list[str]]:
     """The first candidate whose memory does not cost the context a plan without it gets."""
     plain = make_plan(request)
-    wanted = min(plain.ctx, request.ctx or ENOUGH_CTX, request.target.native_ctx)
+    wanted = min(plain.ctx, wanted_ctx(request.ctx, request.target.native_ctx))
     passed: list[str] = []
     for candidate in found:
         extra = None
@@ -520,7 +520,7 @@ def _weigh(
 def _weigh_swa_full(request: PlanRequest) -> PlanRequest:
     """Keep --swa-full when the context it leaves is still enough for an agent session."""
     with_full = make_plan(request)
-    wanted = min(request.ctx or ENOUGH_CTX, request.target.native_ctx)
+    wanted = wanted_ctx(request.ctx, request.target.native_ctx)
     if with_full.fits and with_full.ctx >= wanted:
         return request
     return replace(request, swa_full=False)
@@ -553,7 +553,7 @@ def plan_launch(
     pooled = plan_on(budget)
     if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
-    wanted = min(pooled.resolved.ctx or ENOUGH_CTX, pooled.target.facts.native_ctx)
+    wanted = wanted_ctx(pooled.resolved.ctx, pooled.target.facts.native_ctx)
     for device in sorted(budget.devices, key=lambda d: -d.vram_free_bytes):
         alone = plan_on(pool_of((device,), budget.host_total_bytes))
         plan = alone.plan

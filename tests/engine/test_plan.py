@@ -374,3 +374,16 @@ def test_two_cards_reach_the_row_their_sum_is_made_for():
     budget = _gpus((24, 0.3), (24, 0.3))
     table = preset_table(resolve_paths(), ServeOptions(), Settings(), budget, EngineView.of(None))
     assert table.best is not None and table.best.alias == "qwen3.6-27b-q6"
+
+
+def test_a_context_past_the_native_one_is_refused_and_weighed_as_the_native_one(gemma_facts):
+    # A card where q8_0 holds the native 32K and f16 does not: asking 64K weighs KV types for
+    # the 32K the model can use, and the plan is refused with the native maximum named.
+    native = gemma_facts.native_ctx
+    budget = card(1415 / 1024)
+    at_native = make_plan(PlanRequest(target=gemma_facts, budget=budget, ctx=native))
+    too_long = make_plan(PlanRequest(target=gemma_facts, budget=budget, ctx=2 * native))
+    assert at_native.fits and at_native.cache_type_k == "q8_0"
+    assert not too_long.fits
+    assert too_long.cache_type_k == at_native.cache_type_k
+    assert f"ask for at most {native}" in too_long.reasons["ctx"]
