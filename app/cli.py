@@ -40,7 +40,6 @@ from lucebox.engine.core.errors import (
 )
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import progress_parts
-from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.plan import fitcheck, planner, presetchoice, speculation
 from lucebox.engine.run import runstate
@@ -249,15 +248,11 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
-    settings = config.load_settings(paths)
-    probe = gpu.probe_gpus()
     options = _serve_options(args)
-    resolved = planner.resolve(options, settings)
-    found = peers.ask_peers(resolved.rpc)
-    budget = planner.budget_for(probe, resolved.gpus, args.vram_mib, peers.peer_devices(found))
-    engine = planner.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
-    peers.check_builds(found, engine.version)
-    table = presetchoice.preset_table(paths, options, settings, budget, engine)
+    view = pipeline.machine_view(paths, options)
+    budget = view.budget
+    peers.check_builds(view.peers, view.engine.version)
+    table = presetchoice.preset_table(paths, options, view.resolved, budget, view.engine)
     plans, best = table.plans, table.best
     if args.json:
         print_json(

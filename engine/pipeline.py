@@ -26,6 +26,7 @@ from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.engines.source import ensure_source
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
 from lucebox.engine.plan import planner, presetchoice
@@ -184,6 +185,35 @@ def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     return engine
 
 
+@dataclass(frozen=True)
+class MachineView:
+    """This machine as every plan sees it: flags over settings, GPUs, RPC peers, the budget
+    over them and the installed engine. ``prepare``, ``lucebox presets`` and the TUI's preset
+    table all start from it, so the table is planned on the budget the launch gets."""
+
+    settings: config.Settings
+    resolved: planner.Resolved
+    probe: gpu.GpuProbe
+    peers: tuple[Peer, ...]
+    budget: GpuBudget
+    installed: EngineManifest | None
+
+    @property
+    def engine(self) -> planner.EngineView:
+        return planner.EngineView.of(self.installed)
+
+
+def machine_view(paths: Paths, options: ServeOptions) -> MachineView:
+    """Read settings, probe the GPUs, ask the RPC peers and find the installed engine."""
+    settings = config.load_settings(paths)
+    resolved = planner.resolve(options, settings)
+    probe = gpu.probe_gpus()
+    found = peers.ask_peers(resolved.rpc)
+    budget = planner.budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
+    installed = registry.select_engine(paths, probe, settings.engine).engine
+    return MachineView(settings, resolved, probe, found, budget, installed)
+
+
 def prepare(
     paths: Paths,
     options: ServeOptions,
@@ -199,24 +229,18 @@ def prepare(
     ``cancel`` (from another thread) stops a download between reads with
     CancelledByUserError; the partial file stays for the next run to resume.
     """
-    settings = config.load_settings(paths)
-    resolved = planner.resolve(options, settings)
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
-    probe = gpu.probe_gpus()
-    found = peers.ask_peers(resolved.rpc)
-    budget = planner.budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
+    view = machine_view(paths, options)
+    settings, budget, installed = view.settings, view.budget, view.installed
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
-    installed = registry.select_engine(paths, probe, settings.engine).engine
     preset = None
     if options.model:
         emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
     else:
         emit(StepEvent("preset", "running", "choosing the model set"))
-        preset = presetchoice.pick_preset(
-            paths, options, settings, budget, planner.EngineView.of(installed)
-        )
+        preset = presetchoice.pick_preset(paths, options, view.resolved, budget, view.engine)
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
@@ -226,14 +250,14 @@ def prepare(
         )
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
-        installed = _engine(paths, probe, settings.engine, emit)
+        installed = _engine(paths, view.probe, settings.engine, emit)
         paths.ensure(planner.slots_dir(paths))  # the engine refuses a save path that is missing
-    peers.check_builds(found, planner.EngineView.of(installed).version)
+    peers.check_builds(view.peers, planner.EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planner.plan_launch(
         paths,
         options,
-        settings=settings,
+        resolved=view.resolved,
         budget=budget,
         engine=planner.EngineView.of(installed),
         preset=preset,
@@ -261,7 +285,7 @@ def prepare(
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
     gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
-    return Prepared(launch, settings, gpu_index, ready_timeout_s, found)
+    return Prepared(launch, settings, gpu_index, ready_timeout_s, view.peers)
 
 
 def plan_summary(launch: LaunchPlan) -> str:

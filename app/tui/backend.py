@@ -8,10 +8,9 @@ from pathlib import Path
 from lucebox.engine import pipeline
 from lucebox.engine.core.crashlog import write_crash_log
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import registry
-from lucebox.engine.machine import config, gpu
+from lucebox.engine.machine import config
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.plan import presetchoice
 from lucebox.engine.plan.planner import ServeOptions
 from lucebox.engine.run import runstate
 from lucebox.engine.run.runstate import ServerRun
@@ -29,13 +28,10 @@ class Backend:
         return not config.load_settings(self.paths).preset
 
     def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
-        settings = config.load_settings(self.paths)
-        probe = gpu.probe_gpus()
-        resolved = planner.resolve(options, settings)
-        budget = planner.budget_for(probe, resolved.gpus)
-        installed = registry.select_engine(self.paths, probe, settings.engine).engine
-        engine = planner.EngineView.of(installed)
-        return presetchoice.preset_table(self.paths, options, settings, budget, engine)
+        view = pipeline.machine_view(self.paths, options)
+        return presetchoice.preset_table(
+            self.paths, options, view.resolved, view.budget, view.engine
+        )
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)

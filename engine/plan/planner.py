@@ -530,7 +530,7 @@ def plan_launch(
     paths: Paths,
     options: ServeOptions,
     *,
-    settings: Settings,
+    resolved: Resolved,
     budget: GpuBudget,
     engine: EngineView,
     preset: Preset | None = None,
@@ -538,7 +538,8 @@ def plan_launch(
 ) -> LaunchPlan:
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
-    ``preset`` is the model set already chosen (None with --model); ``ctx_cap`` bounds the
+    ``resolved`` is ``options`` over config.toml (``resolve``, once per decision); ``preset`` is
+    the model set already chosen (None with --model); ``ctx_cap`` bounds the
     context after an out-of-memory start. With several GPUs, a model that serves well on one
     of them runs there alone (a split costs speed); otherwise it is spread over all of them.
     Peers asked for with --rpc are always used: the user asked for the split.
@@ -546,7 +547,7 @@ def plan_launch(
 
     def plan_on(devices: GpuBudget) -> LaunchPlan:
         return _plan_on_budget(
-            paths, options, settings=settings, budget=devices, engine=engine, preset=preset,
+            paths, options, resolved=resolved, budget=devices, engine=engine, preset=preset,
             ctx_cap=ctx_cap,
         )  # fmt: skip
 
@@ -572,13 +573,12 @@ def _plan_on_budget(
     paths: Paths,
     options: ServeOptions,
     *,
-    settings: Settings,
+    resolved: Resolved,
     budget: GpuBudget,
     engine: EngineView,
     preset: Preset | None,
     ctx_cap: int | None,
 ) -> LaunchPlan:
-    resolved = resolve(options, settings)
     if options.model:
         target_source = options.model
     elif preset is not None:
@@ -756,7 +756,7 @@ def replan(
     return plan_launch(
         paths,
         options,
-        settings=settings,
+        resolved=resolve(options, settings),
         budget=launch.budget,
         engine=launch.engine,
         preset=launch.preset,

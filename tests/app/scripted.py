@@ -79,7 +79,11 @@ def prepared_for(tmp_path: Path, server_path: str = "/opt/llama-server") -> Prep
     engine = planner.EngineView("b11434", "b11434", server_path, engine.capabilities)
     options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
     launch = planner.plan_launch(
-        resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
+        resolve_paths(),
+        options,
+        resolved=planner.resolve(options, Settings()),
+        budget=RTX_4090,
+        engine=engine,
     )
     return Prepared(launch, Settings(), 0, 60.0)
 
@@ -157,7 +161,8 @@ class ScriptedBackend(Backend):
         if self.budget is None:
             return super().preset_table(options)
         engine = planner.EngineView.of(None)
-        return presetchoice.preset_table(self.paths, options, Settings(), self.budget, engine)
+        resolved = planner.resolve(options, Settings())
+        return presetchoice.preset_table(self.paths, options, resolved, self.budget, engine)
 
     def prepare(self, options: ServeOptions, emit: Emit, cancel: threading.Event) -> Prepared:
         self.options_seen.append(options)

@@ -20,7 +20,14 @@ from lucebox.engine.machine.apikey import api_key_path, ensure_api_key_file, rea
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.plan.launch import server_argv
-from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for, plan_launch, slots_dir
+from lucebox.engine.plan.planner import (
+    EngineView,
+    ServeOptions,
+    budget_for,
+    plan_launch,
+    resolve,
+    slots_dir,
+)
 from tests.conftest import run_lucebox
 from tests.ports import free_port
 
@@ -93,7 +100,7 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
     launch = plan_launch(
         paths,
         options,
-        settings=Settings(),
+        resolved=resolve(options, Settings()),
         budget=budget_for(probe_gpus()),
         engine=EngineView.of(engine),
     )

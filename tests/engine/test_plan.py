@@ -23,7 +23,7 @@ from lucebox.engine.plan.memory import (
     kvflash_pool,
     make_plan,
 )
-from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for
+from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for, resolve
 from lucebox.engine.plan.presetchoice import choose_preset, preset_table
 from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
@@ -132,7 +132,11 @@ def test_another_app_holding_6_gib_leaves_less():
 
     def contexts(budget: GpuBudget) -> dict[str, int]:
         table = preset_table(
-            resolve_paths(), ServeOptions(), Settings(), budget, EngineView.of(None)
+            resolve_paths(),
+            ServeOptions(),
+            resolve(ServeOptions(), Settings()),
+            budget,
+            EngineView.of(None),
         )
         return {p.alias: p.plan.ctx for p in table.plans}
 
@@ -254,10 +258,18 @@ def test_choose_preset_by_card():
         (24, "qwen3.6-27b"),
         (32, "qwen3.6-27b-q6"),
     ]:
-        best = preset_table(paths, ServeOptions(), Settings(), card(gib), EngineView.of(None)).best
+        best = preset_table(
+            paths,
+            ServeOptions(),
+            resolve(ServeOptions(), Settings()),
+            card(gib),
+            EngineView.of(None),
+        ).best
         assert best is not None and best.alias == wanted
     cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
-    table = preset_table(paths, ServeOptions(), Settings(), cpu, EngineView.of(None))
+    table = preset_table(
+        paths, ServeOptions(), resolve(ServeOptions(), Settings()), cpu, EngineView.of(None)
+    )
     # Without a GPU the default is the instruct model that chats, not the base smoke test.
     assert table.best is not None and table.best.alias == "smollm2"
     without_cpu_default = [p for p in table.plans if p.preset and not p.preset.cpu_default]
@@ -320,7 +332,7 @@ def _launch(budget: GpuBudget, preset: str):
     return plan_launch(
         paths,
         ServeOptions(preset=preset),
-        settings=Settings(),
+        resolved=resolve(ServeOptions(preset=preset), Settings()),
         budget=budget,
         engine=EngineView.of(None),
         preset=find_preset(paths, preset),
@@ -372,7 +384,13 @@ def test_a_gpu_that_does_not_exist_is_a_usage_error():
 
 def test_two_cards_reach_the_row_their_sum_is_made_for():
     budget = _gpus((24, 0.3), (24, 0.3))
-    table = preset_table(resolve_paths(), ServeOptions(), Settings(), budget, EngineView.of(None))
+    table = preset_table(
+        resolve_paths(),
+        ServeOptions(),
+        resolve(ServeOptions(), Settings()),
+        budget,
+        EngineView.of(None),
+    )
     assert table.best is not None and table.best.alias == "qwen3.6-27b-q6"
 
 

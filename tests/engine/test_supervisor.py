@@ -271,7 +271,7 @@ def _prepared_on(tmp_path, server: Path, ctx: int | None):
     launch = planner.plan_launch(
         resolve_paths(),
         options,
-        settings=Settings(),
+        resolved=planner.resolve(options, Settings()),
         budget=GpuBudget("a 8192 MiB card", 8 * GIB, 8 * GIB, True),
         engine=engine,
     )
