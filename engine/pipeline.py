@@ -8,7 +8,6 @@ restart are in :mod:`lucebox.engine.run.runstate`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import signal
 import threading
 import time
@@ -37,7 +36,6 @@ from lucebox.engine.plan.planner import ServeOptions as ServeOptions
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run.runstate import ServeLock, ServerRun, engine_log
 from lucebox.engine.run.sample import PeerStatus
-from lucebox.engine.run.slots import SlotKey
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
@@ -76,6 +74,8 @@ class Prepared:
     ready_timeout_s: float
     peers: tuple[Peer, ...] = ()
     """The RPC peers of the launch, as they answered before it."""
+    api_key: str | None = None
+    """The key in the launch's key file, read once when it was made (None: no key)."""
 
     @property
     def spec(self) -> LaunchSpec:
@@ -274,18 +274,18 @@ def prepare(
         )
     )
     emit(StepEvent("plan", "done", plan_summary(launch)))
+    api_key = None
     if not dry_run and launch.spec.api_key_file:
         key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
         if created:
             emit(
                 StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
             )
-        launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
     gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
-    return Prepared(launch, settings, gpu_index, ready_timeout_s, view.peers)
+    return Prepared(launch, settings, gpu_index, ready_timeout_s, view.peers, api_key)
 
 
 def plan_summary(launch: LaunchPlan) -> str:
@@ -314,7 +314,7 @@ class Replanner:
         if smaller.refusal is not None:
             return None
         self.current = smaller
-        return dataclasses.replace(smaller.spec, api_key=spec.api_key)
+        return smaller.spec
 
     def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec | None:
         """The launch with shorter drafts, or without speculation; None keeps the one running
@@ -328,7 +328,7 @@ class Replanner:
         if changed.refusal is not None:
             return None
         self.current = changed
-        return dataclasses.replace(changed.spec, api_key=spec.api_key)
+        return changed.spec
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
@@ -360,13 +360,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         spec_guard=guard,
         spec_asked=launch.resolved.spec != "auto",
         on_spec_decision=replanner.after_spec_decision,
-        slot_key=SlotKey(
-            spec.alias,
-            spec.model_path,
-            spec.plan.ctx,
-            spec.plan.cache_type_k,
-            spec.plan.cache_type_v,
-        ),
+        api_key=prepared.api_key,
         peers=tuple(
             PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),

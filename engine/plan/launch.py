@@ -29,8 +29,6 @@ class LaunchSpec:
     """Speculative type; only set when the draft (if any) passed its guard."""
     draft_max: int | None = None
     draft_p_min: float | None = None
-    api_key: str | None = None
-    """The key lucebox's own clients send (the sampler, the chat panel)."""
     api_key_file: str | None = None
     """The file the engine reads the key from; required to bind beyond loopback."""
     slot_save_path: str | None = None

@@ -664,7 +664,6 @@ def _plan_on_budget(
         spec_type=spec_choice.spec_type,
         draft_max=spec_choice.draft_max,
         draft_p_min=spec_choice.p_min,
-        api_key=resolved.api_key,
         # Beyond loopback (or with a key of the user's) the engine reads the key file that
         # prepare() writes; the path is known before the file exists.
         api_key_file=(

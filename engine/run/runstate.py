@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from lucebox.engine.plan.launch import LaunchSpec
     from lucebox.engine.plan.specguard import Decision, SpecGuard
     from lucebox.engine.run.metrics import EngineLog
-    from lucebox.engine.run.slots import SlotKey
     from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 STATE_NAME = "serve.json"
@@ -315,7 +314,7 @@ class ServerRun:
         spec_guard: SpecGuard | None = None,
         spec_asked: bool = False,
         on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec | None] | None = None,
-        slot_key: SlotKey | None = None,
+        api_key: str | None = None,
         peers: tuple[PeerStatus, ...] = (),
     ) -> None:
         from lucebox.engine.plan.launch import url_of
@@ -325,8 +324,9 @@ class ServerRun:
         self.spec_asked = spec_asked
         """The user chose the mode (--spec or model.spec): a guard decision only warns."""
         self.on_spec_decision = on_spec_decision
-        self.slot_key = slot_key
-        """The saved-slot identity of this launch; None when slots are not saved."""
+        self.api_key = api_key
+        """The key the engine was started with (read once from its key file), for the run's
+        own requests: samples and slot saves."""
         self._pending: Decision | None = None
         self._spec_off: SpecStatus | None = None
         """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
@@ -418,18 +418,17 @@ class ServerRun:
         import httpx
 
         from lucebox.engine.core.api import auth_headers
-        from lucebox.engine.run.slots import restore_slot, save_slot
+        from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 
         spec = self.supervisor.spec
-        key = self.slot_key
-        if key is None or spec.slot_save_path is None:
+        if spec.slot_save_path is None:
             return
-        key = replace(key, ctx=spec.plan.ctx, cache_type_k=spec.plan.cache_type_k)
-        key = replace(key, cache_type_v=spec.plan.cache_type_v)
-        headers = auth_headers(spec.api_key)
+        headers = auth_headers(self.api_key)
         act = save_slot if action == "save" else restore_slot
         async with httpx.AsyncClient() as client:
-            tokens = await act(client, self.url, headers, Path(spec.slot_save_path), key)
+            tokens = await act(
+                client, self.url, headers, Path(spec.slot_save_path), SlotKey.of(spec)
+            )
         if tokens:
             self.supervisor.log.write(f"# lucebox: slot {action}d ({tokens} tokens)")
 
@@ -529,7 +528,7 @@ class ServerRun:
             facts,
             nvml=nvml,
             gpu_index=self.gpu_index,
-            api_key=spec.api_key,
+            api_key=self.api_key,
             spec_type=spec.spec_type,
             spec_reason=self.spec_reason,
         )

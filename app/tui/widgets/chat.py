@@ -79,7 +79,9 @@ class ChatPanel(Vertical):
         stats = self.query_one("#chat-stats", Label)
         spec = self.prepared.spec
         try:
-            async for delta in stream_chat(url_of(spec), list(self.messages), api_key=spec.api_key):
+            async for delta in stream_chat(
+                url_of(spec), list(self.messages), api_key=self.prepared.api_key
+            ):
                 if not self.reply and delta.text:
                     stats.update(f"TTFT {value_text(delta.ttft_s, 's', 2)} · streaming…")
                 self.reply += delta.text
