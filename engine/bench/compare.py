@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.command import lucebox_argv
 from lucebox.engine.core.errors import LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
@@ -119,10 +119,7 @@ class _ServeProcess:
         self.config = serve
         self.port = free_port()
         self.log = paths.ensure(paths.logs_dir) / f"compare-{serve.name.replace('=', '-')}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "lucebox.app.cli",
+        argv = lucebox_argv(
             "serve",
             *ServeOptions(
                 preset=options.preset,
@@ -135,7 +132,7 @@ class _ServeProcess:
                 port=self.port,
             ).to_args(),
             *serve.serve_args,
-        ]
+        )
         with self.log.open("w") as handle:
             self.proc = subprocess.Popen(
                 argv,

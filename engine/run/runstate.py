@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -209,7 +208,9 @@ def start_detached(paths: Paths, serve_args: list[str]) -> tuple[int, Path]:
     """Start `lucebox serve SERVE_ARGS` as a background process of this user; its pid and log."""
     import subprocess
 
-    argv = [sys.executable, "-m", "lucebox.app.cli", "serve", *serve_args]
+    from lucebox.engine.core.command import lucebox_argv
+
+    argv = lucebox_argv("serve", *serve_args)
     log = paths.ensure(paths.logs_dir) / "serve.log"
     with log.open("a") as handle:
         proc = subprocess.Popen(
