@@ -42,6 +42,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import progress_parts
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.plan import fitcheck, planner, presetchoice, speculation
+from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
 
 # --- doctor -----------------------------------------------------------------------------------
@@ -117,8 +118,8 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
 # --- serve (status, down and logs live in status.py) ---------------------------------------
 
 
-def _serve_options(args: argparse.Namespace) -> planner.ServeOptions:
-    return planner.ServeOptions(
+def _serve_options(args: argparse.Namespace) -> ServeOptions:
+    return ServeOptions(
         preset=getattr(args, "preset", None),
         model=getattr(args, "model", None),
         draft=getattr(args, "draft", None),
@@ -154,7 +155,7 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     return pipeline.serve(paths, _serve_options(args), step_printer())
 
 
-def show_launch_plan(paths: Paths, options: planner.ServeOptions, *, as_json: bool) -> int:
+def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> int:
     """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
     quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:

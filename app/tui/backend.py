@@ -11,7 +11,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan import presetchoice
-from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
 from lucebox.engine.run.runstate import ServerRun
 from lucebox.engine.run.supervisor import Supervisor

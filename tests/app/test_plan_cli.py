@@ -168,7 +168,7 @@ def test_plan_refuses_a_truncated_file_as_serve_would(tmp_path):
 def test_the_pinned_capabilities_beside_the_pin_are_the_built_engines(built_engine_home):
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.engines.registry import list_engines
-    from lucebox.engine.plan.planner import pinned_engine
+    from lucebox.engine.plan.engineview import pinned_engine
 
     engines = list_engines(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}))
     pinned = pinned_engine().capabilities

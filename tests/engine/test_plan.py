@@ -9,12 +9,13 @@ import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
-from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
 from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
+from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.memory import (
     ENOUGH_CTX,
     PlanRequest,
@@ -23,7 +24,7 @@ from lucebox.engine.plan.memory import (
     kvflash_pool,
     make_plan,
 )
-from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for, resolve
+from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.presetchoice import choose_preset, preset_table
 from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
