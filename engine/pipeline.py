@@ -37,8 +37,9 @@ from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.planner import LaunchPlan
 from lucebox.engine.plan.specguard import Decision, SpecGuard
-from lucebox.engine.run.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.sample import PeerStatus
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]

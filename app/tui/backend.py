@@ -13,7 +13,7 @@ from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan import presetchoice
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 
 

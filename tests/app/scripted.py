@@ -33,7 +33,7 @@ from lucebox.engine.plan import planner, presetchoice
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run.metrics import Sample
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama

@@ -18,7 +18,8 @@ from lucebox.engine.plan.launch import LaunchSpec, server_argv
 from lucebox.engine.plan.memory import PlanRequest, make_plan
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
-from lucebox.engine.run.runstate import ServerRun, read_status
+from lucebox.engine.run.runstate import read_status
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
