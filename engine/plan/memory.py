@@ -326,116 +326,34 @@ def wanted_ctx(asked: int | None, native_ctx: int) -> int:
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
-    reasons: dict[str, str] = {}
     reserve = _reserve(budget)
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
-    draft_weights = draft.weights_bytes if draft else 0
-    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
-    room_after_weights = available - reserve - cuda_context - resident - draft_weights
     n_checkpoints, checkpoint_bytes = _checkpoints(request)
     checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
+    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
+    room_after_weights = available - reserve - cuda_context - resident
+    room_after_weights -= draft.weights_bytes if draft else 0
     if not budget.is_gpu:
         room_after_weights -= prompt_cache + checkpoints
-    reasons["reserve"] = (
-        f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
-        f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
+    reasons = _overhead_reasons(
+        request, reserve, cuda_context, prompt_cache, n_checkpoints, checkpoints
     )
-    reasons["weights"] = (
-        f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
-        f"{'GGUF header' if target.source == 'header' else 'preset'}"
-    )
-    if cuda_context:
-        reasons["cuda_context"] = (
-            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
-            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
-        )
-    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
-    if n_checkpoints:
-        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
-        reasons["checkpoints"] = (
-            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
-            f"{what} (the engine takes one near the end of each prompt, at most 1/"
-            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
-            "one instead of being read again"
-        )
-
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
-    n_gpu_layers = -1 if budget.is_gpu else 0
-    n_cpu_moe = 0
-    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
     min_ctx = min(MIN_CTX, target.native_ctx)
-    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
-    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
-    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
-    offload_ctx = wanted_ctx(request.ctx, target.native_ctx) if target.expert_bytes else min_ctx
-    best_kv = max(largest, key=lambda t: largest[t])
-    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
-    if largest[offload_kv] < offload_ctx and budget.is_gpu:
-        n_gpu_layers, n_cpu_moe, offloaded = _offload(request, reserve + cuda_context, offload_ctx)
-        room_after_weights += offloaded
-        largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
-        reasons["n_gpu_layers"] = (
-            f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
-            "context (a token reads only a few experts: in system RAM they cost little speed)"
-            if n_cpu_moe
-            else f"the weights do not fit with a {min_ctx}-token context: "
-            f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
-        )
-    else:
-        reasons["n_gpu_layers"] = (
-            "all layers on the GPU" if budget.is_gpu else "no GPU: everything runs on the CPU"
-        )
-
+    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = _place_layers(
+        request, room_after_weights, reserve + cuda_context, kv_choices, min_ctx
+    )
     kv_type = _choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
     ctx_fit = largest[kv_type]
-    fits = ctx_fit >= min_ctx
-    if request.ctx is not None:
-        ctx = request.ctx
-        if ctx > target.native_ctx:
-            fits = False
-            reasons["ctx"] = (
-                f"{ctx} tokens asked, but the model was trained for "
-                f"{target.native_ctx}: ask for at most {target.native_ctx}"
-            )
-        elif pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
-            fits = False
-            reasons["ctx"] = (
-                f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
-                "free VRAM, pick a smaller model or quantization, or ask for less"
-            )
-        else:
-            reasons["ctx"] = f"{ctx} tokens as asked"
-    else:
-        ctx = ctx_fit if fits else min_ctx
-        why = (
-            "the model's native maximum"
-            if ctx_fit >= target.native_ctx
-            else "the largest that fits"
-        )
-        if request.ctx_cap is not None and ctx > request.ctx_cap:
-            ctx = request.ctx_cap // CTX_PAD * CTX_PAD
-            fits = fits and ctx >= min_ctx
-            why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
-        reasons["ctx"] = f"{ctx} tokens: {why}"
+    ctx, fits, reasons["ctx"] = _choose_ctx(request, ctx_fit, kv_type, min_ctx)
     reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
-    if not fits and "ctx" not in reasons:
-        reasons["fits"] = "the model does not fit even with a 2048-token context"
     used_ctx = max(ctx, CTX_PAD)
     kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
-    if request.swa_full:
-        reasons["swa_full"] = (
-            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
-            "prompt is reused instead of re-read; counted in kv"
-        )
-    elif target.swa_kv_elems_per_token and request.prompt_cache:
-        reasons["swa_full"] = (
-            f"no --swa-full: keeping the whole context in the sliding-window layers would "
-            f"leave less than {wanted_ctx(request.ctx, target.native_ctx)} tokens; a "
-            "growing prompt resumes from a checkpoint, one changed before its end is read "
-            "again from the checkpoint before the change"
-        )
+    swa_reason = _swa_full_reason(request)
+    if swa_reason:
+        reasons["swa_full"] = swa_reason
     draft_total = 0
     if draft is not None:
         draft_total = (
@@ -494,6 +412,129 @@ def make_plan(request: PlanRequest) -> Plan:
         tensor_split=split,
         main_gpu=main_gpu,
     )
+
+
+def _overhead_reasons(
+    request: PlanRequest,
+    reserve: int,
+    cuda_context: int,
+    prompt_cache: int,
+    n_checkpoints: int,
+    checkpoints: int,
+) -> dict[str, str]:
+    """Why each term that does not depend on the context is what it is."""
+    target, budget = request.target, request.budget
+    reasons = {
+        "reserve": (
+            f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
+            f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
+        ),
+        "weights": (
+            f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
+            f"{'GGUF header' if target.source == 'header' else 'preset'}"
+        ),
+    }
+    if cuda_context:
+        reasons["cuda_context"] = (
+            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
+        )
+    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
+    if n_checkpoints:
+        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
+        reasons["checkpoints"] = (
+            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
+            f"{what} (the engine takes one near the end of each prompt, at most 1/"
+            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
+            "one instead of being read again"
+        )
+    return reasons
+
+
+def _place_layers(
+    request: PlanRequest,
+    room_after_weights: int,
+    overhead: int,
+    kv_choices: list[str],
+    min_ctx: int,
+) -> tuple[int, int, dict[str, int], str]:
+    """GPU layers and CPU experts, the largest context per KV type they leave, and why."""
+    target, budget = request.target, request.budget
+    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+    if not budget.is_gpu:
+        return 0, 0, largest, "no GPU: everything runs on the CPU"
+    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
+    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
+    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
+    offload_ctx = wanted_ctx(request.ctx, target.native_ctx) if target.expert_bytes else min_ctx
+    best_kv = max(largest, key=lambda t: largest[t])
+    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
+    if largest[offload_kv] >= offload_ctx:
+        return -1, 0, largest, "all layers on the GPU"
+    n_gpu_layers, n_cpu_moe, offloaded = _offload(request, overhead, offload_ctx)
+    room_after_weights += offloaded
+    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+    why = (
+        f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
+        "context (a token reads only a few experts: in system RAM they cost little speed)"
+        if n_cpu_moe
+        else f"the weights do not fit with a {min_ctx}-token context: "
+        f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
+    )
+    return n_gpu_layers, n_cpu_moe, largest, why
+
+
+def _choose_ctx(
+    request: PlanRequest, ctx_fit: int, kv_type: str, min_ctx: int
+) -> tuple[int, bool, str]:
+    """The context, whether the plan fits, and why: a context the user asked for is kept or
+    refused with the numbers, never shrunk."""
+    native = request.target.native_ctx
+    fits = ctx_fit >= min_ctx
+    if request.ctx is not None:
+        ctx = request.ctx
+        if ctx > native:
+            return (
+                ctx,
+                False,
+                (
+                    f"{ctx} tokens asked, but the model was trained for {native}: "
+                    f"ask for at most {native}"
+                ),
+            )
+        if pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
+            return (
+                ctx,
+                False,
+                (
+                    f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
+                    "free VRAM, pick a smaller model or quantization, or ask for less"
+                ),
+            )
+        return ctx, fits, f"{ctx} tokens as asked"
+    ctx = ctx_fit if fits else min_ctx
+    why = "the model's native maximum" if ctx_fit >= native else "the largest that fits"
+    if request.ctx_cap is not None and ctx > request.ctx_cap:
+        ctx = request.ctx_cap // CTX_PAD * CTX_PAD
+        fits = fits and ctx >= min_ctx
+        why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
+    return ctx, fits, f"{ctx} tokens: {why}"
+
+
+def _swa_full_reason(request: PlanRequest) -> str | None:
+    if request.swa_full:
+        return (
+            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
+            "prompt is reused instead of re-read; counted in kv"
+        )
+    if request.target.swa_kv_elems_per_token and request.prompt_cache:
+        return (
+            f"no --swa-full: keeping the whole context in the sliding-window layers would "
+            f"leave less than {wanted_ctx(request.ctx, request.target.native_ctx)} tokens; a "
+            "growing prompt resumes from a checkpoint, one changed before its end is read "
+            "again from the checkpoint before the change"
+        )
+    return None
 
 
 def _split(
