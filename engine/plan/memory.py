@@ -18,26 +18,35 @@ from typing import Any
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.plan.devicesplit import split_over_devices
+from lucebox.engine.plan.sizes import (
+    CHECKPOINT_RAM_SHARE,
+    CONTEXT_CHECKPOINTS,
+    CTX_PAD,
+    CUDA_CONTEXT_BYTES,
+    KV_TYPE_BYTES,
+    N_UBATCH,
+    PROMPT_CACHE_MAX_BYTES,
+    PROMPT_CACHE_PROMPTS,
+    PROMPT_CACHE_RAM_SHARE,
+    RESERVE_FRACTION,
+    RESERVE_MIN_BYTES,
+    MemoryBytes,
+    compute_bytes,
+    kv_bytes,
+    kvflash_pool,
+    pad_ctx,
+    prompt_cache_bytes,
+    reserve_bytes,
+    weights_on_gpu,
+)
 
-CTX_PAD = 256
-N_UBATCH = 512
 MIN_CTX = 2048
 KV_PAIRS = ("f16", "q8_0", "q4_0")
 """K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
-KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
-CUDA_CONTEXT_BYTES = 690 * MIB
-"""CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server
-(689-691 MiB measured on an H100 with CUDA 13 beyond the engine's own buffers)."""
-RESERVE_FRACTION = 0.005
-RESERVE_MIN_BYTES = 64 * MIB
-"""Headroom left free of what is free now, for other programs' small allocations. The plan
-itself matched the engine to within 13 MiB on the H100 (bench/plan_vs_gpu.py), so the reserve
-does not pad the plan's own error; a larger one costs context on models with small KV."""
 ENOUGH_CTX = 32768
 """The most precise KV type that gives this much context (or the native maximum) is used:
 quality first, and 32K tokens hold a long chat or a mid-size agent session."""
-KVFLASH_CAP = 16384
-KVFLASH_FLOOR = 512
 
 
 @dataclass(frozen=True)
@@ -61,44 +70,6 @@ class PlanRequest:
     """Hybrid (recurrent) and sliding-window models: the engine saves what it cannot roll back
     (the recurrent state, the window) near the end of each prompt, so a growing agent prompt
     resumes from a recent checkpoint instead of being read again; the plan bounds them."""
-
-
-@dataclass(frozen=True)
-class MemoryBytes:
-    weights: int
-    kv: int
-    draft: int
-    compute: int
-    cuda_context: int
-    reserve: int
-    available: int
-    prompt_cache: int = 0
-    """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
-    plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
-    checkpoints: int = 0
-    """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
-    prompt_cache_in_total: bool = False
-
-    @property
-    def total(self) -> int:
-        """What the engine will use (nvidia-smi's view); the reserve stays free."""
-        engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
-        host = self.prompt_cache + self.checkpoints
-        return engine + (host if self.prompt_cache_in_total else 0)
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "weights": self.weights,
-            "kv": self.kv,
-            "draft": self.draft,
-            "compute": self.compute,
-            "cuda_context": self.cuda_context,
-            "prompt_cache": self.prompt_cache,
-            "checkpoints": self.checkpoints,
-            "reserve": self.reserve,
-            "total": self.total,
-            "available": self.available,
-        }
 
 
 @dataclass(frozen=True)
@@ -187,65 +158,6 @@ class Plan:
 # --- arithmetic -------------------------------------------------------------------------------
 
 
-def pad_ctx(ctx: int) -> int:
-    return -(-ctx // CTX_PAD) * CTX_PAD
-
-
-def kv_bytes(
-    facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1, swa_full: bool = False
-) -> int:
-    """KV cache bytes at ``ctx`` (unified cache across ``parallel`` slots)."""
-    per_elem = KV_TYPE_BYTES[kv_type]
-    cells = pad_ctx(ctx)
-    swa_cells = 0
-    if facts.swa_kv_elems_per_token:
-        swa_cells = (
-            cells if swa_full else pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
-        )
-    elems = facts.full_kv_elems_per_token * cells + facts.swa_kv_elems_per_token * swa_cells
-    return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
-
-
-def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16", swa_full: bool = False) -> int:
-    """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
-
-    The f16 attention mask spans the micro-batch by the context; activations scale with the
-    width; a quantized KV cache is dequantized to f16 one layer at a time for prompt
-    processing. Calibrated against the engine's own ``CUDA0 compute buffer size`` on an
-    H100: gemma3 4B shape 155.5 MiB at 75776 tokens f16 and 406 MiB at 77824 tokens q8_0,
-    llama 8B shape 182 MiB at 67840 tokens f16 and 590 MiB at 112640 tokens q8_0; this
-    gives 154, 416, 195 and 602.
-    """
-    mask = N_UBATCH * pad_ctx(ctx) * 2
-    activations = N_UBATCH * facts.n_embd * 4 * 16
-    logits = facts.n_vocab * 4
-    dequant = 0
-    if kv_type not in ("f16", "bf16"):
-        swa_cells = pad_ctx(ctx if swa_full else min(ctx, facts.swa_window + N_UBATCH))
-        widest = max(
-            pad_ctx(ctx) * facts.max_layer_kv_elems, swa_cells * facts.max_swa_layer_kv_elems
-        )
-        dequant = int(widest * 1.7)
-    return mask + activations + logits + dequant
-
-
-def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
-    """The lucebox engine's KVFlash auto pool (FACTS.md): half the free memory, bounded."""
-    if kv_per_token <= 0:
-        return min(KVFLASH_CAP, max_ctx)
-    tokens = int((free_after_weights - reserve) / 2 / kv_per_token) // CTX_PAD * CTX_PAD
-    return max(KVFLASH_FLOOR, min(KVFLASH_CAP, tokens, max_ctx))
-
-
-def _reserve(budget: GpuBudget) -> int:
-    if len(budget.devices) > 1:
-        return sum(
-            max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
-            for d in budget.devices
-        )
-    return max(RESERVE_MIN_BYTES, int(budget.vram_free_bytes * RESERVE_FRACTION))
-
-
 def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
     """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``.
 
@@ -274,32 +186,6 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
     return min(lo * CTX_PAD, facts.native_ctx)
 
 
-CONTEXT_CHECKPOINTS = 8
-"""Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
-the whole recurrent state (about 150 MiB on a 27B hybrid) or the sliding-window cache (about
-1.2 GiB on a 31B Gemma 4 at f16) in host RAM."""
-CHECKPOINT_RAM_SHARE = 8
-"""Checkpoints take at most an eighth of the PC's RAM (at least one is kept)."""
-PROMPT_CACHE_MAX_BYTES = 8192 * MIB
-"""The engine's own default for ``--cache-ram``."""
-PROMPT_CACHE_RAM_SHARE = 4
-"""At most a quarter of the PC's RAM goes to the prompt cache: on a GPU it competes with the
-rest of the PC, on a CPU with the model itself. Total RAM, not free RAM, so the same launch
-plans the same way from one minute to the next."""
-
-
-PROMPT_CACHE_PROMPTS = 4
-"""Whole-context prompts the cache is sized to hold: a small model needs far less than 8 GiB."""
-
-
-def prompt_cache_bytes(budget: GpuBudget, target: ModelFacts) -> int:
-    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM and by
-    a few full-context prompts of this model."""
-    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
-    prompts = PROMPT_CACHE_PROMPTS * kv_bytes(target, target.native_ctx, "f16")
-    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE, prompts) // MIB * MIB
-
-
 def _checkpoints(request: PlanRequest) -> tuple[int, int]:
     """Context checkpoints per slot and the host-RAM bytes of each: the recurrent state, plus
     the sliding-window cache unless --swa-full keeps the whole context (no checkpoints then)."""
@@ -326,7 +212,7 @@ def wanted_ctx(asked: int | None, native_ctx: int) -> int:
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
-    reserve = _reserve(budget)
+    reserve = reserve_bytes(budget)
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
@@ -367,7 +253,7 @@ def make_plan(request: PlanRequest) -> Plan:
         )
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
     memory = MemoryBytes(
-        weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
+        weights=weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
         kv=kv,
         draft=draft_total,
         compute=compute,
@@ -385,7 +271,9 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["kvflash_pool"] = (
         f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
     )
-    split, main_gpu, per_device = _split(budget, memory, target, n_gpu_layers, n_cpu_moe)
+    split, main_gpu, per_device = split_over_devices(
+        budget, memory, target, n_gpu_layers, n_cpu_moe
+    )
     if split:
         reasons["split"] = (
             f"layers spread over {len(split)} devices in proportion to what each has free after "
@@ -537,97 +425,6 @@ def _swa_full_reason(request: PlanRequest) -> str | None:
     return None
 
 
-def _split(
-    budget: GpuBudget, memory: MemoryBytes, target: ModelFacts, n_gpu_layers: int, n_cpu_moe: int
-) -> tuple[tuple[float, ...], int, tuple[tuple[str, int], ...]]:
-    """Layer shares per device in proportion to each one's room, and each device's total."""
-    if len(budget.devices) < 2 or not budget.is_gpu:
-        return (), 0, ((budget.device, memory.total),)
-    count = len(budget.devices)
-    per_device_fixed = CUDA_CONTEXT_BYTES + memory.compute // count
-    rooms = [
-        max(
-            0, d.vram_free_bytes - max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
-        )
-        - per_device_fixed
-        for d in budget.devices
-    ]
-    everything_offloaded = n_gpu_layers < 0 and not n_cpu_moe
-    holder = count - 1
-    if everything_offloaded:
-        # The engine puts the output matrix on the last device that gets layers: the last
-        # one with room for it; the devices after it get none.
-        output = memory.weights - min(target.layer_bytes, memory.weights)
-        holder = max((i for i, r in enumerate(rooms) if r >= output), default=count - 1)
-        rooms = [r if i < holder else r - output if i == holder else 0 for i, r in enumerate(rooms)]
-    total_room = max(sum(max(r, 0) for r in rooms), 1)
-    shares = tuple(round(max(r, 0) / total_room, 3) for r in rooms)
-    if everything_offloaded:
-        shares = _slot_counts(rooms, memory, target, holder)
-        spread = _by_layer(shares, memory, target)
-    else:
-        spread = [
-            int((memory.weights + memory.kv + memory.draft) * max(r, 0) / total_room) for r in rooms
-        ]
-    per_device = tuple(
-        (d.label, per_device_fixed + part) for d, part in zip(budget.devices, spread, strict=True)
-    )
-    main = max(range(count), key=lambda i: rooms[i])
-    return shares, main, per_device
-
-
-def _slot_counts(
-    rooms: list[int], memory: MemoryBytes, target: ModelFacts, holder: int
-) -> tuple[float, ...]:
-    """Whole layers per device (``holder`` also gets the output slot), as --tensor-split.
-
-    Shares given as slot counts place exactly those layers (see ``_by_layer``): fractions
-    would round a layer onto a device that is already full.
-    """
-    n_layer = max(target.n_layer, 1)
-    per_layer = max((min(target.layer_bytes, memory.weights) + memory.kv) / n_layer, 1.0)
-    total_room = sum(max(r, 0) for r in rooms) or 1
-    quotas = [n_layer * max(r, 0) / total_room for r in rooms]
-    caps = [int(max(r, 0) // per_layer) for r in rooms]
-    counts = [min(int(q), c) for q, c in zip(quotas, caps, strict=True)]
-    while sum(counts) < n_layer:
-        spare = [i for i in range(holder + 1) if counts[i] < caps[i]] or list(range(holder + 1))
-        counts[max(spare, key=lambda i: quotas[i] - counts[i])] += 1
-    counts[holder] += 1
-    return tuple(float(c) for c in counts)
-
-
-def _by_layer(shares: tuple[float, ...], memory: MemoryBytes, target: ModelFacts) -> list[int]:
-    """Each device's weights and KV as the engine places them with every layer offloaded.
-
-    llama_model::load_tensors (src/llama-model.cpp of the pinned source) splits n_layer + 1
-    slots by the cumulative --tensor-split: layer ``il`` goes to the first device whose
-    cumulative share exceeds ``il / (n_layer + 1)``, and the output layer (the last slot) to
-    the device of slot ``n_layer``, so the last device also holds the output matrix.
-    """
-    n_layer = max(target.n_layer, 1)
-    whole = sum(shares) or 1.0
-    bounds, running = [], 0.0
-    for share in shares:
-        running += share
-        bounds.append(running / whole)
-
-    def device_of(slot: int) -> int:
-        above = (i for i, bound in enumerate(bounds) if bound > slot / (n_layer + 1))
-        return next(above, len(shares) - 1)
-
-    layers = [0] * len(shares)
-    for il in range(n_layer):
-        layers[device_of(il)] += 1
-    layer_weights = min(target.layer_bytes, memory.weights)
-    parts = [
-        (layer_weights * n + memory.kv * n) // n_layer + int(memory.draft * share / whole)
-        for n, share in zip(layers, shares, strict=True)
-    ]
-    parts[device_of(n_layer)] += memory.weights - layer_weights
-    return parts
-
-
 def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
     if not request.prompt_cache:
         return "no host-RAM prompt cache (--cache-ram 0): every prompt is processed anew"
@@ -641,18 +438,6 @@ def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
         f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
         f"PC's RAM and {PROMPT_CACHE_PROMPTS} full-context prompts; {where}"
     )
-
-
-def _weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
-    if n_gpu_layers == 0 and not n_cpu_moe:
-        return facts.weights_bytes  # a CPU-only plan: every weight lives in RAM
-    on_gpu = facts.weights_bytes - facts.host_bytes
-    if n_gpu_layers < 0 and not n_cpu_moe:
-        return on_gpu
-    if n_cpu_moe:
-        return on_gpu - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
-    per_layer = facts.layer_bytes // max(facts.n_layer, 1)
-    return on_gpu - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
 
 
 def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, int, int]:
