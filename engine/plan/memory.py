@@ -1,13 +1,11 @@
 """The memory planner (pure): GPU facts + model facts + user limits -> a Plan, number by number.
 
-It counts what llama-server allocates: weights from the GGUF tensor sizes, KV cache per token
-from the architecture (only layers that keep KV; sliding-window layers keep their window plus
-one micro-batch; recurrent layers keep a fixed state), the draft model, compute buffers, the
-CUDA context, and a reserve. It chooses the context (multiple of 256, at most the model's
+It adds up what llama-server allocates (each term priced in :mod:`sizes`): weights from the
+GGUF tensor sizes, KV cache per token from the architecture, the draft model, compute buffers,
+the CUDA context, and a reserve. It chooses the context (multiple of 256, at most the model's
 native maximum), the KV cache types (pairs the engine has fast kernels for), GPU layers when
 the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
-refuses with the largest that fits. Formulas follow the pinned engine (src/llama-context.cpp,
-src/llama-kv-cache-iswa.cpp, src/llama-hparams.cpp).
+refuses with the largest that fits.
 """
 
 from __future__ import annotations
