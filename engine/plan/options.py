@@ -6,12 +6,21 @@ reads the ``Resolved`` it returns.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan import speculation
+from lucebox.engine.plan.flagtypes import (
+    index_list,
+    mib_list,
+    non_negative_int,
+    peer_list,
+    port_number,
+    positive_int,
+)
 from lucebox.engine.plan.speculation import SpecMode
 
 CacheProfile = Literal["agent", "off"]
@@ -40,22 +49,77 @@ class ServeOptions:
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
 
     def to_args(self) -> list[str]:
-        """The `lucebox serve` arguments that give these options."""
-        pairs = [
-            ("--preset", self.preset),
-            ("--model", self.model),
-            ("--draft", self.draft),
-            ("--spec", self.spec),
-            ("--cache", self.cache),
-            ("--ctx", self.ctx),
-            ("--host", self.host),
-            ("--port", self.port),
-            ("--gpus", ",".join(map(str, self.gpus)) if self.gpus is not None else None),
-            ("--vram-mib", ",".join(map(str, self.vram_mib)) if self.vram_mib else None),
-            ("--rpc", ",".join(self.rpc) if self.rpc is not None else None),
-        ]
-        args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
-        return [*args, "--allow-base"] if self.allow_base else args
+        """The `lucebox serve` arguments that give these options (a detached child's argv)."""
+        return [arg for flag in LAUNCH_FLAGS for arg in flag.argv(getattr(self, flag.field))]
+
+
+@dataclass(frozen=True)
+class LaunchFlag:
+    """One flag of `up`, `serve` and `plan`: the CLI's parser is built from it, and a detached
+    child gets its options back through it, so the two cannot drift."""
+
+    name: str
+    field: str
+    """The ServeOptions field it sets."""
+    help: str
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    switch: bool = False
+    """A flag without a value (True when given)."""
+    exclusive: str = ""
+    """Flags that share this name exclude each other."""
+    alias: bool = False
+    """Another spelling of a field a main flag writes back (only that one is written)."""
+
+    def argv(self, value: Any) -> list[str]:
+        if self.alias or value is None or value is False or value == ():
+            return []
+        if self.switch:
+            return [self.name]
+        text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        return [self.name, text]
+
+
+def _one_index(text: str) -> tuple[int, ...]:
+    return (non_negative_int(text),)
+
+
+LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
+    LaunchFlag("--preset", "preset", "model set to run (see `lucebox presets`)", "ID",
+               exclusive="what"),
+    LaunchFlag("--model", "model", "target model: hf:..., pypi:... or a path", "SRC",
+               exclusive="what"),
+    LaunchFlag("--draft", "draft", "speculative-decoding draft model", "SRC"),
+    LaunchFlag("--spec", "spec",
+               "speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, "
+               "ngram", choices=speculation.SPEC_MODES),
+    LaunchFlag("--cache", "cache",
+               "prompt cache: agent (default: reuse growing prompts) or off (re-read every "
+               "prompt)", choices=("agent", "off")),
+    LaunchFlag("--ctx", "ctx", "context length in tokens", "N", positive_int),
+    LaunchFlag("--host", "host", "address to bind (default 127.0.0.1)", "H"),
+    LaunchFlag("--port", "port", "TCP port (default 8080)", "P", port_number),
+    LaunchFlag("--gpus", "gpus",
+               "GPUs to use (NVML indices); default: every NVIDIA GPU, one alone when it is "
+               "enough", "0,1", index_list, exclusive="gpus"),
+    LaunchFlag("--gpu", "gpus", "one GPU to use (same as --gpus INDEX)", "INDEX", _one_index,
+               exclusive="gpus", alias=True),
+    LaunchFlag("--allow-base", "allow_base", "serve a base (non-instruct) model anyway",
+               switch=True),
+    LaunchFlag("--vram-mib", "vram_mib",
+               "plan for cards with N MiB free each (one number per card)", "N[,N...]",
+               mib_list),
+    LaunchFlag("--rpc", "rpc",
+               "`lucebox worker` peers whose devices join the split (setting rpc.peers)",
+               "HOST:PORT[,...]", peer_list),
+)  # fmt: skip
+
+
+def options_from(values: Mapping[str, Any]) -> ServeOptions:
+    """The options a parsed command line gives (flags it does not have are left unset)."""
+    fields = {flag.field for flag in LAUNCH_FLAGS}
+    return ServeOptions(**{k: v for k, v in values.items() if k in fields and v is not None})
 
 
 @dataclass(frozen=True)
