@@ -492,8 +492,25 @@ class ServerRun:
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
+            self._record_served()
             await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
+
+    def _record_served(self) -> None:
+        """Keep the address and alias for `lucebox connect` once the run has ended."""
+        from lucebox.engine.run.lastserved import served_now, write_last_served
+
+        spec = self.supervisor.spec
+        record = served_now(
+            self.url,
+            (spec.alias,),
+            spec.plan.ctx,
+            api_key_file=spec.api_key_file,
+            on_gpu=bool(spec.gpus or spec.rpc),
+            weights_bytes=spec.plan.memory_bytes.weights,
+        )
+        with contextlib.suppress(OSError, LuceboxError):
+            write_last_served(self.paths, record)
 
     def _peers_after(self, event: ServerEvent) -> tuple[PeerStatus, ...]:
         """The peers' state: lost when the engine exited and its RPC server does not answer."""
