@@ -16,7 +16,7 @@ AGENT_PROMPT_TOKENS: dict[str, int] = {
     "opencode": 2240,
     "qwen-code": 7600,
     "aider": 1400,
-    "continue": 3000,
+    "continue": 338,
 }
 """Tokens of each agent's first request for a one-line task, as SmolLM2's engine counted them
 (prompt eval in the engine log; tests/app/test_agent_clients.py). Other tokenizers differ by
