@@ -29,6 +29,9 @@ from lucebox.engine.machine.connect import (
 from lucebox.engine.plan.agentprompt import ServedModel, prompt_warnings
 from lucebox.engine.run import runstate
 from lucebox.engine.run.lastserved import read_last_served
+from lucebox.engine.run.sample import Sample
+
+MEASURED_PROMPT_TOKENS = 1000
 
 
 @dataclass(frozen=True)
@@ -45,30 +48,41 @@ def target_of(paths: Paths) -> Target:
     settings = config.load_settings(paths)
     status = runstate.current_status(paths)
     last = read_last_served(paths)
-    running = status.state != "stopped" and status.url is not None and status.model is not None
-    if not running and last is None:
+    if status.state != "stopped" and status.url is not None and status.model is not None:
+        url, model, running = status.url, status.model, True
+        if last is not None and last.url != status.url:
+            last = None  # a record of another server: its facts are not this one's
+    elif last is not None:
+        url, model, running = last.url, last.model, False
+    else:
         raise UsageError(
             "no server is running and none has run with this lucebox home, so the address and"
             " model are unknown",
             hint="start the server (`lucebox up` or `lucebox serve`), then run this again",
         )
-    same = last is not None and (not running or last.url == status.url)
     key_file = api_key_path(paths)
-    if same and last is not None:
+    if last is not None:
         checks_key = last.api_key_file is not None
     else:
         checks_key = bool(settings.api_key) or key_file.exists()
     api_key = client_api_key(paths, settings.api_key) if checks_key else None
-    url = status.url if running else last.url if last else None
-    model = status.model if running else last.model if last else None
-    assert url is not None and model is not None
-    ctx = status.ctx if running and status.ctx else last.ctx if same and last else None
+    ctx = (status.ctx if running else None) or (last.ctx if last is not None else None)
     served = None
-    if same and last is not None and ctx is not None:
-        measured = status.sample.prefill_tokens_per_s if running and status.sample else None
+    if last is not None and ctx is not None:
+        measured = measured_prefill(status.sample) if running else None
         served = ServedModel(ctx, last.on_gpu, last.weights_bytes, last.cpu_cores, measured)
     endpoint = Endpoint(url, model, ctx, api_key, key_file if api_key else None)
     return Target(endpoint, running, served)
+
+
+def measured_prefill(sample: Sample | None) -> float | None:
+    """The engine's prefill rate over the prompts it has served, once they say something of
+    an agent's long prompt (short ones run faster per token)."""
+    if sample is None or sample.prefill_tokens_total < MEASURED_PROMPT_TOKENS:
+        return None
+    if sample.prefill_seconds_total <= 0:
+        return None
+    return sample.prefill_tokens_total / sample.prefill_seconds_total
 
 
 def where_for(paths: Paths) -> Where:
