@@ -45,11 +45,12 @@ class Endpoint:
 
     @property
     def output_tokens(self) -> int | None:
-        """The reply limit clients get: an eighth of the window, so an agent's long prompt
-        keeps the rest; between 256 and 16384 tokens."""
+        """The reply limit clients get: a sixteenth of the window, so an agent's long prompt
+        and history keep the rest (a reply that runs on never takes the context); between 256
+        and 16384 tokens."""
         if self.ctx is None:
             return None
-        return max(256, min(self.ctx // 8, 16384))
+        return max(256, min(self.ctx // 16, 16384))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ or launch warned first that the client's own prompt does not fit the served cont
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,9 +29,9 @@ from tests.smolserver import private_engine_home
 pytestmark = pytest.mark.slow
 
 PROMPT = "Reply with one word: hello"
-CTX = 8192
-"""Codex's and Claude Code's own prompts (~4.6K, ~3.8K tokens) fit; Qwen Code's (~7.6K) and
-its reply do not, which connect must say."""
+CTX = 6144
+"""Codex's and Claude Code's own prompts (~4.6K, ~3.8K tokens) and their replies fit; Qwen
+Code's (~7.6K) does not, which connect and launch must say."""
 CLIENT_TIMEOUT_S = 600
 TOO_LONG = "more than the served context"
 
@@ -133,3 +135,47 @@ def test_client_answers_on_the_first_try(client, way, agent_server, clients_path
     assert done.returncode == 0, report
     assert prompts_served(paths) > before, report
     assert done.stdout.strip(), report
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_launch_starts_a_keyed_server_and_connect_remembers_it(
+    built_engine_home, clients_path, tmp_path
+):
+    """launch with no server: it starts one (the preset, with a key of the user's), then the
+    client sends the real key; once the server is down connect says so and keeps its address."""
+    lucebox_home = private_engine_home(tmp_path / "lucebox-home")
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = clean_env(home, lucebox_home, clients_path)
+    port = free_port()
+    settings = {"preset": "smollm2", "server.port": str(port), "server.api_key": "lb-e2e-key"}
+    settings["model.ctx"] = "4096"
+    for key, value in settings.items():
+        assert run([*LUCEBOX, "config", "set", key, value], env, work).returncode == 0
+    paths = resolve_paths({"LUCEBOX_HOME": str(lucebox_home)})
+    try:
+        done = run([*LUCEBOX, "launch", "llm", "--", "-m", "smollm2", PROMPT], env, work)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "starting the server" in done.stdout and done.stdout.strip()
+        assert prompts_served(paths) == 1
+    finally:
+        run([*LUCEBOX, "down"], env, work)
+    keys = json.loads((home / ".config" / "io.datasette.llm" / "keys.json").read_text())
+    assert keys["lucebox"] == "lb-e2e-key"
+    later = run([*LUCEBOX, "connect", "codex"], env, work)
+    assert later.returncode == 0, later.stderr
+    assert "no server is running" in later.stderr and f"127.0.0.1:{port}" in later.stderr
+    assert TOO_LONG in later.stderr  # Codex's own prompt is longer than 4096 tokens
+    assert "experimental_bearer_token" not in later.stdout  # printed, not written
+    restored = run([*LUCEBOX, "launch", "llm", "--restore"], env, work)
+    assert (
+        restored.returncode == 0
+        and not (home / ".config" / "io.datasette.llm" / "keys.json").exists()
+    )

@@ -91,7 +91,7 @@ def test_claude_code_write_then_restore_puts_the_original_back(home):
         "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "32768",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2048",
     }
     assert Path(json.loads(result.stdout)["backups"][0]).read_text() == original
     settings.write_text(json.dumps({"theme": "light", "env": merged["env"]}))
