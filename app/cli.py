@@ -20,6 +20,7 @@ from lucebox.app.bench import add_bench_commands
 from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.connect import add_connect_command
 from lucebox.app.handler import Handler, run_handler
+from lucebox.app.launchcmd import add_launch_command
 from lucebox.app.workercmd import add_worker_command
 from lucebox.engine import doctor, pipeline
 from lucebox.engine.core import units
@@ -404,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
     add_bench_commands(bench_cmds, command, positive_int)
     add_connect_command(commands, command)
+    add_launch_command(commands, command)
     add_worker_command(commands, command, port_number)
     return parser
 

@@ -16,11 +16,13 @@ from typing import Literal
 import httpx
 
 from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import gpu
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
 from lucebox.engine.plan.launch import LaunchSpec, url_of
 from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
@@ -247,8 +249,23 @@ class ServerRun:
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
+            self._record_served()
             await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
+
+    def _record_served(self) -> None:
+        """Keep the address and alias for `lucebox connect` once the run has ended."""
+        spec = self.supervisor.spec
+        record = served_now(
+            self.url,
+            (spec.alias,),
+            spec.plan.ctx,
+            api_key_file=spec.api_key_file,
+            on_gpu=bool(spec.gpus or spec.rpc),
+            weights_bytes=spec.plan.memory_bytes.weights,
+        )
+        with contextlib.suppress(OSError, LuceboxError):
+            write_last_served(self.paths, record)
 
     def _peers_after(self, event: ServerEvent) -> tuple[PeerStatus, ...]:
         """The peers' state: lost when the engine exited and its RPC server does not answer."""
