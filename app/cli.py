@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lucebox.app import enginecmd, modelscmd, servicecmd, status
+from lucebox.app import enginecmd, modelscmd, servicecmd, setcmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.cliargs import (
     add_json,
@@ -30,7 +30,7 @@ from lucebox.app.cliargs import (
 from lucebox.app.connect import add_connect_command
 from lucebox.app.handler import Handler, run_handler
 from lucebox.app.workercmd import add_worker_command
-from lucebox.engine import doctor, pipeline
+from lucebox.engine import doctor, pipeline, servedset
 from lucebox.engine.core import units
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,
@@ -119,9 +119,11 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def _serve_options(args: argparse.Namespace) -> planner.ServeOptions:
+    models = tuple(getattr(args, "model", None) or ())  # --model may be given several times
     return planner.ServeOptions(
         preset=getattr(args, "preset", None),
-        model=getattr(args, "model", None),
+        model=models[0] if len(models) == 1 else None,
+        models=models if len(models) > 1 else (),
         draft=getattr(args, "draft", None),
         spec=getattr(args, "spec", None),
         cache=getattr(args, "cache", None),
@@ -143,6 +145,9 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
         )
     if args.dry_run:
         return show_launch_plan(paths, _serve_options(args), as_json=args.json)
+    sources = servedset.served_sources(_serve_options(args), config.load_settings(paths))
+    if sources and not args.detach:
+        return servedset.serve_set(paths, _serve_options(args), sources, step_printer())
     if args.detach:
         pid, log = runstate.start_detached(paths, _serve_options(args).to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
@@ -152,11 +157,17 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     if getattr(args, "prepare_only", False):  # a serve flag; up has none
         pipeline.prepare(paths, _serve_options(args), step_printer())
         return EXIT_OK
-    return pipeline.serve(paths, _serve_options(args), step_printer())
+    options = servedset.one_from_setting(_serve_options(args), config.load_settings(paths))
+    return pipeline.serve(paths, options, step_printer())
 
 
 def show_launch_plan(paths: Paths, options: planner.ServeOptions, *, as_json: bool) -> int:
     """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
+    settings = config.load_settings(paths)
+    sources = servedset.served_sources(options, settings)
+    if sources:
+        return setcmd.show_set_plan(paths, options, sources, as_json=as_json)
+    options = servedset.one_from_setting(options, settings)
     quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:
         prepared = pipeline.prepare(paths, options, quiet, dry_run=True)
@@ -231,6 +242,9 @@ def step_printer() -> Callable[[pipeline.StepEvent], None]:
 
 def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
     if args.headless or args.detach or args.dry_run or args.vram_mib is not None:
+        return cmd_serve(args, paths)
+    if servedset.served_sources(_serve_options(args), config.load_settings(paths)):
+        print("lucebox: a served set runs headless (as `lucebox serve`)", file=sys.stderr)
         return cmd_serve(args, paths)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print(
@@ -307,7 +321,12 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     """The options every planned launch takes: `up`, `serve` and `plan` share them."""
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
-    which.add_argument("--model", metavar="SRC", help="target model: hf:..., pypi:... or a path")
+    which.add_argument(
+        "--model",
+        metavar="SRC",
+        action="append",
+        help="target model: hf:..., pypi:..., a path or a preset id; several: a served set",
+    )
     parser.add_argument("--draft", metavar="SRC", help="speculative-decoding draft model")
     parser.add_argument(
         "--spec",

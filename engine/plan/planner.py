@@ -34,6 +34,7 @@ from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.presets import Preset, PresetModel, facts_from_preset
 from lucebox.engine.models.store import list_models, parse_source
 from lucebox.engine.plan import specguard, speculation
+from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.launch import (
     LaunchSpec,
     server_argv,
@@ -75,6 +76,8 @@ class ServeOptions:
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
+    models: tuple[str, ...] = ()
+    """A served set (several --model): planned by modelset.plan_set, ``model`` stays None."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options."""
@@ -92,6 +95,7 @@ class ServeOptions:
             ("--rpc", ",".join(self.rpc) if self.rpc is not None else None),
         ]
         args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
+        args += [item for source in self.models for item in ("--model", source)]
         return [*args, "--allow-base"] if self.allow_base else args
 
 
@@ -121,7 +125,9 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
             hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
         )
     return Resolved(
-        preset_id=None if options.model else (options.preset or settings.preset or None),
+        preset_id=None
+        if options.model or options.models
+        else (options.preset or settings.preset or None),
         ctx=options.ctx or settings.ctx or None,
         spec=spec,
         cache=options.cache or "agent",
@@ -539,8 +545,9 @@ def plan_launch(
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
     ``preset`` is the model set already chosen (None with --model); ``ctx_cap`` bounds the
-    context after an out-of-memory start. With several GPUs, a model that serves well on one
-    of them runs there alone (a split costs speed); otherwise it is spread over all of them.
+    context after an out-of-memory start. With several GPUs, a model that fits one of them runs
+    there alone unless the split buys 1.5x the context or a more precise KV type (cardchoice);
+    otherwise it is spread over all of them.
     Peers asked for with --rpc are always used: the user asked for the split.
     """
 
@@ -553,19 +560,17 @@ def plan_launch(
     pooled = plan_on(budget)
     if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
-    wanted = min(pooled.resolved.ctx or ENOUGH_CTX, pooled.target.facts.native_ctx)
-    for device in sorted(budget.devices, key=lambda d: -d.vram_free_bytes):
-        alone = plan_on(pool_of((device,), budget.host_total_bytes))
-        plan = alone.plan
-        if (
-            alone.refusal is None
-            and plan.n_gpu_layers < 0
-            and not plan.n_cpu_moe
-            and plan.ctx >= wanted
-        ):
-            reasons = {**plan.reasons, "split": f"fits on {alone.budget.device} alone: no split"}
-            return replace(alone, plan=replace(plan, reasons=reasons))
-    return pooled
+    roomiest = max(budget.devices, key=lambda d: d.vram_free_bytes)
+    alone = plan_on(pool_of((roomiest,), budget.host_total_bytes))
+    plan = alone.plan
+    if alone.refusal is not None or plan.n_gpu_layers >= 0 or plan.n_cpu_moe:
+        return pooled
+    split = pooled.plan if pooled.refusal is None else None
+    keep, why = keep_alone(plan, split, alone.budget.device)
+    chosen = alone if keep else pooled
+    said = chosen.plan.reasons.get("split")
+    reasons = {**chosen.plan.reasons, "split": "; ".join(filter(None, [said, why]))}
+    return replace(chosen, plan=replace(chosen.plan, reasons=reasons))
 
 
 def _plan_on_budget(
