@@ -107,7 +107,7 @@ def planned_models(planned: SetPlan) -> tuple[PlannedModel, ...]:
             lp.alias,
             lp.budget.device,
             lp.spec.model_path,
-            lp.plan.memory_bytes.total,
+            lp.plan.memory_bytes.total + planned.process_bytes,
             lp.budget.is_gpu,
         )
         for lp in planned.launches

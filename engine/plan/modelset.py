@@ -34,6 +34,11 @@ from lucebox.engine.plan.planner import (
     pool_of,
 )
 
+ENGINE_PROCESS_BYTES = 40 * MIB
+"""Without a GPU, what each engine process of a set holds beyond the plan's terms (code,
+threads, HTTP server): the CPU engine serving a generated 0.2 MB llama held 35.5 MiB RSS.
+The router's own process is counted once more. On a GPU the CUDA context is counted instead."""
+
 
 @dataclass(frozen=True)
 class Member:
@@ -53,6 +58,8 @@ class SetPlan:
     budget: GpuBudget
     reasons: dict[str, str]
     refusal: GuardRefusal | None = None
+    process_bytes: int = 0
+    """What each model's own process holds beyond its plan (and the router's, once)."""
 
     @property
     def fits(self) -> bool:
@@ -70,6 +77,7 @@ class SetPlan:
             "fits": self.fits,
             "reasons": dict(self.reasons),
             "device": self.budget.device,
+            "process_bytes": self.process_bytes,
             "refusal": str(self.refusal) if self.refusal else None,
         }
 
@@ -113,10 +121,10 @@ def _plan(
     )
 
 
-def fixed_bytes(launch: LaunchPlan) -> int:
-    """What a model costs whatever its context: everything but its KV cache."""
+def fixed_bytes(launch: LaunchPlan, process_bytes: int = 0) -> int:
+    """What a model costs whatever its context: everything but its KV cache, and its process."""
     memory = launch.plan.memory_bytes
-    return memory.total - memory.kv
+    return memory.total - memory.kv + process_bytes
 
 
 def wanted_ctx(launch: LaunchPlan) -> int:
@@ -158,10 +166,12 @@ def _group(
     settings: Settings,
     budget: GpuBudget,
     engine: EngineView,
+    process_bytes: int = 0,
 ) -> _Group:
-    """The most of ``members`` that fit on ``budget`` at once with the context they want."""
+    """The most of ``members`` that fit on ``budget`` at once with the context they want;
+    ``alone`` are their plans on ``budget`` less one process."""
     free = budget.vram_free_bytes
-    fixed = [fixed_bytes(launch) for launch in alone]
+    fixed = [fixed_bytes(launch, process_bytes) for launch in alone]
     where = budget.device
     passed = ""
     for k in range(len(members), 1, -1):
@@ -170,9 +180,12 @@ def _group(
             passed = passed or f"{k} at once do not fit: their weights alone exceed {where}"
             continue
         launches = tuple(
-            _plan(paths, options, m, settings, share_of(budget, f + spare // k, k), engine)
+            _plan(
+                paths, options, m, settings,
+                share_of(budget, f + spare // k - process_bytes, k), engine,
+            )
             for m, f in zip(members, fixed, strict=True)
-        )
+        )  # fmt: skip
         short = [
             launch
             for launch in launches
@@ -237,13 +250,28 @@ def plan_set(
     cards = budget.devices if budget.is_gpu and not any(d.address for d in budget.devices) else ()
     if len(cards) > 1:
         return _plan_on_cards(paths, options, members, settings, budget, engine, cards)
-    alone = tuple(_plan(paths, options, m, settings, budget, engine) for m in members)
+    process = 0 if budget.is_gpu else ENGINE_PROCESS_BYTES
+    if process:
+        # The router's process first, then each model's: the plans get what is left.
+        budget = share_of(budget, budget.vram_free_bytes - process, 1)
+    alone_budget = share_of(budget, budget.vram_free_bytes - process, 1) if process else budget
+    alone = tuple(_plan(paths, options, m, settings, alone_budget, engine) for m in members)
     refusal = _refuse_alone(budget, alone)
     if refusal is not None:
-        return SetPlan(alone, 1, budget, {"fits": refusal.message}, refusal)
-    group = _group(paths, options, members, alone, settings=settings, budget=budget, engine=engine)
+        return SetPlan(alone, 1, budget, {"fits": refusal.message}, refusal, process)
+    group = _group(
+        paths, options, members, alone, settings=settings, budget=budget, engine=engine,
+        process_bytes=process,
+    )  # fmt: skip
     launches = tuple(_with_reason(lp, "device", f"on {budget.device}") for lp in group.launches)
-    return _checked(launches, group.fit_together, budget, {"models_max": group.why})
+    reasons = {"models_max": group.why}
+    if process:
+        reasons["process"] = (
+            f"{process // MIB} MiB per engine process (the router's and each model's) beyond "
+            "the plans, measured on the CPU engine"
+        )
+    planned = _checked(launches, group.fit_together, budget, reasons)
+    return replace(planned, process_bytes=process)
 
 
 def _checked(

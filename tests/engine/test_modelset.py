@@ -128,7 +128,10 @@ def test_a_ram_limit_holds_one_model_at_a_time():
         settings=Settings(), budget=cpu, engine=EngineView.of(None), ram_limit_bytes=1000 * MIB,
     )  # fmt: skip
     assert limited.models_max == 1 and limited.fits
-    assert all(lp.plan.memory_bytes.total <= 1000 * MIB for lp in limited.launches)
+    # Each model with its own process and the router's fits the limit.
+    process = limited.process_bytes
+    assert process == 40 * MIB
+    assert all(lp.plan.memory_bytes.total + 2 * process <= 1000 * MIB for lp in limited.launches)
 
 
 def test_router_ini_carries_each_plan_and_the_router_only_router_flags():
