@@ -146,6 +146,9 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     if args.dry_run:
         return show_launch_plan(paths, _serve_options(args), as_json=args.json)
     sources = servedset.served_sources(_serve_options(args), config.load_settings(paths))
+    if sources and getattr(args, "prepare_only", False):
+        servedset.prepare_set(paths, _serve_options(args), sources, step_printer(), dry_run=False)
+        return EXIT_OK
     if sources and not args.detach:
         return servedset.serve_set(paths, _serve_options(args), sources, step_printer())
     if args.detach:

@@ -16,13 +16,24 @@ from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.machine.connect import CLIENTS, Endpoint, setup_for, write_setup
 from lucebox.engine.plan.launch import url_of_address
 from lucebox.engine.run import runstate
+from lucebox.engine.run.servedmodels import find_model
 
 
-def endpoint_of(paths: Paths) -> Endpoint:
-    """The running server's URL and model, else the configured address and preset."""
+def endpoint_of(paths: Paths, model: str | None = None) -> Endpoint:
+    """The running server's URL and model (``model`` of a served set, else its first), else
+    the configured address and preset."""
     settings = config.load_settings(paths)
     api_key = client_api_key(paths, settings.api_key)
     status = runstate.current_status(paths)
+    if status.state != "stopped" and status.url is not None and status.models:
+        chosen = find_model(status.models, model) if model else status.models[0]
+        aliases = tuple(m.alias for m in status.models)
+        return Endpoint(status.url, chosen.alias, api_key, aliases)
+    if model is not None:
+        raise UsageError(
+            f"--model {model} names a model of a served set, and none is served",
+            hint="leave --model out, or start the set (`lucebox serve --model A --model B`)",
+        )
     if status.state != "stopped" and status.url is not None and status.model is not None:
         return Endpoint(status.url, status.model, api_key)
     if not settings.preset:
@@ -34,7 +45,7 @@ def endpoint_of(paths: Paths) -> Endpoint:
 
 
 def cmd_connect(args: argparse.Namespace, paths: Paths) -> int:
-    endpoint = endpoint_of(paths)
+    endpoint = endpoint_of(paths, args.model)
     setup = setup_for(args.client, endpoint, Path.home())
     written = backup = None
     if args.write:
@@ -76,3 +87,6 @@ def add_connect_command(commands: Any, command: Callable[..., argparse.ArgumentP
         "--write", action="store_true", help="merge into the client's config file (keeps a backup)"
     )
     connect.add_argument("--json", action="store_true", help="print the result as JSON")
+    connect.add_argument(
+        "--model", metavar="ALIAS", help="of a served set, the model the client starts with"
+    )

@@ -13,7 +13,7 @@ import re
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Endpoint:
     """The server root, e.g. ``http://127.0.0.1:8080`` (no ``/v1``)."""
     model: str
     api_key: str | None = None
+    aliases: tuple[str, ...] = ()
+    """Every model of a served set (``model`` is the one the client starts with)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def _opencode(endpoint: Endpoint, home: Path) -> ClientSetup:
         "npm": "@ai-sdk/openai-compatible",
         "name": "lucebox (local)",
         "options": options,
-        "models": {endpoint.model: {"name": endpoint.model}},
+        "models": {alias: {"name": alias} for alias in endpoint.aliases or (endpoint.model,)},
     }
 
     def merge(text: str | None) -> str:
@@ -225,7 +227,12 @@ _SETUPS: dict[str, Callable[[Endpoint, Path], ClientSetup]] = {
 def setup_for(client: str, endpoint: Endpoint, home: Path) -> ClientSetup:
     if client not in _SETUPS:
         raise UsageError(f"unknown client {client!r}", hint=f"one of {', '.join(CLIENTS)}")
-    return _SETUPS[client](endpoint, home)
+    setup = _SETUPS[client](endpoint, home)
+    others = [alias for alias in endpoint.aliases if alias != endpoint.model]
+    if not others:
+        return setup
+    note = f"the server also serves {', '.join(others)}: name one as the model to switch"
+    return replace(setup, notes=(*setup.notes, note))
 
 
 def _backup_path(path: Path) -> Path:
