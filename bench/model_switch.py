@@ -10,6 +10,8 @@ its wall time is what a client waits for the switch.
    wakes it. Resident memory loaded vs sleeping is read from its process.
 4. evicting: with models.ram_mib for one model at a time (models_max 1), each request for the
    other model unloads the first and loads it.
+5. prompt cache: how much of a repeated ~700-token prompt a model takes from its cache after
+   switching away and back, after sleeping, and after being evicted.
 It also reports what the router's count limit leaves unused under that RAM budget: pairs of
 the set that fit together by the plans' memory but that models_max 1 never loads together.
 
@@ -108,6 +110,35 @@ def evicting(home: Path, sources: list[str], rounds: int) -> dict[str, Any]:
     return {"ram_mib": RAM_MIB_ONE_AT_A_TIME, "evict_and_load_s": _median(times)}
 
 
+LONG_PROMPT = " ".join(f"Line {i}: the lighthouse keeper logs the weather." for i in range(60))
+
+
+def _cached_tokens(served: ServedSet, alias: str) -> dict[str, int]:
+    """The prompt tokens the engine took from its cache for the long prompt, and read anew."""
+    _, answer = served.ask(alias, content=LONG_PROMPT)
+    timings = answer.get("timings", {})
+    return {"cached": int(timings.get("cache_n", 0)), "read": int(timings.get("prompt_n", 0))}
+
+
+def cache_survival(home: Path, sources: list[str]) -> dict[str, Any]:
+    """What a model's prompt cache keeps across a switch, a sleep and an eviction."""
+    report: dict[str, Any] = {}
+    with served_set(home, sources[:2], {"models.idle_s": "3600", "models.ram_mib": "0"}) as s:
+        _cached_tokens(s, "smollm2")
+        _cached_tokens(s, "smoke")
+        report["after_switching_back"] = _cached_tokens(s, "smollm2")
+    with served_set(home, sources[:2], {"models.idle_s": str(IDLE_S), "models.ram_mib": "0"}) as s:
+        _cached_tokens(s, "smollm2")
+        s.wait_states({"smollm2": "sleeping"}, timeout_s=60)
+        report["after_sleeping"] = _cached_tokens(s, "smollm2")
+    limit = str(RAM_MIB_ONE_AT_A_TIME)
+    with served_set(home, sources[:2], {"models.idle_s": "3600", "models.ram_mib": limit}) as s:
+        _cached_tokens(s, "smollm2")
+        _cached_tokens(s, "smoke")  # evicts smollm2
+        report["after_eviction"] = _cached_tokens(s, "smollm2")
+    return report
+
+
 def count_limit_waste(home: Path, sources: list[str]) -> dict[str, Any]:
     """Under the one-at-a-time RAM budget: pairs that fit by the plans, refused by the count."""
     env = {**os.environ, "LUCEBOX_HOME": str(home)}
@@ -142,6 +173,7 @@ def main() -> int:
         "cold_and_loaded": cold_and_loaded(home, sources, aliases, args.rounds),
         "sleeping": sleeping(home, sources, aliases[:2], args.rounds),
         "evicting": evicting(home, sources, args.rounds),
+        "prompt_cache": cache_survival(home, sources),
     }
     subprocess.run(
         [sys.executable, "-m", "lucebox.app.cli", "config", "set", "models.ram_mib",

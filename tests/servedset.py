@@ -64,14 +64,16 @@ class ServedSet:
         answer = httpx.get(self.url + "/models", timeout=10).json()
         return {m["id"]: m["status"]["value"] for m in answer["data"]}
 
-    def ask(self, model: str, max_tokens: int = 1) -> tuple[float, dict[str, Any]]:
+    def ask(
+        self, model: str, max_tokens: int = 1, content: str = "Say hi"
+    ) -> tuple[float, dict[str, Any]]:
         """One chat request naming ``model``: (seconds it took, the answer)."""
         started = time.perf_counter()
         answer = httpx.post(
             self.url + "/v1/chat/completions",
             json={
                 "model": model,
-                "messages": [{"role": "user", "content": "Say hi"}],
+                "messages": [{"role": "user", "content": content}],
                 "max_tokens": max_tokens,
                 "temperature": 0,
             },
