@@ -349,7 +349,7 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
         "--gpus",
         type=index_list,
         metavar="0,1",
-        help="GPUs to use (NVML indices); default: every NVIDIA GPU, one alone when it is enough",
+        help="GPUs to use (NVML indices); default: every NVIDIA GPU, one alone unless a split pays",
     )
     gpus.add_argument(
         "--gpu", dest="gpus", type=lambda text: (non_negative_int(text),), metavar="INDEX",
