@@ -156,7 +156,7 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
     return report
 
 
-def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
+def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
     found = local_file(paths, source)
     if found is not None:
         return found
@@ -166,7 +166,7 @@ def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None)
     ).main_path
 
 
-def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
+def ensure_engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
     emit(StepEvent("engine", "running", "looking for an installed engine"))
     engine = registry.select_engine(paths, probe, wanted).engine
     if engine is None:
@@ -248,13 +248,13 @@ def prepare(
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
-        _pull(paths, target_source, emit, cancel)
+        pull_source(paths, target_source, emit, cancel)
         draft_source = options.draft or (
             preset.draft.model.source if preset and preset.draft and preset.draft.model else None
         )
         if draft_source:
-            _pull(paths, draft_source, emit, cancel)
-        installed = _engine(paths, view.probe, settings.engine, emit)
+            pull_source(paths, draft_source, emit, cancel)
+        installed = ensure_engine(paths, view.probe, settings.engine, emit)
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))

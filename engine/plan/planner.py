@@ -24,6 +24,7 @@ from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import specguard, speculation
+from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import (
     LaunchSpec,
@@ -225,9 +226,10 @@ def plan_launch(
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
     ``resolved`` is ``options`` over config.toml (``resolve``, once per decision); ``preset`` is
-    the model set already chosen (None with --model); ``ctx_cap`` bounds the
-    context after an out-of-memory start. With several GPUs, a model that serves well on one
-    of them runs there alone (a split costs speed); otherwise it is spread over all of them.
+    the model set already chosen (None with --model); ``ctx_cap`` bounds the context after an
+    out-of-memory start. With several GPUs, a model that fits one of them runs
+    there alone unless the split buys 1.5x the context or a more precise KV type (cardchoice);
+    otherwise it is spread over all of them.
     Peers asked for with --rpc are always used: the user asked for the split.
     """
 
@@ -240,19 +242,17 @@ def plan_launch(
     pooled = plan_on(budget)
     if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
-    wanted = wanted_ctx(pooled.resolved.ctx, pooled.target.facts.native_ctx)
-    for device in sorted(budget.devices, key=lambda d: -d.vram_free_bytes):
-        alone = plan_on(pool_of((device,), budget.host_total_bytes))
-        plan = alone.plan
-        if (
-            alone.refusal is None
-            and plan.n_gpu_layers < 0
-            and not plan.n_cpu_moe
-            and plan.ctx >= wanted
-        ):
-            reasons = {**plan.reasons, "split": f"fits on {alone.budget.device} alone: no split"}
-            return replace(alone, plan=replace(plan, reasons=reasons))
-    return pooled
+    roomiest = max(budget.devices, key=lambda d: d.vram_free_bytes)
+    alone = plan_on(pool_of((roomiest,), budget.host_total_bytes))
+    plan = alone.plan
+    if alone.refusal is not None or plan.n_gpu_layers >= 0 or plan.n_cpu_moe:
+        return pooled
+    split = pooled.plan if pooled.refusal is None else None
+    keep, why = keep_alone(plan, split, alone.budget.device)
+    chosen = alone if keep else pooled
+    said = chosen.plan.reasons.get("split")
+    reasons = {**chosen.plan.reasons, "split": "; ".join(filter(None, [said, why]))}
+    return replace(chosen, plan=replace(chosen.plan, reasons=reasons))
 
 
 def _plan_on_budget(

@@ -253,12 +253,17 @@ class ServerRun:
             await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
 
+    @property
+    def served_aliases(self) -> tuple[str, ...]:
+        """The model names clients may ask for."""
+        return (self.supervisor.spec.alias,)
+
     def _record_served(self) -> None:
         """Keep the address and alias for `lucebox connect` once the run has ended."""
         spec = self.supervisor.spec
         record = served_now(
             self.url,
-            (spec.alias,),
+            self.served_aliases,
             spec.plan.ctx,
             api_key_file=spec.api_key_file,
             on_gpu=bool(spec.gpus or spec.rpc),
