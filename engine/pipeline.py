@@ -34,6 +34,8 @@ from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.planner import LaunchPlan
 from lucebox.engine.plan.planner import ServeOptions as ServeOptions
 from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run import calibrator
+from lucebox.engine.run.calibration import Trial
 from lucebox.engine.run.runstate import ServeLock, ServerRun, engine_log
 from lucebox.engine.run.sample import PeerStatus
 from lucebox.engine.run.slots import SlotKey
@@ -282,6 +284,7 @@ class Replanner:
     def __init__(self, paths: Paths, prepared: Prepared) -> None:
         self.paths = paths
         self.settings = prepared.settings
+        self.prepared = prepared
         self.current = prepared.launch
 
     def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
@@ -306,6 +309,30 @@ class Replanner:
         self.current = changed
         return dataclasses.replace(changed.spec, api_key=spec.api_key)
 
+    def for_trial(self, trial: Trial) -> LaunchSpec | None:
+        """The served launch re-planned with one calibration configuration (None: it cannot
+        start here)."""
+        changed = planner.replan(
+            self.paths,
+            self.prepared.launch,
+            self.settings,
+            spec=trial.mode,
+            draft_max=trial.draft_max,
+            p_min=trial.p_min,
+        )
+        if changed.refusal is not None:
+            return None
+        return dataclasses.replace(changed.spec, api_key=self.prepared.spec.api_key)
+
+    def measured(self) -> tuple[LaunchSpec, str] | None:
+        """The launch planned again once the calibration stored its rates."""
+        changed = planner.replan(self.paths, self.prepared.launch, self.settings)
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        spec = dataclasses.replace(changed.spec, api_key=self.prepared.spec.api_key)
+        return spec, changed.speculation.reason
+
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
     return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
@@ -318,8 +345,12 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     launch = prepared.launch
     replanner = Replanner(paths, prepared)
     supervisor.replan_on_oom = replanner.after_oom
+    setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
+    measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
     guard = None
-    if spec.spec_type is not None:
+    if measuring is not None:
+        guard = measuring.guard_for(spec, shortened=launch.options.draft_max is not None)
+    elif spec.spec_type is not None:
         guard = SpecGuard.for_launch(
             spec.spec_type,
             spec.draft_max,
@@ -346,6 +377,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         peers=tuple(
             PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),
+        calibrator=measuring,
     )
 
 

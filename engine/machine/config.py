@@ -53,6 +53,11 @@ class Settings:
     """Longest wait between download attempts (the waits double from 1 s up to this)."""
     rpc_peers: tuple[str, ...] = ()
     """``host:port`` of `lucebox worker` peers whose devices join the split."""
+    calibrate_idle_s: float = 30.0
+    """Measure speculation on this card once no client has sent a request for this long (the
+    first time a model is served with speculation possible); 0 never measures."""
+    probe_max_tokens: int = 0
+    """Cap on each calibration probe's reply in tokens; 0 keeps each probe's own length."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -70,6 +75,8 @@ KEYS: dict[str, str] = {
     "download.stall_s": "download_stall_s",
     "download.backoff_max_s": "download_backoff_max_s",
     "rpc.peers": "rpc_peers",
+    "spec.calibrate_idle_s": "calibrate_idle_s",
+    "spec.probe_max_tokens": "probe_max_tokens",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
