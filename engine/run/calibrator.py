@@ -122,15 +122,15 @@ class Calibrator:
     def spec_view(self, label: str, sampled: SpecStatus | None) -> SpecStatus | None:
         """Speculation as status shows it: the sampler's view with the measured rate, or
         the measurement's own while it runs or when it switched speculation off."""
-        if self.state == "running" and self.trial is not None:
-            done = len(self.measurement.trials)
-            reason = f"measuring on this card: {self.trial.label} ({done} of "
-            reason += f"{len(self.setup.trials)} configurations measured)"
+        if self.state in ("running", "paused") and self.trial is not None:
+            if self.state == "running":
+                reason = f"measuring on this card: {self.trial.label} ("
+                reason += f"{len(self.measurement.trials)} of {len(self.setup.trials)} measured)"
+            else:
+                reason = f"measuring paused at {self.trial.label} for a client's request; "
+                reason += "it resumes once idle"
             base = sampled or SpecStatus(self.trial.spec_type or OFF, None, "", None, None)
             return replace(base, reason=reason)
-        if self.state == "paused" and sampled is not None:
-            reason = "measuring paused for a client's request; it resumes once idle"
-            return replace(sampled, reason=f"{reason}; {sampled.reason}")
         if label == OFF and self.measurement.chosen == OFF:
             planned = next((t.label for t in self.setup.trials if t.label != OFF), None)
             shown = calibration.shown_off(self.measurement, planned) if planned else None
