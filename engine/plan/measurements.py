@@ -246,5 +246,5 @@ def measured_choice(
     match = [c for c in found if trial is not None and c.spec_type == trial.spec_type]
     if trial is None or not match:
         return None
-    why = f"{match[0].why}; {measurement.why}"
+    why = f"{match[0].why}; served as {trial.label}: {measurement.why}"
     return [replace(match[0], draft_max=trial.draft_max, p_min=trial.p_min, why=why)]

@@ -663,6 +663,7 @@ def _plan_on_budget(
         on_gpu=budget.is_gpu,
         shortened=options.draft_max is not None,
         measured_off=measured.why if measured is not None and verdict == [] else "",
+        measured=bool(verdict),
     )
     spec_choice = replace(spec_choice, candidates=candidates, measurement_key=key)
     reasons = {**memory.reasons, "spec": spec_choice.reason}
@@ -719,6 +720,7 @@ def _speculation(
     on_gpu: bool,
     shortened: bool,
     measured_off: str = "",
+    measured: bool = False,
 ) -> Speculation:
     """``chosen_by`` names where a mode the user chose comes from ("" under auto);
     ``measured_off`` says why the measurement store found no mode faster than none here."""
@@ -737,6 +739,7 @@ def _speculation(
         on_gpu,
         user_chose=bool(chosen_by),
         shortened=shortened,
+        measured=measured,
     )
     return Speculation(
         chosen.spec_type,

@@ -82,9 +82,16 @@ def can_shorten(draft_max: int | None, shortened: bool) -> bool:
 
 
 def describe(
-    spec_type: str, draft_max: int | None, on_gpu: bool, *, user_chose: bool, shortened: bool
+    spec_type: str,
+    draft_max: int | None,
+    on_gpu: bool,
+    *,
+    user_chose: bool,
+    shortened: bool,
+    measured: bool = False,
 ) -> str:
-    """What the guard will do with this launch, for the plan's reasons."""
+    """What the guard will do with this launch, for the plan's reasons; ``measured``: the
+    calibration has a rate without speculation for it, which the guard then judges by."""
     _, floor_source = acceptance_floor(spec_type, draft_max, on_gpu)
     if user_chose:
         action = "warns"
@@ -92,6 +99,11 @@ def describe(
         action = "shortens the drafts, then stops speculating,"
     else:
         action = "stops speculating"
+    if measured:
+        return (
+            f"the guard {action} if decoding falls {RATE_MARGIN:.0%} below the rate measured "
+            "without speculation"
+        )
     return f"the guard {action} below {floor_source}"
 
 

@@ -73,3 +73,7 @@ def test_a_measured_winner_is_served_with_the_measured_p_min():
     assert "--spec-draft-p-min" in launch.argv
     assert launch.argv[launch.argv.index("--spec-draft-p-min") + 1] == "0"
     assert "1.32x" in launch.speculation.reason
+    assert "served as draft-mtp n3 p0: 1.32x" in launch.speculation.reason
+    assert "then stops speculating, if decoding falls 15% below the rate measured" in (
+        launch.speculation.reason
+    )

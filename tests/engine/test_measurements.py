@@ -83,7 +83,7 @@ def test_the_planner_takes_the_measured_winner_with_its_draft_length_and_p_min()
     m = Measurement(KEY, (trial(OFF, 1, 1.0), winner), "draft-mtp n3 p0", "measured: 1.4x")
     (chosen,) = measurements.measured_choice([mtp, ngram], m) or []
     assert chosen.spec_type == "draft-mtp" and chosen.p_min == 0.0
-    assert chosen.why == "the head; measured: 1.4x"
+    assert chosen.why == "the head; served as draft-mtp n3 p0: measured: 1.4x"
     assert measurements.measured_choice([mtp, ngram], Measurement(KEY, (), OFF, "")) == []
     assert measurements.measured_choice([ngram], m) is None  # the winner is not possible now
     assert measurements.measured_choice([mtp], Measurement(KEY)) is None  # no verdict yet
