@@ -7,7 +7,8 @@
 # The targets (F16, 16 trunk layers, width x32, 32k vocabulary, as bench/spec_breakeven.py
 # measured): an MTP head that always agrees (agree_token), one of random weights that never
 # agrees (auto plans it with p-min 0.75), and one that agrees part of the time
-# (bench/partial_head.py). Writes status, the store entry and summary.json to $OUT.
+# (bench/partial_head.py). Writes to $OUT (at most 8 files come back): summary.json, the store,
+# statuses.jsonl / statuses.txt, serve-tails.txt, and bench quick's run on the random head.
 set -uo pipefail
 source bench/device_env.sh
 WORK=.devrun/work
@@ -44,12 +45,13 @@ if [ "${1:-measure}" = build ]; then
     lucebox engine status --json > "$OUT/engine-status.json"
     exit 0
 fi
+models >> "$OUT/serve-tails.txt" 2>&1 || exit 1  # a build call that ran out of time
 lucebox config set spec.calibrate_idle_s 2 > /dev/null || exit 1
 calibrate() {  # name: serve that target until its calibration has chosen and the choice runs
     local name=$1 model
     model=$(cat "$WORK/$name.path")
     local start=$(date +%s)
-    lucebox serve --model "$model" --port 18091 > "$OUT/serve-$name.log" 2>&1 &
+    lucebox serve --model "$model" --port 18091 > "$WORK/serve-$name.log" 2>&1 &
     local serve_pid=$!
     python3 - "$name" <<'PY'
 import json, subprocess, sys, time
@@ -65,13 +67,15 @@ while time.monotonic() < deadline:
             not spec.get("reason", "").startswith("measuring"):
         break
     time.sleep(0.5)
-json.dump(status, open(f"{__import__('os').environ['OUT']}/status-{name}.json", "w"), indent=1)
+with open(f"{__import__('os').environ['OUT']}/statuses.jsonl", "a") as out:
+    out.write(json.dumps({"model": name, **status}) + "\n")
 print(name, status.get("state"), json.dumps(status.get("spec")))
 PY
-    lucebox status | tee "$OUT/status-$name.txt"
+    lucebox status | tee -a "$OUT/statuses.txt"
     lucebox down > /dev/null
     wait $serve_pid
     echo "$name: calibrated and stopped in $(( $(date +%s) - start )) s"
+    { echo "== $name"; tail -n 40 "$WORK/serve-$name.log"; } >> "$OUT/serve-tails.txt"
 }
 start=$(date +%s)
 for name in agree never partial; do calibrate $name; done
