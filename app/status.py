@@ -59,6 +59,8 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         parts.append(f"prompt cached {status.cache.cached_prompt_share:.0%}")
     if status.spec is not None and status.spec.acceptance is not None:
         parts.append(f"draft accepted {status.spec.acceptance:.0%}")
+    if status.spec is not None and (headline := status.spec.headline()) is not None:
+        parts.append(headline)
     if sample.vram_used_bytes is not None:
         parts.append(f"VRAM {gib_text(sample.vram_used_bytes, 2)}")
     return f"{head}\n  " + ", ".join(parts) + f" (last {sample.window_s:.0f} s)"

@@ -37,6 +37,8 @@ from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.planner import LaunchPlan
 from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run import calibrator
+from lucebox.engine.run.calibration import Trial
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.sample import PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
@@ -310,6 +312,7 @@ class Replanner:
     def __init__(self, paths: Paths, prepared: Prepared) -> None:
         self.paths = paths
         self.settings = prepared.settings
+        self.prepared = prepared
         self.current = prepared.launch
 
     def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
@@ -334,6 +337,29 @@ class Replanner:
         self.current = changed
         return changed.spec
 
+    def for_trial(self, trial: Trial) -> LaunchSpec | None:
+        """The served launch re-planned with one calibration configuration (None: it cannot
+        start here)."""
+        changed = planner.replan(
+            self.paths,
+            self.prepared.launch,
+            self.settings,
+            spec=trial.mode,
+            draft_max=trial.draft_max,
+            p_min=trial.p_min,
+        )
+        if changed.refusal is not None:
+            return None
+        return changed.spec
+
+    def measured(self) -> tuple[LaunchSpec, str] | None:
+        """The launch planned again once the calibration stored its rates."""
+        changed = planner.replan(self.paths, self.prepared.launch, self.settings)
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return changed.spec, changed.speculation.reason
+
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
     return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
@@ -346,8 +372,12 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     launch = prepared.launch
     replanner = Replanner(paths, prepared)
     supervisor.replan_on_oom = replanner.after_oom
+    setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
+    measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
     guard = None
-    if spec.spec_type is not None:
+    if measuring is not None:
+        guard = measuring.guard_for(spec, shortened=launch.options.draft_max is not None)
+    elif spec.spec_type is not None:
         guard = SpecGuard.for_launch(
             spec.spec_type,
             spec.draft_max,
@@ -368,6 +398,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         peers=tuple(
             PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),
+        calibrator=measuring,
     )
 
 

@@ -59,6 +59,11 @@ class Settings:
     """A model of a served set that serves nothing for this long sleeps (frees its memory)."""
     models_ram_mib: int = 0
     """Without a GPU, the RAM a served set may use in MiB; 0: what is available."""
+    calibrate_idle_s: float = 30.0
+    """Measure speculation on this card once no client has sent a request for this long (the
+    first time a model is served with speculation possible); 0 never measures."""
+    probe_max_tokens: int = 0
+    """Cap on each calibration probe's reply in tokens; 0 keeps each probe's own length."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -79,6 +84,8 @@ KEYS: dict[str, str] = {
     "models.served": "models_served",
     "models.idle_s": "models_idle_s",
     "models.ram_mib": "models_ram_mib",
+    "spec.calibrate_idle_s": "calibrate_idle_s",
+    "spec.probe_max_tokens": "probe_max_tokens",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}

@@ -45,6 +45,8 @@ class ServeOptions:
     """Plan for cards with this much free memory instead of the GPUs that are here."""
     draft_max: int | None = None
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
+    p_min: float | None = None
+    """Another draft p-min than the mode's own (a calibration trial)."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
