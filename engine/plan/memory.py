@@ -57,6 +57,13 @@ class PlanRequest:
     """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
     prompt_cache: bool = True
     """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
+    keep_free_bytes: int | None = None
+    """RAM left to the rest of the PC when the model runs on the CPU; None: the default rule
+    (``cpu_keep_free_bytes``)."""
+    read_cap_ctx: int | None = None
+    """Without a GPU: the context the CPU reads in the time the settings allow (None: no
+    bound). Like ``ctx_cap`` it bounds only a context the planner chooses."""
+    read_cap_reason: str = ""
     checkpoints: bool = False
     """Hybrid (recurrent) and sliding-window models: the engine saves what it cannot roll back
     (the recurrent state, the window) near the end of each prompt, so a growing agent prompt
@@ -237,6 +244,19 @@ def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max
     return max(KVFLASH_FLOOR, min(KVFLASH_CAP, tokens, max_ctx))
 
 
+CPU_KEEP_FREE_MIN_BYTES = 2 * GIB
+CPU_KEEP_FREE_FRACTION = 0.15
+"""Without a GPU the model shares the RAM with the desktop: a plan keeps max(2 GiB, 15% of
+the RAM) for it, so the PC stays usable while the model runs."""
+
+
+def cpu_keep_free_bytes(total_ram_bytes: int, setting_bytes: int | None = None) -> int:
+    """RAM a CPU plan leaves to the rest of the PC: the setting, else max(2 GiB, 15%)."""
+    if setting_bytes:
+        return setting_bytes
+    return max(CPU_KEEP_FREE_MIN_BYTES, int(total_ram_bytes * CPU_KEEP_FREE_FRACTION))
+
+
 def _reserve(budget: GpuBudget) -> int:
     if len(budget.devices) > 1:
         return sum(
@@ -327,7 +347,11 @@ def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
     reasons: dict[str, str] = {}
-    reserve = _reserve(budget)
+    reserve = (
+        _reserve(budget)
+        if budget.is_gpu
+        else cpu_keep_free_bytes(budget.vram_total_bytes, request.keep_free_bytes)
+    )
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
@@ -341,6 +365,14 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["reserve"] = (
         f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
         f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
+        if budget.is_gpu
+        else f"{reserve / MIB:,.0f} MiB of RAM left to the rest of the PC: "
+        + (
+            "machine.keep_free_ram_mib"
+            if request.keep_free_bytes
+            else f"max(2 GiB, {CPU_KEEP_FREE_FRACTION:.0%} of the "
+            f"{budget.vram_total_bytes / GIB:.1f} GiB of RAM)"
+        )
     )
     reasons["weights"] = (
         f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
@@ -403,7 +435,8 @@ def make_plan(request: PlanRequest) -> Plan:
             fits = False
             reasons["ctx"] = (
                 f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
-                "free VRAM, pick a smaller model or quantization, or ask for less"
+                f"free {'VRAM' if budget.is_gpu else 'RAM'}, pick a smaller model or "
+                "quantization, or ask for less"
             )
         else:
             reasons["ctx"] = f"{ctx} tokens as asked"
@@ -418,6 +451,15 @@ def make_plan(request: PlanRequest) -> Plan:
             ctx = request.ctx_cap // CTX_PAD * CTX_PAD
             fits = fits and ctx >= min_ctx
             why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
+        if request.read_cap_ctx is not None and fits and ctx > request.read_cap_ctx:
+            ctx = max(request.read_cap_ctx // CTX_PAD * CTX_PAD, min(min_ctx, ctx))
+            why = request.read_cap_reason
+            if request.read_cap_ctx < min_ctx:
+                fits = False
+                reasons["too_slow"] = (
+                    f"even a {min_ctx}-token context takes longer than allowed to read: "
+                    f"{request.read_cap_reason}"
+                )
         reasons["ctx"] = f"{ctx} tokens: {why}"
     reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
     if not fits and "ctx" not in reasons:

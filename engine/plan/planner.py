@@ -33,7 +33,7 @@ from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.presets import Preset, PresetModel, facts_from_preset
 from lucebox.engine.models.store import list_models, parse_source
-from lucebox.engine.plan import specguard, speculation
+from lucebox.engine.plan import cpuread, specguard, speculation
 from lucebox.engine.plan.launch import (
     LaunchSpec,
     server_argv,
@@ -421,9 +421,12 @@ class LaunchPlan:
 
     @property
     def misfit(self) -> str:
-        """ "" when the set runs wholly on the device, else one word: offload or vram."""
+        """ "" when the set runs wholly on the device, else one word: offload, vram (ram
+        without a GPU), or slow (even the smallest context takes the CPU too long to read)."""
         if not self.plan.fits:
-            return "vram"
+            if self.budget.is_gpu:
+                return "vram"
+            return "slow" if "too_slow" in self.plan.reasons else "ram"
         if self.plan.n_gpu_layers >= 0 and self.plan.memory_bytes.cuda_context:
             return "offload"
         return ""
@@ -614,10 +617,16 @@ def _plan_on_budget(
         draft = _draft_file(paths, draft_source, model, native, target, engine)
 
     swa_full = resolved.cache == "agent" and target.facts.swa_kv_elems_per_token > 0
+    read = None
+    if not budget.is_gpu and resolved.ctx is None:
+        read = cpuread.read_cap(target.facts, settings.cpu_read_s, cpuread.cpu_cores())
     request = PlanRequest(
         target=target.facts,
         budget=budget,
         ctx=resolved.ctx,
+        keep_free_bytes=settings.keep_free_ram_mib * MIB or None,
+        read_cap_ctx=read.ctx if read else None,
+        read_cap_reason=read.reason if read else "",
         kv_types=engine.capabilities.kv_cache_types or KV_PAIRS,
         ctx_cap=ctx_cap,
         swa_full=swa_full,
@@ -740,7 +749,11 @@ def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
     if target.check is not None and not target.check.usable:
         return refusal_of(target.check)
     if not memory.fits:
-        reason = memory.reasons.get("ctx") or memory.reasons.get("fits", "")
+        reason = (
+            memory.reasons.get("too_slow")
+            or memory.reasons.get("ctx")
+            or memory.reasons.get("fits", "")
+        )
         return GuardRefusal(
             f"the plan does not fit: {reason}",
             hint=f"the largest context that fits is {memory.largest_ctx} tokens",

@@ -1,0 +1,50 @@
+"""How much context a CPU can read in the time the user allows (``model.cpu_read_s``).
+
+Without a GPU a context that fits in RAM can still take an hour to read: prefill on a CPU is
+compute bound, about proportional to the weight bytes each token passes through and to the
+cores. Before the model has run here the rate is estimated from its size; the estimate is
+calibrated on SmolLM2-135M Q4_1 (98 MB) on a 2-core dev PC, whose prefill falls from ~240
+tok/s on a short prompt to ~80 tok/s near 6K tokens (FACTS.md): ~120 tok/s over a full 8K read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+from lucebox.engine.models.modelfacts import ModelFacts
+
+BYTE_TOKENS_PER_CORE_S = 5.0e9
+"""Weight bytes x prefill tokens per second per core over a full-context read (the SmolLM2
+figure above, 120 x 98e6 / 2, rounded down: a later read is slower than the first tokens)."""
+
+
+@dataclass(frozen=True)
+class ReadCap:
+    ctx: int
+    """The largest context read within the allowed time."""
+    rate_tok_s: float
+    reason: str
+
+
+def estimated_prefill_tok_s(facts: ModelFacts, cores: int) -> float:
+    return BYTE_TOKENS_PER_CORE_S * max(cores, 1) / max(facts.weights_bytes, 1)
+
+
+def cpu_cores() -> int:
+    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+
+def read_cap(facts: ModelFacts, read_s: float, cores: int) -> ReadCap | None:
+    """The context the CPU reads in ``read_s`` (None when the setting is 0: no bound)."""
+    if read_s <= 0:
+        return None
+    rate = estimated_prefill_tok_s(facts, cores)
+    ctx = int(rate * read_s)
+    reason = (
+        f"at most what this CPU reads in {read_s / 60:g} min (model.cpu_read_s): about "
+        f"{rate:,.0f} tokens/s estimated from {facts.weights_bytes / 2**20:,.0f} MiB of weights "
+        f"on {cores} cores; ask for more with --ctx"
+    )
+    return ReadCap(ctx, rate, reason)
