@@ -22,7 +22,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
-from lucebox.engine.models import guard, hubrepo, store
+from lucebox.engine.models import guard, hubrepo, ondisk, store
 from lucebox.engine.plan import planner, quantchoice, repoplan
 
 
@@ -121,13 +121,22 @@ def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_models_list(args: argparse.Namespace, paths: Paths) -> int:
     records = store.list_models(paths)
+    recorded = {Path(f.path) for r in records for f in r.files}
+    found = [f for f in ondisk.find_all() if f.path not in recorded] if args.all else []
     if args.json:
-        print_json([r.to_json() for r in records])
-    elif not records:
+        stored = [r.to_json() for r in records]
+        print_json(
+            {"stored": stored, "on_disk": [f.to_json() for f in found]} if args.all else stored
+        )
+        return EXIT_OK
+    if not records and not found:
         print("no models yet: `lucebox models pull SRC`")
-    else:
-        for record in records:
-            print(_record_line(record))
+    for record in records:
+        print(_record_line(record))
+    if found:
+        print("kept by other programs (used in place with --model PATH, never copied or deleted):")
+    for item in found:
+        print(f"  {item.origin:<8} {item.name}  {gib_text(item.size_bytes, 2)}  {item.path}")
     return EXIT_OK
 
 
@@ -139,7 +148,8 @@ def cmd_models_verify(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
     record = store.find_model(paths, args.name)
-    foreign = [f.path for f in record.files if not f.owned]
+    kept = [f.path for f in record.files if ondisk.belongs_to_other_app(Path(f.path))]
+    foreign = [f.path for f in record.files if not f.owned and f.path not in kept]
     delete_foreign = False
     if foreign and not args.keep_files:
         if args.yes:
@@ -155,6 +165,8 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
     deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
     freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
     print(f"removed {record.name}; freed {gib_text(freed, 2)}")
+    for path in kept:
+        print(f"  kept {path}: another program keeps it (lucebox never deletes it)")
     return EXIT_OK
 
 
@@ -268,6 +280,11 @@ def add_commands(subs: Any, command: Command) -> None:
         "models in the store",
         cmd_models_list,
         subs,
+    )
+    listing.add_argument(
+        "--all",
+        action="store_true",
+        help="also GGUFs in the Hugging Face cache, LM Studio and Ollama",
     )
     add_json(listing)
     rm = command(

@@ -49,6 +49,7 @@ from lucebox.engine.core.transfer import (
     sha256_file,
 )
 from lucebox.engine.machine import config
+from lucebox.engine.models import ondisk
 from lucebox.engine.models.guard import CheckResult, check_model, model_name, shard_names
 
 STRUCTURAL_CODES = {"not-gguf", "corrupt-header", "truncated", "missing-shard"}
@@ -356,20 +357,11 @@ def hub_endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
-def hf_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "huggingface"
-    )
-    return Path(home) / "hub"
-
-
 def _cached_hf_file(source: ModelSource, filename: str) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(
-        source.repo_id, filename, cache_dir=hf_cache_dir(), revision=source.revision
+        source.repo_id, filename, cache_dir=ondisk.hf_cache_dir(), revision=source.revision
     )
     return Path(found) if isinstance(found, str) else None
 
@@ -436,6 +428,9 @@ def _pull_hf(
             )
         size = meta.size if meta.size is not None else getattr(info, "size", None)
         plans.append((name, dest_dir / Path(name).name, expected, size))
+    in_place = _found_elsewhere(plans)
+    if in_place is not None:
+        return _check_and_record(paths, source, in_place[0], in_place[1], commit)
     _check_free_disk(dest_dir, sum(_bytes_to_fetch(dest, size or 0) for _, dest, _, size in plans))
     headers = build_hf_headers()
     files = []
@@ -457,6 +452,36 @@ def _pull_hf(
                 raise _hf_transfer_error(exc, source, name) from exc
         files.append((dest, expected, True))
     return _check_and_record(paths, source, files, "hub-lfs", commit)
+
+
+_ORIGIN_SHA_SOURCES = {"hf-cache": "hf-cache-blob", "lmstudio": "lmstudio", "ollama": "ollama-blob"}
+
+
+def _found_elsewhere(
+    plans: list[tuple[str, Path, str, int | None]],
+) -> tuple[list[tuple[Path, str, bool]], str] | None:
+    """Every file of a pull already kept by another program (HF cache, LM Studio, Ollama), each
+    hashed once: used in place, never copied. None when one is missing or the store has it."""
+    found: list[tuple[Path, str, bool]] = []
+    origins = set()
+    for name, dest, expected, size in plans:
+        if dest.exists():
+            return None
+        match = ondisk.find_match(name, size, expected)
+        if match is None:
+            return None
+        actual = sha256_file(match.path)
+        if actual != expected:
+            if match.sha256 is not None:
+                raise HashMismatchError(
+                    f"{match.path} ({match.origin}: {match.name}) has sha256 {actual}, but its "
+                    f"name says {expected}: the file changed on disk",
+                    hint=f"let {match.origin} fetch it again, or delete it; lucebox never does",
+                )
+            return None  # an LM Studio file of the same name and size, but another file
+        found.append((match.path, expected, False))
+        origins.add(_ORIGIN_SHA_SOURCES[match.origin])
+    return found, "+".join(sorted(origins))
 
 
 def _bytes_to_fetch(dest: Path, size_bytes: int) -> int:
@@ -734,14 +759,15 @@ def verify_model(paths: Paths, name: str) -> ModelRecord:
 def remove_model(paths: Paths, name: str, *, delete_foreign: bool) -> list[Path]:
     """Remove a model's record and the files the store owns; returns the deleted paths.
 
-    Files the store does not own (a local path, the Hugging Face cache) are deleted only with
-    ``delete_foreign``.
+    Files the store does not own (a local path) are deleted only with ``delete_foreign``; files
+    other programs keep (the Hugging Face cache, LM Studio, Ollama) never are.
     """
     record = find_model(paths, name)
     deleted = []
     for stored in record.files:
         path = Path(stored.path)
-        if (stored.owned or delete_foreign) and path.exists():
+        foreign_ok = delete_foreign and not ondisk.belongs_to_other_app(path)
+        if (stored.owned or foreign_ok) and path.exists():
             path.unlink()
             deleted.append(path)
     (_records_dir(paths) / f"{record.name}.json").unlink(missing_ok=True)
