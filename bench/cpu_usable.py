@@ -14,10 +14,9 @@ import argparse
 import json
 import sys
 
+from lucebox.engine import pipeline
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
-from lucebox.engine.engines import registry
-from lucebox.engine.machine import config, gpu
 from lucebox.engine.plan import cpuread, planner, presetchoice
 
 
@@ -26,15 +25,13 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     paths = resolve_paths()
-    settings = config.load_settings(paths)
-    probe = gpu.probe_gpus()
-    if probe.has_gpu:
+    options = planner.ServeOptions()
+    view = pipeline.machine_view(paths, options)
+    if view.budget.is_gpu:
         print("this PC has a GPU: the CPU caps do not apply", file=sys.stderr)
         return 1
-    budget = planner.budget_for(probe)
-    engine = planner.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
-    options = planner.ServeOptions()
-    table = presetchoice.preset_table(paths, options, settings, budget, engine)
+    budget, cap_s = view.budget, view.resolved.cpu_read_s
+    table = presetchoice.preset_table(paths, options, view.resolved, budget, view.engine)
     cores = cpuread.cpu_cores()
     rows, broken = [], 0
     for item in table.plans:
@@ -43,7 +40,7 @@ def main() -> int:
         free_after = memory.available - memory.total
         read_s = item.plan.ctx / rate
         fits = not item.misfit
-        ok = not fits or (free_after >= 2 * GIB and read_s <= settings.cpu_read_s * 1.001)
+        ok = not fits or (free_after >= 2 * GIB and read_s <= cap_s * 1.001)
         broken += not ok
         rows.append(
             {
@@ -62,7 +59,7 @@ def main() -> int:
         "ram_total_gib": round(budget.vram_total_bytes / GIB, 2),
         "ram_available_gib": round(budget.vram_free_bytes / GIB, 2),
         "cores": cores,
-        "cpu_read_s": settings.cpu_read_s,
+        "cpu_read_s": cap_s,
         "best": table.best.alias if table.best else None,
         "presets": rows,
     }
@@ -71,7 +68,7 @@ def main() -> int:
     else:
         print(
             f"RAM {summary['ram_total_gib']} GiB, {summary['ram_available_gib']} GiB available, "
-            f"{cores} cores, read cap {settings.cpu_read_s:g} s; up picks {summary['best']}"
+            f"{cores} cores, read cap {cap_s:g} s; up picks {summary['best']}"
         )
         for row in rows:
             verdict = (

@@ -114,6 +114,10 @@ class Resolved:
     """The RPC peers asked for, in the order the engine numbers their devices."""
     allow_base: bool
     api_key: str | None
+    keep_free_ram_bytes: int | None = None
+    """RAM a CPU plan leaves to the rest of the PC (machine.keep_free_ram_mib); None: the rule."""
+    cpu_read_s: float = 0.0
+    """A chosen CPU context is at most what the CPU reads in this long (model.cpu_read_s)."""
 
 
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
@@ -134,6 +138,8 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         rpc=options.rpc if options.rpc is not None else settings.rpc_peers,
         allow_base=options.allow_base or settings.allow_base,
         api_key=settings.api_key or None,
+        keep_free_ram_bytes=settings.keep_free_ram_mib * MIB or None,
+        cpu_read_s=settings.cpu_read_s,
     )
 
 
@@ -619,12 +625,12 @@ def _plan_on_budget(
     swa_full = resolved.cache == "agent" and target.facts.swa_kv_elems_per_token > 0
     read = None
     if not budget.is_gpu and resolved.ctx is None:
-        read = cpuread.read_cap(target.facts, settings.cpu_read_s, cpuread.cpu_cores())
+        read = cpuread.read_cap(target.facts, resolved.cpu_read_s, cpuread.cpu_cores())
     request = PlanRequest(
         target=target.facts,
         budget=budget,
         ctx=resolved.ctx,
-        keep_free_bytes=settings.keep_free_ram_mib * MIB or None,
+        keep_free_bytes=resolved.keep_free_ram_bytes,
         read_cap_ctx=read.ctx if read else None,
         read_cap_reason=read.reason if read else "",
         kv_types=engine.capabilities.kv_cache_types or KV_PAIRS,

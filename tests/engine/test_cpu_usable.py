@@ -62,9 +62,9 @@ def test_presets_on_this_cpu_leave_ram_and_read_in_time():
 
     paths = resolve_paths()
     settings = config.load_settings(paths)
-    table = presetchoice.preset_table(
-        paths, planner.ServeOptions(), settings, RAM, planner.pinned_engine()
-    )
+    options = planner.ServeOptions()
+    resolved = planner.resolve(options, settings)
+    table = presetchoice.preset_table(paths, options, resolved, RAM, planner.pinned_engine())
     fitting = [p for p in table.plans if not p.misfit]
     assert fitting and table.best is not None and table.best.alias == "smollm2"
     for item in table.plans:
@@ -74,4 +74,4 @@ def test_presets_on_this_cpu_leave_ram_and_read_in_time():
             continue
         assert memory.available - memory.total >= 2 * GIB
         rate = cpuread.estimated_prefill_tok_s(item.target.facts, cpuread.cpu_cores())
-        assert item.plan.ctx / rate <= settings.cpu_read_s + 1
+        assert item.plan.ctx / rate <= resolved.cpu_read_s + 1
