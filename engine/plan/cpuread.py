@@ -2,9 +2,11 @@
 
 Without a GPU a context that fits in RAM can still take an hour to read: prefill on a CPU is
 compute bound, about proportional to the weight bytes each token passes through and to the
-cores. Before the model has run here the rate is estimated from its size; the estimate is
-calibrated on SmolLM2-135M Q4_1 (98 MB) on a 2-core dev PC, whose prefill falls from ~240
-tok/s on a short prompt to ~80 tok/s near 6K tokens (FACTS.md): ~120 tok/s over a full 8K read.
+cores. Before the model has run here the rate is estimated from its size, calibrated on
+SmolLM2-135M Q4_1 (98 MB) on a 2-core dev PC: its prefill falls from ~240 tok/s on a short
+prompt to ~80 tok/s near 6K tokens (FACTS.md); the estimate takes the slow end. Measured again
+by bench/cpu_usable.py --measure on the same kind of PC while other work shared its two cores:
+6,942 tokens in 275 s (25 tok/s), which is why a rate measured here replaces the estimate.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import psutil
 
 from lucebox.engine.models.modelfacts import ModelFacts
 
-BYTE_TOKENS_PER_CORE_S = 5.0e9
-"""Weight bytes x prefill tokens per second per core over a full-context read (the SmolLM2
-figure above, 120 x 98e6 / 2, rounded down: a later read is slower than the first tokens)."""
+BYTE_TOKENS_PER_CORE_S = 4.0e9
+"""Weight bytes x prefill tokens per second per core over a long read (the SmolLM2 figure
+above at 6K tokens: 80 x 98e6 / 2)."""
 
 
 @dataclass(frozen=True)
@@ -36,15 +38,22 @@ def cpu_cores() -> int:
     return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
 
 
-def read_cap(facts: ModelFacts, read_s: float, cores: int) -> ReadCap | None:
-    """The context the CPU reads in ``read_s`` (None when the setting is 0: no bound)."""
+def read_cap(
+    facts: ModelFacts, read_s: float, cores: int, measured_tok_s: float | None = None
+) -> ReadCap | None:
+    """The context the CPU reads in ``read_s`` (None when the setting is 0: no bound), at the
+    rate measured for this model here when there is one, else the estimate."""
     if read_s <= 0:
         return None
-    rate = estimated_prefill_tok_s(facts, cores)
-    ctx = int(rate * read_s)
+    if measured_tok_s:
+        rate, source = measured_tok_s, "measured for this model on this PC"
+    else:
+        rate = estimated_prefill_tok_s(facts, cores)
+        source = (
+            f"estimated from {facts.weights_bytes / 2**20:,.0f} MiB of weights on {cores} cores"
+        )
     reason = (
         f"at most what this CPU reads in {read_s / 60:g} min (model.cpu_read_s): about "
-        f"{rate:,.0f} tokens/s estimated from {facts.weights_bytes / 2**20:,.0f} MiB of weights "
-        f"on {cores} cores; ask for more with --ctx"
+        f"{rate:,.0f} tokens/s {source}; ask for more with --ctx"
     )
-    return ReadCap(ctx, rate, reason)
+    return ReadCap(int(rate * read_s), rate, reason)

@@ -23,6 +23,7 @@ from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import MIB
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.machine import prefillrates
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget
 from lucebox.engine.machine.config import Settings
@@ -625,7 +626,11 @@ def _plan_on_budget(
     swa_full = resolved.cache == "agent" and target.facts.swa_kv_elems_per_token > 0
     read = None
     if not budget.is_gpu and resolved.ctx is None:
-        read = cpuread.read_cap(target.facts, resolved.cpu_read_s, cpuread.cpu_cores())
+        cores = cpuread.cpu_cores()
+        rate = prefillrates.measured(paths, target.path, cores) if target.present else None
+        read = cpuread.read_cap(
+            target.facts, resolved.cpu_read_s, cores, rate.tok_s if rate else None
+        )
     request = PlanRequest(
         target=target.facts,
         budget=budget,

@@ -511,7 +511,8 @@ class ServerRun:
     async def _sample(
         self, engine_pid: int, queue: asyncio.Queue[ServerEvent | Sample | None]
     ) -> None:
-        from lucebox.engine.machine import gpu
+        from lucebox.engine.machine import gpu, prefillrates
+        from lucebox.engine.plan.cpuread import cpu_cores
         from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 
         spec = self.supervisor.spec
@@ -523,6 +524,8 @@ class ServerRun:
         else:
             nvml = provider
         facts = self._run.logs.setdefault(engine_pid, EngineLog())
+        on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
+        prefill = prefillrates.Recorder(self.paths, Path(spec.model_path), cpu_cores())
         sampler = Sampler(
             self.url,
             engine_pid,
@@ -546,6 +549,8 @@ class ServerRun:
                     cache=sampler.cache_status(),
                 )
                 self._watch_acceptance(sample)
+                if on_cpu:
+                    prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
         finally:
             if nvml is not None:
                 with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):

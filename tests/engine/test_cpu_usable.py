@@ -75,3 +75,30 @@ def test_presets_on_this_cpu_leave_ram_and_read_in_time():
         assert memory.available - memory.total >= 2 * GIB
         rate = cpuread.estimated_prefill_tok_s(item.target.facts, cpuread.cpu_cores())
         assert item.plan.ctx / rate <= resolved.cpu_read_s + 1
+
+
+def test_a_measured_rate_replaces_the_estimate(tmp_path):
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.machine import config, prefillrates
+    from lucebox.engine.plan import planner
+
+    paths = resolve_paths()
+    model = cached_gguf(ModelSpec(n_ctx=131072, basename="tiny-measured"))
+    options = planner.ServeOptions(model=str(model))
+    resolved = planner.resolve(options, config.load_settings(paths))
+    cores = cpuread.cpu_cores()
+
+    def plan() -> planner.LaunchPlan:
+        return planner.plan_launch(
+            paths, options, resolved=resolved, budget=RAM, engine=planner.pinned_engine()
+        )
+
+    assert plan().plan.ctx == 131072  # a tiny model: the estimate does not bound it
+    recorder = prefillrates.Recorder(paths, model, cores)
+    recorder.observe(1000, 1.0)  # too few tokens to say anything
+    assert prefillrates.measured(paths, model, cores) is None
+    recorder.observe(3000, 300.0)  # measured 10 tok/s: 3,000 tokens in 5 minutes
+    measured = plan().plan
+    assert "measured for this model on this PC" in measured.reasons["ctx"]
+    assert measured.ctx == 2816
+    assert prefillrates.measured(paths, model, cores + 1) is None  # another CPU: estimate
