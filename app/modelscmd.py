@@ -95,7 +95,7 @@ def _pinned_source(paths: Paths, args: argparse.Namespace) -> str:
     )
     if chosen is None:
         return str(args.source)
-    print(f"lucebox: {chosen.choice.why}", file=sys.stderr)
+    print(f"lucebox: {chosen.why}", file=sys.stderr)
     return chosen.source
 
 

@@ -246,7 +246,7 @@ def prepare(
         paths, options, resolved=view.resolved, budget=budget, engine=view.engine
     )
     if by_name is not None:
-        emit(StepEvent("models", "note", by_name.choice.why))
+        emit(StepEvent("models", "note", by_name.why))
         options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
@@ -270,7 +270,7 @@ def prepare(
         remote_facts=by_name.facts if by_name else None,
     )
     if by_name is not None:
-        launch = replace(launch, source_choice=by_name.to_json())
+        launch = replace(launch, source_choice=by_name.document)
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:

@@ -34,6 +34,19 @@ HTTP_TIMEOUT_S = 30.0
 SEARCH_LIMIT = 20
 
 
+class HubUnreachableError(StoreError):
+    """The Hub did not answer (no network, HF_HUB_OFFLINE): not a verdict on the repo."""
+
+
+def _unreachable_or(exc: Exception, source: ModelSource) -> StoreError:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    mapped = hub_error(exc, source)
+    if isinstance(exc, HfHubHTTPError):
+        return StoreError(mapped.message, hint=mapped.hint)
+    return HubUnreachableError(mapped.message, hint=mapped.hint)
+
+
 @dataclass(frozen=True)
 class RepoListing:
     """A repo's GGUFs at one commit: the quant candidates and what lies beside them."""
@@ -81,7 +94,7 @@ class RepoHit:
 
 
 def _offline_refusal(source: ModelSource) -> StoreError:
-    return StoreError(
+    return HubUnreachableError(
         f"{source.text} names a repo on the Hub, and HF_HUB_OFFLINE is set",
         hint="unset HF_HUB_OFFLINE, or name a file already pulled (`lucebox models list`)",
     )
@@ -98,7 +111,7 @@ def list_repo(source: ModelSource) -> RepoListing:
             source.repo_id, revision=source.revision, files_metadata=True
         )
     except Exception as exc:
-        raise hub_error(exc, source) from exc
+        raise _unreachable_or(exc, source) from exc
     files = [
         quant.RepoFile(s.rfilename, int(s.size or 0), s.lfs.sha256 if s.lfs else None)
         for s in info.siblings or []
@@ -138,7 +151,7 @@ class _RangeFile:
             response = get_session().get(self.url, headers=headers, timeout=HTTP_TIMEOUT_S)
             hf_raise_for_status(response)
         except Exception as exc:
-            raise hub_error(exc, self.source) from exc
+            raise _unreachable_or(exc, self.source) from exc
         data = response.content
         if response.status_code != 206:
             # A server without ranges sends the whole file; keep only what was asked.

@@ -8,58 +8,58 @@ facts are that header's, with the weights scaled to the quant's own file size.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.budget import GpuBudget
-from lucebox.engine.models import hubrepo
+from lucebox.engine.models import hubrepo, store
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
-from lucebox.engine.models.quant import QuantGroup, bits_per_weight
+from lucebox.engine.models.quant import QuantGroup, bits_per_weight, quant_from_name
 from lucebox.engine.models.store import ModelSource, parse_source
 from lucebox.engine.plan import planner, quantchoice
 
 
 @dataclass(frozen=True)
 class RepoChoice:
-    listing: hubrepo.RepoListing
-    choice: quantchoice.QuantChoice
-    facts: ModelFacts
-    """The chosen quant's facts, for a plan made before the download."""
-    header_bytes_read: int
+    """The file a repo named by name resolves to on this machine, and why."""
 
-    @property
-    def source(self) -> str:
-        return self.choice.chosen.source
+    source: str
+    """The pinned file source: ``hf:OWNER/REPO/FILE.gguf@COMMIT``."""
+    why: str
+    facts: ModelFacts | None
+    """The chosen quant's facts, for a plan made before the download (None: it is here)."""
+    document: dict[str, Any]
+    """The ``source`` key of ``plan --json``."""
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``source`` key of ``plan --json``."""
-        group = next(
-            g for g in self.listing.layout.candidates if g.quant == self.choice.chosen.quant
-        )
-        return {
-            "repo": self.listing.repo_id,
-            "revision": self.listing.revision,
-            "quant": self.choice.chosen.quant,
-            "files": [
-                {"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256}
-                for f in group.files
-            ],
-            "why": self.choice.why,
-            "candidates": [c.to_json() for c in self.choice.candidates],
-            "sidecars": [
-                {
-                    "kind": s.kind,
-                    "path": s.file.path,
-                    "size_bytes": s.file.size_bytes,
-                    "served": False,
-                    "note": _SIDECAR_NOTES[s.kind],
-                }
-                for s in self.listing.layout.sidecars
-            ],
-            "skipped": list(self.listing.layout.skipped),
-            "header_bytes_read": self.header_bytes_read,
-        }
+
+def _document(
+    listing: hubrepo.RepoListing, choice: quantchoice.QuantChoice, header_bytes_read: int
+) -> dict[str, Any]:
+    group = next(g for g in listing.layout.candidates if g.quant == choice.chosen.quant)
+    return {
+        "repo": listing.repo_id,
+        "revision": listing.revision,
+        "quant": choice.chosen.quant,
+        "files": [
+            {"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256} for f in group.files
+        ],
+        "why": choice.why,
+        "candidates": [c.to_json() for c in choice.candidates],
+        "sidecars": [
+            {
+                "kind": s.kind,
+                "path": s.file.path,
+                "size_bytes": s.file.size_bytes,
+                "served": False,
+                "note": _SIDECAR_NOTES[s.kind],
+            }
+            for s in listing.layout.sidecars
+        ],
+        "skipped": list(listing.layout.skipped),
+        "header_bytes_read": header_bytes_read,
+    }
 
 
 _SIDECAR_NOTES = {
@@ -89,7 +89,14 @@ def by_name(
                 hint="use --model OWNER/REPO --quant Q (a file or a preset has one quant)",
             )
         return None
-    return choose_quant(paths, options, resolved=resolved, budget=budget, engine=engine)
+    try:
+        return choose_quant(paths, options, resolved=resolved, budget=budget, engine=engine)
+    except hubrepo.HubUnreachableError:
+        source = parse_source(options.model or "")
+        stored = _stored_pull(paths, source, _asked_quant(source, options.quant))
+        if stored is None:
+            raise
+        return stored
 
 
 def scaled_facts(base: ModelFacts, header: hubrepo.RemoteHeader, group: QuantGroup) -> ModelFacts:
@@ -178,11 +185,41 @@ def choose_quant(
         asked_ctx=resolved.ctx,
     )
     return RepoChoice(
-        planned.listing,
-        choice,
+        choice.chosen.source,
+        choice.why,
         planned.facts_by_quant[choice.chosen.quant],
-        planned.header.bytes_read,
+        _document(planned.listing, choice, planned.header.bytes_read),
     )
+
+
+def _stored_pull(paths: Paths, source: ModelSource, quant: str | None) -> RepoChoice | None:
+    """The newest pull of this repo in the store (of the named quant), for when the Hub cannot
+    be reached: a service restarted without network still serves what it served."""
+    prefix = f"hf:{source.repo_id}/"
+    pulls = [
+        r
+        for r in store.list_models(paths)
+        if r.source.startswith(prefix)
+        and r.main_path.is_file()
+        and (quant is None or quant_from_name(r.source) in (quant, f"UD-{quant}"))
+    ]
+    if not pulls:
+        return None
+    record = max(pulls, key=lambda r: r.verified_at)
+    label = quant_from_name(record.source) or record.name
+    why = f"{label}: the one pulled on {record.verified_at} (the Hub cannot be reached now)"
+    document = {
+        "repo": source.repo_id,
+        "revision": record.revision,
+        "quant": label,
+        "files": [
+            {"path": Path(f.path).name, "size_bytes": f.size_bytes, "sha256": f.sha256}
+            for f in record.files
+        ],
+        "why": why,
+        "candidates": [],
+    }
+    return RepoChoice(record.source, why, None, document)
 
 
 def _asked_quant(source: ModelSource, flag: str | None) -> str | None:

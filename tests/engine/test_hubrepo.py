@@ -148,20 +148,23 @@ def _choose(vram_mib: int, **extra: object) -> repoplan.RepoChoice:
 def test_the_choice_follows_the_budget(hub):
     # Budgets from roomy to tight: the most precise quant with the native 16K context, a split
     # one included; below that, the most context of 3 bits or more (never the 2-bit file).
-    chosen = {mib: _choose(mib).choice.chosen for mib in (900, 880, 860, 840)}
-    assert {mib: c.quant for mib, c in chosen.items()} == {
+    chosen = {mib: _choose(mib) for mib in (900, 880, 860, 840)}
+    assert {mib: c.document["quant"] for mib, c in chosen.items()} == {
         900: "F16",
         880: "Q8_0",
         860: "Q5_0",
         840: "Q4_0",
     }
     assert chosen[860].source == f"hf:{REPO}/tiny-quants-Q5_0-00001-of-00002.gguf@{COMMIT}"
-    assert all(c.ctx == 16384 for mib, c in chosen.items() if mib != 840)
-    tight = _choose(840)
-    two_bit = next(c for c in tight.choice.candidates if c.quant == "Q2_K")
-    assert two_bit.ctx > chosen[840].ctx
-    assert "no quant of 3 bits or more fits with 16,384 tokens" in tight.choice.why
-    document = _choose(880).to_json()
+
+    def ctx_of(choice: repoplan.RepoChoice, quant: str) -> int:
+        return next(c["ctx"] for c in choice.document["candidates"] if c["quant"] == quant)
+
+    assert all(ctx_of(c, c.document["quant"]) == 16384 for mib, c in chosen.items() if mib != 840)
+    tight = chosen[840]
+    assert ctx_of(tight, "Q2_K") > ctx_of(tight, "Q4_0")
+    assert "no quant of 3 bits or more fits with 16,384 tokens" in tight.why
+    document = chosen[880].document
     assert document["revision"] == COMMIT and document["quant"] == "Q8_0"
     assert {c["quant"] for c in document["candidates"]} == {"F16", "Q8_0", "Q5_0", "Q4_0", "Q2_K"}
     assert "most precise" in document["why"] and "F16" in document["why"]
@@ -169,7 +172,7 @@ def test_the_choice_follows_the_budget(hub):
 
 
 def test_a_named_quant_is_used_or_refused_with_numbers(hub):
-    assert _choose(2048, quant="Q4_0").choice.chosen.quant == "Q4_0"
+    assert _choose(2048, quant="Q4_0").document["quant"] == "Q4_0"
     with pytest.raises(GuardRefusal) as refused:
         _choose(760, quant="F16")
     assert "F16 does not fit" in refused.value.message
@@ -252,3 +255,18 @@ def test_cli_plan_pull_search_and_quants(hub, tmp_path):
     assert gated.returncode == 1
     assert_one_line_error(gated)
     assert "gated" in gated.stderr
+
+
+def test_without_the_hub_the_last_pull_of_the_repo_serves(hub, monkeypatch):
+    env = {"HF_ENDPOINT": hub.base_url}
+    pulled = run_lucebox("models", "pull", f"{REPO}:Q4_0", env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    plan = run_lucebox("plan", "--model", REPO, "--json", env=offline)
+    assert plan.returncode == 0, plan.stderr
+    document = json.loads(plan.stdout)
+    assert document["target"]["present"] and document["source"]["quant"] == "Q4_0"
+    assert "cannot be reached" in document["source"]["why"]
+    other = run_lucebox("plan", "--model", f"{REPO}:Q8_0", env=offline)
+    assert other.returncode == 1 and "HF_HUB_OFFLINE" in other.stderr
+    assert_one_line_error(other)
