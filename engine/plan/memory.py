@@ -18,6 +18,11 @@ from typing import Any
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.plan.hostram import (
+    CPU_KEEP_FREE_FRACTION,
+    cpu_keep_free_bytes,
+    host_ram_bound,
+)
 
 CTX_PAD = 256
 N_UBATCH = 512
@@ -242,19 +247,6 @@ def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max
         return min(KVFLASH_CAP, max_ctx)
     tokens = int((free_after_weights - reserve) / 2 / kv_per_token) // CTX_PAD * CTX_PAD
     return max(KVFLASH_FLOOR, min(KVFLASH_CAP, tokens, max_ctx))
-
-
-CPU_KEEP_FREE_MIN_BYTES = 2 * GIB
-CPU_KEEP_FREE_FRACTION = 0.15
-"""Without a GPU the model shares the RAM with the desktop: a plan keeps max(2 GiB, 15% of
-the RAM) for it, so the PC stays usable while the model runs."""
-
-
-def cpu_keep_free_bytes(total_ram_bytes: int, setting_bytes: int | None = None) -> int:
-    """RAM a CPU plan leaves to the rest of the PC: the setting, else max(2 GiB, 15%)."""
-    if setting_bytes:
-        return setting_bytes
-    return max(CPU_KEEP_FREE_MIN_BYTES, int(total_ram_bytes * CPU_KEEP_FREE_FRACTION))
 
 
 def _reserve(budget: GpuBudget) -> int:
@@ -490,8 +482,19 @@ def make_plan(request: PlanRequest) -> Plan:
             f"same context (as the target's), compute"
         )
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
+    on_gpu = _weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
+    if budget.is_gpu:
+        # No layer on the GPU: _weights_on_gpu counts them all, yet they are all in RAM.
+        in_ram = target.weights_bytes - (0 if n_gpu_layers == 0 and not n_cpu_moe else on_gpu)
+        bound = host_ram_bound(
+            budget.host_total_bytes, request.keep_free_bytes, in_ram, prompt_cache, checkpoints
+        )
+        prompt_cache = bound.prompt_cache_bytes
+        if bound.reason:
+            reasons["ram" if not bound.fits else "host_ram"] = bound.reason
+            fits = fits and bound.fits
     memory = MemoryBytes(
-        weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
+        weights=on_gpu,
         kv=kv,
         draft=draft_total,
         compute=compute,

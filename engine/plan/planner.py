@@ -431,6 +431,8 @@ class LaunchPlan:
         """ "" when the set runs wholly on the device, else one word: offload, vram (ram
         without a GPU), or slow (even the smallest context takes the CPU too long to read)."""
         if not self.plan.fits:
+            if "ram" in self.plan.reasons:
+                return "ram"
             if self.budget.is_gpu:
                 return "vram"
             return "slow" if "too_slow" in self.plan.reasons else "ram"
@@ -762,6 +764,7 @@ def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
     if not memory.fits:
         reason = (
             memory.reasons.get("too_slow")
+            or memory.reasons.get("ram")
             or memory.reasons.get("ctx")
             or memory.reasons.get("fits", "")
         )

@@ -9,7 +9,8 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.plan import cpuread
-from lucebox.engine.plan.memory import PlanRequest, cpu_keep_free_bytes, make_plan
+from lucebox.engine.plan.hostram import cpu_keep_free_bytes
+from lucebox.engine.plan.memory import PlanRequest, make_plan
 from tests.ggufgen import ModelSpec, cached_gguf
 
 RAM = GpuBudget("CPU (no NVIDIA GPU): system RAM", 24 * GIB, 22 * GIB, is_gpu=False)
@@ -102,3 +103,31 @@ def test_a_measured_rate_replaces_the_estimate(tmp_path):
     assert "measured for this model on this PC" in measured.reasons["ctx"]
     assert measured.ctx == 2816
     assert prefillrates.measured(paths, model, cores + 1) is None  # another CPU: estimate
+
+
+def test_beside_a_gpu_the_ram_keeps_its_share_too():
+    from lucebox.engine.plan.hostram import host_ram_bound
+
+    untouched = host_ram_bound(32 * GIB, None, 2 * GIB, 4 * GIB, 0)
+    assert untouched == host_ram_bound(32 * GIB, None, 2 * GIB, 4 * GIB, 0)
+    assert (untouched.prompt_cache_bytes, untouched.fits, untouched.reason) == (4 * GIB, True, "")
+    cut = host_ram_bound(16 * GIB, None, 12 * GIB, 4 * GIB, 0)
+    assert (
+        cut.fits
+        and cut.prompt_cache_bytes == (16 * GIB - 2 * GIB * 1.2 - 12 * GIB) // 2**20 * 2**20
+    )
+    assert "prompt cache cut" in cut.reason
+    refused = host_ram_bound(16 * GIB, None, 15 * GIB, 4 * GIB, 0)
+    assert not refused.fits and refused.prompt_cache_bytes == 0
+
+    # A dense model twice the card on a PC with 12 GiB of RAM: the layers left in RAM would
+    # leave the rest of the PC less than its 2 GiB.
+    facts = dataclasses.replace(
+        _facts(18.0), layer_bytes=int(17.5 * GIB), host_bytes=int(0.5 * GIB), n_layer=40
+    )
+    card = GpuBudget("a 8192 MiB card", 8 * GIB, 8 * GIB, is_gpu=True, host_total_bytes=12 * GIB)
+    plan = make_plan(PlanRequest(facts, card))
+    assert plan.n_gpu_layers >= 0 and not plan.fits
+    assert "leave less than 2.0 GiB of the 12.0 GiB of RAM" in plan.reasons["ram"]
+    roomy = dataclasses.replace(card, host_total_bytes=64 * GIB)
+    assert make_plan(PlanRequest(facts, roomy)).fits
