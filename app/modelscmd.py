@@ -223,7 +223,9 @@ def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
     print(f"{listing.repo_id}@{listing.revision[:12]} on {budget.device} ({memory})")
     for c in sorted(planned.candidates, key=lambda c: -c.bits_per_weight):
         mark = "*" if choice is not None and c is choice.chosen else " "
-        verdict = f"fits, {c.ctx:>7,} tokens" if c.fits else "does not fit"
+        verdict = (
+            f"fits, {c.ctx:>7,} tokens, {c.spec or 'no speculation'}" if c.fits else "does not fit"
+        )
         print(
             f"{mark} {c.quant:<14} {gib_text(c.size_bytes, 2):>10}  "
             f"{c.bits_per_weight:5.2f} bpw  {verdict}"

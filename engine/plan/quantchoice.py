@@ -31,6 +31,8 @@ class Candidate:
     ctx: int
     """The context its plan gives (0 when it does not fit)."""
     largest_ctx: int
+    spec: str | None = None
+    """The speculation its plan chose (None: none)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +41,7 @@ class Candidate:
             "bits_per_weight": round(self.bits_per_weight, 2),
             "fits": self.fits,
             "ctx": self.ctx if self.fits else 0,
+            "spec": self.spec,
         }
 
 

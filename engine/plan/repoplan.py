@@ -162,6 +162,7 @@ def plan_quants(
                 fits=launch.refusal is None,
                 ctx=launch.plan.ctx,
                 largest_ctx=launch.plan.largest_ctx,
+                spec=launch.speculation.spec_type,
             )
         )
     return RepoCandidates(listing, header, tuple(candidates), facts_by_quant, base.native_ctx)

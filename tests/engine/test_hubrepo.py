@@ -240,7 +240,9 @@ def test_cli_plan_pull_search_and_quants(hub, tmp_path):
 
     quants = run_lucebox("models", "quants", REPO, "--vram-mib", "860", "--json", env=env)
     assert quants.returncode == 0, quants.stderr
-    assert json.loads(quants.stdout)["chosen"] == chosen
+    table = json.loads(quants.stdout)
+    assert table["chosen"] == chosen
+    assert all(c["spec"] for c in table["candidates"] if c["fits"])  # what runs beside it
 
     search = run_lucebox("models", "search", "tiny", env=env)
     assert search.returncode == 0 and REPO in search.stdout

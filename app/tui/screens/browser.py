@@ -101,7 +101,7 @@ class ModelBrowserScreen(ModalScreen[str | None]):
             best, why = None, exc.message
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns("", "Quant", "Size", "Bits/weight", "Context")
+        table.add_columns("", "Quant", "Size", "Bits/weight", "Context", "Speculation")
         ranked = sorted(planned.candidates, key=lambda c: -c.bits_per_weight)
         for c in ranked:
             table.add_row(
@@ -110,6 +110,7 @@ class ModelBrowserScreen(ModalScreen[str | None]):
                 gib_text(c.size_bytes, 2),
                 f"{c.bits_per_weight:.2f}",
                 f"{c.ctx:,}" if c.fits else "does not fit",
+                (c.spec or "none") if c.fits else "",
                 key=c.source,
             )
         if best is not None:
