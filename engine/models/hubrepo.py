@@ -215,7 +215,10 @@ def search(text: str, *, limit: int = SEARCH_LIMIT) -> list[RepoHit]:
 
     source = ModelSource("repo", text, repo_id=text)
     if hub_offline():
-        raise _offline_refusal(source)
+        raise HubUnreachableError(
+            "searching the Hub needs the network, and HF_HUB_OFFLINE is set",
+            hint="unset HF_HUB_OFFLINE; `lucebox models list --all` shows the models on disk",
+        )
     try:
         models = list(
             HfApi(endpoint=hub_endpoint()).list_models(

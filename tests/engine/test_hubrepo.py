@@ -218,6 +218,9 @@ def test_search_lists_gguf_repos_by_downloads(hub):
     hits = hubrepo.search("acme")
     assert [h.repo_id for h in hits] == ["acme/locked-GGUF", REPO]
     assert hits[0].gated and hits[0].downloads == 9000
+    offline = run_lucebox("models", "search", "acme", env={"HF_HUB_OFFLINE": "1"})
+    assert offline.returncode == 1 and "HF_HUB_OFFLINE is set" in offline.stderr
+    assert_one_line_error(offline)
 
 
 def test_cli_plan_pull_search_and_quants(hub, tmp_path):
