@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -194,10 +194,18 @@ class ModelInfo:
         return out
 
 
+class Seekable(Protocol):
+    """What the header parser reads from: a local file, or a Hub file read by ranges."""
+
+    def seek(self, pos: int, whence: int = 0, /) -> int: ...
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 class _Reader:
     """Bounded, counting reads over a file object; never reads past ``size``."""
 
-    def __init__(self, handle: BinaryIO, size: int) -> None:
+    def __init__(self, handle: Seekable, size: int) -> None:
         self.handle = handle
         self.size = size
         self.pos = 0
@@ -352,7 +360,7 @@ def read_header(path: Path) -> GgufHeader:
         return parse_header(handle, path.stat().st_size)
 
 
-def parse_header(handle: BinaryIO, size: int) -> GgufHeader:
+def parse_header(handle: Seekable, size: int) -> GgufHeader:
     """Parse the header of a GGUF of ``size`` bytes from a seekable ``handle`` (a local file, or
     a remote one read by ranges); raises ``GgufFormatError`` or ``OSError``."""
     reader = _Reader(handle, size)

@@ -161,6 +161,12 @@ class _RangeFile:
         return data
 
 
+@dataclass(frozen=True)
+class _Parsed:
+    header: GgufHeader
+    bytes_read: int
+
+
 def _read_one(listing: RepoListing, item: quant.RepoFile, source: ModelSource) -> _Parsed:
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
@@ -168,19 +174,13 @@ def _read_one(listing: RepoListing, item: quant.RepoFile, source: ModelSource) -
     url = hf_hub_url(listing.repo_id, item.path, revision=listing.revision, endpoint=hub_endpoint())
     handle = _RangeFile(url, item.size_bytes, build_hf_headers(), source)
     try:
-        header = parse_header(handle, item.size_bytes)  # type: ignore[arg-type]
+        header = parse_header(handle, item.size_bytes)
     except GgufFormatError as exc:
         raise StoreError(
             f"{listing.repo_id}/{item.path} is not a readable GGUF: {exc.message}",
             hint="name another quant of the repo with :QUANT",
         ) from exc
     return _Parsed(header, handle.bytes_read)
-
-
-@dataclass(frozen=True)
-class _Parsed:
-    header: GgufHeader
-    bytes_read: int
 
 
 def read_header(listing: RepoListing, source: ModelSource) -> RemoteHeader:
