@@ -17,18 +17,10 @@ from typing import Any
 
 from lucebox.app import enginecmd, modelscmd, servicecmd, status
 from lucebox.app.bench import add_bench_commands
-from lucebox.app.cliargs import (
-    add_json,
-    index_list,
-    mib_list,
-    non_negative_int,
-    peer_list,
-    port_number,
-    positive_int,
-    print_json,
-)
+from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.connect import add_connect_command
 from lucebox.app.handler import Handler, run_handler
+from lucebox.app.launchcmd import add_launch_command
 from lucebox.app.workercmd import add_worker_command
 from lucebox.engine import doctor, pipeline
 from lucebox.engine.core import units
@@ -41,7 +33,9 @@ from lucebox.engine.core.errors import (
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import progress_parts
 from lucebox.engine.machine import config, gpu, peers
-from lucebox.engine.plan import fitcheck, planner, presetchoice, speculation
+from lucebox.engine.plan import fitcheck, planner, presetchoice
+from lucebox.engine.plan.flagtypes import index_list, mib_list, peer_list, port_number, positive_int
+from lucebox.engine.plan.options import LAUNCH_FLAGS, ServeOptions, options_from
 from lucebox.engine.run import runstate
 
 # --- doctor -----------------------------------------------------------------------------------
@@ -117,22 +111,8 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
 # --- serve (status, down and logs live in status.py) ---------------------------------------
 
 
-def _serve_options(args: argparse.Namespace) -> planner.ServeOptions:
-    return planner.ServeOptions(
-        preset=getattr(args, "preset", None),
-        model=getattr(args, "model", None),
-        draft=getattr(args, "draft", None),
-        spec=getattr(args, "spec", None),
-        cache=getattr(args, "cache", None),
-        ctx=getattr(args, "ctx", None),
-        host=getattr(args, "host", None),
-        port=getattr(args, "port", None),
-        gpus=getattr(args, "gpus", None),
-        allow_base=getattr(args, "allow_base", False),
-        vram_mib=getattr(args, "vram_mib", None),
-        rpc=getattr(args, "rpc", None),
-        quant=getattr(args, "quant", None),
-    )
+def _serve_options(args: argparse.Namespace) -> ServeOptions:
+    return options_from(vars(args))
 
 
 def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
@@ -155,7 +135,7 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     return pipeline.serve(paths, _serve_options(args), step_printer())
 
 
-def show_launch_plan(paths: Paths, options: planner.ServeOptions, *, as_json: bool) -> int:
+def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> int:
     """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
     quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:
@@ -301,56 +281,21 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
 
 def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     """The options every planned launch takes: `up`, `serve` and `plan` share them."""
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
-    which.add_argument(
-        "--model",
-        metavar="SRC",
-        help="target model: OWNER/REPO[:QUANT] (the quant that fits), hf:..., pypi:... or a path",
-    )
-    parser.add_argument(
-        "--quant", metavar="Q", help="the quant of a repo named by --model (e.g. Q4_K_M)"
-    )
-    parser.add_argument("--draft", metavar="SRC", help="speculative-decoding draft model")
-    parser.add_argument(
-        "--spec",
-        choices=speculation.SPEC_MODES,
-        help="speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, ngram",
-    )
-    parser.add_argument(
-        "--cache",
-        choices=("agent", "off"),
-        help="prompt cache: agent (default: reuse growing prompts) or off (re-read every prompt)",
-    )
-    parser.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
-    parser.add_argument("--host", metavar="H", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=port_number, metavar="P", help="TCP port (default 8080)")
-    gpus = parser.add_mutually_exclusive_group()
-    gpus.add_argument(
-        "--gpus",
-        type=index_list,
-        metavar="0,1",
-        help="GPUs to use (NVML indices); default: every NVIDIA GPU, one alone when it is enough",
-    )
-    gpus.add_argument(
-        "--gpu", dest="gpus", type=lambda text: (non_negative_int(text),), metavar="INDEX",
-        help="one GPU to use (same as --gpus INDEX)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--allow-base", action="store_true", help="serve a base (non-instruct) model anyway"
-    )
-    parser.add_argument(
-        "--vram-mib",
-        type=mib_list,
-        metavar="N[,N...]",
-        help="plan for cards with N MiB free each (one number per card)",
-    )
-    parser.add_argument(
-        "--rpc",
-        type=peer_list,
-        metavar="HOST:PORT[,...]",
-        help="`lucebox worker` peers whose devices join the split (setting rpc.peers)",
-    )
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for flag in LAUNCH_FLAGS:
+        holder: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup = parser
+        if flag.exclusive:
+            if flag.exclusive not in groups:
+                groups[flag.exclusive] = parser.add_mutually_exclusive_group()
+            holder = groups[flag.exclusive]
+        reads: dict[str, Any] = {"action": "store_true"} if flag.switch else {}
+        if flag.parse is not None:
+            reads["type"] = flag.parse
+        if flag.choices is not None:
+            reads["choices"] = flag.choices
+        if flag.metavar is not None:
+            reads["metavar"] = flag.metavar
+        holder.add_argument(flag.name, dest=flag.field, help=flag.help, **reads)
 
 
 def _add_serve_options(parser: argparse.ArgumentParser) -> None:
@@ -460,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
     add_bench_commands(bench_cmds, command, positive_int)
     add_connect_command(commands, command)
+    add_launch_command(commands, command)
     add_worker_command(commands, command, port_number)
     return parser
 

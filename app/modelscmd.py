@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lucebox.app.cliargs import add_json, mib_list, positive_int, print_json
+from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.handler import Command
 from lucebox.app.progress import transfer_progress
 from lucebox.engine import pipeline
@@ -23,7 +23,9 @@ from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.models import guard, hubrepo, ondisk, store
-from lucebox.engine.plan import planner, quantchoice, repoplan
+from lucebox.engine.plan import quantchoice, repoplan
+from lucebox.engine.plan.flagtypes import mib_list, positive_int
+from lucebox.engine.plan.options import ServeOptions
 
 
 def _print_check(result: guard.CheckResult) -> None:
@@ -86,7 +88,7 @@ def _record_line(record: store.ModelRecord) -> str:
 
 def _pinned_source(paths: Paths, args: argparse.Namespace) -> str:
     """The file a pull fetches: a repo named by name becomes the quant chosen for this machine."""
-    options = planner.ServeOptions(model=args.source, quant=args.quant)
+    options = ServeOptions(model=args.source, quant=args.quant)
     if not repoplan.is_repo_source(args.source) and not args.quant:
         return str(args.source)
     view = pipeline.machine_view(paths, options)
@@ -185,7 +187,7 @@ def cmd_models_search(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
-    options = planner.ServeOptions(model=args.source, vram_mib=args.vram_mib, ctx=args.ctx)
+    options = ServeOptions(model=args.source, vram_mib=args.vram_mib, ctx=args.ctx)
     if not repoplan.is_repo_source(args.source):
         raise UsageError(
             f"{args.source} is not a repo name", hint="use OWNER/REPO, hf:OWNER/REPO or hf.co/..."

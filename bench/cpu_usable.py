@@ -29,7 +29,8 @@ from lucebox.engine.core.units import GIB
 from lucebox.engine.machine import prefillrates
 from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info
-from lucebox.engine.plan import cpuread, planner, presetchoice
+from lucebox.engine.plan import cpuread, presetchoice
+from lucebox.engine.plan.options import ServeOptions
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
 
@@ -38,7 +39,7 @@ def measure_prefill(model: Path, ctx: int) -> tuple[int, float]:
     """(prompt tokens, seconds) of one prompt that nearly fills ``ctx``, read by the engine."""
     home = private_engine_home(Path(tempfile.mkdtemp(prefix="cpu-usable-")))
     paths = resolve_paths({"LUCEBOX_HOME": str(home)})
-    options = planner.ServeOptions(model=str(model), ctx=ctx, cache="off", spec="off")
+    options = ServeOptions(model=str(model), ctx=ctx, cache="off", spec="off")
     env = {**os.environ, "LUCEBOX_HOME": str(home)}
     words = " ".join(["the quick brown fox jumps over the lazy dog"] * ((ctx - 512) // 10))
     with serving(paths, options, ServeConfig("measure"), env=env, ready_timeout_s=600) as up:
@@ -73,7 +74,7 @@ def main() -> int:
     parser.add_argument("--measure", action="store_true", help="measure SmolLM2's prefill here")
     args = parser.parse_args()
     paths = resolve_paths()
-    options = planner.ServeOptions()
+    options = ServeOptions()
     view = pipeline.machine_view(paths, options)
     if view.budget.is_gpu:
         print("this PC has a GPU: the CPU caps do not apply", file=sys.stderr)

@@ -25,17 +25,21 @@ from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.engines.source import ensure_source
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
-from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
 from lucebox.engine.plan import planner, presetchoice, repoplan
+from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
 from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.modelfiles import local_file
+from lucebox.engine.plan.options import Resolved, resolve
+from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.planner import LaunchPlan
-from lucebox.engine.plan.planner import ServeOptions as ServeOptions
 from lucebox.engine.plan.specguard import Decision, SpecGuard
-from lucebox.engine.run.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.sample import PeerStatus
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
@@ -153,7 +157,7 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
 
 
 def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
-    found = planner.local_file(paths, source)
+    found = local_file(paths, source)
     if found is not None:
         return found
     emit(StepEvent("models", "running", f"looking for {source}"))
@@ -192,24 +196,24 @@ class MachineView:
     table all start from it, so the table is planned on the budget the launch gets."""
 
     settings: config.Settings
-    resolved: planner.Resolved
+    resolved: Resolved
     probe: gpu.GpuProbe
     peers: tuple[Peer, ...]
     budget: GpuBudget
     installed: EngineManifest | None
 
     @property
-    def engine(self) -> planner.EngineView:
-        return planner.EngineView.of(self.installed)
+    def engine(self) -> EngineView:
+        return EngineView.of(self.installed)
 
 
 def machine_view(paths: Paths, options: ServeOptions) -> MachineView:
     """Read settings, probe the GPUs, ask the RPC peers and find the installed engine."""
     settings = config.load_settings(paths)
-    resolved = planner.resolve(options, settings)
+    resolved = resolve(options, settings)
     probe = gpu.probe_gpus()
     found = peers.ask_peers(resolved.rpc)
-    budget = planner.budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
+    budget = budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
     installed = registry.select_engine(paths, probe, settings.engine).engine
     return MachineView(settings, resolved, probe, found, budget, installed)
 
@@ -257,15 +261,15 @@ def prepare(
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
         installed = _engine(paths, view.probe, settings.engine, emit)
-        paths.ensure(planner.slots_dir(paths))  # the engine refuses a save path that is missing
-    peers.check_builds(view.peers, planner.EngineView.of(installed).version)
+        paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
+    peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planner.plan_launch(
         paths,
         options,
         resolved=view.resolved,
         budget=budget,
-        engine=planner.EngineView.of(installed),
+        engine=EngineView.of(installed),
         preset=preset,
         remote_facts=by_name.facts if by_name else None,
     )

@@ -47,9 +47,9 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.toolkit import ToolkitRefusal
 from lucebox.engine.models import guard
 from lucebox.engine.pipeline import Prepared, StepEvent, StepName
-from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 PIPELINE_STOP_WAIT_S = 1.0

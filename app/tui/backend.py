@@ -14,10 +14,10 @@ from lucebox.engine.machine import config
 from lucebox.engine.models import hubrepo
 from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan import presetchoice, repoplan
-from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.repoplan import RepoCandidates
 from lucebox.engine.run import runstate
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 
 

@@ -31,7 +31,6 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.pipeline import ServeOptions
-from lucebox.engine.plan.planner import slots_dir
 from lucebox.engine.run.runstate import current_status, pid_alive
 
 Result = TypeVar("Result")
@@ -191,7 +190,7 @@ def _cold_slots(paths: Paths) -> Iterator[None]:
     it, so without this the second configuration would start warm from the first one's prompts
     (and the user's own saved slot would be replaced by the bench's).
     """
-    folder = slots_dir(paths)
+    folder = paths.slots_dir
     aside = folder.with_name(f"{folder.name}.compare-{os.getpid()}")
     if folder.exists():
         folder.rename(aside)

@@ -6,6 +6,9 @@ ends in a ``GgufFormatError`` within milliseconds instead of an exception from d
 parser or a multi-gigabyte allocation. The format constants come from the official gguf
 package (``gguf/constants.py``); its reader is not used because it unpacks whole vocab arrays
 (about 12 s on a 240 MB model) and fails on truncated files with unrelated numpy errors.
+
+One format, one module: every value goes through the same bounded reader, and what a model is
+(``inspect_model``) is read from the same walk of the header, so they stay together.
 """
 
 from __future__ import annotations

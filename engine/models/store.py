@@ -183,8 +183,26 @@ def _records_dir(paths: Paths) -> Path:
     return paths.models_dir / "records"
 
 
-def _files_dir(paths: Paths) -> Path:
+def files_dir(paths: Paths) -> Path:
+    """The folder of the files the store downloaded or assembled (and may delete)."""
     return paths.models_dir / "files"
+
+
+def _repo_dir(paths: Paths, repo_id: str) -> Path:
+    return files_dir(paths) / repo_id.replace("/", "--")
+
+
+def stored_path(paths: Paths, source: ModelSource, file_name: str | None = None) -> Path:
+    """Where the store keeps, or will keep, the (main) file of ``source``.
+
+    ``file_name`` names a PyPI package's GGUF, known only once its wheel is read.
+    """
+    if source.kind == "hf":
+        return _repo_dir(paths, source.repo_id) / Path(source.filename).name
+    if source.kind == "pypi":
+        return files_dir(paths) / "pypi" / (file_name or f"{source.dist}.gguf")
+    assert source.path is not None
+    return source.path
 
 
 def _now() -> str:
@@ -413,7 +431,7 @@ def _pull_hf(
     except Exception as exc:
         raise hub_error(exc, source) from exc
 
-    dest_dir = paths.ensure(_files_dir(paths) / source.repo_id.replace("/", "--"))
+    dest_dir = paths.ensure(_repo_dir(paths, source.repo_id))
     plans = []
     for name, meta in zip(names, metas, strict=True):
         info = infos.get(name)
@@ -619,7 +637,7 @@ def _pull_pypi(
             hint="lucebox only assembles files it can verify",
         )
     expected, sha256_source = sums[target_name]
-    dest = paths.ensure(_files_dir(paths) / "pypi") / target_name
+    dest = paths.ensure(files_dir(paths) / "pypi") / target_name
     if not (dest.exists() and sha256_file(dest) == expected):
         _assemble(parts, target_name, dest, expected, on_progress, cancel)
     return _check_and_record(paths, source, [(dest, expected, True)], sha256_source, source.version)

@@ -2,11 +2,11 @@
 
 Without a GPU a context that fits in RAM can still take an hour to read: prefill on a CPU is
 compute bound, about proportional to the weight bytes each token passes through and to the
-cores. Before the model has run here the rate is estimated from its size, calibrated on
-SmolLM2-135M Q4_1 (98 MB) on a 2-core dev PC: its prefill falls from ~240 tok/s on a short
-prompt to ~80 tok/s near 6K tokens (FACTS.md); the estimate takes the slow end. Measured again
-by bench/cpu_usable.py --measure on the same kind of PC while other work shared its two cores:
-6,942 tokens in 275 s (25 tok/s), which is why a rate measured here replaces the estimate.
+cores. Before the model has run here the rate is estimated from its size with the one CPU
+estimate lucebox has (agentprompt: 55 tokens/s for SmolLM2-135M Q4_1 on 2 shared cores at a
+2-8K prompt). bench/cpu_usable.py --measure read an 8K prompt with SmolLM2 on such a PC while
+other work shared its two cores: 6,942 tokens in 275 s (25 tok/s), which is why a rate measured
+here replaces the estimate once the model has run.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import psutil
 
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.plan.agentprompt import CPU_PREFILL_BYTE_TOKENS_PER_CORE_S
 
-BYTE_TOKENS_PER_CORE_S = 4.0e9
-"""Weight bytes x prefill tokens per second per core over a long read (the SmolLM2 figure
-above at 6K tokens: 80 x 98e6 / 2)."""
+BYTE_TOKENS_PER_CORE_S = CPU_PREFILL_BYTE_TOKENS_PER_CORE_S
+"""The one CPU estimate (agentprompt's: 55 tokens/s for SmolLM2 on 2 shared cores at 2-8K)."""
 
 
 @dataclass(frozen=True)

@@ -9,32 +9,23 @@ pinned engine's capabilities, kept beside the pin.
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field, replace
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
-
-import psutil
+from typing import Any
 
 from lucebox.engine.core.address import is_loopback
-from lucebox.engine.core.errors import GuardRefusal, UsageError
+from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.units import MIB
-from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.machine import prefillrates
 from lucebox.engine.machine.apikey import api_key_path
-from lucebox.engine.machine.budget import DeviceBudget, GpuBudget
+from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.machine.gpu import GpuProbe
-from lucebox.engine.models.gguf import ModelInfo
-from lucebox.engine.models.guard import CheckResult, Problem, check_model, check_pair
+from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.guard import refusal as refusal_of
-from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
-from lucebox.engine.models.presets import Preset, PresetModel, facts_from_preset
-from lucebox.engine.models.store import list_models, parse_source
+from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import cpuread, specguard, speculation
+from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import (
     LaunchSpec,
     server_argv,
@@ -47,321 +38,9 @@ from lucebox.engine.plan.memory import (
     make_plan,
     wanted_ctx,
 )
+from lucebox.engine.plan.modelfiles import ModelFile, launch_files
+from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
 from lucebox.engine.plan.speculation import SpecFiles, SpecMode
-
-CacheProfile = Literal["agent", "off"]
-"""A preset is a candidate for `lucebox up` when it fits with at least this much context."""
-PLANNED_SERVER_PATH = "llama-server"
-"""argv[0] of a plan made before any engine is built (the build decides the folder)."""
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """What the user asked for on the command line; None means "not given"."""
-
-    preset: str | None = None
-    model: str | None = None
-    draft: str | None = None
-    spec: SpecMode | None = None
-    cache: CacheProfile | None = None
-    ctx: int | None = None
-    host: str | None = None
-    port: int | None = None
-    gpus: tuple[int, ...] | None = None
-    """NVML indices of the GPUs to use; None reads gpu.indices (empty: every NVIDIA GPU)."""
-    allow_base: bool = False
-    vram_mib: tuple[int, ...] | None = None
-    """Plan for cards with this much free memory instead of the GPUs that are here."""
-    draft_max: int | None = None
-    """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
-    rpc: tuple[str, ...] | None = None
-    """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
-    quant: str | None = None
-    """The quant of a repo named by name (``--quant``); None lets the planner choose."""
-
-    def to_args(self) -> list[str]:
-        """The `lucebox serve` arguments that give these options."""
-        pairs = [
-            ("--preset", self.preset),
-            ("--model", self.model),
-            ("--draft", self.draft),
-            ("--spec", self.spec),
-            ("--cache", self.cache),
-            ("--ctx", self.ctx),
-            ("--host", self.host),
-            ("--port", self.port),
-            ("--gpus", ",".join(map(str, self.gpus)) if self.gpus is not None else None),
-            ("--vram-mib", ",".join(map(str, self.vram_mib)) if self.vram_mib else None),
-            ("--rpc", ",".join(self.rpc) if self.rpc is not None else None),
-            ("--quant", self.quant),
-        ]
-        args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
-        return [*args, "--allow-base"] if self.allow_base else args
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """Flags over config.toml, resolved once: every launch decision reads this."""
-
-    preset_id: str | None
-    ctx: int | None
-    spec: SpecMode
-    cache: CacheProfile
-    host: str
-    port: int
-    gpus: tuple[int, ...]
-    """The GPUs asked for; empty: every NVIDIA GPU lucebox finds."""
-    rpc: tuple[str, ...]
-    """The RPC peers asked for, in the order the engine numbers their devices."""
-    allow_base: bool
-    api_key: str | None
-    keep_free_ram_bytes: int | None = None
-    """RAM a CPU plan leaves to the rest of the PC (machine.keep_free_ram_mib); None: the rule."""
-    cpu_read_s: float = 0.0
-    """A chosen CPU context is at most what the CPU reads in this long (model.cpu_read_s)."""
-
-
-def resolve(options: ServeOptions, settings: Settings) -> Resolved:
-    spec = options.spec or settings.spec or "auto"
-    if spec not in speculation.SPEC_MODES:
-        raise UsageError(
-            f"model.spec = {spec!r} in config.toml is not a speculation mode",
-            hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
-        )
-    return Resolved(
-        preset_id=None if options.model else (options.preset or settings.preset or None),
-        ctx=options.ctx or settings.ctx or None,
-        spec=spec,
-        cache=options.cache or "agent",
-        host=options.host or settings.host,
-        port=options.port or settings.port,
-        gpus=options.gpus if options.gpus is not None else settings.gpu_indices,
-        rpc=options.rpc if options.rpc is not None else settings.rpc_peers,
-        allow_base=options.allow_base or settings.allow_base,
-        api_key=settings.api_key or None,
-        keep_free_ram_bytes=settings.keep_free_ram_mib * MIB or None,
-        cpu_read_s=settings.cpu_read_s,
-    )
-
-
-# --- the machine ------------------------------------------------------------------------------
-
-
-def budget_for(
-    probe: GpuProbe,
-    gpus: tuple[int, ...] = (),
-    vram_mib: tuple[int, ...] | None = None,
-    peers: tuple[DeviceBudget, ...] = (),
-) -> GpuBudget:
-    """The memory a plan may use: RPC peers' devices (first: see below) and hypothetical
-    cards (--vram-mib), the GPUs, or the RAM.
-
-    The engine's device list is the RPC devices first, in --rpc order, then this PC's GPUs
-    (llama_model_load in src/llama.cpp of the pinned source: "add RPC servers at the front of
-    the list"); --tensor-split and --main-gpu index that list, so the budget keeps its order.
-    """
-    host_total = psutil.virtual_memory().total
-    if vram_mib:
-        cards = tuple(
-            DeviceBudget(i, f"a {mib} MiB card", mib * MIB, mib * MIB)
-            for i, mib in enumerate(vram_mib)
-        )
-        return pool_of(peers + cards, host_total)
-    known = {gpu.index: gpu for gpu in probe.gpus}
-    missing = [i for i in gpus if i not in known]
-    if missing:
-        found = ", ".join(str(i) for i in known) or "none"
-        raise UsageError(
-            f"there is no GPU {', '.join(map(str, missing))} (NVIDIA GPUs here: {found})",
-            hint="pick from `lucebox doctor`'s list with --gpus, or leave it out to use them all",
-        )
-    if known:
-        chosen = [known[i] for i in gpus] if gpus else list(known.values())
-        devices = tuple(
-            DeviceBudget(g.index, g.name, g.vram_total_bytes, g.vram_free_bytes) for g in chosen
-        )
-        return pool_of(peers + devices, host_total)
-    if peers:
-        # No GPU here: the layers go to the peers, the CPU keeps the token embeddings.
-        return pool_of(peers, host_total)
-    memory = psutil.virtual_memory()
-    return GpuBudget(
-        "CPU (no NVIDIA GPU): system RAM", memory.total, memory.available, is_gpu=False
-    )
-
-
-def pool_of(devices: tuple[DeviceBudget, ...], host_total_bytes: int) -> GpuBudget:
-    """One budget over ``devices``: their sums, named after them."""
-    names = [d.label for d in devices]
-    return GpuBudget(
-        names[0] if len(names) == 1 else " + ".join(names),
-        sum(d.vram_total_bytes for d in devices),
-        sum(d.vram_free_bytes for d in devices),
-        is_gpu=True,
-        host_total_bytes=host_total_bytes,
-        devices=devices,
-    )
-
-
-@dataclass(frozen=True)
-class EngineView:
-    """The engine a plan is made for: the installed one, or the pinned one not built yet."""
-
-    id: str | None
-    version: str
-    server_path: str
-    capabilities: EngineCapabilities
-
-    @classmethod
-    def of(cls, manifest: EngineManifest | None) -> EngineView:
-        if manifest is None:
-            return pinned_engine()
-        return cls(manifest.id, manifest.version, manifest.server_path, manifest.capabilities)
-
-
-def pinned_engine() -> EngineView:
-    """The pinned engine's capabilities as recorded beside the pin (pin_capabilities.json)."""
-    text = (
-        resources.files("lucebox.engine.engines")
-        .joinpath("pin_capabilities.json")
-        .read_text("utf-8")
-    )
-    data = json.loads(text)
-    caps = EngineCapabilities(
-        spec_types=tuple(data["spec_types"]),
-        kv_cache_types=tuple(data["kv_cache_types"]),
-        model_archs=tuple(data["model_archs"]),
-        swa_patterns={k: (int(v[0]), bool(v[1])) for k, v in data["swa_patterns"].items()},
-    )
-    return EngineView(None, data["version"], PLANNED_SERVER_PATH, caps)
-
-
-# --- model files ------------------------------------------------------------------------------
-
-
-def local_file(paths: Paths, source: str) -> Path | None:
-    """The file behind a model source, when it is on disk (a path, or pulled into the store)."""
-    parsed = parse_source(source)
-    if parsed.kind == "path":
-        return parsed.path if parsed.path and parsed.path.is_file() else None
-    for record in list_models(paths):
-        if record.source == source and record.main_path.is_file():
-            return record.main_path
-    return None
-
-
-def planned_path(paths: Paths, source: str, file_name: str | None = None) -> Path:
-    """Where the store keeps, or will keep, the file of ``source``."""
-    found = local_file(paths, source)
-    if found is not None:
-        return found
-    parsed = parse_source(source)
-    files = paths.models_dir / "files"
-    if parsed.kind == "hf":
-        return files / parsed.repo_id.replace("/", "--") / Path(parsed.filename).name
-    if parsed.kind == "pypi":
-        return files / "pypi" / (file_name or f"{parsed.dist}.gguf")
-    assert parsed.path is not None
-    return parsed.path
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    """One model of the launch: where it is, what the planner knows, what the check said."""
-
-    source: str
-    path: Path
-    present: bool
-    facts: ModelFacts
-    check: CheckResult | None
-    """None when the file is not here yet (the plan used the preset's published facts)."""
-
-    @property
-    def info(self) -> ModelInfo | None:
-        return self.check.info if self.check is not None else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "path": str(self.path),
-            "present": self.present,
-            "verdict": self.check.verdict if self.check else None,
-            "problems": [p.__dict__ for p in self.check.problems] if self.check else [],
-        }
-
-
-def _facts(info: ModelInfo, engine: EngineView) -> ModelFacts:
-    return facts_from_info(info, engine.capabilities.swa_patterns.get(info.architecture))
-
-
-def _target_file(
-    paths: Paths,
-    source: str,
-    preset: Preset | None,
-    engine: EngineView,
-    allow_base: bool,
-    remote_facts: ModelFacts | None = None,
-) -> ModelFile:
-    path = local_file(paths, source)
-    if path is None:
-        if remote_facts is not None:
-            return ModelFile(source, planned_path(paths, source), False, remote_facts, None)
-        if preset is None:
-            raise UsageError(
-                f"{source} is not on disk yet, so its header cannot be read",
-                hint=f"run `lucebox models pull {source}` first",
-            )
-        facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
-        return ModelFile(
-            source, planned_path(paths, source, preset.target.file_name), False, facts, None
-        )
-    template = bool(preset and preset.chat_template)
-    check = check_model(
-        path,
-        allow_base=allow_base or template,
-        template_supplied=template,
-        known_archs=engine.capabilities.model_archs,
-    )
-    if check.info is not None:
-        facts = _facts(check.info, engine)
-    elif preset is not None:
-        facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
-    else:
-        raise refusal_of(check)
-    return ModelFile(source, path, True, facts, check)
-
-
-def _draft_file(
-    paths: Paths,
-    source: str,
-    model: PresetModel | None,
-    native_ctx: int,
-    target: ModelFile,
-    engine: EngineView,
-) -> ModelFile:
-    path = local_file(paths, source)
-    if path is None:
-        if model is None:
-            raise UsageError(
-                f"the draft {source} is not on disk yet, so its header cannot be read",
-                hint=f"run `lucebox models pull {source}` first",
-            )
-        facts = facts_from_preset(model, native_ctx, "draft")
-        return ModelFile(source, planned_path(paths, source, model.file_name), False, facts, None)
-    if target.present:
-        check, _ = check_pair(
-            path,
-            target.path,
-            known_archs=engine.capabilities.model_archs,
-            spec_types=engine.capabilities.spec_types,
-        )
-    else:
-        check = check_model(path, known_archs=engine.capabilities.model_archs, instruct_guard=False)
-    if check.info is None:
-        facts = facts_from_preset(model, native_ctx, "draft") if model else target.facts
-    else:
-        facts = _facts(check.info, engine)
-    return ModelFile(source, path, True, facts, check)
 
 
 class PlanRefusal(GuardRefusal):
@@ -370,11 +49,6 @@ class PlanRefusal(GuardRefusal):
     def __init__(self, launch: LaunchPlan, refusal: GuardRefusal) -> None:
         super().__init__(refusal.message, hint=refusal.hint, problem_codes=refusal.problem_codes)
         self.launch = launch
-
-
-def slots_dir(paths: Paths) -> Path:
-    """Where the engine saves a slot's prompt cache on stop, to restore it on the next start."""
-    return paths.data_dir / "slots"
 
 
 # --- the plan ---------------------------------------------------------------------------------
@@ -429,7 +103,8 @@ class LaunchPlan:
     @property
     def misfit(self) -> str:
         """ "" when the set runs wholly on the device, else one word: offload, vram (ram
-        without a GPU), or slow (even the smallest context takes the CPU too long to read)."""
+        without a GPU, or when the RAM beside the GPU is short), or slow (even the smallest
+        context takes the CPU too long to read)."""
         if not self.plan.fits:
             if "ram" in self.plan.reasons:
                 return "ram"
@@ -604,89 +279,11 @@ def _plan_on_budget(
     ctx_cap: int | None,
     remote_facts: ModelFacts | None = None,
 ) -> LaunchPlan:
-    if options.model:
-        target_source = options.model
-    elif preset is not None:
-        target_source = preset.target.source
-    else:
-        raise UsageError("nothing to plan", hint="name a --preset or a --model")
-    target = _target_file(paths, target_source, preset, engine, resolved.allow_base, remote_facts)
-    draft = None
-    draft_source = options.draft
-    preset_draft_model = preset.draft.model if preset and preset.draft else None
-    if draft_source is None and preset_draft_model is not None:
-        draft_source = preset_draft_model.source
-    if draft_source is not None:
-        native = preset.native_ctx if preset else target.facts.native_ctx
-        model = (
-            preset_draft_model
-            if draft_source == (preset_draft_model.source if preset_draft_model else None)
-            else None
-        )
-        draft = _draft_file(paths, draft_source, model, native, target, engine)
-
-    swa_full = resolved.cache == "agent" and target.facts.swa_kv_elems_per_token > 0
-    read = None
-    if not budget.is_gpu and resolved.ctx is None:
-        cores = cpuread.cpu_cores()
-        rate = prefillrates.measured(paths, target.path, cores) if target.present else None
-        read = cpuread.read_cap(
-            target.facts, resolved.cpu_read_s, cores, rate.tok_s if rate else None
-        )
-    request = PlanRequest(
-        target=target.facts,
-        budget=budget,
-        ctx=resolved.ctx,
-        keep_free_bytes=resolved.keep_free_ram_bytes,
-        read_cap_ctx=read.ctx if read else None,
-        read_cap_reason=read.reason if read else "",
-        kv_types=engine.capabilities.kv_cache_types or KV_PAIRS,
-        ctx_cap=ctx_cap,
-        swa_full=swa_full,
-        prompt_cache=resolved.cache == "agent",
-        checkpoints=resolved.cache == "agent"
-        and (target.facts.recurrent_state_bytes > 0 or target.facts.swa_kv_elems_per_token > 0),
+    target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
+    request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
+    spec_choice, memory, refusal = _choose_speculation(
+        request, target, draft, preset, engine, resolved, options
     )
-    if swa_full:
-        request = _weigh_swa_full(request)
-    files = _spec_files(target, draft, preset)
-    spec_types = engine.capabilities.spec_types
-    found = speculation.candidates(files, spec_types)
-    cpu_note = ""
-    if resolved.spec == "auto":
-        found, cpu_note = speculation.for_backend(
-            found, budget.is_gpu, user_draft=options.draft is not None
-        )
-    allowed = speculation.for_mode(found, resolved.spec)
-    refusal: GuardRefusal | None = None
-    if resolved.spec not in ("auto", "off") and not allowed:
-        refusal = GuardRefusal(
-            speculation.unavailable_reason(files, resolved.spec, spec_types),
-            hint="pass --spec auto to let lucebox choose, or --spec off",
-        )
-    chosen, memory, passed = _weigh(request, allowed, draft, resolved.spec)
-    passed = [n for n in (cpu_note, speculation.tried_on_cpu(chosen, budget.is_gpu)) if n] + passed
-    if chosen is not None and options.draft_max is not None:
-        why = f"{chosen.why}; drafts shortened to {options.draft_max} tokens (low acceptance)"
-        chosen = replace(chosen, draft_max=options.draft_max, why=why)
-    chosen_by = ""
-    if resolved.spec != "auto" and options.spec is not None:
-        chosen_by = f"--spec {resolved.spec} as asked"
-    elif resolved.spec != "auto":
-        chosen_by = f'model.spec = "{resolved.spec}" in config.toml'
-    spec_choice = _speculation(
-        chosen,
-        draft,
-        resolved.spec,
-        passed,
-        chosen_by=chosen_by,
-        on_gpu=budget.is_gpu,
-        shortened=options.draft_max is not None,
-    )
-    reasons = {**memory.reasons, "spec": spec_choice.reason}
-    memory = replace(memory, reasons=reasons)
-
-    refusal = refusal or _refusal(target, memory)
     spec = LaunchSpec(
         server_path=engine.server_path,
         model_path=str(target.path),
@@ -705,7 +302,7 @@ def _plan_on_budget(
             str(api_key_path(paths)) if resolved.api_key or not is_loopback(resolved.host) else None
         ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
-        slot_save_path=str(slots_dir(paths)) if resolved.cache == "agent" else None,
+        slot_save_path=str(paths.slots_dir) if resolved.cache == "agent" else None,
         gpus=tuple(d.index for d in budget.devices if not d.address) if budget.is_gpu else (),
         rpc=tuple(d.address for d in budget.devices if d.address),
     )
@@ -722,8 +319,94 @@ def _plan_on_budget(
         resolved=resolved,
         options=options,
         ctx_cap=ctx_cap,
-        refusal=refusal,
+        refusal=refusal or _refusal(target, memory),
     )
+
+
+def _memory_request(
+    paths: Paths,
+    target: ModelFile,
+    budget: GpuBudget,
+    resolved: Resolved,
+    engine: EngineView,
+    ctx_cap: int | None,
+) -> PlanRequest:
+    """What the memory planner is asked: the agent profile caches prompts (and keeps the whole
+    sliding window when that still leaves enough context)."""
+    agent = resolved.cache == "agent"
+    swa_full = agent and target.facts.swa_kv_elems_per_token > 0
+    read = None
+    if not budget.is_gpu and resolved.ctx is None:
+        cores = cpuread.cpu_cores()
+        rate = prefillrates.measured(paths, target.path, cores) if target.present else None
+        read = cpuread.read_cap(
+            target.facts, resolved.cpu_read_s, cores, rate.tok_s if rate else None
+        )
+    request = PlanRequest(
+        target=target.facts,
+        budget=budget,
+        ctx=resolved.ctx,
+        keep_free_bytes=resolved.keep_free_ram_bytes,
+        read_cap_ctx=read.ctx if read else None,
+        read_cap_reason=read.reason if read else "",
+        kv_types=engine.capabilities.kv_cache_types or KV_PAIRS,
+        ctx_cap=ctx_cap,
+        swa_full=swa_full,
+        prompt_cache=agent,
+        checkpoints=agent
+        and (target.facts.recurrent_state_bytes > 0 or target.facts.swa_kv_elems_per_token > 0),
+    )
+    return _weigh_swa_full(request) if swa_full else request
+
+
+def _choose_speculation(
+    request: PlanRequest,
+    target: ModelFile,
+    draft: ModelFile | None,
+    preset: Preset | None,
+    engine: EngineView,
+    resolved: Resolved,
+    options: ServeOptions,
+) -> tuple[Speculation, Plan, GuardRefusal | None]:
+    """The speculation the files and engine allow, weighed against the context it costs; the
+    memory plan it leaves; a refusal when a mode the user forced is impossible."""
+    on_gpu = request.budget.is_gpu
+    files = _spec_files(target, draft, preset)
+    spec_types = engine.capabilities.spec_types
+    found = speculation.candidates(files, spec_types)
+    cpu_note = ""
+    if resolved.spec == "auto":
+        found, cpu_note = speculation.for_backend(
+            found, on_gpu, user_draft=options.draft is not None
+        )
+    allowed = speculation.for_mode(found, resolved.spec)
+    refusal: GuardRefusal | None = None
+    if resolved.spec not in ("auto", "off") and not allowed:
+        refusal = GuardRefusal(
+            speculation.unavailable_reason(files, resolved.spec, spec_types),
+            hint="pass --spec auto to let lucebox choose, or --spec off",
+        )
+    chosen, memory, passed = _weigh(request, allowed, draft, resolved.spec)
+    passed = [n for n in (cpu_note, speculation.tried_on_cpu(chosen, on_gpu)) if n] + passed
+    if chosen is not None and options.draft_max is not None:
+        why = f"{chosen.why}; drafts shortened to {options.draft_max} tokens (low acceptance)"
+        chosen = replace(chosen, draft_max=options.draft_max, why=why)
+    chosen_by = ""
+    if resolved.spec != "auto" and options.spec is not None:
+        chosen_by = f"--spec {resolved.spec} as asked"
+    elif resolved.spec != "auto":
+        chosen_by = f'model.spec = "{resolved.spec}" in config.toml'
+    spec_choice = _speculation(
+        chosen,
+        draft,
+        resolved.spec,
+        passed,
+        chosen_by=chosen_by,
+        on_gpu=on_gpu,
+        shortened=options.draft_max is not None,
+    )
+    memory = replace(memory, reasons={**memory.reasons, "spec": spec_choice.reason})
+    return spec_choice, memory, refusal
 
 
 def _speculation(

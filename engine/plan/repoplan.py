@@ -19,6 +19,8 @@ from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.quant import QuantGroup, bits_per_weight, quant_from_name
 from lucebox.engine.models.store import ModelSource, parse_source
 from lucebox.engine.plan import planner, quantchoice
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.options import Resolved, ServeOptions
 
 
 @dataclass(frozen=True)
@@ -75,11 +77,11 @@ def is_repo_source(text: str | None) -> bool:
 
 def by_name(
     paths: Paths,
-    options: planner.ServeOptions,
+    options: ServeOptions,
     *,
-    resolved: planner.Resolved,
+    resolved: Resolved,
     budget: GpuBudget,
-    engine: planner.EngineView,
+    engine: EngineView,
 ) -> RepoChoice | None:
     """The quant choice when ``options.model`` names a repo; None for any other source."""
     if not is_repo_source(options.model):
@@ -128,11 +130,11 @@ class RepoCandidates:
 
 def plan_quants(
     paths: Paths,
-    options: planner.ServeOptions,
+    options: ServeOptions,
     *,
-    resolved: planner.Resolved,
+    resolved: Resolved,
     budget: GpuBudget,
-    engine: planner.EngineView,
+    engine: EngineView,
 ) -> RepoCandidates:
     """List the repo ``options.model`` names, read one header, plan each quant on ``budget``."""
     source = parse_source(options.model or "")
@@ -170,11 +172,11 @@ def plan_quants(
 
 def choose_quant(
     paths: Paths,
-    options: planner.ServeOptions,
+    options: ServeOptions,
     *,
-    resolved: planner.Resolved,
+    resolved: Resolved,
     budget: GpuBudget,
-    engine: planner.EngineView,
+    engine: EngineView,
 ) -> RepoChoice:
     """Plan every quant of the repo ``options.model`` names on ``budget``; choose one."""
     asked = _asked_quant(parse_source(options.model or ""), options.quant)

@@ -6,7 +6,7 @@ import json
 
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.peers import INFO_PORT_OFFSET, PeerInfo
-from lucebox.engine.plan.planner import pinned_engine
+from lucebox.engine.plan.engineview import pinned_engine
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 from tests.ports import free_port
@@ -71,7 +71,7 @@ def test_the_tui_preset_table_is_planned_with_the_peers_of_the_launch(tmp_path, 
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.machine import config
     from lucebox.engine.pipeline import machine_view
-    from lucebox.engine.plan.planner import ServeOptions
+    from lucebox.engine.plan.options import ServeOptions
 
     monkeypatch.setenv("LUCEBOX_HOME", str(tmp_path))
     paths = resolve_paths()

@@ -593,7 +593,7 @@ async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the
         monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
         paths = resolve_paths(dict(os.environ))
         app = LuceboxApp(Backend(paths), ServeOptions(model="hf:acme/big/big-instruct.gguf"))
-        partial = store._files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
+        partial = store.files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
         async with app.run_test(size=(100, 30)) as pilot:
             row = app.start_screen.query_one("#step-models", StepRow)
             await wait_until(

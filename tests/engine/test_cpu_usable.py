@@ -9,8 +9,10 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.plan import cpuread
+from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.hostram import cpu_keep_free_bytes
 from lucebox.engine.plan.memory import PlanRequest, make_plan
+from lucebox.engine.plan.options import ServeOptions, resolve
 from tests.ggufgen import ModelSpec, cached_gguf
 
 RAM = GpuBudget("CPU (no NVIDIA GPU): system RAM", 24 * GIB, 22 * GIB, is_gpu=False)
@@ -59,13 +61,13 @@ def test_the_context_is_what_the_cpu_reads_in_the_allowed_time():
 def test_presets_on_this_cpu_leave_ram_and_read_in_time():
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.machine import config
-    from lucebox.engine.plan import planner, presetchoice
+    from lucebox.engine.plan import presetchoice
 
     paths = resolve_paths()
     settings = config.load_settings(paths)
-    options = planner.ServeOptions()
-    resolved = planner.resolve(options, settings)
-    table = presetchoice.preset_table(paths, options, resolved, RAM, planner.pinned_engine())
+    options = ServeOptions()
+    resolved = resolve(options, settings)
+    table = presetchoice.preset_table(paths, options, resolved, RAM, pinned_engine())
     fitting = [p for p in table.plans if not p.misfit]
     assert fitting and table.best is not None and table.best.alias == "smollm2"
     for item in table.plans:
@@ -85,13 +87,13 @@ def test_a_measured_rate_replaces_the_estimate(tmp_path):
 
     paths = resolve_paths()
     model = cached_gguf(ModelSpec(n_ctx=131072, basename="tiny-measured"))
-    options = planner.ServeOptions(model=str(model))
-    resolved = planner.resolve(options, config.load_settings(paths))
+    options = ServeOptions(model=str(model))
+    resolved = resolve(options, config.load_settings(paths))
     cores = cpuread.cpu_cores()
 
     def plan() -> planner.LaunchPlan:
         return planner.plan_launch(
-            paths, options, resolved=resolved, budget=RAM, engine=planner.pinned_engine()
+            paths, options, resolved=resolved, budget=RAM, engine=pinned_engine()
         )
 
     assert plan().plan.ctx == 131072  # a tiny model: the estimate does not bound it

@@ -17,9 +17,12 @@ import pytest
 from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import config, gpu
+from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.models import hubrepo, quant
 from lucebox.engine.models.store import StoreError, parse_source
-from lucebox.engine.plan import planner, quantchoice, repoplan
+from lucebox.engine.plan import quantchoice, repoplan
+from lucebox.engine.plan.engineview import pinned_engine
+from lucebox.engine.plan.options import ServeOptions, resolve
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, cached_gguf, write_gguf
 from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
@@ -127,21 +130,21 @@ def test_listing_pins_the_commit_and_reads_one_header_by_closed_ranges(hub, repo
     assert ranges and all(r is not None and r.split("-")[1] for r in ranges)
 
 
-def _options(vram_mib: int, **extra: object) -> planner.ServeOptions:
-    return planner.ServeOptions(model=REPO, vram_mib=(vram_mib,), **extra)  # type: ignore[arg-type]
+def _options(vram_mib: int, **extra: object) -> ServeOptions:
+    return ServeOptions(model=REPO, vram_mib=(vram_mib,), **extra)  # type: ignore[arg-type]
 
 
 def _choose(vram_mib: int, **extra: object) -> repoplan.RepoChoice:
     paths = resolve_paths()
     options = _options(vram_mib, **extra)
     settings = config.load_settings(paths)
-    budget = planner.budget_for(gpu.probe_gpus(), (), options.vram_mib)
+    budget = budget_for(gpu.probe_gpus(), (), options.vram_mib)
     return repoplan.choose_quant(
         paths,
         options,
-        resolved=planner.resolve(options, settings),
+        resolved=resolve(options, settings),
         budget=budget,
-        engine=planner.pinned_engine(),
+        engine=pinned_engine(),
     )
 
 

@@ -9,22 +9,17 @@ import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
-from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
 from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
-from lucebox.engine.plan.memory import (
-    ENOUGH_CTX,
-    PlanRequest,
-    compute_bytes,
-    kv_bytes,
-    kvflash_pool,
-    make_plan,
-)
-from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for, resolve
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.memory import ENOUGH_CTX, PlanRequest, make_plan
+from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.presetchoice import choose_preset, preset_table
+from lucebox.engine.plan.sizes import compute_bytes, kv_bytes, kvflash_pool
 from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
@@ -37,6 +32,14 @@ LLAMA_8B_HEADER = dataclasses.replace(SHAPES["llama8b"], header_only=True)
 def gemma_facts(tmp_path_factory):
     path = write_llama(tmp_path_factory.mktemp("g") / "gemma.gguf", GEMMA_270M)
     return facts_from_info(inspect_model(path), (6, False))
+
+
+def table_for(budget: GpuBudget, paths=None):
+    """Every shipped preset planned for ``budget`` with default flags and no engine built."""
+    options = ServeOptions()
+    return preset_table(
+        paths or resolve_paths(), options, resolve(options, Settings()), budget, EngineView.of(None)
+    )
 
 
 def card(gib: float, free_gib: float | None = None) -> GpuBudget:
@@ -131,13 +134,7 @@ def test_another_app_holding_6_gib_leaves_less():
     assert budget.vram_free_bytes < 18.5 * GIB
 
     def contexts(budget: GpuBudget) -> dict[str, int]:
-        table = preset_table(
-            resolve_paths(),
-            ServeOptions(),
-            resolve(ServeOptions(), Settings()),
-            budget,
-            EngineView.of(None),
-        )
+        table = table_for(budget)
         return {p.alias: p.plan.ctx for p in table.plans}
 
     busy, idle = contexts(budget), contexts(card(24))
@@ -258,18 +255,10 @@ def test_choose_preset_by_card():
         (24, "qwen3.6-27b"),
         (32, "qwen3.6-27b-q6"),
     ]:
-        best = preset_table(
-            paths,
-            ServeOptions(),
-            resolve(ServeOptions(), Settings()),
-            card(gib),
-            EngineView.of(None),
-        ).best
+        best = table_for(card(gib), paths).best
         assert best is not None and best.alias == wanted
     cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
-    table = preset_table(
-        paths, ServeOptions(), resolve(ServeOptions(), Settings()), cpu, EngineView.of(None)
-    )
+    table = table_for(cpu, paths)
     # Without a GPU the default is the instruct model that chats, not the base smoke test.
     assert table.best is not None and table.best.alias == "smollm2"
     without_cpu_default = [p for p in table.plans if p.preset and not p.preset.cpu_default]
@@ -384,13 +373,7 @@ def test_a_gpu_that_does_not_exist_is_a_usage_error():
 
 def test_two_cards_reach_the_row_their_sum_is_made_for():
     budget = _gpus((24, 0.3), (24, 0.3))
-    table = preset_table(
-        resolve_paths(),
-        ServeOptions(),
-        resolve(ServeOptions(), Settings()),
-        budget,
-        EngineView.of(None),
-    )
+    table = table_for(budget)
     assert table.best is not None and table.best.alias == "qwen3.6-27b-q6"
 
 
