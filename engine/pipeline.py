@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +28,7 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
-from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.plan import planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
 from lucebox.engine.plan.memory import Plan
@@ -248,6 +248,12 @@ def prepare(
         emit(StepEvent("preset", "running", "choosing the model set"))
         preset = presetchoice.pick_preset(paths, options, view.resolved, budget, view.engine)
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    by_name = repoplan.by_name(
+        paths, options, resolved=view.resolved, budget=budget, engine=view.engine
+    )
+    if by_name is not None:
+        emit(StepEvent("models", "note", by_name.why))
+        options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
         pull_source(paths, target_source, emit, cancel)
@@ -267,7 +273,10 @@ def prepare(
         budget=budget,
         engine=EngineView.of(installed),
         preset=preset,
+        remote_facts=by_name.facts if by_name else None,
     )
+    if by_name is not None:
+        launch = replace(launch, source_choice=by_name.document)
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
+from lucebox.app.tui.screens.browser import HubFinder
 from lucebox.engine import pipeline
 from lucebox.engine.core.crashlog import write_crash_log
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
+from lucebox.engine.models import hubrepo
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.plan import presetchoice
+from lucebox.engine.plan import presetchoice, repoplan
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.repoplan import RepoCandidates
 from lucebox.engine.run import runstate
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
@@ -32,6 +36,18 @@ class Backend:
         return presetchoice.preset_table(
             self.paths, options, view.resolved, view.budget, view.engine
         )
+
+    def hub_finder(self, options: ServeOptions) -> HubFinder:
+        """The model browser's Hub search and quant table, planned like the launch."""
+
+        def quants(repo: str) -> RepoCandidates:
+            asked = replace(options, preset=None, model=repo, quant=None)
+            view = pipeline.machine_view(self.paths, asked)
+            return repoplan.plan_quants(
+                self.paths, asked, resolved=view.resolved, budget=view.budget, engine=view.engine
+            )
+
+        return HubFinder(search=hubrepo.search, quants=quants)
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)

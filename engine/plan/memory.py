@@ -17,6 +17,11 @@ from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.plan.devicesplit import split_over_devices
+from lucebox.engine.plan.hostram import (
+    CPU_KEEP_FREE_FRACTION,
+    cpu_keep_free_bytes,
+    host_ram_bound,
+)
 from lucebox.engine.plan.sizes import (
     CHECKPOINT_RAM_SHARE,
     CONTEXT_CHECKPOINTS,
@@ -64,6 +69,12 @@ class PlanRequest:
     """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
     prompt_cache: bool = True
     """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
+    keep_free_bytes: int | None = None
+    """RAM left to the rest of the PC (setting); None: max(2 GiB, 15%) (``hostram``)."""
+    read_cap_ctx: int | None = None
+    """Without a GPU: the context the CPU reads in the time the settings allow (None: no
+    bound). Like ``ctx_cap`` it bounds only a context the planner chooses."""
+    read_cap_reason: str = ""
     checkpoints: bool = False
     """Hybrid (recurrent) and sliding-window models: the engine saves what it cannot roll back
     (the recurrent state, the window) near the end of each prompt, so a growing agent prompt
@@ -210,7 +221,11 @@ def wanted_ctx(asked: int | None, native_ctx: int) -> int:
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
-    reserve = reserve_bytes(budget)
+    reserve = (
+        reserve_bytes(budget)
+        if budget.is_gpu
+        else cpu_keep_free_bytes(budget.vram_total_bytes, request.keep_free_bytes)
+    )
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
@@ -232,6 +247,12 @@ def make_plan(request: PlanRequest) -> Plan:
     kv_type = _choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
     ctx_fit = largest[kv_type]
     ctx, fits, reasons["ctx"] = _choose_ctx(request, ctx_fit, kv_type, min_ctx)
+    if _too_slow(request, fits, ctx, min_ctx):
+        fits = False
+        reasons["too_slow"] = (
+            f"even a {min_ctx}-token context takes longer than allowed to read: "
+            f"{request.read_cap_reason}"
+        )
     reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
     used_ctx = max(ctx, CTX_PAD)
     kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
@@ -250,8 +271,19 @@ def make_plan(request: PlanRequest) -> Plan:
             f"same context (as the target's), compute"
         )
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
+    on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
+    if budget.is_gpu:
+        # No layer on the GPU: weights_on_gpu counts them all, yet they are all in RAM.
+        in_ram = target.weights_bytes - (0 if n_gpu_layers == 0 and not n_cpu_moe else on_gpu)
+        bound = host_ram_bound(
+            budget.host_total_bytes, request.keep_free_bytes, in_ram, prompt_cache, checkpoints
+        )
+        prompt_cache = bound.prompt_cache_bytes
+        if bound.reason:
+            reasons["ram" if not bound.fits else "host_ram"] = bound.reason
+            fits = fits and bound.fits
     memory = MemoryBytes(
-        weights=weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
+        weights=on_gpu,
         kv=kv,
         draft=draft_total,
         compute=compute,
@@ -314,6 +346,14 @@ def _overhead_reasons(
         "reserve": (
             f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
             f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
+            if budget.is_gpu
+            else f"{reserve / MIB:,.0f} MiB of RAM left to the rest of the PC: "
+            + (
+                "machine.keep_free_ram_mib"
+                if request.keep_free_bytes
+                else f"max(2 GiB, {CPU_KEEP_FREE_FRACTION:.0%} of the "
+                f"{budget.vram_total_bytes / GIB:.1f} GiB of RAM)"
+            )
         ),
         "weights": (
             f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
@@ -394,7 +434,8 @@ def _choose_ctx(
                 False,
                 (
                     f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
-                    "free VRAM, pick a smaller model or quantization, or ask for less"
+                    f"free {'VRAM' if request.budget.is_gpu else 'RAM'}, pick a smaller model "
+                    "or quantization, or ask for less"
                 ),
             )
         return ctx, fits, f"{ctx} tokens as asked"
@@ -404,7 +445,16 @@ def _choose_ctx(
         ctx = request.ctx_cap // CTX_PAD * CTX_PAD
         fits = fits and ctx >= min_ctx
         why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
+    if request.read_cap_ctx is not None and fits and ctx > request.read_cap_ctx:
+        ctx = max(request.read_cap_ctx // CTX_PAD * CTX_PAD, min(min_ctx, ctx))
+        why = request.read_cap_reason
     return ctx, fits, f"{ctx} tokens: {why}"
+
+
+def _too_slow(request: PlanRequest, fits: bool, ctx: int, min_ctx: int) -> bool:
+    """A chosen context the CPU cannot read in the allowed time even at its smallest."""
+    cap = request.read_cap_ctx
+    return request.ctx is None and fits and cap is not None and cap < min_ctx <= ctx
 
 
 def _swa_full_reason(request: PlanRequest) -> str | None:

@@ -76,9 +76,15 @@ def target_file(
     preset: Preset | None,
     engine: EngineView,
     allow_base: bool,
+    remote_facts: ModelFacts | None = None,
 ) -> ModelFile:
-    """The served model: its header's facts and the model check, or the preset's facts."""
+    """The served model: its header's facts and the model check, or the preset's facts (or,
+    for a quant of a repo named by name not pulled yet, ``remote_facts`` read from the Hub)."""
     path = local_file(paths, source)
+    if path is None and remote_facts is not None:
+        return ModelFile(
+            source, stored_path(paths, parse_source(source)), False, remote_facts, None
+        )
     if path is None:
         planned = _not_here_yet(paths, source, preset.target if preset else None, "")
         assert preset is not None
@@ -138,6 +144,7 @@ def launch_files(
     preset: Preset | None,
     engine: EngineView,
     allow_base: bool,
+    remote_facts: ModelFacts | None = None,
 ) -> tuple[ModelFile, ModelFile | None]:
     """The target and draft of a launch: the ones named with --model/--draft, else the
     preset's (a draft given with --draft replaces the preset's)."""
@@ -147,7 +154,7 @@ def launch_files(
         target_source = preset.target.source
     else:
         raise UsageError("nothing to plan", hint="name a --preset or a --model")
-    target = target_file(paths, target_source, preset, engine, allow_base)
+    target = target_file(paths, target_source, preset, engine, allow_base, remote_facts)
     preset_draft = preset.draft.model if preset and preset.draft else None
     draft_source = options.draft or (preset_draft.source if preset_draft else None)
     if draft_source is None:

@@ -29,6 +29,7 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.memory import wanted_ctx as planned_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import LaunchPlan, plan_launch
+from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
 
 ENGINE_PROCESS_BYTES = 40 * MIB
 """Without a GPU, what each engine process of a set holds beyond the plan's terms (code,
@@ -169,6 +170,7 @@ def _group(
     ``alone`` are their plans on ``budget`` less one process."""
     free = budget.vram_free_bytes
     fixed = [fixed_bytes(launch, process_bytes) for launch in alone]
+    wants = [_wanted_when_sharing(launch) for launch in alone]
     where = budget.device
     passed = ""
     for k in range(len(members), 1, -1):
@@ -184,9 +186,9 @@ def _group(
             for m, f in zip(members, fixed, strict=True)
         )  # fmt: skip
         short = [
-            launch
-            for launch in launches
-            if launch.refusal is not None or launch.plan.ctx < wanted_ctx(launch)
+            (launch, want)
+            for launch, want in zip(launches, wants, strict=True)
+            if launch.refusal is not None or launch.plan.ctx < want
         ]
         if not short:
             why = (
@@ -194,15 +196,23 @@ def _group(
                 "context it wants (an agent's 32K, the one asked, or its native maximum)"
             )
             return _Group(launches, k, "; ".join(filter(None, [why, passed])))
-        first = short[0]
+        first, want = short[0]
         passed = passed or (
-            f"{k} at once would leave {first.alias} {first.plan.ctx} tokens "
-            f"(it wants {wanted_ctx(first)})"
+            f"{k} at once would leave {first.alias} {first.plan.ctx} tokens (it wants {want})"
         )
     if len(members) == 1:
         return _Group(alone, 1, f"alone on {where}")
     why = f"one at a time on {where}, each with its whole context"
     return _Group(alone, 1, "; ".join(filter(None, [why, passed])))
+
+
+def _wanted_when_sharing(alone: LaunchPlan) -> int:
+    """The context a model wants beside others: its agent context, or less where its plan
+    alone stops short for a reason other than memory (a CPU plan is bounded by how long the
+    CPU takes to read its context)."""
+    plan = alone.plan
+    bounded_elsewhere = plan.largest_ctx > plan.ctx
+    return min(wanted_ctx(alone), plan.ctx) if bounded_elsewhere else wanted_ctx(alone)
 
 
 def _refuse_alone(budget: GpuBudget, alone: tuple[LaunchPlan, ...]) -> GuardRefusal | None:
@@ -244,6 +254,8 @@ def plan_set(
     if ram_limit_bytes and not budget.is_gpu and ram_limit_bytes < budget.vram_free_bytes:
         budget = replace(budget, vram_total_bytes=ram_limit_bytes, vram_free_bytes=ram_limit_bytes)
         budget = replace(budget, device=f"{budget.device}, {ram_limit_bytes // MIB} MiB for models")
+        # The limit is what the models get: the rest of the PC's share lies outside it.
+        settings = replace(settings, keep_free_ram_mib=RESERVE_MIN_BYTES // MIB)
     cards = budget.devices if budget.is_gpu and not any(d.address for d in budget.devices) else ()
     if len(cards) > 1:
         return _plan_on_cards(paths, options, members, settings, budget, engine, cards)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan import speculation
 from lucebox.engine.plan.flagtypes import (
@@ -51,6 +52,8 @@ class ServeOptions:
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
     """A served set (several --model): planned by modelset.plan_set, ``model`` stays None."""
+    quant: str | None = None
+    """The quant of a repo named by name (``--quant``); None lets the planner choose."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options (a detached child's argv)."""
@@ -96,8 +99,9 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
     LaunchFlag("--preset", "preset", "model set to run (see `lucebox presets`)", "ID",
                exclusive="what"),
     LaunchFlag("--model", "model",
-               "target model: hf:..., pypi:..., a path or a preset id; several: a served set",
-               "SRC", exclusive="what", repeat=True),
+               "target model: OWNER/REPO[:QUANT] (the quant that fits), hf:..., pypi:..., a "
+               "path or a preset id; several: a served set", "SRC", exclusive="what", repeat=True),
+    LaunchFlag("--quant", "quant", "the quant of a repo named by --model (e.g. Q4_K_M)", "Q"),
     LaunchFlag("--draft", "draft", "speculative-decoding draft model", "SRC"),
     LaunchFlag("--spec", "spec",
                "speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, "
@@ -153,6 +157,10 @@ class Resolved:
     """The RPC peers asked for, in the order the engine numbers their devices."""
     allow_base: bool
     api_key: str | None
+    keep_free_ram_bytes: int | None = None
+    """RAM a plan leaves to the rest of the PC (machine.keep_free_ram_mib); None: the rule."""
+    cpu_read_s: float = 0.0
+    """A chosen CPU context is at most what the CPU reads in this long (model.cpu_read_s)."""
 
 
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
@@ -175,4 +183,6 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         rpc=options.rpc if options.rpc is not None else settings.rpc_peers,
         allow_base=options.allow_base or settings.allow_base,
         api_key=settings.api_key or None,
+        keep_free_ram_bytes=settings.keep_free_ram_mib * MIB or None,
+        cpu_read_s=settings.cpu_read_s,
     )

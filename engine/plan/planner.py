@@ -16,6 +16,7 @@ from typing import Any
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.machine import prefillrates
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
@@ -23,7 +24,7 @@ from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
-from lucebox.engine.plan import measurements, specguard, speculation
+from lucebox.engine.plan import cpuread, measurements, specguard, speculation
 from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import (
@@ -92,6 +93,8 @@ class LaunchPlan:
     refusal: GuardRefusal | None = None
     """Why this plan must not start (a refused file, a plan that does not fit)."""
     fit_check: dict[str, Any] | None = field(default=None, compare=False)
+    source_choice: dict[str, Any] | None = field(default=None, compare=False)
+    """How a repo named by name became this file: the quant, why, every candidate."""
 
     @property
     def argv(self) -> list[str]:
@@ -104,9 +107,15 @@ class LaunchPlan:
 
     @property
     def misfit(self) -> str:
-        """ "" when the set runs wholly on the device, else one word: offload or vram."""
+        """ "" when the set runs wholly on the device, else one word: offload, vram (ram
+        without a GPU, or when the RAM beside the GPU is short), or slow (even the smallest
+        context takes the CPU too long to read)."""
         if not self.plan.fits:
-            return "vram"
+            if "ram" in self.plan.reasons:
+                return "ram"
+            if self.budget.is_gpu:
+                return "vram"
+            return "slow" if "too_slow" in self.plan.reasons else "ram"
         if self.plan.n_gpu_layers >= 0 and self.plan.memory_bytes.cuda_context:
             return "offload"
         return ""
@@ -136,6 +145,7 @@ class LaunchPlan:
             "command": self.command,
             "refusal": str(self.refusal) if self.refusal else None,
             "fit_check": self.fit_check,
+            **({"source": self.source_choice} if self.source_choice else {}),
         }
 
 
@@ -226,6 +236,7 @@ def plan_launch(
     engine: EngineView,
     preset: Preset | None = None,
     ctx_cap: int | None = None,
+    remote_facts: ModelFacts | None = None,
 ) -> LaunchPlan:
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
@@ -235,12 +246,14 @@ def plan_launch(
     there alone unless the split buys 1.5x the context or a more precise KV type (cardchoice);
     otherwise it is spread over all of them.
     Peers asked for with --rpc are always used: the user asked for the split.
+    ``remote_facts`` are the target's facts read from the Hub (a quant of a repo named by name)
+    for a file not downloaded yet.
     """
 
     def plan_on(devices: GpuBudget) -> LaunchPlan:
         return _plan_on_budget(
             paths, options, resolved=resolved, budget=devices, engine=engine, preset=preset,
-            ctx_cap=ctx_cap,
+            ctx_cap=ctx_cap, remote_facts=remote_facts,
         )  # fmt: skip
 
     pooled = plan_on(budget)
@@ -268,9 +281,10 @@ def _plan_on_budget(
     engine: EngineView,
     preset: Preset | None,
     ctx_cap: int | None,
+    remote_facts: ModelFacts | None = None,
 ) -> LaunchPlan:
-    target, draft = launch_files(paths, options, preset, engine, resolved.allow_base)
-    request = _memory_request(target, budget, resolved, engine, ctx_cap)
+    target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
+    request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options
     )
@@ -314,6 +328,7 @@ def _plan_on_budget(
 
 
 def _memory_request(
+    paths: Paths,
     target: ModelFile,
     budget: GpuBudget,
     resolved: Resolved,
@@ -324,10 +339,20 @@ def _memory_request(
     sliding window when that still leaves enough context)."""
     agent = resolved.cache == "agent"
     swa_full = agent and target.facts.swa_kv_elems_per_token > 0
+    read = None
+    if not budget.is_gpu and resolved.ctx is None:
+        cores = cpuread.cpu_cores()
+        rate = prefillrates.measured(paths, target.path, cores) if target.present else None
+        read = cpuread.read_cap(
+            target.facts, resolved.cpu_read_s, cores, rate.tok_s if rate else None
+        )
     request = PlanRequest(
         target=target.facts,
         budget=budget,
         ctx=resolved.ctx,
+        keep_free_bytes=resolved.keep_free_ram_bytes,
+        read_cap_ctx=read.ctx if read else None,
+        read_cap_reason=read.reason if read else "",
         kv_types=engine.capabilities.kv_cache_types or KV_PAIRS,
         ctx_cap=ctx_cap,
         swa_full=swa_full,
@@ -462,7 +487,12 @@ def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
     if target.check is not None and not target.check.usable:
         return refusal_of(target.check)
     if not memory.fits:
-        reason = memory.reasons.get("ctx") or memory.reasons.get("fits", "")
+        reason = (
+            memory.reasons.get("too_slow")
+            or memory.reasons.get("ram")
+            or memory.reasons.get("ctx")
+            or memory.reasons.get("fits", "")
+        )
         return GuardRefusal(
             f"the plan does not fit: {reason}",
             hint=f"the largest context that fits is {memory.largest_ctx} tokens",
@@ -497,6 +527,7 @@ def replan(
         engine=launch.engine,
         preset=launch.preset,
         ctx_cap=ctx_cap or launch.ctx_cap,
+        remote_facts=None if launch.target.present else launch.target.facts,
     )
 
 

@@ -18,8 +18,9 @@ import httpx
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.machine import gpu
+from lucebox.engine.machine import gpu, prefillrates
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
+from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import LaunchSpec, server_argv, url_of
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrator import Calibrator, running_label
@@ -326,6 +327,8 @@ class ServerRun:
         else:
             nvml = provider
         facts = self._run.logs.setdefault(engine_pid, EngineLog())
+        on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
+        prefill = prefillrates.Recorder(self.paths, Path(spec.model_path), cpu_cores())
         sampler = Sampler(
             self.url,
             engine_pid,
@@ -349,6 +352,8 @@ class ServerRun:
                     cache=sampler.cache_status(),
                 )
                 self._watch_acceptance(sample)
+                if on_cpu:
+                    prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
         finally:
             if nvml is not None:
                 with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):

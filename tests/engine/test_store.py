@@ -82,7 +82,7 @@ def test_parse_source(text, kind, detail):
         assert (source.dist, source.version) == detail
 
 
-@pytest.mark.parametrize("text", ["hf:o/r", "hf:o/r/readme.md", "pypi:dist", "pypi:==1"])
+@pytest.mark.parametrize("text", ["hf:o/r/readme.md", "pypi:dist", "pypi:==1"])
 def test_bad_sources(text):
     with pytest.raises(Exception, match="source"):
         parse_source(text)
