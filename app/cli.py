@@ -18,6 +18,7 @@ from typing import Any
 from lucebox.app import enginecmd, modelscmd, servicecmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.cliargs import (
+    add_engine_options,
     add_json,
     index_list,
     mib_list,
@@ -132,6 +133,8 @@ def _serve_options(args: argparse.Namespace) -> planner.ServeOptions:
         allow_base=getattr(args, "allow_base", False),
         vram_mib=getattr(args, "vram_mib", None),
         rpc=getattr(args, "rpc", None),
+        engine=getattr(args, "engine", None),
+        prefill=getattr(args, "prefill", None),
     )
 
 
@@ -309,6 +312,7 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
     which.add_argument("--model", metavar="SRC", help="target model: hf:..., pypi:... or a path")
     parser.add_argument("--draft", metavar="SRC", help="speculative-decoding draft model")
+    add_engine_options(parser)
     parser.add_argument(
         "--spec",
         choices=speculation.SPEC_MODES,

@@ -8,6 +8,8 @@ import json
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.machine import peers
+from lucebox.engine.plan.enginechoice import ENGINE_MODES
+from lucebox.engine.plan.luceboxplan import PREFILL_MODES
 
 
 def positive_int(text: str) -> int:
@@ -68,3 +70,19 @@ def print_json(value: object) -> None:
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--engine and --prefill: which engine serves a planned launch (up, serve, plan)."""
+    parser.add_argument(
+        "--engine",
+        choices=ENGINE_MODES,
+        help="which engine serves: auto (default: the planner chooses and says why), "
+        "llama-server, or lucebox (the Lucebox engine: DDTree, KVFlash, PFlash; CUDA only)",
+    )
+    parser.add_argument(
+        "--prefill",
+        choices=PREFILL_MODES,
+        help="PFlash speculative prefill on the Lucebox engine: off (default), auto "
+        "(long single prompts) or pflash (always); it keeps only a share of a long prompt",
+    )

@@ -88,7 +88,9 @@ def main(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = write_qwen35(out_dir / "qwen35-tiny.gguf", TARGET)
     draft = write_lucebox_dflash(out_dir / "qwen35-tiny-dflash.gguf", DRAFT)
-    mtp = write_qwen35(out_dir / "qwen35-tiny-mtp.gguf", dataclasses.replace(TARGET, nextn_layers=1))
+    mtp = write_qwen35(
+        out_dir / "qwen35-tiny-mtp.gguf", dataclasses.replace(TARGET, nextn_layers=1)
+    )
     drafter = write_llama(out_dir / "qwen3-tiny-drafter.gguf", PREFILL_DRAFTER)
     for path in (target, draft, mtp, drafter):
         print(path)

@@ -20,7 +20,7 @@ from typing import Literal
 from lucebox.engine.core import units
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import TransferProgress
-from lucebox.engine.engines import registry, toolchain, webui
+from lucebox.engine.engines import lucebox, luceboxbuild, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.engines.source import ensure_source
@@ -28,7 +28,7 @@ from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
-from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.plan import luceboxroute, planner, presetchoice
 from lucebox.engine.plan.launch import LaunchSpec
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.planner import LaunchPlan
@@ -174,6 +174,19 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
     return engine
 
 
+def _lucebox_engine(paths: Paths, probe: gpu.GpuProbe, emit: Emit) -> EngineManifest:
+    emit(StepEvent("engine", "running", "looking for the Lucebox engine"))
+    engine = luceboxbuild.installed(paths)
+    if engine is None:
+        emit(StepEvent("engine", "note", "not built yet: building it (this takes a while once)"))
+        choice = luceboxbuild.choose_options(probe, toolchain.probe_cuda_toolkit(), arch=None)
+        engine, _ = luceboxbuild.build_and_install(
+            paths, lucebox.ensure_source(paths), choice.options, on_event=_build_progress(emit)
+        )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
 def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
     emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
@@ -226,7 +239,13 @@ def prepare(
         )
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
-        installed = _engine(paths, probe, settings.engine, emit)
+        if luceboxroute.serves(
+            paths, options, settings=settings, budget=budget,
+            engine=planner.EngineView.of(installed), preset=preset,
+        ):  # fmt: skip
+            _lucebox_engine(paths, probe, emit)
+        else:
+            installed = _engine(paths, probe, settings.engine, emit)
         paths.ensure(planner.slots_dir(paths))  # the engine refuses a save path that is missing
     peers.check_builds(found, planner.EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))

@@ -312,12 +312,17 @@ def check_model(
 
     draft_kind = draft_only_kind(info, path) if instruct_guard else None
     if draft_kind is not None:
+        engine = (
+            " --engine lucebox (the Lucebox engine: llama-server cannot use it)"
+            if info.architecture in OTHER_ENGINE_DRAFT_ARCHS
+            else ""
+        )
         problems.append(
             Problem(
                 "draft-only",
                 "error",
                 f"this is {draft_kind} ('{info.architecture}'): a draft, it needs a target "
-                "model; serve the target with --model and give this file as --draft",
+                f"model; serve the target with --model and give this file as --draft{engine}",
             )
         )
         instruct_guard = False

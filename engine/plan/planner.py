@@ -34,11 +34,13 @@ from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.presets import Preset, PresetModel, facts_from_preset
 from lucebox.engine.models.store import list_models, parse_source
 from lucebox.engine.plan import specguard, speculation
+from lucebox.engine.plan.enginechoice import ENGINE_MODES, EngineChoice, EngineMode
 from lucebox.engine.plan.launch import (
     LaunchSpec,
     server_argv,
     server_env,
 )
+from lucebox.engine.plan.luceboxplan import PrefillMode
 from lucebox.engine.plan.memory import (
     ENOUGH_CTX,
     KV_PAIRS,
@@ -75,6 +77,10 @@ class ServeOptions:
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
+    engine: EngineMode | None = None
+    """Which engine serves; None reads engine.kind (empty: auto, the planner chooses)."""
+    prefill: PrefillMode | None = None
+    """PFlash speculative prefill on the Lucebox engine; None is off."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options."""
@@ -90,6 +96,8 @@ class ServeOptions:
             ("--gpus", ",".join(map(str, self.gpus)) if self.gpus is not None else None),
             ("--vram-mib", ",".join(map(str, self.vram_mib)) if self.vram_mib else None),
             ("--rpc", ",".join(self.rpc) if self.rpc is not None else None),
+            ("--engine", self.engine),
+            ("--prefill", self.prefill),
         ]
         args = [item for flag, value in pairs if value is not None for item in (flag, str(value))]
         return [*args, "--allow-base"] if self.allow_base else args
@@ -111,6 +119,10 @@ class Resolved:
     """The RPC peers asked for, in the order the engine numbers their devices."""
     allow_base: bool
     api_key: str | None
+    engine: EngineMode = "auto"
+    engine_from: str = ""
+    """Where a mode other than auto comes from, for the plan's reason."""
+    prefill: PrefillMode = "off"
 
 
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
@@ -120,6 +132,17 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
             f"model.spec = {spec!r} in config.toml is not a speculation mode",
             hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
         )
+    engine = options.engine or settings.engine_kind or "auto"
+    if engine not in ENGINE_MODES:
+        raise UsageError(
+            f"engine.kind = {engine!r} in config.toml is not an engine",
+            hint=f"use one of {', '.join(ENGINE_MODES)}",
+        )
+    engine_from = (
+        f"--engine {engine} as asked"
+        if options.engine
+        else f'engine.kind = "{engine}" in config.toml'
+    )
     return Resolved(
         preset_id=None if options.model else (options.preset or settings.preset or None),
         ctx=options.ctx or settings.ctx or None,
@@ -131,6 +154,9 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         rpc=options.rpc if options.rpc is not None else settings.rpc_peers,
         allow_base=options.allow_base or settings.allow_base,
         api_key=settings.api_key or None,
+        engine=engine,
+        engine_from=engine_from,
+        prefill=options.prefill or "off",
     )
 
 
@@ -401,6 +427,8 @@ class LaunchPlan:
     refusal: GuardRefusal | None = None
     """Why this plan must not start (a refused file, a plan that does not fit)."""
     fit_check: dict[str, Any] | None = field(default=None, compare=False)
+    engine_choice: EngineChoice | None = None
+    """Which engine serves and why (None for a plan made before the choice existed)."""
 
     @property
     def argv(self) -> list[str]:
@@ -437,7 +465,11 @@ class LaunchPlan:
             "device": self.budget.device,
             "devices": [{"name": n, "memory_bytes": b} for n, b in self.plan.device_bytes],
             "env": server_env(self.spec),
-            "engine": {"id": self.engine.id, "version": self.engine.version},
+            "engine": {
+                "id": self.engine.id,
+                "version": self.engine.version,
+                **(self.engine_choice.to_json() if self.engine_choice else {}),
+            },
             "target": self.target.to_json(),
             "draft": self.speculation.draft.to_json() if self.speculation.draft else None,
             "spec": self.speculation.to_json(),
@@ -614,6 +646,15 @@ def _plan_on_budget(
     )
     if swa_full:
         request = _weigh_swa_full(request)
+    from lucebox.engine.plan import luceboxroute  # it builds this module's LaunchPlan
+
+    llama_plan = make_plan(request) if resolved.ctx and resolved.engine == "auto" else None
+    choice = luceboxroute.choose(resolved, target, draft, budget, llama_plan, preset)
+    if choice.kind == "lucebox":
+        return luceboxroute.lucebox_launch(
+            paths, options, resolved=resolved, target=target, draft=draft, budget=budget,
+            preset=preset, choice=choice, ctx_cap=ctx_cap,
+        )  # fmt: skip
     files = _spec_files(target, draft, preset)
     spec_types = engine.capabilities.spec_types
     found = speculation.candidates(files, spec_types)
@@ -689,6 +730,7 @@ def _plan_on_budget(
         options=options,
         ctx_cap=ctx_cap,
         refusal=refusal,
+        engine_choice=choice,
     )
 
 

@@ -399,13 +399,18 @@ class ServerRun:
             self.restart(changed)
 
     def _feed_line(self, engine_pid: int, line: str) -> None:
-        from lucebox.engine.run.metrics import EngineLog
-
         facts = self._run.logs.get(engine_pid)
         if facts is None:
             # Only the current engine's lines matter: forget an earlier engine's.
-            self._run.logs = {engine_pid: (facts := EngineLog())}
+            self._run.logs = {engine_pid: (facts := self._engine_log())}
         facts.feed(line)
+
+    def _engine_log(self) -> EngineLog:
+        """What reads the engine's lines: llama-server's, or the Lucebox engine's."""
+        from lucebox.engine.run.luceboxrun import LuceboxLog
+        from lucebox.engine.run.metrics import EngineLog
+
+        return LuceboxLog() if self.supervisor.spec.lucebox is not None else EngineLog()
 
     async def _engine_stopping(self) -> None:
         """Runs before the supervisor stops a live engine on purpose: sampling ends first,
@@ -511,7 +516,8 @@ class ServerRun:
         self, engine_pid: int, queue: asyncio.Queue[ServerEvent | Sample | None]
     ) -> None:
         from lucebox.engine.machine import gpu
-        from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
+        from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
+        from lucebox.engine.run.metrics import Sampler, with_last_rates
 
         spec = self.supervisor.spec
         provider = gpu.PynvmlProvider()
@@ -521,16 +527,13 @@ class ServerRun:
             nvml = None
         else:
             nvml = provider
-        facts = self._run.logs.setdefault(engine_pid, EngineLog())
-        sampler = Sampler(
-            self.url,
-            engine_pid,
-            facts,
-            nvml=nvml,
-            gpu_index=self.gpu_index,
-            api_key=spec.api_key,
-            spec_type=spec.spec_type,
-            spec_reason=self.spec_reason,
+        facts = self._run.logs.setdefault(engine_pid, self._engine_log())
+        options: dict[str, Any] = dict(nvml=nvml, gpu_index=self.gpu_index, api_key=spec.api_key)
+        options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
+        sampler = (
+            LuceboxSampler(self.url, engine_pid, facts, **options)
+            if isinstance(facts, LuceboxLog)
+            else Sampler(self.url, engine_pid, facts, **options)
         )
         try:
             async for sample in sampler.samples():

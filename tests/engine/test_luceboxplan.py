@@ -1,0 +1,149 @@
+"""The plan and argv for the Lucebox engine, on the generated qwen35 target measured on the H100.
+
+The memory figures are checked against nvidia-smi as recorded after a warm-up request on the
+H100 (tests/engine/fixtures/lucebox/plain*.smi.txt: the engine process at 4096 and 65536
+tokens of context, 1930 and 1998 MiB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bench.lucebox_models import DRAFT, TARGET
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.machine.budget import DeviceBudget
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.plan.launch import engine_environ, server_argv
+from lucebox.engine.plan.luceboxplan import DDTREE_MIN_BUDGET, ddtree_budget
+from lucebox.engine.plan.planner import EngineView, ServeOptions, plan_launch, pool_of
+from tests.ggufgen import cached_gguf
+
+FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
+H100 = pool_of((DeviceBudget(0, "NVIDIA H100 80GB HBM3", 81079 * MIB, 80_500 * MIB),), 128 * GIB)
+RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)
+
+
+@pytest.fixture(scope="module")
+def files() -> tuple[Path, Path, Path]:
+    target = cached_gguf(dataclasses.replace(TARGET, header_only=True))
+    draft = cached_gguf(dataclasses.replace(DRAFT, header_only=True))
+    mtp = cached_gguf(dataclasses.replace(TARGET, header_only=True, nextn_layers=1))
+    return target, draft, mtp
+
+
+def plan(options: ServeOptions, budget=H100, settings: Settings | None = None):
+    return plan_launch(
+        resolve_paths(), options, settings=settings or Settings(), budget=budget,
+        engine=EngineView.of(None),
+    )  # fmt: skip
+
+
+def smi_mib(name: str) -> int:
+    """The engine process's memory in an nvidia-smi capture ("PID, N MiB" line)."""
+    line = (FIXTURES / name).read_text().splitlines()[1]
+    return int(line.split(",")[1].split()[0])
+
+
+@pytest.mark.parametrize(
+    ("ctx", "fixture"), [(4096, "plain.smi.txt"), (65536, "plain-64k.smi.txt")]
+)
+def test_memory_within_5_percent_of_nvidia_smi_after_warm_up(files, ctx, fixture):
+    launch = plan(ServeOptions(model=str(files[0]), ctx=ctx, engine="lucebox"))
+    assert launch.refusal is None
+    planned_mib = launch.plan.memory_bytes.total / MIB
+    measured_mib = smi_mib(fixture)
+    assert abs(planned_mib - measured_mib) / measured_mib < 0.05, (planned_mib, measured_mib)
+
+
+def test_argv_with_a_lucebox_draft(files):
+    target, draft, _ = files
+    launch = plan(ServeOptions(model=str(target), draft=str(draft), ctx=32768), RTX_4090)
+    assert launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
+    assert launch.to_json()["engine"]["kind"] == "lucebox"
+    flags = launch.spec.lucebox
+    assert flags is not None
+    assert launch.argv == [
+        "dflash_server", str(target),
+        "--host", "127.0.0.1", "--port", "8080", "--model-name", target.stem,
+        "--max-ctx", "32768", "--max-tokens", "8192", "--fa-window", "0",
+        "--prefix-cache-slots", str(flags.prefix_cache_slots),
+        "--cache-type-k", "q8_0", "--cache-type-v", "q8_0",
+        "--draft", str(draft), "--ddtree", "--ddtree-budget", "28",
+    ]  # fmt: skip
+    assert "--spark" not in launch.argv
+    assert launch.speculation.spec_type == "ddtree"
+    assert launch.to_json()["env"]["DFLASH_SAMPLED_VERIFY"] == "1"
+    assert launch.target.path == target and launch.speculation.draft is not None
+    assert launch.speculation.draft.check is not None and launch.speculation.draft.check.usable
+
+
+def test_max_tokens_stays_below_max_ctx_and_the_host_is_loopback(files):
+    for ctx in (2048, 4096, 131072):
+        launch = plan(ServeOptions(model=str(files[0]), ctx=ctx, engine="lucebox"))
+        flags = launch.spec.lucebox
+        assert flags is not None and flags.max_tokens < flags.max_ctx
+        argv = server_argv(launch.spec)
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"
+
+
+def test_a_context_beyond_vram_is_served_with_a_kvflash_pool(files):
+    small = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 3060", 12 * GIB, 2100 * MIB),), 64 * GIB)
+    launch = plan(ServeOptions(model=str(files[0]), ctx=262144, engine="lucebox"), small)
+    assert launch.refusal is None
+    pool = launch.plan.kvflash_pool_tokens
+    assert pool is not None and 512 <= pool < 262144
+    assert launch.argv[launch.argv.index("--kvflash") + 1] == str(pool)
+    assert launch.argv[launch.argv.index("--max-ctx") + 1] == "262144"
+    assert "not exact" in launch.plan.reasons["ctx"]
+    assert launch.plan.memory_bytes.checkpoints > 0  # the paged-out KV, in host RAM
+    assert launch.plan.memory_bytes.total <= 2100 * MIB
+
+
+def test_auto_chooses_kvflash_when_the_context_does_not_fit_llama_server(files):
+    small = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 3060", 12 * GIB, 2100 * MIB),), 64 * GIB)
+    launch = plan(ServeOptions(model=str(files[0]), ctx=262144), small)
+    assert launch.engine_choice is not None
+    assert launch.engine_choice.kind == "lucebox", launch.engine_choice.reason
+    assert "KVFlash" in launch.engine_choice.reason
+
+
+def test_an_mtp_target_with_a_lucebox_draft_stays_on_llama_server_and_says_why(files):
+    _, draft, mtp = files
+    launch = plan(ServeOptions(model=str(mtp), draft=str(draft)))
+    assert launch.engine_choice is not None and launch.engine_choice.kind == "llama-server"
+    assert f"{draft.name} cannot be used" in launch.to_json()["engine"]["reason"]
+    refused = plan(ServeOptions(model=str(mtp), engine="lucebox"))
+    assert refused.refusal is not None and "block count" in str(refused.refusal)
+
+
+def test_engine_kind_in_config_and_its_reason(files):
+    launch = plan(ServeOptions(model=str(files[0])), settings=Settings(engine_kind="lucebox"))
+    assert launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
+    assert 'engine.kind = "lucebox" in config.toml' in launch.engine_choice.reason
+
+
+def test_spec_off_serves_without_the_draft(files):
+    target, draft, _ = files
+    launch = plan(ServeOptions(model=str(target), draft=str(draft), spec="off"))
+    assert "--draft" not in launch.argv
+    assert launch.speculation.reason == "off as asked"
+
+
+@pytest.mark.parametrize(
+    ("device", "budget"),
+    [("NVIDIA GeForce RTX 3090", 22), ("NVIDIA GeForce RTX 4090", 28),
+     ("NVIDIA GeForce RTX 5090", 22), ("NVIDIA H100 80GB HBM3", 22), ("a 24000 MiB card", 22)],
+)  # fmt: skip
+def test_ddtree_budget_per_card_class_never_under_15(device, budget):
+    assert ddtree_budget(device) == budget >= DDTREE_MIN_BUDGET
+
+
+def test_the_engine_never_reads_dflash_settings_from_lucebox_s_environment(files):
+    target, draft, _ = files
+    launch = plan(ServeOptions(model=str(target), draft=str(draft)))
+    env = engine_environ(launch.spec, {"DFLASH_KVFLASH": "auto", "PATH": "/bin"})
+    assert "DFLASH_KVFLASH" not in env and env["DFLASH_SAMPLED_VERIFY"] == "1"
