@@ -10,9 +10,11 @@ lucebox() { python3 -m lucebox.app.cli "$@"; }
 MANIFEST=$(ls "$H"/data/engines/lucebox-*/manifest.json | head -1)
 SERVER=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['server_path'])" "$MANIFEST")
 cp "$MANIFEST" "$W/manifest.json"
-(cd "$(dirname "$(dirname "$MANIFEST")")" && tar -cf - "$(basename "$(dirname "$MANIFEST")")" \
-    | xz -T0 -6 | split -b 15M -d -a 1 - "$OUT/engine.tar.xz.part")
-ls -la "$OUT"
+if [ "${PACK:-1}" = 1 ]; then
+    (cd "$(dirname "$(dirname "$MANIFEST")")" && tar -cf - "$(basename "$(dirname "$MANIFEST")")" \
+        | xz -T0 -6 | split -b 15M -d -a 1 - "$OUT/engine.tar.xz.part")
+fi
+want() { [ -z "${CONFIGS:-}" ] || [[ " $CONFIGS " == *" $1 "* ]]; }
 "$SERVER" --help > "$W/help.txt" 2>&1; echo "help exit $?" >> "$W/help.txt.rc"
 lucebox engine status --json > "$W/engine-status.json" 2>&1
 
@@ -80,35 +82,57 @@ serve_cfg() {  # name requests... -- engine args
         "$W/$name.log" | head -20
 }
 
-serve_cfg plain greedy no_max -- "$T" --max-ctx 4096 --max-tokens 512
-serve_cfg plain-64k greedy -- "$T" --max-ctx 65536 --max-tokens 512
-serve_cfg chain greedy -- "$T" --draft "$DR" --max-ctx 4096 --max-tokens 512
-serve_cfg ddtree greedy sampled unset_temp -- "$T" --draft "$DR" --ddtree --ddtree-budget 22 \
+want plain && serve_cfg plain greedy no_max -- "$T" --max-ctx 4096 --max-tokens 512
+want plain-64k && serve_cfg plain-64k greedy -- "$T" --max-ctx 65536 --max-tokens 512
+want chain && serve_cfg chain greedy -- "$T" --draft "$DR" --max-ctx 4096 --max-tokens 512
+want ddtree && serve_cfg ddtree greedy sampled unset_temp -- "$T" --draft "$DR" --ddtree --ddtree-budget 22 \
     --max-ctx 4096 --max-tokens 512
-DFLASH_SAMPLED_VERIFY=1 serve_cfg ddtree-sampled-verify sampled -- "$T" --draft "$DR" --ddtree \
+want ddtree-sampled-verify && DFLASH_SAMPLED_VERIFY=1 serve_cfg ddtree-sampled-verify sampled -- "$T" --draft "$DR" --ddtree \
     --ddtree-budget 22 --fa-window 0 --max-ctx 4096 --max-tokens 512
-serve_cfg kvflash long_prompt greedy -- "$T" --kvflash 1024 --kvflash-policy lru --max-ctx 4096 \
+want kvflash && serve_cfg kvflash long_prompt greedy -- "$T" --kvflash 1024 --kvflash-policy lru --max-ctx 4096 \
     --max-tokens 512
-serve_cfg kvflash-auto greedy -- "$T" --kvflash auto --kvflash-policy lru --max-ctx 65536 \
+want kvflash-auto && serve_cfg kvflash-auto greedy -- "$T" --kvflash auto --kvflash-policy lru --max-ctx 65536 \
     --max-tokens 512
-serve_cfg pflash long_prompt -- "$T" --prefill-compression auto --prefill-threshold 1000 \
+want pflash && serve_cfg pflash long_prompt -- "$T" --prefill-compression auto --prefill-threshold 1000 \
     --prefill-drafter "$PD" --max-ctx 4096 --max-tokens 512
-serve_cfg mtp-target greedy -- "$MTP" --max-ctx 4096 --max-tokens 512
+want mtp-target && serve_cfg mtp-target greedy -- "$MTP" --max-ctx 4096 --max-tokens 512
 
-echo "== lucebox serve --engine lucebox"
-lucebox plan --model "$T" --draft "$DR" --json > "$W/plan.json" 2> "$W/plan.err"
-lucebox serve --model "$T" --draft "$DR" --port 18190 > "$W/serve.log" 2>&1 &
-serve_pid=$!
-state() { lucebox status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null; }
-for _ in $(seq 1 240); do s=$(state); [ "$s" = ready ] || [ "$s" = failed ] && break; sleep 0.5; done
-echo "lucebox serve state: $(state)"
-curl -s -m 120 localhost:18190/v1/chat/completions -H 'Content-Type: application/json' -d "$greedy" \
-    > "$W/serve.r1.json"
-nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$W/serve.smi.txt"
-lucebox status --json > "$W/serve.status.json" 2>&1
-lucebox down > /dev/null 2>&1
-wait $serve_pid; echo "serve exit $?"
-tail -20 "$W/serve.log"
+lucebox_serve() {  # name, lucebox serve arguments
+    local name=$1; shift
+    echo "== lucebox serve $*"
+    lucebox plan "$@" --json > "$W/$name.plan.json" 2> "$W/$name.plan.err"
+    lucebox serve "$@" --port 18190 > "$W/$name.log" 2>&1 &
+    local serve_pid=$! s=
+    for _ in $(seq 1 240); do
+        s=$(lucebox status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)
+        [ "$s" = ready ] || [ "$s" = failed ] && break; sleep 0.5
+    done
+    echo "$name state: $s"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$W/$name.smi.txt"
+    local URL=http://127.0.0.1:18190 i=0
+    for body in greedy sampled unset_temp greedy; do
+        i=$((i + 1))
+        curl -s -m 120 "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+            -d "${!body}" > "$W/$name.r$i.json"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], json.dumps(d.get('usage') or d))" "$W/$name.r$i.json" "$body"
+    done
+    sleep 2.5
+    lucebox status --json > "$W/$name.status.json" 2>&1
+    python3 - "$W/$name.status.json" "$W/$name.plan.json" "$W/$name.smi.txt" <<'PY'
+import json, sys
+status = json.load(open(sys.argv[1]))
+print("status:", json.dumps({k: status.get(k) for k in ("state", "sample", "spec")})[:1500])
+plan = json.load(open(sys.argv[2]))
+used = [int(l.split(",")[1].split()[0]) for l in open(sys.argv[3]) if "," in l]
+total = plan["memory_bytes"]["total"] / 2**20
+print(f"plan total {total:.0f} MiB vs nvidia-smi {used} MiB; engine {plan['engine']}")
+PY
+    lucebox down > /dev/null 2>&1
+    wait $serve_pid; echo "$name serve exit $?"
+    grep -E "warm-up|lucebox: (engine|plan|server)" "$W/$name.log" | head -8
+}
+want serve-ddtree && lucebox_serve serve-ddtree --model "$T" --draft "$DR"
+want serve-plain && lucebox_serve serve-plain --model "$T" --engine lucebox --ctx 4096
 
 tar -czf "$OUT/measure.tgz" -C "$H" measure
 ls -la "$OUT"
