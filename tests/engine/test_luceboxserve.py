@@ -40,7 +40,7 @@ async def _serve(run: ServerRun, port: int, requests: Path) -> tuple[list[str], 
     samples: list[Sample] = []
     async for item in run.events():
         if isinstance(item, ServerEvent) and item.kind == "ready":
-            seen_at_ready = requests.read_text().splitlines()
+            seen_at_ready = await asyncio.to_thread(lambda: requests.read_text().splitlines())
             async with httpx.AsyncClient() as client:
                 reply = await client.post(
                     f"http://127.0.0.1:{port}/v1/chat/completions",
