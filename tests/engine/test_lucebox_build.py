@@ -15,6 +15,7 @@ from lucebox.engine.engines.source import SourceInfo
 from .test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
 from .test_lucebox_source import SHARED_TARBALL, needs_tarball
 
+FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
 SOURCE = SourceInfo(Path("/src/lucebox"), "pin", lucebox.PIN.identity, None)
 OPTIONS = BuildOptions("cuda", ("86",), toolkit="system CUDA 13.0", webui=False)
 
@@ -110,3 +111,34 @@ def test_model_archs_are_read_from_the_pinned_source(tmp_path):
         text = member.read().decode()
     archs = luceboxbuild.parse_model_archs(text)
     assert archs == ("qwen35", "qwen35moe", "laguna", "qwen3", "gemma4", "deepseek4")
+
+
+def test_engine_status_lists_both_kinds_and_llama_server_is_selected_for_llama(tmp_path):
+    """A Lucebox engine installed beside llama-server: both listed with their kind; the
+    llama-server selection never picks dflash_server (the planner chooses the kind)."""
+    import json
+
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.engines.registry import list_engines, select_engine
+
+    from .test_build import H100
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    recorded = json.loads((FIXTURES / "manifest.json").read_text())
+    for engine_id, kind, server in (
+        ("lucebox-62880e20-cuda-sm90-9982e975", "lucebox", "dflash_server"),
+        ("llama.cpp-b11434-cuda-sm90-0123abcd", "llama-server", "llama-server"),
+    ):
+        folder = paths.engines_dir / engine_id / "bin"
+        folder.mkdir(parents=True)
+        (folder / server).write_bytes(b"")
+        manifest = {**recorded, "id": engine_id, "kind": kind, "server_path": str(folder / server)}
+        (folder.parent / "manifest.json").write_text(json.dumps(manifest))
+    engines = list_engines(paths)
+    assert sorted(e.to_json()["kind"] for e in engines) == ["llama-server", "lucebox"]
+    lucebox_engine = luceboxbuild.installed(paths)
+    assert lucebox_engine is not None and lucebox_engine.capabilities.features[-1] == (
+        "symmetric-kv-only"
+    )
+    selected = select_engine(paths, H100).engine
+    assert selected is not None and selected.kind == "llama-server"
