@@ -21,7 +21,7 @@ lucebox engine status --json > "$W/engine-status.json" 2>&1
 M=$H/models
 mkdir -p "$M"
 start=$(date +%s)
-python3 bench/lucebox_models.py "$M" || exit 1
+python3 bench/lucebox_models.py "$M" "${MODELS:-all}" || exit 1
 echo "models written in $(( $(date +%s) - start )) s"; ls -la "$M"
 T=$M/qwen35-tiny.gguf
 DR=$M/qwen35-tiny-dflash.gguf

@@ -9,7 +9,7 @@ is expected to refuse (its block count is no longer a multiple of the interval),
 model standing in for PFlash's prefill drafter.
 Random weights: they prove paths, argv and memory, not acceptance.
 
-Usage: python3 bench/lucebox_models.py OUT_DIR  (prints the four paths)
+Usage: python3 bench/lucebox_models.py OUT_DIR [all|pair]  (prints the paths written)
 """
 
 from __future__ import annotations
