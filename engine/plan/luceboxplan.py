@@ -47,6 +47,14 @@ RTX 5090, upstream's RESULTS.md)."""
 DDTREE_BUDGETS = (("4090", 28), ("3090", 22), ("5090", 22))
 """Per card class, from upstream's measurements; other cards get the engine's default."""
 DDTREE_DEFAULT_BUDGET = 22
+RUNTIME_BYTES = 240 * MIB
+"""CUDA graphs, cuBLAS workspaces and the scratch of a full 512-token prefill chunk beyond the
+terms above: what nvidia-smi showed after lucebox's warm-up on the H100 for the generated
+qwen35 (n_embd 1024, vocabulary 248,320; 2142 MiB at 4096 tokens) less the plan's terms.
+Calibrated on that one shape; a real 27B target is still to be measured."""
+DRAFT_RUNTIME_BYTES = 100 * MIB
+"""With a draft, its graphs and the DDTree verify scratch beyond its weights and feature ring
+(same run: 2872 MiB with the draft at 262144 tokens)."""
 MAX_TOKENS_CAP = 8192
 PREFIX_CACHE_MAX_SLOTS = 32
 PREFIX_CACHE_RAM_SHARE = 8
@@ -116,7 +124,8 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     verify_tokens = max(16, (budget_ddtree or 0) + 1)
     ring = N_CAPTURE_LAYERS * target.n_embd * FEATURE_RING_TOKENS * 2 if request.draft else 0
     rollback = rollback_bytes(target, verify_tokens)
-    compute = compute_bytes(target) + ring + rollback
+    runtime = RUNTIME_BYTES + (DRAFT_RUNTIME_BYTES if request.draft else 0)
+    compute = compute_bytes(target) + ring + rollback + runtime
     prefill_drafter = request.prefill_drafter_bytes if request.prefill != "off" else 0
     cuda_context = CUDA_CONTEXT_BYTES
     reserve = max(64 * MIB, int(budget.vram_free_bytes * 0.005))
@@ -180,7 +189,8 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         "compute": (
             f"chunk logits and activations {compute_bytes(target) / MIB:.0f} MiB, feature ring "
             f"{ring / MIB:.0f} MiB, rollback {rollback / MIB:.0f} MiB (for {verify_tokens} "
-            "verified tokens); allocated on the first request, which lucebox sends before ready"
+            f"verified tokens), graphs and workspaces {runtime / MIB:.0f} MiB; allocated on the "
+            "first request, which lucebox sends before ready"
         ),
         "max_tokens": f"{max_tokens}: a reply's default and cap, below --max-ctx {max_ctx}",
         "prompt_cache": f"{slots} prefix-cache snapshot slots in host RAM",

@@ -42,12 +42,11 @@ def test_decode_lines():
     ar = parse_decode("[ar-decode] tokens=256 time=0.328 s speed=781.30 tok/s")
     assert ar is not None and not ar.speculative
     assert (ar.tokens, ar.time_s, ar.tokens_per_s) == (256, 0.328, 781.30)
-    spec = parse_decode(
-        "[spec-decode] tokens=512 time=1.234 s speed=414.91 tok/s steps=40 accepted=472/640 "
-        "(73.8%) avg_commit=12.80"
-    )
-    assert spec is not None and spec.speculative
-    assert (spec.accepted, spec.drafted, spec.steps, spec.avg_commit) == (472, 640, 40, 12.8)
+    recorded = [d for d in map(parse_decode, lines("ddtree-spec.log")) if d and d.speculative]
+    assert [(d.tokens, d.steps, d.accepted, d.drafted) for d in recorded] == [
+        (8, 4, 0, 64), (192, 96, 0, 1536), (192, 96, 0, 1536), (16, 8, 0, 128),
+    ]  # fmt: skip
+    assert recorded[1].avg_commit == 2.0 and recorded[1].tokens_per_s == 253.15
     assert parse_decode("[server] listening on http://127.0.0.1:18180") is None
 
 
@@ -70,6 +69,28 @@ def test_the_log_gives_each_reply_with_its_decode_time():
     assert finished[1].prompt_tokens == 64
     assert log.replies_without_speculation == 4
     assert log.take_finished() == []
+
+
+def test_speculation_totals_and_replies_served_without_it():
+    """DDTree run on the H100 with a random-weight draft: greedy replies speculate (nothing
+    accepted); the one with a temperature decoded without speculation."""
+    log = LuceboxLog()
+    for line in lines("ddtree-spec.log"):
+        log.feed(line)
+    assert (log.accepted_total, log.drafted_total, log.spec_steps_total) == (0, 3264, 204)
+    assert log.replies_without_speculation == 1
+    finished = log.take_finished()
+    assert [(r.generated_tokens, r.draft_generated) for r in finished] == [
+        (8, 64), (192, 1536), (256, 0), (192, 1536), (16, 128),
+    ]  # fmt: skip
+
+
+def test_a_draft_that_stops_midway_fails_the_reply():
+    log = LuceboxLog()
+    for line in lines("chain.log"):
+        log.feed(line)
+    assert log.failed_replies == ["chatcmpl_0000000000000001: decode_failed"]
+    assert [r.generated_tokens for r in log.take_finished()] == [8, 16]
 
 
 def test_a_failed_draft_step_is_a_speculation_failure():
