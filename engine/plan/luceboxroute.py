@@ -66,7 +66,10 @@ def choose(
             on_nvidia_gpu=budget.is_gpu,
             host=resolved.host,
             draft_name=draft.path.name if draft is not None else None,
-            draft_arch=draft_info.architecture if draft_info is not None else None,
+            # A preset's draft not pulled yet: its published facts name the architecture.
+            draft_arch=draft_info.architecture
+            if draft_info is not None
+            else (draft.facts.architecture if draft is not None else None),
             llama_fits_ctx=llama_plan is None
             or asked is None
             or (llama_plan.fits and llama_plan.ctx >= asked),

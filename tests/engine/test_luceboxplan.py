@@ -154,3 +154,31 @@ def test_the_engine_never_reads_dflash_settings_from_lucebox_s_environment(files
     launch = plan(ServeOptions(model=str(target), draft=str(draft)))
     env = engine_environ(launch.spec, {"DFLASH_KVFLASH": "auto", "PATH": "/bin"})
     assert "DFLASH_KVFLASH" not in env and env["DFLASH_SAMPLED_VERIFY"] == "1"
+
+
+def test_a_lucebox_draft_named_by_a_preset_selects_the_engine_before_any_pull():
+    """A preset naming a Lucebox draft (files not on disk: the plan reads the preset's facts)
+    is served by the Lucebox engine."""
+    from lucebox.engine.models.presets import PresetDraft, PresetFacts, PresetModel, find_preset
+
+    paths = resolve_paths()
+    mtp_row = find_preset(paths, "qwen3.6-27b")
+    draft = PresetModel(
+        "hf:Lucebox/Qwen3.6-27B-DFlash-GGUF/dflash-draft-3.6-q4_k_m.gguf",
+        1_000_000_000,
+        True,
+        PresetFacts("qwen35-dflash-draft", 5, 5120, 248320, 5, 8, 128),
+    )
+    plain_target = dataclasses.replace(
+        mtp_row.target, source="hf:unsloth/Qwen3.6-27B-GGUF/Qwen3.6-27B-Q4_K_M.gguf"
+    )
+    lucebox_row = dataclasses.replace(
+        mtp_row, target=plain_target, draft=PresetDraft(draft, "dflash", None)
+    )
+    launch = plan_launch(
+        paths, ServeOptions(preset=lucebox_row.id), settings=Settings(), budget=RTX_4090,
+        engine=EngineView.of(None), preset=lucebox_row,
+    )  # fmt: skip
+    assert launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
+    assert "dflash-draft-3.6-q4_k_m.gguf is a Lucebox DFlash draft" in launch.engine_choice.reason
+    assert launch.argv[launch.argv.index("--ddtree-budget") + 1] == "28"
