@@ -55,7 +55,8 @@ def other_engine_problem(info: ModelInfo) -> Problem | None:
         "draft-arch-mismatch",
         "error",
         f"architecture '{info.architecture}' is a draft for {engine}, not for llama-server: "
-        "use an upstream DFlash draft (architecture 'dflash', made with convert_hf_to_gguf.py "
+        "serve the pair with --engine lucebox (NVIDIA GPUs), or for llama-server use an "
+        "upstream DFlash draft (architecture 'dflash', made with convert_hf_to_gguf.py "
         "--target-model-dir) or let lucebox pick n-gram or MTP speculation",
     )
 
