@@ -33,8 +33,9 @@ from lucebox.engine.core.errors import (
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import progress_parts
 from lucebox.engine.machine import config, gpu, peers
-from lucebox.engine.plan import fitcheck, planner, presetchoice
+from lucebox.engine.plan import fitcheck, presetchoice
 from lucebox.engine.plan.flagtypes import index_list, mib_list, peer_list, port_number, positive_int
+from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.options import LAUNCH_FLAGS, ServeOptions, options_from
 from lucebox.engine.run import runstate
 
@@ -154,7 +155,7 @@ def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> i
         prepared = pipeline.prepare(paths, options, quiet, dry_run=True)
         launch_plan, refusal = prepared.launch, None
     except GuardRefusal as exc:
-        if not isinstance(exc, planner.PlanRefusal):
+        if not isinstance(exc, PlanRefusal):
             raise
         launch_plan, refusal = exc.launch, exc
     launch_plan = dataclasses.replace(launch_plan, fit_check=fitcheck.fit_check(launch_plan))
@@ -167,7 +168,7 @@ def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> i
     return EXIT_OK
 
 
-def _print_launch_plan(launch_plan: planner.LaunchPlan) -> None:
+def _print_launch_plan(launch_plan: LaunchPlan) -> None:
     result = launch_plan.plan
     memory = result.memory_bytes
     print(f"{launch_plan.title} on {launch_plan.budget.device}")

@@ -19,7 +19,7 @@ from typing import Literal
 from lucebox.engine.core import units
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import TransferProgress
-from lucebox.engine.engines import registry, toolchain, webui
+from lucebox.engine.engines import lucebox, luceboxbuild, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.engines.source import ensure_source
@@ -28,14 +28,15 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
+from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
-from lucebox.engine.plan.planner import LaunchPlan
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run import calibrator
 from lucebox.engine.run.calibration import Trial
@@ -181,6 +182,30 @@ def ensure_engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) ->
     return engine
 
 
+def _lucebox_engine(paths: Paths, probe: gpu.GpuProbe, emit: Emit) -> EngineManifest:
+    emit(StepEvent("engine", "running", "looking for the Lucebox engine"))
+    engine = luceboxbuild.installed(paths)
+    if engine is None:
+        emit(StepEvent("engine", "note", "not built yet: building it (this takes a while once)"))
+        choice = luceboxbuild.choose_options(probe, toolchain.probe_cuda_toolkit(), arch=None)
+        engine, _ = luceboxbuild.build_and_install(
+            paths, lucebox.ensure_source(paths), choice.options, on_event=_build_progress(emit)
+        )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def _lucebox_serves(
+    paths: Paths, options: ServeOptions, view: MachineView, preset: Preset | None
+) -> bool:
+    """Whether the planner routes this launch to the Lucebox engine (its files are here)."""
+    launch = planner.plan_launch(
+        paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine,
+        preset=preset,
+    )  # fmt: skip
+    return launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
+
+
 def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
     emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
@@ -262,7 +287,10 @@ def prepare(
         )
         if draft_source:
             pull_source(paths, draft_source, emit, cancel)
-        installed = ensure_engine(paths, view.probe, settings.engine, emit)
+        if _lucebox_serves(paths, options, view, preset):
+            _lucebox_engine(paths, view.probe, emit)
+        else:
+            installed = ensure_engine(paths, view.probe, settings.engine, emit)
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
@@ -280,7 +308,7 @@ def prepare(
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:
-        raise planner.PlanRefusal(launch, launch.refusal)
+        raise PlanRefusal(launch, launch.refusal)
     emit(
         StepEvent(
             "models",

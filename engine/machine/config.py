@@ -45,6 +45,8 @@ class Settings:
     """Speculative decoding: auto, off, mtp, dflash, draft or ngram; empty is auto."""
     engine: str = ""
     """Engine id to use; empty picks the best installed engine for the GPU."""
+    engine_kind: str = ""
+    """Which engine serves: auto, llama-server or lucebox; empty is auto (the planner picks)."""
     download_max_idle_attempts: int = 10
     """A download gives up after this many attempts in a row that brought no new byte."""
     download_stall_s: float = 30.0
@@ -82,6 +84,7 @@ KEYS: dict[str, str] = {
     "model.allow_base": "allow_base",
     "model.spec": "spec",
     "engine.id": "engine",
+    "engine.kind": "engine_kind",
     "download.max_idle_attempts": "download_max_idle_attempts",
     "download.stall_s": "download_stall_s",
     "download.backoff_max_s": "download_backoff_max_s",

@@ -26,9 +26,10 @@ from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.presets import Preset, load_presets
 from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory import wanted_ctx as planned_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import LaunchPlan, plan_launch
+from lucebox.engine.plan.planner import plan_launch
 from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
 
 ENGINE_PROCESS_BYTES = 40 * MIB

@@ -14,6 +14,7 @@ from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan import speculation
+from lucebox.engine.plan.enginechoice import ENGINE_MODES, EngineMode
 from lucebox.engine.plan.flagtypes import (
     index_list,
     mib_list,
@@ -22,6 +23,7 @@ from lucebox.engine.plan.flagtypes import (
     port_number,
     positive_int,
 )
+from lucebox.engine.plan.luceboxplan import PREFILL_MODES, PrefillMode
 from lucebox.engine.plan.speculation import SpecMode
 
 CacheProfile = Literal["agent", "off"]
@@ -48,6 +50,10 @@ class ServeOptions:
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
     p_min: float | None = None
     """Another draft p-min than the mode's own (a calibration trial)."""
+    engine: EngineMode | None = None
+    """Which engine serves; None reads engine.kind (empty: auto, the planner chooses)."""
+    prefill: PrefillMode | None = None
+    """PFlash speculative prefill on the Lucebox engine; None is off."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
@@ -103,6 +109,14 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
                "path or a preset id; several: a served set", "SRC", exclusive="what", repeat=True),
     LaunchFlag("--quant", "quant", "the quant of a repo named by --model (e.g. Q4_K_M)", "Q"),
     LaunchFlag("--draft", "draft", "speculative-decoding draft model", "SRC"),
+    LaunchFlag("--engine", "engine",
+               "which engine serves: auto (default: the planner chooses and says why), "
+               "llama-server, or lucebox (the Lucebox engine: DDTree, KVFlash, PFlash; CUDA only)",
+               choices=ENGINE_MODES),
+    LaunchFlag("--prefill", "prefill",
+               "PFlash speculative prefill on the Lucebox engine: off (default), auto (long "
+               "single prompts) or pflash (always); it keeps only a share of a long prompt",
+               choices=PREFILL_MODES),
     LaunchFlag("--spec", "spec",
                "speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, "
                "ngram", choices=speculation.SPEC_MODES),
@@ -161,6 +175,10 @@ class Resolved:
     """RAM a plan leaves to the rest of the PC (machine.keep_free_ram_mib); None: the rule."""
     cpu_read_s: float = 0.0
     """A chosen CPU context is at most what the CPU reads in this long (model.cpu_read_s)."""
+    engine: EngineMode = "auto"
+    engine_from: str = ""
+    """Where a mode other than auto comes from, for the plan's reason."""
+    prefill: PrefillMode = "off"
 
 
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
@@ -170,6 +188,17 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
             f"model.spec = {spec!r} in config.toml is not a speculation mode",
             hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
         )
+    engine = options.engine or settings.engine_kind or "auto"
+    if engine not in ENGINE_MODES:
+        raise UsageError(
+            f"engine.kind = {engine!r} in config.toml is not an engine",
+            hint=f"use one of {', '.join(ENGINE_MODES)}",
+        )
+    engine_from = (
+        f"--engine {engine} as asked"
+        if options.engine
+        else f'engine.kind = "{engine}" in config.toml'
+    )
     return Resolved(
         preset_id=None
         if options.model or options.models
@@ -185,4 +214,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         api_key=settings.api_key or None,
         keep_free_ram_bytes=settings.keep_free_ram_mib * MIB or None,
         cpu_read_s=settings.cpu_read_s,
+        engine=engine,
+        engine_from=engine_from,
+        prefill=options.prefill or "off",
     )

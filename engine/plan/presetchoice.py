@@ -11,8 +11,9 @@ from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.presets import Preset, find_preset, load_presets
 from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.options import Resolved, ServeOptions
-from lucebox.engine.plan.planner import LaunchPlan, plan_launch
+from lucebox.engine.plan.planner import plan_launch
 
 GOOD_CTX = 8192
 """The least context a set needs to be offered as a card's pick."""

@@ -41,7 +41,7 @@ from lucebox.engine.run.sample import SpecStatus
 if TYPE_CHECKING:
     from lucebox.engine.machine.config import Settings
     from lucebox.engine.plan.launch import LaunchSpec
-    from lucebox.engine.plan.planner import LaunchPlan
+    from lucebox.engine.plan.launchplan import LaunchPlan
     from lucebox.engine.run.serverrun import ServerRun
 
 CalibrationState = Literal["waiting", "running", "paused", "done"]

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -25,6 +25,7 @@ from lucebox.engine.plan.launch import LaunchSpec, server_argv, url_of
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.lastserved import served_now, write_last_served
+from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
@@ -192,12 +193,15 @@ class ServerRun:
             self.restart(changed)
 
     def _feed_line(self, engine_pid: int, line: str) -> None:
-
         facts = self._run.logs.get(engine_pid)
         if facts is None:
             # Only the current engine's lines matter: forget an earlier engine's.
-            self._run.logs = {engine_pid: (facts := EngineLog())}
+            self._run.logs = {engine_pid: (facts := self._engine_log())}
         facts.feed(line)
+
+    def _engine_log(self) -> EngineLog:
+        """What reads the engine's lines: llama-server's, or the Lucebox engine's."""
+        return LuceboxLog() if self.supervisor.spec.lucebox is not None else EngineLog()
 
     async def _engine_stopping(self) -> None:
         """Runs before the supervisor stops a live engine on purpose: sampling ends first,
@@ -326,18 +330,15 @@ class ServerRun:
             nvml = None
         else:
             nvml = provider
-        facts = self._run.logs.setdefault(engine_pid, EngineLog())
+        facts = self._run.logs.setdefault(engine_pid, self._engine_log())
         on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
         prefill = prefillrates.Recorder(self.paths, Path(spec.model_path), cpu_cores())
-        sampler = Sampler(
-            self.url,
-            engine_pid,
-            facts,
-            nvml=nvml,
-            gpu_index=self.gpu_index,
-            api_key=self.api_key,
-            spec_type=spec.spec_type,
-            spec_reason=self.spec_reason,
+        options: dict[str, Any] = dict(nvml=nvml, gpu_index=self.gpu_index, api_key=self.api_key)
+        options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
+        sampler = (
+            LuceboxSampler(self.url, engine_pid, facts, **options)
+            if isinstance(facts, LuceboxLog)
+            else Sampler(self.url, engine_pid, facts, **options)
         )
         try:
             async for sample in sampler.samples():

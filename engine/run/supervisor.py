@@ -55,7 +55,8 @@ _DIAGNOSES: list[tuple[str, str, str]] = [
     ),
     (
         "bad-flag",
-        r"error: invalid argument|error while handling argument|unknown argument",
+        r"error: invalid argument|error while handling argument|unknown argument"
+        r"|\[server\] unknown option",
         "the engine refused a command-line flag",
     ),
     (
@@ -65,7 +66,8 @@ _DIAGNOSES: list[tuple[str, str, str]] = [
     ),
     (
         "model-load",
-        r"exiting due to model loading error|failed to load model",
+        r"exiting due to model loading error|failed to load model"
+        r"|target load: |draft load: |backend creation failed",
         "the model failed to load",
     ),
 ]
@@ -244,11 +246,22 @@ class Supervisor:
             while time.monotonic() < deadline and process.returncode is None:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(url)).status_code == 200:
-                        return True
+                        return await self._warmed_up(client)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), HEALTH_INTERVAL_S)
                     return False
         return False
+
+    async def _warmed_up(self, client: httpx.AsyncClient) -> bool:
+        """The Lucebox engine allocates its rollback buffers on the first request: send one
+        before it counts as ready, so an out-of-memory abort comes now, not to a user."""
+        if self.spec.lucebox is None:
+            return True
+        from lucebox.engine.run.luceboxrun import warm_up
+
+        failure = await warm_up(client, url_of(self.spec))
+        self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
+        return failure is None
 
     async def events(self) -> AsyncIterator[ServerEvent]:
         """Start the engine and keep it up until ``stop`` or a crash loop; yield what happens."""

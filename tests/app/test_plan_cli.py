@@ -45,8 +45,9 @@ def test_plan_json_shape():
 
 def test_a_context_that_does_not_fit_is_refused_not_shrunk():
     result = run_lucebox(
-        "plan", "--preset", "qwen3.6-27b", "--vram-mib", "20480", "--ctx", "262144", "--json"
-    )
+        "plan", "--preset", "qwen3.6-27b", "--vram-mib", "20480", "--ctx", "262144", "--json",
+        "--engine", "llama-server",
+    )  # fmt: skip
     assert result.returncode == 3
     assert_one_line_error(result)
     assert "largest context that fits is" in result.stderr

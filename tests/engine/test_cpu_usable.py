@@ -11,6 +11,7 @@ from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.plan import cpuread
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.hostram import cpu_keep_free_bytes
+from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory import PlanRequest, make_plan
 from lucebox.engine.plan.options import ServeOptions, resolve
 from tests.ggufgen import ModelSpec, cached_gguf
@@ -91,7 +92,7 @@ def test_a_measured_rate_replaces_the_estimate(tmp_path):
     resolved = resolve(options, config.load_settings(paths))
     cores = cpuread.cpu_cores()
 
-    def plan() -> planner.LaunchPlan:
+    def plan() -> LaunchPlan:
         return planner.plan_launch(
             paths, options, resolved=resolved, budget=RAM, engine=pinned_engine()
         )

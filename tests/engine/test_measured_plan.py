@@ -12,6 +12,7 @@ from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan import planner
 from lucebox.engine.plan.engineview import pinned_engine
+from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.measurements import (
     OFF,
     Measurement,
@@ -25,7 +26,7 @@ from tests.conftest import run_lucebox
 from tests.ggufgen import cached_gguf, qwen35_target
 
 
-def launch_of(target: Path, spec: SpecMode | None = None) -> planner.LaunchPlan:
+def launch_of(target: Path, spec: SpecMode | None = None) -> LaunchPlan:
     paths = resolve_paths()
     wanted = ServeOptions(model=str(target), vram_mib=(16384,), spec=spec)
     return planner.plan_launch(
