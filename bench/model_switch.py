@@ -155,13 +155,17 @@ def memory_admission(home: Path, sources: list[str]) -> dict[str, Any]:
 
 def proxy_cost(home: Path, sources: list[str], rounds: int) -> dict[str, Any]:
     """A loaded model's one-token request through lucebox's proxy and straight to the router."""
-    with served_set(home, sources[:1], {"models.ram_mib": "0"}) as served:
+    pair = [sources[0], sources[2]]  # a set: one --model would be served without the router
+    with served_set(home, pair, {"models.ram_mib": "0"}) as served:
         _asked(served, "smollm2")
         log = (home / "state" / "logs" / "engine.log").read_text()
         port = re.findall(r"# lucebox: starting \S+ --host \S+ --port (\d+)", log)[-1]
         direct = ServedSet(f"http://127.0.0.1:{port}", served.env, served.proc)
-        through = [_asked(served, "smollm2") for _ in range(rounds * 3)]
-        straight = [_asked(direct, "smollm2") for _ in range(rounds * 3)]
+        through: list[float] = []
+        straight: list[float] = []
+        for _ in range(rounds * 4):  # interleaved: the machine's load changes under both alike
+            through.append(_asked(served, "smollm2"))
+            straight.append(_asked(direct, "smollm2"))
     return {"proxy_s": _median(through), "router_s": _median(straight)}
 
 
