@@ -15,6 +15,7 @@ import socket
 from dataclasses import dataclass, replace
 
 from lucebox.engine.core import units
+from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
@@ -169,10 +170,9 @@ async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:
         if created:
             emit(StepEvent("server", "note", f"API key (shown once): {api_key}"))
     placements, room = placements_of(planned)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         server, clients = await start_proxy(
-            public.host, public.port, url_of(spec), placements, room, headers
+            public.host, public.port, url_of(spec), placements, room, auth_headers(api_key)
         )
     except OSError as exc:
         holder = port_holder(public.host, public.port) or "another program"
