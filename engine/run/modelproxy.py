@@ -99,10 +99,14 @@ async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
     return event
 
 
-def _error(status: int, message: str) -> tuple[h11.Response, bytes]:
+def _write_error(
+    conn: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str
+) -> None:
+    """An answer of the proxy's own, in the shape of the engine's errors."""
     body = json.dumps({"error": {"code": status, "message": message}}).encode()
     headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
-    return h11.Response(status_code=status, headers=headers), body
+    writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
+    writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
 
 
 class ModelProxy:
@@ -143,15 +147,11 @@ class ModelProxy:
         alias = model_of(request.target, body)
         if alias is not None and alias not in self.gate.placements:
             served = ", ".join(self.gate.placements)
-            response, data = _error(404, f"model '{alias}' is not served; served: {served}")
-            writer.write(conn.send(response) + conn.send(h11.Data(data=data)))
-            writer.write(conn.send(h11.EndOfMessage()))
+            _write_error(conn, writer, 404, f"model '{alias}' is not served; served: {served}")
             return
         refusal = await self.gate.admit(alias) if alias is not None else None
         if refusal is not None:
-            response, data = _error(503, refusal)
-            writer.write(conn.send(response) + conn.send(h11.Data(data=data)))
-            writer.write(conn.send(h11.EndOfMessage()))
+            _write_error(conn, writer, 503, refusal)
             return
         try:
             await self._forward(conn, writer, request, body)
@@ -174,9 +174,7 @@ class ModelProxy:
         try:
             answer = await self.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
-            response, data = _error(502, f"the router did not answer: {exc}")
-            writer.write(conn.send(response) + conn.send(h11.Data(data=data)))
-            writer.write(conn.send(h11.EndOfMessage()))
+            _write_error(conn, writer, 502, f"the router did not answer: {exc}")
             return
         try:
             kept = [(k, v) for k, v in answer.headers.raw if k.lower() not in _HOP_HEADERS]
