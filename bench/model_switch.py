@@ -12,8 +12,9 @@ its wall time is what a client waits for the switch.
    other model unloads the first and loads it.
 5. prompt cache: how much of a repeated ~700-token prompt a model takes from its cache after
    switching away and back, after sleeping, and after being evicted.
-It also reports what the router's count limit leaves unused under that RAM budget: pairs of
-the set that fit together by the plans' memory but that models_max 1 never loads together.
+6. memory admission: under that budget (where the router's count limit would be 1), which
+   models lucebox's proxy keeps loaded together, by the plans' bytes.
+7. proxy cost: a loaded model's request through the proxy and straight to the router.
 
     .venv/bin/python -m bench.model_switch [--rounds 3]
 """
@@ -21,11 +22,10 @@ the set that fit together by the plans' memory but that models_max 1 never loads
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
+import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -139,25 +139,34 @@ def cache_survival(home: Path, sources: list[str]) -> dict[str, Any]:
     return report
 
 
-def count_limit_waste(home: Path, sources: list[str]) -> dict[str, Any]:
-    """Under the one-at-a-time RAM budget: pairs that fit by the plans, refused by the count."""
-    env = {**os.environ, "LUCEBOX_HOME": str(home)}
-    argv = [sys.executable, "-m", "lucebox.app.cli", "plan", "--json"]
-    for source in sources:
-        argv += ["--model", source]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
-    document = json.loads(done.stdout)
-    room = RAM_MIB_ONE_AT_A_TIME * 2**20 - document["process_bytes"]
-    plans = {
-        m["alias"]: m["memory_bytes"]["total"] + document["process_bytes"]
-        for m in document["models"]
-    }
-    fitting = [
-        sorted(pair)
-        for pair in itertools.combinations(plans, 2)
-        if sum(plans[a] for a in pair) <= room
-    ]
-    return {"models_max": document["models_max"], "planned_bytes": plans, "pairs_that_fit": fitting}
+def memory_admission(home: Path, sources: list[str]) -> dict[str, Any]:
+    """Under the one-at-a-time RAM budget (a router count limit of 1): which models lucebox's
+    proxy keeps loaded together, by the plans' bytes."""
+    settings = {"models.idle_s": "3600", "models.ram_mib": str(RAM_MIB_ONE_AT_A_TIME)}
+    report: dict[str, Any] = {"ram_mib": RAM_MIB_ONE_AT_A_TIME}
+    with served_set(home, sources, settings) as served:
+        report["planned_bytes"] = {a: m["planned_bytes"] for a, m in served.models().items()}
+        for alias in (THIRD_NAME, "smollm2", "smoke"):
+            _asked(served, alias)
+            loaded = sorted(a for a, s in served.router_states().items() if s == "loaded")
+            report[f"loaded_after_{alias}"] = loaded
+    return report
+
+
+def proxy_cost(home: Path, sources: list[str], rounds: int) -> dict[str, Any]:
+    """A loaded model's one-token request through lucebox's proxy and straight to the router."""
+    pair = [sources[0], sources[2]]  # a set: one --model would be served without the router
+    with served_set(home, pair, {"models.ram_mib": "0"}) as served:
+        _asked(served, "smollm2")
+        log = (home / "state" / "logs" / "engine.log").read_text()
+        port = re.findall(r"# lucebox: starting \S+ --host \S+ --port (\d+)", log)[-1]
+        direct = ServedSet(f"http://127.0.0.1:{port}", served.env, served.proc)
+        through: list[float] = []
+        straight: list[float] = []
+        for _ in range(rounds * 4):  # interleaved: the machine's load changes under both alike
+            through.append(_asked(served, "smollm2"))
+            straight.append(_asked(direct, "smollm2"))
+    return {"proxy_s": _median(through), "router_s": _median(straight)}
 
 
 def main() -> int:
@@ -174,13 +183,9 @@ def main() -> int:
         "sleeping": sleeping(home, sources, aliases[:2], args.rounds),
         "evicting": evicting(home, sources, args.rounds),
         "prompt_cache": cache_survival(home, sources),
+        "memory_admission": memory_admission(home, sources),
+        "proxy_cost": proxy_cost(home, sources, args.rounds),
     }
-    subprocess.run(
-        [sys.executable, "-m", "lucebox.app.cli", "config", "set", "models.ram_mib",
-         str(RAM_MIB_ONE_AT_A_TIME)],
-        env={**os.environ, "LUCEBOX_HOME": str(home)}, check=True, capture_output=True,
-    )  # fmt: skip
-    report["count_limit"] = count_limit_waste(home, sources)
     print(json.dumps(report, indent=2))
     return 0
 

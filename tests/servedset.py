@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,18 @@ class ServedSet:
             timeout=300,
         )
         return time.perf_counter() - started, answer.json()
+
+    def settled_models(
+        self, settled: Callable[[dict[str, str]], bool], timeout_s: float = 15
+    ) -> dict[str, dict[str, Any]]:
+        """The status's models once their states are ``settled`` (the run samples each second),
+        or as they are at the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            models = self.models()
+            if settled({a: m["state"] for a, m in models.items()}) or time.monotonic() > deadline:
+                return models
+            time.sleep(0.3)
 
     def wait_states(self, wanted: dict[str, str], timeout_s: float) -> dict[str, str]:
         deadline = time.monotonic() + timeout_s

@@ -6,8 +6,9 @@ cannot fit even one model at a time is refused with that model's numbers. Models
 a device are planned again on a share of it: with ``k`` of them loaded at once, model ``i``
 gets its fixed cost (weights, compute, CUDA context, host caches) plus an equal part of what
 is left after the ``k`` largest fixed costs, so any ``k`` of them fit together. The largest
-``k`` that still gives every model the context it wants wins; llama-server's router then
-loads models on request and evicts the least recently used one beyond ``--models-max``.
+``k`` that still gives every model the context it wants wins. llama-server's router loads
+models on request; lucebox's proxy in front of it (run/modelproxy.py) evicts the least
+recently used ones on a device until the next one fits, by these plans' bytes.
 
 With several GPUs each model runs alone on a card when it fits one (the other cards serve
 the set's other models); a model no card holds alone has the set planned over all cards.
@@ -370,8 +371,8 @@ def _plan_on_cards(
     models_max = min(limits) if limits else len(members)
     if limits:
         reasons["models_max"] = (
-            f"{models_max}: the router limits by count, so the tightest card sets it "
-            "(models on the other cards could load beside it)"
+            f"{models_max} on the tightest card; lucebox's proxy evicts per card by memory, "
+            "so the other cards keep their models loaded (a count limit would not)"
         )
     else:
         reasons["models_max"] = f"{models_max}: every card holds all of its models at once"

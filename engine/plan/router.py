@@ -85,14 +85,16 @@ def router_ini(planned: SetPlan, idle_s: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def router_spec(planned: SetPlan, ini_path: str) -> LaunchSpec:
-    """The router's launch: the first model's address and key file, router flags only."""
+def router_spec(planned: SetPlan, ini_path: str, models_max: int | None = None) -> LaunchSpec:
+    """The router's launch: the first model's address and key file, router flags only;
+    ``models_max`` 0 lifts the count limit (lucebox's proxy evicts by memory instead)."""
     first = planned.launches[0].spec
+    limit = planned.models_max if models_max is None else models_max
     return replace(
         first,
         model_path=ini_path,
         alias="router",
-        router=("--models-preset", ini_path, "--models-max", str(planned.models_max)),
+        router=("--models-preset", ini_path, "--models-max", str(limit)),
         gpus=visible_gpus(planned),
         rpc=(),
         chat_template=None,

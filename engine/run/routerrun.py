@@ -95,6 +95,7 @@ class RouterRun(ServerRun):
         supervisor: Supervisor,
         *,
         planned: tuple[PlannedModel, ...],
+        public_url: str,
         api_key: str | None = None,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
@@ -102,7 +103,9 @@ class RouterRun(ServerRun):
         self.planned = planned
         self._last_used: dict[str, float] = {}
         self._run.status = replace(
-            self._run.status, models=model_statuses(planned, {}, {}, {}, time.time())
+            self._run.status,
+            url=public_url,
+            models=model_statuses(planned, {}, {}, {}, time.time()),
         )
 
     @property

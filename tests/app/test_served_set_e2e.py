@@ -3,8 +3,6 @@ together by `lucebox serve` on the real CPU engine's router."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.servedset import THIRD_NAME, served_set, third_model
@@ -21,7 +19,7 @@ def test_requests_alternate_by_name_and_an_idle_model_sleeps_and_comes_back(
         for alias in ("smollm2", "smoke", THIRD_NAME, "smollm2"):
             _, answer = served.ask(alias, max_tokens=4)
             assert answer["model"] == alias and answer["choices"][0]["message"]["content"]
-        loaded = served.models()
+        loaded = served.settled_models(lambda s: set(s.values()) <= {"loaded", "sleeping"})
         for alias, model in loaded.items():
             assert model["state"] in ("loaded", "sleeping"), alias
             assert model["device"].startswith("CPU")
@@ -34,18 +32,20 @@ def test_requests_alternate_by_name_and_an_idle_model_sleeps_and_comes_back(
         assert answer["choices"][0]["message"]["content"]
         assert served.router_states()["smollm2"] == "loaded"
         unknown = served.ask("nope")[1]
-        assert "not found" in unknown["error"]["message"]
+        assert unknown["error"]["message"].endswith("served: smollm2, smoke, tiny-llama")
 
 
-def test_a_ram_budget_for_one_model_evicts_the_other(built_engine_home, lucebox_home, tmp_path):
-    with served_set(lucebox_home, ["smollm2", "smoke"], {"models.ram_mib": "1000"}) as served:
+def test_a_ram_budget_evicts_by_memory_not_by_count(built_engine_home, lucebox_home, tmp_path):
+    # 1000 MiB hold SmolLM2 and the tiny llama together, or the Gemma 270M with the tiny one;
+    # the router's count limit for this set would be 1.
+    sources = ["smollm2", "smoke", str(third_model(tmp_path))]
+    with served_set(lucebox_home, sources, {"models.ram_mib": "1000"}) as served:
+        served.ask(THIRD_NAME)
         served.ask("smollm2")
-        assert served.router_states() == {"smollm2": "loaded", "smoke": "unloaded"}
-        served.ask("smoke")
-        assert served.router_states() == {"smollm2": "unloaded", "smoke": "loaded"}
-        for _ in range(20):
-            states = {a: m["state"] for a, m in served.models().items()}
-            if states == {"smollm2": "unloaded", "smoke": "loaded"}:
-                break
-            time.sleep(0.5)
-        assert states == {"smollm2": "unloaded", "smoke": "loaded"}
+        both = {"smollm2": "loaded", "smoke": "unloaded", THIRD_NAME: "loaded"}
+        assert served.router_states() == both
+        served.ask("smoke")  # evicts SmolLM2 only: the tiny one still fits beside it
+        evicted = {"smollm2": "unloaded", "smoke": "loaded", THIRD_NAME: "loaded"}
+        assert served.router_states() == evicted
+        shown = served.settled_models(lambda states: states == evicted)
+        assert {a: m["state"] for a, m in shown.items()} == evicted

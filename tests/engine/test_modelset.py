@@ -171,3 +171,16 @@ def test_models_settings_parse():
     settings = settings_from_toml(Path("config.toml"), text)
     assert settings.models_served == ("smollm2", "smoke")
     assert settings.models_idle_s == 30 and settings.models_ram_mib == 900
+
+
+def test_the_proxy_keeps_a_model_per_card_where_a_count_would_keep_one_in_all():
+    from lucebox.engine.run.admission import evictions
+    from lucebox.engine.servedset import placements_of
+
+    planned = _plan(BIG_TRIO, _budget((24576, 24576)))
+    assert planned.models_max == 1
+    placements, room = placements_of(planned)
+    q6, q4, gemma = BIG_TRIO
+    assert placements[q6].device != placements[q4].device == placements[gemma].device
+    assert evictions(q4, frozenset({q6}), placements, room, {}) == ()
+    assert evictions(gemma, frozenset({q6, q4}), placements, room, {}) == (q4,)
