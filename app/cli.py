@@ -15,14 +15,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lucebox.app import enginecmd, modelscmd, servicecmd, status
+from lucebox.app import enginecmd, modelscmd, servicecmd, setcmd, status
 from lucebox.app.bench import add_bench_commands
 from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.connect import add_connect_command
 from lucebox.app.handler import Handler, run_handler
 from lucebox.app.launchcmd import add_launch_command
 from lucebox.app.workercmd import add_worker_command
-from lucebox.engine import doctor, pipeline
+from lucebox.engine import doctor, pipeline, servedset
 from lucebox.engine.core import units
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,
@@ -123,6 +123,12 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
         )
     if args.dry_run:
         return show_launch_plan(paths, _serve_options(args), as_json=args.json)
+    sources = servedset.served_sources(_serve_options(args), config.load_settings(paths))
+    if sources and getattr(args, "prepare_only", False):
+        servedset.prepare_set(paths, _serve_options(args), sources, step_printer(), dry_run=False)
+        return EXIT_OK
+    if sources and not args.detach:
+        return servedset.serve_set(paths, _serve_options(args), sources, step_printer())
     if args.detach:
         pid, log = runstate.start_detached(paths, _serve_options(args).to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
@@ -132,11 +138,17 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     if getattr(args, "prepare_only", False):  # a serve flag; up has none
         pipeline.prepare(paths, _serve_options(args), step_printer())
         return EXIT_OK
-    return pipeline.serve(paths, _serve_options(args), step_printer())
+    options = servedset.one_from_setting(_serve_options(args), config.load_settings(paths))
+    return pipeline.serve(paths, options, step_printer())
 
 
 def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> int:
     """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
+    settings = config.load_settings(paths)
+    sources = servedset.served_sources(options, settings)
+    if sources:
+        return setcmd.show_set_plan(paths, options, sources, as_json=as_json)
+    options = servedset.one_from_setting(options, settings)
     quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:
         prepared = pipeline.prepare(paths, options, quiet, dry_run=True)
@@ -211,6 +223,9 @@ def step_printer() -> Callable[[pipeline.StepEvent], None]:
 
 def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
     if args.headless or args.detach or args.dry_run or args.vram_mib is not None:
+        return cmd_serve(args, paths)
+    if servedset.served_sources(_serve_options(args), config.load_settings(paths)):
+        print("lucebox: a served set runs headless (as `lucebox serve`)", file=sys.stderr)
         return cmd_serve(args, paths)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print(
@@ -289,6 +304,8 @@ def _add_launch_options(parser: argparse.ArgumentParser) -> None:
                 groups[flag.exclusive] = parser.add_mutually_exclusive_group()
             holder = groups[flag.exclusive]
         reads: dict[str, Any] = {"action": "store_true"} if flag.switch else {}
+        if flag.repeat:
+            reads["action"] = "append"
         if flag.parse is not None:
             reads["type"] = flag.parse
         if flag.choices is not None:

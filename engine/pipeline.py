@@ -37,6 +37,8 @@ from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.planner import LaunchPlan
 from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run import calibrator
+from lucebox.engine.run.calibration import Trial
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.sample import PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
@@ -156,7 +158,7 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
     return report
 
 
-def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
+def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
     found = local_file(paths, source)
     if found is not None:
         return found
@@ -166,7 +168,7 @@ def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None)
     ).main_path
 
 
-def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
+def ensure_engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
     emit(StepEvent("engine", "running", "looking for an installed engine"))
     engine = registry.select_engine(paths, probe, wanted).engine
     if engine is None:
@@ -254,13 +256,13 @@ def prepare(
         options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
-        _pull(paths, target_source, emit, cancel)
+        pull_source(paths, target_source, emit, cancel)
         draft_source = options.draft or (
             preset.draft.model.source if preset and preset.draft and preset.draft.model else None
         )
         if draft_source:
-            _pull(paths, draft_source, emit, cancel)
-        installed = _engine(paths, view.probe, settings.engine, emit)
+            pull_source(paths, draft_source, emit, cancel)
+        installed = ensure_engine(paths, view.probe, settings.engine, emit)
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
@@ -319,6 +321,7 @@ class Replanner:
     def __init__(self, paths: Paths, prepared: Prepared) -> None:
         self.paths = paths
         self.settings = prepared.settings
+        self.prepared = prepared
         self.current = prepared.launch
 
     def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
@@ -343,6 +346,29 @@ class Replanner:
         self.current = changed
         return changed.spec
 
+    def for_trial(self, trial: Trial) -> LaunchSpec | None:
+        """The served launch re-planned with one calibration configuration (None: it cannot
+        start here)."""
+        changed = planner.replan(
+            self.paths,
+            self.prepared.launch,
+            self.settings,
+            spec=trial.mode,
+            draft_max=trial.draft_max,
+            p_min=trial.p_min,
+        )
+        if changed.refusal is not None:
+            return None
+        return changed.spec
+
+    def measured(self) -> tuple[LaunchSpec, str] | None:
+        """The launch planned again once the calibration stored its rates."""
+        changed = planner.replan(self.paths, self.prepared.launch, self.settings)
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return changed.spec, changed.speculation.reason
+
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
     return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
@@ -355,8 +381,12 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     launch = prepared.launch
     replanner = Replanner(paths, prepared)
     supervisor.replan_on_oom = replanner.after_oom
+    setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
+    measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
     guard = None
-    if spec.spec_type is not None:
+    if measuring is not None:
+        guard = measuring.guard_for(spec, shortened=launch.options.draft_max is not None)
+    elif spec.spec_type is not None:
         guard = SpecGuard.for_launch(
             spec.spec_type,
             spec.draft_max,
@@ -377,6 +407,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         peers=tuple(
             PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),
+        calibrator=measuring,
     )
 
 

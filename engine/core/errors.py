@@ -8,6 +8,7 @@
     ├── GuardRefusal             exit 3: a guard refused (model check, plan, engine support)
     │   ├── HashMismatchError    exit 3: bytes differ from their published or recorded sha256
     │   ├── PlanRefusal          exit 3: a launch plan that must not start (planning)
+    │   ├── SetRefusal           exit 3: a served set that must not start (modelset)
     │   └── ToolkitRefusal       exit 3: no CUDA toolkit can build for this driver/card (toolkit)
     ├── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
     ├── TransferError            exit 1: a download failed; its partial is kept (transfer)

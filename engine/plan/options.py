@@ -46,14 +46,19 @@ class ServeOptions:
     """Plan for cards with this much free memory instead of the GPUs that are here."""
     draft_max: int | None = None
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
+    p_min: float | None = None
+    """Another draft p-min than the mode's own (a calibration trial)."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
+    models: tuple[str, ...] = ()
+    """A served set (several --model): planned by modelset.plan_set, ``model`` stays None."""
     quant: str | None = None
     """The quant of a repo named by name (``--quant``); None lets the planner choose."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options (a detached child's argv)."""
-        return [arg for flag in LAUNCH_FLAGS for arg in flag.argv(getattr(self, flag.field))]
+        args = [arg for flag in LAUNCH_FLAGS for arg in flag.argv(getattr(self, flag.field))]
+        return args + [item for source in self.models for item in ("--model", source)]
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class LaunchFlag:
     """Flags that share this name exclude each other."""
     alias: bool = False
     """Another spelling of a field a main flag writes back (only that one is written)."""
+    repeat: bool = False
+    """May be given several times (argparse collects a list)."""
 
     def argv(self, value: Any) -> list[str]:
         if self.alias or value is None or value is False or value == ():
@@ -92,8 +99,8 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
     LaunchFlag("--preset", "preset", "model set to run (see `lucebox presets`)", "ID",
                exclusive="what"),
     LaunchFlag("--model", "model",
-               "target model: OWNER/REPO[:QUANT] (the quant that fits), hf:..., pypi:... or a "
-               "path", "SRC", exclusive="what"),
+               "target model: OWNER/REPO[:QUANT] (the quant that fits), hf:..., pypi:..., a "
+               "path or a preset id; several: a served set", "SRC", exclusive="what", repeat=True),
     LaunchFlag("--quant", "quant", "the quant of a repo named by --model (e.g. Q4_K_M)", "Q"),
     LaunchFlag("--draft", "draft", "speculative-decoding draft model", "SRC"),
     LaunchFlag("--spec", "spec",
@@ -106,8 +113,8 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
     LaunchFlag("--host", "host", "address to bind (default 127.0.0.1)", "H"),
     LaunchFlag("--port", "port", "TCP port (default 8080)", "P", port_number),
     LaunchFlag("--gpus", "gpus",
-               "GPUs to use (NVML indices); default: every NVIDIA GPU, one alone when it is "
-               "enough", "0,1", index_list, exclusive="gpus"),
+               "GPUs to use (NVML indices); default: every NVIDIA GPU, one alone unless a split "
+               "pays", "0,1", index_list, exclusive="gpus"),
     LaunchFlag("--gpu", "gpus", "one GPU to use (same as --gpus INDEX)", "INDEX", _one_index,
                exclusive="gpus", alias=True),
     LaunchFlag("--allow-base", "allow_base", "serve a base (non-instruct) model anyway",
@@ -122,9 +129,16 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
 
 
 def options_from(values: Mapping[str, Any]) -> ServeOptions:
-    """The options a parsed command line gives (flags it does not have are left unset)."""
+    """The options a parsed command line gives (flags it does not have are left unset);
+    several --model make a served set."""
     fields = {flag.field for flag in LAUNCH_FLAGS}
-    return ServeOptions(**{k: v for k, v in values.items() if k in fields and v is not None})
+    given = {k: v for k, v in values.items() if k in fields and v is not None}
+    models = tuple(given.pop("model", None) or ())
+    if len(models) == 1:
+        given["model"] = models[0]
+    elif models:
+        given["models"] = models
+    return ServeOptions(**given)
 
 
 @dataclass(frozen=True)
@@ -157,7 +171,9 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
             hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
         )
     return Resolved(
-        preset_id=None if options.model else (options.preset or settings.preset or None),
+        preset_id=None
+        if options.model or options.models
+        else (options.preset or settings.preset or None),
         ctx=options.ctx or settings.ctx or None,
         spec=spec,
         cache=options.cache or "agent",

@@ -16,7 +16,6 @@ from typing import Any
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.machine import prefillrates
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
@@ -24,7 +23,8 @@ from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
-from lucebox.engine.plan import cpuread, specguard, speculation
+from lucebox.engine.plan import cpuread, measurements, specguard, speculation
+from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import (
     LaunchSpec,
@@ -61,6 +61,10 @@ class Speculation:
     draft_max: int | None
     p_min: float | None
     reason: str
+    candidates: tuple[speculation.SpecCandidate, ...] = ()
+    """What the mode allows on this backend, before memory and measurements choose."""
+    measurement_key: measurements.MeasurementKey | None = None
+    """Where the measurement store keeps this launch's rates; None for a file not here."""
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.spec_type, "draft_max": self.draft_max, "reason": self.reason}
@@ -236,9 +240,10 @@ def plan_launch(
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
     ``resolved`` is ``options`` over config.toml (``resolve``, once per decision); ``preset`` is
-    the model set already chosen (None with --model); ``ctx_cap`` bounds the
-    context after an out-of-memory start. With several GPUs, a model that serves well on one
-    of them runs there alone (a split costs speed); otherwise it is spread over all of them.
+    the model set already chosen (None with --model); ``ctx_cap`` bounds the context after an
+    out-of-memory start. With several GPUs, a model that fits one of them runs
+    there alone unless the split buys 1.5x the context or a more precise KV type (cardchoice);
+    otherwise it is spread over all of them.
     Peers asked for with --rpc are always used: the user asked for the split.
     ``remote_facts`` are the target's facts read from the Hub (a quant of a repo named by name)
     for a file not downloaded yet.
@@ -253,19 +258,17 @@ def plan_launch(
     pooled = plan_on(budget)
     if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
-    wanted = wanted_ctx(pooled.resolved.ctx, pooled.target.facts.native_ctx)
-    for device in sorted(budget.devices, key=lambda d: -d.vram_free_bytes):
-        alone = plan_on(pool_of((device,), budget.host_total_bytes))
-        plan = alone.plan
-        if (
-            alone.refusal is None
-            and plan.n_gpu_layers < 0
-            and not plan.n_cpu_moe
-            and plan.ctx >= wanted
-        ):
-            reasons = {**plan.reasons, "split": f"fits on {alone.budget.device} alone: no split"}
-            return replace(alone, plan=replace(plan, reasons=reasons))
-    return pooled
+    roomiest = max(budget.devices, key=lambda d: d.vram_free_bytes)
+    alone = plan_on(pool_of((roomiest,), budget.host_total_bytes))
+    plan = alone.plan
+    if alone.refusal is not None or plan.n_gpu_layers >= 0 or plan.n_cpu_moe:
+        return pooled
+    split = pooled.plan if pooled.refusal is None else None
+    keep, why = keep_alone(plan, split, alone.budget.device)
+    chosen = alone if keep else pooled
+    said = chosen.plan.reasons.get("split")
+    reasons = {**chosen.plan.reasons, "split": "; ".join(filter(None, [said, why]))}
+    return replace(chosen, plan=replace(chosen.plan, reasons=reasons))
 
 
 def _plan_on_budget(
@@ -282,7 +285,7 @@ def _plan_on_budget(
     target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
     spec_choice, memory, refusal = _choose_speculation(
-        request, target, draft, preset, engine, resolved, options
+        paths, request, target, draft, preset, engine, resolved, options
     )
     spec = LaunchSpec(
         server_path=engine.server_path,
@@ -338,7 +341,7 @@ def _memory_request(
     read = None
     if not budget.is_gpu and resolved.ctx is None:
         cores = cpuread.cpu_cores()
-        rate = prefillrates.measured(paths, target.path, cores) if target.present else None
+        rate = measurements.read_prefill(paths, target.path, cores) if target.present else None
         read = cpuread.read_cap(
             target.facts, resolved.cpu_read_s, cores, rate.tok_s if rate else None
         )
@@ -360,6 +363,7 @@ def _memory_request(
 
 
 def _choose_speculation(
+    paths: Paths,
     request: PlanRequest,
     target: ModelFile,
     draft: ModelFile | None,
@@ -380,6 +384,13 @@ def _choose_speculation(
             found, on_gpu, user_draft=options.draft is not None
         )
     allowed = speculation.for_mode(found, resolved.spec)
+    candidates = tuple(allowed)
+    key = _measurement_key(target, draft, engine, request.budget, make_plan(request))
+    verdict, measured = None, None
+    if key is not None and resolved.spec == "auto" and options.draft_max is None:
+        measured = measurements.read_measurement(paths, key)
+        verdict = measurements.measured_choice(allowed, measured)
+        allowed = allowed if verdict is None else verdict
     refusal: GuardRefusal | None = None
     if resolved.spec not in ("auto", "off") and not allowed:
         refusal = GuardRefusal(
@@ -391,6 +402,8 @@ def _choose_speculation(
     if chosen is not None and options.draft_max is not None:
         why = f"{chosen.why}; drafts shortened to {options.draft_max} tokens (low acceptance)"
         chosen = replace(chosen, draft_max=options.draft_max, why=why)
+    if chosen is not None and options.p_min is not None:
+        chosen = replace(chosen, p_min=options.p_min, why=f"{chosen.why}, p-min {options.p_min:g}")
     chosen_by = ""
     if resolved.spec != "auto" and options.spec is not None:
         chosen_by = f"--spec {resolved.spec} as asked"
@@ -404,7 +417,10 @@ def _choose_speculation(
         chosen_by=chosen_by,
         on_gpu=on_gpu,
         shortened=options.draft_max is not None,
+        measured_off=measured.why if measured is not None and verdict == [] else "",
+        measured=bool(verdict),
     )
+    spec_choice = replace(spec_choice, candidates=candidates, measurement_key=key)
     memory = replace(memory, reasons={**memory.reasons, "spec": spec_choice.reason})
     return spec_choice, memory, refusal
 
@@ -418,11 +434,18 @@ def _speculation(
     chosen_by: str,
     on_gpu: bool,
     shortened: bool,
+    measured_off: str = "",
+    measured: bool = False,
 ) -> Speculation:
-    """``chosen_by`` names where a mode the user chose comes from ("" under auto)."""
+    """``chosen_by`` names where a mode the user chose comes from ("" under auto);
+    ``measured_off`` says why the measurement store found no mode faster than none here."""
     tail = "; ".join(passed)
     if chosen is None:
-        why = "off as asked" if mode == "off" else "none possible with these files and engine"
+        why = "none possible with these files and engine"
+        if mode == "off":
+            why = "off as asked"
+        elif measured_off:
+            why = f"off: {measured_off}"
         return Speculation(None, None, None, None, "; ".join(filter(None, [why, tail])))
     warn = f" ({chosen_by})" if chosen_by else ""
     watch = specguard.describe(
@@ -431,6 +454,7 @@ def _speculation(
         on_gpu,
         user_chose=bool(chosen_by),
         shortened=shortened,
+        measured=measured,
     )
     return Speculation(
         chosen.spec_type,
@@ -438,6 +462,23 @@ def _speculation(
         chosen.draft_max,
         chosen.p_min,
         "; ".join(filter(None, [chosen.why + warn, watch, tail])),
+    )
+
+
+def _measurement_key(
+    target: ModelFile, draft: ModelFile | None, engine: EngineView, budget: GpuBudget, plain: Plan
+) -> measurements.MeasurementKey | None:
+    """The store's key for this launch: the files, the build, the card, and the context and KV
+    types the target gets without speculation."""
+    if not target.present:
+        return None
+    return measurements.key_for(
+        target.path,
+        draft.path if draft is not None and draft.present else None,
+        f"{engine.id or 'pinned'} {engine.version}",
+        budget.device,
+        plain.ctx,
+        f"{plain.cache_type_k}/{plain.cache_type_v}",
     )
 
 
@@ -466,6 +507,7 @@ def replan(
     ctx_cap: int | None = None,
     spec: SpecMode | None = None,
     draft_max: int | None = None,
+    p_min: float | None = None,
 ) -> LaunchPlan:
     """``launch`` planned again (same options, files, card and engine) with a context bound, a
     shorter draft or another speculation mode: after an out-of-memory start, or when the
@@ -474,6 +516,7 @@ def replan(
         launch.options,
         spec=spec or launch.options.spec,
         draft_max=draft_max if draft_max is not None else launch.options.draft_max,
+        p_min=p_min if p_min is not None else launch.options.p_min,
     )
     return plan_launch(
         paths,

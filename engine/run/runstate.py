@@ -21,13 +21,14 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.servedmodels import ModelStatus
 
 STATE_NAME = "serve.json"
 LOCK_NAME = "serve.lock"
 STOP_TIMEOUT_S = 45.0
 """A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
 
-_Item = TypeVar("_Item", GpuStatus, PeerStatus)
+_Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
 
 
@@ -67,6 +68,8 @@ class Status:
     """Where the engine's own chat page is, when the engine serves one."""
     gpus: tuple[GpuStatus, ...] = ()
     peers: tuple[PeerStatus, ...] = ()
+    models: tuple[ModelStatus, ...] = ()
+    """The models of a served set (the router's); empty for one model."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -90,6 +93,7 @@ class Status:
             "webui_url": self.webui_url,
             "gpus": [g.to_json() for g in self.gpus],
             "peers": [p.to_json() for p in self.peers],
+            "models": [m.to_json() for m in self.models],
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -127,6 +131,7 @@ class Status:
             webui_url=text("webui_url"),
             gpus=_items(GpuStatus.from_json, data.get("gpus")),
             peers=_items(PeerStatus.from_json, data.get("peers")),
+            models=_items(ModelStatus.from_json, data.get("models")),
         )
 
 

@@ -18,11 +18,13 @@ import httpx
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.machine import gpu, prefillrates
+from lucebox.engine.machine import gpu
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
 from lucebox.engine.plan.cpuread import cpu_cores
-from lucebox.engine.plan.launch import LaunchSpec, url_of
+from lucebox.engine.plan.launch import LaunchSpec, server_argv, url_of
+from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
@@ -85,6 +87,7 @@ class ServerRun:
         on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec | None] | None = None,
         api_key: str | None = None,
         peers: tuple[PeerStatus, ...] = (),
+        calibrator: Calibrator | None = None,
     ) -> None:
 
         self.spec_guard = spec_guard
@@ -95,6 +98,8 @@ class ServerRun:
         self.api_key = api_key
         """The key the engine was started with (read once from its key file), for the run's
         own requests: samples and slot saves."""
+        self.calibrator = calibrator
+        """Measures speculation on this card once idle; None when nothing can speculate."""
         self._pending: Decision | None = None
         self._spec_off: SpecStatus | None = None
         """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
@@ -133,6 +138,20 @@ class ServerRun:
         """Stop the serving engine and start it again, with ``spec`` when given."""
         self.supervisor.restart(spec)
 
+    def serve_measured(self, spec: LaunchSpec, reason: str, guard: SpecGuard | None) -> None:
+        """Serve what the calibration chose, watched by ``guard``; one restart when it differs
+        from what runs now."""
+        self.spec_guard, self._pending, self._spec_off = guard, None, None
+        self.spec_reason = reason
+        if server_argv(spec) != server_argv(self.supervisor.spec):
+            self.restart(spec)
+
+    def _spec_view(self, sampled: SpecStatus | None) -> SpecStatus | None:
+        spec = self._spec_off or self._guarded(sampled)
+        if self.calibrator is None:
+            return spec
+        return self.calibrator.spec_view(running_label(self.supervisor.spec), spec)
+
     def _guarded(self, spec: SpecStatus | None) -> SpecStatus | None:
         """The sampler's view of speculation, with the guard's warning when it only warns."""
         pending = self._pending
@@ -143,12 +162,19 @@ class ServerRun:
     def _watch_acceptance(self, sample: Sample) -> None:
         """Feed the guard; apply its decision once no request is running (one restart)."""
         guard = self.spec_guard
-        if guard is None or sample.draft_tokens_total is None:
+        if guard is None or (self.calibrator is not None and self.calibrator.active):
             return
-        if self._pending is None:
-            self.spec_guard, self._pending = guard.judge(
+        if self._pending is None and sample.draft_tokens_total is not None:
+            guard, self._pending = guard.judge(
                 sample.draft_tokens_total, sample.accepted_tokens_total or 0
             )
+        if self._pending is None:
+            guard, self._pending = guard.judge_rate(
+                sample.decode_tokens_total,
+                sample.decode_seconds_total,
+                sample.draft_tokens_total or 0,
+            )
+        self.spec_guard = guard
         decision = self._pending
         if decision is None or self.spec_asked or self.on_spec_decision is None:
             return
@@ -222,6 +248,7 @@ class ServerRun:
                 await queue.put(None)
 
         supervising = asyncio.create_task(follow_supervisor())
+        calibrating = asyncio.create_task(self.calibrator.run(self)) if self.calibrator else None
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, ServerEvent):
@@ -229,6 +256,10 @@ class ServerRun:
                 self._save()
                 yield item
         finally:
+            if calibrating is not None:
+                calibrating.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await calibrating
             self.supervisor.stop()
             await self._stop_sampling()
             with contextlib.suppress(asyncio.CancelledError):
@@ -254,12 +285,17 @@ class ServerRun:
             await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
 
+    @property
+    def served_aliases(self) -> tuple[str, ...]:
+        """The model names clients may ask for."""
+        return (self.supervisor.spec.alias,)
+
     def _record_served(self) -> None:
         """Keep the address and alias for `lucebox connect` once the run has ended."""
         spec = self.supervisor.spec
         record = served_now(
             self.url,
-            (spec.alias,),
+            self.served_aliases,
             spec.plan.ctx,
             api_key_file=spec.api_key_file,
             on_gpu=bool(spec.gpus or spec.rpc),
@@ -293,7 +329,7 @@ class ServerRun:
             nvml = provider
         facts = self._run.logs.setdefault(engine_pid, EngineLog())
         on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
-        prefill = prefillrates.Recorder(self.paths, Path(spec.model_path), cpu_cores())
+        prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
         sampler = Sampler(
             self.url,
             engine_pid,
@@ -313,7 +349,7 @@ class ServerRun:
                     self._run.status,
                     gpus=gpu_statuses(nvml) if nvml is not None else (),
                     sample=self._run.sample,
-                    spec=self._spec_off or self._guarded(sampler.spec_status()),
+                    spec=self._spec_view(sampler.spec_status()),
                     cache=sampler.cache_status(),
                 )
                 self._watch_acceptance(sample)

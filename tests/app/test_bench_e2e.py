@@ -63,7 +63,7 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
     result = bench(smol_home, "quick", "--n-gen", "4", "--json")
     assert result.returncode == 0, result.stderr
     samples = json.loads(result.stdout)["configs"]["default"]
-    assert list(samples) == ["chat", "code", "edit", "long"]
+    assert list(samples) == ["chat", "code", "edit", "agent", "long"]  # the probes, then long
     for sample in samples.values():
         assert sample["ttft_s"] > 0 and sample["completion_tokens"] <= 4
         assert sample["prefill_tok_s"] > 0
