@@ -14,7 +14,7 @@
     ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
     │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404 (transfer)
     ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
-    │   └── HubUnreachableError  exit 1: the Hub did not answer: no network, offline (hubrepo)
+    │   └── HubUnreachableError  exit 1: the Hub did not answer (no network, offline) (hubrepo)
     ├── SourceError              exit 1: the engine source cannot be fetched or unpacked (source)
     ├── BuildError               exit 1: cmake configure or build failed (build)
     ├── ToolkitError             exit 1: the CUDA toolkit could not be fetched (toolkit)

@@ -53,11 +53,6 @@ class Settings:
     """Longest wait between download attempts (the waits double from 1 s up to this)."""
     rpc_peers: tuple[str, ...] = ()
     """``host:port`` of `lucebox worker` peers whose devices join the split."""
-    keep_free_ram_mib: int = 0
-    """RAM a plan leaves to the rest of the PC without a GPU; 0: max(2 GiB, 15% of the RAM)."""
-    cpu_read_s: float = 300.0
-    """Without a GPU the chosen context is at most what the CPU reads in this long (0: no
-    bound); a context the user asks for is not bounded."""
     models_served: tuple[str, ...] = ()
     """Presets or model sources served together on one endpoint (two or more: the router)."""
     models_idle_s: int = 3600
@@ -69,6 +64,11 @@ class Settings:
     first time a model is served with speculation possible); 0 never measures."""
     probe_max_tokens: int = 0
     """Cap on each calibration probe's reply in tokens; 0 keeps each probe's own length."""
+    keep_free_ram_mib: int = 0
+    """RAM a plan leaves to the rest of the PC without a GPU; 0: max(2 GiB, 15% of the RAM)."""
+    cpu_read_s: float = 300.0
+    """Without a GPU the chosen context is at most what the CPU reads in this long (0: no
+    bound); a context the user asks for is not bounded."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -86,13 +86,13 @@ KEYS: dict[str, str] = {
     "download.stall_s": "download_stall_s",
     "download.backoff_max_s": "download_backoff_max_s",
     "rpc.peers": "rpc_peers",
-    "machine.keep_free_ram_mib": "keep_free_ram_mib",
-    "model.cpu_read_s": "cpu_read_s",
     "models.served": "models_served",
     "models.idle_s": "models_idle_s",
     "models.ram_mib": "models_ram_mib",
     "spec.calibrate_idle_s": "calibrate_idle_s",
     "spec.probe_max_tokens": "probe_max_tokens",
+    "machine.keep_free_ram_mib": "keep_free_ram_mib",
+    "model.cpu_read_s": "cpu_read_s",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}

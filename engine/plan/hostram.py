@@ -19,9 +19,8 @@ CPU_KEEP_FREE_FRACTION = 0.15
 
 
 def cpu_keep_free_bytes(total_ram_bytes: int, setting_bytes: int | None = None) -> int:
-    """RAM a plan leaves to the rest of the PC: the setting (0: nothing more, as for a share
-    of a set that kept it once), else max(2 GiB, 15%)."""
-    if setting_bytes is not None:
+    """RAM a plan leaves to the rest of the PC: the setting, else max(2 GiB, 15%)."""
+    if setting_bytes:
         return setting_bytes
     return max(CPU_KEEP_FREE_MIN_BYTES, int(total_ram_bytes * CPU_KEEP_FREE_FRACTION))
 

@@ -105,8 +105,6 @@ class Plan:
     """Share of the layers per device when the model is spread over several: whole layer
     slots (n_layer + 1 with the output) when every layer is offloaded, else fractions."""
     main_gpu: int = 0
-    read_bound: bool = False
-    """The context is what the CPU reads in the allowed time (model.cpu_read_s), not more."""
     """Position (among the GPUs the engine sees) of the one holding the output and scratch."""
 
     def server_flags(self) -> list[str]:
@@ -331,7 +329,6 @@ def make_plan(request: PlanRequest) -> Plan:
         device_bytes=per_device,
         tensor_split=split,
         main_gpu=main_gpu,
-        read_bound=request.read_cap_reason in reasons["ctx"] and bool(request.read_cap_reason),
     )
 
 
@@ -352,8 +349,8 @@ def _overhead_reasons(
             if budget.is_gpu
             else f"{reserve / MIB:,.0f} MiB of RAM left to the rest of the PC: "
             + (
-                "machine.keep_free_ram_mib, or kept once for the whole set"
-                if request.keep_free_bytes is not None
+                "machine.keep_free_ram_mib"
+                if request.keep_free_bytes
                 else f"max(2 GiB, {CPU_KEEP_FREE_FRACTION:.0%} of the "
                 f"{budget.vram_total_bytes / GIB:.1f} GiB of RAM)"
             )

@@ -26,10 +26,10 @@ from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.presets import Preset, load_presets
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.hostram import cpu_keep_free_bytes
 from lucebox.engine.plan.memory import wanted_ctx as planned_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import LaunchPlan, plan_launch
+from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
 
 ENGINE_PROCESS_BYTES = 40 * MIB
 """Without a GPU, what each engine process of a set holds beyond the plan's terms (code,
@@ -113,8 +113,7 @@ def _plan(
         model=None if member.preset else member.source,
         models=(),
     )
-    # The rest of the PC's RAM was kept once for the whole set (plan_set): not per model.
-    resolved = replace(resolve(one, settings), keep_free_ram_bytes=0)
+    resolved = resolve(one, settings)
     return plan_launch(
         paths, one, resolved=resolved, budget=budget, engine=engine, preset=member.preset
     )
@@ -127,10 +126,8 @@ def fixed_bytes(launch: LaunchPlan, process_bytes: int = 0) -> int:
 
 
 def wanted_ctx(launch: LaunchPlan) -> int:
-    """The context a model should keep when it shares: the one asked for, else an agent's (on
-    a CPU at most what it reads in the allowed time)."""
-    wanted = planned_ctx(launch.resolved.ctx, launch.target.facts.native_ctx)
-    return min(wanted, launch.plan.ctx) if launch.plan.read_bound else wanted
+    """The context a model should keep when it shares: the one asked for, else an agent's."""
+    return planned_ctx(launch.resolved.ctx, launch.target.facts.native_ctx)
 
 
 def share_of(budget: GpuBudget, room_bytes: int, k: int) -> GpuBudget:
@@ -173,6 +170,7 @@ def _group(
     ``alone`` are their plans on ``budget`` less one process."""
     free = budget.vram_free_bytes
     fixed = [fixed_bytes(launch, process_bytes) for launch in alone]
+    wants = [_wanted_when_sharing(launch) for launch in alone]
     where = budget.device
     passed = ""
     for k in range(len(members), 1, -1):
@@ -188,9 +186,9 @@ def _group(
             for m, f in zip(members, fixed, strict=True)
         )  # fmt: skip
         short = [
-            launch
-            for launch in launches
-            if launch.refusal is not None or launch.plan.ctx < wanted_ctx(launch)
+            (launch, want)
+            for launch, want in zip(launches, wants, strict=True)
+            if launch.refusal is not None or launch.plan.ctx < want
         ]
         if not short:
             why = (
@@ -198,15 +196,23 @@ def _group(
                 "context it wants (an agent's 32K, the one asked, or its native maximum)"
             )
             return _Group(launches, k, "; ".join(filter(None, [why, passed])))
-        first = short[0]
+        first, want = short[0]
         passed = passed or (
-            f"{k} at once would leave {first.alias} {first.plan.ctx} tokens "
-            f"(it wants {wanted_ctx(first)})"
+            f"{k} at once would leave {first.alias} {first.plan.ctx} tokens (it wants {want})"
         )
     if len(members) == 1:
         return _Group(alone, 1, f"alone on {where}")
     why = f"one at a time on {where}, each with its whole context"
     return _Group(alone, 1, "; ".join(filter(None, [why, passed])))
+
+
+def _wanted_when_sharing(alone: LaunchPlan) -> int:
+    """The context a model wants beside others: its agent context, or less where its plan
+    alone stops short for a reason other than memory (a CPU plan is bounded by how long the
+    CPU takes to read its context)."""
+    plan = alone.plan
+    bounded_elsewhere = plan.largest_ctx > plan.ctx
+    return min(wanted_ctx(alone), plan.ctx) if bounded_elsewhere else wanted_ctx(alone)
 
 
 def _refuse_alone(budget: GpuBudget, alone: tuple[LaunchPlan, ...]) -> GuardRefusal | None:
@@ -222,23 +228,6 @@ def _refuse_alone(budget: GpuBudget, alone: tuple[LaunchPlan, ...]) -> GuardRefu
             hint=f"leave {launch.alias} out of the set, or pick a smaller quantization of it",
         )
     return None
-
-
-def _keep_for_the_pc(budget: GpuBudget, settings: Settings, ram_limit_bytes: int) -> GpuBudget:
-    """``budget`` less the RAM the rest of the PC keeps (hostram), once for the whole set; a
-    RAM limit for the set's models already says how much they may take."""
-    if ram_limit_bytes and not budget.is_gpu:
-        return budget
-    setting = settings.keep_free_ram_mib * MIB or None
-    if budget.is_gpu:
-        keep = cpu_keep_free_bytes(budget.host_total_bytes, setting)
-        return replace(budget, host_total_bytes=max(budget.host_total_bytes - keep, 0))
-    keep = cpu_keep_free_bytes(budget.vram_total_bytes, setting)
-    return replace(
-        budget,
-        vram_total_bytes=max(budget.vram_total_bytes - keep, 0),
-        vram_free_bytes=max(budget.vram_free_bytes - keep, 0),
-    )
 
 
 def _with_reason(launch: LaunchPlan, key: str, why: str) -> LaunchPlan:
@@ -262,10 +251,11 @@ def plan_set(
             hint="serve the set without --draft (presets in a set keep their own drafts)",
         )
     members = members_of(paths, sources)
-    budget = _keep_for_the_pc(budget, settings, ram_limit_bytes)
     if ram_limit_bytes and not budget.is_gpu and ram_limit_bytes < budget.vram_free_bytes:
         budget = replace(budget, vram_total_bytes=ram_limit_bytes, vram_free_bytes=ram_limit_bytes)
         budget = replace(budget, device=f"{budget.device}, {ram_limit_bytes // MIB} MiB for models")
+        # The limit is what the models get: the rest of the PC's share lies outside it.
+        settings = replace(settings, keep_free_ram_mib=RESERVE_MIN_BYTES // MIB)
     cards = budget.devices if budget.is_gpu and not any(d.address for d in budget.devices) else ()
     if len(cards) > 1:
         return _plan_on_cards(paths, options, members, settings, budget, engine, cards)
