@@ -26,10 +26,9 @@ from lucebox.engine import pipeline
 from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
-from lucebox.engine.machine import prefillrates
 from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info
-from lucebox.engine.plan import cpuread, presetchoice
+from lucebox.engine.plan import cpuread, measurements, presetchoice
 from lucebox.engine.plan.options import ServeOptions
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
@@ -56,7 +55,7 @@ def measure_prefill(model: Path, ctx: int) -> tuple[int, float]:
 def _measure(cores: int) -> dict[str, object]:
     model = smol_model()
     tokens, seconds = measure_prefill(model, 8192)
-    prefillrates.record(resolve_paths(), model, tokens, seconds, cores)
+    measurements.write_prefill(resolve_paths(), model, cores, tokens, seconds)
     info = inspect_model(model)
     facts = facts_from_info(info)
     return {
@@ -87,7 +86,9 @@ def main() -> int:
         memory = item.plan.memory_bytes
         # The rate the planner bounded the context with: measured here, else estimated.
         measured = (
-            prefillrates.measured(paths, item.target.path, cores) if item.target.present else None
+            measurements.read_prefill(paths, item.target.path, cores)
+            if item.target.present
+            else None
         )
         rate = (
             measured.tok_s

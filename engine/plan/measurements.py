@@ -1,4 +1,6 @@
-"""The measurement store: what each speculation did to decode speed on this card.
+"""The measurement store: what each speculation did to decode speed on this card, and how
+fast this PC's CPU reads prompts per model (the ``prefill`` section: a CPU context is bounded
+by it, plan/cpuread.py).
 
 One small JSON file in the data dir, one entry per (model file, draft file, engine build, card,
 context, KV type): the token-weighted decode rate of every configuration the calibration
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -195,15 +198,30 @@ class Measurement:
         )
 
 
-def _read_all(paths: Paths) -> dict[str, Any]:
+def _read_document(paths: Paths) -> dict[str, Any]:
     try:
         data = json.loads(store_file(paths).read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
         return {}
-    entries = data.get("entries")
-    return entries if isinstance(entries, dict) else {}
+    return data
+
+
+def _section(paths: Paths, name: str) -> dict[str, Any]:
+    found = _read_document(paths).get(name)
+    return found if isinstance(found, dict) else {}
+
+
+def _write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
+    """Keep ``section`` under ``name``, the other sections as they are."""
+    document = {"version": STORE_VERSION, **_read_document(paths), name: section}
+    paths.ensure(paths.data_dir)
+    write_text_atomic(store_file(paths), json.dumps(document, indent=1))
+
+
+def _read_all(paths: Paths) -> dict[str, Any]:
+    return _section(paths, "entries")
 
 
 def read_measurement(paths: Paths, key: MeasurementKey) -> Measurement | None:
@@ -215,9 +233,73 @@ def write_measurement(paths: Paths, measurement: Measurement) -> None:
     """Keep ``measurement`` under its key, leaving the other keys as they are."""
     entries = _read_all(paths)
     entries[measurement.key.text()] = measurement.to_json()
-    paths.ensure(paths.data_dir)
-    document = {"version": STORE_VERSION, "entries": entries}
-    write_text_atomic(store_file(paths), json.dumps(document, indent=1))
+    _write_section(paths, "entries", entries)
+
+
+# --- prefill: how fast this PC's CPU reads prompts, per model ---------------------------------
+
+PREFILL_MIN_TOKENS = 2048
+"""A prefill rate is kept once this many prompt tokens were read: fewer say little about a
+long read."""
+PREFILL_REWRITE_TOKENS = 4096
+"""Later measurements rewrite the store after this many more tokens (not on every sample)."""
+
+
+@dataclass(frozen=True)
+class PrefillRate:
+    """The engine's own prefill totals for one model served on this many CPU cores."""
+
+    tokens: int
+    seconds: float
+    cores: int
+    at: float
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _prefill_key(model: Path, cores: int) -> str:
+    return f"{file_identity(model)} | {cores} cores"
+
+
+def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
+    """The prefill rate measured for ``model`` on this many cores, once it read enough."""
+    entry = _section(paths, "prefill").get(_prefill_key(model, cores))
+    try:
+        rate = PrefillRate(**entry) if isinstance(entry, dict) else None
+    except TypeError:
+        return None
+    if rate is None or rate.tokens < PREFILL_MIN_TOKENS or rate.seconds <= 0:
+        return None
+    return rate
+
+
+def write_prefill(paths: Paths, model: Path, cores: int, tokens: int, seconds: float) -> None:
+    section = _section(paths, "prefill")
+    section[_prefill_key(model, cores)] = vars(
+        PrefillRate(tokens, round(seconds, 3), cores, time.time())
+    )
+    _write_section(paths, "prefill", section)
+
+
+class PrefillRecorder:
+    """Feeds one CPU run's cumulative prefill totals into the store, now and then."""
+
+    def __init__(self, paths: Paths, model: Path, cores: int) -> None:
+        self.paths, self.model, self.cores = paths, model, cores
+        self.written_tokens = 0
+
+    def observe(self, tokens_total: int, seconds_total: float) -> None:
+        if tokens_total < PREFILL_MIN_TOKENS:
+            return
+        if self.written_tokens and tokens_total - self.written_tokens < PREFILL_REWRITE_TOKENS:
+            return
+        try:
+            write_prefill(self.paths, self.model, self.cores, tokens_total, seconds_total)
+        except OSError:
+            return  # a measurement is worth a retry on the next sample, not a crash
+        self.written_tokens = tokens_total
 
 
 def key_for(

@@ -14,7 +14,6 @@ from dataclasses import replace
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.machine import prefillrates
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
@@ -241,7 +240,7 @@ def _memory_request(
     read = None
     if not budget.is_gpu and resolved.ctx is None:
         cores = cpuread.cpu_cores()
-        rate = prefillrates.measured(paths, target.path, cores) if target.present else None
+        rate = measurements.read_prefill(paths, target.path, cores) if target.present else None
         read = cpuread.read_cap(
             target.facts, resolved.cpu_read_s, cores, rate.tok_s if rate else None
         )

@@ -18,10 +18,11 @@ import httpx
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.machine import gpu, prefillrates
+from lucebox.engine.machine import gpu
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
 from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import LaunchSpec, server_argv, url_of
+from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.lastserved import served_now, write_last_served
@@ -332,7 +333,7 @@ class ServerRun:
             nvml = provider
         facts = self._run.logs.setdefault(engine_pid, self._engine_log())
         on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
-        prefill = prefillrates.Recorder(self.paths, Path(spec.model_path), cpu_cores())
+        prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
         options: dict[str, Any] = dict(nvml=nvml, gpu_index=self.gpu_index, api_key=self.api_key)
         options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
         sampler = (
