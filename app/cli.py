@@ -3,6 +3,9 @@
 Results go to stdout (``--json`` where a script may read them), progress to stderr. Every
 error a user can cause is one line and an exit code from :mod:`lucebox.engine.core.errors`; an
 unexpected error is one line plus the path of a log with the full traceback.
+
+``build_parser`` lists every command in the order ``lucebox --help`` shows them; each command's
+own options and handlers live in its module (modelscmd, enginecmd, connect, ...).
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 probe GPU -> choose preset -> models (pull + guards) -> engine (build if missing) -> plan ->
 launch -> supervise + sample. The lock, the state file and the running server's stop and
 restart are in :mod:`lucebox.engine.run.runstate`.
+
+``prepare`` stays one function: it reads as the checklist's steps in order, emitting each, so
+the CLI's lines and the TUI's checklist follow it one to one.
 """
 
 from __future__ import annotations

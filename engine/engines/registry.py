@@ -4,6 +4,9 @@ An engine is a folder in ``<data>/engines/<id>/`` with ``bin/llama-server`` (and
 ``manifest.json``. What an engine supports is read from the engine itself (``--help`` lists
 speculative and KV cache types, ``--version`` its version) and from its source
 (``src/llama-arch.cpp`` lists model architectures), never typed by hand.
+
+It stays one module past our usual size: listing, selecting and installing engines share the
+manifest and its lock; each engine kind's build lives in its own module (build, luceboxbuild).
 """
 
 from __future__ import annotations

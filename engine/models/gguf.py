@@ -9,6 +9,8 @@ package (``gguf/constants.py``); its reader is not used because it unpacks whole
 
 One format, one module: every value goes through the same bounded reader, and what a model is
 (``inspect_model``) is read from the same walk of the header, so they stay together.
+
+``info_from_header`` reads every fact a plan needs from one walk of the header.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Problem codes are stable strings (DESIGN.md): scripts and the TUI key on them. A guard that
 would need an unknown fact (the engine's architecture list before any engine or source is
 present) does not guess; it leaves the check out and says so in the result.
+
+``check_model`` stays one function: it runs the checks in the order a user reads the problems.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ hashed while they are written; a file that fails its checks is quarantined, neve
 huggingface-hub resolves URLs, metadata, the LFS sha256 and errors; the bytes go through
 :mod:`lucebox.engine.core.transfer` because this huggingface-hub deletes its partial file on any
 failure, and a home user's 20 GB download must survive a Ctrl-C or a dropped link.
+
+It stays one module past our usual size: the three sources each end in the same check, record
+and quarantine step, and ``_pull_hf`` reads as the Hub pull's steps in order.
 """
 
 from __future__ import annotations

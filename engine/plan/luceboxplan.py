@@ -8,6 +8,8 @@ rollback buffers and compute graphs, which the engine allocates on the first req
 lucebox sends a warm-up request before it reports ready); the CUDA context. A context beyond
 what fits is served with a KVFlash pool and the rest of the KV paged to host RAM: sparse
 attention over the resident pool, not exact.
+
+``plan_lucebox`` adds the terms in the order the engine allocates them and stays one function.
 """
 
 from __future__ import annotations

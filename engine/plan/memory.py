@@ -6,6 +6,9 @@ the CUDA context, and a reserve. It chooses the context (multiple of 256, at mos
 native maximum), the KV cache types (pairs the engine has fast kernels for), GPU layers when
 the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
 refuses with the largest that fits.
+
+``make_plan`` stays one function: it reads as the plan's steps in order, each a helper here or
+in :mod:`sizes`, and ends in the Plan it explains.
 """
 
 from __future__ import annotations
@@ -248,11 +251,7 @@ def make_plan(request: PlanRequest) -> Plan:
     ctx_fit = largest[kv_type]
     ctx, fits, reasons["ctx"] = _choose_ctx(request, ctx_fit, kv_type, min_ctx)
     if _too_slow(request, fits, ctx, min_ctx):
-        fits = False
-        reasons["too_slow"] = (
-            f"even a {min_ctx}-token context takes longer than allowed to read: "
-            f"{request.read_cap_reason}"
-        )
+        fits, reasons["too_slow"] = False, _too_slow_reason(request, min_ctx)
     reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
     used_ctx = max(ctx, CTX_PAD)
     kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
@@ -261,15 +260,7 @@ def make_plan(request: PlanRequest) -> Plan:
         reasons["swa_full"] = swa_reason
     draft_total = 0
     if draft is not None:
-        draft_total = (
-            draft.weights_bytes
-            + kv_bytes(draft, used_ctx, kv_type, request.parallel)
-            + compute_bytes(draft, used_ctx, kv_type)
-        )
-        reasons["draft"] = (
-            f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
-            f"same context (as the target's), compute"
-        )
+        draft_total, reasons["draft"] = _draft_terms(draft, used_ctx, kv_type, request.parallel)
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
     on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
     if budget.is_gpu:
@@ -278,10 +269,9 @@ def make_plan(request: PlanRequest) -> Plan:
         bound = host_ram_bound(
             budget.host_total_bytes, request.keep_free_bytes, in_ram, prompt_cache, checkpoints
         )
-        prompt_cache = bound.prompt_cache_bytes
+        prompt_cache, fits = bound.prompt_cache_bytes, fits and bound.fits
         if bound.reason:
             reasons["ram" if not bound.fits else "host_ram"] = bound.reason
-            fits = fits and bound.fits
     memory = MemoryBytes(
         weights=on_gpu,
         kv=kv,
@@ -305,11 +295,7 @@ def make_plan(request: PlanRequest) -> Plan:
         budget, memory, target, n_gpu_layers, n_cpu_moe
     )
     if split:
-        reasons["split"] = (
-            f"layers spread over {len(split)} devices in proportion to what each has free after "
-            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
-            f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
-        )
+        reasons["split"] = _split_reason(budget, split, main_gpu)
     return Plan(
         fits=fits,
         ctx=ctx,
@@ -329,6 +315,35 @@ def make_plan(request: PlanRequest) -> Plan:
         device_bytes=per_device,
         tensor_split=split,
         main_gpu=main_gpu,
+    )
+
+
+def _too_slow_reason(request: PlanRequest, min_ctx: int) -> str:
+    return (
+        f"even a {min_ctx}-token context takes longer than allowed to read: "
+        f"{request.read_cap_reason}"
+    )
+
+
+def _draft_terms(draft: ModelFacts, used_ctx: int, kv_type: str, parallel: int) -> tuple[int, str]:
+    """A draft's weights, KV at the target's context and type, compute; and why."""
+    total = (
+        draft.weights_bytes
+        + kv_bytes(draft, used_ctx, kv_type, parallel)
+        + compute_bytes(draft, used_ctx, kv_type)
+    )
+    why = (
+        f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
+        f"same context (as the target's), compute"
+    )
+    return total, why
+
+
+def _split_reason(budget: GpuBudget, split: tuple[float, ...], main_gpu: int) -> str:
+    return (
+        f"layers spread over {len(split)} devices in proportion to what each has free after "
+        f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
+        f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
     )
 
 

@@ -7,6 +7,8 @@ counted once, however short, and the rates are the engine's own (decode steps ov
 time: its first token is free). A request still running shows its progress from /slots
 until its timing lines replace it. /metrics gives the token totals and the speculative
 counters; /slots says whether speculation runs.
+
+The log reader and the poller feed one Sample, so they stay in one module.
 """
 
 from __future__ import annotations

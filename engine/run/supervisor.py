@@ -3,6 +3,9 @@
 The engine runs in its own process group with a parent-death signal, so it cannot outlive
 lucebox; its output goes to a rotating log file and an in-memory ring for the UI. Events are
 an async iterator that the CLI and the TUI both consume.
+
+``events`` is one state machine (start, loading, ready, exit, backoff, give up) and reads best
+whole.
 """
 
 from __future__ import annotations
