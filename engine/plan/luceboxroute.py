@@ -34,6 +34,7 @@ from lucebox.engine.plan.planner import (
     Speculation,
     local_file,
     plan_launch,
+    pool_of,
 )
 
 PINNED_ARCHS = ("qwen35", "qwen35moe", "laguna", "qwen3", "gemma4", "deepseek4")
@@ -116,6 +117,9 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
     engine = lucebox_engine(paths)
+    gpus = [d for d in budget.devices if not d.address]
+    if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
+        budget = pool_of((max(gpus, key=lambda d: d.vram_free_bytes),), budget.host_total_bytes)
     draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
     drafter = local_file(paths, PREFILL_DRAFTER_SOURCE) if resolved.prefill != "off" else None
     planned = plan_lucebox(
@@ -154,7 +158,7 @@ def lucebox_launch(
         port=resolved.port,
         draft_path=str(draft.path) if draft is not None else None,
         spec_type=spec.spec_type,
-        gpus=tuple(d.index for d in budget.devices if not d.address)[:1] if budget.is_gpu else (),
+        gpus=tuple(d.index for d in budget.devices if not d.address) if budget.is_gpu else (),
         lucebox=planned.flags,
     )
     return LaunchPlan(
