@@ -30,6 +30,7 @@ from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
 from lucebox.engine.plan import luceboxroute, planner, presetchoice
 from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.planner import LaunchPlan
 from lucebox.engine.plan.planner import ServeOptions as ServeOptions
@@ -239,6 +240,8 @@ def prepare(
         )
         if draft_source:
             _pull(paths, draft_source, emit, cancel)
+        if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
+            _pull(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
         if luceboxroute.serves(
             paths, options, settings=settings, budget=budget,
             engine=planner.EngineView.of(installed), preset=preset,
