@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.app import luceboxcmd
-from lucebox.app.cliargs import add_json, positive_int, print_json
+from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.handler import Command
 from lucebox.app.progress import StderrProgress, transfer_progress
 from lucebox.engine.core.errors import EXIT_OK
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import build, registry, source, toolchain
 from lucebox.engine.machine import config, gpu
+from lucebox.engine.plan.flagtypes import positive_int
 
 
 def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:

@@ -35,8 +35,6 @@ class LaunchSpec:
     """Speculative type; only set when the draft (if any) passed its guard."""
     draft_max: int | None = None
     draft_p_min: float | None = None
-    api_key: str | None = None
-    """The key lucebox's own clients send (the sampler, the chat panel)."""
     api_key_file: str | None = None
     """The file the engine reads the key from; required to bind beyond loopback."""
     slot_save_path: str | None = None
@@ -46,6 +44,9 @@ class LaunchSpec:
     rpc: tuple[str, ...] = ()
     """``host:port`` of the RPC peers; the engine puts their devices before its GPUs."""
     sampling: tuple[tuple[str, float], ...] = ()
+    router: tuple[str, ...] = ()
+    """Set for a served set: llama-server runs as a router with these arguments (its preset
+    file and limits, plan/router.py) after host, port and key file, and no model of its own."""
     lucebox: LuceboxFlags | None = None
     """Set when the Lucebox engine (dflash_server) serves: its argv is built from these."""
 
@@ -69,6 +70,10 @@ def server_argv(spec: LaunchSpec) -> list[str]:
             f"binding {spec.host} exposes the server beyond this machine without an API key",
             hint="lucebox generates a key file when you bind beyond loopback; or keep 127.0.0.1",
         )
+    if spec.router:
+        key_file = ["--api-key-file", spec.api_key_file] if spec.api_key_file else []
+        address = ["--host", spec.host, "--port", str(spec.port)]
+        return [spec.server_path, *address, *key_file, *spec.router]
     argv = [
         spec.server_path,
         "-m",

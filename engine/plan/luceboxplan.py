@@ -8,6 +8,8 @@ rollback buffers and compute graphs, which the engine allocates on the first req
 lucebox sends a warm-up request before it reports ready); the CUDA context. A context beyond
 what fits is served with a KVFlash pool and the rest of the KV paged to host RAM: sparse
 attention over the resident pool, not exact.
+
+``plan_lucebox`` adds the terms in the order the engine allocates them and stays one function.
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.plan.luceboxlaunch import SAMPLED_VERIFY_ARCHS, LuceboxFlags
 from lucebox.engine.plan.memory import (
+    MIN_CTX,
+    Plan,
+)
+from lucebox.engine.plan.sizes import (
     CTX_PAD,
     CUDA_CONTEXT_BYTES,
     KV_TYPE_BYTES,
     KVFLASH_CAP,
     KVFLASH_FLOOR,
-    MIN_CTX,
     MemoryBytes,
-    Plan,
     pad_ctx,
 )
 
@@ -115,172 +119,117 @@ def _kv_types(request: LuceboxRequest) -> tuple[str, ...]:
     return tuple(preferred) or ("q4_0",)
 
 
-@dataclass(frozen=True)
-class _Fixed:
-    """Everything on the GPU but the KV cache."""
-
-    weights: int
-    draft: int
-    ring: int
-    rollback: int
-    runtime: int
-    prefill_drafter: int
-    ddtree_budget: int | None
-    verify_tokens: int
-
-    @property
-    def compute(self) -> int:
-        return self.ring + self.rollback + self.runtime
-
-    def total(self, target: ModelFacts) -> int:
-        return (
-            self.weights + self.draft + self.prefill_drafter + self.compute
-            + compute_bytes(target) + CUDA_CONTEXT_BYTES + target.recurrent_state_bytes
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class _Context:
-    kv_type: str
-    per_token: float
-    max_ctx: int
-    pool: int | None
-    largest: int
-    reason: str
-
-
-def _fixed(request: LuceboxRequest) -> _Fixed:
-    target = request.target
-    budget = ddtree_budget(request.budget.device) if request.draft else None
-    verify_tokens = max(16, (budget or 0) + 1)
-    return _Fixed(
-        weights=max(0, target.weights_bytes - target.host_bytes),
-        draft=request.draft.weights_bytes if request.draft else 0,
-        ring=N_CAPTURE_LAYERS * target.n_embd * FEATURE_RING_TOKENS * 2 if request.draft else 0,
-        rollback=rollback_bytes(target, verify_tokens),
-        runtime=RUNTIME_BYTES + (DRAFT_RUNTIME_BYTES if request.draft else 0),
-        prefill_drafter=request.prefill_drafter_bytes if request.prefill != "off" else 0,
-        ddtree_budget=budget,
-        verify_tokens=verify_tokens,
+def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
+    """Context, KV type, KVFlash pool, DDTree budget and every memory term, with reasons."""
+    target, budget = request.target, request.budget
+    weights = max(0, target.weights_bytes - target.host_bytes)
+    draft = request.draft.weights_bytes if request.draft else 0
+    budget_ddtree = ddtree_budget(budget.device) if request.draft else None
+    verify_tokens = max(16, (budget_ddtree or 0) + 1)
+    ring = N_CAPTURE_LAYERS * target.n_embd * FEATURE_RING_TOKENS * 2 if request.draft else 0
+    rollback = rollback_bytes(target, verify_tokens)
+    runtime = RUNTIME_BYTES + (DRAFT_RUNTIME_BYTES if request.draft else 0)
+    compute = compute_bytes(target) + ring + rollback + runtime
+    prefill_drafter = request.prefill_drafter_bytes if request.prefill != "off" else 0
+    cuda_context = CUDA_CONTEXT_BYTES
+    reserve = max(64 * MIB, int(budget.vram_free_bytes * 0.005))
+    fixed = (
+        weights + draft + compute + cuda_context + prefill_drafter + target.recurrent_state_bytes
     )
-
-
-def _context(request: LuceboxRequest, room: int) -> _Context:
-    """The KV type and context: exact when it fits, a KVFlash pool when a larger context was
-    asked for, else the largest exact one."""
-    target = request.target
+    room = budget.vram_free_bytes - reserve - fixed
     native = target.native_ctx
     wanted = min(request.ctx or native, native)
     if request.ctx_cap is not None and request.ctx is None:
         wanted = min(wanted, request.ctx_cap)
+
     types = _kv_types(request)
     largest = {t: _largest(room, kv_bytes_per_token(target, t), native) for t in types}
     kv_type = next((t for t in types if largest[t] >= wanted), types[-1])
-    per_token, fit = kv_bytes_per_token(target, kv_type), largest[kv_type]
-    if fit >= wanted:
+    per_token = kv_bytes_per_token(target, kv_type)
+    pool: int | None = None
+    if largest[kv_type] >= wanted:
         max_ctx = pad_ctx(wanted) if request.ctx else wanted // CTX_PAD * CTX_PAD
-        reason = f"{max_ctx} tokens with exact attention at {kv_type} KV"
-        return _Context(kv_type, per_token, max_ctx, None, fit, reason)
-    if request.ctx is None:
-        reason = f"{fit} tokens: the largest exact context that fits at {kv_type} KV"
-        return _Context(kv_type, per_token, fit, None, fit, reason)
-    max_ctx = pad_ctx(wanted)
-    pool = max(KVFLASH_FLOOR, min(KVFLASH_CAP, fit, max_ctx))
-    reason = (
-        f"{max_ctx} tokens asked for; {fit} fit in VRAM at {kv_type} KV, so KVFlash keeps a "
-        f"{pool}-token pool on the GPU and pages the rest to host RAM (sparse attention over "
-        "the pool, not exact; policy lru: its drafter policy needs Qwen3-0.6B)"
-    )
-    return _Context(kv_type, per_token, max_ctx, pool, fit, reason)
-
-
-def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
-    """Context, KV type, KVFlash pool, DDTree budget and every memory term, with reasons."""
-    target, budget = request.target, request.budget
-    fixed = _fixed(request)
-    reserve = max(64 * MIB, int(budget.vram_free_bytes * 0.005))
-    room = budget.vram_free_bytes - reserve - fixed.total(target)
-    ctx = _context(request, room)
-    resident = ctx.pool if ctx.pool is not None else ctx.max_ctx
-    kv_attention = int(pad_ctx(resident) * ctx.per_token)
-    fits = ctx.max_ctx >= min(MIN_CTX, target.native_ctx) and kv_attention <= room
-    host_pages = int((ctx.max_ctx - ctx.pool) * ctx.per_token) if ctx.pool is not None else 0
-    per_slot = target.recurrent_state_bytes + int(ctx.per_token * min(ctx.max_ctx, 32768))
+        kv = int(pad_ctx(max_ctx) * per_token)
+        ctx_reason = f"{max_ctx} tokens with exact attention at {kv_type} KV"
+    elif request.ctx is not None:
+        max_ctx = pad_ctx(wanted)
+        pool = max(KVFLASH_FLOOR, min(KVFLASH_CAP, largest[kv_type], max_ctx))
+        kv = int(pool * per_token)
+        ctx_reason = (
+            f"{max_ctx} tokens asked for; {largest[kv_type]} fit in VRAM at {kv_type} KV, so "
+            f"KVFlash keeps a {pool}-token pool on the GPU and pages the rest to host RAM "
+            "(sparse attention over the pool, not exact)"
+        )
+    else:
+        max_ctx = max(0, largest[kv_type])
+        kv = int(max_ctx * per_token)
+        ctx_reason = f"{max_ctx} tokens: the largest exact context that fits at {kv_type} KV"
+    kv += target.recurrent_state_bytes
+    fits = max_ctx >= min(MIN_CTX, native) and room - (kv - target.recurrent_state_bytes) >= 0
+    host_pages = int(max(0, max_ctx - pool) * per_token) if pool is not None else 0
+    per_slot = target.recurrent_state_bytes + int(per_token * min(max_ctx, 32768))
     slots = _prefix_slots(budget.host_total_bytes, per_slot)
-    max_tokens = max(CTX_PAD, min(MAX_TOKENS_CAP, ctx.max_ctx // 4))
+    max_tokens = max(CTX_PAD, min(MAX_TOKENS_CAP, max_ctx // 4))
     memory = MemoryBytes(
-        weights=fixed.weights + fixed.prefill_drafter,
-        kv=kv_attention + target.recurrent_state_bytes,
-        draft=fixed.draft,
-        compute=compute_bytes(target) + fixed.compute,
-        cuda_context=CUDA_CONTEXT_BYTES,
+        weights=weights + prefill_drafter,
+        kv=kv,
+        draft=draft,
+        compute=compute,
+        cuda_context=cuda_context,
         reserve=reserve,
         available=budget.vram_free_bytes,
         prompt_cache=slots * per_slot,
         checkpoints=host_pages,
     )
-    reasons = _reasons(request, fixed, ctx, max_tokens, slots, host_pages)
+    reasons = {
+        "engine": "the Lucebox engine (dflash_server): one request at a time (batch 1)",
+        "ctx": ctx_reason,
+        "weights": (
+            f"{weights / MIB:.0f} MiB on the GPU; the token embeddings "
+            f"({target.host_bytes / MIB:.0f} MiB) stay in host RAM"
+        ),
+        "kv": f"{kv_type} for K and V (this build has only the symmetric kernels)"
+        + ("; Gemma 4's KV is f16 whatever the flags say" if kv_type == "f16" else ""),
+        "compute": (
+            f"chunk logits and activations {compute_bytes(target) / MIB:.0f} MiB, feature ring "
+            f"{ring / MIB:.0f} MiB, rollback {rollback / MIB:.0f} MiB (for {verify_tokens} "
+            f"verified tokens), graphs and workspaces {runtime / MIB:.0f} MiB; allocated on the "
+            "first request, which lucebox sends before ready"
+        ),
+        "max_tokens": f"{max_tokens}: a reply's default and cap, below --max-ctx {max_ctx}",
+        "prompt_cache": f"{slots} prefix-cache snapshot slots in host RAM",
+    }
+    if pool is not None:
+        reasons["kvflash"] = f"{host_pages / MIB:.0f} MiB of KV paged to host RAM at full context"
+    if budget_ddtree is not None:
+        reasons["ddtree"] = f"DDTree budget {budget_ddtree} for {budget.device}"
     flags = LuceboxFlags(
-        max_ctx=ctx.max_ctx,
+        max_ctx=max_ctx,
         max_tokens=max_tokens,
-        cache_type=None if target.architecture in F16_KV_ARCHS else ctx.kv_type,
+        cache_type=None if kv_type == "f16" and target.architecture in F16_KV_ARCHS else kv_type,
         prefix_cache_slots=slots,
-        ddtree_budget=fixed.ddtree_budget,
-        kvflash_pool=ctx.pool,
-        prefill={"off": "off", "auto": "auto", "pflash": "always"}[request.prefill],
+        ddtree_budget=budget_ddtree,
+        kvflash_pool=pool,
+        prefill="off" if request.prefill == "off" else
+        ("always" if request.prefill == "pflash" else "auto"),
         prefill_drafter=request.prefill_drafter,
         sampled_verify=request.draft is not None and target.architecture in SAMPLED_VERIFY_ARCHS,
-    )
+    )  # fmt: skip
     plan = Plan(
         fits=fits,
-        ctx=ctx.max_ctx,
-        cache_type_k=ctx.kv_type,
-        cache_type_v=ctx.kv_type,
+        ctx=max_ctx,
+        cache_type_k=kv_type,
+        cache_type_v=kv_type,
         n_gpu_layers=-1,
         n_cpu_moe=0,
         parallel=1,
         memory_bytes=memory,
-        kvflash_pool_tokens=ctx.pool,
+        kvflash_pool_tokens=pool,
         reasons=reasons,
-        largest_ctx=ctx.largest,
+        largest_ctx=largest[kv_type],
         device_bytes=((budget.device, memory.total),),
     )
     return LuceboxPlan(plan, flags, reasons)
-
-
-def _reasons(
-    request: LuceboxRequest,
-    fixed: _Fixed,
-    ctx: _Context,
-    max_tokens: int,
-    slots: int,
-    host_pages: int,
-) -> dict[str, str]:
-    target = request.target
-    reasons = {
-        "engine": "the Lucebox engine (dflash_server): one request at a time (batch 1)",
-        "ctx": ctx.reason,
-        "weights": (
-            f"{fixed.weights / MIB:.0f} MiB on the GPU; the token embeddings "
-            f"({target.host_bytes / MIB:.0f} MiB) stay in host RAM"
-        ),
-        "kv": f"{ctx.kv_type} for K and V (this build has only the symmetric kernels)"
-        + ("; Gemma 4's KV is f16 whatever the flags say" if ctx.kv_type == "f16" else ""),
-        "compute": (
-            f"chunk logits and activations {compute_bytes(target) / MIB:.0f} MiB, feature ring "
-            f"{fixed.ring / MIB:.0f} MiB, rollback {fixed.rollback / MIB:.0f} MiB (for "
-            f"{fixed.verify_tokens} verified tokens), graphs and workspaces "
-            f"{fixed.runtime / MIB:.0f} MiB; allocated on the first request, which lucebox "
-            "sends before ready"
-        ),
-        "max_tokens": f"{max_tokens}: a reply's default and cap, below --max-ctx {ctx.max_ctx}",
-        "prompt_cache": f"{slots} prefix-cache snapshot slots in host RAM",
-    }
-    if ctx.pool is not None:
-        reasons["kvflash"] = f"{host_pages / MIB:.0f} MiB of KV paged to host RAM at full context"
-    if fixed.ddtree_budget is not None:
-        reasons["ddtree"] = f"DDTree budget {fixed.ddtree_budget} for {request.budget.device}"
-    return reasons
 
 
 def _largest(room: int, per_token: float, native: int) -> int:

@@ -1,8 +1,7 @@
 """The planner's route to the Lucebox engine: which engine, and the launch when it serves.
 
-Called by :func:`lucebox.engine.plan.planner.plan_launch` (imported there when first needed:
-this module builds the planner's own LaunchPlan). The decisions themselves are pure and live
-in :mod:`enginechoice` (which engine) and :mod:`luceboxplan` (memory and flags).
+Called by :func:`lucebox.engine.plan.planner.plan_launch`. The decisions themselves are pure
+and live in :mod:`enginechoice` (which engine) and :mod:`luceboxplan` (memory and flags).
 """
 
 from __future__ import annotations
@@ -13,29 +12,21 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.registry import EngineCapabilities
-from lucebox.engine.machine.budget import GpuBudget
-from lucebox.engine.machine.config import Settings
+from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
+from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launchplan import LaunchPlan, Speculation
 from lucebox.engine.plan.luceboxplan import (
     PREFILL_DRAFTER_SOURCE,
     LuceboxRequest,
     plan_lucebox,
 )
 from lucebox.engine.plan.memory import Plan
-from lucebox.engine.plan.planner import (
-    EngineView,
-    LaunchPlan,
-    ModelFile,
-    Resolved,
-    ServeOptions,
-    Speculation,
-    local_file,
-    plan_launch,
-    pool_of,
-)
+from lucebox.engine.plan.modelfiles import ModelFile, local_file
+from lucebox.engine.plan.options import Resolved, ServeOptions
 
 PINNED_ARCHS = ("qwen35", "qwen35moe", "laguna", "qwen3", "gemma4", "deepseek4")
 """What the pinned engine's backend factory dispatches on (read from its source)."""
@@ -207,19 +198,3 @@ def _refusal(
             hint=f"the largest context that fits is {plan.largest_ctx} tokens",
         )
     return None
-
-
-def serves(
-    paths: Paths,
-    options: ServeOptions,
-    *,
-    settings: Settings,
-    budget: GpuBudget,
-    engine: EngineView,
-    preset: Preset | None,
-) -> bool:
-    """Whether the planner routes this launch to the Lucebox engine (files must be here)."""
-    launch = plan_launch(
-        paths, options, settings=settings, budget=budget, engine=engine, preset=preset
-    )
-    return launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"

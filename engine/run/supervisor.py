@@ -415,11 +415,11 @@ class Supervisor:
         return self._stopping.is_set()
 
     def stop(self) -> None:
-        """Stop the engine and end :meth:`events`; runstate.ServerRun.stop is the caller."""
+        """Stop the engine and end :meth:`events`; serverrun.ServerRun.stop is the caller."""
         self._stopping.set()
 
     def restart(self, spec: LaunchSpec | None = None) -> None:
         """Stop the serving engine and start it again, with ``spec`` when given (no crash
-        counted, no backoff); runstate.ServerRun.restart is the caller."""
+        counted, no backoff); serverrun.ServerRun.restart is the caller."""
         self._restart_spec = spec
         self._restart_asked.set()

@@ -1,4 +1,5 @@
-"""`lucebox connect`: what each client gets, and --write merging into real files with a backup."""
+"""`lucebox connect` and `launch` without a server: what each client gets, --write merging into
+real files, --restore putting the user's original back, and the refusals."""
 
 from __future__ import annotations
 
@@ -8,92 +9,166 @@ from pathlib import Path
 
 import pytest
 
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.run.lastserved import served_now, write_last_served
 from tests.conftest import assert_one_line_error, run_lucebox
+
+URL = "http://127.0.0.1:8123"
+MODEL = "qwen3-4b-8gb"
+
+
+def remember_server(lucebox_home: Path, *, ctx: int = 32768, keyed: bool = False) -> None:
+    """The record a server leaves when it becomes ready (no server runs now)."""
+    paths = resolve_paths({"LUCEBOX_HOME": str(lucebox_home)})
+    key_file = None
+    if keyed:
+        key_file = str(ensure_api_key_file(paths, "lb-secret")[0])
+    record = served_now(
+        URL, (MODEL,), ctx, api_key_file=key_file, on_gpu=True, weights_bytes=2_500_000_000
+    )
+    write_last_served(paths, record)
 
 
 @pytest.fixture
 def home(tmp_path, lucebox_home):
-    """A HOME of its own and a configured preset + API key (no server is running)."""
+    """A HOME of its own and a server that ran before (none is running)."""
     folder = tmp_path / "user-home"
     folder.mkdir()
-    env = {"HOME": str(folder), "LUCEBOX_HOME": str(lucebox_home)}
-    for key, value in (("preset", "qwen3-4b-8gb"), ("server.port", "8123")):
-        assert run_lucebox("config", "set", key, value, env=env).returncode == 0
-    return folder, env
+    remember_server(lucebox_home)
+    return folder, {"HOME": str(folder), "LUCEBOX_HOME": str(lucebox_home)}
 
 
 def connect(env, *args):
     return run_lucebox("connect", *args, env=env)
 
 
-def test_without_a_server_or_preset_it_says_what_to_do(tmp_path, lucebox_home):
-    result = connect({"HOME": str(tmp_path), "LUCEBOX_HOME": str(lucebox_home)}, "codex")
-    assert result.returncode == 2
-    assert_one_line_error(result)
-    assert "lucebox serve" in result.stderr
+def test_with_no_server_ever_it_refuses_and_says_what_to_do(tmp_path, lucebox_home):
+    env = {"HOME": str(tmp_path), "LUCEBOX_HOME": str(lucebox_home)}
+    assert run_lucebox("config", "set", "server.port", "8999", env=env).returncode == 0
+    for command in ("connect", "launch"):
+        result = run_lucebox(command, "codex", env=env)
+        assert result.returncode == 2
+        assert_one_line_error(result) if command == "connect" else None
+        assert "lucebox up" in result.stderr or "not installed" in result.stderr
+    assert not (tmp_path / ".codex").exists()
 
 
-def test_claude_code_write_merges_env_and_keeps_a_backup(home):
+def test_server_down_uses_the_last_served_address_and_says_so(home):
+    _, env = home
+    result = connect(env, "codex", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "no server is running" in result.stderr and URL in result.stderr
+    report = json.loads(result.stdout)
+    assert report["base_url"] == URL and report["model"] == MODEL and report["ctx"] == 32768
+
+
+def test_unknown_client_gets_the_nearest_name(home):
+    _, env = home
+    for command in ("connect", "launch"):
+        result = run_lucebox(command, "claude", env=env)
+        assert result.returncode == 2
+        assert_one_line_error(result)
+        assert "did you mean `claude-code`?" in result.stderr
+
+
+def test_claude_code_write_then_restore_puts_the_original_back(home):
     folder, env = home
     settings = folder / ".claude" / "settings.json"
     settings.parent.mkdir()
     original = json.dumps({"theme": "dark", "env": {"KEEP": "1", "ANTHROPIC_MODEL": "old"}})
     settings.write_text(original)
-    assert run_lucebox("config", "set", "server.api_key", "lb-secret", env=env).returncode == 0
     result = connect(env, "claude-code", "--write", "--json")
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
     merged = json.loads(settings.read_text())
     assert merged["theme"] == "dark"
     assert merged["env"] == {
         "KEEP": "1",
-        "ANTHROPIC_BASE_URL": "http://127.0.0.1:8123",
-        "ANTHROPIC_MODEL": "qwen3-4b-8gb",
+        "ANTHROPIC_BASE_URL": URL,
+        "ANTHROPIC_AUTH_TOKEN": "lucebox-no-key",
+        "ANTHROPIC_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
         "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "ANTHROPIC_AUTH_TOKEN": "lb-secret",
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "32768",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2048",
     }
-    assert report["written"] and Path(report["backup"]).read_text() == original
-    again = connect(env, "claude-code", "--write", "--json")
-    second_backup = json.loads(again.stdout)["backup"]
-    assert second_backup != report["backup"]
-    assert Path(report["backup"]).read_text() == original
+    assert Path(json.loads(result.stdout)["backups"][0]).read_text() == original
+    settings.write_text(json.dumps({"theme": "light", "env": merged["env"]}))
+    assert connect(env, "claude-code", "--write").returncode == 0
+    restored = connect(env, "claude-code", "--restore")
+    assert restored.returncode == 0, restored.stderr
+    assert settings.read_text() == original  # the original, not the newest backup
+    assert "last content is kept as" in restored.stdout
+    again = connect(env, "claude-code", "--restore")
+    assert "nothing to restore" in again.stdout
 
 
-def test_codex_write_keeps_other_tables(home):
+def test_restore_removes_files_that_did_not_exist(home):
+    folder, env = home
+    result = connect(env, "aider", "--write")
+    assert result.returncode == 0, result.stderr
+    assert "backup has them" not in result.stdout and "kept as" not in result.stdout
+    conf = (folder / ".aider.conf.yml").read_text()
+    assert 'openai-api-key: "lucebox-no-key"' in conf and f'model: "openai/{MODEL}"' in conf
+    metadata = json.loads((folder / ".aider.model.metadata.json").read_text())
+    assert metadata[f"openai/{MODEL}"]["max_input_tokens"] == 32768
+    assert run_lucebox("launch", "aider", "--restore", env=env).returncode == 0
+    assert not (folder / ".aider.conf.yml").exists()
+    assert not (folder / ".aider.model.metadata.json").exists()
+
+
+def test_codex_write_keeps_other_tables_and_says_when_comments_go(home):
     folder, env = home
     config = folder / ".codex" / "config.toml"
     config.parent.mkdir()
-    config.write_text('approval_policy = "on-request"\n\n[model_providers.other]\nname = "x"\n')
+    config.write_text(
+        '# mine\napproval_policy = "on-request"\n\n[model_providers.other]\nname = "x"\n'
+    )
     result = connect(env, "codex", "--write")
     assert result.returncode == 0, result.stderr
+    assert "without its comments; the backup has them" in result.stdout
     merged = tomllib.loads(config.read_text())
     assert merged["approval_policy"] == "on-request"
-    assert merged["model"] == "qwen3-4b-8gb" and merged["model_provider"] == "lucebox"
+    assert merged["model"] == MODEL and merged["model_provider"] == "lucebox"
+    assert merged["model_context_window"] == 32768
     assert merged["model_providers"]["other"] == {"name": "x"}
-    assert merged["model_providers"]["lucebox"]["base_url"] == "http://127.0.0.1:8123/v1"
-    assert merged["model_providers"]["lucebox"]["wire_api"] == "responses"
-    assert "env_key" not in merged["model_providers"]["lucebox"]
+    provider = merged["model_providers"]["lucebox"]
+    assert provider["base_url"] == f"{URL}/v1" and provider["wire_api"] == "responses"
+    assert "env_key" not in provider and "experimental_bearer_token" not in provider
 
 
-def test_opencode_and_aider_print_then_write(home):
+def test_a_keyed_server_gets_its_key_from_the_key_file(tmp_path, lucebox_home):
+    folder = tmp_path / "user-home"
+    folder.mkdir()
+    remember_server(lucebox_home, keyed=True)
+    env = {"HOME": str(folder), "LUCEBOX_HOME": str(lucebox_home)}
+    key_file = resolve_paths(env).config_dir / "api_key"
+    printed = connect(env, "openai")
+    assert f'export OPENAI_API_KEY="$(cat {key_file})"' in printed.stdout
+    assert "lb-secret" not in printed.stdout
+    assert connect(env, "opencode", "--write").returncode == 0
+    opencode = json.loads((folder / ".config" / "opencode" / "opencode.json").read_text())
+    assert opencode["provider"]["lucebox"]["options"]["apiKey"] == f"{{file:{key_file}}}"
+    assert connect(env, "codex", "--write").returncode == 0
+    codex = tomllib.loads((folder / ".codex" / "config.toml").read_text())
+    assert codex["model_providers"]["lucebox"]["experimental_bearer_token"] == "lb-secret"
+
+
+def test_llm_block_is_replaced_not_repeated_and_restored(home, tmp_path):
     folder, env = home
-    printed = connect(env, "opencode")
-    assert printed.returncode == 0
-    snippet = printed.stdout.split("keeping a backup):\n", 1)[1]
-    document = json.loads(snippet[: snippet.rindex("}") + 1])
-    assert document["model"] == "lucebox/qwen3-4b-8gb"
-    assert document["provider"]["lucebox"]["options"] == {"baseURL": "http://127.0.0.1:8123/v1"}
-    assert not (folder / ".config").exists()
-
-    aider = folder / ".aider.conf.yml"
-    aider.write_text("dark-mode: true\nmodel: gpt-4o  # old\n")
-    assert connect(env, "aider", "--write").returncode == 0
-    assert aider.read_text() == (
-        "dark-mode: true\n"
-        'openai-api-base: "http://127.0.0.1:8123/v1"\n'
-        'model: "openai/qwen3-4b-8gb"\n'
-    )
+    llm_dir = folder / ".config" / "io.datasette.llm"
+    llm_dir.mkdir(parents=True)
+    models = llm_dir / "extra-openai-models.yaml"
+    mine = "- model_id: other\n  model_name: other\n  api_base: http://example.invalid/v1\n"
+    models.write_text(mine)
+    for _ in range(2):
+        assert connect(env, "llm", "--write").returncode == 0
+    text = models.read_text()
+    assert text.startswith(mine) and text.count("model_id:") == 2
+    assert f'- model_id: "{MODEL}"' in text
+    assert connect(env, "llm", "--restore").returncode == 0
+    assert models.read_text() == mine
 
 
 def test_a_broken_config_file_is_refused_and_left_alone(home):
@@ -110,16 +185,75 @@ def test_a_broken_config_file_is_refused_and_left_alone(home):
 
 
 @pytest.mark.parametrize("client", ["openai", "anthropic"])
-def test_sdks_get_environment_variables_and_no_file(home, client):
+def test_sdks_get_a_placeholder_key_and_no_file(home, client):
     _, env = home
     printed = connect(env, client)
     assert printed.returncode == 0
-    variable = (
-        "OPENAI_BASE_URL=http://127.0.0.1:8123/v1"
-        if client == "openai"
-        else ("ANTHROPIC_BASE_URL=http://127.0.0.1:8123")
+    if client == "openai":
+        assert f"export OPENAI_BASE_URL={URL}/v1" in printed.stdout
+        assert "export OPENAI_API_KEY=lucebox-no-key" in printed.stdout
+    else:
+        assert f"export ANTHROPIC_BASE_URL={URL}" in printed.stdout
+        assert "export ANTHROPIC_API_KEY=lucebox-no-key" in printed.stdout
+    for command in (("connect", client, "--write"), ("launch", client)):
+        refused = run_lucebox(*command, env=env)
+        assert refused.returncode == 2
+        assert_one_line_error(refused)
+
+
+def test_launch_names_the_install_command_of_a_missing_client(home, tmp_path):
+    _, env = home
+    result = run_lucebox("launch", "opencode", env={**env, "PATH": str(tmp_path / "empty")})
+    assert result.returncode == 2
+    assert_one_line_error(result)
+    assert "npm install -g opencode-ai" in result.stderr
+
+
+def test_a_cpu_server_warns_of_a_slow_or_too_long_agent_prompt(tmp_path, lucebox_home):
+    paths = resolve_paths({"LUCEBOX_HOME": str(lucebox_home)})
+    env = {"HOME": str(tmp_path), "LUCEBOX_HOME": str(lucebox_home)}
+    record = served_now(
+        URL, ("smol",), 4096, api_key_file=None, on_gpu=False, weights_bytes=98_000_000
     )
-    assert f"export {variable}" in printed.stdout
-    written = connect(env, client, "--write")
-    assert written.returncode == 2
-    assert_one_line_error(written)
+    write_last_served(paths, record)
+    short = connect(env, "codex")
+    assert "more than the served context of 4096 tokens" in short.stderr
+    assert "--ctx 8192" in short.stderr
+    write_last_served(
+        paths,
+        served_now(
+            URL, ("smol",), 16384, api_key_file=None, on_gpu=False, weights_bytes=98_000_000
+        ),
+    )
+    slow = connect(env, "codex")
+    assert "its first request takes" in slow.stderr and "prompt cache" in slow.stderr
+    assert connect(env, "openai").stderr.count("prompt") == 0
+
+
+def test_a_served_set_names_every_alias_and_the_model_chosen(home):
+    import os
+
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.run import runstate
+    from lucebox.engine.run.servedmodels import ModelStatus
+
+    folder, env = home
+    models = tuple(ModelStatus(alias, "unloaded", "CPU", 0, None) for alias in ("smollm2", "smoke"))
+    paths = resolve_paths({"LUCEBOX_HOME": env["LUCEBOX_HOME"]})
+    runstate.write_status(
+        paths,
+        runstate.Status(
+            "ready", pid=os.getpid(), url="http://127.0.0.1:8123", model="smollm2, smoke",
+            models=models,
+        ),
+    )  # fmt: skip
+    first = connect(env, "opencode", "--write", "--json")
+    assert first.returncode == 0, first.stderr
+    written = json.loads((folder / ".config" / "opencode" / "opencode.json").read_text())
+    assert set(written["provider"]["lucebox"]["models"]) == {"smollm2", "smoke"}
+    assert written["model"] == "lucebox/smollm2"
+    chosen = json.loads(connect(env, "codex", "--model", "smoke", "--json").stdout)
+    assert chosen["model"] == "smoke"
+    unknown = connect(env, "codex", "--model", "gpt-4")
+    assert unknown.returncode == 2 and "served models: smollm2, smoke" in unknown.stderr
+    assert_one_line_error(unknown)

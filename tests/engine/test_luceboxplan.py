@@ -14,11 +14,13 @@ import pytest
 from bench.lucebox_models import DRAFT, TARGET
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
-from lucebox.engine.machine.budget import DeviceBudget
+from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
+from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import engine_environ, server_argv
 from lucebox.engine.plan.luceboxplan import DDTREE_MIN_BUDGET, ddtree_budget
-from lucebox.engine.plan.planner import EngineView, ServeOptions, plan_launch, pool_of
+from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import plan_launch
 from tests.ggufgen import cached_gguf
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
@@ -36,7 +38,7 @@ def files() -> tuple[Path, Path, Path]:
 
 def plan(options: ServeOptions, budget=H100, settings: Settings | None = None):
     return plan_launch(
-        resolve_paths(), options, settings=settings or Settings(), budget=budget,
+        resolve_paths(), options, resolved=resolve(options, settings or Settings()), budget=budget,
         engine=EngineView.of(None),
     )  # fmt: skip
 
@@ -176,7 +178,8 @@ def test_a_lucebox_draft_named_by_a_preset_selects_the_engine_before_any_pull():
         mtp_row, target=plain_target, draft=PresetDraft(draft, "dflash", None)
     )
     launch = plan_launch(
-        paths, ServeOptions(preset=lucebox_row.id), settings=Settings(), budget=RTX_4090,
+        paths, ServeOptions(preset=lucebox_row.id),
+        resolved=resolve(ServeOptions(preset=lucebox_row.id), Settings()), budget=RTX_4090,
         engine=EngineView.of(None), preset=lucebox_row,
     )  # fmt: skip
     assert launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"

@@ -15,9 +15,10 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.plan.launch import LaunchSpec
 from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
-from lucebox.engine.plan.memory import MemoryBytes, Plan
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.sizes import MemoryBytes
 from lucebox.engine.run.sample import Sample
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from tests.ports import free_port
 
