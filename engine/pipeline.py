@@ -36,6 +36,7 @@ from lucebox.engine.plan import planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
+from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, resolve
@@ -290,6 +291,8 @@ def prepare(
         )
         if draft_source:
             pull_source(paths, draft_source, emit, cancel)
+        if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
+            pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
         if _lucebox_serves(paths, options, view, preset):
             _lucebox_engine(paths, view.probe, emit)
         else:

@@ -12,7 +12,7 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.registry import EngineCapabilities
-from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
@@ -108,6 +108,9 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
     engine = lucebox_engine(paths)
+    gpus = [d for d in budget.devices if not d.address]
+    if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
+        budget = pool_of((max(gpus, key=lambda d: d.vram_free_bytes),), budget.host_total_bytes)
     draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
     drafter = local_file(paths, PREFILL_DRAFTER_SOURCE) if resolved.prefill != "off" else None
     planned = plan_lucebox(
@@ -146,7 +149,7 @@ def lucebox_launch(
         port=resolved.port,
         draft_path=str(draft.path) if draft is not None else None,
         spec_type=spec.spec_type,
-        gpus=tuple(d.index for d in budget.devices if not d.address)[:1] if budget.is_gpu else (),
+        gpus=tuple(d.index for d in budget.devices if not d.address) if budget.is_gpu else (),
         lucebox=planned.flags,
     )
     return LaunchPlan(

@@ -185,3 +185,18 @@ def test_a_lucebox_draft_named_by_a_preset_selects_the_engine_before_any_pull():
     assert launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
     assert "dflash-draft-3.6-q4_k_m.gguf is a Lucebox DFlash draft" in launch.engine_choice.reason
     assert launch.argv[launch.argv.index("--ddtree-budget") + 1] == "28"
+
+
+def test_two_gpus_serve_from_the_one_with_the_most_free_memory(files):
+    target, draft, _ = files
+    two = pool_of(
+        (
+            DeviceBudget(0, "NVIDIA GeForce RTX 3090", 24 * GIB, 10 * GIB),
+            DeviceBudget(1, "NVIDIA GeForce RTX 4090", 24 * GIB, 22 * GIB),
+        ),
+        64 * GIB,
+    )
+    launch = plan(ServeOptions(model=str(target), draft=str(draft)), two)
+    assert launch.spec.gpus == (1,)
+    assert launch.plan.memory_bytes.available == 22 * GIB
+    assert launch.argv[launch.argv.index("--ddtree-budget") + 1] == "28"
