@@ -136,6 +136,8 @@ class Calibrator:
             planned = next((t.label for t in self.setup.trials if t.label != OFF), None)
             shown = calibration.shown_off(self.measurement, planned) if planned else None
             return shown or sampled
+        if label == OFF:
+            return sampled  # switched off after the calibration chose to speculate
         measured = calibration.measured_rate(self.measurement, label)
         if sampled is None or measured is None:
             return sampled
@@ -162,8 +164,9 @@ class Calibrator:
                     break
                 self.state, self.trial = "running", todo[0]
                 rate = await self._measure(client, server, todo[0], running)
-                if rate is None:
+                if rate is None and todo[0] in self.setup.trials:  # not dropped: a client came
                     self.state, self._last_client_s = "paused", time.monotonic()
+                if rate is None:
                     continue
                 self._keep(self.measurement.with_trial(rate))
         self.trial = None
