@@ -218,9 +218,10 @@ class Calibrator:
 
     async def _probe(self, client: httpx.AsyncClient, url: str, probe: Probe) -> ProbeRate | None:
         limit = self.setup.probe_max_tokens
+        max_tokens = min(limit, probe.max_tokens) if limit else probe.max_tokens
         body = {
             "messages": list(probe.messages),
-            "max_tokens": min(limit, probe.max_tokens) if limit else probe.max_tokens,
+            "max_tokens": max_tokens,
             "temperature": 0,
             "seed": 1,
         }
@@ -237,7 +238,9 @@ class Calibrator:
                 with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
                     await task
         self._counters = None  # the probe's own tokens are not a client's
-        return calibration.probe_rate(probe.name, timings) if timings is not None else None
+        if timings is None:
+            return None
+        return calibration.probe_rate(probe.name, timings, max_tokens)
 
     async def _client_seen(self, client: httpx.AsyncClient, url: str, *, probing: bool) -> bool:
         """Whether a request other than the probe runs (or ran since the last look)."""
