@@ -106,7 +106,7 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
                 for name in first
             }
             document["decode_ratio"]["probes"] = _plain_ratio(
-                probes_tok_s(first), probes_tok_s(second)
+                probes_tok_s(first, args.n_gen), probes_tok_s(second, args.n_gen)
             )
         print(json.dumps(document, indent=2))
         return EXIT_OK
@@ -127,7 +127,7 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
         print(f"\ndecode {first_config.name} / {second_config.name}:")
         for name in first:
             print(f"  {name:<6} {_ratio(first[name].decode_tok_s, second[name].decode_tok_s)}")
-        weighted = _ratio(probes_tok_s(first), probes_tok_s(second))
+        weighted = _ratio(probes_tok_s(first, args.n_gen), probes_tok_s(second, args.n_gen))
         print(f"  probes {weighted} (token-weighted, as the calibration measures)")
     return EXIT_OK
 

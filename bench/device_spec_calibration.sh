@@ -7,18 +7,21 @@
 # The targets (F16, 16 trunk layers, width x32, 32k vocabulary, as bench/spec_breakeven.py
 # measured): an MTP head that always agrees (agree_token), one of random weights that never
 # agrees (auto plans it with p-min 0.75), and one that agrees part of the time
-# (bench/partial_head.py). Writes to $OUT (at most 8 files come back): summary.json, the store,
+# (bench/partial_head.py). The engine, the models and the store live in /tmp, outside the
+# carried folder: a carried path is replaced on every call, so a home inside it loses the
+# engine the build call made. Writes to $OUT (at most 8 files come back): summary.json, the store,
 # statuses.jsonl / statuses.txt, serve-tails.txt, and bench quick's run on the random head.
 set -uo pipefail
 source bench/device_env.sh
-WORK=.devrun/work
+export LUCEBOX_HOME=/tmp/lucebox-spec-home
+WORK=/tmp/lucebox-spec-work
 models() {  # SCALE and LAYERS shrink them for a try on a CPU
     python3 - <<'PY'
 import os, subprocess, sys
 from dataclasses import replace
 from pathlib import Path
 from tests.ggufgen import cached_gguf, qwen35_target, widen
-work = Path(".devrun/work")
+work = Path("/tmp/lucebox-spec-work")
 scale, layers = os.environ.get("SCALE", "32"), os.environ.get("LAYERS", "16")
 # A 16k native context: bench quick's long-document prompt needs more than the default 2k.
 shape = widen(qwen35_target(n_layer=int(layers), vocab_size=32000, n_ctx=16384), int(scale))
@@ -45,6 +48,8 @@ if [ "${1:-measure}" = build ]; then
     lucebox engine status --json > "$OUT/engine-status.json"
     exit 0
 fi
+lucebox engine status --json | python3 -c 'import json, sys; sys.exit(not json.load(sys.stdin)["selected"])' \
+    || { echo "no engine in $LUCEBOX_HOME: run the build call first, on this warm machine"; exit 1; }
 models >> "$OUT/serve-tails.txt" 2>&1 || exit 1  # a build call that ran out of time
 lucebox config set spec.calibrate_idle_s 2 > /dev/null || exit 1
 calibrate() {  # name: serve that target until its calibration has chosen and the choice runs
@@ -53,12 +58,12 @@ calibrate() {  # name: serve that target until its calibration has chosen and th
     local start=$(date +%s)
     lucebox serve --model "$model" --port 18091 > "$WORK/serve-$name.log" 2>&1 &
     local serve_pid=$!
-    python3 - "$name" <<'PY'
-import json, subprocess, sys, time
-name = sys.argv[1]
+    python3 - "$name" "$serve_pid" <<'PY'
+import json, os, subprocess, sys, time
+name, serve_pid = sys.argv[1], int(sys.argv[2])
 deadline = time.monotonic() + 200
 status = {}
-while time.monotonic() < deadline:
+while time.monotonic() < deadline and os.path.exists(f"/proc/{serve_pid}"):
     done = subprocess.run([sys.executable, "-m", "lucebox.app.cli", "status", "--json"],
                           capture_output=True, text=True)
     status = json.loads(done.stdout or "{}")
@@ -79,12 +84,13 @@ PY
 }
 start=$(date +%s)
 for name in agree never partial; do calibrate $name; done
-cp .devrun/home/data/spec-measurements.json "$OUT/spec-measurements.json"
+cp "$LUCEBOX_HOME/data/spec-measurements.json" "$OUT/spec-measurements.json"
 python3 - <<'PY' | tee "$OUT/summary.json"
 import json, os
 from pathlib import Path
-entries = json.loads(Path(".devrun/home/data/spec-measurements.json").read_text())["entries"]
-names = {Path(Path(f".devrun/work/{n}.path").read_text()).name: n for n in ("agree", "never", "partial")}
+home, work = Path(os.environ["LUCEBOX_HOME"]), Path("/tmp/lucebox-spec-work")
+entries = json.loads((home / "data/spec-measurements.json").read_text())["entries"]
+names = {Path((work / f"{n}.path").read_text()).name: n for n in ("agree", "never", "partial")}
 summary = {}
 for entry in entries.values():
     name = names[entry["key"]["model"].split(":")[0]]

@@ -73,15 +73,18 @@ def run_quick(
     return samples
 
 
-def probes_tok_s(samples: dict[str, CallSample]) -> float | None:
-    """Token-weighted decode over the calibration's probes, as the calibration counts it."""
-    timed = [
-        (s.completion_tokens, s.completion_tokens / s.decode_tok_s)
-        for name, s in samples.items()
-        if name in {p.name for p in PROBES} and s.decode_tok_s and s.completion_tokens
-    ]
-    seconds = sum(t for _, t in timed)
-    return sum(n for n, _ in timed) / seconds if seconds > 0 else None
+def probes_tok_s(samples: dict[str, CallSample], max_tokens: int | None = None) -> float | None:
+    """Decode over the calibration's probes as the calibration counts it: each probe's rate
+    weighted by the tokens it asks for (capped by ``max_tokens``)."""
+    seconds = weights = 0.0
+    for probe in PROBES:
+        sample = samples.get(probe.name)
+        if sample is None or not sample.decode_tok_s:
+            continue
+        weight = probe.max_tokens if max_tokens is None else min(max_tokens, probe.max_tokens)
+        weights += weight
+        seconds += weight / sample.decode_tok_s
+    return weights / seconds if seconds > 0 else None
 
 
 def sample_json(sample: CallSample) -> dict[str, Any]:

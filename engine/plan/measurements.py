@@ -84,6 +84,13 @@ class ProbeRate:
     decode_s: float
     drafted: int = 0
     accepted: int = 0
+    weight: int = 0
+    """Tokens the probe asked for: its share of the rate, the same whatever configuration (a
+    speculating engine's numerics differ a little, so its reply may end sooner or later)."""
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -103,9 +110,12 @@ class TrialRate:
 
     @property
     def tok_s(self) -> float:
-        """Token-weighted decode rate: every decoded token counts once, whichever probe."""
-        seconds = sum(p.decode_s for p in self.probes)
-        return self.tokens / seconds if seconds > 0 else 0.0
+        """Token-weighted decode rate over the probes, each weighted by the tokens it asked
+        for (its ``weight``), so every configuration is judged on the same mix; probes without
+        a weight count the tokens they decoded."""
+        weights = [p.weight or p.tokens for p in self.probes if p.tok_s > 0]
+        seconds = sum((p.weight or p.tokens) / p.tok_s for p in self.probes if p.tok_s > 0)
+        return sum(weights) / seconds if seconds > 0 else 0.0
 
     @property
     def drafted(self) -> int:

@@ -283,8 +283,11 @@ def _choose_speculation(
             found, on_gpu, user_draft=options.draft is not None
         )
     allowed = speculation.for_mode(found, resolved.spec)
-    candidates = tuple(allowed)
     key = _measurement_key(target, draft, engine, request.budget, make_plan(request))
+    candidates = tuple(allowed)
+    if key is not None and resolved.spec == "auto":
+        # Only what auto could serve is worth measuring: not a draft whose memory costs context.
+        candidates = tuple(c for c in allowed if _weigh(request, [c], draft, "auto")[0])
     verdict, measured = None, None
     if key is not None and resolved.spec == "auto" and options.draft_max is None:
         measured = measurements.read_measurement(paths, key)

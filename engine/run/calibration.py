@@ -3,7 +3,8 @@
 Floors from a break-even table cannot know a given file, quant, card and prompt mix (a head
 that never passes its p-min drafts nothing yet costs a third of the speed), so the calibration
 measures: the probe set with no speculation and with at most three configurations the planner
-allows, each a restart through the planner. The fastest by token-weighted decode wins; a mode
+allows, each a restart through the planner. The fastest by token-weighted decode (each probe
+weighted by the tokens it asks for, the same mix for every configuration) wins; a mode
 must beat none by more than the noise of one measurement, so ties go to none. A mode the user
 forced is measured too (against none), so they see what it costs, but is kept.
 """
@@ -69,8 +70,9 @@ def missing(trials: Sequence[Trial], measurement: Measurement | None, running: s
     return sorted(todo, key=lambda t: t.label != running)
 
 
-def probe_rate(name: str, timings: Mapping[str, object]) -> ProbeRate | None:
-    """One reply's decode from the engine's ``timings``; None when it decoded nothing."""
+def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> ProbeRate | None:
+    """One reply's decode from the engine's ``timings``, ``weight`` the tokens the probe asked
+    for; None when it decoded nothing."""
     tokens, ms = timings.get("predicted_n"), timings.get("predicted_ms")
     if not isinstance(tokens, int | float) or not isinstance(ms, int | float) or tokens < 1:
         return None
@@ -81,6 +83,7 @@ def probe_rate(name: str, timings: Mapping[str, object]) -> ProbeRate | None:
         float(ms) / 1000,
         int(drafted) if isinstance(drafted, int | float) else 0,
         int(accepted) if isinstance(accepted, int | float) else 0,
+        weight,
     )
 
 

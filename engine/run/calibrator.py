@@ -136,6 +136,8 @@ class Calibrator:
             planned = next((t.label for t in self.setup.trials if t.label != OFF), None)
             shown = calibration.shown_off(self.measurement, planned) if planned else None
             return shown or sampled
+        if label == OFF:
+            return sampled  # switched off after the calibration chose to speculate
         measured = calibration.measured_rate(self.measurement, label)
         if sampled is None or measured is None:
             return sampled
@@ -162,8 +164,9 @@ class Calibrator:
                     break
                 self.state, self.trial = "running", todo[0]
                 rate = await self._measure(client, server, todo[0], running)
-                if rate is None:
+                if rate is None and todo[0] in self.setup.trials:  # not dropped: a client came
                     self.state, self._last_client_s = "paused", time.monotonic()
+                if rate is None:
                     continue
                 self._keep(self.measurement.with_trial(rate))
         self.trial = None
@@ -215,9 +218,10 @@ class Calibrator:
 
     async def _probe(self, client: httpx.AsyncClient, url: str, probe: Probe) -> ProbeRate | None:
         limit = self.setup.probe_max_tokens
+        max_tokens = min(limit, probe.max_tokens) if limit else probe.max_tokens
         body = {
             "messages": list(probe.messages),
-            "max_tokens": min(limit, probe.max_tokens) if limit else probe.max_tokens,
+            "max_tokens": max_tokens,
             "temperature": 0,
             "seed": 1,
         }
@@ -234,7 +238,9 @@ class Calibrator:
                 with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
                     await task
         self._counters = None  # the probe's own tokens are not a client's
-        return calibration.probe_rate(probe.name, timings) if timings is not None else None
+        if timings is None:
+            return None
+        return calibration.probe_rate(probe.name, timings, max_tokens)
 
     async def _client_seen(self, client: httpx.AsyncClient, url: str, *, probing: bool) -> bool:
         """Whether a request other than the probe runs (or ran since the last look)."""

@@ -124,6 +124,8 @@ class ServerRun:
             )
         )
         self._sampling: asyncio.Task[None] | None = None
+        self._sampler: Sampler | None = None
+        """The live engine's sampler: a new speculation reason reaches it without a restart."""
         supervisor.on_line = self._feed_line
         supervisor.before_stop = self._engine_stopping
 
@@ -146,6 +148,8 @@ class ServerRun:
         self.spec_reason = reason
         if server_argv(spec) != server_argv(self.supervisor.spec):
             self.restart(spec)
+        elif self._sampler is not None:
+            self._sampler.spec_reason = reason
 
     def _spec_view(self, sampled: SpecStatus | None) -> SpecStatus | None:
         spec = self._spec_off or self._guarded(sampled)
@@ -341,6 +345,7 @@ class ServerRun:
             if isinstance(facts, LuceboxLog)
             else Sampler(self.url, engine_pid, facts, **options)
         )
+        self._sampler = sampler
         try:
             async for sample in sampler.samples():
                 await queue.put(sample)

@@ -143,6 +143,7 @@ def test_a_random_dflash_draft_named_with_draft_is_switched_off_by_the_calibrati
             assert spec["reason"].startswith("off: slower than none, 0.")
         else:
             assert spec["type"] == "ngram-mod" and spec["active"] is True
+            assert "served as ngram-mod: measured on this card" in spec["reason"]
         assert "draft-dflash n15 0." in entry["why"]
 
 

@@ -135,3 +135,17 @@ def test_probe_rates_come_from_the_engines_timings():
     assert calibration.probe_rate("edit", timings) == ProbeRate("edit", 64, 0.8, 30, 24)
     assert calibration.probe_rate("chat", {"predicted_n": 0, "predicted_ms": 0}) is None
     assert calibration.probe_rate("chat", {}) is None
+
+
+def test_each_probe_weighs_what_it_asked_for_so_a_reply_ending_sooner_gains_nothing():
+    # The speculating engine's numerics differ a little: its agent reply ended after 10 tokens.
+    def trial(label: str, agent_tokens: int) -> TrialRate:
+        probes = (
+            ProbeRate("chat", 100, 1.0, weight=100),  # 100 tok/s either way
+            ProbeRate("agent", agent_tokens, agent_tokens / 50, weight=100),  # 50 tok/s
+        )
+        return TrialRate(label, None if label == OFF else "ngram-mod", None, None, probes, 1.0)
+
+    m = measured(trial(OFF, 100), trial("ngram-mod", 10))
+    assert round(m.ratio("ngram-mod") or 0, 3) == 1.0  # by decoded tokens it would be 1.37x
+    assert calibration.verdict(m, [OFF, "ngram-mod"])[0] == OFF

@@ -23,17 +23,17 @@ from lucebox.engine.plan.measurements import (
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.speculation import SpecMode
 from tests.conftest import run_lucebox
-from tests.ggufgen import cached_gguf, qwen35_target
+from tests.ggufgen import cached_gguf, qwen35_target, widen
 
 
-def launch_of(target: Path, spec: SpecMode | None = None) -> LaunchPlan:
+def launch_of(target: Path, spec: SpecMode | None = None, vram_mib: int = 16384) -> LaunchPlan:
     paths = resolve_paths()
-    wanted = ServeOptions(model=str(target), vram_mib=(16384,), spec=spec)
+    wanted = ServeOptions(model=str(target), vram_mib=(vram_mib,), spec=spec)
     return planner.plan_launch(
         paths,
         wanted,
         resolved=resolve(wanted, Settings()),
-        budget=budget_for(gpu.probe_gpus(), (), (16384,)),
+        budget=budget_for(gpu.probe_gpus(), (), (vram_mib,)),
         engine=pinned_engine(),
     )
 
@@ -81,3 +81,16 @@ def test_a_measured_winner_is_served_with_the_measured_p_min():
     assert "then stops speculating, if decoding falls 15% below the rate measured" in (
         launch.speculation.reason
     )
+
+
+def test_a_head_whose_memory_costs_context_is_not_measured_under_auto(tmp_path):
+    # A 1.7 GB target (header only) on a 3000 MiB card: the head's KV would cost context.
+    shape = qwen35_target(n_layer=16, vocab_size=32000, n_ctx=262144, header_only=True)
+    target = cached_gguf(widen(shape, 32), tmp_path)
+    squeezed = launch_of(target, vram_mib=3000)
+    assert "not draft-mtp: its memory would leave" in squeezed.speculation.reason
+    assert [c.spec_type for c in squeezed.speculation.candidates] == ["ngram-mod"]
+    roomy = launch_of(target, vram_mib=5000)
+    assert [c.spec_type for c in roomy.speculation.candidates] == ["draft-mtp", "ngram-mod"]
+    forced = launch_of(target, spec="mtp", vram_mib=3000)  # the user's choice is measured
+    assert [c.spec_type for c in forced.speculation.candidates] == ["draft-mtp"]
