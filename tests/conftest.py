@@ -55,6 +55,7 @@ def assert_one_line_error(result: CliResult) -> None:
 def built_engine_home() -> Path:
     """LUCEBOX_HOME with the CPU engine built through the CLI (cached across runs)."""
     from tests.realmodels import engine_home, gemma_model
+    from tests.smolserver import no_calibration
 
     gemma_model()  # warms pip's cache for the store's own pull of the same source
     env = {"LUCEBOX_HOME": str(engine_home())}
@@ -62,6 +63,7 @@ def built_engine_home() -> Path:
     assert source.returncode == 0, source.stderr
     build = run_lucebox("engine", "build", "--cpu", env=env, timeout_s=3600)
     assert build.returncode == 0, build.stderr
+    no_calibration(engine_home())
     return engine_home()
 
 

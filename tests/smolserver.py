@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.machine import config
 from tests.realmodels import engine_home
 
 
@@ -20,4 +21,11 @@ def private_engine_home(folder: Path) -> Path:
     for manifest in source.glob("*/manifest.json"):
         (target / manifest.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(manifest, target / manifest.parent.name / manifest.name)
+    no_calibration(folder)
     return folder
+
+
+def no_calibration(home: Path) -> None:
+    """A test home serves as planned: no speculation calibration restarts a server mid-test
+    (the calibration's own tests turn it on)."""
+    config.set_setting(resolve_paths({"LUCEBOX_HOME": str(home)}), "spec.calibrate_idle_s", "0")
