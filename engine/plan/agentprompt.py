@@ -15,7 +15,7 @@ AGENT_PROMPT_TOKENS: dict[str, int] = {
     "claude-code": 3846,
     "opencode": 2240,
     "qwen-code": 7600,
-    "aider": 1400,
+    "aider": 671,
     "continue": 338,
 }
 """Tokens of each agent's first request for a one-line task, as SmolLM2's engine counted them

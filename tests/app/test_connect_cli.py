@@ -90,7 +90,6 @@ def test_claude_code_write_then_restore_puts_the_original_back(home):
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
         "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "32768",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2048",
     }
     assert Path(json.loads(result.stdout)["backups"][0]).read_text() == original
@@ -150,6 +149,9 @@ def test_a_keyed_server_gets_its_key_from_the_key_file(tmp_path, lucebox_home):
     assert connect(env, "opencode", "--write").returncode == 0
     opencode = json.loads((folder / ".config" / "opencode" / "opencode.json").read_text())
     assert opencode["provider"]["lucebox"]["options"]["apiKey"] == f"{{file:{key_file}}}"
+    printed_codex = connect(env, "codex")
+    assert f'experimental_bearer_token = "<the key in {key_file}>"' in printed_codex.stdout
+    assert "lb-secret" not in printed_codex.stdout
     assert connect(env, "codex", "--write").returncode == 0
     codex = tomllib.loads((folder / ".codex" / "config.toml").read_text())
     assert codex["model_providers"]["lucebox"]["experimental_bearer_token"] == "lb-secret"
