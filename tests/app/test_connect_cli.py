@@ -215,12 +215,12 @@ def test_a_cpu_server_warns_of_a_slow_or_too_long_agent_prompt(tmp_path, lucebox
     paths = resolve_paths({"LUCEBOX_HOME": str(lucebox_home)})
     env = {"HOME": str(tmp_path), "LUCEBOX_HOME": str(lucebox_home)}
     record = served_now(
-        URL, ("smol",), 4096, api_key_file=None, on_gpu=False, weights_bytes=98_000_000
+        URL, ("smol",), 3072, api_key_file=None, on_gpu=False, weights_bytes=98_000_000
     )
     write_last_served(paths, record)
     short = connect(env, "codex")
-    assert "more than the served context of 4096 tokens" in short.stderr
-    assert "--ctx 8192" in short.stderr
+    assert "more than the served context of 3072 tokens" in short.stderr
+    assert "--ctx 4096" in short.stderr
     write_last_served(
         paths,
         served_now(
