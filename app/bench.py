@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from lucebox.engine import pipeline
 from lucebox.engine.bench.compare import ServeConfig, Served, parse_compare, run_configs
 from lucebox.engine.bench.measure import CallSample
-from lucebox.engine.bench.quick import run_quick, sample_json
+from lucebox.engine.bench.quick import probes_tok_s, run_quick, sample_json
 from lucebox.engine.bench.replay import ReplayCall, ReplayResult, replay
 from lucebox.engine.bench.transcript import Transcript, parse_transcript
 from lucebox.engine.core.errors import EXIT_OK, UsageError
@@ -105,6 +105,9 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
                 name: _plain_ratio(first[name].decode_tok_s, second[name].decode_tok_s)
                 for name in first
             }
+            document["decode_ratio"]["probes"] = _plain_ratio(
+                probes_tok_s(first), probes_tok_s(second)
+            )
         print(json.dumps(document, indent=2))
         return EXIT_OK
     header = (
@@ -124,6 +127,8 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
         print(f"\ndecode {first_config.name} / {second_config.name}:")
         for name in first:
             print(f"  {name:<6} {_ratio(first[name].decode_tok_s, second[name].decode_tok_s)}")
+        weighted = _ratio(probes_tok_s(first), probes_tok_s(second))
+        print(f"  probes {weighted} (token-weighted, as the calibration measures)")
     return EXIT_OK
 
 

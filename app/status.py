@@ -23,6 +23,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.machine import systemd
 from lucebox.engine.run import runstate
+from lucebox.engine.run.servedmodels import ModelStatus, find_model
 
 COMMANDS = ("status", "down", "logs")
 WATCH_POLL_S = 0.25
@@ -44,6 +45,7 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     )
     if status.webui_url:
         head += f"\n  chat in a browser: {status.webui_url}"
+    head += "".join(f"\n  {model_line(model)}" for model in status.models)
     sample = status.sample
     if sample is None:
         return head
@@ -57,9 +59,18 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         parts.append(f"prompt cached {status.cache.cached_prompt_share:.0%}")
     if status.spec is not None and status.spec.acceptance is not None:
         parts.append(f"draft accepted {status.spec.acceptance:.0%}")
+    if status.spec is not None and (headline := status.spec.headline()) is not None:
+        parts.append(headline)
     if sample.vram_used_bytes is not None:
         parts.append(f"VRAM {gib_text(sample.vram_used_bytes, 2)}")
     return f"{head}\n  " + ", ".join(parts) + f" (last {sample.window_s:.0f} s)"
+
+
+def model_line(model: ModelStatus) -> str:
+    """One model of a served set for people: state, memory, last use, device."""
+    used = "never used" if model.last_used_s is None else f"used {model.last_used_s:.0f} s ago"
+    held = f"{gib_text(model.memory_bytes, 2)} of {gib_text(model.planned_bytes, 2)} planned"
+    return f"{model.alias}: {model.state}, {held}, {used} ({model.device})"
 
 
 def prometheus_text(status: runstate.Status) -> str:
@@ -149,11 +160,16 @@ def _show(status: runstate.Status, args: argparse.Namespace) -> None:
 
 def _sample_key(status: runstate.Status) -> tuple[object, ...]:
     """What makes a new line while watching: a new sample, or a change of state."""
-    return (status.state, status.pid, status.sample.at_s if status.sample else None)
+    models = tuple((m.alias, m.state) for m in status.models)
+    return (status.state, status.pid, status.sample.at_s if status.sample else None, models)
 
 
 def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
     status = runstate.current_status(paths)
+    if args.model is not None:
+        model = find_model(status.models, args.model)
+        print(json.dumps(model.to_json(), indent=2) if args.json else model_line(model))
+        return EXIT_OK
     _show(status, args)
     if not args.watch:
         return EXIT_OK
@@ -207,6 +223,7 @@ def add_commands(command: Callable[[str, str, Handler], argparse.ArgumentParser]
     status.add_argument(
         "--prometheus", type=Path, metavar="FILE", help="also write a Prometheus textfile"
     )
+    status.add_argument("--model", metavar="ALIAS", help="one model of a served set")
     command("down", "stop the running server", cmd_down)
     logs = command("logs", "show the server log", cmd_logs)
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")

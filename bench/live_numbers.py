@@ -41,7 +41,8 @@ import httpx
 from lucebox.engine import pipeline
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import registry
-from lucebox.engine.run.runstate import ServeLock, ServerRun
+from lucebox.engine.run.runstate import ServeLock
+from lucebox.engine.run.serverrun import ServerRun
 from tests.ports import free_port
 from tests.realmodels import engine_home, smol_model
 

@@ -13,7 +13,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import GIB, gib_text
 from lucebox.engine.engines import nodejs, registry, toolchain, toolkit
 from lucebox.engine.machine.gpu import GpuProbe
-from lucebox.engine.models import store
+from lucebox.engine.models import presets, store
 
 Verdict = Literal["ok", "warn", "missing"]
 
@@ -39,7 +39,8 @@ class DoctorReport:
     checks: tuple[Check, ...]
 
 
-def check_gpu(probe: GpuProbe) -> list[Check]:
+def check_gpu(probe: GpuProbe, cpu_preset: str = "smollm2") -> list[Check]:
+    """``cpu_preset`` is the preset `lucebox up` serves without a GPU (the cpu_default one)."""
     if not probe.has_gpu:
         return [
             Check(
@@ -47,7 +48,7 @@ def check_gpu(probe: GpuProbe) -> list[Check]:
                 "missing",
                 probe.detail,
                 "install an NVIDIA RTX card and its driver; without one lucebox serves only "
-                "small models on the CPU (preset 'smoke')",
+                f"small models on the CPU (preset '{cpu_preset}')",
             )
         ]
     checks = []
@@ -123,6 +124,11 @@ def _existing_parent(folder: Path) -> Path:
         if candidate.exists():
             return candidate
     return Path("/")
+
+
+def _cpu_preset(paths: Paths) -> str:
+    found = [p.id for p in presets.load_presets(paths) if p.cpu_default]
+    return found[0] if found else "smoke"
 
 
 def check_disk(paths: Paths) -> Check:
@@ -221,7 +227,7 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
     """Run every check; blocking (runs tools), so front ends call it from a worker."""
     build_hint = "install it with your package manager (e.g. `apt install cmake g++`)"
     checks = [
-        *check_gpu(probe),
+        *check_gpu(probe, _cpu_preset(paths)),
         check_cuda_toolkit(
             probe,
             toolchain.probe_cuda_toolkit(),

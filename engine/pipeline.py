@@ -3,40 +3,50 @@
 probe GPU -> choose preset -> models (pull + guards) -> engine (build if missing) -> plan ->
 launch -> supervise + sample. The lock, the state file and the running server's stop and
 restart are in :mod:`lucebox.engine.run.runstate`.
+
+``prepare`` stays one function: it reads as the checklist's steps in order, emitting each, so
+the CLI's lines and the TUI's checklist follow it one to one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from lucebox.engine.core import units
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import TransferProgress
-from lucebox.engine.engines import registry, toolchain, webui
+from lucebox.engine.engines import lucebox, luceboxbuild, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
 from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.engines.source import ensure_source
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
-from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.models.presets import Preset
+from lucebox.engine.plan import planner, presetchoice, repoplan
+from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
+from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.plan.memory import Plan
-from lucebox.engine.plan.planner import LaunchPlan
-from lucebox.engine.plan.planner import ServeOptions as ServeOptions
+from lucebox.engine.plan.modelfiles import local_file
+from lucebox.engine.plan.options import Resolved, resolve
+from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.specguard import Decision, SpecGuard
-from lucebox.engine.run.runstate import ServeLock, ServerRun, engine_log
+from lucebox.engine.run import calibrator
+from lucebox.engine.run.calibration import Trial
+from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.sample import PeerStatus
-from lucebox.engine.run.slots import SlotKey
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
@@ -75,6 +85,8 @@ class Prepared:
     ready_timeout_s: float
     peers: tuple[Peer, ...] = ()
     """The RPC peers of the launch, as they answered before it."""
+    api_key: str | None = None
+    """The key in the launch's key file, read once when it was made (None: no key)."""
 
     @property
     def spec(self) -> LaunchSpec:
@@ -151,8 +163,8 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
     return report
 
 
-def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
-    found = planner.local_file(paths, source)
+def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
+    found = local_file(paths, source)
     if found is not None:
         return found
     emit(StepEvent("models", "running", f"looking for {source}"))
@@ -161,7 +173,7 @@ def _pull(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None)
     ).main_path
 
 
-def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
+def ensure_engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
     emit(StepEvent("engine", "running", "looking for an installed engine"))
     engine = registry.select_engine(paths, probe, wanted).engine
     if engine is None:
@@ -174,6 +186,30 @@ def _engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> Engin
     return engine
 
 
+def _lucebox_engine(paths: Paths, probe: gpu.GpuProbe, emit: Emit) -> EngineManifest:
+    emit(StepEvent("engine", "running", "looking for the Lucebox engine"))
+    engine = luceboxbuild.installed(paths)
+    if engine is None:
+        emit(StepEvent("engine", "note", "not built yet: building it (this takes a while once)"))
+        choice = luceboxbuild.choose_options(probe, toolchain.probe_cuda_toolkit(), arch=None)
+        engine, _ = luceboxbuild.build_and_install(
+            paths, lucebox.ensure_source(paths), choice.options, on_event=_build_progress(emit)
+        )
+    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+    return engine
+
+
+def _lucebox_serves(
+    paths: Paths, options: ServeOptions, view: MachineView, preset: Preset | None
+) -> bool:
+    """Whether the planner routes this launch to the Lucebox engine (its files are here)."""
+    launch = planner.plan_launch(
+        paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine,
+        preset=preset,
+    )  # fmt: skip
+    return launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
+
+
 def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
     emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
@@ -182,6 +218,35 @@ def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine
+
+
+@dataclass(frozen=True)
+class MachineView:
+    """This machine as every plan sees it: flags over settings, GPUs, RPC peers, the budget
+    over them and the installed engine. ``prepare``, ``lucebox presets`` and the TUI's preset
+    table all start from it, so the table is planned on the budget the launch gets."""
+
+    settings: config.Settings
+    resolved: Resolved
+    probe: gpu.GpuProbe
+    peers: tuple[Peer, ...]
+    budget: GpuBudget
+    installed: EngineManifest | None
+
+    @property
+    def engine(self) -> EngineView:
+        return EngineView.of(self.installed)
+
+
+def machine_view(paths: Paths, options: ServeOptions) -> MachineView:
+    """Read settings, probe the GPUs, ask the RPC peers and find the installed engine."""
+    settings = config.load_settings(paths)
+    resolved = resolve(options, settings)
+    probe = gpu.probe_gpus()
+    found = peers.ask_peers(resolved.rpc)
+    budget = budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
+    installed = registry.select_engine(paths, probe, settings.engine).engine
+    return MachineView(settings, resolved, probe, found, budget, installed)
 
 
 def prepare(
@@ -199,49 +264,57 @@ def prepare(
     ``cancel`` (from another thread) stops a download between reads with
     CancelledByUserError; the partial file stays for the next run to resume.
     """
-    settings = config.load_settings(paths)
-    resolved = planner.resolve(options, settings)
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
-    probe = gpu.probe_gpus()
-    found = peers.ask_peers(resolved.rpc)
-    budget = planner.budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
+    view = machine_view(paths, options)
+    settings, budget, installed = view.settings, view.budget, view.installed
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
-    installed = registry.select_engine(paths, probe, settings.engine).engine
     preset = None
     if options.model:
         emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
     else:
         emit(StepEvent("preset", "running", "choosing the model set"))
-        preset = presetchoice.pick_preset(
-            paths, options, settings, budget, planner.EngineView.of(installed)
-        )
+        preset = presetchoice.pick_preset(paths, options, view.resolved, budget, view.engine)
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    by_name = repoplan.by_name(
+        paths, options, resolved=view.resolved, budget=budget, engine=view.engine
+    )
+    if by_name is not None:
+        emit(StepEvent("models", "note", by_name.why))
+        options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
         target_source = options.model or (preset.target.source if preset else "")
-        _pull(paths, target_source, emit, cancel)
+        pull_source(paths, target_source, emit, cancel)
         draft_source = options.draft or (
             preset.draft.model.source if preset and preset.draft and preset.draft.model else None
         )
         if draft_source:
-            _pull(paths, draft_source, emit, cancel)
-        installed = _engine(paths, probe, settings.engine, emit)
-        paths.ensure(planner.slots_dir(paths))  # the engine refuses a save path that is missing
-    peers.check_builds(found, planner.EngineView.of(installed).version)
+            pull_source(paths, draft_source, emit, cancel)
+        if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
+            pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
+        if _lucebox_serves(paths, options, view, preset):
+            _lucebox_engine(paths, view.probe, emit)
+        else:
+            installed = ensure_engine(paths, view.probe, settings.engine, emit)
+        paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
+    peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     launch = planner.plan_launch(
         paths,
         options,
-        settings=settings,
+        resolved=view.resolved,
         budget=budget,
-        engine=planner.EngineView.of(installed),
+        engine=EngineView.of(installed),
         preset=preset,
+        remote_facts=by_name.facts if by_name else None,
     )
+    if by_name is not None:
+        launch = replace(launch, source_choice=by_name.document)
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:
-        raise planner.PlanRefusal(launch, launch.refusal)
+        raise PlanRefusal(launch, launch.refusal)
     emit(
         StepEvent(
             "models",
@@ -250,18 +323,18 @@ def prepare(
         )
     )
     emit(StepEvent("plan", "done", plan_summary(launch)))
+    api_key = None
     if not dry_run and launch.spec.api_key_file:
         key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
         if created:
             emit(
                 StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
             )
-        launch = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, api_key=api_key))
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
     gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
-    return Prepared(launch, settings, gpu_index, ready_timeout_s, found)
+    return Prepared(launch, settings, gpu_index, ready_timeout_s, view.peers, api_key)
 
 
 def plan_summary(launch: LaunchPlan) -> str:
@@ -282,6 +355,7 @@ class Replanner:
     def __init__(self, paths: Paths, prepared: Prepared) -> None:
         self.paths = paths
         self.settings = prepared.settings
+        self.prepared = prepared
         self.current = prepared.launch
 
     def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
@@ -290,7 +364,7 @@ class Replanner:
         if smaller.refusal is not None:
             return None
         self.current = smaller
-        return dataclasses.replace(smaller.spec, api_key=spec.api_key)
+        return smaller.spec
 
     def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec | None:
         """The launch with shorter drafts, or without speculation; None keeps the one running
@@ -304,7 +378,30 @@ class Replanner:
         if changed.refusal is not None:
             return None
         self.current = changed
-        return dataclasses.replace(changed.spec, api_key=spec.api_key)
+        return changed.spec
+
+    def for_trial(self, trial: Trial) -> LaunchSpec | None:
+        """The served launch re-planned with one calibration configuration (None: it cannot
+        start here)."""
+        changed = planner.replan(
+            self.paths,
+            self.prepared.launch,
+            self.settings,
+            spec=trial.mode,
+            draft_max=trial.draft_max,
+            p_min=trial.p_min,
+        )
+        if changed.refusal is not None:
+            return None
+        return changed.spec
+
+    def measured(self) -> tuple[LaunchSpec, str] | None:
+        """The launch planned again once the calibration stored its rates."""
+        changed = planner.replan(self.paths, self.prepared.launch, self.settings)
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return changed.spec, changed.speculation.reason
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
@@ -318,8 +415,12 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     launch = prepared.launch
     replanner = Replanner(paths, prepared)
     supervisor.replan_on_oom = replanner.after_oom
+    setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
+    measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
     guard = None
-    if spec.spec_type is not None:
+    if measuring is not None:
+        guard = measuring.guard_for(spec, shortened=launch.options.draft_max is not None)
+    elif spec.spec_type is not None:
         guard = SpecGuard.for_launch(
             spec.spec_type,
             spec.draft_max,
@@ -336,16 +437,11 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         spec_guard=guard,
         spec_asked=launch.resolved.spec != "auto",
         on_spec_decision=replanner.after_spec_decision,
-        slot_key=SlotKey(
-            spec.alias,
-            spec.model_path,
-            spec.plan.ctx,
-            spec.plan.cache_type_k,
-            spec.plan.cache_type_v,
-        ),
+        api_key=prepared.api_key,
         peers=tuple(
             PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),
+        calibrator=measuring,
     )
 
 

@@ -65,6 +65,9 @@ class ModelSpec:
     """Write the header and tensor infos only; the data is a sparse hole (planner tests)."""
     extra_specials: tuple[str, ...] = ()
     """Control tokens after the ChatML ones (a DFlash mask token)."""
+    split_max_tensors: int = 0
+    """Write split shards (``<stem>-0000N-of-0000M.gguf``) of at most this many tensors each,
+    as gguf-split and convert_hf_to_gguf.py --split-max-tensors do."""
     quant: str | None = None
     """Quantize the weight matrices (``"Q8_0"``, ``"Q4_0"``) with gguf-py, as downloads are;
     norms and small state stay F32."""
@@ -170,7 +173,7 @@ def token_id(spec: ModelSpec, word: str) -> int:
 
 def _start(path: Path, spec: ModelSpec, *, tokenizer: bool = True) -> gguf.GGUFWriter:
     """A writer with the general keys, the SPM tokenizer and ``extra_kv`` added."""
-    writer = gguf.GGUFWriter(str(path), spec.arch)
+    writer = gguf.GGUFWriter(str(path), spec.arch, split_max_tensors=spec.split_max_tensors)
     writer.add_name(spec.name)
     if spec.basename:
         writer.add_basename(spec.basename)
@@ -544,6 +547,8 @@ def write_gguf(path: Path, spec: ModelSpec) -> Path:
 def spec_digest(spec: ModelSpec) -> str:
     """A stable hash of everything that decides the bytes ``write_gguf`` writes for ``spec``."""
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    if not fields["split_max_tensors"]:
+        del fields["split_max_tensors"]  # files written before splits existed keep their name
     fields["dtype"] = np.dtype(spec.dtype).name
     text = f"{GENERATOR_VERSION}:{type(spec).__name__}:{sorted(fields.items())!r}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -3,7 +3,12 @@
 huggingface-hub is pointed at it with ``HF_ENDPOINT`` / ``endpoint=``. It serves
 ``HEAD|GET /{repo}/resolve/{revision}/{path}`` with ``X-Repo-Commit``, ``ETag``,
 ``X-Linked-Etag``, ``X-Linked-Size`` and Range support, and
-``POST /api/models/{repo}/paths-info/{revision}`` with the LFS sha256. With ``storage_host``
+``POST /api/models/{repo}/paths-info/{revision}`` with the LFS sha256,
+``GET /api/models/{repo}[/revision/{revision}]?blobs=true`` (``HfApi.model_info(...,
+files_metadata=True)``: the commit and every file with its size and LFS sha256) and
+``GET /api/models?search=&filter=gguf&sort=downloads&limit=`` (``HfApi.list_models``). Ranges
+are honoured as the Hub's storage does, open (``bytes=N-``) and closed (``bytes=N-M``), and the
+body bytes sent per file are counted. With ``storage_host``
 set, resolve answers as the real Hub does for LFS files: a redirect to a storage URL on another
 host name (``GET /storage/{sha256}``). Faults are injected per file through real sockets: a
 connection cut or reset after N bytes, a stall, an error status (5xx, 429 with Retry-After),
@@ -91,6 +96,10 @@ class HubState:
     """(method, path) of the requests that carried an Authorization header."""
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the server stops, ending stalls early."""
+    bytes_served: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Body bytes sent per (repo, path), every GET counted."""
+    downloads: dict[str, int] = field(default_factory=dict)
+    """Download counts per repo, as the search reports and sorts them."""
 
     def add(self, repo: str, path: str, hub_file: HubFile) -> HubFile:
         self.files[(repo, path)] = hub_file
@@ -170,15 +179,18 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self._fault_status(fault)
                 return
             body = memoryview(hub_file.served if hub_file.served is not None else hub_file.body)
-            start, status = 0, 200
+            start, stop, status = 0, len(body), 200
             range_header = self.headers.get("Range")
             if range_header and range_header.startswith("bytes="):
-                start = int(range_header[6:].split("-")[0])
+                first, _, last = range_header[6:].partition("-")
+                start = int(first)
+                if last:
+                    stop = min(int(last) + 1, len(body))
                 status = 206
-            if start > len(body):
+            if start > len(body) or stop < start:
                 self._error(416, "RangeNotSatisfiable", "range")
                 return
-            payload = body[start:]
+            payload = body[start:stop]
             self.send_response(status)
             for name, value in extra_headers.items():
                 self.send_header(name, value)
@@ -186,7 +198,7 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(len(payload)))
             if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(body)}")
             self.end_headers()
             if self.command == "HEAD":
                 return
@@ -195,8 +207,12 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 limit = fault.after_bytes
             to_send = payload if limit is None else payload[:limit]
             step = 64 * 1024 if hub_file.bytes_per_s else 1024 * 1024
+            key = next((k for k, v in state.files.items() if v is hub_file), None)
             for offset in range(0, len(to_send), step):
-                self.wfile.write(to_send[offset : offset + step])
+                chunk = to_send[offset : offset + step]
+                self.wfile.write(chunk)
+                if key is not None:
+                    state.bytes_served[key] = state.bytes_served.get(key, 0) + len(chunk)
                 if hub_file.bytes_per_s:
                     time.sleep(step / hub_file.bytes_per_s)
             self.wfile.flush()
@@ -220,8 +236,102 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        do_GET = _resolve
+        def do_GET(self) -> None:
+            path = unquote(self.path.split("?")[0])
+            if path == "/api/models":
+                self._search()
+            elif path.startswith("/api/models/"):
+                self._model_info(path.removeprefix("/api/models/").split("/"))
+            else:
+                self._resolve()
+
         do_HEAD = _resolve
+
+        def _json(self, value: object) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _model_info(self, parts: list[str]) -> None:
+            # /api/models/{owner}/{name}[/revision/{revision}], ?blobs=true adds size and lfs.
+            state.requests.append(("GET", self.path, None))
+            repo = "/".join(parts[:2])
+            if not any(r == repo for r, _ in state.files):
+                self._error(401, "RepoNotFound", "Repository not found")
+                return
+            if len(parts) == 4 and parts[2] == "revision" and parts[3] not in (COMMIT, "main"):
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {parts[3]}")
+                return
+            query = parse_qs(self.path.partition("?")[2])
+            blobs = query.get("blobs", [""])[0].lower() == "true"
+            siblings = []
+            for (owner_repo, path), hub_file in sorted(state.files.items()):
+                if owner_repo != repo:
+                    continue
+                entry: dict[str, object] = {"rfilename": path}
+                if blobs:
+                    size = len(hub_file.body)
+                    entry |= {
+                        "size": size,
+                        "blobId": "f" * 40,
+                        "lfs": {"size": size, "sha256": hub_file.sha256, "pointerSize": 134},
+                    }
+                siblings.append(entry)
+            self._json(
+                {
+                    "_id": "0" * 24,
+                    "id": repo,
+                    "modelId": repo,
+                    "sha": COMMIT,
+                    "private": False,
+                    "gated": "manual" if repo in state.gated else False,
+                    "disabled": False,
+                    "downloads": state.downloads.get(repo, 0),
+                    "likes": 0,
+                    "tags": ["gguf"],
+                    "library_name": "gguf",
+                    "siblings": siblings,
+                }
+            )
+
+        def _search(self) -> None:
+            state.requests.append(("GET", self.path, None))
+            query = parse_qs(self.path.partition("?")[2])
+            text = query.get("search", [""])[0].lower()
+            wanted = query.get("filter", [])
+            limit = int(query.get("limit", ["1000"])[0])
+            repos = sorted({r for r, _ in state.files})
+            hits = [
+                r
+                for r in repos
+                if text in r.lower()
+                and (
+                    "gguf" not in wanted
+                    or any(p.endswith(".gguf") for q, p in state.files if q == r)
+                )
+            ]
+            if query.get("sort") == ["downloads"]:
+                hits.sort(key=lambda r: -state.downloads.get(r, 0))
+            self._json(
+                [
+                    {
+                        "_id": "0" * 24,
+                        "id": r,
+                        "modelId": r,
+                        "downloads": state.downloads.get(r, 0),
+                        "likes": 0,
+                        "gated": "manual" if r in state.gated else False,
+                        "private": False,
+                        "tags": ["gguf"],
+                        "lastModified": "2026-11-01T00:00:00.000Z",
+                        "createdAt": "2026-10-01T00:00:00.000Z",
+                    }
+                    for r in hits[:limit]
+                ]
+            )
 
         def do_POST(self) -> None:
             state.requests.append(("POST", self.path, None))

@@ -47,9 +47,9 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.toolkit import ToolkitRefusal
 from lucebox.engine.models import guard
 from lucebox.engine.pipeline import Prepared, StepEvent, StepName
-from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 PIPELINE_STOP_WAIT_S = 1.0
@@ -254,7 +254,8 @@ class LuceboxApp(App[None]):
     def pick_preset(self) -> None:
         """Plan every preset for this card (blocking: GPU probe, headers), then ask."""
         table = self.backend.preset_table(self.options)
-        self.call_from_thread(self.push_screen, PresetScreen(table), self.preset_chosen)
+        finder = self.backend.hub_finder(self.options)
+        self.call_from_thread(self.push_screen, PresetScreen(table, finder), self.preset_chosen)
 
     def preset_chosen(self, preset_id: str | None) -> None:
         if preset_id is None:
@@ -262,8 +263,11 @@ class LuceboxApp(App[None]):
             if self.prepared is None and not self.workers_in("pipeline"):
                 self.start_pipeline()
             return
-        self.backend.choose_preset(preset_id)
-        self.options = replace(self.options, preset=preset_id, model=None)
+        if "/" in preset_id:  # a model found on the Hub: its pinned file, not a preset
+            self.options = replace(self.options, preset=None, model=preset_id)
+        else:
+            self.backend.choose_preset(preset_id)
+            self.options = replace(self.options, preset=preset_id, model=None)
         self.stop_server()
         self.dashboard = None
         self.prepared = None

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
+from lucebox.app.tui.screens.browser import HubFinder
 from lucebox.engine import pipeline
 from lucebox.engine.core.crashlog import write_crash_log
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import registry
-from lucebox.engine.machine import config, gpu
+from lucebox.engine.machine import config
+from lucebox.engine.models import hubrepo
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.plan import planner, presetchoice
-from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.plan import presetchoice, repoplan
+from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.repoplan import RepoCandidates
 from lucebox.engine.run import runstate
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 
 
@@ -29,13 +32,22 @@ class Backend:
         return not config.load_settings(self.paths).preset
 
     def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
-        settings = config.load_settings(self.paths)
-        probe = gpu.probe_gpus()
-        resolved = planner.resolve(options, settings)
-        budget = planner.budget_for(probe, resolved.gpus)
-        installed = registry.select_engine(self.paths, probe, settings.engine).engine
-        engine = planner.EngineView.of(installed)
-        return presetchoice.preset_table(self.paths, options, settings, budget, engine)
+        view = pipeline.machine_view(self.paths, options)
+        return presetchoice.preset_table(
+            self.paths, options, view.resolved, view.budget, view.engine
+        )
+
+    def hub_finder(self, options: ServeOptions) -> HubFinder:
+        """The model browser's Hub search and quant table, planned like the launch."""
+
+        def quants(repo: str) -> RepoCandidates:
+            asked = replace(options, preset=None, model=repo, quant=None)
+            view = pipeline.machine_view(self.paths, asked)
+            return repoplan.plan_quants(
+                self.paths, asked, resolved=view.resolved, budget=view.budget, engine=view.engine
+            )
+
+        return HubFinder(search=hubrepo.search, quants=quants)
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)

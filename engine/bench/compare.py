@@ -18,20 +18,20 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.command import lucebox_argv
 from lucebox.engine.core.errors import LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.pipeline import ServeOptions
-from lucebox.engine.plan.planner import slots_dir
-from lucebox.engine.run.runstate import current_status
+from lucebox.engine.run.runstate import current_status, pid_alive
 
 Result = TypeVar("Result")
 
@@ -57,7 +57,7 @@ class Served:
     config: ServeConfig = field(default_factory=lambda: ServeConfig("default"))
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return auth_headers(self.api_key)
 
 
 # What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
@@ -100,16 +100,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _tail(log: Path, lines: int = 5) -> str:
     try:
         text = log.read_text("utf-8", errors="replace")
@@ -128,10 +118,7 @@ class _ServeProcess:
         self.config = serve
         self.port = free_port()
         self.log = paths.ensure(paths.logs_dir) / f"compare-{serve.name.replace('=', '-')}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "lucebox.app.cli",
+        argv = lucebox_argv(
             "serve",
             *ServeOptions(
                 preset=options.preset,
@@ -144,7 +131,7 @@ class _ServeProcess:
                 port=self.port,
             ).to_args(),
             *serve.serve_args,
-        ]
+        )
         with self.log.open("w") as handle:
             self.proc = subprocess.Popen(
                 argv,
@@ -190,7 +177,7 @@ class _ServeProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if self.engine_pid is not None and _alive(self.engine_pid):
+        if self.engine_pid is not None and pid_alive(self.engine_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.engine_pid, signal.SIGKILL)
 
@@ -203,7 +190,7 @@ def _cold_slots(paths: Paths) -> Iterator[None]:
     it, so without this the second configuration would start warm from the first one's prompts
     (and the user's own saved slot would be replaced by the bench's).
     """
-    folder = slots_dir(paths)
+    folder = paths.slots_dir
     aside = folder.with_name(f"{folder.name}.compare-{os.getpid()}")
     if folder.exists():
         folder.rename(aside)

@@ -1,24 +1,19 @@
 """One streamed chat call, measured: time to first token, decode and prefill rates, cached
 prompt tokens and speculative acceptance, from the engine's ``timings`` and ``usage``.
 
-Each call opens its own connection: llama-server closes the connection after a streamed reply,
-and a reused keep-alive connection fails on the next request (FACTS.md).
+Each call streams through the one API client (``core.api``), on a connection of its own.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from lucebox.engine.core.errors import LuceboxError
-
-
-class CallError(LuceboxError):
-    """The server refused or broke off a measured call."""
+from lucebox.engine.core.api import CallError, stream_chat_chunks
 
 
 @dataclass(frozen=True)
@@ -82,7 +77,13 @@ def streamed_call(
     url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float = 600
 ) -> CallSample:
     """POST ``body`` to ``/v1/chat/completions`` as a stream and measure the reply."""
-    request = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    return asyncio.run(_streamed_call(url, body, headers, timeout_s))
+
+
+async def _streamed_call(
+    url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float
+) -> CallSample:
+    request = {**body, "stream_options": {"include_usage": True}}
     texts: list[str] = []
     tool_call_ids: set[int] = set()
     timings: dict[str, Any] = {}
@@ -90,31 +91,18 @@ def streamed_call(
     pieces = 0
     first_at = last_at = None
     sent_at = time.monotonic()
-    with httpx.Client(timeout=timeout_s, headers=headers) as client:
-        try:
-            with client.stream("POST", f"{url}/v1/chat/completions", json=request) as reply:
-                if reply.status_code != 200:
-                    detail = reply.read().decode("utf-8", errors="replace")[:300]
-                    raise CallError(f"the server answered {reply.status_code}: {detail}")
-                for line in reply.iter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line.removeprefix("data: "))
-                    timings = chunk.get("timings") or timings
-                    usage = chunk.get("usage") or usage
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        calls = delta.get("tool_calls") or []
-                        if delta.get("content") or delta.get("reasoning_content") or calls:
-                            last_at = time.monotonic()
-                            first_at = first_at or last_at
-                            pieces += 1
-                        texts.append(delta.get("content") or "")
-                        tool_call_ids.update(int(call.get("index", 0)) for call in calls)
-        except httpx.HTTPError as exc:
-            raise CallError(f"the request to {url} failed: {exc}") from exc
-        except ValueError as exc:
-            raise CallError(f"the server sent a reply that is not JSON: {exc}") from exc
+    async for at_s, chunk in stream_chat_chunks(url, request, headers, timeout_s):
+        timings = chunk.get("timings") or timings
+        usage = chunk.get("usage") or usage
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            calls = delta.get("tool_calls") or []
+            if delta.get("content") or delta.get("reasoning_content") or calls:
+                last_at = at_s
+                first_at = first_at or last_at
+                pieces += 1
+            texts.append(delta.get("content") or "")
+            tool_call_ids.update(int(call.get("index", 0)) for call in calls)
     done_at = time.monotonic()
     decode = timings.get("predicted_per_second")
     if decode is None and first_at is not None and last_at is not None and last_at > first_at:

@@ -1,46 +1,19 @@
 """``bench quick``: a fixed prompt set that shows what a configuration does to speed.
 
-Four prompts, each measuring something a user feels: a short chat (time to first token), code
-writing (decode), an edit that repeats most of its input (where n-gram speculation pays off),
-and a question over a long document (prefill). Greedy decoding so two runs are comparable.
+The speculation calibration's probes (:mod:`lucebox.engine.run.probes`: chat, code, an edit
+that repeats its input, an agent turn over tool output), so `--compare spec=on,off` measures
+what the calibration measures, and a question over a long document (prefill). Greedy
+decoding so two runs are comparable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from lucebox.engine.bench.compare import Served
 from lucebox.engine.bench.measure import CallSample, streamed_call
-
-# PEP 20 (public domain). Small models copy this text reliably, so the edit prompt measures what
-# speculation does to a reply that repeats its input, not how well the model edits code.
-_EDIT_SOURCE = "\n".join(
-    [
-        "The Zen of Python, by Tim Peters",
-        "",
-        "Beautiful is better than ugly.",
-        "Explicit is better than implicit.",
-        "Simple is better than complex.",
-        "Complex is better than complicated.",
-        "Flat is better than nested.",
-        "Sparse is better than dense.",
-        "Readability counts.",
-        "Special cases aren't special enough to break the rules.",
-        "Although practicality beats purity.",
-        "Errors should never pass silently.",
-        "Unless explicitly silenced.",
-        "In the face of ambiguity, refuse the temptation to guess.",
-        "There should be one-- and preferably only one --obvious way to do it.",
-        "Although that way may not be obvious at first unless you're Dutch.",
-        "Now is better than never.",
-        "Although never is often better than *right* now.",
-        "If the implementation is hard to explain, it's a bad idea.",
-        "If the implementation is easy to explain, it may be a good idea.",
-        "Namespaces are one honking great idea -- let's do more of those!",
-    ]
-)
+from lucebox.engine.run.probes import PROBES, Probe
 
 _CITIES = ["Oslo", "Lima", "Pune", "Graz", "Kobe", "Turin", "Perth", "Quito", "Accra", "Hanoi"]
 _ITEMS = ["valves", "cables", "pumps", "filters", "sensors", "gaskets", "motors", "relays"]
@@ -58,42 +31,9 @@ def _long_document() -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class QuickPrompt:
-    name: str
-    messages: tuple[dict[str, str], ...]
-    max_tokens: int
-
-
-PROMPTS: tuple[QuickPrompt, ...] = (
-    QuickPrompt(
-        "chat",
-        ({"role": "user", "content": "Give me three tips for sleeping better."},),
-        96,
-    ),
-    QuickPrompt(
-        "code",
-        (
-            {
-                "role": "user",
-                "content": "Write a Python function that merges overlapping intervals, "
-                "with a docstring and two examples.",
-            },
-        ),
-        192,
-    ),
-    QuickPrompt(
-        "edit",
-        (
-            {
-                "role": "user",
-                "content": "Change 'Beautiful' to 'Pretty' in the third line of this text "
-                f"and return the whole text, unchanged otherwise:\n\n{_EDIT_SOURCE}",
-            },
-        ),
-        320,
-    ),
-    QuickPrompt(
+PROMPTS: tuple[Probe, ...] = (
+    *PROBES,
+    Probe(
         "long",
         (
             {
@@ -105,6 +45,7 @@ PROMPTS: tuple[QuickPrompt, ...] = (
         48,
     ),
 )
+"""The calibration's probes, then a question over a long document (prefill)."""
 
 WARM_UP = ({"role": "user", "content": "Reply with one word."},)
 
@@ -130,6 +71,17 @@ def run_quick(
         samples[prompt.name] = sample
         on_sample(prompt.name, sample)
     return samples
+
+
+def probes_tok_s(samples: dict[str, CallSample]) -> float | None:
+    """Token-weighted decode over the calibration's probes, as the calibration counts it."""
+    timed = [
+        (s.completion_tokens, s.completion_tokens / s.decode_tok_s)
+        for name, s in samples.items()
+        if name in {p.name for p in PROBES} and s.decode_tok_s and s.completion_tokens
+    ]
+    seconds = sum(t for _, t in timed)
+    return sum(n for n, _ in timed) / seconds if seconds > 0 else None
 
 
 def sample_json(sample: CallSample) -> dict[str, Any]:

@@ -56,6 +56,11 @@ class Paths:
         return self.cache_dir / "downloads"
 
     @property
+    def slots_dir(self) -> Path:
+        """Where the engine saves a slot's prompt cache on stop, to restore it on the next start."""
+        return self.data_dir / "slots"
+
+    @property
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
 

@@ -20,6 +20,10 @@ into reused buffers. httpx (used for every other request) parses bodies through 
 copies each 64 KiB block twice in Python; on a fast link that capped a model download at a
 third of what ``curl`` reaches. urllib brings what a download needs from a client: redirects,
 proxies from the environment, TLS (with the same trust store as httpx).
+
+It stays one module past our usual size: the fetch loop, its retries and the receive, hash and
+write threads all act on one partial file's offset and running hash, and a split would hand
+that state across modules.
 """
 
 from __future__ import annotations

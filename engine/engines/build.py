@@ -275,7 +275,7 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _configured_for(build_dir: Path) -> Path | None:
+def configured_for(build_dir: Path) -> Path | None:
     cache = build_dir / "CMakeCache.txt"
     try:
         text = cache.read_text(encoding="utf-8", errors="replace")
@@ -300,7 +300,7 @@ def build_engine_tree(
     """
     key = build_key(source, options)
     build_dir = paths.ensure(paths.builds_dir) / key
-    if _configured_for(build_dir) not in (None, source.path.resolve()):
+    if configured_for(build_dir) not in (None, source.path.resolve()):
         # Same source and options from another folder (a fresh clone): cmake refuses to reuse
         # a cache made for a different source path, so start this build folder over. Moved
         # aside first: a removal cut short must not leave a half-deleted tree (the UI's

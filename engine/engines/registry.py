@@ -4,6 +4,9 @@ An engine is a folder in ``<data>/engines/<id>/`` with ``bin/llama-server`` (and
 ``manifest.json``. What an engine supports is read from the engine itself (``--help`` lists
 speculative and KV cache types, ``--version`` its version) and from its source
 (``src/llama-arch.cpp`` lists model architectures), never typed by hand.
+
+It stays one module past our usual size: listing, selecting and installing engines share the
+manifest and its lock; each engine kind's build lives in its own module (build, luceboxbuild).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from lucebox.engine.models.modelfacts import read_swa_patterns
 MANIFEST_NAME = "manifest.json"
 VERSION_TIMEOUT_S = 30.0
 Origin = Literal["build", "fetch", "add"]
+EngineKind = Literal["llama-server", "lucebox"]
 
 
 class EngineError(LuceboxError):
@@ -63,6 +67,8 @@ class EngineCapabilities:
     """None when unknown (a registered binary whose source we do not have)."""
     swa_patterns: dict[str, tuple[int, bool]] = field(default_factory=dict)
     """Default sliding-window pattern per architecture, from the engine source."""
+    features: tuple[str, ...] = ()
+    """Switches beyond speculation and KV types (the Lucebox engine's kvflash, ...)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,8 @@ class EngineManifest:
     """How the UI was built, or why the engine has none."""
     rpc: bool = False
     """ggml-rpc-server sits next to the server: the engine can serve as an RPC peer."""
+    kind: EngineKind = "llama-server"
+    """Which server it is: llama.cpp's llama-server or the Lucebox engine (dflash_server)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -100,6 +108,7 @@ class EngineManifest:
             kv_cache_types=list(caps["kv_cache_types"]),
             model_archs=list(caps["model_archs"]) if caps["model_archs"] is not None else None,
             swa_patterns={k: list(v) for k, v in caps["swa_patterns"].items()},
+            features=list(caps["features"]),
         )
         return data
 
@@ -120,6 +129,7 @@ class EngineManifest:
                 swa_patterns={
                     k: (int(v[0]), bool(v[1])) for k, v in (data.get("swa_patterns") or {}).items()
                 },
+                features=tuple(data.get("features") or ()),
             ),
             source_identity=data.get("source_identity"),
             build_key=data.get("build_key"),
@@ -130,6 +140,7 @@ class EngineManifest:
             webui=bool(data.get("webui", False)),
             webui_detail=str(data.get("webui_detail", "")),
             rpc=bool(data.get("rpc", False)),
+            kind=data.get("kind", "llama-server"),
         )
 
 
@@ -173,7 +184,7 @@ NO_DRIVER = "libcuda.so.1: cannot open shared object file"
 """The loader's words when a CUDA engine runs where the NVIDIA driver is not installed."""
 
 
-def _run_engine(server: Path, flag: str, driver_stub: Path | None) -> str:
+def run_engine(server: Path, flag: str, driver_stub: Path | None) -> str:
     output = _run(server, flag, os.environ)
     if NO_DRIVER not in output:
         return output
@@ -214,7 +225,7 @@ def read_version(server: Path, driver_stub: Path | None) -> str:
     """``version: 0.6.0-dev (build 11434, commit unknown)`` -> ``0.6.0-dev (build 11434, ...)``.
 
     ``driver_stub`` lets a CUDA engine answer on a machine without the NVIDIA driver."""
-    output = _run_engine(server, "--version", driver_stub)
+    output = run_engine(server, "--version", driver_stub)
     match = re.search(r"version:\s*(.+)", output)
     if match is None:
         raise EngineError(
@@ -227,7 +238,7 @@ def read_version(server: Path, driver_stub: Path | None) -> str:
 def read_capabilities(
     server: Path, source_dir: Path | None, driver_stub: Path | None
 ) -> EngineCapabilities:
-    spec_types, kv_types = parse_help_capabilities(_run_engine(server, "--help", driver_stub))
+    spec_types, kv_types = parse_help_capabilities(run_engine(server, "--help", driver_stub))
     archs = read_model_archs(source_dir) if source_dir is not None else None
     patterns = read_swa_patterns(source_dir) if source_dir is not None else {}
     return EngineCapabilities(spec_types, kv_types, archs, patterns)
@@ -261,8 +272,8 @@ def list_engines(paths: Paths) -> list[EngineManifest]:
 
 
 def select_engine(paths: Paths, probe: GpuProbe, wanted_id: str = "") -> EngineSelection:
-    """The engine ``lucebox up`` would use, and why."""
-    engines = list_engines(paths)
+    """The llama-server ``lucebox up`` would use, and why (the planner chooses the kind)."""
+    engines = [e for e in list_engines(paths) if e.kind == "llama-server"]
     if wanted_id:
         for engine in engines:
             if engine.id == wanted_id:
@@ -287,7 +298,7 @@ def select_engine(paths: Paths, probe: GpuProbe, wanted_id: str = "") -> EngineS
     return EngineSelection(chosen, "the newest installed engine")
 
 
-def _write_manifest(folder: Path, manifest: EngineManifest) -> None:
+def write_manifest(folder: Path, manifest: EngineManifest) -> None:
     write_text_atomic(folder / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2))
 
 
@@ -302,7 +313,7 @@ def _install_binaries(bin_src: Path, staging_bin: Path) -> dict[str, str]:
     return hashes
 
 
-def _publish(paths: Paths, engine_id: str, staging: Path) -> Path:
+def publish(paths: Paths, engine_id: str, staging: Path) -> Path:
     """Move a fully written engine folder into place (replacing an older one whole)."""
     final = paths.engines_dir / engine_id
     old = paths.engines_dir / f".{engine_id}.old-{os.getpid()}"
@@ -313,7 +324,7 @@ def _publish(paths: Paths, engine_id: str, staging: Path) -> Path:
     return final
 
 
-def _staging_dir(paths: Paths, engine_id: str) -> Path:
+def staging_dir(paths: Paths, engine_id: str) -> Path:
     staging = paths.ensure(paths.engines_dir) / f".{engine_id}.staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     return staging
@@ -344,7 +355,7 @@ def _find_cached(paths: Paths, source: SourceInfo, key: str) -> EngineManifest |
         if patterns:
             caps = dataclasses.replace(cached.capabilities, swa_patterns=patterns)
             cached = dataclasses.replace(cached, capabilities=caps)
-            _write_manifest(Path(cached.server_path).parent.parent, cached)
+            write_manifest(Path(cached.server_path).parent.parent, cached)
     return cached
 
 
@@ -371,12 +382,12 @@ def build_and_install(
     cached = _find_cached(paths, source, build_key(source, options))
     if cached is not None and (cached.webui or not options.webui):
         return _reuse(cached, on_event)  # no need to wait behind a build of another engine
-    with _one_build_at_a_time(paths, on_event):
+    with one_build_at_a_time(paths, on_event):
         return _build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
 
 
 @contextlib.contextmanager
-def _one_build_at_a_time(paths: Paths, on_event: BuildCallback | None) -> Iterator[None]:
+def one_build_at_a_time(paths: Paths, on_event: BuildCallback | None) -> Iterator[None]:
     """Builds in one LUCEBOX_HOME share a cache folder per key: a second build (another
     terminal, a test run) waits for the first and then finds its engine instead of
     configuring over a half-built tree."""
@@ -424,7 +435,7 @@ def _build_and_install(
     if on_event is not None:
         on_event(BuildEvent("install", 100, "installing the engine"))
     engine_id = engine_id_for(source, options, key)
-    staging = _staging_dir(paths, engine_id)
+    staging = staging_dir(paths, engine_id)
     try:
         hashes = _install_binaries(bin_dir, staging / "bin")
         server = staging / "bin" / "llama-server"
@@ -448,8 +459,8 @@ def _build_and_install(
             webui_detail=_webui_detail(has_ui, node, bin_dir.parent / "build.log"),
             rpc="ggml-rpc-server" in hashes,
         )
-        _write_manifest(staging, manifest)
-        _publish(paths, engine_id, staging)
+        write_manifest(staging, manifest)
+        publish(paths, engine_id, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest, False
@@ -497,11 +508,11 @@ def add_engine(paths: Paths, server: Path, source_dir: Path | None = None) -> En
         webui=webui.has_webui(server),
         rpc=(server.parent / "ggml-rpc-server").is_file(),
     )
-    staging = _staging_dir(paths, engine_id)
+    staging = staging_dir(paths, engine_id)
     try:
         staging.mkdir()
-        _write_manifest(staging, manifest)
-        _publish(paths, engine_id, staging)
+        write_manifest(staging, manifest)
+        publish(paths, engine_id, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
@@ -534,7 +545,7 @@ def fetch_engine(
         archive = download_file(url, downloads / name, sha256=sha256, on_progress=on_progress)
     except TransferError as exc:
         raise EngineError(exc.message, hint=exc.hint) from exc
-    staging = _staging_dir(paths, "fetched")
+    staging = staging_dir(paths, "fetched")
     try:
         try:
             with tarfile.open(archive, "r:*") as tar:
@@ -567,8 +578,8 @@ def fetch_engine(
             webui=webui.has_webui(servers[0]),
             rpc=(bin_dir / "ggml-rpc-server").is_file(),
         )
-        _write_manifest(staging, manifest)
-        _publish(paths, engine_id, staging)
+        write_manifest(staging, manifest)
+        publish(paths, engine_id, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     archive.unlink(missing_ok=True)

@@ -77,7 +77,7 @@ def load_pin() -> SourcePin:
 
 def checkout_root() -> Path | None:
     """The lucebox git checkout this code runs from, or None for an installed wheel."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     pyproject = root / "pyproject.toml"
     if pyproject.is_file() and 'name = "lucebox"' in pyproject.read_text(encoding="utf-8"):
         return root

@@ -8,6 +8,8 @@ folder that cmake and nvcc look for, and a link-time stub of the driver library 
 built from the wheels' own ``cuda.h``. The ``-cu12`` wheels carry ptxas and libnvvm but no nvcc,
 so a driver without CUDA 13 support, or a card CUDA 13 no longer builds for, cannot be served
 this way: the choice then refuses and names what is needed.
+
+Fetching, verifying and probing the toolkit share the pinned wheel set, so they stay together.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ One builder per client: its own variables, the files it reads (and how lucebox m
 them), and how ``lucebox launch`` runs it with the least change to the user's files. Where each
 format comes from is cited at its builder; each was checked against the real client (the
 versions in FACTS.md) by ``tests/app/test_agent_clients.py``.
+
+One builder per client, kept together so ``CLIENTS`` and the builders cannot drift.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +176,9 @@ def _opencode_config(endpoint: Endpoint, key_file: Path | None) -> dict[str, Any
         "npm": "@ai-sdk/openai-compatible",
         "name": "lucebox (local)",
         "options": {"baseURL": f"{endpoint.url}/v1", "apiKey": api_key},
-        "models": {endpoint.model: model},
+        "models": {
+            alias: {**model, "name": alias} for alias in endpoint.aliases or (endpoint.model,)
+        },
     }
 
 
@@ -451,4 +455,9 @@ _SETUPS: dict[str, Callable[[Endpoint, Where], ClientSetup]] = {
 
 def setup_for(client: str, endpoint: Endpoint, where: Where) -> ClientSetup:
     """``client``'s setup; ``client`` is one of :data:`CLIENTS` (``known_client`` checks)."""
-    return _SETUPS[client](endpoint, where)
+    setup = _SETUPS[client](endpoint, where)
+    others = [alias for alias in endpoint.aliases if alias != endpoint.model]
+    if not others:
+        return setup
+    note = f"the server also serves {', '.join(others)}: name one as the model to switch"
+    return replace(setup, notes=(*setup.notes, note))

@@ -45,6 +45,8 @@ class Settings:
     """Speculative decoding: auto, off, mtp, dflash, draft or ngram; empty is auto."""
     engine: str = ""
     """Engine id to use; empty picks the best installed engine for the GPU."""
+    engine_kind: str = ""
+    """Which engine serves: auto, llama-server or lucebox; empty is auto (the planner picks)."""
     download_max_idle_attempts: int = 10
     """A download gives up after this many attempts in a row that brought no new byte."""
     download_stall_s: float = 30.0
@@ -53,6 +55,22 @@ class Settings:
     """Longest wait between download attempts (the waits double from 1 s up to this)."""
     rpc_peers: tuple[str, ...] = ()
     """``host:port`` of `lucebox worker` peers whose devices join the split."""
+    models_served: tuple[str, ...] = ()
+    """Presets or model sources served together on one endpoint (two or more: the router)."""
+    models_idle_s: int = 3600
+    """A model of a served set that serves nothing for this long sleeps (frees its memory)."""
+    models_ram_mib: int = 0
+    """Without a GPU, the RAM a served set may use in MiB; 0: what is available."""
+    calibrate_idle_s: float = 30.0
+    """Measure speculation on this card once no client has sent a request for this long (the
+    first time a model is served with speculation possible); 0 never measures."""
+    probe_max_tokens: int = 0
+    """Cap on each calibration probe's reply in tokens; 0 keeps each probe's own length."""
+    keep_free_ram_mib: int = 0
+    """RAM a plan leaves to the rest of the PC without a GPU; 0: max(2 GiB, 15% of the RAM)."""
+    cpu_read_s: float = 300.0
+    """Without a GPU the chosen context is at most what the CPU reads in this long (0: no
+    bound); a context the user asks for is not bounded."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -66,14 +84,22 @@ KEYS: dict[str, str] = {
     "model.allow_base": "allow_base",
     "model.spec": "spec",
     "engine.id": "engine",
+    "engine.kind": "engine_kind",
     "download.max_idle_attempts": "download_max_idle_attempts",
     "download.stall_s": "download_stall_s",
     "download.backoff_max_s": "download_backoff_max_s",
     "rpc.peers": "rpc_peers",
+    "models.served": "models_served",
+    "models.idle_s": "models_idle_s",
+    "models.ram_mib": "models_ram_mib",
+    "spec.calibrate_idle_s": "calibrate_idle_s",
+    "spec.probe_max_tokens": "probe_max_tokens",
+    "machine.keep_free_ram_mib": "keep_free_ram_mib",
+    "model.cpu_read_s": "cpu_read_s",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
-_STRING_LISTS = {"rpc_peers"}
+_STRING_LISTS = {"rpc_peers", "models_served"}
 """Tuple fields of strings; every other tuple holds non-negative integers."""
 LEGACY_KEYS = {"gpu.index": "gpu.indices"}
 """Keys earlier versions wrote: read as their replacement, and rewritten on the next load."""
@@ -114,7 +140,7 @@ def _check_value(path: Path, key: str, value: object) -> object:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ConfigError(
                 f"{path}: key '{key}' should be a list of strings, found {value!r}",
-                hint=f'write it as {key} = ["host:50052"], or run `lucebox config set {key} ...`',
+                hint=f'write it as {key} = ["a", "b"], or run `lucebox config set {key} ...`',
             )
         return tuple(value)
     if kind is tuple:
@@ -212,7 +238,7 @@ def parse_value(key: str, raw: str) -> Any:
     kind = _FIELD_TYPES[field]
     if field in _STRING_LISTS:
         items = tuple(item.strip() for item in raw.split(",") if item.strip())
-        for item in items:
+        for item in items if field == "rpc_peers" else ():
             try:
                 split_address(item)
             except UsageError as exc:

@@ -38,6 +38,8 @@ class Endpoint:
     """The key the server checks; None when it takes any request."""
     api_key_file: Path | None = None
     """Where lucebox keeps that key: exports read it from there rather than print it."""
+    aliases: tuple[str, ...] = ()
+    """Every model of a served set (``model`` is the one the client starts with)."""
 
     @property
     def client_key(self) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.core.atomic import write_bytes_atomic
+from lucebox.engine.core.command import CLI_MODULE, lucebox_argv
 from lucebox.engine.core.errors import LuceboxError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import desktop
@@ -197,7 +198,7 @@ def plan_install(
         environment=environment,
         existing_groups=_existing_groups(),
     )
-    up_argv = (python, "-m", "lucebox.app.cli", "up")
+    up_argv = tuple(lucebox_argv("up", python=python))
     return InstallPlan(
         service_files(scope, env),
         render_unit(spec),
@@ -310,7 +311,7 @@ def prepare_system_home(python: str = sys.executable) -> None:
     as_user = ["runuser", "-u", SYSTEM_USER, "--", "env", f"LUCEBOX_HOME={SYSTEM_HOME}"]
     as_user += [f"HOME={SYSTEM_HOME}", f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}"]
     try:
-        _run([*as_user, python, "-c", "import lucebox.app.cli"], os.environ, "check lucebox")
+        _run([*as_user, python, "-c", f"import {CLI_MODULE}"], os.environ, "check lucebox")
     except ServiceError as exc:
         raise ServiceError(
             f"the user {SYSTEM_USER} cannot run lucebox from {python}",
@@ -320,7 +321,7 @@ def prepare_system_home(python: str = sys.executable) -> None:
 
     # Progress of the download and the build goes straight to this terminal.
     done = subprocess.run(
-        [*as_user, python, "-m", "lucebox.app.cli", "serve", "--prepare-only"], check=False
+        [*as_user, *lucebox_argv("serve", "--prepare-only", python=python)], check=False
     )
     if done.returncode != 0:
         raise ServiceError(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lucebox.engine.core.command import lucebox_argv
 from lucebox.engine.core.errors import UsageError
 
 Scope = Literal["user", "system"]
@@ -45,7 +46,7 @@ class UnitSpec:
 
 def serve_argv(python: str) -> tuple[str, ...]:
     """``lucebox serve`` through the interpreter that has lucebox installed (venv, pipx)."""
-    return (python, "-m", "lucebox.app.cli", "serve")
+    return tuple(lucebox_argv("serve", python=python))
 
 
 def unit_spec(

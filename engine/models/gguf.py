@@ -6,19 +6,25 @@ ends in a ``GgufFormatError`` within milliseconds instead of an exception from d
 parser or a multi-gigabyte allocation. The format constants come from the official gguf
 package (``gguf/constants.py``); its reader is not used because it unpacks whole vocab arrays
 (about 12 s on a 240 MB model) and fails on truncated files with unrelated numpy errors.
+
+One format, one module: every value goes through the same bounded reader, and what a model is
+(``inspect_model``) is read from the same walk of the header, so they stay together.
+
+``info_from_header`` reads every fact a plan needs from one walk of the header.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import re
 import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -114,6 +120,8 @@ class ModelInfo:
     path: str
     architecture: str
     name: str | None
+    parameter_count: int
+    """Weights counted from the tensor shapes: bits per weight = 8 x weight bytes / this."""
     basename: str | None
     finetune: str | None
     size_label: str | None
@@ -191,10 +199,18 @@ class ModelInfo:
         return out
 
 
+class Seekable(Protocol):
+    """What the header parser reads from: a local file, or a Hub file read by ranges."""
+
+    def seek(self, pos: int, whence: int = 0, /) -> int: ...
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 class _Reader:
     """Bounded, counting reads over a file object; never reads past ``size``."""
 
-    def __init__(self, handle: BinaryIO, size: int) -> None:
+    def __init__(self, handle: Seekable, size: int) -> None:
         self.handle = handle
         self.size = size
         self.pos = 0
@@ -346,51 +362,54 @@ def tensor_bytes(shape: tuple[int, ...], ggml_type: int, name: str) -> int:
 def read_header(path: Path) -> GgufHeader:
     """Parse the header of ``path``; raises ``GgufFormatError`` or ``OSError``."""
     with path.open("rb") as handle:
-        size = path.stat().st_size
-        reader = _Reader(handle, size)
-        if size < 4 or reader.take(4) != GGUF_MAGIC:
-            raise GgufFormatError("not-gguf", "the file does not start with the GGUF magic")
-        if size < 24:
-            raise GgufFormatError("truncated", f"only {size} bytes: the GGUF header is cut off")
-        version = reader.u32()
-        if version not in SUPPORTED_VERSIONS:
-            raise GgufFormatError("corrupt-header", f"GGUF version {version} is not supported")
-        n_tensors = reader.u64()
-        n_kv = reader.u64()
-        if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
-            raise GgufFormatError(
-                "corrupt-header", f"absurd counts: {n_tensors} tensors, {n_kv} metadata keys"
-            )
-        metadata: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = reader.string(MAX_KEY_BYTES, "a metadata key").decode("utf-8", "replace")
-            metadata[key] = _value(reader, reader.u32(), key)
-        tensors = []
-        for _ in range(n_tensors):
-            name = reader.string(MAX_KEY_BYTES, "a tensor name").decode("utf-8", "replace")
-            n_dims = reader.u32()
-            if not 1 <= n_dims <= MAX_DIMS:
-                raise GgufFormatError("corrupt-header", f"tensor '{name}' has {n_dims} dimensions")
-            shape = tuple(reader.u64() for _ in range(n_dims))
-            if any(dim == 0 or dim > (1 << 40) for dim in shape):
-                raise GgufFormatError("corrupt-header", f"tensor '{name}' has shape {shape}")
-            ggml_type = reader.u32()
-            offset = reader.u64()
-            tensors.append(
-                TensorInfo(name, shape, ggml_type, offset, tensor_bytes(shape, ggml_type, name))
-            )
-        alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-            raise GgufFormatError("corrupt-header", f"general.alignment {alignment!r} is invalid")
-        data_offset = -(-reader.pos // alignment) * alignment
-        for tensor in tensors:
-            if tensor.offset % alignment:
-                raise GgufFormatError(
-                    "corrupt-header", f"tensor '{tensor.name}' is not aligned to {alignment}"
-                )
-        return GgufHeader(
-            version, metadata, tuple(tensors), data_offset, alignment, reader.bytes_read
+        return parse_header(handle, path.stat().st_size)
+
+
+def parse_header(handle: Seekable, size: int) -> GgufHeader:
+    """Parse the header of a GGUF of ``size`` bytes from a seekable ``handle`` (a local file, or
+    a remote one read by ranges); raises ``GgufFormatError`` or ``OSError``."""
+    reader = _Reader(handle, size)
+    if size < 4 or reader.take(4) != GGUF_MAGIC:
+        raise GgufFormatError("not-gguf", "the file does not start with the GGUF magic")
+    if size < 24:
+        raise GgufFormatError("truncated", f"only {size} bytes: the GGUF header is cut off")
+    version = reader.u32()
+    if version not in SUPPORTED_VERSIONS:
+        raise GgufFormatError("corrupt-header", f"GGUF version {version} is not supported")
+    n_tensors = reader.u64()
+    n_kv = reader.u64()
+    if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
+        raise GgufFormatError(
+            "corrupt-header", f"absurd counts: {n_tensors} tensors, {n_kv} metadata keys"
         )
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = reader.string(MAX_KEY_BYTES, "a metadata key").decode("utf-8", "replace")
+        metadata[key] = _value(reader, reader.u32(), key)
+    tensors = []
+    for _ in range(n_tensors):
+        name = reader.string(MAX_KEY_BYTES, "a tensor name").decode("utf-8", "replace")
+        n_dims = reader.u32()
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise GgufFormatError("corrupt-header", f"tensor '{name}' has {n_dims} dimensions")
+        shape = tuple(reader.u64() for _ in range(n_dims))
+        if any(dim == 0 or dim > (1 << 40) for dim in shape):
+            raise GgufFormatError("corrupt-header", f"tensor '{name}' has shape {shape}")
+        ggml_type = reader.u32()
+        offset = reader.u64()
+        tensors.append(
+            TensorInfo(name, shape, ggml_type, offset, tensor_bytes(shape, ggml_type, name))
+        )
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise GgufFormatError("corrupt-header", f"general.alignment {alignment!r} is invalid")
+    data_offset = -(-reader.pos // alignment) * alignment
+    for tensor in tensors:
+        if tensor.offset % alignment:
+            raise GgufFormatError(
+                "corrupt-header", f"tensor '{tensor.name}' is not aligned to {alignment}"
+            )
+    return GgufHeader(version, metadata, tuple(tensors), data_offset, alignment, reader.bytes_read)
 
 
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
@@ -456,7 +475,11 @@ def _swa_layers(meta: dict[str, Any], arch: str, block_count: int | None) -> tup
 
 def inspect_model(path: Path) -> ModelInfo:
     """Read ``path``'s header into a ``ModelInfo``; raises ``GgufFormatError`` or ``OSError``."""
-    header = read_header(path)
+    return info_from_header(read_header(path), str(path), path.stat().st_size)
+
+
+def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> ModelInfo:
+    """What a parsed header says about the model in ``path`` (a local path or a Hub URL)."""
     meta = header.metadata
     arch = _str(meta, "general.architecture") or ""
     if not arch:
@@ -510,9 +533,10 @@ def inspect_model(path: Path) -> ModelInfo:
     add_bos = meta.get("tokenizer.ggml.add_bos_token")
     add_eos = meta.get("tokenizer.ggml.add_eos_token")
     return ModelInfo(
-        path=str(path),
+        path=path,
         architecture=arch,
         name=_str(meta, "general.name"),
+        parameter_count=sum(math.prod(t.shape) for t in header.tensors),
         basename=_str(meta, "general.basename"),
         finetune=_str(meta, "general.finetune"),
         size_label=_str(meta, "general.size_label"),
@@ -545,7 +569,7 @@ def inspect_model(path: Path) -> ModelInfo:
         tensor_count=len(header.tensors),
         data_offset=header.data_offset,
         expected_size_bytes=header.data_offset + end,
-        actual_size_bytes=path.stat().st_size,
+        actual_size_bytes=actual_size_bytes,
         split_count=_int(meta, "split.count"),
         split_no=_int(meta, "split.no"),
         target_layers=tuple(targets) if isinstance(targets, tuple) else None,

@@ -3,6 +3,8 @@
 Problem codes are stable strings (DESIGN.md): scripts and the TUI key on them. A guard that
 would need an unknown fact (the engine's architecture list before any engine or source is
 present) does not guess; it leaves the check out and says so in the result.
+
+``check_model`` stays one function: it runs the checks in the order a user reads the problems.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def other_engine_problem(info: ModelInfo) -> Problem | None:
         "draft-arch-mismatch",
         "error",
         f"architecture '{info.architecture}' is a draft for {engine}, not for llama-server: "
-        "use an upstream DFlash draft (architecture 'dflash', made with convert_hf_to_gguf.py "
+        "serve the pair with --engine lucebox (NVIDIA GPUs), or for llama-server use an "
+        "upstream DFlash draft (architecture 'dflash', made with convert_hf_to_gguf.py "
         "--target-model-dir) or let lucebox pick n-gram or MTP speculation",
     )
 
@@ -312,12 +315,17 @@ def check_model(
 
     draft_kind = draft_only_kind(info, path) if instruct_guard else None
     if draft_kind is not None:
+        engine = (
+            " --engine lucebox (the Lucebox engine: llama-server cannot use it)"
+            if info.architecture in OTHER_ENGINE_DRAFT_ARCHS
+            else ""
+        )
         problems.append(
             Problem(
                 "draft-only",
                 "error",
                 f"this is {draft_kind} ('{info.architecture}'): a draft, it needs a target "
-                "model; serve the target with --model and give this file as --draft",
+                f"model; serve the target with --model and give this file as --draft{engine}",
             )
         )
         instruct_guard = False

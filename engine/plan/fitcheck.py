@@ -11,7 +11,7 @@ from typing import Any
 
 from lucebox.engine.core.units import MIB
 from lucebox.engine.plan.launch import engine_environ
-from lucebox.engine.plan.planner import LaunchPlan
+from lucebox.engine.plan.launchplan import LaunchPlan
 
 FIT_TIMEOUT_S = 120.0
 

@@ -11,6 +11,12 @@ from dataclasses import dataclass
 
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import UsageError
+from lucebox.engine.plan.luceboxlaunch import (
+    ENGINE_ENV_PREFIXES,
+    LuceboxFlags,
+    lucebox_argv,
+    lucebox_env,
+)
 from lucebox.engine.plan.memory import Plan
 
 
@@ -29,8 +35,6 @@ class LaunchSpec:
     """Speculative type; only set when the draft (if any) passed its guard."""
     draft_max: int | None = None
     draft_p_min: float | None = None
-    api_key: str | None = None
-    """The key lucebox's own clients send (the sampler, the chat panel)."""
     api_key_file: str | None = None
     """The file the engine reads the key from; required to bind beyond loopback."""
     slot_save_path: str | None = None
@@ -40,6 +44,11 @@ class LaunchSpec:
     rpc: tuple[str, ...] = ()
     """``host:port`` of the RPC peers; the engine puts their devices before its GPUs."""
     sampling: tuple[tuple[str, float], ...] = ()
+    router: tuple[str, ...] = ()
+    """Set for a served set: llama-server runs as a router with these arguments (its preset
+    file and limits, plan/router.py) after host, port and key file, and no model of its own."""
+    lucebox: LuceboxFlags | None = None
+    """Set when the Lucebox engine (dflash_server) serves: its argv is built from these."""
 
 
 _SAMPLING_FLAGS = {
@@ -51,12 +60,20 @@ _SAMPLING_FLAGS = {
 
 
 def server_argv(spec: LaunchSpec) -> list[str]:
-    """The exact llama-server command line for ``spec``."""
+    """The exact engine command line for ``spec`` (llama-server's, or dflash_server's)."""
+    if spec.lucebox is not None:
+        return lucebox_argv(
+            spec.server_path, spec.model_path, spec.alias, spec.port, spec.lucebox, spec.draft_path
+        )
     if not is_loopback(spec.host) and not spec.api_key_file:
         raise UsageError(
             f"binding {spec.host} exposes the server beyond this machine without an API key",
             hint="lucebox generates a key file when you bind beyond loopback; or keep 127.0.0.1",
         )
+    if spec.router:
+        key_file = ["--api-key-file", spec.api_key_file] if spec.api_key_file else []
+        address = ["--host", spec.host, "--port", str(spec.port)]
+        return [spec.server_path, *address, *key_file, *spec.router]
     argv = [
         spec.server_path,
         "-m",
@@ -100,9 +117,11 @@ def server_argv(spec: LaunchSpec) -> list[str]:
 def server_env(spec: LaunchSpec) -> dict[str, str]:
     """Environment for the engine: it sees exactly the planned GPUs, numbered as NVML does
     (CUDA's own order puts the fastest first, which would mismatch the plan's split)."""
+    engine = lucebox_env(spec.lucebox) if spec.lucebox is not None else {}
     if not spec.gpus:
-        return {}
+        return engine
     return {
+        **engine,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
     }
@@ -110,12 +129,12 @@ def server_env(spec: LaunchSpec) -> dict[str, str]:
 
 def engine_environ(spec: LaunchSpec, inherited: Mapping[str, str]) -> dict[str, str]:
     """The engine's whole environment: this process's, without the engine settings it would
-    read from there (``LLAMA_ARG_*``, ``LLAMA_API_KEY``: they would change the launch behind
-    the plan's back), plus :func:`server_env`."""
+    read from there (``LLAMA_ARG_*``, ``LLAMA_API_KEY``, the Lucebox engine's ``DFLASH*``:
+    they would change the launch behind the plan's back), plus :func:`server_env`."""
     kept = {
         name: value
         for name, value in inherited.items()
-        if not name.startswith("LLAMA_ARG_") and name != "LLAMA_API_KEY"
+        if not name.startswith(("LLAMA_ARG_", *ENGINE_ENV_PREFIXES)) and name != "LLAMA_API_KEY"
     }
     return {**kept, **server_env(spec)}
 

@@ -1,13 +1,14 @@
 """The memory planner (pure): GPU facts + model facts + user limits -> a Plan, number by number.
 
-It counts what llama-server allocates: weights from the GGUF tensor sizes, KV cache per token
-from the architecture (only layers that keep KV; sliding-window layers keep their window plus
-one micro-batch; recurrent layers keep a fixed state), the draft model, compute buffers, the
-CUDA context, and a reserve. It chooses the context (multiple of 256, at most the model's
+It adds up what llama-server allocates (each term priced in :mod:`sizes`): weights from the
+GGUF tensor sizes, KV cache per token from the architecture, the draft model, compute buffers,
+the CUDA context, and a reserve. It chooses the context (multiple of 256, at most the model's
 native maximum), the KV cache types (pairs the engine has fast kernels for), GPU layers when
 the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
-refuses with the largest that fits. Formulas follow the pinned engine (src/llama-context.cpp,
-src/llama-kv-cache-iswa.cpp, src/llama-hparams.cpp).
+refuses with the largest that fits.
+
+``make_plan`` stays one function: it reads as the plan's steps in order, each a helper here or
+in :mod:`sizes`, and ends in the Plan it explains.
 """
 
 from __future__ import annotations
@@ -18,26 +19,40 @@ from typing import Any
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.plan.devicesplit import split_over_devices
+from lucebox.engine.plan.hostram import (
+    CPU_KEEP_FREE_FRACTION,
+    cpu_keep_free_bytes,
+    host_ram_bound,
+)
+from lucebox.engine.plan.sizes import (
+    CHECKPOINT_RAM_SHARE,
+    CONTEXT_CHECKPOINTS,
+    CTX_PAD,
+    CUDA_CONTEXT_BYTES,
+    KV_TYPE_BYTES,
+    N_UBATCH,
+    PROMPT_CACHE_MAX_BYTES,
+    PROMPT_CACHE_PROMPTS,
+    PROMPT_CACHE_RAM_SHARE,
+    RESERVE_FRACTION,
+    RESERVE_MIN_BYTES,
+    MemoryBytes,
+    compute_bytes,
+    kv_bytes,
+    kvflash_pool,
+    pad_ctx,
+    prompt_cache_bytes,
+    reserve_bytes,
+    weights_on_gpu,
+)
 
-CTX_PAD = 256
-N_UBATCH = 512
 MIN_CTX = 2048
 KV_PAIRS = ("f16", "q8_0", "q4_0")
 """K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
-KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
-CUDA_CONTEXT_BYTES = 690 * MIB
-"""CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server
-(689-691 MiB measured on an H100 with CUDA 13 beyond the engine's own buffers)."""
-RESERVE_FRACTION = 0.005
-RESERVE_MIN_BYTES = 64 * MIB
-"""Headroom left free of what is free now, for other programs' small allocations. The plan
-itself matched the engine to within 13 MiB on the H100 (bench/plan_vs_gpu.py), so the reserve
-does not pad the plan's own error; a larger one costs context on models with small KV."""
 ENOUGH_CTX = 32768
 """The most precise KV type that gives this much context (or the native maximum) is used:
 quality first, and 32K tokens hold a long chat or a mid-size agent session."""
-KVFLASH_CAP = 16384
-KVFLASH_FLOOR = 512
 
 
 @dataclass(frozen=True)
@@ -57,48 +72,16 @@ class PlanRequest:
     """Sliding-window layers keep the whole context, so a cached prefix can be reused."""
     prompt_cache: bool = True
     """Give the engine a host-RAM prompt cache (``--cache-ram``) sized by the plan."""
+    keep_free_bytes: int | None = None
+    """RAM left to the rest of the PC (setting); None: max(2 GiB, 15%) (``hostram``)."""
+    read_cap_ctx: int | None = None
+    """Without a GPU: the context the CPU reads in the time the settings allow (None: no
+    bound). Like ``ctx_cap`` it bounds only a context the planner chooses."""
+    read_cap_reason: str = ""
     checkpoints: bool = False
     """Hybrid (recurrent) and sliding-window models: the engine saves what it cannot roll back
     (the recurrent state, the window) near the end of each prompt, so a growing agent prompt
     resumes from a recent checkpoint instead of being read again; the plan bounds them."""
-
-
-@dataclass(frozen=True)
-class MemoryBytes:
-    weights: int
-    kv: int
-    draft: int
-    compute: int
-    cuda_context: int
-    reserve: int
-    available: int
-    prompt_cache: int = 0
-    """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
-    plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
-    checkpoints: int = 0
-    """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
-    prompt_cache_in_total: bool = False
-
-    @property
-    def total(self) -> int:
-        """What the engine will use (nvidia-smi's view); the reserve stays free."""
-        engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
-        host = self.prompt_cache + self.checkpoints
-        return engine + (host if self.prompt_cache_in_total else 0)
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "weights": self.weights,
-            "kv": self.kv,
-            "draft": self.draft,
-            "compute": self.compute,
-            "cuda_context": self.cuda_context,
-            "prompt_cache": self.prompt_cache,
-            "checkpoints": self.checkpoints,
-            "reserve": self.reserve,
-            "total": self.total,
-            "available": self.available,
-        }
 
 
 @dataclass(frozen=True)
@@ -187,65 +170,6 @@ class Plan:
 # --- arithmetic -------------------------------------------------------------------------------
 
 
-def pad_ctx(ctx: int) -> int:
-    return -(-ctx // CTX_PAD) * CTX_PAD
-
-
-def kv_bytes(
-    facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1, swa_full: bool = False
-) -> int:
-    """KV cache bytes at ``ctx`` (unified cache across ``parallel`` slots)."""
-    per_elem = KV_TYPE_BYTES[kv_type]
-    cells = pad_ctx(ctx)
-    swa_cells = 0
-    if facts.swa_kv_elems_per_token:
-        swa_cells = (
-            cells if swa_full else pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
-        )
-    elems = facts.full_kv_elems_per_token * cells + facts.swa_kv_elems_per_token * swa_cells
-    return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
-
-
-def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16", swa_full: bool = False) -> int:
-    """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
-
-    The f16 attention mask spans the micro-batch by the context; activations scale with the
-    width; a quantized KV cache is dequantized to f16 one layer at a time for prompt
-    processing. Calibrated against the engine's own ``CUDA0 compute buffer size`` on an
-    H100: gemma3 4B shape 155.5 MiB at 75776 tokens f16 and 406 MiB at 77824 tokens q8_0,
-    llama 8B shape 182 MiB at 67840 tokens f16 and 590 MiB at 112640 tokens q8_0; this
-    gives 154, 416, 195 and 602.
-    """
-    mask = N_UBATCH * pad_ctx(ctx) * 2
-    activations = N_UBATCH * facts.n_embd * 4 * 16
-    logits = facts.n_vocab * 4
-    dequant = 0
-    if kv_type not in ("f16", "bf16"):
-        swa_cells = pad_ctx(ctx if swa_full else min(ctx, facts.swa_window + N_UBATCH))
-        widest = max(
-            pad_ctx(ctx) * facts.max_layer_kv_elems, swa_cells * facts.max_swa_layer_kv_elems
-        )
-        dequant = int(widest * 1.7)
-    return mask + activations + logits + dequant
-
-
-def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
-    """The lucebox engine's KVFlash auto pool (FACTS.md): half the free memory, bounded."""
-    if kv_per_token <= 0:
-        return min(KVFLASH_CAP, max_ctx)
-    tokens = int((free_after_weights - reserve) / 2 / kv_per_token) // CTX_PAD * CTX_PAD
-    return max(KVFLASH_FLOOR, min(KVFLASH_CAP, tokens, max_ctx))
-
-
-def _reserve(budget: GpuBudget) -> int:
-    if len(budget.devices) > 1:
-        return sum(
-            max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
-            for d in budget.devices
-        )
-    return max(RESERVE_MIN_BYTES, int(budget.vram_free_bytes * RESERVE_FRACTION))
-
-
 def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
     """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``.
 
@@ -274,32 +198,6 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
     return min(lo * CTX_PAD, facts.native_ctx)
 
 
-CONTEXT_CHECKPOINTS = 8
-"""Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
-the whole recurrent state (about 150 MiB on a 27B hybrid) or the sliding-window cache (about
-1.2 GiB on a 31B Gemma 4 at f16) in host RAM."""
-CHECKPOINT_RAM_SHARE = 8
-"""Checkpoints take at most an eighth of the PC's RAM (at least one is kept)."""
-PROMPT_CACHE_MAX_BYTES = 8192 * MIB
-"""The engine's own default for ``--cache-ram``."""
-PROMPT_CACHE_RAM_SHARE = 4
-"""At most a quarter of the PC's RAM goes to the prompt cache: on a GPU it competes with the
-rest of the PC, on a CPU with the model itself. Total RAM, not free RAM, so the same launch
-plans the same way from one minute to the next."""
-
-
-PROMPT_CACHE_PROMPTS = 4
-"""Whole-context prompts the cache is sized to hold: a small model needs far less than 8 GiB."""
-
-
-def prompt_cache_bytes(budget: GpuBudget, target: ModelFacts) -> int:
-    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM and by
-    a few full-context prompts of this model."""
-    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
-    prompts = PROMPT_CACHE_PROMPTS * kv_bytes(target, target.native_ctx, "f16")
-    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE, prompts) // MIB * MIB
-
-
 def _checkpoints(request: PlanRequest) -> tuple[int, int]:
     """Context checkpoints per slot and the host-RAM bytes of each: the recurrent state, plus
     the sliding-window cache unless --swa-full keeps the whole context (no checkpoints then)."""
@@ -318,135 +216,64 @@ def _checkpoints(request: PlanRequest) -> tuple[int, int]:
     return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
 
 
+def wanted_ctx(asked: int | None, native_ctx: int) -> int:
+    """The context a plan aims for: the one asked for, else ENOUGH_CTX; never past native."""
+    return min(asked or ENOUGH_CTX, native_ctx)
+
+
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
-    reasons: dict[str, str] = {}
-    reserve = _reserve(budget)
+    reserve = (
+        reserve_bytes(budget)
+        if budget.is_gpu
+        else cpu_keep_free_bytes(budget.vram_total_bytes, request.keep_free_bytes)
+    )
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
-    draft_weights = draft.weights_bytes if draft else 0
-    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
-    room_after_weights = available - reserve - cuda_context - resident - draft_weights
     n_checkpoints, checkpoint_bytes = _checkpoints(request)
     checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
+    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
+    room_after_weights = available - reserve - cuda_context - resident
+    room_after_weights -= draft.weights_bytes if draft else 0
     if not budget.is_gpu:
         room_after_weights -= prompt_cache + checkpoints
-    reasons["reserve"] = (
-        f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
-        f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
+    reasons = _overhead_reasons(
+        request, reserve, cuda_context, prompt_cache, n_checkpoints, checkpoints
     )
-    reasons["weights"] = (
-        f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
-        f"{'GGUF header' if target.source == 'header' else 'preset'}"
-    )
-    if cuda_context:
-        reasons["cuda_context"] = (
-            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
-            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
-        )
-    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
-    if n_checkpoints:
-        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
-        reasons["checkpoints"] = (
-            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
-            f"{what} (the engine takes one near the end of each prompt, at most 1/"
-            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
-            "one instead of being read again"
-        )
-
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
-    n_gpu_layers = -1 if budget.is_gpu else 0
-    n_cpu_moe = 0
-    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
     min_ctx = min(MIN_CTX, target.native_ctx)
-    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
-    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
-    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
-    offload_ctx = min(
-        (request.ctx or ENOUGH_CTX) if target.expert_bytes else MIN_CTX, target.native_ctx
+    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = _place_layers(
+        request, room_after_weights, reserve + cuda_context, kv_choices, min_ctx
     )
-    best_kv = max(largest, key=lambda t: largest[t])
-    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
-    if largest[offload_kv] < offload_ctx and budget.is_gpu:
-        n_gpu_layers, n_cpu_moe, offloaded = _offload(request, reserve + cuda_context, offload_ctx)
-        room_after_weights += offloaded
-        largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
-        reasons["n_gpu_layers"] = (
-            f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
-            "context (a token reads only a few experts: in system RAM they cost little speed)"
-            if n_cpu_moe
-            else f"the weights do not fit with a {min_ctx}-token context: "
-            f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
-        )
-    else:
-        reasons["n_gpu_layers"] = (
-            "all layers on the GPU" if budget.is_gpu else "no GPU: everything runs on the CPU"
-        )
-
-    kv_type = _choose_kv_type(largest, target.native_ctx, request.ctx)
+    kv_type = _choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
     ctx_fit = largest[kv_type]
-    fits = ctx_fit >= min_ctx
-    if request.ctx is not None:
-        ctx = request.ctx
-        if ctx > target.native_ctx:
-            fits = False
-            reasons["ctx"] = (
-                f"{ctx} tokens asked, but the model was trained for "
-                f"{target.native_ctx}: ask for at most {target.native_ctx}"
-            )
-        elif pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
-            fits = False
-            reasons["ctx"] = (
-                f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
-                "free VRAM, pick a smaller model or quantization, or ask for less"
-            )
-        else:
-            reasons["ctx"] = f"{ctx} tokens as asked"
-    else:
-        ctx = ctx_fit if fits else min_ctx
-        why = (
-            "the model's native maximum"
-            if ctx_fit >= target.native_ctx
-            else "the largest that fits"
-        )
-        if request.ctx_cap is not None and ctx > request.ctx_cap:
-            ctx = request.ctx_cap // CTX_PAD * CTX_PAD
-            fits = fits and ctx >= min_ctx
-            why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
-        reasons["ctx"] = f"{ctx} tokens: {why}"
+    ctx, fits, reasons["ctx"] = _choose_ctx(request, ctx_fit, kv_type, min_ctx)
+    if _too_slow(request, fits, ctx, min_ctx):
+        fits, reasons["too_slow"] = False, _too_slow_reason(request, min_ctx)
     reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
-    if not fits and "ctx" not in reasons:
-        reasons["fits"] = "the model does not fit even with a 2048-token context"
     used_ctx = max(ctx, CTX_PAD)
     kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
-    if request.swa_full:
-        reasons["swa_full"] = (
-            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
-            "prompt is reused instead of re-read; counted in kv"
-        )
-    elif target.swa_kv_elems_per_token and request.prompt_cache:
-        reasons["swa_full"] = (
-            f"no --swa-full: keeping the whole context in the sliding-window layers would "
-            f"leave less than {min(request.ctx or ENOUGH_CTX, target.native_ctx)} tokens; a "
-            "growing prompt resumes from a checkpoint, one changed before its end is read "
-            "again from the checkpoint before the change"
-        )
+    swa_reason = _swa_full_reason(request)
+    if swa_reason:
+        reasons["swa_full"] = swa_reason
     draft_total = 0
     if draft is not None:
-        draft_total = (
-            draft.weights_bytes
-            + kv_bytes(draft, used_ctx, kv_type, request.parallel)
-            + compute_bytes(draft, used_ctx, kv_type)
-        )
-        reasons["draft"] = (
-            f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
-            f"same context (as the target's), compute"
-        )
+        draft_total, reasons["draft"] = _draft_terms(draft, used_ctx, kv_type, request.parallel)
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
+    on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
+    if budget.is_gpu:
+        # No layer on the GPU: weights_on_gpu counts them all, yet they are all in RAM.
+        in_ram = target.weights_bytes - (0 if n_gpu_layers == 0 and not n_cpu_moe else on_gpu)
+        bound = host_ram_bound(
+            budget.host_total_bytes, request.keep_free_bytes, in_ram, prompt_cache, checkpoints
+        )
+        prompt_cache, fits = bound.prompt_cache_bytes, fits and bound.fits
+        if bound.reason:
+            reasons["ram" if not bound.fits else "host_ram"] = bound.reason
     memory = MemoryBytes(
-        weights=_weights_on_gpu(target, n_gpu_layers, n_cpu_moe),
+        weights=on_gpu,
         kv=kv,
         draft=draft_total,
         compute=compute,
@@ -464,13 +291,11 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["kvflash_pool"] = (
         f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
     )
-    split, main_gpu, per_device = _split(budget, memory, target, n_gpu_layers, n_cpu_moe)
+    split, main_gpu, per_device = split_over_devices(
+        budget, memory, target, n_gpu_layers, n_cpu_moe
+    )
     if split:
-        reasons["split"] = (
-            f"layers spread over {len(split)} devices in proportion to what each has free after "
-            f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
-            f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
-        )
+        reasons["split"] = _split_reason(budget, split, main_gpu)
     return Plan(
         fits=fits,
         ctx=ctx,
@@ -493,95 +318,174 @@ def make_plan(request: PlanRequest) -> Plan:
     )
 
 
-def _split(
-    budget: GpuBudget, memory: MemoryBytes, target: ModelFacts, n_gpu_layers: int, n_cpu_moe: int
-) -> tuple[tuple[float, ...], int, tuple[tuple[str, int], ...]]:
-    """Layer shares per device in proportion to each one's room, and each device's total."""
-    if len(budget.devices) < 2 or not budget.is_gpu:
-        return (), 0, ((budget.device, memory.total),)
-    count = len(budget.devices)
-    per_device_fixed = CUDA_CONTEXT_BYTES + memory.compute // count
-    rooms = [
-        max(
-            0, d.vram_free_bytes - max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
-        )
-        - per_device_fixed
-        for d in budget.devices
-    ]
-    everything_offloaded = n_gpu_layers < 0 and not n_cpu_moe
-    holder = count - 1
-    if everything_offloaded:
-        # The engine puts the output matrix on the last device that gets layers: the last
-        # one with room for it; the devices after it get none.
-        output = memory.weights - min(target.layer_bytes, memory.weights)
-        holder = max((i for i, r in enumerate(rooms) if r >= output), default=count - 1)
-        rooms = [r if i < holder else r - output if i == holder else 0 for i, r in enumerate(rooms)]
-    total_room = max(sum(max(r, 0) for r in rooms), 1)
-    shares = tuple(round(max(r, 0) / total_room, 3) for r in rooms)
-    if everything_offloaded:
-        shares = _slot_counts(rooms, memory, target, holder)
-        spread = _by_layer(shares, memory, target)
-    else:
-        spread = [
-            int((memory.weights + memory.kv + memory.draft) * max(r, 0) / total_room) for r in rooms
-        ]
-    per_device = tuple(
-        (d.label, per_device_fixed + part) for d, part in zip(budget.devices, spread, strict=True)
+def _too_slow_reason(request: PlanRequest, min_ctx: int) -> str:
+    return (
+        f"even a {min_ctx}-token context takes longer than allowed to read: "
+        f"{request.read_cap_reason}"
     )
-    main = max(range(count), key=lambda i: rooms[i])
-    return shares, main, per_device
 
 
-def _slot_counts(
-    rooms: list[int], memory: MemoryBytes, target: ModelFacts, holder: int
-) -> tuple[float, ...]:
-    """Whole layers per device (``holder`` also gets the output slot), as --tensor-split.
-
-    Shares given as slot counts place exactly those layers (see ``_by_layer``): fractions
-    would round a layer onto a device that is already full.
-    """
-    n_layer = max(target.n_layer, 1)
-    per_layer = max((min(target.layer_bytes, memory.weights) + memory.kv) / n_layer, 1.0)
-    total_room = sum(max(r, 0) for r in rooms) or 1
-    quotas = [n_layer * max(r, 0) / total_room for r in rooms]
-    caps = [int(max(r, 0) // per_layer) for r in rooms]
-    counts = [min(int(q), c) for q, c in zip(quotas, caps, strict=True)]
-    while sum(counts) < n_layer:
-        spare = [i for i in range(holder + 1) if counts[i] < caps[i]] or list(range(holder + 1))
-        counts[max(spare, key=lambda i: quotas[i] - counts[i])] += 1
-    counts[holder] += 1
-    return tuple(float(c) for c in counts)
+def _draft_terms(draft: ModelFacts, used_ctx: int, kv_type: str, parallel: int) -> tuple[int, str]:
+    """A draft's weights, KV at the target's context and type, compute; and why."""
+    total = (
+        draft.weights_bytes
+        + kv_bytes(draft, used_ctx, kv_type, parallel)
+        + compute_bytes(draft, used_ctx, kv_type)
+    )
+    why = (
+        f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
+        f"same context (as the target's), compute"
+    )
+    return total, why
 
 
-def _by_layer(shares: tuple[float, ...], memory: MemoryBytes, target: ModelFacts) -> list[int]:
-    """Each device's weights and KV as the engine places them with every layer offloaded.
+def _split_reason(budget: GpuBudget, split: tuple[float, ...], main_gpu: int) -> str:
+    return (
+        f"layers spread over {len(split)} devices in proportion to what each has free after "
+        f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
+        f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
+    )
 
-    llama_model::load_tensors (src/llama-model.cpp of the pinned source) splits n_layer + 1
-    slots by the cumulative --tensor-split: layer ``il`` goes to the first device whose
-    cumulative share exceeds ``il / (n_layer + 1)``, and the output layer (the last slot) to
-    the device of slot ``n_layer``, so the last device also holds the output matrix.
-    """
-    n_layer = max(target.n_layer, 1)
-    whole = sum(shares) or 1.0
-    bounds, running = [], 0.0
-    for share in shares:
-        running += share
-        bounds.append(running / whole)
 
-    def device_of(slot: int) -> int:
-        above = (i for i, bound in enumerate(bounds) if bound > slot / (n_layer + 1))
-        return next(above, len(shares) - 1)
+def _overhead_reasons(
+    request: PlanRequest,
+    reserve: int,
+    cuda_context: int,
+    prompt_cache: int,
+    n_checkpoints: int,
+    checkpoints: int,
+) -> dict[str, str]:
+    """Why each term that does not depend on the context is what it is."""
+    target, budget = request.target, request.budget
+    reasons = {
+        "reserve": (
+            f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
+            f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
+            if budget.is_gpu
+            else f"{reserve / MIB:,.0f} MiB of RAM left to the rest of the PC: "
+            + (
+                "machine.keep_free_ram_mib"
+                if request.keep_free_bytes
+                else f"max(2 GiB, {CPU_KEEP_FREE_FRACTION:.0%} of the "
+                f"{budget.vram_total_bytes / GIB:.1f} GiB of RAM)"
+            )
+        ),
+        "weights": (
+            f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
+            f"{'GGUF header' if target.source == 'header' else 'preset'}"
+        ),
+    }
+    if cuda_context:
+        reasons["cuda_context"] = (
+            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
+            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
+        )
+    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
+    if n_checkpoints:
+        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
+        reasons["checkpoints"] = (
+            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
+            f"{what} (the engine takes one near the end of each prompt, at most 1/"
+            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
+            "one instead of being read again"
+        )
+    return reasons
 
-    layers = [0] * len(shares)
-    for il in range(n_layer):
-        layers[device_of(il)] += 1
-    layer_weights = min(target.layer_bytes, memory.weights)
-    parts = [
-        (layer_weights * n + memory.kv * n) // n_layer + int(memory.draft * share / whole)
-        for n, share in zip(layers, shares, strict=True)
-    ]
-    parts[device_of(n_layer)] += memory.weights - layer_weights
-    return parts
+
+def _place_layers(
+    request: PlanRequest,
+    room_after_weights: int,
+    overhead: int,
+    kv_choices: list[str],
+    min_ctx: int,
+) -> tuple[int, int, dict[str, int], str]:
+    """GPU layers and CPU experts, the largest context per KV type they leave, and why."""
+    target, budget = request.target, request.budget
+    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+    if not budget.is_gpu:
+        return 0, 0, largest, "no GPU: everything runs on the CPU"
+    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
+    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
+    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
+    offload_ctx = wanted_ctx(request.ctx, target.native_ctx) if target.expert_bytes else min_ctx
+    best_kv = max(largest, key=lambda t: largest[t])
+    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
+    if largest[offload_kv] >= offload_ctx:
+        return -1, 0, largest, "all layers on the GPU"
+    n_gpu_layers, n_cpu_moe, offloaded = _offload(request, overhead, offload_ctx)
+    room_after_weights += offloaded
+    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+    why = (
+        f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
+        "context (a token reads only a few experts: in system RAM they cost little speed)"
+        if n_cpu_moe
+        else f"the weights do not fit with a {min_ctx}-token context: "
+        f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
+    )
+    return n_gpu_layers, n_cpu_moe, largest, why
+
+
+def _choose_ctx(
+    request: PlanRequest, ctx_fit: int, kv_type: str, min_ctx: int
+) -> tuple[int, bool, str]:
+    """The context, whether the plan fits, and why: a context the user asked for is kept or
+    refused with the numbers, never shrunk."""
+    native = request.target.native_ctx
+    fits = ctx_fit >= min_ctx
+    if request.ctx is not None:
+        ctx = request.ctx
+        if ctx > native:
+            return (
+                ctx,
+                False,
+                (
+                    f"{ctx} tokens asked, but the model was trained for {native}: "
+                    f"ask for at most {native}"
+                ),
+            )
+        if pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
+            return (
+                ctx,
+                False,
+                (
+                    f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
+                    f"free {'VRAM' if request.budget.is_gpu else 'RAM'}, pick a smaller model "
+                    "or quantization, or ask for less"
+                ),
+            )
+        return ctx, fits, f"{ctx} tokens as asked"
+    ctx = ctx_fit if fits else min_ctx
+    why = "the model's native maximum" if ctx_fit >= native else "the largest that fits"
+    if request.ctx_cap is not None and ctx > request.ctx_cap:
+        ctx = request.ctx_cap // CTX_PAD * CTX_PAD
+        fits = fits and ctx >= min_ctx
+        why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
+    if request.read_cap_ctx is not None and fits and ctx > request.read_cap_ctx:
+        ctx = max(request.read_cap_ctx // CTX_PAD * CTX_PAD, min(min_ctx, ctx))
+        why = request.read_cap_reason
+    return ctx, fits, f"{ctx} tokens: {why}"
+
+
+def _too_slow(request: PlanRequest, fits: bool, ctx: int, min_ctx: int) -> bool:
+    """A chosen context the CPU cannot read in the allowed time even at its smallest."""
+    cap = request.read_cap_ctx
+    return request.ctx is None and fits and cap is not None and cap < min_ctx <= ctx
+
+
+def _swa_full_reason(request: PlanRequest) -> str | None:
+    if request.swa_full:
+        return (
+            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
+            "prompt is reused instead of re-read; counted in kv"
+        )
+    if request.target.swa_kv_elems_per_token and request.prompt_cache:
+        return (
+            f"no --swa-full: keeping the whole context in the sliding-window layers would "
+            f"leave less than {wanted_ctx(request.ctx, request.target.native_ctx)} tokens; a "
+            "growing prompt resumes from a checkpoint, one changed before its end is read "
+            "again from the checkpoint before the change"
+        )
+    return None
 
 
 def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
@@ -597,18 +501,6 @@ def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
         f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
         f"PC's RAM and {PROMPT_CACHE_PROMPTS} full-context prompts; {where}"
     )
-
-
-def _weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
-    if n_gpu_layers == 0 and not n_cpu_moe:
-        return facts.weights_bytes  # a CPU-only plan: every weight lives in RAM
-    on_gpu = facts.weights_bytes - facts.host_bytes
-    if n_gpu_layers < 0 and not n_cpu_moe:
-        return on_gpu
-    if n_cpu_moe:
-        return on_gpu - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
-    per_layer = facts.layer_bytes // max(facts.n_layer, 1)
-    return on_gpu - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
 
 
 def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, int, int]:
@@ -633,9 +525,9 @@ def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, in
     return target.n_layer - layers_off, 0, layers_off * per_layer
 
 
-def _choose_kv_type(largest: dict[str, int], native_ctx: int, asked: int | None) -> str:
+def _choose_kv_type(largest: dict[str, int], wanted: int) -> str:
+    """The most precise KV type that gives ``wanted`` tokens, else the one that gives most."""
     order = [t for t in KV_PAIRS if t in largest]
-    wanted = asked if asked is not None else min(native_ctx, ENOUGH_CTX)
     for kv_type in order:
         if largest[kv_type] >= wanted:
             return kv_type

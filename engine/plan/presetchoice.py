@@ -9,9 +9,11 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
-from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.presets import Preset, find_preset, load_presets
-from lucebox.engine.plan.planner import EngineView, LaunchPlan, ServeOptions, plan_launch
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launchplan import LaunchPlan
+from lucebox.engine.plan.options import Resolved, ServeOptions
+from lucebox.engine.plan.planner import plan_launch
 
 GOOD_CTX = 8192
 """The least context a set needs to be offered as a card's pick."""
@@ -53,13 +55,14 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
 
 
 def preset_table(
-    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
+    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, engine: EngineView
 ) -> PresetTable:
+    """Every preset planned for ``budget``, and the one a card of that size gets."""
     plans = tuple(
         plan_launch(
             paths,
             replace(options, preset=p.id, model=None),
-            settings=settings,
+            resolved=replace(resolved, preset_id=p.id),
             budget=budget,
             engine=engine,
             preset=p,
@@ -70,13 +73,12 @@ def preset_table(
 
 
 def pick_preset(
-    paths: Paths, options: ServeOptions, settings: Settings, budget: GpuBudget, engine: EngineView
+    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, engine: EngineView
 ) -> Preset:
     """The named preset, or the best one for ``budget``; refuses when none fits."""
-    wanted = options.preset or settings.preset
-    if wanted:
-        return find_preset(paths, wanted)
-    best = preset_table(paths, options, settings, budget, engine).best
+    if resolved.preset_id:
+        return find_preset(paths, resolved.preset_id)
+    best = preset_table(paths, options, resolved, budget, engine).best
     if best is None or best.preset is None:
         raise GuardRefusal(
             f"no preset fits {budget.device}",

@@ -48,6 +48,11 @@ home card's 15 GB model verifies a draft relatively more cheaply, so its true br
 lower: these floors err towards switching off."""
 CUDA_DEFAULT_FLOOR = 0.7
 """A mode or draft length not measured on CUDA: above every measured break-even."""
+MIN_DECODED_TOKENS = 512
+"""Decoded tokens a throughput judgement needs (about a second on a GPU, a minute on a CPU)."""
+RATE_MARGIN = 0.15
+"""Act only when decoding runs this far below the rate measured without speculation: served
+requests carry longer contexts than the probes, which slows any mode a little."""
 
 
 def acceptance_floor(spec_type: str, draft_max: int | None, on_gpu: bool) -> tuple[float, str]:
@@ -77,9 +82,16 @@ def can_shorten(draft_max: int | None, shortened: bool) -> bool:
 
 
 def describe(
-    spec_type: str, draft_max: int | None, on_gpu: bool, *, user_chose: bool, shortened: bool
+    spec_type: str,
+    draft_max: int | None,
+    on_gpu: bool,
+    *,
+    user_chose: bool,
+    shortened: bool,
+    measured: bool = False,
 ) -> str:
-    """What the guard will do with this launch, for the plan's reasons."""
+    """What the guard will do with this launch, for the plan's reasons; ``measured``: the
+    calibration has a rate without speculation for it, which the guard then judges by."""
     _, floor_source = acceptance_floor(spec_type, draft_max, on_gpu)
     if user_chose:
         action = "warns"
@@ -87,6 +99,11 @@ def describe(
         action = "shortens the drafts, then stops speculating,"
     else:
         action = "stops speculating"
+    if measured:
+        return (
+            f"the guard {action} if decoding falls {RATE_MARGIN:.0%} below the rate measured "
+            "without speculation"
+        )
     return f"the guard {action} below {floor_source}"
 
 
@@ -113,16 +130,66 @@ class SpecGuard:
     drafted_at_start: int = 0
     accepted_at_start: int = 0
     shortened: bool = False
+    baseline_tok_s: float | None = None
+    """Decode rate measured on this card without speculation: with it, throughput decides
+    and the acceptance floors (a prior) no longer do."""
+    rate_at_start: tuple[int, float, int] = (0, 0.0, 0)
+    """Decoded tokens, their seconds and drafted tokens at the last throughput judgement."""
 
     @classmethod
     def for_launch(
-        cls, spec_type: str, draft_max: int | None, on_gpu: bool, *, shortened: bool = False
+        cls,
+        spec_type: str,
+        draft_max: int | None,
+        on_gpu: bool,
+        *,
+        shortened: bool = False,
+        baseline_tok_s: float | None = None,
     ) -> SpecGuard:
         floor, source = acceptance_floor(spec_type, draft_max, on_gpu)
-        return cls(spec_type, draft_max, on_gpu, floor, source, shortened=shortened)
+        return cls(
+            spec_type,
+            draft_max,
+            on_gpu,
+            floor,
+            source,
+            shortened=shortened,
+            baseline_tok_s=baseline_tok_s,
+        )
+
+    def judge_rate(
+        self, decoded_total: int, decode_s_total: float, drafted_total: int
+    ) -> tuple[SpecGuard, Decision | None]:
+        """Judge decoding since the last judgement (the sampler's and engine's running totals):
+        a model draft that drafts nothing, or decoding below the measured rate without
+        speculation, goes. N-gram drafts cost nothing when they find no match: exempt from the
+        first."""
+        decoded0, seconds0, drafted0 = self.rate_at_start
+        decoded, seconds = decoded_total - decoded0, decode_s_total - seconds0
+        drafted = drafted_total - drafted0
+        if decoded < 0 or drafted < 0:  # a new engine process: its counters start again
+            return replace(self, rate_at_start=(0, 0.0, 0)), None
+        if decoded < MIN_DECODED_TOKENS or seconds <= 0:
+            return self, None
+        window = replace(self, rate_at_start=(decoded_total, decode_s_total, drafted_total))
+        rate = decoded / seconds
+        ratio = rate / self.baseline_tok_s if self.baseline_tok_s else None
+        ratio_text = f", {ratio:.2f}x of none" if ratio is not None else ""
+        if drafted == 0 and not self.spec_type.startswith("ngram"):
+            seen = f"drafted nothing in {decoded} decoded tokens{ratio_text}"
+            return window, Decision("off", 0.0, None, f"{seen}; speculation switched off", seen)
+        if ratio is None or ratio >= 1 - RATE_MARGIN or self.spec_type.startswith("ngram"):
+            return window, None
+        seen = (
+            f"decoding at {rate:.0f} tok/s, {ratio:.2f}x of the {self.baseline_tok_s:.0f} tok/s "
+            "measured without speculation"
+        )
+        return self._step_down(window, 0.0, seen)
 
     def judge(self, drafted_total: int, accepted_total: int) -> tuple[SpecGuard, Decision | None]:
         """Judge the drafts since the last decision point (the engine's running totals)."""
+        if self.baseline_tok_s is not None:
+            return self, None  # measured: throughput decides (judge_rate)
         drafted = drafted_total - self.drafted_at_start
         if drafted < 0:  # a new engine process: its counters start again
             return replace(self, drafted_at_start=0, accepted_at_start=0), None
@@ -133,6 +200,12 @@ class SpecGuard:
         if acceptance >= self.floor - HYSTERESIS:
             return window, None
         seen = f"{acceptance:.0%} of {drafted} drafted tokens accepted, below {self.floor_source}"
+        return self._step_down(window, acceptance, seen)
+
+    def _step_down(
+        self, window: SpecGuard, acceptance: float, seen: str
+    ) -> tuple[SpecGuard, Decision]:
+        """Shorter drafts first (once), then off."""
         if self.draft_max is not None and can_shorten(self.draft_max, self.shortened):
             shorter = max(2, self.draft_max // 2)
             decision = Decision(

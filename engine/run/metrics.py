@@ -7,6 +7,8 @@ counted once, however short, and the rates are the engine's own (decode steps ov
 time: its first token is free). A request still running shows its progress from /slots
 until its timing lines replace it. /metrics gives the token totals and the speculative
 counters; /slots says whether speculation runs.
+
+The log reader and the poller feed one Sample, so they stay in one module.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import httpx
 import psutil
 
+from lucebox.engine.core.api import auth_headers
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider, NvmlUnavailableError
 from lucebox.engine.run.sample import WINDOW_S, CacheStatus, SpecStatus
 from lucebox.engine.run.sample import Sample as Sample
@@ -282,7 +285,7 @@ class Sampler:
         self.gpu_index = gpu_index
         self.interval_s = interval_s
         self.client = client
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = auth_headers(api_key)
         self.spec_type = spec_type
         self.spec_reason = spec_reason
         self.clock = clock

@@ -6,13 +6,15 @@ HTTP client the sampler needs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
 WINDOW_S = 10.0
 """Rates are token-weighted over the requests that finished (or progressed) this long ago."""
 
-_Value = TypeVar("_Value", "Sample", "SpecStatus", "CacheStatus", "GpuStatus", "PeerStatus")
+_Value = TypeVar(
+    "_Value", "Sample", "SpecStatus", "MeasuredRate", "CacheStatus", "GpuStatus", "PeerStatus"
+)
 
 
 def _from_json(kind: type[_Value], data: Any) -> _Value | None:
@@ -87,6 +89,34 @@ class Sample:
         return _from_json(cls, data)
 
 
+_MODE_NAMES = {
+    "draft-mtp": "MTP",
+    "draft-dflash": "DFlash",
+    "draft-dspark": "DSpark",
+    "draft-eagle3": "EAGLE-3",
+    "draft-simple": "draft model",
+}
+
+
+@dataclass(frozen=True)
+class MeasuredRate:
+    """Decode speed of the served speculation against none, measured on this card."""
+
+    baseline_tok_s: float
+    tok_s: float
+    ratio: float
+    probes: int
+    at: float
+    """Unix time of the measurement."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> MeasuredRate | None:
+        return _from_json(cls, data)
+
+
 @dataclass(frozen=True)
 class SpecStatus:
     """Speculative decoding as planned and as the engine really runs it."""
@@ -99,13 +129,34 @@ class SpecStatus:
     """Accepted / drafted tokens since the engine started (its spec_decode counters)."""
     accepted_per_step: float | None
     """Draft tokens accepted per verification step."""
+    measured: MeasuredRate | None = None
+    """Its decode speed against none on this card; None until the calibration measured it."""
+
+    @property
+    def mode_name(self) -> str:
+        """``MTP``, ``DFlash``, ``n-gram``...: the mode as a user calls it."""
+        if self.type.startswith("ngram"):
+            return "n-gram"
+        return _MODE_NAMES.get(self.type, self.type)
+
+    def headline(self) -> str | None:
+        """What the measurement says, in a few words: ``MTP 1.59x (measured)``, or for a mode
+        it switched off ``MTP off: drafted nothing, 0.65x``; None before it measured."""
+        if self.measured is None:
+            return None
+        if self.active is False and self.reason.startswith("off: "):
+            return f"{self.mode_name} {self.reason.split(' (', 1)[0]}"
+        return f"{self.mode_name} {self.measured.ratio:.2f}x (measured)"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: Any) -> SpecStatus | None:
-        return _from_json(cls, data)
+        found = _from_json(cls, data)
+        if found is None or found.measured is None:
+            return found
+        return replace(found, measured=MeasuredRate.from_json(found.measured))
 
 
 @dataclass(frozen=True)

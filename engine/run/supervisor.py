@@ -3,6 +3,9 @@
 The engine runs in its own process group with a parent-death signal, so it cannot outlive
 lucebox; its output goes to a rotating log file and an in-memory ring for the UI. Events are
 an async iterator that the CLI and the TUI both consume.
+
+``events`` is one state machine (start, loading, ready, exit, backoff, give up) and reads best
+whole.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ _DIAGNOSES: list[tuple[str, str, str]] = [
     ),
     (
         "bad-flag",
-        r"error: invalid argument|error while handling argument|unknown argument",
+        r"error: invalid argument|error while handling argument|unknown argument"
+        r"|\[server\] unknown option",
         "the engine refused a command-line flag",
     ),
     (
@@ -65,7 +69,8 @@ _DIAGNOSES: list[tuple[str, str, str]] = [
     ),
     (
         "model-load",
-        r"exiting due to model loading error|failed to load model",
+        r"exiting due to model loading error|failed to load model"
+        r"|target load: |draft load: |backend creation failed",
         "the model failed to load",
     ),
 ]
@@ -244,11 +249,22 @@ class Supervisor:
             while time.monotonic() < deadline and process.returncode is None:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(url)).status_code == 200:
-                        return True
+                        return await self._warmed_up(client)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), HEALTH_INTERVAL_S)
                     return False
         return False
+
+    async def _warmed_up(self, client: httpx.AsyncClient) -> bool:
+        """The Lucebox engine allocates its rollback buffers on the first request: send one
+        before it counts as ready, so an out-of-memory abort comes now, not to a user."""
+        if self.spec.lucebox is None:
+            return True
+        from lucebox.engine.run.luceboxrun import warm_up
+
+        failure = await warm_up(client, url_of(self.spec))
+        self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
+        return failure is None
 
     async def events(self) -> AsyncIterator[ServerEvent]:
         """Start the engine and keep it up until ``stop`` or a crash loop; yield what happens."""
@@ -402,11 +418,11 @@ class Supervisor:
         return self._stopping.is_set()
 
     def stop(self) -> None:
-        """Stop the engine and end :meth:`events`; runstate.ServerRun.stop is the caller."""
+        """Stop the engine and end :meth:`events`; serverrun.ServerRun.stop is the caller."""
         self._stopping.set()
 
     def restart(self, spec: LaunchSpec | None = None) -> None:
         """Stop the serving engine and start it again, with ``spec`` when given (no crash
-        counted, no backoff); runstate.ServerRun.restart is the caller."""
+        counted, no backoff); serverrun.ServerRun.restart is the caller."""
         self._restart_spec = spec
         self._restart_asked.set()

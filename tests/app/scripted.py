@@ -30,9 +30,10 @@ from lucebox.engine.machine.config import Settings
 from lucebox.engine.models import guard
 from lucebox.engine.pipeline import Emit, Prepared, StepEvent
 from lucebox.engine.plan import planner, presetchoice
-from lucebox.engine.plan.planner import ServeOptions
+from lucebox.engine.plan.engineview import EngineView, pinned_engine
+from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run.metrics import Sample
-from lucebox.engine.run.runstate import ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama
@@ -75,11 +76,15 @@ RTX_4090 = GpuBudget("GPU 0: NVIDIA GeForce RTX 4090", 24 * GIB, int(22.6 * GIB)
 def prepared_for(tmp_path: Path, server_path: str = "/opt/llama-server") -> Prepared:
     """What the real prepare returns, made by the one planner for a scripted RTX 4090."""
     model = write_llama(tmp_path / "smoke.gguf", GEMMA_270M)
-    engine = planner.pinned_engine()
-    engine = planner.EngineView("b11434", "b11434", server_path, engine.capabilities)
+    engine = pinned_engine()
+    engine = EngineView("b11434", "b11434", server_path, engine.capabilities)
     options = ServeOptions(model=str(model), ctx=32768, cache="off", port=8080)
     launch = planner.plan_launch(
-        resolve_paths(), options, settings=Settings(), budget=RTX_4090, engine=engine
+        resolve_paths(),
+        options,
+        resolved=resolve(options, Settings()),
+        budget=RTX_4090,
+        engine=engine,
     )
     return Prepared(launch, Settings(), 0, 60.0)
 
@@ -156,8 +161,9 @@ class ScriptedBackend(Backend):
             raise self.preset_table_failure
         if self.budget is None:
             return super().preset_table(options)
-        engine = planner.EngineView.of(None)
-        return presetchoice.preset_table(self.paths, options, Settings(), self.budget, engine)
+        engine = EngineView.of(None)
+        resolved = resolve(options, Settings())
+        return presetchoice.preset_table(self.paths, options, resolved, self.budget, engine)
 
     def prepare(self, options: ServeOptions, emit: Emit, cancel: threading.Event) -> Prepared:
         self.options_seen.append(options)

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan.planner import slots_dir
 from tests.conftest import alive, run_lucebox
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
@@ -64,7 +63,7 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
     result = bench(smol_home, "quick", "--n-gen", "4", "--json")
     assert result.returncode == 0, result.stderr
     samples = json.loads(result.stdout)["configs"]["default"]
-    assert list(samples) == ["chat", "code", "edit", "long"]
+    assert list(samples) == ["chat", "code", "edit", "agent", "long"]  # the probes, then long
     for sample in samples.values():
         assert sample["ttft_s"] > 0 and sample["completion_tokens"] <= 4
         assert sample["prefill_tok_s"] > 0
@@ -75,7 +74,7 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
 def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engine_home, tmp_path):
     home = private_engine_home(tmp_path / "compare-home")
     # A slot the user's own server saved: no configuration may start warm from it or replace it.
-    slots = slots_dir(resolve_paths({"LUCEBOX_HOME": str(home)}))
+    slots = resolve_paths({"LUCEBOX_HOME": str(home)}).slots_dir
     slots.mkdir(parents=True)
     (slots / "users.slot").write_bytes(b"saved by the user's server")
     result = bench(

@@ -230,3 +230,32 @@ def test_a_cpu_server_warns_of_a_slow_or_too_long_agent_prompt(tmp_path, lucebox
     slow = connect(env, "codex")
     assert "its first request takes" in slow.stderr and "prompt cache" in slow.stderr
     assert connect(env, "openai").stderr.count("prompt") == 0
+
+
+def test_a_served_set_names_every_alias_and_the_model_chosen(home):
+    import os
+
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.run import runstate
+    from lucebox.engine.run.servedmodels import ModelStatus
+
+    folder, env = home
+    models = tuple(ModelStatus(alias, "unloaded", "CPU", 0, None) for alias in ("smollm2", "smoke"))
+    paths = resolve_paths({"LUCEBOX_HOME": env["LUCEBOX_HOME"]})
+    runstate.write_status(
+        paths,
+        runstate.Status(
+            "ready", pid=os.getpid(), url="http://127.0.0.1:8123", model="smollm2, smoke",
+            models=models,
+        ),
+    )  # fmt: skip
+    first = connect(env, "opencode", "--write", "--json")
+    assert first.returncode == 0, first.stderr
+    written = json.loads((folder / ".config" / "opencode" / "opencode.json").read_text())
+    assert set(written["provider"]["lucebox"]["models"]) == {"smollm2", "smoke"}
+    assert written["model"] == "lucebox/smollm2"
+    chosen = json.loads(connect(env, "codex", "--model", "smoke", "--json").stdout)
+    assert chosen["model"] == "smoke"
+    unknown = connect(env, "codex", "--model", "gpt-4")
+    assert unknown.returncode == 2 and "served models: smollm2, smoke" in unknown.stderr
+    assert_one_line_error(unknown)

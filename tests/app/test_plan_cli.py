@@ -45,8 +45,9 @@ def test_plan_json_shape():
 
 def test_a_context_that_does_not_fit_is_refused_not_shrunk():
     result = run_lucebox(
-        "plan", "--preset", "qwen3.6-27b", "--vram-mib", "20480", "--ctx", "262144", "--json"
-    )
+        "plan", "--preset", "qwen3.6-27b", "--vram-mib", "20480", "--ctx", "262144", "--json",
+        "--engine", "llama-server",
+    )  # fmt: skip
     assert result.returncode == 3
     assert_one_line_error(result)
     assert "largest context that fits is" in result.stderr
@@ -168,7 +169,7 @@ def test_plan_refuses_a_truncated_file_as_serve_would(tmp_path):
 def test_the_pinned_capabilities_beside_the_pin_are_the_built_engines(built_engine_home):
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.engines.registry import list_engines
-    from lucebox.engine.plan.planner import pinned_engine
+    from lucebox.engine.plan.engineview import pinned_engine
 
     engines = list_engines(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}))
     pinned = pinned_engine().capabilities
@@ -198,3 +199,20 @@ def test_a_plan_before_the_first_build_is_the_launch_after_it(built_engine_home,
         return argv[1:at] + argv[at + 2 :]
 
     assert launch_flags(planned["argv"]) == launch_flags(built["argv"])
+
+
+def test_a_detached_child_gets_back_every_launch_flag_the_parser_read():
+    # One table builds the parser and writes the child's argv: parse, write, parse again.
+    from lucebox.app.cli import build_parser
+    from lucebox.engine.plan.options import options_from
+
+    given = [
+        "serve", "--model", "/m/a.gguf", "--draft", "/m/d.gguf", "--spec", "ngram",
+        "--cache", "off", "--ctx", "8192", "--host", "0.0.0.0", "--port", "9000",
+        "--gpu", "1", "--allow-base", "--vram-mib", "8192,4096", "--rpc", "h:50052",
+    ]  # fmt: skip
+    parser = build_parser()
+    first = options_from(vars(parser.parse_args(given)))
+    again = options_from(vars(parser.parse_args(["serve", *first.to_args()])))
+    assert again == first
+    assert first.gpus == (1,) and first.vram_mib == (8192, 4096) and first.allow_base

@@ -6,7 +6,7 @@ import json
 
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.peers import INFO_PORT_OFFSET, PeerInfo
-from lucebox.engine.plan.planner import pinned_engine
+from lucebox.engine.plan.engineview import pinned_engine
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 from tests.ports import free_port
@@ -63,3 +63,24 @@ def test_worker_refuses_the_lan_without_allow_lan():
     assert result.returncode == 2
     assert_one_line_error(result)
     assert "unauthenticated RPC server" in result.stderr and "--allow-lan" in result.stderr
+
+
+def test_the_tui_preset_table_is_planned_with_the_peers_of_the_launch(tmp_path, monkeypatch):
+    # rpc.peers in config.toml: the first-run table and the launch see the same budget.
+    from lucebox.app.tui.backend import Backend
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.machine import config
+    from lucebox.engine.pipeline import machine_view
+    from lucebox.engine.plan.options import ServeOptions
+
+    monkeypatch.setenv("LUCEBOX_HOME", str(tmp_path))
+    paths = resolve_paths()
+    with serve_files() as server:
+        port = int(server.base_url.rpartition(":")[2]) - INFO_PORT_OFFSET
+        server.routes["/"] = _worker_route(pinned_engine().version, port)
+        config.set_setting(paths, "rpc.peers", f"127.0.0.1:{port}")
+        table = Backend(paths).preset_table(ServeOptions())
+        launch_budget = machine_view(paths, ServeOptions()).budget
+    assert table.budget == launch_budget
+    assert [d.address for d in table.budget.devices] == [f"127.0.0.1:{port}"]
+    assert table.budget.vram_free_bytes == 23 * GIB

@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan.planner import slots_dir
 from tests.conftest import run_lucebox
 from tests.ports import free_port
 from tests.realmodels import engine_home, smol_model
@@ -60,7 +59,7 @@ def ask(port: int, question: str) -> dict:
 
 def test_the_first_call_after_down_and_serve_is_answered_from_the_saved_slot(built_engine_home):
     home = {"LUCEBOX_HOME": str(engine_home())}
-    for saved_before in slots_dir(resolve_paths(home)).glob("*.slot*"):
+    for saved_before in resolve_paths(home).slots_dir.glob("*.slot*"):
         saved_before.unlink()  # an earlier run's slot would make the first call warm too
     port = free_port()
     first = serve_until_ready(port)
@@ -71,7 +70,7 @@ def test_the_first_call_after_down_and_serve_is_answered_from_the_saved_slot(bui
         down = run_lucebox("down", env=home)
         first.wait(timeout=60)
     assert down.returncode == 0, down.stderr
-    saved = list(slots_dir(resolve_paths(home)).glob("*.slot"))
+    saved = list(resolve_paths(home).slots_dir.glob("*.slot"))
     assert saved, "no slot was saved on the stop path"
     second = serve_until_ready(port)
     try:

@@ -101,3 +101,26 @@ def test_status_for_people_and_a_bad_textfile_path(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().startswith(f"lucebox: cannot write {missing}")
     assert "Traceback" not in done.stderr
+
+
+def test_status_of_a_served_set_names_its_models_and_refuses_an_unknown_one():
+    from lucebox.engine.run.servedmodels import ModelStatus
+
+    paths = resolve_paths()
+    models = (
+        ModelStatus("smollm2", "loaded", "CPU", 340 * 2**20, 2.0, 1000 * 2**20),
+        ModelStatus("smoke", "sleeping", "CPU", 60 * 2**20, 700.0, 1300 * 2**20),
+    )
+    runstate.write_status(paths, replace(serving(os.getpid(), a_sample()), models=models))
+    one = subprocess.run(
+        lucebox("status", "--model", "smoke", "--json"), capture_output=True, text=True, check=False
+    )
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout)["state"] == "sleeping"
+    people = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
+    assert "smollm2: loaded, 0.33 GiB of 0.98 GiB planned, used 2 s ago (CPU)" in people.stdout
+    unknown = subprocess.run(
+        lucebox("status", "--model", "gpt-4"), capture_output=True, text=True, check=False
+    )
+    assert unknown.returncode == 2
+    assert "served models: smollm2, smoke" in unknown.stderr and "Traceback" not in unknown.stderr

@@ -593,7 +593,7 @@ async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the
         monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
         paths = resolve_paths(dict(os.environ))
         app = LuceboxApp(Backend(paths), ServeOptions(model="hf:acme/big/big-instruct.gguf"))
-        partial = store._files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
+        partial = store.files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
         async with app.run_test(size=(100, 30)) as pilot:
             row = app.start_screen.query_one("#step-models", StepRow)
             await wait_until(
@@ -635,3 +635,18 @@ def test_speculation_line_is_loud_when_planned_speculation_does_not_run():
     assert off is not None and off.plain.startswith("draft-mtp is OFF: 0% of 300")
     assert "red" in str(off.style)
     assert spec_line(None, None) is None
+
+
+def test_speculation_line_shows_what_the_calibration_measured():
+    from lucebox.app.tui.widgets.throughput import spec_line
+    from lucebox.engine.run.sample import MeasuredRate, SpecStatus
+
+    mtp = MeasuredRate(690.0, 1100.0, 1.594, 4, 1.0)
+    kept = spec_line(SpecStatus("draft-mtp", True, "measured", 1.0, 2.99, mtp), 1.0)
+    assert kept is not None and kept.plain == (
+        "MTP 1.59x (measured) · 100% of drafts accepted · 3.0 per step"
+    )
+    slower = MeasuredRate(680.0, 440.0, 0.647, 4, 1.0)
+    reason = "off: drafted nothing, 0.65x (measured on this card over 4 probes, ...)"
+    off = spec_line(SpecStatus("draft-mtp", False, reason, None, None, slower), None)
+    assert off is not None and off.plain == "MTP off: drafted nothing, 0.65x"

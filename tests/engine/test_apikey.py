@@ -17,10 +17,13 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines.registry import select_engine
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import api_key_path, ensure_api_key_file, read_api_key
+from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_argv
-from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for, plan_launch, slots_dir
+from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import plan_launch
 from tests.conftest import run_lucebox
 from tests.ports import free_port
 
@@ -93,12 +96,12 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
     launch = plan_launch(
         paths,
         options,
-        settings=Settings(),
+        resolved=resolve(options, Settings()),
         budget=budget_for(probe_gpus()),
         engine=EngineView.of(engine),
     )
-    spec = dataclasses.replace(launch.spec, api_key=key, api_key_file=str(key_file))
-    paths.ensure(slots_dir(paths))  # prepare() makes it before a launch; the engine needs it
+    spec = dataclasses.replace(launch.spec, api_key_file=str(key_file))
+    paths.ensure(paths.slots_dir)  # prepare() makes it before a launch; the engine needs it
     log = (tmp_path / "engine.log").open("wb")
     proc = subprocess.Popen(server_argv(spec), stdout=log, stderr=subprocess.STDOUT)
     try:

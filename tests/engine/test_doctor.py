@@ -29,7 +29,8 @@ NO_NVCC = CudaToolkitInfo(ToolInfo("nvcc", False, None, None, "not on PATH"), ()
 
 def test_no_gpu_is_missing_with_what_to_do():
     (check,) = check_gpu(probe_gpus(FakeNvml(init_failure="no-driver")))
-    assert check.verdict == "missing" and "smoke" in check.action
+    # The preset `lucebox up` serves without a GPU: the cpu_default one, not the smoke test.
+    assert check.verdict == "missing" and "'smollm2'" in check.action
 
 
 def test_other_app_holding_6_gib_is_reported():

@@ -270,9 +270,11 @@ def test_drafts_for_another_engine_are_refused_by_name(models, tmp_path, arch):
     assert (
         f"'{arch}' is a draft for the Lucebox engine (dflash_server)" in draft.problems[0].message
     )
+    assert "serve the pair with --engine lucebox" in draft.problems[0].message
     as_target = check_model(path, known_archs=ARCHS)
     assert codes(as_target) == {"draft-only"}
     assert "it needs a target" in as_target.problems[0].message
+    assert "give this file as --draft --engine lucebox" in as_target.problems[0].message
 
 
 def test_a_draft_given_as_the_target_is_refused_as_a_draft(models, tmp_path):

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lucebox.engine.bench.measure import CallError, streamed_call
+from lucebox.engine.bench.measure import streamed_call
+from lucebox.engine.core.api import CallError
 
 
 def _chunk(delta: dict) -> bytes:

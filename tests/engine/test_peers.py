@@ -10,10 +10,10 @@ import pytest
 from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine import peers
-from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import Peer, PeerInfo
-from lucebox.engine.plan.planner import budget_for, pinned_engine
+from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.run.supervisor import diagnose
 from tests.httpserver import Route, serve_files
 

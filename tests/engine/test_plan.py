@@ -9,22 +9,17 @@ import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
-from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
 from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
-from lucebox.engine.plan.memory import (
-    ENOUGH_CTX,
-    PlanRequest,
-    compute_bytes,
-    kv_bytes,
-    kvflash_pool,
-    make_plan,
-)
-from lucebox.engine.plan.planner import EngineView, ServeOptions, budget_for
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.memory import ENOUGH_CTX, PlanRequest, make_plan
+from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.presetchoice import choose_preset, preset_table
+from lucebox.engine.plan.sizes import compute_bytes, kv_bytes, kvflash_pool
 from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
 from .fake_nvml import FakeGpu, FakeNvml
@@ -37,6 +32,14 @@ LLAMA_8B_HEADER = dataclasses.replace(SHAPES["llama8b"], header_only=True)
 def gemma_facts(tmp_path_factory):
     path = write_llama(tmp_path_factory.mktemp("g") / "gemma.gguf", GEMMA_270M)
     return facts_from_info(inspect_model(path), (6, False))
+
+
+def table_for(budget: GpuBudget, paths=None):
+    """Every shipped preset planned for ``budget`` with default flags and no engine built."""
+    options = ServeOptions()
+    return preset_table(
+        paths or resolve_paths(), options, resolve(options, Settings()), budget, EngineView.of(None)
+    )
 
 
 def card(gib: float, free_gib: float | None = None) -> GpuBudget:
@@ -131,9 +134,7 @@ def test_another_app_holding_6_gib_leaves_less():
     assert budget.vram_free_bytes < 18.5 * GIB
 
     def contexts(budget: GpuBudget) -> dict[str, int]:
-        table = preset_table(
-            resolve_paths(), ServeOptions(), Settings(), budget, EngineView.of(None)
-        )
+        table = table_for(budget)
         return {p.alias: p.plan.ctx for p in table.plans}
 
     busy, idle = contexts(budget), contexts(card(24))
@@ -254,10 +255,10 @@ def test_choose_preset_by_card():
         (24, "qwen3.6-27b"),
         (32, "qwen3.6-27b-q6"),
     ]:
-        best = preset_table(paths, ServeOptions(), Settings(), card(gib), EngineView.of(None)).best
+        best = table_for(card(gib), paths).best
         assert best is not None and best.alias == wanted
     cpu = GpuBudget("RAM", 24 * GIB, 20 * GIB, is_gpu=False)
-    table = preset_table(paths, ServeOptions(), Settings(), cpu, EngineView.of(None))
+    table = table_for(cpu, paths)
     # Without a GPU the default is the instruct model that chats, not the base smoke test.
     assert table.best is not None and table.best.alias == "smollm2"
     without_cpu_default = [p for p in table.plans if p.preset and not p.preset.cpu_default]
@@ -320,7 +321,7 @@ def _launch(budget: GpuBudget, preset: str):
     return plan_launch(
         paths,
         ServeOptions(preset=preset),
-        settings=Settings(),
+        resolved=resolve(ServeOptions(preset=preset), Settings()),
         budget=budget,
         engine=EngineView.of(None),
         preset=find_preset(paths, preset),
@@ -330,9 +331,10 @@ def _launch(budget: GpuBudget, preset: str):
 @pytest.mark.parametrize(
     ("cards", "preset", "split"),
     [
-        (((24, 0.3), (24, 0.3)), "qwen3.6-27b-q6", False),  # fits one 24 GB card alone
-        (((24, 0.3), (24, 0.3)), "qwen3-14b", False),
-        (((24, 0.3), (12, 0.3)), "qwen3.6-27b", False),
+        # Fits one 24 GB card, but the split buys over 1.5x the context: split (issue 29).
+        (((24, 0.3), (24, 0.3)), "qwen3.6-27b-q6", True),
+        (((24, 0.3), (24, 0.3)), "qwen3-14b", False),  # native context on one card already
+        (((24, 0.3), (12, 0.3)), "qwen3.6-27b", True),
         (((16, 0.3), (16, 0.3), (16, 0.3)), "qwen3.6-27b-q6", True),
         (((24, 22.5), (24, 0.3)), "qwen3.6-27b", False),  # the busy card is passed over
         (((12, 0.3), (12, 0.3)), "qwen3.6-27b", True),
@@ -355,8 +357,12 @@ def test_split_planner_on_scripted_cards(cards, preset, split):
         for device, (total, used) in zip(devices, cards, strict=True):
             assert device["memory_bytes"] <= (total - used) * GIB  # each card holds its share
         assert "spread over" in plan.reasons["split"]
+        # Where one card holds the model, the split is chosen only for what it buys.
+        holds_one = cards[0][0] == 24
+        assert (">= 1.5x" in plan.reasons["split"]) == holds_one
     else:
         assert "--tensor-split" not in argv and "alone: no split" in plan.reasons["split"]
+        assert "under 1.5x" in plan.reasons["split"]
         assert len(devices) == 1
         chosen = env["CUDA_VISIBLE_DEVICES"]
         free = {str(i): (t - u) for i, (t, u) in enumerate(cards)}
@@ -372,5 +378,18 @@ def test_a_gpu_that_does_not_exist_is_a_usage_error():
 
 def test_two_cards_reach_the_row_their_sum_is_made_for():
     budget = _gpus((24, 0.3), (24, 0.3))
-    table = preset_table(resolve_paths(), ServeOptions(), Settings(), budget, EngineView.of(None))
+    table = table_for(budget)
     assert table.best is not None and table.best.alias == "qwen3.6-27b-q6"
+
+
+def test_a_context_past_the_native_one_is_refused_and_weighed_as_the_native_one(gemma_facts):
+    # A card where q8_0 holds the native 32K and f16 does not: asking 64K weighs KV types for
+    # the 32K the model can use, and the plan is refused with the native maximum named.
+    native = gemma_facts.native_ctx
+    budget = card(1415 / 1024)
+    at_native = make_plan(PlanRequest(target=gemma_facts, budget=budget, ctx=native))
+    too_long = make_plan(PlanRequest(target=gemma_facts, budget=budget, ctx=2 * native))
+    assert at_native.fits and at_native.cache_type_k == "q8_0"
+    assert not too_long.fits
+    assert too_long.cache_type_k == at_native.cache_type_k
+    assert f"ask for at most {native}" in too_long.reasons["ctx"]

@@ -11,8 +11,15 @@ import threading
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.run import runstate
-from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run import runstate, serverrun
+from lucebox.engine.run.sample import (
+    CacheStatus,
+    GpuStatus,
+    MeasuredRate,
+    PeerStatus,
+    Sample,
+    SpecStatus,
+)
 
 
 def a_sample(at_s: float = 1700000000.0, decode: float | None = 88.5) -> Sample:
@@ -57,7 +64,9 @@ def test_status_json_keeps_the_design_keys():
         "reason": "as planned",
         "acceptance": 0.9,
         "accepted_per_step": 2.7,
+        "measured": None,
     }
+
     assert {"cached_prompt_share", "full_reprocess_events"} <= document["cache"].keys()
     assert document["gpus"][0] == {
         "index": 0,
@@ -80,6 +89,21 @@ def test_status_json_keeps_the_design_keys():
         None,
         None,
     )
+
+
+def test_the_measured_rate_of_speculation_reaches_status_and_reads_back():
+    measured = MeasuredRate(690.0, 1100.0, 1.594, 4, 1700000000.0)
+    spec = SpecStatus("draft-mtp", True, "measured", 1.0, 2.99, measured)
+    document = runstate.Status("ready", spec=spec).to_file_json()
+    assert document["spec"]["measured"] == {
+        "baseline_tok_s": 690.0,
+        "tok_s": 1100.0,
+        "ratio": 1.594,
+        "probes": 4,
+        "at": 1700000000.0,
+    }
+    back = runstate.Status.from_file_json(json.loads(json.dumps(document)))
+    assert back is not None and back.spec == spec
 
 
 def test_state_file_round_trip_and_a_dead_server_reads_as_stopped(tmp_path):
@@ -154,6 +178,6 @@ def test_every_gpu_is_read_for_status():
             FakeGpu(used_bytes=2**31, unsupported=frozenset({"utilization_percent"})),
         ]
     )
-    found = runstate.gpu_statuses(nvml)
+    found = serverrun.gpu_statuses(nvml)
     assert [(g.index, g.vram_used_bytes) for g in found] == [(0, 2**30), (1, 2**31)]
     assert found[1].util_percent is None

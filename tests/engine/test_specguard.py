@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lucebox.engine.plan.specguard import (
+    MIN_DECODED_TOKENS,
     MIN_DRAFTED_TOKENS,
     SpecGuard,
     acceptance_floor,
@@ -106,3 +107,52 @@ def test_a_launch_already_shortened_goes_straight_to_off():
 def test_the_plan_says_what_the_guard_will_do(spec_type, draft_max, user_chose, shortened, says):
     text = describe(spec_type, draft_max, True, user_chose=user_chose, shortened=shortened)
     assert says in text
+
+
+# Throughput: the H100 figures of issue 30 (no-spec 680 tok/s; a head that never passes p-min
+# 0.75 drafts nothing and decodes at 440).
+
+
+def test_a_model_draft_that_drafts_nothing_is_switched_off_after_a_bounded_decode():
+    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True, baseline_tok_s=680.0)
+    guard, early = guard.judge_rate(MIN_DECODED_TOKENS - 1, 1.0, 0)
+    assert early is None
+    guard, decision = guard.judge_rate(1024, 1024 / 440, 0)
+    assert decision is not None and decision.action == "off"
+    assert decision.reason == (
+        "drafted nothing in 1024 decoded tokens, 0.65x of none; speculation switched off"
+    )
+
+
+def test_drafting_nothing_is_caught_without_a_measurement_too():
+    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True)
+    _, decision = guard.judge_rate(600, 1.0, 0)
+    assert decision is not None and decision.reason.startswith("drafted nothing in 600")
+
+
+def test_ngram_that_finds_no_match_costs_nothing_and_is_kept():
+    guard = SpecGuard.for_launch("ngram-mod", None, on_gpu=True, baseline_tok_s=680.0)
+    _, decision = guard.judge_rate(2048, 2048 / 500, 0)
+    assert decision is None
+
+
+def test_a_model_draft_below_the_measured_rate_is_shortened_then_switched_off():
+    guard = SpecGuard.for_launch("draft-dflash", 15, on_gpu=True, baseline_tok_s=680.0)
+    guard, first = guard.judge_rate(1024, 1024 / 400, 900)
+    assert first is not None and first.action == "shorten" and first.draft_max == 7
+    assert "decoding at 400 tok/s, 0.59x of the 680 tok/s measured without speculation" in (
+        first.reason
+    )
+    guard, restarted = guard.judge_rate(10, 0.1, 5)  # the shortened engine's counters
+    assert restarted is None
+    guard, second = guard.judge_rate(1024, 1024 / 450, 700)
+    assert second is not None and second.action == "off"
+
+
+def test_near_the_measured_rate_nothing_changes_and_measured_launches_skip_the_floors():
+    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True, baseline_tok_s=680.0)
+    _, decision = guard.judge_rate(1024, 1024 / 600, 900)  # 0.88x: within the margin
+    assert decision is None
+    # 10% accepted is far below the 60% CUDA floor, yet the measured rate decides.
+    _, by_acceptance = guard.judge(1000, 100)
+    assert by_acceptance is None

@@ -58,7 +58,7 @@ def body_ranges(hub) -> list[str | None]:
 
 
 def partial_path():
-    return store._files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
+    return store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
 
 
 def sha(data: bytes) -> str:
@@ -82,7 +82,7 @@ def test_parse_source(text, kind, detail):
         assert (source.dist, source.version) == detail
 
 
-@pytest.mark.parametrize("text", ["hf:o/r", "hf:o/r/readme.md", "pypi:dist", "pypi:==1"])
+@pytest.mark.parametrize("text", ["hf:o/r/readme.md", "pypi:dist", "pypi:==1"])
 def test_bad_sources(text):
     with pytest.raises(Exception, match="source"):
         parse_source(text)
@@ -274,7 +274,7 @@ def test_wrong_bytes_are_caught_and_nothing_is_kept(hub_env, model_bytes):
     with pytest.raises(HashMismatchError, match="sha256"):
         pull_model(resolve_paths(), SOURCE)
     assert body_ranges(hub_env) == [None]  # not retried
-    files = store._files_dir(resolve_paths())
+    files = store.files_dir(resolve_paths())
     assert not [p for p in files.rglob("*") if p.is_file()]
     assert store.list_models(resolve_paths()) == []
 
@@ -333,7 +333,7 @@ def test_disk_too_small_is_refused_before_the_first_byte(hub_env, model_bytes, m
     # Room for what a 1000-byte partial leaves to fetch plus the margin, not for the whole file.
     free_bytes = store.DISK_MARGIN_BYTES + len(model_bytes) - 1000
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10**12, 10**12, free_bytes))
-    folder = store._files_dir(resolve_paths()) / "acme--tiny"
+    folder = store.files_dir(resolve_paths()) / "acme--tiny"
     with pytest.raises(GuardRefusal, match="not enough disk") as caught:
         pull_model(resolve_paths(), SOURCE)
     needed_mib = len(model_bytes) / 2**20
@@ -383,7 +383,7 @@ def test_damaged_publisher_file_is_quarantined(hub_env, model_bytes):
     paths = resolve_paths()
     assert store.list_models(paths) == []
     assert list((paths.models_dir / "quarantine").iterdir())
-    assert not (store._files_dir(paths) / "acme--tiny" / "tiny-instruct-f16.gguf").exists()
+    assert not (store.files_dir(paths) / "acme--tiny" / "tiny-instruct-f16.gguf").exists()
 
 
 def test_split_model_is_pulled_as_one(hub_env, tmp_path):
@@ -411,7 +411,7 @@ def test_ctrl_c_leaves_a_resumable_partial(hub_env, model_bytes, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    partial = store._files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
+    partial = store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not (partial.exists() and partial.stat().st_size):
         time.sleep(0.05)
@@ -446,7 +446,7 @@ def test_cancel_stops_between_reads_and_keeps_the_partial(hub_env, model_bytes):
         pull_model(resolve_paths(), SOURCE, on_progress=cancel_once_bytes_arrive, cancel=cancel)
     assert time.monotonic() - cancelled_at[0] < 1.5  # the whole file would take 4 s
     assert caught.value.exit_code == 130 and "resume" in (caught.value.hint or "")
-    partial = store._files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
+    partial = store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
     kept = partial.stat().st_size
     assert 0 < kept < len(model_bytes)
     assert store.list_models(resolve_paths()) == []

@@ -13,10 +13,13 @@ import pytest
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.plan.engineview import EngineView, pinned_engine
 from lucebox.engine.plan.launch import LaunchSpec, server_argv
 from lucebox.engine.plan.memory import PlanRequest, make_plan
+from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
-from lucebox.engine.run.runstate import ServerRun, read_status
+from lucebox.engine.run.runstate import read_status
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
@@ -59,14 +62,9 @@ def test_argv_has_no_shell_and_keeps_odd_paths(plan):
 def test_binding_beyond_loopback_needs_a_key(plan):
     with pytest.raises(Exception, match="API key"):
         server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0"))
-    with pytest.raises(Exception, match="API key"):
-        server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0", api_key="lb-secret"))
-    spec = LaunchSpec(
-        "s", "m", plan, "a", host="0.0.0.0", api_key="lb-secret", api_key_file="/c/api_key"
-    )
+    spec = LaunchSpec("s", "m", plan, "a", host="0.0.0.0", api_key_file="/c/api_key")
     argv = server_argv(spec)
     assert argv[argv.index("--api-key-file") + 1] == "/c/api_key"
-    assert not any("lb-secret" in arg for arg in argv)
 
 
 @pytest.mark.parametrize(
@@ -265,13 +263,13 @@ def _prepared_on(tmp_path, server: Path, ctx: int | None):
     from tests.ggufgen import ModelSpec
 
     model = write_llama(tmp_path / "long.gguf", ModelSpec(n_ctx=32768))
-    caps = planner.pinned_engine().capabilities
-    engine = planner.EngineView("fake", "fake", str(server), caps)
-    options = planner.ServeOptions(model=str(model), ctx=ctx, port=free_port(), cache="off")
+    caps = pinned_engine().capabilities
+    engine = EngineView("fake", "fake", str(server), caps)
+    options = ServeOptions(model=str(model), ctx=ctx, port=free_port(), cache="off")
     launch = planner.plan_launch(
         resolve_paths(),
         options,
-        settings=Settings(),
+        resolved=resolve(options, Settings()),
         budget=GpuBudget("a 8192 MiB card", 8 * GIB, 8 * GIB, True),
         engine=engine,
     )

@@ -33,7 +33,7 @@ from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
 from lucebox.engine.engines import webui
 from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan.launch import url_of
-from lucebox.engine.run import runstate
+from lucebox.engine.run import serverrun
 from lucebox.engine.run.metrics import Sample, with_last_rates
 from lucebox.engine.run.sample import SpecStatus
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
@@ -133,7 +133,7 @@ class DashboardScreen(Screen[None]):
             self.server_started_at = self.clock()
         if event.ctx is not None:
             self.served_ctx = event.ctx
-        self.state = runstate.state_of(event)
+        self.state = serverrun.state_of(event)
         self.restarts = event.restarts
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])

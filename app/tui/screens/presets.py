@@ -11,18 +11,25 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
+from lucebox.app.tui.screens.browser import HubFinder, ModelBrowserScreen
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.plan import presetchoice
 
 
 class PresetScreen(ModalScreen[str | None]):
-    """Every preset with what it gets on this card; Enter picks one."""
+    """Every preset with what it gets on this card; Enter picks one, "/" finds a model on the
+    Hub (dismissed with its pinned source, which has a "/" no preset id has)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss_none", "Back")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss_none", "Back"),
+        Binding("slash", "browse", "Search the Hub"),
+    ]
 
-    def __init__(self, table: presetchoice.PresetTable) -> None:
+    def __init__(self, table: presetchoice.PresetTable, finder: HubFinder | None = None) -> None:
         super().__init__()
         self.table = table
+        self.finder = finder
+        """Where "/" searches the Hub; the result is a model source instead of a preset id."""
 
     def compose(self) -> ComposeResult:
         budget = self.table.budget
@@ -32,7 +39,10 @@ class PresetScreen(ModalScreen[str | None]):
                 id="presets-title",
             )
             yield DataTable(id="preset-table", cursor_type="row", zebra_stripes=True)
-            yield Static("Enter picks · Esc goes back · ★ what fits best", id="presets-help")
+            yield Static(
+                "Enter picks · / searches the Hub · Esc goes back · ★ what fits best",
+                id="presets-help",
+            )
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -62,3 +72,11 @@ class PresetScreen(ModalScreen[str | None]):
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)
+
+    def action_browse(self) -> None:
+        if self.finder is not None:
+            self.app.push_screen(ModelBrowserScreen(self.finder), self._browsed)
+
+    def _browsed(self, source: str | None) -> None:
+        if source is not None:
+            self.dismiss(source)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -14,9 +13,10 @@ from textual.widgets import Input, Label, Static
 from textual.worker import Worker
 
 from lucebox.app.tui.widgets.readout import value_text
+from lucebox.engine.core.api import CallError
 from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan.launch import url_of
-from lucebox.engine.run.chat import ChatError, stream_chat
+from lucebox.engine.run.chat import stream_chat
 
 
 class ChatPanel(Vertical):
@@ -79,19 +79,18 @@ class ChatPanel(Vertical):
         stats = self.query_one("#chat-stats", Label)
         spec = self.prepared.spec
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=5)) as client:
-                async for delta in stream_chat(
-                    client, url_of(spec), list(self.messages), api_key=spec.api_key
-                ):
-                    if not self.reply and delta.text:
-                        stats.update(f"TTFT {value_text(delta.ttft_s, 's', 2)} · streaming…")
-                    self.reply += delta.text
-                    if delta.done:
-                        ttft = value_text(delta.ttft_s, "s", 2)
-                        speed = value_text(delta.tokens_per_s, "tok/s")
-                        stats.update(f"TTFT {ttft} · {speed}")
-                    self.render_transcript()
-        except ChatError as exc:
+            async for delta in stream_chat(
+                url_of(spec), list(self.messages), api_key=self.prepared.api_key
+            ):
+                if not self.reply and delta.text:
+                    stats.update(f"TTFT {value_text(delta.ttft_s, 's', 2)} · streaming…")
+                self.reply += delta.text
+                if delta.done:
+                    ttft = value_text(delta.ttft_s, "s", 2)
+                    speed = value_text(delta.tokens_per_s, "tok/s")
+                    stats.update(f"TTFT {ttft} · {speed}")
+                self.render_transcript()
+        except CallError as exc:
             stats.update(Text(str(exc), style="red"))
             return
         self.messages.append({"role": "assistant", "content": self.reply})

@@ -63,9 +63,12 @@ def spec_line(spec: SpecStatus | None, acceptance: float | None) -> Text | None:
     """Speculation in one line; loud when it was planned and does not run."""
     if spec is None:
         return None if acceptance is None else Text(f"draft acceptance {acceptance:.0%}")
+    headline = spec.headline()
+    if spec.active is False and headline is not None:
+        return Text(headline, style="bold yellow")  # measured slower here: off on purpose
     if spec.active is False:
         return Text(f"{spec.type} is OFF: {spec.reason}", style="bold red")
-    line = Text(spec.type, style="bold")
+    line = Text(headline or spec.type, style="bold")
     if spec.acceptance is not None:
         line.append(f" · {spec.acceptance:.0%} of drafts accepted")
     if spec.accepted_per_step is not None:

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The measuring half of bench/device_lucebox.sh (run by it, from .devrun/27/src, with
+# LUCEBOX_HOME set and the engine installed). Writes $OUT/measure.tgz, $OUT/summary.txt and
+# the engine folder in pieces ($OUT/engine.tar.xz.partN).
+set -uo pipefail
+H=$LUCEBOX_HOME
+W=$H/measure
+rm -rf "$W"; mkdir -p "$W"
+lucebox() { python3 -m lucebox.app.cli "$@"; }
+MANIFEST=$(ls "$H"/data/engines/lucebox-*/manifest.json | head -1)
+SERVER=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['server_path'])" "$MANIFEST")
+cp "$MANIFEST" "$W/manifest.json"
+if [ "${PACK:-1}" = 1 ]; then
+    (cd "$(dirname "$(dirname "$MANIFEST")")" && tar -cf - "$(basename "$(dirname "$MANIFEST")")" \
+        | xz -T0 -6 | split -b 15M -d -a 1 - "$OUT/engine.tar.xz.part")
+fi
+want() { [ -z "${CONFIGS:-}" ] || [[ " $CONFIGS " == *" $1 "* ]]; }
+"$SERVER" --help > "$W/help.txt" 2>&1; echo "help exit $?" >> "$W/help.txt.rc"
+lucebox engine status --json > "$W/engine-status.json" 2>&1
+
+M=$H/models
+mkdir -p "$M"
+start=$(date +%s)
+python3 bench/lucebox_models.py "$M" "${MODELS:-all}" || exit 1
+echo "models written in $(( $(date +%s) - start )) s"; ls -la "$M"
+T=$M/qwen35-tiny.gguf
+DR=$M/qwen35-tiny-dflash.gguf
+MTP=$M/qwen35-tiny-mtp.gguf
+PD=$M/qwen3-tiny-drafter.gguf
+PORT=18180
+URL=http://127.0.0.1:$PORT
+LONG=$(python3 -c "print(' '.join(['hello world the model test'] * 560))")
+
+chat() {  # name body
+    curl -s -m 120 "$URL/v1/chat/completions" -H 'Content-Type: application/json' -d "$2" \
+        > "$W/$1.json"
+    python3 - "$W/$1.json" <<'PY'
+import json, sys
+try:
+    data = json.load(open(sys.argv[1]))
+    print(sys.argv[1].rsplit("/", 1)[1], json.dumps(data.get("usage") or data.get("error")))
+except Exception as exc:
+    print(sys.argv[1], "unreadable:", exc)
+PY
+}
+
+greedy='{"messages":[{"role":"user","content":"Write a long story about a model."}],"max_tokens":256,"temperature":0}'
+sampled='{"messages":[{"role":"user","content":"Write a long story about a model."}],"max_tokens":256,"temperature":0.7}'
+unset_temp='{"messages":[{"role":"user","content":"Write a long story about a model."}],"max_tokens":256}'
+no_max='{"messages":[{"role":"user","content":"hi"}],"temperature":0}'
+long_prompt="{\"messages\":[{\"role\":\"user\",\"content\":\"$LONG\"}],\"max_tokens\":128,\"temperature\":0}"
+
+serve_cfg() {  # name requests... -- engine args
+    local name=$1; shift
+    local requests=()
+    while [ "$1" != "--" ]; do requests+=("$1"); shift; done; shift
+    echo "== $name: $*"
+    "$SERVER" "$@" --host 127.0.0.1 --port $PORT --model-name tiny > "$W/$name.log" 2>&1 &
+    local pid=$! ready=0 t0
+    t0=$(date +%s.%N)
+    for _ in $(seq 1 600); do
+        curl -sf -m 1 "$URL/health" > /dev/null && { ready=1; break; }
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.2
+    done
+    echo "$name ready=$ready in $(python3 -c "import time;print(round(time.time()-$t0,2))") s"
+    if [ $ready = 1 ]; then
+        chat "$name.warmup" '{"messages":[{"role":"user","content":"hello"}],"max_tokens":8,"temperature":0}'
+        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$W/$name.smi.txt"
+        nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader >> "$W/$name.smi.txt"
+        echo "$name nvidia-smi after warm-up: $(tr '\n' ' ' < "$W/$name.smi.txt")"
+        local i=0
+        for body in "${requests[@]}"; do i=$((i + 1)); chat "$name.r$i" "${!body}"; done
+        curl -sN -m 60 "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+            -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":16,\"temperature\":0,\"stream\":true}" \
+            > "$W/$name.stream.txt"
+        curl -s -m 5 "$URL/status/json" > "$W/$name.status.json"
+        curl -s -m 5 "$URL/props" > "$W/$name.props.json"
+    fi
+    kill -TERM $pid 2>/dev/null; wait $pid; echo "$name exit $?" | tee -a "$W/$name.log"
+    grep -E "^\[(spec-decode|ar-decode|kvflash|target|draft)\]|chat DONE|listening|error|fail" \
+        "$W/$name.log" | head -20
+}
+
+want plain && serve_cfg plain greedy no_max -- "$T" --max-ctx 4096 --max-tokens 512
+want plain-64k && serve_cfg plain-64k greedy -- "$T" --max-ctx 65536 --max-tokens 512
+want chain && serve_cfg chain greedy -- "$T" --draft "$DR" --max-ctx 4096 --max-tokens 512
+want ddtree && serve_cfg ddtree greedy sampled unset_temp -- "$T" --draft "$DR" --ddtree --ddtree-budget 22 \
+    --max-ctx 4096 --max-tokens 512
+want ddtree-sampled-verify && DFLASH_SAMPLED_VERIFY=1 serve_cfg ddtree-sampled-verify sampled -- "$T" --draft "$DR" --ddtree \
+    --ddtree-budget 22 --fa-window 0 --max-ctx 4096 --max-tokens 512
+want kvflash && serve_cfg kvflash long_prompt greedy -- "$T" --kvflash 1024 --kvflash-policy lru --max-ctx 4096 \
+    --max-tokens 512
+want kvflash-auto && serve_cfg kvflash-auto greedy -- "$T" --kvflash auto --kvflash-policy lru --max-ctx 65536 \
+    --max-tokens 512
+want pflash && serve_cfg pflash long_prompt -- "$T" --prefill-compression auto --prefill-threshold 1000 \
+    --prefill-drafter "$PD" --max-ctx 4096 --max-tokens 512
+want mtp-target && serve_cfg mtp-target greedy -- "$MTP" --max-ctx 4096 --max-tokens 512
+
+lucebox_serve() {  # name, lucebox serve arguments
+    local name=$1; shift
+    echo "== lucebox serve $*"
+    lucebox plan "$@" --json > "$W/$name.plan.json" 2> "$W/$name.plan.err"
+    lucebox serve "$@" --port 18190 > "$W/$name.log" 2>&1 &
+    local serve_pid=$! s=
+    for _ in $(seq 1 240); do
+        s=$(lucebox status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)
+        [ "$s" = ready ] || [ "$s" = failed ] && break; sleep 0.5
+    done
+    echo "$name state: $s"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$W/$name.smi.txt"
+    local URL=http://127.0.0.1:18190 i=0
+    for body in greedy sampled unset_temp greedy; do
+        i=$((i + 1))
+        curl -s -m 120 "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+            -d "${!body}" > "$W/$name.r$i.json"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], json.dumps(d.get('usage') or d))" "$W/$name.r$i.json" "$body"
+    done
+    sleep 2.5
+    lucebox status --json > "$W/$name.status.json" 2>&1
+    python3 - "$W/$name.status.json" "$W/$name.plan.json" "$W/$name.smi.txt" <<'PY'
+import json, sys
+status = json.load(open(sys.argv[1]))
+print("status:", json.dumps({k: status.get(k) for k in ("state", "sample", "spec")})[:1500])
+plan = json.load(open(sys.argv[2]))
+used = [int(l.split(",")[1].split()[0]) for l in open(sys.argv[3]) if "," in l]
+total = plan["memory_bytes"]["total"] / 2**20
+print(f"plan total {total:.0f} MiB vs nvidia-smi {used} MiB; engine {plan['engine']}")
+PY
+    lucebox down > /dev/null 2>&1
+    wait $serve_pid; echo "$name serve exit $?"
+    grep -E "warm-up|lucebox: (engine|plan|server)" "$W/$name.log" | head -8
+}
+want serve-ddtree && lucebox_serve serve-ddtree --model "$T" --draft "$DR"
+want serve-plain && lucebox_serve serve-plain --model "$T" --engine lucebox --ctx 4096
+
+tar -czf "$OUT/measure.tgz" -C "$H" measure
+ls -la "$OUT"

@@ -1,0 +1,100 @@
+"""Write the generated models the Lucebox engine (dflash_server) is measured with on the GPU.
+
+A ``qwen35`` target whose shapes the engine's kernels take (head size 256, delta-net value
+heads of 128, block count a multiple of the full-attention interval) with the real Qwen3.5/3.6
+vocabulary size: the engine takes the DFlash mask token (id 248070) from the target, so a
+smaller vocabulary fails at the first draft. Beside it a Lucebox-format draft
+(``qwen35-dflash-draft``) for it, the same target with an MTP block, which the engine's loader
+is expected to refuse (its block count is no longer a multiple of the interval), and a qwen3
+model standing in for PFlash's prefill drafter.
+Random weights: they prove paths, argv and memory, not acceptance.
+
+Usage: python3 bench/lucebox_models.py OUT_DIR [all|pair]  (prints the paths written)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from tests.ggufgen import (
+    HybridSpec,
+    LuceboxDFlashSpec,
+    ModelSpec,
+    write_llama,
+    write_lucebox_dflash,
+    write_qwen35,
+)
+
+QWEN35_VOCAB = 248_320
+TARGET = HybridSpec(
+    name="Qwen3.5 Tiny Instruct",
+    basename="qwen3.5-tiny",
+    n_layer=8,
+    n_embd=1024,
+    n_head=8,
+    n_head_kv=2,
+    head_dim=256,
+    n_ff=2048,
+    n_ctx=262_144,
+    rope_dims=64,
+    rope_sections=(11, 11, 10, 0),
+    full_attention_interval=4,
+    ssm_conv_kernel=4,
+    ssm_state_size=128,
+    ssm_group_count=4,
+    ssm_time_step_rank=8,
+    nextn_layers=0,
+    vocab_size=QWEN35_VOCAB,
+)
+DRAFT = LuceboxDFlashSpec(
+    name="Qwen3.5-Tiny-DFlash",
+    n_layer=2,
+    n_embd=TARGET.n_embd,
+    n_head=8,
+    n_head_kv=2,
+    head_dim=128,
+    n_ff=2048,
+    n_target_layers=5,
+    block_size=16,
+    mask_token_id=248_070,
+    vocab_size=QWEN35_VOCAB,
+    seed=1,
+)
+"""The engine's qwen35 target captures 5 layers for the draft whatever the draft says (evenly
+spaced, ``1 + k * (n_layer - 2) / 4``): a draft reading 2 failed its first feature copy with
+"ring copy failed ... fc_in=2048" and a CUDA abort (measured on the H100)."""
+
+PREFILL_DRAFTER = ModelSpec(
+    arch="qwen3",
+    name="Qwen3 Tiny Drafter",
+    basename="qwen3-tiny",
+    n_layer=2,
+    n_embd=1024,
+    n_head=8,
+    n_head_kv=2,
+    head_dim=128,
+    n_ff=2048,
+    n_ctx=40_960,
+    vocab_size=QWEN35_VOCAB,
+    seed=2,
+)
+"""PFlash's prefill drafter stands in for Qwen3-0.6B (arch qwen3, F16: the engine's qwen3
+loader takes only F16/BF16 weights)."""
+
+
+def main(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = write_qwen35(out_dir / "qwen35-tiny.gguf", TARGET)
+    draft = write_lucebox_dflash(out_dir / "qwen35-tiny-dflash.gguf", DRAFT)
+    mtp = write_qwen35(
+        out_dir / "qwen35-tiny-mtp.gguf", dataclasses.replace(TARGET, nextn_layers=1)
+    )
+    drafter = write_llama(out_dir / "qwen3-tiny-drafter.gguf", PREFILL_DRAFTER)
+    for path in (target, draft, mtp, drafter):
+        print(path)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

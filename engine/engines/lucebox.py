@@ -1,0 +1,244 @@
+"""The Lucebox engine's pinned source: fill ``deps/lucebox`` with its ``server/`` tree.
+
+The engine (``dflash_server``, Luce-Org/lucebox, Apache-2.0) is built from one pinned commit.
+On a connected PC its source comes from GitHub's archive of that commit; offline, from a local
+tarball of the same tree. GitHub's archives are not byte-stable, so the pin is a digest of the
+tree, not of an archive: the sha256 of the text ``sha256sum`` prints for the tree's regular
+files (``HEX  server/path`` lines, paths sorted bytewise, each line ending in a newline), over
+``server/`` without the folders and files no build reads (evaluation data, examples, images,
+and the Block-Sparse-Attention submodule, an empty folder in GitHub's archive).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import httpx
+
+from lucebox.engine.core.errors import HashMismatchError, UsageError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines.source import SourceError, SourceInfo, checkout_root
+
+REPO = "Luce-Org/lucebox"
+DEFAULT_ARCHIVE_BASE_URL = "https://github.com"
+MARKER_NAME = ".lucebox-source.json"
+SUBDIR = "server"
+EXCLUDED_DIRS = ("server/eval/", "server/examples/", "server/deps/Block-Sparse-Attention/")
+EXCLUDED_SUFFIXES = (".png", ".gif")
+DOWNLOAD_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class LuceboxPin:
+    """The commit the Lucebox engine is built from, and the digest of its server tree."""
+
+    commit: str
+    tree_sha256: str
+    file_count: int
+    date: str
+
+    @property
+    def short(self) -> str:
+        return self.commit[:8]
+
+    @property
+    def identity(self) -> str:
+        return f"lucebox:{self.commit} tree-sha256:{self.tree_sha256}"
+
+
+PIN = LuceboxPin(
+    commit="62880e2013fc0b808e9cfbba545a5842b35dc50f",
+    tree_sha256="557fdfc479df6dbb693d044690d0cf0f77927802e7436733ec0c7ddf63cff2a9",
+    file_count=1470,
+    date="2026-07-20",
+)
+
+ByteProgress = Callable[[int], None]
+"""Called with the bytes downloaded so far."""
+
+
+def archive_url(pin: LuceboxPin = PIN, base_url: str = DEFAULT_ARCHIVE_BASE_URL) -> str:
+    """GitHub's archive URL of the pinned commit (``base_url`` stands in for GitHub in tests)."""
+    return f"{base_url.rstrip('/')}/{REPO}/archive/{pin.commit}.tar.gz"
+
+
+def default_source_dir(paths: Paths) -> Path:
+    """``deps/lucebox`` in a checkout, beside ``deps/llama.cpp``; the data dir otherwise."""
+    root = checkout_root()
+    return (root if root is not None else paths.data_dir) / "deps" / "lucebox"
+
+
+def server_dir(source: SourceInfo) -> Path:
+    """The folder cmake configures: ``server/`` of the unpacked tree."""
+    return source.path / SUBDIR
+
+
+def tree_path(name: str) -> str | None:
+    """The path of an archive member inside the repo (``server/...``), or None when the tree
+    digest leaves it out. GitHub's archive puts everything under ``lucebox-<commit>/``."""
+    parts = PurePosixPath(name.lstrip("./")).parts
+    if parts and parts[0] != SUBDIR:
+        parts = parts[1:]
+    if not parts or parts[0] != SUBDIR or ".." in parts:
+        return None
+    path = "/".join(parts)
+    if path.startswith(EXCLUDED_DIRS) or path.endswith(EXCLUDED_SUFFIXES):
+        return None
+    return path
+
+
+def tree_digest(file_hashes: dict[str, str]) -> str:
+    """The digest of ``{server/path: sha256 hex}``: sha256 of sha256sum's lines, sorted."""
+    lines = "".join(
+        f"{file_hashes[path]}  {path}\n" for path in sorted(file_hashes, key=str.encode)
+    )
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def read_source(source_dir: Path, pin: LuceboxPin = PIN) -> SourceInfo | None:
+    """The unpacked pinned tree in ``source_dir``, or None when it holds another or none."""
+    with contextlib.suppress(OSError, ValueError):
+        recorded = json.loads((source_dir / MARKER_NAME).read_text(encoding="utf-8"))
+        if recorded.get("tree_sha256") == pin.tree_sha256 and (source_dir / SUBDIR).is_dir():
+            return SourceInfo(source_dir, "pin", pin.identity, None)
+    return None
+
+
+def unpack(archive: Path, staging: Path) -> dict[str, str]:
+    """Write the tree's regular files from ``archive`` into ``staging``; their sha256 by path."""
+    hashes: dict[str, str] = {}
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                path = tree_path(member.name) if member.isreg() else None
+                if path is None:
+                    continue
+                source = tar.extractfile(member)
+                if source is None:
+                    continue
+                dest = staging / path
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                digest = hashlib.sha256()
+                with source, dest.open("wb") as out:
+                    while chunk := source.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+                if member.mode & 0o100:
+                    dest.chmod(0o755)
+                hashes[path] = digest.hexdigest()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise SourceError(
+            f"cannot unpack {archive}: {exc}", hint="delete it and fetch the source again"
+        ) from exc
+    return hashes
+
+
+def verify(hashes: dict[str, str], origin: str, pin: LuceboxPin = PIN) -> None:
+    """Refuse a tree that is not the pinned one, saying how it differs."""
+    if not hashes:
+        raise HashMismatchError(
+            f"{origin} holds no {SUBDIR}/ folder of the Lucebox engine",
+            hint=f"use GitHub's archive of {REPO} at commit {pin.commit}",
+        )
+    actual = tree_digest(hashes)
+    if actual != pin.tree_sha256:
+        raise HashMismatchError(
+            f"the Lucebox engine source from {origin} is not the pinned tree: its digest is "
+            f"{actual} over {len(hashes)} files, lucebox pins {pin.tree_sha256} over "
+            f"{pin.file_count} files (commit {pin.commit})",
+            hint="the archive is corrupt or of another commit: fetch the pinned one again",
+        )
+
+
+def download(
+    url: str, dest: Path, client: httpx.Client, on_progress: ByteProgress | None = None
+) -> Path:
+    """Stream ``url`` to ``dest`` (written whole or not at all)."""
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise SourceError(
+                    f"{url} answered HTTP {response.status_code}",
+                    hint="check the network, or pass --tarball PATH with a copy of the source",
+                )
+            done = 0
+            with part.open("wb") as out:
+                for chunk in response.iter_bytes(1 << 20):
+                    out.write(chunk)
+                    done += len(chunk)
+                    if on_progress is not None:
+                        on_progress(done)
+    except httpx.HTTPError as exc:
+        part.unlink(missing_ok=True)
+        raise SourceError(
+            f"cannot download {url}: {exc}",
+            hint="check the network, or pass --tarball PATH with a copy of the source",
+        ) from exc
+    part.replace(dest)
+    return dest
+
+
+def ensure_source(
+    paths: Paths,
+    *,
+    source_dir: Path | None = None,
+    tarball: Path | None = None,
+    base_url: str | None = None,
+    client: httpx.Client | None = None,
+    on_progress: ByteProgress | None = None,
+    pin: LuceboxPin = PIN,
+) -> SourceInfo:
+    """Make ``source_dir`` (default ``deps/lucebox``) hold the pinned tree, verified."""
+    target = source_dir if source_dir is not None else default_source_dir(paths)
+    existing = read_source(target, pin)
+    if existing is not None:
+        return existing
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target} is a file, not the Lucebox engine source folder")
+    if target.is_dir() and any(target.iterdir()) and not (target / MARKER_NAME).exists():
+        raise UsageError(
+            f"{target} holds files that are not the pinned Lucebox engine source",
+            hint="move them away so lucebox can fill the folder",
+        )
+    if tarball is not None:
+        if not tarball.is_file():
+            raise UsageError(f"{tarball} does not exist", hint="give the path of the tarball")
+        archive, origin = tarball, str(tarball)
+    else:
+        url = archive_url(pin, base_url or DEFAULT_ARCHIVE_BASE_URL)
+        dest = paths.ensure(paths.downloads_dir) / f"lucebox-{pin.commit}.tar.gz"
+        http = client or httpx.Client(timeout=DOWNLOAD_TIMEOUT_S, follow_redirects=True)
+        try:
+            archive = download(url, dest, http, on_progress)
+        finally:
+            if client is None:
+                http.close()
+        origin = url
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.staging-{os.getpid()}"
+    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        verify(unpack(archive, staging), origin, pin)
+        marker = {"repo": REPO, "commit": pin.commit, "tree_sha256": pin.tree_sha256}
+        (staging / MARKER_NAME).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+        if tarball is None:
+            archive.unlink(missing_ok=True)
+    return SourceInfo(target, "pin", pin.identity, None)

@@ -1,0 +1,140 @@
+"""Which engine serves a launch: llama-server, or the Lucebox engine (``dflash_server``).
+
+Pure: the planner hands in what it knows (card, host, files, the context llama-server would
+fit) and gets a kind with the reason. llama-server is the default (it loads every model, and
+a Qwen3.6 target with its MTP head keeps its measured gain there). The Lucebox engine is
+chosen, on an NVIDIA card and for a target family it serves, when a Lucebox DFlash draft is
+given or named by the preset, when the context asked for does not fit llama-server in VRAM and
+KVFlash would serve it, or when ``--engine lucebox`` asks. A Lucebox draft is never dropped in
+silence: it selects that engine, or the reason says why it cannot be used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lucebox.engine.core.address import is_loopback
+
+EngineKind = Literal["llama-server", "lucebox"]
+EngineMode = Literal["auto", "llama-server", "lucebox"]
+ENGINE_MODES: tuple[EngineMode, ...] = ("auto", "llama-server", "lucebox")
+DRAFT_FAMILIES = {
+    "qwen35-dflash-draft": ("qwen35", "qwen35moe"),
+    "dflash-draft": ("qwen35", "qwen35moe", "laguna"),
+    "gemma4-dflash-draft": ("gemma4",),
+}
+"""Lucebox DFlash draft architectures and the target families each drafts for."""
+KVFLASH_ARCHS = ("qwen35", "qwen35moe", "laguna", "gemma4")
+"""Target architectures the engine serves with DFlash drafts and KVFlash (its README's
+table); it also loads plain ``qwen3`` (autoregressive only) and ``deepseek4`` (HIP first)."""
+BLOCK_INTERVAL_ARCHS = ("qwen35", "qwen35moe")
+"""Its loader wants a block count divisible by the full-attention interval, so the MTP block
+of these families is refused (measured: "block_count=9 not divisible by ...=4")."""
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the choice depends on."""
+
+    mode: EngineMode
+    mode_from: str
+    """Where a mode other than auto comes from ("--engine lucebox", "engine.kind in ...")."""
+    target_arch: str
+    target_has_mtp: bool
+    on_nvidia_gpu: bool
+    host: str
+    draft_name: str | None = None
+    draft_arch: str | None = None
+    """Of the draft given with --draft or named by the preset; None when there is none."""
+    llama_fits_ctx: bool = True
+    """The context asked for fits llama-server in VRAM (always, when none was asked for)."""
+    ctx_asked: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    kind: EngineKind
+    reason: str
+    refusal: str | None = None
+    """Why the engine asked for cannot serve this launch (the plan must not start)."""
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"kind": self.kind, "reason": self.reason}
+
+
+def is_lucebox_draft(arch: str | None) -> bool:
+    return arch in DRAFT_FAMILIES
+
+
+def blocker(facts: EngineFacts) -> str | None:
+    """Why the Lucebox engine cannot serve this launch, or None when it can."""
+    if not facts.on_nvidia_gpu:
+        return "the Lucebox engine runs only on NVIDIA GPUs (CUDA), and this plan has none"
+    if not is_loopback(facts.host):
+        return (
+            f"--host {facts.host} is off loopback and the Lucebox engine has no "
+            "authentication: only llama-server (with its API key) may serve beyond this PC"
+        )
+    if facts.target_arch not in KVFLASH_ARCHS:
+        return f"the Lucebox engine does not serve architecture '{facts.target_arch}'"
+    if facts.target_has_mtp and facts.target_arch in BLOCK_INTERVAL_ARCHS:
+        return (
+            "the target carries an MTP block, and the Lucebox engine's loader refuses a block "
+            "count not divisible by the full-attention interval: use the plain conversion"
+        )
+    if facts.draft_arch is not None and is_lucebox_draft(facts.draft_arch):
+        families = DRAFT_FAMILIES[facts.draft_arch]
+        if facts.target_arch not in families:
+            return (
+                f"the draft {facts.draft_name} ('{facts.draft_arch}') drafts for "
+                f"{', '.join(families)}, not for the target's '{facts.target_arch}'"
+            )
+    return None
+
+
+def choose_engine(facts: EngineFacts) -> EngineChoice:
+    """The engine for this launch and why (see the module docstring for the rules)."""
+    lucebox_draft = is_lucebox_draft(facts.draft_arch)
+    why_not = blocker(facts)
+    if facts.mode == "llama-server":
+        reason = f"llama-server ({facts.mode_from})"
+        if lucebox_draft:
+            reason += (
+                f"; the draft {facts.draft_name} is made for the Lucebox engine and "
+                "llama-server cannot use it"
+            )
+        return EngineChoice("llama-server", reason)
+    if facts.mode == "lucebox":
+        if why_not is not None:
+            return EngineChoice("lucebox", f"the Lucebox engine ({facts.mode_from})", why_not)
+        return EngineChoice("lucebox", f"the Lucebox engine ({facts.mode_from})")
+    if lucebox_draft:
+        if why_not is None:
+            return EngineChoice(
+                "lucebox",
+                f"the Lucebox engine: the draft {facts.draft_name} is a Lucebox DFlash draft "
+                "(DDTree verification)",
+            )
+        return EngineChoice(
+            "llama-server",
+            f"llama-server: the Lucebox draft {facts.draft_name} cannot be used: {why_not}",
+        )
+    if not facts.llama_fits_ctx and why_not is None:
+        return EngineChoice(
+            "lucebox",
+            f"the Lucebox engine: the {facts.ctx_asked}-token context asked for does not fit "
+            "llama-server in VRAM; KVFlash serves it from a resident pool (sparse attention "
+            "over the pool, not exact)",
+        )
+    reason = "llama-server: the default engine"
+    if not facts.llama_fits_ctx:
+        reason += (
+            f"; the {facts.ctx_asked}-token context asked for does not fit it, and KVFlash "
+            f"cannot serve it either: {why_not}"
+        )
+    elif why_not is not None and facts.on_nvidia_gpu and not is_loopback(facts.host):
+        reason += f" ({why_not})"
+    elif not facts.on_nvidia_gpu:
+        reason += " (CPU: the Lucebox engine runs only on NVIDIA GPUs)"
+    return EngineChoice("llama-server", reason)

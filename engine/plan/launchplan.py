@@ -1,0 +1,128 @@
+"""What the one planner decides for a launch: the LaunchPlan (files, speculation, memory plan,
+argv, engine and why), and the refusal that carries it."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.models.guard import Problem
+from lucebox.engine.models.presets import Preset
+from lucebox.engine.plan import measurements, speculation
+from lucebox.engine.plan.enginechoice import EngineChoice
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launch import LaunchSpec, server_argv, server_env
+from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.modelfiles import ModelFile
+from lucebox.engine.plan.options import Resolved, ServeOptions
+
+
+class PlanRefusal(GuardRefusal):
+    """A launch plan that must not start; carries the plan so `plan` can still print it."""
+
+    def __init__(self, launch: LaunchPlan, refusal: GuardRefusal) -> None:
+        super().__init__(refusal.message, hint=refusal.hint, problem_codes=refusal.problem_codes)
+        self.launch = launch
+
+
+@dataclass(frozen=True)
+class Speculation:
+    spec_type: str | None
+    draft: ModelFile | None
+    draft_max: int | None
+    p_min: float | None
+    reason: str
+    candidates: tuple[speculation.SpecCandidate, ...] = ()
+    """What the mode allows on this backend, before memory and measurements choose."""
+    measurement_key: measurements.MeasurementKey | None = None
+    """Where the measurement store keeps this launch's rates; None for a file not here."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.spec_type, "draft_max": self.draft_max, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs, decided once; ``argv`` is exactly what starts."""
+
+    title: str
+    alias: str
+    preset: Preset | None
+    budget: GpuBudget
+    engine: EngineView
+    target: ModelFile
+    speculation: Speculation
+    plan: Plan
+    """The memory plan: context, KV types, offload and every memory term with its reason."""
+    spec: LaunchSpec
+    resolved: Resolved
+    options: ServeOptions
+    """What it was planned from: a re-plan changes only what it must."""
+    ctx_cap: int | None = None
+    """The bound an out-of-memory re-plan put on the context; later re-plans keep it."""
+    refusal: GuardRefusal | None = None
+    """Why this plan must not start (a refused file, a plan that does not fit)."""
+    fit_check: dict[str, Any] | None = field(default=None, compare=False)
+    engine_choice: EngineChoice | None = None
+    """Which engine serves and why (None for a plan made before the choice existed)."""
+    source_choice: dict[str, Any] | None = field(default=None, compare=False)
+    """How a repo named by name became this file: the quant, why, every candidate."""
+
+    @property
+    def argv(self) -> list[str]:
+        return server_argv(self.spec)
+
+    @property
+    def command(self) -> str:
+        """The command line, quoted so it pastes into a shell."""
+        return shlex.join(self.argv)
+
+    @property
+    def misfit(self) -> str:
+        """ "" when the set runs wholly on the device, else one word: offload, vram (ram
+        without a GPU, or when the RAM beside the GPU is short), or slow (even the smallest
+        context takes the CPU too long to read)."""
+        if not self.plan.fits:
+            if "ram" in self.plan.reasons:
+                return "ram"
+            if self.budget.is_gpu:
+                return "vram"
+            return "slow" if "too_slow" in self.plan.reasons else "ram"
+        if self.plan.n_gpu_layers >= 0 and self.plan.memory_bytes.cuda_context:
+            return "offload"
+        return ""
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        found = self.target.check.problems if self.target.check else ()
+        draft = self.speculation.draft
+        return found + (draft.check.problems if draft and draft.check else ())
+
+    def to_json(self) -> dict[str, Any]:
+        """The document `plan --json` and `up/serve --dry-run --json` print."""
+        return {
+            **self.plan.to_json(),
+            "fits": self.refusal is None,
+            "model": self.title,
+            "alias": self.alias,
+            "preset": self.preset.id if self.preset else None,
+            "device": self.budget.device,
+            "devices": [{"name": n, "memory_bytes": b} for n, b in self.plan.device_bytes],
+            "env": server_env(self.spec),
+            "engine": {
+                "id": self.engine.id,
+                "version": self.engine.version,
+                **(self.engine_choice.to_json() if self.engine_choice else {}),
+            },
+            "target": self.target.to_json(),
+            "draft": self.speculation.draft.to_json() if self.speculation.draft else None,
+            "spec": self.speculation.to_json(),
+            "argv": self.argv,
+            "command": self.command,
+            "refusal": str(self.refusal) if self.refusal else None,
+            "fit_check": self.fit_check,
+            **({"source": self.source_choice} if self.source_choice else {}),
+        }

@@ -1,0 +1,332 @@
+"""The measurement store: what each speculation did to decode speed on this card, and how
+fast this PC's CPU reads prompts per model (the ``prefill`` section: a CPU context is bounded
+by it, plan/cpuread.py).
+
+One small JSON file in the data dir, one entry per (model file, draft file, engine build, card,
+context, KV type): the token-weighted decode rate of every configuration the calibration
+measured there, no speculation included. The planner reads it to choose, `status` and the
+dashboard to show what speculation gains or costs, `bench` to compare; the calibration writes
+it, one configuration at a time, so an interrupted calibration resumes where it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.plan.speculation import SpecCandidate
+
+STORE_NAME = "spec-measurements.json"
+STORE_VERSION = 1
+IDENTITY_BYTES = 1 << 20
+"""A model file is known by its name, size and the hash of its first MiB (header and
+metadata): hashing a 15 GB file at every start would cost a minute."""
+OFF = "off"
+"""The label of the configuration without speculation: the baseline."""
+
+
+def store_file(paths: Paths) -> Path:
+    return paths.data_dir / STORE_NAME
+
+
+def file_identity(path: Path) -> str:
+    """``name:size:hash`` of a model file; the name alone when it cannot be read."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(IDENTITY_BYTES)
+    except OSError:
+        return path.name
+    return f"{path.name}:{size}:{hashlib.sha256(head).hexdigest()[:16]}"
+
+
+def config_label(spec_type: str | None, draft_max: int | None, p_min: float | None) -> str:
+    """One speculation configuration as a short stable name (``draft-mtp n3 p0.75``)."""
+    if spec_type is None:
+        return OFF
+    parts = [spec_type]
+    if draft_max is not None:
+        parts.append(f"n{draft_max}")
+    if p_min is not None:
+        parts.append(f"p{p_min:g}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class MeasurementKey:
+    """What a measurement holds for: another file, build, card, context or KV type may differ."""
+
+    model: str
+    draft: str | None
+    engine: str
+    card: str
+    ctx: int
+    kv: str
+
+    def text(self) -> str:
+        return " | ".join(
+            [self.model, self.draft or "-", self.engine, self.card, str(self.ctx), self.kv]
+        )
+
+
+@dataclass(frozen=True)
+class ProbeRate:
+    """One probe's reply: tokens decoded and the engine's decode seconds for them."""
+
+    name: str
+    tokens: int
+    decode_s: float
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass(frozen=True)
+class TrialRate:
+    """One configuration measured over the probe set."""
+
+    label: str
+    spec_type: str | None
+    draft_max: int | None
+    p_min: float | None
+    probes: tuple[ProbeRate, ...]
+    at: float
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.tokens for p in self.probes)
+
+    @property
+    def tok_s(self) -> float:
+        """Token-weighted decode rate: every decoded token counts once, whichever probe."""
+        seconds = sum(p.decode_s for p in self.probes)
+        return self.tokens / seconds if seconds > 0 else 0.0
+
+    @property
+    def drafted(self) -> int:
+        return sum(p.drafted for p in self.probes)
+
+    @property
+    def accepted(self) -> int:
+        return sum(p.accepted for p in self.probes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "spec_type": self.spec_type,
+            "draft_max": self.draft_max,
+            "p_min": self.p_min,
+            "tok_s": round(self.tok_s, 2),
+            "probes": [vars(p) for p in self.probes],
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> TrialRate | None:
+        if not isinstance(data, dict) or not isinstance(data.get("label"), str):
+            return None
+        try:
+            probes = tuple(ProbeRate(**p) for p in data.get("probes") or [])
+            return cls(
+                data["label"],
+                data.get("spec_type"),
+                data.get("draft_max"),
+                data.get("p_min"),
+                probes,
+                float(data.get("at") or 0.0),
+            )
+        except TypeError:
+            return None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Every configuration measured for one key, and the verdict once the set is complete."""
+
+    key: MeasurementKey
+    trials: tuple[TrialRate, ...] = ()
+    chosen: str | None = None
+    """The label that serves under ``--spec auto``; None until the calibration has finished."""
+    why: str = ""
+
+    def trial(self, label: str) -> TrialRate | None:
+        return next((t for t in self.trials if t.label == label), None)
+
+    @property
+    def baseline(self) -> TrialRate | None:
+        return self.trial(OFF)
+
+    def with_trial(self, trial: TrialRate) -> Measurement:
+        kept = tuple(t for t in self.trials if t.label != trial.label)
+        return replace(self, trials=(*kept, trial))
+
+    def ratio(self, label: str) -> float | None:
+        """``label``'s decode rate over the rate without speculation; None before both ran."""
+        base, trial = self.baseline, self.trial(label)
+        if base is None or trial is None or base.tok_s <= 0:
+            return None
+        return trial.tok_s / base.tok_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": vars(self.key),
+            "trials": [t.to_json() for t in self.trials],
+            "chosen": self.chosen,
+            "why": self.why,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Measurement | None:
+        if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
+            return None
+        try:
+            key = MeasurementKey(**data["key"])
+        except TypeError:
+            return None
+        trials = [TrialRate.from_json(t) for t in data.get("trials") or []]
+        chosen = data.get("chosen")
+        return cls(
+            key,
+            tuple(t for t in trials if t is not None),
+            chosen if isinstance(chosen, str) else None,
+            str(data.get("why") or ""),
+        )
+
+
+def _read_document(paths: Paths) -> dict[str, Any]:
+    try:
+        data = json.loads(store_file(paths).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
+        return {}
+    return data
+
+
+def _section(paths: Paths, name: str) -> dict[str, Any]:
+    found = _read_document(paths).get(name)
+    return found if isinstance(found, dict) else {}
+
+
+def _write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
+    """Keep ``section`` under ``name``, the other sections as they are."""
+    document = {"version": STORE_VERSION, **_read_document(paths), name: section}
+    paths.ensure(paths.data_dir)
+    write_text_atomic(store_file(paths), json.dumps(document, indent=1))
+
+
+def _read_all(paths: Paths) -> dict[str, Any]:
+    return _section(paths, "entries")
+
+
+def read_measurement(paths: Paths, key: MeasurementKey) -> Measurement | None:
+    """What the store holds for ``key``; None when nothing was measured (or the file is bad)."""
+    return Measurement.from_json(_read_all(paths).get(key.text()))
+
+
+def write_measurement(paths: Paths, measurement: Measurement) -> None:
+    """Keep ``measurement`` under its key, leaving the other keys as they are."""
+    entries = _read_all(paths)
+    entries[measurement.key.text()] = measurement.to_json()
+    _write_section(paths, "entries", entries)
+
+
+# --- prefill: how fast this PC's CPU reads prompts, per model ---------------------------------
+
+PREFILL_MIN_TOKENS = 2048
+"""A prefill rate is kept once this many prompt tokens were read: fewer say little about a
+long read."""
+PREFILL_REWRITE_TOKENS = 4096
+"""Later measurements rewrite the store after this many more tokens (not on every sample)."""
+
+
+@dataclass(frozen=True)
+class PrefillRate:
+    """The engine's own prefill totals for one model served on this many CPU cores."""
+
+    tokens: int
+    seconds: float
+    cores: int
+    at: float
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _prefill_key(model: Path, cores: int) -> str:
+    return f"{file_identity(model)} | {cores} cores"
+
+
+def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
+    """The prefill rate measured for ``model`` on this many cores, once it read enough."""
+    entry = _section(paths, "prefill").get(_prefill_key(model, cores))
+    try:
+        rate = PrefillRate(**entry) if isinstance(entry, dict) else None
+    except TypeError:
+        return None
+    if rate is None or rate.tokens < PREFILL_MIN_TOKENS or rate.seconds <= 0:
+        return None
+    return rate
+
+
+def write_prefill(paths: Paths, model: Path, cores: int, tokens: int, seconds: float) -> None:
+    section = _section(paths, "prefill")
+    section[_prefill_key(model, cores)] = vars(
+        PrefillRate(tokens, round(seconds, 3), cores, time.time())
+    )
+    _write_section(paths, "prefill", section)
+
+
+class PrefillRecorder:
+    """Feeds one CPU run's cumulative prefill totals into the store, now and then."""
+
+    def __init__(self, paths: Paths, model: Path, cores: int) -> None:
+        self.paths, self.model, self.cores = paths, model, cores
+        self.written_tokens = 0
+
+    def observe(self, tokens_total: int, seconds_total: float) -> None:
+        if tokens_total < PREFILL_MIN_TOKENS:
+            return
+        if self.written_tokens and tokens_total - self.written_tokens < PREFILL_REWRITE_TOKENS:
+            return
+        try:
+            write_prefill(self.paths, self.model, self.cores, tokens_total, seconds_total)
+        except OSError:
+            return  # a measurement is worth a retry on the next sample, not a crash
+        self.written_tokens = tokens_total
+
+
+def key_for(
+    target: Path, draft: Path | None, engine: str, card: str, ctx: int, kv: str
+) -> MeasurementKey:
+    return MeasurementKey(
+        file_identity(target),
+        file_identity(draft) if draft is not None else None,
+        engine,
+        card,
+        ctx,
+        kv,
+    )
+
+
+def measured_choice(
+    found: list[SpecCandidate], measurement: Measurement | None
+) -> list[SpecCandidate] | None:
+    """The candidates narrowed to what the measurement chose (empty: none is fastest); None
+    when there is no verdict, or the chosen mode is not possible any more."""
+    if measurement is None or measurement.chosen is None:
+        return None
+    if measurement.chosen == OFF:
+        return []
+    trial = measurement.trial(measurement.chosen)
+    match = [c for c in found if trial is not None and c.spec_type == trial.spec_type]
+    if trial is None or not match:
+        return None
+    why = f"{match[0].why}; served as {trial.label}: {measurement.why}"
+    return [replace(match[0], draft_max=trial.draft_max, p_min=trial.p_min, why=why)]

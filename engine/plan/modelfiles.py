@@ -1,0 +1,164 @@
+"""The model files of a launch: where each is (or will be), what its header or preset says,
+and what the model checks found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.models.gguf import ModelInfo
+from lucebox.engine.models.guard import CheckResult, check_model, check_pair
+from lucebox.engine.models.guard import refusal as refusal_of
+from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
+from lucebox.engine.models.presets import Preset, PresetModel, facts_from_preset
+from lucebox.engine.models.store import list_models, parse_source, stored_path
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.options import ServeOptions
+
+
+def local_file(paths: Paths, source: str) -> Path | None:
+    """The file behind a model source, when it is on disk (a path, or pulled into the store)."""
+    parsed = parse_source(source)
+    if parsed.kind == "path":
+        return parsed.path if parsed.path and parsed.path.is_file() else None
+    for record in list_models(paths):
+        if record.source == source and record.main_path.is_file():
+            return record.main_path
+    return None
+
+
+def _not_here_yet(paths: Paths, source: str, model: PresetModel | None, role: str) -> Path:
+    """Where the store will keep a file not pulled yet; only a preset's file can be planned
+    before its header is here (from the preset's published facts)."""
+    if model is None:
+        raise UsageError(
+            f"{role}{source} is not on disk yet, so its header cannot be read",
+            hint=f"run `lucebox models pull {source}` first",
+        )
+    return stored_path(paths, parse_source(source), model.file_name)
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One model of the launch: where it is, what the planner knows, what the check said."""
+
+    source: str
+    path: Path
+    present: bool
+    facts: ModelFacts
+    check: CheckResult | None
+    """None when the file is not here yet (the plan used the preset's published facts)."""
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.check.info if self.check is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "path": str(self.path),
+            "present": self.present,
+            "verdict": self.check.verdict if self.check else None,
+            "problems": [p.__dict__ for p in self.check.problems] if self.check else [],
+        }
+
+
+def _facts(info: ModelInfo, engine: EngineView) -> ModelFacts:
+    return facts_from_info(info, engine.capabilities.swa_patterns.get(info.architecture))
+
+
+def target_file(
+    paths: Paths,
+    source: str,
+    preset: Preset | None,
+    engine: EngineView,
+    allow_base: bool,
+    remote_facts: ModelFacts | None = None,
+) -> ModelFile:
+    """The served model: its header's facts and the model check, or the preset's facts (or,
+    for a quant of a repo named by name not pulled yet, ``remote_facts`` read from the Hub)."""
+    path = local_file(paths, source)
+    if path is None and remote_facts is not None:
+        return ModelFile(
+            source, stored_path(paths, parse_source(source)), False, remote_facts, None
+        )
+    if path is None:
+        planned = _not_here_yet(paths, source, preset.target if preset else None, "")
+        assert preset is not None
+        facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+        return ModelFile(source, planned, False, facts, None)
+    template = bool(preset and preset.chat_template)
+    check = check_model(
+        path,
+        allow_base=allow_base or template,
+        template_supplied=template,
+        known_archs=engine.capabilities.model_archs,
+    )
+    if check.info is not None:
+        facts = _facts(check.info, engine)
+    elif preset is not None:
+        facts = facts_from_preset(preset.target, preset.native_ctx, preset.title)
+    else:
+        raise refusal_of(check)
+    return ModelFile(source, path, True, facts, check)
+
+
+def draft_file(
+    paths: Paths,
+    source: str,
+    model: PresetModel | None,
+    native_ctx: int,
+    target: ModelFile,
+    engine: EngineView,
+) -> ModelFile:
+    """A speculative draft, checked against the target when both are here."""
+    path = local_file(paths, source)
+    if path is None:
+        planned = _not_here_yet(paths, source, model, "the draft ")
+        assert model is not None
+        return ModelFile(
+            source, planned, False, facts_from_preset(model, native_ctx, "draft"), None
+        )
+    if target.present:
+        check, _ = check_pair(
+            path,
+            target.path,
+            known_archs=engine.capabilities.model_archs,
+            spec_types=engine.capabilities.spec_types,
+        )
+    else:
+        check = check_model(path, known_archs=engine.capabilities.model_archs, instruct_guard=False)
+    if check.info is None:
+        facts = facts_from_preset(model, native_ctx, "draft") if model else target.facts
+    else:
+        facts = _facts(check.info, engine)
+    return ModelFile(source, path, True, facts, check)
+
+
+def launch_files(
+    paths: Paths,
+    options: ServeOptions,
+    preset: Preset | None,
+    engine: EngineView,
+    allow_base: bool,
+    remote_facts: ModelFacts | None = None,
+) -> tuple[ModelFile, ModelFile | None]:
+    """The target and draft of a launch: the ones named with --model/--draft, else the
+    preset's (a draft given with --draft replaces the preset's)."""
+    if options.model:
+        target_source = options.model
+    elif preset is not None:
+        target_source = preset.target.source
+    else:
+        raise UsageError("nothing to plan", hint="name a --preset or a --model")
+    target = target_file(paths, target_source, preset, engine, allow_base, remote_facts)
+    preset_draft = preset.draft.model if preset and preset.draft else None
+    draft_source = options.draft or (preset_draft.source if preset_draft else None)
+    if draft_source is None:
+        return target, None
+    native = preset.native_ctx if preset else target.facts.native_ctx
+    model = preset_draft if preset_draft and draft_source == preset_draft.source else None
+    return target, draft_file(paths, draft_source, model, native, target, engine)

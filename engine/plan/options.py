@@ -1,0 +1,220 @@
+"""What the user asked for on the command line, and the same resolved over config.toml.
+
+``resolve`` runs once per decision (a launch, a preset table, a re-plan); every launch decision
+reads the ``Resolved`` it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.units import MIB
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.plan import speculation
+from lucebox.engine.plan.enginechoice import ENGINE_MODES, EngineMode
+from lucebox.engine.plan.flagtypes import (
+    index_list,
+    mib_list,
+    non_negative_int,
+    peer_list,
+    port_number,
+    positive_int,
+)
+from lucebox.engine.plan.luceboxplan import PREFILL_MODES, PrefillMode
+from lucebox.engine.plan.speculation import SpecMode
+
+CacheProfile = Literal["agent", "off"]
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What the user asked for on the command line; None means "not given"."""
+
+    preset: str | None = None
+    model: str | None = None
+    draft: str | None = None
+    spec: SpecMode | None = None
+    cache: CacheProfile | None = None
+    ctx: int | None = None
+    host: str | None = None
+    port: int | None = None
+    gpus: tuple[int, ...] | None = None
+    """NVML indices of the GPUs to use; None reads gpu.indices (empty: every NVIDIA GPU)."""
+    allow_base: bool = False
+    vram_mib: tuple[int, ...] | None = None
+    """Plan for cards with this much free memory instead of the GPUs that are here."""
+    draft_max: int | None = None
+    """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
+    p_min: float | None = None
+    """Another draft p-min than the mode's own (a calibration trial)."""
+    engine: EngineMode | None = None
+    """Which engine serves; None reads engine.kind (empty: auto, the planner chooses)."""
+    prefill: PrefillMode | None = None
+    """PFlash speculative prefill on the Lucebox engine; None is off."""
+    rpc: tuple[str, ...] | None = None
+    """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
+    models: tuple[str, ...] = ()
+    """A served set (several --model): planned by modelset.plan_set, ``model`` stays None."""
+    quant: str | None = None
+    """The quant of a repo named by name (``--quant``); None lets the planner choose."""
+
+    def to_args(self) -> list[str]:
+        """The `lucebox serve` arguments that give these options (a detached child's argv)."""
+        args = [arg for flag in LAUNCH_FLAGS for arg in flag.argv(getattr(self, flag.field))]
+        return args + [item for source in self.models for item in ("--model", source)]
+
+
+@dataclass(frozen=True)
+class LaunchFlag:
+    """One flag of `up`, `serve` and `plan`: the CLI's parser is built from it, and a detached
+    child gets its options back through it, so the two cannot drift."""
+
+    name: str
+    field: str
+    """The ServeOptions field it sets."""
+    help: str
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    switch: bool = False
+    """A flag without a value (True when given)."""
+    exclusive: str = ""
+    """Flags that share this name exclude each other."""
+    alias: bool = False
+    """Another spelling of a field a main flag writes back (only that one is written)."""
+    repeat: bool = False
+    """May be given several times (argparse collects a list)."""
+
+    def argv(self, value: Any) -> list[str]:
+        if self.alias or value is None or value is False or value == ():
+            return []
+        if self.switch:
+            return [self.name]
+        text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        return [self.name, text]
+
+
+def _one_index(text: str) -> tuple[int, ...]:
+    return (non_negative_int(text),)
+
+
+LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
+    LaunchFlag("--preset", "preset", "model set to run (see `lucebox presets`)", "ID",
+               exclusive="what"),
+    LaunchFlag("--model", "model",
+               "target model: OWNER/REPO[:QUANT] (the quant that fits), hf:..., pypi:..., a "
+               "path or a preset id; several: a served set", "SRC", exclusive="what", repeat=True),
+    LaunchFlag("--quant", "quant", "the quant of a repo named by --model (e.g. Q4_K_M)", "Q"),
+    LaunchFlag("--draft", "draft", "speculative-decoding draft model", "SRC"),
+    LaunchFlag("--engine", "engine",
+               "which engine serves: auto (default: the planner chooses and says why), "
+               "llama-server, or lucebox (the Lucebox engine: DDTree, KVFlash, PFlash; CUDA only)",
+               choices=ENGINE_MODES),
+    LaunchFlag("--prefill", "prefill",
+               "PFlash speculative prefill on the Lucebox engine: off (default), auto (long "
+               "single prompts) or pflash (always); it keeps only a share of a long prompt",
+               choices=PREFILL_MODES),
+    LaunchFlag("--spec", "spec",
+               "speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, "
+               "ngram", choices=speculation.SPEC_MODES),
+    LaunchFlag("--cache", "cache",
+               "prompt cache: agent (default: reuse growing prompts) or off (re-read every "
+               "prompt)", choices=("agent", "off")),
+    LaunchFlag("--ctx", "ctx", "context length in tokens", "N", positive_int),
+    LaunchFlag("--host", "host", "address to bind (default 127.0.0.1)", "H"),
+    LaunchFlag("--port", "port", "TCP port (default 8080)", "P", port_number),
+    LaunchFlag("--gpus", "gpus",
+               "GPUs to use (NVML indices); default: every NVIDIA GPU, one alone unless a split "
+               "pays", "0,1", index_list, exclusive="gpus"),
+    LaunchFlag("--gpu", "gpus", "one GPU to use (same as --gpus INDEX)", "INDEX", _one_index,
+               exclusive="gpus", alias=True),
+    LaunchFlag("--allow-base", "allow_base", "serve a base (non-instruct) model anyway",
+               switch=True),
+    LaunchFlag("--vram-mib", "vram_mib",
+               "plan for cards with N MiB free each (one number per card)", "N[,N...]",
+               mib_list),
+    LaunchFlag("--rpc", "rpc",
+               "`lucebox worker` peers whose devices join the split (setting rpc.peers)",
+               "HOST:PORT[,...]", peer_list),
+)  # fmt: skip
+
+
+def options_from(values: Mapping[str, Any]) -> ServeOptions:
+    """The options a parsed command line gives (flags it does not have are left unset);
+    several --model make a served set."""
+    fields = {flag.field for flag in LAUNCH_FLAGS}
+    given = {k: v for k, v in values.items() if k in fields and v is not None}
+    models = tuple(given.pop("model", None) or ())
+    if len(models) == 1:
+        given["model"] = models[0]
+    elif models:
+        given["models"] = models
+    return ServeOptions(**given)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Flags over config.toml, resolved once: every launch decision reads this."""
+
+    preset_id: str | None
+    ctx: int | None
+    spec: SpecMode
+    cache: CacheProfile
+    host: str
+    port: int
+    gpus: tuple[int, ...]
+    """The GPUs asked for; empty: every NVIDIA GPU lucebox finds."""
+    rpc: tuple[str, ...]
+    """The RPC peers asked for, in the order the engine numbers their devices."""
+    allow_base: bool
+    api_key: str | None
+    keep_free_ram_bytes: int | None = None
+    """RAM a plan leaves to the rest of the PC (machine.keep_free_ram_mib); None: the rule."""
+    cpu_read_s: float = 0.0
+    """A chosen CPU context is at most what the CPU reads in this long (model.cpu_read_s)."""
+    engine: EngineMode = "auto"
+    engine_from: str = ""
+    """Where a mode other than auto comes from, for the plan's reason."""
+    prefill: PrefillMode = "off"
+
+
+def resolve(options: ServeOptions, settings: Settings) -> Resolved:
+    spec = options.spec or settings.spec or "auto"
+    if spec not in speculation.SPEC_MODES:
+        raise UsageError(
+            f"model.spec = {spec!r} in config.toml is not a speculation mode",
+            hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
+        )
+    engine = options.engine or settings.engine_kind or "auto"
+    if engine not in ENGINE_MODES:
+        raise UsageError(
+            f"engine.kind = {engine!r} in config.toml is not an engine",
+            hint=f"use one of {', '.join(ENGINE_MODES)}",
+        )
+    engine_from = (
+        f"--engine {engine} as asked"
+        if options.engine
+        else f'engine.kind = "{engine}" in config.toml'
+    )
+    return Resolved(
+        preset_id=None
+        if options.model or options.models
+        else (options.preset or settings.preset or None),
+        ctx=options.ctx or settings.ctx or None,
+        spec=spec,
+        cache=options.cache or "agent",
+        host=options.host or settings.host,
+        port=options.port or settings.port,
+        gpus=options.gpus if options.gpus is not None else settings.gpu_indices,
+        rpc=options.rpc if options.rpc is not None else settings.rpc_peers,
+        allow_base=options.allow_base or settings.allow_base,
+        api_key=settings.api_key or None,
+        keep_free_ram_bytes=settings.keep_free_ram_mib * MIB or None,
+        cpu_read_s=settings.cpu_read_s,
+        engine=engine,
+        engine_from=engine_from,
+        prefill=options.prefill or "off",
+    )

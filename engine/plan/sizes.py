@@ -1,0 +1,170 @@
+"""What each part of a launch costs in memory, by the pinned engine's own formulas: KV cache per
+token and type, compute buffers, the CUDA context, the reserve, the host-RAM prompt cache and
+checkpoints, KVFlash's pool (src/llama-context.cpp, src/llama-kv-cache-iswa.cpp,
+src/llama-hparams.cpp)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lucebox.engine.core.units import MIB
+from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.models.modelfacts import ModelFacts
+
+CTX_PAD = 256
+
+N_UBATCH = 512
+
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+
+CUDA_CONTEXT_BYTES = 690 * MIB
+"""CUDA context, cuBLAS workspace and kernels as nvidia-smi counts them for llama-server
+(689-691 MiB measured on an H100 with CUDA 13 beyond the engine's own buffers)."""
+
+RESERVE_FRACTION = 0.005
+
+RESERVE_MIN_BYTES = 64 * MIB
+"""Headroom left free of what is free now, for other programs' small allocations. The plan
+itself matched the engine to within 13 MiB on the H100 (bench/plan_vs_gpu.py), so the reserve
+does not pad the plan's own error; a larger one costs context on models with small KV."""
+
+KVFLASH_CAP = 16384
+
+KVFLASH_FLOOR = 512
+
+
+@dataclass(frozen=True)
+class MemoryBytes:
+    weights: int
+    kv: int
+    draft: int
+    compute: int
+    cuda_context: int
+    reserve: int
+    available: int
+    prompt_cache: int = 0
+    """The engine's host-RAM prompt cache (``--cache-ram``): on a CPU it shares the RAM the
+    plan budgets, so it counts in ``total``; on a GPU it is host memory, reported apart."""
+    checkpoints: int = 0
+    """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
+    prompt_cache_in_total: bool = False
+
+    @property
+    def total(self) -> int:
+        """What the engine will use (nvidia-smi's view); the reserve stays free."""
+        engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
+        host = self.prompt_cache + self.checkpoints
+        return engine + (host if self.prompt_cache_in_total else 0)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "weights": self.weights,
+            "kv": self.kv,
+            "draft": self.draft,
+            "compute": self.compute,
+            "cuda_context": self.cuda_context,
+            "prompt_cache": self.prompt_cache,
+            "checkpoints": self.checkpoints,
+            "reserve": self.reserve,
+            "total": self.total,
+            "available": self.available,
+        }
+
+
+def pad_ctx(ctx: int) -> int:
+    return -(-ctx // CTX_PAD) * CTX_PAD
+
+
+def kv_bytes(
+    facts: ModelFacts, ctx: int, kv_type: str, parallel: int = 1, swa_full: bool = False
+) -> int:
+    """KV cache bytes at ``ctx`` (unified cache across ``parallel`` slots)."""
+    per_elem = KV_TYPE_BYTES[kv_type]
+    cells = pad_ctx(ctx)
+    swa_cells = 0
+    if facts.swa_kv_elems_per_token:
+        swa_cells = (
+            cells if swa_full else pad_ctx(min(cells, facts.swa_window * parallel + N_UBATCH))
+        )
+    elems = facts.full_kv_elems_per_token * cells + facts.swa_kv_elems_per_token * swa_cells
+    return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
+
+
+def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16", swa_full: bool = False) -> int:
+    """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
+
+    The f16 attention mask spans the micro-batch by the context; activations scale with the
+    width; a quantized KV cache is dequantized to f16 one layer at a time for prompt
+    processing. Calibrated against the engine's own ``CUDA0 compute buffer size`` on an
+    H100: gemma3 4B shape 155.5 MiB at 75776 tokens f16 and 406 MiB at 77824 tokens q8_0,
+    llama 8B shape 182 MiB at 67840 tokens f16 and 590 MiB at 112640 tokens q8_0; this
+    gives 154, 416, 195 and 602.
+    """
+    mask = N_UBATCH * pad_ctx(ctx) * 2
+    activations = N_UBATCH * facts.n_embd * 4 * 16
+    logits = facts.n_vocab * 4
+    dequant = 0
+    if kv_type not in ("f16", "bf16"):
+        swa_cells = pad_ctx(ctx if swa_full else min(ctx, facts.swa_window + N_UBATCH))
+        widest = max(
+            pad_ctx(ctx) * facts.max_layer_kv_elems, swa_cells * facts.max_swa_layer_kv_elems
+        )
+        dequant = int(widest * 1.7)
+    return mask + activations + logits + dequant
+
+
+def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
+    """The lucebox engine's KVFlash auto pool (FACTS.md): half the free memory, bounded."""
+    if kv_per_token <= 0:
+        return min(KVFLASH_CAP, max_ctx)
+    tokens = int((free_after_weights - reserve) / 2 / kv_per_token) // CTX_PAD * CTX_PAD
+    return max(KVFLASH_FLOOR, min(KVFLASH_CAP, tokens, max_ctx))
+
+
+def reserve_bytes(budget: GpuBudget) -> int:
+    if len(budget.devices) > 1:
+        return sum(
+            max(RESERVE_MIN_BYTES, int(d.vram_free_bytes * RESERVE_FRACTION))
+            for d in budget.devices
+        )
+    return max(RESERVE_MIN_BYTES, int(budget.vram_free_bytes * RESERVE_FRACTION))
+
+
+CONTEXT_CHECKPOINTS = 8
+"""Checkpoints per slot (the engine keeps 32): an agent needs the newest ones, and each holds
+the whole recurrent state (about 150 MiB on a 27B hybrid) or the sliding-window cache (about
+1.2 GiB on a 31B Gemma 4 at f16) in host RAM."""
+
+CHECKPOINT_RAM_SHARE = 8
+"""Checkpoints take at most an eighth of the PC's RAM (at least one is kept)."""
+
+PROMPT_CACHE_MAX_BYTES = 8192 * MIB
+"""The engine's own default for ``--cache-ram``."""
+
+PROMPT_CACHE_RAM_SHARE = 4
+"""At most a quarter of the PC's RAM goes to the prompt cache: on a GPU it competes with the
+rest of the PC, on a CPU with the model itself. Total RAM, not free RAM, so the same launch
+plans the same way from one minute to the next."""
+
+PROMPT_CACHE_PROMPTS = 4
+"""Whole-context prompts the cache is sized to hold: a small model needs far less than 8 GiB."""
+
+
+def prompt_cache_bytes(budget: GpuBudget, target: ModelFacts) -> int:
+    """The host-RAM prompt cache for a launch: the engine's default, bounded by the RAM and by
+    a few full-context prompts of this model."""
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
+    prompts = PROMPT_CACHE_PROMPTS * kv_bytes(target, target.native_ctx, "f16")
+    return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE, prompts) // MIB * MIB
+
+
+def weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
+    if n_gpu_layers == 0 and not n_cpu_moe:
+        return facts.weights_bytes  # a CPU-only plan: every weight lives in RAM
+    on_gpu = facts.weights_bytes - facts.host_bytes
+    if n_gpu_layers < 0 and not n_cpu_moe:
+        return on_gpu
+    if n_cpu_moe:
+        return on_gpu - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
+    per_layer = facts.layer_bytes // max(facts.n_layer, 1)
+    return on_gpu - per_layer * (facts.n_layer - max(n_gpu_layers, 0))

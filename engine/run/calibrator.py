@@ -1,0 +1,324 @@
+"""The calibration while a server runs: once no client has sent a request for a while, the
+probe set with each configuration (a restart through the planner each), stored as it goes.
+
+A client request abandons it at once: the probe in flight is cancelled, the configuration
+running then serves the client, and the calibration resumes from the next configuration it
+has no rate for once the server is idle again. The choice itself is
+:mod:`lucebox.engine.run.calibration`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+import httpx
+
+from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.plan.measurements import (
+    OFF,
+    Measurement,
+    MeasurementKey,
+    ProbeRate,
+    TrialRate,
+    config_label,
+    read_measurement,
+    write_measurement,
+)
+from lucebox.engine.plan.specguard import SpecGuard
+from lucebox.engine.run import calibration
+from lucebox.engine.run.calibration import Trial
+from lucebox.engine.run.metrics import parse_counters
+from lucebox.engine.run.probes import PROBES, Probe
+from lucebox.engine.run.sample import SpecStatus
+
+if TYPE_CHECKING:
+    from lucebox.engine.machine.config import Settings
+    from lucebox.engine.plan.launch import LaunchSpec
+    from lucebox.engine.plan.launchplan import LaunchPlan
+    from lucebox.engine.run.serverrun import ServerRun
+
+CalibrationState = Literal["waiting", "running", "paused", "done"]
+POLL_S = 0.25
+"""How often the calibration looks for a client's request (a cancelled probe frees its slot
+within a decode step)."""
+READY_TIMEOUT_S = 900.0
+PROBE_TIMEOUT_S = 300.0
+"""One probe's reply at most: a configuration this slow loses anyway."""
+WARM_UP = {"messages": [{"role": "user", "content": "Reply with one word."}], "max_tokens": 4}
+"""Sent after each restart, not counted: the first steps of a fresh engine build its graphs."""
+
+
+@dataclass(frozen=True)
+class CalibrationSetup:
+    """What one launch's calibration measures and how it re-plans (through the planner)."""
+
+    key: MeasurementKey
+    trials: tuple[Trial, ...]
+    forced: bool
+    """The user chose the mode: it is measured against none, and kept."""
+    idle_s: float
+    probe_max_tokens: int | None
+    on_gpu: bool
+    plan_trial: Callable[[Trial], LaunchSpec | None]
+    plan_final: Callable[[], tuple[LaunchSpec, str] | None]
+    """The launch once measured and its speculation reason: under auto the planner reads the
+    verdict from the store."""
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(t.label for t in self.trials)
+
+
+def running_label(spec: LaunchSpec) -> str:
+    return config_label(spec.spec_type, spec.draft_max, spec.draft_p_min)
+
+
+class Calibrator:
+    """One launch's calibration; ``run`` drives it inside a :class:`ServerRun`."""
+
+    def __init__(self, paths: Paths, setup: CalibrationSetup) -> None:
+        self.paths = paths
+        self.setup = setup
+        self.measurement = read_measurement(paths, setup.key) or Measurement(setup.key)
+        self.state: CalibrationState = "done" if self.complete else "waiting"
+        self.trial: Trial | None = None
+        """The configuration being measured now."""
+        self._last_client_s = time.monotonic()
+        self._counters: tuple[float, float] | None = None
+
+    @property
+    def complete(self) -> bool:
+        todo = calibration.missing(self.setup.trials, self.measurement, OFF)
+        return not todo and (self.setup.forced or self.measurement.chosen is not None)
+
+    @property
+    def baseline_tok_s(self) -> float | None:
+        base = self.measurement.baseline
+        return base.tok_s if base is not None and base.tok_s > 0 else None
+
+    def guard_for(self, spec: LaunchSpec, *, shortened: bool = False) -> SpecGuard | None:
+        """The speculation guard of ``spec``, judging throughput against the measured rate."""
+        if spec.spec_type is None:
+            return None
+        return SpecGuard.for_launch(
+            spec.spec_type,
+            spec.draft_max,
+            self.setup.on_gpu,
+            shortened=shortened,
+            baseline_tok_s=self.baseline_tok_s,
+        )
+
+    @property
+    def active(self) -> bool:
+        """Measuring now: the speculation guard holds its judgement meanwhile."""
+        return self.state == "running"
+
+    def spec_view(self, label: str, sampled: SpecStatus | None) -> SpecStatus | None:
+        """Speculation as status shows it: the sampler's view with the measured rate, or
+        the measurement's own while it runs or when it switched speculation off."""
+        if self.state in ("running", "paused") and self.trial is not None:
+            if self.state == "running":
+                reason = f"measuring on this card: {self.trial.label} ("
+                reason += f"{len(self.measurement.trials)} of {len(self.setup.trials)} measured)"
+            else:
+                reason = f"measuring paused at {self.trial.label} for a client's request; "
+                reason += "it resumes once idle"
+            base = sampled or SpecStatus(self.trial.spec_type or OFF, None, "", None, None)
+            return replace(base, reason=reason)
+        if label == OFF and self.measurement.chosen == OFF:
+            planned = next((t.label for t in self.setup.trials if t.label != OFF), None)
+            shown = calibration.shown_off(self.measurement, planned) if planned else None
+            return shown or sampled
+        measured = calibration.measured_rate(self.measurement, label)
+        if sampled is None or measured is None:
+            return sampled
+        return replace(sampled, measured=measured)
+
+    async def run(self, server: ServerRun) -> None:
+        """Measure what the store lacks, then serve what was chosen (one restart at most)."""
+        if self.state == "done":
+            return
+        try:
+            await self._calibrate(server)
+        except (OSError, LuceboxError) as exc:
+            self.state = "done"
+            server.supervisor.log.write(f"# lucebox: speculation calibration stopped: {exc}")
+
+    async def _calibrate(self, server: ServerRun) -> None:
+        headers = auth_headers(server.api_key)
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as client:
+            while True:
+                await self._wait_idle(client, server)
+                running = running_label(server.supervisor.spec)
+                todo = calibration.missing(self.setup.trials, self.measurement, running)
+                if not todo:
+                    break
+                self.state, self.trial = "running", todo[0]
+                rate = await self._measure(client, server, todo[0], running)
+                if rate is None:
+                    self.state, self._last_client_s = "paused", time.monotonic()
+                    continue
+                self._keep(self.measurement.with_trial(rate))
+        self.trial = None
+        if not self.setup.forced:
+            chosen, why = calibration.verdict(self.measurement, self.setup.labels)
+            self._keep(replace(self.measurement, chosen=chosen, why=why))
+        self.state = "done"
+        final = self.setup.plan_final()
+        if final is not None:
+            spec, reason = final
+            server.serve_measured(spec, reason, self.guard_for(spec))
+
+    def _keep(self, measurement: Measurement) -> None:
+        self.measurement = measurement
+        write_measurement(self.paths, measurement)
+
+    async def _measure(
+        self, client: httpx.AsyncClient, server: ServerRun, trial: Trial, running: str
+    ) -> TrialRate | None:
+        """``trial``'s rate over the probe set (a probe that fails counts no tokens); None when
+        a client came, or when it could not start (it is dropped from this calibration)."""
+        if trial.label != running:
+            spec = self.setup.plan_trial(trial)
+            if spec is None or not await _restart(server, spec):
+                self.setup = replace(
+                    self.setup, trials=tuple(t for t in self.setup.trials if t != trial)
+                )
+                return None
+            await _ask(client, server.url, WARM_UP)
+        self._counters = None
+        probes = []
+        try:
+            for probe in PROBES:
+                if await self._client_seen(client, server.url, probing=False):
+                    return None
+                found = await self._probe(client, server.url, probe)
+                if found is not None:
+                    probes.append(found)
+        except _ClientCameError:
+            return None
+        return TrialRate(
+            trial.label,
+            trial.spec_type,
+            trial.draft_max,
+            trial.p_min,
+            tuple(probes),
+            round(time.time(), 1),
+        )
+
+    async def _probe(self, client: httpx.AsyncClient, url: str, probe: Probe) -> ProbeRate | None:
+        limit = self.setup.probe_max_tokens
+        body = {
+            "messages": list(probe.messages),
+            "max_tokens": min(limit, probe.max_tokens) if limit else probe.max_tokens,
+            "temperature": 0,
+            "seed": 1,
+        }
+        task = asyncio.create_task(_ask(client, url, body))
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=POLL_S)
+                if not task.done() and await self._client_seen(client, url, probing=True):
+                    raise _ClientCameError
+            timings = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                    await task
+        self._counters = None  # the probe's own tokens are not a client's
+        return calibration.probe_rate(probe.name, timings) if timings is not None else None
+
+    async def _client_seen(self, client: httpx.AsyncClient, url: str, *, probing: bool) -> bool:
+        """Whether a request other than the probe runs (or ran since the last look)."""
+        try:
+            slots = (await client.get(f"{url}/slots")).json()
+            metrics = (await client.get(f"{url}/metrics")).text
+        except (httpx.HTTPError, ValueError):
+            return False
+        busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+        counters = parse_counters(metrics)
+        now = (
+            counters.get("prompt_tokens_total", 0.0),
+            counters.get("tokens_predicted_total", 0.0),
+        )
+        before, self._counters = self._counters, now
+        if busy > (1 if probing else 0):
+            return True
+        return not probing and before is not None and now != before
+
+    async def _wait_idle(self, client: httpx.AsyncClient, server: ServerRun) -> None:
+        """Until the engine is ready and no client has sent a request for ``idle_s``."""
+        if self.state == "running":
+            return
+        self._counters = None
+        while True:
+            ready = server.status.state == "ready"
+            if not ready or await self._client_seen(client, server.url, probing=False):
+                self._last_client_s = time.monotonic()
+            elif time.monotonic() - self._last_client_s >= self.setup.idle_s:
+                return
+            await asyncio.sleep(POLL_S)
+
+
+class _ClientCameError(Exception):
+    """A client's request arrived while a probe ran."""
+
+
+async def _ask(
+    client: httpx.AsyncClient, url: str, body: dict[str, object]
+) -> dict[str, object] | None:
+    """One greedy chat request; the engine's ``timings`` of the reply, None when it failed."""
+    try:
+        reply = await client.post(f"{url}/v1/chat/completions", json=body)
+        timings = reply.json().get("timings") if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return timings if isinstance(timings, dict) else None
+
+
+async def _restart(server: ServerRun, spec: LaunchSpec) -> bool:
+    """Restart ``server`` with ``spec``; whether its new engine became ready."""
+    before = server.status.engine_pid
+    server.restart(spec)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = server.status
+        if status.state == "ready" and status.engine_pid not in (None, before):
+            return True
+        if status.state in ("failed", "stopped"):
+            return False
+        await asyncio.sleep(POLL_S)
+    return False
+
+
+def setup_for(
+    launch: LaunchPlan,
+    settings: Settings,
+    plan_trial: Callable[[Trial], LaunchSpec | None],
+    plan_final: Callable[[], tuple[LaunchSpec, str] | None],
+) -> CalibrationSetup | None:
+    """What ``launch`` measures; None when nothing can speculate or calibration is off."""
+    key = launch.speculation.measurement_key
+    candidates = launch.speculation.candidates
+    mode = launch.resolved.spec
+    if key is None or not candidates or mode == "off" or settings.calibrate_idle_s <= 0:
+        return None
+    forced = mode != "auto"
+    return CalibrationSetup(
+        key,
+        calibration.trials_for(candidates, forced=forced),
+        forced,
+        settings.calibrate_idle_s,
+        settings.probe_max_tokens or None,
+        launch.budget.is_gpu,
+        plan_trial,
+        plan_final,
+    )

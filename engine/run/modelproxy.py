@@ -1,0 +1,205 @@
+"""A thin proxy in front of the router: it frees memory before a model loads, by the plans.
+
+Clients talk to the proxy on the served address; it reads the ``model`` a request names (the
+JSON body's, or ``?model=``), has the least recently used models on that model's device
+unloaded through the router's ``/models/unload`` until it fits (admission.py), then passes
+the request and streams the answer back unchanged. The router runs with no count limit on a
+loopback port of its own. An unknown model name is answered here, naming the served ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+import httpx
+
+from lucebox.engine.run.admission import Placement, evictions
+from lucebox.engine.run.servedmodels import router_states
+
+UNLOAD_TIMEOUT_S = 60.0
+UNLOAD_POLL_S = 0.05
+_HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+
+
+def model_of(target: bytes, body: bytes) -> str | None:
+    """The model a request names: the JSON body's ``model``, else the ``model`` query."""
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        data = json.loads(body) if body else None
+        if isinstance(data, dict) and isinstance(data.get("model"), str):
+            return str(data["model"])
+    found = parse_qs(urlsplit(target.decode("latin-1")).query).get("model")
+    return found[0] if found else None
+
+
+class ModelGate:
+    """Admits a request for a model once it fits beside the loaded ones on its device."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        placements: Mapping[str, Placement],
+        room_bytes: Mapping[str, int],
+    ) -> None:
+        self.client = client
+        self.placements = placements
+        self.room_bytes = room_bytes
+        self.last_used_s: dict[str, float] = {}
+        self.busy: Counter[str] = Counter()
+        self._lock = asyncio.Lock()
+
+    async def _loaded(self) -> frozenset[str]:
+        """Loaded or loading in the router, or admitted and not yet seen loading there."""
+        states = router_states((await self.client.get("/models")).json())
+        admitted = {a for a, n in self.busy.items() if n}
+        return frozenset(a for a, s in states.items() if s in ("loaded", "loading")) | admitted
+
+    async def admit(self, alias: str) -> str | None:
+        """None once ``alias`` may load; else why it cannot (busy models fill its device)."""
+        async with self._lock:
+            self.last_used_s[alias] = time.monotonic()
+            busy = frozenset(a for a, n in self.busy.items() if n)
+            victims = evictions(
+                alias,
+                await self._loaded(),
+                self.placements,
+                self.room_bytes,
+                self.last_used_s,
+                busy,
+            )
+            if victims is None:
+                return f"{alias} does not fit beside the models answering requests now"
+            for victim in victims:
+                await self.client.post("/models/unload", json={"model": victim})
+                await self._gone(victim)
+            self.busy[alias] += 1
+            return None
+
+    async def _gone(self, victim: str) -> None:
+        """Wait until the router no longer runs ``victim`` (its process has exited)."""
+        for _ in range(int(UNLOAD_TIMEOUT_S / UNLOAD_POLL_S)):
+            if victim not in await self._loaded():
+                return
+            await asyncio.sleep(UNLOAD_POLL_S)
+
+    def done(self, alias: str) -> None:
+        self.busy[alias] -= 1
+
+
+async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+    while (event := conn.next_event()) is h11.NEED_DATA:
+        conn.receive_data(await reader.read(65536))
+    return event
+
+
+def _write_error(
+    conn: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str
+) -> None:
+    """An answer of the proxy's own, in the shape of the engine's errors."""
+    body = json.dumps({"error": {"code": status, "message": message}}).encode()
+    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+    writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
+    writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+
+
+class ModelProxy:
+    """Serves the set's address; every request goes on to ``client``'s router."""
+
+    def __init__(self, client: httpx.AsyncClient, gate: ModelGate) -> None:
+        self.client = client
+        self.gate = gate
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request = await _next(conn, reader)
+                if not isinstance(request, h11.Request):
+                    return
+                body = b""
+                while isinstance(event := await _next(conn, reader), h11.Data):
+                    body += event.data
+                await self._answer(conn, writer, request, body)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (h11.RemoteProtocolError, ConnectionError):
+            return
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _answer(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        body: bytes,
+    ) -> None:
+        alias = model_of(request.target, body)
+        if alias is not None and alias not in self.gate.placements:
+            served = ", ".join(self.gate.placements)
+            _write_error(conn, writer, 404, f"model '{alias}' is not served; served: {served}")
+            return
+        refusal = await self.gate.admit(alias) if alias is not None else None
+        if refusal is not None:
+            _write_error(conn, writer, 503, refusal)
+            return
+        try:
+            await self._forward(conn, writer, request, body)
+        finally:
+            if alias is not None:
+                self.gate.done(alias)
+
+    async def _forward(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        body: bytes,
+    ) -> None:
+        headers = [(k, v) for k, v in request.headers if k.lower() not in _HOP_HEADERS]
+        upstream = self.client.build_request(
+            request.method.decode(), request.target.decode("latin-1"), headers=headers,
+            content=body,
+        )  # fmt: skip
+        try:
+            answer = await self.client.send(upstream, stream=True)
+        except httpx.HTTPError as exc:
+            _write_error(conn, writer, 502, f"the router did not answer: {exc}")
+            return
+        try:
+            kept = [(k, v) for k, v in answer.headers.raw if k.lower() not in _HOP_HEADERS]
+            writer.write(conn.send(h11.Response(status_code=answer.status_code, headers=kept)))
+            async for chunk in answer.aiter_raw():
+                writer.write(conn.send(h11.Data(data=chunk)))
+                await writer.drain()
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+        finally:
+            await answer.aclose()
+
+
+async def start_proxy(
+    host: str,
+    port: int,
+    router_url: str,
+    placements: Mapping[str, Placement],
+    room_bytes: Mapping[str, int],
+    headers: Mapping[str, str],
+) -> tuple[asyncio.Server, tuple[httpx.AsyncClient, ...]]:
+    """The proxy listening on ``host:port`` for the router at ``router_url``; ``headers``
+    (the API key) go only with the proxy's own calls, a client's request keeps its own."""
+    admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
+    client = httpx.AsyncClient(base_url=router_url, timeout=None)
+    proxy = ModelProxy(client, ModelGate(admin, placements, room_bytes))
+    server = await asyncio.start_server(proxy.handle, host, port)
+    return server, (client, admin)

@@ -1,0 +1,89 @@
+"""The models of a served set as `status` shows them, read from the router's ``/models``.
+
+The router (tools/server/server-models.cpp of the pinned source) answers ``GET /models`` with
+``{"data": [{"id", "aliases", "status": {"value": ...}}]}``; ``value`` is one of
+downloading, downloaded, unloaded, loading, loaded, sleeping. It does not say when a model was
+last used, so that comes from its log line ``proxying request to model NAME on port N``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from lucebox.engine.core.errors import UsageError
+
+ModelStateName = Literal["loaded", "sleeping", "unloaded", "loading"]
+_STATES: dict[str, ModelStateName] = {name: name for name in get_args(ModelStateName)}
+_PROXIED = re.compile(r"proxying request to model (\S+) on port \d+")
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """One model of the set: its state in the router, where it runs, what it holds."""
+
+    alias: str
+    state: ModelStateName
+    device: str
+    memory_bytes: int
+    """What its process holds now (resident memory), 0 when it runs no process."""
+    last_used_s: float | None
+    """Seconds since a request last went to it; None when none has since the start."""
+    planned_bytes: int = 0
+    """What the plan gives it (the set's plan keeps any ``models_max`` of them within it)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "state": self.state,
+            "device": self.device,
+            "memory_bytes": self.memory_bytes,
+            "last_used_s": self.last_used_s,
+            "planned_bytes": self.planned_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> ModelStatus | None:
+        """The status a state file holds; None when it is not one."""
+        if not isinstance(data, dict) or data.get("state") not in get_args(ModelStateName):
+            return None
+        last = data.get("last_used_s")
+        return cls(
+            alias=str(data.get("alias", "")),
+            state=data["state"],
+            device=str(data.get("device", "")),
+            memory_bytes=int(data.get("memory_bytes") or 0),
+            last_used_s=float(last) if isinstance(last, int | float) else None,
+            planned_bytes=int(data.get("planned_bytes") or 0),
+        )
+
+
+def router_states(payload: Any) -> dict[str, ModelStateName]:
+    """Each model's state in a ``/models`` answer; a download counts as not loaded."""
+    found: dict[str, ModelStateName] = {}
+    entries = payload.get("data") if isinstance(payload, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        status = entry.get("status")
+        value = status.get("value") if isinstance(status, dict) else None
+        found[entry["id"]] = (
+            _STATES.get(value, "unloaded") if isinstance(value, str) else "unloaded"
+        )
+    return found
+
+
+def proxied_model(line: str) -> str | None:
+    """The model a router log line says a request went to, if it is such a line."""
+    match = _PROXIED.search(line)
+    return match.group(1) if match else None
+
+
+def find_model(models: tuple[ModelStatus, ...], name: str) -> ModelStatus:
+    """The served model called ``name``; an unknown name is refused with the served ones."""
+    for model in models:
+        if model.alias == name:
+            return model
+    served = ", ".join(m.alias for m in models) or "none (no set is served)"
+    raise UsageError(f"no served model is called {name!r}", hint=f"the served models: {served}")

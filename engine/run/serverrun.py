@@ -1,0 +1,379 @@
+"""The running server, with the one way to stop or restart it: supervises the engine, samples
+it once ready, saves and restores its slot, applies the speculation guard's decisions and keeps
+the state file (:mod:`runstate`) current."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.machine import gpu
+from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
+from lucebox.engine.plan.cpuread import cpu_cores
+from lucebox.engine.plan.launch import LaunchSpec, server_argv, url_of
+from lucebox.engine.plan.measurements import PrefillRecorder
+from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run.calibrator import Calibrator, running_label
+from lucebox.engine.run.lastserved import served_now, write_last_served
+from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
+from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
+from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
+from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor, down_peers
+
+_STATE_OF_EVENT: dict[str, RunStateName] = {
+    "starting": "starting",
+    "loading": "loading",
+    "ready": "ready",
+    "exited": "restarting",
+    "restarting": "restarting",
+    "gave-up": "failed",
+    "stopped": "stopped",
+}
+
+
+def state_of(event: ServerEvent) -> RunStateName:
+    return _STATE_OF_EVENT[event.kind]
+
+
+def planned_spec(spec_type: str | None, reason: str | None) -> SpecStatus | None:
+    """Speculation as planned, before the engine says whether it runs; None when none is."""
+    if spec_type is None:
+        return None
+    return SpecStatus(spec_type, None, reason or f"{spec_type} as planned", None, None)
+
+
+@dataclass
+class _Run:
+    """What changes while a server runs: its status, last sample and the engine's log facts."""
+
+    status: Status
+    sample: Sample | None = None
+    logs: dict[int, EngineLog] = field(default_factory=dict)
+    """The engine's log facts per engine process, fed line by line by the supervisor."""
+
+
+class ServerRun:
+    """A running server: supervises the engine, samples it once ready, keeps the state file.
+
+    Every stop and restart, whoever asks (quitting the dashboard, `lucebox down`, a restart
+    key, the re-plan after running out of memory), goes through :meth:`stop` or
+    :meth:`restart`, and every engine stopped on purpose passes :meth:`_engine_stopping`
+    first: work that must happen on stop is done there, once.
+    """
+
+    def __init__(
+        self,
+        paths: Paths,
+        supervisor: Supervisor,
+        *,
+        model: str,
+        gpu_index: int,
+        spec_reason: str | None = None,
+        webui_url: str | None = None,
+        spec_guard: SpecGuard | None = None,
+        spec_asked: bool = False,
+        on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec | None] | None = None,
+        api_key: str | None = None,
+        peers: tuple[PeerStatus, ...] = (),
+        calibrator: Calibrator | None = None,
+    ) -> None:
+
+        self.spec_guard = spec_guard
+        """Watches the acceptance; None when nothing speculates (or it was switched off)."""
+        self.spec_asked = spec_asked
+        """The user chose the mode (--spec or model.spec): a guard decision only warns."""
+        self.on_spec_decision = on_spec_decision
+        self.api_key = api_key
+        """The key the engine was started with (read once from its key file), for the run's
+        own requests: samples and slot saves."""
+        self.calibrator = calibrator
+        """Measures speculation on this card once idle; None when nothing can speculate."""
+        self._pending: Decision | None = None
+        self._spec_off: SpecStatus | None = None
+        """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
+        self.paths = paths
+        self.supervisor = supervisor
+        self.gpu_index = gpu_index
+        self.spec_reason = spec_reason
+        self.url = url_of(supervisor.spec)
+        self._run = _Run(
+            Status(
+                "starting",
+                pid=os.getpid(),
+                url=self.url,
+                model=model,
+                started_at=time.time(),
+                ctx=supervisor.spec.plan.ctx,
+                log=str(engine_log(paths)),
+                spec=planned_spec(supervisor.spec.spec_type, spec_reason),
+                webui_url=webui_url,
+                peers=peers,
+            )
+        )
+        self._sampling: asyncio.Task[None] | None = None
+        supervisor.on_line = self._feed_line
+        supervisor.before_stop = self._engine_stopping
+
+    @property
+    def status(self) -> Status:
+        return self._run.status
+
+    def stop(self) -> None:
+        """Stop the engine and end the run (quit, `lucebox down`, SIGINT/SIGTERM)."""
+        self.supervisor.stop()
+
+    def restart(self, spec: LaunchSpec | None = None) -> None:
+        """Stop the serving engine and start it again, with ``spec`` when given."""
+        self.supervisor.restart(spec)
+
+    def serve_measured(self, spec: LaunchSpec, reason: str, guard: SpecGuard | None) -> None:
+        """Serve what the calibration chose, watched by ``guard``; one restart when it differs
+        from what runs now."""
+        self.spec_guard, self._pending, self._spec_off = guard, None, None
+        self.spec_reason = reason
+        if server_argv(spec) != server_argv(self.supervisor.spec):
+            self.restart(spec)
+
+    def _spec_view(self, sampled: SpecStatus | None) -> SpecStatus | None:
+        spec = self._spec_off or self._guarded(sampled)
+        if self.calibrator is None:
+            return spec
+        return self.calibrator.spec_view(running_label(self.supervisor.spec), spec)
+
+    def _guarded(self, spec: SpecStatus | None) -> SpecStatus | None:
+        """The sampler's view of speculation, with the guard's warning when it only warns."""
+        pending = self._pending
+        if spec is None or pending is None or not self.spec_asked:
+            return spec
+        return replace(spec, reason=f"{pending.observed}; kept, as --spec asked: it costs speed")
+
+    def _watch_acceptance(self, sample: Sample) -> None:
+        """Feed the guard; apply its decision once no request is running (one restart)."""
+        guard = self.spec_guard
+        if guard is None or (self.calibrator is not None and self.calibrator.active):
+            return
+        if self._pending is None and sample.draft_tokens_total is not None:
+            guard, self._pending = guard.judge(
+                sample.draft_tokens_total, sample.accepted_tokens_total or 0
+            )
+        if self._pending is None:
+            guard, self._pending = guard.judge_rate(
+                sample.decode_tokens_total,
+                sample.decode_seconds_total,
+                sample.draft_tokens_total or 0,
+            )
+        self.spec_guard = guard
+        decision = self._pending
+        if decision is None or self.spec_asked or self.on_spec_decision is None:
+            return
+        if sample.slots_busy != 0:
+            return  # the engine has no per-request switch: wait for an idle moment
+        current = self.supervisor.spec
+        self._pending = None
+        if decision.action == "off":
+            self.spec_guard = None
+            self._spec_off = SpecStatus(
+                current.spec_type or "", False, decision.reason, decision.acceptance, None
+            )
+        self.spec_reason = decision.reason
+        changed = self.on_spec_decision(decision, current)
+        if changed is not None:
+            self.restart(changed)
+
+    def _feed_line(self, engine_pid: int, line: str) -> None:
+        facts = self._run.logs.get(engine_pid)
+        if facts is None:
+            # Only the current engine's lines matter: forget an earlier engine's.
+            self._run.logs = {engine_pid: (facts := self._engine_log())}
+        facts.feed(line)
+
+    def _engine_log(self) -> EngineLog:
+        """What reads the engine's lines: llama-server's, or the Lucebox engine's."""
+        return LuceboxLog() if self.supervisor.spec.lucebox is not None else EngineLog()
+
+    async def _engine_stopping(self) -> None:
+        """Runs before the supervisor stops a live engine on purpose: sampling ends first,
+        then the slot is saved so the next start answers from a warm cache."""
+        await self._stop_sampling()
+        if self._run.status.state == "ready":
+            await self._slot("save")
+
+    async def _slot(self, action: Literal["save", "restore"]) -> None:
+
+        spec = self.supervisor.spec
+        if spec.slot_save_path is None:
+            return
+        headers = auth_headers(self.api_key)
+        act = save_slot if action == "save" else restore_slot
+        async with httpx.AsyncClient() as client:
+            tokens = await act(
+                client, self.url, headers, Path(spec.slot_save_path), SlotKey.of(spec)
+            )
+        if tokens:
+            self.supervisor.log.write(f"# lucebox: slot {action}d ({tokens} tokens)")
+
+    async def _stop_sampling(self) -> None:
+
+        task, self._sampling = self._sampling, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _save(self) -> None:
+        write_status(self.paths, self._run.status)
+
+    async def events(self) -> AsyncIterator[ServerEvent | Sample]:
+        """Supervise the engine and sample it once ready; yields both streams as they come.
+
+        Keeps the state file that `lucebox status` reads, and removes it when the run ends.
+        """
+
+        queue: asyncio.Queue[ServerEvent | Sample | None] = asyncio.Queue()
+
+        async def follow_supervisor() -> None:
+            try:
+                async for event in self.supervisor.events():
+                    await queue.put(event)
+            finally:
+                await queue.put(None)
+
+        supervising = asyncio.create_task(follow_supervisor())
+        calibrating = asyncio.create_task(self.calibrator.run(self)) if self.calibrator else None
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, ServerEvent):
+                    await self._on_event(item, queue)
+                self._save()
+                yield item
+        finally:
+            if calibrating is not None:
+                calibrating.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await calibrating
+            self.supervisor.stop()
+            await self._stop_sampling()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervising
+            state_file(self.paths).unlink(missing_ok=True)
+
+    async def _on_event(
+        self, event: ServerEvent, queue: asyncio.Queue[ServerEvent | Sample | None]
+    ) -> None:
+
+        self._run.status = replace(
+            self._run.status,
+            state=state_of(event),
+            restarts=event.restarts,
+            engine_pid=event.pid,
+            ctx=self.supervisor.spec.plan.ctx,
+            peers=self._peers_after(event),
+        )
+        # An engine that is not ready (or no longer) is not sampled.
+        await self._stop_sampling()
+        if event.kind == "ready" and event.pid is not None:
+            self._record_served()
+            await self._slot("restore")
+            self._sampling = asyncio.create_task(self._sample(event.pid, queue))
+
+    @property
+    def served_aliases(self) -> tuple[str, ...]:
+        """The model names clients may ask for."""
+        return (self.supervisor.spec.alias,)
+
+    def _record_served(self) -> None:
+        """Keep the address and alias for `lucebox connect` once the run has ended."""
+        spec = self.supervisor.spec
+        record = served_now(
+            self.url,
+            self.served_aliases,
+            spec.plan.ctx,
+            api_key_file=spec.api_key_file,
+            on_gpu=bool(spec.gpus or spec.rpc),
+            weights_bytes=spec.plan.memory_bytes.weights,
+        )
+        with contextlib.suppress(OSError, LuceboxError):
+            write_last_served(self.paths, record)
+
+    def _peers_after(self, event: ServerEvent) -> tuple[PeerStatus, ...]:
+        """The peers' state: lost when the engine exited and its RPC server does not answer."""
+
+        peers = self._run.status.peers
+        if event.kind == "ready":
+            return tuple(replace(p, state="up") for p in peers)
+        if event.kind != "exited" or not peers:
+            return peers
+        down = set(down_peers(tuple(p.address for p in peers)))
+        return tuple(replace(p, state="lost" if p.address in down else "up") for p in peers)
+
+    async def _sample(
+        self, engine_pid: int, queue: asyncio.Queue[ServerEvent | Sample | None]
+    ) -> None:
+
+        spec = self.supervisor.spec
+        provider = gpu.PynvmlProvider()
+        try:
+            provider.init()
+        except gpu.NvmlUnavailableError:
+            nvml = None
+        else:
+            nvml = provider
+        facts = self._run.logs.setdefault(engine_pid, self._engine_log())
+        on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
+        prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
+        options: dict[str, Any] = dict(nvml=nvml, gpu_index=self.gpu_index, api_key=self.api_key)
+        options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
+        sampler = (
+            LuceboxSampler(self.url, engine_pid, facts, **options)
+            if isinstance(facts, LuceboxLog)
+            else Sampler(self.url, engine_pid, facts, **options)
+        )
+        try:
+            async for sample in sampler.samples():
+                await queue.put(sample)
+                # Status shows the last known rate, not an idle second's missing one.
+                self._run.sample = with_last_rates(self._run.sample, sample)
+                self._run.status = replace(
+                    self._run.status,
+                    gpus=gpu_statuses(nvml) if nvml is not None else (),
+                    sample=self._run.sample,
+                    spec=self._spec_view(sampler.spec_status()),
+                    cache=sampler.cache_status(),
+                )
+                self._watch_acceptance(sample)
+                if on_cpu:
+                    prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
+        finally:
+            if nvml is not None:
+                with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):
+                    nvml.shutdown()
+
+
+def gpu_statuses(nvml: NvmlProvider) -> tuple[GpuStatus, ...]:
+    """Every NVIDIA GPU's memory and load now (a split engine uses several)."""
+
+    found = []
+    for index in range(nvml.device_count()):
+        try:
+            total, _, used = nvml.memory_bytes(index)
+        except NvmlNotSupportedError:
+            continue
+        try:
+            util: int | None = nvml.utilization_percent(index)
+        except NvmlNotSupportedError:
+            util = None
+        found.append(GpuStatus(index, used, total, util))
+    return tuple(found)

@@ -1,0 +1,215 @@
+"""The pipeline of a served set: several models on one endpoint through llama-server's router.
+
+The same steps as one model's (pipeline.py): GPU, models (each pulled and checked), engine,
+plan (plan/modelset.py: every model by the one planner against one budget per device), then
+the router, supervised like the single server, on a loopback port behind lucebox's proxy
+(run/modelproxy.py), which frees memory by the plans before a model loads. One model, named
+once, never comes here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from dataclasses import dataclass, replace
+
+from lucebox.engine.core import units
+from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.machine import config
+from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.pipeline import (
+    Emit,
+    ServeOptions,
+    StepEvent,
+    StepState,
+    ensure_engine,
+    machine_view,
+    pull_source,
+)
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launch import url_of
+from lucebox.engine.plan.launchplan import LaunchPlan
+from lucebox.engine.plan.modelset import SetPlan, SetRefusal, members_of, plan_set
+from lucebox.engine.plan.router import router_ini, router_spec
+from lucebox.engine.run.admission import Placement
+from lucebox.engine.run.modelproxy import start_proxy
+from lucebox.engine.run.routerrun import PlannedModel, RouterRun
+from lucebox.engine.run.runstate import ServeLock, engine_log
+from lucebox.engine.run.supervisor import PortInUseError, ServerEvent, Supervisor, port_holder
+
+LOOPBACK = "127.0.0.1"
+
+ROUTER_READY_TIMEOUT_S = 60.0
+"""The router answers /health as soon as it listens; models load later, on request."""
+
+
+def served_sources(options: ServeOptions, settings: config.Settings) -> tuple[str, ...]:
+    """The set to serve: several --model, else models.served when no model or preset is
+    named; empty when one model is served (as always, without the router)."""
+    if options.models:
+        return options.models
+    if options.model is None and options.preset is None and len(settings.models_served) > 1:
+        return settings.models_served
+    return ()
+
+
+def one_from_setting(options: ServeOptions, settings: config.Settings) -> ServeOptions:
+    """``options`` with models.served's only entry as the model, when nothing is named."""
+    if options.model or options.preset or options.models or len(settings.models_served) != 1:
+        return options
+    return replace(options, model=settings.models_served[0])
+
+
+@dataclass(frozen=True)
+class PreparedSet:
+    planned: SetPlan
+    settings: config.Settings
+
+
+def prepare_set(
+    paths: Paths, options: ServeOptions, sources: tuple[str, ...], emit: Emit, *, dry_run: bool
+) -> PreparedSet:
+    """Every step before the router starts; ``dry_run`` fetches and builds nothing."""
+    emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
+    view = machine_view(paths, options)
+    settings, budget, installed = view.settings, view.budget, view.installed
+    emit(
+        StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
+    )
+    emit(StepEvent("preset", "done", f"a set of {len(sources)}: {', '.join(sources)}"))
+    if not dry_run:
+        for member in members_of(paths, sources):
+            preset = member.preset
+            pull_source(paths, preset.target.source if preset else member.source, emit, None)
+            if preset and preset.draft and preset.draft.model:
+                pull_source(paths, preset.draft.model.source, emit, None)
+        installed = ensure_engine(paths, view.probe, settings.engine, emit)
+        paths.ensure(paths.slots_dir)
+    emit(StepEvent("plan", "running", "planning the set: which fit together, and where"))
+    planned = plan_set(
+        paths,
+        options,
+        sources,
+        settings=settings,
+        budget=budget,
+        engine=EngineView.of(installed),
+        ram_limit_bytes=settings.models_ram_mib * units.MIB,
+    )
+    if planned.refusal is not None:
+        raise SetRefusal(planned, planned.refusal)
+    emit(StepEvent("models", "done", ", ".join(lp.target.path.name for lp in planned.launches)))
+    emit(StepEvent("plan", "done", set_summary(planned)))
+    return PreparedSet(planned, settings)
+
+
+def set_summary(planned: SetPlan) -> str:
+    each = ", ".join(
+        f"{lp.alias} ctx {lp.plan.ctx} {units.gib_text(lp.plan.memory_bytes.total, 2)}"
+        for lp in planned.launches
+    )
+    return f"{each}; at most {planned.models_max} loaded at once"
+
+
+def planned_models(planned: SetPlan) -> tuple[PlannedModel, ...]:
+    return tuple(
+        PlannedModel(
+            lp.alias,
+            lp.budget.device,
+            lp.spec.model_path,
+            lp.plan.memory_bytes.total + planned.process_bytes,
+            lp.budget.is_gpu,
+        )
+        for lp in planned.launches
+    )
+
+
+def serve_set(paths: Paths, options: ServeOptions, sources: tuple[str, ...], emit: Emit) -> int:
+    """Serve the set in the foreground until SIGINT/SIGTERM or a crash loop."""
+    lock = ServeLock(paths)
+    try:
+        prepared = prepare_set(paths, options, sources, emit, dry_run=False)
+        return asyncio.run(_serve_router(paths, prepared, emit))
+    finally:
+        lock.release()
+
+
+def device_key(launch: LaunchPlan) -> str:
+    """The device a model's memory is counted on: its GPUs (NVML indices), or the RAM."""
+    return ",".join(map(str, launch.spec.gpus)) or "ram"
+
+
+def placements_of(planned: SetPlan) -> tuple[dict[str, Placement], dict[str, int]]:
+    """Each model's device and planned bytes, and each device's room, for the proxy."""
+    placements = {
+        lp.alias: Placement(device_key(lp), lp.plan.memory_bytes.total + planned.process_bytes)
+        for lp in planned.launches
+    }
+    free = {str(d.index): d.vram_free_bytes for d in planned.budget.devices}
+    room = {
+        key: sum(free[i] for i in key.split(","))
+        if key != "ram"
+        else planned.budget.vram_free_bytes
+        for key in {p.device for p in placements.values()}
+    }
+    return placements, room
+
+
+async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:
+    planned = prepared.planned
+    ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
+    write_text_atomic(ini_path, router_ini(planned, prepared.settings.models_idle_s))
+    public = planned.launches[0].spec
+    # The router counts no models: the proxy in front of it evicts by memory.
+    spec = replace(router_spec(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
+    api_key = None
+    if spec.api_key_file:
+        _, api_key, created = ensure_api_key_file(paths, prepared.settings.api_key)
+        if created:
+            emit(StepEvent("server", "note", f"API key (shown once): {api_key}"))
+    placements, room = placements_of(planned)
+    try:
+        server, clients = await start_proxy(
+            public.host, public.port, url_of(spec), placements, room, auth_headers(api_key)
+        )
+    except OSError as exc:
+        holder = port_holder(public.host, public.port) or "another program"
+        raise PortInUseError(
+            f"cannot listen on {public.host}:{public.port}: {exc.strerror or exc} ({holder})",
+            hint="stop the other program or choose --port",
+        ) from exc
+    supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
+    run = RouterRun(
+        paths,
+        supervisor,
+        planned=planned_models(planned),
+        public_url=url_of(public),
+        api_key=api_key,
+    )
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, run.stop)
+    exit_code = 0
+    try:
+        async for item in run.events():
+            if isinstance(item, ServerEvent):
+                state: StepState = "failed" if item.kind == "gave-up" else "running"
+                message = item.message.replace(url_of(spec), url_of(public))
+                emit(StepEvent("server", state, f"{item.kind}: {message}"))
+                if item.kind == "ready":
+                    emit(StepEvent("server", "note", f"models: {', '.join(planned.aliases)}"))
+                if item.kind == "gave-up":
+                    exit_code = 1
+    finally:
+        server.close()
+        for client in clients:
+            await client.aclose()
+    return exit_code
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])

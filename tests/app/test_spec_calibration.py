@@ -1,0 +1,187 @@
+"""The speculation calibration through `lucebox serve` on the real CPU engine: it measures once
+the server is idle, keeps n-gram where it pays, switches off a draft that does not, measures a
+forced mode and keeps it, and steps aside at once for a client's request.
+
+Each test serves from a home of its own (the shared engine home keeps its plans unmeasured),
+with a one-second idle wait and short probes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.measurements import store_file
+from tests.conftest import run_lucebox
+from tests.ggufgen import cached_gguf, dflash_for, qwen35_target
+from tests.ports import free_port
+from tests.realmodels import smol_model
+from tests.smolserver import private_engine_home
+
+pytestmark = pytest.mark.slow
+
+
+def calibrating_home(folder: Path, *, idle_s: str = "1", probe_tokens: str = "48") -> Path:
+    home = private_engine_home(folder)
+    for key, value in (("spec.calibrate_idle_s", idle_s), ("spec.probe_max_tokens", probe_tokens)):
+        done = run_lucebox("config", "set", key, value, env={"LUCEBOX_HOME": str(home)})
+        assert done.returncode == 0, done.stderr
+    return home
+
+
+def status(home: Path) -> dict:
+    return json.loads(run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)}).stdout)
+
+
+def stored(home: Path) -> dict:
+    """The one entry of the home's measurement store ({} before the first trial)."""
+    path = store_file(resolve_paths({"LUCEBOX_HOME": str(home)}))
+    entries = json.loads(path.read_text())["entries"] if path.exists() else {}
+    assert len(entries) <= 1
+    return next(iter(entries.values()), {})
+
+
+def trial(entry: dict, label: str) -> dict:
+    return next(t for t in entry["trials"] if t["label"] == label)
+
+
+@contextlib.contextmanager
+def serving(home: Path, model: Path, *extra: str) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "lucebox.app.cli", "serve", "--model", str(model)]
+    serve = subprocess.Popen(
+        [*argv, *extra, "--port", str(port), "--ctx", "2048"],
+        env={**os.environ, "LUCEBOX_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=60)
+        assert serve.stdout is not None
+        output = serve.stdout.read()
+        serve.stdout.close()
+        assert "Traceback" not in output, output
+
+
+def wait_for(home: Path, done: Callable[[dict], bool], timeout_s: float = 150) -> dict:
+    deadline = time.monotonic() + timeout_s
+    now: dict = {}
+    while time.monotonic() < deadline:
+        now = status(home)
+        if now["state"] == "ready" and done(now):
+            return now
+        assert now["state"] != "failed", now
+        time.sleep(0.3)
+    raise AssertionError(f"not reached; last status {now}")
+
+
+def reason_of(now: dict) -> str:
+    return (now["spec"] or {}).get("reason", "")
+
+
+def calibrated(now: dict) -> bool:
+    spec = now["spec"] or {}
+    return spec.get("measured") is not None and not spec["reason"].startswith("measuring")
+
+
+def test_ngram_that_pays_on_repeated_text_is_kept_with_its_measured_ratio(
+    built_engine_home, tmp_path
+):
+    home = calibrating_home(tmp_path / "home")
+    # A generated head the target always agrees with: its replies repeat, as an edit's do.
+    model = cached_gguf(qwen35_target(agree_token="hello"))
+    with serving(home, model):
+        now = wait_for(home, calibrated)
+        spec = now["spec"]
+        assert spec["type"] == "ngram-mod" and spec["active"] is True
+        measured = spec["measured"]
+        assert measured["ratio"] > 1.2 and measured["probes"] == 4
+        assert measured["tok_s"] > measured["baseline_tok_s"] > 0
+        assert "measured on this card over 4 probes against none: ngram-mod" in spec["reason"]
+        entry = stored(home)
+        assert entry["chosen"] == "ngram-mod"
+        edit = next(p for p in trial(entry, "ngram-mod")["probes"] if p["name"] == "edit")
+        assert edit["accepted"] > 0 and edit["accepted"] == edit["drafted"]
+        text = run_lucebox("status", env={"LUCEBOX_HOME": str(home)}).stdout
+        assert f"n-gram {measured['ratio']:.2f}x (measured)" in text
+        assert now["restarts"] == 2  # to none for its rate, then back to the winner
+
+
+def test_a_random_dflash_draft_named_with_draft_is_switched_off_by_the_calibration(
+    built_engine_home, tmp_path
+):
+    home = calibrating_home(tmp_path / "home")
+    target_spec = qwen35_target()  # random weights: the draft is almost never accepted
+    target, draft = cached_gguf(target_spec), cached_gguf(dflash_for(target_spec))
+    with serving(home, target, "--draft", str(draft)):
+        planned = wait_for(home, lambda now: now["spec"] is not None)["spec"]
+        assert planned["type"] == "draft-dflash"
+        wait_for(home, lambda now: stored(home).get("chosen") is not None)
+        entry = stored(home)
+        assert [t["label"] for t in entry["trials"]] == ["draft-dflash n15", "off", "ngram-mod"]
+        assert entry["chosen"] != "draft-dflash n15"
+        dflash, off = trial(entry, "draft-dflash n15"), trial(entry, "off")
+        assert dflash["tok_s"] < off["tok_s"]
+        spec = wait_for(home, calibrated)["spec"]
+        if entry["chosen"] == "off":
+            assert spec["type"] == "draft-dflash" and spec["active"] is False
+            assert spec["reason"].startswith("off: slower than none, 0.")
+        else:
+            assert spec["type"] == "ngram-mod" and spec["active"] is True
+        assert "draft-dflash n15 0." in entry["why"]
+
+
+def test_a_forced_mtp_head_is_measured_shown_and_kept(built_engine_home, tmp_path):
+    home = calibrating_home(tmp_path / "home")
+    model = cached_gguf(qwen35_target(agree_token="hello"))
+    with serving(home, model, "--spec", "mtp"):
+        now = wait_for(home, calibrated)
+        spec = now["spec"]
+        assert spec["type"] == "draft-mtp" and spec["active"] is True
+        assert "--spec mtp as asked" in spec["reason"]
+        ratio = spec["measured"]["ratio"]
+        assert ratio > 0 and spec["measured"]["probes"] == 4
+        entry = stored(home)
+        assert entry["chosen"] is None  # the user's choice, not a verdict for auto
+        assert {t["label"] for t in entry["trials"]} == {"off", "draft-mtp n3 p0.75"}
+        text = run_lucebox("status", env={"LUCEBOX_HOME": str(home)}).stdout
+        assert f"MTP {ratio:.2f}x (measured)" in text
+
+
+def test_a_request_during_the_calibration_is_served_at_once_and_it_resumes(
+    built_engine_home, tmp_path
+):
+    home = calibrating_home(tmp_path / "home", idle_s="2", probe_tokens="16")
+    with serving(home, smol_model()) as url:
+        # The second configuration (none) is being measured: the first one's rate is stored.
+        wait_for(home, lambda now: reason_of(now).startswith("measuring on this card: off"))
+        first_at = trial(stored(home), "ngram-mod")["at"]
+        sent = time.monotonic()
+        body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
+        reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+        waited_s = time.monotonic() - sent
+        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"]
+        assert waited_s < 30
+        assert "off" not in {t["label"] for t in stored(home)["trials"]}
+        paused = wait_for(home, lambda now: "measuring paused at off" in reason_of(now), 10)
+        assert paused["spec"]["type"] == "off"  # what was running serves the client
+        # Idle again: it resumes with what it lacks, keeping the rate measured before.
+        wait_for(home, lambda now: stored(home).get("chosen") is not None, 240)
+        entry = stored(home)
+        assert trial(entry, "ngram-mod")["at"] == first_at
+        assert trial(entry, "off")["at"] > first_at

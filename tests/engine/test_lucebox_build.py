@@ -1,0 +1,144 @@
+"""Building dflash_server: one arch, the measured configure line, offline JSON headers."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from lucebox.engine.core.errors import GuardRefusal, UsageError
+from lucebox.engine.engines import lucebox, luceboxbuild
+from lucebox.engine.engines.build import BuildOptions
+from lucebox.engine.engines.source import SourceInfo
+
+from .test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
+from .test_lucebox_source import SHARED_TARBALL, needs_tarball
+
+FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
+SOURCE = SourceInfo(Path("/src/lucebox"), "pin", lucebox.PIN.identity, None)
+OPTIONS = BuildOptions("cuda", ("86",), toolkit="system CUDA 13.0", webui=False)
+
+
+@pytest.mark.parametrize(
+    ("probe", "cuda", "arch", "chosen", "kit"),
+    [
+        (RTX_3090, NVCC, None, "86", "system CUDA 13.0"),
+        (H100, NVCC, None, "90", "system CUDA 13.0"),
+        (H100, NO_NVCC, None, "90", FETCHED),
+        (NO_GPU, NVCC, "86", "86", "system CUDA 13.0"),
+        (NO_GPU, NVCC, "8.9", "89", "system CUDA 13.0"),
+    ],
+)
+def test_one_arch_from_the_card_or_from_arch(probe, cuda, arch, chosen, kit):
+    choice = luceboxbuild.choose_options(probe, cuda, arch=arch, host="x86_64")
+    assert choice.options == BuildOptions("cuda", (chosen,), toolkit=kit, webui=False)
+    assert f"arch {chosen}" in choice.reason
+
+
+def test_no_nvidia_gpu_and_no_arch_is_refused():
+    with pytest.raises(GuardRefusal, match="only on NVIDIA GPUs") as refused:
+        luceboxbuild.choose_options(NO_GPU, NVCC, arch=None, host="x86_64")
+    assert "--arch" in (refused.value.hint or "")
+
+
+def test_one_arch_per_build():
+    with pytest.raises(UsageError, match="one CUDA arch at a time"):
+        luceboxbuild.choose_options(NO_GPU, NVCC, arch="86,89", host="x86_64")
+
+
+def test_the_configure_line_is_the_measured_one_and_offline(tmp_path):
+    argv = luceboxbuild.configure_argv(
+        SOURCE, tmp_path / "build", OPTIONS, json_config_dir=tmp_path / "json"
+    )
+    assert argv[:5] == ["cmake", "-S", "/src/lucebox/server", "-B", str(tmp_path / "build")]
+    assert argv[5:] == [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DCMAKE_CUDA_ARCHITECTURES=86",
+        "-DDFLASH27B_ENABLE_BSA=OFF",
+        "-DDFLASH27B_FA_ALL_QUANTS=OFF",
+        "-DDFLASH27B_TESTS=OFF",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
+        f"-Dnlohmann_json_DIR={tmp_path / 'json'}",
+    ]
+    assert luceboxbuild.build_argv(tmp_path / "build", 16) == [
+        "cmake", "--build", str(tmp_path / "build"), "--target", "dflash_server", "-j", "16",
+    ]  # fmt: skip
+
+
+def test_bsa_is_built_only_when_its_submodule_is_there(tmp_path):
+    source = SourceInfo(tmp_path, "pin", lucebox.PIN.identity, None)
+    probe = tmp_path / "server" / luceboxbuild.BSA_PROBE
+    off = luceboxbuild.configure_argv(source, tmp_path, OPTIONS, json_config_dir=tmp_path)
+    probe.parent.mkdir(parents=True)
+    probe.write_text("")
+    on = luceboxbuild.configure_argv(source, tmp_path, OPTIONS, json_config_dir=tmp_path)
+    assert "-DDFLASH27B_ENABLE_BSA=OFF" in off
+    assert "-DDFLASH27B_ENABLE_BSA=ON" in on
+
+
+def test_a_fetched_toolkit_is_named_to_cmake(tmp_path):
+    options = BuildOptions("cuda", ("86",), toolkit=FETCHED, webui=False)
+    argv = luceboxbuild.configure_argv(
+        SOURCE, tmp_path, options, json_config_dir=tmp_path, toolkit_root=Path("/tk")
+    )
+    assert "-DCMAKE_CUDA_COMPILER=/tk/bin/nvcc" in argv
+    assert "-DCMAKE_BUILD_RPATH=$ORIGIN" in argv
+
+
+def test_the_build_key_follows_arch_and_source_not_paths():
+    key = luceboxbuild.build_key(SOURCE, OPTIONS)
+    moved = SourceInfo(Path("/elsewhere"), "pin", lucebox.PIN.identity, None)
+    assert luceboxbuild.build_key(moved, OPTIONS) == key
+    other_arch = BuildOptions("cuda", ("89",), toolkit="system CUDA 13.0", webui=False)
+    assert luceboxbuild.build_key(SOURCE, other_arch) != key
+    assert luceboxbuild.build_key(SOURCE, OPTIONS) == key
+
+
+def test_the_json_package_file_points_at_the_headers(tmp_path):
+    folder = luceboxbuild.write_json_config(tmp_path, Path("/opt/json/include"))
+    text = (folder / "nlohmann_jsonConfig.cmake").read_text()
+    assert "add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)" in text
+    assert 'INTERFACE_INCLUDE_DIRECTORIES "/opt/json/include"' in text
+
+
+@needs_tarball
+def test_model_archs_are_read_from_the_pinned_source(tmp_path):
+    with tarfile.open(SHARED_TARBALL) as tar:
+        member = tar.extractfile("server/src/common/backend_factory.cpp")
+        assert member is not None
+        text = member.read().decode()
+    archs = luceboxbuild.parse_model_archs(text)
+    assert archs == ("qwen35", "qwen35moe", "laguna", "qwen3", "gemma4", "deepseek4")
+
+
+def test_engine_status_lists_both_kinds_and_llama_server_is_selected_for_llama(tmp_path):
+    """A Lucebox engine installed beside llama-server: both listed with their kind; the
+    llama-server selection never picks dflash_server (the planner chooses the kind)."""
+    import json
+
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.engines.registry import list_engines, select_engine
+
+    from .test_build import H100
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    recorded = json.loads((FIXTURES / "manifest.json").read_text())
+    for engine_id, kind, server in (
+        ("lucebox-62880e20-cuda-sm90-9982e975", "lucebox", "dflash_server"),
+        ("llama.cpp-b11434-cuda-sm90-0123abcd", "llama-server", "llama-server"),
+    ):
+        folder = paths.engines_dir / engine_id / "bin"
+        folder.mkdir(parents=True)
+        (folder / server).write_bytes(b"")
+        manifest = {**recorded, "id": engine_id, "kind": kind, "server_path": str(folder / server)}
+        (folder.parent / "manifest.json").write_text(json.dumps(manifest))
+    engines = list_engines(paths)
+    assert sorted(e.to_json()["kind"] for e in engines) == ["llama-server", "lucebox"]
+    lucebox_engine = luceboxbuild.installed(paths)
+    assert lucebox_engine is not None and lucebox_engine.capabilities.features[-1] == (
+        "symmetric-kv-only"
+    )
+    selected = select_engine(paths, H100).engine
+    assert selected is not None and selected.kind == "llama-server"

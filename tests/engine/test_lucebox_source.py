@@ -1,0 +1,175 @@
+"""The Lucebox engine's pinned source: fetched as GitHub serves it, verified by tree digest."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError, UsageError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import lucebox
+from tests.conftest import assert_one_line_error, run_lucebox
+from tests.httpserver import Route, serve_files
+
+SHARED_TARBALL = (
+    Path(__file__).resolve().parents[3] / "shared" / "engines" / "lucebox-62880e20-server.tar.gz"
+)
+needs_tarball = pytest.mark.skipif(
+    not SHARED_TARBALL.is_file(),
+    reason=f"the pinned Lucebox source tarball is not beside the clone ({SHARED_TARBALL})",
+)
+PREFIX = f"lucebox-{lucebox.PIN.commit}"
+ARCHIVE_PATH = f"/Luce-Org/lucebox/archive/{lucebox.PIN.commit}.tar.gz"
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
+    info = tarfile.TarInfo(name)
+    if data is None:
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+        tar.addfile(info)
+        return
+    info.size = len(data)
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def github_archive(*, change: str | None = None, drop: str | None = None) -> bytes:
+    """The shared tarball laid out as GitHub's archive of the whole repo at the pinned commit:
+    one top folder, files outside server/, and what the tree digest leaves out."""
+    out = io.BytesIO()
+    with tarfile.open(SHARED_TARBALL) as src, tarfile.open(fileobj=out, mode="w:gz") as tar:
+        _add(tar, f"{PREFIX}/", None)
+        _add(tar, f"{PREFIX}/README.md", b"# lucebox\n")
+        _add(tar, f"{PREFIX}/server/eval/data.jsonl", b"{}\n")
+        _add(tar, f"{PREFIX}/server/examples/run.sh", b"echo\n")
+        _add(tar, f"{PREFIX}/server/docs/ddtree.png", b"\x89PNG")
+        _add(tar, f"{PREFIX}/server/deps/Block-Sparse-Attention/", None)
+        for member in src:
+            if member.name == drop:
+                continue
+            member.name = f"{PREFIX}/{member.name}"
+            data = src.extractfile(member) if member.isreg() else None
+            if data is not None and member.name == f"{PREFIX}/{change}":
+                body = data.read() + b"\n"
+                member.size = len(body)
+                data = io.BytesIO(body)
+            tar.addfile(member, data)
+    return out.getvalue()
+
+
+def test_tree_paths_keep_server_and_leave_out_what_the_digest_excludes():
+    assert lucebox.tree_path(f"{PREFIX}/server/CMakeLists.txt") == "server/CMakeLists.txt"
+    assert lucebox.tree_path("server/src/a.cpp") == "server/src/a.cpp"
+    assert lucebox.tree_path(f"{PREFIX}/README.md") is None
+    assert lucebox.tree_path(f"{PREFIX}/server/eval/x.json") is None
+    assert lucebox.tree_path(f"{PREFIX}/server/examples/x.py") is None
+    assert lucebox.tree_path(f"{PREFIX}/server/docs/a.gif") is None
+    assert lucebox.tree_path(f"{PREFIX}/server/deps/Block-Sparse-Attention/x.h") is None
+    assert lucebox.tree_path(f"{PREFIX}/server/../etc/passwd") is None
+
+
+def test_the_digest_is_sha256sum_of_sorted_lines():
+    hashes = {"server/b": "2" * 64, "server/B": "1" * 64, "server/a": "3" * 64}
+    text = f"{'1' * 64}  server/B\n{'3' * 64}  server/a\n{'2' * 64}  server/b\n"
+    assert lucebox.tree_digest(hashes) == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_the_archive_url_is_githubs_for_the_pinned_commit():
+    assert lucebox.archive_url() == (
+        "https://github.com/Luce-Org/lucebox/archive/"
+        "62880e2013fc0b808e9cfbba545a5842b35dc50f.tar.gz"
+    )
+
+
+@needs_tarball
+def test_fetch_from_githubs_archive_url_verifies_and_unpacks(tmp_path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    target = tmp_path / "deps" / "lucebox"
+    with serve_files({ARCHIVE_PATH: Route(github_archive(), "application/x-gzip")}) as server:
+        with httpx.Client() as client:
+            info = lucebox.ensure_source(
+                paths, source_dir=target, base_url=server.base_url, client=client
+            )
+        assert [r[1] for r in server.requests] == [ARCHIVE_PATH]
+    assert info.identity == lucebox.PIN.identity
+    assert (target / "server" / "CMakeLists.txt").is_file()
+    assert not (target / "README.md").exists()
+    assert not (target / "server" / "eval").exists()
+    # The download is not kept, and a second call finds the tree without fetching.
+    assert not any(paths.downloads_dir.iterdir())
+    again = lucebox.ensure_source(paths, source_dir=target, base_url="http://127.0.0.1:9")
+    assert again == info
+
+
+@needs_tarball
+def test_the_local_tarball_serves_an_offline_pc(tmp_path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    info = lucebox.ensure_source(paths, source_dir=tmp_path / "src", tarball=SHARED_TARBALL)
+    assert lucebox.server_dir(info).joinpath("src", "server", "server_main.cpp").is_file()
+
+
+@needs_tarball
+@pytest.mark.parametrize(
+    ("change", "drop"),
+    [("server/CMakeLists.txt", None), (None, "server/src/server/server_main.cpp")],
+    ids=["corrupted", "different-tree"],
+)
+def test_a_corrupted_or_different_tree_is_refused(tmp_path, change, drop):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    target = tmp_path / "deps" / "lucebox"
+    body = github_archive(change=change, drop=drop)
+    with (
+        serve_files({ARCHIVE_PATH: Route(body)}) as server,
+        pytest.raises(HashMismatchError, match="not the pinned tree") as refused,
+    ):
+        lucebox.ensure_source(paths, source_dir=target, base_url=server.base_url)
+    assert refused.value.exit_code == EXIT_REFUSED
+    assert lucebox.PIN.tree_sha256 in refused.value.message
+    assert not target.exists()
+    assert not any(p.name.startswith(".lucebox") for p in target.parent.iterdir())
+
+
+def test_an_archive_without_the_server_folder_is_refused(tmp_path):
+    archive = tmp_path / "other.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        _add(tar, "other-1/README.md", b"x")
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    with pytest.raises(HashMismatchError, match="no server/ folder"):
+        lucebox.ensure_source(paths, source_dir=tmp_path / "src", tarball=archive)
+
+
+def test_a_folder_of_other_files_is_not_overwritten(tmp_path):
+    target = tmp_path / "src"
+    target.mkdir()
+    (target / "mine.txt").write_text("keep")
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    with pytest.raises(UsageError, match="not the pinned Lucebox engine source"):
+        lucebox.ensure_source(paths, source_dir=target, tarball=tmp_path / "none.tar.gz")
+
+
+def test_cli_refuses_a_corrupt_tarball_with_exit_3(tmp_path):
+    archive = tmp_path / "lucebox.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        _add(tar, "server/CMakeLists.txt", b"not the engine\n")
+    result = run_lucebox(
+        "engine", "source", "--engine", "lucebox", "--tarball", str(archive),
+        env={"LUCEBOX_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert result.returncode == EXIT_REFUSED
+    assert_one_line_error(result)
+    assert "not the pinned tree" in result.stderr
+
+
+def test_cli_refuses_the_other_engines_flags(tmp_path):
+    result = run_lucebox(
+        "engine", "source", "--engine", "lucebox", "--sdist", "x.tar.gz",
+        env={"LUCEBOX_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--sdist does not apply to --engine lucebox" in result.stderr

@@ -1,0 +1,73 @@
+"""Serving the Lucebox engine through the one supervisor and run state: warm-up before ready,
+per-reply numbers from its log lines. The engine needs a GPU, so a stand-in replays the lines
+and replies recorded from it on the H100 (tests/luceboxfake.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import httpx
+
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB
+from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
+from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.sizes import MemoryBytes
+from lucebox.engine.run.sample import Sample
+from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from tests.ports import free_port
+
+FAKE = Path(__file__).resolve().parents[1] / "luceboxfake.py"
+FLAGS = LuceboxFlags(max_ctx=4096, max_tokens=512, cache_type="q4_0", prefix_cache_slots=4)
+
+
+def lucebox_spec(tmp_path: Path) -> LaunchSpec:
+    script = tmp_path / "dflash_server"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
+    script.chmod(0o755)
+    memory = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
+    plan = Plan(True, 4096, "q4_0", "q4_0", -1, 0, 1, memory, None)
+    return LaunchSpec(str(script), "/m/qwen35.gguf", plan, "tiny", port=free_port(), lucebox=FLAGS)
+
+
+async def _serve(run: ServerRun, port: int, requests: Path) -> tuple[list[str], list[Sample]]:
+    """Serve until a sample counts the warm-up and one reply; the requests seen at ready."""
+    seen_at_ready: list[str] = []
+    samples: list[Sample] = []
+    async for item in run.events():
+        if isinstance(item, ServerEvent) and item.kind == "ready":
+            seen_at_ready = await asyncio.to_thread(lambda: requests.read_text().splitlines())
+            async with httpx.AsyncClient() as client:
+                reply = await client.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 256},
+                )
+            assert reply.json()["usage"]["completion_tokens"] == 256
+        elif isinstance(item, Sample) and item.requests_finished_total >= 2:
+            samples.append(item)
+            run.stop()
+    return seen_at_ready, samples
+
+
+async def test_warm_up_before_ready_then_replies_from_the_log(tmp_path, monkeypatch):
+    requests = tmp_path / "requests.txt"
+    monkeypatch.setenv("FAKE_REQUESTS", str(requests))
+    spec = lucebox_spec(tmp_path)
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0)
+    async with asyncio.timeout(60):
+        seen_at_ready, samples = await _serve(run, spec.port, requests)
+    argv = json.loads(seen_at_ready[0].removeprefix("ARGV "))
+    assert argv[0] == "/m/qwen35.gguf" and argv[argv.index("--host") + 1] == "127.0.0.1"
+    # The engine answered the warm-up before lucebox called it ready.
+    assert "POST /v1/chat/completions" in seen_at_ready[1:]
+    assert "# lucebox: warm-up answered" in (tmp_path / "engine.log").read_text()
+    last = samples[-1]
+    assert last.decode_tokens_total == 2 * 255  # warm-up and ours: 256 tokens, first free
+    assert last.last_decode_tokens_per_s is not None
+    assert abs(last.last_decode_tokens_per_s - 255 / 0.328) < 1

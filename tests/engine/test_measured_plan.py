@@ -1,0 +1,83 @@
+"""The planner reads the measurement store: a measured verdict decides auto's speculation for
+the same file, build, card, context and KV type, and says so; a forced mode is not overridden."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.machine import gpu
+from lucebox.engine.machine.budget import budget_for
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.plan import planner
+from lucebox.engine.plan.engineview import pinned_engine
+from lucebox.engine.plan.launchplan import LaunchPlan
+from lucebox.engine.plan.measurements import (
+    OFF,
+    Measurement,
+    ProbeRate,
+    TrialRate,
+    write_measurement,
+)
+from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.speculation import SpecMode
+from tests.conftest import run_lucebox
+from tests.ggufgen import cached_gguf, qwen35_target
+
+
+def launch_of(target: Path, spec: SpecMode | None = None) -> LaunchPlan:
+    paths = resolve_paths()
+    wanted = ServeOptions(model=str(target), vram_mib=(16384,), spec=spec)
+    return planner.plan_launch(
+        paths,
+        wanted,
+        resolved=resolve(wanted, Settings()),
+        budget=budget_for(gpu.probe_gpus(), (), (16384,)),
+        engine=pinned_engine(),
+    )
+
+
+def rate(label: str, spec_type: str | None, tok_s: float, p_min: float | None = None) -> TrialRate:
+    draft_max = 3 if spec_type else None
+    return TrialRate(
+        label, spec_type, draft_max, p_min, (ProbeRate("edit", 100, 100 / tok_s),), 1.0
+    )
+
+
+def test_a_measured_off_verdict_turns_auto_off_with_the_reason():
+    target = cached_gguf(qwen35_target())
+    launch = launch_of(target)
+    key = launch.speculation.measurement_key
+    assert key is not None and key.card == "a 16384 MiB card" and key.ctx == launch.plan.ctx
+    assert [c.spec_type for c in launch.speculation.candidates] == ["draft-mtp", "ngram-mod"]
+    assert launch.speculation.spec_type == "draft-mtp"  # nothing measured yet: the prior
+    why = "measured on this card over 1 probes, none is faster: draft-mtp n3 p0.75 0.65x"
+    trials = (rate(OFF, None, 680), rate("draft-mtp n3 p0.75", "draft-mtp", 440, 0.75))
+    write_measurement(resolve_paths(), Measurement(key, trials, OFF, why))
+    measured = launch_of(target)
+    assert measured.speculation.spec_type is None
+    assert measured.speculation.reason.startswith(f"off: {why}")
+    # The CLI plans through the same store.
+    document = json.loads(run_lucebox("plan", "--model", str(target), "--vram-mib", "16384",
+                                      "--json").stdout)  # fmt: skip
+    assert document["spec"]["type"] is None and "none is faster" in document["reasons"]["spec"]
+    # A mode the user forces is theirs, whatever was measured.
+    assert launch_of(target, spec="mtp").speculation.spec_type == "draft-mtp"
+
+
+def test_a_measured_winner_is_served_with_the_measured_p_min():
+    target = cached_gguf(qwen35_target())
+    key = launch_of(target).speculation.measurement_key
+    assert key is not None
+    trials = (rate(OFF, None, 680), rate("draft-mtp n3 p0", "draft-mtp", 900, 0.0))
+    write_measurement(resolve_paths(), Measurement(key, trials, "draft-mtp n3 p0", "1.32x"))
+    launch = launch_of(target)
+    assert launch.spec.spec_type == "draft-mtp" and launch.spec.draft_p_min == 0.0
+    assert "--spec-draft-p-min" in launch.argv
+    assert launch.argv[launch.argv.index("--spec-draft-p-min") + 1] == "0"
+    assert "1.32x" in launch.speculation.reason
+    assert "served as draft-mtp n3 p0: 1.32x" in launch.speculation.reason
+    assert "then stops speculating, if decoding falls 15% below the rate measured" in (
+        launch.speculation.reason
+    )

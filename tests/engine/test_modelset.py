@@ -1,0 +1,186 @@
+"""The set planner: sets of shipped presets x budgets, the two-card choice, the router's files."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import MIB
+from lucebox.engine.machine.budget import GpuBudget, budget_for
+from lucebox.engine.machine.config import Settings, settings_from_toml
+from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launch import server_argv
+from lucebox.engine.plan.modelset import SetPlan, plan_set
+from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.router import router_ini, router_spec, section_options
+
+from .fake_nvml import FakeNvml
+
+
+def _budget(vram_mib: tuple[int, ...]) -> GpuBudget:
+    return budget_for(probe_gpus(FakeNvml(gpus=[])), vram_mib=vram_mib)
+
+
+def _plan(sources: tuple[str, ...], budget: GpuBudget, **options: object) -> SetPlan:
+    return plan_set(
+        resolve_paths(),
+        ServeOptions(models=sources, **options),  # type: ignore[arg-type]
+        sources,
+        settings=Settings(),
+        budget=budget,
+        engine=EngineView.of(None),
+    )
+
+
+SMALL_PAIR = ("qwen3-4b", "smollm2")
+MID_PAIR = ("qwen3-4b", "qwen3-14b")
+BIG_PAIR = ("qwen3.6-27b", "qwen3-4b")
+BIG_TRIO = ("qwen3.6-27b-q6", "qwen3.6-27b", "gemma3-12b")
+
+
+@pytest.mark.parametrize(
+    ("sources", "vram_mib", "models_max"),
+    [
+        (SMALL_PAIR, (8192,), 2),
+        (SMALL_PAIR, (24576,), 2),
+        (SMALL_PAIR, (24576, 24576), 2),
+        (MID_PAIR, (8192,), 1),  # the 14B alone fills an 8 GB card
+        (MID_PAIR, (24576,), 2),
+        (MID_PAIR, (24576, 24576), 2),
+        (BIG_PAIR, (8192,), 1),
+        (BIG_PAIR, (24576,), 2),
+        (BIG_PAIR, (24576, 24576), 2),
+        (BIG_TRIO, (8192,), 1),
+        (BIG_TRIO, (24576,), 1),
+        # Two of the three share a card one at a time: the router's count limit is global,
+        # so the set is held to one loaded model although the other card is free.
+        (BIG_TRIO, (24576, 24576), 1),
+    ],
+)
+def test_any_models_max_of_the_set_fit_together(sources, vram_mib, models_max):
+    budget = _budget(vram_mib)
+    planned = _plan(sources, budget)
+    assert planned.fits and planned.models_max == models_max, planned.reasons
+    assert planned.aliases == sources
+    assert all(launch.refusal is None for launch in planned.launches)
+    document = planned.to_json()
+    assert set(document) >= {"models", "models_max", "fits", "reasons"}
+    assert [m["alias"] for m in document["models"]] == list(sources)
+    # Every combination of models_max models fits each device's free memory.
+    for combo in itertools.combinations(planned.launches, planned.models_max):
+        for index, device in enumerate(budget.devices):
+            on_device = [
+                lp.plan.memory_bytes.total
+                for lp in combo
+                if lp.spec.gpus == (index,) or len(vram_mib) == 1
+            ]
+            assert sum(on_device) <= device.vram_free_bytes
+
+
+def test_two_cards_give_each_model_a_card_and_say_why():
+    planned = _plan(BIG_PAIR, _budget((24576, 24576)))
+    big, small = planned.launches
+    assert {big.spec.gpus, small.spec.gpus} == {(0,), (1,)}
+    assert "--tensor-split" not in big.argv
+    assert "the other cards serve qwen3-4b" in big.plan.reasons["split"]
+    # Alone on a card it gets more than it would sharing one card with the small model.
+    shared = _plan(BIG_PAIR, _budget((24576,))).launches[0]
+    assert big.plan.ctx > shared.plan.ctx
+
+
+def test_a_model_no_card_holds_alone_has_the_set_over_all_cards():
+    planned = _plan(("qwen3.6-27b-q6", "smollm2"), _budget((16384, 16384)))
+    assert planned.fits
+    big = planned.launches[0]
+    assert big.plan.tensor_split and "fits no card alone" in big.plan.reasons["device"]
+
+
+def test_a_set_that_cannot_fit_even_one_at_a_time_is_refused_with_numbers():
+    planned = _plan(("qwen3-4b", "smollm2"), _budget((1024,)))
+    assert not planned.fits and planned.refusal is not None
+    assert (
+        "qwen3-4b needs" in planned.refusal.message and "1.00 GiB free" in planned.refusal.message
+    )
+    assert planned.refusal.exit_code == 3
+
+
+def test_a_model_named_twice_and_a_draft_are_usage_errors():
+    with pytest.raises(UsageError, match="twice"):
+        _plan(("smollm2", "smollm2"), _budget((8192,)))
+    with pytest.raises(UsageError, match="--draft"):
+        _plan(SMALL_PAIR, _budget((8192,)), draft="smollm2")
+
+
+def test_a_ram_limit_holds_one_model_at_a_time():
+    cpu = GpuBudget("CPU (no NVIDIA GPU): system RAM", 64 * 1024 * MIB, 48 * 1024 * MIB, False)
+    sources = ("smollm2", "smoke")
+    free = plan_set(
+        resolve_paths(), ServeOptions(models=sources), sources,
+        settings=Settings(), budget=cpu, engine=EngineView.of(None),
+    )  # fmt: skip
+    assert free.models_max == 2
+    limited = plan_set(
+        resolve_paths(), ServeOptions(models=sources), sources,
+        settings=Settings(), budget=cpu, engine=EngineView.of(None), ram_limit_bytes=1000 * MIB,
+    )  # fmt: skip
+    assert limited.models_max == 1 and limited.fits
+    # Each model with its own process and the router's fits the limit.
+    process = limited.process_bytes
+    assert process == 40 * MIB
+    assert all(lp.plan.memory_bytes.total + 2 * process <= 1000 * MIB for lp in limited.launches)
+
+
+def test_router_ini_carries_each_plan_and_the_router_only_router_flags():
+    planned = _plan(BIG_PAIR, _budget((24576, 24576)))
+    text = router_ini(planned, idle_s=600)
+    assert "[*]\nsleep-idle-seconds = 600\n" in text
+    for launch in planned.launches:
+        section = text.split(f"[{launch.alias}]\n", 1)[1].split("\n\n", 1)[0]
+        keys = dict(line.split(" = ", 1) for line in section.splitlines())
+        assert keys["m"] == launch.spec.model_path
+        assert keys["c"] == str(launch.plan.ctx)
+        assert keys["ctk"] == launch.plan.cache_type_k
+        assert keys["jinja"] == "true" and keys["metrics"] == "true"
+        assert keys["device"] == f"CUDA{launch.spec.gpus[0]}"
+        assert not {"host", "port", "alias", "api-key-file"} & set(keys)
+    spec = router_spec(planned, "/run/router.ini")
+    argv = server_argv(spec)
+    assert argv[1:] == [
+        "--host", "127.0.0.1", "--port", "8080",
+        "--models-preset", "/run/router.ini", "--models-max", "2",
+    ]  # fmt: skip
+    assert spec.gpus == (0, 1)
+
+
+def test_section_options_refuse_what_the_ini_cannot_hold():
+    with pytest.raises(UsageError, match="preset file"):
+        section_options(["llama-server", "-m", "/models/a;b.gguf"])
+    assert section_options(["s", "-c", "4096", "--swa-full", "--port", "1"]) == [
+        ("c", "4096"),
+        ("swa-full", "true"),
+    ]
+
+
+def test_models_settings_parse():
+    text = '[models]\nserved = ["smollm2", "smoke"]\nidle_s = 30\nram_mib = 900\n'
+    settings = settings_from_toml(Path("config.toml"), text)
+    assert settings.models_served == ("smollm2", "smoke")
+    assert settings.models_idle_s == 30 and settings.models_ram_mib == 900
+
+
+def test_the_proxy_keeps_a_model_per_card_where_a_count_would_keep_one_in_all():
+    from lucebox.engine.run.admission import evictions
+    from lucebox.engine.servedset import placements_of
+
+    planned = _plan(BIG_TRIO, _budget((24576, 24576)))
+    assert planned.models_max == 1
+    placements, room = placements_of(planned)
+    q6, q4, gemma = BIG_TRIO
+    assert placements[q6].device != placements[q4].device == placements[gemma].device
+    assert evictions(q4, frozenset({q6}), placements, room, {}) == ()
+    assert evictions(gemma, frozenset({q6, q4}), placements, room, {}) == (q4,)
