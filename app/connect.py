@@ -169,12 +169,20 @@ def cmd_connect(args: argparse.Namespace, paths: Paths) -> int:
     if not args.write:
         for file in setup.files:
             print(f"# {file.path} (with --write lucebox merges this in, keeping your original):")
-            print(file.merge(None), end="")
+            print(hide_key(file.merge(None), endpoint), end="")
     for note in setup.notes:
         print(f"# {note}")
     if written:
         print(f"# undo: lucebox connect {client} --restore")
     return EXIT_OK
+
+
+def hide_key(text: str, endpoint: Endpoint) -> str:
+    """``text`` with the server's key replaced by where it is kept: printed output never
+    shows it (a terminal's scrollback and shared screens are not private)."""
+    if not endpoint.api_key:
+        return text
+    return text.replace(endpoint.api_key, f"<the key in {endpoint.api_key_file}>")
 
 
 def connect_json(

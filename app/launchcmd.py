@@ -51,7 +51,10 @@ def ensure_server(paths: Paths, *, timeout_s: float = READY_TIMEOUT_S) -> None:
         return
     if status.state == "stopped":
         pid, log = runstate.start_detached(paths, [])
-        print(f"lucebox: starting the server in the background (pid {pid}, log {log})")
+        print(
+            f"lucebox: starting the server in the background (pid {pid}, log {log}); it keeps"
+            " running after the client ends: `lucebox down` stops it"
+        )
     else:
         pid, log = status.pid or 0, paths.logs_dir / "serve.log"
         print(f"lucebox: waiting for the server ({status.state})", file=sys.stderr)
@@ -102,7 +105,7 @@ def cmd_launch(args: argparse.Namespace, paths: Paths) -> int:
             raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
     for done in write_all(paths, setup, setup.launch_files):
         print(
-            f"lucebox: {client} reads only its files: merged into {done.path}"
+            f"lucebox note: {client} reads only its files: merged into {done.path}"
             f" (`lucebox launch {client} --restore` puts your original back)",
             file=sys.stderr,
         )

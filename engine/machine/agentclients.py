@@ -81,11 +81,9 @@ def _claude_code(endpoint: Endpoint, where: Where) -> ClientSetup:
         EnvVar("CLAUDE_CODE_ATTRIBUTION_HEADER", "0"),
         EnvVar("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
     ]
-    if endpoint.ctx is not None and endpoint.output_tokens is not None:
-        env += [
-            EnvVar("CLAUDE_CODE_AUTO_COMPACT_WINDOW", str(endpoint.ctx)),
-            EnvVar("CLAUDE_CODE_MAX_OUTPUT_TOKENS", str(endpoint.output_tokens)),
-        ]
+    # No window variable: CLAUDE_CODE_AUTO_COMPACT_WINDOW reads anything under 100K as 100K.
+    if endpoint.output_tokens is not None:
+        env.append(EnvVar("CLAUDE_CODE_MAX_OUTPUT_TOKENS", str(endpoint.output_tokens)))
     values = {var.name: var.value for var in env}
     path = where.home / ".claude" / "settings.json"
 

@@ -90,7 +90,6 @@ def test_claude_code_write_then_restore_puts_the_original_back(home):
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
         "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "32768",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "2048",
     }
     assert Path(json.loads(result.stdout)["backups"][0]).read_text() == original
@@ -150,6 +149,9 @@ def test_a_keyed_server_gets_its_key_from_the_key_file(tmp_path, lucebox_home):
     assert connect(env, "opencode", "--write").returncode == 0
     opencode = json.loads((folder / ".config" / "opencode" / "opencode.json").read_text())
     assert opencode["provider"]["lucebox"]["options"]["apiKey"] == f"{{file:{key_file}}}"
+    printed_codex = connect(env, "codex")
+    assert f'experimental_bearer_token = "<the key in {key_file}>"' in printed_codex.stdout
+    assert "lb-secret" not in printed_codex.stdout
     assert connect(env, "codex", "--write").returncode == 0
     codex = tomllib.loads((folder / ".codex" / "config.toml").read_text())
     assert codex["model_providers"]["lucebox"]["experimental_bearer_token"] == "lb-secret"
@@ -213,12 +215,12 @@ def test_a_cpu_server_warns_of_a_slow_or_too_long_agent_prompt(tmp_path, lucebox
     paths = resolve_paths({"LUCEBOX_HOME": str(lucebox_home)})
     env = {"HOME": str(tmp_path), "LUCEBOX_HOME": str(lucebox_home)}
     record = served_now(
-        URL, ("smol",), 4096, api_key_file=None, on_gpu=False, weights_bytes=98_000_000
+        URL, ("smol",), 3072, api_key_file=None, on_gpu=False, weights_bytes=98_000_000
     )
     write_last_served(paths, record)
     short = connect(env, "codex")
-    assert "more than the served context of 4096 tokens" in short.stderr
-    assert "--ctx 8192" in short.stderr
+    assert "more than the served context of 3072 tokens" in short.stderr
+    assert "--ctx 4096" in short.stderr
     write_last_served(
         paths,
         served_now(

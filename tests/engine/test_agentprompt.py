@@ -22,8 +22,8 @@ SMOL_BYTES = 98_000_000
 @pytest.mark.parametrize(
     ("served", "output_tokens", "expected"),
     [
-        (ServedModel(4096, False, SMOL_BYTES, 2), 512, "more than the served context of 4096"),
-        (ServedModel(16384, False, SMOL_BYTES, 2), 2048, "its first request takes ~83 s"),
+        (ServedModel(3072, False, SMOL_BYTES, 2), 512, "more than the served context of 3072"),
+        (ServedModel(16384, False, SMOL_BYTES, 2), 2048, "its first request takes ~60 s"),
         (ServedModel(16384, False, SMOL_BYTES, 2, 1000.0), 2048, None),
         (ServedModel(16384, False, SMOL_BYTES, 2, 40.0), 2048, "~40 tokens/s (measured)"),
         (ServedModel(32768, True, 5_000_000_000, 16), 4096, None),
