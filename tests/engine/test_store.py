@@ -61,6 +61,12 @@ def partial_path():
     return store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
 
 
+def hears_ctrl_c() -> None:
+    """A child that takes Ctrl-C as a user's terminal sends it, even when the tests run in the
+    background (a shell starts background jobs with SIGINT ignored, and children inherit it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -410,6 +416,7 @@ def test_ctrl_c_leaves_a_resumable_partial(hub_env, model_bytes, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=hears_ctrl_c,
     )
     partial = store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
     deadline = time.monotonic() + 20
@@ -479,7 +486,12 @@ def test_two_pulls_of_one_file_share_one_download(hub_env, model_bytes, tmp_path
     pulls = []
     for log in logs:
         with log.open("w") as stderr:
-            pulls.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=stderr))
+            pulls.append(
+                subprocess.Popen(
+                    command, env=env, stdout=subprocess.PIPE, stderr=stderr,
+                    preexec_fn=hears_ctrl_c,
+                )
+            )  # fmt: skip
         if not pulls[1:]:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not partial_path().exists():
