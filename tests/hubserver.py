@@ -210,9 +210,11 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             key = next((k for k, v in state.files.items() if v is hub_file), None)
             for offset in range(0, len(to_send), step):
                 chunk = to_send[offset : offset + step]
-                self.wfile.write(chunk)
                 if key is not None:
+                    # Counted before the client can have the bytes, so a test that asserts
+                    # right after its read never races the server's thread.
                     state.bytes_served[key] = state.bytes_served.get(key, 0) + len(chunk)
+                self.wfile.write(chunk)
                 if hub_file.bytes_per_s:
                     time.sleep(step / hub_file.bytes_per_s)
             self.wfile.flush()
