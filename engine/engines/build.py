@@ -168,12 +168,7 @@ def configure_argv(
         argv.append(f"-DLLAMA_BUILD_COMMIT={source.identity.rsplit(':', 1)[-1][:12]}")
     if options.backend == "cuda":
         argv += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(options.cuda_archs)}"]
-    if toolkit.is_fetched(options.toolkit):
-        # The engine finds the CUDA runtime libraries installed next to it.
-        argv.append("-DCMAKE_BUILD_RPATH=$ORIGIN")
-        if toolkit_root is not None:
-            argv += toolkit.cmake_flags(toolkit_root)
-    return argv
+    return argv + toolkit.cmake_flags(options.toolkit, toolkit_root)
 
 
 def build_argv(build_dir: Path, jobs: int) -> list[str]:

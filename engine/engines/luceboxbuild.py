@@ -42,6 +42,7 @@ from lucebox.engine.engines.registry import (
     list_engines,
     one_build_at_a_time,
     publish,
+    reuse_built,
     run_engine,
     staging_dir,
     write_manifest,
@@ -134,11 +135,7 @@ def configure_argv(
         "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
         f"-Dnlohmann_json_DIR={json_config_dir}",
     ]
-    if toolkit.is_fetched(options.toolkit):
-        argv.append("-DCMAKE_BUILD_RPATH=$ORIGIN")
-        if toolkit_root is not None:
-            argv += toolkit.cmake_flags(toolkit_root)
-    return argv
+    return argv + toolkit.cmake_flags(options.toolkit, toolkit_root)
 
 
 def build_argv(build_dir: Path, jobs: int) -> list[str]:
@@ -326,9 +323,7 @@ def build_and_install(
             cached = find_built(paths, key)
             if cached is None:
                 return _build_and_install(paths, source, options, key, jobs, on_event), False
-    if on_event is not None:
-        on_event(BuildEvent("cached", 100, f"{cached.id} is already built"))
-    return cached, True
+    return reuse_built(cached, on_event)
 
 
 def _build_and_install(

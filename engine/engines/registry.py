@@ -359,7 +359,10 @@ def _find_cached(paths: Paths, source: SourceInfo, key: str) -> EngineManifest |
     return cached
 
 
-def _reuse(cached: EngineManifest, on_event: BuildCallback | None) -> tuple[EngineManifest, bool]:
+def reuse_built(
+    cached: EngineManifest, on_event: BuildCallback | None
+) -> tuple[EngineManifest, bool]:
+    """An engine already built for these options: said so, and returned as cached."""
     if on_event is not None:
         on_event(BuildEvent("cached", 100, f"{cached.id} is already built"))
     return cached, True
@@ -381,7 +384,7 @@ def build_and_install(
     """
     cached = _find_cached(paths, source, build_key(source, options))
     if cached is not None and (cached.webui or not options.webui):
-        return _reuse(cached, on_event)  # no need to wait behind a build of another engine
+        return reuse_built(cached, on_event)  # no need to wait behind a build of another engine
     with one_build_at_a_time(paths, on_event):
         return _build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
 
@@ -414,15 +417,15 @@ def _build_and_install(
 ) -> tuple[EngineManifest, bool]:
     cached = _find_cached(paths, source, build_key(source, options))
     if cached is not None and (cached.webui or not options.webui):
-        return _reuse(cached, on_event)
+        return reuse_built(cached, on_event)
     node = nodejs.ensure_node(paths) if options.webui else None
     if node is not None and not node.usable:
         if cached is not None:
-            return _reuse(cached, on_event)
+            return reuse_built(cached, on_event)
         options = dataclasses.replace(options, webui=False)
         without_ui = _find_cached(paths, source, build_key(source, options))
         if without_ui is not None:
-            return _reuse(without_ui, on_event)
+            return reuse_built(without_ui, on_event)
     key = build_key(source, options)
     bin_dir = build_engine_tree(
         paths,

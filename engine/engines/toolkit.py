@@ -442,12 +442,19 @@ def install_runtime_libs(toolkit_root: Path, bin_dir: Path) -> None:
             shutil.copy2(source, target)
 
 
-def cmake_flags(toolkit_root: Path) -> list[str]:
-    """Point cmake at a fetched toolkit (paths: kept out of the build key)."""
-    return [
-        f"-DCUDAToolkit_ROOT={toolkit_root}",
-        f"-DCMAKE_CUDA_COMPILER={toolkit_root / 'bin' / 'nvcc'}",
-    ]
+def cmake_flags(toolkit_name: str, toolkit_root: Path | None) -> list[str]:
+    """cmake flags for a build with a fetched toolkit: the engine finds the CUDA runtime
+    libraries installed next to it, and cmake finds the toolkit (its paths are kept out of the
+    build key); none for the system's toolkit or a CPU build."""
+    if not is_fetched(toolkit_name):
+        return []
+    flags = ["-DCMAKE_BUILD_RPATH=$ORIGIN"]
+    if toolkit_root is not None:
+        flags += [
+            f"-DCUDAToolkit_ROOT={toolkit_root}",
+            f"-DCMAKE_CUDA_COMPILER={toolkit_root / 'bin' / 'nvcc'}",
+        ]
+    return flags
 
 
 def describe(fetched: FetchedToolkit) -> str:
