@@ -4,13 +4,13 @@
 #                                                   three generated 1.7 GB qwen35 targets
 #   bash bench/device_spec_calibration.sh measure   lucebox serve --model M (--spec auto) on each,
 #                                                   until the calibration has chosen; the figures
-# The targets (F16, 16 trunk layers, width x32, 32k vocabulary, as bench/spec_breakeven.py
-# measured): an MTP head that always agrees (agree_token), one of random weights that never
-# agrees (auto plans it with p-min 0.75), and one that agrees part of the time
-# (bench/partial_head.py). The engine, the models and the store live in /tmp, outside the
-# carried folder: a carried path is replaced on every call, so a home inside it loses the
-# engine the build call made. Writes to $OUT (at most 8 files come back): summary.json, the store,
-# statuses.jsonl / statuses.txt, serve-tails.txt, and bench quick's run on the random head.
+# The targets (F16, 16 trunk layers, width x32 with 128-wide attention heads, 32k vocabulary):
+# an MTP head that always agrees (agree_token), one of random weights that never agrees (auto
+# plans it with p-min 0.75), and one that agrees part of the time (bench/partial_head.py).
+# The engine, the models and the store live in /tmp, outside the carried folder: a carried
+# path is replaced on every call, so a home inside it loses the engine the build call made.
+# Writes to $OUT (at most 8 files come back): summary.json, the store, statuses.jsonl /
+# statuses.txt, serve-tails.txt, and bench quick's run on the random head.
 set -uo pipefail
 source bench/device_env.sh
 export LUCEBOX_HOME=/tmp/lucebox-spec-home
@@ -24,7 +24,12 @@ from tests.ggufgen import cached_gguf, qwen35_target, widen
 work = Path("/tmp/lucebox-spec-work")
 scale, layers = os.environ.get("SCALE", "32"), os.environ.get("LAYERS", "16")
 # A 16k native context: bench quick's long-document prompt needs more than the default 2k.
+# Attention heads of 128 (16 query, 8 KV: the widened projections' sizes): the tests' head
+# size of 16 has no CUDA flash-attention kernel, so llama.cpp runs that attention on the CPU
+# and decode slows with every token of context, which is not what a real model does.
 shape = widen(qwen35_target(n_layer=int(layers), vocab_size=32000, n_ctx=16384), int(scale))
+shape = replace(shape, n_head=max(1, shape.n_head // 8), n_head_kv=max(1, shape.n_head_kv // 8),
+                head_dim=128)
 agree = cached_gguf(replace(shape, agree_token="hello"), work)
 never = cached_gguf(shape, work)
 partial = work / "partial.gguf"
