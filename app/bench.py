@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lucebox.engine import pipeline
-from lucebox.engine.bench.compare import ServeConfig, Served, parse_compare, run_configs
+from lucebox.engine.bench.compare import (
+    ServeConfig,
+    Served,
+    compare_form,
+    parse_compare,
+    run_configs,
+)
 from lucebox.engine.bench.measure import CallSample
 from lucebox.engine.bench.quick import probes_tok_s, run_quick, sample_json
 from lucebox.engine.bench.replay import ReplayCall, ReplayResult, replay
@@ -40,12 +46,12 @@ def _warn(text: str) -> None:
 def _measure(
     args: argparse.Namespace,
     paths: Paths,
-    axis: str,
+    axes: tuple[str, ...],
     workload: Callable[[Served], Result],
 ) -> list[tuple[ServeConfig, Result]]:
     """Run ``workload`` on each --compare configuration, or once on the server at hand."""
     if args.compare:
-        configs = parse_compare(args.compare, axis)
+        configs = parse_compare(args.compare, axes)
         options = pipeline.ServeOptions(preset=args.preset, model=args.model, ctx=args.ctx)
         return run_configs(paths, options, configs, workload, on_note=_note)
     if args.preset or args.model or args.ctx:
@@ -55,6 +61,7 @@ def _measure(
         )
     url = getattr(args, "url", None)
     model = None
+    engine_log = None
     # lucebox's own key goes to lucebox's own server only, never to a --url of another host.
     api_key = None
     if url is None:
@@ -63,11 +70,13 @@ def _measure(
         if status.state != "ready" or status.url is None:
             raise UsageError(
                 f"no lucebox server is ready (state: {status.state})",
-                hint=f"start one with `lucebox serve`, or use --compare {axis}=on,off",
+                hint=f"start one with `lucebox serve`, or use --compare {compare_form(axes[0])}",
             )
         url, model = status.url, status.model
+        engine_log = Path(status.log) if status.log else None
     default = ServeConfig("default")
-    return [(default, workload(Served(url.rstrip("/"), model, api_key, default)))]
+    served = Served(url.rstrip("/"), model, api_key, default, engine_log)
+    return [(default, workload(served))]
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -91,7 +100,7 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
             ),
         )
 
-    results = _measure(args, paths, "spec", workload)
+    results = _measure(args, paths, ("spec", "engine"), workload)
     if args.json:
         document: dict[str, Any] = {
             "configs": {
@@ -108,27 +117,39 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
             document["decode_ratio"]["probes"] = _plain_ratio(
                 probes_tok_s(first, args.n_gen), probes_tok_s(second, args.n_gen)
             )
+            document["prefill_ratio"] = {
+                name: _plain_ratio(first[name].prefill_tok_s, second[name].prefill_tok_s)
+                for name in first
+            }
+            document["ttft_ratio"] = {
+                name: _plain_ratio(first[name].ttft_s, second[name].ttft_s) for name in first
+            }
         print(json.dumps(document, indent=2))
         return EXIT_OK
+    width = max(10, *(len(serve.name) for serve, _ in results))
     header = (
-        f"{'config':<10} {'prompt':<6} {'ttft s':>7} {'prefill t/s':>11} "
+        f"{'config':<{width}} {'prompt':<6} {'ttft s':>7} {'prefill t/s':>11} "
         f"{'decode t/s':>10} {'accepted':>9}"
     )
     print(header)
     for serve, samples in results:
         for name, s in samples.items():
             print(
-                f"{serve.name:<10} {name:<6} {_fmt(s.ttft_s, '.3f'):>7} "
+                f"{serve.name:<{width}} {name:<6} {_fmt(s.ttft_s, '.3f'):>7} "
                 f"{_fmt(s.prefill_tok_s, '.1f'):>11} {_fmt(s.decode_tok_s, '.1f'):>10} "
                 f"{_fmt(s.acceptance, '.0%'):>9}"
             )
     if len(results) == 2:
         (first_config, first), (second_config, second) = results
-        print(f"\ndecode {first_config.name} / {second_config.name}:")
+        print(f"\n{first_config.name} / {second_config.name}:    decode  prefill     ttft")
         for name in first:
-            print(f"  {name:<6} {_ratio(first[name].decode_tok_s, second[name].decode_tok_s)}")
+            a, b = first[name], second[name]
+            print(
+                f"  {name:<6} {_ratio(a.decode_tok_s, b.decode_tok_s):>8} "
+                f"{_ratio(a.prefill_tok_s, b.prefill_tok_s):>8} {_ratio(a.ttft_s, b.ttft_s):>8}"
+            )
         weighted = _ratio(probes_tok_s(first, args.n_gen), probes_tok_s(second, args.n_gen))
-        print(f"  probes {weighted} (token-weighted, as the calibration measures)")
+        print(f"  probes {weighted:>8} decode (token-weighted, as the calibration measures)")
     return EXIT_OK
 
 
@@ -185,7 +206,7 @@ def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
             on_warning=_warn,
         )
 
-    results = _measure(args, paths, "cache", workload)
+    results = _measure(args, paths, ("cache",), workload)
     if args.json:
         print(
             json.dumps(
@@ -229,11 +250,11 @@ def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
 Count = Callable[[str], int]
 
 
-def _add_compare_options(parser: argparse.ArgumentParser, axis: str, count: Count) -> None:
+def _add_compare_options(parser: argparse.ArgumentParser, forms: str, count: Count) -> None:
     parser.add_argument(
         "--compare",
-        metavar=f"{axis}=on,off",
-        help=f"serve two configurations one after the other and compare them ({axis})",
+        metavar=forms,
+        help="serve two configurations one after the other and compare them",
     )
     parser.add_argument("--preset", metavar="ID", help="with --compare: the preset to serve")
     parser.add_argument("--model", metavar="SRC", help="with --compare: the model to serve")
@@ -258,7 +279,7 @@ def add_bench_commands(
     replay_cmd.add_argument(
         "--calls", type=count, metavar="N", help="replay only the first N calls"
     )
-    _add_compare_options(replay_cmd, "cache", count)
+    _add_compare_options(replay_cmd, "cache=on,off", count)
     replay_cmd.add_argument("--url", metavar="U", help="measure the server at this URL instead")
     quick = command(
         "quick",
@@ -269,4 +290,4 @@ def add_bench_commands(
     quick.add_argument(
         "--n-gen", type=count, metavar="N", help="cap every reply at N tokens (a smoke run)"
     )
-    _add_compare_options(quick, "spec", count)
+    _add_compare_options(quick, "spec=on,off | engine=lucebox,llama-server", count)

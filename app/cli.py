@@ -268,6 +268,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
                         "ctx": p.plan.ctx if p.plan.fits else 0,
                         "reason": p.misfit,
                         "spec": p.speculation.spec_type,
+                        "engine": p.engine_kind,
                         "smoke_test": bool(p.preset and p.preset.smoke_test),
                         "evidence": p.preset.evidence if p.preset else "",
                     }
@@ -277,6 +278,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
         )
         return EXIT_OK
     print(f"{budget.device}: {units.gib_text(budget.vram_free_bytes)} free")
+    id_width = max((len(item.alias) for item in plans), default=16)
     for item in plans:
         mark = "*" if best is not None and item is best else " "
         fit = (
@@ -285,7 +287,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             else f"does not fit: {item.misfit}"
         )
         tier = item.preset.vram_tier_gib if item.preset else 0
-        print(f"{mark} {item.alias:<16} {tier:>3} GB  {fit:<36} {item.title}")
+        print(f"{mark} {item.alias:<{id_width}} {tier:>3} GB  {fit:<36} {item.title}")
     if best is not None:
         print(f"* = what `lucebox up` picks: {best.alias}")
     return EXIT_OK

@@ -1,6 +1,7 @@
 """A stand-in for ``dflash_server`` (the Lucebox engine needs an NVIDIA GPU) that replays what
 the real engine wrote and answered on the H100 (tests/engine/fixtures/lucebox/): its start-up
-lines, then per chat request the lines and the reply recorded for a 256-token greedy reply;
+lines, then per chat request the lines and the reply recorded for a 256-token greedy reply
+(for a streamed request, the lines and the stream recorded for a 16-token streamed reply);
 ``/health`` and ``/status/json`` as recorded. It parses its command line as the engine does
 (model first, space-separated options) and appends each request path to ``$FAKE_REQUESTS``.
 
@@ -22,6 +23,10 @@ REPLY_START = next(i for i, line in enumerate(LOG) if "body_bytes=109" in line)
 REPLY_END = next(i for i, line in enumerate(LOG) if i > REPLY_START and "chat DONE" in line)
 REPLY_LINES = LOG[REPLY_START : REPLY_END + 1]
 REPLY = (FIXTURES / "plain.reply.json").read_bytes()
+STREAM_START = next(i for i, line in enumerate(LOG) if "body_bytes=91" in line)
+STREAM_END = next(i for i, line in enumerate(LOG) if i > STREAM_START and "chat DONE" in line)
+STREAM_LINES = LOG[STREAM_START : STREAM_END + 1]
+STREAM = (FIXTURES / "plain.stream.txt").read_bytes()
 STATUS = (FIXTURES / "plain.status.json").read_bytes()
 
 
@@ -33,9 +38,9 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def _send(self, body: bytes) -> None:
+    def _send(self, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
         self.end_headers()
@@ -51,10 +56,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._note()
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        for line in REPLY_LINES:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        streamed = bool(body.get("stream"))
+        for line in STREAM_LINES if streamed else REPLY_LINES:
             say(line)
-        self._send(REPLY)
+        if streamed:
+            self._send(STREAM, "text/event-stream")
+        else:
+            self._send(REPLY)
 
 
 def main(argv: list[str]) -> int:

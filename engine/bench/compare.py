@@ -7,7 +7,9 @@ stopped through its own SIGTERM path before the next one starts, so no engine ou
 
 A configuration says what differs from the planned launch: ``lucebox serve`` options the one
 planner turns into the engine's flags (so a compared launch is a planned launch), and fields
-added to every request.
+added to every request. ``engine=lucebox,llama-server`` serves the same files with each
+engine; each side is planned first, so a side the planner refuses (the Lucebox engine on a PC
+without an NVIDIA GPU) stops the comparison before any server starts.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from typing import Any, TypeVar
 
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.command import lucebox_argv
-from lucebox.engine.core.errors import LuceboxError, UsageError
+from lucebox.engine.core.errors import GuardRefusal, LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
-from lucebox.engine.pipeline import ServeOptions
+from lucebox.engine.pipeline import ServeOptions, prepare
+from lucebox.engine.plan.enginechoice import EngineMode
 from lucebox.engine.run.runstate import current_status, pid_alive
 
 Result = TypeVar("Result")
@@ -45,6 +48,8 @@ class ServeConfig:
     """Arguments added to ``lucebox serve``."""
     request_fields: tuple[tuple[str, Any], ...] = ()
     """Fields the workload adds to every request (e.g. ``cache_prompt: false``)."""
+    engine: EngineMode | None = None
+    """The engine asked for (``--engine``); None leaves the choice to the planner."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Served:
     model: str | None = None
     api_key: str | None = None
     config: ServeConfig = field(default_factory=lambda: ServeConfig("default"))
+    engine_log: Path | None = None
+    """The serving engine's log, where the Lucebox engine writes what each reply drafted."""
 
     def headers(self) -> dict[str, str]:
         return auth_headers(self.api_key)
@@ -74,22 +81,29 @@ AXES: Mapping[str, Mapping[str, ServeConfig]] = {
         "on": ServeConfig("spec=on", serve_args=("--spec", "auto")),
         "off": ServeConfig("spec=off", serve_args=("--spec", "off")),
     },
+    "engine": {
+        kind: ServeConfig(f"engine={kind}", engine=kind) for kind in ("lucebox", "llama-server")
+    },
 }
 
 
-def parse_compare(text: str, allowed_axis: str) -> tuple[ServeConfig, ...]:
+def compare_form(axis: str) -> str:
+    """How ``--compare`` names both sides of ``axis``: ``spec=on,off``."""
+    return f"{axis}={','.join(AXES[axis])}"
+
+
+def parse_compare(text: str, allowed_axes: tuple[str, ...]) -> tuple[ServeConfig, ...]:
     """``cache=on,off`` -> the two configurations, in the order given."""
     axis, _, values = text.partition("=")
     sides = AXES.get(axis)
     names = [value.strip() for value in values.split(",") if value.strip()]
-    if axis != allowed_axis or sides is None:
-        raise UsageError(
-            f"cannot compare {text!r} here", hint=f"use --compare {allowed_axis}=on,off"
-        )
+    if axis not in allowed_axes or sides is None:
+        forms = " or ".join(f"--compare {compare_form(a)}" for a in allowed_axes)
+        raise UsageError(f"cannot compare {text!r} here", hint=f"use {forms}")
     if len(names) < 2 or len(set(names)) != len(names) or not set(names) <= set(sides):
         raise UsageError(
             f"--compare {text!r} needs two different values of {sorted(sides)}",
-            hint=f"e.g. --compare {axis}=on,off",
+            hint=f"e.g. --compare {compare_form(axis)}",
         )
     return tuple(sides[name] for name in names)
 
@@ -108,6 +122,38 @@ def _tail(log: Path, lines: int = 5) -> str:
     return " | ".join(line for line in text.splitlines()[-lines:] if line.strip())
 
 
+def _compared_options(options: ServeOptions, serve: ServeConfig, port: int | None) -> ServeOptions:
+    """What ``lucebox serve`` is given for ``serve``: the files asked for, on loopback."""
+    return ServeOptions(
+        preset=options.preset,
+        model=options.model,
+        draft=options.draft,
+        ctx=options.ctx,
+        gpus=options.gpus,
+        allow_base=options.allow_base,
+        host="127.0.0.1",
+        port=port,
+        engine=serve.engine,
+    )
+
+
+def check_planned(paths: Paths, options: ServeOptions, configs: tuple[ServeConfig, ...]) -> None:
+    """Refuse before any server starts when the planner refuses a configuration that asks for
+    an engine (planned as ``plan`` would: nothing fetched or built)."""
+    for serve in configs:
+        if serve.engine is None:
+            continue
+        try:
+            prepare(paths, _compared_options(options, serve, None), lambda e: None, dry_run=True)
+        except GuardRefusal as exc:
+            raise GuardRefusal(
+                f"cannot compare engines: {serve.name} would not start: {exc.message}",
+                hint="compare engines on a PC whose NVIDIA GPU the Lucebox engine serves "
+                "(`lucebox plan --engine lucebox` says why not); one engine's speculation: "
+                "--compare spec=on,off",
+            ) from exc
+
+
 class _ServeProcess:
     """One `lucebox serve` child: started, waited on until ready, stopped cleanly."""
 
@@ -120,16 +166,7 @@ class _ServeProcess:
         self.log = paths.ensure(paths.logs_dir) / f"compare-{serve.name.replace('=', '-')}.log"
         argv = lucebox_argv(
             "serve",
-            *ServeOptions(
-                preset=options.preset,
-                model=options.model,
-                draft=options.draft,
-                ctx=options.ctx,
-                gpus=options.gpus,
-                allow_base=options.allow_base,
-                host="127.0.0.1",
-                port=self.port,
-            ).to_args(),
+            *_compared_options(options, serve, self.port).to_args(),
             *serve.serve_args,
         )
         with self.log.open("w") as handle:
@@ -221,7 +258,9 @@ def serving(
         try:
             url = child.wait_ready(ready_timeout_s)
             api_key = client_api_key(paths, config.load_settings(paths).api_key)
-            yield Served(url, current_status(paths).model, api_key, serve)
+            status = current_status(paths)
+            log = Path(status.log) if status.log else None
+            yield Served(url, status.model, api_key, serve, log)
         finally:
             child.stop()
 
@@ -243,6 +282,7 @@ def run_configs(
             "--compare starts its own servers",
             hint="stop it with `lucebox down`, or measure it with --url / without --compare",
         )
+    check_planned(paths, options, configs)
     results: list[tuple[ServeConfig, Result]] = []
     for serve in configs:
         on_note(f"{serve.name}: starting lucebox serve")

@@ -62,12 +62,13 @@ def run_quick(
     """
     headers = served.headers()
     base: dict[str, Any] = {"temperature": 0, "seed": 1, **dict(served.config.request_fields)}
+    log = served.engine_log
     streamed_call(served.url, {**base, "messages": list(WARM_UP), "max_tokens": 1}, headers)
     samples = {}
     for prompt in PROMPTS:
         limit = prompt.max_tokens if max_tokens is None else min(max_tokens, prompt.max_tokens)
         body = {**base, "messages": list(prompt.messages), "max_tokens": limit}
-        sample = streamed_call(served.url, body, headers)
+        sample = streamed_call(served.url, body, headers, engine_log=log)
         samples[prompt.name] = sample
         on_sample(prompt.name, sample)
     return samples

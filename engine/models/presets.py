@@ -18,6 +18,12 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.modelfacts import ModelFacts
 
 SPEC_TYPES_NEEDING_DRAFT = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
+LUCEBOX_PRESET_ENGINE = "lucebox"
+PRESET_ENGINES = ("llama.cpp", LUCEBOX_PRESET_ENGINE)
+"""What a preset is made for. A Lucebox-engine variant is a preset of its own (its own id, a
+plain target and a Lucebox draft) rather than a table inside the llama-server row: every
+surface that lists presets (the table, ``presets --json``, the TUI, ``plan --preset``) then
+shows it as one planned row with its own fit and context, and ``--preset`` names either."""
 
 
 class PresetError(UsageError):
@@ -183,6 +189,11 @@ def parse_preset(text: str, path: str) -> Preset:
     if unknown:
         raise PresetError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
     top = {k: _get(table, k, t, path) for k, t in _TOP.items()}
+    if top["engine"] not in PRESET_ENGINES:
+        raise PresetError(
+            f"{path}: 'engine' should be one of {', '.join(PRESET_ENGINES)}, "
+            f"found {top['engine']!r}"
+        )
     target = _model(table.get("target"), table.get("facts"), f"{path} [target]")
     draft = None
     spec = table.get("speculative") or {}

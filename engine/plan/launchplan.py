@@ -12,7 +12,7 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import measurements, speculation
-from lucebox.engine.plan.enginechoice import EngineChoice
+from lucebox.engine.plan.enginechoice import EngineChoice, EngineKind
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec, server_argv, server_env
 from lucebox.engine.plan.memory import Plan
@@ -79,6 +79,11 @@ class LaunchPlan:
     def command(self) -> str:
         """The command line, quoted so it pastes into a shell."""
         return shlex.join(self.argv)
+
+    @property
+    def engine_kind(self) -> EngineKind:
+        """The engine that serves this launch (llama-server for a plan made before the choice)."""
+        return self.engine_choice.kind if self.engine_choice is not None else "llama-server"
 
     @property
     def misfit(self) -> str:

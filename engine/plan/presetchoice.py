@@ -9,7 +9,12 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
-from lucebox.engine.models.presets import Preset, find_preset, load_presets
+from lucebox.engine.models.presets import (
+    LUCEBOX_PRESET_ENGINE,
+    Preset,
+    find_preset,
+    load_presets,
+)
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.options import Resolved, ServeOptions
@@ -29,8 +34,11 @@ class PresetTable:
 
 
 def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
-    """The best model set that fits: the largest tier the card is made for, with a useful
-    context. Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
+    """The best model set that fits: the largest tier the card is made for, within it a set the
+    Lucebox engine serves (DDTree on its draft), then the most context. A set made for that
+    engine is offered only where the planner serves it there: elsewhere (no NVIDIA GPU, off
+    loopback) its draft is unusable and the tier's llama-server set is the better pick.
+    Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
     """
     card_gib = round(budget.vram_total_bytes / GIB)
     useful = [
@@ -42,9 +50,13 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
         and not p.preset.smoke_test
         and p.preset.vram_tier_gib <= card_gib
         and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
+        and (p.preset.engine != LUCEBOX_PRESET_ENGINE or _on_lucebox(p))
     ]
     if useful:
-        return max(useful, key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, p.plan.ctx))
+        return max(
+            useful,
+            key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, _on_lucebox(p), p.plan.ctx),
+        )
     # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
     fallback = [
         p
@@ -52,6 +64,10 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
         if p.plan.fits and p.preset and (p.preset.cpu_default or p.preset.smoke_test)
     ]
     return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
+
+
+def _on_lucebox(plan: LaunchPlan) -> bool:
+    return plan.engine_kind == "lucebox"
 
 
 def preset_table(

@@ -24,10 +24,13 @@ def test_presets_for_a_24_gib_card():
     result = run_lucebox("presets", "--json", "--vram-mib", "24576")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["best"] == "qwen3.6-27b"
+    assert report["best"] == "gemma4-26b-a4b-lucebox"  # a Lucebox set of the tier first
     for entry in report["presets"]:
         assert entry["reason"] in (("",) if entry["fits"] else ("vram", "offload"))
         assert entry["evidence"]
+        assert entry["engine"] == (
+            "lucebox" if entry["id"].endswith("-lucebox") else "llama-server"
+        )
     small = json.loads(run_lucebox("presets", "--json", "--vram-mib", "4096").stdout)
     assert {e["id"]: e["fits"] for e in small["presets"]}["qwen3.6-27b"] is False
 
@@ -107,11 +110,17 @@ def test_dry_run_launches_exactly_what_plan_prints_for_every_preset(capsys, gib)
         )
         assert (plan_code, planned) == (serve_code, dry), preset.id
         argv = planned["argv"]
-        if planned["memory_bytes"]["draft"] and planned["spec"]["type"] != "draft-mtp":
+        if planned["engine"]["kind"] == "lucebox":  # a Lucebox set on its engine: DDTree
+            assert argv[argv.index("--draft") + 1] == planned["draft"]["path"]
+            assert "--ddtree" in argv and planned["spec"]["type"] == "ddtree"
+            assert argv[argv.index("--host") + 1] == "127.0.0.1"
+        elif planned["memory_bytes"]["draft"] and planned["spec"]["type"] != "draft-mtp":
             assert argv[argv.index("-md") + 1] == planned["draft"]["path"]
             assert argv[argv.index("-ctkd") + 1] == planned["cache_type_k"]
             assert argv[argv.index("--spec-type") + 1] == planned["spec"]["type"]
-        if planned["spec"]["type"]:
+        if planned["engine"]["kind"] == "lucebox":
+            pass
+        elif planned["spec"]["type"]:
             assert argv[argv.index("--spec-type") + 1] == planned["spec"]["type"]
         else:
             assert "--spec-type" not in argv and not planned["memory_bytes"]["draft"]

@@ -252,7 +252,7 @@ def test_choose_preset_by_card():
         (8, "qwen3-4b"),
         (12, "gemma3-12b"),
         (16, "gemma4-26b-a4b"),
-        (24, "qwen3.6-27b"),
+        (24, "gemma4-26b-a4b-lucebox"),  # the tier's Lucebox sets first, then the most context
         (32, "qwen3.6-27b-q6"),
     ]:
         best = table_for(card(gib), paths).best
@@ -264,6 +264,43 @@ def test_choose_preset_by_card():
     without_cpu_default = [p for p in table.plans if p.preset and not p.preset.cpu_default]
     fallback = choose_preset(without_cpu_default, cpu)
     assert fallback is not None and fallback.alias == "smoke"
+
+
+LUCEBOX_PRESETS = ("qwen3.6-27b-lucebox", "gemma4-26b-a4b-lucebox", "gemma4-31b-lucebox")
+
+
+def test_lucebox_variants_are_served_by_that_engine_only_where_it_can_serve():
+    """On an NVIDIA card the Lucebox rows plan the Lucebox engine (DDTree on their draft) and
+    one is the pick; off loopback or without a GPU they fall to llama-server, and the pick is
+    a llama-server row of the tier (never a set whose draft nothing can use)."""
+    paths = resolve_paths()
+    table = table_for(card(24), paths)
+    rows = {p.alias: p for p in table.plans}
+    for alias in LUCEBOX_PRESETS:
+        assert rows[alias].engine_kind == "lucebox", alias
+        assert rows[alias].speculation.spec_type == "ddtree"
+    assert rows["qwen3.6-27b"].engine_kind == "llama-server"  # the MTP row stays the fallback
+    assert table.best is not None and table.best.alias in LUCEBOX_PRESETS
+    options = ServeOptions(host="0.0.0.0")
+    shared = preset_table(
+        paths, options, resolve(options, Settings()), card(24), EngineView.of(None)
+    )
+    assert all(p.engine_kind == "llama-server" for p in shared.plans)
+    assert shared.best is not None and shared.best.alias == "qwen3.6-27b"
+    cpu = table_for(GpuBudget("RAM", 256 * GIB, 250 * GIB, is_gpu=False), paths)
+    assert all(p.engine_kind == "llama-server" for p in cpu.plans)
+    assert cpu.best is not None and cpu.best.alias not in LUCEBOX_PRESETS
+
+
+def test_a_lucebox_variant_names_a_plain_target_and_a_lucebox_draft():
+    presets = {p.id: p for p in load_presets(resolve_paths())}
+    for alias in LUCEBOX_PRESETS:
+        preset = presets[alias]
+        assert preset.engine == "lucebox" and preset.draft and preset.draft.model
+        assert preset.draft.model.source.startswith("hf:Lucebox/")
+        assert preset.draft.model.facts.architecture.endswith("dflash-draft")
+        assert "MTP" not in preset.target.source  # the engine's loader refuses the MTP block
+        assert "Luce-Org/lucebox" in preset.evidence
 
 
 @pytest.mark.slow
@@ -288,6 +325,11 @@ def test_cpu_default_preset_matches_its_real_file():
         ("nonsense = 1", "unknown key"),
         ('id = "x"\ntitle = "t"', "missing key"),
         ("[[", "not valid TOML"),
+        (
+            'id = "x"\ntitle = "t"\nfamily = "f"\nvram_tier_gib = 8\nengine = "vllm"\n'
+            'native_ctx = 4096\nevidence = "e"',
+            "'engine' should be one of llama.cpp, lucebox",
+        ),
     ],
 )
 def test_bad_preset_names_file_key_and_problem(text, fragment):

@@ -46,7 +46,7 @@ class PresetScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("", "Preset", "Card", "Context", "KV", "Memory", "Model set")
+        table.add_columns("", "Preset", "Card", "Engine", "Context", "KV", "Memory", "Model set")
         best = self.table.best
         for item in self.table.plans:
             fits = not item.misfit
@@ -56,6 +56,7 @@ class PresetScreen(ModalScreen[str | None]):
                 f"{item.preset.vram_tier_gib} GB"
                 if item.preset and item.preset.vram_tier_gib
                 else "any",
+                item.engine_kind,
                 f"{item.plan.ctx:,}" if fits else f"no: {item.misfit}",
                 item.plan.cache_type_k if fits else "",
                 gib_text(item.plan.memory_bytes.total),
