@@ -23,6 +23,7 @@ import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan.measurements import store_file
+from lucebox.engine.run.calibration import TIE_MARGIN
 from tests.conftest import run_lucebox
 from tests.ggufgen import cached_gguf, dflash_for, qwen35_target
 from tests.ports import free_port
@@ -110,7 +111,9 @@ def test_ngram_that_pays_on_repeated_text_is_kept_with_its_measured_ratio(
         spec = now["spec"]
         assert spec["type"] == "ngram-mod" and spec["active"] is True
         measured = spec["measured"]
-        assert measured["ratio"] > 1.2 and measured["probes"] == 4
+        # Kept means it beat none by more than the tie margin; how far depends on the machine's
+        # load (1.17x-1.6x seen on a 2-core machine running the suite).
+        assert measured["ratio"] > 1 + TIE_MARGIN and measured["probes"] == 4
         assert measured["tok_s"] > measured["baseline_tok_s"] > 0
         assert "measured on this card over 4 probes against none: ngram-mod" in spec["reason"]
         entry = stored(home)
