@@ -67,6 +67,10 @@ class PresetDraft:
     """None for draftless speculation (n-gram, or the target's own MTP layers)."""
     spec_type: str
     draft_max: int | None
+    reported_speedup: float | None = None
+    """The decode gain the pair's publisher measured with this draft (cited in the evidence):
+    it ranks Lucebox-engine sets within a tier, where KVFlash gives each one long contexts and
+    context no longer tells them apart."""
 
 
 @dataclass(frozen=True)
@@ -201,8 +205,12 @@ def parse_preset(text: str, path: str) -> Preset:
     if draft_table is not None:
         model = _model(draft_table, draft_table.get("facts"), f"{path} [draft]")
         spec_type = _get(draft_table, "spec_type", str, f"{path} [draft]")
+        where = f"{path} [draft]"
         draft = PresetDraft(
-            model, spec_type, _get(draft_table, "draft_max", int, f"{path} [draft]", False)
+            model,
+            spec_type,
+            _get(draft_table, "draft_max", int, where, False),
+            _get(draft_table, "reported_speedup", float, where, False),
         )
     elif spec:
         spec_type = _get(spec, "spec_type", str, f"{path} [speculative]")

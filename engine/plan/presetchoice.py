@@ -35,7 +35,8 @@ class PresetTable:
 
 def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | None:
     """The best model set that fits: the largest tier the card is made for, within it a set the
-    Lucebox engine serves (DDTree on its draft), then the most context. A set made for that
+    Lucebox engine serves (DDTree on its draft) with the largest reported gain, then the most
+    context. A set made for that
     engine is offered only where the planner serves it there: elsewhere (no NVIDIA GPU, off
     loopback) its draft is unusable and the tier's llama-server set is the better pick.
     Without a GPU it is the CPU default: larger models on a CPU are too slow to enjoy.
@@ -55,7 +56,12 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     if useful:
         return max(
             useful,
-            key=lambda p: (p.preset.vram_tier_gib if p.preset else 0, _on_lucebox(p), p.plan.ctx),
+            key=lambda p: (
+                p.preset.vram_tier_gib if p.preset else 0,
+                _on_lucebox(p),
+                _reported_speedup(p) if _on_lucebox(p) else 0.0,
+                p.plan.ctx,
+            ),
         )
     # No GPU worth using: the small instruct model made for CPUs, else the smoke test.
     fallback = [
@@ -68,6 +74,11 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
 
 def _on_lucebox(plan: LaunchPlan) -> bool:
     return plan.engine_kind == "lucebox"
+
+
+def _reported_speedup(plan: LaunchPlan) -> float:
+    draft = plan.preset.draft if plan.preset else None
+    return (draft.reported_speedup if draft else None) or 1.0
 
 
 def preset_table(

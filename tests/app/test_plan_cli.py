@@ -24,7 +24,9 @@ def test_presets_for_a_24_gib_card():
     result = run_lucebox("presets", "--json", "--vram-mib", "24576")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["best"] == "gemma4-26b-a4b-lucebox"  # a Lucebox set of the tier first
+    # A Lucebox set of the tier first; of those, the largest gain its publisher reported (3.43x
+    # against the Gemma 4 pairs' 3.2x and 1.31x), as each one's long context ties them.
+    assert report["best"] == "qwen3.6-27b-lucebox"
     for entry in report["presets"]:
         assert entry["reason"] in (("",) if entry["fits"] else ("vram", "offload"))
         assert entry["evidence"]

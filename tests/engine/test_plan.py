@@ -252,7 +252,7 @@ def test_choose_preset_by_card():
         (8, "qwen3-4b"),
         (12, "gemma3-12b"),
         (16, "gemma4-26b-a4b"),
-        (24, "gemma4-26b-a4b-lucebox"),  # the tier's Lucebox sets first, then the most context
+        (24, "qwen3.6-27b-lucebox"),  # the tier's Lucebox sets first, the largest reported gain
         (32, "qwen3.6-27b-q6"),
     ]:
         best = table_for(card(gib), paths).best
