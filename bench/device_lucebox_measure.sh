@@ -110,11 +110,16 @@ lucebox_serve() {  # name, lucebox serve arguments
     echo "$name state: $s"
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader > "$W/$name.smi.txt"
     local URL=http://127.0.0.1:18190 i=0
-    for body in greedy sampled unset_temp greedy; do
+    for body in ${BODIES:-greedy sampled unset_temp greedy}; do
         i=$((i + 1))
-        curl -s -m 120 "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
-            -d "${!body}" > "$W/$name.r$i.json"
-        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], json.dumps(d.get('usage') or d))" "$W/$name.r$i.json" "$body"
+        curl -s -m 300 "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+            -d @<(printf '%s' "${!body}") -w '\n%{time_total}\n' > "$W/$name.r$i.json"
+        python3 - "$W/$name.r$i.json" "$body" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read().rsplit("\n", 2)
+data = json.loads(text[0])
+print(sys.argv[2], f"wall {float(text[1]):.2f} s", json.dumps(data.get("usage") or data)[:600])
+PY
     done
     sleep 2.5
     lucebox status --json > "$W/$name.status.json" 2>&1
@@ -132,7 +137,39 @@ PY
     grep -E "warm-up|lucebox: (engine|plan|server)" "$W/$name.log" | head -8
 }
 want serve-ddtree && lucebox_serve serve-ddtree --model "$T" --draft "$DR"
-want serve-plain && lucebox_serve serve-plain --model "$T" --engine lucebox --ctx 4096
+want serve-plain && BODIES="greedy sampled unset_temp long_prompt" \
+    lucebox_serve serve-plain --model "$T" --engine lucebox --ctx 4096
+# KVFlash planned by lucebox: a 2,210 MiB budget leaves room for a ~9K-token pool at 64K
+# context; the prompt is 4x the planned pool.
+if want serve-kvflash; then
+    pool=$(lucebox plan --model "$T" --engine lucebox --ctx 65536 --vram-mib 2210 --json \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["kvflash_pool_tokens"])')
+    reps=$(( pool * 4 * 100 / 507 ))
+    LONG4=$(python3 -c "print(' '.join(['hello world the model test'] * $reps))")
+    long4_prompt="{\"messages\":[{\"role\":\"user\",\"content\":\"$LONG4\"}],\"max_tokens\":128,\"temperature\":0}"
+    echo "KVFlash pool $pool tokens, prompt of $reps repetitions (~$(( reps * 507 / 100 )) tokens)"
+    BODIES="long4_prompt greedy" lucebox_serve serve-kvflash --model "$T" --engine lucebox \
+        --ctx 65536 --vram-mib 2210
+fi
+# PFlash through lucebox: its drafter pulled like any model, from a local Hub serving the
+# generated stand-in under the real file's name (this machine has no network).
+if want serve-pflash; then
+    python3 - "$PD" <<'PY' &
+import pathlib, sys, time
+from tests.hubserver import HubFile, HubState, serve_hub
+state = HubState()
+body = pathlib.Path(sys.argv[1]).read_bytes()
+state.add("unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-BF16.gguf", HubFile(body))
+with serve_hub(state) as hub:
+    pathlib.Path("/tmp/lucebox-hub.url").write_text(hub.base_url)
+    time.sleep(900)
+PY
+    hub_pid=$!
+    for _ in $(seq 1 60); do [ -s /tmp/lucebox-hub.url ] && break; sleep 0.5; done
+    HF_ENDPOINT=$(cat /tmp/lucebox-hub.url) BODIES="long_prompt greedy" \
+        lucebox_serve serve-pflash --model "$T" --engine lucebox --prefill pflash --ctx 4096
+    kill $hub_pid
+fi
 
 tar -czf "$OUT/measure.tgz" -C "$H" measure
 ls -la "$OUT"

@@ -7,7 +7,9 @@ smaller vocabulary fails at the first draft. Beside it a Lucebox-format draft
 (``qwen35-dflash-draft``) for it, the same target with an MTP block, which the engine's loader
 is expected to refuse (its block count is no longer a multiple of the interval), and a qwen3
 model standing in for PFlash's prefill drafter.
-Random weights: they prove paths, argv and memory, not acceptance.
+Random weights, but the target and its draft agree (``agree_token``): the target always decodes
+"hello" and the draft predicts it, so DFlash and DDTree accept their drafts as a well-matched
+real pair would, and the measured speed-up is the engine's best case on this card.
 
 Usage: python3 bench/lucebox_models.py OUT_DIR [all|pair]  (prints the paths written)
 """
@@ -47,6 +49,7 @@ TARGET = HybridSpec(
     ssm_time_step_rank=8,
     nextn_layers=0,
     vocab_size=QWEN35_VOCAB,
+    agree_token="hello",
 )
 DRAFT = LuceboxDFlashSpec(
     name="Qwen3.5-Tiny-DFlash",
@@ -61,6 +64,7 @@ DRAFT = LuceboxDFlashSpec(
     mask_token_id=248_070,
     vocab_size=QWEN35_VOCAB,
     seed=1,
+    agree_token="hello",
 )
 """The engine's qwen35 target captures 5 layers for the draft whatever the draft says (evenly
 spaced, ``1 + k * (n_layer - 2) / 4``): a draft reading 2 failed its first feature copy with
@@ -79,9 +83,11 @@ PREFILL_DRAFTER = ModelSpec(
     n_ctx=40_960,
     vocab_size=QWEN35_VOCAB,
     seed=2,
+    quant="BF16",
 )
-"""PFlash's prefill drafter stands in for Qwen3-0.6B (arch qwen3, F16: the engine's qwen3
-loader takes only F16/BF16 weights)."""
+"""PFlash's prefill drafter stands in for Qwen3-0.6B (arch qwen3, BF16 as the real file: on a
+BF16-capable card the engine's qwen3 loader converts only from BF16, so an F16 file failed
+with "one or more Qwen3-0.6B tensors failed to load" on the H100)."""
 
 
 def main(out_dir: Path) -> None:
