@@ -139,17 +139,31 @@ PY
 want serve-ddtree && lucebox_serve serve-ddtree --model "$T" --draft "$DR"
 want serve-plain && BODIES="greedy sampled unset_temp long_prompt" \
     lucebox_serve serve-plain --model "$T" --engine lucebox --ctx 4096
-# KVFlash planned by lucebox: a 2,210 MiB budget leaves room for a ~9K-token pool at 64K
-# context; the prompt is 4x the planned pool.
+# KVFlash planned by lucebox on a card with little free memory, as when a game or another
+# model holds the rest: a CUDA process holds all but 2,260 MiB, so at 128K context the plan
+# finds room for the largest pool (16K tokens) but not for the whole context; the prompt is 4x
+# the planned pool.
 if want serve-kvflash; then
-    pool=$(lucebox plan --model "$T" --engine lucebox --ctx 65536 --vram-mib 2210 --json \
+    python3 - <<'PY' &
+import time, torch
+free, _ = torch.cuda.mem_get_info()
+hold = torch.empty(free - 2260 * 2**20, dtype=torch.uint8, device="cuda")
+print(f"holding {hold.numel() / 2**30:.1f} GiB; free now {torch.cuda.mem_get_info()[0] / 2**20:.0f} MiB",
+      flush=True)
+time.sleep(900)
+PY
+    holder=$!
+    sleep 15
+    nvidia-smi --query-gpu=memory.used,memory.free --format=csv,noheader
+    pool=$(lucebox plan --model "$T" --engine lucebox --ctx 131072 --json \
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["kvflash_pool_tokens"])')
     reps=$(( pool * 4 * 100 / 507 ))
     LONG4=$(python3 -c "print(' '.join(['hello world the model test'] * $reps))")
     long4_prompt="{\"messages\":[{\"role\":\"user\",\"content\":\"$LONG4\"}],\"max_tokens\":128,\"temperature\":0}"
     echo "KVFlash pool $pool tokens, prompt of $reps repetitions (~$(( reps * 507 / 100 )) tokens)"
     BODIES="long4_prompt greedy" lucebox_serve serve-kvflash --model "$T" --engine lucebox \
-        --ctx 65536 --vram-mib 2210
+        --ctx 131072
+    kill $holder
 fi
 # PFlash through lucebox: its drafter pulled like any model, from a local Hub serving the
 # generated stand-in under the real file's name (this machine has no network).

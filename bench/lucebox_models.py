@@ -90,17 +90,20 @@ BF16-capable card the engine's qwen3 loader converts only from BF16, so an F16 f
 with "one or more Qwen3-0.6B tensors failed to load" on the H100)."""
 
 
-def main(out_dir: Path) -> None:
+def main(out_dir: Path, which: str) -> None:
+    """``pair``: the target and its draft only; ``all``: the MTP target and drafter too."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = write_qwen35(out_dir / "qwen35-tiny.gguf", TARGET)
-    draft = write_lucebox_dflash(out_dir / "qwen35-tiny-dflash.gguf", DRAFT)
-    mtp = write_qwen35(
-        out_dir / "qwen35-tiny-mtp.gguf", dataclasses.replace(TARGET, nextn_layers=1)
-    )
-    drafter = write_llama(out_dir / "qwen3-tiny-drafter.gguf", PREFILL_DRAFTER)
-    for path in (target, draft, mtp, drafter):
+    paths = [
+        write_qwen35(out_dir / "qwen35-tiny.gguf", TARGET),
+        write_lucebox_dflash(out_dir / "qwen35-tiny-dflash.gguf", DRAFT),
+    ]
+    if which == "all":
+        mtp = dataclasses.replace(TARGET, nextn_layers=1)
+        paths.append(write_qwen35(out_dir / "qwen35-tiny-mtp.gguf", mtp))
+        paths.append(write_llama(out_dir / "qwen3-tiny-drafter.gguf", PREFILL_DRAFTER))
+    for path in paths:
         print(path)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "all")
