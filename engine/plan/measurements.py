@@ -6,7 +6,9 @@ One small JSON file in the data dir, one entry per (model file, draft file, engi
 context, KV type): the token-weighted decode rate of every configuration the calibration
 measured there, no speculation included. The planner reads it to choose, `status` and the
 dashboard to show what speculation gains or costs, `bench` to compare; the calibration writes
-it, one configuration at a time, so an interrupted calibration resumes where it was.
+it, one configuration at a time, so an interrupted calibration resumes where it was. Keys
+added since (a probe's prompt length, the served mix a re-measure weighs by) read as absent
+from entries stored before them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from typing import Any
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.plan.speculation import SpecCandidate
+from lucebox.engine.plan.workload import ProbeShape, RateCurve, probe_mix
 
 STORE_NAME = "spec-measurements.json"
 STORE_VERSION = 1
@@ -87,10 +91,24 @@ class ProbeRate:
     weight: int = 0
     """Tokens the probe asked for: its share of the rate, the same whatever configuration (a
     speculating engine's numerics differ a little, so its reply may end sooner or later)."""
+    prompt_tokens: int = 0
+    """The whole prompt the reply decoded after (the engine's prompt_n + cache_n); 0 in
+    entries stored before it was kept."""
 
     @property
     def tok_s(self) -> float:
         return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def asked(self) -> int:
+        """Its weight in the probes' own mix: the tokens it asked for, else those decoded."""
+        return self.weight or self.tokens
+
+    @classmethod
+    def from_json(cls, data: Any) -> ProbeRate:
+        """One stored probe; keys this version does not know are left out."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 @dataclass(frozen=True)
@@ -113,9 +131,19 @@ class TrialRate:
         """Token-weighted decode rate over the probes, each weighted by the tokens it asked
         for (its ``weight``), so every configuration is judged on the same mix; probes without
         a weight count the tokens they decoded."""
-        weights = [p.weight or p.tokens for p in self.probes if p.tok_s > 0]
-        seconds = sum((p.weight or p.tokens) / p.tok_s for p in self.probes if p.tok_s > 0)
-        return sum(weights) / seconds if seconds > 0 else 0.0
+        return self.rate_for({p.name: p.asked for p in self.probes})
+
+    def rate_for(self, mix: Mapping[str, float]) -> float:
+        """Decode rate over the probes, each weighted by its share in ``mix``."""
+        timed = [p for p in self.probes if p.tok_s > 0 and mix.get(p.name, 0) > 0]
+        seconds = sum(mix[p.name] / p.tok_s for p in timed)
+        return sum(mix[p.name] for p in timed) / seconds if seconds > 0 else 0.0
+
+    def shapes(self) -> tuple[ProbeShape, ...]:
+        """The probes as the served requests are matched against them."""
+        return tuple(
+            ProbeShape(p.name, p.prompt_tokens, p.tokens, p.tok_s, p.asked) for p in self.probes
+        )
 
     @property
     def drafted(self) -> int:
@@ -141,7 +169,7 @@ class TrialRate:
         if not isinstance(data, dict) or not isinstance(data.get("label"), str):
             return None
         try:
-            probes = tuple(ProbeRate(**p) for p in data.get("probes") or [])
+            probes = tuple(ProbeRate.from_json(p) for p in data.get("probes") or [])
             return cls(
                 data["label"],
                 data.get("spec_type"),
@@ -150,7 +178,7 @@ class TrialRate:
                 probes,
                 float(data.get("at") or 0.0),
             )
-        except TypeError:
+        except (TypeError, AttributeError):
             return None
 
 
@@ -163,9 +191,42 @@ class Measurement:
     chosen: str | None = None
     """The label that serves under ``--spec auto``; None until the calibration has finished."""
     why: str = ""
+    mix: tuple[tuple[str, float], ...] = ()
+    """The share of each probe that rates are weighed by: the served mix the last re-measure
+    was for; empty for the probes' own mix (each by the tokens it asks for)."""
+    remeasure_at: float = 0.0
+    """Unix time the served mix moved away from ``mix``: trials measured before it are due
+    again; 0 when none is."""
+    remeasure_why: str = ""
 
     def trial(self, label: str) -> TrialRate | None:
         return next((t for t in self.trials if t.label == label), None)
+
+    def fresh(self, label: str) -> bool:
+        """Whether ``label`` was measured and is not due again."""
+        trial = self.trial(label)
+        return trial is not None and trial.at >= self.remeasure_at
+
+    def rate(self, trial: TrialRate) -> float:
+        """``trial``'s decode rate over the mix this measurement is weighed by."""
+        return trial.rate_for(dict(self.mix)) if self.mix else trial.tok_s
+
+    def weighed_mix(self) -> dict[str, float]:
+        """The probe shares the rates are weighed by now."""
+        base = self.baseline
+        return dict(self.mix) if self.mix else probe_mix(base.shapes() if base else ())
+
+    def baseline_curve(self) -> RateCurve | None:
+        """The rate without speculation by prompt length; None before it was measured."""
+        base = self.baseline
+        if base is None or self.rate(base) <= 0:
+            return None
+        return RateCurve.of(base.shapes(), self.rate(base))
+
+    def remeasure(self, mix: Mapping[str, float], why: str, at: float) -> Measurement:
+        """Every configuration due again, its rates to be weighed by the served ``mix``; the
+        verdict stands (and serves) until the re-measure replaces it."""
+        return replace(self, mix=tuple(sorted(mix.items())), remeasure_at=at, remeasure_why=why)
 
     @property
     def baseline(self) -> TrialRate | None:
@@ -178,9 +239,9 @@ class Measurement:
     def ratio(self, label: str) -> float | None:
         """``label``'s decode rate over the rate without speculation; None before both ran."""
         base, trial = self.baseline, self.trial(label)
-        if base is None or trial is None or base.tok_s <= 0:
+        if base is None or trial is None or self.rate(base) <= 0:
             return None
-        return trial.tok_s / base.tok_s
+        return self.rate(trial) / self.rate(base)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -188,6 +249,9 @@ class Measurement:
             "trials": [t.to_json() for t in self.trials],
             "chosen": self.chosen,
             "why": self.why,
+            "mix": dict(self.mix),
+            "remeasure_at": self.remeasure_at,
+            "remeasure_why": self.remeasure_why,
         }
 
     @classmethod
@@ -200,11 +264,16 @@ class Measurement:
             return None
         trials = [TrialRate.from_json(t) for t in data.get("trials") or []]
         chosen = data.get("chosen")
+        mix = data.get("mix")
+        shares = mix.items() if isinstance(mix, dict) else ()
         return cls(
             key,
             tuple(t for t in trials if t is not None),
             chosen if isinstance(chosen, str) else None,
             str(data.get("why") or ""),
+            tuple(sorted((str(n), float(v)) for n, v in shares if isinstance(v, int | float))),
+            float(data.get("remeasure_at") or 0.0),
+            str(data.get("remeasure_why") or ""),
         )
 
 

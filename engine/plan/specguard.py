@@ -12,8 +12,11 @@ request is running.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from lucebox.engine.plan.workload import RateCurve, ServedRequest
 
 MIN_DRAFTED_TOKENS = 256
 """Drafted tokens a decision needs: fewer say little about a model's acceptance."""
@@ -51,8 +54,9 @@ CUDA_DEFAULT_FLOOR = 0.7
 MIN_DECODED_TOKENS = 512
 """Decoded tokens a throughput judgement needs (about a second on a GPU, a minute on a CPU)."""
 RATE_MARGIN = 0.15
-"""Act only when decoding runs this far below the rate measured without speculation: served
-requests carry longer contexts than the probes, which slows any mode a little."""
+"""Act only when decoding runs this far below the rate measured without speculation for
+prompts of the same lengths: past the longest probe the rate is the longest probe's, and
+longer contexts slow any mode a little."""
 
 
 def acceptance_floor(spec_type: str, draft_max: int | None, on_gpu: bool) -> tuple[float, str]:
@@ -102,7 +106,7 @@ def describe(
     if measured:
         return (
             f"the guard {action} if decoding falls {RATE_MARGIN:.0%} below the rate measured "
-            "without speculation"
+            "without speculation for prompts of the same length"
         )
     return f"the guard {action} below {floor_source}"
 
@@ -119,6 +123,26 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class RateSums:
+    """Decoding summed over the requests since a judgement, with the seconds the same steps
+    take without speculation at each request's prompt length."""
+
+    decoded: int = 0
+    decode_s: float = 0.0
+    none_s: float = 0.0
+    drafted_at_start: int = 0
+    """The engine's drafted-token count when the sums began."""
+
+    def plus(self, requests: Sequence[ServedRequest], baseline: RateCurve | None) -> RateSums:
+        return replace(
+            self,
+            decoded=self.decoded + sum(r.decode_steps for r in requests),
+            decode_s=self.decode_s + sum(r.decode_s for r in requests),
+            none_s=self.none_s + (baseline.none_s(requests) if baseline else 0.0),
+        )
+
+
+@dataclass(frozen=True)
 class SpecGuard:
     """What the guard watches; a new value after each judgement."""
 
@@ -130,11 +154,11 @@ class SpecGuard:
     drafted_at_start: int = 0
     accepted_at_start: int = 0
     shortened: bool = False
-    baseline_tok_s: float | None = None
-    """Decode rate measured on this card without speculation: with it, throughput decides
-    and the acceptance floors (a prior) no longer do."""
-    rate_at_start: tuple[int, float, int] = (0, 0.0, 0)
-    """Decoded tokens, their seconds and drafted tokens at the last throughput judgement."""
+    baseline: RateCurve | None = None
+    """Decode rate measured on this card without speculation, by prompt length: with it,
+    throughput decides and the acceptance floors (a prior) no longer do."""
+    window: RateSums = field(default_factory=RateSums)
+    """What was decoded since the last throughput judgement."""
 
     @classmethod
     def for_launch(
@@ -144,51 +168,46 @@ class SpecGuard:
         on_gpu: bool,
         *,
         shortened: bool = False,
-        baseline_tok_s: float | None = None,
+        baseline: RateCurve | None = None,
     ) -> SpecGuard:
         floor, source = acceptance_floor(spec_type, draft_max, on_gpu)
         return cls(
-            spec_type,
-            draft_max,
-            on_gpu,
-            floor,
-            source,
-            shortened=shortened,
-            baseline_tok_s=baseline_tok_s,
+            spec_type, draft_max, on_gpu, floor, source, shortened=shortened, baseline=baseline
         )
 
     def judge_rate(
-        self, decoded_total: int, decode_s_total: float, drafted_total: int
+        self, requests: Sequence[ServedRequest], drafted_total: int
     ) -> tuple[SpecGuard, Decision | None]:
-        """Judge decoding since the last judgement (the sampler's and engine's running totals):
-        a model draft that drafts nothing, or decoding below the measured rate without
-        speculation, goes. N-gram drafts cost nothing when they find no match: exempt from the
-        first."""
-        decoded0, seconds0, drafted0 = self.rate_at_start
-        decoded, seconds = decoded_total - decoded0, decode_s_total - seconds0
-        drafted = drafted_total - drafted0
-        if decoded < 0 or drafted < 0:  # a new engine process: its counters start again
-            return replace(self, rate_at_start=(0, 0.0, 0)), None
-        if decoded < MIN_DECODED_TOKENS or seconds <= 0:
-            return self, None
-        window = replace(self, rate_at_start=(decoded_total, decode_s_total, drafted_total))
-        rate = decoded / seconds
-        ratio = rate / self.baseline_tok_s if self.baseline_tok_s else None
+        """Judge decoding since the last judgement (the requests finished since the last call,
+        the engine's running count of drafted tokens): a model draft that drafts nothing, or
+        decoding below the rate measured without speculation for prompts of the same lengths,
+        goes. N-gram drafts cost nothing when they find no match: exempt from the first."""
+        sums = self.window
+        if drafted_total < sums.drafted_at_start:  # a new engine process: its count restarts
+            sums = RateSums(drafted_at_start=drafted_total)
+        sums = sums.plus(requests, self.baseline)
+        if sums.decoded < MIN_DECODED_TOKENS or sums.decode_s <= 0:
+            return replace(self, window=sums), None
+        window = replace(self, window=RateSums(drafted_at_start=drafted_total))
+        drafted = drafted_total - sums.drafted_at_start
+        rate = sums.decoded / sums.decode_s
+        none_tok_s = sums.decoded / sums.none_s if sums.none_s > 0 else None
+        ratio = rate / none_tok_s if none_tok_s else None
         ratio_text = f", {ratio:.2f}x of none" if ratio is not None else ""
         if drafted == 0 and not self.spec_type.startswith("ngram"):
-            seen = f"drafted nothing in {decoded} decoded tokens{ratio_text}"
+            seen = f"drafted nothing in {sums.decoded} decoded tokens{ratio_text}"
             return window, Decision("off", 0.0, None, f"{seen}; speculation switched off", seen)
         if ratio is None or ratio >= 1 - RATE_MARGIN or self.spec_type.startswith("ngram"):
             return window, None
         seen = (
-            f"decoding at {rate:.0f} tok/s, {ratio:.2f}x of the {self.baseline_tok_s:.0f} tok/s "
-            "measured without speculation"
+            f"decoding at {rate:.0f} tok/s, {ratio:.2f}x of the {none_tok_s:.0f} tok/s "
+            "measured without speculation for prompts of these lengths"
         )
         return self._step_down(window, 0.0, seen)
 
     def judge(self, drafted_total: int, accepted_total: int) -> tuple[SpecGuard, Decision | None]:
         """Judge the drafts since the last decision point (the engine's running totals)."""
-        if self.baseline_tok_s is not None:
+        if self.baseline is not None:
             return self, None  # measured: throughput decides (judge_rate)
         drafted = drafted_total - self.drafted_at_start
         if drafted < 0:  # a new engine process: its counters start again

@@ -63,10 +63,9 @@ def trials_for(candidates: Sequence[SpecCandidate], *, forced: bool) -> tuple[Tr
 
 
 def missing(trials: Sequence[Trial], measurement: Measurement | None, running: str) -> list[Trial]:
-    """The trials the store has no rate for, the configuration running now first (it needs no
-    restart)."""
-    done = {t.label for t in measurement.trials} if measurement else set()
-    todo = [t for t in trials if t.label not in done]
+    """The trials the store has no rate for (or one due again: the served mix moved), the
+    configuration running now first (it needs no restart)."""
+    todo = [t for t in trials if measurement is None or not measurement.fresh(t.label)]
     return sorted(todo, key=lambda t: t.label != running)
 
 
@@ -77,6 +76,7 @@ def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> Pro
     if not isinstance(tokens, int | float) or not isinstance(ms, int | float) or tokens < 1:
         return None
     drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    prompt = [timings.get("prompt_n"), timings.get("cache_n")]
     return ProbeRate(
         name,
         int(tokens),
@@ -84,6 +84,7 @@ def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> Pro
         int(drafted) if isinstance(drafted, int | float) else 0,
         int(accepted) if isinstance(accepted, int | float) else 0,
         weight,
+        sum(int(n) for n in prompt if isinstance(n, int | float)),
     )
 
 
@@ -102,15 +103,19 @@ def verdict(measurement: Measurement, labels: Sequence[str]) -> tuple[str, str]:
     """The label to serve among ``labels`` (all measured, none included), and why."""
     base = measurement.baseline
     rates = [t for label in labels if (t := measurement.trial(label)) is not None]
-    if base is None or base.tok_s <= 0:
+    if base is None or measurement.rate(base) <= 0:
         return OFF, "no rate without speculation was measured"
     others = [t for t in rates if t.label != OFF]
-    best = max(others, key=lambda t: t.tok_s, default=None)
-    probes = len(base.probes)
+    best = max(others, key=measurement.rate, default=None)
+    over = f"measured on this card over {len(base.probes)} probes"
+    if measurement.remeasure_why:
+        # Says why speculation came back on (or stayed off) after the workload changed.
+        over = f"re-{over} weighed as served, because {measurement.remeasure_why};"
     rest = ", ".join(describe_trial(measurement, t) for t in others)
-    if best is None or best.tok_s <= base.tok_s * (1 + TIE_MARGIN):
-        return OFF, f"measured on this card over {probes} probes, none is faster: {rest}"
-    return best.label, f"measured on this card over {probes} probes against none: {rest}"
+    if best is None or measurement.rate(best) <= measurement.rate(base) * (1 + TIE_MARGIN):
+        none = " none" if measurement.remeasure_why else ", none"
+        return OFF, f"{over}{none} is faster: {rest}"
+    return best.label, f"{over} against none: {rest}"
 
 
 def measured_rate(measurement: Measurement, label: str) -> MeasuredRate | None:
@@ -120,7 +125,11 @@ def measured_rate(measurement: Measurement, label: str) -> MeasuredRate | None:
     if base is None or trial is None or ratio is None:
         return None
     return MeasuredRate(
-        round(base.tok_s, 1), round(trial.tok_s, 1), round(ratio, 3), len(trial.probes), trial.at
+        round(measurement.rate(base), 1),
+        round(measurement.rate(trial), 1),
+        round(ratio, 3),
+        len(trial.probes),
+        trial.at,
     )
 
 

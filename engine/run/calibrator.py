@@ -5,6 +5,11 @@ A client request abandons it at once: the probe in flight is cancelled, the conf
 running then serves the client, and the calibration resumes from the next configuration it
 has no rate for once the server is idle again. The choice itself is
 :mod:`lucebox.engine.run.calibration`'s.
+
+Once measured, it watches the served requests: when their mix has moved clearly away from the
+one the verdict was weighed by (:func:`lucebox.engine.plan.workload.mix_moved`), every
+configuration is due again, measured once idle and weighed by the served mix, so speculation
+switched off for one workload comes back on for another where it gains.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -32,6 +37,7 @@ from lucebox.engine.plan.measurements import (
     write_measurement,
 )
 from lucebox.engine.plan.specguard import SpecGuard
+from lucebox.engine.plan.workload import MIX_REQUESTS, ServedRequest, mix_moved
 from lucebox.engine.run import calibration
 from lucebox.engine.run.calibration import Trial
 from lucebox.engine.run.metrics import parse_counters
@@ -92,16 +98,15 @@ class Calibrator:
         """The configuration being measured now."""
         self._last_client_s = time.monotonic()
         self._counters: tuple[float, float] | None = None
+        self.served: tuple[ServedRequest, ...] = ()
+        """The latest requests served since the verdict, for the mix."""
+        self._due = asyncio.Event()
+        """Set when the served mix moved: a re-measure waits for an idle server."""
 
     @property
     def complete(self) -> bool:
         todo = calibration.missing(self.setup.trials, self.measurement, OFF)
         return not todo and (self.setup.forced or self.measurement.chosen is not None)
-
-    @property
-    def baseline_tok_s(self) -> float | None:
-        base = self.measurement.baseline
-        return base.tok_s if base is not None and base.tok_s > 0 else None
 
     def guard_for(self, spec: LaunchSpec, *, shortened: bool = False) -> SpecGuard | None:
         """The speculation guard of ``spec``, judging throughput against the measured rate."""
@@ -112,7 +117,7 @@ class Calibrator:
             spec.draft_max,
             self.setup.on_gpu,
             shortened=shortened,
-            baseline_tok_s=self.baseline_tok_s,
+            baseline=self.measurement.baseline_curve(),
         )
 
     @property
@@ -123,15 +128,26 @@ class Calibrator:
     def spec_view(self, label: str, sampled: SpecStatus | None) -> SpecStatus | None:
         """Speculation as status shows it: the sampler's view with the measured rate, or
         the measurement's own while it runs or when it switched speculation off."""
+        again = self.measurement.remeasure_why
         if self.state in ("running", "paused") and self.trial is not None:
             if self.state == "running":
-                reason = f"measuring on this card: {self.trial.label} ("
-                reason += f"{len(self.measurement.trials)} of {len(self.setup.trials)} measured)"
+                fresh = sum(1 for t in self.setup.trials if self.measurement.fresh(t.label))
+                reason = "re-measuring" if again else "measuring"
+                reason += f" on this card: {self.trial.label} ("
+                reason += f"{fresh} of {len(self.setup.trials)} measured)"
+                reason += f", because {again}" if again else ""
             else:
                 reason = f"measuring paused at {self.trial.label} for a client's request; "
                 reason += "it resumes once idle"
             base = sampled or SpecStatus(self.trial.spec_type or OFF, None, "", None, None)
             return replace(base, reason=reason)
+        shown = self._measured_view(label, sampled)
+        if shown is None or self.state != "waiting" or not again:
+            return shown
+        return replace(shown, reason=f"{shown.reason}; re-measuring once idle, because {again}")
+
+    def _measured_view(self, label: str, sampled: SpecStatus | None) -> SpecStatus | None:
+        """The sampler's view with the measured rate, or the measurement's when it chose off."""
         if label == OFF and self.measurement.chosen == OFF:
             planned = next((t.label for t in self.setup.trials if t.label != OFF), None)
             shown = calibration.shown_off(self.measurement, planned) if planned else None
@@ -144,14 +160,40 @@ class Calibrator:
         return replace(sampled, measured=measured)
 
     async def run(self, server: ServerRun) -> None:
-        """Measure what the store lacks, then serve what was chosen (one restart at most)."""
-        if self.state == "done":
+        """Measure what the store lacks, then serve what was chosen (one restart at most);
+        again each time the served mix moves (a user's forced mode is kept anyway: not)."""
+        while True:
+            if self.state != "done":
+                try:
+                    await self._calibrate(server)
+                except (OSError, LuceboxError) as exc:
+                    self.state = "done"
+                    server.supervisor.log.write(
+                        f"# lucebox: speculation calibration stopped: {exc}"
+                    )
+                    return
+            if self.setup.forced:
+                return
+            await self._due.wait()
+            self._due.clear()
+
+    def observe(self, requests: Sequence[ServedRequest]) -> None:
+        """Requests the clients were served: once their mix has moved from the one the verdict
+        was weighed by, every configuration is due again (measured once idle)."""
+        verdict = self.measurement.chosen is not None
+        if self.setup.forced or self.state != "done" or not verdict or not requests:
             return
-        try:
-            await self._calibrate(server)
-        except (OSError, LuceboxError) as exc:
-            self.state = "done"
-            server.supervisor.log.write(f"# lucebox: speculation calibration stopped: {exc}")
+        self.served = (*self.served, *requests)[-MIX_REQUESTS:]
+        base = self.measurement.baseline
+        if base is None:
+            return
+        moved = mix_moved(self.served, base.shapes(), self.measurement.weighed_mix())
+        if moved is None:
+            return
+        mix, why = moved
+        self._keep(self.measurement.remeasure(mix, why, round(time.time(), 1)))
+        self.served, self.state = (), "waiting"
+        self._due.set()
 
     async def _calibrate(self, server: ServerRun) -> None:
         headers = auth_headers(server.api_key)

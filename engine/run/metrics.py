@@ -27,6 +27,7 @@ import psutil
 
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider, NvmlUnavailableError
+from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.sample import WINDOW_S, CacheStatus, SpecStatus
 from lucebox.engine.run.sample import Sample as Sample
 
@@ -62,6 +63,11 @@ class FinishedRequest:
     def decode_steps(self) -> int:
         """Generated tokens less the first, which comes with the prompt (the engine's rule)."""
         return max(0, self.generated_tokens - 1)
+
+    def served(self) -> ServedRequest:
+        """The request as the speculation guard and the workload mix see it."""
+        prompt_tokens = self.prompt_tokens + (self.cached_tokens or 0)
+        return ServedRequest(prompt_tokens, self.generated_tokens, self.decode_s)
 
 
 class EngineLog:
@@ -301,6 +307,8 @@ class Sampler:
         self._running: dict[int, int] = {}
         self._last: FinishedRequest | None = None
         self._totals = Sample(0.0, None, None, None, None, None, None, None, None, 0)
+        self.finished: tuple[FinishedRequest, ...] = ()
+        """The requests that finished in the latest sample."""
         self._cached_share: float | None = None
         """The last window's cached prompt share, kept while no request finishes."""
 
@@ -396,6 +404,7 @@ class Sampler:
         return sample
 
     def _add_totals(self, finished: list[FinishedRequest]) -> Sample:
+        self.finished = tuple(finished)
         totals = self._totals
         self._totals = replace(
             totals,

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +24,7 @@ from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import LaunchSpec, server_argv, url_of
 from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
@@ -164,21 +165,23 @@ class ServerRun:
             return spec
         return replace(spec, reason=f"{pending.observed}; kept, as --spec asked: it costs speed")
 
-    def _watch_acceptance(self, sample: Sample) -> None:
-        """Feed the guard; apply its decision once no request is running (one restart)."""
+    def _watch_speculation(self, sample: Sample, requests: Sequence[ServedRequest]) -> None:
+        """Feed the guard and the calibration's watch of the served mix with the requests
+        that finished since the last sample; apply the guard's decision once no request is
+        running (one restart)."""
+        if self.calibrator is not None and self.calibrator.active:
+            return  # the probes' requests are the calibration's own
+        if self.calibrator is not None:
+            self.calibrator.observe(requests)
         guard = self.spec_guard
-        if guard is None or (self.calibrator is not None and self.calibrator.active):
+        if guard is None:
             return
         if self._pending is None and sample.draft_tokens_total is not None:
             guard, self._pending = guard.judge(
                 sample.draft_tokens_total, sample.accepted_tokens_total or 0
             )
         if self._pending is None:
-            guard, self._pending = guard.judge_rate(
-                sample.decode_tokens_total,
-                sample.decode_seconds_total,
-                sample.draft_tokens_total or 0,
-            )
+            guard, self._pending = guard.judge_rate(requests, sample.draft_tokens_total or 0)
         self.spec_guard = guard
         decision = self._pending
         if decision is None or self.spec_asked or self.on_spec_decision is None:
@@ -358,7 +361,7 @@ class ServerRun:
                     spec=self._spec_view(sampler.spec_status()),
                     cache=sampler.cache_status(),
                 )
-                self._watch_acceptance(sample)
+                self._watch_speculation(sample, [r.served() for r in sampler.finished])
                 if on_cpu:
                     prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
         finally:

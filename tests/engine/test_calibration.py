@@ -133,6 +133,11 @@ def test_a_calibration_resumes_with_what_it_lacks_the_running_one_first():
 def test_probe_rates_come_from_the_engines_timings():
     timings = {"predicted_n": 64, "predicted_ms": 800.0, "draft_n": 30, "draft_n_accepted": 24}
     assert calibration.probe_rate("edit", timings) == ProbeRate("edit", 64, 0.8, 30, 24)
+    # The whole prompt the reply decoded after: processed and cached tokens.
+    timings.update(prompt_n=280, cache_n=12)
+    assert calibration.probe_rate("edit", timings, 320) == ProbeRate(
+        "edit", 64, 0.8, 30, 24, 320, 292
+    )
     assert calibration.probe_rate("chat", {"predicted_n": 0, "predicted_ms": 0}) is None
     assert calibration.probe_rate("chat", {}) is None
 

@@ -53,6 +53,10 @@ def test_each_request_is_read_as_the_engine_replied(name):
         assert request.decode_s == pytest.approx(replied["predicted_ms"] / 1000, abs=1e-5)
         assert request.draft_generated == replied.get("draft_n", 0)
         assert request.draft_accepted == replied.get("draft_n_accepted", 0)
+        # As the guard and the served mix see it: the probes' prompt_n + cache_n.
+        served = request.served()
+        assert served.prompt_tokens == replied["prompt_n"] + replied["cache_n"]
+        assert served.decode_steps == replied["predicted_n"] - 1
     assert log.take_finished() == []
 
 

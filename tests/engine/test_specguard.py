@@ -11,6 +11,7 @@ from lucebox.engine.plan.specguard import (
     acceptance_floor,
     describe,
 )
+from lucebox.engine.plan.workload import RateCurve, ServedRequest
 
 
 def test_nothing_is_decided_before_enough_drafted_tokens():
@@ -110,14 +111,22 @@ def test_the_plan_says_what_the_guard_will_do(spec_type, draft_max, user_chose, 
 
 
 # Throughput: the H100 figures of issue 30 (no-spec 680 tok/s; a head that never passes p-min
-# 0.75 drafts nothing and decodes at 440).
+# 0.75 drafts nothing and decodes at 440). Each served request is one reply of ``tokens``
+# decode steps at ``tok_s``.
+
+FLAT = RateCurve((), 680.0)
+"""A measurement stored before probes kept their prompt lengths: one rate for every request."""
+
+
+def served(tokens: int, tok_s: float, prompt_tokens: int = 77) -> list[ServedRequest]:
+    return [ServedRequest(prompt_tokens, tokens + 1, tokens / tok_s)]
 
 
 def test_a_model_draft_that_drafts_nothing_is_switched_off_after_a_bounded_decode():
-    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True, baseline_tok_s=680.0)
-    guard, early = guard.judge_rate(MIN_DECODED_TOKENS - 1, 1.0, 0)
+    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True, baseline=FLAT)
+    guard, early = guard.judge_rate(served(MIN_DECODED_TOKENS - 1, 440), 0)
     assert early is None
-    guard, decision = guard.judge_rate(1024, 1024 / 440, 0)
+    guard, decision = guard.judge_rate(served(1024 - MIN_DECODED_TOKENS + 1, 440), 0)
     assert decision is not None and decision.action == "off"
     assert decision.reason == (
         "drafted nothing in 1024 decoded tokens, 0.65x of none; speculation switched off"
@@ -126,33 +135,73 @@ def test_a_model_draft_that_drafts_nothing_is_switched_off_after_a_bounded_decod
 
 def test_drafting_nothing_is_caught_without_a_measurement_too():
     guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True)
-    _, decision = guard.judge_rate(600, 1.0, 0)
+    _, decision = guard.judge_rate(served(600, 600), 0)
     assert decision is not None and decision.reason.startswith("drafted nothing in 600")
 
 
 def test_ngram_that_finds_no_match_costs_nothing_and_is_kept():
-    guard = SpecGuard.for_launch("ngram-mod", None, on_gpu=True, baseline_tok_s=680.0)
-    _, decision = guard.judge_rate(2048, 2048 / 500, 0)
+    guard = SpecGuard.for_launch("ngram-mod", None, on_gpu=True, baseline=FLAT)
+    _, decision = guard.judge_rate(served(2048, 500), 0)
     assert decision is None
 
 
 def test_a_model_draft_below_the_measured_rate_is_shortened_then_switched_off():
-    guard = SpecGuard.for_launch("draft-dflash", 15, on_gpu=True, baseline_tok_s=680.0)
-    guard, first = guard.judge_rate(1024, 1024 / 400, 900)
+    guard = SpecGuard.for_launch("draft-dflash", 15, on_gpu=True, baseline=FLAT)
+    guard, first = guard.judge_rate(served(1024, 400), 900)
     assert first is not None and first.action == "shorten" and first.draft_max == 7
     assert "decoding at 400 tok/s, 0.59x of the 680 tok/s measured without speculation" in (
         first.reason
     )
-    guard, restarted = guard.judge_rate(10, 0.1, 5)  # the shortened engine's counters
+    guard, restarted = guard.judge_rate(served(10, 100), 5)  # the shortened engine's counters
     assert restarted is None
-    guard, second = guard.judge_rate(1024, 1024 / 450, 700)
+    guard, second = guard.judge_rate(served(1024, 450), 700)
     assert second is not None and second.action == "off"
 
 
 def test_near_the_measured_rate_nothing_changes_and_measured_launches_skip_the_floors():
-    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True, baseline_tok_s=680.0)
-    _, decision = guard.judge_rate(1024, 1024 / 600, 900)  # 0.88x: within the margin
+    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True, baseline=FLAT)
+    _, decision = guard.judge_rate(served(1024, 600), 900)  # 0.88x: within the margin
     assert decision is None
     # 10% accepted is far below the 60% CUDA floor, yet the measured rate decides.
     _, by_acceptance = guard.judge(1000, 100)
     assert by_acceptance is None
+
+
+# Similar requests: decode without speculation slows with the prompt's length. Recorded on the
+# H100 with the tests' 16-wide attention heads (their attention ran on the CPU): 415 tok/s
+# after a 77-token prompt, 50 after 1,251 (commit 3d7863d).
+
+BY_LENGTH = RateCurve(((77, 415.0), (1251, 50.0)), 232.5)
+
+
+def test_the_rate_without_speculation_is_read_at_the_prompt_length_clamped_to_the_probes():
+    assert BY_LENGTH.tok_s_at(77) == 415.0
+    assert BY_LENGTH.tok_s_at(664) == pytest.approx(232.5)  # halfway
+    assert BY_LENGTH.tok_s_at(10) == 415.0 and BY_LENGTH.tok_s_at(20_000) == 50.0
+    assert FLAT.tok_s_at(5000) == 680.0
+
+
+def test_long_agent_turns_are_judged_against_the_long_probe_not_the_short_chat():
+    # Speculation decodes long turns at 60 tok/s: 1.2x of none at that length, though far below
+    # the short chat's 415 (0.14x) and the probes' overall rate.
+    guard = SpecGuard.for_launch("draft-mtp", 3, on_gpu=True, baseline=BY_LENGTH)
+    turns = [r for _ in range(4) for r in served(256, 60, prompt_tokens=1251)]
+    _, decision = guard.judge_rate(turns, 900)
+    assert decision is None
+    # The same mode at 30 tok/s on those turns is 0.6x of none there: its drafts are shortened.
+    slow = [r for _ in range(4) for r in served(256, 30, prompt_tokens=1251)]
+    _, decision = guard.judge_rate(slow, 900)
+    assert decision is not None and decision.action == "shorten"
+    assert "0.60x of the 50 tok/s measured without speculation for prompts of these" in (
+        decision.reason
+    )
+
+
+def test_a_mixed_window_weighs_each_request_by_its_decoded_tokens_at_its_own_length():
+    # 256 tokens after a short prompt at 415 (1.0x there) and 256 after a long one at 40 (0.8x):
+    # none would take 256/415 + 256/50 s, speculation took 256/415 + 256/40 s.
+    guard = SpecGuard.for_launch("draft-dflash", 15, on_gpu=True, baseline=BY_LENGTH)
+    mixed = [*served(256, 415), *served(256, 40, prompt_tokens=1251)]
+    _, decision = guard.judge_rate(mixed, 900)
+    none_s, spec_s = 256 / 415 + 256 / 50, 256 / 415 + 256 / 40
+    assert decision is not None and f"{none_s / spec_s:.2f}x of the" in decision.reason
