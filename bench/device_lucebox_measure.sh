@@ -185,5 +185,20 @@ PY
     kill $hub_pid
 fi
 
+# Both engines on the same files, one after the other (needs llama.cpp's CUDA build in this
+# LUCEBOX_HOME too: bench/device_env.sh's ensure_engine, run first on this warm machine).
+if want compare-engines; then
+    lucebox bench quick --model "$T" --draft "$DR" --compare engine=lucebox,llama-server --json \
+        > "$W/compare-engines.json" 2> "$W/compare-engines.err"
+    echo "compare exit $?"; tail -5 "$W/compare-engines.err"
+    python3 - "$W/compare-engines.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for side, probes in report["configs"].items():
+    for name, sample in probes.items():
+        print(side, name, {k: sample.get(k) for k in ("decode_tok_s", "prefill_tok_s", "ttft_s", "acceptance")})
+print({k: v for k, v in report.items() if k.endswith("ratio")})
+PY
+fi
 tar -czf "$OUT/measure.tgz" -C "$H" measure
 ls -la "$OUT"
