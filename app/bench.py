@@ -52,11 +52,13 @@ def _measure(
     """Run ``workload`` on each --compare configuration, or once on the server at hand."""
     if args.compare:
         configs = parse_compare(args.compare, axes)
-        options = pipeline.ServeOptions(preset=args.preset, model=args.model, ctx=args.ctx)
+        options = pipeline.ServeOptions(
+            preset=args.preset, model=args.model, draft=args.draft, ctx=args.ctx
+        )
         return run_configs(paths, options, configs, workload, on_note=_note)
-    if args.preset or args.model or args.ctx:
+    if args.preset or args.model or args.draft or args.ctx:
         raise UsageError(
-            "--preset, --model and --ctx choose what --compare serves",
+            "--preset, --model, --draft and --ctx choose what --compare serves",
             hint="without --compare the bench measures the running server as it is",
         )
     url = getattr(args, "url", None)
@@ -258,6 +260,11 @@ def _add_compare_options(parser: argparse.ArgumentParser, forms: str, count: Cou
     )
     parser.add_argument("--preset", metavar="ID", help="with --compare: the preset to serve")
     parser.add_argument("--model", metavar="SRC", help="with --compare: the model to serve")
+    parser.add_argument(
+        "--draft",
+        metavar="SRC",
+        help="with --compare: its draft model (a Lucebox draft serves DDTree on that engine)",
+    )
     parser.add_argument("--ctx", type=count, metavar="N", help="with --compare: context")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
