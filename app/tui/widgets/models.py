@@ -1,4 +1,4 @@
-"""A served set's models, one row each: state (with load progress), device, memory, last use."""
+"""A served set's models, one row each: state (with load progress), memory, last use, device."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from lucebox.engine.run.servedmodels import ModelStatus
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("model", "Model"),
     ("state", "State"),
-    ("device", "Device"),
     ("memory", "Memory (now of planned)"),
     ("used", "Last used"),
+    ("device", "Device"),  # last: a card's full name is long, and the panel's title has it
 )
 STATE_STYLES = {"loaded": "green", "loading": "yellow", "sleeping": "cyan", "unloaded": "dim"}
 BAR_CELLS = 10
@@ -39,9 +39,9 @@ def model_cells(model: ModelStatus) -> dict[str, str | Text]:
     return {
         "model": Text(model.alias, style="bold"),
         "state": state_text(model),
-        "device": model.device,
         "memory": f"{gib_text(model.memory_bytes, 2)} of {gib_text(model.planned_bytes, 2)}",
         "used": used_text(model.last_used_s),
+        "device": model.device,
     }
 
 
@@ -61,7 +61,8 @@ class ModelTable(DataTable[str | Text]):
                 self.add_row(*cells.values(), key=model.alias)
                 continue
             for column, value in cells.items():
-                self.update_cell(model.alias, column, value)
+                # A load's bar makes the state wider than any word: the column grows.
+                self.update_cell(model.alias, column, value, update_width=True)
 
     @property
     def selected(self) -> str | None:
