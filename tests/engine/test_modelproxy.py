@@ -62,7 +62,8 @@ async def ask(proxy: ModelProxy, path: str, model: str) -> httpx.Response:
 
 
 async def test_a_load_by_name_makes_room_like_a_request_and_an_unload_evicts_nothing():
-    loaded, calls = {"smollm2"}, []
+    loaded = {"smollm2"}
+    calls: list[tuple[str, str]] = []
     router = scripted_router(loaded, calls)
     async with (
         httpx.AsyncClient(base_url="http://router", transport=router) as admin,
