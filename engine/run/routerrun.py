@@ -125,6 +125,8 @@ class RouterRun(ServerRun):
         self._last_used: dict[str, float] = {}
         self._states: dict[str, ModelStateName] = {}
         self._progress: dict[str, float] = {}
+        self._changes = 0
+        """How many changes the router has announced on /models/sse."""
         self._run.status = replace(
             self._run.status,
             url=public_url,
@@ -183,10 +185,12 @@ class RouterRun(ServerRun):
             try:
                 while True:
                     states: dict[str, ModelStateName] = {}
+                    changes = self._changes
                     with contextlib.suppress(httpx.HTTPError, ValueError):
                         answer = await client.get(self.url + "/models")
                         states = router_states(answer.json())
-                    self._states = states
+                    if changes == self._changes:  # else the answer may predate a change shown
+                        self._states = states
                     await self._publish(engine_pid, queue)
                     await asyncio.sleep(POLL_S)
             finally:
@@ -207,6 +211,7 @@ class RouterRun(ServerRun):
                         change = router_change(line)
                         if change is None:
                             continue
+                        self._changes += 1
                         self._states[change.alias] = change.state
                         self._progress.pop(change.alias, None)
                         if change.load_progress is not None:
