@@ -51,6 +51,7 @@ async def test_up_serves_a_set_and_loads_and_unloads_a_model_by_key(
             lambda: (
                 isinstance(app.screen, SetDashboardScreen)
                 and bool(app.screen.query(ModelTable))
+                and app.screen.query_one(ModelTable).row_count == 2
                 and app.screen.state == "ready"
             ),
             timeout_s=300,
