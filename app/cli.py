@@ -228,9 +228,6 @@ def step_printer() -> Callable[[pipeline.StepEvent], None]:
 def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
     if args.headless or args.detach or args.dry_run or args.vram_mib is not None:
         return cmd_serve(args, paths)
-    if servedset.served_sources(_serve_options(args), config.load_settings(paths)):
-        print("lucebox: a served set runs headless (as `lucebox serve`)", file=sys.stderr)
-        return cmd_serve(args, paths)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print(
             "lucebox: no terminal for the dashboard; running headless (as `lucebox serve`)",

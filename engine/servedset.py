@@ -10,8 +10,11 @@ once, never comes here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
+import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from lucebox.engine.core import units
@@ -70,9 +73,16 @@ class PreparedSet:
 
 
 def prepare_set(
-    paths: Paths, options: ServeOptions, sources: tuple[str, ...], emit: Emit, *, dry_run: bool
+    paths: Paths,
+    options: ServeOptions,
+    sources: tuple[str, ...],
+    emit: Emit,
+    *,
+    dry_run: bool,
+    cancel: threading.Event | None = None,
 ) -> PreparedSet:
-    """Every step before the router starts; ``dry_run`` fetches and builds nothing."""
+    """Every step before the router starts; ``dry_run`` fetches and builds nothing; setting
+    ``cancel`` stops a download between reads (the TUI's quit)."""
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     view = machine_view(paths, options)
     settings, budget, installed = view.settings, view.budget, view.installed
@@ -83,9 +93,9 @@ def prepare_set(
     if not dry_run:
         for member in members_of(paths, sources):
             preset = member.preset
-            pull_source(paths, preset.target.source if preset else member.source, emit, None)
+            pull_source(paths, preset.target.source if preset else member.source, emit, cancel)
             if preset and preset.draft and preset.draft.model:
-                pull_source(paths, preset.draft.model.source, emit, None)
+                pull_source(paths, preset.draft.model.source, emit, cancel)
         installed = ensure_engine(paths, view.probe, settings.engine, emit)
         paths.ensure(paths.slots_dir)
     emit(StepEvent("plan", "running", "planning the set: which fit together, and where"))
@@ -157,7 +167,10 @@ def placements_of(planned: SetPlan) -> tuple[dict[str, Placement], dict[str, int
     return placements, room
 
 
-async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:
+@contextlib.asynccontextmanager
+async def router_run(paths: Paths, prepared: PreparedSet, emit: Emit) -> AsyncIterator[RouterRun]:
+    """The set's run, not yet started: its router's preset file written and lucebox's proxy
+    listening on the served address until the block ends. Iterating the run's events serves."""
     planned = prepared.planned
     ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
     write_text_atomic(ini_path, router_ini(planned, prepared.settings.models_idle_s))
@@ -181,31 +194,35 @@ async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:
             hint="stop the other program or choose --port",
         ) from exc
     supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
-    run = RouterRun(
-        paths,
-        supervisor,
-        planned=planned_models(planned),
-        public_url=url_of(public),
-        api_key=api_key,
-    )
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, run.stop)
-    exit_code = 0
     try:
-        async for item in run.events():
-            if isinstance(item, ServerEvent):
-                state: StepState = "failed" if item.kind == "gave-up" else "running"
-                message = item.message.replace(url_of(spec), url_of(public))
-                emit(StepEvent("server", state, f"{item.kind}: {message}"))
-                if item.kind == "ready":
-                    emit(StepEvent("server", "note", f"models: {', '.join(planned.aliases)}"))
-                if item.kind == "gave-up":
-                    exit_code = 1
+        yield RouterRun(
+            paths,
+            supervisor,
+            planned=planned_models(planned),
+            public_url=url_of(public),
+            api_key=api_key,
+        )
     finally:
         server.close()
         for client in clients:
             await client.aclose()
+
+
+async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:
+    aliases = ", ".join(prepared.planned.aliases)
+    exit_code = 0
+    async with router_run(paths, prepared, emit) as run:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, run.stop)
+        async for item in run.events():
+            if isinstance(item, ServerEvent):
+                state: StepState = "failed" if item.kind == "gave-up" else "running"
+                emit(StepEvent("server", state, f"{item.kind}: {item.message}"))
+                if item.kind == "ready":
+                    emit(StepEvent("server", "note", f"models: {aliases}"))
+                if item.kind == "gave-up":
+                    exit_code = 1
     return exit_code
 
 

@@ -24,6 +24,9 @@ from lucebox.app.tui.messages import (
     AllowBaseRequested,
     CpuEngineRequested,
     MetricsSampled,
+    ModelLoadRequested,
+    ModelsSampled,
+    ModelUnloadRequested,
     PipelinePrepared,
     PresetPickRequested,
     QuitRequested,
@@ -35,6 +38,8 @@ from lucebox.app.tui.messages import (
 )
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.presets import PresetScreen
+from lucebox.app.tui.screens.serving import ServingScreen
+from lucebox.app.tui.screens.setdashboard import SetDashboardScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,
@@ -47,20 +52,24 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.toolkit import ToolkitRefusal
 from lucebox.engine.models import guard
 from lucebox.engine.pipeline import Prepared, StepEvent, StepName
+from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
+from lucebox.engine.run.routerrun import RouterRun
+from lucebox.engine.run.servedmodels import ModelsSample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.servedset import PreparedSet
 
 PIPELINE_STOP_WAIT_S = 1.0
 """How long quitting waits for the pipeline to stop (a download stops within one read)."""
 WORKER_STEPS: dict[str, StepName] = {"presets": "preset"}
 """The checklist step a failing worker's group stands for; the pipeline's is the step it was on,
-and every other group's (server, chat, quit) is the server."""
+and every other group's (server, chat, models, quit) is the server."""
 
 
 class LuceboxApp(App[None]):
-    """`lucebox up`: runs the pipeline, then the dashboard of the served model."""
+    """`lucebox up`: runs the pipeline, then the dashboard of the served model or set."""
 
     CSS_PATH = "lucebox.tcss"
     TITLE = "lucebox"
@@ -79,7 +88,8 @@ class LuceboxApp(App[None]):
         self.backend = backend
         self.options = options
         self.clock = clock
-        self.prepared: Prepared | None = None
+        self.prepared: Prepared | PreparedSet | None = None
+        """What the pipeline prepared: one model's launch, or a served set's plans."""
         self.supervisor: Supervisor | None = None
         self.server: ServerRun | None = None
         self.lock: runstate.ServeLock | None = None
@@ -90,11 +100,12 @@ class LuceboxApp(App[None]):
         self.pipeline_cancel = threading.Event()
         """Set to stop the pipeline run in progress (its download stops between reads)."""
         self.start_screen = StartScreen(backend.log_path)
-        self.dashboard: DashboardScreen | None = None
+        self.dashboard: ServingScreen | None = None
 
     async def on_mount(self) -> None:
         await self.push_screen(self.start_screen)
-        if self.options.model is None and self.options.preset is None and self.backend.first_run():
+        named = self.options.model or self.options.preset or self.options.models
+        if not named and not self.backend.served_sources(self.options) and self.backend.first_run():
             self.pick_preset()
         else:
             self.start_pipeline()
@@ -120,7 +131,12 @@ class LuceboxApp(App[None]):
             self.lock = self.backend.lock()
         if cpu_engine_first:
             self.backend.build_cpu_engine(emit)
-        prepared = self.backend.prepare(self.options, emit, cancel)
+        sources = self.backend.served_sources(self.options)
+        prepared = (
+            self.backend.prepare_set(self.options, sources, emit, cancel)
+            if sources
+            else self.backend.prepare(self.options, emit, cancel)
+        )
         if not cancel.is_set():
             self.post_message(PipelinePrepared(prepared))
 
@@ -154,6 +170,10 @@ class LuceboxApp(App[None]):
             log = self.backend.write_crash_log(error)
             hint = f"a bug in lucebox; the full traceback is in {log}"
             failure = Failure(step, f"unexpected error: {error!r}", hint, EXIT_FAILURE)
+        if worker.group == "models" and isinstance(error, LuceboxError):
+            # A load or unload the router refused leaves the set served: said, not failed.
+            self.notify(str(error), title="Models", severity="error")
+            return
         if worker.group == "server":
             self.stop_server()
         self.show_failure(failure)
@@ -171,26 +191,42 @@ class LuceboxApp(App[None]):
         self.run_server(message.prepared)
 
     @work(exclusive=True, group="server", exit_on_error=False)
-    async def run_server(self, prepared: Prepared) -> None:
+    async def run_server(self, prepared: Prepared | PreparedSet) -> None:
+        if isinstance(prepared, PreparedSet):
+            async with self.backend.router_run(prepared, self.post_step) as run:
+                await self.follow_run(run)
+            return
         supervisor = self.backend.supervisor(prepared)
-        self.supervisor = supervisor
-        self.server = self.backend.server_run(prepared, supervisor)
-        async for item in self.server.events():
+        await self.follow_run(self.backend.server_run(prepared, supervisor))
+
+    def post_step(self, event: StepEvent) -> None:
+        self.post_message(StepChanged(event))
+
+    async def follow_run(self, run: ServerRun) -> None:
+        self.server, self.supervisor = run, run.supervisor
+        async for item in run.events():
             if isinstance(item, ServerEvent):
                 self.post_message(ServerChanged(item))
+            elif isinstance(item, ModelsSample):
+                self.post_message(ModelsSampled(item))
             else:
-                self.post_message(MetricsSampled(item, self.server.status.spec))
+                self.post_message(MetricsSampled(item, run.status.spec))
+
+    def new_dashboard(self, prepared: Prepared | PreparedSet) -> ServingScreen:
+        log_path, notes = self.backend.log_path, self.start_screen.notes
+        if isinstance(prepared, Prepared):
+            return DashboardScreen(prepared, log_path=log_path, notes=notes, clock=self.clock)
+        models = self.server.status.models if self.server is not None else ()
+        url = url_of(prepared.planned.launches[0].spec)  # the proxy's: the served address
+        return SetDashboardScreen(
+            prepared, models, url=url, log_path=log_path, notes=notes, clock=self.clock
+        )
 
     async def on_server_changed(self, message: ServerChanged) -> None:
         event = message.event
         if event.kind == "ready" and self.dashboard is None and self.prepared is not None:
             self.start_screen.show_step(StepEvent("server", "done", event.message))
-            self.dashboard = DashboardScreen(
-                self.prepared,
-                log_path=self.backend.log_path,
-                notes=self.start_screen.notes,
-                clock=self.clock,
-            )
+            self.dashboard = self.new_dashboard(self.prepared)
             await self.push_screen(self.dashboard)
         if event.kind == "gave-up":
             hint = "the log (l) has the engine's own words; Retry (r) starts it again"
@@ -204,8 +240,14 @@ class LuceboxApp(App[None]):
             self.start_screen.show_step(StepEvent("server", "running", event.message))
 
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
-        if self.dashboard is not None:
+        if isinstance(self.dashboard, DashboardScreen):
             self.dashboard.show_sample(message.sample, message.spec)
+            if self.supervisor is not None:
+                self.dashboard.show_log(self.supervisor)
+
+    def on_models_sampled(self, message: ModelsSampled) -> None:
+        if isinstance(self.dashboard, SetDashboardScreen):
+            self.dashboard.show_models(message.sample.models)
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)
 
@@ -241,6 +283,14 @@ class LuceboxApp(App[None]):
         if self.server is not None:
             self.server.stop()
 
+    @on(ModelLoadRequested)
+    def load_requested(self, message: ModelLoadRequested) -> None:
+        self.load_model(message.alias)
+
+    @on(ModelUnloadRequested)
+    def unload_requested(self, message: ModelUnloadRequested) -> None:
+        self.unload_model(message.alias)
+
     @on(QuitRequested)
     def quit_requested(self, message: QuitRequested) -> None:
         if message.keep_serving:
@@ -249,6 +299,17 @@ class LuceboxApp(App[None]):
             self.stop_and_exit()
 
     # actions ------------------------------------------------------------------------------------
+
+    @work(group="models", exit_on_error=False)
+    async def load_model(self, alias: str) -> None:
+        """Through lucebox's proxy: a model that needs room evicts as a request would."""
+        if isinstance(self.server, RouterRun):
+            await self.server.load(alias)
+
+    @work(group="models", exit_on_error=False)
+    async def unload_model(self, alias: str) -> None:
+        if isinstance(self.server, RouterRun):
+            await self.server.unload(alias)
 
     @work(thread=True, exclusive=True, group="presets", exit_on_error=False)
     def pick_preset(self) -> None:
@@ -264,10 +325,10 @@ class LuceboxApp(App[None]):
                 self.start_pipeline()
             return
         if "/" in preset_id:  # a model found on the Hub: its pinned file, not a preset
-            self.options = replace(self.options, preset=None, model=preset_id)
+            self.options = replace(self.options, preset=None, model=preset_id, models=())
         else:
             self.backend.choose_preset(preset_id)
-            self.options = replace(self.options, preset=preset_id, model=None)
+            self.options = replace(self.options, preset=preset_id, model=None, models=())
         self.stop_server()
         self.dashboard = None
         self.prepared = None

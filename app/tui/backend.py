@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
 
 from lucebox.app.tui.screens.browser import HubFinder
-from lucebox.engine import pipeline
+from lucebox.engine import pipeline, servedset
 from lucebox.engine.core.crashlog import write_crash_log
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
@@ -17,8 +18,10 @@ from lucebox.engine.plan import presetchoice, repoplan
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.repoplan import RepoCandidates
 from lucebox.engine.run import runstate
+from lucebox.engine.run.routerrun import RouterRun
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
+from lucebox.engine.servedset import PreparedSet
 
 
 class Backend:
@@ -59,6 +62,27 @@ class Backend:
         self, options: ServeOptions, emit: pipeline.Emit, cancel: threading.Event
     ) -> Prepared:
         return pipeline.prepare(self.paths, options, emit, cancel=cancel)
+
+    def served_sources(self, options: ServeOptions) -> tuple[str, ...]:
+        """The set ``options`` serve (several --model, or models.served); empty for one model."""
+        return servedset.served_sources(options, config.load_settings(self.paths))
+
+    def prepare_set(
+        self,
+        options: ServeOptions,
+        sources: tuple[str, ...],
+        emit: pipeline.Emit,
+        cancel: threading.Event,
+    ) -> PreparedSet:
+        return servedset.prepare_set(
+            self.paths, options, sources, emit, dry_run=False, cancel=cancel
+        )
+
+    def router_run(
+        self, prepared: PreparedSet, emit: pipeline.Emit
+    ) -> AbstractAsyncContextManager[RouterRun]:
+        """The set's run, with lucebox's proxy on the served address while the block lasts."""
+        return servedset.router_run(self.paths, prepared, emit)
 
     def build_cpu_engine(self, emit: pipeline.Emit) -> None:
         pipeline.build_cpu_engine(self.paths, emit)

@@ -14,7 +14,9 @@ from textual.message import Message
 from lucebox.engine.pipeline import Prepared, StepEvent
 from lucebox.engine.run.metrics import Sample
 from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.servedmodels import ModelsSample
 from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.servedset import PreparedSet
 
 # --- from the workers ---------------------------------------------------------------------------
 
@@ -35,7 +37,8 @@ class StepChanged(Message):
 
 @dataclass
 class PipelinePrepared(Message):
-    prepared: Prepared
+    prepared: Prepared | PreparedSet
+    """One model's launch, or a served set's plans."""
 
 
 @dataclass
@@ -50,6 +53,14 @@ class MetricsSampled(Message):
     sample: Sample
     spec: SpecStatus | None = None
     """Speculation as the run sees it then (None: none planned)."""
+
+
+@dataclass
+class ModelsSampled(Message):
+    """A served set's models now (states, memory, load progress). None merge: each change of
+    state is a fact to show, and the router sends a load's progress at most 5 times a second."""
+
+    sample: ModelsSample
 
 
 # --- from the screens ---------------------------------------------------------------------------
@@ -83,6 +94,20 @@ class RestartRequested(Message):
 @dataclass
 class StopRequested(Message):
     """Stop the engine and keep the dashboard open."""
+
+
+@dataclass
+class ModelLoadRequested(Message):
+    """Load this model of the served set, making room as a request for it would."""
+
+    alias: str
+
+
+@dataclass
+class ModelUnloadRequested(Message):
+    """Unload this model of the served set."""
+
+    alias: str
 
 
 @dataclass

@@ -3,8 +3,9 @@
 Clients talk to the proxy on the served address; it reads the ``model`` a request names (the
 JSON body's, or ``?model=``), has the least recently used models on that model's device
 unloaded through the router's ``/models/unload`` until it fits (admission.py), then passes
-the request and streams the answer back unchanged. The router runs with no count limit on a
-loopback port of its own. An unknown model name is answered here, naming the served ones.
+the request and streams the answer back unchanged; ``POST /models/load`` goes the same way, so
+a load asked for by name makes room like a request does. The router runs with no count limit on
+a loopback port of its own. An unknown model name is answered here, naming the served ones.
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ class ModelProxy:
             served = ", ".join(self.gate.placements)
             _write_error(conn, writer, 404, f"model '{alias}' is not served; served: {served}")
             return
+        if urlsplit(request.target.decode("latin-1")).path == "/models/unload":
+            alias = None  # an unload needs no room: it goes on without evicting anything
         refusal = await self.gate.admit(alias) if alias is not None else None
         if refusal is not None:
             _write_error(conn, writer, 503, refusal)

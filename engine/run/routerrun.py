@@ -1,8 +1,10 @@
 """A served set's run: the router supervised like a single server, its models watched.
 
 The router has no ``/slots`` and wants ``?model=`` on ``/metrics``, so the single server's
-sampler does not apply; instead the run asks ``/models`` once a second and keeps each
-model's state, memory and last use in the state file that `lucebox status` reads.
+sampler does not apply; instead the run asks ``/models`` once a second, follows the changes
+(and load progress) the router announces on ``/models/sse`` as they come, and keeps each
+model's state, memory and last use in the state file that `lucebox status` reads. It also
+loads and unloads a model on request (the dashboard's keys).
 """
 
 from __future__ import annotations
@@ -10,27 +12,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import httpx
 import psutil
 
-from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.api import CallError, auth_headers
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.servedmodels import (
+    ModelsSample,
     ModelStateName,
     ModelStatus,
     proxied_model,
+    router_change,
     router_states,
 )
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun import RunItem, ServerRun
+from lucebox.engine.run.supervisor import ServerEvent
 
 if TYPE_CHECKING:
-    from lucebox.engine.run.sample import Sample
-    from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+    from lucebox.engine.run.supervisor import Supervisor
 
 POLL_S = 1.0
+LOAD_TIMEOUT_S = 120.0
+"""A load through the proxy first waits for the models it evicts to exit (up to a minute)."""
+UNLOAD_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -63,8 +71,10 @@ def model_statuses(
     memory: dict[str, int],
     last_used: dict[str, float],
     now_s: float,
+    progress: Mapping[str, float] | None = None,
 ) -> tuple[ModelStatus, ...]:
-    """Each planned model's status from the router's states and its processes (pure)."""
+    """Each planned model's status from the router's states, its processes and the load
+    progress the router announced (pure)."""
     statuses = []
     for model in planned:
         state = states.get(model.alias, "unloaded")
@@ -81,9 +91,19 @@ def model_statuses(
                 memory_bytes=held,
                 last_used_s=round(now_s - used, 1) if used is not None else None,
                 planned_bytes=model.planned_bytes,
+                load_progress=(progress or {}).get(model.alias) if state == "loading" else None,
             )
         )
     return tuple(statuses)
+
+
+def error_message(answer: httpx.Response) -> str:
+    """What an error answer of the router (or the proxy) says, else its status line."""
+    try:
+        message = answer.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = None
+    return str(message) if message else f"HTTP {answer.status_code} {answer.reason_phrase}"
 
 
 class RouterRun(ServerRun):
@@ -101,7 +121,12 @@ class RouterRun(ServerRun):
         aliases = ", ".join(m.alias for m in planned)
         super().__init__(paths, supervisor, model=aliases, gpu_index=0, api_key=api_key)
         self.planned = planned
+        self.public_url = public_url
         self._last_used: dict[str, float] = {}
+        self._states: dict[str, ModelStateName] = {}
+        self._progress: dict[str, float] = {}
+        self._changes = 0
+        """How many changes the router has announced on /models/sse."""
         self._run.status = replace(
             self._run.status,
             url=public_url,
@@ -118,17 +143,89 @@ class RouterRun(ServerRun):
         if name is not None:
             self._last_used[name] = time.time()
 
-    async def _sample(
-        self, engine_pid: int, queue: asyncio.Queue[ServerEvent | Sample | None]
-    ) -> None:
+    async def events(self) -> AsyncIterator[RunItem]:
+        """The run's events as a single server's, its messages naming the served address
+        rather than the router's own loopback one."""
+        async for item in super().events():
+            if isinstance(item, ServerEvent):
+                item = replace(item, message=item.message.replace(self.url, self.public_url))
+            yield item
+
+    async def load(self, alias: str) -> None:
+        """Load ``alias`` through lucebox's proxy on the served address, which first unloads
+        the least recently used models its device needs the room of, as for a request.
+
+        Raises:
+            CallError: the proxy or the router refused (already running, no room) or did
+                not answer.
+        """
+        await self._ask(f"{self.public_url}/models/load", alias, "load", LOAD_TIMEOUT_S)
+
+    async def unload(self, alias: str) -> None:
+        """Unload ``alias`` through the router's own endpoint (its process exits).
+
+        Raises:
+            CallError: the router refused (not running) or did not answer.
+        """
+        await self._ask(f"{self.url}/models/unload", alias, "unload", UNLOAD_TIMEOUT_S)
+
+    async def _ask(self, url: str, alias: str, verb: str, timeout_s: float) -> None:
+        headers = auth_headers(self.api_key)
+        async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
+            try:
+                answer = await client.post(url, json={"model": alias})
+            except httpx.HTTPError as exc:
+                raise CallError(f"cannot {verb} {alias}: {url} did not answer ({exc})") from exc
+        if answer.is_error:
+            raise CallError(f"cannot {verb} {alias}: {error_message(answer)}")
+
+    async def _sample(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
         async with httpx.AsyncClient(timeout=5.0, headers=auth_headers(self.api_key)) as client:
-            while True:
-                states: dict[str, ModelStateName] = {}
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    answer = await client.get(self.url + "/models")
-                    states = router_states(answer.json())
-                memory = await asyncio.to_thread(child_memory_bytes, engine_pid)
-                models = model_statuses(self.planned, states, memory, self._last_used, time.time())
-                self._run.status = replace(self._run.status, models=models)
-                self._save()
-                await asyncio.sleep(POLL_S)
+            following = asyncio.create_task(self._follow_changes(client, engine_pid, queue))
+            try:
+                while True:
+                    states: dict[str, ModelStateName] = {}
+                    changes = self._changes
+                    with contextlib.suppress(httpx.HTTPError, ValueError):
+                        answer = await client.get(self.url + "/models")
+                        states = router_states(answer.json())
+                    if changes == self._changes:  # else the answer may predate a change shown
+                        self._states = states
+                    await self._publish(engine_pid, queue)
+                    await asyncio.sleep(POLL_S)
+            finally:
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await following
+
+    async def _follow_changes(
+        self, client: httpx.AsyncClient, engine_pid: int, queue: asyncio.Queue[RunItem | None]
+    ) -> None:
+        """Each change the router announces, shown at once: a load lasts a fraction of a
+        second on a small model, far less than the poll, and only here has its progress."""
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                limits = httpx.Timeout(5.0, read=None)  # the stream is quiet between changes
+                async with client.stream("GET", self.url + "/models/sse", timeout=limits) as sse:
+                    async for line in sse.aiter_lines():
+                        change = router_change(line)
+                        if change is None:
+                            continue
+                        self._changes += 1
+                        self._states[change.alias] = change.state
+                        self._progress.pop(change.alias, None)
+                        if change.load_progress is not None:
+                            self._progress[change.alias] = change.load_progress
+                        await self._publish(engine_pid, queue)
+            await asyncio.sleep(POLL_S)  # the router restarted, or is not up yet
+
+    async def _publish(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
+        """The models now into the state file and the run's items; their memory is read
+        again each time, so a model shown loaded shows what it holds."""
+        memory = await asyncio.to_thread(child_memory_bytes, engine_pid)
+        models = model_statuses(
+            self.planned, self._states, memory, self._last_used, time.time(), self._progress
+        )
+        self._run.status = replace(self._run.status, models=models)
+        self._save()
+        await queue.put(ModelsSample(models))

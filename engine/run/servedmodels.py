@@ -3,11 +3,15 @@
 The router (tools/server/server-models.cpp of the pinned source) answers ``GET /models`` with
 ``{"data": [{"id", "aliases", "status": {"value": ...}}]}``; ``value`` is one of
 downloading, downloaded, unloaded, loading, loaded, sleeping. It does not say when a model was
-last used, so that comes from its log line ``proxying request to model NAME on port N``.
+last used, so that comes from its log line ``proxying request to model NAME on port N``. Nor
+does ``/models`` carry load progress: the router announces that, and every change of state, on
+``GET /models/sse`` (one ``data: {"model", "event", "data": {"status", "progress"}}`` line each).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -17,6 +21,7 @@ from lucebox.engine.core.errors import UsageError
 ModelStateName = Literal["loaded", "sleeping", "unloaded", "loading"]
 _STATES: dict[str, ModelStateName] = {name: name for name in get_args(ModelStateName)}
 _PROXIED = re.compile(r"proxying request to model (\S+) on port \d+")
+_STATE_EVENTS = ("model_status", "status_change")
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class ModelStatus:
     """Seconds since a request last went to it; None when none has since the start."""
     planned_bytes: int = 0
     """What the plan gives it (the set's plan keeps any ``models_max`` of them within it)."""
+    load_progress: float | None = None
+    """How far its load is, 0 to 1, while it loads (the router's word); None otherwise."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -41,6 +48,7 @@ class ModelStatus:
             "memory_bytes": self.memory_bytes,
             "last_used_s": self.last_used_s,
             "planned_bytes": self.planned_bytes,
+            "load_progress": self.load_progress,
         }
 
     @classmethod
@@ -48,7 +56,7 @@ class ModelStatus:
         """The status a state file holds; None when it is not one."""
         if not isinstance(data, dict) or data.get("state") not in get_args(ModelStateName):
             return None
-        last = data.get("last_used_s")
+        last, progress = data.get("last_used_s"), data.get("load_progress")
         return cls(
             alias=str(data.get("alias", "")),
             state=data["state"],
@@ -56,7 +64,26 @@ class ModelStatus:
             memory_bytes=int(data.get("memory_bytes") or 0),
             last_used_s=float(last) if isinstance(last, int | float) else None,
             planned_bytes=int(data.get("planned_bytes") or 0),
+            load_progress=float(progress) if isinstance(progress, int | float) else None,
         )
+
+
+@dataclass(frozen=True)
+class ModelsSample:
+    """The set's models as the run sees them now (each poll, and each change the router
+    announces), for a dashboard to show."""
+
+    models: tuple[ModelStatus, ...]
+
+
+@dataclass(frozen=True)
+class ModelChange:
+    """One model's new state, as the router announces it on ``/models/sse``."""
+
+    alias: str
+    state: ModelStateName
+    load_progress: float | None
+    """How far the load is, 0 to 1, when the router said (only while loading)."""
 
 
 def router_states(payload: Any) -> dict[str, ModelStateName]:
@@ -72,6 +99,36 @@ def router_states(payload: Any) -> dict[str, ModelStateName]:
             _STATES.get(value, "unloaded") if isinstance(value, str) else "unloaded"
         )
     return found
+
+
+def router_change(line: str) -> ModelChange | None:
+    """The change of state an ``/models/sse`` line announces; None for any other line.
+
+    A load reports each of its stages (the model, then a draft, then a projector) from 0 to 1;
+    the progress here is of the whole load, the stages counted alike.
+    """
+    event: Any = None
+    with contextlib.suppress(ValueError):
+        event = json.loads(line.removeprefix("data: "))
+    if not isinstance(event, dict) or event.get("event") not in _STATE_EVENTS:
+        return None
+    data, alias = event.get("data"), event.get("model")
+    if (
+        not isinstance(data, dict)
+        or not isinstance(alias, str)
+        or data.get("status") not in _STATES
+    ):
+        return None
+    return ModelChange(alias, _STATES[data["status"]], _load_fraction(data.get("progress")))
+
+
+def _load_fraction(progress: Any) -> float | None:
+    if not isinstance(progress, dict) or not isinstance(progress.get("value"), int | float):
+        return None
+    stages = progress.get("stages")
+    stages = stages if isinstance(stages, list) and stages else [progress.get("current")]
+    done = stages.index(progress.get("current")) if progress.get("current") in stages else 0
+    return min((done + float(progress["value"])) / len(stages), 1.0)
 
 
 def proxied_model(line: str) -> str | None:

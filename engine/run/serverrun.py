@@ -31,8 +31,12 @@ from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.servedmodels import ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor, down_peers
+
+RunItem = ServerEvent | Sample | ModelsSample
+"""What a run yields: the supervisor's events, one model's samples, or a set's models."""
 
 _STATE_OF_EVENT: dict[str, RunStateName] = {
     "starting": "starting",
@@ -243,13 +247,13 @@ class ServerRun:
     def _save(self) -> None:
         write_status(self.paths, self._run.status)
 
-    async def events(self) -> AsyncIterator[ServerEvent | Sample]:
+    async def events(self) -> AsyncIterator[RunItem]:
         """Supervise the engine and sample it once ready; yields both streams as they come.
 
         Keeps the state file that `lucebox status` reads, and removes it when the run ends.
         """
 
-        queue: asyncio.Queue[ServerEvent | Sample | None] = asyncio.Queue()
+        queue: asyncio.Queue[RunItem | None] = asyncio.Queue()
 
         async def follow_supervisor() -> None:
             try:
@@ -277,9 +281,7 @@ class ServerRun:
                 await supervising
             state_file(self.paths).unlink(missing_ok=True)
 
-    async def _on_event(
-        self, event: ServerEvent, queue: asyncio.Queue[ServerEvent | Sample | None]
-    ) -> None:
+    async def _on_event(self, event: ServerEvent, queue: asyncio.Queue[RunItem | None]) -> None:
 
         self._run.status = replace(
             self._run.status,
@@ -326,9 +328,7 @@ class ServerRun:
         down = set(down_peers(tuple(p.address for p in peers)))
         return tuple(replace(p, state="lost" if p.address in down else "up") for p in peers)
 
-    async def _sample(
-        self, engine_pid: int, queue: asyncio.Queue[ServerEvent | Sample | None]
-    ) -> None:
+    async def _sample(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
 
         spec = self.supervisor.spec
         provider = gpu.PynvmlProvider()

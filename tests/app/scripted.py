@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from textual.app import App
@@ -31,10 +31,15 @@ from lucebox.engine.models import guard
 from lucebox.engine.pipeline import Emit, Prepared, StepEvent
 from lucebox.engine.plan import planner, presetchoice
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
+from lucebox.engine.plan.launch import url_of
+from lucebox.engine.plan.modelset import plan_set
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run.metrics import Sample
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.routerrun import RouterRun
+from lucebox.engine.run.servedmodels import ModelsSample, ModelStatus
+from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.servedset import PreparedSet, planned_models
 from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama
 
@@ -87,6 +92,32 @@ def prepared_for(tmp_path: Path, server_path: str = "/opt/llama-server") -> Prep
         engine=engine,
     )
     return Prepared(launch, Settings(), 0, 60.0)
+
+
+SET_SOURCES = ("qwen3-4b", "smollm2", "smoke")
+
+
+def prepared_set_for() -> PreparedSet:
+    """What the real prepare_set returns for three presets on a scripted RTX 4090."""
+    engine = EngineView("b11434", "b11434", "/opt/llama-server", pinned_engine().capabilities)
+    options = ServeOptions(models=SET_SOURCES, port=8080)
+    planned = plan_set(
+        resolve_paths(), options, SET_SOURCES, settings=Settings(), budget=RTX_4090, engine=engine
+    )
+    return PreparedSet(planned, Settings())
+
+
+def set_models(prepared: PreparedSet) -> tuple[ModelStatus, ...]:
+    """The set a minute in: one model answering, one loading at 40%, one never used."""
+    first, second, third = (
+        ModelStatus(m.alias, "unloaded", m.device, 0, None, m.planned_bytes)
+        for m in planned_models(prepared.planned)
+    )
+    return (
+        replace(first, state="loaded", memory_bytes=first.planned_bytes, last_used_s=12.0),
+        replace(second, state="loading", memory_bytes=GIB // 4, load_progress=0.4),
+        third,
+    )
 
 
 def refused_by_the_model_check(path: Path, spec: ModelSpec) -> tuple[list[StepEvent], GuardRefusal]:
@@ -155,6 +186,10 @@ class ScriptedBackend(Backend):
     cpu_engine_builds: int = 0
     server_path: str = "/opt/llama-server"
     """The engine binary the launch names (one with the web UI's files shows its address)."""
+    set_sources: tuple[str, ...] = ()
+    """A served set to prepare instead of one model (its plan is the real one of SET_SOURCES)."""
+    models_script: tuple[ModelStatus, ...] = ()
+    """The set's models the router run shows once ready."""
 
     def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
         if self.preset_table_failure is not None:
@@ -177,6 +212,23 @@ class ScriptedBackend(Backend):
                 raise AssertionError("the app never cancelled the download")
             raise CancelledByUserError("download of Qwen3-14B-Q4_K_M.gguf cancelled")
         return prepared_for(self.tmp_path, self.server_path)
+
+    def served_sources(self, options: ServeOptions) -> tuple[str, ...]:
+        return self.set_sources
+
+    def prepare_set(
+        self, options: ServeOptions, sources: tuple[str, ...], emit: Emit, cancel: threading.Event
+    ) -> PreparedSet:
+        self.options_seen.append(options)
+        for event in self.steps:
+            emit(event)
+        return prepared_set_for()
+
+    @contextlib.asynccontextmanager
+    async def router_run(self, prepared: PreparedSet, emit: Emit) -> AsyncIterator[RouterRun]:
+        spec = prepared.planned.launches[0].spec
+        supervisor = Supervisor(spec, self.tmp_path / "engine.log", ready_timeout_s=60.0)
+        yield ScriptedRouterRun(self, prepared, supervisor)
 
     def build_cpu_engine(self, emit: Emit) -> None:
         self.cpu_engine_builds += 1
@@ -210,23 +262,48 @@ class ScriptedRun(ServerRun):
         )
         self.backend = backend
 
-    async def events(self) -> AsyncIterator[ServerEvent | Sample]:
-        backend, supervisor = self.backend, self.supervisor
-        try:
-            for event in backend.server_events:
-                yield event
-            for sample in backend.sample_script:
-                yield sample
-            if backend.server_failure is not None:
-                raise backend.server_failure
-            if backend.server_events and backend.server_events[-1].kind == "gave-up":
-                return
-            # The supervisor offers a flag, not an event, to anything outside it: poll it.
-            while not supervisor.stop_requested:  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
-            yield ServerEvent("stopped", "engine stopped", 4242)
-        finally:
-            supervisor.log.close()
+    async def events(self) -> AsyncIterator[RunItem]:
+        async for item in scripted_events(
+            self.backend, self.supervisor, self.backend.sample_script
+        ):
+            yield item
+
+
+class ScriptedRouterRun(RouterRun):
+    """The real set run's stop and restart over a scripted router: its events and models."""
+
+    def __init__(self, backend: ScriptedBackend, prepared: PreparedSet, supervisor: Supervisor):
+        planned = planned_models(prepared.planned)
+        public_url = url_of(supervisor.spec)
+        super().__init__(backend.paths, supervisor, planned=planned, public_url=public_url)
+        self.backend = backend
+
+    async def events(self) -> AsyncIterator[RunItem]:
+        script = [ModelsSample(self.backend.models_script)]
+        async for item in scripted_events(self.backend, self.supervisor, script):
+            yield item
+
+
+async def scripted_events(
+    backend: ScriptedBackend, supervisor: Supervisor, items: list[Sample] | list[ModelsSample]
+) -> AsyncIterator[RunItem]:
+    """The backend's server events, then ``items``, then (unless it gave up) serving until
+    stopped."""
+    try:
+        for event in backend.server_events:
+            yield event
+        for item in items:
+            yield item
+        if backend.server_failure is not None:
+            raise backend.server_failure
+        if backend.server_events and backend.server_events[-1].kind == "gave-up":
+            return
+        # The supervisor offers a flag, not an event, to anything outside it: poll it.
+        while not supervisor.stop_requested:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        yield ServerEvent("stopped", "engine stopped", 4242)
+    finally:
+        supervisor.log.close()
 
 
 async def wait_until(pilot, predicate, timeout_s: float = 10.0) -> None:

@@ -9,17 +9,22 @@ from textual.pilot import Pilot
 
 from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.screens.setdashboard import SetDashboardScreen
+from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions, StepEvent
 from tests.app.scripted import (
     BASE_GEMMA,
     RTX_4090,
+    SET_SOURCES,
     STEPS_DOWNLOADING,
     ScriptedBackend,
+    prepared_set_for,
     preset_table_shown,
     refused_by_the_model_check,
     samples,
+    set_models,
     wait_until,
 )
 
@@ -97,5 +102,24 @@ def test_failure_of_the_model_check(backend, snap_compare, size, tmp_path):
 
     async def run_before(pilot: Pilot) -> None:
         await settle(pilot, lambda: app.start_screen.query_one("#failure").display)
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_dashboard_of_a_served_set(backend, snap_compare, size):
+    backend.set_sources = SET_SOURCES
+    backend.models_script = set_models(prepared_set_for())
+    app = app_for(backend, ServeOptions(models=SET_SOURCES))
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(
+            pilot,
+            lambda: (
+                isinstance(app.screen, SetDashboardScreen)
+                and app.screen.query_one(ModelTable).row_count == 3
+                and app.screen.models == backend.models_script
+            ),
+        )
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -15,6 +15,7 @@ from lucebox.engine.run.servedmodels import (
     ModelStatus,
     find_model,
     proxied_model,
+    router_change,
     router_states,
 )
 
@@ -85,3 +86,42 @@ def test_an_unknown_model_name_is_refused_with_the_served_aliases():
     with pytest.raises(UsageError) as refused:
         find_model(models, "gpt-4")
     assert "smollm2, smoke, tiny-llama" in (refused.value.hint or "")
+
+
+def test_load_progress_and_changes_from_the_recorded_models_events():
+    lines = (RECORDED / "models_sse.txt").read_text().splitlines()
+    changes = [router_change(line) for line in lines]
+    assert [(c.state, c.load_progress) for c in changes if c] == [
+        ("loading", None),
+        ("loading", 0.0),
+        ("loading", 0.0),
+        ("loading", 1.0),
+        ("loaded", None),
+        ("unloaded", None),
+    ]
+    assert {c.alias for c in changes if c} == {"smoke"}
+    assert router_change(": keep-alive") is None
+    assert router_change('data: {"model": "x", "event": "download_progress", "data": {}}') is None
+
+
+def test_a_load_in_stages_counts_each_stage_alike():
+    draft_half = {"stages": ["text_model", "spec_model"], "current": "spec_model", "value": 0.5}
+    line = json.dumps(
+        {
+            "model": "q",
+            "event": "status_change",
+            "data": {"status": "loading", "progress": draft_half},
+        }
+    )
+    change = router_change(f"data: {line}")
+    assert change is not None and change.load_progress == 0.75
+
+
+def test_load_progress_shows_only_while_loading_and_reaches_status_json():
+    progress = {"smollm2": 0.4, "smoke": 1.0}
+    states = {"smollm2": "loading", "smoke": "loaded"}
+    smol, gemma, _ = model_statuses(PLANNED, states, {}, {}, 0, progress)  # type: ignore[arg-type]
+    assert (smol.load_progress, gemma.load_progress) == (0.4, None)
+    status = Status("ready", models=(smol,))
+    assert status.to_json()["models"][0]["load_progress"] == 0.4
+    assert Status.from_file_json(status.to_file_json()) == status

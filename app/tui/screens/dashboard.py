@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -14,17 +13,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from lucebox.app.tui.messages import (
-    PresetPickRequested,
-    QuitRequested,
-    RestartRequested,
-    StopRequested,
-)
-from lucebox.app.tui.screens.log import LogScreen
-from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.messages import PresetPickRequested
+from lucebox.app.tui.screens.serving import ServingScreen, format_duration
 from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.gpu import GpuPanel
 from lucebox.app.tui.widgets.log import LogTail
@@ -33,23 +25,12 @@ from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
 from lucebox.engine.engines import webui
 from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan.launch import url_of
-from lucebox.engine.run import serverrun
 from lucebox.engine.run.metrics import Sample, with_last_rates
 from lucebox.engine.run.sample import SpecStatus
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
-
-LOG_TAIL_INTERVAL_S = 2.0
+from lucebox.engine.run.supervisor import ServerEvent
 
 
-def format_duration(seconds: float) -> str:
-    """Minutes are enough for an uptime, and the header then changes once a minute."""
-    minutes = max(int(seconds), 0) // 60
-    if minutes < 60:
-        return f"{minutes}m"
-    return f"{minutes // 60}h{minutes % 60:02d}m"
-
-
-class DashboardScreen(Screen[None]):
+class DashboardScreen(ServingScreen):
     """The served model at a glance: endpoint, throughput, memory, GPU, log; a chat to try it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -72,20 +53,13 @@ class DashboardScreen(Screen[None]):
         notes: list[str],
         clock: Callable[[], float],
     ) -> None:
-        super().__init__()
+        url = url_of(prepared.spec)
+        super().__init__(url=url, log_path=log_path, notes=notes, clock=clock)
         self.prepared = prepared
-        self.log_path = log_path
-        self.notes = list(notes)
-        self.clock = clock
-        self.server_started_at = clock()  # the dashboard opens when the server is ready
         self.history: deque[Sample] = deque(maxlen=SPARK_POINTS)
         self.latest: Sample | None = None
-        self.state = "ready"
-        self.restarts = 0
         self.served_ctx: int | None = None
         """The context the running engine serves: after an out-of-memory re-plan, the new one."""
-        self.log_lines_shown = 0
-        self.log_shown_at = -LOG_TAIL_INTERVAL_S
         spec = prepared.spec
         self.webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
 
@@ -111,16 +85,13 @@ class DashboardScreen(Screen[None]):
     def refresh_header(self) -> None:
         plan = self.prepared.plan
         uptime_s = self.clock() - self.server_started_at
-        state_style = {"ready": "green", "failed": "red", "stopped": "red"}.get(
-            self.state, "yellow"
-        )
         header = Text()
         header.append(self.prepared.model, style="bold cyan")
         header.append("  ")
-        header.append(self.state, style=f"bold {state_style}")
+        header.append(self.state, style=f"bold {self.state_style}")
         header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
         header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}\n")
-        header.append(f"{url_of(self.prepared.spec)}/v1", style="bold underline")
+        header.append(f"{self.url}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
         if self.webui_url:
             header.append("   chat in a browser ")
@@ -129,14 +100,9 @@ class DashboardScreen(Screen[None]):
         self.query_one("#dash-header", Readout).show(header)
 
     def show_event(self, event: ServerEvent) -> None:
-        if event.kind == "ready":
-            self.server_started_at = self.clock()
         if event.ctx is not None:
             self.served_ctx = event.ctx
-        self.state = serverrun.state_of(event)
-        self.restarts = event.restarts
-        self.refresh_header()
-        self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
+        super().show_event(event)
 
     def show_sample(self, sample: Sample, spec: SpecStatus | None = None) -> None:
         self.history.append(sample)
@@ -144,18 +110,6 @@ class DashboardScreen(Screen[None]):
         self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec)
         self.query_one(GpuPanel).show_gpu(self.prepared, sample)
         self.refresh_header()
-
-    def show_log(self, supervisor: Supervisor, *, now: bool = False) -> None:
-        """New engine log lines into the tail: at once with ``now``, else at most every
-        LOG_TAIL_INTERVAL_S. A busy engine logs with every request, and moving the whole
-        tail each second was the dashboard's largest cost while serving."""
-        due_at = self.log_shown_at + LOG_TAIL_INTERVAL_S
-        new_lines = min(supervisor.lines_total - self.log_lines_shown, len(supervisor.ring))
-        if new_lines <= 0 or (not now and time.monotonic() < due_at):
-            return
-        self.log_lines_shown = supervisor.lines_total
-        self.log_shown_at = time.monotonic()
-        self.query_one(LogTail).add(list(supervisor.ring)[-new_lines:])
 
     def action_toggle_chat(self) -> None:
         chat = self.query_one(ChatPanel)
@@ -167,22 +121,8 @@ class DashboardScreen(Screen[None]):
         self.query_one(ChatPanel).display = False
         self.set_focus(None)
 
-    def action_restart(self) -> None:
-        self.post_message(RestartRequested())
-
-    def action_stop(self) -> None:
-        self.post_message(StopRequested())
-
     def action_switch_preset(self) -> None:
         self.post_message(PresetPickRequested())
-
-    def action_open_log(self) -> None:
-        self.app.push_screen(LogScreen(self.log_path))
-
-    def action_copy_url(self) -> None:
-        url = f"{url_of(self.prepared.spec)}/v1"
-        self.app.copy_to_clipboard(url)
-        self.notify(f"copied {url}")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # An engine built without the UI has no page to open: no key in the footer.
@@ -197,10 +137,3 @@ class DashboardScreen(Screen[None]):
         else:
             self.app.copy_to_clipboard(self.webui_url)
             self.notify(f"no desktop here: open {self.webui_url} in a browser (copied)")
-
-    def action_quit_asking(self) -> None:
-        self.app.push_screen(QuitModal(), self.quit_chosen)
-
-    def quit_chosen(self, choice: str | None) -> None:
-        if choice in ("keep", "stop"):
-            self.post_message(QuitRequested(keep_serving=choice == "keep"))

@@ -1,0 +1,96 @@
+"""What every dashboard does with the running server: its events and log, and the keys that
+restart, stop, open the log, copy the address and quit. One model's dashboard and a served
+set's are both one of these; each lists its own keys (the footer keeps their order)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.screen import Screen
+
+from lucebox.app.tui.messages import QuitRequested, RestartRequested, StopRequested
+from lucebox.app.tui.screens.log import LogScreen
+from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.widgets.log import LogTail
+from lucebox.engine.run import serverrun
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+
+LOG_TAIL_INTERVAL_S = 2.0
+STATE_STYLES = {"ready": "green", "failed": "red", "stopped": "red"}
+"""The header's colour of a run's state; any other (starting, restarting) is yellow."""
+
+
+def format_duration(seconds: float) -> str:
+    """Minutes are enough for an uptime, and the header then changes once a minute."""
+    minutes = max(int(seconds), 0) // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class ServingScreen(Screen[None]):
+    """A dashboard of a running server, the served address ``url`` (without ``/v1``)."""
+
+    def __init__(
+        self, *, url: str, log_path: Path, notes: list[str], clock: Callable[[], float]
+    ) -> None:
+        super().__init__()
+        self.url = url
+        self.log_path = log_path
+        self.notes = list(notes)
+        self.clock = clock
+        self.server_started_at = clock()  # the dashboard opens when the server is ready
+        self.state = "ready"
+        self.restarts = 0
+        self.log_lines_shown = 0
+        self.log_shown_at = -LOG_TAIL_INTERVAL_S
+
+    def refresh_header(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def state_style(self) -> str:
+        return STATE_STYLES.get(self.state, "yellow")
+
+    def show_event(self, event: ServerEvent) -> None:
+        if event.kind == "ready":
+            self.server_started_at = self.clock()
+        self.state = serverrun.state_of(event)
+        self.restarts = event.restarts
+        self.refresh_header()
+        self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
+
+    def show_log(self, supervisor: Supervisor, *, now: bool = False) -> None:
+        """New engine log lines into the tail: at once with ``now``, else at most every
+        LOG_TAIL_INTERVAL_S. A busy engine logs with every request, and moving the whole
+        tail each second was the dashboard's largest cost while serving."""
+        due_at = self.log_shown_at + LOG_TAIL_INTERVAL_S
+        new_lines = min(supervisor.lines_total - self.log_lines_shown, len(supervisor.ring))
+        if new_lines <= 0 or (not now and time.monotonic() < due_at):
+            return
+        self.log_lines_shown = supervisor.lines_total
+        self.log_shown_at = time.monotonic()
+        self.query_one(LogTail).add(list(supervisor.ring)[-new_lines:])
+
+    def action_restart(self) -> None:
+        self.post_message(RestartRequested())
+
+    def action_stop(self) -> None:
+        self.post_message(StopRequested())
+
+    def action_open_log(self) -> None:
+        self.app.push_screen(LogScreen(self.log_path))
+
+    def action_copy_url(self) -> None:
+        url = f"{self.url}/v1"
+        self.app.copy_to_clipboard(url)
+        self.notify(f"copied {url}")
+
+    def action_quit_asking(self) -> None:
+        self.app.push_screen(QuitModal(), self.quit_chosen)
+
+    def quit_chosen(self, choice: str | None) -> None:
+        if choice in ("keep", "stop"):
+            self.post_message(QuitRequested(keep_serving=choice == "keep"))

@@ -1,0 +1,79 @@
+"""The proxy's own choices in front of a router that answers like the real one (scripted: the
+router's states on cue, its calls recorded); the real router behind it is in the set's e2e
+tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+
+from lucebox.engine.run.admission import Placement
+from lucebox.engine.run.modelproxy import ModelGate, ModelProxy
+
+MIB = 2**20
+PLACEMENTS = {"smollm2": Placement("ram", 563 * MIB), "smoke": Placement("ram", 891 * MIB)}
+ROOM = {"ram": 960 * MIB}  # one at a time
+
+
+class Streamed(httpx.AsyncByteStream):
+    """A body the proxy reads as it streams a real router's (a plain one arrives read)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body
+
+
+def answer_json(document: object) -> httpx.Response:
+    headers = {"content-type": "application/json"}
+    return httpx.Response(200, headers=headers, stream=Streamed(json.dumps(document).encode()))
+
+
+def scripted_router(loaded: set[str], calls: list[tuple[str, str]]) -> httpx.MockTransport:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path == "/models":
+            states = {a: "loaded" if a in loaded else "unloaded" for a in PLACEMENTS}
+            data = [{"id": a, "status": {"value": s}} for a, s in states.items()]
+            return answer_json({"data": data})
+        model = json.loads(request.content)["model"]
+        calls.append((request.url.path, model))
+        if request.url.path == "/models/unload":
+            loaded.discard(model)
+        elif request.url.path == "/models/load":
+            loaded.add(model)
+        return answer_json({"success": True})
+
+    return httpx.MockTransport(answer)
+
+
+async def ask(proxy: ModelProxy, path: str, model: str) -> httpx.Response:
+    """One request to the proxy through a real loopback socket."""
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            return await client.post(path, json={"model": model})
+    finally:
+        server.close()
+
+
+async def test_a_load_by_name_makes_room_like_a_request_and_an_unload_evicts_nothing():
+    loaded = {"smollm2"}
+    calls: list[tuple[str, str]] = []
+    router = scripted_router(loaded, calls)
+    async with (
+        httpx.AsyncClient(base_url="http://router", transport=router) as admin,
+        httpx.AsyncClient(base_url="http://router", transport=router) as client,
+    ):
+        proxy = ModelProxy(client, ModelGate(admin, PLACEMENTS, ROOM))
+        assert (await ask(proxy, "/models/load", "smoke")).status_code == 200
+        assert calls == [("/models/unload", "smollm2"), ("/models/load", "smoke")]
+        calls.clear()
+        # Unloading a model that is not loaded needs no room: smoke stays.
+        assert (await ask(proxy, "/models/unload", "smollm2")).status_code == 200
+        assert calls == [("/models/unload", "smollm2")]
+        assert loaded == {"smoke"}
