@@ -236,7 +236,9 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
         return cmd_serve(args, paths)
     from lucebox.app.tui import make_app  # Textual loads only for the dashboard
 
-    app = make_app(paths, _serve_options(args))
+    # models.served with one entry names the model, as it does for serve.
+    options = servedset.one_from_setting(_serve_options(args), config.load_settings(paths))
+    app = make_app(paths, options)
     app.run()
     return EXIT_FAILURE if app.return_code is None else app.return_code
 

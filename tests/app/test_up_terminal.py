@@ -93,3 +93,30 @@ def test_q_during_a_download_ends_the_process_within_a_second(lucebox_home, tmp_
     assert exit_code == 0
     assert ended_s < 1.0
     assert 0 < partial.stat().st_size < len(body)
+
+
+def test_up_serves_the_one_model_the_setting_names(lucebox_home):
+    env = dict(os.environ)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lucebox.app.cli",
+            "config",
+            "set",
+            "models.served",
+            "no-such-model",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    terminal = Terminal([], env)
+    try:
+        terminal.wait_for(b"no-such-model")  # named by the setting, not the preset picker
+        terminal.wait_for(b"Retry")
+        terminal.press(b"q")
+        assert terminal.proc.wait(timeout=10) == 2
+    finally:
+        terminal.close()
