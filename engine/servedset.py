@@ -3,8 +3,10 @@
 The same steps as one model's (pipeline.py): GPU, models (each pulled and checked), engine,
 plan (plan/modelset.py: every model by the one planner against one budget per device), then
 the router, supervised like the single server, on a loopback port behind lucebox's proxy
-(run/modelproxy.py), which frees memory by the plans before a model loads. One model, named
-once, never comes here.
+(run/modelproxy.py), which frees memory by the plans before a model loads. A model that runs
+out of memory is planned again here (plan/modelset.py) and its section of the preset file
+rewritten; the run (run/routerrun.py) has the router re-read it. One model, named once, never
+comes here.
 """
 
 from __future__ import annotations
@@ -35,12 +37,19 @@ from lucebox.engine.pipeline import (
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.modelset import SetPlan, SetRefusal, members_of, plan_set
+from lucebox.engine.plan.modelset import (
+    SetPlan,
+    SetRefusal,
+    members_of,
+    plan_set,
+    smaller_context_set,
+)
 from lucebox.engine.plan.router import router_ini, router_spec
 from lucebox.engine.run.admission import Placement
 from lucebox.engine.run.modelproxy import start_proxy
 from lucebox.engine.run.routerrun import PlannedModel, RouterRun
 from lucebox.engine.run.runstate import ServeLock, engine_log
+from lucebox.engine.run.servedmodels import ModelNote
 from lucebox.engine.run.supervisor import PortInUseError, ServerEvent, Supervisor, port_holder
 
 LOOPBACK = "127.0.0.1"
@@ -131,6 +140,7 @@ def planned_models(planned: SetPlan) -> tuple[PlannedModel, ...]:
             lp.spec.model_path,
             lp.plan.memory_bytes.total + planned.process_bytes,
             lp.budget.is_gpu,
+            lp.plan.ctx,
         )
         for lp in planned.launches
     )
@@ -194,6 +204,17 @@ async def router_run(paths: Paths, prepared: PreparedSet, emit: Emit) -> AsyncIt
             hint="stop the other program or choose --port",
         ) from exc
     supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
+
+    async def after_oom(alias: str) -> tuple[PlannedModel, ...]:
+        nonlocal planned
+        settings = prepared.settings
+        smaller = await asyncio.to_thread(smaller_context_set, paths, planned, alias, settings)
+        write_text_atomic(ini_path, router_ini(smaller, settings.models_idle_s))
+        # The proxy's gate holds this very mapping: it admits by the new bytes from now on.
+        placements.update(placements_of(smaller)[0])
+        planned = smaller
+        return planned_models(smaller)
+
     try:
         yield RouterRun(
             paths,
@@ -201,6 +222,7 @@ async def router_run(paths: Paths, prepared: PreparedSet, emit: Emit) -> AsyncIt
             planned=planned_models(planned),
             public_url=url_of(public),
             api_key=api_key,
+            replan_on_oom=after_oom,
         )
     finally:
         server.close()
@@ -223,6 +245,8 @@ async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:
                     emit(StepEvent("server", "note", f"models: {aliases}"))
                 if item.kind == "gave-up":
                     exit_code = 1
+            elif isinstance(item, ModelNote):
+                emit(StepEvent("server", "note", item.message))
     return exit_code
 
 

@@ -56,7 +56,7 @@ from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
 from lucebox.engine.run.routerrun import RouterRun
-from lucebox.engine.run.servedmodels import ModelsSample
+from lucebox.engine.run.servedmodels import ModelNote, ModelsSample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet
@@ -143,6 +143,8 @@ class LuceboxApp(App[None]):
     def on_step_changed(self, message: StepChanged) -> None:
         self.step_now = message.event.step
         self.start_screen.show_step(message.event)
+        if message.event.state == "note" and self.dashboard is not None:
+            self.dashboard.show_note(message.event.message)
 
     @on(Worker.StateChanged)
     def handle_worker_error(self, event: Worker.StateChanged) -> None:
@@ -209,6 +211,8 @@ class LuceboxApp(App[None]):
                 self.post_message(ServerChanged(item))
             elif isinstance(item, ModelsSample):
                 self.post_message(ModelsSampled(item))
+            elif isinstance(item, ModelNote):
+                self.post_step(StepEvent("server", "note", item.message))
             else:
                 self.post_message(MetricsSampled(item, run.status.spec))
 

@@ -30,7 +30,7 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory import wanted_ctx as planned_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.planner import plan_launch, smaller_context_plan
 from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
 
 ENGINE_PROCESS_BYTES = 40 * MIB
@@ -232,6 +232,10 @@ def _refuse_alone(budget: GpuBudget, alone: tuple[LaunchPlan, ...]) -> GuardRefu
     return None
 
 
+_SET_REASONS = ("device", "split")
+"""The reasons the set adds to a member's plan (where it runs); a re-plan of it keeps them."""
+
+
 def _with_reason(launch: LaunchPlan, key: str, why: str) -> LaunchPlan:
     return replace(launch, plan=replace(launch.plan, reasons={**launch.plan.reasons, key: why}))
 
@@ -378,3 +382,26 @@ def _plan_on_cards(
         reasons["models_max"] = f"{models_max}: every card holds all of its models at once"
     launches = tuple(by_source[m.source] for m in members)
     return _checked(launches, models_max, budget, reasons)
+
+
+def smaller_context_set(paths: Paths, planned: SetPlan, alias: str, settings: Settings) -> SetPlan:
+    """``planned`` with ``alias`` planned again after its process ran out of memory: three
+    quarters of its context on the same share, as one served model (``smaller_context_plan``);
+    the other models keep their plans, so the router keeps them running.
+
+    Raises:
+        GuardRefusal: its context was asked for (never shrunk), or the smaller plan does not fit.
+    """
+    index = planned.aliases.index(alias)
+    launch = planned.launches[index]
+    # plan_set may have changed what the PC keeps (a RAM limit): the re-plan keeps the same.
+    kept_mib = (launch.resolved.keep_free_ram_bytes or 0) // MIB
+    smaller = smaller_context_plan(paths, launch, replace(settings, keep_free_ram_mib=kept_mib))
+    if smaller.refusal is not None:
+        raise smaller.refusal
+    for key in _SET_REASONS:
+        if key in launch.plan.reasons:
+            smaller = _with_reason(smaller, key, launch.plan.reasons[key])
+    launches = (*planned.launches[:index], smaller, *planned.launches[index + 1 :])
+    why = f"ran out of memory at {launch.plan.ctx} tokens: planned again at {smaller.plan.ctx}"
+    return replace(planned, launches=launches, reasons={**planned.reasons, alias: why})

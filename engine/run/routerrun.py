@@ -4,7 +4,9 @@ The router has no ``/slots`` and wants ``?model=`` on ``/metrics``, so the singl
 sampler does not apply; instead the run asks ``/models`` once a second, follows the changes
 (and load progress) the router announces on ``/models/sse`` as they come, and keeps each
 model's state, memory and last use in the state file that `lucebox status` reads. It also
-loads and unloads a model on request (the dashboard's keys).
+loads and unloads a model on request (the dashboard's keys). A model whose process dies out
+of memory is planned again once at a smaller context, as a single server is: the router
+re-reads its preset file and loads it again on the next request; the other models run on.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -20,17 +23,21 @@ import httpx
 import psutil
 
 from lucebox.engine.core.api import CallError, auth_headers
+from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.servedmodels import (
+    ModelNote,
     ModelsSample,
     ModelStateName,
     ModelStatus,
+    child_line,
+    failed_children,
     proxied_model,
     router_change,
     router_states,
 )
 from lucebox.engine.run.serverrun import RunItem, ServerRun
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervisor import ServerEvent, diagnose
 
 if TYPE_CHECKING:
     from lucebox.engine.run.supervisor import Supervisor
@@ -39,6 +46,8 @@ POLL_S = 1.0
 LOAD_TIMEOUT_S = 120.0
 """A load through the proxy first waits for the models it evicts to exit (up to a minute)."""
 UNLOAD_TIMEOUT_S = 30.0
+CHILD_LINES = 60
+"""The last lines of each model process kept for the diagnosis, as many as a single server's."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,13 @@ class PlannedModel:
     model_path: str
     planned_bytes: int
     on_gpu: bool
+    ctx: int = 0
+    """The context its plan serves, in tokens."""
+
+
+ReplanOnOom = Callable[[str], Awaitable[tuple[PlannedModel, ...]]]
+"""Plans one model of the set again at a smaller context and rewrites the router's preset
+file; the set's models after it. Raises GuardRefusal when it must not shrink."""
 
 
 def child_memory_bytes(router_pid: int) -> dict[str, int]:
@@ -117,11 +133,19 @@ class RouterRun(ServerRun):
         planned: tuple[PlannedModel, ...],
         public_url: str,
         api_key: str | None = None,
+        replan_on_oom: ReplanOnOom | None = None,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
         super().__init__(paths, supervisor, model=aliases, gpu_index=0, api_key=api_key)
         self.planned = planned
         self.public_url = public_url
+        self.replan_on_oom = replan_on_oom
+        self._child_lines: dict[int, deque[str]] = {}
+        """The last lines of each model process, by its port (the router's prefix)."""
+        self._failed_seen: set[str] = set()
+        """Models whose present failure was dealt with (the router keeps showing it)."""
+        self._replanned: set[str] = set()
+        """Models already planned again after running out of memory: never twice."""
         self._last_used: dict[str, float] = {}
         self._states: dict[str, ModelStateName] = {}
         self._progress: dict[str, float] = {}
@@ -142,6 +166,10 @@ class RouterRun(ServerRun):
         name = proxied_model(line)
         if name is not None:
             self._last_used[name] = time.time()
+        relayed = child_line(line)
+        if relayed is not None:
+            port, text = relayed
+            self._child_lines.setdefault(port, deque(maxlen=CHILD_LINES)).append(text)
 
     async def events(self) -> AsyncIterator[RunItem]:
         """The run's events as a single server's, its messages naming the served address
@@ -185,18 +213,69 @@ class RouterRun(ServerRun):
             try:
                 while True:
                     states: dict[str, ModelStateName] = {}
+                    failed: dict[str, int | None] | None = None
                     changes = self._changes
                     with contextlib.suppress(httpx.HTTPError, ValueError):
-                        answer = await client.get(self.url + "/models")
-                        states = router_states(answer.json())
+                        payload = (await client.get(self.url + "/models")).json()
+                        states = router_states(payload)
+                        failed = failed_children(payload)
                     if changes == self._changes:  # else the answer may predate a change shown
                         self._states = states
+                    if failed is not None:  # an unanswered poll says nothing of failures
+                        for note in await self._after_failures(client, failed):
+                            self.supervisor.log.write(f"# lucebox: {note.message}")
+                            await queue.put(note)
                     await self._publish(engine_pid, queue)
                     await asyncio.sleep(POLL_S)
             finally:
                 following.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await following
+
+    async def _after_failures(
+        self, client: httpx.AsyncClient, failed: dict[str, int | None]
+    ) -> list[ModelNote]:
+        """What the run does about each model that newly failed: one that ran out of memory
+        (by its process's last lines) is planned again once, at a smaller context."""
+        self._failed_seen &= failed.keys()  # a model loaded again may fail again
+        notes = []
+        for alias, port in failed.items():
+            if alias in self._failed_seen:
+                continue
+            self._failed_seen.add(alias)
+            # Read once: the port may serve another process later.
+            lines = list(self._child_lines.pop(port, ())) if port is not None else []
+            replan = self.replan_on_oom
+            if diagnose(lines)[0] == "oom" and replan is not None:
+                notes.append(ModelNote(alias, await self._replan(client, alias, replan)))
+        return notes
+
+    async def _replan(self, client: httpx.AsyncClient, alias: str, replan: ReplanOnOom) -> str:
+        """``alias`` planned again after running out of memory, and the router told to re-read
+        its preset file (which clears the failure and restarts no other model); a sentence."""
+        if alias in self._replanned:
+            return (
+                f"{alias} ran out of memory again after it was planned at a smaller context: "
+                "left failed (free memory, or serve the set without it)"
+            )
+        self._replanned.add(alias)
+        try:
+            self.planned = await replan(alias)
+        except GuardRefusal as refused:
+            return f"{alias} ran out of memory: left failed ({refused.message}; {refused.hint})"
+        ctx = next(m.ctx for m in self.planned if m.alias == alias)
+        try:
+            answer = await client.get(self.url + "/models", params={"reload": "1"})
+            answer.raise_for_status()
+        except httpx.HTTPError as exc:
+            return (
+                f"{alias} ran out of memory: planned at {ctx} tokens, but the router did not "
+                f"re-read its presets ({exc}), so it stays failed"
+            )
+        return (
+            f"{alias} ran out of memory: planned again at a {ctx}-token context; it loads "
+            "again on the next request"
+        )
 
     async def _follow_changes(
         self, client: httpx.AsyncClient, engine_pid: int, queue: asyncio.Queue[RunItem | None]

@@ -6,6 +6,9 @@ downloading, downloaded, unloaded, loading, loaded, sleeping. It does not say wh
 last used, so that comes from its log line ``proxying request to model NAME on port N``. Nor
 does ``/models`` carry load progress: the router announces that, and every change of state, on
 ``GET /models/sse`` (one ``data: {"model", "event", "data": {"status", "progress"}}`` line each).
+A model whose process exited on its own shows ``"failed": true`` and its ``exit_code``, with the
+process's argv (and so its ``--port``) in ``args``; the router relays each process's lines into
+its own log prefixed ``[PORT] ``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from lucebox.engine.core.errors import UsageError
 ModelStateName = Literal["loaded", "sleeping", "unloaded", "loading"]
 _STATES: dict[str, ModelStateName] = {name: name for name in get_args(ModelStateName)}
 _PROXIED = re.compile(r"proxying request to model (\S+) on port \d+")
+_CHILD_LINE = re.compile(r"\[(\d+)\] (.*)")
 _STATE_EVENTS = ("model_status", "status_change")
 
 
@@ -77,6 +81,14 @@ class ModelsSample:
 
 
 @dataclass(frozen=True)
+class ModelNote:
+    """Something the run did to one model of the set, or would not do, in a sentence."""
+
+    alias: str
+    message: str
+
+
+@dataclass(frozen=True)
 class ModelChange:
     """One model's new state, as the router announces it on ``/models/sse``."""
 
@@ -99,6 +111,29 @@ def router_states(payload: Any) -> dict[str, ModelStateName]:
             _STATES.get(value, "unloaded") if isinstance(value, str) else "unloaded"
         )
     return found
+
+
+def failed_children(payload: Any) -> dict[str, int | None]:
+    """Each model whose process failed in a ``/models`` answer, with the port it ran on (None
+    when its argv does not say)."""
+    found: dict[str, int | None] = {}
+    entries = payload.get("data") if isinstance(payload, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        status = entry.get("status") if isinstance(entry, dict) else None
+        if not isinstance(status, dict) or status.get("failed") is not True:
+            continue
+        args = status.get("args")
+        argv = [str(a) for a in args] if isinstance(args, list) else []
+        port = argv[argv.index("--port") + 1] if "--port" in argv[:-1] else ""
+        found[str(entry.get("id"))] = int(port) if port.isdigit() else None
+    return found
+
+
+def child_line(line: str) -> tuple[int, str] | None:
+    """The port and the line of a model process's line as the router relays it; None for the
+    router's own lines."""
+    match = _CHILD_LINE.match(line)
+    return (int(match.group(1)), match.group(2)) if match else None
 
 
 def router_change(line: str) -> ModelChange | None:

@@ -31,12 +31,13 @@ from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
-from lucebox.engine.run.servedmodels import ModelsSample
+from lucebox.engine.run.servedmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor, down_peers
 
-RunItem = ServerEvent | Sample | ModelsSample
-"""What a run yields: the supervisor's events, one model's samples, or a set's models."""
+RunItem = ServerEvent | Sample | ModelsSample | ModelNote
+"""What a run yields: the supervisor's events, one model's samples, or a set's models and
+what the run did to one of them."""
 
 _STATE_OF_EVENT: dict[str, RunStateName] = {
     "starting": "starting",

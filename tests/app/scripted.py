@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from lucebox.engine.plan.modelset import plan_set
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run.metrics import Sample
 from lucebox.engine.run.routerrun import RouterRun
-from lucebox.engine.run.servedmodels import ModelsSample, ModelStatus
+from lucebox.engine.run.servedmodels import ModelNote, ModelsSample, ModelStatus
 from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet, planned_models
@@ -190,6 +190,8 @@ class ScriptedBackend(Backend):
     """A served set to prepare instead of one model (its plan is the real one of SET_SOURCES)."""
     models_script: tuple[ModelStatus, ...] = ()
     """The set's models the router run shows once ready."""
+    model_notes: tuple[ModelNote, ...] = ()
+    """What the router run says it did to a model (a re-plan), after the models."""
 
     def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
         if self.preset_table_failure is not None:
@@ -279,13 +281,14 @@ class ScriptedRouterRun(RouterRun):
         self.backend = backend
 
     async def events(self) -> AsyncIterator[RunItem]:
-        script = [ModelsSample(self.backend.models_script)]
+        script: list[RunItem] = [ModelsSample(self.backend.models_script)]
+        script += self.backend.model_notes
         async for item in scripted_events(self.backend, self.supervisor, script):
             yield item
 
 
 async def scripted_events(
-    backend: ScriptedBackend, supervisor: Supervisor, items: list[Sample] | list[ModelsSample]
+    backend: ScriptedBackend, supervisor: Supervisor, items: Sequence[RunItem]
 ) -> AsyncIterator[RunItem]:
     """The backend's server events, then ``items``, then (unless it gave up) serving until
     stopped."""

@@ -17,6 +17,7 @@ from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import StepChanged
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.screens.setdashboard import SetDashboardScreen
 from lucebox.app.tui.screens.start import StartScreen
 from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
@@ -32,16 +33,20 @@ from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models import guard, store
 from lucebox.engine.pipeline import ServeOptions, StepEvent
+from lucebox.engine.run.servedmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
 from tests.app.scripted import (
     BASE_GEMMA,
     RTX_4090,
+    SET_SOURCES,
     STEPS_DONE,
     STEPS_DOWNLOADING,
     ScriptedBackend,
+    prepared_set_for,
     preset_table_shown,
     refused_by_the_model_check,
     samples,
+    set_models,
     wait_until,
 )
 from tests.conftest import alive
@@ -91,6 +96,23 @@ async def test_pipeline_steps_then_dashboard_with_samples(backend):
             str(line) for line in dashboard.query_one(LogTail).lines
         )
     assert backend.options_seen == [ServeOptions(preset="smoke")]
+
+
+async def test_a_set_model_planned_again_is_said_in_the_set_dashboard_log(backend):
+    backend.set_sources = SET_SOURCES
+    backend.models_script = set_models(prepared_set_for())
+    note = "smollm2 ran out of memory: planned again at a 6144-token context; it loads again"
+    backend.model_notes = (ModelNote("smollm2", note),)
+    app = app_for(backend, ServeOptions(models=SET_SOURCES))
+    async with app.run_test(size=(120, 40)) as pilot:
+
+        def shown() -> bool:
+            screen = app.screen
+            return isinstance(screen, SetDashboardScreen) and any(
+                note in str(line) for line in screen.query_one(LogTail).lines
+            )
+
+        await wait_until(pilot, shown)
 
 
 async def test_download_progress_shows_bar_rate_and_eta(backend):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget, budget_for
@@ -15,9 +15,11 @@ from lucebox.engine.machine.config import Settings, settings_from_toml
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_argv
-from lucebox.engine.plan.modelset import SetPlan, plan_set
+from lucebox.engine.plan.modelset import SetPlan, plan_set, smaller_context_set
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.router import router_ini, router_spec, section_options
+from lucebox.engine.plan.sizes import CTX_PAD
+from lucebox.engine.servedset import placements_of
 
 from .fake_nvml import FakeNvml
 
@@ -155,6 +157,55 @@ def test_router_ini_carries_each_plan_and_the_router_only_router_flags():
         "--models-preset", "/run/router.ini", "--models-max", "2",
     ]  # fmt: skip
     assert spec.gpus == (0, 1)
+
+
+def _section(ini_text: str, alias: str) -> dict[str, str]:
+    section = ini_text.split(f"[{alias}]\n", 1)[1].split("\n\n", 1)[0]
+    return dict(line.split(" = ", 1) for line in section.splitlines())
+
+
+def test_a_member_out_of_memory_is_planned_again_at_three_quarters_the_others_kept():
+    planned = _plan(BIG_PAIR, _budget((24576, 24576)))
+    big, small = planned.launches
+    smaller = smaller_context_set(resolve_paths(), planned, big.alias, Settings())
+    replanned, kept = smaller.launches
+    assert kept is small and smaller.models_max == planned.models_max
+    assert replanned.plan.ctx == big.plan.ctx * 3 // 4 // CTX_PAD * CTX_PAD
+    assert "out of memory" in replanned.plan.reasons["ctx"]
+    assert replanned.plan.reasons["split"] == big.plan.reasons["split"]  # still on its card
+    assert replanned.spec.gpus == big.spec.gpus
+    assert f"at {big.plan.ctx} tokens" in smaller.reasons[big.alias]
+    # The proxy's bytes and the router's file follow the new plan; the other model's do not.
+    before, _ = placements_of(planned)
+    after, _ = placements_of(smaller)
+    assert after[big.alias].planned_bytes < before[big.alias].planned_bytes
+    assert after[small.alias] == before[small.alias]
+    old_ini, new_ini = router_ini(planned, idle_s=600), router_ini(smaller, idle_s=600)
+    assert _section(new_ini, big.alias)["c"] == str(replanned.plan.ctx)
+    assert _section(new_ini, small.alias) == _section(old_ini, small.alias)
+
+
+def test_a_member_context_the_user_asked_for_is_refused_not_shrunk():
+    planned = _plan(SMALL_PAIR, _budget((24576,)), ctx=16384)
+    with pytest.raises(GuardRefusal, match="16384-token context you asked for") as refused:
+        smaller_context_set(resolve_paths(), planned, "smollm2", Settings())
+    assert refused.value.exit_code == 3
+
+
+def test_a_member_of_a_ram_limited_set_is_planned_again_within_the_limit():
+    cpu = GpuBudget("CPU (no NVIDIA GPU): system RAM", 64 * 1024 * MIB, 48 * 1024 * MIB, False)
+    sources = ("smollm2", "smoke")
+    limited = plan_set(
+        resolve_paths(), ServeOptions(models=sources), sources,
+        settings=Settings(), budget=cpu, engine=EngineView.of(None), ram_limit_bytes=1000 * MIB,
+    )  # fmt: skip
+    smoke = limited.launches[1]
+    smaller = smaller_context_set(resolve_paths(), limited, "smoke", Settings())
+    replanned = smaller.launches[1]
+    assert replanned.plan.ctx == smoke.plan.ctx * 3 // 4 // CTX_PAD * CTX_PAD
+    # What the PC keeps stays the limit's, not the settings' rule for a whole machine.
+    assert replanned.resolved.keep_free_ram_bytes == smoke.resolved.keep_free_ram_bytes
+    assert replanned.plan.memory_bytes.total < smoke.plan.memory_bytes.total
 
 
 def test_section_options_refuse_what_the_ini_cannot_hold():

@@ -31,6 +31,12 @@ from tests.engine.test_plan import GEMMA_270M
 from tests.ggufgen import write_llama
 from tests.ports import free_port
 
+CUDA_OOM_LINE = (
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: "
+    "cudaMalloc failed: out of memory"
+)
+"""The engine's line for a CUDA allocation that failed (ggml-cuda.cu of the pinned source)."""
+
 FAKE = """#!{python}
 import sys
 print("srv  llama_server: initializing ...", flush=True)
@@ -70,11 +76,7 @@ def test_binding_beyond_loopback_needs_a_key(plan):
 @pytest.mark.parametrize(
     ("line", "code"),
     [
-        (
-            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: "
-            "cudaMalloc failed: out of memory",
-            "oom",
-        ),
+        (CUDA_OOM_LINE, "oom"),
         ("tensor 'blk.3' data is not within the file bounds, model is corrupted", "truncated"),
         (
             "llama_model_load: error loading model: unknown model architecture: 'zzz'",

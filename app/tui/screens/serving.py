@@ -62,6 +62,10 @@ class ServingScreen(Screen[None]):
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
 
+    def show_note(self, note: str) -> None:
+        """Something lucebox did while serving (a model planned again), in the log tail."""
+        self.query_one(LogTail).add([f"# lucebox: {note}"])
+
     def show_log(self, supervisor: Supervisor, *, now: bool = False) -> None:
         """New engine log lines into the tail: at once with ``now``, else at most every
         LOG_TAIL_INTERVAL_S. A busy engine logs with every request, and moving the whole
