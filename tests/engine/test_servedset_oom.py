@@ -4,8 +4,9 @@ A real router cannot run out of memory on a CPU, so the router's side comes from
 recorded of it (routerlog/: its ``/models`` answer and a child's relayed lines) and the
 engine's own out-of-memory line (test_supervisor's), fed through the run's real paths: the
 supervisor's line callback, the ``/models`` parsing, the set's re-plan and preset file, the
-proxy's planned bytes. A failed entry is the recorded one as the pinned router marks a child
-that exited on its own (server-models.cpp: ``"failed": true`` and ``exit_code``).
+proxy's planned bytes. The failed entry is the recorded ``/models`` answer with the two fields
+the pinned router adds for a child that exited on its own (server-models.cpp: ``"failed":
+true`` and ``exit_code``) written in by hand: no failed answer was recorded.
 """
 
 from __future__ import annotations
