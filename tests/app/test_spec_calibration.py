@@ -198,3 +198,24 @@ def test_a_request_during_the_calibration_is_served_at_once_and_it_resumes(
         entry = stored(home)
         assert trial(entry, "ngram-mod")["at"] == first_at
         assert trial(entry, "off")["at"] > first_at
+
+
+def test_a_served_mix_unlike_the_probes_is_measured_again_once_idle(built_engine_home, tmp_path):
+    home = calibrating_home(tmp_path / "home", idle_s="2", probe_tokens="16")
+    with serving(home, smol_model()) as url:
+        wait_for(home, calibrated)
+        first = stored(home)
+        assert not first["remeasure_why"]
+        # Short questions only: the probes weigh chat, code, an edit and an agent turn alike.
+        body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 16}
+        for _ in range(20):
+            reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+            assert reply.status_code == 200
+        again = wait_for(home, lambda now: "re-measured on this card" in reason_of(now))
+        entry = stored(home)
+        assert "the served mix moved" in entry["remeasure_why"]
+        assert "(served chat" in entry["remeasure_why"]  # the largest share first
+        measured_first_at = max(t["at"] for t in first["trials"])
+        assert entry["remeasure_at"] > measured_first_at
+        assert all(t["at"] >= entry["remeasure_at"] for t in entry["trials"])
+        assert "weighed as served, because the served mix moved" in reason_of(again)
