@@ -47,6 +47,11 @@ class GpuBudget:
     def device_count(self) -> int:
         return max(1, len(self.devices)) if self.is_gpu else 1
 
+    @property
+    def local_gpus(self) -> tuple[DeviceBudget, ...]:
+        """This PC's own GPUs among the devices (RPC peers' devices left out)."""
+        return tuple(d for d in self.devices if not d.address) if self.is_gpu else ()
+
 
 def budget_for(
     probe: GpuProbe,

@@ -108,7 +108,7 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
     engine = lucebox_engine(paths)
-    gpus = [d for d in budget.devices if not d.address]
+    gpus = budget.local_gpus
     if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
         budget = pool_of((max(gpus, key=lambda d: d.vram_free_bytes),), budget.host_total_bytes)
     draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
@@ -149,7 +149,7 @@ def lucebox_launch(
         port=resolved.port,
         draft_path=str(draft.path) if draft is not None else None,
         spec_type=spec.spec_type,
-        gpus=tuple(d.index for d in budget.devices if not d.address) if budget.is_gpu else (),
+        gpus=tuple(d.index for d in budget.local_gpus),
         lucebox=planned.flags,
     )
     return LaunchPlan(

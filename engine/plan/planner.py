@@ -204,7 +204,7 @@ def _plan_on_budget(
         ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
         slot_save_path=str(paths.slots_dir) if resolved.cache == "agent" else None,
-        gpus=tuple(d.index for d in budget.devices if not d.address) if budget.is_gpu else (),
+        gpus=tuple(d.index for d in budget.local_gpus),
         rpc=tuple(d.address for d in budget.devices if d.address),
     )
     return LaunchPlan(
