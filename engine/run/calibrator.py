@@ -237,7 +237,10 @@ class Calibrator:
                     self.setup, trials=tuple(t for t in self.setup.trials if t != trial)
                 )
                 return None
-            await _ask(client, server.url, WARM_UP)
+            warm_up = await _ask(client, server.url, WARM_UP)
+            # Clients wait out a restart and are served first: the new engine counts their tokens.
+            if await _served_besides(client, server.url, warm_up):
+                return None
         self._counters = None
         probes = []
         try:
@@ -318,6 +321,18 @@ class Calibrator:
 
 class _ClientCameError(Exception):
     """A client's request arrived while a probe ran."""
+
+
+async def _served_besides(
+    client: httpx.AsyncClient, url: str, timings: dict[str, object] | None
+) -> bool:
+    """Whether a new engine has generated more tokens than ``timings``' reply, its first."""
+    own = timings.get("predicted_n") if timings else 0
+    try:
+        counters = parse_counters((await client.get(f"{url}/metrics")).text)
+    except httpx.HTTPError:
+        return False
+    return counters.get("tokens_predicted_total", 0.0) > (own if isinstance(own, int) else 0)
 
 
 async def _ask(
