@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The measuring half of bench/device_lucebox.sh (run by it, from .devrun/27/src, with
-# LUCEBOX_HOME set and the engine installed). Writes $OUT/measure.tgz, $OUT/summary.txt and
-# the engine folder in pieces ($OUT/engine.tar.xz.partN).
+# The measuring half of bench/device_lucebox.sh (run by it, from the repo root, with
+# LUCEBOX_HOME set and the engine installed). Writes $OUT/measure.tgz.
 set -uo pipefail
 H=$LUCEBOX_HOME
 W=$H/measure
@@ -10,10 +9,6 @@ lucebox() { python3 -m lucebox.app.cli "$@"; }
 MANIFEST=$(ls "$H"/data/engines/lucebox-*/manifest.json | head -1)
 SERVER=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['server_path'])" "$MANIFEST")
 cp "$MANIFEST" "$W/manifest.json"
-if [ "${PACK:-1}" = 1 ]; then
-    (cd "$(dirname "$(dirname "$MANIFEST")")" && tar -cf - "$(basename "$(dirname "$MANIFEST")")" \
-        | xz -T0 -6 | split -b 15M -d -a 1 - "$OUT/engine.tar.xz.part")
-fi
 want() { [ -z "${CONFIGS:-}" ] || [[ " $CONFIGS " == *" $1 "* ]]; }
 "$SERVER" --help > "$W/help.txt" 2>&1; echo "help exit $?" >> "$W/help.txt.rc"
 lucebox engine status --json > "$W/engine-status.json" 2>&1
