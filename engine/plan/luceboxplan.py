@@ -1,13 +1,17 @@
 """The memory plan and flags for the Lucebox engine (``dflash_server``), pure.
 
-What lives where (reference/lucebox-engine-contract.md section 5, checked on the H100 against
-nvidia-smi after a warm-up request): the target's weights on the GPU except its token
-embeddings, which stay in host RAM; the draft whole; the attention KV over ``--max-ctx`` (or
-over the KVFlash pool) at one K=V type; the delta-net state; the draft's feature ring; the
+What lives where (reference/lucebox-engine-contract.md section 5, checked on the GPU against
+NVML after a warm-up request and at the peak of each request; bench/lucebox_memory.py): the
+target's weights on the GPU except its token embeddings, which stay in host RAM; the draft
+whole; the attention KV over ``--max-ctx`` (or over the KVFlash pool) at one K=V type; the
+delta-net state; the feature ring the draft reads (allocated with or without a draft); the
 rollback buffers and compute graphs, which the engine allocates on the first request (so
-lucebox sends a warm-up request before it reports ready); the CUDA context. A context beyond
-what fits is served with a KVFlash pool and the rest of the KV paged to host RAM: sparse
-attention over the resident pool, not exact.
+lucebox sends a warm-up request before it reports ready); the CUDA context. On top of that, a
+prefill holds the f32 logits of its last chunk while it runs, and PFlash's drafter is loaded
+only while it scores a prompt, with the target's weights parked off the GPU: both are freed
+after, so they count in the peak that must fit, not in what the GPU shows between requests.
+A context beyond what fits is served with a KVFlash pool and the rest of the KV paged to host
+RAM: sparse attention over the resident pool, not exact.
 
 ``plan_lucebox`` adds the terms in the order the engine allocates them and stays one function.
 """
@@ -40,6 +44,9 @@ PrefillMode = Literal["auto", "off", "pflash"]
 PREFILL_MODES: tuple[PrefillMode, ...] = ("auto", "off", "pflash")
 PREFILL_DRAFTER_SOURCE = "hf:unsloth/Qwen3-0.6B-GGUF/Qwen3-0.6B-BF16.gguf"
 """PFlash's prefill drafter (the engine scores prompt tokens with Qwen3-0.6B in BF16)."""
+PREFILL_DRAFTER_BYTES = 1_200_000_000
+"""Its size before it is pulled (about 1.2 GB, as upstream lists it), so a plan made first
+already counts its peak."""
 CHUNK_TOKENS = 512
 """The engine's prefill micro-batch (``--chunk``): its logits buffer spans it."""
 N_CAPTURE_LAYERS = 5
@@ -51,20 +58,30 @@ RTX 5090, upstream's RESULTS.md)."""
 DDTREE_BUDGETS = (("4090", 28), ("3090", 22), ("5090", 22))
 """Per card class, from upstream's measurements; other cards get the engine's default."""
 DDTREE_DEFAULT_BUDGET = 22
-RUNTIME_BYTES = 240 * MIB
-"""CUDA graphs, cuBLAS workspaces and the scratch of a full 512-token prefill chunk beyond the
-terms above: what nvidia-smi showed after lucebox's warm-up on the H100 for the generated
-qwen35 (n_embd 1024, vocabulary 248,320; 2142 MiB at 4096 tokens) less the plan's terms.
-Calibrated on that one shape; a real 27B target is still to be measured."""
-DRAFT_RUNTIME_BYTES = 100 * MIB
-"""With a draft, its graphs and the DDTree verify scratch beyond its weights and feature ring
-(same run: 2872 MiB with the draft at 262144 tokens)."""
+RUNTIME_BYTES = 447 * MIB
+"""What the engine holds beyond the terms below once it has served a request: its CUDA
+kernels and cuBLAS handles beyond a plain CUDA context, graphs and workspaces. Fitted to the
+generated qwen35 (n_embd 1024, vocabulary 248,320, f16) on the H200: 2148 MiB after lucebox's
+warm-up at 4096 tokens of q8_0 KV; the same fit held at 131072 tokens, with a KVFlash pool and
+with PFlash (bench/results/h200-lucebox-memory.json). Calibrated on that one shape; a real
+27B target is still to be measured."""
+DRAFT_RUNTIME_BYTES = 139 * MIB
+"""With a draft, its graphs and the DDTree verify scratch beyond its weights (same runs: 194
+MiB more with the draft and DDTree budget 22 at 4096 tokens, 44 of them its weights, 11 the
+longer rollback)."""
+PFLASH_SCORING_BYTES = 512 * MIB
+"""PFlash's drafter's scoring buffers beside its weights: upstream's KVFlash reserve for the
+drafter (1.7 GiB) less the 1.2 GB Qwen3-0.6B file; the generated stand-in used 260 MiB
+scoring a 3,037-token prompt."""
 MAX_TOKENS_CAP = 8192
 PREFIX_CACHE_MAX_SLOTS = 32
 PREFIX_CACHE_RAM_SHARE = 8
 """Prefix-cache snapshots may take up to an eighth of the PC's RAM."""
 F16_KV_ARCHS = ("gemma4",)
 """Families whose KV the engine keeps in f16 whatever the flags say."""
+RING_WITH_DRAFT_ONLY_ARCHS = ("gemma4",)
+"""Families whose feature ring the engine allocates only when a draft loads; the qwen35
+family's cache always has one (measured: 40 MiB more at load without a draft)."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +125,14 @@ def rollback_bytes(target: ModelFacts, verify_tokens: int) -> int:
 
 
 def compute_bytes(target: ModelFacts) -> int:
-    """Logits of one prefill chunk (f32 over the vocabulary) and the chunk's activations."""
-    return target.n_vocab * 4 * CHUNK_TOKENS + CHUNK_TOKENS * target.n_embd * 4 * 16
+    """What a full prefill chunk leaves in the engine's memory pool: its logits in f16 (the
+    output matmul's result before conversion) and its activations."""
+    return target.n_vocab * 2 * CHUNK_TOKENS + CHUNK_TOKENS * target.n_embd * 4 * 16
+
+
+def chunk_logits_bytes(target: ModelFacts) -> int:
+    """The f32 logits of a full prefill chunk, held while the chunk runs."""
+    return target.n_vocab * 4 * CHUNK_TOKENS
 
 
 def _kv_types(request: LuceboxRequest) -> tuple[str, ...]:
@@ -126,16 +149,19 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     draft = request.draft.weights_bytes if request.draft else 0
     budget_ddtree = ddtree_budget(budget.device) if request.draft else None
     verify_tokens = max(16, (budget_ddtree or 0) + 1)
-    ring = N_CAPTURE_LAYERS * target.n_embd * FEATURE_RING_TOKENS * 2 if request.draft else 0
+    ring = N_CAPTURE_LAYERS * target.n_embd * FEATURE_RING_TOKENS * 2
+    if request.draft is None and target.architecture in RING_WITH_DRAFT_ONLY_ARCHS:
+        ring = 0
     rollback = rollback_bytes(target, verify_tokens)
     runtime = RUNTIME_BYTES + (DRAFT_RUNTIME_BYTES if request.draft else 0)
     compute = compute_bytes(target) + ring + rollback + runtime
-    prefill_drafter = request.prefill_drafter_bytes if request.prefill != "off" else 0
+    scoring = 0
+    if request.prefill != "off":
+        scoring = request.prefill_drafter_bytes + PFLASH_SCORING_BYTES - weights
+    transient = max(chunk_logits_bytes(target), scoring)
     cuda_context = CUDA_CONTEXT_BYTES
     reserve = max(64 * MIB, int(budget.vram_free_bytes * 0.005))
-    fixed = (
-        weights + draft + compute + cuda_context + prefill_drafter + target.recurrent_state_bytes
-    )
+    fixed = weights + draft + compute + cuda_context + transient + target.recurrent_state_bytes
     room = budget.vram_free_bytes - reserve - fixed
     native = target.native_ctx
     wanted = min(request.ctx or native, native)
@@ -171,7 +197,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     slots = _prefix_slots(budget.host_total_bytes, per_slot)
     max_tokens = max(CTX_PAD, min(MAX_TOKENS_CAP, max_ctx // 4))
     memory = MemoryBytes(
-        weights=weights + prefill_drafter,
+        weights=weights,
         kv=kv,
         draft=draft,
         compute=compute,
@@ -180,6 +206,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         available=budget.vram_free_bytes,
         prompt_cache=slots * per_slot,
         checkpoints=host_pages,
+        prefill_transient=transient,
     )
     reasons = {
         "engine": "the Lucebox engine (dflash_server): one request at a time (batch 1)",
@@ -191,14 +218,25 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         "kv": f"{kv_type} for K and V (this build has only the symmetric kernels)"
         + ("; Gemma 4's KV is f16 whatever the flags say" if kv_type == "f16" else ""),
         "compute": (
-            f"chunk logits and activations {compute_bytes(target) / MIB:.0f} MiB, feature ring "
+            f"a prefill chunk's f16 logits and activations {compute_bytes(target) / MIB:.0f} MiB "
+            f"(kept in the engine's pool), feature ring "
             f"{ring / MIB:.0f} MiB, rollback {rollback / MIB:.0f} MiB (for {verify_tokens} "
             f"verified tokens), graphs and workspaces {runtime / MIB:.0f} MiB; allocated on the "
             "first request, which lucebox sends before ready"
         ),
+        "prefill": _prefill_reason(target, request, scoring, transient),
         "max_tokens": f"{max_tokens}: a reply's default and cap, below --max-ctx {max_ctx}",
         "prompt_cache": f"{slots} prefix-cache snapshot slots in host RAM",
     }
+    if not fits:
+        reasons["fit"] = (
+            f"the engine needs {memory.peak / MIB:.0f} MiB at its peak ({weights / MIB:.0f} MiB "
+            f"weights, {kv / MIB:.0f} MiB KV for {pool or max_ctx} tokens on the GPU, "
+            f"{compute / MIB:.0f} MiB "
+            f"graphs and buffers, {transient / MIB:.0f} MiB while a prefill runs, "
+            f"{cuda_context / MIB:.0f} MiB CUDA context); {budget.vram_free_bytes / MIB:.0f} MiB "
+            f"are free on {budget.device} and {reserve / MIB:.0f} MiB stay in reserve"
+        )
     if pool is not None:
         reasons["kvflash"] = f"{host_pages / MIB:.0f} MiB of KV paged to host RAM at full context"
     if budget_ddtree is not None:
@@ -230,6 +268,20 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         device_bytes=((budget.device, memory.total),),
     )
     return LuceboxPlan(plan, flags, reasons)
+
+
+def _prefill_reason(
+    target: ModelFacts, request: LuceboxRequest, scoring: int, transient: int
+) -> str:
+    logits = f"{chunk_logits_bytes(target) / MIB:.0f} MiB of f32 logits while a prefill chunk runs"
+    if request.prefill == "off":
+        return f"{logits}, freed after it"
+    drafter = (
+        f"PFlash's drafter ({request.prefill_drafter_bytes / MIB:.0f} MiB) with its scoring "
+        f"buffers while it scores a prompt, the target's weights parked off the GPU meanwhile"
+        + (f" ({scoring / MIB:.0f} MiB more than they free)" if scoring > 0 else "")
+    )
+    return f"up to {transient / MIB:.0f} MiB on top only while a prefill runs: {logits}; {drafter}"
 
 
 def _largest(room: int, per_token: float, native: int) -> int:

@@ -20,11 +20,12 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
 from lucebox.engine.plan.launchplan import LaunchPlan, Speculation
 from lucebox.engine.plan.luceboxplan import (
+    PREFILL_DRAFTER_BYTES,
     PREFILL_DRAFTER_SOURCE,
     LuceboxRequest,
     plan_lucebox,
 )
-from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.memory import MIN_CTX, Plan
 from lucebox.engine.plan.modelfiles import ModelFile, local_file
 from lucebox.engine.plan.options import Resolved, ServeOptions
 
@@ -123,7 +124,7 @@ def lucebox_launch(
             kv_types=engine.capabilities.kv_cache_types or luceboxbuild.SYMMETRIC_KV_TYPES,
             prefill=resolved.prefill,
             prefill_drafter=str(drafter) if drafter else None,
-            prefill_drafter_bytes=drafter.stat().st_size if drafter else 0,
+            prefill_drafter_bytes=drafter.stat().st_size if drafter else PREFILL_DRAFTER_BYTES,
         )
     )
     if draft is not None:
@@ -193,8 +194,10 @@ def _refusal(
             hint=f"run `lucebox models pull {PREFILL_DRAFTER_SOURCE}`, or pass --prefill off",
         )
     if not plan.fits:
-        return GuardRefusal(
-            f"the plan does not fit: {plan.reasons.get('ctx', '')}",
-            hint=f"the largest context that fits is {plan.largest_ctx} tokens",
+        hint = (
+            f"the largest context that fits is {plan.largest_ctx} tokens (--ctx {plan.largest_ctx})"
+            if plan.largest_ctx >= MIN_CTX
+            else "close the other programs that use the GPU, or serve a smaller model"
         )
+        return GuardRefusal(f"the plan does not fit: {plan.reasons['fit']}", hint=hint)
     return None

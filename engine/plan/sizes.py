@@ -48,6 +48,10 @@ class MemoryBytes:
     checkpoints: int = 0
     """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
     prompt_cache_in_total: bool = False
+    prefill_transient: int = 0
+    """What the engine holds on top of ``total`` only while a prefill runs and frees after it
+    (the Lucebox engine's chunk logits, its PFlash drafter); llama-server allocates its
+    buffers at load, so none."""
 
     @property
     def total(self) -> int:
@@ -55,6 +59,11 @@ class MemoryBytes:
         engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
         host = self.prompt_cache + self.checkpoints
         return engine + (host if self.prompt_cache_in_total else 0)
+
+    @property
+    def peak(self) -> int:
+        """The most the engine holds at once: what must fit."""
+        return self.total + self.prefill_transient
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -67,6 +76,8 @@ class MemoryBytes:
             "checkpoints": self.checkpoints,
             "reserve": self.reserve,
             "total": self.total,
+            "prefill_transient": self.prefill_transient,
+            "peak": self.peak,
             "available": self.available,
         }
 
