@@ -22,8 +22,15 @@ from lucebox.engine.run.metrics import EngineLog, FinishedRequest, Sampler
 from lucebox.engine.run.sample import Sample, SpecStatus
 
 WARM_UP_TIMEOUT_S = 300.0
-WARM_UP_PROMPT = " ".join(["warm"] * 600)
-"""Past one prefill chunk (512 tokens), so the chunk's graphs are allocated too."""
+WARM_UP_TURN = " ".join(["warm"] * 300)
+WARM_UP_MESSAGES = (
+    {"role": "user", "content": WARM_UP_TURN},
+    {"role": "assistant", "content": "warm"},
+    {"role": "user", "content": WARM_UP_TURN},
+)
+"""Past one prefill chunk (512 tokens), so the chunk's graphs are allocated too; two turns,
+because PFlash compresses a single-shot prompt but never a continuation, so the target
+prefills the whole prompt and reaches its steady memory in every mode."""
 _SPEC = re.compile(
     r"^\[spec-decode\] tokens=(\d+) time=([\d.]+) s speed=([\d.]+) tok/s steps=(\d+) "
     r"accepted=(\d+)/(\d+) \(([\d.]+)%\) avg_commit=([\d.]+)"
@@ -195,7 +202,7 @@ async def warm_up(client: httpx.AsyncClient, url: str) -> str | None:
     """Send the first request (the engine allocates its rollback buffers and graphs then);
     None when it answered, else what went wrong."""
     body = {
-        "messages": [{"role": "user", "content": WARM_UP_PROMPT}],
+        "messages": list(WARM_UP_MESSAGES),
         "max_tokens": 8,
         "temperature": 0,
     }
