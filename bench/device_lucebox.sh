@@ -2,9 +2,9 @@
 # Device run for the Lucebox engine (dflash_server), in two calls chained while the machine
 # stays warm (LUCEBOX_HOME in .devrun/27home, which the second call finds):
 #   build    `lucebox engine source --engine lucebox --tarball` + `lucebox engine build --engine
-#            lucebox` in its own session (it outlives a call that ends first), waited for.
-#   measure  the engine folder packed into $OUT (to carry to a later machine), its --help;
-#            generated qwen35 target + Lucebox-format draft (bench/lucebox_models.py); the raw
+#            lucebox` in its own session (it outlives a call that ends first), waited for,
+#            then the engine folder packed into $OUT (to carry to a later machine).
+#   measure  the engine's --help; generated qwen35 target + Lucebox-format draft (bench/lucebox_models.py); the raw
 #            engine served plain, DFlash chain, DDTree (greedy, sampled, sampled-verify),
 #            KVFlash at 4x its pool, PFlash on a long prompt, the MTP target's load; each with
 #            its log, usage JSON, /status/json, /props and nvidia-smi after warm-up; then
@@ -52,7 +52,7 @@ build)
         python3 -m lucebox.app.cli engine build --engine lucebox --json > $H/build.json 2> $H/build.err
         rc=\$?; echo \$(( \$(date +%s) - start )) > $H/build.seconds; echo \$rc > $H/build.rc
     " > /dev/null 2>&1 < /dev/null &
-    wait_build 555 || echo "build still running after 575 s"
+    wait_build 555 || echo "build still running after 555 s"
     cat "$H/source.json" "$H/source.err" 2>/dev/null | tail -12
     tail -c 3000 "$H/build.err" 2>/dev/null
     cat "$H/build.rc" "$H/build.seconds" 2>/dev/null
