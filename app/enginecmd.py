@@ -14,8 +14,8 @@ from lucebox.app.handler import Command
 from lucebox.app.progress import StderrProgress, transfer_progress
 from lucebox.engine.core.errors import EXIT_OK
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, registry, source, toolchain
-from lucebox.engine.machine import config, gpu
+from lucebox.engine.engines import build, cputarget, registry, source, toolchain
+from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
 
 
@@ -93,14 +93,17 @@ def _webui_line(engine: registry.EngineManifest) -> str:
 
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
-    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    host_cpu = cpu.probe_cpu()
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine, host_cpu)
     engines = registry.list_engines(paths)
+    fits = {e.id: cputarget.fit(e.cpu_target, host_cpu) for e in engines}
     if args.json:
         print_json(
             {
                 "selected": selection.engine.id if selection.engine else None,
                 "reason": selection.reason,
-                "engines": [e.to_json() for e in engines],
+                "cpu": {"arch": host_cpu.arch, "model": host_cpu.model_name},
+                "engines": [{**e.to_json(), "cpu": fits[e.id].to_json()} for e in engines],
             }
         )
         return EXIT_OK
@@ -115,6 +118,9 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         if engine.toolkit:
             print(f"    built with: {engine.toolkit}")
         print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
+        fit = fits[engine.id]
+        fix = "; rebuild it for this CPU: `lucebox engine build`" if fit.runs is False else ""
+        print(f"    CPU: {fit.detail}{fix}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
     return EXIT_OK
 

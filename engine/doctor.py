@@ -11,7 +11,8 @@ import psutil
 
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import GIB, gib_text
-from lucebox.engine.engines import nodejs, registry, toolchain, toolkit
+from lucebox.engine.engines import cputarget, nodejs, registry, toolchain, toolkit
+from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 from lucebox.engine.models import presets, store
 
@@ -154,8 +155,8 @@ def check_ram() -> Check:
     return Check("ram", "ok", detail)
 
 
-def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
-    selection = registry.select_engine(paths, probe, wanted_id)
+def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str, host_cpu: CpuInfo) -> Check:
+    selection = registry.select_engine(paths, probe, wanted_id, host_cpu)
     engine = selection.engine
     if engine is None:
         return Check(
@@ -173,6 +174,27 @@ def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
             "run `lucebox engine build` to build the CUDA engine for this GPU",
         )
     return Check("engine", "ok", detail)
+
+
+def check_engine_cpu(paths: Paths, host_cpu: CpuInfo) -> list[Check]:
+    """Each installed build against this CPU: the baseline it needs and what is missing."""
+    checks = []
+    for engine in registry.list_engines(paths):
+        fit = cputarget.fit(engine.cpu_target, host_cpu)
+        needs = f" (needs {', '.join(fit.needs)})" if fit.needs else ""
+        detail = f"{engine.id}: {fit.detail}{needs}"
+        if fit.runs is False:
+            action = "run `lucebox engine build` to build it for this CPU"
+            if engine.kind == "lucebox":
+                action = "run `lucebox engine build --engine lucebox` to build it for this CPU"
+            checks.append(Check("engine-cpu", "missing", detail, action))
+        elif fit.runs is None:
+            checks.append(
+                Check("engine-cpu", "warn", detail, "build one with `lucebox engine build`")
+            )
+        else:
+            checks.append(Check("engine-cpu", "ok", detail))
+    return checks
 
 
 def check_node(node: nodejs.NodeInfo) -> list[Check]:
@@ -241,9 +263,8 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
         check_ram(),
     ]
     checks += check_node(nodejs.probe_node(paths))
-    checks += [
-        check_engine(paths, probe, wanted_engine_id),
-        check_webui(paths, probe, wanted_engine_id),
-        check_models(paths),
-    ]
+    host_cpu = probe_cpu()
+    checks += [check_engine(paths, probe, wanted_engine_id, host_cpu)]
+    checks += check_engine_cpu(paths, host_cpu)
+    checks += [check_webui(paths, probe, wanted_engine_id), check_models(paths)]
     return DoctorReport(probe, tuple(checks))

@@ -23,7 +23,7 @@ from lucebox.engine.core import units
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import TransferProgress
 from lucebox.engine.engines import lucebox, luceboxbuild, registry, toolchain, webui
-from lucebox.engine.engines.build import BuildEvent, BuildOptions, choose_options, estimate_left_s
+from lucebox.engine.engines.build import BuildEvent, choose_options, cpu_options, estimate_left_s
 from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.engines.source import ensure_source
 from lucebox.engine.machine import config, gpu, peers
@@ -214,7 +214,7 @@ def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
     emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
     engine, _ = registry.build_and_install(
-        paths, ensure_source(paths), BuildOptions("cpu"), on_event=_build_progress(emit)
+        paths, ensure_source(paths), cpu_options(), on_event=_build_progress(emit)
     )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine

@@ -23,8 +23,9 @@ from typing import Literal
 
 from lucebox.engine.core.errors import LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import toolchain, toolkit
+from lucebox.engine.engines import cputarget, toolchain, toolkit
 from lucebox.engine.engines.source import SourceInfo
+from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 
 Backend = Literal["cpu", "cuda"]
@@ -48,6 +49,8 @@ class BuildOptions:
     """The CUDA toolkit that builds it ("system CUDA 13.0", "PyPI CUDA 13.0 (pin ...)")."""
     webui: bool = True
     """Build the engine's web UI from source with npm (never fails the engine build)."""
+    cpu_target: str = cputarget.DEFAULT
+    """The CPU baseline its ggml CPU code is compiled for (:mod:`cputarget`), never native."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,11 @@ def parse_archs(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(archs))
 
 
+def cpu_options(cpu: CpuInfo | None = None) -> BuildOptions:
+    """A CPU-only build for the fastest baseline this CPU (probed when not given) runs."""
+    return BuildOptions("cpu", cpu_target=cputarget.choose_target(cpu or probe_cpu()).name)
+
+
 def choose_options(
     probe: GpuProbe,
     cuda: toolchain.CudaToolkitInfo,
@@ -93,17 +101,22 @@ def choose_options(
     want: Backend | None = None,
     archs: tuple[str, ...] = (),
     host: str | None = None,
+    cpu: CpuInfo | None = None,
 ) -> BuildChoice:
     """CUDA whenever there is an NVIDIA GPU (or it is asked for), else CPU; say why.
+
+    The CPU code targets the fastest baseline this CPU runs (:func:`cputarget.choose_target`).
 
     A machine with an NVIDIA GPU never silently gets a CPU engine: when no toolkit can build
     for it, :class:`toolkit.ToolkitRefusal` says what is needed (``--cpu`` builds anyway).
     """
     gpu_archs = tuple(dict.fromkeys(g.cuda_arch for g in probe.gpus if g.cuda_arch))
+    cpu_only = cpu_options(cpu)
+    for_cpu = f"CPU code for {cpu_only.cpu_target}"
     if want == "cpu":
-        return BuildChoice(BuildOptions("cpu"), "--cpu asked for a CPU-only engine")
+        return BuildChoice(cpu_only, f"--cpu asked for a CPU-only engine ({for_cpu})")
     if want is None and not probe.has_gpu:
-        return BuildChoice(BuildOptions("cpu"), "CPU: no NVIDIA GPU found")
+        return BuildChoice(cpu_only, f"CPU: no NVIDIA GPU found ({for_cpu})")
     chosen = archs or gpu_archs
     if not chosen:
         raise UsageError(
@@ -115,8 +128,8 @@ def choose_options(
     )
     why = "from --arch" if archs else "from the GPU's compute capability"
     return BuildChoice(
-        BuildOptions("cuda", chosen, toolkit=kit.label),
-        f"CUDA for arch {', '.join(chosen)} ({why}), {kit.reason}",
+        BuildOptions("cuda", chosen, toolkit=kit.label, cpu_target=cpu_only.cpu_target),
+        f"CUDA for arch {', '.join(chosen)} ({why}), {kit.reason}, {for_cpu}",
     )
 
 
@@ -160,6 +173,7 @@ def configure_argv(
         "-DGGML_RPC=ON",
         "-DGGML_RPC_RDMA=OFF",
         f"-DGGML_CCACHE={'ON' if use_ccache else 'OFF'}",
+        *cputarget.target(options.cpu_target).cmake_flags,
     ]
     if source.build_number is not None:
         # Without these, cmake asks git, which finds the enclosing lucebox checkout and stamps

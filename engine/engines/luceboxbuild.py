@@ -24,7 +24,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import sha256_file
-from lucebox.engine.engines import lucebox, toolchain, toolkit
+from lucebox.engine.engines import cputarget, lucebox, toolchain, toolkit
 from lucebox.engine.engines.build import (
     BuildCallback,
     BuildError,
@@ -48,6 +48,7 @@ from lucebox.engine.engines.registry import (
     write_manifest,
 )
 from lucebox.engine.engines.source import SourceInfo
+from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 
 SERVER = "dflash_server"
@@ -75,9 +76,17 @@ class LuceboxBuildChoice:
 
 
 def choose_options(
-    probe: GpuProbe, cuda: toolchain.CudaToolkitInfo, *, arch: str | None, host: str | None = None
+    probe: GpuProbe,
+    cuda: toolchain.CudaToolkitInfo,
+    *,
+    arch: str | None,
+    host: str | None = None,
+    cpu: CpuInfo | None = None,
 ) -> LuceboxBuildChoice:
-    """One arch: ``--arch`` or the GPU's; no NVIDIA GPU and no ``--arch`` is refused."""
+    """One arch: ``--arch`` or the GPU's; no NVIDIA GPU and no ``--arch`` is refused.
+
+    Its vendored ggml compiles CPU code too, for the same baseline as llama-server's build.
+    """
     if arch is not None:
         archs = parse_archs(arch)
         if len(archs) != 1:
@@ -100,9 +109,10 @@ def choose_options(
     kit = toolkit.choose_toolkit(
         probe, cuda, (chosen,), host=toolkit.host_machine() if host is None else host
     )
+    cpu_target = cputarget.choose_target(cpu or probe_cpu()).name
     return LuceboxBuildChoice(
-        BuildOptions("cuda", (chosen,), toolkit=kit.label, webui=False),
-        f"CUDA for arch {chosen} ({why}), {kit.reason}",
+        BuildOptions("cuda", (chosen,), toolkit=kit.label, webui=False, cpu_target=cpu_target),
+        f"CUDA for arch {chosen} ({why}), {kit.reason}, CPU code for {cpu_target}",
     )
 
 
@@ -134,6 +144,7 @@ def configure_argv(
         "-DBUILD_SHARED_LIBS=OFF",
         "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
         f"-Dnlohmann_json_DIR={json_config_dir}",
+        *cputarget.target(options.cpu_target).cmake_flags,
     ]
     return argv + toolkit.cmake_flags(options.toolkit, toolkit_root)
 
@@ -376,11 +387,16 @@ def _build_and_install(
     return manifest
 
 
-def installed(paths: Paths, arch: str | None = None) -> EngineManifest | None:
-    """The newest installed Lucebox engine (for ``arch`` when given)."""
+def installed(
+    paths: Paths, arch: str | None = None, cpu: CpuInfo | None = None
+) -> EngineManifest | None:
+    """The newest installed Lucebox engine (for ``arch`` when given) this CPU can run."""
+    cpu = cpu or probe_cpu()
     engines = [
         e
         for e in list_engines(paths)
-        if e.kind == "lucebox" and (arch is None or arch in e.cuda_archs)
+        if e.kind == "lucebox"
+        and (arch is None or arch in e.cuda_archs)
+        and cputarget.fit(e.cpu_target, cpu).runs is not False
     ]
     return max(engines, key=lambda e: e.installed_at) if engines else None

@@ -34,7 +34,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import ProgressCallback, TransferError, download_file, sha256_file
-from lucebox.engine.engines import nodejs, toolkit, webui
+from lucebox.engine.engines import cputarget, nodejs, toolkit, webui
 from lucebox.engine.engines.build import (
     TARGETS,
     BuildCallback,
@@ -44,6 +44,7 @@ from lucebox.engine.engines.build import (
     build_key,
 )
 from lucebox.engine.engines.source import SourceInfo, default_source_dir, load_pin, read_source
+from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 from lucebox.engine.models.modelfacts import read_swa_patterns
 
@@ -98,6 +99,13 @@ class EngineManifest:
     """ggml-rpc-server sits next to the server: the engine can serve as an RPC peer."""
     kind: EngineKind = "llama-server"
     """Which server it is: llama.cpp's llama-server or the Lucebox engine (dflash_server)."""
+
+    @property
+    def cpu_target(self) -> str | None:
+        """The CPU baseline it was built for; None for a build lucebox did not make."""
+        if self.origin != "build":
+            return None
+        return str(self.options.get("cpu_target") or cputarget.NATIVE)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -271,15 +279,29 @@ def list_engines(paths: Paths) -> list[EngineManifest]:
     return engines
 
 
-def select_engine(paths: Paths, probe: GpuProbe, wanted_id: str = "") -> EngineSelection:
-    """The llama-server ``lucebox up`` would use, and why (the planner chooses the kind)."""
+def select_engine(
+    paths: Paths, probe: GpuProbe, wanted_id: str = "", host_cpu: CpuInfo | None = None
+) -> EngineSelection:
+    """The llama-server ``lucebox up`` would use, and why (the planner chooses the kind).
+
+    A build this CPU cannot run (:func:`cputarget.fit`) is never chosen by itself; one named
+    by ``engine.id`` still is, and ``doctor`` says what is wrong with it.
+    """
     engines = [e for e in list_engines(paths) if e.kind == "llama-server"]
     if wanted_id:
         for engine in engines:
             if engine.id == wanted_id:
                 return EngineSelection(engine, f"engine.id = {wanted_id} in config.toml")
         return EngineSelection(None, f"engine {wanted_id} from config.toml is not installed")
+    host_cpu = host_cpu or probe_cpu()
+    unfit = [e for e in engines if cputarget.fit(e.cpu_target, host_cpu).runs is False]
+    engines = [e for e in engines if e not in unfit]
     if not engines:
+        if unfit:
+            why = cputarget.fit(unfit[0].cpu_target, host_cpu).detail
+            return EngineSelection(
+                None, f"{unfit[0].id} cannot run on this CPU ({why}): run `lucebox engine build`"
+            )
         return EngineSelection(None, "no engine installed: run `lucebox engine build`")
     gpu_archs = {g.cuda_arch for g in probe.gpus if g.cuda_arch}
     if gpu_archs:

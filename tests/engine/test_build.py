@@ -20,9 +20,11 @@ from lucebox.engine.engines.build import (
     parse_archs,
     parse_progress,
 )
+from lucebox.engine.engines.cputarget import X86_64_V3
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.engines.toolkit import ToolkitRefusal
+from lucebox.engine.machine.cpu import CpuInfo
 from lucebox.engine.machine.gpu import probe_gpus
 
 from .fake_nvml import FakeGpu, FakeNvml
@@ -42,6 +44,7 @@ H100 = probe_gpus(FakeNvml(gpus=[FakeGpu(name="NVIDIA H100", capability=(9, 0))]
 RTX_3090_OLD_DRIVER = probe_gpus(FakeNvml(gpus=[FakeGpu()], cuda=12040, driver="550.54.15"))
 GTX_1080 = probe_gpus(FakeNvml(gpus=[FakeGpu(name="NVIDIA GeForce GTX 1080", capability=(6, 1))]))
 FETCHED = toolkit.fetched_label()
+HASWELL = CpuInfo("x86_64", "Intel Core i7-4770", frozenset(X86_64_V3.needs))
 
 
 @pytest.mark.parametrize(
@@ -59,8 +62,8 @@ FETCHED = toolkit.fetched_label()
     ],
 )
 def test_choose_options(probe, cuda, want, archs, backend, chosen, kit):
-    choice = choose_options(probe, cuda, want=want, archs=archs, host="x86_64")
-    assert choice.options == BuildOptions(backend, chosen, toolkit=kit)
+    choice = choose_options(probe, cuda, want=want, archs=archs, host="x86_64", cpu=HASWELL)
+    assert choice.options == BuildOptions(backend, chosen, toolkit=kit, cpu_target="x86-64-v3")
     assert choice.reason
 
 
@@ -119,8 +122,9 @@ def test_the_web_ui_is_part_of_the_build_key():
 
 def test_build_key_follows_source_and_options():
     cpu = build_key(SOURCE, BuildOptions("cpu"))
-    # The key a CPU build had before options named a toolkit: installed engines stay found.
-    assert cpu == "db2f19905e2cde67"
+    # Pinned: a key that moves rebuilds every user's engine. It moved once on purpose, when
+    # builds left -march=native for a baseline (a native build dies of SIGILL on AMX CPUs).
+    assert cpu == "b72164ed0226f67d"
     system = build_key(SOURCE, BuildOptions("cuda", ("86",), toolkit="system CUDA 13.0"))
     assert system != build_key(SOURCE, BuildOptions("cuda", ("86",), toolkit=FETCHED))
     assert cpu == build_key(SOURCE, BuildOptions("cpu"))

@@ -17,6 +17,7 @@ from lucebox.engine.engines import nodejs
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.engines.toolkit import FetchedToolkit
+from lucebox.engine.machine.cpu import probe_cpu
 from lucebox.engine.machine.gpu import probe_gpus
 from tests.uibuild import old_node_only
 
@@ -79,7 +80,9 @@ def test_cuda_toolkit_against_the_gpu_arch():
 
 
 def test_engine_line_without_engines():
-    check = check_engine(resolve_paths(), probe_gpus(FakeNvml(init_failure="no-nvml")), "")
+    check = check_engine(
+        resolve_paths(), probe_gpus(FakeNvml(init_failure="no-nvml")), "", probe_cpu()
+    )
     assert check.verdict == "missing" and "lucebox engine build" in check.action
 
 
@@ -127,6 +130,7 @@ def test_webui_row_follows_the_selected_engine():
         version="v",
         server_path=str(folder / "bin" / "llama-server"),
         origin="build",
+        options={"backend": "cpu", "cpu_target": "x86-64-v3"},
         capabilities=EngineCapabilities((), (), None),
         webui=False,
         webui_detail="npm ci failed (1): FetchError: request failed",

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.errors import GuardRefusal, UsageError
-from lucebox.engine.engines import lucebox, luceboxbuild
+from lucebox.engine.engines import cputarget, lucebox, luceboxbuild
 from lucebox.engine.engines.build import BuildOptions
 from lucebox.engine.engines.source import SourceInfo
 
 from .test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
+from .test_cputarget import XEON_AMX
 from .test_lucebox_source import SHARED_TARBALL, needs_tarball
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
@@ -61,6 +62,7 @@ def test_the_configure_line_is_the_measured_one_and_offline(tmp_path):
         "-DBUILD_SHARED_LIBS=OFF",
         "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
         f"-Dnlohmann_json_DIR={tmp_path / 'json'}",
+        *cputarget.X86_64_V3.cmake_flags,
     ]
     assert luceboxbuild.build_argv(tmp_path / "build", 16) == [
         "cmake", "--build", str(tmp_path / "build"), "--target", "dflash_server", "-j", "16",
@@ -132,13 +134,44 @@ def test_engine_status_lists_both_kinds_and_llama_server_is_selected_for_llama(t
         folder = paths.engines_dir / engine_id / "bin"
         folder.mkdir(parents=True)
         (folder / server).write_bytes(b"")
-        manifest = {**recorded, "id": engine_id, "kind": kind, "server_path": str(folder / server)}
+        manifest = {
+            **recorded,
+            "id": engine_id,
+            "kind": kind,
+            "server_path": str(folder / server),
+            "options": {**recorded["options"], "cpu_target": "x86-64-v3"},
+        }
         (folder.parent / "manifest.json").write_text(json.dumps(manifest))
     engines = list_engines(paths)
     assert sorted(e.to_json()["kind"] for e in engines) == ["llama-server", "lucebox"]
-    lucebox_engine = luceboxbuild.installed(paths)
+    lucebox_engine = luceboxbuild.installed(paths, cpu=XEON_AMX)
     assert lucebox_engine is not None and lucebox_engine.capabilities.features[-1] == (
         "symmetric-kv-only"
     )
     selected = select_engine(paths, H100).engine
     assert selected is not None and selected.kind == "llama-server"
+
+
+def test_a_native_build_recorded_before_the_baseline_is_passed_over_on_an_amx_cpu(tmp_path):
+    """The GPU machine's recorded manifest predates the CPU baseline: on a CPU with AMX it is
+    never chosen (lucebox builds again), and engine status says why and what to run."""
+    import json
+
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.engines.registry import list_engines
+
+    from .test_cputarget import HASWELL
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    recorded = json.loads((FIXTURES / "manifest.json").read_text())
+    assert "cpu_target" not in recorded["options"]
+    folder = paths.engines_dir / recorded["id"] / "bin"
+    folder.mkdir(parents=True)
+    (folder / "dflash_server").write_bytes(b"")
+    manifest = {**recorded, "server_path": str(folder / "dflash_server")}
+    (folder.parent / "manifest.json").write_text(json.dumps(manifest))
+    (engine,) = list_engines(paths)
+    assert engine.cpu_target == cputarget.NATIVE
+    assert luceboxbuild.installed(paths, cpu=XEON_AMX) is None
+    assert cputarget.fit(engine.cpu_target, XEON_AMX).runs is False
+    assert luceboxbuild.installed(paths, cpu=HASWELL) == engine

@@ -70,6 +70,7 @@ def _installed(paths: Paths, key: str, *, webui: bool) -> EngineManifest:
         version="0.6.0-dev (build 11434, commit b0a2feb64c6f)",
         server_path=str(server),
         origin="build",
+        options={"backend": "cpu", "cpu_target": "x86-64-v3"},
         capabilities=EngineCapabilities(
             ("draft-simple",), ("f16",), ("llama",), {"gemma3": (6, True)}
         ),
@@ -96,6 +97,7 @@ def test_manifest_records_webui_and_rpc_and_reads_older_manifests():
         version="v",
         server_path="/x/llama-server",
         origin="build",
+        options={"backend": "cpu", "cpu_target": "x86-64-v3"},
         capabilities=EngineCapabilities((), (), None),
         webui=True,
         webui_detail="built from the engine source with the system's node 20.20.2",
@@ -224,3 +226,26 @@ def test_a_cuda_engine_answers_on_a_machine_without_the_driver(tmp_path, monkeyp
     assert toolkit.driver_stub(paths) == stubs / "libcuda.so"
     version, _ = read_engine(paths, server, None)
     assert version == "1.0 (build 11434, cuda 999)"
+
+
+def test_a_native_build_is_not_chosen_on_a_cpu_with_amx(tmp_path):
+    """An engine built with -march=native before the baseline dies of SIGILL on an AMX CPU:
+    selection passes it over and names the command that builds one this CPU runs."""
+    from lucebox.engine.engines.registry import select_engine
+    from lucebox.engine.machine.gpu import probe_gpus
+
+    from .fake_nvml import FakeNvml
+    from .test_cputarget import HASWELL, XEON_AMX
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    built = _installed(paths, "0123456789abcdef", webui=False)
+    legacy = replace(built, options={"backend": "cpu"})
+    folder = Path(built.server_path).parent.parent
+    (folder / "manifest.json").write_text(json.dumps(legacy.to_json()), encoding="utf-8")
+    no_gpu = probe_gpus(FakeNvml(init_failure="no-nvml"))
+    refused = select_engine(paths, no_gpu, host_cpu=XEON_AMX)
+    assert refused.engine is None
+    assert "AMX" in refused.reason and "lucebox engine build" in refused.reason
+    assert select_engine(paths, no_gpu, host_cpu=HASWELL).engine == legacy
+    named = select_engine(paths, no_gpu, legacy.id, host_cpu=XEON_AMX)
+    assert named.engine == legacy and "engine.id" in named.reason

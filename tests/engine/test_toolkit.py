@@ -219,6 +219,7 @@ def test_manifest_records_the_toolkit():
         version="b11434",
         server_path="/engines/x/bin/llama-server",
         origin="build",
+        options={"backend": "cpu", "cpu_target": "x86-64-v3"},
         capabilities=EngineCapabilities((), (), None),
         toolkit=toolkit.fetched_label(),
     )

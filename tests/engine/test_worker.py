@@ -32,6 +32,7 @@ def _engine(folder: Path, backend: str = "cpu", rpc: bool = True) -> EngineManif
         version="0.6.0-dev (build 11434, commit b0a2feb64c6f)",
         server_path=str(server),
         origin="build",
+        options={"backend": "cpu", "cpu_target": "x86-64-v3"},
         capabilities=EngineCapabilities((), (), None),
         rpc=rpc,
     )

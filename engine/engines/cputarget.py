@@ -1,0 +1,153 @@
+"""The CPU instruction set an engine build targets, and whether a CPU can run it.
+
+Every engine build, CPU and CUDA alike (both compile ggml's CPU backend), targets a named
+baseline instead of ``-march=native``. A native build on a CPU with AMX enables ggml's AMX
+matmul, whose worker threads run tile instructions without the tile state set up: the engine
+dies of SIGILL on the first matmul (upstream llama.cpp pull request 26954). A native build
+also dies on any other CPU it is copied to (the appliance image is compiled on a builder).
+x86-64-v3 (AVX2, FMA, F16C, BMI2: Haswell and Zen 1 onwards) is what ggml's own non-native
+build enables; AVX-512 and AMX stay off in every target until the pinned engine carries a
+working AMX fix. A CPU without AVX2 gets x86-64-v2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lucebox.engine.machine.cpu import CpuInfo
+
+_X86_ALWAYS_OFF = (
+    "-DGGML_AVX_VNNI=OFF",
+    "-DGGML_AVX512=OFF",
+    "-DGGML_AVX512_VBMI=OFF",
+    "-DGGML_AVX512_VNNI=OFF",
+    "-DGGML_AVX512_BF16=OFF",
+    "-DGGML_AMX_TILE=OFF",
+    "-DGGML_AMX_INT8=OFF",
+    "-DGGML_AMX_BF16=OFF",
+)
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """One baseline: the CPU features its code needs and the cmake flags that build it."""
+
+    name: str
+    needs: tuple[str, ...]
+    """``/proc/cpuinfo`` flag names the build's code uses."""
+    cmake_flags: tuple[str, ...]
+
+
+X86_64_V3 = CpuTarget(
+    "x86-64-v3",
+    ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"),
+    (
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_SSE42=ON",
+        "-DGGML_AVX=ON",
+        "-DGGML_AVX2=ON",
+        "-DGGML_FMA=ON",
+        "-DGGML_F16C=ON",
+        "-DGGML_BMI2=ON",
+        *_X86_ALWAYS_OFF,
+    ),
+)
+X86_64_V2 = CpuTarget(
+    "x86-64-v2",
+    ("sse4_2",),
+    (
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_SSE42=ON",
+        "-DGGML_AVX=OFF",
+        "-DGGML_AVX2=OFF",
+        "-DGGML_FMA=OFF",
+        "-DGGML_F16C=OFF",
+        "-DGGML_BMI2=OFF",
+        *_X86_ALWAYS_OFF,
+    ),
+)
+GENERIC = CpuTarget("generic", (), ("-DGGML_NATIVE=OFF",))
+"""Other architectures: ggml's portable default for the family (armv8-a on aarch64)."""
+
+TARGETS = {t.name: t for t in (X86_64_V3, X86_64_V2, GENERIC)}
+DEFAULT = X86_64_V3.name
+"""What a build that leaves the PC (the appliance image) targets."""
+X86_ARCHS = frozenset({"x86_64", "amd64"})
+
+
+def target(name: str) -> CpuTarget:
+    """The target of that name; an unknown name (a newer manifest) needs nothing known."""
+    return TARGETS.get(name, CpuTarget(name, (), ()))
+
+
+def choose_target(cpu: CpuInfo) -> CpuTarget:
+    """The fastest baseline this CPU runs: v3 where it has every v3 feature (or they are not
+    known), v2 below that; ``generic`` off x86."""
+    if cpu.arch not in X86_ARCHS:
+        return GENERIC
+    return X86_64_V2 if missing_features(X86_64_V3, cpu) else X86_64_V3
+
+
+def missing_features(build: CpuTarget, cpu: CpuInfo) -> tuple[str, ...]:
+    """What the build needs that this CPU lacks; () when it runs (or the CPU is not known)."""
+    if cpu.features is None:
+        return ()
+    return tuple(f for f in build.needs if f not in cpu.features)
+
+
+NATIVE = "native"
+"""A build made before lucebox chose a baseline: ``-march=native`` of the PC that compiled it."""
+
+
+@dataclass(frozen=True)
+class CpuFit:
+    """Whether an installed build runs on this CPU, and why."""
+
+    target: str | None
+    """The build's baseline, ``native`` for an old build, None when not known (added, fetched)."""
+    needs: tuple[str, ...]
+    missing: tuple[str, ...]
+    runs: bool | None
+    """None when it cannot be known from here."""
+    detail: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "needs": list(self.needs),
+            "missing": list(self.missing),
+            "runs": self.runs,
+            "detail": self.detail,
+        }
+
+
+def fit(target_name: str | None, cpu: CpuInfo) -> CpuFit:
+    """Whether a build for ``target_name`` runs on ``cpu``."""
+    if target_name is None:
+        return CpuFit(
+            None, (), (), None, "built elsewhere: the CPU features it needs are not known"
+        )
+    if target_name == NATIVE:
+        if cpu.features is not None and "amx_tile" in cpu.features:
+            return CpuFit(
+                NATIVE,
+                (),
+                (),
+                False,
+                "a native build on a CPU with AMX dies of an illegal instruction in ggml's AMX "
+                "matmul",
+            )
+        return CpuFit(NATIVE, (), (), None, "built for the CPU that compiled it (-march=native)")
+    build = target(target_name)
+    if cpu.features is None:
+        return CpuFit(build.name, build.needs, (), None, "this CPU's features are not known")
+    missing = missing_features(build, cpu)
+    if missing:
+        return CpuFit(
+            build.name,
+            build.needs,
+            missing,
+            False,
+            f"built for {build.name}, which needs {', '.join(missing)} that this CPU lacks",
+        )
+    return CpuFit(build.name, build.needs, (), True, f"built for {build.name}: this CPU runs it")
