@@ -11,10 +11,10 @@ from typing import Any
 from lucebox.app import luceboxcmd
 from lucebox.app.cliargs import add_json, print_json
 from lucebox.app.handler import Command
-from lucebox.app.progress import StderrProgress, transfer_progress
+from lucebox.app.progress import StderrProgress, bytes_progress, transfer_progress
 from lucebox.engine.core.errors import EXIT_OK
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, cputarget, registry, source, toolchain
+from lucebox.engine.engines import build, cputarget, kinds, registry, source, toolchain
 from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
 
@@ -44,16 +44,15 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
-    if args.engine == "lucebox":
-        return luceboxcmd.build_engine(args, paths)
+    kind = kinds.kind(args.engine)
     want: build.Backend | None = "cpu" if args.cpu else "cuda" if args.cuda else None
     archs = build.parse_archs(args.arch) if args.arch else ()
-    choice = build.choose_options(
+    choice = kind.choose_build(
         gpu.probe_gpus(), toolchain.probe_cuda_toolkit(), want=want, archs=archs
     )
-    print(f"engine build: {choice.reason}", file=sys.stderr)
-    src = source.ensure_source(paths, on_progress=transfer_progress("engine source"))
-    bar = StderrProgress("engine build")
+    print(f"engine build ({kind.name}): {choice.reason}", file=sys.stderr)
+    src = kind.ensure_source(paths, bytes_progress(f"{kind.name} source"))
+    bar = StderrProgress(f"{kind.name} build")
     toolkit_bar = StderrProgress("CUDA toolkit")
     started_s = time.monotonic()
     compile_started_s: list[float] = []  # the estimate leaves out the toolkit download
@@ -70,7 +69,7 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
             bar.update(event.percent, f"about {left_s / 60:.0f} min left" if left_s else "")
 
     try:
-        manifest, cached = registry.build_and_install(
+        manifest, cached = kind.build_and_install(
             paths, src, choice.options, jobs=args.jobs, on_event=on_event
         )
     finally:

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 
 from lucebox.engine.core.transfer import TransferProgress, progress_parts
+from lucebox.engine.core.units import MIB
 
 
 class StderrProgress:
@@ -73,5 +74,18 @@ def transfer_progress(label: str) -> Callable[[TransferProgress], None]:
         )
         state = f"waiting {event.attempt}" if event.waiting_s is not None else ""
         bar.update(int(fraction * 100) if fraction is not None else None, detail, state=state)
+
+    return report
+
+
+def bytes_progress(label: str) -> Callable[[int], None]:
+    """A note every 4 MiB for a download whose size is not known up front."""
+    bar = StderrProgress(label)
+    shown = [0]
+
+    def report(done_bytes: int) -> None:
+        if done_bytes - shown[0] >= 4 * MIB:
+            shown[0] = done_bytes
+            bar.note(f"{done_bytes / MIB:.0f} MiB downloaded")
 
     return report

@@ -22,10 +22,10 @@ from typing import Literal
 from lucebox.engine.core import units
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import TransferProgress
-from lucebox.engine.engines import lucebox, luceboxbuild, registry, toolchain, webui
-from lucebox.engine.engines.build import BuildEvent, choose_options, cpu_options, estimate_left_s
+from lucebox.engine.engines import kinds, registry, toolchain, webui
+from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
+from lucebox.engine.engines.kinds import LLAMA_SERVER, EngineKind
 from lucebox.engine.engines.registry import EngineManifest
-from lucebox.engine.engines.source import ensure_source
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
@@ -173,48 +173,38 @@ def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event |
     ).main_path
 
 
-def ensure_engine(paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit) -> EngineManifest:
-    emit(StepEvent("engine", "running", "looking for an installed engine"))
-    engine = registry.select_engine(paths, probe, wanted).engine
-    if engine is None:
-        emit(StepEvent("engine", "note", "none installed: building it (this takes a while once)"))
-        choice = choose_options(probe, toolchain.probe_cuda_toolkit())
-        engine, _ = registry.build_and_install(
-            paths, ensure_source(paths), choice.options, on_event=_build_progress(emit)
-        )
-    emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
-    return engine
-
-
-def _lucebox_engine(paths: Paths, probe: gpu.GpuProbe, emit: Emit) -> EngineManifest:
-    emit(StepEvent("engine", "running", "looking for the Lucebox engine"))
-    engine = luceboxbuild.installed(paths)
+def ensure_engine(
+    paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit, kind: EngineKind = LLAMA_SERVER
+) -> EngineManifest:
+    """The installed engine of ``kind`` a launch uses, built first when there is none."""
+    emit(StepEvent("engine", "running", f"looking for {kind.title}"))
+    engine = kind.select(paths, probe, wanted).engine
     if engine is None:
         emit(StepEvent("engine", "note", "not built yet: building it (this takes a while once)"))
-        choice = luceboxbuild.choose_options(probe, toolchain.probe_cuda_toolkit(), arch=None)
-        engine, _ = luceboxbuild.build_and_install(
-            paths, lucebox.ensure_source(paths), choice.options, on_event=_build_progress(emit)
+        choice = kind.choose_build(probe, toolchain.probe_cuda_toolkit())
+        engine, _ = kind.build_and_install(
+            paths, kind.ensure_source(paths), choice.options, on_event=_build_progress(emit)
         )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine
 
 
-def _lucebox_serves(
+def _serving_kind(
     paths: Paths, options: ServeOptions, view: MachineView, preset: Preset | None
-) -> bool:
-    """Whether the planner routes this launch to the Lucebox engine (its files are here)."""
+) -> EngineKind:
+    """The engine kind the planner routes this launch to (its files are here)."""
     launch = planner.plan_launch(
         paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine,
         preset=preset,
     )  # fmt: skip
-    return launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
+    return kinds.kind(launch.engine_kind)
 
 
 def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
     emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
     engine, _ = registry.build_and_install(
-        paths, ensure_source(paths), cpu_options(), on_event=_build_progress(emit)
+        paths, LLAMA_SERVER.ensure_source(paths), cpu_options(), on_event=_build_progress(emit)
     )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
     return engine
@@ -293,10 +283,10 @@ def prepare(
             pull_source(paths, draft_source, emit, cancel)
         if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
             pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
-        if _lucebox_serves(paths, options, view, preset):
-            _lucebox_engine(paths, view.probe, emit)
-        else:
-            installed = ensure_engine(paths, view.probe, settings.engine, emit)
+        kind = _serving_kind(paths, options, view, preset)
+        built = ensure_engine(paths, view.probe, settings.engine, emit, kind)
+        if kind == LLAMA_SERVER:  # the plan reads llama-server's capabilities from it
+            installed = built
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))

@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from lucebox.engine.core.atomic import write_text_atomic
@@ -27,12 +27,12 @@ from lucebox.engine.core.transfer import sha256_file
 from lucebox.engine.engines import cputarget, lucebox, toolchain, toolkit
 from lucebox.engine.engines.build import (
     BuildCallback,
+    BuildChoice,
     BuildError,
     BuildEvent,
     BuildOptions,
     configured_for,
     default_jobs,
-    parse_archs,
     run_logged,
 )
 from lucebox.engine.engines.registry import (
@@ -69,29 +69,22 @@ HIDDEN_FEATURES = {b"--kvflash": "kvflash", b"DFLASH_SAMPLED_VERIFY": "sampled-v
 """Flags and switches the binary parses but its usage text leaves out."""
 
 
-@dataclass(frozen=True)
-class LuceboxBuildChoice:
-    options: BuildOptions
-    reason: str
-
-
 def choose_options(
     probe: GpuProbe,
     cuda: toolchain.CudaToolkitInfo,
     *,
-    arch: str | None,
+    archs: tuple[str, ...] = (),
     host: str | None = None,
     cpu: CpuInfo | None = None,
-) -> LuceboxBuildChoice:
+) -> BuildChoice:
     """One arch: ``--arch`` or the GPU's; no NVIDIA GPU and no ``--arch`` is refused.
 
     Its vendored ggml compiles CPU code too, for the same baseline as llama-server's build.
     """
-    if arch is not None:
-        archs = parse_archs(arch)
+    if archs:
         if len(archs) != 1:
             raise UsageError(
-                f"the Lucebox engine is built for one CUDA arch at a time, not {arch}",
+                f"the Lucebox engine is built for one CUDA arch at a time, not {','.join(archs)}",
                 hint="build once per arch, e.g. --arch 86",
             )
         chosen, why = archs[0], "from --arch"
@@ -110,7 +103,7 @@ def choose_options(
         probe, cuda, (chosen,), host=toolkit.host_machine() if host is None else host
     )
     cpu_target = cputarget.choose_target(cpu or probe_cpu()).name
-    return LuceboxBuildChoice(
+    return BuildChoice(
         BuildOptions("cuda", (chosen,), toolkit=kit.label, webui=False, cpu_target=cpu_target),
         f"CUDA for arch {chosen} ({why}), {kit.reason}, CPU code for {cpu_target}",
     )

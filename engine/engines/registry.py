@@ -51,7 +51,8 @@ from lucebox.engine.models.modelfacts import read_swa_patterns
 MANIFEST_NAME = "manifest.json"
 VERSION_TIMEOUT_S = 30.0
 Origin = Literal["build", "fetch", "add"]
-EngineKind = Literal["llama-server", "lucebox"]
+KindName = Literal["llama-server", "lucebox"]
+"""The engine kinds lucebox builds and runs (:mod:`lucebox.engine.engines.kinds`)."""
 
 
 class EngineError(LuceboxError):
@@ -97,7 +98,7 @@ class EngineManifest:
     """How the UI was built, or why the engine has none."""
     rpc: bool = False
     """ggml-rpc-server sits next to the server: the engine can serve as an RPC peer."""
-    kind: EngineKind = "llama-server"
+    kind: KindName = "llama-server"
     """Which server it is: llama.cpp's llama-server or the Lucebox engine (dflash_server)."""
 
     @property

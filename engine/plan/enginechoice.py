@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lucebox.engine.core.address import is_loopback
+from lucebox.engine.engines.registry import KindName
 
-EngineKind = Literal["llama-server", "lucebox"]
 EngineMode = Literal["auto", "llama-server", "lucebox"]
 ENGINE_MODES: tuple[EngineMode, ...] = ("auto", "llama-server", "lucebox")
 DRAFT_FAMILIES = {
@@ -54,7 +54,7 @@ class EngineFacts:
 
 @dataclass(frozen=True)
 class EngineChoice:
-    kind: EngineKind
+    kind: KindName
     reason: str
     refusal: str | None = None
     """Why the engine asked for cannot serve this launch (the plan must not start)."""

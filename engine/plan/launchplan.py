@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.engines.registry import KindName
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import measurements, speculation
-from lucebox.engine.plan.enginechoice import EngineChoice, EngineKind
+from lucebox.engine.plan.enginechoice import EngineChoice
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec, server_argv, server_env
 from lucebox.engine.plan.memory import Plan
@@ -81,7 +82,7 @@ class LaunchPlan:
         return shlex.join(self.argv)
 
     @property
-    def engine_kind(self) -> EngineKind:
+    def engine_kind(self) -> KindName:
         """The engine that serves this launch (llama-server for a plan made before the choice)."""
         return self.engine_choice.kind if self.engine_choice is not None else "llama-server"
 

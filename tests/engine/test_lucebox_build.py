@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.errors import GuardRefusal, UsageError
-from lucebox.engine.engines import cputarget, lucebox, luceboxbuild
-from lucebox.engine.engines.build import BuildOptions
+from lucebox.engine.engines import cputarget, kinds, lucebox, luceboxbuild
+from lucebox.engine.engines.build import BuildOptions, parse_archs
 from lucebox.engine.engines.source import SourceInfo
 
 from .test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
-from .test_cputarget import XEON_AMX
+from .test_cputarget import HASWELL, XEON_AMX
 from .test_lucebox_source import SHARED_TARBALL, needs_tarball
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
@@ -32,20 +32,25 @@ OPTIONS = BuildOptions("cuda", ("86",), toolkit="system CUDA 13.0", webui=False)
     ],
 )
 def test_one_arch_from_the_card_or_from_arch(probe, cuda, arch, chosen, kit):
-    choice = luceboxbuild.choose_options(probe, cuda, arch=arch, host="x86_64")
-    assert choice.options == BuildOptions("cuda", (chosen,), toolkit=kit, webui=False)
+    archs = parse_archs(arch) if arch else ()
+    choice = kinds.LUCEBOX.choose_build(probe, cuda, archs=archs, cpu=HASWELL)
+    assert choice.options == BuildOptions(
+        "cuda", (chosen,), toolkit=kit, webui=False, cpu_target="x86-64-v3"
+    )
     assert f"arch {chosen}" in choice.reason
 
 
 def test_no_nvidia_gpu_and_no_arch_is_refused():
     with pytest.raises(GuardRefusal, match="only on NVIDIA GPUs") as refused:
-        luceboxbuild.choose_options(NO_GPU, NVCC, arch=None, host="x86_64")
+        kinds.LUCEBOX.choose_build(NO_GPU, NVCC)
     assert "--arch" in (refused.value.hint or "")
 
 
-def test_one_arch_per_build():
+def test_one_arch_per_build_and_cuda_only():
     with pytest.raises(UsageError, match="one CUDA arch at a time"):
-        luceboxbuild.choose_options(NO_GPU, NVCC, arch="86,89", host="x86_64")
+        kinds.LUCEBOX.choose_build(NO_GPU, NVCC, archs=("86", "89"))
+    with pytest.raises(UsageError, match="CUDA only"):
+        kinds.LUCEBOX.choose_build(RTX_3090, NVCC, want="cpu")
 
 
 def test_the_configure_line_is_the_measured_one_and_offline(tmp_path):
@@ -159,8 +164,6 @@ def test_a_native_build_recorded_before_the_baseline_is_passed_over_on_an_amx_cp
 
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.engines.registry import list_engines
-
-    from .test_cputarget import HASWELL
 
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
     recorded = json.loads((FIXTURES / "manifest.json").read_text())
