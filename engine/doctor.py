@@ -11,7 +11,7 @@ import psutil
 
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import GIB, gib_text
-from lucebox.engine.engines import cputarget, nodejs, registry, toolchain, toolkit
+from lucebox.engine.engines import cputarget, kinds, nodejs, registry, toolchain, toolkit
 from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 from lucebox.engine.models import presets, store
@@ -184,9 +184,7 @@ def check_engine_cpu(paths: Paths, host_cpu: CpuInfo) -> list[Check]:
         needs = f" (needs {', '.join(fit.needs)})" if fit.needs else ""
         detail = f"{engine.id}: {fit.detail}{needs}"
         if fit.runs is False:
-            action = "run `lucebox engine build` to build it for this CPU"
-            if engine.kind == "lucebox":
-                action = "run `lucebox engine build --engine lucebox` to build it for this CPU"
+            action = f"run `{kinds.kind(engine.kind).build_command}` to build it for this CPU"
             checks.append(Check("engine-cpu", "missing", detail, action))
         elif fit.runs is None:
             checks.append(

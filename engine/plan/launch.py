@@ -6,11 +6,12 @@ key from a file (``--api-key-file``), so the key is never in argv, where ``ps`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import UsageError
+from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.luceboxlaunch import (
     ENGINE_ENV_PREFIXES,
     LuceboxFlags,
@@ -47,8 +48,10 @@ class LaunchSpec:
     router: tuple[str, ...] = ()
     """Set for a served set: llama-server runs as a router with these arguments (its preset
     file and limits, plan/router.py) after host, port and key file, and no model of its own."""
+    kind: KindName = "llama-server"
+    """The engine kind that serves: its argv and environment are built by that kind's rules."""
     lucebox: LuceboxFlags | None = None
-    """Set when the Lucebox engine (dflash_server) serves: its argv is built from these."""
+    """The Lucebox engine's own switches (kind ``lucebox`` only)."""
 
 
 _SAMPLING_FLAGS = {
@@ -60,11 +63,23 @@ _SAMPLING_FLAGS = {
 
 
 def server_argv(spec: LaunchSpec) -> list[str]:
-    """The exact engine command line for ``spec`` (llama-server's, or dflash_server's)."""
-    if spec.lucebox is not None:
-        return lucebox_argv(
-            spec.server_path, spec.model_path, spec.alias, spec.port, spec.lucebox, spec.draft_path
-        )
+    """The exact engine command line for ``spec``, by its kind's rules."""
+    return _ARGV[spec.kind](spec)
+
+
+def _lucebox_server_argv(spec: LaunchSpec) -> list[str]:
+    return lucebox_argv(
+        spec.server_path, spec.model_path, spec.alias, spec.port, _flags(spec), spec.draft_path
+    )
+
+
+def _flags(spec: LaunchSpec) -> LuceboxFlags:
+    if spec.lucebox is None:
+        raise ValueError("a Lucebox engine launch carries its flags")
+    return spec.lucebox
+
+
+def _llama_server_argv(spec: LaunchSpec) -> list[str]:
     if not is_loopback(spec.host) and not spec.api_key_file:
         raise UsageError(
             f"binding {spec.host} exposes the server beyond this machine without an API key",
@@ -114,10 +129,28 @@ def server_argv(spec: LaunchSpec) -> list[str]:
     return argv
 
 
+def _no_env(spec: LaunchSpec) -> dict[str, str]:
+    return {}
+
+
+def _lucebox_server_env(spec: LaunchSpec) -> dict[str, str]:
+    return lucebox_env(_flags(spec))
+
+
+_ARGV: dict[KindName, Callable[[LaunchSpec], list[str]]] = {
+    "llama-server": _llama_server_argv,
+    "lucebox": _lucebox_server_argv,
+}
+_ENV: dict[KindName, Callable[[LaunchSpec], dict[str, str]]] = {
+    "llama-server": _no_env,
+    "lucebox": _lucebox_server_env,
+}
+
+
 def server_env(spec: LaunchSpec) -> dict[str, str]:
     """Environment for the engine: it sees exactly the planned GPUs, numbered as NVML does
     (CUDA's own order puts the fastest first, which would mismatch the plan's split)."""
-    engine = lucebox_env(spec.lucebox) if spec.lucebox is not None else {}
+    engine = _ENV[spec.kind](spec)
     if not spec.gpus:
         return engine
     return {

@@ -151,6 +151,7 @@ def lucebox_launch(
         draft_path=str(draft.path) if draft is not None else None,
         spec_type=spec.spec_type,
         gpus=tuple(d.index for d in budget.local_gpus),
+        kind="lucebox",
         lucebox=planned.flags,
     )
     return LaunchPlan(

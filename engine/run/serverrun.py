@@ -26,8 +26,8 @@ from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.calibrator import Calibrator, running_label
+from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.lastserved import served_now, write_last_served
-from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
@@ -213,8 +213,8 @@ class ServerRun:
         facts.feed(line)
 
     def _engine_log(self) -> EngineLog:
-        """What reads the engine's lines: llama-server's, or the Lucebox engine's."""
-        return LuceboxLog() if self.supervisor.spec.lucebox is not None else EngineLog()
+        """What reads the engine's lines, for the kind of engine that runs."""
+        return engine_run(self.supervisor.spec.kind).engine_log()
 
     async def _engine_stopping(self) -> None:
         """Runs before the supervisor stops a live engine on purpose: sampling ends first,
@@ -344,11 +344,7 @@ class ServerRun:
         prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
         options: dict[str, Any] = dict(nvml=nvml, gpu_index=self.gpu_index, api_key=self.api_key)
         options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
-        sampler = (
-            LuceboxSampler(self.url, engine_pid, facts, **options)
-            if isinstance(facts, LuceboxLog)
-            else Sampler(self.url, engine_pid, facts, **options)
-        )
+        sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler
         try:
             async for sample in sampler.samples():

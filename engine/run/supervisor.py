@@ -29,6 +29,7 @@ import psutil
 
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.plan.launch import LaunchSpec, engine_environ, server_argv, url_of
+from lucebox.engine.run.enginerun import engine_run
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
 LOG_ROTATE_BYTES = 16 * 1024 * 1024
@@ -256,14 +257,12 @@ class Supervisor:
         return False
 
     async def _warmed_up(self, client: httpx.AsyncClient) -> bool:
-        """The Lucebox engine allocates its rollback buffers on the first request: send one
-        before it counts as ready, so an out-of-memory abort comes now, not to a user."""
-        if self.spec.lucebox is None:
-            return True
-        from lucebox.engine.run.luceboxrun import warm_up
-
-        failure = await warm_up(client, url_of(self.spec))
-        self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
+        """The engine's own warm-up (:meth:`EngineRun.warm_up`) passes before it counts as
+        ready, so a failure it provokes comes now, not to a user."""
+        run = engine_run(self.spec.kind)
+        failure = await run.warm_up(client, url_of(self.spec))
+        if run.sends_warm_up:
+            self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
         return failure is None
 
     async def events(self) -> AsyncIterator[ServerEvent]:

@@ -32,7 +32,9 @@ def lucebox_spec(tmp_path: Path) -> LaunchSpec:
     script.chmod(0o755)
     memory = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
     plan = Plan(True, 4096, "q4_0", "q4_0", -1, 0, 1, memory, None)
-    return LaunchSpec(str(script), "/m/qwen35.gguf", plan, "tiny", port=free_port(), lucebox=FLAGS)
+    return LaunchSpec(
+        str(script), "/m/qwen35.gguf", plan, "tiny", port=free_port(), kind="lucebox", lucebox=FLAGS
+    )
 
 
 async def _serve(run: ServerRun, port: int, requests: Path) -> tuple[list[str], list[Sample]]:
