@@ -31,7 +31,6 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard, store
-from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
@@ -177,27 +176,25 @@ def ensure_engine(
     paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit, kind: EngineKind = LLAMA_SERVER
 ) -> EngineManifest:
     """The installed engine of ``kind`` a launch uses, built first when there is none."""
+    return _ensure_engine(paths, probe, wanted, emit, kind)[0]
+
+
+def _ensure_engine(
+    paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit, kind: EngineKind
+) -> tuple[EngineManifest, bool]:
+    """The engine and whether none was installed before (a plan made then must be made again)."""
     emit(StepEvent("engine", "running", f"looking for {kind.title}"))
     engine = kind.select(paths, probe, wanted).engine
-    if engine is None:
-        emit(StepEvent("engine", "note", "not built yet: building it (this takes a while once)"))
-        choice = kind.choose_build(probe, toolchain.probe_cuda_toolkit())
-        engine, _ = kind.build_and_install(
-            paths, kind.ensure_source(paths), choice.options, on_event=_build_progress(emit)
-        )
+    if engine is not None:
+        emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
+        return engine, False
+    emit(StepEvent("engine", "note", "not built yet: building it (this takes a while once)"))
+    choice = kind.choose_build(probe, toolchain.probe_cuda_toolkit())
+    engine, _ = kind.build_and_install(
+        paths, kind.ensure_source(paths), choice.options, on_event=_build_progress(emit)
+    )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
-    return engine
-
-
-def _serving_kind(
-    paths: Paths, options: ServeOptions, view: MachineView, preset: Preset | None
-) -> EngineKind:
-    """The engine kind the planner routes this launch to (its files are here)."""
-    launch = planner.plan_launch(
-        paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine,
-        preset=preset,
-    )  # fmt: skip
-    return kinds.kind(launch.engine_kind)
+    return engine, True
 
 
 def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
@@ -283,22 +280,29 @@ def prepare(
             pull_source(paths, draft_source, emit, cancel)
         if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
             pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
-        kind = _serving_kind(paths, options, view, preset)
-        built = ensure_engine(paths, view.probe, settings.engine, emit, kind)
-        if kind == LLAMA_SERVER:  # the plan reads llama-server's capabilities from it
-            installed = built
+
+    def plan_with(installed: EngineManifest | None) -> LaunchPlan:
+        return planner.plan_launch(
+            paths,
+            options,
+            resolved=view.resolved,
+            budget=budget,
+            engine=EngineView.of(installed),
+            preset=preset,
+            remote_facts=by_name.facts if by_name else None,
+        )
+
+    # One plan from the engines installed now, made again only when the engine it routes to
+    # was built just now: the plan then reads what the new binary can do.
+    launch = plan_with(installed)
+    if not dry_run:
+        kind = kinds.kind(launch.engine_kind)
+        if _ensure_engine(paths, view.probe, settings.engine, emit, kind)[1]:
+            installed = LLAMA_SERVER.select(paths, view.probe, settings.engine).engine
+            launch = plan_with(installed)
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
-    launch = planner.plan_launch(
-        paths,
-        options,
-        resolved=view.resolved,
-        budget=budget,
-        engine=EngineView.of(installed),
-        preset=preset,
-        remote_facts=by_name.facts if by_name else None,
-    )
     if by_name is not None:
         launch = replace(launch, source_choice=by_name.document)
     for problem in launch.problems:
