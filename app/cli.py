@@ -65,7 +65,7 @@ def doctor_json(report: doctor.DoctorReport) -> dict[str, Any]:
 
 def cmd_doctor(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
-    report = doctor.run_doctor(paths, gpu.probe_gpus(), settings.engine)
+    report = doctor.run_doctor(paths, gpu.probe_gpus(), settings.engine_id)
     if args.json:
         print_json(doctor_json(report))
         return EXIT_OK

@@ -93,7 +93,7 @@ def _webui_line(engine: registry.EngineManifest) -> str:
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
     host_cpu = cpu.probe_cpu()
-    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine, host_cpu)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine_id, host_cpu)
     engines = registry.list_engines(paths)
     fits = {e.id: cputarget.fit(e.cpu_target, host_cpu) for e in engines}
     if args.json:
@@ -126,7 +126,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_engine_path(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
-    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine_id)
     if selection.engine is None:
         raise registry.EngineError(selection.reason)
     print(selection.engine.server_path)

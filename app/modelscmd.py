@@ -54,7 +54,7 @@ def cmd_models_check(args: argparse.Namespace, paths: Paths) -> int:
     if not args.paths and args.draft is None:
         raise UsageError("give at least one model file", hint="lucebox models check MODEL.gguf")
     settings = config.load_settings(paths)
-    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine)
+    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine_id)
     archs = registry.known_model_archs(paths, selection)
     spec_types = selection.engine.capabilities.spec_types if selection.engine else None
     allow_base = args.allow_base or settings.allow_base

@@ -18,7 +18,7 @@ from lucebox.engine.run import worker
 def cmd_worker(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
     probe = gpu.probe_gpus()
-    engine = registry.select_engine(paths, probe, settings.engine).engine
+    engine = registry.select_engine(paths, probe, settings.engine_id).engine
     spec = worker.make_spec(
         paths, engine, probe, host=args.host, port=args.port, gpu_index=args.gpu,
         allow_lan=args.allow_lan,

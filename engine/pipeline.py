@@ -232,7 +232,7 @@ def machine_view(paths: Paths, options: ServeOptions) -> MachineView:
     probe = gpu.probe_gpus()
     found = peers.ask_peers(resolved.rpc)
     budget = budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
-    installed = registry.select_engine(paths, probe, settings.engine).engine
+    installed = registry.select_engine(paths, probe, settings.engine_id).engine
     return MachineView(settings, resolved, probe, found, budget, installed)
 
 
@@ -297,8 +297,8 @@ def prepare(
     launch = plan_with(installed)
     if not dry_run:
         kind = kinds.kind(launch.engine_kind)
-        if _ensure_engine(paths, view.probe, settings.engine, emit, kind)[1]:
-            installed = LLAMA_SERVER.select(paths, view.probe, settings.engine).engine
+        if _ensure_engine(paths, view.probe, settings.engine_id, emit, kind)[1]:
+            installed = LLAMA_SERVER.select(paths, view.probe, settings.engine_id).engine
             launch = plan_with(installed)
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)

@@ -105,7 +105,7 @@ def prepare_set(
             pull_source(paths, preset.target.source if preset else member.source, emit, cancel)
             if preset and preset.draft and preset.draft.model:
                 pull_source(paths, preset.draft.model.source, emit, cancel)
-        installed = ensure_engine(paths, view.probe, settings.engine, emit)
+        installed = ensure_engine(paths, view.probe, settings.engine_id, emit)
         paths.ensure(paths.slots_dir)
     emit(StepEvent("plan", "running", "planning the set: which fit together, and where"))
     planned = plan_set(

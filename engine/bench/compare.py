@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lucebox.engine.core.api import auth_headers
-from lucebox.engine.core.command import lucebox_argv
+from lucebox.engine.core.command import cli_argv
 from lucebox.engine.core.errors import GuardRefusal, LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
@@ -164,7 +164,7 @@ class _ServeProcess:
         self.config = serve
         self.port = free_port()
         self.log = paths.ensure(paths.logs_dir) / f"compare-{serve.name.replace('=', '-')}.log"
-        argv = lucebox_argv(
+        argv = cli_argv(
             "serve",
             *_compared_options(options, serve, self.port).to_args(),
             *serve.serve_args,

@@ -8,6 +8,6 @@ CLI_MODULE = "lucebox.app.cli"
 """The module ``python -m`` runs as ``lucebox`` (the console script's own code)."""
 
 
-def lucebox_argv(*args: str, python: str = sys.executable) -> list[str]:
+def cli_argv(*args: str, python: str = sys.executable) -> list[str]:
     """``lucebox ARGS`` through ``python``, the interpreter that has lucebox installed."""
     return [python, "-m", CLI_MODULE, *args]

@@ -43,7 +43,7 @@ class Settings:
     """Serve base (non-instruct) models instead of refusing them."""
     spec: str = ""
     """Speculative decoding: auto, off, mtp, dflash, draft or ngram; empty is auto."""
-    engine: str = ""
+    engine_id: str = ""
     """Engine id to use; empty picks the best installed engine for the GPU."""
     engine_kind: str = ""
     """Which engine serves: auto, llama-server or lucebox; empty is auto (the planner picks)."""
@@ -83,7 +83,7 @@ KEYS: dict[str, str] = {
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",
     "model.spec": "spec",
-    "engine.id": "engine",
+    "engine.id": "engine_id",
     "engine.kind": "engine_kind",
     "download.max_idle_attempts": "download_max_idle_attempts",
     "download.stall_s": "download_stall_s",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.core.atomic import write_bytes_atomic
-from lucebox.engine.core.command import CLI_MODULE, lucebox_argv
+from lucebox.engine.core.command import CLI_MODULE, cli_argv
 from lucebox.engine.core.errors import LuceboxError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import desktop
@@ -198,7 +198,7 @@ def plan_install(
         environment=environment,
         existing_groups=_existing_groups(),
     )
-    up_argv = tuple(lucebox_argv("up", python=python))
+    up_argv = tuple(cli_argv("up", python=python))
     return InstallPlan(
         service_files(scope, env),
         render_unit(spec),
@@ -321,7 +321,7 @@ def prepare_system_home(python: str = sys.executable) -> None:
 
     # Progress of the download and the build goes straight to this terminal.
     done = subprocess.run(
-        [*as_user, *lucebox_argv("serve", "--prepare-only", python=python)], check=False
+        [*as_user, *cli_argv("serve", "--prepare-only", python=python)], check=False
     )
     if done.returncode != 0:
         raise ServiceError(

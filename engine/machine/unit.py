@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lucebox.engine.core.command import lucebox_argv
+from lucebox.engine.core.command import cli_argv
 from lucebox.engine.core.errors import UsageError
 
 Scope = Literal["user", "system"]
@@ -46,7 +46,7 @@ class UnitSpec:
 
 def serve_argv(python: str) -> tuple[str, ...]:
     """``lucebox serve`` through the interpreter that has lucebox installed (venv, pipx)."""
-    return tuple(lucebox_argv("serve", python=python))
+    return tuple(cli_argv("serve", python=python))
 
 
 def unit_spec(

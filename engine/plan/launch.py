@@ -15,7 +15,7 @@ from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.luceboxlaunch import (
     ENGINE_ENV_PREFIXES,
     LuceboxFlags,
-    lucebox_argv,
+    dflash_server_argv,
     lucebox_env,
 )
 from lucebox.engine.plan.memory import Plan
@@ -68,7 +68,7 @@ def server_argv(spec: LaunchSpec) -> list[str]:
 
 
 def _lucebox_server_argv(spec: LaunchSpec) -> list[str]:
-    return lucebox_argv(
+    return dflash_server_argv(
         spec.server_path, spec.model_path, spec.alias, spec.port, _flags(spec), spec.draft_path
     )
 

@@ -39,7 +39,7 @@ class LuceboxFlags:
     sampled_verify: bool = False
 
 
-def lucebox_argv(
+def dflash_server_argv(
     server_path: str,
     model_path: str,
     alias: str,

@@ -29,6 +29,7 @@ from lucebox.engine.plan.luceboxlaunch import SAMPLED_VERIFY_ARCHS, LuceboxFlags
 from lucebox.engine.plan.memory import (
     MIN_CTX,
     Plan,
+    wanted_ctx,
 )
 from lucebox.engine.plan.sizes import (
     CTX_PAD,
@@ -164,7 +165,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     fixed = weights + draft + compute + cuda_context + transient + target.recurrent_state_bytes
     room = budget.vram_free_bytes - reserve - fixed
     native = target.native_ctx
-    wanted = min(request.ctx or native, native)
+    wanted = wanted_ctx(request.ctx, native, unasked=native)
     if request.ctx_cap is not None and request.ctx is None:
         wanted = min(wanted, request.ctx_cap)
 

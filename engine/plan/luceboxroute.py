@@ -52,7 +52,7 @@ def choose(
     asked = resolved.ctx
     return choose_engine(
         EngineFacts(
-            mode=resolved.engine,
+            mode=resolved.engine_mode,
             mode_from=resolved.engine_from,
             target_arch=target.facts.architecture,
             target_has_mtp=info.has_mtp_layers if info is not None else preset_mtp,

@@ -216,9 +216,14 @@ def _checkpoints(request: PlanRequest) -> tuple[int, int]:
     return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
 
 
-def wanted_ctx(asked: int | None, native_ctx: int) -> int:
-    """The context a plan aims for: the one asked for, else ENOUGH_CTX; never past native."""
-    return min(asked or ENOUGH_CTX, native_ctx)
+def wanted_ctx(asked: int | None, native_ctx: int, *, unasked: int = ENOUGH_CTX) -> int:
+    """The context every plan aims for: the one asked for, else ``unasked``; never past native.
+
+    llama-server's plans leave ``unasked`` at ENOUGH_CTX (more context costs KV that a better
+    KV type or quant spends better); the Lucebox engine's pass the native context on purpose
+    (KVFlash bounds the KV it keeps on the GPU, so a long context costs it little).
+    """
+    return min(asked or unasked, native_ctx)
 
 
 def make_plan(request: PlanRequest) -> Plan:

@@ -28,7 +28,7 @@ from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.presets import Preset, load_presets
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.memory import wanted_ctx as planned_ctx
+from lucebox.engine.plan.memory import wanted_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch, smaller_context_plan
 from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
@@ -127,9 +127,9 @@ def fixed_bytes(launch: LaunchPlan, process_bytes: int = 0) -> int:
     return memory.total - memory.kv + process_bytes
 
 
-def wanted_ctx(launch: LaunchPlan) -> int:
+def shared_ctx(launch: LaunchPlan) -> int:
     """The context a model should keep when it shares: the one asked for, else an agent's."""
-    return planned_ctx(launch.resolved.ctx, launch.target.facts.native_ctx)
+    return wanted_ctx(launch.resolved.ctx, launch.target.facts.native_ctx)
 
 
 def share_of(budget: GpuBudget, room_bytes: int, k: int) -> GpuBudget:
@@ -214,7 +214,7 @@ def _wanted_when_sharing(alone: LaunchPlan) -> int:
     CPU takes to read its context)."""
     plan = alone.plan
     bounded_elsewhere = plan.largest_ctx > plan.ctx
-    return min(wanted_ctx(alone), plan.ctx) if bounded_elsewhere else wanted_ctx(alone)
+    return min(shared_ctx(alone), plan.ctx) if bounded_elsewhere else shared_ctx(alone)
 
 
 def _refuse_alone(budget: GpuBudget, alone: tuple[LaunchPlan, ...]) -> GuardRefusal | None:

@@ -170,12 +170,13 @@ class Resolved:
     rpc: tuple[str, ...]
     """The RPC peers asked for, in the order the engine numbers their devices."""
     allow_base: bool
-    api_key: str | None
+    has_api_key: bool
+    """server.api_key is set: the engine reads a key file (the key itself stays out of plans)."""
     keep_free_ram_bytes: int | None = None
     """RAM a plan leaves to the rest of the PC (machine.keep_free_ram_mib); None: the rule."""
     cpu_read_s: float = 0.0
     """A chosen CPU context is at most what the CPU reads in this long (model.cpu_read_s)."""
-    engine: EngineMode = "auto"
+    engine_mode: EngineMode = "auto"
     engine_from: str = ""
     """Where a mode other than auto comes from, for the plan's reason."""
     prefill: PrefillMode = "off"
@@ -211,10 +212,10 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         gpus=options.gpus if options.gpus is not None else settings.gpu_indices,
         rpc=options.rpc if options.rpc is not None else settings.rpc_peers,
         allow_base=options.allow_base or settings.allow_base,
-        api_key=settings.api_key or None,
+        has_api_key=bool(settings.api_key),
         keep_free_ram_bytes=settings.keep_free_ram_mib * MIB or None,
         cpu_read_s=settings.cpu_read_s,
-        engine=engine,
+        engine_mode=engine,
         engine_from=engine_from,
         prefill=options.prefill or "off",
     )

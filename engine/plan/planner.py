@@ -175,7 +175,7 @@ def _plan_on_budget(
 ) -> LaunchPlan:
     target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
-    llama_plan = make_plan(request) if resolved.ctx and resolved.engine == "auto" else None
+    llama_plan = make_plan(request) if resolved.ctx and resolved.engine_mode == "auto" else None
     choice = luceboxroute.choose(resolved, target, draft, budget, llama_plan, preset)
     if choice.kind == "lucebox":
         return luceboxroute.lucebox_launch(
@@ -200,7 +200,9 @@ def _plan_on_budget(
         # Beyond loopback (or with a key of the user's) the engine reads the key file that
         # prepare() writes; the path is known before the file exists.
         api_key_file=(
-            str(api_key_path(paths)) if resolved.api_key or not is_loopback(resolved.host) else None
+            str(api_key_path(paths))
+            if resolved.has_api_key or not is_loopback(resolved.host)
+            else None
         ),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
         slot_save_path=str(paths.slots_dir) if resolved.cache == "agent" else None,

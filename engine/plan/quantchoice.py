@@ -14,7 +14,7 @@ from typing import Any
 from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.units import GIB, gib_text, mib_text
 from lucebox.engine.models.quant import LOW_BITS_PER_WEIGHT
-from lucebox.engine.plan.memory import ENOUGH_CTX
+from lucebox.engine.plan.memory import wanted_ctx
 
 SAME_PRECISION_BPW = 0.05
 """Bits per weight closer than this count as a tie: the smaller file wins."""
@@ -80,7 +80,7 @@ def choose(
     asked_ctx: int | None,
 ) -> QuantChoice:
     """The quant to serve, and why; refuses (GuardRefusal) when nothing suitable fits."""
-    wanted = asked_ctx or min(native_ctx, ENOUGH_CTX)
+    wanted = wanted_ctx(asked_ctx, native_ctx)
     ranked = tuple(sorted(candidates, key=lambda c: (-c.bits_per_weight, c.size_bytes)))
     if asked_quant is not None:
         named = _named(ranked, asked_quant)

@@ -202,9 +202,9 @@ def start_detached(paths: Paths, serve_args: list[str]) -> tuple[int, Path]:
     """Start `lucebox serve SERVE_ARGS` as a background process of this user; its pid and log."""
     import subprocess
 
-    from lucebox.engine.core.command import lucebox_argv
+    from lucebox.engine.core.command import cli_argv
 
-    argv = lucebox_argv("serve", *serve_args)
+    argv = cli_argv("serve", *serve_args)
     log = paths.ensure(paths.logs_dir) / "serve.log"
     with log.open("a") as handle:
         proc = subprocess.Popen(
