@@ -112,10 +112,7 @@ class Server:
         options = pipeline.ServeOptions(model=str(smol_model()), ctx=4096, port=port)
         prepared = pipeline.prepare(self.paths, options, lambda event: None)
         plan = dataclasses.replace(prepared.plan, parallel=2)
-        launch = dataclasses.replace(
-            prepared.launch, plan=plan, spec=dataclasses.replace(prepared.spec, plan=plan)
-        )
-        self.prepared = dataclasses.replace(prepared, launch=launch)
+        self.prepared = dataclasses.replace(prepared, launch=prepared.launch.with_plan(plan))
         self.loop = asyncio.new_event_loop()
         self.run: ServerRun | None = None
         self.ready = threading.Event()

@@ -4,7 +4,7 @@ argv, engine and why), and the refusal that carries it."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lucebox.engine.core.errors import GuardRefusal
@@ -56,8 +56,6 @@ class LaunchPlan:
     engine: EngineView
     target: ModelFile
     speculation: Speculation
-    plan: Plan
-    """The memory plan: context, KV types, offload and every memory term with its reason."""
     spec: LaunchSpec
     resolved: Resolved
     options: ServeOptions
@@ -71,6 +69,15 @@ class LaunchPlan:
     """Which engine serves and why (None for a plan made before the choice existed)."""
     source_choice: dict[str, Any] | None = field(default=None, compare=False)
     """How a repo named by name became this file: the quant, why, every candidate."""
+
+    @property
+    def plan(self) -> Plan:
+        """The memory plan: context, KV types, offload and every memory term with its reason."""
+        return self.spec.plan
+
+    def with_plan(self, plan: Plan) -> LaunchPlan:
+        """The same launch on another memory plan (held once, in the server launch)."""
+        return replace(self, spec=replace(self.spec, plan=plan))
 
     @property
     def argv(self) -> list[str]:

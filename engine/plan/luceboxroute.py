@@ -162,7 +162,6 @@ def lucebox_launch(
         engine=engine,
         target=target,
         speculation=spec,
-        plan=plan,
         spec=launch_spec,
         resolved=resolved,
         options=options,

@@ -237,7 +237,7 @@ _SET_REASONS = ("device", "split")
 
 
 def _with_reason(launch: LaunchPlan, key: str, why: str) -> LaunchPlan:
-    return replace(launch, plan=replace(launch.plan, reasons={**launch.plan.reasons, key: why}))
+    return launch.with_plan(replace(launch.plan, reasons={**launch.plan.reasons, key: why}))
 
 
 def plan_set(

@@ -159,7 +159,7 @@ def plan_launch(
     chosen = alone if keep else pooled
     said = chosen.plan.reasons.get("split")
     reasons = {**chosen.plan.reasons, "split": "; ".join(filter(None, [said, why]))}
-    return replace(chosen, plan=replace(chosen.plan, reasons=reasons))
+    return chosen.with_plan(replace(chosen.plan, reasons=reasons))
 
 
 def _plan_on_budget(
@@ -217,7 +217,6 @@ def _plan_on_budget(
         engine=engine,
         target=target,
         speculation=spec_choice,
-        plan=memory,
         spec=spec,
         resolved=resolved,
         options=options,
