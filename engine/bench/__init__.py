@@ -1,0 +1,5 @@
+"""Bench: what `lucebox bench` measures against a running server.
+
+``quick`` (a fixed prompt set), ``replay`` and ``transcript`` (an agent's recorded session),
+``compare`` (configurations started one after another), ``measure`` (one timed streamed call).
+"""

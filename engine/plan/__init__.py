@@ -1,0 +1,14 @@
+"""Plan: the one planner turns (card, files or preset, flags + settings) into a launch.
+
+- entry: ``planner`` (one model), ``modelset`` and ``router`` (a served set), ``repoplan`` and
+  ``quantchoice`` (a repo named by name), ``presetchoice`` (which preset a machine gets).
+- inputs: ``options`` (flags over config.toml), ``modelfiles`` (the files of a launch),
+  ``engineview`` (the engine planned for), ``flagtypes``.
+- llama-server's memory: ``memory`` (the plan, number by number), ``sizes``, ``devicesplit``,
+  ``cardchoice``, ``hostram``, ``cpuread``, ``fitcheck`` (llama-fit-params beside the plan).
+- the Lucebox engine: ``enginechoice`` (which kind serves: the pure rule), ``luceboxroute``,
+  ``luceboxplan``, ``luceboxlaunch``.
+- speculation: ``speculation``, ``specguard``, ``measurements`` (the store), ``workload``,
+  ``agentprompt``.
+- the result: ``launch`` (argv and environment by the engine kind's rules), ``launchplan``.
+"""

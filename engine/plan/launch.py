@@ -1,4 +1,4 @@
-"""Launch (pure): a plan and the user's choices -> llama-server argv and environment.
+"""Launch (pure): a plan and the user's choices -> the engine's argv and environment, by its kind.
 
 No shell is involved: paths with spaces and quotes pass as they are. The engine reads the API
 key from a file (``--api-key-file``), so the key is never in argv, where ``ps`` would show it.
