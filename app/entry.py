@@ -10,14 +10,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from lucebox.app import status
+from lucebox.app.cli import status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in status.COMMANDS:
         return status.main(args)
-    from lucebox.app.cli import main as full_main
+    from lucebox.app.cli.parser import main as full_main
 
     return full_main(args)
 

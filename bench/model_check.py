@@ -27,7 +27,7 @@ from tests.realmodels import gemma_model
 
 _PROBE = """
 import json, sys, time
-from lucebox.app.cli import main
+from lucebox.app.cli.parser import main
 started = time.perf_counter()
 code = main(["models", "check", "--allow-base", "--json", sys.argv[1]])
 check_s = time.perf_counter() - started

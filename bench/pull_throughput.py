@@ -35,7 +35,7 @@ from tests.hubserver import HubFile, serve_hub
 
 _PULL = """
 import sys
-from lucebox.app.cli import main
+from lucebox.app.cli.parser import main
 code = main(["models", "pull", sys.argv[1]])
 io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
 print("RCHAR", io["rchar"], file=sys.stderr)

@@ -54,7 +54,8 @@ def test_wheel_and_sdist_carry_the_package_data(dist):
     assert "lucebox/presets/smollm2-135m-cpu.toml" in shipped_presets <= names
     assert {
         "lucebox/engine/engines/pin.toml",
-        "lucebox/app/cli.py",
+        "lucebox/app/cli/__main__.py",
+        "lucebox/app/cli/parser.py",
         "lucebox/app/tui/lucebox.tcss",
         "lucebox/app/tui/app.py",
         "lucebox/engine/engines/pin_capabilities.json",

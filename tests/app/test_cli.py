@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lucebox.app.cli import build_parser
+from lucebox.app.cli.parser import build_parser
 from tests.conftest import assert_one_line_error, run_lucebox
 
 DESIGN_COMMANDS = [

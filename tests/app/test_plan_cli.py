@@ -90,7 +90,7 @@ def test_plan_from_the_real_gemma_header_matches_llama_fit_params(built_engine_h
 
 
 def _main_json(capsys, *argv: str) -> tuple[int, dict]:
-    from lucebox.app.cli import main
+    from lucebox.app.cli.parser import main
 
     code = main([*argv, "--json"])
     return code, json.loads(capsys.readouterr().out)
@@ -214,7 +214,7 @@ def test_a_plan_before_the_first_build_is_the_launch_after_it(built_engine_home,
 
 def test_a_detached_child_gets_back_every_launch_flag_the_parser_read():
     # One table builds the parser and writes the child's argv: parse, write, parse again.
-    from lucebox.app.cli import build_parser
+    from lucebox.app.cli.parser import build_parser
     from lucebox.engine.plan.options import options_from
 
     given = [

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lucebox.app.cliargs import add_json, print_json
-from lucebox.app.handler import Command
-from lucebox.app.progress import transfer_progress
+from lucebox.app.cli.args import add_json, print_json
+from lucebox.app.cli.handler import Command, group_help
+from lucebox.app.cli.progress import transfer_progress
 from lucebox.engine import pipeline
 from lucebox.engine.core.errors import (
     EXIT_OK,
@@ -238,8 +238,15 @@ def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
-def add_commands(subs: Any, command: Command) -> None:
-    """The subcommands of ``lucebox models``."""
+def register(commands: Any, command: Command) -> None:
+    """``lucebox models`` and its subcommands."""
+    models: argparse.ArgumentParser = command(
+        "models",
+        "check, download and manage model files",
+        lambda a, p: group_help(models),
+        commands,
+    )
+    subs = models.add_subparsers(dest="models_command", metavar="COMMAND")
     check = command(
         "check",
         "inspect GGUF files and run the guards",

@@ -7,11 +7,11 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lucebox.app.cli.handler import Command
 from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
@@ -224,7 +224,7 @@ def add_client_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_connect_command(commands: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+def register(commands: Any, command: Command) -> None:
     connect = command(
         "connect",
         "settings that point a coding agent or SDK at this server",

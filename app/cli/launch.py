@@ -12,10 +12,9 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from lucebox.app.connect import (
+from lucebox.app.cli.connect import (
     add_client_argument,
     notices,
     print_restored,
@@ -23,6 +22,7 @@ from lucebox.app.connect import (
     where_for,
     write_all,
 )
+from lucebox.app.cli.handler import Command
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import ConfigError, LuceboxError, UsageError
 from lucebox.engine.core.paths import Paths
@@ -119,7 +119,7 @@ def cmd_launch(args: argparse.Namespace, paths: Paths) -> int:
         raise LuceboxError(f"cannot run {program}: {exc.strerror}") from None
 
 
-def add_launch_command(commands: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+def register(commands: Any, command: Command) -> None:
     launch = command(
         "launch",
         "start the server if needed, then run a coding agent pointed at it",

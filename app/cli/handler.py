@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 
 from lucebox.engine.core.crashlog import write_crash_log
-from lucebox.engine.core.errors import EXIT_CANCELLED, EXIT_FAILURE, LuceboxError
+from lucebox.engine.core.errors import EXIT_CANCELLED, EXIT_FAILURE, EXIT_USAGE, LuceboxError
 from lucebox.engine.core.paths import Paths, resolve_paths
 
 Handler = Callable[[argparse.Namespace, Paths], int]
@@ -32,3 +32,9 @@ def run_handler(args: argparse.Namespace) -> int:
         log = write_crash_log(paths, exc)
         print(f"lucebox: unexpected error: {exc!r}; full log: {log}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def group_help(parser: argparse.ArgumentParser) -> int:
+    """A command group run without a subcommand: its help, exit 2."""
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE

@@ -12,11 +12,12 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from lucebox.app.handler import Handler, run_handler
-from lucebox.app.servicecmd import describe
+from lucebox.app.cli.handler import Command, Handler, run_handler
+from lucebox.app.cli.service import describe
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
@@ -213,9 +214,11 @@ def cmd_logs(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
-def add_commands(command: Callable[[str, str, Handler], argparse.ArgumentParser]) -> None:
-    """Register status, down and logs through the command line's ``command`` helper."""
-    status = command("status", "state of the running server and its latest sample", cmd_status)
+def register(commands: Any, command: Command) -> None:
+    """``status``, ``down`` and ``logs``, through the command line's ``command`` helper."""
+    status = command(
+        "status", "state of the running server and its latest sample", cmd_status, commands
+    )
     status.add_argument("--json", action="store_true", help="print the result as JSON")
     status.add_argument(
         "--watch", action="store_true", help="print a line per sample (NDJSON with --json)"
@@ -224,8 +227,8 @@ def add_commands(command: Callable[[str, str, Handler], argparse.ArgumentParser]
         "--prometheus", type=Path, metavar="FILE", help="also write a Prometheus textfile"
     )
     status.add_argument("--model", metavar="ALIAS", help="one model of a served set")
-    command("down", "stop the running server", cmd_down)
-    logs = command("logs", "show the server log", cmd_logs)
+    command("down", "stop the running server", cmd_down, commands)
+    logs = command("logs", "show the server log", cmd_logs, commands)
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
 
 
@@ -234,12 +237,14 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="lucebox")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, help_text: str, handler: Handler) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = commands.add_parser(
+    def command(
+        name: str, help_text: str, handler: Handler, parent: Any = commands
+    ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = parent.add_parser(
             name, help=help_text, description=help_text
         )
         sub.set_defaults(handler=handler)
         return sub
 
-    add_commands(command)
+    register(commands, command)
     return run_handler(parser.parse_args(argv))

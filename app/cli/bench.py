@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lucebox.app.cli.handler import Command, group_help
 from lucebox.engine import pipeline
 from lucebox.engine.bench.compare import (
     ServeConfig,
@@ -30,6 +31,7 @@ from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
+from lucebox.engine.plan.flagtypes import positive_int
 from lucebox.engine.run import runstate
 
 Result = TypeVar("Result")
@@ -269,10 +271,13 @@ def _add_compare_options(parser: argparse.ArgumentParser, forms: str, count: Cou
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def add_bench_commands(
-    bench_cmds: Any, command: Callable[..., argparse.ArgumentParser], count: Count
-) -> None:
-    """Register ``bench replay`` and ``bench quick``; ``count`` parses a positive number."""
+def register(commands: Any, command: Command) -> None:
+    """``lucebox bench``: ``bench replay`` and ``bench quick``."""
+    bench: argparse.ArgumentParser = command(
+        "bench", "measure the running server", lambda a, p: group_help(bench), commands
+    )
+    bench_cmds = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
+    count = positive_int
     replay_cmd = command(
         "replay",
         "replay an agent transcript (Claude Code JSONL) call by call and time each call",

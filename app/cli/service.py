@@ -7,8 +7,9 @@ import json
 import os
 import pwd
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from lucebox.app.cli.handler import Command, group_help
 from lucebox.engine.core.errors import EXIT_OK
 from lucebox.engine.machine import systemd
 from lucebox.engine.machine.unit import SYSTEM_HOME, SYSTEM_USER, Scope
@@ -105,8 +106,14 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
-def add_commands(service: argparse.ArgumentParser) -> None:
-    """The subcommands of ``lucebox service``."""
+def register(commands: Any, command: Command) -> None:
+    """``lucebox service`` and its subcommands."""
+    service: argparse.ArgumentParser = command(
+        "service",
+        "run lucebox at boot as a systemd service",
+        lambda a, p: group_help(service),
+        commands,
+    )
     subs = service.add_subparsers(dest="service_command", metavar="COMMAND")
     for name, help_text, handler in (
         ("install", "run `lucebox serve` at boot as a systemd service", cmd_install),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lucebox.app.cliargs import print_json
+from lucebox.app.cli.args import print_json
 from lucebox.engine import servedset
 from lucebox.engine.core import units
 from lucebox.engine.core.errors import EXIT_OK

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
+from lucebox.app.cli.handler import Command
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.machine.peers import DEFAULT_RPC_PORT
+from lucebox.engine.plan.flagtypes import port_number
 from lucebox.engine.run import worker
 
 
@@ -31,9 +32,7 @@ def cmd_worker(args: argparse.Namespace, paths: Paths) -> int:
     return worker.run_worker(spec, engine, log, lambda line: print(line, flush=True))
 
 
-def add_worker_command(
-    commands: Any, command: Callable[..., argparse.ArgumentParser], port_number: Any
-) -> None:
+def register(commands: Any, command: Command) -> None:
     sub = command(
         "worker",
         "lend this PC's GPU (or CPU) to another lucebox: the engine's RPC server",

@@ -1,0 +1,12 @@
+"""The ``lucebox`` command line: one module per command group, each with ``register``.
+
+``parser`` builds the whole command line from the groups in the order ``lucebox --help``
+shows them and runs a command; ``python -m lucebox.app.cli`` runs it (detached serves,
+``bench --compare`` and installed systemd units start lucebox that way). The groups: ``serve``
+(up, serve), ``status`` (status, down, logs: loads without the rest, for status bars),
+``doctor``, ``plan`` and ``setplan`` (presets, plan), ``models``, ``engine``, ``service``,
+``config``, ``bench``, ``connect``, ``launch``, ``worker``. Shared: ``args`` (--json and the
+launch options), ``handler`` (one error handler for every command), ``progress``.
+
+This file stays empty of imports so that ``status`` loads fast.
+"""
