@@ -31,7 +31,7 @@ from typing import Any, Literal
 import httpx
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.errors import LuceboxError, UsageError
+from lucebox.engine.core.errors import EngineSetupError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import ProgressCallback, TransferError, download_file, sha256_file
 from lucebox.engine.engines import cputarget, nodejs, toolkit, webui
@@ -54,7 +54,7 @@ Origin = Literal["build", "fetch", "add"]
 EngineKind = Literal["llama-server", "lucebox"]
 
 
-class EngineError(LuceboxError):
+class EngineError(EngineSetupError):
     """An engine cannot be installed, registered or found."""
 
 

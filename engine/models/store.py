@@ -35,6 +35,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import (
     CancelledByUserError,
     ConfigError,
+    FetchError,
     GuardRefusal,
     HashMismatchError,
     LuceboxError,
@@ -62,7 +63,7 @@ DISK_MARGIN_BYTES = 512 * 2**20
 """Free space a download leaves beyond its own bytes: a full disk breaks more than lucebox."""
 
 
-class StoreError(LuceboxError):
+class StoreError(FetchError):
     """A model cannot be pulled, found or removed."""
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, get_args
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.core.errors import LuceboxError, RunError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedmodels import ModelStatus
@@ -32,7 +32,7 @@ _Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
 
 
-class AlreadyServingError(LuceboxError):
+class AlreadyServingError(RunError):
     """Another lucebox server runs for this user."""
 
 

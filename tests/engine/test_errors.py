@@ -60,8 +60,18 @@ def test_class_names_are_unique_so_the_drawing_names_one_class_each():
     assert len(names) == len(set(names))
 
 
+def test_each_group_holds_the_members_the_drawing_puts_under_it():
+    drawn = drawing()
+    for cls in every_error_class():
+        members = {name for name, (_, parent) in drawn.items() if parent == cls.__name__}
+        assert {sub.__name__ for sub in cls.__subclasses__()} == members, cls.__name__
+
+
 EXIT_CODES = {
     "LuceboxError": 1,
+    "FetchError": 1,
+    "EngineSetupError": 1,
+    "RunError": 1,
     "AlreadyServingError": 1,
     "BuildError": 1,
     "CallError": 1,
