@@ -3,8 +3,8 @@
     LuceboxError                     exit 1: failed while running
     ├── UsageError                   exit 2: the command line or an input the user gave is wrong
     │   ├── PathsError               exit 2: LUCEBOX_HOME or a lucebox folder cannot be used
+    │   ├── ConfigError              exit 2: config.toml is unreadable, corrupt or has bad values
     │   └── PresetError              exit 2: a preset file is malformed (presets)
-    ├── ConfigError                  exit 2: config.toml is unreadable, corrupt or has bad values
     ├── GuardRefusal                 exit 3: a guard refused (model check, plan, engine support)
     │   ├── HashMismatchError        exit 3: bytes differ from their published or recorded sha256
     │   ├── PlanRefusal              exit 3: a launch plan that must not start (planning)
@@ -67,10 +67,8 @@ class PathsError(UsageError):
     """A lucebox folder (or LUCEBOX_HOME) cannot be created or written."""
 
 
-class ConfigError(LuceboxError):
+class ConfigError(UsageError):
     """config.toml cannot be read, parsed or validated, or cannot be written."""
-
-    exit_code = EXIT_USAGE
 
 
 class GuardRefusal(LuceboxError):
