@@ -24,7 +24,7 @@ from lucebox.app.cli.connect import (
 )
 from lucebox.app.cli.handler import Command
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.errors import ConfigError, LuceboxError, UsageError
+from lucebox.engine.core.errors import ConfigError, LuceboxError, RunError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.agentclients import CLIENTS, PROGRAMS
 from lucebox.engine.machine.agentclients import setup_for as client_setup
@@ -64,14 +64,12 @@ def ensure_server(paths: Paths, *, timeout_s: float = READY_TIMEOUT_S) -> None:
         if status.state == "ready":
             return
         if status.state == "failed" or not runstate.pid_alive(pid):
-            raise LuceboxError(
+            raise RunError(
                 "the server did not start",
                 hint=f"its log says why: {log}; `lucebox serve` shows it in the foreground",
             )
         time.sleep(0.5)
-    raise LuceboxError(
-        f"the server was not ready within {timeout_s:.0f} s", hint=f"see its log: {log}"
-    )
+    raise RunError(f"the server was not ready within {timeout_s:.0f} s", hint=f"see its log: {log}")
 
 
 def cmd_launch(args: argparse.Namespace, paths: Paths) -> int:

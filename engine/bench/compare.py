@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.command import cli_argv
-from lucebox.engine.core.errors import GuardRefusal, LuceboxError, UsageError
+from lucebox.engine.core.errors import GuardRefusal, RunError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
@@ -195,11 +195,11 @@ class _ServeProcess:
                 break
             time.sleep(0.25)
         else:
-            raise LuceboxError(
+            raise RunError(
                 f"{self.config.name}: the server was not ready within {timeout_s:.0f} s",
                 hint=f"its log is {self.log}",
             )
-        raise LuceboxError(
+        raise RunError(
             f"{self.config.name}: lucebox serve stopped before it was ready: {_tail(self.log)}",
             hint=f"full log: {self.log}",
         )

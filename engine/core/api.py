@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.core.errors import RunError
 
 
-class CallError(LuceboxError):
+class CallError(RunError):
     """The server refused or broke off a call."""
 
 

@@ -1,29 +1,32 @@
 """One exception tree for lucebox; each class carries the exit code the CLI returns.
 
-    LuceboxError                 exit 1: failed while running
-    ├── UsageError               exit 2: the command line or an input the user gave is wrong
-    │   ├── PathsError           exit 2: LUCEBOX_HOME or a lucebox folder cannot be used
-    │   └── PresetError          exit 2: a preset file is malformed (presets)
-    ├── ConfigError              exit 2: config.toml is unreadable, corrupt or has bad values
-    ├── GuardRefusal             exit 3: a guard refused (model check, plan, engine support)
-    │   ├── HashMismatchError    exit 3: bytes differ from their published or recorded sha256
-    │   ├── PlanRefusal          exit 3: a launch plan that must not start (planning)
-    │   ├── SetRefusal           exit 3: a served set that must not start (modelset)
-    │   └── ToolkitRefusal       exit 3: no CUDA toolkit can build for this driver/card (toolkit)
-    ├── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
-    ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
-    │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404 (transfer)
-    ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
-    │   └── HubUnreachableError  exit 1: the Hub did not answer (no network, offline) (hubrepo)
-    ├── SourceError              exit 1: the engine source cannot be fetched or unpacked (source)
-    ├── BuildError               exit 1: cmake configure or build failed (build)
-    ├── ToolkitError             exit 1: the CUDA toolkit could not be fetched (toolkit)
-    ├── EngineError              exit 1: an engine cannot be installed or found (registry)
-    ├── PortInUseError           exit 1: another program holds the port (supervisor)
-    ├── AlreadyServingError      exit 1: another lucebox server runs for this user (service)
-    ├── CallError                exit 1: the server refused or broke off a call (api)
-    ├── ServiceError             exit 1: systemd refused a step (systemd)
-    └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (worker)
+    LuceboxError                     exit 1: failed while running
+    ├── UsageError                   exit 2: the command line or an input the user gave is wrong
+    │   ├── PathsError               exit 2: LUCEBOX_HOME or a lucebox folder cannot be used
+    │   ├── ConfigError              exit 2: config.toml is unreadable, corrupt or has bad values
+    │   └── PresetError              exit 2: a preset file is malformed (presets)
+    ├── GuardRefusal                 exit 3: a guard refused (model check, plan, engine support)
+    │   ├── HashMismatchError        exit 3: bytes differ from their published or recorded sha256
+    │   ├── PlanRefusal              exit 3: a launch plan that must not start (planning)
+    │   ├── SetRefusal               exit 3: a served set that must not start (modelset)
+    │   └── ToolkitRefusal           exit 3: no CUDA toolkit builds for this driver/card (toolkit)
+    ├── CancelledByUserError         exit 130: the user stopped it (Ctrl-C, quitting the TUI)
+    ├── FetchError                   exit 1: a model or the engine source could not be had
+    │   ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
+    │   │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404 (transfer)
+    │   ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
+    │   │   └── HubUnreachableError  exit 1: the Hub did not answer (no network, offline) (hubrepo)
+    │   └── SourceError              exit 1: engine source cannot be fetched or unpacked (source)
+    ├── EngineSetupError             exit 1: no working engine binary could be made or found
+    │   ├── BuildError               exit 1: cmake configure or build failed (build)
+    │   ├── ToolkitError             exit 1: the CUDA toolkit cannot be fetched or set up (toolkit)
+    │   └── EngineError              exit 1: an engine cannot be installed, run or found (registry)
+    └── RunError                     exit 1: a server could not start, keep running or answer
+        ├── PortInUseError           exit 1: another program holds the port (supervisor)
+        ├── AlreadyServingError      exit 1: another lucebox server runs for this user (runstate)
+        ├── CallError                exit 1: the server refused or broke off a call (api)
+        ├── ServiceError             exit 1: systemd refused a step (systemd)
+        └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (worker)
 
 A class defined in another module names it in brackets; tests/engine/test_errors.py keeps this
 drawing and the code in step. Every message names the thing that is wrong and what to do next;
@@ -64,10 +67,8 @@ class PathsError(UsageError):
     """A lucebox folder (or LUCEBOX_HOME) cannot be created or written."""
 
 
-class ConfigError(LuceboxError):
+class ConfigError(UsageError):
     """config.toml cannot be read, parsed or validated, or cannot be written."""
-
-    exit_code = EXIT_USAGE
 
 
 class GuardRefusal(LuceboxError):
@@ -95,3 +96,16 @@ class CancelledByUserError(LuceboxError):
     """The user stopped the work (Ctrl-C, quitting the TUI); what was done so far is kept."""
 
     exit_code = EXIT_CANCELLED
+
+
+class FetchError(LuceboxError):
+    """A model or the engine source could not be had: from the network, or from the store
+    that keeps what was fetched."""
+
+
+class EngineSetupError(LuceboxError):
+    """No working engine binary could be built, installed or found on this machine."""
+
+
+class RunError(LuceboxError):
+    """A server (or its service, or an RPC worker) could not start, keep running or answer."""

@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from lucebox.engine.core.errors import CancelledByUserError, HashMismatchError, LuceboxError
+from lucebox.engine.core.errors import CancelledByUserError, FetchError, HashMismatchError
 from lucebox.engine.core.units import rate_text
 
 CHUNK_BYTES = 1024 * 1024
@@ -129,7 +129,7 @@ class TransferProgress:
 ProgressCallback = Callable[[TransferProgress], None]
 
 
-class TransferError(LuceboxError):
+class TransferError(FetchError):
     """A download failed; the partial file (if any) is kept for a resume unless it is bad."""
 
 

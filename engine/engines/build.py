@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from lucebox.engine.core.errors import LuceboxError, UsageError
+from lucebox.engine.core.errors import EngineSetupError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import cputarget, toolchain, toolkit
 from lucebox.engine.engines.source import SourceInfo
@@ -34,7 +34,7 @@ _PROGRESS = re.compile(r"^\[\s*(\d{1,3})%\]")
 _ERROR_LINE = re.compile(r"error|Error|ERROR|fatal|No space left|not found", re.ASCII)
 
 
-class BuildError(LuceboxError):
+class BuildError(EngineSetupError):
     """cmake configure or build failed; the message carries the log path and a hint."""
 
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import httpx
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.errors import LuceboxError, UsageError
+from lucebox.engine.core.errors import EngineSetupError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import ProgressCallback, TransferError, download_file, sha256_file
 from lucebox.engine.engines import cputarget, nodejs, toolkit, webui
@@ -55,7 +55,7 @@ KindName = Literal["llama-server", "lucebox"]
 """The engine kinds lucebox builds and runs (:mod:`lucebox.engine.engines.kinds`)."""
 
 
-class EngineError(LuceboxError):
+class EngineError(EngineSetupError):
     """An engine cannot be installed, registered or found."""
 
 

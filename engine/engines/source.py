@@ -24,7 +24,7 @@ from typing import Literal
 
 import httpx
 
-from lucebox.engine.core.errors import HashMismatchError, LuceboxError, UsageError
+from lucebox.engine.core.errors import FetchError, HashMismatchError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import ProgressCallback, TransferError, download_file, sha256_file
 
@@ -33,7 +33,7 @@ MARKER_NAME = ".lucebox-source.json"
 _SOURCE_SUFFIXES = {".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".cmake", ".txt", ".in"}
 
 
-class SourceError(LuceboxError):
+class SourceError(FetchError):
     """The engine source cannot be fetched, checked or unpacked."""
 
 

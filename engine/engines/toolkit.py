@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.errors import GuardRefusal, LuceboxError
+from lucebox.engine.core.errors import EngineSetupError, GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import toolchain
 from lucebox.engine.engines.toolchain import CudaToolkitInfo, version_tuple
@@ -59,7 +59,7 @@ class ToolkitRefusal(GuardRefusal):
     """The CUDA engine cannot be built on this machine; the message says what is needed."""
 
 
-class ToolkitError(LuceboxError):
+class ToolkitError(EngineSetupError):
     """The CUDA toolkit could not be fetched or completed."""
 
 

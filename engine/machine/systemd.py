@@ -22,7 +22,7 @@ from typing import Any
 
 from lucebox.engine.core.atomic import write_bytes_atomic
 from lucebox.engine.core.command import CLI_MODULE, cli_argv
-from lucebox.engine.core.errors import LuceboxError, UsageError
+from lucebox.engine.core.errors import RunError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import desktop
 from lucebox.engine.machine.unit import (
@@ -41,7 +41,7 @@ LINGER_DIR = Path("/var/lib/systemd/linger")
 SYSTEMCTL_TIMEOUT_S = 60.0
 
 
-class ServiceError(LuceboxError):
+class ServiceError(RunError):
     """systemd refused a step, or the service user cannot run lucebox."""
 
 

@@ -35,9 +35,9 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import (
     CancelledByUserError,
     ConfigError,
+    FetchError,
     GuardRefusal,
     HashMismatchError,
-    LuceboxError,
     UsageError,
 )
 from lucebox.engine.core.paths import Paths
@@ -62,7 +62,7 @@ DISK_MARGIN_BYTES = 512 * 2**20
 """Free space a download leaves beyond its own bytes: a full disk breaks more than lucebox."""
 
 
-class StoreError(LuceboxError):
+class StoreError(FetchError):
     """A model cannot be pulled, found or removed."""
 
 
@@ -329,7 +329,7 @@ def retry_policy(settings: config.Settings) -> RetryPolicy:
 # --- Hugging Face -----------------------------------------------------------------------------
 
 
-def hub_error(exc: Exception, source: ModelSource) -> LuceboxError:
+def hub_error(exc: Exception, source: ModelSource) -> StoreError:
     """A huggingface-hub failure said in lucebox's terms, with what to do about it."""
     from huggingface_hub import errors
 
@@ -513,7 +513,7 @@ def _bytes_to_fetch(dest: Path, size_bytes: int) -> int:
     return max(0, size_bytes - present)
 
 
-def _hf_transfer_error(exc: TransferError, source: ModelSource, name: str) -> LuceboxError:
+def _hf_transfer_error(exc: TransferError, source: ModelSource, name: str) -> StoreError:
     """A failed download said in the Hub's terms, with what to do about it."""
     if isinstance(exc, TransferRefusedError) and exc.status in (401, 403):
         return StoreError(

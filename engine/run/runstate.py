@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, get_args
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedmodels import ModelStatus
@@ -32,7 +32,7 @@ _Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
 
 
-class AlreadyServingError(LuceboxError):
+class AlreadyServingError(RunError):
     """Another lucebox server runs for this user."""
 
 
@@ -236,7 +236,7 @@ def stop_server(paths: Paths, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.1)
     if pid_alive(pid):
-        raise LuceboxError(
+        raise RunError(
             f"lucebox (pid {pid}) did not stop within {timeout_s:.0f} s",
             hint=f"`kill {pid}` again, or `kill -9 {pid}` (its engine dies with it)",
         )

@@ -27,7 +27,7 @@ from typing import Literal
 import httpx
 import psutil
 
-from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.core.errors import RunError
 from lucebox.engine.plan.launch import LaunchSpec, engine_environ, server_argv, url_of
 from lucebox.engine.run.enginerun import engine_run
 
@@ -90,7 +90,7 @@ class ServerEvent:
     """The context this engine serves (a re-plan after running out of memory changes it)."""
 
 
-class PortInUseError(LuceboxError):
+class PortInUseError(RunError):
     """The port is held by another program."""
 
 

@@ -23,7 +23,7 @@ from types import FrameType
 import psutil
 
 from lucebox.engine.core.address import is_loopback
-from lucebox.engine.core.errors import LuceboxError, UsageError
+from lucebox.engine.core.errors import RunError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.machine import gpu
@@ -40,7 +40,7 @@ RISK = (
 )
 
 
-class WorkerError(LuceboxError):
+class WorkerError(RunError):
     """The RPC server would not start or stopped on its own."""
 
 

@@ -58,3 +58,47 @@ def test_every_error_class_is_drawn_with_its_exit_code_and_parent():
 def test_class_names_are_unique_so_the_drawing_names_one_class_each():
     names = [cls.__name__ for cls in every_error_class()]
     assert len(names) == len(set(names))
+
+
+def test_each_group_holds_the_members_the_drawing_puts_under_it():
+    drawn = drawing()
+    for cls in every_error_class():
+        members = {name for name, (_, parent) in drawn.items() if parent == cls.__name__}
+        assert {sub.__name__ for sub in cls.__subclasses__()} == members, cls.__name__
+
+
+EXIT_CODES = {
+    "LuceboxError": 1,
+    "FetchError": 1,
+    "EngineSetupError": 1,
+    "RunError": 1,
+    "AlreadyServingError": 1,
+    "BuildError": 1,
+    "CallError": 1,
+    "EngineError": 1,
+    "HubUnreachableError": 1,
+    "PortInUseError": 1,
+    "ServiceError": 1,
+    "SourceError": 1,
+    "StoreError": 1,
+    "ToolkitError": 1,
+    "TransferError": 1,
+    "TransferRefusedError": 1,
+    "WorkerError": 1,
+    "UsageError": 2,
+    "ConfigError": 2,
+    "PathsError": 2,
+    "PresetError": 2,
+    "GuardRefusal": 3,
+    "HashMismatchError": 3,
+    "PlanRefusal": 3,
+    "SetRefusal": 3,
+    "ToolkitRefusal": 3,
+    "CancelledByUserError": 130,
+}
+"""The CLI's exit code for each class: a contract (DESIGN.md), so written out, not read back."""
+
+
+def test_every_class_keeps_its_contracted_exit_code():
+    codes = {cls.__name__: cls.exit_code for cls in every_error_class()}
+    assert codes == EXIT_CODES
