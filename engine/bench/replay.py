@@ -2,7 +2,7 @@
 
 One warm-up call (one token, an unrelated prompt, so it primes nothing) comes first and is not
 counted. A prefix that does not fit the served context with room for the reply is skipped with
-a warning, never sent. The result is the ``bench replay --json`` shape of DESIGN.md.
+a warning, never sent. The result is the ``bench replay --json`` shape of docs/contracts.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one client of the engine's OpenAI-style API: its Bearer header and its streamed replies.
 
 A streamed reply is read on a connection of its own: llama-server closes the connection after a
-streamed reply, and a reused keep-alive connection fails on the next request (FACTS.md).
+streamed reply, and a reused keep-alive connection fails on the next request.
 """
 
 from __future__ import annotations

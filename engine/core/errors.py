@@ -81,7 +81,7 @@ class GuardRefusal(LuceboxError):
     ) -> None:
         super().__init__(message, hint=hint)
         self.problem_codes = problem_codes
-        """The model check's codes of the errors that refused (DESIGN.md's stable strings)."""
+        """The model check's codes of the errors that refused (docs/contracts.md's strings)."""
 
 
 class HashMismatchError(GuardRefusal):

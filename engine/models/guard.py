@@ -1,6 +1,6 @@
 """Model guards: every file is checked before the engine sees it, and each refusal says why.
 
-Problem codes are stable strings (DESIGN.md): scripts and the TUI key on them. A guard that
+Problem codes are stable strings (docs/contracts.md): scripts and the TUI key on them. A guard that
 would need an unknown fact (the engine's architecture list before any engine or source is
 present) does not guess; it leaves the check out and says so in the result.
 

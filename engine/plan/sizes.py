@@ -125,7 +125,7 @@ def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16", swa_full: b
 
 
 def kvflash_pool(free_after_weights: int, reserve: int, kv_per_token: float, max_ctx: int) -> int:
-    """The lucebox engine's KVFlash auto pool (FACTS.md): half the free memory, bounded."""
+    """The lucebox engine's KVFlash auto pool, by its own rule: half the free memory, bounded."""
     if kv_per_token <= 0:
         return min(KVFLASH_CAP, max_ctx)
     tokens = int((free_after_weights - reserve) / 2 / kv_per_token) // CTX_PAD * CTX_PAD

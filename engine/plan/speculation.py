@@ -4,8 +4,8 @@ In order of preference, each only when the engine has the type and the files pas
 guard: MTP layers inside the target; a separate MTP / assistant draft; a DFlash / DSpark draft;
 a small draft with the target's tokenizer; otherwise n-gram speculation, which needs no memory
 and pays off when replies repeat their input (code edits). The chosen draft length follows the
-mode and the family (FACTS.md: Qwen3.6 27B gains most from 3-token MTP drafts with p-min 0.75,
-the 35B-A3B MoE prefers p-min 0).
+mode and the family (upstream's measurements: Qwen3.6 27B gains most from 3-token MTP drafts
+with p-min 0.75, the 35B-A3B MoE prefers p-min 0).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def engine_log(paths: Paths) -> Path:
 
 @dataclass(frozen=True)
 class Status:
-    """The running server as `lucebox status` reports it (DESIGN.md's status shape)."""
+    """The running server as `lucebox status` reports it (the status shape of docs/contracts.md)."""
 
     state: RunStateName
     pid: int | None = None

@@ -33,7 +33,7 @@ class Failure:
     message: str
     hint: str | None
     exit_code: int
-    """What `lucebox up` exits with when the user quits here (DESIGN.md's codes)."""
+    """What `lucebox up` exits with when the user quits here (docs/contracts.md's codes)."""
     allow_base_serves: bool = False
     """Allowing a base model would let the refused model be served."""
     cpu_engine_offered: bool = False
