@@ -96,7 +96,7 @@ EXIT_CODES = {
     "ToolkitRefusal": 3,
     "CancelledByUserError": 130,
 }
-"""The CLI's exit code for each class: a contract (docs/contracts.md), so written out, not read back."""
+"""The CLI's exit code per class: a contract (docs/contracts.md), written out, not read back."""
 
 
 def test_every_class_keeps_its_contracted_exit_code():
