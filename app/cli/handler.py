@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from lucebox.engine.core.crashlog import write_crash_log
 from lucebox.engine.core.errors import EXIT_CANCELLED, EXIT_FAILURE, EXIT_USAGE, LuceboxError
@@ -13,7 +14,14 @@ from lucebox.engine.core.paths import Paths, resolve_paths
 
 Handler = Callable[[argparse.Namespace, Paths], int]
 Command = Callable[..., argparse.ArgumentParser]
-"""Registers a subcommand: (name, help, handler[, parent]) -> its parser (``cli.build_parser``)."""
+"""Registers a subcommand: (name, help, handler, parent) -> its parser (:func:`command`)."""
+
+
+def command(name: str, help_text: str, handler: Handler, parent: Any) -> argparse.ArgumentParser:
+    """Add ``name`` to ``parent`` (a subparsers action) with ``handler`` to run it."""
+    sub: argparse.ArgumentParser = parent.add_parser(name, help=help_text, description=help_text)
+    sub.set_defaults(handler=handler)
+    return sub
 
 
 def run_handler(args: argparse.Namespace) -> int:

@@ -12,7 +12,6 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from lucebox.app.cli import (
     bench,
@@ -28,7 +27,7 @@ from lucebox.app.cli import (
     status,
     worker,
 )
-from lucebox.app.cli.handler import Handler, run_handler
+from lucebox.app.cli.handler import command, run_handler
 
 GROUPS = (
     serve, status, doctor, plan, models, engine, service, config, bench, connect, launch, worker,
@@ -42,15 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn this PC into a local LLM appliance: one GPU, one command.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    def command(
-        name: str, help_text: str, handler: Handler, parent: Any = commands
-    ) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = parent.add_parser(
-            name, help=help_text, description=help_text
-        )
-        sub.set_defaults(handler=handler)
-        return sub
 
     for group in GROUPS:
         group.register(commands, command)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lucebox.app.cli.handler import Command, Handler, run_handler
+from lucebox.app.cli.handler import Command, command, run_handler
 from lucebox.app.cli.service import describe
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import EXIT_OK, UsageError
@@ -236,15 +236,6 @@ def main(argv: Sequence[str]) -> int:
     """Run one of :data:`COMMANDS` without loading the rest of the command line."""
     parser = argparse.ArgumentParser(prog="lucebox")
     commands = parser.add_subparsers(dest="command", required=True)
-
-    def command(
-        name: str, help_text: str, handler: Handler, parent: Any = commands
-    ) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = parent.add_parser(
-            name, help=help_text, description=help_text
-        )
-        sub.set_defaults(handler=handler)
-        return sub
 
     register(commands, command)
     return run_handler(parser.parse_args(argv))

@@ -139,3 +139,44 @@ class LaunchPlan:
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
         }
+
+
+@dataclass(frozen=True)
+class LaunchBasis:
+    """What a launch is planned from, whichever engine serves it: one assembly of the plan."""
+
+    options: ServeOptions
+    resolved: Resolved
+    preset: Preset | None
+    target: ModelFile
+    ctx_cap: int | None
+
+    @property
+    def alias(self) -> str:
+        return self.preset.id if self.preset else self.target.path.stem
+
+    def launch(
+        self,
+        server: LaunchSpec,
+        speculation: Speculation,
+        *,
+        budget: GpuBudget,
+        engine: EngineView,
+        refusal: GuardRefusal | None,
+        engine_choice: EngineChoice,
+    ) -> LaunchPlan:
+        return LaunchPlan(
+            title=self.preset.title if self.preset else self.target.facts.name,
+            alias=server.alias,
+            preset=self.preset,
+            budget=budget,
+            engine=engine,
+            target=self.target,
+            speculation=speculation,
+            spec=server,
+            resolved=self.resolved,
+            options=self.options,
+            ctx_cap=self.ctx_cap,
+            refusal=refusal,
+            engine_choice=engine_choice,
+        )

@@ -18,7 +18,7 @@ from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
-from lucebox.engine.plan.launchplan import LaunchPlan, Speculation
+from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.luceboxplan import (
     PREFILL_DRAFTER_BYTES,
     PREFILL_DRAFTER_SOURCE,
@@ -27,7 +27,7 @@ from lucebox.engine.plan.luceboxplan import (
 )
 from lucebox.engine.plan.memory import MIN_CTX, Plan
 from lucebox.engine.plan.modelfiles import ModelFile, local_file
-from lucebox.engine.plan.options import Resolved, ServeOptions
+from lucebox.engine.plan.options import Resolved
 
 PINNED_ARCHS = ("qwen35", "qwen35moe", "laguna", "qwen3", "gemma4", "deepseek4")
 """What the pinned engine's backend factory dispatches on (read from its source)."""
@@ -97,17 +97,13 @@ def _as_lucebox_draft(draft: ModelFile) -> ModelFile:
 
 def lucebox_launch(
     paths: Paths,
-    options: ServeOptions,
-    *,
-    resolved: Resolved,
-    target: ModelFile,
+    basis: LaunchBasis,
     draft: ModelFile | None,
     budget: GpuBudget,
-    preset: Preset | None,
     choice: EngineChoice,
-    ctx_cap: int | None,
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
+    resolved, target, ctx_cap = basis.resolved, basis.target, basis.ctx_cap
     engine = lucebox_engine(paths)
     gpus = budget.local_gpus
     if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
@@ -146,7 +142,7 @@ def lucebox_launch(
         server_path=engine.server_path,
         model_path=str(target.path),
         plan=plan,
-        alias=preset.id if preset else target.path.stem,
+        alias=basis.alias,
         port=resolved.port,
         draft_path=str(draft.path) if draft is not None else None,
         spec_type=spec.spec_type,
@@ -154,20 +150,9 @@ def lucebox_launch(
         kind="lucebox",
         lucebox=planned.flags,
     )
-    return LaunchPlan(
-        title=preset.title if preset else target.facts.name,
-        alias=launch_spec.alias,
-        preset=preset,
-        budget=budget,
-        engine=engine,
-        target=target,
-        speculation=spec,
-        spec=launch_spec,
-        resolved=resolved,
-        options=options,
-        ctx_cap=ctx_cap,
-        refusal=_refusal(choice, target, draft, plan, resolved, drafter is not None),
-        engine_choice=choice,
+    refusal = _refusal(choice, target, draft, plan, resolved, drafter is not None)
+    return basis.launch(
+        launch_spec, spec, budget=budget, engine=engine, refusal=refusal, engine_choice=choice
     )
 
 

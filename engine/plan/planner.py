@@ -26,7 +26,7 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import (
     LaunchSpec,
 )
-from lucebox.engine.plan.launchplan import LaunchPlan, Speculation
+from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.memory import (
     KV_PAIRS,
     Plan,
@@ -177,11 +177,9 @@ def _plan_on_budget(
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
     llama_plan = make_plan(request) if resolved.ctx and resolved.engine_mode == "auto" else None
     choice = luceboxroute.choose(resolved, target, draft, budget, llama_plan, preset)
+    basis = LaunchBasis(options, resolved, preset, target, ctx_cap)
     if choice.kind == "lucebox":
-        return luceboxroute.lucebox_launch(
-            paths, options, resolved=resolved, target=target, draft=draft, budget=budget,
-            preset=preset, choice=choice, ctx_cap=ctx_cap,
-        )  # fmt: skip
+        return luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options
     )
@@ -189,7 +187,7 @@ def _plan_on_budget(
         server_path=engine.server_path,
         model_path=str(target.path),
         plan=memory,
-        alias=preset.id if preset else target.path.stem,
+        alias=basis.alias,
         host=resolved.host,
         port=resolved.port,
         chat_template=preset.chat_template if preset else None,
@@ -209,18 +207,11 @@ def _plan_on_budget(
         gpus=tuple(d.index for d in budget.local_gpus),
         rpc=tuple(d.address for d in budget.devices if d.address),
     )
-    return LaunchPlan(
-        title=preset.title if preset else target.facts.name,
-        alias=spec.alias,
-        preset=preset,
+    return basis.launch(
+        spec,
+        spec_choice,
         budget=budget,
         engine=engine,
-        target=target,
-        speculation=spec_choice,
-        spec=spec,
-        resolved=resolved,
-        options=options,
-        ctx_cap=ctx_cap,
         refusal=refusal or _refusal(target, memory),
         engine_choice=choice,
     )
