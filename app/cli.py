@@ -27,6 +27,7 @@ from lucebox.app.launchcmd import add_launch_command
 from lucebox.app.workercmd import add_worker_command
 from lucebox.engine import doctor, pipeline, servedset
 from lucebox.engine.core import units
+from lucebox.engine.core.downloadprogress import progress_parts
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -34,7 +35,6 @@ from lucebox.engine.core.errors import (
     UsageError,
 )
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import progress_parts
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.plan import fitcheck, presetchoice
 from lucebox.engine.plan.flagtypes import index_list, mib_list, peer_list, port_number, positive_int

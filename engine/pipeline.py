@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Literal
 
 from lucebox.engine.core import units
+from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import TransferProgress
 from lucebox.engine.engines import lucebox, luceboxbuild, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, choose_options, cpu_options, estimate_left_s
 from lucebox.engine.engines.registry import EngineManifest

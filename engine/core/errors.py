@@ -11,8 +11,8 @@
     │   ├── SetRefusal           exit 3: a served set that must not start (modelset)
     │   └── ToolkitRefusal       exit 3: no CUDA toolkit can build for this driver/card (toolkit)
     ├── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
-    ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
-    │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404 (transfer)
+    ├── TransferError            exit 1: a download failed; its partial is kept
+    │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404
     ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
     │   └── HubUnreachableError  exit 1: the Hub did not answer (no network, offline) (hubrepo)
     ├── SourceError              exit 1: the engine source cannot be fetched or unpacked (source)
@@ -95,3 +95,15 @@ class CancelledByUserError(LuceboxError):
     """The user stopped the work (Ctrl-C, quitting the TUI); what was done so far is kept."""
 
     exit_code = EXIT_CANCELLED
+
+
+class TransferError(LuceboxError):
+    """A download failed; the partial file (if any) is kept for a resume unless it is bad."""
+
+
+class TransferRefusedError(TransferError):
+    """The server refused the file (401, 403, 404, or another 4xx); retrying will not help."""
+
+    def __init__(self, message: str, *, status: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status

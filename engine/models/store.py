@@ -7,7 +7,7 @@ Hugging Face cache are used where they are. Downloads resume from a ``.part`` fi
 hashed while they are written; a file that fails its checks is quarantined, never recorded.
 
 huggingface-hub resolves URLs, metadata, the LFS sha256 and errors; the bytes go through
-:mod:`lucebox.engine.core.transfer` because this huggingface-hub deletes its partial file on any
+:mod:`lucebox.engine.core.download` because this huggingface-hub deletes its partial file on any
 failure, and a home user's 20 GB download must survive a Ctrl-C or a dropped link.
 
 It stays one module past our usual size: the three sources each end in the same check, record
@@ -32,25 +32,20 @@ from typing import Any, Literal
 
 from lucebox.engine.core import units
 from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.download import RetryPolicy, download_file
+from lucebox.engine.core.downloadprogress import ProgressCallback, TransferProgress
 from lucebox.engine.core.errors import (
     CancelledByUserError,
     ConfigError,
     GuardRefusal,
     HashMismatchError,
     LuceboxError,
+    TransferError,
+    TransferRefusedError,
     UsageError,
 )
+from lucebox.engine.core.hashing import CHUNK_BYTES, sha256_file
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import (
-    CHUNK_BYTES,
-    ProgressCallback,
-    RetryPolicy,
-    TransferError,
-    TransferProgress,
-    TransferRefusedError,
-    download_file,
-    sha256_file,
-)
 from lucebox.engine.machine import config
 from lucebox.engine.models import ondisk
 from lucebox.engine.models.guard import CheckResult, check_model, model_name, shard_names

@@ -24,9 +24,9 @@ from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
 from lucebox.engine import pipeline
-from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, UsageError
+from lucebox.engine.core.downloadprogress import TransferProgress
+from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, TransferError, UsageError
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.core.transfer import TransferError, TransferProgress
 from lucebox.engine.core.units import GIB
 from lucebox.engine.engines import webui
 from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit

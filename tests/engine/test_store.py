@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.core import transfer
+from lucebox.engine.core import download, downloadattempt, hashing
+from lucebox.engine.core.downloadprogress import TransferProgress, progress_parts
 from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, HashMismatchError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import config
@@ -133,14 +134,15 @@ def test_three_cuts_mid_body_end_in_one_run_without_rereading_the_disk(
         HubFile(model_bytes, faults=[cut(third), reset(third), cut(third)]),
     )
     hashed: list = []
-    real_sha256_file = transfer.sha256_file
+    real_sha256_file = hashing.sha256_file
 
     def counted_sha256_file(*args):
         hashed.append(args)
         return real_sha256_file(*args)
 
-    monkeypatch.setattr(transfer, "sha256_file", counted_sha256_file)
-    events: list[transfer.TransferProgress] = []
+    monkeypatch.setattr(downloadattempt, "sha256_file", counted_sha256_file)
+    monkeypatch.setattr(download, "sha256_file", counted_sha256_file)
+    events: list[TransferProgress] = []
     record = pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert record.files[0].sha256 == sha(model_bytes)
     ranges = body_ranges(hub_env)
@@ -175,7 +177,7 @@ def test_the_pull_command_says_when_it_waits_and_which_attempt(hub_env, model_by
 
 def test_a_stall_is_dropped_and_resumed(hub_env, model_bytes):
     hub_env.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(model_bytes, faults=[stall(1000)]))
-    events: list[transfer.TransferProgress] = []
+    events: list[TransferProgress] = []
     started = time.monotonic()
     record = pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert time.monotonic() - started >= 0.5
@@ -229,7 +231,7 @@ def test_too_many_requests_waits_as_long_as_the_server_asks(hub_env, model_bytes
         "tiny-instruct-f16.gguf",
         HubFile(model_bytes, faults=[status(429, retry_after="1")]),
     )
-    events: list[transfer.TransferProgress] = []
+    events: list[TransferProgress] = []
     started = time.monotonic()
     record = pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert time.monotonic() - started >= 1.0  # backoff_max_s is 0.05: Retry-After won
@@ -288,7 +290,7 @@ def test_wrong_bytes_are_caught_and_nothing_is_kept(hub_env, model_bytes):
 def test_slow_link_reports_an_honest_rate_and_eta(hub_env, model_bytes):
     rate = len(model_bytes) / 2.5
     hub_env.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(model_bytes, bytes_per_s=rate))
-    events: list[transfer.TransferProgress] = []
+    events: list[TransferProgress] = []
     started = time.monotonic()
     pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert time.monotonic() - started >= 2.0
@@ -299,7 +301,7 @@ def test_slow_link_reports_an_honest_rate_and_eta(hub_env, model_bytes):
     assert unknown and known and middle.index(known[0]) == len(unknown)
     assert all(e.rate_bytes_per_s is None for e in unknown)
     assert all(0.5 * rate < (e.rate_bytes_per_s or 0) < 2 * rate for e in known)
-    texts = [", ".join(transfer.progress_parts(e.rate_bytes_per_s, e.eta_s)) for e in middle]
+    texts = [", ".join(progress_parts(e.rate_bytes_per_s, e.eta_s)) for e in middle]
     assert texts[0] == "— MiB/s, — left"
     assert not any(" 0 s left" in text for text in texts)
     assert events[-1].eta_s == 0 and events[-1].done_bytes == len(model_bytes)
