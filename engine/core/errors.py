@@ -13,7 +13,7 @@
     ├── CancelledByUserError     exit 130: the user stopped it (Ctrl-C, quitting the TUI)
     ├── TransferError            exit 1: a download failed; its partial is kept
     │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404
-    ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
+    ├── StoreError               exit 1: a model cannot be pulled, found or removed (records)
     │   └── HubUnreachableError  exit 1: the Hub did not answer (no network, offline) (hubrepo)
     ├── SourceError              exit 1: the engine source cannot be fetched or unpacked (source)
     ├── BuildError               exit 1: cmake configure or build failed (build)

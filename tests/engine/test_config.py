@@ -9,7 +9,7 @@ from lucebox.engine.core.errors import ConfigError, PathsError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.models.store import retry_policy
+from lucebox.engine.models.pull import retry_policy
 
 
 @pytest.fixture
