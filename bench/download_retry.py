@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lucebox.engine.core.transfer import TransferProgress, download_file
+from lucebox.engine.core.download import download_file
+from lucebox.engine.core.downloadprogress import TransferProgress
 from tests.hubserver import HubFile, cut, serve_hub
 
 BLOCK_BYTES = 16 * 2**20

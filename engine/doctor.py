@@ -14,7 +14,8 @@ from lucebox.engine.core.units import GIB, gib_text
 from lucebox.engine.engines import cputarget, kinds, nodejs, registry, toolchain, toolkit
 from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
-from lucebox.engine.models import presets, store
+from lucebox.engine.models import presets
+from lucebox.engine.models.records import list_models
 
 Verdict = Literal["ok", "warn", "missing"]
 
@@ -230,7 +231,7 @@ def check_webui(paths: Paths, probe: GpuProbe, wanted_id: str) -> Check:
 
 
 def check_models(paths: Paths) -> Check:
-    records = store.list_models(paths)
+    records = list_models(paths)
     if not records:
         return Check(
             "models",

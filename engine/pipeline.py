@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Literal
 
 from lucebox.engine.core import units
+from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import TransferProgress
 from lucebox.engine.engines import kinds, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
 from lucebox.engine.engines.kinds import LLAMA_SERVER, EngineKind
@@ -30,7 +30,8 @@ from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
-from lucebox.engine.models import guard, store
+from lucebox.engine.models import guard
+from lucebox.engine.models.pull import pull_model
 from lucebox.engine.plan import planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
@@ -167,9 +168,7 @@ def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event |
     if found is not None:
         return found
     emit(StepEvent("models", "running", f"looking for {source}"))
-    return store.pull_model(
-        paths, source, on_progress=_download_progress(emit), cancel=cancel
-    ).main_path
+    return pull_model(paths, source, on_progress=_download_progress(emit), cancel=cancel).main_path
 
 
 def ensure_engine(

@@ -8,7 +8,8 @@ from pathlib import Path
 import platformdirs
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.models.store import list_models, pull_model
+from lucebox.engine.models.pull import pull_model
+from lucebox.engine.models.records import list_models
 
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

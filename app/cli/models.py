@@ -22,7 +22,15 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
-from lucebox.engine.models import guard, hubrepo, ondisk, store
+from lucebox.engine.models import guard, hubrepo, ondisk
+from lucebox.engine.models.pull import pull_model
+from lucebox.engine.models.records import (
+    ModelRecord,
+    find_model,
+    list_models,
+    remove_model,
+    verify_model,
+)
 from lucebox.engine.plan import quantchoice, repoplan
 from lucebox.engine.plan.flagtypes import mib_list, positive_int
 from lucebox.engine.plan.options import ServeOptions
@@ -77,7 +85,7 @@ def cmd_models_check(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK if all(r.usable for r in results) else EXIT_REFUSED
 
 
-def _record_line(record: store.ModelRecord) -> str:
+def _record_line(record: ModelRecord) -> str:
     info = record.info
     what = f"{info.get('architecture', '?')} {info.get('file_type') or ''}".strip()
     return (
@@ -105,7 +113,7 @@ def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
     progress = transfer_progress("models pull")
     source = _pinned_source(paths, args)
     try:
-        record = store.pull_model(paths, source, on_progress=progress)
+        record = pull_model(paths, source, on_progress=progress)
     except KeyboardInterrupt:
         print(file=sys.stderr)
         raise CancelledByUserError(
@@ -122,7 +130,7 @@ def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace, paths: Paths) -> int:
-    records = store.list_models(paths)
+    records = list_models(paths)
     recorded = {Path(f.path) for r in records for f in r.files}
     found = [f for f in ondisk.find_all() if f.path not in recorded] if args.all else []
     if args.json:
@@ -143,13 +151,13 @@ def cmd_models_list(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_models_verify(args: argparse.Namespace, paths: Paths) -> int:
-    record = store.verify_model(paths, args.name)
+    record = verify_model(paths, args.name)
     print(f"{record.name}: every file matches its sha256 ({record.sha256_source})")
     return EXIT_OK
 
 
 def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
-    record = store.find_model(paths, args.name)
+    record = find_model(paths, args.name)
     kept = [f.path for f in record.files if ondisk.belongs_to_other_app(Path(f.path))]
     foreign = [f.path for f in record.files if not f.owned and f.path not in kept]
     delete_foreign = False
@@ -164,7 +172,7 @@ def cmd_models_rm(args: argparse.Namespace, paths: Paths) -> int:
                 f"{', '.join(foreign)} was not downloaded by lucebox",
                 hint="pass --yes to delete it too, or --keep-files to forget only the record",
             )
-    deleted = store.remove_model(paths, args.name, delete_foreign=delete_foreign)
+    deleted = remove_model(paths, args.name, delete_foreign=delete_foreign)
     freed = sum(f.size_bytes for f in record.files if Path(f.path) in deleted)
     print(f"removed {record.name}; freed {gib_text(freed, 2)}")
     for path in kept:

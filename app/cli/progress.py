@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from lucebox.engine.core.transfer import TransferProgress, progress_parts
+from lucebox.engine.core.downloadprogress import TransferProgress, progress_parts
 from lucebox.engine.core.units import MIB
 
 

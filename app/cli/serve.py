@@ -11,9 +11,9 @@ from lucebox.app.cli.args import add_json, add_launch_options, serve_options
 from lucebox.app.cli.handler import Command
 from lucebox.app.cli.plan import show_launch_plan
 from lucebox.engine import pipeline, servedset
+from lucebox.engine.core.downloadprogress import progress_parts
 from lucebox.engine.core.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import progress_parts
 from lucebox.engine.machine import config
 from lucebox.engine.run import runstate
 

@@ -12,9 +12,9 @@
     │   └── ToolkitRefusal           exit 3: no CUDA toolkit builds for this driver/card (toolkit)
     ├── CancelledByUserError         exit 130: the user stopped it (Ctrl-C, quitting the TUI)
     ├── FetchError                   exit 1: a model or the engine source could not be had
-    │   ├── TransferError            exit 1: a download failed; its partial is kept (transfer)
-    │   │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404 (transfer)
-    │   ├── StoreError               exit 1: a model cannot be pulled, found or removed (store)
+    │   ├── TransferError            exit 1: a download failed; its partial is kept
+    │   │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404
+    │   ├── StoreError               exit 1: a model cannot be pulled, found or removed (records)
     │   │   └── HubUnreachableError  exit 1: the Hub did not answer (no network, offline) (hubrepo)
     │   └── SourceError              exit 1: engine source cannot be fetched or unpacked (source)
     ├── EngineSetupError             exit 1: no working engine binary could be made or found
@@ -109,3 +109,15 @@ class EngineSetupError(LuceboxError):
 
 class RunError(LuceboxError):
     """A server (or its service, or an RPC worker) could not start, keep running or answer."""
+
+
+class TransferError(FetchError):
+    """A download failed; the partial file (if any) is kept for a resume unless it is bad."""
+
+
+class TransferRefusedError(TransferError):
+    """The server refused the file (401, 403, 404, or another 4xx); retrying will not help."""
+
+    def __init__(self, message: str, *, status: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import TransferProgress
 from lucebox.engine.engines import build, lucebox, luceboxbuild, registry, source, toolchain
 from lucebox.engine.engines.build import BuildCallback, BuildChoice, BuildOptions
 from lucebox.engine.engines.lucebox import ByteProgress

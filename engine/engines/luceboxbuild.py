@@ -22,8 +22,8 @@ from pathlib import Path
 
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import GuardRefusal, UsageError
+from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import sha256_file
 from lucebox.engine.engines import cputarget, lucebox, toolchain, toolkit
 from lucebox.engine.engines.build import (
     BuildCallback,

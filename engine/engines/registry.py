@@ -31,9 +31,11 @@ from typing import Any, Literal
 import httpx
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.errors import EngineSetupError, UsageError
+from lucebox.engine.core.download import download_file
+from lucebox.engine.core.downloadprogress import ProgressCallback
+from lucebox.engine.core.errors import EngineSetupError, TransferError, UsageError
+from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import ProgressCallback, TransferError, download_file, sha256_file
 from lucebox.engine.engines import cputarget, nodejs, toolkit, webui
 from lucebox.engine.engines.build import (
     TARGETS,

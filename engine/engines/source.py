@@ -24,9 +24,11 @@ from typing import Literal
 
 import httpx
 
-from lucebox.engine.core.errors import FetchError, HashMismatchError, UsageError
+from lucebox.engine.core.download import download_file
+from lucebox.engine.core.downloadprogress import ProgressCallback
+from lucebox.engine.core.errors import FetchError, HashMismatchError, TransferError, UsageError
+from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.core.transfer import ProgressCallback, TransferError, download_file, sha256_file
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 MARKER_NAME = ".lucebox-source.json"

@@ -22,13 +22,9 @@ from lucebox.engine.models.gguf import (
     info_from_header,
     parse_header,
 )
-from lucebox.engine.models.store import (
-    ModelSource,
-    StoreError,
-    hub_endpoint,
-    hub_error,
-    hub_offline,
-)
+from lucebox.engine.models.hubpull import hub_endpoint, hub_error, hub_offline
+from lucebox.engine.models.modelsource import ModelSource
+from lucebox.engine.models.records import StoreError
 
 HTTP_TIMEOUT_S = 30.0
 SEARCH_LIMIT = 20

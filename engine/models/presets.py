@@ -16,6 +16,7 @@ from typing import Any
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.models.modelsource import parse_source
 
 SPEC_TYPES_NEEDING_DRAFT = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
 LUCEBOX_PRESET_ENGINE = "lucebox"
@@ -167,8 +168,6 @@ def _model(table: Any, facts: Any, where: str) -> PresetModel:
     if not isinstance(table, dict):
         raise PresetError(f"{where}: missing table")
     source = _get(table, "source", str, where)
-    from lucebox.engine.models.store import parse_source
-
     try:
         parse_source(source)
     except UsageError as exc:

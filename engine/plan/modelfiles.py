@@ -13,8 +13,9 @@ from lucebox.engine.models.gguf import ModelInfo
 from lucebox.engine.models.guard import CheckResult, check_model, check_pair
 from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
+from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset, PresetModel, facts_from_preset
-from lucebox.engine.models.store import list_models, parse_source, stored_path
+from lucebox.engine.models.records import list_models, stored_path
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions
 

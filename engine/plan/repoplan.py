@@ -14,10 +14,11 @@ from typing import Any
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.budget import GpuBudget
-from lucebox.engine.models import hubrepo, store
+from lucebox.engine.models import hubrepo
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
+from lucebox.engine.models.modelsource import ModelSource, parse_source
 from lucebox.engine.models.quant import QuantGroup, bits_per_weight, quant_from_name
-from lucebox.engine.models.store import ModelSource, parse_source
+from lucebox.engine.models.records import list_models
 from lucebox.engine.plan import planner, quantchoice
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import Resolved, ServeOptions
@@ -201,7 +202,7 @@ def _stored_pull(paths: Paths, source: ModelSource, quant: str | None) -> RepoCh
     prefix = f"hf:{source.repo_id}/"
     pulls = [
         r
-        for r in store.list_models(paths)
+        for r in list_models(paths)
         if r.source.startswith(prefix)
         and r.main_path.is_file()
         and (quant is None or quant_from_name(r.source) in (quant, f"UD-{quant}"))

@@ -21,9 +21,9 @@ from textual.widgets import DataTable
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.engine import pipeline
+from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal
 from lucebox.engine.core.paths import Paths, resolve_paths
-from lucebox.engine.core.transfer import TransferProgress
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.config import Settings

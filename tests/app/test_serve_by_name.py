@@ -11,7 +11,7 @@ import pytest
 
 from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.models import store
+from lucebox.engine.models.records import list_models
 from lucebox.engine.pipeline import ServeOptions
 from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
 from tests.realmodels import smol_model
@@ -39,7 +39,7 @@ def test_a_repo_by_name_is_pulled_pinned_and_served(built_engine_home, tmp_path,
             ).json()
             assert reply["usage"]["completion_tokens"] > 0
         assert not hub.bytes_served.get((REPO, "mmproj-SmolLM2-F16.gguf"))
-    (record,) = store.list_models(paths)
+    (record,) = list_models(paths)
     assert record.source == f"hf:{REPO}/SmolLM2-135M-Instruct-Q4_1.gguf@{COMMIT}"
     assert record.revision == COMMIT and record.sha256_source == "hub-lfs"
     assert record.files[0].sha256 == state.files[(REPO, "SmolLM2-135M-Instruct-Q4_1.gguf")].sha256

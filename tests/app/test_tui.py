@@ -24,14 +24,15 @@ from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.app.tui.widgets.trend import Trend, per_cell
 from lucebox.engine import pipeline
-from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, UsageError
+from lucebox.engine.core.downloadprogress import TransferProgress
+from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, TransferError, UsageError
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.core.transfer import TransferError, TransferProgress
 from lucebox.engine.core.units import GIB
 from lucebox.engine.engines import webui
 from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.machine.gpu import probe_gpus
-from lucebox.engine.models import guard, store
+from lucebox.engine.models import guard
+from lucebox.engine.models.records import files_dir
 from lucebox.engine.pipeline import ServeOptions, StepEvent
 from lucebox.engine.run.servedmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
@@ -615,7 +616,7 @@ async def test_quitting_during_a_download_stops_it_within_a_second_and_keeps_the
         monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
         paths = resolve_paths(dict(os.environ))
         app = LuceboxApp(Backend(paths), ServeOptions(model="hf:acme/big/big-instruct.gguf"))
-        partial = store.files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
+        partial = files_dir(paths) / "acme--big" / "big-instruct.gguf.part"
         async with app.run_test(size=(100, 30)) as pilot:
             row = app.start_screen.query_one("#step-models", StepRow)
             await wait_until(

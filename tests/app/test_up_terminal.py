@@ -13,7 +13,7 @@ import threading
 import time
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.models import store
+from lucebox.engine.models.records import files_dir
 from tests.hubserver import HubFile, serve_hub
 
 
@@ -80,7 +80,7 @@ def test_q_during_a_download_ends_the_process_within_a_second(lucebox_home, tmp_
     with serve_hub() as hub:
         hub.add("acme/big", "big-instruct.gguf", HubFile(body, bytes_per_s=512 * 1024))
         env = {**os.environ, "HF_ENDPOINT": hub.base_url, "HF_HOME": str(tmp_path / "hf")}
-        partial = store.files_dir(resolve_paths(env)) / "acme--big" / "big-instruct.gguf.part"
+        partial = files_dir(resolve_paths(env)) / "acme--big" / "big-instruct.gguf.part"
         terminal = Terminal(["--model", "hf:acme/big/big-instruct.gguf"], env)
         try:
             terminal.wait_for(b"downloading")

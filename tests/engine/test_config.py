@@ -4,12 +4,12 @@ import os
 
 import pytest
 
+from lucebox.engine.core.download import RetryPolicy
 from lucebox.engine.core.errors import ConfigError, PathsError
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.core.transfer import RetryPolicy
 from lucebox.engine.machine import config
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.models.store import retry_policy
+from lucebox.engine.models.pull import retry_policy
 
 
 @pytest.fixture

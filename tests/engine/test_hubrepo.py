@@ -19,7 +19,8 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.models import hubrepo, quant
-from lucebox.engine.models.store import StoreError, parse_source
+from lucebox.engine.models.modelsource import parse_source
+from lucebox.engine.models.records import StoreError
 from lucebox.engine.plan import quantchoice, repoplan
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.options import ServeOptions, resolve

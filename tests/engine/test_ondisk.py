@@ -13,7 +13,9 @@ import pytest
 
 from lucebox.engine.core.errors import HashMismatchError
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.models import ondisk, store
+from lucebox.engine.models import ondisk
+from lucebox.engine.models.pull import pull_model
+from lucebox.engine.models.records import remove_model
 from tests.conftest import run_lucebox
 from tests.ggufgen import ModelSpec, cached_gguf
 from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
@@ -115,7 +117,7 @@ def test_every_kind_of_store_is_found(home, quants):
 def test_a_pull_uses_ollamas_blob_in_place_and_never_deletes_it(home, hub, quants):
     blob = plant_ollama(home, "tiny", "q4", quants["Q4_0"])
     paths = resolve_paths()
-    record = store.pull_model(paths, f"hf:{REPO}/tiny-Q4_0.gguf")
+    record = pull_model(paths, f"hf:{REPO}/tiny-Q4_0.gguf")
     assert record.main_path == blob and not record.files[0].owned
     assert record.sha256_source == "ollama-blob" and record.revision == COMMIT
     assert not hub.bytes_served.get((REPO, "tiny-Q4_0.gguf"))  # not a byte downloaded
@@ -126,7 +128,7 @@ def test_a_pull_uses_ollamas_blob_in_place_and_never_deletes_it(home, hub, quant
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["target"]["path"] == str(blob)
 
-    assert store.remove_model(paths, record.name, delete_foreign=True) == []
+    assert remove_model(paths, record.name, delete_foreign=True) == []
     assert blob.exists()
 
 
@@ -136,16 +138,16 @@ def test_a_changed_file_is_caught_by_its_hash(home, hub, quants):
     changed[-1] ^= 0xFF
     blob.write_bytes(bytes(changed))
     with pytest.raises(HashMismatchError, match="changed on disk"):
-        store.pull_model(resolve_paths(), f"hf:{REPO}/tiny-Q8_0.gguf")
+        pull_model(resolve_paths(), f"hf:{REPO}/tiny-Q8_0.gguf")
 
 
 def test_lm_studio_files_are_matched_by_name_then_hash(home, hub, quants):
     same = plant_lmstudio(home, "acme/tiny-GGUF/tiny-Q8_0.gguf", quants["Q8_0"])
-    record = store.pull_model(resolve_paths(), f"hf:{REPO}/tiny-Q8_0.gguf")
+    record = pull_model(resolve_paths(), f"hf:{REPO}/tiny-Q8_0.gguf")
     assert record.main_path == same and record.sha256_source == "lmstudio"
     # Same name and size, other bytes: not this model, so it is downloaded instead.
     other = bytearray(quants["Q4_0"].ljust(len(quants["Q4_0"]), b"\0"))
     other[-1] ^= 0xFF
     plant_lmstudio(home, "other/tiny-GGUF/tiny-Q4_0.gguf", bytes(other))
-    record = store.pull_model(resolve_paths(), f"hf:{REPO}/tiny-Q4_0.gguf")
+    record = pull_model(resolve_paths(), f"hf:{REPO}/tiny-Q4_0.gguf")
     assert record.files[0].owned and hub.bytes_served[(REPO, "tiny-Q4_0.gguf")] > 0

@@ -17,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.core import transfer
+from lucebox.engine.core import download, downloadattempt, hashing
+from lucebox.engine.core.downloadprogress import TransferProgress, progress_parts
 from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal, HashMismatchError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import config
-from lucebox.engine.models import store
-from lucebox.engine.models.store import StoreError, parse_source, pull_model
+from lucebox.engine.models.modelsource import parse_source
+from lucebox.engine.models.pull import pull_model
+from lucebox.engine.models.pullcheck import DISK_MARGIN_BYTES
+from lucebox.engine.models.records import StoreError, files_dir, list_models
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, write_llama
 from tests.hubserver import COMMIT, HubFile, cut, reset, serve_hub, stall, status
@@ -58,7 +61,7 @@ def body_ranges(hub) -> list[str | None]:
 
 
 def partial_path():
-    return store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
+    return files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
 
 
 def hears_ctrl_c() -> None:
@@ -105,7 +108,7 @@ def test_pull_records_a_verified_model(hub_env, model_bytes):
     assert events and events[-1].done_bytes == len(model_bytes)
     assert events[-1].total_bytes == len(model_bytes)
     assert record.info["architecture"] == "llama"
-    (listed,) = store.list_models(resolve_paths())
+    (listed,) = list_models(resolve_paths())
     assert listed == record
 
 
@@ -133,14 +136,15 @@ def test_three_cuts_mid_body_end_in_one_run_without_rereading_the_disk(
         HubFile(model_bytes, faults=[cut(third), reset(third), cut(third)]),
     )
     hashed: list = []
-    real_sha256_file = transfer.sha256_file
+    real_sha256_file = hashing.sha256_file
 
     def counted_sha256_file(*args):
         hashed.append(args)
         return real_sha256_file(*args)
 
-    monkeypatch.setattr(transfer, "sha256_file", counted_sha256_file)
-    events: list[transfer.TransferProgress] = []
+    monkeypatch.setattr(downloadattempt, "sha256_file", counted_sha256_file)
+    monkeypatch.setattr(download, "sha256_file", counted_sha256_file)
+    events: list[TransferProgress] = []
     record = pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert record.files[0].sha256 == sha(model_bytes)
     ranges = body_ranges(hub_env)
@@ -175,7 +179,7 @@ def test_the_pull_command_says_when_it_waits_and_which_attempt(hub_env, model_by
 
 def test_a_stall_is_dropped_and_resumed(hub_env, model_bytes):
     hub_env.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(model_bytes, faults=[stall(1000)]))
-    events: list[transfer.TransferProgress] = []
+    events: list[TransferProgress] = []
     started = time.monotonic()
     record = pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert time.monotonic() - started >= 0.5
@@ -195,7 +199,7 @@ def test_a_stall_that_never_ends_gives_up_with_what_is_on_disk(hub_env, model_by
     assert f"5000 of {len(model_bytes)} bytes are on disk" in caught.value.message
     assert "run the same command again to resume" in (caught.value.hint or "")
     assert partial_path().stat().st_size == 5000
-    assert store.list_models(resolve_paths()) == []
+    assert list_models(resolve_paths()) == []
     hub_file.faults.clear()
     hub_env.requests.clear()
     assert pull_model(resolve_paths(), SOURCE).files[0].sha256 == sha(model_bytes)
@@ -211,7 +215,7 @@ def test_server_errors_are_retried_until_the_file_comes(hub_env, model_bytes):
     # Three idle attempts are allowed here (download.max_idle_attempts = 3).
     with pytest.raises(StoreError, match=r"gave up after 3 attempts .*HTTP 502"):
         pull_model(resolve_paths(), SOURCE)
-    assert store.list_models(resolve_paths()) == []
+    assert list_models(resolve_paths()) == []
     hub_env.requests.clear()
     hub_env.add(
         "acme/tiny",
@@ -229,7 +233,7 @@ def test_too_many_requests_waits_as_long_as_the_server_asks(hub_env, model_bytes
         "tiny-instruct-f16.gguf",
         HubFile(model_bytes, faults=[status(429, retry_after="1")]),
     )
-    events: list[transfer.TransferProgress] = []
+    events: list[TransferProgress] = []
     started = time.monotonic()
     record = pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert time.monotonic() - started >= 1.0  # backoff_max_s is 0.05: Retry-After won
@@ -247,7 +251,7 @@ def test_refusals_during_the_download_are_not_retried(hub_env, model_bytes, code
         pull_model(resolve_paths(), SOURCE)
     assert fragment in (caught.value.hint or "")
     assert body_ranges(hub_env) == [None]
-    assert store.list_models(resolve_paths()) == []
+    assert list_models(resolve_paths()) == []
 
 
 @pytest.mark.parametrize(
@@ -280,15 +284,15 @@ def test_wrong_bytes_are_caught_and_nothing_is_kept(hub_env, model_bytes):
     with pytest.raises(HashMismatchError, match="sha256"):
         pull_model(resolve_paths(), SOURCE)
     assert body_ranges(hub_env) == [None]  # not retried
-    files = store.files_dir(resolve_paths())
+    files = files_dir(resolve_paths())
     assert not [p for p in files.rglob("*") if p.is_file()]
-    assert store.list_models(resolve_paths()) == []
+    assert list_models(resolve_paths()) == []
 
 
 def test_slow_link_reports_an_honest_rate_and_eta(hub_env, model_bytes):
     rate = len(model_bytes) / 2.5
     hub_env.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(model_bytes, bytes_per_s=rate))
-    events: list[transfer.TransferProgress] = []
+    events: list[TransferProgress] = []
     started = time.monotonic()
     pull_model(resolve_paths(), SOURCE, on_progress=events.append)
     assert time.monotonic() - started >= 2.0
@@ -299,7 +303,7 @@ def test_slow_link_reports_an_honest_rate_and_eta(hub_env, model_bytes):
     assert unknown and known and middle.index(known[0]) == len(unknown)
     assert all(e.rate_bytes_per_s is None for e in unknown)
     assert all(0.5 * rate < (e.rate_bytes_per_s or 0) < 2 * rate for e in known)
-    texts = [", ".join(transfer.progress_parts(e.rate_bytes_per_s, e.eta_s)) for e in middle]
+    texts = [", ".join(progress_parts(e.rate_bytes_per_s, e.eta_s)) for e in middle]
     assert texts[0] == "— MiB/s, — left"
     assert not any(" 0 s left" in text for text in texts)
     assert events[-1].eta_s == 0 and events[-1].done_bytes == len(model_bytes)
@@ -337,9 +341,9 @@ def test_disk_too_small_is_refused_before_the_first_byte(hub_env, model_bytes, m
     hub_env.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(model_bytes))
     usage = namedtuple("usage", "total used free")
     # Room for what a 1000-byte partial leaves to fetch plus the margin, not for the whole file.
-    free_bytes = store.DISK_MARGIN_BYTES + len(model_bytes) - 1000
+    free_bytes = DISK_MARGIN_BYTES + len(model_bytes) - 1000
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10**12, 10**12, free_bytes))
-    folder = store.files_dir(resolve_paths()) / "acme--tiny"
+    folder = files_dir(resolve_paths()) / "acme--tiny"
     with pytest.raises(GuardRefusal, match="not enough disk") as caught:
         pull_model(resolve_paths(), SOURCE)
     needed_mib = len(model_bytes) / 2**20
@@ -387,9 +391,9 @@ def test_damaged_publisher_file_is_quarantined(hub_env, model_bytes):
     with pytest.raises(GuardRefusal, match="truncated"):
         pull_model(resolve_paths(), SOURCE)
     paths = resolve_paths()
-    assert store.list_models(paths) == []
+    assert list_models(paths) == []
     assert list((paths.models_dir / "quarantine").iterdir())
-    assert not (store.files_dir(paths) / "acme--tiny" / "tiny-instruct-f16.gguf").exists()
+    assert not (files_dir(paths) / "acme--tiny" / "tiny-instruct-f16.gguf").exists()
 
 
 def test_split_model_is_pulled_as_one(hub_env, tmp_path):
@@ -418,7 +422,7 @@ def test_ctrl_c_leaves_a_resumable_partial(hub_env, model_bytes, tmp_path):
         text=True,
         preexec_fn=hears_ctrl_c,
     )
-    partial = store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
+    partial = files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not (partial.exists() and partial.stat().st_size):
         time.sleep(0.05)
@@ -453,10 +457,10 @@ def test_cancel_stops_between_reads_and_keeps_the_partial(hub_env, model_bytes):
         pull_model(resolve_paths(), SOURCE, on_progress=cancel_once_bytes_arrive, cancel=cancel)
     assert time.monotonic() - cancelled_at[0] < 1.5  # the whole file would take 4 s
     assert caught.value.exit_code == 130 and "resume" in (caught.value.hint or "")
-    partial = store.files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
+    partial = files_dir(resolve_paths()) / "acme--tiny" / "tiny-instruct-f16.gguf.part"
     kept = partial.stat().st_size
     assert 0 < kept < len(model_bytes)
-    assert store.list_models(resolve_paths()) == []
+    assert list_models(resolve_paths()) == []
     hub_file.bytes_per_s = None
     hub_env.requests.clear()
     record = pull_model(resolve_paths(), SOURCE)
@@ -510,7 +514,7 @@ def test_two_pulls_of_one_file_share_one_download(hub_env, model_bytes, tmp_path
         assert proc.stdout is not None
         proc.stdout.close()
     assert body_ranges(hub_env) == [None]  # one download, used by both
-    (record,) = store.list_models(resolve_paths())
+    (record,) = list_models(resolve_paths())
     assert Path(record.files[0].path).read_bytes() == model_bytes
     assert not partial_path().exists()
     assert not partial_path().with_name("tiny-instruct-f16.gguf.lock").exists()

@@ -11,16 +11,10 @@ import time
 import pytest
 import trustme
 
-from lucebox.engine.core import transfer
-from lucebox.engine.core.errors import HashMismatchError
-from lucebox.engine.core.transfer import (
-    RetryPolicy,
-    TransferError,
-    TransferRefusedError,
-    download_file,
-    duration_text,
-    progress_parts,
-)
+from lucebox.engine.core import downloadattempt
+from lucebox.engine.core.download import RetryPolicy, download_file
+from lucebox.engine.core.downloadprogress import TransferProgress, duration_text, progress_parts
+from lucebox.engine.core.errors import HashMismatchError, TransferError, TransferRefusedError
 from tests.httpserver import Route, serve_files
 
 BODY = os.urandom(3 * 1024 * 1024 + 123)
@@ -65,9 +59,9 @@ def test_giving_up_keeps_the_partial_and_says_how_to_resume(tmp_path):
     # Every request after the first is cut before its first body byte: no progress at all.
     route = Route(BODY, cut_after_bytes=100_000, cuts_left=1)
     with serve_files({"/e": route}) as server:
-        events: list[transfer.TransferProgress] = []
+        events: list[TransferProgress] = []
 
-        def cut_every_later_request(event: transfer.TransferProgress) -> None:
+        def cut_every_later_request(event: TransferProgress) -> None:
             events.append(event)
             route.cut_after_bytes, route.cuts_left = 0, 10
 
@@ -178,7 +172,7 @@ def test_backoff_doubles_up_to_its_cap():
 
 
 def test_retry_after_takes_seconds_or_a_date():
-    assert transfer._retry_after_s("7") == 7.0
+    assert downloadattempt._retry_after_s("7") == 7.0
     later = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 28 <= (transfer._retry_after_s(later) or 0) <= 31
-    assert transfer._retry_after_s("soon") is None
+    assert 28 <= (downloadattempt._retry_after_s(later) or 0) <= 31
+    assert downloadattempt._retry_after_s("soon") is None

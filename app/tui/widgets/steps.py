@@ -9,7 +9,7 @@ from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
 from lucebox.engine.core import units
-from lucebox.engine.core.transfer import progress_parts
+from lucebox.engine.core.downloadprogress import progress_parts
 from lucebox.engine.pipeline import StepEvent, StepName
 
 STEP_TITLES: dict[StepName, str] = {
