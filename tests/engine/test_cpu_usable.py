@@ -6,8 +6,8 @@ import dataclasses
 
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
-from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
+from lucebox.engine.models.modelinfo import inspect_model
 from lucebox.engine.plan import cpuread
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.hostram import cpu_keep_free_bytes

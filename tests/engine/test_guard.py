@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lucebox.engine.models.gguf import inspect_model
 from lucebox.engine.models.guard import check_model, check_pair
+from lucebox.engine.models.modelinfo import inspect_model
 from tests.ggufgen import ModelSpec, write_llama
 
 ARCHS = ("llama", "gemma3", "dflash", "qwen2")

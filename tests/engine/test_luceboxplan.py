@@ -18,8 +18,9 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.models.gguf import info_from_header, read_header
+from lucebox.engine.models.gguf import read_header
 from lucebox.engine.models.modelfacts import facts_from_info
+from lucebox.engine.models.modelinfo import info_from_header
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import engine_environ, server_argv
 from lucebox.engine.plan.luceboxplan import (

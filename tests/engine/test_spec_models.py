@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from lucebox.engine.models.gguf import inspect_model, read_header
+from lucebox.engine.models.gguf import read_header
+from lucebox.engine.models.modelinfo import inspect_model
 from tests.ggufgen import (
     AssistantSpec,
     LuceboxDFlashSpec,

@@ -48,8 +48,8 @@ sys.exit(1)
 
 @pytest.fixture
 def plan(tmp_path):
-    from lucebox.engine.models.gguf import inspect_model
     from lucebox.engine.models.modelfacts import facts_from_info
+    from lucebox.engine.models.modelinfo import inspect_model
 
     facts = facts_from_info(inspect_model(write_llama(tmp_path / "g.gguf", GEMMA_270M)))
     return make_plan(PlanRequest(target=facts, budget=GpuBudget("ram", 8 * GIB, 8 * GIB, False)))
