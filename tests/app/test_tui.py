@@ -33,6 +33,7 @@ from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models import guard, store
 from lucebox.engine.pipeline import ServeOptions, StepEvent
+from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.servedmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
 from tests.app.scripted import (
@@ -234,16 +235,23 @@ async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(ba
         assert not app.start_screen.query_one("#cpu-engine", Button).display
 
 
+OOM = EngineDeath(
+    "gpu-out-of-memory",
+    "the GPU ran out of memory",
+    "pick a smaller preset or ask for less --ctx",
+    1,
+)
+
+
 async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
     backend.server_events = [
         ServerEvent("starting", "engine started (pid 1)", 1),
-        ServerEvent("exited", "engine exited (1): CUDA out of memory", 1, "oom"),
+        ServerEvent("exited", "engine exited (1): CUDA out of memory", 1, OOM),
         ServerEvent(
             "gave-up",
-            "gave up after 5 crashes in 600 s: the GPU ran out of memory while loading: "
-            "pick a smaller preset or ask for less --ctx",
+            f"gave up after 5 crashes in 600 s: gpu-out-of-memory: {OOM.sentence}",
             1,
-            "oom",
+            OOM,
         ),
     ]
     app = app_for(backend)

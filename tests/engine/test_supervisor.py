@@ -18,13 +18,13 @@ from lucebox.engine.plan.launch import LaunchSpec, server_argv
 from lucebox.engine.plan.memory import PlanRequest, make_plan
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
+from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.runstate import read_status
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
     Supervisor,
-    diagnose,
     port_holder,
 )
 from tests.engine.test_plan import GEMMA_270M
@@ -76,7 +76,7 @@ def test_binding_beyond_loopback_needs_a_key(plan):
 @pytest.mark.parametrize(
     ("line", "code"),
     [
-        (CUDA_OOM_LINE, "oom"),
+        (CUDA_OOM_LINE, "gpu-out-of-memory"),
         ("tensor 'blk.3' data is not within the file bounds, model is corrupted", "truncated"),
         (
             "llama_model_load: error loading model: unknown model architecture: 'zzz'",
@@ -89,8 +89,9 @@ def test_binding_beyond_loopback_needs_a_key(plan):
         ),
     ],
 )
-def test_diagnosis_from_the_contract_strings(line, code):
-    assert diagnose(["noise", line])[0] == code
+def test_log_causes_from_the_contract_strings(line, code):
+    cause = log_cause(["noise", line])
+    assert cause is not None and cause.code == code
 
 
 def test_port_holder_names_the_holder():
@@ -114,7 +115,7 @@ async def test_crash_loop_gives_up_with_the_diagnosis(plan, tmp_path):
     events = [event async for event in supervisor.events()]
     kinds = [e.kind for e in events]
     assert kinds[-1] == "gave-up"
-    assert events[-1].diagnosis == "truncated"
+    assert events[-1].cause is not None and events[-1].cause.code == "truncated"
     assert "models verify" in events[-1].message
     # A truncated model fails the same way every time: no pointless restarts.
     assert kinds.count("starting") == 1
