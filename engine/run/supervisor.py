@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -247,8 +248,8 @@ class Supervisor:
                 holder = port_holder(self.spec.host, self.spec.port)
                 if holder is not None:
                     taken = port_taken(self.spec.port, holder)
-                    yield ServerEvent(
-                        "gave-up", taken.sentence, cause=taken, restarts=self.restarts
+                    yield self._noted(
+                        ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
                     )
                     return
                 argv = server_argv(self.spec)
@@ -316,22 +317,27 @@ class Supervisor:
                 returncode = process.returncode
                 assert returncode is not None
                 death = self._name_death(returncode, lines_before, launched, stopped_why)
-                yield ServerEvent(
-                    "exited",
-                    f"engine exited ({returncode}): {death.sentence}",
-                    process.pid,
-                    death,
-                    self.restarts,
-                )
-                rebuild_to = self._rebuild_target() if death.code == "illegal-instruction" else None
-                if rebuild_to is not None:
-                    yield ServerEvent(
-                        "restarting",
-                        f"rebuilding the same engine version for {rebuild_to}, once: the "
-                        f"{self.cpu_target} build died of an illegal instruction (a few minutes)",
+                yield self._noted(
+                    ServerEvent(
+                        "exited",
+                        f"engine exited ({returncode}): {death.sentence}",
                         process.pid,
                         death,
                         self.restarts,
+                    )
+                )
+                rebuild_to = self._rebuild_target() if death.code == "illegal-instruction" else None
+                if rebuild_to is not None:
+                    yield self._noted(
+                        ServerEvent(
+                            "restarting",
+                            f"rebuilding the same engine version for {rebuild_to}, once: the "
+                            f"{self.cpu_target} build died of an illegal instruction "
+                            "(a few minutes)",
+                            process.pid,
+                            death,
+                            self.restarts,
+                        )
                     )
                     rebuilt = await self._rebuild(rebuild_to)
                     if isinstance(rebuilt, LaunchSpec):
@@ -344,24 +350,22 @@ class Supervisor:
                             "stopped", "engine stopped", process.pid, restarts=self.restarts
                         )
                         return
-                    death = EngineDeath(
-                        death.code,
-                        death.words,
-                        f"the rebuild for {rebuild_to} failed ({rebuilt}): build it with "
-                        "`lucebox engine build`",
-                        death.returncode,
-                        death.last_lines,
-                        retry=False,
+                    death = dataclasses.replace(
+                        death,
+                        next_step=f"the rebuild for {rebuild_to} failed ({rebuilt}): build it "
+                        "with `lucebox engine build`",
                     )
                 next_spec = self._after_crash(death)
                 if next_spec is None:
-                    yield ServerEvent(
-                        "gave-up",
-                        f"gave up after {len(self._crash_times)} crashes in "
-                        f"{self.policy.window_s:.0f} s: {death.code}: {death.sentence}",
-                        process.pid,
-                        death,
-                        self.restarts,
+                    yield self._noted(
+                        ServerEvent(
+                            "gave-up",
+                            f"gave up after {len(self._crash_times)} crashes in "
+                            f"{self.policy.window_s:.0f} s: {death.code}: {death.sentence}",
+                            process.pid,
+                            death,
+                            self.restarts,
+                        )
                     )
                     return
                 backoff = min(
@@ -389,7 +393,13 @@ class Supervisor:
         """Every restart, asked for or after a crash: the next engine runs ``spec``."""
         self.spec = spec
         self.restarts += 1
-        return ServerEvent("restarting", message, pid, cause, self.restarts)
+        return self._noted(ServerEvent("restarting", message, pid, cause, self.restarts))
+
+    def _noted(self, event: ServerEvent) -> ServerEvent:
+        """The event, also written to the engine log: whoever reads it there learns why the
+        engine died and what lucebox did about it."""
+        self.log.write(f"# lucebox: {event.kind}: {event.message}")
+        return event
 
     def _after_crash(self, death: EngineDeath) -> LaunchSpec | None:
         now = time.monotonic()
