@@ -102,6 +102,10 @@ def port_holder(host: str, port: int) -> str | None:
     return "another program"
 
 
+def _crashes(count: int) -> str:
+    return f"{count} crash" if count == 1 else f"{count} crashes"
+
+
 def file_stamp(path: str) -> FileStamp | None:
     """The file as it is now; None when it cannot be read."""
     try:
@@ -317,6 +321,7 @@ class Supervisor:
                 returncode = process.returncode
                 assert returncode is not None
                 death = self._name_death(returncode, lines_before, launched, stopped_why)
+                self._count_crash()
                 yield self._noted(
                     ServerEvent(
                         "exited",
@@ -360,7 +365,7 @@ class Supervisor:
                     yield self._noted(
                         ServerEvent(
                             "gave-up",
-                            f"gave up after {len(self._crash_times)} crashes in "
+                            f"gave up after {_crashes(len(self._crash_times))} in "
                             f"{self.policy.window_s:.0f} s: {death.code}: {death.sentence}",
                             process.pid,
                             death,
@@ -401,10 +406,12 @@ class Supervisor:
         self.log.write(f"# lucebox: {event.kind}: {event.message}")
         return event
 
-    def _after_crash(self, death: EngineDeath) -> LaunchSpec | None:
+    def _count_crash(self) -> None:
         now = time.monotonic()
         self._crash_times = [t for t in self._crash_times if now - t < self.policy.window_s]
         self._crash_times.append(now)
+
+    def _after_crash(self, death: EngineDeath) -> LaunchSpec | None:
         if death.code == "gpu-out-of-memory" and self.replan_on_oom is not None:
             if self._oom_retried:
                 return None  # the re-planned launch ran out of memory too: do not hammer it
