@@ -28,6 +28,7 @@ LAST_LINES = 5
 _LINE_CHARS = 200
 _GIB = 1024**3
 LOGS = "`lucebox logs`"
+REPORT_STEP = f"report `lucebox doctor`'s output with the engine log ({LOGS})"
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,8 @@ class DeathFacts:
     """The baseline lucebox rebuilds for after an illegal instruction; None: it does not."""
     rebuilt_from: str | None = None
     """The baseline of the build that died first, when this build is lucebox's rebuild."""
+    build_command: str = "lucebox engine build"
+    """The command that builds this kind of engine for a baseline this CPU runs."""
     changes: tuple[str, ...] = ()
     """Each model file that changed since the engine started, in words."""
     model_name: str | None = None
@@ -281,19 +284,14 @@ def _illegal_instruction(facts: DeathFacts) -> EngineDeath:
     elif facts.rebuilt_from is not None:
         step = (
             f"lucebox rebuilt it from {facts.rebuilt_from} down to {facts.cpu_target} once and "
-            "does not again: report `lucebox doctor`'s output with the engine log"
+            f"does not again: {REPORT_STEP}"
         )
-    elif facts.cpu_target is None:
-        step = (
-            "lucebox did not build this engine: build one for this CPU with `lucebox engine build`"
-        )
+    elif facts.cpu_target in (None, cputarget.NATIVE):
+        step = f"build one for a baseline this CPU runs: `{facts.build_command}`"
     elif cputarget.below(facts.cpu_target) is None:
-        step = (
-            f"{facts.cpu_target} is the lowest baseline lucebox builds for: report `lucebox "
-            "doctor`'s output with the engine log"
-        )
+        step = f"{facts.cpu_target} is the lowest baseline lucebox builds for: {REPORT_STEP}"
     else:
-        step = "build it for this CPU: `lucebox engine build`"
+        step = REPORT_STEP
     return EngineDeath("illegal-instruction", words, step, retry=False)
 
 

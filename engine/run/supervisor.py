@@ -32,6 +32,7 @@ from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.engines import cputarget
 from lucebox.engine.plan.launch import LaunchSpec, engine_environ, server_argv, url_of
 from lucebox.engine.run.death import (
+    REPORT_STEP,
     DeathFacts,
     EngineDeath,
     FileStamp,
@@ -116,11 +117,12 @@ def file_stamp(path: str) -> FileStamp | None:
 
 
 def ram_users(top: int = 3) -> tuple[tuple[str, int], ...]:
-    """The programs holding the most RAM now, largest first: name and resident bytes."""
+    """The programs other than lucebox holding the most RAM now, largest first: name and
+    resident bytes."""
     found = []
     for proc in psutil.process_iter(["name", "memory_info"]):
         memory = proc.info.get("memory_info")
-        if memory is not None:
+        if memory is not None and proc.pid != os.getpid():
             found.append((str(proc.info.get("name") or proc.pid), int(memory.rss)))
     return tuple(sorted(found, key=lambda item: -item[1])[:top])
 
@@ -357,8 +359,7 @@ class Supervisor:
                         return
                     death = dataclasses.replace(
                         death,
-                        next_step=f"the rebuild for {rebuild_to} failed ({rebuilt}): build it "
-                        "with `lucebox engine build`",
+                        next_step=f"the rebuild for {rebuild_to} failed ({rebuilt}): {REPORT_STEP}",
                     )
                 next_spec = self._after_crash(death)
                 if next_spec is None:
@@ -412,13 +413,13 @@ class Supervisor:
         self._crash_times.append(now)
 
     def _after_crash(self, death: EngineDeath) -> LaunchSpec | None:
+        if not death.retry:
+            return None  # the same command fails the same way: do not hammer it
         if death.code == "gpu-out-of-memory" and self.replan_on_oom is not None:
             if self._oom_retried:
                 return None  # the re-planned launch ran out of memory too: do not hammer it
             self._oom_retried = True
             return self.replan_on_oom(self.spec)
-        if not death.retry:
-            return None  # the same command fails the same way: do not hammer it
         if len(self._crash_times) >= self.policy.max_crashes:
             return None
         return self.spec
@@ -471,6 +472,8 @@ class Supervisor:
             cpu_target=self.cpu_target,
             rebuild_target=self._rebuild_target() if returncode == -signal.SIGILL else None,
             rebuilt_from=self._rebuilt_from,
+            build_command="lucebox engine build"
+            + (" --engine lucebox" if self.spec.lucebox is not None else ""),
             changes=tuple(
                 change
                 for stamp in launched

@@ -11,6 +11,7 @@ from lucebox.engine.run.death import (
     EngineDeath,
     FileStamp,
     changed_file,
+    host_ram_terms,
     name_death,
 )
 
@@ -38,7 +39,9 @@ def test_an_illegal_instruction_is_rebuilt_for_the_baseline_below_once():
     floor = name_death(-signal.SIGILL, [], DeathFacts(cpu_target="x86-64-v2"))
     assert "lowest baseline" in floor.next_step
     foreign = name_death(-signal.SIGILL, [], DeathFacts())
-    assert "`lucebox engine build`" in foreign.next_step
+    assert "build one for a baseline this CPU runs: `lucebox engine build`" in foreign.next_step
+    native = DeathFacts(cpu_target="native", build_command="lucebox engine build --engine lucebox")
+    assert "`lucebox engine build --engine lucebox`" in name_death(-4, [], native).next_step
 
 
 def test_a_sigkill_lucebox_did_not_send_is_the_kernel_out_of_memory_killer():
@@ -130,3 +133,16 @@ def test_the_cause_round_trips_through_the_state_file():
         death.last_lines,
     )
     assert EngineDeath.from_json({"code": 1}) is None
+
+
+def test_the_host_ram_a_plan_holds_on_a_cpu_and_beside_a_gpu():
+    from lucebox.engine.plan.sizes import MemoryBytes
+
+    gib = 1024**3
+    on_cpu = MemoryBytes(2 * gib, gib, 0, gib // 2, 0, 0, 12 * gib, gib // 2, 0, True)
+    assert host_ram_terms(on_cpu) == (
+        "the plan takes 4.0 GiB of RAM (weights 2.0, KV 1.0, prompt cache 0.5 GiB) of the "
+        "12.0 GiB it planned on"
+    )
+    beside_gpu = MemoryBytes(8 * gib, gib, 0, gib, gib // 2, 0, 24 * gib, 2 * gib, gib, False)
+    assert host_ram_terms(beside_gpu).startswith("the plan keeps 3.0 GiB in host RAM beside")
