@@ -11,6 +11,7 @@ the CLI's lines and the TUI's checklist follow it one to one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import Literal
 
 from lucebox.engine.core import units
 from lucebox.engine.core.downloadprogress import TransferProgress
+from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
@@ -32,6 +34,7 @@ from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard
 from lucebox.engine.models.pull import pull_model
+from lucebox.engine.models.records import list_models
 from lucebox.engine.plan import planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import LaunchSpec
@@ -398,7 +401,58 @@ class Replanner:
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
-    return Supervisor(prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s)
+    """The supervisor of the prepared launch, knowing the engine build it runs (its CPU
+    baseline, and how to rebuild it for a lower one) and the model's name in the store."""
+    supervisor = Supervisor(
+        prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s
+    )
+    engine = served_engine(paths, prepared.spec)
+    supervisor.cpu_target = engine.cpu_target if engine is not None else None
+    if engine is not None and engine.origin == "build":
+        supervisor.rebuild_for_cpu = functools.partial(rebuild_for_cpu, paths)
+    supervisor.model_name = stored_name(paths, prepared.spec.model_path)
+    return supervisor
+
+
+def served_engine(paths: Paths, spec: LaunchSpec) -> EngineManifest | None:
+    """The installed engine whose server the launch runs; None when it is not one of them."""
+    found = (e for e in registry.list_engines(paths) if e.server_path == spec.server_path)
+    return next(found, None)
+
+
+def stored_name(paths: Paths, model_path: str) -> str | None:
+    """The name of the stored model whose file ``model_path`` is; None for a file the store
+    does not hold."""
+    for record in list_models(paths):
+        if any(f.path == model_path for f in record.files):
+            return record.name
+    return None
+
+
+def rebuild_for_cpu(
+    paths: Paths, spec: LaunchSpec, cpu_target: str, cancel: threading.Event
+) -> LaunchSpec:
+    """The launch on the served engine's version built again for the CPU baseline
+    ``cpu_target``, after it died of an illegal instruction; stops when ``cancel`` is set."""
+    engine = served_engine(paths, spec)
+    if engine is None:
+        raise LuceboxError(f"{spec.server_path} is not an engine lucebox installed")
+    kind = kinds.kind(engine.kind)
+    source = kind.ensure_source(paths)
+    if source.identity != engine.source_identity:
+        raise LuceboxError(
+            f"the source {engine.id} was built from is not here ({source.identity} is)",
+            hint=f"`{kind.build_command}` builds the pinned engine for this CPU",
+        )
+
+    def on_event(event: BuildEvent) -> None:
+        if cancel.is_set():
+            raise CancelledByUserError(f"the rebuild of {engine.id} for {cpu_target} was stopped")
+
+    rebuilt, _ = kind.build_and_install(
+        paths, source, engine.build_options(cpu_target), on_event=on_event
+    )
+    return replace(spec, server_path=rebuilt.server_path)
 
 
 def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:

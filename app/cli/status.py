@@ -44,6 +44,8 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         f"{service}{status.state}: {status.model} at {status.url} (pid {status.pid}, "
         f"up {status.uptime_s():.0f} s, {status.restarts} restarts)"
     )
+    if status.cause is not None:
+        head += f"\n  last exit: {status.cause.code}: {status.cause.sentence}"
     if status.webui_url:
         head += f"\n  chat in a browser: {status.webui_url}"
     head += "".join(f"\n  {model_line(model)}" for model in status.models)

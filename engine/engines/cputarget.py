@@ -80,6 +80,16 @@ def target(name: str) -> CpuTarget:
     return TARGETS.get(name, CpuTarget(name, (), ()))
 
 
+def below(target_name: str | None) -> CpuTarget | None:
+    """The next baseline down from ``target_name``, the one a build that died of an illegal
+    instruction is rebuilt for: v3 below a native build, v2 below v3; None at the floor (v2,
+    ``generic``) and for a build whose baseline is not known."""
+    ladder = (NATIVE, X86_64_V3.name, X86_64_V2.name)
+    if target_name not in ladder[:-1]:
+        return None
+    return TARGETS[ladder[ladder.index(target_name) + 1]]
+
+
 def choose_target(cpu: CpuInfo) -> CpuTarget:
     """The fastest baseline this CPU runs: v3 where it has every v3 feature (or they are not
     known), v2 below that; ``generic`` off x86."""

@@ -110,6 +110,19 @@ class EngineManifest:
             return None
         return str(self.options.get("cpu_target") or cputarget.NATIVE)
 
+    def build_options(self, cpu_target: str) -> BuildOptions:
+        """The options lucebox built it with, for the CPU baseline ``cpu_target``: the same
+        engine version built again for a lower baseline."""
+        options = self.options
+        return BuildOptions(
+            self.backend,
+            tuple(options.get("cuda_archs") or ()),
+            str(options.get("build_type") or "Release"),
+            str(options.get("toolkit") or ""),
+            bool(options.get("webui", True)),
+            cpu_target,
+        )
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         caps = data.pop("capabilities")

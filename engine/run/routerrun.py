@@ -25,6 +25,7 @@ import psutil
 from lucebox.engine.core.api import CallError, auth_headers
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.servedmodels import (
     ModelNote,
     ModelsSample,
@@ -37,7 +38,7 @@ from lucebox.engine.run.servedmodels import (
     router_states,
 )
 from lucebox.engine.run.serverrun import RunItem, ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, diagnose
+from lucebox.engine.run.supervisor import ServerEvent
 
 if TYPE_CHECKING:
     from lucebox.engine.run.supervisor import Supervisor
@@ -246,7 +247,8 @@ class RouterRun(ServerRun):
             # Read once: the port may serve another process later.
             lines = list(self._child_lines.pop(port, ())) if port is not None else []
             replan = self.replan_on_oom
-            if diagnose(lines)[0] == "oom" and replan is not None:
+            cause = log_cause(lines)
+            if cause is not None and cause.code == "gpu-out-of-memory" and replan is not None:
                 notes.append(ModelNote(alias, await self._replan(client, alias, replan)))
         return notes
 

@@ -20,6 +20,7 @@ from typing import IO, Any, Literal, TypeVar, get_args
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedmodels import ModelStatus
 
@@ -70,6 +71,9 @@ class Status:
     peers: tuple[PeerStatus, ...] = ()
     models: tuple[ModelStatus, ...] = ()
     """The models of a served set (the router's); empty for one model."""
+    cause: EngineDeath | None = None
+    """Why the engine last died, and the next step; None until it has. It stays once the
+    engine serves again, so a restart count has its reason."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -94,6 +98,7 @@ class Status:
             "gpus": [g.to_json() for g in self.gpus],
             "peers": [p.to_json() for p in self.peers],
             "models": [m.to_json() for m in self.models],
+            "cause": self.cause.to_json() if self.cause else None,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -132,6 +137,7 @@ class Status:
             gpus=_items(GpuStatus.from_json, data.get("gpus")),
             peers=_items(PeerStatus.from_json, data.get("peers")),
             models=_items(ModelStatus.from_json, data.get("models")),
+            cause=EngineDeath.from_json(data.get("cause")),
         )
 
 

@@ -291,6 +291,7 @@ class ServerRun:
             engine_pid=event.pid,
             ctx=self.supervisor.spec.plan.ctx,
             peers=self._peers_after(event),
+            cause=event.cause or self._run.status.cause,
         )
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import os
-import re
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,8 +28,19 @@ from typing import Literal
 import httpx
 import psutil
 
-from lucebox.engine.core.errors import RunError
+from lucebox.engine.core.errors import LuceboxError, RunError
+from lucebox.engine.engines import cputarget, kinds
 from lucebox.engine.plan.launch import LaunchSpec, engine_environ, server_argv, url_of
+from lucebox.engine.run.death import (
+    REPORT_STEP,
+    DeathFacts,
+    EngineDeath,
+    FileStamp,
+    changed_file,
+    host_ram_terms,
+    name_death,
+    port_taken,
+)
 from lucebox.engine.run.enginerun import engine_run
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
@@ -40,41 +52,8 @@ HEALTH_INTERVAL_S = 0.05
 """While loading, the engine answers /health with 503 in well under a millisecond: asking
 often costs nothing and lets ready follow the engine closely."""
 _PR_SET_PDEATHSIG = 1
-
-_DIAGNOSES: list[tuple[str, str, str]] = [
-    (
-        "oom",
-        r"out of memory|failed to allocate|unable to allocate (CUDA|Vulkan)\d* buffer",
-        "the GPU ran out of memory while loading: pick a smaller preset or ask for less --ctx",
-    ),
-    (
-        "truncated",
-        r"data is not within the file bounds|model is corrupted or incomplete",
-        "the model file is truncated or damaged: run `lucebox models verify` and pull it again",
-    ),
-    (
-        "unknown-arch",
-        r"unknown model architecture",
-        "the engine does not know this model's architecture: build a newer engine",
-    ),
-    (
-        "bad-flag",
-        r"error: invalid argument|error while handling argument|unknown argument"
-        r"|\[server\] unknown option",
-        "the engine refused a command-line flag",
-    ),
-    (
-        "port-in-use",
-        r"couldn't bind HTTP server socket",
-        "the port is taken: stop the other program or choose --port",
-    ),
-    (
-        "model-load",
-        r"exiting due to model loading error|failed to load model"
-        r"|target load: |draft load: |backend creation failed",
-        "the model failed to load",
-    ),
-]
+DEATH_LINES = 60
+"""The engine's last lines read to name its death."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +61,9 @@ class ServerEvent:
     kind: EventKind
     message: str
     pid: int | None = None
-    diagnosis: str | None = None
-    """A stable code: oom, truncated, unknown-arch, bad-flag, port-in-use, model-load,
-    rpc-peer."""
+    cause: EngineDeath | None = None
+    """Why the engine died (or was not started), on exited, restarting after a death and
+    gave-up."""
     restarts: int = 0
     ctx: int | None = None
     """The context this engine serves (a re-plan after running out of memory changes it)."""
@@ -92,39 +71,6 @@ class ServerEvent:
 
 class PortInUseError(RunError):
     """The port is held by another program."""
-
-
-# The engine's RPC client (ggml/src/ggml-rpc/ggml-rpc.cpp of the pinned source) aborts with
-# these: a peer gone while serving (RPC_STATUS_ASSERT, no address in the line) and a peer
-# not answering at start (GGML_ABORT with the endpoint).
-_RPC_LOST = r"Remote RPC server crashed or returned malformed response"
-_RPC_UNREACHABLE = r"Failed to connect to (\S+)|RPC handshake failed for (\S+)"
-
-
-def diagnose(lines: list[str], down_peers: tuple[str, ...] = ()) -> tuple[str | None, str]:
-    """The most specific known cause in the engine's last lines, and a sentence for it.
-
-    ``down_peers`` are the RPC peers that did not answer after the exit: the engine's own
-    line for a peer lost mid-serve does not say which one it was.
-    """
-    text = "\n".join(lines)
-    unreachable = re.search(_RPC_UNREACHABLE, text)
-    if unreachable:
-        peer = unreachable.group(1) or unreachable.group(2)
-        return "rpc-peer", (
-            f"the RPC peer {peer} does not answer: start `lucebox worker` there, "
-            "or serve without it (--rpc / rpc.peers)"
-        )
-    if re.search(_RPC_LOST, text):
-        which = ", ".join(down_peers) if down_peers else "one of the RPC peers"
-        return "rpc-peer", (
-            f"lost the RPC peer {which} while serving (its worker stopped or the network "
-            "dropped): start `lucebox worker` there again, or serve without it"
-        )
-    for code, pattern, sentence in _DIAGNOSES:
-        if re.search(pattern, text, re.IGNORECASE):
-            return code, sentence
-    return None, "the engine exited; see the log"
 
 
 def down_peers(addresses: tuple[str, ...]) -> tuple[str, ...]:
@@ -156,6 +102,30 @@ def port_holder(host: str, port: int) -> str | None:
                         return f"{psutil.Process(conn.pid).name()} (pid {conn.pid})"
                 return "another program"
     return "another program"
+
+
+def _crashes(count: int) -> str:
+    return f"{count} crash" if count == 1 else f"{count} crashes"
+
+
+def file_stamp(path: str) -> FileStamp | None:
+    """The file as it is now; None when it cannot be read."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return FileStamp(path, info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+def ram_users(top: int = 3) -> tuple[tuple[str, int], ...]:
+    """The programs other than lucebox holding the most RAM now, largest first: name and
+    resident bytes."""
+    found = []
+    for proc in psutil.process_iter(["name", "memory_info"]):
+        memory = proc.info.get("memory_info")
+        if memory is not None and proc.pid != os.getpid():
+            found.append((str(proc.info.get("name") or proc.pid), int(memory.rss)))
+    return tuple(sorted(found, key=lambda item: -item[1])[:top])
 
 
 def die_with_parent() -> None:
@@ -229,6 +199,15 @@ class Supervisor:
         self._restart_spec: LaunchSpec | None = None
         self._crash_times: list[float] = []
         self._oom_retried = False
+        self.cpu_target: str | None = None
+        """The CPU baseline of the engine build that runs; None for one lucebox did not build."""
+        self.rebuild_for_cpu: Callable[[LaunchSpec, str, threading.Event], LaunchSpec] | None = None
+        """Builds the served engine's version again for a lower CPU baseline and returns the
+        launch on it (minutes, in a thread; it stops when the event is set); None: an engine
+        that dies of an illegal instruction is not rebuilt."""
+        self._rebuilt_from: str | None = None
+        self.model_name: str | None = None
+        """The served model's name in the store, for the `lucebox models verify` it names."""
 
     @property
     def pid(self) -> int | None:
@@ -243,7 +222,9 @@ class Supervisor:
             if self.on_line is not None:
                 self.on_line(engine_pid, line)
 
-    async def _wait_ready(self, process: asyncio.subprocess.Process) -> bool:
+    async def _wait_ready(self, process: asyncio.subprocess.Process) -> str | None:
+        """None once the engine serves; else why it does not (it exited, it was not ready in
+        time, its warm-up failed, a stop was asked for)."""
         url = url_of(self.spec) + "/health"
         deadline = time.monotonic() + self.ready_timeout_s
         async with httpx.AsyncClient(timeout=2.0) as client:
@@ -253,17 +234,17 @@ class Supervisor:
                         return await self._warmed_up(client)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), HEALTH_INTERVAL_S)
-                    return False
-        return False
+                    return "a stop was asked for"
+        return f"it was not ready within {self.ready_timeout_s:.0f} s"
 
-    async def _warmed_up(self, client: httpx.AsyncClient) -> bool:
+    async def _warmed_up(self, client: httpx.AsyncClient) -> str | None:
         """The engine's own warm-up (:meth:`EngineRun.warm_up`) passes before it counts as
-        ready, so a failure it provokes comes now, not to a user."""
+        ready, so a failure it provokes comes now, not to a user; what failed, or None."""
         run = engine_run(self.spec.kind)
         failure = await run.warm_up(client, url_of(self.spec))
         if run.sends_warm_up:
             self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
-        return failure is None
+        return None if failure is None else f"its warm-up request failed: {failure}"
 
     async def events(self) -> AsyncIterator[ServerEvent]:
         """Start the engine and keep it up until ``stop`` or a crash loop; yield what happens."""
@@ -271,15 +252,15 @@ class Supervisor:
             while not self._stopping.is_set():
                 holder = port_holder(self.spec.host, self.spec.port)
                 if holder is not None:
-                    yield ServerEvent(
-                        "gave-up",
-                        f"port {self.spec.port} is held by {holder}",
-                        diagnosis="port-in-use",
-                        restarts=self.restarts,
+                    taken = port_taken(self.spec.port, holder)
+                    yield self._noted(
+                        ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
                     )
                     return
                 argv = server_argv(self.spec)
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
+                launched = self._stamp_files()
+                lines_before = self.lines_total
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     env=engine_environ(self.spec, os.environ),
@@ -301,8 +282,8 @@ class Supervisor:
                 yield ServerEvent(
                     "loading", "loading the model", process.pid, restarts=self.restarts
                 )
-                ready = await self._wait_ready(process)
-                if ready:
+                unready = await self._wait_ready(process)
+                if unready is None:
                     yield ServerEvent(
                         "ready",
                         f"serving at {url_of(self.spec)}",
@@ -333,26 +314,63 @@ class Supervisor:
                         "stopped", "engine stopped", process.pid, restarts=self.restarts
                     )
                     return
+                stopped_why = None
                 if process.returncode is None:  # never became ready in time
+                    stopped_why = unready
                     await self._terminate(process)
                 await pump
-                code, sentence = diagnose(list(self.ring)[-60:], down_peers(self.spec.rpc))
-                yield ServerEvent(
-                    "exited",
-                    f"engine exited ({process.returncode}): {sentence}",
-                    process.pid,
-                    code,
-                    self.restarts,
-                )
-                next_spec = self._after_crash(code)
-                if next_spec is None:
-                    yield ServerEvent(
-                        "gave-up",
-                        f"gave up after {len(self._crash_times)} crashes in "
-                        f"{self.policy.window_s:.0f} s: {sentence}",
+                returncode = process.returncode
+                assert returncode is not None
+                death = self._name_death(returncode, lines_before, launched, stopped_why)
+                self._count_crash()
+                yield self._noted(
+                    ServerEvent(
+                        "exited",
+                        f"engine exited ({returncode}): {death.sentence}",
                         process.pid,
-                        code,
+                        death,
                         self.restarts,
+                    )
+                )
+                rebuild_to = self._rebuild_target() if death.code == "illegal-instruction" else None
+                if rebuild_to is not None:
+                    yield self._noted(
+                        ServerEvent(
+                            "restarting",
+                            f"rebuilding the same engine version for {rebuild_to}, once: the "
+                            f"{self.cpu_target} build died of an illegal instruction "
+                            "(a few minutes)",
+                            process.pid,
+                            death,
+                            self.restarts,
+                        )
+                    )
+                    rebuilt = await self._rebuild(rebuild_to)
+                    if isinstance(rebuilt, LaunchSpec):
+                        self._rebuilt_from, self.cpu_target = self.cpu_target, rebuild_to
+                        message = f"rebuilt for {rebuild_to}: starting it"
+                        yield self._relaunch(rebuilt, message, process.pid, death)
+                        continue
+                    if self._stopping.is_set():
+                        yield ServerEvent(
+                            "stopped", "engine stopped", process.pid, restarts=self.restarts
+                        )
+                        return
+                    death = dataclasses.replace(
+                        death,
+                        next_step=f"the rebuild for {rebuild_to} failed ({rebuilt}): {REPORT_STEP}",
+                    )
+                next_spec = self._after_crash(death)
+                if next_spec is None:
+                    yield self._noted(
+                        ServerEvent(
+                            "gave-up",
+                            f"gave up after {_crashes(len(self._crash_times))} in "
+                            f"{self.policy.window_s:.0f} s: {death.code}: {death.sentence}",
+                            process.pid,
+                            death,
+                            self.restarts,
+                        )
                     )
                     return
                 backoff = min(
@@ -366,7 +384,7 @@ class Supervisor:
                     )
                 else:
                     message = f"restarting in {backoff:.0f} s"
-                yield self._relaunch(next_spec, message, process.pid, code)
+                yield self._relaunch(next_spec, message, process.pid, death)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), backoff)
         finally:
@@ -375,27 +393,97 @@ class Supervisor:
             self.log.close()
 
     def _relaunch(
-        self, spec: LaunchSpec, message: str, pid: int | None, code: str | None
+        self, spec: LaunchSpec, message: str, pid: int | None, cause: EngineDeath | None
     ) -> ServerEvent:
         """Every restart, asked for or after a crash: the next engine runs ``spec``."""
         self.spec = spec
         self.restarts += 1
-        return ServerEvent("restarting", message, pid, code, self.restarts)
+        return self._noted(ServerEvent("restarting", message, pid, cause, self.restarts))
 
-    def _after_crash(self, code: str | None) -> LaunchSpec | None:
+    def _noted(self, event: ServerEvent) -> ServerEvent:
+        """The event, also written to the engine log: whoever reads it there learns why the
+        engine died and what lucebox did about it."""
+        self.log.write(f"# lucebox: {event.kind}: {event.message}")
+        return event
+
+    def _count_crash(self) -> None:
         now = time.monotonic()
         self._crash_times = [t for t in self._crash_times if now - t < self.policy.window_s]
         self._crash_times.append(now)
-        if code == "oom" and self.replan_on_oom is not None:
+
+    def _after_crash(self, death: EngineDeath) -> LaunchSpec | None:
+        if not death.retry:
+            return None  # the same command fails the same way: do not hammer it
+        if death.code == "gpu-out-of-memory" and self.replan_on_oom is not None:
             if self._oom_retried:
                 return None  # the re-planned launch ran out of memory too: do not hammer it
             self._oom_retried = True
             return self.replan_on_oom(self.spec)
-        if code in ("truncated", "unknown-arch", "bad-flag", "port-in-use"):
-            return None  # the same command fails the same way: do not hammer it
         if len(self._crash_times) >= self.policy.max_crashes:
             return None
         return self.spec
+
+    def _rebuild_target(self) -> str | None:
+        """The baseline the engine is rebuilt for after an illegal instruction: the next one
+        down, once; None when it is not rebuilt."""
+        if self.rebuild_for_cpu is None or self._rebuilt_from is not None:
+            return None
+        below = cputarget.below(self.cpu_target)
+        return below.name if below is not None else None
+
+    async def _rebuild(self, target: str) -> LaunchSpec | str:
+        """The launch on the engine rebuilt for ``target``, or why there is none (the build
+        failed, or a stop cancelled it)."""
+        assert self.rebuild_for_cpu is not None
+        cancel = threading.Event()
+        building = asyncio.create_task(
+            asyncio.to_thread(self.rebuild_for_cpu, self.spec, target, cancel)
+        )
+        stopping = asyncio.create_task(self._stopping.wait())
+        await asyncio.wait({building, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not building.done():
+            cancel.set()  # the build stops at its next line of output
+        try:
+            return await building
+        except LuceboxError as exc:
+            self.log.write(f"# lucebox: the rebuild for {target} failed: {exc.message}")
+            return exc.message
+
+    def _stamp_files(self) -> tuple[FileStamp, ...]:
+        paths = (self.spec.model_path, self.spec.draft_path)
+        return tuple(stamp for path in paths if path and (stamp := file_stamp(path)))
+
+    def _name_death(
+        self,
+        returncode: int,
+        lines_before: int,
+        launched: tuple[FileStamp, ...],
+        stopped_why: str | None,
+    ) -> EngineDeath:
+        """The engine's death named from what is known now (the facts are read here)."""
+        own_lines = min(self.lines_total - lines_before, len(self.ring), DEATH_LINES)
+        lines = list(self.ring)[-own_lines:] if own_lines > 0 else []
+        killed = returncode == -signal.SIGKILL and stopped_why is None
+        now = {stamp.path: file_stamp(stamp.path) for stamp in launched}
+        facts = DeathFacts(
+            stopped_why=stopped_why,
+            cpu_target=self.cpu_target,
+            rebuild_target=self._rebuild_target() if returncode == -signal.SIGILL else None,
+            rebuilt_from=self._rebuilt_from,
+            build_command=kinds.kind(self.spec.kind).build_command,
+            changes=tuple(
+                change
+                for stamp in launched
+                if (change := changed_file(stamp, now[stamp.path])) is not None
+            ),
+            model_name=self.model_name,
+            host_ram_terms=host_ram_terms(self.spec.plan.memory_bytes) if killed else None,
+            ram_available_bytes=psutil.virtual_memory().available if killed else None,
+            ram_users=ram_users() if killed else (),
+            down_peers=down_peers(self.spec.rpc),
+        )
+        return name_death(returncode, lines, facts)
 
     async def _terminate(self, process: asyncio.subprocess.Process) -> None:
         """SIGTERM the engine's process group, wait, then SIGKILL."""

@@ -43,6 +43,7 @@ def test_status_json_reads_the_state_file_without_heavy_imports():
     assert (document["state"], document["model"], document["ctx"]) == ("ready", "smoke", 4096)
     assert document["sample"]["decode_tokens_per_s"] == 88.5
     assert document["cache"]["cached_prompt_share"] == 0.4
+    assert document["cause"]["code"] == "segfault"
 
 
 def test_status_watch_json_streams_one_line_per_sample(tmp_path):
@@ -94,6 +95,7 @@ def test_status_for_people_and_a_bad_textfile_path(tmp_path):
     done = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
     assert done.stdout.startswith("ready: smoke at http://127.0.0.1:8080")
     assert "decode 88.5 tok/s" in done.stdout and "prompt cached 40%" in done.stdout
+    assert "last exit: segfault: the engine crashed (SIGSEGV)" in done.stdout
     missing = tmp_path / "nowhere" / "lucebox.prom"
     done = subprocess.run(
         lucebox("status", "--prometheus", str(missing)), capture_output=True, text=True

@@ -34,6 +34,7 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models import guard
 from lucebox.engine.models.records import files_dir
 from lucebox.engine.pipeline import ServeOptions, StepEvent
+from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.servedmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
 from tests.app.scripted import (
@@ -235,16 +236,23 @@ async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(ba
         assert not app.start_screen.query_one("#cpu-engine", Button).display
 
 
+OOM = EngineDeath(
+    "gpu-out-of-memory",
+    "the GPU ran out of memory",
+    "pick a smaller preset or ask for less --ctx",
+    1,
+)
+
+
 async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
     backend.server_events = [
         ServerEvent("starting", "engine started (pid 1)", 1),
-        ServerEvent("exited", "engine exited (1): CUDA out of memory", 1, "oom"),
+        ServerEvent("exited", "engine exited (1): CUDA out of memory", 1, OOM),
         ServerEvent(
             "gave-up",
-            "gave up after 5 crashes in 600 s: the GPU ran out of memory while loading: "
-            "pick a smaller preset or ask for less --ctx",
+            f"gave up after 5 crashes in 600 s: gpu-out-of-memory: {OOM.sentence}",
             1,
-            "oom",
+            OOM,
         ),
     ]
     app = app_for(backend)
@@ -261,6 +269,32 @@ async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
         backend.server_events = [backend.server_events[0], ready]
         await pilot.press("r")
         await wait_until(pilot, lambda: on_dashboard(app))
+
+
+async def test_the_dashboard_shows_why_the_engine_died_under_its_state(backend):
+    killed = EngineDeath(
+        "killed",
+        "the engine was killed (SIGKILL), not by lucebox: most likely by the kernel's "
+        "out-of-memory killer, for lack of host RAM",
+        "close some, or serve a smaller model or context",
+        -9,
+    )
+    started, loading, ready = backend.server_events
+    backend.server_events = [
+        *(started, loading, ready),
+        ServerEvent("exited", f"engine exited (-9): {killed.sentence}", 4242, killed),
+        ServerEvent("restarting", "restarting in 1 s", 4242, killed, 1),
+        ServerEvent("starting", "engine started (pid 4343)", 4343, restarts=1),
+    ]
+    app = app_for(backend)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        header = app.screen.query_one("#dash-header", Static)
+        await wait_until(pilot, lambda: "last exit: killed" in str(header.render()))
+        shown = str(header.render())
+        assert "starting" in shown and "1 restarts" in shown
+        assert "out-of-memory killer" in shown
+        assert header.size.height == 3
 
 
 async def test_first_run_chooses_a_preset_from_the_plan_table(backend):

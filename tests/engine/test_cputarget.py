@@ -133,3 +133,19 @@ def test_the_built_engine_serves_on_this_cpu_without_amx_or_avx512(built_engine_
     (system_info,) = [line for line in log.splitlines() if "system_info:" in line]
     assert "AVX2 = 1" in system_info and "FMA = 1" in system_info
     assert "AMX_INT8 = 1" not in system_info and "AVX512 = 1" not in system_info
+
+
+@pytest.mark.parametrize(
+    ("died", "next_down"),
+    [
+        ("native", "x86-64-v3"),
+        ("x86-64-v3", "x86-64-v2"),
+        ("x86-64-v2", None),
+        ("generic", None),
+        ("x86-64-v9", None),
+        (None, None),
+    ],
+)
+def test_the_baseline_below_a_build_that_died_of_an_illegal_instruction(died, next_down):
+    below = cputarget.below(died)
+    assert (below.name if below is not None else None) == next_down

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from lucebox.engine.engines.luceboxbuild import capabilities_of, parse_help
+from lucebox.engine.run.death import DeathFacts, name_death
 from lucebox.engine.run.luceboxrun import (
     LuceboxLog,
     parse_decode,
@@ -15,7 +16,6 @@ from lucebox.engine.run.luceboxrun import (
     parse_target_loaded,
     reply_from_usage,
 )
-from lucebox.engine.run.supervisor import diagnose
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
 
@@ -126,9 +126,11 @@ def test_status_page_history():
     assert {"decode_tok_s", "prefill_tok_s", "spec_decode", "accept_rate"} <= set(history[0])
 
 
-def test_load_failures_and_aborts_are_diagnosed():
-    code, _ = diagnose(lines("mtp-target.log"))
-    assert code == "model-load"
+def test_load_failures_and_aborts_are_named():
+    assert name_death(1, lines("mtp-target.log"), DeathFacts()).code == "model-load"
     oom = "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1234.00 MiB on device 0: "
-    assert diagnose([oom + "cudaMalloc failed: out of memory"])[0] == "oom"
-    assert diagnose(["[server] unknown option: --max-ctx=4096"])[0] == "bad-flag"
+    # The engine aborts (SIGABRT) after a failed allocation: its line names the death.
+    aborted = name_death(-6, [oom + "cudaMalloc failed: out of memory"], DeathFacts())
+    assert aborted.code == "gpu-out-of-memory" and aborted.returncode == -6
+    refused = name_death(1, ["[server] unknown option: --max-ctx=4096"], DeathFacts())
+    assert refused.code == "bad-flag" and not refused.retry

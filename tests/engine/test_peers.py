@@ -14,7 +14,7 @@ from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import Peer, PeerInfo
 from lucebox.engine.plan.engineview import pinned_engine
-from lucebox.engine.run.supervisor import diagnose
+from lucebox.engine.run.death import DeathFacts, name_death
 from tests.httpserver import Route, serve_files
 
 from .fake_nvml import FakeGpu, FakeNvml
@@ -153,7 +153,8 @@ def test_lost_peer_diagnosis_names_it():
     # ggml-rpc.cpp aborts through RPC_STATUS_ASSERT with this line when a peer goes away.
     lines = ["srv  update_slots: ...", "/src/ggml-rpc.cpp:566: GGML_ABORT: Remote RPC server "
              "crashed or returned malformed response"]  # fmt: skip
-    code, sentence = diagnose(lines, ("127.0.0.1:50060",))
-    assert code == "rpc-peer" and "127.0.0.1:50060" in sentence
-    code, sentence = diagnose(["ggml-rpc.cpp:547: Failed to connect to 10.0.0.9:50052"])
-    assert code == "rpc-peer" and "10.0.0.9:50052" in sentence
+    lost = name_death(-6, lines, DeathFacts(down_peers=("127.0.0.1:50060",)))
+    assert lost.code == "rpc-peer" and "127.0.0.1:50060" in lost.sentence
+    line = "ggml-rpc.cpp:547: Failed to connect to 10.0.0.9:50052"
+    unreachable = name_death(-6, [line], DeathFacts())
+    assert unreachable.code == "rpc-peer" and "10.0.0.9:50052" in unreachable.sentence

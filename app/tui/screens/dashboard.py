@@ -97,7 +97,7 @@ class DashboardScreen(ServingScreen):
             header.append("   chat in a browser ")
             header.append(self.webui_url, style="bold underline")
             header.append("  w opens it", style="dim")
-        self.query_one("#dash-header", Readout).show(header)
+        self.show_header(header)
 
     def show_event(self, event: ServerEvent) -> None:
         if event.ctx is not None:

@@ -8,13 +8,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.text import Text
 from textual.screen import Screen
 
 from lucebox.app.tui.messages import QuitRequested, RestartRequested, StopRequested
 from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.screens.quit import QuitModal
 from lucebox.app.tui.widgets.log import LogTail
+from lucebox.app.tui.widgets.readout import Readout
 from lucebox.engine.run import serverrun
+from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 LOG_TAIL_INTERVAL_S = 2.0
@@ -44,11 +47,23 @@ class ServingScreen(Screen[None]):
         self.server_started_at = clock()  # the dashboard opens when the server is ready
         self.state = "ready"
         self.restarts = 0
+        self.cause: EngineDeath | None = None
+        """Why the engine last died: shown under the state until it dies again."""
         self.log_lines_shown = 0
         self.log_shown_at = -LOG_TAIL_INTERVAL_S
 
     def refresh_header(self) -> None:
         raise NotImplementedError
+
+    def show_header(self, header: Text) -> None:
+        """The dashboard's header, with the engine's last death under it once it has died."""
+        readout = self.query_one("#dash-header", Readout)
+        readout.set_class(self.cause is not None, "with-cause")
+        if self.cause is not None:
+            style = "yellow" if self.state == "ready" else "red"
+            header.append(f"\nlast exit: {self.cause.code}", style=f"bold {style}")
+            header.append(f" · {self.cause.sentence}", style=style)
+        readout.show(header)
 
     @property
     def state_style(self) -> str:
@@ -59,6 +74,7 @@ class ServingScreen(Screen[None]):
             self.server_started_at = self.clock()
         self.state = serverrun.state_of(event)
         self.restarts = event.restarts
+        self.cause = event.cause or self.cause
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
 

@@ -74,7 +74,7 @@ class SetDashboardScreen(ServingScreen):
         header.append(" · a model loads when a request names it\n")
         header.append(f"{self.url}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
-        self.query_one("#dash-header", Readout).show(header)
+        self.show_header(header)
 
     def show_models(self, models: tuple[ModelStatus, ...]) -> None:
         self.models = models

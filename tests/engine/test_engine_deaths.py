@@ -1,0 +1,171 @@
+"""Deaths of the real llama-server named end to end: the built CPU engine serving SmolLM2 in a
+home of its own, killed by real signals; what `status --json`, the events and the engine log say.
+
+The rebuild after an illegal instruction is injected (it returns the launch on the same binary):
+CI builds no second engine, and the CPU here runs the one built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lucebox.engine import pipeline
+from lucebox.engine.core.paths import Paths, resolve_paths
+from lucebox.engine.engines import cputarget
+from lucebox.engine.models.pull import pull_model
+from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.run.runstate import engine_log
+from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervisor import RestartPolicy, ServerEvent, Supervisor
+from tests.conftest import run_lucebox
+from tests.ports import free_port
+from tests.realmodels import smol_model
+from tests.smolserver import private_engine_home
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def home(built_engine_home, tmp_path, monkeypatch) -> Paths:
+    folder = private_engine_home(tmp_path / "home")
+    monkeypatch.setenv("LUCEBOX_HOME", str(folder))
+    return resolve_paths({"LUCEBOX_HOME": str(folder)})
+
+
+def status_json() -> dict:
+    """What `lucebox status --json` prints for the test's home, asked as a user would."""
+    done = run_lucebox("status", "--json")
+    assert done.returncode == 0, done.stderr
+    document: dict = json.loads(done.stdout)
+    return document
+
+
+def serve(paths: Paths, model: Path) -> tuple[pipeline.Prepared, Supervisor]:
+    options = ServeOptions(model=str(model), ctx=2048, port=free_port(), cache="off")
+    prepared = pipeline.prepare(paths, options, lambda event: None)
+    supervisor = pipeline.new_supervisor(paths, prepared)
+    supervisor.policy = RestartPolicy(first_backoff_s=0.1)
+    return prepared, supervisor
+
+
+async def server_events(run: ServerRun) -> AsyncIterator[ServerEvent]:
+    async for item in run.events():
+        if isinstance(item, ServerEvent):
+            yield item
+
+
+async def test_an_illegal_instruction_rebuilds_for_the_baseline_below_once_then_gives_up(home):
+    prepared, supervisor = serve(home, smol_model())
+    died_on = supervisor.cpu_target
+    below = cputarget.below(died_on)
+    assert below is not None and supervisor.rebuild_for_cpu is not None
+    rebuilt: list[str] = []
+
+    def rebuild(spec: LaunchSpec, target: str, cancel: threading.Event) -> LaunchSpec:
+        rebuilt.append(target)
+        return spec
+
+    supervisor.rebuild_for_cpu = rebuild
+    run = pipeline.server_run(home, prepared, supervisor)
+    events: list[ServerEvent] = []
+    after_rebuild: dict = {}
+    async for event in server_events(run):
+        events.append(event)
+        if event.kind != "ready" or event.pid is None:
+            continue
+        if rebuilt:
+            after_rebuild = status_json()
+        os.kill(event.pid, signal.SIGILL)  # what the CPU sends for an instruction it lacks
+    kinds = [e.kind for e in events]
+    assert kinds.count("ready") == 2 and kinds[-1] == "gave-up"
+    assert rebuilt == [below.name]  # once, for the next baseline down
+    first, second = (e for e in events if e.kind == "exited")
+    assert first.cause is not None and first.cause.code == "illegal-instruction"
+    assert first.cause.returncode == -signal.SIGILL
+    assert f"for {below.name} once, by itself" in first.cause.next_step
+    said = [e.message for e in events if e.kind == "restarting"]
+    assert said[0].startswith(f"rebuilding the same engine version for {below.name}, once")
+    assert said[1] == f"rebuilt for {below.name}: starting it"
+    # Serving again on the rebuild, `status` names the death that caused it.
+    assert after_rebuild["state"] == "ready" and after_rebuild["restarts"] == 1
+    assert after_rebuild["cause"]["code"] == "illegal-instruction"
+    assert after_rebuild["cause"]["returncode"] == -signal.SIGILL
+    assert "this CPU does not run" in after_rebuild["cause"]["words"]
+    # The rebuild died the same way: no second rebuild, and the give-up names the cause.
+    assert second.cause is not None and "does not again" in second.cause.next_step
+    gave_up = events[-1]
+    assert gave_up.message.startswith("gave up after 2 crashes in 600 s: illegal-instruction:")
+    assert f"its build for {below.name} uses an instruction" in gave_up.message
+    assert "see the log" not in gave_up.message
+    log = engine_log(home).read_text()
+    assert "# lucebox: exited: engine exited (-4): the engine died of an illegal instruction" in log
+    assert f"# lucebox: gave-up: {gave_up.message}" in log
+
+
+async def test_kill_9_and_a_segfault_of_the_engine_are_named_with_the_next_step(home):
+    prepared, supervisor = serve(home, smol_model())
+    run = pipeline.server_run(home, prepared, supervisor)
+    seen: list[dict] = []
+    signals = [signal.SIGKILL, signal.SIGSEGV]
+    async for event in server_events(run):
+        if event.kind != "ready" or event.pid is None:
+            continue
+        if event.restarts:
+            seen.append(status_json())  # serving again: why it died the last time
+        if len(seen) == len(signals):
+            run.stop()
+        else:
+            os.kill(event.pid, signals[len(seen)])
+    killed, crashed = (s["cause"] for s in seen)
+    assert killed["code"] == "killed" and killed["returncode"] == -signal.SIGKILL
+    assert "out-of-memory killer" in killed["words"]
+    # The plan's host RAM (a CPU plan holds all of it in RAM) and what else holds RAM.
+    assert (
+        "the plan takes" in killed["next_step"] and "GiB of RAM is free now" in killed["next_step"]
+    )
+    assert "other programs hold RAM too" in killed["next_step"]
+    assert crashed["code"] == "segfault" and crashed["returncode"] == -signal.SIGSEGV
+    assert crashed["last_lines"] and crashed["words"].endswith(crashed["last_lines"][-1])
+    assert seen[-1]["restarts"] == 2 and seen[-1]["state"] == "ready"
+
+
+async def test_a_model_file_truncated_under_the_engine_is_refused_until_verified(home, tmp_path):
+    model = tmp_path / "models" / "smol-copy.gguf"
+    model.parent.mkdir()
+    shutil.copy(smol_model(), model)
+    name = pull_model(home, str(model)).name
+    prepared, supervisor = serve(home, model)
+    assert supervisor.model_name == name
+    run = pipeline.server_run(home, prepared, supervisor)
+    events: list[ServerEvent] = []
+    async for event in server_events(run):
+        events.append(event)
+        if event.kind == "ready" and event.pid is not None:
+            truncate_and_ask(model, prepared.spec)
+    kinds = [e.kind for e in events]
+    assert kinds.count("starting") == 1 and kinds[-1] == "gave-up"  # not restarted
+    death = events[-1].cause
+    assert death is not None and death.code == "bus-error"
+    assert f"{model} changed on disk since the engine started (98,362,432 ->" in death.words
+    assert f"run `lucebox models verify {name}`" in death.next_step
+    assert "bus-error" in events[-1].message and "models verify" in events[-1].message
+
+
+def truncate_and_ask(model: Path, spec: LaunchSpec) -> None:
+    """Cut the mapped model file short, then ask for a reply: the engine reads weights past
+    the new end of the file and the kernel sends it a real SIGBUS."""
+    with model.open("r+b") as handle:
+        handle.truncate(model.stat().st_size // 4)
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
+    with pytest.raises(httpx.HTTPError):
+        httpx.post(f"http://127.0.0.1:{spec.port}/v1/chat/completions", json=body, timeout=60)
