@@ -37,7 +37,7 @@ from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan import planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.plan.memory import Plan
@@ -92,8 +92,8 @@ class Prepared:
     """The key in the launch's key file, read once when it was made (None: no key)."""
 
     @property
-    def spec(self) -> LaunchSpec:
-        return self.launch.spec
+    def server(self) -> ServerLaunch:
+        return self.launch.server
 
     @property
     def plan(self) -> Plan:
@@ -320,7 +320,7 @@ def prepare(
     )
     emit(StepEvent("plan", "done", plan_summary(launch)))
     api_key = None
-    if not dry_run and launch.spec.api_key_file:
+    if not dry_run and launch.server.api_key_file:
         key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
         if created:
             emit(
@@ -329,7 +329,7 @@ def prepare(
     # Loading reads the whole file: allow a minute per GiB on top of two minutes.
     size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
     ready_timeout_s = 120 + 60 * size_bytes / 2**30
-    gpu_index = launch.spec.gpus[0] if launch.spec.gpus else 0
+    gpu_index = launch.server.gpus[0] if launch.server.gpus else 0
     return Prepared(launch, settings, gpu_index, ready_timeout_s, view.peers, api_key)
 
 
@@ -354,15 +354,15 @@ class Replanner:
         self.prepared = prepared
         self.current = prepared.launch
 
-    def after_oom(self, spec: LaunchSpec) -> LaunchSpec | None:
+    def after_oom(self, server: ServerLaunch) -> ServerLaunch | None:
         """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
         smaller = planner.smaller_context_plan(self.paths, self.current, self.settings)
         if smaller.refusal is not None:
             return None
         self.current = smaller
-        return smaller.spec
+        return smaller.server
 
-    def after_spec_decision(self, decision: Decision, spec: LaunchSpec) -> LaunchSpec | None:
+    def after_spec_decision(self, decision: Decision, server: ServerLaunch) -> ServerLaunch | None:
         """The launch with shorter drafts, or without speculation; None keeps the one running
         (a re-plan of the same files on the same card that no longer fits cannot start)."""
         if decision.action == "shorten":
@@ -374,9 +374,9 @@ class Replanner:
         if changed.refusal is not None:
             return None
         self.current = changed
-        return changed.spec
+        return changed.server
 
-    def for_trial(self, trial: Trial) -> LaunchSpec | None:
+    def for_trial(self, trial: Trial) -> ServerLaunch | None:
         """The served launch re-planned with one calibration configuration (None: it cannot
         start here)."""
         changed = planner.replan(
@@ -389,34 +389,34 @@ class Replanner:
         )
         if changed.refusal is not None:
             return None
-        return changed.spec
+        return changed.server
 
-    def measured(self) -> tuple[LaunchSpec, str] | None:
+    def measured(self) -> tuple[ServerLaunch, str] | None:
         """The launch planned again once the calibration stored its rates."""
         changed = planner.replan(self.paths, self.prepared.launch, self.settings)
         if changed.refusal is not None:
             return None
         self.current = changed
-        return changed.spec, changed.speculation.reason
+        return changed.server, changed.speculation.reason
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
     """The supervisor of the prepared launch, knowing the engine build it runs (its CPU
     baseline, and how to rebuild it for a lower one) and the model's name in the store."""
     supervisor = Supervisor(
-        prepared.spec, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s
+        prepared.server, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s
     )
-    engine = served_engine(paths, prepared.spec)
+    engine = served_engine(paths, prepared.server)
     supervisor.cpu_target = engine.cpu_target if engine is not None else None
     if engine is not None and engine.origin == "build":
         supervisor.rebuild_for_cpu = functools.partial(rebuild_for_cpu, paths)
-    supervisor.model_name = stored_name(paths, prepared.spec.model_path)
+    supervisor.model_name = stored_name(paths, prepared.server.model_path)
     return supervisor
 
 
-def served_engine(paths: Paths, spec: LaunchSpec) -> EngineManifest | None:
+def served_engine(paths: Paths, server: ServerLaunch) -> EngineManifest | None:
     """The installed engine whose server the launch runs; None when it is not one of them."""
-    found = (e for e in registry.list_engines(paths) if e.server_path == spec.server_path)
+    found = (e for e in registry.list_engines(paths) if e.server_path == server.server_path)
     return next(found, None)
 
 
@@ -430,13 +430,13 @@ def stored_name(paths: Paths, model_path: str) -> str | None:
 
 
 def rebuild_for_cpu(
-    paths: Paths, spec: LaunchSpec, cpu_target: str, cancel: threading.Event
-) -> LaunchSpec:
+    paths: Paths, server: ServerLaunch, cpu_target: str, cancel: threading.Event
+) -> ServerLaunch:
     """The launch on the served engine's version built again for the CPU baseline
     ``cpu_target``, after it died of an illegal instruction; stops when ``cancel`` is set."""
-    engine = served_engine(paths, spec)
+    engine = served_engine(paths, server)
     if engine is None:
-        raise LuceboxError(f"{spec.server_path} is not an engine lucebox installed")
+        raise LuceboxError(f"{server.server_path} is not an engine lucebox installed")
     kind = kinds.kind(engine.kind)
     source = kind.ensure_source(paths)
     if source.identity != engine.source_identity:
@@ -452,13 +452,13 @@ def rebuild_for_cpu(
     rebuilt, _ = kind.build_and_install(
         paths, source, engine.build_options(cpu_target), on_event=on_event
     )
-    return replace(spec, server_path=rebuilt.server_path)
+    return replace(server, server_path=rebuilt.server_path)
 
 
 def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
     """The run that supervises ``supervisor``'s engine, samples it and keeps the state file;
     every change of launch while it runs comes from the one planner (``Replanner``)."""
-    spec = prepared.spec
+    server = prepared.server
     launch = prepared.launch
     replanner = Replanner(paths, prepared)
     supervisor.replan_on_oom = replanner.after_oom
@@ -466,11 +466,11 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
     guard = None
     if measuring is not None:
-        guard = measuring.guard_for(spec, shortened=launch.options.draft_max is not None)
-    elif spec.spec_type is not None:
+        guard = measuring.guard_for(server, shortened=launch.options.draft_max is not None)
+    elif server.spec_type is not None:
         guard = SpecGuard.for_launch(
-            spec.spec_type,
-            spec.draft_max,
+            server.spec_type,
+            server.draft_max,
             launch.budget.is_gpu,
             shortened=launch.options.draft_max is not None,
         )
@@ -480,7 +480,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         model=prepared.model,
         gpu_index=prepared.gpu_index,
         spec_reason=launch.speculation.reason,
-        webui_url=webui.served_url(spec.server_path, spec.host, spec.port),
+        webui_url=webui.served_url(server.server_path, server.host, server.port),
         spec_guard=guard,
         spec_asked=launch.resolved.spec != "auto",
         on_spec_decision=replanner.after_spec_decision,
@@ -508,8 +508,8 @@ async def _serve_headless(paths: Paths, prepared: Prepared, emit: Emit) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, run.stop)
     exit_code = 0
-    spec = prepared.spec
-    webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
+    server = prepared.server
+    webui_url = webui.served_url(server.server_path, server.host, server.port)
     async for item in run.events():
         if isinstance(item, ServerEvent):
             state: StepState = "failed" if item.kind == "gave-up" else "running"

@@ -137,7 +137,7 @@ def planned_models(planned: SetPlan) -> tuple[PlannedModel, ...]:
         PlannedModel(
             lp.alias,
             lp.budget.device,
-            lp.spec.model_path,
+            lp.server.model_path,
             lp.plan.memory_bytes.total + planned.process_bytes,
             lp.budget.is_gpu,
             lp.plan.ctx,
@@ -158,7 +158,7 @@ def serve_set(paths: Paths, options: ServeOptions, sources: tuple[str, ...], emi
 
 def device_key(launch: LaunchPlan) -> str:
     """The device a model's memory is counted on: its GPUs (NVML indices), or the RAM."""
-    return ",".join(map(str, launch.spec.gpus)) or "ram"
+    return ",".join(map(str, launch.server.gpus)) or "ram"
 
 
 def placements_of(planned: SetPlan) -> tuple[dict[str, Placement], dict[str, int]]:
@@ -184,7 +184,7 @@ async def router_run(paths: Paths, prepared: PreparedSet, emit: Emit) -> AsyncIt
     planned = prepared.planned
     ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
     write_text_atomic(ini_path, router_ini(planned, prepared.settings.models_idle_s))
-    public = planned.launches[0].spec
+    public = planned.launches[0].server
     # The router counts no models: the proxy in front of it evicts by memory.
     spec = replace(router_spec(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
     api_key = None

@@ -221,7 +221,7 @@ class LuceboxApp(App[None]):
         if isinstance(prepared, Prepared):
             return DashboardScreen(prepared, log_path=log_path, notes=notes, clock=self.clock)
         models = self.server.status.models if self.server is not None else ()
-        url = url_of(prepared.planned.launches[0].spec)  # the proxy's: the served address
+        url = url_of(prepared.planned.launches[0].server)  # the proxy's: the served address
         return SetDashboardScreen(
             prepared, models, url=url, log_path=log_path, notes=notes, clock=self.clock
         )

@@ -33,7 +33,7 @@ def fit_check(launch: LaunchPlan) -> dict[str, Any] | None:
             text=True,
             timeout=FIT_TIMEOUT_S,
             check=False,
-            env=engine_environ(launch.spec, os.environ),
+            env=engine_environ(launch.server, os.environ),
         )
     except (OSError, subprocess.SubprocessError):
         return None

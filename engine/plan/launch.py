@@ -22,7 +22,7 @@ from lucebox.engine.plan.memory import Plan
 
 
 @dataclass(frozen=True)
-class LaunchSpec:
+class ServerLaunch:
     server_path: str
     model_path: str
     plan: Plan
@@ -62,105 +62,110 @@ _SAMPLING_FLAGS = {
 }
 
 
-def server_argv(spec: LaunchSpec) -> list[str]:
-    """The exact engine command line for ``spec``, by its kind's rules."""
-    return _ARGV[spec.kind](spec)
+def server_argv(server: ServerLaunch) -> list[str]:
+    """The exact engine command line for ``server``, by its kind's rules."""
+    return _ARGV[server.kind](server)
 
 
-def _lucebox_server_argv(spec: LaunchSpec) -> list[str]:
+def _lucebox_server_argv(server: ServerLaunch) -> list[str]:
     return dflash_server_argv(
-        spec.server_path, spec.model_path, spec.alias, spec.port, _flags(spec), spec.draft_path
+        server.server_path,
+        server.model_path,
+        server.alias,
+        server.port,
+        _flags(server),
+        server.draft_path,
     )
 
 
-def _flags(spec: LaunchSpec) -> LuceboxFlags:
-    if spec.lucebox is None:
+def _flags(server: ServerLaunch) -> LuceboxFlags:
+    if server.lucebox is None:
         raise ValueError("a Lucebox engine launch carries its flags")
-    return spec.lucebox
+    return server.lucebox
 
 
-def _llama_server_argv(spec: LaunchSpec) -> list[str]:
-    if not is_loopback(spec.host) and not spec.api_key_file:
+def _llama_server_argv(server: ServerLaunch) -> list[str]:
+    if not is_loopback(server.host) and not server.api_key_file:
         raise UsageError(
-            f"binding {spec.host} exposes the server beyond this machine without an API key",
+            f"binding {server.host} exposes the server beyond this machine without an API key",
             hint="lucebox generates a key file when you bind beyond loopback; or keep 127.0.0.1",
         )
-    if spec.router:
-        key_file = ["--api-key-file", spec.api_key_file] if spec.api_key_file else []
-        address = ["--host", spec.host, "--port", str(spec.port)]
-        return [spec.server_path, *address, *key_file, *spec.router]
+    if server.router:
+        key_file = ["--api-key-file", server.api_key_file] if server.api_key_file else []
+        address = ["--host", server.host, "--port", str(server.port)]
+        return [server.server_path, *address, *key_file, *server.router]
     argv = [
-        spec.server_path,
+        server.server_path,
         "-m",
-        spec.model_path,
+        server.model_path,
         "--host",
-        spec.host,
+        server.host,
         "--port",
-        str(spec.port),
+        str(server.port),
         "--alias",
-        spec.alias,
+        server.alias,
         "--metrics",
-        *spec.plan.server_flags(),
+        *server.plan.server_flags(),
     ]
-    if spec.rpc:
-        argv += ["--rpc", ",".join(spec.rpc)]
-    if spec.api_key_file:
-        argv += ["--api-key-file", spec.api_key_file]
-    if spec.slot_save_path:
-        argv += ["--slot-save-path", spec.slot_save_path]
-    if spec.chat_template:
-        argv += ["--chat-template", spec.chat_template]
+    if server.rpc:
+        argv += ["--rpc", ",".join(server.rpc)]
+    if server.api_key_file:
+        argv += ["--api-key-file", server.api_key_file]
+    if server.slot_save_path:
+        argv += ["--slot-save-path", server.slot_save_path]
+    if server.chat_template:
+        argv += ["--chat-template", server.chat_template]
     else:
         argv.append("--jinja")
-    if spec.spec_type:
-        argv += ["--spec-type", spec.spec_type]
-        if spec.draft_path:
+    if server.spec_type:
+        argv += ["--spec-type", server.spec_type]
+        if server.draft_path:
             # The draft's KV cache has the target's type: the plan priced it so.
-            kv = (spec.plan.cache_type_k, spec.plan.cache_type_v)
-            argv += ["-md", spec.draft_path, "-ctkd", kv[0], "-ctvd", kv[1]]
-        if spec.draft_max:
-            argv += ["--spec-draft-n-max", str(spec.draft_max)]
-        if spec.draft_p_min is not None:
-            argv += ["--spec-draft-p-min", f"{spec.draft_p_min:g}"]
-    for name, value in spec.sampling:
+            kv = (server.plan.cache_type_k, server.plan.cache_type_v)
+            argv += ["-md", server.draft_path, "-ctkd", kv[0], "-ctvd", kv[1]]
+        if server.draft_max:
+            argv += ["--spec-draft-n-max", str(server.draft_max)]
+        if server.draft_p_min is not None:
+            argv += ["--spec-draft-p-min", f"{server.draft_p_min:g}"]
+    for name, value in server.sampling:
         flag = _SAMPLING_FLAGS.get(name)
         if flag:
             argv += [flag, f"{value:g}"]
     return argv
 
 
-def _no_env(spec: LaunchSpec) -> dict[str, str]:
+def _no_env(server: ServerLaunch) -> dict[str, str]:
     return {}
 
 
-def _lucebox_server_env(spec: LaunchSpec) -> dict[str, str]:
-    return lucebox_env(_flags(spec))
+def _lucebox_server_env(server: ServerLaunch) -> dict[str, str]:
+    return lucebox_env(_flags(server))
 
 
-_ARGV: dict[KindName, Callable[[LaunchSpec], list[str]]] = {
+_ARGV: dict[KindName, Callable[[ServerLaunch], list[str]]] = {
     "llama-server": _llama_server_argv,
     "lucebox": _lucebox_server_argv,
 }
-_ENV: dict[KindName, Callable[[LaunchSpec], dict[str, str]]] = {
+_ENV: dict[KindName, Callable[[ServerLaunch], dict[str, str]]] = {
     "llama-server": _no_env,
     "lucebox": _lucebox_server_env,
 }
 
 
-def server_env(spec: LaunchSpec) -> dict[str, str]:
+def server_env(server: ServerLaunch) -> dict[str, str]:
     """Environment for the engine: it sees exactly the planned GPUs, numbered as NVML does
     (CUDA's own order puts the fastest first, which would mismatch the plan's split)."""
-    engine = _ENV[spec.kind](spec)
-    if not spec.gpus:
+    engine = _ENV[server.kind](server)
+    if not server.gpus:
         return engine
     return {
         **engine,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpus),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in server.gpus),
     }
 
 
-def engine_environ(spec: LaunchSpec, inherited: Mapping[str, str]) -> dict[str, str]:
+def engine_environ(server: ServerLaunch, inherited: Mapping[str, str]) -> dict[str, str]:
     """The engine's whole environment: this process's, without the engine settings it would
     read from there (``LLAMA_ARG_*``, ``LLAMA_API_KEY``, the Lucebox engine's ``DFLASH*``:
     they would change the launch behind the plan's back), plus :func:`server_env`."""
@@ -169,11 +174,11 @@ def engine_environ(spec: LaunchSpec, inherited: Mapping[str, str]) -> dict[str, 
         for name, value in inherited.items()
         if not name.startswith(("LLAMA_ARG_", *ENGINE_ENV_PREFIXES)) and name != "LLAMA_API_KEY"
     }
-    return {**kept, **server_env(spec)}
+    return {**kept, **server_env(server)}
 
 
-def url_of(spec: LaunchSpec) -> str:
-    return url_of_address(spec.host, spec.port)
+def url_of(server: ServerLaunch) -> str:
+    return url_of_address(server.host, server.port)
 
 
 def url_of_address(host: str, port: int) -> str:

@@ -15,7 +15,7 @@ from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import measurements, speculation
 from lucebox.engine.plan.enginechoice import EngineChoice
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import LaunchSpec, server_argv, server_env
+from lucebox.engine.plan.launch import ServerLaunch, server_argv, server_env
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved, ServeOptions
@@ -56,7 +56,8 @@ class LaunchPlan:
     engine: EngineView
     target: ModelFile
     speculation: Speculation
-    spec: LaunchSpec
+    server: ServerLaunch
+    """How the engine starts: its kind, binary, model, memory plan, address and flags."""
     resolved: Resolved
     options: ServeOptions
     """What it was planned from: a re-plan changes only what it must."""
@@ -73,15 +74,15 @@ class LaunchPlan:
     @property
     def plan(self) -> Plan:
         """The memory plan: context, KV types, offload and every memory term with its reason."""
-        return self.spec.plan
+        return self.server.plan
 
     def with_plan(self, plan: Plan) -> LaunchPlan:
         """The same launch on another memory plan (held once, in the server launch)."""
-        return replace(self, spec=replace(self.spec, plan=plan))
+        return replace(self, server=replace(self.server, plan=plan))
 
     @property
     def argv(self) -> list[str]:
-        return server_argv(self.spec)
+        return server_argv(self.server)
 
     @property
     def command(self) -> str:
@@ -124,7 +125,7 @@ class LaunchPlan:
             "preset": self.preset.id if self.preset else None,
             "device": self.budget.device,
             "devices": [{"name": n, "memory_bytes": b} for n, b in self.plan.device_bytes],
-            "env": server_env(self.spec),
+            "env": server_env(self.server),
             "engine": {
                 "id": self.engine.id,
                 "version": self.engine.version,
@@ -157,7 +158,7 @@ class LaunchBasis:
 
     def launch(
         self,
-        server: LaunchSpec,
+        server: ServerLaunch,
         speculation: Speculation,
         *,
         budget: GpuBudget,
@@ -173,7 +174,7 @@ class LaunchBasis:
             engine=engine,
             target=self.target,
             speculation=speculation,
-            spec=server,
+            server=server,
             resolved=self.resolved,
             options=self.options,
             ctx_cap=self.ctx_cap,

@@ -17,7 +17,7 @@ from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.luceboxplan import (
     PREFILL_DRAFTER_BYTES,
@@ -138,7 +138,7 @@ def lucebox_launch(
         spec = Speculation(None, None, None, None, why)
     reasons = {**planned.plan.reasons, "engine": choice.reason, "spec": spec.reason}
     plan = dataclasses.replace(planned.plan, reasons=reasons)
-    launch_spec = LaunchSpec(
+    server_launch = ServerLaunch(
         server_path=engine.server_path,
         model_path=str(target.path),
         plan=plan,
@@ -152,7 +152,7 @@ def lucebox_launch(
     )
     refusal = _refusal(choice, target, draft, plan, resolved, drafter is not None)
     return basis.launch(
-        launch_spec, spec, budget=budget, engine=engine, refusal=refusal, engine_choice=choice
+        server_launch, spec, budget=budget, engine=engine, refusal=refusal, engine_choice=choice
     )
 
 

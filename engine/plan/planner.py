@@ -24,7 +24,7 @@ from lucebox.engine.plan import cpuread, luceboxroute, measurements, specguard, 
 from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import (
-    LaunchSpec,
+    ServerLaunch,
 )
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.memory import (
@@ -183,7 +183,7 @@ def _plan_on_budget(
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options
     )
-    spec = LaunchSpec(
+    server = ServerLaunch(
         server_path=engine.server_path,
         model_path=str(target.path),
         plan=memory,
@@ -208,7 +208,7 @@ def _plan_on_budget(
         rpc=tuple(d.address for d in budget.devices if d.address),
     )
     return basis.launch(
-        spec,
+        server,
         spec_choice,
         budget=budget,
         engine=engine,

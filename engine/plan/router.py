@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lucebox.engine.core.errors import UsageError
-from lucebox.engine.plan.launch import LaunchSpec, server_argv
+from lucebox.engine.plan.launch import ServerLaunch, server_argv
 from lucebox.engine.plan.modelset import SetPlan
 
 IDLE_S_DEFAULT = 3600
@@ -50,16 +50,16 @@ def section_options(argv: list[str]) -> list[tuple[str, str]]:
     return options
 
 
-def _devices(spec: LaunchSpec, visible: tuple[int, ...]) -> str | None:
+def _devices(server: ServerLaunch, visible: tuple[int, ...]) -> str | None:
     """The section's ``device`` value: its GPUs by position among those the router sees."""
-    if not spec.gpus:
+    if not server.gpus:
         return None
-    return ",".join(f"CUDA{visible.index(g)}" for g in spec.gpus)
+    return ",".join(f"CUDA{visible.index(g)}" for g in server.gpus)
 
 
 def visible_gpus(planned: SetPlan) -> tuple[int, ...]:
     """Every GPU some model of the set runs on, in NVML order: what the router may see."""
-    return tuple(sorted({g for launch in planned.launches for g in launch.spec.gpus}))
+    return tuple(sorted({g for launch in planned.launches for g in launch.server.gpus}))
 
 
 def router_ini(planned: SetPlan, idle_s: int) -> str:
@@ -78,17 +78,17 @@ def router_ini(planned: SetPlan, idle_s: int) -> str:
                 hint="rename the model file: letters, digits, dots, dashes and underscores",
             )
         lines += ["", f"[{alias}]"]
-        lines += [f"{key} = {value}" for key, value in section_options(server_argv(launch.spec))]
-        device = _devices(launch.spec, visible)
+        lines += [f"{key} = {value}" for key, value in section_options(server_argv(launch.server))]
+        device = _devices(launch.server, visible)
         if device:
             lines.append(f"device = {device}")
     return "\n".join(lines) + "\n"
 
 
-def router_spec(planned: SetPlan, ini_path: str, models_max: int | None = None) -> LaunchSpec:
+def router_spec(planned: SetPlan, ini_path: str, models_max: int | None = None) -> ServerLaunch:
     """The router's launch: the first model's address and key file, router flags only;
     ``models_max`` 0 lifts the count limit (lucebox's proxy evicts by memory instead)."""
-    first = planned.launches[0].spec
+    first = planned.launches[0].server
     limit = planned.models_max if models_max is None else models_max
     return replace(
         first,

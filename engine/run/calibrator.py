@@ -46,7 +46,7 @@ from lucebox.engine.run.sample import SpecStatus
 
 if TYPE_CHECKING:
     from lucebox.engine.machine.config import Settings
-    from lucebox.engine.plan.launch import LaunchSpec
+    from lucebox.engine.plan.launch import ServerLaunch
     from lucebox.engine.plan.launchplan import LaunchPlan
     from lucebox.engine.run.serverrun import ServerRun
 
@@ -72,8 +72,8 @@ class CalibrationSetup:
     idle_s: float
     probe_max_tokens: int | None
     on_gpu: bool
-    plan_trial: Callable[[Trial], LaunchSpec | None]
-    plan_final: Callable[[], tuple[LaunchSpec, str] | None]
+    plan_trial: Callable[[Trial], ServerLaunch | None]
+    plan_final: Callable[[], tuple[ServerLaunch, str] | None]
     """The launch once measured and its speculation reason: under auto the planner reads the
     verdict from the store."""
 
@@ -82,8 +82,8 @@ class CalibrationSetup:
         return tuple(t.label for t in self.trials)
 
 
-def running_label(spec: LaunchSpec) -> str:
-    return config_label(spec.spec_type, spec.draft_max, spec.draft_p_min)
+def running_label(server: ServerLaunch) -> str:
+    return config_label(server.spec_type, server.draft_max, server.draft_p_min)
 
 
 class Calibrator:
@@ -108,13 +108,13 @@ class Calibrator:
         todo = calibration.missing(self.setup.trials, self.measurement, OFF)
         return not todo and (self.setup.forced or self.measurement.chosen is not None)
 
-    def guard_for(self, spec: LaunchSpec, *, shortened: bool = False) -> SpecGuard | None:
-        """The speculation guard of ``spec``, judging throughput against the measured rate."""
-        if spec.spec_type is None:
+    def guard_for(self, server: ServerLaunch, *, shortened: bool = False) -> SpecGuard | None:
+        """The speculation guard of ``server``, judging throughput against the measured rate."""
+        if server.spec_type is None:
             return None
         return SpecGuard.for_launch(
-            spec.spec_type,
-            spec.draft_max,
+            server.spec_type,
+            server.draft_max,
             self.setup.on_gpu,
             shortened=shortened,
             baseline=self.measurement.baseline_curve(),
@@ -200,7 +200,7 @@ class Calibrator:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as client:
             while True:
                 await self._wait_idle(client, server)
-                running = running_label(server.supervisor.spec)
+                running = running_label(server.supervisor.launch)
                 todo = calibration.missing(self.setup.trials, self.measurement, running)
                 if not todo:
                     break
@@ -347,10 +347,10 @@ async def _ask(
     return timings if isinstance(timings, dict) else None
 
 
-async def _restart(server: ServerRun, spec: LaunchSpec) -> bool:
-    """Restart ``server`` with ``spec``; whether its new engine became ready."""
+async def _restart(server: ServerRun, launch: ServerLaunch) -> bool:
+    """Restart ``server`` with ``launch``; whether its new engine became ready."""
     before = server.status.engine_pid
-    server.restart(spec)
+    server.restart(launch)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         status = server.status
@@ -365,8 +365,8 @@ async def _restart(server: ServerRun, spec: LaunchSpec) -> bool:
 def setup_for(
     launch: LaunchPlan,
     settings: Settings,
-    plan_trial: Callable[[Trial], LaunchSpec | None],
-    plan_final: Callable[[], tuple[LaunchSpec, str] | None],
+    plan_trial: Callable[[Trial], ServerLaunch | None],
+    plan_final: Callable[[], tuple[ServerLaunch, str] | None],
 ) -> CalibrationSetup | None:
     """What ``launch`` measures; None when nothing can speculate or calibration is off."""
     key = launch.speculation.measurement_key

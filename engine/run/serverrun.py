@@ -21,7 +21,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import gpu
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
 from lucebox.engine.plan.cpuread import cpu_cores
-from lucebox.engine.plan.launch import LaunchSpec, server_argv, url_of
+from lucebox.engine.plan.launch import ServerLaunch, server_argv, url_of
 from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
@@ -91,7 +91,7 @@ class ServerRun:
         webui_url: str | None = None,
         spec_guard: SpecGuard | None = None,
         spec_asked: bool = False,
-        on_spec_decision: Callable[[Decision, LaunchSpec], LaunchSpec | None] | None = None,
+        on_spec_decision: Callable[[Decision, ServerLaunch], ServerLaunch | None] | None = None,
         api_key: str | None = None,
         peers: tuple[PeerStatus, ...] = (),
         calibrator: Calibrator | None = None,
@@ -114,7 +114,7 @@ class ServerRun:
         self.supervisor = supervisor
         self.gpu_index = gpu_index
         self.spec_reason = spec_reason
-        self.url = url_of(supervisor.spec)
+        self.url = url_of(supervisor.launch)
         self._run = _Run(
             Status(
                 "starting",
@@ -122,9 +122,9 @@ class ServerRun:
                 url=self.url,
                 model=model,
                 started_at=time.time(),
-                ctx=supervisor.spec.plan.ctx,
+                ctx=supervisor.launch.plan.ctx,
                 log=str(engine_log(paths)),
-                spec=planned_spec(supervisor.spec.spec_type, spec_reason),
+                spec=planned_spec(supervisor.launch.spec_type, spec_reason),
                 webui_url=webui_url,
                 peers=peers,
             )
@@ -143,17 +143,17 @@ class ServerRun:
         """Stop the engine and end the run (quit, `lucebox down`, SIGINT/SIGTERM)."""
         self.supervisor.stop()
 
-    def restart(self, spec: LaunchSpec | None = None) -> None:
-        """Stop the serving engine and start it again, with ``spec`` when given."""
-        self.supervisor.restart(spec)
+    def restart(self, server: ServerLaunch | None = None) -> None:
+        """Stop the serving engine and start it again, with ``server`` when given."""
+        self.supervisor.restart(server)
 
-    def serve_measured(self, spec: LaunchSpec, reason: str, guard: SpecGuard | None) -> None:
+    def serve_measured(self, server: ServerLaunch, reason: str, guard: SpecGuard | None) -> None:
         """Serve what the calibration chose, watched by ``guard``; one restart when it differs
         from what runs now."""
         self.spec_guard, self._pending, self._spec_off = guard, None, None
         self.spec_reason = reason
-        if server_argv(spec) != server_argv(self.supervisor.spec):
-            self.restart(spec)
+        if server_argv(server) != server_argv(self.supervisor.launch):
+            self.restart(server)
         elif self._sampler is not None:
             self._sampler.spec_reason = reason
 
@@ -161,7 +161,7 @@ class ServerRun:
         spec = self._spec_off or self._guarded(sampled)
         if self.calibrator is None:
             return spec
-        return self.calibrator.spec_view(running_label(self.supervisor.spec), spec)
+        return self.calibrator.spec_view(running_label(self.supervisor.launch), spec)
 
     def _guarded(self, spec: SpecStatus | None) -> SpecStatus | None:
         """The sampler's view of speculation, with the guard's warning when it only warns."""
@@ -193,7 +193,7 @@ class ServerRun:
             return
         if sample.slots_busy != 0:
             return  # the engine has no per-request switch: wait for an idle moment
-        current = self.supervisor.spec
+        current = self.supervisor.launch
         self._pending = None
         if decision.action == "off":
             self.spec_guard = None
@@ -214,7 +214,7 @@ class ServerRun:
 
     def _engine_log(self) -> EngineLog:
         """What reads the engine's lines, for the kind of engine that runs."""
-        return engine_run(self.supervisor.spec.kind).engine_log()
+        return engine_run(self.supervisor.launch.kind).engine_log()
 
     async def _engine_stopping(self) -> None:
         """Runs before the supervisor stops a live engine on purpose: sampling ends first,
@@ -225,7 +225,7 @@ class ServerRun:
 
     async def _slot(self, action: Literal["save", "restore"]) -> None:
 
-        spec = self.supervisor.spec
+        spec = self.supervisor.launch
         if spec.slot_save_path is None:
             return
         headers = auth_headers(self.api_key)
@@ -289,7 +289,7 @@ class ServerRun:
             state=state_of(event),
             restarts=event.restarts,
             engine_pid=event.pid,
-            ctx=self.supervisor.spec.plan.ctx,
+            ctx=self.supervisor.launch.plan.ctx,
             peers=self._peers_after(event),
             cause=event.cause or self._run.status.cause,
         )
@@ -303,11 +303,11 @@ class ServerRun:
     @property
     def served_aliases(self) -> tuple[str, ...]:
         """The model names clients may ask for."""
-        return (self.supervisor.spec.alias,)
+        return (self.supervisor.launch.alias,)
 
     def _record_served(self) -> None:
         """Keep the address and alias for `lucebox connect` once the run has ended."""
-        spec = self.supervisor.spec
+        spec = self.supervisor.launch
         record = served_now(
             self.url,
             self.served_aliases,
@@ -332,7 +332,7 @@ class ServerRun:
 
     async def _sample(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
 
-        spec = self.supervisor.spec
+        spec = self.supervisor.launch
         provider = gpu.PynvmlProvider()
         try:
             provider.init()

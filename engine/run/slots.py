@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launch import ServerLaunch
 
 SLOT_ID = 0
 """The agent profile serves one slot."""
@@ -43,10 +43,10 @@ class SlotKey:
         return re.sub(r"[^A-Za-z0-9._-]", "_", self.alias) + ".slot"
 
     @classmethod
-    def of(cls, spec: LaunchSpec) -> SlotKey:
-        """The key of what ``spec`` serves: a re-planned launch gets its own."""
-        plan = spec.plan
-        return cls(spec.alias, spec.model_path, plan.ctx, plan.cache_type_k, plan.cache_type_v)
+    def of(cls, server: ServerLaunch) -> SlotKey:
+        """The key of what ``server`` serves: a re-planned launch gets its own."""
+        plan = server.plan
+        return cls(server.alias, server.model_path, plan.ctx, plan.cache_type_k, plan.cache_type_v)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,7 +30,7 @@ import psutil
 
 from lucebox.engine.core.errors import LuceboxError, RunError
 from lucebox.engine.engines import cputarget, kinds
-from lucebox.engine.plan.launch import LaunchSpec, engine_environ, server_argv, url_of
+from lucebox.engine.plan.launch import ServerLaunch, engine_environ, server_argv, url_of
 from lucebox.engine.run.death import (
     REPORT_STEP,
     DeathFacts,
@@ -172,14 +172,14 @@ class Supervisor:
 
     def __init__(
         self,
-        spec: LaunchSpec,
+        server: ServerLaunch,
         log_path: Path,
         *,
         ready_timeout_s: float,
         policy: RestartPolicy | None = None,
-        replan_on_oom: Callable[[LaunchSpec], LaunchSpec | None] | None = None,
+        replan_on_oom: Callable[[ServerLaunch], ServerLaunch | None] | None = None,
     ) -> None:
-        self.spec = spec
+        self.launch = server
         self.log = RotatingLog(log_path)
         self.ring: deque[str] = deque(maxlen=RING_LINES)
         self.lines_total = 0
@@ -196,12 +196,14 @@ class Supervisor:
         """Awaited before a live engine is stopped on purpose (stop, restart, not ready)."""
         self._stopping = asyncio.Event()
         self._restart_asked = asyncio.Event()
-        self._restart_spec: LaunchSpec | None = None
+        self._restart_spec: ServerLaunch | None = None
         self._crash_times: list[float] = []
         self._oom_retried = False
         self.cpu_target: str | None = None
         """The CPU baseline of the engine build that runs; None for one lucebox did not build."""
-        self.rebuild_for_cpu: Callable[[LaunchSpec, str, threading.Event], LaunchSpec] | None = None
+        self.rebuild_for_cpu: (
+            Callable[[ServerLaunch, str, threading.Event], ServerLaunch] | None
+        ) = None
         """Builds the served engine's version again for a lower CPU baseline and returns the
         launch on it (minutes, in a thread; it stops when the event is set); None: an engine
         that dies of an illegal instruction is not rebuilt."""
@@ -225,7 +227,7 @@ class Supervisor:
     async def _wait_ready(self, process: asyncio.subprocess.Process) -> str | None:
         """None once the engine serves; else why it does not (it exited, it was not ready in
         time, its warm-up failed, a stop was asked for)."""
-        url = url_of(self.spec) + "/health"
+        url = url_of(self.launch) + "/health"
         deadline = time.monotonic() + self.ready_timeout_s
         async with httpx.AsyncClient(timeout=2.0) as client:
             while time.monotonic() < deadline and process.returncode is None:
@@ -240,8 +242,8 @@ class Supervisor:
     async def _warmed_up(self, client: httpx.AsyncClient) -> str | None:
         """The engine's own warm-up (:meth:`EngineRun.warm_up`) passes before it counts as
         ready, so a failure it provokes comes now, not to a user; what failed, or None."""
-        run = engine_run(self.spec.kind)
-        failure = await run.warm_up(client, url_of(self.spec))
+        run = engine_run(self.launch.kind)
+        failure = await run.warm_up(client, url_of(self.launch))
         if run.sends_warm_up:
             self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
         return None if failure is None else f"its warm-up request failed: {failure}"
@@ -250,20 +252,20 @@ class Supervisor:
         """Start the engine and keep it up until ``stop`` or a crash loop; yield what happens."""
         try:
             while not self._stopping.is_set():
-                holder = port_holder(self.spec.host, self.spec.port)
+                holder = port_holder(self.launch.host, self.launch.port)
                 if holder is not None:
-                    taken = port_taken(self.spec.port, holder)
+                    taken = port_taken(self.launch.port, holder)
                     yield self._noted(
                         ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
                     )
                     return
-                argv = server_argv(self.spec)
+                argv = server_argv(self.launch)
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
                 launched = self._stamp_files()
                 lines_before = self.lines_total
                 process = await asyncio.create_subprocess_exec(
                     *argv,
-                    env=engine_environ(self.spec, os.environ),
+                    env=engine_environ(self.launch, os.environ),
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
@@ -274,10 +276,10 @@ class Supervisor:
                 pump = asyncio.create_task(self._pump(process.pid, process.stdout))
                 yield ServerEvent(
                     "starting",
-                    f"engine started (pid {process.pid}, ctx {self.spec.plan.ctx})",
+                    f"engine started (pid {process.pid}, ctx {self.launch.plan.ctx})",
                     process.pid,
                     restarts=self.restarts,
-                    ctx=self.spec.plan.ctx,
+                    ctx=self.launch.plan.ctx,
                 )
                 yield ServerEvent(
                     "loading", "loading the model", process.pid, restarts=self.restarts
@@ -286,7 +288,7 @@ class Supervisor:
                 if unready is None:
                     yield ServerEvent(
                         "ready",
-                        f"serving at {url_of(self.spec)}",
+                        f"serving at {url_of(self.launch)}",
                         process.pid,
                         restarts=self.restarts,
                     )
@@ -304,7 +306,7 @@ class Supervisor:
                         await pump
                         asked, self._restart_spec = self._restart_spec, None
                         yield self._relaunch(
-                            asked or self.spec, "restarting as asked", process.pid, None
+                            asked or self.launch, "restarting as asked", process.pid, None
                         )
                         continue
                 if self._stopping.is_set():
@@ -346,7 +348,7 @@ class Supervisor:
                         )
                     )
                     rebuilt = await self._rebuild(rebuild_to)
-                    if isinstance(rebuilt, LaunchSpec):
+                    if isinstance(rebuilt, ServerLaunch):
                         self._rebuilt_from, self.cpu_target = self.cpu_target, rebuild_to
                         message = f"rebuilt for {rebuild_to}: starting it"
                         yield self._relaunch(rebuilt, message, process.pid, death)
@@ -377,7 +379,7 @@ class Supervisor:
                     self.policy.max_backoff_s,
                     self.policy.first_backoff_s * 2 ** (len(self._crash_times) - 1),
                 )
-                if next_spec is not self.spec:
+                if next_spec is not self.launch:
                     message = (
                         f"out of memory: retrying once at a smaller context "
                         f"({next_spec.plan.ctx} tokens)"
@@ -393,10 +395,10 @@ class Supervisor:
             self.log.close()
 
     def _relaunch(
-        self, spec: LaunchSpec, message: str, pid: int | None, cause: EngineDeath | None
+        self, server: ServerLaunch, message: str, pid: int | None, cause: EngineDeath | None
     ) -> ServerEvent:
-        """Every restart, asked for or after a crash: the next engine runs ``spec``."""
-        self.spec = spec
+        """Every restart, asked for or after a crash: the next engine runs ``server``."""
+        self.launch = server
         self.restarts += 1
         return self._noted(ServerEvent("restarting", message, pid, cause, self.restarts))
 
@@ -411,17 +413,17 @@ class Supervisor:
         self._crash_times = [t for t in self._crash_times if now - t < self.policy.window_s]
         self._crash_times.append(now)
 
-    def _after_crash(self, death: EngineDeath) -> LaunchSpec | None:
+    def _after_crash(self, death: EngineDeath) -> ServerLaunch | None:
         if not death.retry:
             return None  # the same command fails the same way: do not hammer it
         if death.code == "gpu-out-of-memory" and self.replan_on_oom is not None:
             if self._oom_retried:
                 return None  # the re-planned launch ran out of memory too: do not hammer it
             self._oom_retried = True
-            return self.replan_on_oom(self.spec)
+            return self.replan_on_oom(self.launch)
         if len(self._crash_times) >= self.policy.max_crashes:
             return None
-        return self.spec
+        return self.launch
 
     def _rebuild_target(self) -> str | None:
         """The baseline the engine is rebuilt for after an illegal instruction: the next one
@@ -431,13 +433,13 @@ class Supervisor:
         below = cputarget.below(self.cpu_target)
         return below.name if below is not None else None
 
-    async def _rebuild(self, target: str) -> LaunchSpec | str:
+    async def _rebuild(self, target: str) -> ServerLaunch | str:
         """The launch on the engine rebuilt for ``target``, or why there is none (the build
         failed, or a stop cancelled it)."""
         assert self.rebuild_for_cpu is not None
         cancel = threading.Event()
         building = asyncio.create_task(
-            asyncio.to_thread(self.rebuild_for_cpu, self.spec, target, cancel)
+            asyncio.to_thread(self.rebuild_for_cpu, self.launch, target, cancel)
         )
         stopping = asyncio.create_task(self._stopping.wait())
         await asyncio.wait({building, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -451,7 +453,7 @@ class Supervisor:
             return exc.message
 
     def _stamp_files(self) -> tuple[FileStamp, ...]:
-        paths = (self.spec.model_path, self.spec.draft_path)
+        paths = (self.launch.model_path, self.launch.draft_path)
         return tuple(stamp for path in paths if path and (stamp := file_stamp(path)))
 
     def _name_death(
@@ -471,17 +473,17 @@ class Supervisor:
             cpu_target=self.cpu_target,
             rebuild_target=self._rebuild_target() if returncode == -signal.SIGILL else None,
             rebuilt_from=self._rebuilt_from,
-            build_command=kinds.kind(self.spec.kind).build_command,
+            build_command=kinds.kind(self.launch.kind).build_command,
             changes=tuple(
                 change
                 for stamp in launched
                 if (change := changed_file(stamp, now[stamp.path])) is not None
             ),
             model_name=self.model_name,
-            host_ram_terms=host_ram_terms(self.spec.plan.memory_bytes) if killed else None,
+            host_ram_terms=host_ram_terms(self.launch.plan.memory_bytes) if killed else None,
             ram_available_bytes=psutil.virtual_memory().available if killed else None,
             ram_users=ram_users() if killed else (),
-            down_peers=down_peers(self.spec.rpc),
+            down_peers=down_peers(self.launch.rpc),
         )
         return name_death(returncode, lines, facts)
 
@@ -508,8 +510,8 @@ class Supervisor:
         """Stop the engine and end :meth:`events`; serverrun.ServerRun.stop is the caller."""
         self._stopping.set()
 
-    def restart(self, spec: LaunchSpec | None = None) -> None:
-        """Stop the serving engine and start it again, with ``spec`` when given (no crash
+    def restart(self, server: ServerLaunch | None = None) -> None:
+        """Stop the serving engine and start it again, with ``server`` when given (no crash
         counted, no backoff); serverrun.ServerRun.restart is the caller."""
-        self._restart_spec = spec
+        self._restart_spec = server
         self._restart_asked.set()

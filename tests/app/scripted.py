@@ -228,7 +228,7 @@ class ScriptedBackend(Backend):
 
     @contextlib.asynccontextmanager
     async def router_run(self, prepared: PreparedSet, emit: Emit) -> AsyncIterator[RouterRun]:
-        spec = prepared.planned.launches[0].spec
+        spec = prepared.planned.launches[0].server
         supervisor = Supervisor(spec, self.tmp_path / "engine.log", ready_timeout_s=60.0)
         yield ScriptedRouterRun(self, prepared, supervisor)
 
@@ -241,7 +241,7 @@ class ScriptedBackend(Backend):
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
         supervisor = Supervisor(
-            prepared.spec, self.tmp_path / "engine.log", ready_timeout_s=prepared.ready_timeout_s
+            prepared.server, self.tmp_path / "engine.log", ready_timeout_s=prepared.ready_timeout_s
         )
         supervisor.ring.extend(LOG_LINES)
         supervisor.lines_total = len(LOG_LINES)
@@ -276,7 +276,7 @@ class ScriptedRouterRun(RouterRun):
 
     def __init__(self, backend: ScriptedBackend, prepared: PreparedSet, supervisor: Supervisor):
         planned = planned_models(prepared.planned)
-        public_url = url_of(supervisor.spec)
+        public_url = url_of(supervisor.launch)
         super().__init__(backend.paths, supervisor, planned=planned, public_url=public_url)
         self.backend = backend
 

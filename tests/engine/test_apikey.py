@@ -100,7 +100,7 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
         budget=budget_for(probe_gpus()),
         engine=EngineView.of(engine),
     )
-    spec = dataclasses.replace(launch.spec, api_key_file=str(key_file))
+    spec = dataclasses.replace(launch.server, api_key_file=str(key_file))
     paths.ensure(paths.slots_dir)  # prepare() makes it before a launch; the engine needs it
     log = (tmp_path / "engine.log").open("wb")
     proc = subprocess.Popen(server_argv(spec), stdout=log, stderr=subprocess.STDOUT)

@@ -22,7 +22,7 @@ from lucebox.engine import pipeline
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.engines import cputarget
 from lucebox.engine.models.pull import pull_model
-from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.serverrun import ServerRun
@@ -71,7 +71,7 @@ async def test_an_illegal_instruction_rebuilds_for_the_baseline_below_once_then_
     assert below is not None and supervisor.rebuild_for_cpu is not None
     rebuilt: list[str] = []
 
-    def rebuild(spec: LaunchSpec, target: str, cancel: threading.Event) -> LaunchSpec:
+    def rebuild(spec: ServerLaunch, target: str, cancel: threading.Event) -> ServerLaunch:
         rebuilt.append(target)
         return spec
 
@@ -151,7 +151,7 @@ async def test_a_model_file_truncated_under_the_engine_is_refused_until_verified
     async for event in server_events(run):
         events.append(event)
         if event.kind == "ready" and event.pid is not None:
-            truncate_and_ask(model, prepared.spec)
+            truncate_and_ask(model, prepared.server)
     kinds = [e.kind for e in events]
     assert kinds.count("starting") == 1 and kinds[-1] == "gave-up"  # not restarted
     death = events[-1].cause
@@ -161,7 +161,7 @@ async def test_a_model_file_truncated_under_the_engine_is_refused_until_verified
     assert "bus-error" in events[-1].message and "models verify" in events[-1].message
 
 
-def truncate_and_ask(model: Path, spec: LaunchSpec) -> None:
+def truncate_and_ask(model: Path, spec: ServerLaunch) -> None:
     """Cut the mapped model file short, then ask for a reply: the engine reads weights past
     the new end of the file and the kernel sends it a real SIGBUS."""
     with model.open("r+b") as handle:

@@ -104,7 +104,7 @@ def test_argv_with_a_lucebox_draft(files):
     launch = plan(ServeOptions(model=str(target), draft=str(draft), ctx=32768), RTX_4090)
     assert launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
     assert launch.to_json()["engine"]["kind"] == "lucebox"
-    flags = launch.spec.lucebox
+    flags = launch.server.lucebox
     assert flags is not None
     assert launch.argv == [
         "dflash_server", str(target),
@@ -124,9 +124,9 @@ def test_argv_with_a_lucebox_draft(files):
 def test_max_tokens_stays_below_max_ctx_and_the_host_is_loopback(files):
     for ctx in (2048, 4096, 131072):
         launch = plan(ServeOptions(model=str(files[0]), ctx=ctx, engine="lucebox"))
-        flags = launch.spec.lucebox
+        flags = launch.server.lucebox
         assert flags is not None and flags.max_tokens < flags.max_ctx
-        argv = server_argv(launch.spec)
+        argv = server_argv(launch.server)
         assert argv[argv.index("--host") + 1] == "127.0.0.1"
 
 
@@ -228,7 +228,7 @@ def test_ddtree_budget_per_card_class_never_under_15(device, budget):
 def test_the_engine_never_reads_dflash_settings_from_lucebox_s_environment(files):
     target, draft, _ = files
     launch = plan(ServeOptions(model=str(target), draft=str(draft)))
-    env = engine_environ(launch.spec, {"DFLASH_KVFLASH": "auto", "PATH": "/bin"})
+    env = engine_environ(launch.server, {"DFLASH_KVFLASH": "auto", "PATH": "/bin"})
     assert "DFLASH_KVFLASH" not in env and env["DFLASH_SAMPLED_VERIFY"] == "1"
 
 
@@ -271,6 +271,6 @@ def test_two_gpus_serve_from_the_one_with_the_most_free_memory(files):
         64 * GIB,
     )
     launch = plan(ServeOptions(model=str(target), draft=str(draft)), two)
-    assert launch.spec.gpus == (1,)
+    assert launch.server.gpus == (1,)
     assert launch.plan.memory_bytes.available == 22 * GIB
     assert launch.argv[launch.argv.index("--ddtree-budget") + 1] == "28"

@@ -13,7 +13,7 @@ import httpx
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
-from lucebox.engine.plan.launch import LaunchSpec
+from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.sizes import MemoryBytes
@@ -26,13 +26,13 @@ FAKE = Path(__file__).resolve().parents[1] / "luceboxfake.py"
 FLAGS = LuceboxFlags(max_ctx=4096, max_tokens=512, cache_type="q4_0", prefix_cache_slots=4)
 
 
-def lucebox_spec(tmp_path: Path) -> LaunchSpec:
+def lucebox_spec(tmp_path: Path) -> ServerLaunch:
     script = tmp_path / "dflash_server"
     script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     script.chmod(0o755)
     memory = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
     plan = Plan(True, 4096, "q4_0", "q4_0", -1, 0, 1, memory, None)
-    return LaunchSpec(
+    return ServerLaunch(
         str(script), "/m/qwen35.gguf", plan, "tiny", port=free_port(), kind="lucebox", lucebox=FLAGS
     )
 

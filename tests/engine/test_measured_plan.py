@@ -73,7 +73,7 @@ def test_a_measured_winner_is_served_with_the_measured_p_min():
     trials = (rate(OFF, None, 680), rate("draft-mtp n3 p0", "draft-mtp", 900, 0.0))
     write_measurement(resolve_paths(), Measurement(key, trials, "draft-mtp n3 p0", "1.32x"))
     launch = launch_of(target)
-    assert launch.spec.spec_type == "draft-mtp" and launch.spec.draft_p_min == 0.0
+    assert launch.server.spec_type == "draft-mtp" and launch.server.draft_p_min == 0.0
     assert "--spec-draft-p-min" in launch.argv
     assert launch.argv[launch.argv.index("--spec-draft-p-min") + 1] == "0"
     assert "1.32x" in launch.speculation.reason

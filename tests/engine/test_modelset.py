@@ -79,7 +79,7 @@ def test_any_models_max_of_the_set_fit_together(sources, vram_mib, models_max):
             on_device = [
                 lp.plan.memory_bytes.total
                 for lp in combo
-                if lp.spec.gpus == (index,) or len(vram_mib) == 1
+                if lp.server.gpus == (index,) or len(vram_mib) == 1
             ]
             assert sum(on_device) <= device.vram_free_bytes
 
@@ -87,7 +87,7 @@ def test_any_models_max_of_the_set_fit_together(sources, vram_mib, models_max):
 def test_two_cards_give_each_model_a_card_and_say_why():
     planned = _plan(BIG_PAIR, _budget((24576, 24576)))
     big, small = planned.launches
-    assert {big.spec.gpus, small.spec.gpus} == {(0,), (1,)}
+    assert {big.server.gpus, small.server.gpus} == {(0,), (1,)}
     assert "--tensor-split" not in big.argv
     assert "the other cards serve qwen3-4b" in big.plan.reasons["split"]
     # Alone on a card it gets more than it would sharing one card with the small model.
@@ -144,11 +144,11 @@ def test_router_ini_carries_each_plan_and_the_router_only_router_flags():
     for launch in planned.launches:
         section = text.split(f"[{launch.alias}]\n", 1)[1].split("\n\n", 1)[0]
         keys = dict(line.split(" = ", 1) for line in section.splitlines())
-        assert keys["m"] == launch.spec.model_path
+        assert keys["m"] == launch.server.model_path
         assert keys["c"] == str(launch.plan.ctx)
         assert keys["ctk"] == launch.plan.cache_type_k
         assert keys["jinja"] == "true" and keys["metrics"] == "true"
-        assert keys["device"] == f"CUDA{launch.spec.gpus[0]}"
+        assert keys["device"] == f"CUDA{launch.server.gpus[0]}"
         assert not {"host", "port", "alias", "api-key-file"} & set(keys)
     spec = router_spec(planned, "/run/router.ini")
     argv = server_argv(spec)
@@ -173,7 +173,7 @@ def test_a_member_out_of_memory_is_planned_again_at_three_quarters_the_others_ke
     assert replanned.plan.ctx == big.plan.ctx * 3 // 4 // CTX_PAD * CTX_PAD
     assert "out of memory" in replanned.plan.reasons["ctx"]
     assert replanned.plan.reasons["split"] == big.plan.reasons["split"]  # still on its card
-    assert replanned.spec.gpus == big.spec.gpus
+    assert replanned.server.gpus == big.server.gpus
     assert f"at {big.plan.ctx} tokens" in smaller.reasons[big.alias]
     # The proxy's bytes and the router's file follow the new plan; the other model's do not.
     before, _ = placements_of(planned)

@@ -28,7 +28,7 @@ def test_prepare_plans_once_with_the_engine_installed(built_engine_home, tmp_pat
     steps: list[pipeline.StepEvent] = []
     prepared = pipeline.prepare(paths, ServeOptions(model=str(smol_model())), steps.append)
     assert plans == ["plan"]
-    assert Path(prepared.launch.spec.model_path) == smol_model()
+    assert Path(prepared.launch.server.model_path) == smol_model()
     assert prepared.launch.engine_kind == "llama-server"
     engine_steps = [s for s in steps if s.step == "engine"]
     assert engine_steps[-1].state == "done" and "llama.cpp-b11434-cpu" in engine_steps[-1].message

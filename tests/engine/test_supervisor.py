@@ -15,7 +15,7 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
-from lucebox.engine.plan.launch import LaunchSpec, server_argv
+from lucebox.engine.plan.launch import ServerLaunch, server_argv
 from lucebox.engine.plan.memory import PlanRequest, make_plan
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
@@ -57,7 +57,7 @@ def plan(tmp_path):
 
 
 def test_argv_has_no_shell_and_keeps_odd_paths(plan):
-    spec = LaunchSpec(
+    spec = ServerLaunch(
         "/opt/llama server", '/m/it\'s "mine".gguf', plan, "smoke", chat_template="gemma"
     )
     argv = server_argv(spec)
@@ -68,8 +68,8 @@ def test_argv_has_no_shell_and_keeps_odd_paths(plan):
 
 def test_binding_beyond_loopback_needs_a_key(plan):
     with pytest.raises(Exception, match="API key"):
-        server_argv(LaunchSpec("s", "m", plan, "a", host="0.0.0.0"))
-    spec = LaunchSpec("s", "m", plan, "a", host="0.0.0.0", api_key_file="/c/api_key")
+        server_argv(ServerLaunch("s", "m", plan, "a", host="0.0.0.0"))
+    spec = ServerLaunch("s", "m", plan, "a", host="0.0.0.0", api_key_file="/c/api_key")
     argv = server_argv(spec)
     assert argv[argv.index("--api-key-file") + 1] == "/c/api_key"
 
@@ -108,7 +108,7 @@ async def test_crash_loop_gives_up_with_the_diagnosis(plan, tmp_path):
     fake = tmp_path / "fake-server"
     fake.write_text(FAKE.format(python=sys.executable))
     fake.chmod(0o755)
-    spec = LaunchSpec(str(fake), str(tmp_path / "g.gguf"), plan, "t", port=free_port())
+    spec = ServerLaunch(str(fake), str(tmp_path / "g.gguf"), plan, "t", port=free_port())
     policy = RestartPolicy(max_crashes=3, first_backoff_s=0.01)
     supervisor = Supervisor(
         spec, tmp_path / "logs" / "engine.log", ready_timeout_s=10, policy=policy
@@ -129,7 +129,7 @@ async def test_generic_crashes_restart_with_backoff_then_give_up(plan, tmp_path)
         f"#!{sys.executable}\nimport sys\nprint('segfault-ish', flush=True)\nsys.exit(139)\n"
     )
     fake.chmod(0o755)
-    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
     supervisor = Supervisor(
         spec,
         tmp_path / "engine.log",
@@ -178,7 +178,7 @@ async def test_restart_asked_starts_a_new_engine_without_counting_a_crash(plan, 
     fake = tmp_path / "fake-server"
     fake.write_text(HEALTHY.format(python=sys.executable))
     fake.chmod(0o755)
-    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
     seen = []
     async for event in supervisor.events():
@@ -207,7 +207,7 @@ async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
     fake = tmp_path / "fake-server"
     fake.write_text(HEALTHY.format(python=sys.executable))
     fake.chmod(0o755)
-    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
     paths = resolve_paths()
     run = ServerRun(paths, supervisor, model="t", gpu_index=0)
@@ -251,7 +251,7 @@ async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
     ready_states = [s for s in on_file if s is not None and s.state == "ready"]
     assert [s.ctx for s in ready_states] == [plan.ctx, 2048]
     assert ready_states[-1].restarts == 1 and ready_states[-1].engine_pid == second_pid
-    assert supervisor.spec is smaller
+    assert supervisor.launch is smaller
     assert {pid for pid, _ in lines} == {first_pid, second_pid}
     assert any("main: server is listening" in line for _, line in lines)
     assert runstate.read_status(paths) is None  # the run removed its state file
@@ -299,8 +299,8 @@ async def test_out_of_memory_restarts_once_with_a_new_plan_at_a_smaller_context(
     served = [e.ctx for e in events if e.kind == "starting"]
     assert served[0] == prepared.plan.ctx == 32768
     assert served[1] == 32768 * 3 // 4  # planned again, not patched: the plan says why
-    assert "out of memory" in supervisor.spec.plan.reasons["ctx"]
-    assert supervisor.spec.plan.memory_bytes.kv < prepared.plan.memory_bytes.kv
+    assert "out of memory" in supervisor.launch.plan.reasons["ctx"]
+    assert supervisor.launch.plan.memory_bytes.kv < prepared.plan.memory_bytes.kv
 
 
 async def test_out_of_memory_at_a_context_the_user_asked_for_is_refused_not_shrunk(tmp_path):
@@ -348,7 +348,7 @@ def test_the_rebuild_after_an_illegal_instruction_is_the_same_version_one_baseli
 
     monkeypatch.setattr(source, "ensure_source", lambda paths, **_: SOURCE)
     monkeypatch.setattr(registry, "build_and_install", build_and_install)
-    spec = LaunchSpec(built.server_path, "m.gguf", plan, "t")
+    spec = ServerLaunch(built.server_path, "m.gguf", plan, "t")
     rebuilt = pipeline.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
     assert asked == [BuildOptions("cpu", cpu_target="x86-64-v2")]
     assert rebuilt == dataclasses.replace(spec, server_path="/v2/llama-server")
@@ -377,9 +377,9 @@ async def test_a_rebuild_that_fails_or_is_stopped_is_said_and_never_loops(plan, 
     fake = tmp_path / "fake-server"
     fake.write_text(SIGILL_FAKE.format(python=sys.executable))
     fake.chmod(0o755)
-    spec = LaunchSpec(str(fake), "m.gguf", plan, "t", port=free_port())
+    spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
 
-    def failing(spec: LaunchSpec, target: str, cancel: threading.Event) -> LaunchSpec:
+    def failing(spec: ServerLaunch, target: str, cancel: threading.Event) -> ServerLaunch:
         raise LuceboxError("cmake build failed (exit 2)")
 
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
@@ -389,7 +389,9 @@ async def test_a_rebuild_that_fails_or_is_stopped_is_said_and_never_loops(plan, 
     assert events[-1].cause is not None and events[-1].cause.code == "illegal-instruction"
     assert "the rebuild for x86-64-v2 failed (cmake build failed (exit 2))" in events[-1].message
 
-    def waits_for_the_stop(spec: LaunchSpec, target: str, cancel: threading.Event) -> LaunchSpec:
+    def waits_for_the_stop(
+        launch: ServerLaunch, target: str, cancel: threading.Event
+    ) -> ServerLaunch:
         assert cancel.wait(timeout=10)
         raise CancelledByUserError("the rebuild was stopped")
 

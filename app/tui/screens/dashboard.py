@@ -53,14 +53,14 @@ class DashboardScreen(ServingScreen):
         notes: list[str],
         clock: Callable[[], float],
     ) -> None:
-        url = url_of(prepared.spec)
+        url = url_of(prepared.server)
         super().__init__(url=url, log_path=log_path, notes=notes, clock=clock)
         self.prepared = prepared
         self.history: deque[Sample] = deque(maxlen=SPARK_POINTS)
         self.latest: Sample | None = None
         self.served_ctx: int | None = None
         """The context the running engine serves: after an out-of-memory re-plan, the new one."""
-        spec = prepared.spec
+        spec = prepared.server
         self.webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
 
     def compose(self) -> ComposeResult:

@@ -77,7 +77,7 @@ class ChatPanel(Vertical):
 
     async def stream_reply(self) -> None:
         stats = self.query_one("#chat-stats", Label)
-        spec = self.prepared.spec
+        spec = self.prepared.server
         try:
             async for delta in stream_chat(
                 url_of(spec), list(self.messages), api_key=self.prepared.api_key
