@@ -17,6 +17,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import TransferProgress
 from lucebox.engine.engines import build, lucebox, luceboxbuild, registry, source, toolchain
 from lucebox.engine.engines.build import BuildCallback, BuildChoice, BuildOptions
+from lucebox.engine.engines.known import KnownSources
 from lucebox.engine.engines.lucebox import ByteProgress
 from lucebox.engine.engines.registry import EngineManifest, EngineSelection, KindName
 from lucebox.engine.engines.source import SourceInfo
@@ -53,6 +54,11 @@ class EngineKind(Protocol):
     @property
     def source_flags(self) -> SourceFlags:
         """The command-line flags that name where this kind's source comes from."""
+        ...
+
+    @property
+    def known(self) -> KnownSources[Any]:
+        """The sources lucebox knows for it, and the default a fresh install builds."""
         ...
 
     def ensure_source(
@@ -113,6 +119,10 @@ class LlamaServerKind:
         "--index-url",
         "package index (default: PyPI)",
     )
+
+    @property
+    def known(self) -> KnownSources[source.SourcePin]:
+        return source.known_sources()
 
     def ensure_source(
         self,
@@ -176,6 +186,10 @@ class LuceboxKind:
         "where GitHub's archives are (default: https://github.com)",
     )
 
+    @property
+    def known(self) -> KnownSources[lucebox.LuceboxPin]:
+        return lucebox.SOURCES
+
     def ensure_source(
         self,
         paths: Paths,
@@ -192,8 +206,8 @@ class LuceboxKind:
             "path": str(source.path),
             "origin": source.origin,
             "identity": source.identity,
-            "commit": lucebox.PIN.commit,
-            "tree_sha256": lucebox.PIN.tree_sha256,
+            "commit": lucebox.pin_of(source).commit,
+            "tree_sha256": lucebox.pin_of(source).tree_sha256,
         }
 
     def choose_build(

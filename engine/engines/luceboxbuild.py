@@ -269,8 +269,10 @@ def read_capabilities(
 # --- build and install ------------------------------------------------------------------------
 
 
-def engine_id_for(options: BuildOptions, key: str) -> str:
-    return f"lucebox-{lucebox.PIN.short}-cuda-sm{options.cuda_archs[0]}-{key[:8]}"
+def engine_id_for(source: SourceInfo, options: BuildOptions, key: str) -> str:
+    """``lucebox-<commit short>-cuda-sm<arch>-<key>``: builds of two sources sit side by side."""
+    pin = lucebox.pin_of(source)
+    return f"lucebox-{pin.short}-cuda-sm{options.cuda_archs[0]}-{key[:8]}"
 
 
 def build_tree(
@@ -330,6 +332,36 @@ def build_and_install(
     return reuse_built(cached, on_event)
 
 
+def manifest_for(
+    paths: Paths,
+    source: SourceInfo,
+    options: BuildOptions,
+    key: str,
+    capabilities: EngineCapabilities,
+    binaries: dict[str, str],
+) -> EngineManifest:
+    """The manifest of the build of ``source`` for ``options`` (build key ``key``) installed
+    with ``binaries`` (file name -> sha256), which can do ``capabilities``."""
+    engine_id = engine_id_for(source, options, key)
+    pin = lucebox.pin_of(source)
+    return EngineManifest(
+        id=engine_id,
+        kind="lucebox",
+        backend="cuda",
+        cuda_archs=options.cuda_archs,
+        version=f"luce-dflash {pin.short} ({pin.date})",
+        server_path=str(paths.engines_dir / engine_id / "bin" / SERVER),
+        origin="build",
+        capabilities=capabilities,
+        source_identity=source.identity,
+        build_key=key,
+        options={**asdict(options), "bsa": bsa_present(source), "fa_all_quants": False},
+        installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        binaries=binaries,
+        toolkit=options.toolkit or None,
+    )
+
+
 def _build_and_install(
     paths: Paths,
     source: SourceInfo,
@@ -338,10 +370,11 @@ def _build_and_install(
     jobs: int | None,
     on_event: BuildCallback | None,
 ) -> EngineManifest:
+    lucebox.check_unpacked(source)
     build_dir = build_tree(paths, source, options, jobs=jobs, on_event=on_event)
     if on_event is not None:
         on_event(BuildEvent("install", 100, "installing the engine"))
-    engine_id = engine_id_for(options, key)
+    engine_id = engine_id_for(source, options, key)
     staging = staging_dir(paths, engine_id)
     try:
         bin_dir = staging / "bin"
@@ -357,22 +390,7 @@ def _build_and_install(
         capabilities = read_capabilities(
             paths, bin_dir / SERVER, lucebox.server_dir(source), symmetric_only=True
         )
-        manifest = EngineManifest(
-            id=engine_id,
-            kind="lucebox",
-            backend="cuda",
-            cuda_archs=options.cuda_archs,
-            version=f"luce-dflash {lucebox.PIN.short} ({lucebox.PIN.date})",
-            server_path=str(paths.engines_dir / engine_id / "bin" / SERVER),
-            origin="build",
-            capabilities=capabilities,
-            source_identity=source.identity,
-            build_key=key,
-            options={**asdict(options), "bsa": bsa_present(source), "fa_all_quants": False},
-            installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-            binaries=hashes,
-            toolkit=options.toolkit or None,
-        )
+        manifest = manifest_for(paths, source, options, key, capabilities, hashes)
         write_manifest(staging, manifest)
         publish(paths, engine_id, staging)
     finally:

@@ -43,7 +43,13 @@ from lucebox.engine.engines.build import (
     build_engine_tree,
     build_key,
 )
-from lucebox.engine.engines.source import SourceInfo, default_source_dir, load_pin, read_source
+from lucebox.engine.engines.source import (
+    SourceInfo,
+    check_unpacked,
+    default_source_dir,
+    load_pin,
+    read_source,
+)
 from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 from lucebox.engine.models.modelfacts import read_swa_patterns
@@ -450,6 +456,7 @@ def _build_and_install(
         if without_ui is not None:
             return reuse_built(without_ui, on_event)
     key = build_key(source, options)
+    check_unpacked(source)
     bin_dir = build_engine_tree(
         paths,
         source,
