@@ -17,7 +17,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.transfer import TransferProgress
 from lucebox.engine.engines import build, lucebox, luceboxbuild, registry, source, toolchain
 from lucebox.engine.engines.build import BuildCallback, BuildChoice, BuildOptions
-from lucebox.engine.engines.known import KnownSources
+from lucebox.engine.engines.known import KnownSource, KnownSources
 from lucebox.engine.engines.lucebox import ByteProgress
 from lucebox.engine.engines.registry import EngineManifest, EngineSelection, KindName
 from lucebox.engine.engines.source import SourceInfo
@@ -240,10 +240,10 @@ class LuceboxKind:
     def select(
         self, paths: Paths, probe: GpuProbe, wanted_id: str = "", cpu: CpuInfo | None = None
     ) -> EngineSelection:
-        engine = luceboxbuild.installed(paths, cpu=cpu)
-        if engine is None:
+        selection = luceboxbuild.select(paths, wanted_id, cpu)
+        if selection.engine is None:
             return EngineSelection(None, f"not built yet: run `{self.build_command}`")
-        return EngineSelection(engine, "the newest Lucebox engine this CPU runs")
+        return selection
 
 
 LLAMA_SERVER = LlamaServerKind()
@@ -253,3 +253,9 @@ KINDS: dict[KindName, EngineKind] = {LLAMA_SERVER.name: LLAMA_SERVER, LUCEBOX.na
 
 def kind(name: KindName) -> EngineKind:
     return KINDS[name]
+
+
+def built_from(engine: EngineManifest) -> KnownSource[Any] | None:
+    """The known source an installed engine was built from; None for a checkout's build, a
+    registered or fetched binary, or a source this lucebox does not know."""
+    return kind(engine.kind).known.by_identity(engine.source_identity)

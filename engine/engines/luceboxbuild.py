@@ -38,6 +38,7 @@ from lucebox.engine.engines.build import (
 from lucebox.engine.engines.registry import (
     EngineCapabilities,
     EngineManifest,
+    EngineSelection,
     find_built,
     list_engines,
     one_build_at_a_time,
@@ -398,16 +399,28 @@ def _build_and_install(
     return manifest
 
 
-def installed(
-    paths: Paths, arch: str | None = None, cpu: CpuInfo | None = None
-) -> EngineManifest | None:
-    """The newest installed Lucebox engine (for ``arch`` when given) this CPU can run."""
+def select(paths: Paths, wanted_id: str = "", cpu: CpuInfo | None = None) -> EngineSelection:
+    """The installed Lucebox engine a launch uses, and why: the one ``engine.id`` names (this
+    CPU may not run it: doctor says so), else the newest build of the default known source,
+    else the newest build this CPU runs; no engine (reason "") when none is installed."""
+    engines = [e for e in list_engines(paths) if e.kind == "lucebox"]
+    named = [e for e in engines if wanted_id and e.id == wanted_id]
+    if named:
+        return EngineSelection(named[0], f"engine.id = {wanted_id} in config.toml")
     cpu = cpu or probe_cpu()
-    engines = [
-        e
-        for e in list_engines(paths)
-        if e.kind == "lucebox"
-        and (arch is None or arch in e.cuda_archs)
-        and cputarget.fit(e.cpu_target, cpu).runs is not False
-    ]
-    return max(engines, key=lambda e: e.installed_at) if engines else None
+    runs = [e for e in engines if cputarget.fit(e.cpu_target, cpu).runs is not False]
+    default = lucebox.SOURCES.default
+    of_default = [e for e in runs if e.source_identity == default.identity]
+    if of_default:
+        chosen = max(of_default, key=lambda e: e.installed_at)
+        return EngineSelection(chosen, f"built from the default source {default.version}")
+    if runs:
+        chosen = max(runs, key=lambda e: e.installed_at)
+        why = f"the newest this CPU runs; none from the default source {default.version}"
+        return EngineSelection(chosen, why)
+    return EngineSelection(None, "")
+
+
+def installed(paths: Paths, cpu: CpuInfo | None = None) -> EngineManifest | None:
+    """The Lucebox engine a launch uses when ``engine.id`` names none (:func:`select`)."""
+    return select(paths, cpu=cpu).engine

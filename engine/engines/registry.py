@@ -292,9 +292,13 @@ def select_engine(
     """The llama-server ``lucebox up`` would use, and why (the planner chooses the kind).
 
     A build this CPU cannot run (:func:`cputarget.fit`) is never chosen by itself; one named
-    by ``engine.id`` still is, and ``doctor`` says what is wrong with it.
+    by ``engine.id`` still is, and ``doctor`` says what is wrong with it. An ``engine.id`` that
+    names another kind's build (the Lucebox engine's) leaves this choice to the rules below.
     """
-    engines = [e for e in list_engines(paths) if e.kind == "llama-server"]
+    installed = list_engines(paths)
+    engines = [e for e in installed if e.kind == "llama-server"]
+    if wanted_id in {e.id for e in installed if e.kind != "llama-server"}:
+        wanted_id = ""
     if wanted_id:
         for engine in engines:
             if engine.id == wanted_id:
