@@ -27,6 +27,7 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
         archive=getattr(args, _dest(kind.source_flags.archive)),
         index=getattr(args, _dest(kind.source_flags.index)),
     )
+    kind.check_source(info)
     if args.json:
         print_json(kind.source_document(info))
     else:

@@ -73,6 +73,11 @@ class EngineKind(Protocol):
         default place; ``on_bytes`` hears the bytes so far) and checked."""
         ...
 
+    def check_source(self, fetched: SourceInfo) -> None:
+        """Refuse a fetched source whose tree changed since it was unpacked (every build
+        checks this too)."""
+        ...
+
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
         """What `engine source --json` prints for it."""
         ...
@@ -138,6 +143,9 @@ class LlamaServerKind:
 
         return source.ensure_source(paths, index_url=index, sdist=archive, on_progress=report)
 
+    def check_source(self, fetched: SourceInfo) -> None:
+        source.check_unpacked(fetched)
+
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
         return {
             "path": str(source.path),
@@ -199,6 +207,9 @@ class LuceboxKind:
         index: str | None = None,
     ) -> SourceInfo:
         return lucebox.ensure_source(paths, tarball=archive, base_url=index, on_progress=on_bytes)
+
+    def check_source(self, fetched: SourceInfo) -> None:
+        lucebox.check_unpacked(fetched)
 
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
         return {

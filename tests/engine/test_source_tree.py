@@ -10,7 +10,7 @@ import pytest
 
 from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.engines import lucebox, luceboxbuild, registry, source, sourcetree
+from lucebox.engine.engines import kinds, lucebox, luceboxbuild, registry, source, sourcetree
 from lucebox.engine.engines.build import BuildOptions
 
 from .test_lucebox_source import SHARED_TARBALL, needs_tarball
@@ -69,7 +69,7 @@ def test_the_unpacked_sdist_records_its_tree_and_passes_unchanged(llama_source):
 def test_a_changed_llama_cpp_tree_is_refused_with_the_way_back(llama_source, edit, named):
     edit(llama_source.path)
     with pytest.raises(HashMismatchError, match=f"1 files differ \\(.* {named}\\)") as refused:
-        source.check_unpacked(llama_source)
+        kinds.LLAMA_SERVER.check_source(llama_source)  # what `engine source` runs
     assert refused.value.exit_code == EXIT_REFUSED
     assert f"delete {llama_source.path}" in (refused.value.hint or "")
     assert "lucebox engine source" in (refused.value.hint or "")
@@ -123,7 +123,7 @@ def test_a_file_changed_under_deps_is_refused_and_the_build_never_starts(lucebox
     changed = lucebox_source.path / DEPS_FILE
     changed.write_bytes(changed.read_bytes() + b"\n// patched\n")
     with pytest.raises(HashMismatchError) as refused:
-        lucebox.check_unpacked(lucebox_source)
+        kinds.LUCEBOX.check_source(lucebox_source)  # what `engine source` runs
     assert f"1 files differ ({DEPS_FILE} changed)" in refused.value.message
     assert "the Lucebox engine source 62880e20" in refused.value.message
     hint = refused.value.hint or ""
