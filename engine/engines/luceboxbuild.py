@@ -38,6 +38,7 @@ from lucebox.engine.engines.build import (
 from lucebox.engine.engines.registry import (
     EngineCapabilities,
     EngineManifest,
+    EngineSelection,
     find_built,
     list_engines,
     one_build_at_a_time,
@@ -269,8 +270,10 @@ def read_capabilities(
 # --- build and install ------------------------------------------------------------------------
 
 
-def engine_id_for(options: BuildOptions, key: str) -> str:
-    return f"lucebox-{lucebox.PIN.short}-cuda-sm{options.cuda_archs[0]}-{key[:8]}"
+def engine_id_for(source: SourceInfo, options: BuildOptions, key: str) -> str:
+    """``lucebox-<commit short>-cuda-sm<arch>-<key>``: builds of two sources sit side by side."""
+    pin = lucebox.pin_of(source)
+    return f"lucebox-{pin.short}-cuda-sm{options.cuda_archs[0]}-{key[:8]}"
 
 
 def build_tree(
@@ -330,6 +333,36 @@ def build_and_install(
     return reuse_built(cached, on_event)
 
 
+def manifest_for(
+    paths: Paths,
+    source: SourceInfo,
+    options: BuildOptions,
+    key: str,
+    capabilities: EngineCapabilities,
+    binaries: dict[str, str],
+) -> EngineManifest:
+    """The manifest of the build of ``source`` for ``options`` (build key ``key``) installed
+    with ``binaries`` (file name -> sha256), which can do ``capabilities``."""
+    engine_id = engine_id_for(source, options, key)
+    pin = lucebox.pin_of(source)
+    return EngineManifest(
+        id=engine_id,
+        kind="lucebox",
+        backend="cuda",
+        cuda_archs=options.cuda_archs,
+        version=f"luce-dflash {pin.short} ({pin.date})",
+        server_path=str(paths.engines_dir / engine_id / "bin" / SERVER),
+        origin="build",
+        capabilities=capabilities,
+        source_identity=source.identity,
+        build_key=key,
+        options={**asdict(options), "bsa": bsa_present(source), "fa_all_quants": False},
+        installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        binaries=binaries,
+        toolkit=options.toolkit or None,
+    )
+
+
 def _build_and_install(
     paths: Paths,
     source: SourceInfo,
@@ -338,10 +371,11 @@ def _build_and_install(
     jobs: int | None,
     on_event: BuildCallback | None,
 ) -> EngineManifest:
+    lucebox.check_unpacked(source)
     build_dir = build_tree(paths, source, options, jobs=jobs, on_event=on_event)
     if on_event is not None:
         on_event(BuildEvent("install", 100, "installing the engine"))
-    engine_id = engine_id_for(options, key)
+    engine_id = engine_id_for(source, options, key)
     staging = staging_dir(paths, engine_id)
     try:
         bin_dir = staging / "bin"
@@ -357,22 +391,7 @@ def _build_and_install(
         capabilities = read_capabilities(
             paths, bin_dir / SERVER, lucebox.server_dir(source), symmetric_only=True
         )
-        manifest = EngineManifest(
-            id=engine_id,
-            kind="lucebox",
-            backend="cuda",
-            cuda_archs=options.cuda_archs,
-            version=f"luce-dflash {lucebox.PIN.short} ({lucebox.PIN.date})",
-            server_path=str(paths.engines_dir / engine_id / "bin" / SERVER),
-            origin="build",
-            capabilities=capabilities,
-            source_identity=source.identity,
-            build_key=key,
-            options={**asdict(options), "bsa": bsa_present(source), "fa_all_quants": False},
-            installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-            binaries=hashes,
-            toolkit=options.toolkit or None,
-        )
+        manifest = manifest_for(paths, source, options, key, capabilities, hashes)
         write_manifest(staging, manifest)
         publish(paths, engine_id, staging)
     finally:
@@ -380,16 +399,28 @@ def _build_and_install(
     return manifest
 
 
-def installed(
-    paths: Paths, arch: str | None = None, cpu: CpuInfo | None = None
-) -> EngineManifest | None:
-    """The newest installed Lucebox engine (for ``arch`` when given) this CPU can run."""
+def select(paths: Paths, wanted_id: str = "", cpu: CpuInfo | None = None) -> EngineSelection:
+    """The installed Lucebox engine a launch uses, and why: the one ``engine.id`` names (this
+    CPU may not run it: doctor says so), else the newest build of the default known source,
+    else the newest build this CPU runs; no engine (reason "") when none is installed."""
+    engines = [e for e in list_engines(paths) if e.kind == "lucebox"]
+    named = [e for e in engines if wanted_id and e.id == wanted_id]
+    if named:
+        return EngineSelection(named[0], f"engine.id = {wanted_id} in config.toml")
     cpu = cpu or probe_cpu()
-    engines = [
-        e
-        for e in list_engines(paths)
-        if e.kind == "lucebox"
-        and (arch is None or arch in e.cuda_archs)
-        and cputarget.fit(e.cpu_target, cpu).runs is not False
-    ]
-    return max(engines, key=lambda e: e.installed_at) if engines else None
+    runs = [e for e in engines if cputarget.fit(e.cpu_target, cpu).runs is not False]
+    default = lucebox.SOURCES.default
+    of_default = [e for e in runs if e.source_identity == default.identity]
+    if of_default:
+        chosen = max(of_default, key=lambda e: e.installed_at)
+        return EngineSelection(chosen, f"built from the default source {default.version}")
+    if runs:
+        chosen = max(runs, key=lambda e: e.installed_at)
+        why = f"the newest this CPU runs; none from the default source {default.version}"
+        return EngineSelection(chosen, why)
+    return EngineSelection(None, "")
+
+
+def installed(paths: Paths, cpu: CpuInfo | None = None) -> EngineManifest | None:
+    """The Lucebox engine a launch uses when ``engine.id`` names none (:func:`select`)."""
+    return select(paths, cpu=cpu).engine

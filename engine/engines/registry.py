@@ -45,7 +45,13 @@ from lucebox.engine.engines.build import (
     build_engine_tree,
     build_key,
 )
-from lucebox.engine.engines.source import SourceInfo, default_source_dir, load_pin, read_source
+from lucebox.engine.engines.source import (
+    SourceInfo,
+    check_unpacked,
+    default_source_dir,
+    load_pin,
+    read_source,
+)
 from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 from lucebox.engine.models.modelfacts import read_swa_patterns
@@ -301,9 +307,13 @@ def select_engine(
     """The llama-server ``lucebox up`` would use, and why (the planner chooses the kind).
 
     A build this CPU cannot run (:func:`cputarget.fit`) is never chosen by itself; one named
-    by ``engine.id`` still is, and ``doctor`` says what is wrong with it.
+    by ``engine.id`` still is, and ``doctor`` says what is wrong with it. An ``engine.id`` that
+    names another kind's build (the Lucebox engine's) leaves this choice to the rules below.
     """
-    engines = [e for e in list_engines(paths) if e.kind == "llama-server"]
+    installed = list_engines(paths)
+    engines = [e for e in installed if e.kind == "llama-server"]
+    if wanted_id in {e.id for e in installed if e.kind != "llama-server"}:
+        wanted_id = ""
     if wanted_id:
         for engine in engines:
             if engine.id == wanted_id:
@@ -465,6 +475,7 @@ def _build_and_install(
         if without_ui is not None:
             return reuse_built(without_ui, on_event)
     key = build_key(source, options)
+    check_unpacked(source)
     bin_dir = build_engine_tree(
         paths,
         source,

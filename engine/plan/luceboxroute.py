@@ -71,9 +71,10 @@ def choose(
     )
 
 
-def lucebox_engine(paths: Paths) -> EngineView:
-    """The installed Lucebox engine, or the pinned one not built yet."""
-    installed = luceboxbuild.installed(paths)
+def lucebox_engine(paths: Paths, wanted_id: str) -> EngineView:
+    """The installed Lucebox engine a launch uses (``engine.id``'s, else the default source's
+    build), or the pinned one not built yet."""
+    installed = luceboxbuild.select(paths, wanted_id).engine
     if installed is not None:
         return EngineView.of(installed)
     caps = EngineCapabilities(
@@ -104,7 +105,7 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
     resolved, target, ctx_cap = basis.resolved, basis.target, basis.ctx_cap
-    engine = lucebox_engine(paths)
+    engine = lucebox_engine(paths, resolved.engine_id)
     gpus = budget.local_gpus
     if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
         budget = pool_of((max(gpus, key=lambda d: d.vram_free_bytes),), budget.host_total_bytes)

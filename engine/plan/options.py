@@ -180,6 +180,8 @@ class Resolved:
     engine_from: str = ""
     """Where a mode other than auto comes from, for the plan's reason."""
     prefill: PrefillMode = "off"
+    engine_id: str = ""
+    """The installed build ``engine.id`` names; empty: each kind's default build."""
 
 
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
@@ -218,4 +220,5 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         engine_mode=engine,
         engine_from=engine_from,
         prefill=options.prefill or "off",
+        engine_id=settings.engine_id,
     )

@@ -14,7 +14,13 @@ from lucebox.engine.engines.source import SourceInfo
 
 from .test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
 from .test_cputarget import HASWELL, XEON_AMX
-from .test_lucebox_source import SHARED_TARBALL, needs_tarball
+from .test_lucebox_source import (
+    NEWER,
+    NEWER_TARBALL,
+    SHARED_TARBALL,
+    needs_newer_tarball,
+    needs_tarball,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
 SOURCE = SourceInfo(Path("/src/lucebox"), "pin", lucebox.PIN.identity, None)
@@ -72,6 +78,50 @@ def test_the_configure_line_is_the_measured_one_and_offline(tmp_path):
     assert luceboxbuild.build_argv(tmp_path / "build", 16) == [
         "cmake", "--build", str(tmp_path / "build"), "--target", "dflash_server", "-j", "16",
     ]  # fmt: skip
+
+
+@needs_newer_tarball
+def test_4cf58a04_is_configured_with_the_same_line_from_its_own_tree(tmp_path):
+    """The newer source keeps every switch the line sets (its CMakeLists is read from the
+    shared tarball, unpacked and checked); the line differs only in the tree it names, and
+    the build key and engine id follow the source."""
+    from lucebox.engine.core.paths import resolve_paths
+
+    assert NEWER is not None
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    source = lucebox.ensure_source(
+        paths, source_dir=tmp_path / "lucebox", tarball=NEWER_TARBALL, pin=NEWER.pin
+    )
+    argv = luceboxbuild.configure_argv(
+        source, tmp_path / "build", OPTIONS, json_config_dir=tmp_path / "json"
+    )
+    assert argv == [
+        "cmake",
+        "-S",
+        str(tmp_path / "lucebox" / "server"),
+        "-B",
+        str(tmp_path / "build"),
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DCMAKE_CUDA_ARCHITECTURES=86",
+        "-DDFLASH27B_ENABLE_BSA=OFF",
+        "-DDFLASH27B_FA_ALL_QUANTS=OFF",
+        "-DDFLASH27B_TESTS=OFF",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
+        f"-Dnlohmann_json_DIR={tmp_path / 'json'}",
+        *cputarget.X86_64_V3.cmake_flags,
+    ]
+    cmake_lists = (lucebox.server_dir(source) / "CMakeLists.txt").read_text()
+    for switch in ("DFLASH27B_FA_ALL_QUANTS", "DFLASH27B_TESTS", "DFLASH27B_ENABLE_BSA"):
+        assert switch in cmake_lists
+    assert "find_package(nlohmann_json CONFIG" in cmake_lists
+    assert "dflash_server" in cmake_lists
+    key = luceboxbuild.build_key(source, OPTIONS)
+    assert key != luceboxbuild.build_key(SOURCE, OPTIONS)
+    assert (
+        luceboxbuild.engine_id_for(source, OPTIONS, key) == f"lucebox-4cf58a04-cuda-sm86-{key[:8]}"
+    )
+    assert luceboxbuild.engine_id_for(SOURCE, OPTIONS, key).startswith("lucebox-62880e20-")
 
 
 def test_bsa_is_built_only_when_its_submodule_is_there(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError, UsageError
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.engines import lucebox
+from lucebox.engine.engines import lucebox, sourcetree
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 
@@ -23,6 +24,12 @@ needs_tarball = pytest.mark.skipif(
     not SHARED_TARBALL.is_file(),
     reason=f"the pinned Lucebox source tarball is not beside the clone ({SHARED_TARBALL})",
 )
+NEWER_TARBALL = SHARED_TARBALL.with_name("lucebox-4cf58a04-server.tar.gz")
+needs_newer_tarball = pytest.mark.skipif(
+    not NEWER_TARBALL.is_file(),
+    reason=f"the 4cf58a04 Lucebox source tarball is not beside the clone ({NEWER_TARBALL})",
+)
+NEWER = lucebox.SOURCES.by_version("4cf58a04")
 PREFIX = f"lucebox-{lucebox.PIN.commit}"
 ARCHIVE_PATH = f"/Luce-Org/lucebox/archive/{lucebox.PIN.commit}.tar.gz"
 
@@ -77,7 +84,7 @@ def test_tree_paths_keep_server_and_leave_out_what_the_digest_excludes():
 def test_the_digest_is_sha256sum_of_sorted_lines():
     hashes = {"server/b": "2" * 64, "server/B": "1" * 64, "server/a": "3" * 64}
     text = f"{'1' * 64}  server/B\n{'3' * 64}  server/a\n{'2' * 64}  server/b\n"
-    assert lucebox.tree_digest(hashes) == hashlib.sha256(text.encode()).hexdigest()
+    assert sourcetree.tree_digest(hashes) == hashlib.sha256(text.encode()).hexdigest()
 
 
 def test_the_archive_url_is_githubs_for_the_pinned_commit():
@@ -112,6 +119,31 @@ def test_the_local_tarball_serves_an_offline_pc(tmp_path):
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
     info = lucebox.ensure_source(paths, source_dir=tmp_path / "src", tarball=SHARED_TARBALL)
     assert lucebox.server_dir(info).joinpath("src", "server", "server_main.cpp").is_file()
+
+
+@needs_newer_tarball
+def test_4cf58a04_is_checked_from_the_shared_tarball_by_its_tree_digest(tmp_path):
+    assert NEWER is not None
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    target = tmp_path / "deps" / "lucebox"
+    info = lucebox.ensure_source(paths, source_dir=target, tarball=NEWER_TARBALL, pin=NEWER.pin)
+    assert (
+        info.identity
+        == NEWER.identity
+        == (
+            "lucebox:4cf58a04c9f6b7c117a54c09ab1cb004d13175c9 "
+            "tree-sha256:26e459f21c902c2fc6381b7d3cf7473971b709e2e4fe3e16f8262583a5b9f425"
+        )
+    )
+    files = json.loads((target / lucebox.MARKER_NAME).read_text())["files"]
+    assert len(files) == NEWER.pin.file_count == 1536
+    assert sourcetree.tree_digest(files) == NEWER.pin.tree_sha256
+    assert lucebox.pin_of(info) is NEWER.pin
+    lucebox.check_unpacked(info)  # unchanged since it was unpacked
+    # The same folder asked for 62880e20 is replaced by that tree, never taken for it.
+    with pytest.raises(HashMismatchError, match="not the pinned tree"):
+        lucebox.ensure_source(paths, source_dir=target, tarball=NEWER_TARBALL)
+    assert lucebox.read_source(target, NEWER.pin) == info
 
 
 @needs_tarball
