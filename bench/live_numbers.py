@@ -40,7 +40,7 @@ import httpx
 
 from lucebox.engine import pipeline
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.engines import registry
+from lucebox.engine.engines import install
 from lucebox.engine.run.runstate import ServeLock
 from lucebox.engine.run.serverrun import ServerRun
 from tests.ports import free_port
@@ -197,7 +197,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="lucebox-live-bench-"))
     os.environ["LUCEBOX_HOME"] = str(home)
     (server_path,) = (engine_home() / "data" / "engines").glob("*/bin/llama-server")
-    registry.add_engine(resolve_paths(), server_path)
+    install.add_engine(resolve_paths(), server_path)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = Server(port)

@@ -13,7 +13,7 @@ from lucebox.app.cli.handler import Command, group_help
 from lucebox.app.cli.progress import StderrProgress, bytes_progress, transfer_progress
 from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, cputarget, kinds, registry, toolchain
+from lucebox.engine.engines import build, cputarget, install, kinds, registry, toolchain
 from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
 
@@ -171,7 +171,7 @@ def cmd_engine_path(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_engine_fetch(args: argparse.Namespace, paths: Paths) -> int:
-    manifest = registry.fetch_engine(
+    manifest = install.fetch_engine(
         paths, args.url, args.sha256, on_progress=transfer_progress("engine fetch")
     )
     print(f"{manifest.id}: installed from {args.url}\n  {manifest.server_path}")
@@ -179,7 +179,7 @@ def cmd_engine_fetch(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_engine_add(args: argparse.Namespace, paths: Paths) -> int:
-    manifest = registry.add_engine(paths, args.path, args.source)
+    manifest = install.add_engine(paths, args.path, args.source)
     print(f"{manifest.id}: registered {manifest.server_path}\n  {manifest.version}")
     return EXIT_OK
 

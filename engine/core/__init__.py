@@ -1,0 +1,8 @@
+"""Core: what every step below the pipeline shares.
+
+``errors`` (the one exception tree, grouped by cause), ``paths`` (config, cache and data
+folders), ``atomic`` (writes that never leave a half file), ``units``, ``address``, ``command``
+(lucebox's own command line), ``crashlog``, ``api`` (the one client of the engine's HTTP API);
+downloads: ``download`` (resumable, retried), ``downloadattempt`` (one Range request),
+``downloadlock`` (one writer per file), ``downloadprogress``, ``hashing``.
+"""

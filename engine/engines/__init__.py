@@ -1,10 +1,13 @@
 """Engines: get each engine kind's pinned source, build it for this machine, install it, pick it.
 
 - ``kinds``: the :class:`~kinds.EngineKind` interface and its two kinds, llama-server and the
-  Lucebox engine; callers name a kind and ask it.
-- llama-server: ``source`` (the pinned sdist), ``build`` (cmake, the build cache), ``registry``
-  (installed engines, manifests, the selection), ``webui`` and ``nodejs`` (its web UI).
+  Lucebox engine; callers name a kind and ask it. ``known``: each kind's known sources (data).
+- llama-server: ``source`` (the pinned sdist), ``build`` (cmake, the build cache), ``webui`` and
+  ``nodejs`` (its web UI).
 - the Lucebox engine: ``lucebox`` (the pinned ``server/`` tree), ``luceboxbuild`` (dflash_server).
-- both: ``cputarget`` (the CPU baseline every build targets), ``toolchain`` (cmake, compilers,
-  nvcc on this machine), ``toolkit`` (which CUDA toolkit, fetched from PyPI when none is here).
+- both: ``registry`` (installed engines, manifests, the selection), ``install`` (publishing a
+  build, ``engine add``, ``engine fetch``), ``sourcetree`` (a source tree checked against its
+  digest before a build), ``cputarget`` (the CPU baseline every build targets), ``toolchain``
+  (cmake, compilers, nvcc on this machine), ``toolkit`` (which CUDA toolkit; fetched from PyPI
+  when none is here).
 """

@@ -15,7 +15,15 @@ from typing import Any, Protocol
 from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, lucebox, luceboxbuild, registry, source, toolchain
+from lucebox.engine.engines import (
+    build,
+    install,
+    lucebox,
+    luceboxbuild,
+    registry,
+    source,
+    toolchain,
+)
 from lucebox.engine.engines.build import BuildCallback, BuildChoice, BuildOptions
 from lucebox.engine.engines.known import KnownSource, KnownSources
 from lucebox.engine.engines.lucebox import ByteProgress
@@ -174,7 +182,7 @@ class LlamaServerKind:
         jobs: int | None = None,
         on_event: BuildCallback | None = None,
     ) -> tuple[EngineManifest, bool]:
-        return registry.build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
+        return install.build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
 
     def select(
         self, paths: Paths, probe: GpuProbe, wanted_id: str = "", cpu: CpuInfo | None = None

@@ -35,18 +35,20 @@ from lucebox.engine.engines.build import (
     default_jobs,
     run_logged,
 )
+from lucebox.engine.engines.install import (
+    find_built,
+    one_build_at_a_time,
+    publish,
+    reuse_built,
+    staging_dir,
+    write_manifest,
+)
 from lucebox.engine.engines.registry import (
     EngineCapabilities,
     EngineManifest,
     EngineSelection,
-    find_built,
     list_engines,
-    one_build_at_a_time,
-    publish,
-    reuse_built,
     run_engine,
-    staging_dir,
-    write_manifest,
 )
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.machine.cpu import CpuInfo, probe_cpu

@@ -1,0 +1,11 @@
+"""Models: the files a launch serves, where they come from, and the checks before an engine
+sees them.
+
+- reading a file: ``gguf`` (the header, bounded against hostile input), ``modelinfo`` (what a
+  model is, from the header), ``modelfacts`` (the facts a plan needs), ``quant``.
+- checks: ``guard`` (every refusal with its stable code), ``ondisk``.
+- the store: ``modelsource`` (``hf:``, ``pypi:``, a repo by name, a path), ``pull`` (one pull
+  per source kind: ``hubpull``, ``pypipull``), ``pullcheck`` (disk room, check and record),
+  ``records`` (what is pulled: list, verify, remove), ``hubrepo`` (a Hub repo's files by name).
+- ``presets``: the shipped model sets.
+"""

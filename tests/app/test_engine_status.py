@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lucebox.engine.core.paths import resolve_paths
 from tests.conftest import run_lucebox
-from tests.engine.builds import install, llama_build, lucebox_build
+from tests.engine.builds import llama_build, lucebox_build, put_installed
 
 
 def status(home: Path) -> dict:
@@ -82,7 +82,7 @@ def test_a_build_from_a_checkout_or_a_registered_binary_names_no_known_source(tm
     checkout = dataclasses.replace(
         checkout, server_path=str(paths.engines_dir / checkout.id / "bin" / "llama-server")
     )
-    install(paths, checkout, "2026-11-03T10:00:00")
+    put_installed(paths, checkout, "2026-11-03T10:00:00")
     engines = {e["id"]: e for e in status(tmp_path)["engines"]}
     assert engines[checkout.id]["built_from"] is None
     text = run_lucebox("engine", "status", env={"LUCEBOX_HOME": str(tmp_path)}).stdout

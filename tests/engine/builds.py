@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, lucebox, luceboxbuild, registry, source
+from lucebox.engine.engines import build, install, lucebox, luceboxbuild, source
 from lucebox.engine.engines.build import BuildOptions
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.engines.source import SourceInfo
@@ -21,15 +21,15 @@ LLAMA_OPTIONS = BuildOptions("cpu", webui=False, cpu_target="generic")
 CAPABILITIES = EngineCapabilities(("dflash", "ddtree"), ("f16", "q8_0"), ("qwen35",))
 
 
-def install(paths: Paths, manifest: EngineManifest, installed_at: str) -> EngineManifest:
+def put_installed(paths: Paths, manifest: EngineManifest, installed_at: str) -> EngineManifest:
     """Put an engine folder in place the way a build publishes it (a stand-in binary)."""
     manifest = dataclasses.replace(manifest, installed_at=installed_at)
-    staging = registry.staging_dir(paths, manifest.id)
+    staging = install.staging_dir(paths, manifest.id)
     server = Path(manifest.server_path)
     (staging / "bin").mkdir(parents=True)
     (staging / "bin" / server.name).write_bytes(b"")
-    registry.write_manifest(staging, manifest)
-    registry.publish(paths, manifest.id, staging)
+    install.write_manifest(staging, manifest)
+    install.publish(paths, manifest.id, staging)
     return manifest
 
 
@@ -40,7 +40,7 @@ def lucebox_build(paths: Paths, version: str, installed_at: str) -> EngineManife
     key = luceboxbuild.build_key(src, LUCEBOX_OPTIONS)
     binaries = {luceboxbuild.SERVER: "0" * 64}
     manifest = luceboxbuild.manifest_for(paths, src, LUCEBOX_OPTIONS, key, CAPABILITIES, binaries)
-    return install(paths, manifest, installed_at)
+    return put_installed(paths, manifest, installed_at)
 
 
 def llama_build(paths: Paths, version: str, installed_at: str) -> EngineManifest:
@@ -48,7 +48,7 @@ def llama_build(paths: Paths, version: str, installed_at: str) -> EngineManifest
     assert known is not None
     src = SourceInfo(Path("/deps/llama.cpp"), "pin", known.identity, known.pin.build_number)
     key = build.build_key(src, LLAMA_OPTIONS)
-    engine_id = registry.engine_id_for(src, LLAMA_OPTIONS, key)
+    engine_id = install.engine_id_for(src, LLAMA_OPTIONS, key)
     manifest = EngineManifest(
         id=engine_id,
         backend="cpu",
@@ -62,4 +62,4 @@ def llama_build(paths: Paths, version: str, installed_at: str) -> EngineManifest
         options=asdict(LLAMA_OPTIONS),
         binaries={"llama-server": "0" * 64},
     )
-    return install(paths, manifest, installed_at)
+    return put_installed(paths, manifest, installed_at)

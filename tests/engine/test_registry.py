@@ -15,11 +15,11 @@ import pytest
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.engines import nodejs, toolkit
 from lucebox.engine.engines.build import BuildEvent, BuildOptions, build_key
+from lucebox.engine.engines.install import build_and_install
 from lucebox.engine.engines.registry import (
     EngineCapabilities,
     EngineError,
     EngineManifest,
-    build_and_install,
     parse_help_capabilities,
     parse_model_archs,
     read_engine,

@@ -10,7 +10,14 @@ import pytest
 
 from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.engines import kinds, lucebox, luceboxbuild, registry, source, sourcetree
+from lucebox.engine.engines import (
+    install,
+    kinds,
+    lucebox,
+    luceboxbuild,
+    source,
+    sourcetree,
+)
 from lucebox.engine.engines.build import BuildOptions
 
 from .test_lucebox_source import SHARED_TARBALL, needs_tarball
@@ -79,7 +86,7 @@ def test_the_build_refuses_a_changed_tree_before_it_compiles(llama_source, tmp_p
     (llama_source.path / "CMakeLists.txt").write_text("project(other)\n")
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
     with pytest.raises(HashMismatchError, match=r"CMakeLists\.txt changed"):
-        registry.build_and_install(paths, llama_source, BuildOptions("cpu", webui=False))
+        install.build_and_install(paths, llama_source, BuildOptions("cpu", webui=False))
     assert [p.name for p in paths.builds_dir.iterdir()] == [".lock"]  # cmake never ran
 
 

@@ -328,7 +328,7 @@ def test_the_rebuild_after_an_illegal_instruction_is_the_same_version_one_baseli
 
     from lucebox.engine import pipeline
     from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
-    from lucebox.engine.engines import registry, source
+    from lucebox.engine.engines import install, source
     from lucebox.engine.engines.build import BuildEvent, BuildOptions
     from tests.engine.test_registry import SOURCE, _installed
 
@@ -347,7 +347,7 @@ def test_the_rebuild_after_an_illegal_instruction_is_the_same_version_one_baseli
         return dataclasses.replace(built, server_path="/v2/llama-server"), False
 
     monkeypatch.setattr(source, "ensure_source", lambda paths, **_: SOURCE)
-    monkeypatch.setattr(registry, "build_and_install", build_and_install)
+    monkeypatch.setattr(install, "build_and_install", build_and_install)
     spec = ServerLaunch(built.server_path, "m.gguf", plan, "t")
     rebuilt = pipeline.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
     assert asked == [BuildOptions("cpu", cpu_target="x86-64-v2")]
