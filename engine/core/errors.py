@@ -28,7 +28,7 @@
         ├── ServiceError             exit 1: systemd refused a step (systemd)
         └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (worker)
 
-A class defined in another module names it in brackets; tests/engine/test_errors.py keeps this
+A class defined in another module names it in brackets; tests/engine/core/test_errors.py keeps this
 drawing and the code in step. Every message names the thing that is wrong and what to do next;
 the CLI prints it as one line and never shows a traceback for these.
 """

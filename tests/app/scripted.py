@@ -40,7 +40,7 @@ from lucebox.engine.run.servedmodels import ModelNote, ModelsSample, ModelStatus
 from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet, planned_models
-from tests.engine.test_plan import GEMMA_270M
+from tests.engine.plan.test_memory_plan import GEMMA_270M
 from tests.ggufgen import ModelSpec, write_llama
 
 STEPS_DONE = [

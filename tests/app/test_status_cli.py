@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.run import runstate
-from tests.engine.test_runstate import a_sample, serving
+from tests.engine.run.test_runstate import a_sample, serving
 
 HEAVY = ("asyncio", "httpx", "psutil", "textual", "rich", "gguf", "huggingface_hub", "numpy")
 

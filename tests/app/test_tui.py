@@ -52,8 +52,8 @@ from tests.app.scripted import (
     wait_until,
 )
 from tests.conftest import alive
+from tests.engine.engines.test_build import NO_NVCC
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.engine.test_build import NO_NVCC
 from tests.ggufgen import write_llama
 from tests.hubserver import HubFile, serve_hub
 from tests.ports import free_port

@@ -5,8 +5,8 @@ from __future__ import annotations
 from lucebox.app.tui.widgets.gpu import device_bars, vram_bar
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.pipeline import Prepared
-from tests.engine.test_peers import _budget, _peer
-from tests.engine.test_plan import _launch
+from tests.engine.machine.test_peers import _budget, _peer
+from tests.engine.plan.test_memory_plan import _launch
 
 
 def test_a_split_plan_shows_a_bar_per_device():

@@ -33,7 +33,7 @@ from lucebox.engine.plan.sizes import CTX_PAD
 from lucebox.engine.run import modelproxy
 from lucebox.engine.run.routerrun import RouterRun
 from lucebox.engine.run.servedmodels import child_line, failed_children
-from tests.engine.test_supervisor import CUDA_OOM_LINE
+from tests.engine.run.test_supervisor import CUDA_OOM_LINE
 from tests.ports import free_port
 
 RECORDED = Path(__file__).parent / "routerlog"

@@ -3,8 +3,7 @@ from __future__ import annotations
 import pytest
 
 from lucebox.engine.machine.gpu import cuda_arch, format_cuda_version, probe_gpus
-
-from .fake_nvml import GIB, FakeGpu, FakeNvml
+from tests.engine.fake_nvml import GIB, FakeGpu, FakeNvml
 
 
 @pytest.mark.parametrize("failure", ["no-nvml", "no-driver", "error"])

@@ -14,9 +14,8 @@ from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import PeerInfo
 from lucebox.engine.run import worker
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
 from tests.ports import free_port
-
-from .fake_nvml import FakeGpu, FakeNvml
 
 
 def _engine(folder: Path, backend: str = "cpu", rpc: bool = True) -> EngineManifest:

@@ -28,7 +28,7 @@ from lucebox.engine.run.supervisor import (
     Supervisor,
     port_holder,
 )
-from tests.engine.test_plan import GEMMA_270M
+from tests.engine.plan.test_memory_plan import GEMMA_270M
 from tests.ggufgen import write_llama
 from tests.ports import free_port
 
@@ -330,7 +330,7 @@ def test_the_rebuild_after_an_illegal_instruction_is_the_same_version_one_baseli
     from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
     from lucebox.engine.engines import install, source
     from lucebox.engine.engines.build import BuildEvent, BuildOptions
-    from tests.engine.test_registry import SOURCE, _installed
+    from tests.engine.engines.test_registry import SOURCE, _installed
 
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
     installed = _installed(paths, "0123456789abcdef", webui=True)

@@ -15,7 +15,7 @@ from lucebox.engine.engines.build import BuildOptions, configure_argv, cpu_optio
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.machine.cpu import CpuInfo, parse_cpuinfo, probe_cpu
 
-FIXTURE = Path(__file__).parent / "fixtures" / "cpuinfo" / "xeon-amx.txt"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "cpuinfo" / "xeon-amx.txt"
 XEON_AMX = probe_cpu(FIXTURE)
 HASWELL = CpuInfo("x86_64", "Intel Core i7-4770", frozenset(cputarget.X86_64_V3.needs) | {"sse2"})
 NEHALEM = CpuInfo("x86_64", "Intel Core i7-920", frozenset({"sse2", "sse4_1", "sse4_2"}))

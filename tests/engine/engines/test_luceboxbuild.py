@@ -11,10 +11,9 @@ from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.engines import cputarget, kinds, lucebox, luceboxbuild
 from lucebox.engine.engines.build import BuildOptions, parse_archs
 from lucebox.engine.engines.source import SourceInfo
-
-from .test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
-from .test_cputarget import HASWELL, XEON_AMX
-from .test_lucebox_source import (
+from tests.engine.engines.test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
+from tests.engine.engines.test_cputarget import HASWELL, XEON_AMX
+from tests.engine.engines.test_lucebox_source import (
     NEWER,
     NEWER_TARBALL,
     SHARED_TARBALL,
@@ -22,7 +21,7 @@ from .test_lucebox_source import (
     needs_tarball,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 SOURCE = SourceInfo(Path("/src/lucebox"), "pin", lucebox.PIN.identity, None)
 OPTIONS = BuildOptions("cuda", ("86",), toolkit="system CUDA 13.0", webui=False)
 
@@ -177,8 +176,7 @@ def test_engine_status_lists_both_kinds_and_llama_server_is_selected_for_llama(t
 
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.engines.registry import list_engines, select_engine
-
-    from .test_build import H100
+    from tests.engine.engines.test_build import H100
 
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
     recorded = json.loads((FIXTURES / "manifest.json").read_text())

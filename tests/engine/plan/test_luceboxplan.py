@@ -35,7 +35,7 @@ from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
 from tests.ggufgen import cached_gguf
 
-FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 H100 = pool_of((DeviceBudget(0, "NVIDIA H100 80GB HBM3", 81079 * MIB, 80_500 * MIB),), 128 * GIB)
 H200_FREE_MIB = 139 * 1024
 RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)

@@ -20,8 +20,7 @@ from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.router import router_ini, router_spec, section_options
 from lucebox.engine.plan.sizes import CTX_PAD
 from lucebox.engine.servedset import placements_of
-
-from .fake_nvml import FakeNvml
+from tests.engine.fake_nvml import FakeNvml
 
 
 def _budget(vram_mib: tuple[int, ...]) -> GpuBudget:

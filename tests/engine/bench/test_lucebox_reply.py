@@ -15,8 +15,8 @@ import pytest
 from lucebox.engine.bench.measure import streamed_call, with_lucebox_log
 from tests.ports import free_port
 
-FAKE = Path(__file__).resolve().parents[1] / "luceboxfake.py"
-FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
+FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from lucebox.engine.core.errors import UsageError
 from lucebox.engine.machine import desktop
 from lucebox.engine.machine.unit import quote_word, render_unit, unit_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 needs_systemd_analyze = pytest.mark.skipif(
     shutil.which("systemd-analyze") is None,
     reason="systemd-analyze is missing (Debian package systemd; scripts/test installs it as root)",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lucebox.engine.bench.transcript import parse_transcript
 
-SESSION = Path(__file__).resolve().parents[2] / "assets" / "agent-session.jsonl"
+SESSION = Path(__file__).resolve().parents[3] / "assets" / "agent-session.jsonl"
 
 
 def shipped():

@@ -6,10 +6,9 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.plan import luceboxroute
-
-from .builds import llama_build, lucebox_build
-from .fake_nvml import FakeGpu, FakeNvml
-from .test_cputarget import XEON_AMX
+from tests.engine.builds import llama_build, lucebox_build
+from tests.engine.engines.test_cputarget import XEON_AMX
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
 
 def test_every_kind_is_found_by_its_name():

@@ -189,7 +189,7 @@ def test_a_state_file_left_by_a_killed_lucebox_is_not_trusted():
 
 
 def test_every_gpu_is_read_for_status():
-    from .fake_nvml import FakeGpu, FakeNvml
+    from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
     nvml = FakeNvml(
         gpus=[

@@ -18,7 +18,7 @@ from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 
 SHARED_TARBALL = (
-    Path(__file__).resolve().parents[3] / "shared" / "engines" / "lucebox-62880e20-server.tar.gz"
+    Path(__file__).resolve().parents[4] / "shared" / "engines" / "lucebox-62880e20-server.tar.gz"
 )
 needs_tarball = pytest.mark.skipif(
     not SHARED_TARBALL.is_file(),

@@ -19,7 +19,7 @@ from lucebox.engine.run.servedmodels import (
     router_states,
 )
 
-RECORDED = Path(__file__).parent / "routerlog"
+RECORDED = Path(__file__).parents[1] / "routerlog"
 PLANNED = (
     PlannedModel("smollm2", "CPU", "/m/smol.gguf", 1_000_000_000, False),
     PlannedModel("smoke", "CPU", "/m/gemma.gguf", 1_400_000_000, False),

@@ -19,9 +19,8 @@ from lucebox.engine.engines import (
     sourcetree,
 )
 from lucebox.engine.engines.build import BuildOptions
-
-from .test_lucebox_source import SHARED_TARBALL, needs_tarball
-from .test_source import SDIST, pin_for
+from tests.engine.engines.test_lucebox_source import SHARED_TARBALL, needs_tarball
+from tests.engine.engines.test_source import SDIST, pin_for
 
 DEPS_FILE = "server/deps/llama.cpp/ggml/src/ggml.c"
 """A file of the Lucebox engine's vendored ggml, under ``deps/``."""

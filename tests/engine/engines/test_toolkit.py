@@ -20,8 +20,7 @@ from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.machine.gpu import probe_gpus
 from tests import realmodels
-
-from .fake_nvml import FakeGpu, FakeNvml
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
 CUDA_13_ARCHS = toolkit.FETCHED_ARCHS
 CUDA_12_ARCHS = ("50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "89", "90")

@@ -26,8 +26,7 @@ from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.engines.toolkit import ToolkitRefusal
 from lucebox.engine.machine.cpu import CpuInfo
 from lucebox.engine.machine.gpu import probe_gpus
-
-from .fake_nvml import FakeGpu, FakeNvml
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
 NVCC = CudaToolkitInfo(
     ToolInfo("nvcc", True, "/usr/bin/nvcc", "13.0", ""), ("75", "86", "89", "90")

@@ -17,7 +17,7 @@ from lucebox.engine.run.luceboxrun import (
     reply_from_usage,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "lucebox"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 
 
 def lines(name: str) -> list[str]:

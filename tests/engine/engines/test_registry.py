@@ -233,9 +233,8 @@ def test_a_native_build_is_not_chosen_on_a_cpu_with_amx(tmp_path):
     selection passes it over and names the command that builds one this CPU runs."""
     from lucebox.engine.engines.registry import select_engine
     from lucebox.engine.machine.gpu import probe_gpus
-
-    from .fake_nvml import FakeNvml
-    from .test_cputarget import HASWELL, XEON_AMX
+    from tests.engine.engines.test_cputarget import HASWELL, XEON_AMX
+    from tests.engine.fake_nvml import FakeNvml
 
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
     built = _installed(paths, "0123456789abcdef", webui=False)

@@ -20,9 +20,8 @@ from lucebox.engine.plan.memory import ENOUGH_CTX, PlanRequest, make_plan
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.presetchoice import choose_preset, preset_table
 from lucebox.engine.plan.sizes import compute_bytes, kv_bytes, kvflash_pool
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
 from tests.ggufgen import SHAPES, ModelSpec, write_llama
-
-from .fake_nvml import FakeGpu, FakeNvml
 
 GEMMA_270M = dataclasses.replace(SHAPES["gemma3-270m"], header_only=True)
 LLAMA_8B_HEADER = dataclasses.replace(SHAPES["llama8b"], header_only=True)
@@ -59,7 +58,7 @@ def test_gemma_kv_matches_the_engine(gemma_facts, ctx, f16_mib, q8_mib):
 
 @pytest.mark.slow
 def test_sliding_window_pattern_comes_from_the_engine_source(built_engine_home):
-    source = Path(__file__).resolve().parents[2] / "deps" / "llama.cpp"
+    source = Path(__file__).resolve().parents[3] / "deps" / "llama.cpp"
     patterns = read_swa_patterns(source)
     assert patterns["gemma3"] == (6, False)
     assert patterns["gemma2"] == (2, False)

@@ -15,10 +15,9 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import Peer, PeerInfo
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.run.death import DeathFacts, name_death
+from tests.engine.fake_nvml import FakeGpu, FakeNvml
+from tests.engine.plan.test_memory_plan import _launch
 from tests.httpserver import Route, serve_files
-
-from .fake_nvml import FakeGpu, FakeNvml
-from .test_plan import _launch
 
 BUILD = pinned_engine().version
 
