@@ -81,7 +81,7 @@ def test_recipe_builds_with_lucebox_and_publishes_on_loopback_only():
     dockerfile = (IMAGE / "Dockerfile").read_text()
     stages = [line for line in dockerfile.splitlines() if line.startswith("FROM ")]
     assert "-devel-" in stages[0] and "-runtime-" in stages[-1]
-    assert 'lucebox engine build --cuda --arch "${CUDA_ARCHS}"' in dockerfile
+    assert 'lucebox engine build --cuda --arch "${CUDA_ARCHS}" --cpu-target x86-64-v3' in dockerfile
     assert "COPY packaging/image/entrypoint.sh" in dockerfile
     compose = (IMAGE / "compose.yaml").read_text()
     assert '"127.0.0.1:${LUCEBOX_PUBLISH_PORT:-8080}:8080"' in compose

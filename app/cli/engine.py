@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,10 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     choice = kind.choose_build(
         gpu.probe_gpus(), toolchain.probe_cuda_toolkit(), want=want, archs=archs
     )
+    if args.cpu_target is not None:  # a build for other PCs (the image) names its baseline
+        target = cputarget.named(args.cpu_target).name
+        options = dataclasses.replace(choice.options, cpu_target=target)
+        choice = build.BuildChoice(options, f"{choice.reason}; CPU code for {target} as asked")
     print(f"engine build ({kind.name}): {choice.reason}", file=sys.stderr)
     src = kind.ensure_source(paths, bytes_progress(f"{kind.name} source"))
     bar = StderrProgress(f"{kind.name} build")
@@ -202,6 +207,12 @@ def register(commands: Any, command: Command) -> None:
     backend.add_argument("--cuda", action="store_true", help="build for NVIDIA GPUs")
     build_cmd.add_argument("--arch", metavar="86,89", help="CUDA architectures to build for")
     build_cmd.add_argument("--jobs", type=positive_int, metavar="N", help="parallel compile jobs")
+    build_cmd.add_argument(
+        "--cpu-target",
+        metavar="NAME",
+        help="the CPU baseline to compile for, for a build other PCs run: "
+        f"{', '.join(cputarget.TARGETS)} (default: the fastest this CPU runs)",
+    )
     _add_engine_argument(build_cmd)
     add_json(build_cmd)
     engine_status = command(

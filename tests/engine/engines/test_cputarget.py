@@ -58,7 +58,7 @@ def test_the_recorded_cpu_has_amx_and_every_v3_feature():
 @pytest.mark.parametrize(
     ("cpu", "target"),
     [
-        (XEON_AMX, "x86-64-v3"),
+        (XEON_AMX, "x86-64-v4-vnni"),
         (HASWELL, "x86-64-v3"),
         (NEHALEM, "x86-64-v2"),
         (GRAVITON, "generic"),
@@ -78,6 +78,11 @@ def test_the_llama_server_configure_line_is_pinned():
         SOURCE, Path("/b"), BuildOptions("cpu", cpu_target="x86-64-v2"), use_ccache=False
     )
     assert "-DGGML_AVX2=OFF" in v2 and "-DGGML_AMX_TILE=OFF" in v2
+    v4 = configure_argv(
+        SOURCE, Path("/b"), BuildOptions("cpu", cpu_target="x86-64-v4-vnni"), use_ccache=False
+    )
+    assert "-DGGML_AVX512_VNNI=ON" in v4 and "-DGGML_AVX512_BF16=ON" in v4
+    assert {"-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"} <= set(v4)
     cuda = configure_argv(SOURCE, Path("/b"), BuildOptions("cuda", ("86",)), use_ccache=False)
     assert _carries_baseline(cuda)
 
@@ -100,6 +105,8 @@ def test_a_changed_baseline_is_a_new_build():
     ("target", "cpu", "runs", "fragment"),
     [
         ("x86-64-v3", XEON_AMX, True, "this CPU runs it"),
+        ("x86-64-v4-vnni", XEON_AMX, True, "this CPU runs it"),
+        ("x86-64-v4-vnni", HASWELL, False, "avx512f"),
         ("x86-64-v3", NEHALEM, False, "avx, avx2, fma, f16c, bmi2"),
         ("x86-64-v2", NEHALEM, True, "this CPU runs it"),
         ("x86-64-v3", UNKNOWN, None, "not known"),
@@ -116,7 +123,7 @@ def test_an_installed_build_says_whether_this_cpu_runs_it(target, cpu, runs, fra
 
 
 @pytest.mark.slow
-def test_the_built_engine_serves_on_this_cpu_without_amx_or_avx512(built_engine_home):
+def test_the_built_engine_serves_on_this_cpu_without_amx(built_engine_home):
     """The real CPU engine lucebox built answers on this machine (a CPU with AMX, where the
     native build died of SIGILL) and its own system_info line says what it was compiled for."""
     from tests.conftest import run_lucebox
@@ -132,13 +139,16 @@ def test_the_built_engine_serves_on_this_cpu_without_amx_or_avx512(built_engine_
     # At log verbosity 4 the engine prints the CPU features ggml was compiled with.
     (system_info,) = [line for line in log.splitlines() if "system_info:" in line]
     assert "AVX2 = 1" in system_info and "FMA = 1" in system_info
-    assert "AMX_INT8 = 1" not in system_info and "AVX512 = 1" not in system_info
+    assert "AMX_INT8 = 1" not in system_info
+    # This CPU has AVX-512 with VNNI and BF16: the build made here for here uses them.
+    assert "AVX512 = 1" in system_info and "AVX512_VNNI = 1" in system_info
 
 
 @pytest.mark.parametrize(
     ("died", "next_down"),
     [
         ("native", "x86-64-v3"),
+        ("x86-64-v4-vnni", "x86-64-v3"),
         ("x86-64-v3", "x86-64-v2"),
         ("x86-64-v2", None),
         ("generic", None),
@@ -149,3 +159,12 @@ def test_the_built_engine_serves_on_this_cpu_without_amx_or_avx512(built_engine_
 def test_the_baseline_below_a_build_that_died_of_an_illegal_instruction(died, next_down):
     below = cputarget.below(died)
     assert (below.name if below is not None else None) == next_down
+
+
+def test_a_build_for_other_pcs_names_its_baseline_and_a_wrong_name_is_refused():
+    from lucebox.engine.core.errors import UsageError
+
+    assert cputarget.named("x86-64-v3") is cputarget.X86_64_V3
+    with pytest.raises(UsageError, match="not a CPU target") as refused:
+        cputarget.named("native")
+    assert "x86-64-v3" in (refused.value.hint or "")
