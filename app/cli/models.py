@@ -97,7 +97,7 @@ def _record_line(record: ModelRecord) -> str:
 def _pinned_source(paths: Paths, args: argparse.Namespace) -> str:
     """The file a pull fetches: a repo named by name becomes the quant chosen for this machine."""
     options = ServeOptions(model=args.source, quant=args.quant)
-    if not repoplan.is_repo_source(args.source) and not args.quant:
+    if repoplan.repo_source(args.source) is None and not args.quant:
         return str(args.source)
     view = pipeline.machine_view(paths, options)
     chosen = repoplan.by_name(
@@ -196,14 +196,15 @@ def cmd_models_search(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
     options = ServeOptions(model=args.source, vram_mib=args.vram_mib, ctx=args.ctx)
-    if not repoplan.is_repo_source(args.source):
+    source = repoplan.repo_source(args.source)
+    if source is None:
         raise UsageError(
             f"{args.source} is not a repo name", hint="use OWNER/REPO, hf:OWNER/REPO or hf.co/..."
         )
     view = pipeline.machine_view(paths, options)
     budget = view.budget
     planned = repoplan.plan_quants(
-        paths, options, resolved=view.resolved, budget=budget, engine=view.engine
+        paths, source, options, resolved=view.resolved, budget=budget, engine=view.engine
     )
     try:
         choice: quantchoice.QuantChoice | None = quantchoice.choose(

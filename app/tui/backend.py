@@ -10,6 +10,7 @@ from pathlib import Path
 from lucebox.app.tui.screens.browser import HubFinder
 from lucebox.engine import pipeline, servedset
 from lucebox.engine.core.crashlog import write_crash_log
+from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.models import hubrepo
@@ -45,9 +46,17 @@ class Backend:
 
         def quants(repo: str) -> RepoCandidates:
             asked = replace(options, preset=None, model=repo, quant=None)
+            source = repoplan.repo_source(repo)
+            if source is None:
+                raise UsageError(f"{repo} is not a repo name", hint="pick a repo from the list")
             view = pipeline.machine_view(self.paths, asked)
             return repoplan.plan_quants(
-                self.paths, asked, resolved=view.resolved, budget=view.budget, engine=view.engine
+                self.paths,
+                source,
+                asked,
+                resolved=view.resolved,
+                budget=view.budget,
+                engine=view.engine,
             )
 
         return HubFinder(search=hubrepo.search, quants=quants)

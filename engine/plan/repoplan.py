@@ -72,8 +72,11 @@ _SIDECAR_NOTES = {
 }
 
 
-def is_repo_source(text: str | None) -> bool:
-    return bool(text) and parse_source(text or "").kind == "repo"
+def repo_source(text: str | None) -> ModelSource | None:
+    """``text`` parsed, when it names a repo by name (the planner picks its quant); None for
+    any other source. Parsed once: the source object is what the quant choice carries."""
+    source = parse_source(text) if text else None
+    return source if source is not None and source.kind == "repo" else None
 
 
 def by_name(
@@ -85,7 +88,8 @@ def by_name(
     engine: EngineView,
 ) -> RepoChoice | None:
     """The quant choice when ``options.model`` names a repo; None for any other source."""
-    if not is_repo_source(options.model):
+    source = repo_source(options.model)
+    if source is None:
         if options.quant:
             raise UsageError(
                 f"--quant {options.quant} needs a model named by its repo",
@@ -93,9 +97,8 @@ def by_name(
             )
         return None
     try:
-        return choose_quant(paths, options, resolved=resolved, budget=budget, engine=engine)
+        return choose_quant(paths, source, options, resolved=resolved, budget=budget, engine=engine)
     except hubrepo.HubUnreachableError:
-        source = parse_source(options.model or "")
         stored = _stored_pull(paths, source, _asked_quant(source, options.quant))
         if stored is None:
             raise
@@ -131,14 +134,15 @@ class RepoCandidates:
 
 def plan_quants(
     paths: Paths,
+    source: ModelSource,
     options: ServeOptions,
     *,
     resolved: Resolved,
     budget: GpuBudget,
     engine: EngineView,
 ) -> RepoCandidates:
-    """List the repo ``options.model`` names, read one header, plan each quant on ``budget``."""
-    source = parse_source(options.model or "")
+    """List the repo ``source`` names, read one header, plan each quant on ``budget`` (the
+    other choices from ``options``)."""
     listing = hubrepo.list_repo(source)
     header = hubrepo.read_header(listing, source)
     info = header.info
@@ -173,15 +177,16 @@ def plan_quants(
 
 def choose_quant(
     paths: Paths,
+    source: ModelSource,
     options: ServeOptions,
     *,
     resolved: Resolved,
     budget: GpuBudget,
     engine: EngineView,
 ) -> RepoChoice:
-    """Plan every quant of the repo ``options.model`` names on ``budget``; choose one."""
-    asked = _asked_quant(parse_source(options.model or ""), options.quant)
-    planned = plan_quants(paths, options, resolved=resolved, budget=budget, engine=engine)
+    """Plan every quant of the repo ``source`` names on ``budget``; choose one."""
+    asked = _asked_quant(source, options.quant)
+    planned = plan_quants(paths, source, options, resolved=resolved, budget=budget, engine=engine)
     choice = quantchoice.choose(
         planned.candidates,
         planned.native_ctx,

@@ -140,8 +140,11 @@ def _choose(vram_mib: int, **extra: object) -> repoplan.RepoChoice:
     options = _options(vram_mib, **extra)
     settings = config.load_settings(paths)
     budget = budget_for(gpu.probe_gpus(), (), options.vram_mib)
+    source = repoplan.repo_source(options.model)
+    assert source is not None
     return repoplan.choose_quant(
         paths,
+        source,
         options,
         resolved=resolve(options, settings),
         budget=budget,
