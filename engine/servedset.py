@@ -1,11 +1,11 @@
 """The pipeline of a served set: several models on one endpoint through llama-server's router.
 
 The same steps as one model's (pipeline.py): GPU, models (each pulled and checked), engine,
-plan (plan/modelset.py: every model by the one planner against one budget per device), then
+plan (plan/servedsetplan.py: every model by the one planner against one budget per device), then
 the router, supervised like the single server, on a loopback port behind lucebox's proxy
-(run/modelproxy.py), which frees memory by the plans before a model loads. A model that runs
-out of memory is planned again here (plan/modelset.py) and its section of the preset file
-rewritten; the run (run/routerrun.py) has the router re-read it. One model, named once, never
+(run/servedsetproxy.py), which frees memory by the plans before a model loads. A model that runs
+out of memory is planned again here (plan/servedsetplan.py) and its section of the preset file
+rewritten; the run (run/servedsetrun.py) has the router re-read it. One model, named once, never
 comes here.
 """
 
@@ -37,19 +37,19 @@ from lucebox.engine.pipeline import (
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.modelset import (
+from lucebox.engine.plan.router import router_ini, router_spec
+from lucebox.engine.plan.servedsetplan import (
     SetPlan,
     SetRefusal,
     members_of,
     plan_set,
     smaller_context_set,
 )
-from lucebox.engine.plan.router import router_ini, router_spec
 from lucebox.engine.run.admission import Placement
-from lucebox.engine.run.modelproxy import start_proxy
-from lucebox.engine.run.routerrun import PlannedModel, RouterRun
 from lucebox.engine.run.runstate import ServeLock, engine_log
-from lucebox.engine.run.servedmodels import ModelNote
+from lucebox.engine.run.servedsetmodels import ModelNote
+from lucebox.engine.run.servedsetproxy import start_proxy
+from lucebox.engine.run.servedsetrun import PlannedModel, ServedSetRun
 from lucebox.engine.run.supervisor import PortInUseError, ServerEvent, Supervisor, port_holder
 
 LOOPBACK = "127.0.0.1"
@@ -178,7 +178,9 @@ def placements_of(planned: SetPlan) -> tuple[dict[str, Placement], dict[str, int
 
 
 @contextlib.asynccontextmanager
-async def router_run(paths: Paths, prepared: PreparedSet, emit: Emit) -> AsyncIterator[RouterRun]:
+async def router_run(
+    paths: Paths, prepared: PreparedSet, emit: Emit
+) -> AsyncIterator[ServedSetRun]:
     """The set's run, not yet started: its router's preset file written and lucebox's proxy
     listening on the served address until the block ends. Iterating the run's events serves."""
     planned = prepared.planned
@@ -216,7 +218,7 @@ async def router_run(paths: Paths, prepared: PreparedSet, emit: Emit) -> AsyncIt
         return planned_models(smaller)
 
     try:
-        yield RouterRun(
+        yield ServedSetRun(
             paths,
             supervisor,
             planned=planned_models(planned),

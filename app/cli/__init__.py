@@ -4,7 +4,7 @@
 shows them and runs a command; ``python -m lucebox.app.cli`` runs it (detached serves,
 ``bench --compare`` and installed systemd units start lucebox that way). The groups: ``serve``
 (up, serve), ``status`` (status, down, logs: loads without the rest, for status bars),
-``doctor``, ``plan`` and ``setplan`` (presets, plan), ``models``, ``engine``, ``service``,
+``doctor``, ``plan`` and ``servedsetplan`` (presets, plan), ``models``, ``engine``, ``service``,
 ``config``, ``bench``, ``connect``, ``launch``, ``worker``. Shared: ``args`` (--json and the
 launch options), ``handler`` (one error handler for every command), ``progress``.
 

@@ -30,7 +30,7 @@ from lucebox.engine.plan.agentprompt import ServedModel, prompt_warnings
 from lucebox.engine.run import runstate
 from lucebox.engine.run.lastserved import read_last_served
 from lucebox.engine.run.sample import Sample
-from lucebox.engine.run.servedmodels import find_model
+from lucebox.engine.run.servedsetmodels import find_model
 
 MEASURED_PROMPT_TOKENS = 1000
 

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from lucebox.app.cli import setplan
+from lucebox.app.cli import servedsetplan
 from lucebox.app.cli.args import add_json, add_launch_options, print_json, serve_options
 from lucebox.app.cli.handler import Command
 from lucebox.engine import pipeline, servedset
@@ -26,7 +26,7 @@ def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> i
     settings = config.load_settings(paths)
     sources = servedset.served_sources(options, settings)
     if sources:
-        return setplan.show_set_plan(paths, options, sources, as_json=as_json)
+        return servedsetplan.show_set_plan(paths, options, sources, as_json=as_json)
     options = servedset.one_from_setting(options, settings)
     quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:

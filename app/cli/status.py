@@ -24,7 +24,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.machine import systemd
 from lucebox.engine.run import runstate
-from lucebox.engine.run.servedmodels import ModelStatus, find_model
+from lucebox.engine.run.servedsetmodels import ModelStatus, find_model
 
 COMMANDS = ("status", "down", "logs")
 WATCH_POLL_S = 0.25

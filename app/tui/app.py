@@ -38,8 +38,8 @@ from lucebox.app.tui.messages import (
 )
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.presets import PresetScreen
+from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.screens.serving import ServingScreen
-from lucebox.app.tui.screens.setdashboard import SetDashboardScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,
@@ -55,8 +55,8 @@ from lucebox.engine.pipeline import Prepared, StepEvent, StepName
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
-from lucebox.engine.run.routerrun import RouterRun
-from lucebox.engine.run.servedmodels import ModelNote, ModelsSample
+from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
+from lucebox.engine.run.servedsetrun import ServedSetRun
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet
@@ -222,7 +222,7 @@ class LuceboxApp(App[None]):
             return DashboardScreen(prepared, log_path=log_path, notes=notes, clock=self.clock)
         models = self.server.status.models if self.server is not None else ()
         url = url_of(prepared.planned.launches[0].server)  # the proxy's: the served address
-        return SetDashboardScreen(
+        return ServedSetDashboardScreen(
             prepared, models, url=url, log_path=log_path, notes=notes, clock=self.clock
         )
 
@@ -250,7 +250,7 @@ class LuceboxApp(App[None]):
                 self.dashboard.show_log(self.supervisor)
 
     def on_models_sampled(self, message: ModelsSampled) -> None:
-        if isinstance(self.dashboard, SetDashboardScreen):
+        if isinstance(self.dashboard, ServedSetDashboardScreen):
             self.dashboard.show_models(message.sample.models)
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)
@@ -307,12 +307,12 @@ class LuceboxApp(App[None]):
     @work(group="models", exit_on_error=False)
     async def load_model(self, alias: str) -> None:
         """Through lucebox's proxy: a model that needs room evicts as a request would."""
-        if isinstance(self.server, RouterRun):
+        if isinstance(self.server, ServedSetRun):
             await self.server.load(alias)
 
     @work(group="models", exit_on_error=False)
     async def unload_model(self, alias: str) -> None:
-        if isinstance(self.server, RouterRun):
+        if isinstance(self.server, ServedSetRun):
             await self.server.unload(alias)
 
     @work(thread=True, exclusive=True, group="presets", exit_on_error=False)

@@ -19,7 +19,7 @@ from lucebox.engine.plan import presetchoice, repoplan
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.repoplan import RepoCandidates
 from lucebox.engine.run import runstate
-from lucebox.engine.run.routerrun import RouterRun
+from lucebox.engine.run.servedsetrun import ServedSetRun
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from lucebox.engine.servedset import PreparedSet
@@ -89,7 +89,7 @@ class Backend:
 
     def router_run(
         self, prepared: PreparedSet, emit: pipeline.Emit
-    ) -> AbstractAsyncContextManager[RouterRun]:
+    ) -> AbstractAsyncContextManager[ServedSetRun]:
         """The set's run, with lucebox's proxy on the served address while the block lasts."""
         return servedset.router_run(self.paths, prepared, emit)
 

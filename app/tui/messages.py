@@ -14,7 +14,7 @@ from textual.message import Message
 from lucebox.engine.pipeline import Prepared, StepEvent
 from lucebox.engine.run.metrics import Sample
 from lucebox.engine.run.sample import SpecStatus
-from lucebox.engine.run.servedmodels import ModelsSample
+from lucebox.engine.run.servedsetmodels import ModelsSample
 from lucebox.engine.run.supervisor import ServerEvent
 from lucebox.engine.servedset import PreparedSet
 

@@ -1,6 +1,6 @@
 """Plan: the one planner turns (card, files or preset, flags + settings) into a launch.
 
-- entry: ``planner`` (one model), ``modelset`` and ``router`` (a served set), ``repoplan`` and
+- entry: ``planner`` (one model), ``servedsetplan`` and ``router`` (a served set), ``repoplan`` and
   ``quantchoice`` (a repo named by name), ``presetchoice`` (which preset a machine gets).
 - inputs: ``options`` (flags over config.toml), ``modelfiles`` (the files of a launch),
   ``engineview`` (the engine planned for), ``flagtypes``.

@@ -57,7 +57,7 @@ class ServeOptions:
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
-    """A served set (several --model): planned by modelset.plan_set, ``model`` stays None."""
+    """A served set (several --model): planned by servedsetplan.plan_set, ``model`` stays None."""
     quant: str | None = None
     """The quant of a repo named by name (``--quant``); None lets the planner choose."""
 

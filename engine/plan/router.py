@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.plan.launch import ServerLaunch, server_argv
-from lucebox.engine.plan.modelset import SetPlan
+from lucebox.engine.plan.servedsetplan import SetPlan
 
 IDLE_S_DEFAULT = 3600
 """A loaded model that serves nothing for this long sleeps (LM Studio's idle TTL is an hour)."""

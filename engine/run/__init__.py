@@ -5,7 +5,7 @@
   ``lastserved``, ``slots`` (warm prompts across restarts).
 - per engine kind: ``enginerun`` (its log reader, sampler and warm-up), ``metrics``
   (llama-server's), ``luceboxrun`` (the Lucebox engine's); ``sample`` is what both report.
-- a served set: ``routerrun``, ``modelproxy``, ``servedmodels``, ``admission``.
+- a served set: ``servedsetrun``, ``servedsetproxy``, ``servedsetmodels``, ``admission``.
 - measuring: ``calibrator`` and ``calibration`` (speculation chosen on this card), ``probes``,
   ``chat`` (one timed chat); ``worker`` is `lucebox worker`, an RPC peer.
 """

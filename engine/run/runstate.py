@@ -22,7 +22,7 @@ from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
-from lucebox.engine.run.servedmodels import ModelStatus
+from lucebox.engine.run.servedsetmodels import ModelStatus
 
 STATE_NAME = "serve.json"
 LOCK_NAME = "serve.lock"

@@ -31,7 +31,7 @@ from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
-from lucebox.engine.run.servedmodels import ModelNote, ModelsSample
+from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor, down_peers
 

@@ -32,11 +32,11 @@ from lucebox.engine.pipeline import Emit, Prepared, StepEvent
 from lucebox.engine.plan import planner, presetchoice
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
 from lucebox.engine.plan.launch import url_of
-from lucebox.engine.plan.modelset import plan_set
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.servedsetplan import plan_set
 from lucebox.engine.run.metrics import Sample
-from lucebox.engine.run.routerrun import RouterRun
-from lucebox.engine.run.servedmodels import ModelNote, ModelsSample, ModelStatus
+from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
+from lucebox.engine.run.servedsetrun import ServedSetRun
 from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet, planned_models
@@ -227,7 +227,7 @@ class ScriptedBackend(Backend):
         return prepared_set_for()
 
     @contextlib.asynccontextmanager
-    async def router_run(self, prepared: PreparedSet, emit: Emit) -> AsyncIterator[RouterRun]:
+    async def router_run(self, prepared: PreparedSet, emit: Emit) -> AsyncIterator[ServedSetRun]:
         spec = prepared.planned.launches[0].server
         supervisor = Supervisor(spec, self.tmp_path / "engine.log", ready_timeout_s=60.0)
         yield ScriptedRouterRun(self, prepared, supervisor)
@@ -271,7 +271,7 @@ class ScriptedRun(ServerRun):
             yield item
 
 
-class ScriptedRouterRun(RouterRun):
+class ScriptedRouterRun(ServedSetRun):
     """The real set run's stop and restart over a scripted router: its events and models."""
 
     def __init__(self, backend: ScriptedBackend, prepared: PreparedSet, supervisor: Supervisor):

@@ -237,7 +237,7 @@ def test_a_served_set_names_every_alias_and_the_model_chosen(home):
 
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.run import runstate
-    from lucebox.engine.run.servedmodels import ModelStatus
+    from lucebox.engine.run.servedsetmodels import ModelStatus
 
     folder, env = home
     models = tuple(ModelStatus(alias, "unloaded", "CPU", 0, None) for alias in ("smollm2", "smoke"))

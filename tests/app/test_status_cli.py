@@ -106,7 +106,7 @@ def test_status_for_people_and_a_bad_textfile_path(tmp_path):
 
 
 def test_status_of_a_served_set_names_its_models_and_refuses_an_unknown_one():
-    from lucebox.engine.run.servedmodels import ModelStatus
+    from lucebox.engine.run.servedsetmodels import ModelStatus
 
     paths = resolve_paths()
     models = (

@@ -17,7 +17,7 @@ from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import StepChanged
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.quit import QuitModal
-from lucebox.app.tui.screens.setdashboard import SetDashboardScreen
+from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.screens.start import StartScreen
 from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
@@ -35,7 +35,7 @@ from lucebox.engine.models import guard
 from lucebox.engine.models.records import files_dir
 from lucebox.engine.pipeline import ServeOptions, StepEvent
 from lucebox.engine.run.death import EngineDeath
-from lucebox.engine.run.servedmodels import ModelNote
+from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
 from tests.app.scripted import (
     BASE_GEMMA,
@@ -110,7 +110,7 @@ async def test_a_set_model_planned_again_is_said_in_the_set_dashboard_log(backen
 
         def shown() -> bool:
             screen = app.screen
-            return isinstance(screen, SetDashboardScreen) and any(
+            return isinstance(screen, ServedSetDashboardScreen) and any(
                 note in str(line) for line in screen.query_one(LogTail).lines
             )
 

@@ -13,7 +13,7 @@ from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import ModelsSampled
 from lucebox.app.tui.screens.quit import QuitModal
-from lucebox.app.tui.screens.setdashboard import SetDashboardScreen
+from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.core.paths import resolve_paths
@@ -49,7 +49,7 @@ async def test_up_serves_a_set_and_loads_and_unloads_a_model_by_key(
         await wait_until(
             pilot,
             lambda: (
-                isinstance(app.screen, SetDashboardScreen)
+                isinstance(app.screen, ServedSetDashboardScreen)
                 and bool(app.screen.query(ModelTable))
                 and app.screen.query_one(ModelTable).row_count == 2
                 and app.screen.state == "ready"
@@ -88,7 +88,7 @@ async def test_up_serves_a_set_and_loads_and_unloads_a_model_by_key(
         # The router refuses to unload what is not running: said, and the set stays served.
         await pilot.press("u")
         await wait_until(pilot, lambda: any("not running" in n.message for n in app._notifications))
-        assert isinstance(app.screen, SetDashboardScreen)
+        assert isinstance(app.screen, ServedSetDashboardScreen)
 
         router_pid = app.supervisor.pid if app.supervisor else None
         assert router_pid is not None and alive(router_pid)

@@ -9,7 +9,7 @@ from textual.pilot import Pilot
 
 from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.screens.dashboard import DashboardScreen
-from lucebox.app.tui.screens.setdashboard import SetDashboardScreen
+from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.core.paths import resolve_paths
@@ -116,7 +116,7 @@ def test_dashboard_of_a_served_set(backend, snap_compare, size):
         await settle(
             pilot,
             lambda: (
-                isinstance(app.screen, SetDashboardScreen)
+                isinstance(app.screen, ServedSetDashboardScreen)
                 and app.screen.query_one(ModelTable).row_count == 3
                 and app.screen.models == backend.models_script
             ),

@@ -27,12 +27,12 @@ from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.modelset import plan_set
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.servedsetplan import plan_set
 from lucebox.engine.plan.sizes import CTX_PAD
-from lucebox.engine.run import modelproxy
-from lucebox.engine.run.routerrun import RouterRun
-from lucebox.engine.run.servedmodels import child_line, failed_children
+from lucebox.engine.run import servedsetproxy
+from lucebox.engine.run.servedsetmodels import child_line, failed_children
+from lucebox.engine.run.servedsetrun import ServedSetRun
 from tests.engine.run.test_supervisor import CUDA_OOM_LINE
 from tests.ports import free_port
 
@@ -67,7 +67,7 @@ def _prepared(ctx: int | None = None) -> servedset.PreparedSet:
 @contextlib.asynccontextmanager
 async def _served(
     prepared: servedset.PreparedSet, reloads: list[str]
-) -> AsyncIterator[tuple[RouterRun, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[ServedSetRun, httpx.AsyncClient]]:
     """The set's run as router_run makes it (never started: no router runs here), and a
     client to a router that records what it is asked."""
 
@@ -85,7 +85,7 @@ async def _served(
             run.supervisor.log.close()  # a run that never starts never closes it itself
 
 
-def _feed_recorded(run: RouterRun, oom: bool) -> None:
+def _feed_recorded(run: ServedSetRun, oom: bool) -> None:
     """The router's recorded log, then (with ``oom``) smollm2's process's last line."""
     assert run.supervisor.on_line is not None
     lines = (RECORDED / "proxy.log").read_text().splitlines()
@@ -99,7 +99,7 @@ def _feed_recorded(run: RouterRun, oom: bool) -> None:
 def gated(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The planned bytes the proxy's gate admits by, as router_run hands them over."""
     seen: dict[str, Any] = {}
-    real = modelproxy.start_proxy
+    real = servedsetproxy.start_proxy
 
     async def start_proxy(*args: Any) -> Any:
         seen["placements"] = args[3]

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from lucebox.engine.core.units import gib_text
-from lucebox.engine.run.servedmodels import ModelStatus
+from lucebox.engine.run.servedsetmodels import ModelStatus
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("model", "Model"),

@@ -40,7 +40,7 @@ def test_evictions(wanted, loaded, last_used, busy, expected):
 
 
 def test_the_model_a_request_names():
-    from lucebox.engine.run.modelproxy import model_of
+    from lucebox.engine.run.servedsetproxy import model_of
 
     assert model_of(b"/v1/chat/completions", b'{"model": "smoke", "messages": []}') == "smoke"
     assert model_of(b"/metrics?model=smollm2", b"") == "smollm2"

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from lucebox.engine.run.admission import Placement
-from lucebox.engine.run.modelproxy import ModelGate, ModelProxy
+from lucebox.engine.run.servedsetproxy import ModelGate, ServedSetProxy
 
 MIB = 2**20
 PLACEMENTS = {"smollm2": Placement("ram", 563 * MIB), "smoke": Placement("ram", 891 * MIB)}
@@ -50,7 +50,7 @@ def scripted_router(loaded: set[str], calls: list[tuple[str, str]]) -> httpx.Moc
     return httpx.MockTransport(answer)
 
 
-async def ask(proxy: ModelProxy, path: str, model: str) -> httpx.Response:
+async def ask(proxy: ServedSetProxy, path: str, model: str) -> httpx.Response:
     """One request to the proxy through a real loopback socket."""
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -69,7 +69,7 @@ async def test_a_load_by_name_makes_room_like_a_request_and_an_unload_evicts_not
         httpx.AsyncClient(base_url="http://router", transport=router) as admin,
         httpx.AsyncClient(base_url="http://router", transport=router) as client,
     ):
-        proxy = ModelProxy(client, ModelGate(admin, PLACEMENTS, ROOM))
+        proxy = ServedSetProxy(client, ModelGate(admin, PLACEMENTS, ROOM))
         assert (await ask(proxy, "/models/load", "smoke")).status_code == 200
         assert calls == [("/models/unload", "smollm2"), ("/models/load", "smoke")]
         calls.clear()

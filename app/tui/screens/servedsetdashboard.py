@@ -17,11 +17,11 @@ from lucebox.app.tui.screens.serving import ServingScreen, format_duration
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.readout import Readout
-from lucebox.engine.run.servedmodels import ModelStatus
+from lucebox.engine.run.servedsetmodels import ModelStatus
 from lucebox.engine.servedset import PreparedSet
 
 
-class SetDashboardScreen(ServingScreen):
+class ServedSetDashboardScreen(ServingScreen):
     """The served set: one row a model; o loads the one under the cursor, u unloads it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [

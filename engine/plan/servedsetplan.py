@@ -7,7 +7,7 @@ a device are planned again on a share of it: with ``k`` of them loaded at once, 
 gets its fixed cost (weights, compute, CUDA context, host caches) plus an equal part of what
 is left after the ``k`` largest fixed costs, so any ``k`` of them fit together. The largest
 ``k`` that still gives every model the context it wants wins. llama-server's router loads
-models on request; lucebox's proxy in front of it (run/modelproxy.py) evicts the least
+models on request; lucebox's proxy in front of it (run/servedsetproxy.py) evicts the least
 recently used ones on a device until the next one fits, by these plans' bytes.
 
 With several GPUs each model runs alone on a card when it fits one (the other cards serve

@@ -15,9 +15,9 @@ from lucebox.engine.machine.config import Settings, settings_from_toml
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_argv
-from lucebox.engine.plan.modelset import SetPlan, plan_set, smaller_context_set
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.router import router_ini, router_spec, section_options
+from lucebox.engine.plan.servedsetplan import SetPlan, plan_set, smaller_context_set
 from lucebox.engine.plan.sizes import CTX_PAD
 from lucebox.engine.servedset import placements_of
 from tests.engine.fake_nvml import FakeNvml

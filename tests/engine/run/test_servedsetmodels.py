@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.errors import UsageError
-from lucebox.engine.run.routerrun import PlannedModel, model_statuses
 from lucebox.engine.run.runstate import Status
-from lucebox.engine.run.servedmodels import (
+from lucebox.engine.run.servedsetmodels import (
     ModelStatus,
     find_model,
     proxied_model,
     router_change,
     router_states,
 )
+from lucebox.engine.run.servedsetrun import PlannedModel, model_statuses
 
 RECORDED = Path(__file__).parents[1] / "routerlog"
 PLANNED = (

@@ -26,7 +26,7 @@ from lucebox.engine.core.api import CallError, auth_headers
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.death import log_cause
-from lucebox.engine.run.servedmodels import (
+from lucebox.engine.run.servedsetmodels import (
     ModelNote,
     ModelsSample,
     ModelStateName,
@@ -123,7 +123,7 @@ def error_message(answer: httpx.Response) -> str:
     return str(message) if message else f"HTTP {answer.status_code} {answer.reason_phrase}"
 
 
-class RouterRun(ServerRun):
+class ServedSetRun(ServerRun):
     """The router's run: supervision, stop and restart as a single server's; models watched."""
 
     def __init__(

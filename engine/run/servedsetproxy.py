@@ -23,7 +23,7 @@ import h11
 import httpx
 
 from lucebox.engine.run.admission import Placement, evictions
-from lucebox.engine.run.servedmodels import router_states
+from lucebox.engine.run.servedsetmodels import router_states
 
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
@@ -110,7 +110,7 @@ def _write_error(
     writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
 
 
-class ModelProxy:
+class ServedSetProxy:
     """Serves the set's address; every request goes on to ``client``'s router."""
 
     def __init__(self, client: httpx.AsyncClient, gate: ModelGate) -> None:
@@ -203,6 +203,6 @@ async def start_proxy(
     (the API key) go only with the proxy's own calls, a client's request keeps its own."""
     admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
     client = httpx.AsyncClient(base_url=router_url, timeout=None)
-    proxy = ModelProxy(client, ModelGate(admin, placements, room_bytes))
+    proxy = ServedSetProxy(client, ModelGate(admin, placements, room_bytes))
     server = await asyncio.start_server(proxy.handle, host, port)
     return server, (client, admin)
