@@ -39,6 +39,7 @@ from lucebox.engine.plan.sizes import (
     RESERVE_MIN_BYTES,
     MemoryBytes,
     compute_bytes,
+    compute_copies,
     kv_bytes,
     kvflash_pool,
     pad_ctx,
@@ -183,7 +184,9 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
         mid = (lo + hi + 1) // 2
         ctx = mid * CTX_PAD
         need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-        need += compute_bytes(facts, ctx, kv_type, request.swa_full) * request.budget.device_count
+        need += compute_bytes(facts, ctx, kv_type, request.swa_full) * compute_copies(
+            request.budget
+        )
         if draft is not None:
             need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
         if len(request.budget.devices) > 1:
@@ -266,7 +269,7 @@ def make_plan(request: PlanRequest) -> Plan:
     draft_total = 0
     if draft is not None:
         draft_total, reasons["draft"] = _draft_terms(draft, used_ctx, kv_type, request.parallel)
-    compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * budget.device_count
+    compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * compute_copies(budget)
     on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
     if budget.is_gpu:
         # No layer on the GPU: weights_on_gpu counts them all, yet they are all in RAM.

@@ -101,6 +101,21 @@ def kv_bytes(
     return int(elems * per_elem) + facts.recurrent_state_bytes * parallel
 
 
+PIPELINE_COMPUTE_COPIES = 2
+"""Compute buffers per device when llama-server splits layers over several local GPUs: it then
+runs the split as a pipeline (``pipeline parallelism enabled``), whose scheduler keeps copies
+of the graph's buffers. Measured on two H200s (bench/results/h200x2-two-gpu.json): each card
+held about one more compute buffer than planned (3550 and 3638 MiB against 3116 and 3241), and
+the card left short aborted in cuBLAS on the first request."""
+
+
+def compute_copies(budget: GpuBudget) -> int:
+    """How many compute buffers a launch on ``budget`` holds, over all its devices: one per
+    device, twice that for a pipeline over several local GPUs (RPC peers turn it off)."""
+    pipeline = len(budget.local_gpus) > 1 and len(budget.local_gpus) == len(budget.devices)
+    return budget.device_count * (PIPELINE_COMPUTE_COPIES if pipeline else 1)
+
+
 def compute_bytes(facts: ModelFacts, ctx: int, kv_type: str = "f16", swa_full: bool = False) -> int:
     """Compute buffer of one micro-batch's graph (FlashAttention on, logits for one row).
 

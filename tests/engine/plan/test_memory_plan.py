@@ -434,3 +434,16 @@ def test_a_context_past_the_native_one_is_refused_and_weighed_as_the_native_one(
     assert not too_long.fits
     assert too_long.cache_type_k == at_native.cache_type_k
     assert f"ask for at most {native}" in too_long.reasons["ctx"]
+
+
+def test_a_split_over_local_gpus_holds_two_compute_buffers_per_card():
+    """llama-server runs a split over this PC's GPUs as a pipeline: each card held about twice
+    the one-card compute buffer on two H200s (bench/results/h200x2-two-gpu.json); an RPC peer
+    turns the pipeline off."""
+    from lucebox.engine.plan.sizes import compute_copies
+    from tests.engine.machine.test_peers import _budget, _peer
+
+    assert compute_copies(_budget(((24, 0.3),), ())) == 1
+    assert compute_copies(_budget(((24, 0.3), (24, 0.3)), ())) == 4
+    with_peer = _budget(((24, 0.3),), (_peer("127.0.0.2:50052", 24, 0.3),))
+    assert compute_copies(with_peer) == 2
