@@ -137,7 +137,9 @@ class DeathFacts:
 _LOG_CAUSES: list[tuple[str, str, str, str]] = [
     (
         "gpu-out-of-memory",
-        r"out of memory|failed to allocate|unable to allocate (CUDA|Vulkan)\d* buffer",
+        # cuBLAS says "the resource allocation failed" when its handle finds no memory.
+        r"out of memory|failed to allocate|unable to allocate (CUDA|Vulkan)\d* buffer"
+        r"|the resource allocation failed",
         "the GPU ran out of memory",
         "pick a smaller preset or ask for less --ctx",
     ),

@@ -146,3 +146,14 @@ def test_the_host_ram_a_plan_holds_on_a_cpu_and_beside_a_gpu():
     )
     beside_gpu = MemoryBytes(8 * gib, gib, 0, gib, gib // 2, 0, 24 * gib, 2 * gib, gib, False)
     assert host_ram_terms(beside_gpu).startswith("the plan keeps 3.0 GiB in host RAM beside")
+
+
+def test_cublas_finding_no_memory_on_a_split_card_is_the_gpu_out_of_memory():
+    """The engine's last lines when a split's second card was short (two H200s,
+    bench/results/h200x2-two-gpu.json): an abort that is the GPU out of memory."""
+    lines = [
+        "0.02.046.717 E CUDA error: the resource allocation failed",
+        "0.02.046.725 E   current device: 1, in function cublas_handle at common.cuh:1534",
+        "0.02.046.725 E   cublasCreate_v2(&cublas_handles[device][curr_stream_no])",
+    ]
+    assert name_death(-signal.SIGABRT, lines, DeathFacts()).code == "gpu-out-of-memory"
