@@ -25,6 +25,7 @@ import psutil
 from lucebox.engine.core.api import CallError, auth_headers
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.servedsetmodels import (
     ModelNote,
@@ -37,7 +38,7 @@ from lucebox.engine.run.servedsetmodels import (
     router_change,
     router_states,
 )
-from lucebox.engine.run.serverrun import RunItem, ServerRun
+from lucebox.engine.run.serverrun import RunItem, ServerRun, gpu_statuses, nvml_session
 from lucebox.engine.run.supervisor import ServerEvent
 
 if TYPE_CHECKING:
@@ -150,6 +151,8 @@ class ServedSetRun(ServerRun):
         self._last_used: dict[str, float] = {}
         self._states: dict[str, ModelStateName] = {}
         self._progress: dict[str, float] = {}
+        self._nvml: NvmlProvider | None = None
+        """NVML while the run samples: the cards' memory and load go into status."""
         self._changes = 0
         """How many changes the router has announced on /models/sse."""
         self._run.status = replace(
@@ -209,6 +212,11 @@ class ServedSetRun(ServerRun):
             raise CallError(f"cannot {verb} {alias}: {error_message(answer)}")
 
     async def _sample(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
+        with nvml_session() as nvml:
+            self._nvml = nvml
+            await self._poll_models(engine_pid, queue)
+
+    async def _poll_models(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
         async with httpx.AsyncClient(timeout=5.0, headers=auth_headers(self.api_key)) as client:
             following = asyncio.create_task(self._follow_changes(client, engine_pid, queue))
             try:
@@ -307,6 +315,7 @@ class ServedSetRun(ServerRun):
         models = model_statuses(
             self.planned, self._states, memory, self._last_used, time.time(), self._progress
         )
-        self._run.status = replace(self._run.status, models=models)
+        gpus = gpu_statuses(self._nvml) if self._nvml is not None else ()
+        self._run.status = replace(self._run.status, models=models, gpus=gpus)
         self._save()
         await queue.put(ModelsSample(models))

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -332,14 +332,13 @@ class ServerRun:
 
     async def _sample(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
 
+        with nvml_session() as nvml:
+            await self._sample_with(engine_pid, queue, nvml)
+
+    async def _sample_with(
+        self, engine_pid: int, queue: asyncio.Queue[RunItem | None], nvml: NvmlProvider | None
+    ) -> None:
         spec = self.supervisor.launch
-        provider = gpu.PynvmlProvider()
-        try:
-            provider.init()
-        except gpu.NvmlUnavailableError:
-            nvml = None
-        else:
-            nvml = provider
         facts = self._run.logs.setdefault(engine_pid, self._engine_log())
         on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
         prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
@@ -347,25 +346,36 @@ class ServerRun:
         options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
         sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler
-        try:
-            async for sample in sampler.samples():
-                await queue.put(sample)
-                # Status shows the last known rate, not an idle second's missing one.
-                self._run.sample = with_last_rates(self._run.sample, sample)
-                self._run.status = replace(
-                    self._run.status,
-                    gpus=gpu_statuses(nvml) if nvml is not None else (),
-                    sample=self._run.sample,
-                    spec=self._spec_view(sampler.spec_status()),
-                    cache=sampler.cache_status(),
-                )
-                self._watch_speculation(sample, [r.served() for r in sampler.finished])
-                if on_cpu:
-                    prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
-        finally:
-            if nvml is not None:
-                with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):
-                    nvml.shutdown()
+        async for sample in sampler.samples():
+            await queue.put(sample)
+            # Status shows the last known rate, not an idle second's missing one.
+            self._run.sample = with_last_rates(self._run.sample, sample)
+            self._run.status = replace(
+                self._run.status,
+                gpus=gpu_statuses(nvml) if nvml is not None else (),
+                sample=self._run.sample,
+                spec=self._spec_view(sampler.spec_status()),
+                cache=sampler.cache_status(),
+            )
+            self._watch_speculation(sample, [r.served() for r in sampler.finished])
+            if on_cpu:
+                prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
+
+
+@contextlib.contextmanager
+def nvml_session() -> Iterator[NvmlProvider | None]:
+    """NVML opened for a run's sampling (None without a GPU or driver), closed after it."""
+    provider = gpu.PynvmlProvider()
+    try:
+        provider.init()
+    except gpu.NvmlUnavailableError:
+        yield None
+        return
+    try:
+        yield provider
+    finally:
+        with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):
+            provider.shutdown()
 
 
 def gpu_statuses(nvml: NvmlProvider) -> tuple[GpuStatus, ...]:
