@@ -22,16 +22,30 @@ from dataclasses import dataclass
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.machine.cpu import CpuInfo
 
-_X86_ALWAYS_OFF = (
-    "-DGGML_AVX_VNNI=OFF",
-    "-DGGML_AVX512=OFF",
-    "-DGGML_AVX512_VBMI=OFF",
-    "-DGGML_AVX512_VNNI=OFF",
-    "-DGGML_AVX512_BF16=OFF",
-    "-DGGML_AMX_TILE=OFF",
-    "-DGGML_AMX_INT8=OFF",
-    "-DGGML_AMX_BF16=OFF",
+_X86_OPTIONS = (
+    "SSE42",
+    "AVX",
+    "AVX2",
+    "FMA",
+    "F16C",
+    "BMI2",
+    "AVX_VNNI",
+    "AVX512",
+    "AVX512_VBMI",
+    "AVX512_VNNI",
+    "AVX512_BF16",
+    "AMX_TILE",
+    "AMX_INT8",
+    "AMX_BF16",
 )
+"""ggml's x86 instruction-set switches, every one named ON or OFF in each target's line."""
+
+
+def _x86_flags(*on: str) -> tuple[str, ...]:
+    return (
+        "-DGGML_NATIVE=OFF",
+        *(f"-DGGML_{o}={'ON' if o in on else 'OFF'}" for o in _X86_OPTIONS),
+    )
 
 
 @dataclass(frozen=True)
@@ -44,33 +58,11 @@ class CpuTarget:
     cmake_flags: tuple[str, ...]
 
 
+X86_64_V2 = CpuTarget("x86-64-v2", ("sse4_2",), _x86_flags("SSE42"))
 X86_64_V3 = CpuTarget(
     "x86-64-v3",
     ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"),
-    (
-        "-DGGML_NATIVE=OFF",
-        "-DGGML_SSE42=ON",
-        "-DGGML_AVX=ON",
-        "-DGGML_AVX2=ON",
-        "-DGGML_FMA=ON",
-        "-DGGML_F16C=ON",
-        "-DGGML_BMI2=ON",
-        *_X86_ALWAYS_OFF,
-    ),
-)
-X86_64_V2 = CpuTarget(
-    "x86-64-v2",
-    ("sse4_2",),
-    (
-        "-DGGML_NATIVE=OFF",
-        "-DGGML_SSE42=ON",
-        "-DGGML_AVX=OFF",
-        "-DGGML_AVX2=OFF",
-        "-DGGML_FMA=OFF",
-        "-DGGML_F16C=OFF",
-        "-DGGML_BMI2=OFF",
-        *_X86_ALWAYS_OFF,
-    ),
+    _x86_flags("SSE42", "AVX", "AVX2", "FMA", "F16C", "BMI2"),
 )
 X86_64_V4_VNNI = CpuTarget(
     "x86-64-v4-vnni",
@@ -86,22 +78,18 @@ X86_64_V4_VNNI = CpuTarget(
         "avx512_bf16",
         "avx_vnni",
     ),
-    (
-        "-DGGML_NATIVE=OFF",
-        "-DGGML_SSE42=ON",
-        "-DGGML_AVX=ON",
-        "-DGGML_AVX2=ON",
-        "-DGGML_FMA=ON",
-        "-DGGML_F16C=ON",
-        "-DGGML_BMI2=ON",
-        "-DGGML_AVX_VNNI=ON",
-        "-DGGML_AVX512=ON",
-        "-DGGML_AVX512_VBMI=ON",
-        "-DGGML_AVX512_VNNI=ON",
-        "-DGGML_AVX512_BF16=ON",
-        "-DGGML_AMX_TILE=OFF",
-        "-DGGML_AMX_INT8=OFF",
-        "-DGGML_AMX_BF16=OFF",
+    _x86_flags(
+        "SSE42",
+        "AVX",
+        "AVX2",
+        "FMA",
+        "F16C",
+        "BMI2",
+        "AVX_VNNI",
+        "AVX512",
+        "AVX512_VBMI",
+        "AVX512_VNNI",
+        "AVX512_BF16",
     ),
 )
 GENERIC = CpuTarget("generic", (), ("-DGGML_NATIVE=OFF",))

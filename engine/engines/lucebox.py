@@ -28,11 +28,16 @@ from lucebox.engine.core.errors import HashMismatchError, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.known import FlagChange, KnownSource, KnownSources
 from lucebox.engine.engines.source import SourceError, SourceInfo, checkout_root
-from lucebox.engine.engines.sourcetree import check_unchanged, hash_tree, tree_digest
+from lucebox.engine.engines.sourcetree import (
+    MARKER_NAME,
+    check_unchanged,
+    hash_tree,
+    put_in_place,
+    tree_digest,
+)
 
 REPO = "Luce-Org/lucebox"
 DEFAULT_ARCHIVE_BASE_URL = "https://github.com"
-MARKER_NAME = ".lucebox-source.json"
 SUBDIR = "server"
 EXCLUDED_DIRS = ("server/eval/", "server/examples/", "server/deps/Block-Sparse-Attention/")
 EXCLUDED_SUFFIXES = (".png", ".gif")
@@ -320,10 +325,7 @@ def ensure_source(
             "tree_sha256": pin.tree_sha256,
             "files": hashes,  # names the files that differ when a build finds the tree changed
         }
-        (staging / MARKER_NAME).write_text(json.dumps(marker, indent=2), encoding="utf-8")
-        if target.exists():
-            target.rename(old)
-        staging.rename(target)
+        put_in_place(staging, target, old, marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)

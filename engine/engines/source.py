@@ -34,10 +34,15 @@ from lucebox.engine.core.errors import FetchError, HashMismatchError, TransferEr
 from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.known import FlagChange, KnownSource, KnownSources
-from lucebox.engine.engines.sourcetree import check_unchanged, hash_tree, tree_digest
+from lucebox.engine.engines.sourcetree import (
+    MARKER_NAME,
+    check_unchanged,
+    hash_tree,
+    put_in_place,
+    tree_digest,
+)
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
-MARKER_NAME = ".lucebox-source.json"
 _SOURCE_SUFFIXES = {".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".cmake", ".txt", ".in"}
 
 
@@ -336,10 +341,7 @@ def ensure_source(
             "tree_sha256": tree_digest(files),
             "files": files,  # names the files that differ when a build finds the tree changed
         }
-        (unpacked / MARKER_NAME).write_text(json.dumps(marker, indent=2), encoding="utf-8")
-        if target.exists():
-            target.rename(old)
-        unpacked.rename(target)
+        put_in_place(unpacked, target, old, marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)

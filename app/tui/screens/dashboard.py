@@ -16,7 +16,15 @@ from textual.containers import Horizontal
 from textual.widgets import Footer, Input
 
 from lucebox.app.tui.messages import PresetPickRequested
-from lucebox.app.tui.screens.serving import ServingScreen, format_duration
+from lucebox.app.tui.screens.serving import (
+    COPY_URL,
+    OPEN_LOG,
+    QUIT,
+    RESTART,
+    STOP,
+    ServingScreen,
+    format_duration,
+)
 from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.gpu import GpuPanel
 from lucebox.app.tui.widgets.log import LogTail
@@ -36,13 +44,13 @@ class DashboardScreen(ServingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "toggle_chat", "Chat"),
         Binding("escape", "close_chat", "Close chat", show=False),
-        Binding("r", "restart", "Restart"),
-        Binding("s", "stop", "Stop"),
+        RESTART,
+        STOP,
         Binding("p", "switch_preset", "Preset"),
-        Binding("l", "open_log", "Log"),
-        Binding("y", "copy_url", "Copy URL"),
+        OPEN_LOG,
+        COPY_URL,
         Binding("w", "open_webui", "Web UI"),
-        Binding("q", "quit_asking", "Quit"),
+        QUIT,
     ]
 
     def __init__(

@@ -13,7 +13,15 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer
 
 from lucebox.app.tui.messages import ModelLoadRequested, ModelUnloadRequested
-from lucebox.app.tui.screens.serving import ServingScreen, format_duration
+from lucebox.app.tui.screens.serving import (
+    COPY_URL,
+    OPEN_LOG,
+    QUIT,
+    RESTART,
+    STOP,
+    ServingScreen,
+    format_duration,
+)
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.readout import Readout
@@ -27,11 +35,11 @@ class ServedSetDashboardScreen(ServingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("o", "load_model", "Load"),
         Binding("u", "unload_model", "Unload"),
-        Binding("r", "restart", "Restart"),
-        Binding("s", "stop", "Stop"),
-        Binding("l", "open_log", "Log"),
-        Binding("y", "copy_url", "Copy URL"),
-        Binding("q", "quit_asking", "Quit"),
+        RESTART,
+        STOP,
+        OPEN_LOG,
+        COPY_URL,
+        QUIT,
     ]
 
     def __init__(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.screen import Screen
 
 from lucebox.app.tui.messages import QuitRequested, RestartRequested, StopRequested
@@ -31,6 +32,14 @@ def format_duration(seconds: float) -> str:
     if minutes < 60:
         return f"{minutes}m"
     return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+RESTART = Binding("r", "restart", "Restart")
+STOP = Binding("s", "stop", "Stop")
+OPEN_LOG = Binding("l", "open_log", "Log")
+COPY_URL = Binding("y", "copy_url", "Copy URL")
+QUIT = Binding("q", "quit_asking", "Quit")
+"""The keys every serving dashboard has (its actions are here); each screen orders its own."""
 
 
 class ServingScreen(Screen[None]):

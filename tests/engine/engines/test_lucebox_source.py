@@ -14,6 +14,7 @@ import pytest
 from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import lucebox, sourcetree
+from lucebox.engine.engines.sourcetree import MARKER_NAME
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 
@@ -135,7 +136,7 @@ def test_4cf58a04_is_checked_from_the_shared_tarball_by_its_tree_digest(tmp_path
             "tree-sha256:26e459f21c902c2fc6381b7d3cf7473971b709e2e4fe3e16f8262583a5b9f425"
         )
     )
-    files = json.loads((target / lucebox.MARKER_NAME).read_text())["files"]
+    files = json.loads((target / MARKER_NAME).read_text())["files"]
     assert len(files) == NEWER.pin.file_count == 1536
     assert sourcetree.tree_digest(files) == NEWER.pin.tree_sha256
     assert lucebox.pin_of(info) is NEWER.pin

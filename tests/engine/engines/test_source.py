@@ -10,12 +10,12 @@ import pytest
 from lucebox.engine.core.errors import HashMismatchError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines.source import (
-    MARKER_NAME,
     SourceError,
     SourcePin,
     ensure_source,
     load_pin,
 )
+from lucebox.engine.engines.sourcetree import MARKER_NAME
 from tests.httpserver import Route, serve_files
 
 

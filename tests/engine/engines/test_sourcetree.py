@@ -19,6 +19,7 @@ from lucebox.engine.engines import (
     sourcetree,
 )
 from lucebox.engine.engines.build import BuildOptions
+from lucebox.engine.engines.sourcetree import MARKER_NAME
 from tests.engine.engines.test_lucebox_source import SHARED_TARBALL, needs_tarball
 from tests.engine.engines.test_source import SDIST, pin_for
 
@@ -57,7 +58,7 @@ def llama_source(tmp_path) -> source.SourceInfo:
 
 
 def test_the_unpacked_sdist_records_its_tree_and_passes_unchanged(llama_source):
-    marker = json.loads((llama_source.path / source.MARKER_NAME).read_text())
+    marker = json.loads((llama_source.path / MARKER_NAME).read_text())
     assert set(marker["files"]) == {"CMakeLists.txt", "src/llama-arch.cpp"}
     assert marker["tree_sha256"] == sourcetree.tree_digest(marker["files"])
     source.check_unpacked(llama_source)
@@ -90,7 +91,7 @@ def test_the_build_refuses_a_changed_tree_before_it_compiles(llama_source, tmp_p
 
 
 def test_a_tree_unpacked_before_trees_were_recorded_is_unpacked_again(llama_source, tmp_path):
-    marker_file = llama_source.path / source.MARKER_NAME
+    marker_file = llama_source.path / MARKER_NAME
     marker = json.loads(marker_file.read_text())
     marker_file.write_text(json.dumps({k: marker[k] for k in ("package", "version", "sha256")}))
     (llama_source.path / "src" / "llama-arch.cpp").write_text("// patched\n")
@@ -154,7 +155,7 @@ def test_what_the_digest_leaves_out_may_change(lucebox_source):
 
 @needs_tarball
 def test_a_tree_unpacked_without_a_file_record_is_still_checked(lucebox_source):
-    marker_file = lucebox_source.path / lucebox.MARKER_NAME
+    marker_file = lucebox_source.path / MARKER_NAME
     marker = json.loads(marker_file.read_text())
     del marker["files"]
     marker_file.write_text(json.dumps(marker))
