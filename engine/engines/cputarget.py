@@ -38,7 +38,8 @@ _X86_OPTIONS = (
     "AMX_INT8",
     "AMX_BF16",
 )
-"""ggml's x86 instruction-set switches, every one named ON or OFF in each target's line."""
+"""ggml's x86 instruction-set switches, every one named ON or OFF in each target's line:
+v3's are the first six, the AVX-512 target's all but AMX."""
 
 
 def _x86_flags(*on: str) -> tuple[str, ...]:
@@ -62,7 +63,7 @@ X86_64_V2 = CpuTarget("x86-64-v2", ("sse4_2",), _x86_flags("SSE42"))
 X86_64_V3 = CpuTarget(
     "x86-64-v3",
     ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"),
-    _x86_flags("SSE42", "AVX", "AVX2", "FMA", "F16C", "BMI2"),
+    _x86_flags(*_X86_OPTIONS[:6]),
 )
 X86_64_V4_VNNI = CpuTarget(
     "x86-64-v4-vnni",
@@ -78,19 +79,7 @@ X86_64_V4_VNNI = CpuTarget(
         "avx512_bf16",
         "avx_vnni",
     ),
-    _x86_flags(
-        "SSE42",
-        "AVX",
-        "AVX2",
-        "FMA",
-        "F16C",
-        "BMI2",
-        "AVX_VNNI",
-        "AVX512",
-        "AVX512_VBMI",
-        "AVX512_VNNI",
-        "AVX512_BF16",
-    ),
+    _x86_flags(*(o for o in _X86_OPTIONS if not o.startswith("AMX"))),
 )
 GENERIC = CpuTarget("generic", (), ("-DGGML_NATIVE=OFF",))
 """Other architectures: ggml's portable default for the family (armv8-a on aarch64)."""
