@@ -22,7 +22,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
-from lucebox.engine.models import guard, hubrepo, ondisk
+from lucebox.engine.models import guard, hubrepo, ondisk, projector
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import (
     ModelRecord,
@@ -69,6 +69,13 @@ def cmd_models_check(args: argparse.Namespace, paths: Paths) -> int:
     results = [
         guard.check_model(path, allow_base=allow_base, known_archs=archs) for path in args.paths
     ]
+    if args.mmproj is not None:
+        if len(args.paths) != 1:
+            raise UsageError(
+                "--mmproj checks a projector against one model",
+                hint="lucebox models check MODEL.gguf --mmproj MMPROJ.gguf",
+            )
+        results.append(projector.check_projector(args.mmproj, args.paths[0]))
     if args.draft is not None:
         results += guard.check_pair(
             args.draft,
@@ -265,6 +272,9 @@ def register(commands: Any, command: Command) -> None:
     check.add_argument("paths", nargs="*", metavar="PATH", type=Path)
     check.add_argument("--draft", metavar="PATH", type=Path, help="draft model to pair-check")
     check.add_argument("--target", metavar="PATH", type=Path, help="target model of --draft")
+    check.add_argument(
+        "--mmproj", metavar="PATH", type=Path, help="vision projector to check against the model"
+    )
     check.add_argument("--allow-base", action="store_true", help="base models only warn")
     add_json(check)
     pull = command(

@@ -68,6 +68,10 @@ class Settings:
     """Cap on each calibration probe's reply in tokens; 0 keeps each probe's own length."""
     keep_free_ram_mib: int = 0
     """RAM a plan leaves to the rest of the PC without a GPU; 0: max(2 GiB, 15% of the RAM)."""
+    mmproj: str = ""
+    """The vision projector to serve with the model (a path); empty: the one beside it."""
+    vision: str = ""
+    """Serve the projector: auto (when it costs no context), on, off; empty is auto."""
     cpu_read_s: float = 300.0
     """Without a GPU the chosen context is at most what the CPU reads in this long (0: no
     bound); a context the user asks for is not bounded."""
@@ -96,6 +100,8 @@ KEYS: dict[str, str] = {
     "spec.probe_max_tokens": "probe_max_tokens",
     "machine.keep_free_ram_mib": "keep_free_ram_mib",
     "model.cpu_read_s": "cpu_read_s",
+    "model.mmproj": "mmproj",
+    "model.vision": "vision",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
@@ -224,12 +230,18 @@ def load_settings(paths: Paths) -> Settings:
 
 SPEC_MODES = ("", "auto", "off", "mtp", "dflash", "draft", "ngram")
 """What ``model.spec`` takes (empty is auto); the planner's speculation modes."""
+VISION_SETTINGS = ("", "auto", "on", "off")
+"""What ``model.vision`` takes (empty is auto)."""
 
 
 def parse_value(key: str, raw: str) -> Any:
     """Turn the text a user typed for ``key`` into a value of the key's type."""
     if key == "model.spec" and raw not in SPEC_MODES:
         raise ConfigError(f"key 'model.spec' takes one of {', '.join(SPEC_MODES[1:])}, not {raw!r}")
+    if key == "model.vision" and raw not in VISION_SETTINGS:
+        raise ConfigError(
+            f"key 'model.vision' takes one of {', '.join(VISION_SETTINGS[1:])}, not {raw!r}"
+        )
     if key == "server.port" and raw.strip().isdigit() and not 1 <= int(raw) <= 65535:
         raise ConfigError(f"key 'server.port' takes a port from 1 to 65535, not {raw}")
     field = KEYS.get(key)

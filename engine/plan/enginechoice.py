@@ -50,6 +50,12 @@ class EngineFacts:
     llama_fits_ctx: bool = True
     """The context asked for fits llama-server in VRAM (always, when none was asked for)."""
     ctx_asked: int | None = None
+    vision_on: bool = False
+    """``--vision on`` (or model.vision): images must be served, and the Lucebox engine at its
+    pinned commit has no vision."""
+
+
+NO_VISION = "the Lucebox engine at its pinned commit has no vision"
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,17 @@ def choose_engine(facts: EngineFacts) -> EngineChoice:
                 "llama-server cannot use it"
             )
         return EngineChoice("llama-server", reason)
+    if facts.vision_on:
+        if facts.mode == "lucebox":
+            return EngineChoice(
+                "lucebox", f"the Lucebox engine ({facts.mode_from})", f"vision is on: {NO_VISION}"
+            )
+        given_up = (
+            f"; the Lucebox draft {facts.draft_name} and its DDTree gain are given up"
+            if lucebox_draft and why_not is None
+            else ""
+        )
+        return EngineChoice("llama-server", f"llama-server: vision is on and {NO_VISION}{given_up}")
     if facts.mode == "lucebox":
         if why_not is not None:
             return EngineChoice("lucebox", f"the Lucebox engine ({facts.mode_from})", why_not)

@@ -52,6 +52,8 @@ class ServerLaunch:
     """The engine kind that serves: its argv and environment are built by that kind's rules."""
     lucebox: LuceboxFlags | None = None
     """The Lucebox engine's own switches (kind ``lucebox`` only)."""
+    mmproj_path: str | None = None
+    """The vision projector llama-server loads (``--mmproj``) when vision is served."""
 
 
 _SAMPLING_FLAGS = {
@@ -107,6 +109,8 @@ def _llama_server_argv(server: ServerLaunch) -> list[str]:
         "--metrics",
         *server.plan.server_flags(),
     ]
+    if server.mmproj_path:
+        argv += ["--mmproj", server.mmproj_path]
     if server.rpc:
         argv += ["--rpc", ",".join(server.rpc)]
     if server.api_key_file:

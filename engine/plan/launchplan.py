@@ -19,6 +19,7 @@ from lucebox.engine.plan.launch import ServerLaunch, server_argv, server_env
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved, ServeOptions
+from lucebox.engine.plan.visionplan import NO_PROJECTOR, Vision
 
 
 class PlanRefusal(GuardRefusal):
@@ -70,6 +71,8 @@ class LaunchPlan:
     """Which engine serves and why (None for a plan made before the choice existed)."""
     source_choice: dict[str, Any] | None = field(default=None, compare=False)
     """How a repo named by name became this file: the quant, why, every candidate."""
+    vision: Vision = NO_PROJECTOR
+    """Whether images are served, with which projector, and why."""
 
     @property
     def plan(self) -> Plan:
@@ -137,6 +140,7 @@ class LaunchPlan:
             "argv": self.argv,
             "command": self.command,
             "refusal": str(self.refusal) if self.refusal else None,
+            "vision": self.vision.to_json(),
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
         }
@@ -165,6 +169,7 @@ class LaunchBasis:
         engine: EngineView,
         refusal: GuardRefusal | None,
         engine_choice: EngineChoice,
+        vision: Vision = NO_PROJECTOR,
     ) -> LaunchPlan:
         return LaunchPlan(
             title=self.preset.title if self.preset else self.target.facts.name,
@@ -180,4 +185,5 @@ class LaunchBasis:
             ctx_cap=self.ctx_cap,
             refusal=refusal,
             engine_choice=engine_choice,
+            vision=vision,
         )

@@ -67,6 +67,7 @@ def choose(
             or asked is None
             or (llama_plan.fits and llama_plan.ctx >= asked),
             ctx_asked=asked,
+            vision_on=resolved.vision == "on",
         )
     )
 

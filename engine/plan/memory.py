@@ -83,6 +83,9 @@ class PlanRequest:
     """Hybrid (recurrent) and sliding-window models: the engine saves what it cannot roll back
     (the recurrent state, the window) near the end of each prompt, so a growing agent prompt
     resumes from a recent checkpoint instead of being read again; the plan bounds them."""
+    projector_bytes: int = 0
+    """A vision projector's weights and one image's compute buffer (0: no vision)."""
+    projector_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,7 @@ def make_plan(request: PlanRequest) -> Plan:
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident
     room_after_weights -= draft.weights_bytes if draft else 0
+    room_after_weights -= request.projector_bytes
     if not budget.is_gpu:
         room_after_weights -= prompt_cache + checkpoints
     reasons = _overhead_reasons(
@@ -253,7 +257,11 @@ def make_plan(request: PlanRequest) -> Plan:
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
     min_ctx = min(MIN_CTX, target.native_ctx)
     n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = _place_layers(
-        request, room_after_weights, reserve + cuda_context, kv_choices, min_ctx
+        request,
+        room_after_weights,
+        reserve + cuda_context + request.projector_bytes,
+        kv_choices,
+        min_ctx,
     )
     kv_type = _choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
     ctx_fit = largest[kv_type]
@@ -290,6 +298,7 @@ def make_plan(request: PlanRequest) -> Plan:
         available=available,
         prompt_cache=prompt_cache,
         checkpoints=checkpoints,
+        projector=request.projector_bytes,
         prompt_cache_in_total=not budget.is_gpu,
     )
     kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
@@ -389,6 +398,8 @@ def _overhead_reasons(
             + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
         )
     reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
+    if request.projector_bytes:
+        reasons["projector"] = request.projector_reason
     if n_checkpoints:
         what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
         reasons["checkpoints"] = (

@@ -27,6 +27,8 @@ from lucebox.engine.plan.luceboxplan import PREFILL_MODES, PrefillMode
 from lucebox.engine.plan.speculation import SpecMode
 
 CacheProfile = Literal["agent", "off"]
+VisionMode = Literal["auto", "on", "off"]
+VISION_MODES: tuple[VisionMode, ...] = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,11 @@ class ServeOptions:
     """A served set (several --model): planned by servedsetplan.plan_set, ``model`` stays None."""
     quant: str | None = None
     """The quant of a repo named by name (``--quant``); None lets the planner choose."""
+    mmproj: str | None = None
+    """The vision projector file (``--mmproj``); None reads model.mmproj, else the one beside
+    the weights."""
+    vision: VisionMode | None = None
+    """Serve the projector; None reads model.vision (empty: auto)."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options (a detached child's argv)."""
@@ -136,6 +143,13 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
     LaunchFlag("--vram-mib", "vram_mib",
                "plan for cards with N MiB free each (one number per card)", "N[,N...]",
                mib_list),
+    LaunchFlag("--mmproj", "mmproj",
+               "vision projector (mmproj GGUF) of the model; default: the one beside it",
+               "PATH"),
+    LaunchFlag("--vision", "vision",
+               "serve images: auto (default: when the projector costs no context), on (refuse "
+               "a plan that cannot hold it; moves off the Lucebox engine), off",
+               choices=VISION_MODES),
     LaunchFlag("--rpc", "rpc",
                "`lucebox worker` peers whose devices join the split (setting rpc.peers)",
                "HOST:PORT[,...]", peer_list),
@@ -182,6 +196,11 @@ class Resolved:
     prefill: PrefillMode = "off"
     engine_id: str = ""
     """The installed build ``engine.id`` names; empty: each kind's default build."""
+    vision: VisionMode = "auto"
+    vision_from: str = ""
+    """Where a mode other than auto comes from, for the plan's reason."""
+    mmproj: str = ""
+    """The projector named by --mmproj or model.mmproj; empty: look beside the weights."""
 
 
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
@@ -202,6 +221,17 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         if options.engine
         else f'engine.kind = "{engine}" in config.toml'
     )
+    vision = options.vision or settings.vision or "auto"
+    if vision not in VISION_MODES:
+        raise UsageError(
+            f"model.vision = {vision!r} in config.toml is not a vision mode",
+            hint=f"use one of {', '.join(VISION_MODES)}",
+        )
+    vision_from = (
+        f"--vision {vision} as asked"
+        if options.vision
+        else f'model.vision = "{vision}" in config.toml'
+    )
     return Resolved(
         preset_id=None
         if options.model or options.models
@@ -221,4 +251,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         engine_from=engine_from,
         prefill=options.prefill or "off",
         engine_id=settings.engine_id,
+        vision=vision,
+        vision_from=vision_from,
+        mmproj=options.mmproj or settings.mmproj,
     )

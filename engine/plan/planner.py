@@ -37,6 +37,7 @@ from lucebox.engine.plan.memory import (
 from lucebox.engine.plan.modelfiles import ModelFile, launch_files
 from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
 from lucebox.engine.plan.speculation import SpecFiles, SpecMode
+from lucebox.engine.plan.visionplan import choose_vision, lucebox_vision
 
 
 def _mtp_facts(target: ModelFacts) -> ModelFacts:
@@ -179,10 +180,13 @@ def _plan_on_budget(
     choice = luceboxroute.choose(resolved, target, draft, budget, llama_plan, preset)
     basis = LaunchBasis(options, resolved, preset, target, ctx_cap)
     if choice.kind == "lucebox":
-        return luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
+        launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
+        return replace(launch, vision=lucebox_vision(resolved, target))
+    vision, request, vision_refusal = choose_vision(request, resolved, target)
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options
     )
+    memory = replace(memory, reasons={**memory.reasons, "vision": vision.reason})
     server = ServerLaunch(
         server_path=engine.server_path,
         model_path=str(target.path),
@@ -206,14 +210,16 @@ def _plan_on_budget(
         slot_save_path=str(paths.slots_dir) if resolved.cache == "agent" else None,
         gpus=tuple(d.index for d in budget.local_gpus),
         rpc=tuple(d.address for d in budget.devices if d.address),
+        mmproj_path=vision.path,
     )
     return basis.launch(
         server,
         spec_choice,
         budget=budget,
         engine=engine,
-        refusal=refusal or _refusal(target, memory),
+        refusal=refusal or vision_refusal or _refusal(target, memory),
         engine_choice=choice,
+        vision=vision,
     )
 
 

@@ -66,7 +66,10 @@ def _document(
 
 
 _SIDECAR_NOTES = {
-    "mmproj": "a multimodal projector: not served yet (a loaded projector disables prompt reuse)",
+    "mmproj": (
+        "a vision projector: served with --mmproj PATH beside the weights (llama-server then "
+        "turns off context shift and saves no checkpoint after an image's tokens)"
+    ),
     "mtp": "an MTP head beside the quants: not served from a sidecar yet",
     "draft": "a draft model: pass it with --draft to use it",
 }

@@ -28,6 +28,14 @@ RESERVE_MIN_BYTES = 64 * MIB
 itself matched the engine to within 13 MiB on the H100 (bench/plan_vs_gpu.py), so the reserve
 does not pad the plan's own error; a larger one costs context on models with small KV."""
 
+IMAGE_COMPUTE_LIVE_ROWS = 8
+"""An image's compute buffer is estimated as this many f32 activations of the vision encoder's
+width per patch plus one feed-forward row: the tensors live at once in one encoder layer of
+the graph (tools/mtmd/clip.cpp) at the image size the header names. The engine turns on flash
+attention for the projector where the backend has it (clip.cpp's warmup), so the patches'
+attention scores are never held whole. An estimate from the graph, not yet checked against a
+load log."""
+
 KVFLASH_CAP = 16384
 
 KVFLASH_FLOOR = 512
@@ -48,6 +56,8 @@ class MemoryBytes:
     checkpoints: int = 0
     """Host RAM for a slot's context checkpoints (hybrid models), counted like the cache."""
     prompt_cache_in_total: bool = False
+    projector: int = 0
+    """The vision projector (``--mmproj``): its weights and the compute buffer of one image."""
     prefill_transient: int = 0
     """What the engine holds on top of ``total`` only while a prefill runs and frees after it
     (the Lucebox engine's chunk logits, its PFlash drafter); llama-server allocates its
@@ -57,6 +67,7 @@ class MemoryBytes:
     def total(self) -> int:
         """What the engine will use (nvidia-smi's view); the reserve stays free."""
         engine = self.weights + self.kv + self.draft + self.compute + self.cuda_context
+        engine += self.projector
         host = self.prompt_cache + self.checkpoints
         return engine + (host if self.prompt_cache_in_total else 0)
 
@@ -74,6 +85,7 @@ class MemoryBytes:
             "cuda_context": self.cuda_context,
             "prompt_cache": self.prompt_cache,
             "checkpoints": self.checkpoints,
+            "projector": self.projector,
             "reserve": self.reserve,
             "total": self.total,
             "prefill_transient": self.prefill_transient,
@@ -194,3 +206,9 @@ def weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
         return on_gpu - facts.expert_bytes * n_cpu_moe // max(facts.n_layer, 1)
     per_layer = facts.layer_bytes // max(facts.n_layer, 1)
     return on_gpu - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
+
+
+def image_compute_bytes(image_size: int, patch_size: int, n_embd: int, n_ff: int) -> int:
+    """The compute buffer one image needs in the vision encoder (IMAGE_COMPUTE_LIVE_ROWS)."""
+    patches = (image_size // patch_size) ** 2 if patch_size else 0
+    return patches * (IMAGE_COMPUTE_LIVE_ROWS * n_embd + n_ff) * 4

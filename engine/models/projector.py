@@ -1,0 +1,148 @@
+"""Vision projectors (``mmproj*.gguf``): what one is, where a model's is, whether it fits it.
+
+A projector turns an image into embeddings of the text model's width; llama-server loads it
+with ``--mmproj``. Its header names the projector type and (by the tensor the pinned engine's
+``clip_n_mmproj_embd`` reads, tools/mtmd/clip.cpp) the width it projects to, which must be the
+target's ``n_embd``: the engine refuses a mismatch only after loading both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lucebox.engine.models.gguf import GgufFormatError, GgufHeader, TensorInfo, read_header
+from lucebox.engine.models.guard import CheckResult, Problem, check_model, verdict_of
+
+CLIP_ARCH = "clip"
+MISMATCH_CODE = "mmproj-mismatch"
+PRECISION_ORDER = ("f16", "bf16", "f32", "q8_0")
+"""Projector precisions most precise first (f16 is what the repos and the engine's docs
+recommend; f32 is twice its size for no visible gain); any other name comes after."""
+
+_OUT_WIDTH: dict[str, tuple[str, int]] = {
+    "mlp": ("mm.2.weight", 1),
+    "mlp_norm": ("mm.3.bias", 0),
+    "gemma3": ("mm.input_projection.weight", 0),
+    "gemma3nv": ("mm.input_projection.weight", 0),
+    "gemma4v": ("mm.input_projection.weight", 1),
+    "qwen2vl_merger": ("mm.1.bias", 0),
+    "qwen2.5vl_merger": ("mm.1.bias", 0),
+    "idefics3": ("mm.model.fc.weight", 1),
+    "pixtral": ("mm.2.weight", 1),
+    "lfm2": ("mm.2.weight", 1),
+    "kimivl": ("mm.2.weight", 1),
+    "internvl": ("mm.model.mlp.3.weight", 1),
+}
+"""Projector type -> (tensor, ggml dimension) that ``clip_n_mmproj_embd`` reads as the width
+it projects to; a type not listed falls back to ``clip.vision.projection_dim``."""
+
+
+@dataclass(frozen=True)
+class ProjectorInfo:
+    path: Path
+    projector_type: str
+    out_width: int | None
+    """The text model width its embeddings have; None when the header does not say."""
+    weights_bytes: int
+    """Its tensors' bytes: what it takes on the device it runs on."""
+    image_size: int
+    patch_size: int
+    n_embd: int
+    """The vision encoder's own width (``clip.vision.embedding_length``)."""
+    n_ff: int
+
+    @property
+    def precision(self) -> str:
+        """The precision its file name says (``mmproj-...-F16.gguf``), lower case; "" if none."""
+        stem = self.path.name.lower().removesuffix(".gguf")
+        return next((p for p in PRECISION_ORDER if stem.endswith(p)), "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "projector_type": self.projector_type,
+            "out_width": self.out_width,
+            "weights_bytes": self.weights_bytes,
+            "image_size": self.image_size,
+            "patch_size": self.patch_size,
+        }
+
+
+def _int(meta: dict[str, Any], key: str) -> int:
+    value = meta.get(key)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def projector_of(header: GgufHeader, path: Path) -> ProjectorInfo | None:
+    """The projector a header describes; None when it is not a vision projector."""
+    meta = header.metadata
+    if meta.get("general.architecture") != CLIP_ARCH or not meta.get("clip.has_vision_encoder"):
+        return None
+    kind = str(meta.get("clip.vision.projector_type") or meta.get("clip.projector_type") or "")
+    tensors: dict[str, TensorInfo] = {t.name: t for t in header.tensors}
+    out_width = _int(meta, "clip.vision.projection_dim") or None
+    named = _OUT_WIDTH.get(kind)
+    if named is not None and named[0] in tensors and len(tensors[named[0]].shape) > named[1]:
+        out_width = tensors[named[0]].shape[named[1]]
+    return ProjectorInfo(
+        path=path,
+        projector_type=kind,
+        out_width=out_width,
+        weights_bytes=sum(t.n_bytes for t in header.tensors),
+        image_size=_int(meta, "clip.vision.image_size"),
+        patch_size=_int(meta, "clip.vision.patch_size"),
+        n_embd=_int(meta, "clip.vision.embedding_length"),
+        n_ff=_int(meta, "clip.vision.feed_forward_length"),
+    )
+
+
+def read_projector(path: Path) -> ProjectorInfo | None:
+    """The projector in ``path``; None when the file is not one (or cannot be read)."""
+    try:
+        return projector_of(read_header(path), path)
+    except (GgufFormatError, OSError):
+        return None
+
+
+def projectors_beside(model_path: Path) -> tuple[Path, ...]:
+    """``mmproj*.gguf`` files in the model's folder (the store, an HF snapshot, an LM Studio
+    folder keep them beside the weights), most precise first."""
+    folder = model_path.parent
+    if not folder.is_dir():
+        return ()
+    found = [p for p in folder.iterdir() if p.name.lower().startswith("mmproj")]
+    found = [p for p in found if p.name.lower().endswith(".gguf") and p.is_file()]
+
+    def rank(path: Path) -> tuple[int, str]:
+        stem = path.name.lower().removesuffix(".gguf")
+        order = [i for i, p in enumerate(PRECISION_ORDER) if stem.endswith(p)]
+        return (order[0] if order else len(PRECISION_ORDER), path.name)
+
+    return tuple(sorted(found, key=rank))
+
+
+def mismatch(projector: ProjectorInfo | None, path: Path, target_width: int | None) -> str | None:
+    """Why this projector cannot serve a target of ``target_width``; None when it can."""
+    if projector is None:
+        return f"{path.name} is not a vision projector (no clip header with a vision encoder)"
+    if projector.out_width is None or target_width is None:
+        return None
+    if projector.out_width != target_width:
+        return (
+            f"{path.name} ({projector.projector_type}) projects images to width "
+            f"{projector.out_width}, but the model's embeddings are {target_width} wide: "
+            "it belongs to another model"
+        )
+    return None
+
+
+def check_projector(path: Path, target_path: Path) -> CheckResult:
+    """``models check MODEL --mmproj P``: the projector against its target."""
+    target = check_model(target_path, instruct_guard=False)
+    width = target.info.embedding_length if target.info is not None else None
+    projector = read_projector(path)
+    why = mismatch(projector, path, width)
+    problems = [Problem(MISMATCH_CODE, "error", why)] if why else []
+    return CheckResult(str(path), verdict_of(problems), tuple(problems), None)

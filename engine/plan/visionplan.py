@@ -1,0 +1,171 @@
+"""Vision in the plan: which projector serves (if any), what it costs, and why.
+
+``--vision auto`` serves a projector only when the plan still gives the context (and KV type)
+it gives without it, trying the most precise projector first; ``on`` serves it or refuses;
+``off`` frees its memory. A projector that does not match the model is refused by name with
+the stable problem code ``mmproj-mismatch``. Pure but for reading projector headers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.core.units import MIB
+from lucebox.engine.models.projector import (
+    MISMATCH_CODE,
+    ProjectorInfo,
+    mismatch,
+    projectors_beside,
+    read_projector,
+)
+from lucebox.engine.plan.memory import PlanRequest, make_plan, wanted_ctx
+from lucebox.engine.plan.modelfiles import ModelFile
+from lucebox.engine.plan.options import Resolved
+from lucebox.engine.plan.sizes import image_compute_bytes
+
+
+@dataclass(frozen=True)
+class Vision:
+    served: bool
+    projector: ProjectorInfo | None
+    """The projector served, or the one that was weighed and left out."""
+    reason: str
+
+    @property
+    def path(self) -> str | None:
+        return str(self.projector.path) if self.served and self.projector else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "served": self.served,
+            "projector": self.path,
+            "reason": self.reason,
+            "projector_type": self.projector.projector_type if self.projector else None,
+            "memory_bytes": projector_bytes(self.projector) if self.projector else 0,
+        }
+
+
+NO_PROJECTOR = Vision(False, None, "no projector: pass --mmproj PATH to serve images")
+
+
+def projector_bytes(projector: ProjectorInfo) -> int:
+    """What serving it costs on the device: its weights and one image's compute buffer."""
+    compute = image_compute_bytes(
+        projector.image_size, projector.patch_size, projector.n_embd, projector.n_ff
+    )
+    return projector.weights_bytes + compute
+
+
+def _cost_text(projector: ProjectorInfo) -> str:
+    compute = projector_bytes(projector) - projector.weights_bytes
+    return (
+        f"{projector.path.name} ({projector.projector_type}): "
+        f"{projector.weights_bytes / MIB:.0f} MiB weights + {compute / MIB:.0f} MiB for one "
+        f"{projector.image_size}px image"
+    )
+
+
+def _found(
+    resolved: Resolved, target: ModelFile
+) -> tuple[list[ProjectorInfo], list[str], GuardRefusal | None]:
+    """The projectors to weigh (named, else beside the weights), why others were left, and
+    the refusal of a named one that is not this model's."""
+    width = target.info.embedding_length if target.info is not None else None
+    if resolved.mmproj:
+        path = Path(resolved.mmproj).expanduser()
+        named = read_projector(path)
+        why = f"{path} does not exist" if not path.is_file() else mismatch(named, path, width)
+        if why is not None or named is None:
+            refused = GuardRefusal(
+                why or f"{path.name} is not a vision projector",
+                hint="pass the mmproj file made for this model, or --vision off",
+                problem_codes=(MISMATCH_CODE,),
+            )
+            return [], [], refused
+        return [named], [], None
+    if not target.present:
+        return [], [], None
+    found, left = [], []
+    for path in projectors_beside(target.path):
+        projector = read_projector(path)
+        why = mismatch(projector, path, width)
+        if why is None and projector is not None:
+            found.append(projector)
+        else:
+            left.append(why or path.name)
+    return found, left, None
+
+
+def choose_vision(
+    request: PlanRequest, resolved: Resolved, target: ModelFile
+) -> tuple[Vision, PlanRequest, GuardRefusal | None]:
+    """The vision served with this memory request, the request that holds it, and the refusal
+    when --vision on cannot be served or a named projector does not match."""
+    if resolved.vision == "off":
+        return Vision(False, None, f"off ({resolved.vision_from})"), request, None
+    found, left, refused = _found(resolved, target)
+    if refused is not None:
+        return Vision(False, None, f"refused: {refused.message}"), request, refused
+    if not found:
+        if resolved.vision == "on":
+            return (
+                NO_PROJECTOR,
+                request,
+                GuardRefusal(
+                    f"vision is on ({resolved.vision_from}) but the model has no projector that "
+                    + ("matches it: " + "; ".join(left) if left else "lucebox can find"),
+                    hint="pass --mmproj PATH (the model's mmproj GGUF), or --vision auto",
+                    problem_codes=(MISMATCH_CODE,) if left else (),
+                ),
+            )
+        return replace(NO_PROJECTOR, reason="; ".join([NO_PROJECTOR.reason, *left])), request, None
+    plain = make_plan(request)
+    wanted = min(plain.ctx, wanted_ctx(request.ctx, request.target.native_ctx))
+    weighed = []
+    for projector in found:
+        held = replace(
+            request,
+            projector_bytes=projector_bytes(projector),
+            projector_reason=f"vision projector {_cost_text(projector)}",
+        )
+        planned = make_plan(held)
+        keeps = planned.fits and planned.ctx >= wanted
+        keeps = keeps and planned.cache_type_k == plain.cache_type_k
+        if keeps or (resolved.vision == "on" and planned.fits):
+            why = "served: it costs no context" if keeps else f"served ({resolved.vision_from})"
+            return Vision(True, projector, f"{why}; {_cost_text(projector)}"), held, None
+        weighed.append((projector, planned))
+    projector, planned = weighed[-1]
+    cost = (
+        f"{_cost_text(projector)} would leave {planned.ctx} tokens with {planned.cache_type_k} "
+        f"KV instead of {plain.ctx} with {plain.cache_type_k}"
+        if planned.fits
+        else f"{_cost_text(projector)} does not fit beside the model"
+    )
+    if resolved.vision == "on":
+        refusal = GuardRefusal(
+            f"vision is on ({resolved.vision_from}) but {cost}",
+            hint="free GPU memory, pick a smaller quant, or pass --vision auto",
+        )
+        return Vision(False, projector, f"refused: {cost}"), request, refusal
+    reason = f"not served: {cost}; pass --vision on to serve it"
+    return Vision(False, projector, reason), request, None
+
+
+def lucebox_vision(resolved: Resolved, target: ModelFile) -> Vision:
+    """What the plan says about vision when the Lucebox engine serves (it has none)."""
+    if resolved.vision == "off":
+        return Vision(False, None, f"off ({resolved.vision_from})")
+    found, _, refused = _found(resolved, target)
+    if refused is not None:
+        return Vision(False, None, f"not served: {refused.message}")
+    what = f" and its projector {_cost_text(found[0])}" if found else ""
+    return Vision(
+        False,
+        found[0] if found else None,
+        "not served: the Lucebox engine at its pinned commit has no vision; --vision on "
+        f"would move the launch to llama-server (without DDTree and KVFlash){what}",
+    )
