@@ -156,6 +156,28 @@ class AssistantSpec(ModelSpec):
     target_n_embd: int = 128
 
 
+@dataclass
+class ProjectorSpec(ModelSpec):
+    """A LLaVA-style vision projector (``mmproj``, architecture ``clip``, projector type
+    ``mlp``): a ViT of ``n_layer`` blocks over ``image_size``/``patch_size`` patches plus a
+    class token, then ``mm.0``/``mm.2`` projecting to ``target_n_embd`` (the text model's
+    width). The tensors are the ones tools/mtmd/clip.cpp's loader and llava graph read."""
+
+    arch: str = "clip"
+    name: str = "Tiny Vision Projector"
+    basename: str | None = "tiny-mmproj"
+    finetune: str | None = None
+    size_label: str | None = None
+    n_layer: int = 2
+    n_embd: int = 32
+    n_head: int = 2
+    n_ff: int = 64
+    image_size: int = 32
+    patch_size: int = 8
+    target_n_embd: int = 64
+    chat_template: str | None = None
+
+
 def vocab(spec: ModelSpec) -> list[str]:
     specials = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", *spec.extra_specials]
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
@@ -531,8 +553,55 @@ def write_assistant(path: Path, spec: AssistantSpec) -> Path:
     return _finish(writer, path, spec)
 
 
+def write_projector(path: Path, spec: ProjectorSpec) -> Path:
+    """A random-weight LLaVA ``mlp`` projector the pinned engine loads with ``--mmproj``."""
+    writer = _start(path, spec, tokenizer=False)
+    writer.add_string("clip.projector_type", "mlp")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_bool("clip.use_gelu", True)
+    for key, value in (
+        ("embedding_length", spec.n_embd),
+        ("feed_forward_length", spec.n_ff),
+        ("block_count", spec.n_layer),
+        ("attention.head_count", spec.n_head),
+        ("projection_dim", spec.target_n_embd),
+        ("image_size", spec.image_size),
+        ("patch_size", spec.patch_size),
+    ):
+        writer.add_uint32(f"clip.vision.{key}", value)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
+    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    tensor = _tensors(writer, spec)
+    width, n_pos = spec.n_embd, (spec.image_size // spec.patch_size) ** 2 + 1
+    # The patch convolution stays unquantized in every precision (its rows are patch-wide).
+    tensor("v.patch_embd.weight", width, 3, spec.patch_size, spec.patch_size, kind="f32")
+    tensor("v.class_embd", width, kind="f32")
+    tensor("v.position_embd.weight", n_pos, width)
+    tensor("v.pre_ln.weight", width, kind="norm")
+    tensor("v.pre_ln.bias", width, kind="f32")
+    for i in range(spec.n_layer):
+        for part, rows, cols in (
+            ("attn_q", width, width), ("attn_k", width, width), ("attn_v", width, width),
+            ("attn_out", width, width), ("ffn_up", spec.n_ff, width),
+            ("ffn_down", width, spec.n_ff),
+        ):  # fmt: skip
+            tensor(f"v.blk.{i}.{part}.weight", rows, cols)
+            tensor(f"v.blk.{i}.{part}.bias", rows, kind="f32")
+        for norm in ("ln1", "ln2"):
+            tensor(f"v.blk.{i}.{norm}.weight", width, kind="norm")
+            tensor(f"v.blk.{i}.{norm}.bias", width, kind="f32")
+    tensor("mm.0.weight", spec.target_n_embd, width)
+    tensor("mm.0.bias", spec.target_n_embd, kind="f32")
+    tensor("mm.2.weight", spec.target_n_embd, spec.target_n_embd)
+    tensor("mm.2.bias", spec.target_n_embd, kind="f32")
+    return _finish(writer, path, spec)
+
+
 def write_gguf(path: Path, spec: ModelSpec) -> Path:
     """Write ``spec`` with the writer of its kind."""
+    if isinstance(spec, ProjectorSpec):
+        return write_projector(path, spec)
     if isinstance(spec, HybridSpec):
         return write_qwen35(path, spec)
     if isinstance(spec, DFlashSpec):

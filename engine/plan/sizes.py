@@ -28,13 +28,16 @@ RESERVE_MIN_BYTES = 64 * MIB
 itself matched the engine to within 13 MiB on the H100 (bench/plan_vs_gpu.py), so the reserve
 does not pad the plan's own error; a larger one costs context on models with small KV."""
 
-IMAGE_COMPUTE_LIVE_ROWS = 8
-"""An image's compute buffer is estimated as this many f32 activations of the vision encoder's
-width per patch plus one feed-forward row: the tensors live at once in one encoder layer of
-the graph (tools/mtmd/clip.cpp) at the image size the header names. The engine turns on flash
-attention for the projector where the backend has it (clip.cpp's warmup), so the patches'
-attention scores are never held whole. An estimate from the graph, not yet checked against a
-load log."""
+IMAGE_ATTENTION_ROWS = 5.25
+IMAGE_FFN_ROWS = 2.4
+"""An image's compute buffer, per patch, in f32 rows of the vision encoder's width: the larger
+of its attention phase (IMAGE_ATTENTION_ROWS rows: input, residual, Q, K, V; the engine turns
+on flash attention for the projector where the backend has it, clip.cpp's warmup, so the
+patches' attention scores are never held whole) and its feed-forward phase (IMAGE_FFN_ROWS
+rows plus one of the feed-forward width), at the image size the header names. Fitted to the
+pinned engine's own load log ("reserve_compute_meta: CPU compute buffer size") for two
+generated ``mlp`` projectors at 224 px / 14 px patches: width 256, FFN 1024 logged 1.58 MiB
+(this gives 1.60); width 512, FFN 512 logged 2.58 MiB (this gives 2.63)."""
 
 KVFLASH_CAP = 16384
 
@@ -209,6 +212,7 @@ def weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
 
 
 def image_compute_bytes(image_size: int, patch_size: int, n_embd: int, n_ff: int) -> int:
-    """The compute buffer one image needs in the vision encoder (IMAGE_COMPUTE_LIVE_ROWS)."""
+    """The compute buffer one image needs in the vision encoder (IMAGE_ATTENTION_ROWS)."""
     patches = (image_size // patch_size) ** 2 if patch_size else 0
-    return patches * (IMAGE_COMPUTE_LIVE_ROWS * n_embd + n_ff) * 4
+    rows = max(IMAGE_ATTENTION_ROWS * n_embd, IMAGE_FFN_ROWS * n_embd + n_ff)
+    return int(patches * rows * 4)

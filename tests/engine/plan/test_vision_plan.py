@@ -1,0 +1,143 @@
+"""Vision in the plan: the projector's terms, --vision auto/on/off, the Lucebox engine, and a
+projector made for another model refused with ``mmproj-mismatch``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bench.lucebox_models import DRAFT, TARGET
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.machine.budget import DeviceBudget, pool_of
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.models.projector import check_projector, read_projector
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.visionplan import projector_bytes
+from tests.ggufgen import ModelSpec, ProjectorSpec, cached_gguf, write_gguf
+
+H100 = pool_of((DeviceBudget(0, "NVIDIA H100 80GB HBM3", 81079 * MIB, 80_500 * MIB),), 128 * GIB)
+RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)
+TEXT = ModelSpec(n_ctx=131072, header_only=True)
+SIGLIP = ProjectorSpec(
+    n_layer=27, n_embd=1152, n_head=16, n_ff=4288, image_size=896, patch_size=14,
+    header_only=True,
+)  # fmt: skip
+"""Gemma 3's projector's shape (SigLIP at 896 px; its 4304-wide FFN rounded to Q8_0 blocks),
+projecting to the generated model's width."""
+
+
+def card(free_mib: int):
+    return pool_of((DeviceBudget(0, "NVIDIA Test", free_mib * MIB, free_mib * MIB),), 64 * GIB)
+
+
+@pytest.fixture()
+def model(tmp_path: Path) -> Path:
+    """The text model with two projector precisions beside it (as a pull leaves them)."""
+    text = write_gguf(tmp_path / "tiny-Q8_0.gguf", TEXT)
+    write_gguf(tmp_path / "mmproj-tiny-F16.gguf", SIGLIP)
+    write_gguf(tmp_path / "mmproj-tiny-Q8_0.gguf", dataclasses.replace(SIGLIP, quant="Q8_0"))
+    return text
+
+
+def plan(options: ServeOptions, budget=H100, settings: Settings | None = None):
+    return plan_launch(
+        resolve_paths(), options, resolved=resolve(options, settings or Settings()), budget=budget,
+        engine=EngineView.of(None),
+    )  # fmt: skip
+
+
+def test_auto_serves_the_f16_projector_when_it_costs_no_context(model):
+    launch = plan(ServeOptions(model=str(model)))
+    f16 = model.parent / "mmproj-tiny-F16.gguf"
+    assert launch.vision.served and launch.vision.path == str(f16)
+    assert launch.argv[launch.argv.index("--mmproj") + 1] == str(f16)
+    document = launch.to_json()
+    assert document["vision"]["served"] and document["vision"]["projector"] == str(f16)
+    projector = read_projector(f16)
+    assert projector is not None and projector.out_width == TEXT.n_embd
+    assert document["memory_bytes"]["projector"] == projector_bytes(projector)
+    assert projector.weights_bytes < projector_bytes(projector)
+    assert "projector" in launch.plan.reasons and "vision" in launch.plan.reasons
+
+
+def test_auto_drops_the_projector_when_it_costs_context_and_says_what_it_would_cost(model):
+    plain = plan(ServeOptions(model=str(model), vision="off"), card(1100))
+    launch = plan(ServeOptions(model=str(model)), card(1100))
+    assert launch.refusal is None and not launch.vision.served
+    assert "--mmproj" not in launch.argv
+    assert launch.plan.ctx == plain.plan.ctx
+    assert launch.to_json()["memory_bytes"]["projector"] == 0
+    reason = launch.to_json()["vision"]["reason"]
+    assert reason.startswith("not served:") and "--vision on" in reason
+    assert "mmproj-tiny-Q8_0.gguf" in reason and "MiB weights" in reason
+
+
+def test_vision_on_serves_it_at_the_cost_of_context_or_refuses(model):
+    room = card(1400)
+    plain = plan(ServeOptions(model=str(model), vision="off"), room)
+    on = plan(ServeOptions(model=str(model), vision="on"), room)
+    assert on.refusal is None and on.vision.served
+    assert on.plan.ctx < plain.plan.ctx
+    assert "--mmproj" in on.argv
+    refused = plan(ServeOptions(model=str(model), vision="on"), card(900))
+    assert refused.refusal is not None and "vision is on" in str(refused.refusal)
+
+
+def test_off_frees_the_memory(model):
+    launch = plan(ServeOptions(model=str(model)), settings=Settings(vision="off"))
+    assert not launch.vision.served and "--mmproj" not in launch.argv
+    assert launch.to_json()["vision"]["reason"] == 'off (model.vision = "off" in config.toml)'
+
+
+def test_a_projector_for_another_model_is_refused_with_its_code(model, tmp_path):
+    other = write_gguf(
+        tmp_path / "mmproj-other.gguf", dataclasses.replace(SIGLIP, target_n_embd=96)
+    )
+    launch = plan(ServeOptions(model=str(model), mmproj=str(other)))
+    assert launch.refusal is not None
+    assert launch.refusal.problem_codes == ("mmproj-mismatch",)
+    assert "projects images to width 96" in str(launch.refusal)
+    assert "--mmproj" not in launch.argv
+    checked = check_projector(other, model)
+    assert not checked.usable and [p.code for p in checked.problems] == ["mmproj-mismatch"]
+    assert check_projector(model.parent / "mmproj-tiny-F16.gguf", model).usable
+
+
+@pytest.fixture(scope="module")
+def lucebox_files(tmp_path_factory) -> tuple[Path, Path, Path]:
+    target = cached_gguf(dataclasses.replace(TARGET, header_only=True))
+    draft = cached_gguf(dataclasses.replace(DRAFT, header_only=True))
+    projector = write_gguf(
+        tmp_path_factory.mktemp("mmproj") / "mmproj-F16.gguf",
+        dataclasses.replace(SIGLIP, target_n_embd=TARGET.n_embd),
+    )
+    return target, draft, projector
+
+
+def test_auto_on_a_lucebox_engine_launch_keeps_the_engine_and_says_what_on_costs(lucebox_files):
+    target, draft, projector = lucebox_files
+    options = ServeOptions(model=str(target), draft=str(draft), mmproj=str(projector))
+    launch = plan(options, RTX_4090)
+    assert launch.engine_kind == "lucebox" and launch.refusal is None
+    vision = launch.to_json()["vision"]
+    assert not vision["served"] and vision["memory_bytes"] > 0
+    assert "--vision on would move the launch to llama-server" in vision["reason"]
+    assert "--mmproj" not in launch.argv
+
+
+def test_vision_on_moves_a_lucebox_launch_to_llama_server(lucebox_files):
+    target, draft, projector = lucebox_files
+    options = ServeOptions(model=str(target), draft=str(draft), mmproj=str(projector), vision="on")
+    launch = plan(options, RTX_4090)
+    assert launch.engine_kind == "llama-server"
+    assert launch.engine_choice is not None
+    assert "vision is on" in launch.engine_choice.reason
+    assert "DDTree gain" in launch.engine_choice.reason
+    assert launch.vision.served and "--mmproj" in launch.argv
+    forced = plan(dataclasses.replace(options, engine="lucebox"), RTX_4090)
+    assert forced.refusal is not None and "no vision" in str(forced.refusal)
