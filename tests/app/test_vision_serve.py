@@ -1,0 +1,80 @@
+"""A generated text model and its generated LLaVA projector served by `lucebox serve --mmproj`
+on the real CPU llama-server, sent an image through the official `openai` SDK."""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import openai
+import pytest
+
+from lucebox.engine.bench.compare import ServeConfig, serving
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.pipeline import ServeOptions
+from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from tests.smolserver import private_engine_home
+
+pytestmark = pytest.mark.slow
+
+PROJECTOR = ProjectorSpec()
+IMAGE_TOKENS = (PROJECTOR.image_size // PROJECTOR.patch_size) ** 2
+"""What the llava graph makes of an image: one embedding per patch (the class token dropped)."""
+
+
+def png(width: int = 16, height: int = 16) -> bytes:
+    """A small RGB gradient as a PNG file."""
+    rows = b"".join(
+        b"\0" + b"".join(bytes((x * 16 % 256, y * 16 % 256, 128)) for x in range(width))
+        for y in range(height)
+    )
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
+    built_engine_home, tmp_path: Path
+):
+    home = private_engine_home(tmp_path / "home")
+    model = write_gguf(tmp_path / "tiny-vision.gguf", ModelSpec())
+    projector = write_gguf(tmp_path / "mmproj-tiny-vision-F16.gguf", PROJECTOR)
+    paths = resolve_paths({"LUCEBOX_HOME": str(home)})
+    options = ServeOptions(model=str(model), mmproj=str(projector), ctx=2048)
+    env = {**os.environ, "LUCEBOX_HOME": str(home)}
+    with serving(paths, options, ServeConfig("vision"), env=env, ready_timeout_s=300) as served:
+        client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="none", max_retries=0)
+        uri = "data:image/png;base64," + base64.b64encode(png()).decode()
+        text = {"type": "text", "text": "What is in this picture?"}
+        image = {"type": "image_url", "image_url": {"url": uri}}
+        seen = client.chat.completions.create(
+            model=served.model or "any",
+            messages=[{"role": "user", "content": [text, image]}],  # type: ignore[misc,list-item]
+            max_tokens=4,
+            temperature=0,
+        )
+        plain = client.chat.completions.create(
+            model=served.model or "any",
+            messages=[{"role": "user", "content": [text]}],  # type: ignore[misc,list-item]
+            max_tokens=4,
+            temperature=0,
+        )
+        assert served.engine_log is not None
+        log = served.engine_log.read_text(errors="replace")
+    assert seen.choices[0].message.content is not None
+    assert seen.usage is not None and plain.usage is not None
+    # The image became the projector's embeddings: one prompt position per patch.
+    assert seen.usage.prompt_tokens - plain.usage.prompt_tokens >= IMAGE_TOKENS
+    assert f"loaded multimodal model, '{projector}'" in log
