@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.ggufgen import ModelSpec, write_llama
+from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf, write_llama
 
 INFO_KEYS = {
     "architecture",
@@ -67,3 +67,20 @@ def test_draft_without_target_is_a_usage_error(tmp_path):
     result = run_lucebox("models", "check", "--draft", str(tmp_path / "d.gguf"))
     assert result.returncode == 2
     assert_one_line_error(result)
+
+
+def test_a_projector_is_checked_against_its_model(tmp_path):
+    model = write_llama(tmp_path / "tiny-instruct.gguf")
+    own = write_gguf(tmp_path / "mmproj-own.gguf", ProjectorSpec(header_only=True))
+    other = write_gguf(
+        tmp_path / "mmproj-other.gguf", ProjectorSpec(target_n_embd=96, header_only=True)
+    )
+    ok = run_lucebox("models", "check", "--json", str(model), "--mmproj", str(own))
+    assert ok.returncode == 0, ok.stderr
+    assert [e["verdict"] for e in json.loads(ok.stdout)] == ["ok", "ok"]
+    refused = run_lucebox("models", "check", "--json", str(model), "--mmproj", str(other))
+    assert refused.returncode == 3
+    entry = json.loads(refused.stdout)[1]
+    assert entry["path"] == str(other)
+    assert [p["code"] for p in entry["problems"]] == ["mmproj-mismatch"]
+    assert "width 96" in entry["problems"][0]["message"]
