@@ -75,7 +75,8 @@ def _found(
     the refusal of a named one that is not this model's."""
     width = target.info.embedding_length if target.info is not None else None
     if resolved.mmproj:
-        path = Path(resolved.mmproj).expanduser()
+        # Absolute: the engine does not run in the folder a relative path was given in.
+        path = Path(resolved.mmproj).expanduser().absolute()
         named = read_projector(path)
         why = f"{path} does not exist" if not path.is_file() else mismatch(named, path, width)
         if why is not None or named is None:

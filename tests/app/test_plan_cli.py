@@ -221,9 +221,11 @@ def test_a_detached_child_gets_back_every_launch_flag_the_parser_read():
         "serve", "--model", "/m/a.gguf", "--draft", "/m/d.gguf", "--spec", "ngram",
         "--cache", "off", "--ctx", "8192", "--host", "0.0.0.0", "--port", "9000",
         "--gpu", "1", "--allow-base", "--vram-mib", "8192,4096", "--rpc", "h:50052",
+        "--mmproj", "/m/mmproj-F16.gguf", "--vision", "on",
     ]  # fmt: skip
     parser = build_parser()
     first = options_from(vars(parser.parse_args(given)))
     again = options_from(vars(parser.parse_args(["serve", *first.to_args()])))
     assert again == first
     assert first.gpus == (1,) and first.vram_mib == (8192, 4096) and first.allow_base
+    assert first.mmproj == "/m/mmproj-F16.gguf" and first.vision == "on"

@@ -108,6 +108,7 @@ def test_config_dir_that_is_a_file(paths):
         ("model.allow_base", "maybe", "true or false"),
         ("nope", "1", "unknown key"),
         ("rpc.peers", "10.0.0.2", "is not a peer address"),
+        ("model.vision", "maybe", "takes one of auto, on, off"),
     ],
 )
 def test_parse_value_rejects_bad_input(key, raw, fragment):
