@@ -181,7 +181,8 @@ def _plan_on_budget(
     basis = LaunchBasis(options, resolved, preset, target, ctx_cap)
     if choice.kind == "lucebox":
         launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
-        return replace(launch, vision=lucebox_vision(resolved, target))
+        vision, refused = lucebox_vision(resolved, target)
+        return replace(launch, vision=vision, refusal=launch.refusal or refused)
     vision, request, vision_refusal = choose_vision(request, resolved, target)
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options

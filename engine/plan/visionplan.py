@@ -21,6 +21,7 @@ from lucebox.engine.models.projector import (
     projectors_beside,
     read_projector,
 )
+from lucebox.engine.plan.enginechoice import NO_VISION
 from lucebox.engine.plan.memory import PlanRequest, make_plan, wanted_ctx
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved
@@ -156,17 +157,18 @@ def choose_vision(
     return Vision(False, projector, reason), request, None
 
 
-def lucebox_vision(resolved: Resolved, target: ModelFile) -> Vision:
-    """What the plan says about vision when the Lucebox engine serves (it has none)."""
+def lucebox_vision(resolved: Resolved, target: ModelFile) -> tuple[Vision, GuardRefusal | None]:
+    """What the plan says about vision when the Lucebox engine serves (it has none), and the
+    refusal of a named projector that is not this model's."""
     if resolved.vision == "off":
-        return Vision(False, None, f"off ({resolved.vision_from})")
+        return Vision(False, None, f"off ({resolved.vision_from})"), None
     found, _, refused = _found(resolved, target)
     if refused is not None:
-        return Vision(False, None, f"not served: {refused.message}")
-    what = f" and its projector {_cost_text(found[0])}" if found else ""
-    return Vision(
-        False,
-        found[0] if found else None,
-        "not served: the Lucebox engine at its pinned commit has no vision; --vision on "
-        f"would move the launch to llama-server (without DDTree and KVFlash){what}",
+        return Vision(False, None, f"refused: {refused.message}"), refused
+    if not found:
+        return Vision(False, None, f"not served: {NO_VISION}, and no projector was found"), None
+    reason = (
+        f"not served: {NO_VISION}; --vision on would move the launch to llama-server (without "
+        f"DDTree and KVFlash) and serve {_cost_text(found[0])}"
     )
+    return Vision(False, found[0], reason), None

@@ -141,3 +141,11 @@ def test_vision_on_moves_a_lucebox_launch_to_llama_server(lucebox_files):
     assert launch.vision.served and "--mmproj" in launch.argv
     forced = plan(dataclasses.replace(options, engine="lucebox"), RTX_4090)
     assert forced.refusal is not None and "no vision" in str(forced.refusal)
+
+
+def test_a_mismatched_projector_is_refused_on_a_lucebox_launch_too(lucebox_files, tmp_path):
+    target, draft, _ = lucebox_files
+    other = write_gguf(tmp_path / "mmproj-other.gguf", SIGLIP)
+    launch = plan(ServeOptions(model=str(target), draft=str(draft), mmproj=str(other)), RTX_4090)
+    assert launch.engine_kind == "lucebox"
+    assert launch.refusal is not None and launch.refusal.problem_codes == ("mmproj-mismatch",)
