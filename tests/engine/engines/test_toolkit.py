@@ -20,6 +20,7 @@ from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.machine.gpu import probe_gpus
 from tests import realmodels
+from tests.engine.engines.test_cputarget import HASWELL
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
 CUDA_13_ARCHS = toolkit.FETCHED_ARCHS
@@ -101,8 +102,10 @@ def test_a_gpu_never_gets_a_silent_cpu_engine():
     with pytest.raises(ToolkitRefusal, match="NVIDIA driver 580"):
         choose_options(old_driver, ABSENT, host="x86_64")
     assert choose_options(old_driver, ABSENT, want="cpu", host="x86_64").options.backend == "cpu"
-    choice = choose_options(machine(13000, (8, 6)), ABSENT, host="x86_64")
-    assert choice.options == BuildOptions("cuda", ("86",), toolkit=toolkit.fetched_label())
+    choice = choose_options(machine(13000, (8, 6)), ABSENT, host="x86_64", cpu=HASWELL)
+    assert choice.options == BuildOptions(
+        "cuda", ("86",), toolkit=toolkit.fetched_label(), cpu_target="x86-64-v3"
+    )
     assert "fetches CUDA 13.0 from PyPI" in choice.reason
     no_gpu = choose_options(machine(None, None), ABSENT, host="x86_64")
     assert no_gpu.options.backend == "cpu"
