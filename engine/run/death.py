@@ -37,7 +37,7 @@ class EngineDeath:
 
     code: str
     """Stable: illegal-instruction, killed, gpu-out-of-memory, bus-error, segfault, abort,
-    not-ready, truncated, unknown-arch, bad-flag, port-in-use, model-load, rpc-peer,
+    not-ready, hang, truncated, unknown-arch, bad-flag, port-in-use, model-load, rpc-peer,
     signal-N (another signal), exit-N (an exit status)."""
     words: str
     next_step: str
@@ -130,6 +130,8 @@ class DeathFacts:
     """The other programs holding the most RAM: name and resident bytes."""
     down_peers: tuple[str, ...] = ()
     """The RPC peers that do not answer after the exit."""
+    hung_why: str | None = None
+    """Lucebox killed the engine because a request made no progress (:mod:`hang`), and why."""
 
 
 # The engine's own lines for a failure it reports before exiting (ggml-cuda.cu, llama-model.cpp,
@@ -238,6 +240,13 @@ def _named(
     returncode: int, lines: Sequence[str], last: tuple[str, ...], facts: DeathFacts
 ) -> EngineDeath:
     signum = -returncode if returncode < 0 else None
+    if facts.hung_why is not None:
+        return EngineDeath(
+            "hang",
+            f"the engine hung: {facts.hung_why}; lucebox killed it and starts it again (the "
+            "waiting client's connection closed with it: lucebox is not in the request path)",
+            f"the client may send its request again; if it hangs again, {REPORT_STEP}",
+        )
     if signum == signal.SIGILL:
         return _illegal_instruction(facts)
     if signum == signal.SIGKILL and facts.stopped_why is None:

@@ -196,6 +196,8 @@ class Supervisor:
         """Awaited before a live engine is stopped on purpose (stop, restart, not ready)."""
         self._stopping = asyncio.Event()
         self._restart_asked = asyncio.Event()
+        self._hang_seen = asyncio.Event()
+        self._hung_why: str | None = None
         self._restart_spec: ServerLaunch | None = None
         self._crash_times: list[float] = []
         self._oom_retried = False
@@ -294,12 +296,20 @@ class Supervisor:
                     )
                     stop_wait = asyncio.create_task(self._stopping.wait())
                     restart_wait = asyncio.create_task(self._restart_asked.wait())
+                    hang_wait = asyncio.create_task(self._hang_seen.wait())
                     exit_wait = asyncio.create_task(process.wait())
                     await asyncio.wait(
-                        {stop_wait, restart_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED
+                        {stop_wait, restart_wait, hang_wait, exit_wait},
+                        return_when=asyncio.FIRST_COMPLETED,
                     )
                     stop_wait.cancel()
                     restart_wait.cancel()
+                    hang_wait.cancel()
+                    if self._hang_seen.is_set() and not self._stopping.is_set():
+                        # A stopped engine ignores SIGTERM, and a hung one has no slot to save.
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(process.pid, signal.SIGKILL)
+                        await process.wait()
                     if self._restart_asked.is_set() and not self._stopping.is_set():
                         self._restart_asked.clear()
                         await self._terminate(process)
@@ -323,7 +333,9 @@ class Supervisor:
                 await pump
                 returncode = process.returncode
                 assert returncode is not None
-                death = self._name_death(returncode, lines_before, launched, stopped_why)
+                hung_why, self._hung_why = self._hung_why, None
+                self._hang_seen.clear()
+                death = self._name_death(returncode, lines_before, launched, stopped_why, hung_why)
                 self._count_crash()
                 yield self._noted(
                     ServerEvent(
@@ -462,11 +474,12 @@ class Supervisor:
         lines_before: int,
         launched: tuple[FileStamp, ...],
         stopped_why: str | None,
+        hung_why: str | None,
     ) -> EngineDeath:
         """The engine's death named from what is known now (the facts are read here)."""
         own_lines = min(self.lines_total - lines_before, len(self.ring), DEATH_LINES)
         lines = list(self.ring)[-own_lines:] if own_lines > 0 else []
-        killed = returncode == -signal.SIGKILL and stopped_why is None
+        killed = returncode == -signal.SIGKILL and stopped_why is None and hung_why is None
         now = {stamp.path: file_stamp(stamp.path) for stamp in launched}
         facts = DeathFacts(
             stopped_why=stopped_why,
@@ -484,6 +497,7 @@ class Supervisor:
             ram_available_bytes=psutil.virtual_memory().available if killed else None,
             ram_users=ram_users() if killed else (),
             down_peers=down_peers(self.launch.rpc),
+            hung_why=hung_why,
         )
         return name_death(returncode, lines, facts)
 
@@ -509,6 +523,12 @@ class Supervisor:
     def stop(self) -> None:
         """Stop the engine and end :meth:`events`; serverrun.ServerRun.stop is the caller."""
         self._stopping.set()
+
+    def hung(self, why: str) -> None:
+        """Kill the serving engine, which made no progress (``why``), and restart it through
+        the crash path; serverrun.ServerRun's hang watch is the caller."""
+        self._hung_why = why
+        self._hang_seen.set()
 
     def restart(self, server: ServerLaunch | None = None) -> None:
         """Stop the serving engine and start it again, with ``server`` when given (no crash
