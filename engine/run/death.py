@@ -379,11 +379,13 @@ def host_ram_terms(memory: MemoryBytes) -> str:
     )
 
 
-def port_taken(port: int, holder: str) -> EngineDeath:
-    """The engine was not started: another program holds its port."""
+def port_taken(port: int, holder: str, free_port: int | None) -> EngineDeath:
+    """The engine was not started: another program holds its port; ``free_port`` is the next
+    one free, offered instead (None: none near it is)."""
+    instead = f"serve on port {free_port}, which is free (--port {free_port})"
     return EngineDeath(
         "port-in-use",
         f"port {port} is held by {holder}",
-        "stop that program, or choose another --port",
+        f"stop that program, or {instead if free_port is not None else 'choose another --port'}",
         retry=False,
     )

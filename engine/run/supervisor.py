@@ -86,14 +86,32 @@ def down_peers(addresses: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(down)
 
 
-def port_holder(host: str, port: int) -> str | None:
-    """Who holds ``host:port`` (as text), or None when it is free."""
+FREE_PORT_SEARCH = 100
+"""Ports above a taken one tried for a free one to offer: the next free is the one a person
+expects, and a hundred taken in a row means something else is wrong."""
+
+
+def _port_free(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        with contextlib.suppress(OSError):
+        try:
             probe.bind((host, port))
-            return None
+        except OSError:
+            return False
+    return True
+
+
+def next_free_port(host: str, port: int) -> int | None:
+    """The first port above ``port`` free on ``host`` now; None when none near it is."""
+    last = min(port + FREE_PORT_SEARCH, 65535)
+    return next((p for p in range(port + 1, last + 1) if _port_free(host, p)), None)
+
+
+def port_holder(host: str, port: int) -> str | None:
+    """Who holds ``host:port`` (as text), or None when it is free."""
+    if _port_free(host, port):
+        return None
     with contextlib.suppress(psutil.Error, OSError):
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
@@ -256,7 +274,8 @@ class Supervisor:
             while not self._stopping.is_set():
                 holder = port_holder(self.launch.host, self.launch.port)
                 if holder is not None:
-                    taken = port_taken(self.launch.port, holder)
+                    free = next_free_port(self.launch.host, self.launch.port)
+                    taken = port_taken(self.launch.port, holder, free)
                     yield self._noted(
                         ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
                     )

@@ -12,12 +12,14 @@ import json
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from lucebox.engine import pipeline
@@ -29,7 +31,12 @@ from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.serverrun import HANG_CHECK_S, ServerRun
-from lucebox.engine.run.supervisor import RestartPolicy, ServerEvent, Supervisor
+from lucebox.engine.run.supervisor import (
+    RestartPolicy,
+    ServerEvent,
+    Supervisor,
+    next_free_port,
+)
 from tests.conftest import alive, run_lucebox
 from tests.ports import free_port
 from tests.realmodels import smol_model
@@ -248,3 +255,22 @@ async def test_a_stopped_engine_mid_request_is_a_hang_restarted_and_the_client_i
     # before the stop), within a sample's timeout and the kill.
     assert 3.0 - HANG_CHECK_S <= hung_after_s < 3.0 + 6.0
     assert "# lucebox: hang: a request got no token for" in engine_log(home).read_text()
+
+
+def test_a_port_taken_before_serve_names_the_holder_and_a_free_port_without_a_loop(home):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = run_lucebox("serve", "--model", str(smol_model()), "--port", str(port))
+        free = next_free_port("127.0.0.1", port)
+    assert done.returncode == 1, done.stderr
+    me = f"{psutil.Process().name()} (pid {os.getpid()})"
+    assert free is not None
+    said = done.stdout + done.stderr
+    assert f"port {port} is held by {me}" in said
+    assert f"serve on port {free}, which is free (--port {free})" in said
+    # One attempt: no engine started, one give-up, no restart.
+    log = engine_log(home).read_text()
+    assert "# lucebox: starting" not in log
+    assert log.count("# lucebox: gave-up:") == 1 and "restarting" not in log
