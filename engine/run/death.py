@@ -37,8 +37,8 @@ class EngineDeath:
 
     code: str
     """Stable: illegal-instruction, killed, gpu-out-of-memory, bus-error, segfault, abort,
-    not-ready, hang, truncated, unknown-arch, bad-flag, port-in-use, model-load, rpc-peer,
-    signal-N (another signal), exit-N (an exit status)."""
+    not-ready, hang, engine-missing, truncated, unknown-arch, bad-flag, port-in-use,
+    model-load, rpc-peer, signal-N (another signal), exit-N (an exit status)."""
     words: str
     next_step: str
     returncode: int | None = None
@@ -387,5 +387,16 @@ def port_taken(port: int, holder: str, free_port: int | None) -> EngineDeath:
         "port-in-use",
         f"port {port} is held by {holder}",
         f"stop that program, or {instead if free_port is not None else 'choose another --port'}",
+        retry=False,
+    )
+
+
+def engine_missing(binary: str, why: str, build_command: str) -> EngineDeath:
+    """The engine could not be started: its binary is gone or cannot run (an update or a
+    cleanup removed it)."""
+    return EngineDeath(
+        "engine-missing",
+        f"the engine binary {binary} cannot be started ({why})",
+        f"build or install it again: `{build_command}`, then serve again",
         retry=False,
     )

@@ -37,6 +37,7 @@ from lucebox.engine.run.death import (
     EngineDeath,
     FileStamp,
     changed_file,
+    engine_missing,
     host_ram_terms,
     name_death,
     port_taken,
@@ -284,14 +285,27 @@ class Supervisor:
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
                 launched = self._stamp_files()
                 lines_before = self.lines_total
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    env=engine_environ(self.launch, os.environ),
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,
-                )
+                try:
+                    process = await asyncio.create_subprocess_exec(
+                        *argv,
+                        env=engine_environ(self.launch, os.environ),
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent,
+                    )
+                except OSError as exc:  # the binary is gone or cannot run: no retry helps
+                    missing = engine_missing(
+                        argv[0],
+                        exc.strerror or str(exc),
+                        kinds.kind(self.launch.kind).build_command,
+                    )
+                    yield self._noted(
+                        ServerEvent(
+                            "gave-up", missing.sentence, cause=missing, restarts=self.restarts
+                        )
+                    )
+                    return
                 self.process = process
                 assert process.stdout is not None
                 pump = asyncio.create_task(self._pump(process.pid, process.stdout))
