@@ -46,11 +46,18 @@ from lucebox.engine.plan.servedsetplan import (
     smaller_context_set,
 )
 from lucebox.engine.run.admission import Placement
+from lucebox.engine.run.death import port_taken
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.servedsetproxy import start_proxy
 from lucebox.engine.run.servedsetrun import PlannedModel, ServedSetRun
-from lucebox.engine.run.supervisor import PortInUseError, ServerEvent, Supervisor, port_holder
+from lucebox.engine.run.supervisor import (
+    PortInUseError,
+    ServerEvent,
+    Supervisor,
+    next_free_port,
+    port_holder,
+)
 
 LOOPBACK = "127.0.0.1"
 
@@ -203,7 +210,9 @@ async def router_run(
         holder = port_holder(public.host, public.port) or "another program"
         raise PortInUseError(
             f"cannot listen on {public.host}:{public.port}: {exc.strerror or exc} ({holder})",
-            hint="stop the other program or choose --port",
+            hint=port_taken(
+                public.port, holder, next_free_port(public.host, public.port)
+            ).next_step,
         ) from exc
     supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
 

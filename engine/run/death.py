@@ -37,8 +37,8 @@ class EngineDeath:
 
     code: str
     """Stable: illegal-instruction, killed, gpu-out-of-memory, bus-error, segfault, abort,
-    not-ready, truncated, unknown-arch, bad-flag, port-in-use, model-load, rpc-peer,
-    signal-N (another signal), exit-N (an exit status)."""
+    not-ready, hang, engine-missing, truncated, unknown-arch, bad-flag, port-in-use,
+    model-load, rpc-peer, signal-N (another signal), exit-N (an exit status)."""
     words: str
     next_step: str
     returncode: int | None = None
@@ -130,6 +130,8 @@ class DeathFacts:
     """The other programs holding the most RAM: name and resident bytes."""
     down_peers: tuple[str, ...] = ()
     """The RPC peers that do not answer after the exit."""
+    hung_why: str | None = None
+    """Lucebox killed the engine because a request made no progress (:mod:`hang`), and why."""
 
 
 # The engine's own lines for a failure it reports before exiting (ggml-cuda.cu, llama-model.cpp,
@@ -238,6 +240,13 @@ def _named(
     returncode: int, lines: Sequence[str], last: tuple[str, ...], facts: DeathFacts
 ) -> EngineDeath:
     signum = -returncode if returncode < 0 else None
+    if facts.hung_why is not None:
+        return EngineDeath(
+            "hang",
+            f"the engine hung: {facts.hung_why}; lucebox killed it and starts it again (the "
+            "waiting client's connection closed with it: lucebox is not in the request path)",
+            f"the client may send its request again; if it hangs again, {REPORT_STEP}",
+        )
     if signum == signal.SIGILL:
         return _illegal_instruction(facts)
     if signum == signal.SIGKILL and facts.stopped_why is None:
@@ -370,11 +379,24 @@ def host_ram_terms(memory: MemoryBytes) -> str:
     )
 
 
-def port_taken(port: int, holder: str) -> EngineDeath:
-    """The engine was not started: another program holds its port."""
+def port_taken(port: int, holder: str, free_port: int | None) -> EngineDeath:
+    """The engine was not started: another program holds its port; ``free_port`` is the next
+    one free, offered instead (None: none near it is)."""
+    instead = f"serve on port {free_port}, which is free (--port {free_port})"
     return EngineDeath(
         "port-in-use",
         f"port {port} is held by {holder}",
-        "stop that program, or choose another --port",
+        f"stop that program, or {instead if free_port is not None else 'choose another --port'}",
+        retry=False,
+    )
+
+
+def engine_missing(binary: str, why: str, build_command: str) -> EngineDeath:
+    """The engine could not be started: its binary is gone or cannot run (an update or a
+    cleanup removed it)."""
+    return EngineDeath(
+        "engine-missing",
+        f"the engine binary {binary} cannot be started ({why})",
+        f"build or install it again: `{build_command}`, then serve again",
         retry=False,
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from lucebox.engine.run.hang import Look
 from lucebox.engine.run.metrics import EngineLog, FinishedRequest, Sampler
 from lucebox.engine.run.sample import Sample, SpecStatus
 
@@ -224,8 +225,10 @@ class LuceboxSampler(Sampler):
     def __init__(self, url: str, engine_pid: int, log: LuceboxLog, **options: Any) -> None:
         super().__init__(url, engine_pid, log, **options)
         self.lucebox_log = log
+        self._answers = 0
 
     async def sample_once(self, client: httpx.AsyncClient) -> Sample | None:
+        self.look = None
         try:
             page = await client.get(f"{self.url}/status/json")
             status = page.json() if page.status_code == 200 else None
@@ -233,10 +236,16 @@ class LuceboxSampler(Sampler):
             return None
         if not isinstance(status, dict):
             return None
-        busy = status.get("phase") not in (None, "idle")
+        phase = status.get("phase")
+        busy = phase not in (None, "idle")
         self._running = {0: 0} if busy else {}
         self._slots_total = 1
         now_s = self.clock()
+        # Its status has no token counts: an answer while busy counts as progress, so only an
+        # engine that stops answering is judged hung.
+        self._answers += 1
+        decoding = isinstance(phase, str) and "decode" in phase
+        self.look = Look(now_s, busy, "decode" if decoding else "prefill", 0, (self._answers,))
         finished = self.log.take_finished()
         for request in finished:
             self.window.add_finished(request, now_s)

@@ -28,6 +28,7 @@ import psutil
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider, NvmlUnavailableError
 from lucebox.engine.plan.workload import ServedRequest
+from lucebox.engine.run.hang import Look
 from lucebox.engine.run.sample import WINDOW_S, CacheStatus, SpecStatus
 from lucebox.engine.run.sample import Sample as Sample
 
@@ -267,6 +268,24 @@ def _running_tasks(slots: list[Any]) -> dict[int, int]:
     return running
 
 
+def _look(slots: list[Any] | None, counters: dict[str, float], now_s: float) -> Look:
+    """What the hang watch needs from one sample: the busy slots' phase, prompt length and
+    progress (tokens processed and generated, per slot and in the engine's counters)."""
+    busy = [s for s in slots or [] if isinstance(s, dict) and s.get("is_processing")]
+    if not busy:
+        return Look(now_s, counters.get("requests_processing", 0.0) > 0)
+    decoded = [sum(_running_tasks([slot]).values()) for slot in busy]
+    processed = [int(slot.get("n_prompt_tokens_processed") or 0) for slot in busy]
+    progress = (
+        *decoded,
+        *processed,
+        int(counters.get("prompt_tokens_total", 0)),
+        int(counters.get("tokens_predicted_total", 0)),
+    )
+    prompt = max(int(slot.get("n_prompt_tokens") or 0) for slot in busy)
+    return Look(now_s, True, "decode" if any(decoded) else "prefill", prompt, progress)
+
+
 class Sampler:
     """Polls the engine at ``interval_s`` and keeps a short history for sparklines."""
 
@@ -311,6 +330,8 @@ class Sampler:
         """The requests that finished in the latest sample."""
         self._cached_share: float | None = None
         """The last window's cached prompt share, kept while no request finishes."""
+        self.look: Look | None = None
+        """The latest look for the hang watch; None when the engine did not answer."""
 
     def _gpu(self) -> tuple[int | None, int | None, int | None, float | None]:
         """(engine VRAM bytes, GPU util %, temperature C, power W); None where NVML has none."""
@@ -338,6 +359,7 @@ class Sampler:
         return slots if isinstance(slots, list) else None
 
     async def sample_once(self, client: httpx.AsyncClient) -> Sample | None:
+        self.look = None
         try:
             page = await client.get(f"{self.url}/metrics", headers=self.headers)
         except httpx.HTTPError:
@@ -360,6 +382,8 @@ class Sampler:
             self.window.add_progress(self._running, now_s)
         elif processing:
             self._running = {}
+        if slots is not None or not processing:
+            self.look = _look(slots, counters, now_s)
         rates = self.window.rates(now_s)
         self._counters = counters
         if rates.cached_prompt_share is not None:

@@ -27,6 +27,7 @@ from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.enginerun import engine_run
+from lucebox.engine.run.hang import HangBounds, Watch, hung, observe
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
@@ -34,6 +35,9 @@ from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor, down_peers
+
+HANG_CHECK_S = 1.0
+"""The hang watch looks as often as the sampler samples."""
 
 RunItem = ServerEvent | Sample | ModelsSample | ModelNote
 """What a run yields: the supervisor's events, one model's samples, or a set's models and
@@ -131,6 +135,8 @@ class ServerRun:
         )
         self._sampling: asyncio.Task[None] | None = None
         self._sampler: Sampler | None = None
+        self.hang_bounds = HangBounds()
+        """How long a running request may go without progress, by phase (tests shorten it)."""
         """The live engine's sampler: a new speculation reason reaches it without a restart."""
         supervisor.on_line = self._feed_line
         supervisor.before_stop = self._engine_stopping
@@ -346,6 +352,39 @@ class ServerRun:
         options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
         sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler
+        watching = asyncio.create_task(self._watch_hang(sampler))
+        try:
+            await self._follow(sampler, queue, nvml, prefill, on_cpu)
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+
+    async def _watch_hang(self, sampler: Sampler) -> None:
+        """Kill and restart an engine whose running request makes no progress within the
+        bound of its phase (:mod:`hang`): the sampler's latest look, checked each second
+        whether the engine answers or not."""
+        watch = Watch()
+        while True:
+            await asyncio.sleep(HANG_CHECK_S)
+            now_s = time.monotonic()
+            watch = observe(watch, sampler.look, now_s)
+            sample = self._run.sample
+            rate = sample.last_prefill_tokens_per_s if sample is not None else None
+            why = hung(watch, now_s, rate, self.hang_bounds)
+            if why is not None:
+                self.supervisor.log.write(f"# lucebox: hang: {why}")
+                self.supervisor.hung(why)
+                return
+
+    async def _follow(
+        self,
+        sampler: Sampler,
+        queue: asyncio.Queue[RunItem | None],
+        nvml: NvmlProvider | None,
+        prefill: PrefillRecorder,
+        on_cpu: bool,
+    ) -> None:
         async for sample in sampler.samples():
             await queue.put(sample)
             # Status shows the last known rate, not an idle second's missing one.

@@ -23,6 +23,8 @@ from lucebox.engine.plan.launch import ServerLaunch
 
 SLOT_ID = 0
 """The agent profile serves one slot."""
+PART_SUFFIX = ".part"
+"""The engine saves here first; the rename over the slot file is lucebox's."""
 SAVE_TIMEOUT_S = 15.0
 """A save on the stop path must leave the engine time to exit before `lucebox down` and
 systemd give up on the stop."""
@@ -59,10 +61,19 @@ def _meta_path(folder: Path, key: SlotKey) -> Path:
 async def save_slot(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], folder: Path, key: SlotKey
 ) -> int | None:
-    """Ask the engine to save its slot; returns the tokens saved, or None when it could not."""
-    saved = await _slot_action(client, url, headers, key, "save", "n_saved")
-    if saved is not None:
-        write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
+    """Ask the engine to save its slot; returns the tokens saved, or None when it could not.
+
+    The engine writes the file in place: it saves to a file of its own first, renamed over the
+    slot once it said the save succeeded, so a save cut short (a full disk, a kill) leaves the
+    last good slot, never half of one that would be restored.
+    """
+    part = folder / f"{key.file_name}{PART_SUFFIX}"
+    saved = await _slot_action(client, url, headers, part.name, "save", "n_saved")
+    if saved is None:
+        part.unlink(missing_ok=True)
+        return None
+    part.replace(folder / key.file_name)
+    write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
     return saved
 
 
@@ -76,14 +87,14 @@ async def restore_slot(
         return None
     if saved_for != key.to_json() or not (folder / key.file_name).is_file():
         return None
-    return await _slot_action(client, url, headers, key, "restore", "n_restored")
+    return await _slot_action(client, url, headers, key.file_name, "restore", "n_restored")
 
 
 async def _slot_action(
     client: httpx.AsyncClient,
     url: str,
     headers: dict[str, str],
-    key: SlotKey,
+    file_name: str,
     action: str,
     count_key: str,
 ) -> int | None:
@@ -92,7 +103,7 @@ async def _slot_action(
         reply = await client.post(
             f"{url}/slots/{SLOT_ID}",
             params={"action": action},
-            json={"filename": key.file_name},
+            json={"filename": file_name},
             headers=headers,
             timeout=SAVE_TIMEOUT_S,
         )

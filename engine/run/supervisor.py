@@ -37,6 +37,7 @@ from lucebox.engine.run.death import (
     EngineDeath,
     FileStamp,
     changed_file,
+    engine_missing,
     host_ram_terms,
     name_death,
     port_taken,
@@ -86,14 +87,32 @@ def down_peers(addresses: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(down)
 
 
-def port_holder(host: str, port: int) -> str | None:
-    """Who holds ``host:port`` (as text), or None when it is free."""
+FREE_PORT_SEARCH = 100
+"""Ports above a taken one tried for a free one to offer: the next free is the one a person
+expects, and a hundred taken in a row means something else is wrong."""
+
+
+def _port_free(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        with contextlib.suppress(OSError):
+        try:
             probe.bind((host, port))
-            return None
+        except OSError:
+            return False
+    return True
+
+
+def next_free_port(host: str, port: int) -> int | None:
+    """The first port above ``port`` free on ``host`` now; None when none near it is."""
+    last = min(port + FREE_PORT_SEARCH, 65535)
+    return next((p for p in range(port + 1, last + 1) if _port_free(host, p)), None)
+
+
+def port_holder(host: str, port: int) -> str | None:
+    """Who holds ``host:port`` (as text), or None when it is free."""
+    if _port_free(host, port):
+        return None
     with contextlib.suppress(psutil.Error, OSError):
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
@@ -196,6 +215,8 @@ class Supervisor:
         """Awaited before a live engine is stopped on purpose (stop, restart, not ready)."""
         self._stopping = asyncio.Event()
         self._restart_asked = asyncio.Event()
+        self._hang_seen = asyncio.Event()
+        self._hung_why: str | None = None
         self._restart_spec: ServerLaunch | None = None
         self._crash_times: list[float] = []
         self._oom_retried = False
@@ -254,7 +275,8 @@ class Supervisor:
             while not self._stopping.is_set():
                 holder = port_holder(self.launch.host, self.launch.port)
                 if holder is not None:
-                    taken = port_taken(self.launch.port, holder)
+                    free = next_free_port(self.launch.host, self.launch.port)
+                    taken = port_taken(self.launch.port, holder, free)
                     yield self._noted(
                         ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
                     )
@@ -263,14 +285,27 @@ class Supervisor:
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
                 launched = self._stamp_files()
                 lines_before = self.lines_total
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    env=engine_environ(self.launch, os.environ),
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,
-                )
+                try:
+                    process = await asyncio.create_subprocess_exec(
+                        *argv,
+                        env=engine_environ(self.launch, os.environ),
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent,
+                    )
+                except OSError as exc:  # the binary is gone or cannot run: no retry helps
+                    missing = engine_missing(
+                        argv[0],
+                        exc.strerror or str(exc),
+                        kinds.kind(self.launch.kind).build_command,
+                    )
+                    yield self._noted(
+                        ServerEvent(
+                            "gave-up", missing.sentence, cause=missing, restarts=self.restarts
+                        )
+                    )
+                    return
                 self.process = process
                 assert process.stdout is not None
                 pump = asyncio.create_task(self._pump(process.pid, process.stdout))
@@ -294,12 +329,20 @@ class Supervisor:
                     )
                     stop_wait = asyncio.create_task(self._stopping.wait())
                     restart_wait = asyncio.create_task(self._restart_asked.wait())
+                    hang_wait = asyncio.create_task(self._hang_seen.wait())
                     exit_wait = asyncio.create_task(process.wait())
                     await asyncio.wait(
-                        {stop_wait, restart_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED
+                        {stop_wait, restart_wait, hang_wait, exit_wait},
+                        return_when=asyncio.FIRST_COMPLETED,
                     )
                     stop_wait.cancel()
                     restart_wait.cancel()
+                    hang_wait.cancel()
+                    if self._hang_seen.is_set() and not self._stopping.is_set():
+                        # A stopped engine ignores SIGTERM, and a hung one has no slot to save.
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(process.pid, signal.SIGKILL)
+                        await process.wait()
                     if self._restart_asked.is_set() and not self._stopping.is_set():
                         self._restart_asked.clear()
                         await self._terminate(process)
@@ -323,7 +366,9 @@ class Supervisor:
                 await pump
                 returncode = process.returncode
                 assert returncode is not None
-                death = self._name_death(returncode, lines_before, launched, stopped_why)
+                hung_why, self._hung_why = self._hung_why, None
+                self._hang_seen.clear()
+                death = self._name_death(returncode, lines_before, launched, stopped_why, hung_why)
                 self._count_crash()
                 yield self._noted(
                     ServerEvent(
@@ -462,11 +507,12 @@ class Supervisor:
         lines_before: int,
         launched: tuple[FileStamp, ...],
         stopped_why: str | None,
+        hung_why: str | None,
     ) -> EngineDeath:
         """The engine's death named from what is known now (the facts are read here)."""
         own_lines = min(self.lines_total - lines_before, len(self.ring), DEATH_LINES)
         lines = list(self.ring)[-own_lines:] if own_lines > 0 else []
-        killed = returncode == -signal.SIGKILL and stopped_why is None
+        killed = returncode == -signal.SIGKILL and stopped_why is None and hung_why is None
         now = {stamp.path: file_stamp(stamp.path) for stamp in launched}
         facts = DeathFacts(
             stopped_why=stopped_why,
@@ -484,6 +530,7 @@ class Supervisor:
             ram_available_bytes=psutil.virtual_memory().available if killed else None,
             ram_users=ram_users() if killed else (),
             down_peers=down_peers(self.launch.rpc),
+            hung_why=hung_why,
         )
         return name_death(returncode, lines, facts)
 
@@ -509,6 +556,12 @@ class Supervisor:
     def stop(self) -> None:
         """Stop the engine and end :meth:`events`; serverrun.ServerRun.stop is the caller."""
         self._stopping.set()
+
+    def hung(self, why: str) -> None:
+        """Kill the serving engine, which made no progress (``why``), and restart it through
+        the crash path; serverrun.ServerRun's hang watch is the caller."""
+        self._hung_why = why
+        self._hang_seen.set()
 
     def restart(self, server: ServerLaunch | None = None) -> None:
         """Stop the serving engine and start it again, with ``server`` when given (no crash

@@ -7,15 +7,19 @@ CI builds no second engine, and the CPU here runs the one built.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import signal
+import socket
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from lucebox.engine import pipeline
@@ -24,10 +28,16 @@ from lucebox.engine.engines import cputarget
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.runstate import engine_log
-from lucebox.engine.run.serverrun import ServerRun
-from lucebox.engine.run.supervisor import RestartPolicy, ServerEvent, Supervisor
-from tests.conftest import run_lucebox
+from lucebox.engine.run.serverrun import HANG_CHECK_S, ServerRun
+from lucebox.engine.run.supervisor import (
+    RestartPolicy,
+    ServerEvent,
+    Supervisor,
+    next_free_port,
+)
+from tests.conftest import alive, run_lucebox
 from tests.ports import free_port
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
@@ -169,3 +179,98 @@ def truncate_and_ask(model: Path, spec: ServerLaunch) -> None:
     body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
     with pytest.raises(httpx.HTTPError):
         httpx.post(f"http://127.0.0.1:{spec.port}/v1/chat/completions", json=body, timeout=60)
+
+
+TOKENS_BEFORE_STOP = 20
+"""Streamed lines received before the engine is stopped: it is decoding by then."""
+
+
+class LongRequest(threading.Thread):
+    """A long streamed generation from a client that waits as long as it takes: what it
+    received, and how its request ended."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.decoding = threading.Event()
+        self.ended: BaseException | str | None = None
+
+    def run(self) -> None:
+        body = {
+            "messages": [{"role": "user", "content": "Count from one to ten thousand."}],
+            "max_tokens": 100_000,
+            "stream": True,
+        }
+        url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        try:
+            with httpx.stream("POST", url, json=body, timeout=None) as reply:
+                for count, _ in enumerate(reply.iter_lines()):
+                    if count == TOKENS_BEFORE_STOP:
+                        self.decoding.set()
+            self.ended = "finished"
+        except httpx.HTTPError as exc:
+            self.ended = exc
+        self.decoding.set()
+
+
+async def test_a_stopped_engine_mid_request_is_a_hang_restarted_and_the_client_is_let_go(home):
+    prepared, supervisor = serve(home, smol_model())
+    run = pipeline.server_run(home, prepared, supervisor)
+    run.hang_bounds = HangBounds(prefill_floor_s=3.0, decode_s=3.0)
+    events: list[ServerEvent] = []
+    client: LongRequest | None = None
+    stopped_at = hung_after_s = 0.0
+    after: dict = {}
+    try:
+        async for event in server_events(run):
+            events.append(event)
+            if event.kind == "exited":
+                hung_after_s = time.monotonic() - stopped_at
+            if event.kind != "ready" or event.pid is None:
+                continue
+            if client is not None:
+                after = status_json()
+                run.stop()
+                continue
+            client = LongRequest(prepared.server.port)
+            client.start()
+            assert await asyncio.to_thread(client.decoding.wait, 60)
+            await asyncio.sleep(2.5)  # the run's samples have seen it decode
+            os.kill(event.pid, signal.SIGSTOP)  # alive, holding the connection, no tokens
+            stopped_at = time.monotonic()
+    finally:
+        for event in events:
+            if event.pid is not None and alive(event.pid):
+                os.kill(event.pid, signal.SIGCONT)
+    exited = next(e for e in events if e.kind == "exited")
+    assert exited.cause is not None and exited.cause.code == "hang"
+    assert "no token for" in exited.cause.words and "connection closed" in exited.cause.words
+    assert after["state"] == "ready" and after["restarts"] == 1
+    assert after["cause"]["code"] == "hang" and after["cause"]["next_step"]
+    # The waiting client was let go when the engine was killed, within the bound and a sample.
+    assert client is not None
+    client.join(30)
+    assert isinstance(client.ended, httpx.HTTPError), client.ended
+    # Named after the bound (counted from the last look that saw progress, up to a sample
+    # before the stop), within a sample's timeout and the kill.
+    assert 3.0 - HANG_CHECK_S <= hung_after_s < 3.0 + 6.0
+    assert "# lucebox: hang: a request got no token for" in engine_log(home).read_text()
+
+
+def test_a_port_taken_before_serve_names_the_holder_and_a_free_port_without_a_loop(home):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = run_lucebox("serve", "--model", str(smol_model()), "--port", str(port))
+        free = next_free_port("127.0.0.1", port)
+    assert done.returncode == 1, done.stderr
+    me = f"{psutil.Process().name()} (pid {os.getpid()})"
+    assert free is not None
+    said = done.stdout + done.stderr
+    assert f"port {port} is held by {me}" in said
+    assert f"serve on port {free}, which is free (--port {free})" in said
+    # One attempt: no engine started, one give-up, no restart.
+    log = engine_log(home).read_text()
+    assert "# lucebox: starting" not in log
+    assert log.count("# lucebox: gave-up:") == 1 and "restarting" not in log

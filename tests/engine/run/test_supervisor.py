@@ -403,3 +403,14 @@ async def test_a_rebuild_that_fails_or_is_stopped_is_said_and_never_loops(plan, 
         if event.kind == "restarting":
             supervisor.stop()
     assert kinds == ["starting", "loading", "exited", "restarting", "stopped"]
+
+
+async def test_a_missing_engine_binary_gives_up_once_with_the_build_command(plan, tmp_path):
+    gone = tmp_path / "llama-server"
+    spec = ServerLaunch(str(gone), str(tmp_path / "g.gguf"), plan, "t", port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "logs" / "engine.log", ready_timeout_s=10)
+    events = [event async for event in supervisor.events()]
+    assert [e.kind for e in events] == ["gave-up"]
+    cause = events[0].cause
+    assert cause is not None and cause.code == "engine-missing"
+    assert str(gone) in cause.words and "`lucebox engine build`" in cause.next_step

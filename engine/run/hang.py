@@ -1,0 +1,96 @@
+"""When a busy engine that makes no progress counts as hung (pure).
+
+The run looks at the engine about once a second (the sampler's samples) and keeps a
+:class:`Watch`: when it last saw the engine progress while a request ran. A stopped or
+deadlocked engine answers nothing, or answers the same counts again; past the bound of the
+phase it is in, the run kills it and the supervisor names the death ``hang`` and restarts it.
+Loading has its own bound already: the supervisor's ready timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+PREFILL_FLOOR_S = 60.0
+"""No prompt is judged hung sooner: a short prompt behind a cold page cache or a busy CPU can
+take tens of seconds before its first batch counts."""
+PREFILL_FACTOR = 3.0
+"""A prompt may take this many times its expected time (prompt tokens at the measured prefill
+rate): the measured rate is a mean over other prompts, on a machine doing other things."""
+PREFILL_TOKENS_PER_S_UNKNOWN = 20.0
+"""The rate assumed before any prefill was measured: a slow CPU's, so the bound errs long."""
+DECODE_SILENCE_S = 60.0
+"""No token for this long while decoding is a hang: the slowest engine lucebox serves makes
+a token in seconds, and a client's watchdog gives up in minutes."""
+
+Phase = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class HangBounds:
+    """The bounds by phase; tests inject short ones."""
+
+    prefill_floor_s: float = PREFILL_FLOOR_S
+    prefill_factor: float = PREFILL_FACTOR
+    decode_s: float = DECODE_SILENCE_S
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at the engine: whether a request runs, its phase and what has been done."""
+
+    at_s: float
+    busy: bool
+    phase: Phase = "prefill"
+    prompt_tokens: int = 0
+    """The running prompt's length (the longest when several run)."""
+    progress: tuple[int, ...] = ()
+    """Counts that grow while the engine works (tokens processed, generated, finished)."""
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Since when a busy engine has shown no progress; idle: ``since_s`` is None."""
+
+    since_s: float | None = None
+    phase: Phase = "prefill"
+    prompt_tokens: int = 0
+    progress: tuple[int, ...] = ()
+
+
+def observe(watch: Watch, look: Look | None, now_s: float) -> Watch:
+    """The watch after a look; ``look`` None: the engine did not answer (no progress)."""
+    if look is None:
+        return watch
+    if not look.busy:
+        return Watch()
+    if watch.since_s is None or look.progress != watch.progress or look.phase != watch.phase:
+        return Watch(look.at_s, look.phase, look.prompt_tokens, look.progress)
+    return replace(watch, prompt_tokens=max(watch.prompt_tokens, look.prompt_tokens))
+
+
+def bound_s(watch: Watch, prefill_tokens_per_s: float | None, bounds: HangBounds) -> float:
+    """How long the watched phase may go without progress."""
+    if watch.phase == "decode":
+        return bounds.decode_s
+    rate = prefill_tokens_per_s or PREFILL_TOKENS_PER_S_UNKNOWN
+    return max(bounds.prefill_floor_s, bounds.prefill_factor * watch.prompt_tokens / rate)
+
+
+def hung(
+    watch: Watch, now_s: float, prefill_tokens_per_s: float | None, bounds: HangBounds
+) -> str | None:
+    """Why the engine counts as hung now, in words; None while it does not."""
+    if watch.since_s is None:
+        return None
+    silent_s = now_s - watch.since_s
+    limit_s = bound_s(watch, prefill_tokens_per_s, bounds)
+    if silent_s < limit_s:
+        return None
+    if watch.phase == "decode":
+        return f"a request got no token for {silent_s:.0f} s while decoding (bound {limit_s:.0f} s)"
+    return (
+        f"a request's prompt ({watch.prompt_tokens} tokens) made no progress for "
+        f"{silent_s:.0f} s (bound {limit_s:.0f} s)"
+    )

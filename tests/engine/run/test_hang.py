@@ -1,0 +1,42 @@
+"""The hang rule: a busy engine with no progress past its phase's bound; idle never hangs."""
+
+from __future__ import annotations
+
+from lucebox.engine.run.hang import (
+    DECODE_SILENCE_S,
+    PREFILL_FLOOR_S,
+    HangBounds,
+    Look,
+    Watch,
+    hung,
+    observe,
+)
+
+BOUNDS = HangBounds()
+
+
+def test_decode_without_a_token_past_the_bound_is_a_hang_and_progress_resets_it():
+    watch = observe(Watch(), Look(0.0, True, "decode", 40, (5,)), 0.0)
+    watch = observe(watch, None, 30.0)  # the engine did not answer
+    assert hung(watch, DECODE_SILENCE_S - 1, None, BOUNDS) is None
+    assert "no token for 60 s" in (hung(watch, DECODE_SILENCE_S, None, BOUNDS) or "")
+    watch = observe(watch, Look(59.0, True, "decode", 40, (6,)), 59.0)
+    assert hung(watch, DECODE_SILENCE_S + 1, None, BOUNDS) is None
+
+
+def test_an_idle_engine_never_hangs():
+    watch = observe(Watch(), Look(0.0, True, "decode", 40, (5,)), 0.0)
+    watch = observe(watch, Look(1.0, False), 1.0)
+    assert hung(watch, 10_000.0, None, BOUNDS) is None
+
+
+def test_the_prefill_bound_scales_with_the_prompt_at_the_measured_rate():
+    long_prompt = observe(Watch(), Look(0.0, True, "prefill", 30_000, (0,)), 0.0)
+    # 3x 30,000 tokens at 500 tok/s = 180 s; at the floor for a short prompt.
+    assert hung(long_prompt, 179.0, 500.0, BOUNDS) is None
+    assert hung(long_prompt, 180.0, 500.0, BOUNDS) is not None
+    short = observe(Watch(), Look(0.0, True, "prefill", 10, (0,)), 0.0)
+    assert hung(short, PREFILL_FLOOR_S - 1, 500.0, BOUNDS) is None
+    assert "(10 tokens) made no progress" in (hung(short, PREFILL_FLOOR_S, 500.0, BOUNDS) or "")
+    # No rate measured yet: a slow CPU's is assumed, so the bound errs long.
+    assert hung(long_prompt, 180.0, None, BOUNDS) is None

@@ -1,0 +1,43 @@
+"""A slot save cut short leaves the last good slot: the engine's file is renamed over it only
+once the engine said the save succeeded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+
+from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
+
+KEY = SlotKey("smoke", "/m/smoke.gguf", 4096, "f16", "f16")
+
+
+def engine(folder: Path, *, full_disk: bool) -> httpx.AsyncClient:
+    """The engine's /slots save as llama-server does it: the named file written in place, cut
+    short with an error reply when the disk is full."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        name = json.loads(request.content)["filename"]
+        if request.url.params["action"] == "restore":
+            return httpx.Response(200, json={"n_restored": len((folder / name).read_bytes())})
+        (folder / name).write_bytes(b"half" if full_disk else b"whole new slot")
+        if full_disk:
+            return httpx.Response(500, json={"error": {"message": "failed to save slot"}})
+        return httpx.Response(200, json={"n_saved": 14})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer))
+
+
+async def test_a_failed_save_keeps_the_last_good_slot_and_a_good_one_replaces_it(tmp_path):
+    (tmp_path / KEY.file_name).write_bytes(b"old good slot")
+    (tmp_path / f"{KEY.file_name}.json").write_text(json.dumps(KEY.to_json()))
+    async with engine(tmp_path, full_disk=True) as client:
+        assert await save_slot(client, "http://e", {}, tmp_path, KEY) is None
+        assert await restore_slot(client, "http://e", {}, tmp_path, KEY) == len(b"old good slot")
+    assert (tmp_path / KEY.file_name).read_bytes() == b"old good slot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY.file_name, f"{KEY.file_name}.json"]
+    async with engine(tmp_path, full_disk=False) as client:
+        assert await save_slot(client, "http://e", {}, tmp_path, KEY) == 14
+    assert (tmp_path / KEY.file_name).read_bytes() == b"whole new slot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY.file_name, f"{KEY.file_name}.json"]
