@@ -60,6 +60,9 @@ class ServeOptions:
     """A served set (several --model): planned by servedsetplan.plan_set, ``model`` stays None."""
     quant: str | None = None
     """The quant of a repo named by name (``--quant``); None lets the planner choose."""
+    engine_id: str | None = None
+    """The installed build that serves instead of engine.id's (``engine update``'s self-test
+    serves the new build with it before it becomes engine.id)."""
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options (a detached child's argv)."""
@@ -136,6 +139,9 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
     LaunchFlag("--vram-mib", "vram_mib",
                "plan for cards with N MiB free each (one number per card)", "N[,N...]",
                mib_list),
+    LaunchFlag("--engine-id", "engine_id",
+               "serve with this installed build (an id from `lucebox engine status`) instead "
+               "of engine.id's", "ID"),
     LaunchFlag("--rpc", "rpc",
                "`lucebox worker` peers whose devices join the split (setting rpc.peers)",
                "HOST:PORT[,...]", peer_list),
