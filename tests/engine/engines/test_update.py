@@ -15,11 +15,15 @@ from lucebox.engine.engines.update import UpdateState, rollback_decision
 from lucebox.engine.machine import config
 
 
-def installed_engine(paths: Paths, engine_id: str, source_identity: str | None = None) -> str:
-    """A manifest in the engines folder whose server is a file (what list_engines needs)."""
+def installed_engine(
+    paths: Paths, engine_id: str, source_identity: str | None = None, script: str = "#!/bin/sh\n"
+) -> Path:
+    """A manifest in the engines folder whose server is ``script`` (list_engines needs a file);
+    returns the server's path."""
     folder = paths.ensure(paths.engines_dir / engine_id)
     server = folder / "llama-server"
-    server.write_text("#!/bin/sh\n")
+    server.write_text(script)
+    server.chmod(0o755)
     manifest = EngineManifest(
         id=engine_id,
         backend="cpu",
@@ -31,7 +35,7 @@ def installed_engine(paths: Paths, engine_id: str, source_identity: str | None =
         source_identity=source_identity,
     )
     install.write_manifest(folder, manifest)
-    return engine_id
+    return server
 
 
 STATE = UpdateState("llama-server", "old", "new", "2026-11-27T00:00:00", starts=1)

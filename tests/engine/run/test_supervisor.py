@@ -413,10 +413,8 @@ async def test_a_new_build_that_crash_loops_after_an_update_is_rolled_back_by_it
 
     paths = resolve_paths()
     installed_engine(paths, "old")
-    installed_engine(paths, "new")
-    fake = Path(update.installed(paths, "new").server_path)  # type: ignore[union-attr]
-    fake.write_text(f"#!{sys.executable}\nimport sys\nprint('crash', flush=True)\nsys.exit(139)\n")
-    fake.chmod(0o755)
+    crashing = f"#!{sys.executable}\nimport sys\nprint('crash', flush=True)\nsys.exit(139)\n"
+    fake = installed_engine(paths, "new", script=crashing)
     update.activate(paths, "llama-server", "old", "new")
     prepared = _prepared_on(tmp_path, fake, ctx=16384)
     supervisor = pipeline.new_supervisor(paths, prepared)
