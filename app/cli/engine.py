@@ -209,7 +209,10 @@ def cmd_engine_update(args: argparse.Namespace, paths: Paths) -> int:
         )
     candidate = _candidate(args, paths, kind, current)
     if candidate.id == current.id:
-        print(f"{current.id} serves already: it is built from the newest known source")
+        if args.json:
+            print_json({"current": current.id, "candidate": candidate.id, "switched": False})
+        else:
+            print(f"{current.id} serves already: it is built from the newest known source")
         return EXIT_OK
     options = ServeOptions(model=args.model, preset=args.preset, ctx=args.ctx)
     result = selftest.run_self_test(

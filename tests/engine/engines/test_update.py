@@ -10,7 +10,7 @@ import pytest
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.engines import install, kinds, update
-from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, list_engines
 from lucebox.engine.engines.update import UpdateState, rollback_decision
 from lucebox.engine.machine import config
 
@@ -135,7 +135,7 @@ def test_a_build_from_an_older_known_source_has_a_newer_one():
     paths = resolve_paths()
     installed_engine(paths, "old-src", older.identity)
     installed_engine(paths, "new-src", newest.identity)
-    engines = {e.id: e for e in update.list_engines(paths)}
+    engines = {e.id: e for e in list_engines(paths)}
     assert kinds.newer_known(engines["old-src"]) is newest
     assert kinds.newer_known(engines["new-src"]) is None
     assert kinds.newer_known(installed_manifest(paths, "added")) is None
