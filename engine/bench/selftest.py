@@ -26,9 +26,13 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.pipeline import ServeOptions, prepare
 from lucebox.engine.run.runstate import current_status
 
-SPEED_NOISE = 0.15
-"""How much slower than the current build the candidate may measure and still pass: two runs
-of one build on a busy PC differ by about this much."""
+SPEED_NOISE = 0.2
+"""How much slower than the current build the candidate may measure and still pass: one build
+registered twice measured 65.3 and 77.3 prefill tok/s one after the other on a busy 2-core PC
+(single rounds; each rate is now the best of :data:`ROUNDS`)."""
+ROUNDS = 2
+"""Rounds of the calibration probes per build; each rate is the best round's (a busy PC only
+ever makes a round slower)."""
 MEMORY_SLACK = 1.05
 """The candidate's engine may use this much more than the plan sizes before it is refused."""
 PROBE_TOKENS = 64
@@ -108,6 +112,16 @@ def speed_verdict(current: Speed, candidate: Speed, noise: float = SPEED_NOISE) 
     return ProbeResult("speed", True, "as fast as the current build (within noise)")
 
 
+def best_of(rounds: list[Speed]) -> Speed:
+    """Each rate's best round (a rate no round reports stays None)."""
+
+    def best(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    return Speed(best([r.decode_tok_s for r in rounds]), best([r.prefill_tok_s for r in rounds]))
+
+
 def speed_of(samples: dict[str, CallSample]) -> Speed:
     long = samples.get("long")
     return Speed(probes_tok_s(samples, PROBE_TOKENS), long.prefill_tok_s if long else None)
@@ -175,17 +189,23 @@ def _responses(served: Served) -> str:
 
 
 def _tool_call(served: Served) -> str:
-    body = {
-        "messages": [{"role": "user", "content": "What is the weather in Oslo?"}],
-        "tools": [_TOOL],
-        "tool_choice": "required",
-        "max_tokens": 64,
+    """An agent's turn after a tool call: the tools, the call and its result in the history
+    (what every agent client sends; a model too small to call tools still answers it)."""
+    call: dict[str, Any] = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
     }
-    data = _post(served, "/v1/chat/completions", body)
-    calls = data["choices"][0]["message"].get("tool_calls") or []
-    if not calls or calls[0]["function"]["name"] != "get_weather":
-        raise ValueError(f"no get_weather call in {str(data['choices'][0])[:200]}")
-    return f"called {calls[0]['function']['name']}"
+    messages = [
+        {"role": "user", "content": "What is the weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C."},
+    ]
+    body = {"messages": messages, "tools": [_TOOL], "max_tokens": 16}
+    message = _post(served, "/v1/chat/completions", body)["choices"][0]["message"]
+    if not (message.get("content") or "").strip() and not message.get("tool_calls"):
+        raise ValueError("the reply after the tool's result is empty")
+    return "answered after the tool's result"
 
 
 API_PROBES: tuple[tuple[str, Callable[[Served], str]], ...] = (
@@ -236,10 +256,14 @@ def run_self_test(
     """Serve ``current_id`` then ``candidate_id`` and probe both as the module says."""
 
     def config(engine_id: str) -> ServeConfig:
-        return ServeConfig(engine_id, serve_args=("--engine-id", engine_id))
+        # No prompt reuse: a second round must read its prompts again to measure prefill.
+        no_reuse = (("cache_prompt", False),)
+        return ServeConfig(engine_id, ("--engine-id", engine_id), request_fields=no_reuse)
 
     def measure(served: Served) -> Speed:
-        return speed_of(run_quick(served, max_tokens=PROBE_TOKENS))
+        return best_of(
+            [speed_of(run_quick(served, max_tokens=PROBE_TOKENS)) for _ in range(ROUNDS)]
+        )
 
     on_note(f"measuring the current build {current_id}")
     with serving(
@@ -262,8 +286,8 @@ def run_self_test(
             probes.extend(api_probes(served))
             candidate = measure(served)
             probes.append(memory_probe(paths, planned))
-    except LuceboxError as exc:
-        probes.append(ProbeResult("load", False, exc.message))
+    except LuceboxError as exc:  # before ready: the load; after: a probe call broke off
+        probes.append(ProbeResult("speed" if probes else "load", False, exc.message))
         return SelfTest(candidate_id, current_id, tuple(probes), current)
     probes.append(speed_verdict(current, candidate))
     return SelfTest(candidate_id, current_id, tuple(probes), current, candidate)

@@ -16,3 +16,9 @@ def test_a_candidate_within_noise_passes_and_a_slower_one_is_named():
 def test_a_rate_the_candidate_does_not_report_fails_and_one_neither_reports_is_skipped():
     assert not speed_verdict(Speed(50.0, 400.0), Speed(50.0, None)).passed
     assert speed_verdict(Speed(50.0, None), Speed(55.0, None)).passed
+
+
+def test_each_rate_is_its_best_round():
+    from lucebox.engine.bench.selftest import best_of
+
+    assert best_of([Speed(40.0, None), Speed(35.0, 300.0)]) == Speed(40.0, 300.0)
