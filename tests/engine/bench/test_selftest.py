@@ -22,3 +22,9 @@ def test_each_rate_is_its_best_round():
     from lucebox.engine.bench.selftest import best_of
 
     assert best_of([Speed(40.0, None), Speed(35.0, 300.0)]) == Speed(40.0, 300.0)
+
+
+def test_the_current_build_measured_twice_counts_its_slower_rates():
+    from lucebox.engine.bench.selftest import worst_of
+
+    assert worst_of([Speed(40.0, 300.0), Speed(45.0, 250.0)]) == Speed(40.0, 250.0)
