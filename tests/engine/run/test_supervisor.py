@@ -403,26 +403,3 @@ async def test_a_rebuild_that_fails_or_is_stopped_is_said_and_never_loops(plan, 
         if event.kind == "restarting":
             supervisor.stop()
     assert kinds == ["starting", "loading", "exited", "restarting", "stopped"]
-
-
-async def test_a_new_build_that_crash_loops_after_an_update_is_rolled_back_by_itself(tmp_path):
-    from lucebox.engine import pipeline
-    from lucebox.engine.engines import update
-    from lucebox.engine.machine import config
-    from tests.engine.engines.test_update import installed_engine
-
-    paths = resolve_paths()
-    installed_engine(paths, "old")
-    crashing = f"#!{sys.executable}\nimport sys\nprint('crash', flush=True)\nsys.exit(139)\n"
-    fake = installed_engine(paths, "new", script=crashing)
-    update.activate(paths, "llama-server", "old", "new")
-    prepared = _prepared_on(tmp_path, fake, ctx=16384)
-    supervisor = pipeline.new_supervisor(paths, prepared)
-    supervisor.policy = RestartPolicy(max_crashes=2, first_backoff_s=0.01)
-    events = [e async for e in supervisor.events()]
-    assert events[-1].kind == "gave-up"
-    assert "new crash-looped (exit-139)" in events[-1].message
-    assert config.load_settings(paths).engine_id == "old"
-    state = update.read_state(paths)
-    assert state is not None and state.auto_rollback is not None
-    assert state.auto_rollback.code == "exit-139"
