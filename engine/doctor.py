@@ -177,6 +177,28 @@ def check_engine(paths: Paths, probe: GpuProbe, wanted_id: str, host_cpu: CpuInf
     return Check("engine", "ok", detail)
 
 
+def check_engine_updates(paths: Paths, probe: GpuProbe, wanted_id: str) -> list[Check]:
+    """A warn line for each kind whose build in use has a newer known source."""
+    checks = []
+    for name, engine_kind in kinds.KINDS.items():
+        engine = engine_kind.select(paths, probe, wanted_id).engine
+        newer = kinds.newer_known(engine) if engine is not None else None
+        if engine is None or newer is None:
+            continue
+        option = "" if name == "llama-server" else f" --engine {name}"
+        checks.append(
+            Check(
+                "engine-update",
+                "warn",
+                f"{engine.id} is built from an older source than {newer.version} "
+                f"({newer.date}), the newest known build of {engine_kind.title}",
+                f"run `lucebox engine update{option}` (it self-tests the new build before "
+                "it serves; `lucebox engine rollback` goes back)",
+            )
+        )
+    return checks
+
+
 def check_engine_cpu(paths: Paths, host_cpu: CpuInfo) -> list[Check]:
     """Each installed build against this CPU: the baseline it needs and what is missing."""
     checks = []
@@ -265,5 +287,6 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
     host_cpu = probe_cpu()
     checks += [check_engine(paths, probe, wanted_engine_id, host_cpu)]
     checks += check_engine_cpu(paths, host_cpu)
+    checks += check_engine_updates(paths, probe, wanted_engine_id)
     checks += [check_webui(paths, probe, wanted_engine_id), check_models(paths)]
     return DoctorReport(probe, tuple(checks))

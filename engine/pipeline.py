@@ -24,7 +24,7 @@ from lucebox.engine.core import units
 from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import install, kinds, registry, toolchain, webui
+from lucebox.engine.engines import install, kinds, registry, toolchain, update, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
 from lucebox.engine.engines.kinds import LLAMA_SERVER, EngineKind
 from lucebox.engine.engines.registry import EngineManifest
@@ -47,6 +47,7 @@ from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run import calibrator
 from lucebox.engine.run.calibration import Trial
+from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.sample import PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
@@ -230,6 +231,8 @@ class MachineView:
 def machine_view(paths: Paths, options: ServeOptions) -> MachineView:
     """Read settings, probe the GPUs, ask the RPC peers and find the installed engine."""
     settings = config.load_settings(paths)
+    if options.engine_id:
+        settings = replace(settings, engine_id=options.engine_id)
     resolved = resolve(options, settings)
     probe = gpu.probe_gpus()
     found = peers.ask_peers(resolved.rpc)
@@ -411,7 +414,13 @@ def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
     if engine is not None and engine.origin == "build":
         supervisor.rebuild_for_cpu = functools.partial(rebuild_for_cpu, paths)
     supervisor.model_name = stored_name(paths, prepared.server.model_path)
+    if engine is not None and update.count_start(paths, engine.id) is not None:
+        supervisor.after_give_up = functools.partial(_roll_back_after_give_up, paths, engine.id)
     return supervisor
+
+
+def _roll_back_after_give_up(paths: Paths, engine_id: str, death: EngineDeath) -> str | None:
+    return update.roll_back_after_give_up(paths, engine_id, death.code)
 
 
 def served_engine(paths: Paths, server: ServerLaunch) -> EngineManifest | None:

@@ -12,11 +12,14 @@ from typing import Any
 from lucebox.app.cli.args import add_json, print_json
 from lucebox.app.cli.handler import Command, group_help
 from lucebox.app.cli.progress import StderrProgress, bytes_progress, transfer_progress
-from lucebox.engine.core.errors import EXIT_OK, UsageError
+from lucebox.engine.bench import selftest
+from lucebox.engine.core.errors import EXIT_OK, GuardRefusal, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, cputarget, install, kinds, registry, toolchain
+from lucebox.engine.engines import build, cputarget, install, kinds, registry, toolchain, update
 from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
+from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.run.runstate import current_status
 
 
 def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
@@ -189,6 +192,100 @@ def cmd_engine_add(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
+def cmd_engine_update(args: argparse.Namespace, paths: Paths) -> int:
+    kind = kinds.kind(args.engine)
+    running = current_status(paths)
+    if running.state != "stopped":
+        raise UsageError(
+            f"lucebox serves {running.model} at {running.url}: the self-test needs the memory "
+            "that server holds",
+            hint="stop it with `lucebox down`, update, then start it again: the new build "
+            "serves from that start",
+        )
+    current = kind.select(paths, gpu.probe_gpus(), config.load_settings(paths).engine_id).engine
+    if current is None:
+        raise UsageError(
+            f"no build of {kind.title} to update from", hint=f"run `{kind.build_command}`"
+        )
+    candidate = _candidate(args, paths, kind, current)
+    if candidate.id == current.id:
+        if args.json:
+            print_json({"current": current.id, "candidate": candidate.id, "switched": False})
+        else:
+            print(f"{current.id} serves already: it is built from the newest known source")
+        return EXIT_OK
+    options = ServeOptions(model=args.model, preset=args.preset, ctx=args.ctx)
+    result = selftest.run_self_test(
+        paths,
+        options,
+        current.id,
+        candidate.id,
+        on_note=lambda note: print(f"engine update: {note}", file=sys.stderr),
+    )
+    failed = result.failed
+    if args.json:
+        print_json({**result.to_json(), "switched": failed is None})
+    else:
+        for probe in result.probes:
+            print(f"  {'ok  ' if probe.passed else 'FAIL'} {probe.name}: {probe.detail}")
+    if failed is not None:
+        raise GuardRefusal(
+            f"{candidate.id} failed its self-test at the {failed.name} probe ({failed.detail}): "
+            f"{current.id} stays the active build",
+            hint="`lucebox engine status` lists the builds; `lucebox doctor` checks this PC",
+        )
+    update.activate(paths, kind.name, current.id, candidate.id)
+    if not args.json:
+        print(
+            f"switched {kind.title} from {current.id} to {candidate.id} (engine.id); it serves "
+            "from the next start of lucebox; `lucebox engine rollback` goes back"
+        )
+    return EXIT_OK
+
+
+def _candidate(
+    args: argparse.Namespace,
+    paths: Paths,
+    kind: kinds.EngineKind,
+    current: registry.EngineManifest,
+) -> registry.EngineManifest:
+    """The build ``--to`` names, or the newest known source built beside the current one."""
+    if args.to:
+        named = update.installed(paths, args.to)
+        if named is None or named.kind != kind.name:
+            raise UsageError(
+                f"{args.to} is not an installed build of {kind.title}",
+                hint="`lucebox engine status` lists the installed builds",
+            )
+        return named
+    newest = kind.known.newest
+    if kinds.built_from(current) is newest:
+        return current
+    print(f"engine update: building {kind.title} {newest.version} ({newest.date})", file=sys.stderr)
+    source = kind.ensure_source(paths, bytes_progress(f"{kind.name} source"), known=newest)
+    options = current.build_options(current.cpu_target or cputarget.NATIVE)
+    bar = StderrProgress(f"{kind.name} build")
+    try:
+        engine, _ = kind.build_and_install(
+            paths, source, options, on_event=lambda e: bar.update(e.percent, e.line)
+        )
+    finally:
+        bar.done()
+    return engine
+
+
+def cmd_engine_rollback(args: argparse.Namespace, paths: Paths) -> int:
+    state = update.rollback(paths)
+    if args.json:
+        print_json({"from": state.previous_id, "to": state.current_id, "kind": state.kind})
+    else:
+        print(
+            f"rolled back from {state.previous_id} to {state.current_id} (engine.id; nothing "
+            "rebuilt); it serves from the next start of lucebox"
+        )
+    return EXIT_OK
+
+
 def register(commands: Any, command: Command) -> None:
     """``lucebox engine`` and its subcommands."""
     engine: argparse.ArgumentParser = command(
@@ -228,6 +325,26 @@ def register(commands: Any, command: Command) -> None:
     fetch = command("fetch", "install a prebuilt engine tarball", cmd_engine_fetch, subs)
     fetch.add_argument("url", metavar="URL")
     fetch.add_argument("--sha256", required=True, metavar="HEX", help="the tarball's sha256")
+    update_cmd = command(
+        "update",
+        "build the newest known source, self-test it on this PC, then make it the active build",
+        cmd_engine_update,
+        subs,
+    )
+    _add_engine_argument(update_cmd)
+    update_cmd.add_argument(
+        "--to",
+        metavar="ID",
+        help="self-test and switch to this installed build instead of building one",
+    )
+    update_cmd.add_argument("--model", metavar="SRC", help="the model to self-test with")
+    update_cmd.add_argument("--preset", metavar="ID", help="the preset to self-test with")
+    update_cmd.add_argument("--ctx", type=positive_int, metavar="N", help="context length")
+    add_json(update_cmd)
+    rollback = command(
+        "rollback", "go back to the build the last update replaced", cmd_engine_rollback, subs
+    )
+    add_json(rollback)
     add = command("add", "register a llama-server you already have", cmd_engine_add, subs)
     add.add_argument("path", metavar="PATH", type=Path)
     add.add_argument(

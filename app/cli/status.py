@@ -22,6 +22,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
+from lucebox.engine.engines import update
 from lucebox.engine.machine import systemd
 from lucebox.engine.run import runstate
 from lucebox.engine.run.servedsetmodels import ModelStatus, find_model
@@ -142,7 +143,7 @@ def prometheus_text(status: runstate.Status) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _show(status: runstate.Status, args: argparse.Namespace) -> None:
+def _show(status: runstate.Status, args: argparse.Namespace, paths: Paths) -> None:
     # The textfile first: whoever reads the line may look at the file next.
     if args.prometheus is not None:
         try:
@@ -154,11 +155,24 @@ def _show(status: runstate.Status, args: argparse.Namespace) -> None:
             ) from exc
     unit = systemd.service_status()
     if args.json:
-        document = {**status.to_json(), "service": unit.to_json()}
+        document = {
+            **status.to_json(),
+            "service": unit.to_json(),
+            "engine_update": _engine_update(paths),
+        }
         # One line per sample while watching (NDJSON), an indented document otherwise.
         print(json.dumps(document, indent=None if args.watch else 2), flush=True)
     else:
         print(status_line(status, unit), flush=True)
+        state = update.read_state(paths)
+        if state is not None and state.auto_rollback is not None:
+            print(f"engine rolled back by itself: {state.auto_rollback.why}", flush=True)
+
+
+def _engine_update(paths: Paths) -> dict[str, object] | None:
+    """The last switch of the active build and, when lucebox took it back by itself, why."""
+    state = update.read_state(paths)
+    return state.to_json() if state is not None else None
 
 
 def _sample_key(status: runstate.Status) -> tuple[object, ...]:
@@ -173,7 +187,7 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
         model = find_model(status.models, args.model)
         print(json.dumps(model.to_json(), indent=2) if args.json else model_line(model))
         return EXIT_OK
-    _show(status, args)
+    _show(status, args, paths)
     if not args.watch:
         return EXIT_OK
     shown = _sample_key(status)
@@ -186,7 +200,7 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
             status = runstate.current_status(paths)
             if (key := _sample_key(status)) != shown:
                 shown = key
-                _show(status, args)
+                _show(status, args, paths)
     except KeyboardInterrupt:
         return EXIT_OK
 

@@ -76,9 +76,11 @@ class EngineKind(Protocol):
         *,
         archive: Path | None = None,
         index: str | None = None,
+        known: KnownSource[Any] | None = None,
     ) -> SourceInfo:
         """The pinned source, fetched (from a local ``archive``, or ``index`` instead of the
-        default place; ``on_bytes`` hears the bytes so far) and checked."""
+        default place; ``on_bytes`` hears the bytes so far) and checked; ``known`` names
+        another known source than the default (``engine update`` builds the newest)."""
         ...
 
     def check_source(self, fetched: SourceInfo) -> None:
@@ -144,12 +146,16 @@ class LlamaServerKind:
         *,
         archive: Path | None = None,
         index: str | None = None,
+        known: KnownSource[Any] | None = None,
     ) -> SourceInfo:
         def report(event: TransferProgress) -> None:
             if on_bytes is not None:
                 on_bytes(event.done_bytes)
 
-        return source.ensure_source(paths, index_url=index, sdist=archive, on_progress=report)
+        pin = known.pin if known is not None else None
+        return source.ensure_source(
+            paths, index_url=index, sdist=archive, on_progress=report, pin=pin
+        )
 
     def check_source(self, fetched: SourceInfo) -> None:
         source.check_unpacked(fetched)
@@ -213,8 +219,12 @@ class LuceboxKind:
         *,
         archive: Path | None = None,
         index: str | None = None,
+        known: KnownSource[Any] | None = None,
     ) -> SourceInfo:
-        return lucebox.ensure_source(paths, tarball=archive, base_url=index, on_progress=on_bytes)
+        pin = known.pin if known is not None else self.known.default.pin
+        return lucebox.ensure_source(
+            paths, tarball=archive, base_url=index, on_progress=on_bytes, pin=pin
+        )
 
     def check_source(self, fetched: SourceInfo) -> None:
         lucebox.check_unpacked(fetched)
@@ -278,3 +288,13 @@ def built_from(engine: EngineManifest) -> KnownSource[Any] | None:
     """The known source an installed engine was built from; None for a checkout's build, a
     registered or fetched binary, or a source this lucebox does not know."""
     return kind(engine.kind).known.by_identity(engine.source_identity)
+
+
+def newer_known(engine: EngineManifest) -> KnownSource[Any] | None:
+    """The newest known source of the engine's kind when it is newer than the one the engine
+    was built from; None when it is that one, or the engine's source is not a known one."""
+    table = kind(engine.kind).known
+    known = table.by_identity(engine.source_identity)
+    if known is None or known is table.newest:
+        return None
+    return table.newest

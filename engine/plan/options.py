@@ -54,6 +54,9 @@ class ServeOptions:
     """Another draft p-min than the mode's own (a calibration trial)."""
     engine: EngineMode | None = None
     """Which engine serves; None reads engine.kind (empty: auto, the planner chooses)."""
+    engine_id: str | None = None
+    """The installed build that serves instead of engine.id's (``engine update``'s self-test
+    serves the new build with it before it becomes engine.id)."""
     prefill: PrefillMode | None = None
     """PFlash speculative prefill on the Lucebox engine; None is off."""
     rpc: tuple[str, ...] | None = None
@@ -120,6 +123,9 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
                "which engine serves: auto (default: the planner chooses and says why), "
                "llama-server, or lucebox (the Lucebox engine: DDTree, KVFlash, PFlash; CUDA only)",
                choices=ENGINE_MODES),
+    LaunchFlag("--engine-id", "engine_id",
+               "serve with this installed build (an id from `lucebox engine status`) instead "
+               "of engine.id's", "ID"),
     LaunchFlag("--prefill", "prefill",
                "PFlash speculative prefill on the Lucebox engine: off (default), auto (long "
                "single prompts) or pflash (always); it keeps only a share of a long prompt",

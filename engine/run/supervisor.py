@@ -231,6 +231,9 @@ class Supervisor:
         self._rebuilt_from: str | None = None
         self.model_name: str | None = None
         """The served model's name in the store, for the `lucebox models verify` it names."""
+        self.after_give_up: Callable[[EngineDeath], str | None] | None = None
+        """Told the death the engine gave up with; returns what it did about it (the automatic
+        rollback of a new build) for the give-up's message, or None."""
 
     @property
     def pid(self) -> int | None:
@@ -409,11 +412,13 @@ class Supervisor:
                     )
                 next_spec = self._after_crash(death)
                 if next_spec is None:
+                    done = self.after_give_up(death) if self.after_give_up else None
                     yield self._noted(
                         ServerEvent(
                             "gave-up",
                             f"gave up after {_crashes(len(self._crash_times))} in "
-                            f"{self.policy.window_s:.0f} s: {death.code}: {death.sentence}",
+                            f"{self.policy.window_s:.0f} s: {death.code}: {death.sentence}"
+                            + (f"; {done}" if done else ""),
                             process.pid,
                             death,
                             self.restarts,

@@ -146,3 +146,21 @@ def test_doctor_lists_node_npm_and_webui():
     report = run_doctor(resolve_paths(), probe_gpus(FakeNvml(init_failure="no-nvml")))
     names = [check.name for check in report.checks]
     assert {"node", "npm", "webui"} <= set(names)
+
+
+def test_doctor_names_a_newer_known_build_and_the_command_that_updates():
+    from lucebox.engine.doctor import check_engine_updates
+    from lucebox.engine.engines import kinds
+    from tests.engine.engines.test_update import installed_engine
+
+    paths = resolve_paths()
+    no_gpu = probe_gpus(FakeNvml(init_failure="no-driver"))
+    newest = kinds.LLAMA_SERVER.known.newest
+    installed_engine(paths, "current", newest.identity)
+    assert check_engine_updates(paths, no_gpu, "current") == []
+    older = kinds.LLAMA_SERVER.known.by_version("b11401")
+    assert older is not None
+    installed_engine(paths, "older", older.identity)
+    (check,) = check_engine_updates(paths, no_gpu, "older")
+    assert (check.name, check.verdict) == ("engine-update", "warn")
+    assert newest.version in check.detail and "`lucebox engine update`" in check.action
