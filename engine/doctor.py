@@ -185,7 +185,7 @@ def check_engine_updates(paths: Paths, probe: GpuProbe, wanted_id: str) -> list[
         newer = kinds.newer_known(engine) if engine is not None else None
         if engine is None or newer is None:
             continue
-        option = "" if name == "llama-server" else f" --engine {name}"
+        option = "" if engine_kind is kinds.LLAMA_SERVER else f" --engine {name}"
         checks.append(
             Check(
                 "engine-update",

@@ -141,10 +141,11 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         fix = "; rebuild it for this CPU: `lucebox engine build`" if fit.runs is False else ""
         print(f"    CPU: {fit.detail}{fix}")
     print(f"using: {selection.engine.id if selection.engine else 'none'} ({selection.reason})")
-    lucebox_choice = chosen["lucebox"]
-    if any(e.kind == "lucebox" for e in engines):
-        used = lucebox_choice.engine.id if lucebox_choice.engine else "none"
-        print(f"using for {kinds.LUCEBOX.title}: {used} ({lucebox_choice.reason})")
+    installed_kinds = {e.kind for e in engines}
+    for name, choice in chosen.items():
+        if name in installed_kinds and choice is not selection:
+            used = choice.engine.id if choice.engine else "none"
+            print(f"using for {kinds.kind(name).title}: {used} ({choice.reason})")
     return EXIT_OK
 
 
