@@ -22,7 +22,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
-from lucebox.engine.engines import update
+from lucebox.engine.engines import updatestate
 from lucebox.engine.machine import systemd
 from lucebox.engine.run import runstate
 from lucebox.engine.run.servedsetmodels import ModelStatus, find_model
@@ -164,14 +164,14 @@ def _show(status: runstate.Status, args: argparse.Namespace, paths: Paths) -> No
         print(json.dumps(document, indent=None if args.watch else 2), flush=True)
     else:
         print(status_line(status, unit), flush=True)
-        state = update.read_state(paths)
+        state = updatestate.read_state(paths)
         if state is not None and state.auto_rollback is not None:
             print(f"engine rolled back by itself: {state.auto_rollback.why}", flush=True)
 
 
 def _engine_update(paths: Paths) -> dict[str, object] | None:
     """The last switch of the active build and, when lucebox took it back by itself, why."""
-    state = update.read_state(paths)
+    state = updatestate.read_state(paths)
     return state.to_json() if state is not None else None
 
 

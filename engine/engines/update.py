@@ -10,79 +10,24 @@ asks); an illegal instruction is not a reason, that death rebuilds one CPU basel
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
-from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.registry import EngineManifest, KindName, list_engines
+from lucebox.engine.engines.updatestate import (
+    AutoRollback,
+    UpdateState,
+    read_state,
+    write_state,
+)
 from lucebox.engine.machine import config
 
-STATE_NAME = "engine-update.json"
 ROLLBACK_WINDOW_STARTS = 3
 """A new build that gives up within this many starts after the switch is rolled back."""
 NOT_A_ROLLBACK = frozenset({"illegal-instruction"})
 """Deaths that are not the build's fault to roll back for (the CPU rebuild takes them)."""
-
-
-@dataclass(frozen=True)
-class AutoRollback:
-    """Why lucebox went back to the previous build by itself."""
-
-    from_id: str
-    to_id: str
-    code: str
-    """The death code the new build gave up with."""
-    at: str
-    why: str
-
-
-@dataclass(frozen=True)
-class UpdateState:
-    """The last switch of the active build: from which, to which, and what happened since."""
-
-    kind: KindName
-    previous_id: str
-    current_id: str
-    switched_at: str
-    starts: int = 0
-    """Starts of ``current_id`` since the switch."""
-    auto_rollback: AutoRollback | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> UpdateState:
-        auto = data.get("auto_rollback")
-        return cls(
-            kind=data["kind"],
-            previous_id=str(data["previous_id"]),
-            current_id=str(data["current_id"]),
-            switched_at=str(data.get("switched_at", "")),
-            starts=int(data.get("starts", 0)),
-            auto_rollback=AutoRollback(**auto) if auto else None,
-        )
-
-
-def state_file(paths: Paths) -> Path:
-    return paths.state_dir / STATE_NAME
-
-
-def read_state(paths: Paths) -> UpdateState | None:
-    try:
-        return UpdateState.from_json(json.loads(state_file(paths).read_text("utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def write_state(paths: Paths, state: UpdateState) -> None:
-    paths.ensure(paths.state_dir)
-    write_text_atomic(state_file(paths), json.dumps(state.to_json(), indent=2))
 
 
 def _now() -> str:
