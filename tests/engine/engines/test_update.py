@@ -9,9 +9,10 @@ import pytest
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths, resolve_paths
-from lucebox.engine.engines import install, kinds, update
+from lucebox.engine.engines import install, kinds, update, updatestate
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, list_engines
-from lucebox.engine.engines.update import UpdateState, rollback_decision
+from lucebox.engine.engines.update import rollback_decision
+from lucebox.engine.engines.updatestate import UpdateState
 from lucebox.engine.machine import config
 
 
@@ -108,7 +109,7 @@ def test_the_automatic_rollback_is_recorded_with_its_reason():
     why = update.roll_back_after_give_up(paths, "new", "exit-139")
     assert why is not None and "exit-139" in why
     assert config.load_settings(paths).engine_id == "old"
-    state = update.read_state(paths)
+    state = updatestate.read_state(paths)
     assert state is not None and state.auto_rollback is not None
     assert (state.auto_rollback.from_id, state.auto_rollback.to_id) == ("new", "old")
     assert state.to_json()["auto_rollback"]["code"] == "exit-139"
@@ -120,11 +121,11 @@ def test_the_state_file_is_written_whole(tmp_path: Path):
     paths = resolve_paths()
     update.activate(paths, "llama-server", "old", "new")
     assert [p.name for p in paths.state_dir.iterdir() if p.name.startswith(".")] == []
-    assert update.read_state(paths) == UpdateState(
+    assert updatestate.read_state(paths) == UpdateState(
         "llama-server",
         "old",
         "new",
-        update.read_state(paths).switched_at,  # type: ignore[union-attr]
+        updatestate.read_state(paths).switched_at,  # type: ignore[union-attr]
     )
 
 

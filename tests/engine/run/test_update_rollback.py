@@ -12,7 +12,7 @@ from tests.engine.run.test_supervisor import _prepared_on
 
 async def test_a_new_build_that_crash_loops_after_an_update_is_rolled_back_by_itself(tmp_path):
     from lucebox.engine import pipeline
-    from lucebox.engine.engines import update
+    from lucebox.engine.engines import update, updatestate
     from lucebox.engine.machine import config
     from tests.engine.engines.test_update import installed_engine
 
@@ -28,6 +28,6 @@ async def test_a_new_build_that_crash_loops_after_an_update_is_rolled_back_by_it
     assert events[-1].kind == "gave-up"
     assert "new crash-looped (exit-139)" in events[-1].message
     assert config.load_settings(paths).engine_id == "old"
-    state = update.read_state(paths)
+    state = updatestate.read_state(paths)
     assert state is not None and state.auto_rollback is not None
     assert state.auto_rollback.code == "exit-139"
