@@ -102,7 +102,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
     selection = chosen["llama-server"]
     in_use = {s.engine.id for s in chosen.values() if s.engine is not None}
     engines = registry.list_engines(paths)
-    fits = {e.id: cputarget.fit(e.cpu_target, host_cpu) for e in engines}
+    fits = {e.id: registry.cpu_fit(paths, e, host_cpu) for e in engines}
     if args.json:
         print_json(
             {
