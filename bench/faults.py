@@ -21,7 +21,7 @@ LUCEBOX_HOME, serving ``--model`` with its Lucebox ``--draft``), plus ``gpu-oom`
 (PyTorch) takes the card's memory while a long prompt is prefilled, and lucebox re-plans.
 
     .venv/bin/python -m bench.faults [--stop-s 120] [--work DIR] [--out FILE.json]
-    python3 -m bench.faults --engine lucebox --model T.gguf --draft D.gguf [--ctx 65536] [--only a,b]
+    python3 -m bench.faults --engine lucebox --model T.gguf --draft D.gguf [--ctx N] [--only a,b]
 """
 
 from __future__ import annotations
