@@ -455,32 +455,33 @@ time.sleep(float(sys.argv[2]))
 
 
 def gpu_oom(paths: Paths, model: Path, prompt_words: int, leave_mib: int) -> Outcome:
-    """A filler process takes all but ``leave_mib`` of GPU 0 while a long prompt is being
-    prefilled (the Lucebox engine allocates its rollback buffers on the first request): the
-    engine's out-of-memory death, lucebox's re-plan for the memory left, and the filler let go."""
+    """A filler process takes all but ``leave_mib`` of GPU 0's free memory while the engine
+    serves; then a long prompt comes (the Lucebox engine allocates its rollback buffers and
+    prefill scratch on a request, not at load): the engine's out-of-memory death, lucebox's
+    re-plan for the memory the engine's exit leaves, serving again beside the filler."""
     serve = Serve(paths.config_dir.parent, str(model), free_port())
     filler: subprocess.Popen[str] | None = None
     try:
         ready = serve.wait_ready()
         assert ready is not None, serve.output.read_text()
-        client = Client(serve.port, max_tokens=64, prompt="word " * prompt_words)
-        client.start()
-        time.sleep(0.5)  # the request is in the engine, prefilling
         filler = subprocess.Popen(
-            [sys.executable, "-c", FILLER, str(leave_mib), "90"],
+            [sys.executable, "-c", FILLER, str(leave_mib), "600"],
             stdout=subprocess.PIPE,
             text=True,
         )
+        assert filler.stdout is not None
+        held = filler.stdout.readline().strip()
+        client = Client(serve.port, max_tokens=64, prompt="word " * prompt_words)
+        client.start()
         hit = time.monotonic()
-        again = serve.wait_ready(restarts=1, wait_s=120)
+        again = serve.wait_ready(restarts=1, wait_s=150)
         back_s = time.monotonic() - hit if again is not None else None
         client.join(60)
         code, words = cause_of(again or serve.status())
         note = (
-            f"re-planned ctx {again.get('ctx')} (was {ready.get('ctx')}) with the filler holding "
-            f"all but {leave_mib} MiB"
+            f"the filler {held}; re-planned ctx {again.get('ctx')} (was {ready.get('ctx')})"
             if again
-            else f"not serving again within 120 s: {serve.said()}"
+            else f"the filler {held}; not serving again within 150 s: {serve.said()}"
         )
         return Outcome("gpu-oom", client.saw, code, words, back_s, note)
     finally:
@@ -539,7 +540,7 @@ def main() -> int:
     ]
     if args.engine == "lucebox":
         words = args.ctx // 3
-        entries.insert(2, ("gpu-oom", lambda: gpu_oom(paths, model, words, 256)))
+        entries.insert(2, ("gpu-oom", lambda: gpu_oom(paths, model, words, 512)))
     if args.only:
         wanted = args.only.split(",")
         entries = [entry for entry in entries if entry[0] in wanted]
