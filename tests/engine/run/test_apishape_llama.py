@@ -266,7 +266,7 @@ def test_qwen_template_thinks_by_default_on_llama_server_unless_shaped(built_eng
         thinking_on, thinking_off = "<think>\n", "<think>\n\n</think>\n\n"
         assert rendered("/health", chat, False).endswith(thinking_on)  # not shaped
         assert rendered("/v1/chat/completions", chat, False).endswith(thinking_off)
-        asks = [
+        asks: list[tuple[str, dict[str, Any]]] = [
             ("/v1/chat/completions", {"reasoning_effort": "high"}),
             ("/v1/messages", {"thinking": {"type": "enabled", "budget_tokens": 64}}),
             ("/v1/responses", {"reasoning": {"effort": "low"}}),
