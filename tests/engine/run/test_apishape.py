@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic.types
+import httpx
+import httpx2
+import openai
 import pytest
 from openai.types import Model
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
 from lucebox.engine.plan.chatdefaults import chat_defaults, thinking_default
@@ -24,8 +31,11 @@ from lucebox.engine.run.apishape import (
     shape_request,
     shape_response,
 )
+from tests.ports import free_port
+from tests.shapingtransport import ShapingTransport
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
+FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
 STREAM = (FIXTURES / "plain.stream.txt").read_bytes()
 REPLY = (FIXTURES / "plain.reply.json").read_bytes()
 
@@ -274,3 +284,49 @@ def test_chat_defaults_per_family(kind, arch, template, thinking):
     assert thinking_default(arch) is thinking
     assert chat_defaults("llama-server", "llama", False).template == "chatml"
     assert chat_defaults("llama-server", "gemma3", False, "gemma").template == "builtin:gemma"
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path) -> Iterator[str]:
+    """tests/luceboxfake.py serving the recorded replies, as the engine would on ``port``."""
+    port = free_port()
+    env = {"FAKE_REQUESTS": str(tmp_path / "requests.txt"), "PATH": ""}
+    argv = [sys.executable, str(FAKE), str(tmp_path / "m.gguf"), "--port", str(port)]
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_sdk_stream_over_the_lucebox_engine_fake(fake_engine):
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
+    raw = openai.OpenAI(base_url=f"{fake_engine}/v1", api_key="none", max_retries=0)
+    with pytest.raises(IndexError):  # a client reading choices[0] meets the usage chunk
+        for chunk in raw.chat.completions.create(model="tiny", messages=messages, stream=True):
+            assert chunk.choices[0].index == 0
+    client = httpx2.Client(transport=ShapingTransport("lucebox", "tiny"), timeout=60)
+    oai = openai.OpenAI(
+        base_url=f"{fake_engine}/v1", api_key="none", max_retries=0, http_client=client
+    )
+    chunks = list(oai.chat.completions.create(model="tiny", messages=messages, stream=True))
+    deltas = [c.choices[0].delta for c in chunks]
+    assert deltas[0].content == "" and "".join(d.content or "" for d in deltas).strip()
+    asked = list(
+        oai.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert [c.usage is not None for c in asked].count(True) == 1 and asked[-1].usage

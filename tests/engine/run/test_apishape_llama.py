@@ -2,10 +2,7 @@
 is sent as the engine gets it without shaping (proving what it lacks) and through the shapers
 the way lucebox's front passes it, read by the official `openai` and `anthropic` SDKs.
 
-``ShapingTransport`` is the front's hook in miniature: a transport of the SDKs' HTTP client
-(httpx2) that passes each
-request body through ``shape_request`` and each reply through ``shape_response`` or a
-``StreamShaper`` fed the engine's bytes as they arrive.
+``tests/shapingtransport.py`` is the front's hook in miniature.
 """
 
 from __future__ import annotations
@@ -25,57 +22,14 @@ from lucebox.engine.run.apishape import (
     ShapeContext,
     StreamShaper,
     shape_request,
-    shape_response,
 )
 from tests.conftest import run_lucebox
 from tests.engineserver import RunningServer, running_server
+from tests.shapingtransport import ShapingTransport
 
 pytestmark = pytest.mark.slow
 
 ALIAS = "smol"
-HOP_HEADERS = ("content-length", "transfer-encoding", "connection", "content-encoding")
-
-
-class ShapedStream(httpx2.SyncByteStream):
-    def __init__(self, upstream: httpx2.Response, shaper: StreamShaper) -> None:
-        self.upstream, self.shaper = upstream, shaper
-
-    def __iter__(self) -> Iterator[bytes]:
-        for piece in self.upstream.iter_raw():
-            yield self.shaper.feed(piece)
-        yield self.shaper.close()
-
-    def close(self) -> None:
-        self.upstream.close()
-
-
-class ShapingTransport(httpx2.BaseTransport):
-    """Shapes what passes to and from llama-server; each request on a fresh connection
-    (llama-server drops a kept-alive one after a stream)."""
-
-    def __init__(self, thinking_default: bool | None = False) -> None:
-        self.inner = httpx2.HTTPTransport()
-        self.thinking_default = thinking_default
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        ctx = ShapeContext("llama-server", request.url.path, ALIAS, 2048, self.thinking_default)
-        body = shape_request(ctx, request.read())
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_HEADERS]
-        upstream = self.inner.handle_request(
-            httpx2.Request(
-                request.method,
-                request.url,
-                headers=[*headers, ("connection", "close")],
-                content=body,
-            )
-        )
-        kept = [(k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS]
-        if upstream.headers.get("content-type", "").startswith("text/event-stream"):
-            stream = ShapedStream(upstream, StreamShaper(ctx, body))
-            return httpx2.Response(upstream.status_code, headers=kept, stream=stream)
-        content = shape_response(ctx, upstream.status_code, upstream.read())
-        upstream.close()
-        return httpx2.Response(upstream.status_code, headers=kept, content=content)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +46,7 @@ def server(built_engine_home: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def oai(server):
-    client = httpx2.Client(transport=ShapingTransport(), timeout=300)
+    client = httpx2.Client(transport=ShapingTransport("llama-server", ALIAS), timeout=300)
     return openai.OpenAI(
         base_url=f"{server.url}/v1", api_key="none", max_retries=0, http_client=client
     )
@@ -100,7 +54,7 @@ def oai(server):
 
 @pytest.fixture
 def claude(server):
-    client = httpx2.Client(transport=ShapingTransport(), timeout=300)
+    client = httpx2.Client(transport=ShapingTransport("llama-server", ALIAS), timeout=300)
     return anthropic.Anthropic(
         base_url=server.url, api_key="none", max_retries=0, http_client=client
     )
