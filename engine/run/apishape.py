@@ -27,7 +27,8 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
   which both engines read; an Anthropic ``thinking`` or a ``reasoning_effort`` the client sent
   is spelled the same way, so llama-server honours it as the Lucebox engine does.
 - ``/v1/models``: one document on both engines, with ``context_length``
-  (:func:`models_document`).
+  (:func:`models_document`; llama-server's has none, and names its model by path when no
+  alias is given).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
 RESPONSES_PATH = "/v1/responses"
+MODELS_PATH = "/v1/models"
 SHAPED_PATHS = (CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH)
 RESPONSES_UNREAD = (
     "store",
@@ -92,9 +94,14 @@ def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
 
 
 def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
-    """The JSON reply the client gets (an error, or a body that is not JSON, passes)."""
+    """The JSON reply the client gets (an error, or a body that is not JSON, passes);
+    ``/v1/models`` is lucebox's own document for the served model."""
     doc = _json_object(body)
-    if status != 200 or doc is None or ctx.path != MESSAGES_PATH:
+    if status != 200 or doc is None:
+        return body
+    if ctx.path == MODELS_PATH:
+        return _dump(models_document({ctx.model_id: ctx.context_length}, _created_s(doc)))
+    if ctx.path != MESSAGES_PATH:
         return body
     message_id = doc.get("id")
     if not isinstance(message_id, str) or message_id.startswith("msg_"):
@@ -341,6 +348,14 @@ def _response_format(text: Any) -> dict[str, Any] | None:
         return None
     schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
     return {"type": "json_schema", "json_schema": schema}
+
+
+def _created_s(models: Mapping[str, Any]) -> int:
+    """When the engine says its model was made (0 when it does not)."""
+    data = models.get("data")
+    first = data[0] if isinstance(data, list) and data else None
+    created = first.get("created") if isinstance(first, dict) else None
+    return _count(created) or 0
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

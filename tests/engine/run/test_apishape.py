@@ -267,6 +267,9 @@ def test_models_document_validates_and_carries_context():
     assert [m.id for m in models] == ["qwen3.6-27b", "smol"]
     assert [entry["context_length"] for entry in doc["data"]] == [65536, 4096]
     assert doc["object"] == "list"
+    engine_doc = b'{"object":"list","data":[{"id":"dflash","created":1700000000}]}'
+    shaped = json.loads(shape_response(ctx("/v1/models"), 200, engine_doc))
+    assert shaped == models_document({"tiny": 4096}, created_s=1700000000)
 
 
 @pytest.mark.parametrize(

@@ -227,3 +227,11 @@ def test_qwen_template_thinks_by_default_on_llama_server_unless_shaped(built_eng
         ]
         for path, ask in asks:
             assert rendered(path, {**chat, **ask}, False).endswith(thinking_on), ask
+
+
+def test_models_list_names_the_model_with_its_context(server, oai):
+    raw = httpx.get(f"{server.url}/v1/models", timeout=30).json()
+    assert "context_length" not in raw["data"][0]
+    models = list(oai.models.list())
+    assert [m.id for m in models] == [ALIAS]
+    assert models[0].model_extra == {"context_length": 2048}
