@@ -23,7 +23,6 @@ from openai.types import Model
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
-from lucebox.engine.plan.chatdefaults import chat_defaults, thinking_default
 from lucebox.engine.run.apishape import (
     ShapeContext,
     StreamShaper,
@@ -270,23 +269,6 @@ def test_models_document_validates_and_carries_context():
     engine_doc = b'{"object":"list","data":[{"id":"dflash","created":1700000000}]}'
     shaped = json.loads(shape_response(ctx("/v1/models"), 200, engine_doc))
     assert shaped == models_document({"tiny": 4096}, created_s=1700000000)
-
-
-@pytest.mark.parametrize(
-    ("kind", "arch", "template", "thinking"),
-    [
-        ("llama-server", "qwen35", "gguf", False),
-        ("lucebox", "qwen35", "builtin:qwen35", False),
-        ("lucebox", "gemma4", "builtin:gemma4", False),
-        ("llama-server", "llama", "gguf", None),
-    ],
-)
-def test_chat_defaults_per_family(kind, arch, template, thinking):
-    chosen = chat_defaults(kind, arch, has_gguf_template=True)
-    assert (chosen.template, chosen.thinking_default) == (template, thinking)
-    assert thinking_default(arch) is thinking
-    assert chat_defaults("llama-server", "llama", False).template == "chatml"
-    assert chat_defaults("llama-server", "gemma3", False, "gemma").template == "builtin:gemma"
 
 
 @pytest.fixture
