@@ -27,8 +27,9 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
   which both engines read; an Anthropic ``thinking`` or a ``reasoning_effort`` the client sent
   is spelled the same way, so llama-server honours it as the Lucebox engine does.
 - ``/v1/models``: one document on both engines, with ``context_length``
-  (:func:`models_document`; llama-server's has none, and names its model by path when no
-  alias is given).
+  (:func:`models_document`; llama-server's has none). The Lucebox engine's Codex-only
+  schema (``?client_version=``) is replaced too: its ``default_reasoning_level`` would turn
+  thinking on for Codex on that engine alone.
 """
 
 from __future__ import annotations
