@@ -83,13 +83,14 @@ def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
     """The request body the engine gets; a body that is not a JSON object passes unchanged
     (the engine answers it as it would)."""
     doc = _json_object(body)
-    if ctx.path not in SHAPED_PATHS or doc is None:
+    endpoint = api_endpoint(ctx.path)
+    if endpoint not in SHAPED_PATHS or doc is None:
         return body
     shaped = _with_thinking(doc, ctx.thinking_default)
     if "reasoning" in shaped and shaped["reasoning"] is None:
         # The Lucebox engine turns thinking on for any "reasoning" key, null too.
         shaped = {k: v for k, v in shaped.items() if k != "reasoning"}
-    if ctx.path == RESPONSES_PATH:
+    if endpoint == RESPONSES_PATH:
         shaped = _responses_request(ctx.engine, shaped)
     return body if shaped == doc else _dump(shaped)
 
@@ -98,16 +99,22 @@ def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
     """The JSON reply the client gets (an error, or a body that is not JSON, passes);
     ``/v1/models`` is lucebox's own document for the served model."""
     doc = _json_object(body)
+    endpoint = api_endpoint(ctx.path)
     if status != 200 or doc is None:
         return body
-    if ctx.path == MODELS_PATH:
+    if endpoint == MODELS_PATH:
         return _dump(models_document({ctx.model_id: ctx.context_length}, _created_s(doc)))
-    if ctx.path != MESSAGES_PATH:
+    if endpoint != MESSAGES_PATH:
         return body
     message_id = doc.get("id")
     if not isinstance(message_id, str) or message_id.startswith("msg_"):
         return body
     return _dump({**doc, "id": anthropic_id(message_id)})
+
+
+def api_endpoint(path: str) -> str:
+    """The ``/v1`` name of an API path (llama-server also answers them without ``/v1``)."""
+    return path if path.startswith("/v1/") else "/v1" + path
 
 
 def anthropic_id(engine_id: str) -> str:
@@ -184,7 +191,7 @@ class StreamShaper:
         return b"\n".join(lines) + b"\n\n"
 
     def _shape(self, doc: dict[str, Any]) -> dict[str, Any] | None:
-        path = self._ctx.path
+        path = api_endpoint(self._ctx.path)
         if path == CHAT_PATH:
             return self._chat_chunk(doc)
         if path == MESSAGES_PATH:
@@ -211,7 +218,7 @@ class StreamShaper:
     def _done(self) -> bytes:
         """The usage chunk owed before ``[DONE]``: asked for, none sent, and the stream's
         ``timings`` say the counts (llama-server's names)."""
-        if self._ctx.path != CHAT_PATH or not self._usage_asked or self._usage_sent:
+        if api_endpoint(self._ctx.path) != CHAT_PATH or not self._usage_asked or self._usage_sent:
             return b""
         usage = _usage_from_timings(self._timings)
         if usage is None:

@@ -168,8 +168,9 @@ def test_lucebox_anthropic_ids_stay_and_responses_events_validate():
 
 
 def test_anthropic_ids_become_msg_ids():
-    reply = shape_response(ctx("/v1/messages", "llama-server"), 200, b'{"id":"chatcmpl-Ab1"}')
-    assert json.loads(reply)["id"] == "msg_Ab1"
+    for path in ("/v1/messages", "/messages"):
+        reply = shape_response(ctx(path, "llama-server"), 200, b'{"id":"chatcmpl-Ab1"}')
+        assert json.loads(reply)["id"] == "msg_Ab1"
     start = b'data: {"type":"message_start","message":{"id":"chatcmpl-Ab1"}}\n\n'
     out = shaped_stream(ctx("/v1/messages", "llama-server"), {}, start)
     assert json.loads(data_of(out)[0])["message"]["id"] == "msg_Ab1"
