@@ -13,6 +13,7 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan import measurements, speculation
+from lucebox.engine.plan.chatdefaults import chat_defaults
 from lucebox.engine.plan.enginechoice import EngineChoice
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch, server_argv, server_env
@@ -141,6 +142,12 @@ class LaunchPlan:
             "command": self.command,
             "refusal": str(self.refusal) if self.refusal else None,
             "vision": self.vision.to_json(),
+            "chat": chat_defaults(
+                self.engine_kind,
+                self.target.facts.architecture,
+                self.target.info is None or self.target.info.has_chat_template,
+                self.server.chat_template,
+            ).to_json(),
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
         }

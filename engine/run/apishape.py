@@ -1,0 +1,382 @@
+"""The API agents send, normalized where an engine lacks it: pure request and reply shaping.
+
+lucebox's front door passes each request body through :func:`shape_request`, each JSON reply
+through :func:`shape_response` and each SSE stream through one :class:`StreamShaper`, so the
+same client sees the same API on llama-server and on the Lucebox engine (``dflash_server``).
+Bytes in, bytes out, no I/O; what nothing changes is passed on byte for byte.
+
+What is normalized, and which engine lacks it (``reference/*-contract.md``, measured here):
+
+- ``stream_options.include_usage``: one usage chunk before ``[DONE]`` when asked, none when
+  not. The Lucebox engine ignores the option and always sends one (a chunk with empty
+  ``choices`` that breaks clients reading ``choices[0]``); where an engine sends none although
+  asked, one is made from the stream's ``timings``.
+- Responses: input items with a role and no ``type`` are messages (llama-server refuses an
+  assistant one with 400); reasoning items an engine cannot replay are dropped (llama-server
+  refuses one without content, the Lucebox engine reads it as an empty user turn);
+  ``text.format`` becomes ``response_format`` where the engine honours it (llama-server) and
+  is dropped where it does not; fields no engine reads (``store``, ``include``, ...) are not
+  passed on (llama-server copies unknown fields into its sampling parameters); a null
+  ``reasoning`` is dropped (the Lucebox engine turns thinking on for any ``reasoning`` key).
+  Stream events get the ``output_index``, ``content_index``, ``sequence_number`` and text
+  ``logprobs`` an engine leaves out (the official SDK's models and stream helper need them).
+- Anthropic: message ids are ``msg_...`` (llama-server sends ``chatcmpl-...``).
+- No ``null`` content in OpenAI stream deltas (llama-server's first delta has one).
+- Thinking: a request that does not say gets the model's planned default
+  (:mod:`lucebox.engine.plan.chatdefaults`), set as ``chat_template_kwargs.enable_thinking``,
+  which both engines read; an Anthropic ``thinking`` or a ``reasoning_effort`` the client sent
+  is spelled the same way, so llama-server honours it as the Lucebox engine does.
+- ``/v1/models``: one document on both engines, with ``context_length``
+  (:func:`models_document`; llama-server's has none). The Lucebox engine's Codex-only
+  schema (``?client_version=``) is replaced too: its ``default_reasoning_level`` would turn
+  thinking on for Codex on that engine alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lucebox.engine.engines.registry import KindName
+
+CHAT_PATH = "/v1/chat/completions"
+MESSAGES_PATH = "/v1/messages"
+RESPONSES_PATH = "/v1/responses"
+MODELS_PATH = "/v1/models"
+SHAPED_PATHS = (CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH)
+RESPONSES_UNREAD = (
+    "store",
+    "include",
+    "prompt_cache_key",
+    "service_tier",
+    "client_metadata",
+    "metadata",
+    "safety_identifier",
+    "user",
+    "truncation",
+    "background",
+    "top_logprobs",
+)
+"""Responses fields neither engine reads; llama-server would copy them into its sampling
+parameters (``top_logprobs`` without ``logprobs`` is a 400 there)."""
+
+
+@dataclass(frozen=True)
+class ShapeContext:
+    """What a transform may know about the request it shapes."""
+
+    engine: KindName
+    path: str
+    """The request path without its query, e.g. ``/v1/responses``."""
+    model_id: str
+    context_length: int
+    """The planned context, in tokens."""
+    thinking_default: bool | None
+    """Whether the model thinks when a request does not say; None leaves it to the template
+    (:func:`lucebox.engine.plan.chatdefaults.thinking_default`)."""
+
+
+def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
+    """The request body the engine gets; a body that is not a JSON object passes unchanged
+    (the engine answers it as it would)."""
+    doc = _json_object(body)
+    endpoint = api_endpoint(ctx.path)
+    if endpoint not in SHAPED_PATHS or doc is None:
+        return body
+    shaped = _with_thinking(doc, ctx.thinking_default)
+    if "reasoning" in shaped and shaped["reasoning"] is None:
+        # The Lucebox engine turns thinking on for any "reasoning" key, null too.
+        shaped = {k: v for k, v in shaped.items() if k != "reasoning"}
+    if endpoint == RESPONSES_PATH:
+        shaped = _responses_request(ctx.engine, shaped)
+    return body if shaped == doc else _dump(shaped)
+
+
+def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
+    """The JSON reply the client gets (an error, or a body that is not JSON, passes);
+    ``/v1/models`` is lucebox's own document for the served model."""
+    doc = _json_object(body)
+    endpoint = api_endpoint(ctx.path)
+    if status != 200 or doc is None:
+        return body
+    if endpoint == MODELS_PATH:
+        return _dump(models_document({ctx.model_id: ctx.context_length}, _created_s(doc)))
+    if endpoint != MESSAGES_PATH:
+        return body
+    message_id = doc.get("id")
+    if not isinstance(message_id, str) or message_id.startswith("msg_"):
+        return body
+    return _dump({**doc, "id": anthropic_id(message_id)})
+
+
+def api_endpoint(path: str) -> str:
+    """The ``/v1`` name of an API path (llama-server also answers them without ``/v1``)."""
+    return path if path.startswith("/v1/") else "/v1" + path
+
+
+def anthropic_id(engine_id: str) -> str:
+    """An Anthropic message id (``msg_...``) for an engine's reply id, stable per reply."""
+    for prefix in ("chatcmpl-", "chatcmpl_"):
+        if engine_id.startswith(prefix):
+            return "msg_" + engine_id[len(prefix) :]
+    return "msg_" + engine_id
+
+
+def models_document(ctx_by_model: Mapping[str, int], created_s: int = 0) -> dict[str, Any]:
+    """``/v1/models`` for the served models (model id -> planned context in tokens), the same
+    on both engines; ``context_length`` is what Open WebUI and agents read for the window."""
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": model_id,
+                "object": "model",
+                "created": created_s,
+                "owned_by": "lucebox",
+                "context_length": context_tokens,
+            }
+            for model_id, context_tokens in ctx_by_model.items()
+        ],
+    }
+
+
+class StreamShaper:
+    """Shapes one streamed reply: SSE bytes in any split, shaped SSE bytes out."""
+
+    def __init__(self, ctx: ShapeContext, request_body: bytes) -> None:
+        self._ctx = ctx
+        request = _json_object(request_body) or {}
+        options = request.get("stream_options")
+        self._usage_asked = isinstance(options, dict) and options.get("include_usage") is True
+        self._usage_sent = False
+        self._last_chunk: dict[str, Any] = {}
+        self._timings: dict[str, Any] = {}
+        self._pending = b""
+        self._sequence = 0
+        self._item_ids: list[str] = []
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The shaped events completed by ``chunk``; a partial event waits for the rest."""
+        self._pending = (self._pending + chunk).replace(b"\r\n", b"\n")
+        *events, self._pending = self._pending.split(b"\n\n")
+        return b"".join(self._event(event) for event in events)
+
+    def close(self) -> bytes:
+        """What is still owed when the engine's stream ends: an event left without its blank
+        line, as it came."""
+        rest, self._pending = self._pending, b""
+        return rest
+
+    def _event(self, event: bytes) -> bytes:
+        raw = event + b"\n\n"
+        lines = event.split(b"\n")
+        data_at = [i for i, line in enumerate(lines) if line.startswith(b"data:")]
+        if len(data_at) != 1:
+            return raw
+        payload = lines[data_at[0]][len(b"data:") :].strip()
+        if payload == b"[DONE]":
+            return self._done() + raw
+        doc = _json_object(payload)
+        if doc is None:
+            return raw
+        shaped = self._shape(doc)
+        if shaped is None:
+            return b""
+        if shaped == doc:
+            return raw
+        lines[data_at[0]] = b"data: " + _dump(shaped)
+        return b"\n".join(lines) + b"\n\n"
+
+    def _shape(self, doc: dict[str, Any]) -> dict[str, Any] | None:
+        path = api_endpoint(self._ctx.path)
+        if path == CHAT_PATH:
+            return self._chat_chunk(doc)
+        if path == MESSAGES_PATH:
+            return _anthropic_event(doc)
+        if path == RESPONSES_PATH:
+            return self._responses_event(doc)
+        return doc
+
+    def _chat_chunk(self, doc: dict[str, Any]) -> dict[str, Any] | None:
+        if isinstance(doc.get("timings"), dict):
+            self._timings = doc["timings"]
+        choices = doc.get("choices")
+        if choices == [] and isinstance(doc.get("usage"), dict):
+            if not self._usage_asked or self._usage_sent:
+                return None
+            self._usage_sent = True
+            return doc
+        if not isinstance(choices, list):
+            return doc
+        self._last_chunk = doc
+        shaped = [_choice_without_null(choice) for choice in choices]
+        return doc if shaped == choices else {**doc, "choices": shaped}
+
+    def _done(self) -> bytes:
+        """The usage chunk owed before ``[DONE]``: asked for, none sent, and the stream's
+        ``timings`` say the counts (llama-server's names)."""
+        if api_endpoint(self._ctx.path) != CHAT_PATH or not self._usage_asked or self._usage_sent:
+            return b""
+        usage = _usage_from_timings(self._timings)
+        if usage is None:
+            return b""
+        self._usage_sent = True
+        chunk: dict[str, Any] = {
+            key: self._last_chunk[key]
+            for key in ("id", "object", "created", "model")
+            if key in self._last_chunk
+        }
+        return b"data: " + _dump({**chunk, "choices": [], "usage": usage}) + b"\n\n"
+
+    def _responses_event(self, doc: dict[str, Any]) -> dict[str, Any]:
+        shaped = {"sequence_number": self._sequence, **doc}
+        self._sequence += 1
+        item = doc.get("item")
+        item_id = item.get("id") if isinstance(item, dict) else doc.get("item_id")
+        if isinstance(item_id, str) and "output_index" not in doc:
+            if item_id not in self._item_ids:
+                self._item_ids.append(item_id)
+            shaped["output_index"] = self._item_ids.index(item_id)
+        kind = str(shaped.get("type", ""))
+        if kind.startswith(("response.content_part.", "response.output_text.")):
+            shaped.setdefault("content_index", 0)
+        if kind in ("response.output_text.delta", "response.output_text.done"):
+            shaped.setdefault("logprobs", [])
+        return shaped
+
+
+def _anthropic_event(doc: dict[str, Any]) -> dict[str, Any]:
+    message = doc.get("message")
+    if doc.get("type") != "message_start" or not isinstance(message, dict):
+        return doc
+    message_id = message.get("id")
+    if not isinstance(message_id, str) or message_id.startswith("msg_"):
+        return doc
+    return {**doc, "message": {**message, "id": anthropic_id(message_id)}}
+
+
+def _choice_without_null(choice: Any) -> Any:
+    """A stream choice whose delta has no null content: the role's first delta gets "" (as
+    OpenAI sends it), any other drops the key."""
+    if not isinstance(choice, dict) or not isinstance(choice.get("delta"), dict):
+        return choice
+    delta = choice["delta"]
+    if "role" in delta and delta.get("content") is None:
+        return {**choice, "delta": {**delta, "content": ""}}
+    if "content" in delta and delta["content"] is None:
+        return {**choice, "delta": {k: v for k, v in delta.items() if k != "content"}}
+    return choice
+
+
+def _usage_from_timings(timings: Mapping[str, Any]) -> dict[str, Any] | None:
+    prompt, cached, predicted = (
+        _count(timings.get(k)) for k in ("prompt_n", "cache_n", "predicted_n")
+    )
+    if prompt is None or predicted is None:
+        return None
+    cached_tokens = cached or 0
+    prompt_tokens = prompt + cached_tokens
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": predicted,
+        "total_tokens": prompt_tokens + predicted,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def _asked_thinking(doc: Mapping[str, Any]) -> bool | None:
+    """Whether the request asks for thinking, in any spelling both engines know; None when it
+    does not say."""
+    kwargs = doc.get("chat_template_kwargs")
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("enable_thinking"), bool):
+        return bool(kwargs["enable_thinking"])
+    thinking = doc.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled"):
+        return bool(thinking["type"] == "enabled")
+    reasoning = doc.get("reasoning")
+    if isinstance(reasoning, dict):
+        return reasoning.get("effort") != "none"
+    effort = doc.get("reasoning_effort")
+    if isinstance(effort, str):
+        return effort != "none"
+    return None
+
+
+def _with_thinking(doc: dict[str, Any], default: bool | None) -> dict[str, Any]:
+    asked = _asked_thinking(doc)
+    wanted = default if asked is None else asked
+    kwargs = doc.get("chat_template_kwargs")
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    if wanted is None or kwargs.get("enable_thinking") is wanted:
+        return doc
+    return {**doc, "chat_template_kwargs": {**kwargs, "enable_thinking": wanted}}
+
+
+def _responses_request(engine: KindName, doc: dict[str, Any]) -> dict[str, Any]:
+    shaped = {k: v for k, v in doc.items() if k not in RESPONSES_UNREAD and k != "text"}
+    response_format = _response_format(doc.get("text"))
+    if engine == "llama-server" and response_format is not None:
+        shaped.setdefault("response_format", response_format)
+    items = doc.get("input")
+    if isinstance(items, list):
+        shaped["input"] = [_typed_item(item) for item in items if not _unreplayable(engine, item)]
+    return shaped
+
+
+def _typed_item(item: Any) -> Any:
+    """A role-and-content item without ``type`` is a message (the Responses API's easy form)."""
+    if isinstance(item, dict) and "type" not in item and "role" in item:
+        return {**item, "type": "message"}
+    return item
+
+
+def _unreplayable(engine: KindName, item: Any) -> bool:
+    """A reasoning item the engine cannot take back: any on the Lucebox engine, one without
+    reasoning text on llama-server."""
+    if not isinstance(item, dict) or item.get("type") != "reasoning":
+        return False
+    if engine != "llama-server":
+        return True
+    content = item.get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    return not (isinstance(first, dict) and isinstance(first.get("text"), str))
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    """Chat Completions' ``response_format`` for a Responses ``text.format``."""
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") != "json_schema":
+        return None
+    schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _created_s(models: Mapping[str, Any]) -> int:
+    """When the engine says its model was made (0 when it does not)."""
+    data = models.get("data")
+    first = data[0] if isinstance(data, list) and data else None
+    created = first.get("created") if isinstance(first, dict) else None
+    return _count(created) or 0
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dump(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
