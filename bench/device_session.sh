@@ -10,6 +10,9 @@
 #   restore   a later lease: unpack the carried engines into LUCEBOX_HOME (no build).
 # LUCEBOX_HOME is .devrun/home (bench/device_env.sh), so every bench/device_*.sh finds them.
 set -uo pipefail
+# No network there: the web UI's node wheel must fail at once, not after pip's retries (that
+# stalled llama.cpp's build for minutes at 10%).
+export PIP_NO_INDEX=1
 source bench/device_env.sh
 C=$PWD/.devrun/carry
 H=$LUCEBOX_HOME
