@@ -16,7 +16,12 @@ entry mounts a 1 MiB tmpfs over the slots folder (root only; skipped otherwise, 
 SIGILL starts lucebox's rebuild for the baseline below; the entry stops there and reports it
 (a rebuild takes many minutes on this machine).
 
+With ``--engine lucebox`` the same entries run against the Lucebox engine on the GPU (installed in
+LUCEBOX_HOME, serving ``--model`` with its Lucebox ``--draft``), plus ``gpu-oom``: a filler process
+(PyTorch) takes the card's memory while a long prompt is prefilled, and lucebox re-plans.
+
     .venv/bin/python -m bench.faults [--stop-s 120] [--work DIR] [--out FILE.json]
+    python3 -m bench.faults --engine lucebox --model T.gguf --draft D.gguf [--ctx N] [--only a,b]
 """
 
 from __future__ import annotations
@@ -51,7 +56,20 @@ from tests.ports import free_port
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
 
-READY_WAIT_S = 120.0
+READY_WAIT_S = 180.0
+
+
+@dataclass
+class Setup:
+    """What every entry serves with; --engine lucebox sets the GPU engine's."""
+
+    serve_args: list[str] = field(default_factory=lambda: ["--ctx", "2048", "--cache", "agent"])
+    client_max_tokens: int = 100_000
+    """The long reply the mid-stream entries ask for (the Lucebox engine refuses one past its
+    context)."""
+
+
+SETUP = Setup()
 TOKENS_BEFORE_FAULT = 20
 """Streamed lines the client has received when the fault comes: it is decoding by then."""
 
@@ -70,17 +88,19 @@ class Outcome:
 class Client(threading.Thread):
     """A long streamed generation that waits as long as it takes."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *, max_tokens: int = 100_000, prompt: str = "") -> None:
         super().__init__(daemon=True)
         self.port = port
+        self.max_tokens = max_tokens
+        self.prompt = prompt or "Count from one to ten thousand."
         self.lines = 0
         self.decoding = threading.Event()
         self.saw = "nothing yet"
 
     def run(self) -> None:
         body = {
-            "messages": [{"role": "user", "content": "Count from one to ten thousand."}],
-            "max_tokens": 100_000,
+            "messages": [{"role": "user", "content": self.prompt}],
+            "max_tokens": self.max_tokens,
             "stream": True,
         }
         url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
@@ -106,7 +126,7 @@ class Serve:
         self.port = port
         self.output = home / f"serve-{port}.out"
         argv = [sys.executable, "-m", "lucebox.app.cli", "serve", "--model", model]
-        argv += ["--port", str(port), "--ctx", "2048", "--cache", "agent"]
+        argv += ["--port", str(port), *SETUP.serve_args]
         with self.output.open("w") as out:
             self.proc = subprocess.Popen(
                 argv, env=env_of(home), stdout=out, stderr=subprocess.STDOUT
@@ -236,7 +256,7 @@ def mid_stream(paths: Paths, model: Path, signum: int, stop_s: float) -> Outcome
     try:
         ready = serve.wait_ready()
         assert ready is not None, serve.output.read_text()
-        client = Client(serve.port)
+        client = Client(serve.port, max_tokens=SETUP.client_max_tokens)
         client.start()
         client.decoding.wait(60)
         os.kill(int(ready["engine_pid"]), signum)
@@ -289,10 +309,10 @@ def sigill(paths: Paths, model: Path) -> Outcome:
         serve.stop()
 
 
-def truncated(paths: Paths, work: Path) -> Outcome:
+def truncated(paths: Paths, model: Path, work: Path) -> Outcome:
     """The served model file cut to a quarter while it serves, then a request."""
     copy = work / "truncate-me.gguf"
-    shutil.copy(smol_model(), copy)
+    shutil.copy(model, copy)
     serve = Serve(paths.config_dir.parent, str(copy), free_port())
     try:
         assert serve.wait_ready() is not None, serve.output.read_text()
@@ -397,7 +417,7 @@ def binary_removed(paths: Paths, model: Path) -> Outcome:
         assert ready is not None, serve.output.read_text()
         binary = Path(psutil_exe(int(ready["engine_pid"])))
         binary.rename(binary.with_name(binary.name + ".away"))
-        client = Client(serve.port)
+        client = Client(serve.port, max_tokens=SETUP.client_max_tokens)
         client.start()
         client.decoding.wait(60)
         os.kill(int(ready["engine_pid"]), signal.SIGKILL)
@@ -419,6 +439,57 @@ def binary_removed(paths: Paths, model: Path) -> Outcome:
             binary.with_name(binary.name + ".away").rename(binary)
 
 
+FILLER = """
+import sys, time, torch
+leave = int(sys.argv[1]) << 20
+held = []
+while True:
+    free, _ = torch.cuda.mem_get_info(0)
+    if free <= leave + (64 << 20):
+        break
+    size = min(free - leave, 1 << 30)
+    held.append(torch.empty(size, dtype=torch.uint8, device="cuda:0"))
+print("held", sum(t.numel() for t in held) >> 20, "MiB", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def gpu_oom(paths: Paths, model: Path, prompt_words: int, leave_mib: int) -> Outcome:
+    """A filler process takes all but ``leave_mib`` of GPU 0 while a long prompt is being
+    prefilled (the Lucebox engine allocates its rollback buffers on the first request): the
+    engine's out-of-memory death, lucebox's re-plan for the memory left, and the filler let go."""
+    serve = Serve(paths.config_dir.parent, str(model), free_port())
+    filler: subprocess.Popen[str] | None = None
+    try:
+        ready = serve.wait_ready()
+        assert ready is not None, serve.output.read_text()
+        client = Client(serve.port, max_tokens=64, prompt="word " * prompt_words)
+        client.start()
+        time.sleep(0.5)  # the request is in the engine, prefilling
+        filler = subprocess.Popen(
+            [sys.executable, "-c", FILLER, str(leave_mib), "90"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        hit = time.monotonic()
+        again = serve.wait_ready(restarts=1, wait_s=120)
+        back_s = time.monotonic() - hit if again is not None else None
+        client.join(60)
+        code, words = cause_of(again or serve.status())
+        note = (
+            f"re-planned ctx {again.get('ctx')} (was {ready.get('ctx')}) with the filler holding "
+            f"all but {leave_mib} MiB"
+            if again
+            else f"not serving again within 120 s: {serve.said()}"
+        )
+        return Outcome("gpu-oom", client.saw, code, words, back_s, note)
+    finally:
+        if filler is not None:
+            filler.kill()
+            filler.wait()
+        serve.stop()
+
+
 def psutil_exe(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/exe")
 
@@ -433,18 +504,45 @@ def main() -> int:
     )
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("bench/results/cpu-faults.json"))
+    parser.add_argument(
+        "--engine",
+        choices=("llama-server", "lucebox"),
+        default="llama-server",
+        help="lucebox: the Lucebox engine on the GPU, installed in LUCEBOX_HOME (--model and "
+        "--draft needed); llama-server: the test suite's CPU build with SmolLM2",
+    )
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--draft", type=Path, default=None)
+    parser.add_argument("--ctx", type=int, default=65536, help="the Lucebox engine's context")
+    parser.add_argument("--only", default="", help="comma-separated entries to run")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lucebox-faults-"))
-    paths, model = make_home(work / "home")
+    if args.engine == "lucebox":
+        if args.model is None or args.draft is None:
+            parser.error("--engine lucebox needs --model and --draft")
+        paths = resolve_paths(dict(os.environ))
+        ensure_api_key_file(paths)
+        model = args.model.resolve()
+        SETUP.serve_args = ["--engine", "lucebox", "--draft", str(args.draft.resolve())]
+        SETUP.serve_args += ["--ctx", str(args.ctx), "--cache", "agent"]
+        SETUP.client_max_tokens = args.ctx // 2
+    else:
+        paths, model = make_home(work / "home")
     entries: list[tuple[str, Callable[[], Outcome]]] = [
         ("kill-9", lambda: mid_stream(paths, model, signal.SIGKILL, args.stop_s)),
         ("sigstop", lambda: mid_stream(paths, model, signal.SIGSTOP, args.stop_s)),
         ("sigill", lambda: sigill(paths, model)),
-        ("truncated", lambda: truncated(paths, work)),
+        ("truncated", lambda: truncated(paths, model, work)),
         ("port-taken", lambda: port_taken(paths, model)),
         ("full-disk", lambda: full_disk(paths, model, work)),
         ("binary-removed", lambda: binary_removed(paths, model)),
     ]
+    if args.engine == "lucebox":
+        words = args.ctx // 3
+        entries.insert(2, ("gpu-oom", lambda: gpu_oom(paths, model, words, 256)))
+    if args.only:
+        wanted = args.only.split(",")
+        entries = [entry for entry in entries if entry[0] in wanted]
     outcomes = []
     for name, entry in entries:
         files, (measured, slots) = kept_files(paths), stores(paths)
@@ -452,10 +550,12 @@ def main() -> int:
         outcome = entry()
         outcome.lost = lost_since(paths, files, measured, slots)
         outcomes.append(outcome)
+        print(list(table([outcome]))[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     document = {
-        "engine": "llama-server (CPU)",
-        "model": smol_model().name,
+        "engine": "llama-server (CPU)" if args.engine == "llama-server" else "lucebox (GPU)",
+        "model": model.name,
+        "serve_args": SETUP.serve_args,
         "stop_s": args.stop_s,
         "faults": [asdict(o) for o in outcomes],
     }

@@ -11,7 +11,7 @@ import psutil
 
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import GIB, gib_text
-from lucebox.engine.engines import cputarget, kinds, nodejs, registry, toolchain, toolkit
+from lucebox.engine.engines import kinds, nodejs, registry, toolchain, toolkit
 from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
 from lucebox.engine.models import presets
@@ -203,7 +203,7 @@ def check_engine_cpu(paths: Paths, host_cpu: CpuInfo) -> list[Check]:
     """Each installed build against this CPU: the baseline it needs and what is missing."""
     checks = []
     for engine in registry.list_engines(paths):
-        fit = cputarget.fit(engine.cpu_target, host_cpu)
+        fit = registry.cpu_fit(paths, engine, host_cpu)
         needs = f" (needs {', '.join(fit.needs)})" if fit.needs else ""
         detail = f"{engine.id}: {fit.detail}{needs}"
         if fit.runs is False:

@@ -446,6 +446,7 @@ def rebuild_for_cpu(
     engine = served_engine(paths, server)
     if engine is None:
         raise LuceboxError(f"{server.server_path} is not an engine lucebox installed")
+    registry.mark_died_of_illegal_instruction(paths, engine.id)
     kind = kinds.kind(engine.kind)
     source = kind.ensure_source(paths)
     if source.identity != engine.source_identity:

@@ -25,6 +25,7 @@ from lucebox.engine.engines import (
     toolchain,
     update,
 )
+from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
 from lucebox.engine.plan.options import ServeOptions
@@ -39,6 +40,7 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
         bytes_progress(f"{kind.name} source"),
         archive=getattr(args, _dest(kind.source_flags.archive)),
         index=getattr(args, _dest(kind.source_flags.index)),
+        known=_known_source(kind, args.version),
         part_archive=_part_archive(args, kind),
     )
     kind.check_source(info)
@@ -54,6 +56,7 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     kind = kinds.kind(args.engine)
+    known = _known_source(kind, args.version)
     want: build.Backend | None = "cpu" if args.cpu else "cuda" if args.cuda else None
     archs = build.parse_archs(args.arch) if args.arch else ()
     choice = kind.choose_build(
@@ -64,7 +67,7 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
         options = dataclasses.replace(choice.options, cpu_target=target)
         choice = build.BuildChoice(options, f"{choice.reason}; CPU code for {target} as asked")
     print(f"engine build ({kind.name}): {choice.reason}", file=sys.stderr)
-    src = kind.ensure_source(paths, bytes_progress(f"{kind.name} source"))
+    src = kind.ensure_source(paths, bytes_progress(f"{kind.name} source"), known=known)
     bar = StderrProgress(f"{kind.name} build")
     toolkit_bar = StderrProgress("CUDA toolkit")
     started_s = time.monotonic()
@@ -116,7 +119,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
     selection = chosen["llama-server"]
     in_use = {s.engine.id for s in chosen.values() if s.engine is not None}
     engines = registry.list_engines(paths)
-    fits = {e.id: cputarget.fit(e.cpu_target, host_cpu) for e in engines}
+    fits = {e.id: registry.cpu_fit(paths, e, host_cpu) for e in engines}
     if args.json:
         print_json(
             {
@@ -340,6 +343,7 @@ def register(commands: Any, command: Command) -> None:
         f"{', '.join(cputarget.TARGETS)} (default: the fastest this CPU runs)",
     )
     _add_engine_argument(build_cmd)
+    _add_version_argument(build_cmd)
     add_json(build_cmd)
     engine_status = command(
         "status", "installed engines and which one is used", cmd_engine_status, subs
@@ -396,8 +400,32 @@ def _add_engine_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_version_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--version",
+        metavar="VERSION",
+        help="which known source of the engine (default: the one a fresh install builds; "
+        "`lucebox engine status --json` lists them)",
+    )
+
+
+def _known_source(kind: kinds.EngineKind, version: str | None) -> KnownSource[Any] | None:
+    """The known source ``--version`` names; None: the kind's default."""
+    if version is None:
+        return None
+    found = kind.known.by_version(version)
+    if found is None:
+        versions = ", ".join(s.version for s in kind.known.sources)
+        raise UsageError(
+            f"{version} is not a known source of {kind.title}",
+            hint=f"known versions: {versions}",
+        )
+    return found
+
+
 def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
     _add_engine_argument(parser)
+    _add_version_argument(parser)
     for kind in kinds.KINDS.values():
         flags = kind.source_flags
         where = f"--engine {kind.name}: "

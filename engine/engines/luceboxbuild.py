@@ -48,6 +48,7 @@ from lucebox.engine.engines.registry import (
     EngineCapabilities,
     EngineManifest,
     EngineSelection,
+    cpu_fit,
     list_engines,
     run_engine,
 )
@@ -440,7 +441,7 @@ def select(paths: Paths, wanted_id: str = "", cpu: CpuInfo | None = None) -> Eng
     if named:
         return EngineSelection(named[0], f"engine.id = {wanted_id} in config.toml")
     cpu = cpu or probe_cpu()
-    runs = [e for e in engines if cputarget.fit(e.cpu_target, cpu).runs is not False]
+    runs = [e for e in engines if cpu_fit(paths, e, cpu).runs is not False]
     default = lucebox.SOURCES.default
     of_default = [e for e in runs if e.source_identity == default.identity]
     if of_default:

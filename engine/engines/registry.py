@@ -18,7 +18,7 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -267,6 +267,32 @@ def read_engine(
 # --- the installed set ------------------------------------------------------------------------
 
 
+ILLEGAL_INSTRUCTION_MARK = "died-of-illegal-instruction"
+"""Written into a build's folder when it died of an illegal instruction on this PC."""
+
+
+def mark_died_of_illegal_instruction(paths: Paths, engine_id: str) -> None:
+    """Remember that this build died of an illegal instruction here, so that no later choice
+    picks it again (a CPU or a VM can report a feature it does not run)."""
+    folder = paths.engines_dir / engine_id
+    if folder.is_dir():
+        (folder / ILLEGAL_INSTRUCTION_MARK).write_text("", encoding="utf-8")
+
+
+def cpu_fit(paths: Paths, engine: EngineManifest, cpu: CpuInfo) -> cputarget.CpuFit:
+    """Whether ``engine`` runs on this CPU: its baseline's fit, unless it already died of an
+    illegal instruction on this PC."""
+    fit = cputarget.fit(engine.cpu_target, cpu)
+    if (paths.engines_dir / engine.id / ILLEGAL_INSTRUCTION_MARK).is_file():
+        return replace(
+            fit,
+            runs=False,
+            detail="it died of an illegal instruction on this PC (the CPU or its VM lacks a "
+            "feature it reports), so lucebox uses a build for a lower baseline",
+        )
+    return fit
+
+
 def list_engines(paths: Paths) -> list[EngineManifest]:
     """Every installed engine whose manifest reads and whose server binary exists."""
     engines: list[EngineManifest] = []
@@ -287,7 +313,7 @@ def select_engine(
 ) -> EngineSelection:
     """The llama-server ``lucebox up`` would use, and why (the planner chooses the kind).
 
-    A build this CPU cannot run (:func:`cputarget.fit`) is never chosen by itself; one named
+    A build this CPU cannot run (:func:`cpu_fit`) is never chosen by itself; one named
     by ``engine.id`` still is, and ``doctor`` says what is wrong with it. An ``engine.id`` that
     names another kind's build (the Lucebox engine's) leaves this choice to the rules below.
     """
@@ -301,11 +327,11 @@ def select_engine(
                 return EngineSelection(engine, f"engine.id = {wanted_id} in config.toml")
         return EngineSelection(None, f"engine {wanted_id} from config.toml is not installed")
     host_cpu = host_cpu or probe_cpu()
-    unfit = [e for e in engines if cputarget.fit(e.cpu_target, host_cpu).runs is False]
+    unfit = [e for e in engines if cpu_fit(paths, e, host_cpu).runs is False]
     engines = [e for e in engines if e not in unfit]
     if not engines:
         if unfit:
-            why = cputarget.fit(unfit[0].cpu_target, host_cpu).detail
+            why = cpu_fit(paths, unfit[0], host_cpu).detail
             return EngineSelection(
                 None, f"{unfit[0].id} cannot run on this CPU ({why}): run `lucebox engine build`"
             )

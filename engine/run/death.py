@@ -128,6 +128,8 @@ class DeathFacts:
     ram_available_bytes: int | None = None
     ram_users: tuple[tuple[str, int], ...] = ()
     """The other programs holding the most RAM: name and resident bytes."""
+    oom_kills_since_start: int | None = None
+    """Kills by the kernel's out-of-memory killer since the engine started; None: unknown."""
     down_peers: tuple[str, ...] = ()
     """The RPC peers that do not answer after the exit."""
     hung_why: str | None = None
@@ -307,6 +309,14 @@ def _illegal_instruction(facts: DeathFacts) -> EngineDeath:
 
 
 def _killed(facts: DeathFacts) -> EngineDeath:
+    if facts.oom_kills_since_start == 0:
+        return EngineDeath(
+            "killed",
+            "the engine was killed (SIGKILL) by another program or a user, not by lucebox and "
+            "not by the kernel's out-of-memory killer (it killed nothing since the engine started)",
+            "lucebox starts it again; if something on this PC kills it on purpose (a watchdog, "
+            "a script), stop that or `lucebox stop` first",
+        )
     parts = []
     if facts.host_ram_terms:
         parts.append(facts.host_ram_terms)
@@ -316,12 +326,13 @@ def _killed(facts: DeathFacts) -> EngineDeath:
         users = ", ".join(f"{name} {size / _GIB:.1f} GiB" for name, size in facts.ram_users)
         parts.append(f"other programs hold RAM too (the most: {users})")
     parts.append("close some, or serve a smaller model or context")
-    parts.append("`dmesg` says whether the kernel killed it")
+    if facts.oom_kills_since_start is None:
+        parts.append("`dmesg` says whether the kernel killed it")
+        who = "most likely by the kernel's out-of-memory killer, for lack of host RAM"
+    else:
+        who = "by the kernel's out-of-memory killer, for lack of host RAM"
     return EngineDeath(
-        "killed",
-        "the engine was killed (SIGKILL), not by lucebox: most likely by the kernel's "
-        "out-of-memory killer, for lack of host RAM",
-        "; ".join(parts),
+        "killed", f"the engine was killed (SIGKILL), not by lucebox: {who}", "; ".join(parts)
     )
 
 

@@ -172,6 +172,8 @@ class CacheStatus:
     """Prompt tokens the last finished request took from the cache."""
     last_prompt_tokens: int | None = None
     """Prompt tokens the last finished request processed."""
+    slot_save_failure: str | None = None
+    """Why the last save of the agent slot before a planned stop failed; None: it did not."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

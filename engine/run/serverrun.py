@@ -31,7 +31,7 @@ from lucebox.engine.run.hang import HangBounds, Watch, hung, observe
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
-from lucebox.engine.run.sample import GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor, down_peers
@@ -134,6 +134,7 @@ class ServerRun:
             )
         )
         self._sampling: asyncio.Task[None] | None = None
+        self._slot_save_failure: str | None = None
         self._sampler: Sampler | None = None
         self.hang_bounds = HangBounds()
         """How long a running request may go without progress, by phase (tests shorten it)."""
@@ -237,11 +238,19 @@ class ServerRun:
         headers = auth_headers(self.api_key)
         act = save_slot if action == "save" else restore_slot
         async with httpx.AsyncClient() as client:
-            tokens = await act(
-                client, self.url, headers, Path(spec.slot_save_path), SlotKey.of(spec)
+            done = await act(client, self.url, headers, Path(spec.slot_save_path), SlotKey.of(spec))
+        if done.tokens:
+            self.supervisor.log.write(f"# lucebox: slot {action}d ({done.tokens} tokens)")
+        if done.failure is not None:
+            self.supervisor.log.write(f"# lucebox: slot {action} failed: {done.failure}")
+        if action == "save":
+            # The next start computes the prompt again: status says why it is slow, until a
+            # later save succeeds.
+            self._slot_save_failure = done.failure
+            cache = self._run.status.cache or CacheStatus(None, 0)
+            self._run.status = replace(
+                self._run.status, cache=replace(cache, slot_save_failure=done.failure)
             )
-        if tokens:
-            self.supervisor.log.write(f"# lucebox: slot {action}d ({tokens} tokens)")
 
     async def _stop_sampling(self) -> None:
 
@@ -394,7 +403,7 @@ class ServerRun:
                 gpus=gpu_statuses(nvml) if nvml is not None else (),
                 sample=self._run.sample,
                 spec=self._spec_view(sampler.spec_status()),
-                cache=sampler.cache_status(),
+                cache=replace(sampler.cache_status(), slot_save_failure=self._slot_save_failure),
             )
             self._watch_speculation(sample, [r.served() for r in sampler.finished])
             if on_cpu:

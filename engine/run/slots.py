@@ -10,9 +10,10 @@ KV types (anything else would be refused by the engine, or worse, be wrong).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,22 @@ class SlotKey:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class SlotResult:
+    """What one save or restore did: the tokens it moved, or why it moved none."""
+
+    tokens: int | None
+    failure: str | None
+
+
 def _meta_path(folder: Path, key: SlotKey) -> Path:
     return folder / f"{key.file_name}.json"
 
 
 async def save_slot(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], folder: Path, key: SlotKey
-) -> int | None:
-    """Ask the engine to save its slot; returns the tokens saved, or None when it could not.
+) -> SlotResult:
+    """Ask the engine to save its slot: the tokens saved, or why it could not.
 
     The engine writes the file in place: it saves to a file of its own first, renamed over the
     slot once it said the save succeeded, so a save cut short (a full disk, a kill) leaves the
@@ -69,24 +78,32 @@ async def save_slot(
     """
     part = folder / f"{key.file_name}{PART_SUFFIX}"
     saved = await _slot_action(client, url, headers, part.name, "save", "n_saved")
-    if saved is None:
+    if saved.tokens is not None:
+        try:
+            part.replace(folder / key.file_name)
+            write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
+        except OSError as exc:
+            saved = SlotResult(None, f"lucebox could not keep the saved slot ({exc})")
+        else:
+            return saved
+    with contextlib.suppress(OSError):  # the folder itself may be what broke
         part.unlink(missing_ok=True)
-        return None
-    part.replace(folder / key.file_name)
-    write_text_atomic(_meta_path(folder, key), json.dumps(key.to_json()), durable=False)
-    return saved
+    kept = (folder / key.file_name).is_file()
+    kept_words = "the slot saved before is kept" if kept else "no slot is kept"
+    return replace(saved, failure=f"{saved.failure}; {kept_words}")
 
 
 async def restore_slot(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], folder: Path, key: SlotKey
-) -> int | None:
-    """Restore the slot saved for this same launch; returns the tokens restored, or None."""
+) -> SlotResult:
+    """Restore the slot saved for this same launch: the tokens restored, or why not (no
+    failure when there is none to restore)."""
     try:
         saved_for = json.loads(_meta_path(folder, key).read_text("utf-8"))
     except (OSError, ValueError):
-        return None
+        return SlotResult(None, None)
     if saved_for != key.to_json() or not (folder / key.file_name).is_file():
-        return None
+        return SlotResult(None, None)
     return await _slot_action(client, url, headers, key.file_name, "restore", "n_restored")
 
 
@@ -97,8 +114,8 @@ async def _slot_action(
     file_name: str,
     action: str,
     count_key: str,
-) -> int | None:
-    """One ``/slots`` action on the agent slot; the token count it answers, or None."""
+) -> SlotResult:
+    """One ``/slots`` action on the agent slot: the token count it answers, or why not."""
     try:
         reply = await client.post(
             f"{url}/slots/{SLOT_ID}",
@@ -107,17 +124,23 @@ async def _slot_action(
             headers=headers,
             timeout=SAVE_TIMEOUT_S,
         )
-    except httpx.HTTPError:
-        return None
-    return _count(reply, count_key)
+    except httpx.HTTPError as exc:
+        return SlotResult(None, f"the engine did not answer the {action} ({type(exc).__name__})")
+    return _count(reply, action, count_key)
 
 
-def _count(reply: httpx.Response, key: str) -> int | None:
-    """The token count a slot action answers with; None for an error or an odd reply."""
-    if reply.status_code != 200:
-        return None
+def _count(reply: httpx.Response, action: str, key: str) -> SlotResult:
+    """The token count a slot action answers with, or the engine's reason for an error."""
     try:
-        value = reply.json().get(key)
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) else None
+        data = reply.json()
+    except ValueError:
+        data = None
+    if reply.status_code != 200:
+        error = data.get("error") if isinstance(data, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        why = message if isinstance(message, str) else reply.text[:200]
+        return SlotResult(None, f"the engine refused the {action} ({reply.status_code}: {why})")
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, int):
+        return SlotResult(None, f"the engine's {action} reply has no {key}")
+    return SlotResult(value, None)

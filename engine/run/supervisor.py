@@ -147,6 +147,25 @@ def ram_users(top: int = 3) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(found, key=lambda item: -item[1])[:top])
 
 
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has killed since boot (any user may
+    read it, unlike the kernel log); None where the kernel does not say."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as vmstat:
+            for line in vmstat:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def oom_kills_since(at_start: int | None) -> int | None:
+    now = oom_kills()
+    return None if at_start is None or now is None else now - at_start
+
+
 def die_with_parent() -> None:
     # The engine gets SIGKILL when lucebox dies, even by SIGKILL: no orphaned GPU holder.
     with contextlib.suppress(OSError, AttributeError):
@@ -229,6 +248,7 @@ class Supervisor:
         launch on it (minutes, in a thread; it stops when the event is set); None: an engine
         that dies of an illegal instruction is not rebuilt."""
         self._rebuilt_from: str | None = None
+        self._oom_kills_at_start: int | None = None
         self.model_name: str | None = None
         """The served model's name in the store, for the `lucebox models verify` it names."""
         self.after_give_up: Callable[[EngineDeath], str | None] | None = None
@@ -288,6 +308,7 @@ class Supervisor:
                 self.log.write(f"# lucebox: starting {' '.join(argv)}")
                 launched = self._stamp_files()
                 lines_before = self.lines_total
+                self._oom_kills_at_start = oom_kills()
                 try:
                     process = await asyncio.create_subprocess_exec(
                         *argv,
@@ -534,6 +555,7 @@ class Supervisor:
             host_ram_terms=host_ram_terms(self.launch.plan.memory_bytes) if killed else None,
             ram_available_bytes=psutil.virtual_memory().available if killed else None,
             ram_users=ram_users() if killed else (),
+            oom_kills_since_start=oom_kills_since(self._oom_kills_at_start) if killed else None,
             down_peers=down_peers(self.launch.rpc),
             hung_why=hung_why,
         )

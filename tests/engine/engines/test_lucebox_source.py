@@ -206,3 +206,33 @@ def test_cli_refuses_the_other_engines_flags(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2
     assert "--sdist does not apply to --engine lucebox" in result.stderr
+
+
+@needs_newer_tarball
+def test_cli_fetches_a_named_known_version_from_its_tarball(tmp_path):
+    """`engine source --version` names a known source other than the default: an offline PC
+    unpacks 4cf58a04 from its tarball, checked by that source's digest."""
+    home = {"LUCEBOX_HOME": str(tmp_path / "home")}
+    result = run_lucebox(
+        "engine", "source", "--engine", "lucebox", "--version", "4cf58a04",
+        "--tarball", str(NEWER_TARBALL), "--json", env=home,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert NEWER is not None and json.loads(result.stdout)["identity"] == NEWER.identity
+    # The default source's check refuses the same tarball: the version decides the digest.
+    default = run_lucebox(
+        "engine", "source", "--engine", "lucebox", "--tarball", str(NEWER_TARBALL),
+        env={"LUCEBOX_HOME": str(tmp_path / "other")},
+    )  # fmt: skip
+    assert default.returncode == EXIT_REFUSED
+
+
+def test_cli_refuses_an_unknown_version_and_lists_the_known_ones(tmp_path):
+    result = run_lucebox(
+        "engine", "build", "--engine", "lucebox", "--version", "deadbeef",
+        env={"LUCEBOX_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert_one_line_error(result)
+    assert "deadbeef is not a known source of" in result.stderr
+    assert "62880e20, 4cf58a04" in result.stderr

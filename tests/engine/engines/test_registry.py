@@ -248,3 +248,34 @@ def test_a_native_build_is_not_chosen_on_a_cpu_with_amx(tmp_path):
     assert select_engine(paths, no_gpu, host_cpu=HASWELL).engine == legacy
     named = select_engine(paths, no_gpu, legacy.id, host_cpu=XEON_AMX)
     assert named.engine == legacy and "engine.id" in named.reason
+
+
+def test_a_build_that_died_of_an_illegal_instruction_here_is_not_chosen_again(tmp_path):
+    """A CPU (or its VM) can report AVX-512 it does not run: the v4 build dies of SIGILL, the
+    supervisor's rebuild marks it, and no later selection picks it even though it is newer."""
+    from lucebox.engine.engines.registry import (
+        cpu_fit,
+        mark_died_of_illegal_instruction,
+        select_engine,
+    )
+    from lucebox.engine.machine.gpu import probe_gpus
+    from tests.engine.engines.test_cputarget import XEON_AMX
+    from tests.engine.fake_nvml import FakeNvml
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    lower = _installed(paths, "0123456789abcdef", webui=False)
+    built = _installed(paths, "fedcba9876543210", webui=False)
+    v4 = replace(
+        built,
+        options={"backend": "cpu", "cpu_target": "x86-64-v4-vnni"},
+        installed_at="2026-11-27T10:00:00+00:00",
+    )
+    folder = Path(v4.server_path).parent.parent
+    (folder / "manifest.json").write_text(json.dumps(v4.to_json()), encoding="utf-8")
+    no_gpu = probe_gpus(FakeNvml(init_failure="no-nvml"))
+    assert select_engine(paths, no_gpu, host_cpu=XEON_AMX).engine == v4
+    mark_died_of_illegal_instruction(paths, v4.id)
+    assert select_engine(paths, no_gpu, host_cpu=XEON_AMX).engine == lower
+    fit = cpu_fit(paths, v4, XEON_AMX)
+    assert fit.runs is False and "died of an illegal instruction on this PC" in fit.detail
+    assert cpu_fit(paths, lower, XEON_AMX).runs is True

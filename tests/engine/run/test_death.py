@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 import pytest
 
@@ -49,13 +50,23 @@ def test_a_sigkill_lucebox_did_not_send_is_the_kernel_out_of_memory_killer():
         host_ram_terms="the plan takes 1.2 GiB of RAM",
         ram_available_bytes=512 * 1024**2,
         ram_users=(("firefox", 3 * 1024**3), ("java", 2 * 1024**3)),
+        oom_kills_since_start=1,
     )
     death = name_death(-signal.SIGKILL, LOAD_LINES, facts)
     assert death.code == "killed" and death.retry
-    assert "out-of-memory killer" in death.words and "host RAM" in death.words
+    assert "not by lucebox: by the kernel's out-of-memory killer" in death.words
+    assert "host RAM" in death.words and "dmesg" not in death.next_step
     assert "the plan takes 1.2 GiB of RAM" in death.next_step
     assert "0.5 GiB of RAM is free now" in death.next_step
     assert "firefox 3.0 GiB, java 2.0 GiB" in death.next_step
+    # Where the kernel keeps no count, the reading says what is likely and where to look.
+    unknown = name_death(-signal.SIGKILL, LOAD_LINES, replace(facts, oom_kills_since_start=None))
+    assert "most likely by the kernel's out-of-memory killer" in unknown.words
+    assert "`dmesg` says whether the kernel killed it" in unknown.next_step
+    # No kill by the out-of-memory killer since the start: a user's or a program's kill -9.
+    by_hand = name_death(-signal.SIGKILL, LOAD_LINES, replace(facts, oom_kills_since_start=0))
+    assert by_hand.code == "killed" and by_hand.retry
+    assert "by another program or a user" in by_hand.words and "RAM" not in by_hand.next_step
     # The same signal sent by lucebox (an engine not ready in time) is no kernel's doing.
     stopped = name_death(-signal.SIGKILL, LOAD_LINES, DeathFacts(stopped_why="not ready"))
     assert stopped.code == "not-ready" and "lucebox stopped the engine: not ready" in stopped.words

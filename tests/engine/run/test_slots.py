@@ -33,11 +33,25 @@ async def test_a_failed_save_keeps_the_last_good_slot_and_a_good_one_replaces_it
     (tmp_path / KEY.file_name).write_bytes(b"old good slot")
     (tmp_path / f"{KEY.file_name}.json").write_text(json.dumps(KEY.to_json()))
     async with engine(tmp_path, full_disk=True) as client:
-        assert await save_slot(client, "http://e", {}, tmp_path, KEY) is None
-        assert await restore_slot(client, "http://e", {}, tmp_path, KEY) == len(b"old good slot")
+        failed = await save_slot(client, "http://e", {}, tmp_path, KEY)
+        assert failed.tokens is None
+        assert failed.failure == (
+            "the engine refused the save (500: failed to save slot); the slot saved before is kept"
+        )
+        restored = await restore_slot(client, "http://e", {}, tmp_path, KEY)
+        assert restored.tokens == len(b"old good slot") and restored.failure is None
     assert (tmp_path / KEY.file_name).read_bytes() == b"old good slot"
     assert sorted(p.name for p in tmp_path.iterdir()) == [KEY.file_name, f"{KEY.file_name}.json"]
     async with engine(tmp_path, full_disk=False) as client:
-        assert await save_slot(client, "http://e", {}, tmp_path, KEY) == 14
+        assert (await save_slot(client, "http://e", {}, tmp_path, KEY)).tokens == 14
     assert (tmp_path / KEY.file_name).read_bytes() == b"whole new slot"
     assert sorted(p.name for p in tmp_path.iterdir()) == [KEY.file_name, f"{KEY.file_name}.json"]
+
+
+async def test_a_first_save_that_fails_says_no_slot_is_kept_and_no_slot_restores_quietly(tmp_path):
+    async with engine(tmp_path, full_disk=True) as client:
+        failed = await save_slot(client, "http://e", {}, tmp_path, KEY)
+        assert failed.failure is not None and failed.failure.endswith("no slot is kept")
+        nothing = await restore_slot(client, "http://e", {}, tmp_path, KEY)
+    assert nothing.tokens is None and nothing.failure is None
+    assert list(tmp_path.iterdir()) == []
