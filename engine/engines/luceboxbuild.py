@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from lucebox.engine.core.atomic import write_text_atomic
@@ -68,8 +68,6 @@ SYMMETRIC_KV_TYPES = ("f16", "bf16", "q4_0", "q8_0", "tq3_0")
 _FLAG = re.compile(r"^\s+(--[a-z][a-z0-9-]*)", re.M)
 _KV_TYPES = re.compile(r"--cache-type-k <type>\s+KV cache K type \(([^)]*)\)")
 _ARCH = re.compile(r'if \(arch == "([a-z0-9_]+)"\)')
-BSA_FEATURE = "bsa"
-"""The feature a build with Block-Sparse-Attention lists: PFlash has its fast kernel."""
 HIDDEN_FEATURES = {b"--kvflash": "kvflash", b"DFLASH_SAMPLED_VERIFY": "sampled-verify"}
 """Flags and switches the binary parses but its usage text leaves out."""
 
@@ -365,11 +363,9 @@ def manifest_for(
 ) -> EngineManifest:
     """The manifest of the build of ``source`` for ``options`` (build key ``key``) installed
     with ``binaries`` (file name -> sha256), which can do ``capabilities``; ``with_bsa``
-    says whether PFlash has its fast kernel (then the features list ``bsa``)."""
+    says whether PFlash has its fast kernel."""
     engine_id = engine_id_for(source, options, key)
     pin = lucebox.pin_of(source)
-    if with_bsa.present:
-        capabilities = replace(capabilities, features=(*capabilities.features, BSA_FEATURE))
     return EngineManifest(
         id=engine_id,
         kind="lucebox",

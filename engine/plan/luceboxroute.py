@@ -14,8 +14,7 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.bsa import SLOW_FALLBACK
-from lucebox.engine.engines.luceboxbuild import BSA_FEATURE
-from lucebox.engine.engines.registry import EngineCapabilities
+from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
@@ -81,7 +80,10 @@ def choose(
 def lucebox_engine(paths: Paths, wanted_id: str) -> EngineView:
     """The installed Lucebox engine a launch uses (``engine.id``'s, else the default source's
     build), or the pinned one not built yet."""
-    installed = luceboxbuild.select(paths, wanted_id).engine
+    return _view(luceboxbuild.select(paths, wanted_id).engine)
+
+
+def _view(installed: EngineManifest | None) -> EngineView:
     if installed is not None:
         return EngineView.of(installed)
     caps = EngineCapabilities(
@@ -112,7 +114,7 @@ def _prefill_drafter(paths: Paths) -> PrefillDrafter:
     return PrefillDrafter(planned, False, PREFILL_DRAFTER_BYTES)
 
 
-def _prefill_notes(drafter: PrefillDrafter, engine: EngineView) -> str:
+def _prefill_notes(drafter: PrefillDrafter, installed: EngineManifest | None) -> str:
     """Whether the drafter is here, and whether PFlash has its fast kernel in this build."""
     notes = ""
     if not drafter.present:
@@ -120,14 +122,14 @@ def _prefill_notes(drafter: PrefillDrafter, engine: EngineView) -> str:
             f". Its drafter is not on disk yet: serve pulls {PREFILL_DRAFTER_SOURCE} first "
             f"(about {PREFILL_DRAFTER_BYTES / 1e9:.1f} GB)"
         )
-    if engine.id is None:
+    if installed is None:
         return notes + (
             ". PFlash gets its fast kernel (Block-Sparse-Attention) when the build has it: "
             "sm_80 or newer with its source fetched"
         )
-    if BSA_FEATURE not in engine.capabilities.features:
+    if not installed.options.get("bsa"):
         return notes + (
-            f". {SLOW_FALLBACK} in {engine.id}: on an H200 without it PFlash took 22.7 s to "
+            f". {SLOW_FALLBACK} in {installed.id}: on an H200 without it PFlash took 22.7 s to "
             "the first token of a 128K prompt, 20.4 s of it scoring (31.2 s with PFlash off)"
         )
     return notes
@@ -151,7 +153,8 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
     resolved, target, ctx_cap = basis.resolved, basis.target, basis.ctx_cap
-    engine = lucebox_engine(paths, resolved.engine_id)
+    installed = luceboxbuild.select(paths, resolved.engine_id).engine
+    engine = _view(installed)
     gpus = budget.local_gpus
     if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
         budget = pool_of((max(gpus, key=lambda d: d.vram_free_bytes),), budget.host_total_bytes)
@@ -185,7 +188,7 @@ def lucebox_launch(
         spec = Speculation(None, None, None, None, why)
     reasons = {**planned.plan.reasons, "engine": choice.reason, "spec": spec.reason}
     if drafter is not None:
-        reasons["prefill"] += _prefill_notes(drafter, engine)
+        reasons["prefill"] += _prefill_notes(drafter, installed)
     plan = dataclasses.replace(planned.plan, reasons=reasons)
     server_launch = ServerLaunch(
         server_path=engine.server_path,

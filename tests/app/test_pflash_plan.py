@@ -118,7 +118,7 @@ def test_the_plan_says_pflash_is_slow_on_a_build_without_bsa(capsys, tmp_path, m
     source = SourceInfo(tmp_path / "src", "pin", lucebox.PIN.identity, None)
     bsa.ensure(paths, source, tarball=BSA_TARBALL, online=False)
     fast = lucebox_build(paths, "62880e20", "2026-11-02T10:00:00", bsa_source=source.path)
-    assert "bsa" in fast.capabilities.features
+    assert fast.options["bsa"] is True
     planned = plan_and_dry_run(capsys, *argv)
     assert planned["engine"]["id"] == fast.id
     assert "slow fallback" not in planned["reasons"]["prefill"]
