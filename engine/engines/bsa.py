@@ -50,6 +50,8 @@ MIN_ARCH = 80
 """BSA's kernels need sm_80 or newer."""
 SLOW_FALLBACK = "no BSA: PFlash runs the slow fallback"
 OFFLINE_FLAG = "--bsa-tarball"
+CONNECT_TIMEOUT_S = 10.0
+"""A PC with no network learns it at the first archive, within this, and builds without BSA."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,8 @@ def _fetch(
     urls = archive_urls(pin, base_url or lucebox.DEFAULT_ARCHIVE_BASE_URL)
     maps = (bsa_archive_path, cutlass_archive_path)
     names = (f"bsa-{pin.commit}.tar.gz", f"cutlass-{pin.cutlass_commit}.tar.gz")
-    http = client or httpx.Client(timeout=lucebox.DOWNLOAD_TIMEOUT_S, follow_redirects=True)
+    timeout = httpx.Timeout(lucebox.DOWNLOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    http = client or httpx.Client(timeout=timeout, follow_redirects=True)
     hashes: dict[str, str] = {}
     try:
         for url, tree_path, name in zip(urls, maps, names, strict=True):
