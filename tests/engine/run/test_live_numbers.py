@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler, parse_decode, parse_reply
+from lucebox.engine.run.metrics import EngineLog
+from tests.engine.enginelog import engine_lines
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 RECORDED = ("plain.log", "kvflash.log", "kvflash-auto.log", "ddtree-spec.log", "chain.log")
@@ -127,3 +129,16 @@ async def test_a_finished_reply_is_sampled_at_once():
     assert after.requests_finished == 1 and after.slots_busy == 0
     await samples.aclose()
     await sampler.client.aclose()
+
+
+def test_llama_servers_finished_request_wakes_the_sampler_too():
+    """llama-server's request ends at its `stop processing` line: only then is it finished."""
+    log = EngineLog()
+    lines = engine_lines("two_slots")
+    last_stop = max(i for i, line in enumerate(lines) if "stop processing" in line)
+    for line in lines[:last_stop]:
+        log.feed(line)
+    log.take_finished()
+    log.finished_one.clear()
+    log.feed(lines[last_stop])
+    assert log.finished_one.is_set() and len(log.take_finished()) == 1
