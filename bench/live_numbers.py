@@ -7,7 +7,11 @@ compares what `lucebox status --json` reports with the `timings` the engine put 
 
 1. short: back-to-back chat requests with short replies;
 2. long: back-to-back requests with long replies (their progress shows while they run);
-3. two at once: two clients back to back on two slots.
+3. two at once: two clients back to back on two slots;
+4. streamed (first, 100 by default): back-to-back streamed short replies, each followed at
+   once by a read of the status lucebox keeps: its reading of that reply (decode rate, time to
+   first token) against the engine's ``timings`` and the client's own wait for the first token,
+   and how long after the reply's end the status showed it finished.
 
 `lucebox serve` plans one slot on a CPU today, so the bench asks the engine for two
 (the plan's `parallel`); nothing else differs from `lucebox serve --model SMOL --ctx 4096`.
@@ -15,7 +19,8 @@ Per shape it prints the engine's decode and prefill rates token-weighted over th
 (decode steps over decode time, the engine's own rule), the sampler's, the difference, the
 requests each side counted, and the median of the 10 s window rate `status` showed during it.
 
-    .venv/bin/python -m bench.live_numbers [--short 24] [--long 4] [--long-tokens 256] [--pairs 8]
+    .venv/bin/python -m bench.live_numbers [--streamed 100] [--short 24] [--long 4]
+        [--long-tokens 256] [--pairs 8] [--out FILE]
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ import httpx
 
 from lucebox.engine import pipeline
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.engines import install
-from lucebox.engine.run.runstate import ServeLock
+from lucebox.engine.engines import install, registry
+from lucebox.engine.machine import gpu
+from lucebox.engine.run.runstate import ServeLock, read_status
 from lucebox.engine.run.serverrun import ServerRun
 from tests.ports import free_port
 from tests.realmodels import engine_home, smol_model
@@ -63,6 +69,95 @@ def chat(url: str, topic: str, max_tokens: int) -> dict[str, Any]:
     reply.raise_for_status()
     timings: dict[str, Any] = reply.json()["timings"]
     return timings
+
+
+def streamed_chat(url: str, topic: str, max_tokens: int) -> tuple[float, float, dict[str, Any]]:
+    """A streamed reply: (the client's wait for the first token, when the stream ended on
+    this process's monotonic clock, the engine's ``timings`` from its last chunk)."""
+    started_s = time.monotonic()
+    first_s: float | None = None
+    timings: dict[str, Any] = {}
+    body = {
+        "messages": [{"role": "user", "content": f"Write about {topic}."}],
+        "max_tokens": max_tokens,
+        "temperature": 0.7,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
+            if first_s is None and delta.get("content"):
+                first_s = time.monotonic() - started_s
+            timings = chunk.get("timings") or timings
+    return (first_s if first_s is not None else float("nan")), time.monotonic(), timings
+
+
+def fresh_sample(count: int, timeout_s: float = 10.0) -> tuple[dict[str, Any], float]:
+    """The state file's sample once it counts ``count`` finished requests (read as `lucebox
+    status` reads it, without a process per read), and when that was."""
+    paths = resolve_paths()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        current = read_status(paths)
+        sample = current.sample if current is not None else None
+        now_s = time.monotonic()
+        if sample is not None and (sample.requests_finished_total >= count or now_s > deadline):
+            return dataclasses.asdict(sample), now_s
+        time.sleep(0.005)
+
+
+def streamed(url: str, replies: int, max_tokens: int) -> dict[str, Any]:
+    """Back-to-back streamed replies, each checked against the status read right after it."""
+    start = read_status(resolve_paths())
+    base = start.sample.requests_finished_total if start and start.sample else 0
+    rows = []
+    for index in range(replies):
+        client_ttft_s, ended_s, timings = streamed_chat(
+            url, TOPICS[index % len(TOPICS)], max_tokens
+        )
+        sample, seen_s = fresh_sample(base + index + 1)
+        rows.append(
+            {
+                "client_ttft_s": client_ttft_s,
+                "engine_prompt_s": timings["prompt_ms"] / 1000,
+                "status_ttft_s": sample["last_ttft_s"],
+                "engine_decode_tok_s": timings["predicted_per_second"],
+                "status_decode_tok_s": sample["last_decode_tokens_per_s"],
+                "status_window_decode_tok_s": sample["decode_tokens_per_s"],
+                "status_lag_s": seen_s - ended_s,
+                "status_counted": sample["requests_finished_total"] >= base + index + 1,
+                "predicted_n": timings["predicted_n"],
+            }
+        )
+    decode_errors = [r["status_decode_tok_s"] / r["engine_decode_tok_s"] - 1 for r in rows]
+    ttft_errors = [r["status_ttft_s"] / r["client_ttft_s"] - 1 for r in rows]
+    engine = [r["engine_decode_tok_s"] for r in rows]
+    window = [r["status_window_decode_tok_s"] for r in rows]
+    return {
+        "shape": "streamed short replies, status read after each",
+        "requests": len(rows),
+        "decode_tok_s_engine_median": round(statistics.median(engine), 3),
+        "decode_tok_s_status_median": round(
+            statistics.median(r["status_decode_tok_s"] for r in rows), 3
+        ),
+        "decode_error_percent_median": round(100 * statistics.median(decode_errors), 3),
+        "decode_error_percent_worst": round(100 * max(decode_errors, key=abs), 3),
+        "window_decode_tok_s_median": round(statistics.median(window), 3),
+        "window_vs_engine_median_percent": round(
+            100 * (statistics.median(window) / statistics.median(engine) - 1), 3
+        ),
+        "ttft_s_client_median": round(statistics.median(r["client_ttft_s"] for r in rows), 4),
+        "ttft_s_status_median": round(statistics.median(r["status_ttft_s"] for r in rows), 4),
+        "ttft_error_percent_median": round(100 * statistics.median(ttft_errors), 3),
+        "status_lag_s_median": round(statistics.median(r["status_lag_s"] for r in rows), 4),
+        "status_lag_s_worst": round(max(r["status_lag_s"] for r in rows), 4),
+        "stale_reads": sum(not r["status_counted"] for r in rows),
+        "rows": rows,
+    }
 
 
 def status() -> dict[str, Any]:
@@ -187,6 +282,9 @@ def shape(name: str, load: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--streamed", type=int, default=100, help="streamed short replies")
+    parser.add_argument("--streamed-tokens", type=int, default=16, help="tokens of each")
+    parser.add_argument("--out", type=Path, help="also write the results (JSON) here")
     parser.add_argument("--short", type=int, default=24, help="short replies, back to back")
     parser.add_argument("--long", type=int, default=4, help="long replies, back to back")
     parser.add_argument("--long-tokens", type=int, default=256, help="tokens of a long reply")
@@ -196,8 +294,11 @@ def main() -> None:
     # does not hold the lock of the home the slow tests serve from.
     home = Path(tempfile.mkdtemp(prefix="lucebox-live-bench-"))
     os.environ["LUCEBOX_HOME"] = str(home)
-    (server_path,) = (engine_home() / "data" / "engines").glob("*/bin/llama-server")
-    install.add_engine(resolve_paths(), server_path)
+    cached = resolve_paths({"LUCEBOX_HOME": str(engine_home())})
+    built = registry.select_engine(cached, gpu.probe_gpus()).engine
+    if built is None:
+        raise SystemExit(f"no CPU engine built in {engine_home()}: run the slow tests once")
+    install.add_engine(resolve_paths(), Path(built.server_path))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = Server(port)
@@ -222,16 +323,26 @@ def main() -> None:
                 client.join()
             return replies
 
-        results = [
-            shape("short replies", lambda: back_to_back(args.short, 16)),
-            shape("long replies", lambda: back_to_back(args.long, args.long_tokens)),
-            shape("two at once", two_at_once),
-        ]
+        results = [streamed(url, args.streamed, args.streamed_tokens)] if args.streamed else []
+        if args.short:
+            results.append(shape("short replies", lambda: back_to_back(args.short, 16)))
+        if args.long:
+            results.append(shape("long replies", lambda: back_to_back(args.long, args.long_tokens)))
+        if args.pairs:
+            results.append(shape("two at once", two_at_once))
         final = status()
     finally:
         server.stop()
     shutil.rmtree(home, ignore_errors=True)
-    print(json.dumps({"shapes": results, "cache": final["cache"], "spec": final["spec"]}, indent=1))
+    document = {"shapes": results, "cache": final["cache"], "spec": final["spec"]}
+    if args.out is not None:
+        args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({**document, "shapes": [summary(s) for s in results]}, indent=1))
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """A shape's figures without its per-reply rows."""
+    return {k: v for k, v in result.items() if k != "rows"}
 
 
 if __name__ == "__main__":

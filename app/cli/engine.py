@@ -15,7 +15,16 @@ from lucebox.app.cli.progress import StderrProgress, bytes_progress, transfer_pr
 from lucebox.engine.bench import selftest
 from lucebox.engine.core.errors import EXIT_OK, GuardRefusal, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import build, cputarget, install, kinds, registry, toolchain, update
+from lucebox.engine.engines import (
+    bsa,
+    build,
+    cputarget,
+    install,
+    kinds,
+    registry,
+    toolchain,
+    update,
+)
 from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.machine import config, cpu, gpu
 from lucebox.engine.plan.flagtypes import positive_int
@@ -32,6 +41,7 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
         archive=getattr(args, _dest(kind.source_flags.archive)),
         index=getattr(args, _dest(kind.source_flags.index)),
         known=_known_source(kind, args.version),
+        part_archive=_part_archive(args, kind),
     )
     kind.check_source(info)
     if args.json:
@@ -39,6 +49,8 @@ def cmd_engine_source(args: argparse.Namespace, paths: Paths) -> int:
     else:
         how = "pinned" if info.origin == "pin" else "existing checkout, used as is"
         print(f"{kind.title} source: {info.path} ({how})\n  identity: {info.identity}")
+        for note in kind.source_notes(info):
+            print(f"  {note}")
     return EXIT_OK
 
 
@@ -86,6 +98,8 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     else:
         print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
         print(f"  web UI: {_webui_line(manifest)}")
+        if manifest.kind == "lucebox":
+            print(f"  PFlash: {_pflash_line(manifest)}")
     return EXIT_OK
 
 
@@ -122,6 +136,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
                         "cpu": fits[e.id].to_json(),
                         "built_from": _built_from_json(e),
                         "in_use": e.id in in_use,
+                        "bsa": _bsa(e),
                     }
                     for e in engines
                 ],
@@ -137,6 +152,8 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         print(f"{mark} {engine.id}  {engine.kind}  {engine.backend}{archs}  {engine.version}")
         print(f"    built from: {_built_from_line(engine)}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
+        if engine.kind == "lucebox":
+            print(f"    PFlash: {_pflash_line(engine)}")
         if engine.toolkit:
             print(f"    built with: {engine.toolkit}")
         print(f"    web UI: {_webui_line(engine)}; RPC: {'yes' if engine.rpc else 'no'}")
@@ -150,6 +167,17 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
             used = choice.engine.id if choice.engine else "none"
             print(f"using for {kinds.kind(name).title}: {used} ({choice.reason})")
     return EXIT_OK
+
+
+def _bsa(engine: registry.EngineManifest) -> bool | None:
+    """Whether a Lucebox engine build has Block-Sparse-Attention (None for other kinds)."""
+    return bool(engine.options.get("bsa")) if engine.kind == "lucebox" else None
+
+
+def _pflash_line(engine: registry.EngineManifest) -> str:
+    if _bsa(engine):
+        return "fast kernel (Block-Sparse-Attention)"
+    return str(engine.options.get("bsa_note") or bsa.SLOW_FALLBACK)
 
 
 def _built_from_json(engine: registry.EngineManifest) -> dict[str, Any] | None:
@@ -405,10 +433,19 @@ def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
             flags.archive, metavar="PATH", type=Path, help=where + flags.archive_help
         )
         parser.add_argument(flags.index, metavar="URL", help=where + flags.index_help)
+        if flags.part_archive:
+            parser.add_argument(
+                flags.part_archive, metavar="PATH", type=Path, help=where + flags.part_archive_help
+            )
 
 
 def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
+
+
+def _part_archive(args: argparse.Namespace, kind: kinds.EngineKind) -> Path | None:
+    flag = kind.source_flags.part_archive
+    return getattr(args, _dest(flag)) if flag else None
 
 
 def _refuse_other_kinds_flags(args: argparse.Namespace, kind: kinds.EngineKind) -> None:
@@ -416,8 +453,9 @@ def _refuse_other_kinds_flags(args: argparse.Namespace, kind: kinds.EngineKind) 
     for other in kinds.KINDS.values():
         if other is kind:
             continue
-        for flag in (other.source_flags.archive, other.source_flags.index):
-            if getattr(args, _dest(flag), None) is not None:
+        flags = other.source_flags
+        for flag in (flags.archive, flags.index, flags.part_archive):
+            if flag and getattr(args, _dest(flag), None) is not None:
                 raise UsageError(
                     f"{flag} does not apply to --engine {kind.name}", hint=f"leave out {flag}"
                 )

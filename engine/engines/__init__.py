@@ -4,7 +4,8 @@
   Lucebox engine; callers name a kind and ask it. ``known``: each kind's known sources (data).
 - llama-server: ``source`` (the pinned sdist), ``build`` (cmake, the build cache), ``webui`` and
   ``nodejs`` (its web UI).
-- the Lucebox engine: ``lucebox`` (the pinned ``server/`` tree), ``luceboxbuild`` (dflash_server).
+- the Lucebox engine: ``lucebox`` (the pinned ``server/`` tree), ``bsa`` (Block-Sparse-Attention
+  in it, PFlash's fast kernel), ``luceboxbuild`` (dflash_server).
 - both: ``registry`` (installed engines, manifests, the selection), ``install`` (publishing a
   build, ``engine add``, ``engine fetch``), ``sourcetree`` (a source tree checked against its
   digest before a build), ``cputarget`` (the CPU baseline every build targets), ``toolchain``

@@ -16,6 +16,7 @@ from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import (
+    bsa,
     build,
     install,
     lucebox,
@@ -41,6 +42,9 @@ class SourceFlags:
     archive_help: str
     index: str
     index_help: str
+    part_archive: str = ""
+    """A local archive of an optional part of the source ("" when the kind has none)."""
+    part_archive_help: str = ""
 
 
 class EngineKind(Protocol):
@@ -77,10 +81,16 @@ class EngineKind(Protocol):
         archive: Path | None = None,
         index: str | None = None,
         known: KnownSource[Any] | None = None,
+        part_archive: Path | None = None,
     ) -> SourceInfo:
         """The pinned source, fetched (from a local ``archive``, or ``index`` instead of the
         default place; ``on_bytes`` hears the bytes so far) and checked; ``known`` names
-        another known source than the default (``engine update`` builds the newest)."""
+        another known source than the default (``engine update`` builds the newest);
+        ``part_archive`` is a local copy of its optional part."""
+        ...
+
+    def source_notes(self, source: SourceInfo) -> tuple[str, ...]:
+        """What a user reads about a fetched source besides its identity."""
         ...
 
     def check_source(self, fetched: SourceInfo) -> None:
@@ -147,6 +157,7 @@ class LlamaServerKind:
         archive: Path | None = None,
         index: str | None = None,
         known: KnownSource[Any] | None = None,
+        part_archive: Path | None = None,
     ) -> SourceInfo:
         def report(event: TransferProgress) -> None:
             if on_bytes is not None:
@@ -159,6 +170,9 @@ class LlamaServerKind:
 
     def check_source(self, fetched: SourceInfo) -> None:
         source.check_unpacked(fetched)
+
+    def source_notes(self, source: SourceInfo) -> tuple[str, ...]:
+        return ()
 
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
         return {
@@ -206,6 +220,8 @@ class LuceboxKind:
         "a local archive of the pinned commit (offline)",
         "--base-url",
         "where GitHub's archives are (default: https://github.com)",
+        bsa.OFFLINE_FLAG,
+        "a local archive of the pinned Block-Sparse-Attention tree, PFlash's fast kernel (offline)",
     )
 
     @property
@@ -220,14 +236,31 @@ class LuceboxKind:
         archive: Path | None = None,
         index: str | None = None,
         known: KnownSource[Any] | None = None,
+        part_archive: Path | None = None,
     ) -> SourceInfo:
+        """The engine's tree, and Block-Sparse-Attention in it: from ``part_archive``, else
+        from GitHub when the engine's tree did not come from a local ``archive`` (a PC given
+        one is taken for offline); without it the engine builds without BSA."""
         pin = known.pin if known is not None else self.known.default.pin
-        return lucebox.ensure_source(
+        fetched = lucebox.ensure_source(
             paths, tarball=archive, base_url=index, on_progress=on_bytes, pin=pin
         )
+        bsa.ensure(
+            paths,
+            fetched,
+            tarball=part_archive,
+            base_url=index,
+            on_progress=on_bytes,
+            online=archive is None,
+        )
+        return fetched
 
     def check_source(self, fetched: SourceInfo) -> None:
         lucebox.check_unpacked(fetched)
+        bsa.check_unpacked(fetched)
+
+    def source_notes(self, source: SourceInfo) -> tuple[str, ...]:
+        return (bsa.check_unpacked(source).detail,)
 
     def source_document(self, source: SourceInfo) -> dict[str, Any]:
         return {
@@ -237,6 +270,7 @@ class LuceboxKind:
             "identity": source.identity,
             "commit": lucebox.pin_of(source).commit,
             "tree_sha256": lucebox.pin_of(source).tree_sha256,
+            "bsa": bsa.check_unpacked(source).present,
         }
 
     def choose_build(

@@ -7,17 +7,16 @@ pin is a digest of the tree, not of an archive: the sha256 of the text ``sha256s
 the tree's regular files (``HEX  server/path`` lines, paths sorted bytewise, each line ending in
 a newline), over ``server/`` without the folders and files no build reads (evaluation data,
 examples, images, and the Block-Sparse-Attention submodule, an empty folder in GitHub's
-archive). The tree is hashed again before every build (:func:`check_unpacked`).
+archive, pinned on its own by :mod:`lucebox.engine.engines.bsa`). The tree is hashed again
+before every build (:func:`check_unpacked`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
-import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -34,6 +33,7 @@ from lucebox.engine.engines.sourcetree import (
     hash_tree,
     put_in_place,
     tree_digest,
+    unpack_tree,
 )
 
 REPO = "Luce-Org/lucebox"
@@ -201,31 +201,7 @@ def check_unpacked(source: SourceInfo) -> None:
 
 def unpack(archive: Path, staging: Path) -> dict[str, str]:
     """Write the tree's regular files from ``archive`` into ``staging``; their sha256 by path."""
-    hashes: dict[str, str] = {}
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            for member in tar:
-                path = tree_path(member.name) if member.isreg() else None
-                if path is None:
-                    continue
-                source = tar.extractfile(member)
-                if source is None:
-                    continue
-                dest = staging / path
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                digest = hashlib.sha256()
-                with source, dest.open("wb") as out:
-                    while chunk := source.read(1 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
-                if member.mode & 0o100:
-                    dest.chmod(0o755)
-                hashes[path] = digest.hexdigest()
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise SourceError(
-            f"cannot unpack {archive}: {exc}", hint="delete it and fetch the source again"
-        ) from exc
-    return hashes
+    return unpack_tree(archive, staging, tree_path)
 
 
 def verify(hashes: dict[str, str], origin: str, pin: LuceboxPin = PIN) -> None:
@@ -246,16 +222,22 @@ def verify(hashes: dict[str, str], origin: str, pin: LuceboxPin = PIN) -> None:
 
 
 def download(
-    url: str, dest: Path, client: httpx.Client, on_progress: ByteProgress | None = None
+    url: str,
+    dest: Path,
+    client: httpx.Client,
+    on_progress: ByteProgress | None = None,
+    *,
+    offline_flag: str = "--tarball",
 ) -> Path:
-    """Stream ``url`` to ``dest`` (written whole or not at all)."""
+    """Stream ``url`` to ``dest`` (written whole or not at all); a failure's hint names
+    ``offline_flag``, the flag that gives a local copy instead."""
     part = dest.with_name(dest.name + ".part")
     try:
         with client.stream("GET", url) as response:
             if response.status_code != 200:
                 raise SourceError(
                     f"{url} answered HTTP {response.status_code}",
-                    hint="check the network, or pass --tarball PATH with a copy of the source",
+                    hint=f"check the network, or pass {offline_flag} PATH with a local copy",
                 )
             done = 0
             with part.open("wb") as out:
@@ -268,7 +250,7 @@ def download(
         part.unlink(missing_ok=True)
         raise SourceError(
             f"cannot download {url}: {exc}",
-            hint="check the network, or pass --tarball PATH with a copy of the source",
+            hint=f"check the network, or pass {offline_flag} PATH with a local copy",
         ) from exc
     part.replace(dest)
     return dest

@@ -2,7 +2,8 @@
 
 The configure line is the one measured on the H100 (CUDA 13.0): Release, one numeric arch
 (CUDA 13 rejects the source's default list, which starts at sm_60), Block-Sparse-Attention
-off unless its submodule is present, the all-quant-pairs flash-attention kernels off (a third
+on only for sm_80 and newer with its pinned source present and checked (:mod:`bsa`), the
+all-quant-pairs flash-attention kernels off (a third
 of the build time; the engine then serves only symmetric K/V cache types), static ggml so the
 installed binary needs no build tree. nlohmann-json comes from the system headers or from a
 PyPI wheel that ships them, through a small CMake package file lucebox writes, and FetchContent
@@ -24,7 +25,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import cputarget, lucebox, toolchain, toolkit
+from lucebox.engine.engines import bsa, cputarget, lucebox, toolchain, toolkit
 from lucebox.engine.engines.build import (
     BuildCallback,
     BuildChoice,
@@ -62,8 +63,6 @@ JSON_REQUIREMENT = (
 )
 """The header-only JSON library from PyPI, used when the system has no headers."""
 SYSTEM_INCLUDE_DIRS = (Path("/usr/include"), Path("/usr/local/include"))
-BSA_PROBE = "deps/Block-Sparse-Attention/csrc/cutlass/include/cutlass/numeric_types.h"
-"""The file the source's CMakeLists checks before it builds BSA."""
 SYMMETRIC_KV_TYPES = ("f16", "bf16", "q4_0", "q8_0", "tq3_0")
 """K=V pairs that keep a flash-attention kernel with DFLASH27B_FA_ALL_QUANTS=OFF."""
 _FLAG = re.compile(r"^\s+(--[a-z][a-z0-9-]*)", re.M)
@@ -113,8 +112,13 @@ def choose_options(
     )
 
 
-def bsa_present(source: SourceInfo) -> bool:
-    return (lucebox.server_dir(source) / BSA_PROBE).is_file()
+def bsa_for(source: SourceInfo, options: BuildOptions) -> bsa.BsaState:
+    """Whether this build gets Block-Sparse-Attention: its card is sm_80+ and the source
+    holds the pinned BSA tree (hashed again now; a changed one is refused)."""
+    (arch,) = options.cuda_archs
+    if not bsa.arch_supports(arch):
+        return bsa.BsaState(False, f"{bsa.SLOW_FALLBACK} (sm_{arch} is older than sm_80)")
+    return bsa.check_unpacked(source)
 
 
 def configure_argv(
@@ -124,8 +128,10 @@ def configure_argv(
     *,
     json_config_dir: Path,
     toolkit_root: Path | None = None,
+    with_bsa: bool = False,
 ) -> list[str]:
-    """The cmake configure command (paths other than the source's are left out of the key)."""
+    """The cmake configure command (paths other than the source's are left out of the key);
+    ``with_bsa`` from :func:`bsa_for`."""
     (arch,) = options.cuda_archs
     argv = [
         "cmake",
@@ -135,7 +141,7 @@ def configure_argv(
         str(build_dir),
         f"-DCMAKE_BUILD_TYPE={options.build_type}",
         f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
-        f"-DDFLASH27B_ENABLE_BSA={'ON' if bsa_present(source) else 'OFF'}",
+        f"-DDFLASH27B_ENABLE_BSA={'ON' if with_bsa else 'OFF'}",
         "-DDFLASH27B_FA_ALL_QUANTS=OFF",
         "-DDFLASH27B_TESTS=OFF",
         "-DBUILD_SHARED_LIBS=OFF",
@@ -150,8 +156,10 @@ def build_argv(build_dir: Path, jobs: int) -> list[str]:
     return ["cmake", "--build", str(build_dir), "--target", SERVER, "-j", str(jobs)]
 
 
-def build_key(source: SourceInfo, options: BuildOptions) -> str:
-    flags = configure_argv(source, Path("."), options, json_config_dir=Path("."))[5:]
+def build_key(source: SourceInfo, options: BuildOptions, *, with_bsa: bool = False) -> str:
+    flags = configure_argv(
+        source, Path("."), options, json_config_dir=Path("."), with_bsa=with_bsa
+    )[5:]
     payload = json.dumps(
         {"engine": "lucebox", "source": source.identity, **asdict(options), "flags": flags},
         sort_keys=True,
@@ -286,9 +294,10 @@ def build_tree(
     *,
     jobs: int | None,
     on_event: BuildCallback | None,
+    with_bsa: bool = False,
 ) -> Path:
     """Configure (once) and build ``dflash_server``; returns the build folder."""
-    key = build_key(source, options)
+    key = build_key(source, options, with_bsa=with_bsa)
     build_dir = paths.ensure(paths.builds_dir) / key
     if configured_for(build_dir) not in (None, lucebox.server_dir(source).resolve()):
         # The same tree unpacked elsewhere: cmake will not reuse a cache made for another path.
@@ -306,7 +315,12 @@ def build_tree(
     json_dir = write_json_config(build_dir, ensure_json_headers(paths, log))
     if not (build_dir / "CMakeCache.txt").is_file() or not (build_dir / "Makefile").is_file():
         argv = configure_argv(
-            source, build_dir, options, json_config_dir=json_dir, toolkit_root=toolkit_root
+            source,
+            build_dir,
+            options,
+            json_config_dir=json_dir,
+            toolkit_root=toolkit_root,
+            with_bsa=with_bsa,
         )
         run_logged(argv, log, "configure", on_event)
     run_logged(build_argv(build_dir, jobs or default_jobs()), log, "build", on_event)
@@ -326,13 +340,15 @@ def build_and_install(
     on_event: BuildCallback | None = None,
 ) -> tuple[EngineManifest, bool]:
     """Build (or reuse) dflash_server for ``options``; returns it and whether it was cached."""
-    key = build_key(source, options)
+    with_bsa = bsa_for(source, options)
+    key = build_key(source, options, with_bsa=with_bsa.present)
     cached = find_built(paths, key)
     if cached is None:
         with one_build_at_a_time(paths, on_event):
             cached = find_built(paths, key)
             if cached is None:
-                return _build_and_install(paths, source, options, key, jobs, on_event), False
+                built = _build_and_install(paths, source, options, key, with_bsa, jobs, on_event)
+                return built, False
     return reuse_built(cached, on_event)
 
 
@@ -343,9 +359,11 @@ def manifest_for(
     key: str,
     capabilities: EngineCapabilities,
     binaries: dict[str, str],
+    with_bsa: bsa.BsaState,
 ) -> EngineManifest:
     """The manifest of the build of ``source`` for ``options`` (build key ``key``) installed
-    with ``binaries`` (file name -> sha256), which can do ``capabilities``."""
+    with ``binaries`` (file name -> sha256), which can do ``capabilities``; ``with_bsa``
+    says whether PFlash has its fast kernel."""
     engine_id = engine_id_for(source, options, key)
     pin = lucebox.pin_of(source)
     return EngineManifest(
@@ -359,7 +377,12 @@ def manifest_for(
         capabilities=capabilities,
         source_identity=source.identity,
         build_key=key,
-        options={**asdict(options), "bsa": bsa_present(source), "fa_all_quants": False},
+        options={
+            **asdict(options),
+            "bsa": with_bsa.present,
+            "bsa_note": with_bsa.detail,
+            "fa_all_quants": False,
+        },
         installed_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
         binaries=binaries,
         toolkit=options.toolkit or None,
@@ -371,11 +394,14 @@ def _build_and_install(
     source: SourceInfo,
     options: BuildOptions,
     key: str,
+    with_bsa: bsa.BsaState,
     jobs: int | None,
     on_event: BuildCallback | None,
 ) -> EngineManifest:
     lucebox.check_unpacked(source)
-    build_dir = build_tree(paths, source, options, jobs=jobs, on_event=on_event)
+    build_dir = build_tree(
+        paths, source, options, jobs=jobs, on_event=on_event, with_bsa=with_bsa.present
+    )
     if on_event is not None:
         on_event(BuildEvent("install", 100, "installing the engine"))
     engine_id = engine_id_for(source, options, key)
@@ -394,7 +420,7 @@ def _build_and_install(
         capabilities = read_capabilities(
             paths, bin_dir / SERVER, lucebox.server_dir(source), symmetric_only=True
         )
-        manifest = manifest_for(paths, source, options, key, capabilities, hashes)
+        manifest = manifest_for(paths, source, options, key, capabilities, hashes, with_bsa)
         write_manifest(staging, manifest)
         publish(paths, engine_id, staging)
     finally:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine.core.errors import HashMismatchError
+from lucebox.engine.core.errors import FetchError, HashMismatchError
 
 NAMED_AT_MOST = 3
 """How many differing files a refusal names."""
@@ -56,6 +57,39 @@ def hash_tree(root: Path, tree_path: Callable[[str], str | None]) -> dict[str, s
                 continue
             with open(os.path.join(folder, name), "rb") as handle:
                 hashes[path] = hashlib.file_digest(handle, "sha256").hexdigest()
+    return hashes
+
+
+def unpack_tree(
+    archive: Path, staging: Path, tree_path: Callable[[str], str | None]
+) -> dict[str, str]:
+    """Write the regular files of ``archive`` that ``tree_path`` maps to a path (None leaves a
+    member out) into ``staging`` at that path; their sha256 by path. An archive that cannot
+    be read raises ``FetchError``."""
+    hashes: dict[str, str] = {}
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                path = tree_path(member.name) if member.isreg() else None
+                if path is None:
+                    continue
+                source = tar.extractfile(member)
+                if source is None:
+                    continue
+                dest = staging / path
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                digest = hashlib.sha256()
+                with source, dest.open("wb") as out:
+                    while chunk := source.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+                if member.mode & 0o100:
+                    dest.chmod(0o755)
+                hashes[path] = digest.hexdigest()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise FetchError(
+            f"cannot unpack {archive}: {exc}", hint="delete it and fetch the source again"
+        ) from exc
     return hashes
 
 

@@ -7,14 +7,19 @@ and live in :mod:`enginechoice` (which engine) and :mod:`luceboxplan` (memory an
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
 
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
-from lucebox.engine.engines.registry import EngineCapabilities
+from lucebox.engine.engines.bsa import SLOW_FALLBACK
+from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
+from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
+from lucebox.engine.models.records import stored_path
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch
@@ -75,7 +80,10 @@ def choose(
 def lucebox_engine(paths: Paths, wanted_id: str) -> EngineView:
     """The installed Lucebox engine a launch uses (``engine.id``'s, else the default source's
     build), or the pinned one not built yet."""
-    installed = luceboxbuild.select(paths, wanted_id).engine
+    return _view(luceboxbuild.select(paths, wanted_id).engine)
+
+
+def _view(installed: EngineManifest | None) -> EngineView:
     if installed is not None:
         return EngineView.of(installed)
     caps = EngineCapabilities(
@@ -86,6 +94,45 @@ def lucebox_engine(paths: Paths, wanted_id: str) -> EngineView:
     )
     version = f"luce-dflash {lucebox.PIN.short} ({lucebox.PIN.date}), not built yet"
     return EngineView(None, version, luceboxbuild.SERVER, caps)
+
+
+@dataclass(frozen=True)
+class PrefillDrafter:
+    """PFlash's drafter: where it is, or where the store will keep it once ``serve`` pulls
+    it (a plan made first counts its published size, as the launch after the pull would)."""
+
+    path: Path
+    present: bool
+    size_bytes: int
+
+
+def _prefill_drafter(paths: Paths) -> PrefillDrafter:
+    found = local_file(paths, PREFILL_DRAFTER_SOURCE)
+    if found is not None:
+        return PrefillDrafter(found, True, found.stat().st_size)
+    planned = stored_path(paths, parse_source(PREFILL_DRAFTER_SOURCE))
+    return PrefillDrafter(planned, False, PREFILL_DRAFTER_BYTES)
+
+
+def _prefill_notes(drafter: PrefillDrafter, installed: EngineManifest | None) -> str:
+    """Whether the drafter is here, and whether PFlash has its fast kernel in this build."""
+    notes = ""
+    if not drafter.present:
+        notes += (
+            f". Its drafter is not on disk yet: serve pulls {PREFILL_DRAFTER_SOURCE} first "
+            f"(about {PREFILL_DRAFTER_BYTES / 1e9:.1f} GB)"
+        )
+    if installed is None:
+        return notes + (
+            ". PFlash gets its fast kernel (Block-Sparse-Attention) when the build has it: "
+            "sm_80 or newer with its source fetched"
+        )
+    if not installed.options.get("bsa"):
+        return notes + (
+            f". {SLOW_FALLBACK} in {installed.id}: on an H200 without it PFlash took 22.7 s to "
+            "the first token of a 128K prompt, 20.4 s of it scoring (31.2 s with PFlash off)"
+        )
+    return notes
 
 
 def _as_lucebox_draft(draft: ModelFile) -> ModelFile:
@@ -106,12 +153,13 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
     resolved, target, ctx_cap = basis.resolved, basis.target, basis.ctx_cap
-    engine = lucebox_engine(paths, resolved.engine_id)
+    installed = luceboxbuild.select(paths, resolved.engine_id).engine
+    engine = _view(installed)
     gpus = budget.local_gpus
     if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
         budget = pool_of((max(gpus, key=lambda d: d.vram_free_bytes),), budget.host_total_bytes)
     draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
-    drafter = local_file(paths, PREFILL_DRAFTER_SOURCE) if resolved.prefill != "off" else None
+    drafter = _prefill_drafter(paths) if resolved.prefill != "off" else None
     planned = plan_lucebox(
         LuceboxRequest(
             target=target.facts,
@@ -121,8 +169,8 @@ def lucebox_launch(
             ctx_cap=ctx_cap,
             kv_types=engine.capabilities.kv_cache_types or luceboxbuild.SYMMETRIC_KV_TYPES,
             prefill=resolved.prefill,
-            prefill_drafter=str(drafter) if drafter else None,
-            prefill_drafter_bytes=drafter.stat().st_size if drafter else PREFILL_DRAFTER_BYTES,
+            prefill_drafter=str(drafter.path) if drafter else None,
+            prefill_drafter_bytes=drafter.size_bytes if drafter else PREFILL_DRAFTER_BYTES,
         )
     )
     if draft is not None:
@@ -139,6 +187,8 @@ def lucebox_launch(
         why = "off as asked" if resolved.spec == "off" else "none: no Lucebox draft given"
         spec = Speculation(None, None, None, None, why)
     reasons = {**planned.plan.reasons, "engine": choice.reason, "spec": spec.reason}
+    if drafter is not None:
+        reasons["prefill"] += _prefill_notes(drafter, installed)
     plan = dataclasses.replace(planned.plan, reasons=reasons)
     server_launch = ServerLaunch(
         server_path=engine.server_path,
@@ -152,7 +202,7 @@ def lucebox_launch(
         kind="lucebox",
         lucebox=planned.flags,
     )
-    refusal = _refusal(choice, target, draft, plan, resolved, drafter is not None)
+    refusal = _refusal(choice, target, draft, plan)
     return basis.launch(
         server_launch, spec, budget=budget, engine=engine, refusal=refusal, engine_choice=choice
     )
@@ -163,8 +213,6 @@ def _refusal(
     target: ModelFile,
     draft: ModelFile | None,
     plan: Plan,
-    resolved: Resolved,
-    has_drafter: bool,
 ) -> GuardRefusal | None:
     if choice.refusal is not None:
         return GuardRefusal(
@@ -175,11 +223,6 @@ def _refusal(
         if model is not None and model.check is not None and not model.check.usable:
             errors = [p.message for p in model.check.problems if p.severity == "error"]
             return GuardRefusal(f"{model.path.name}: {errors[0] if errors else 'refused'}")
-    if resolved.prefill != "off" and not has_drafter:
-        return GuardRefusal(
-            "PFlash needs its prefill drafter (Qwen3-0.6B in BF16), which is not on disk",
-            hint=f"run `lucebox models pull {PREFILL_DRAFTER_SOURCE}`, or pass --prefill off",
-        )
     if not plan.fits:
         hint = (
             f"the largest context that fits is {plan.largest_ctx} tokens (--ctx {plan.largest_ctx})"

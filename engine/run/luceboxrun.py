@@ -38,7 +38,8 @@ _SPEC = re.compile(
 )
 _AR = re.compile(r"^\[ar-decode\] tokens=(\d+) time=([\d.]+) s speed=([\d.]+) tok/s")
 _DONE = re.compile(
-    r"^\[server\] chat DONE (\S+) ok=(\w+) in=(\d+) effective_in=(\d+) out=(\d+) .*?"
+    r"^\[server\] chat DONE (\S+) ok=(\w+) in=(\d+) effective_in=(\d+) out=(\d+) "
+    r"([\d.]+)s .*?"
     r"finish=(\S+) restore=(\w+) slot=(-?\d+) prefix_len=(\d+) prefill=([\d.]+)s "
     r"decode=([\d.]+)s\(([\d.]+)tok/s\) error=(\S+)"
 )
@@ -69,6 +70,9 @@ class ReplyLine:
     prompt_tokens: int
     effective_prompt_tokens: int
     completion_tokens: int
+    total_s: float
+    """From the request to the reply's end: a compressing drafter's scoring (PFlash) and
+    paging (KVFlash) are in it, not in ``prefill_s``."""
     finish: str
     cache_restored: bool
     prefix_tokens: int
@@ -105,13 +109,14 @@ def parse_reply(line: str) -> ReplyLine | None:
         prompt_tokens=int(done[3]),
         effective_prompt_tokens=int(done[4]),
         completion_tokens=int(done[5]),
-        finish=done[6],
-        cache_restored=done[7] == "true",
-        prefix_tokens=int(done[9]),
-        prefill_s=float(done[10]),
-        decode_s=float(done[11]),
-        decode_tokens_per_s=float(done[12]),
-        error=None if done[13] == "-" else done[13],
+        total_s=float(done[6]),
+        finish=done[7],
+        cache_restored=done[8] == "true",
+        prefix_tokens=int(done[10]),
+        prefill_s=float(done[11]),
+        decode_s=float(done[12]),
+        decode_tokens_per_s=float(done[13]),
+        error=None if done[14] == "-" else done[14],
     )
 
 
@@ -160,6 +165,7 @@ class LuceboxLog(EngineLog):
         self.replies_without_speculation = 0
         self.failed_replies: list[str] = []
         self.kvflash_pool: tuple[int, int] | None = None
+        self._replies = 0
 
     def feed(self, line: str) -> None:
         if (decode := parse_decode(line)) is not None:
@@ -185,9 +191,10 @@ class LuceboxLog(EngineLog):
             self.failed_replies.append(f"{reply.reply_id}: {reply.error}")
             return
         decode_s = decode.time_s if decode is not None else reply.decode_s
-        self._finished.append(
+        self._replies += 1
+        self._finish(
             FinishedRequest(
-                task_id=len(self._finished),
+                task_id=self._replies,
                 prompt_tokens=reply.effective_prompt_tokens,
                 prompt_s=reply.prefill_s,
                 generated_tokens=reply.completion_tokens,
@@ -195,6 +202,10 @@ class LuceboxLog(EngineLog):
                 cached_tokens=reply.prefix_tokens if reply.cache_restored else 0,
                 draft_accepted=decode.accepted if decode is not None else 0,
                 draft_generated=decode.drafted if decode is not None else 0,
+                decode_tokens=reply.completion_tokens,  # its decode rate counts them all
+                # The client waits for the whole reply less its decode: PFlash's scoring and
+                # KVFlash's paging are outside the engine's prefill time.
+                ttft_s=max(0.0, reply.total_s - decode_s),
             )
         )
 
@@ -271,7 +282,7 @@ class LuceboxSampler(Sampler):
             gpu_power_w=power,
             last_decode_tokens_per_s=_ratio(last.decode_steps, last.decode_s) if last else None,
             last_prefill_tokens_per_s=_ratio(last.prompt_tokens, last.prompt_s) if last else None,
-            last_ttft_s=last.prompt_s if last else None,
+            last_ttft_s=last.first_token_s if last else None,
         )
         self.history.append(sample)
         return sample

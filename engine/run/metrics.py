@@ -3,10 +3,12 @@
 Rates come from what the engine reports for each finished request: the timing lines it logs
 at default verbosity (``prompt eval time = ... ms / N tokens``, ``eval time = ...``, then
 ``stop processing``), which lucebox already reads as the engine's log. Each request is
-counted once, however short, and the rates are the engine's own (decode steps over decode
-time: its first token is free). A request still running shows its progress from /slots
-until its timing lines replace it. /metrics gives the token totals and the speculative
-counters; /slots says whether speculation runs.
+counted once, however short, and the rates are the engine's own, as each reply's ``timings``
+reports them (llama-server: decode steps over decode time, its first token is free); time to
+first token is what the client waited. A request still running shows its progress from
+/slots until its timing lines replace it, and a finished one is sampled at once (a status
+read right after a reply never shows it running). /metrics gives the token totals and the
+speculative counters; /slots says whether speculation runs.
 
 The log reader and the poller feed one Sample, so they stay in one module.
 """
@@ -59,11 +61,25 @@ class FinishedRequest:
     request processed and generated (its last token never enters the cache)."""
     draft_accepted: int = 0
     draft_generated: int = 0
+    ttft_s: float | None = None
+    """What the client waited for its first token (request received to first token), where
+    the engine's log gives it apart from the prompt time; None: the prompt time is it."""
+    decode_tokens: int | None = None
+    """The tokens the engine's own decode rate counts over ``decode_s``, where its rule is
+    not llama-server's (the Lucebox engine counts every generated token)."""
 
     @property
     def decode_steps(self) -> int:
-        """Generated tokens less the first, which comes with the prompt (the engine's rule)."""
+        """The tokens the engine's own per-reply decode rate counts: llama-server's generated
+        tokens less the first, which comes with the prompt, unless ``decode_tokens`` says."""
+        if self.decode_tokens is not None:
+            return self.decode_tokens
         return max(0, self.generated_tokens - 1)
+
+    @property
+    def first_token_s(self) -> float:
+        """Time to first token as the client waited it."""
+        return self.ttft_s if self.ttft_s is not None else self.prompt_s
 
     def served(self) -> ServedRequest:
         """The request as the speculation guard and the workload mix see it."""
@@ -79,6 +95,12 @@ class EngineLog:
         self._finished: list[FinishedRequest] = []
         self.full_reprocess_events = 0
         self.spec_failure: str | None = None
+        self.finished_one = asyncio.Event()
+        """Set when a request finishes, so the sampler samples at once."""
+
+    def _finish(self, request: FinishedRequest) -> None:
+        self._finished.append(request)
+        self.finished_one.set()
 
     def feed(self, line: str) -> None:
         if FULL_REPROCESS in line:
@@ -101,7 +123,7 @@ class EngineLog:
         elif (stop := _STOP.match(message)) is not None:
             del self._open[task_id]
             if "prompt_n" in facts and "predicted_n" in facts:
-                self._finished.append(self._request(task_id, facts, int(stop[1])))
+                self._finish(self._request(task_id, facts, int(stop[1])))
         elif not facts:
             del self._open[task_id]
 
@@ -171,6 +193,7 @@ class _Span:
     draft_accepted: int = 0
     draft_generated: int = 0
     cached_tokens: int | None = None
+    first_token_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -180,7 +203,7 @@ class WindowRates:
     decode_tokens_per_s: float | None
     prefill_tokens_per_s: float | None
     ttft_s: float | None
-    """Mean engine-side prompt time of the finished requests."""
+    """Mean time to first token of the finished requests, as their clients waited it."""
     spec_acceptance: float | None
     cached_prompt_share: float | None
     """Cached / (cached + processed) prompt tokens of the finished requests."""
@@ -218,6 +241,7 @@ class RateWindow:
                 draft_accepted=request.draft_accepted,
                 draft_generated=request.draft_generated,
                 cached_tokens=request.cached_tokens,
+                first_token_s=request.first_token_s,
             )
         )
 
@@ -245,7 +269,7 @@ class RateWindow:
         return WindowRates(
             _ratio(sum(s.decode_steps for s in spans), sum(s.decode_s for s in spans)),
             _ratio(sum(s.prompt_tokens for s in prompted), sum(s.prompt_s for s in prompted)),
-            _ratio(sum(s.prompt_s for s in finished), len(finished)),
+            _ratio(sum(s.first_token_s for s in finished), len(finished)),
             _ratio(sum(s.draft_accepted for s in spans), sum(s.draft_generated for s in spans)),
             _ratio(
                 sum(s.cached_tokens or 0 for s in cached),
@@ -416,7 +440,7 @@ class Sampler:
             gpu_power_w=power,
             last_decode_tokens_per_s=_ratio(last.decode_steps, last.decode_s) if last else None,
             last_prefill_tokens_per_s=_ratio(last.prompt_tokens, last.prompt_s) if last else None,
-            last_ttft_s=last.prompt_s if last else None,
+            last_ttft_s=last.first_token_s if last else None,
             prompt_tokens_total=_whole(counters.get("prompt_tokens_total")),
             cached_prompt_tokens_total=_whole(counters.get("prompt_tokens_cached_total")),
             generated_tokens_total=_whole(counters.get("tokens_predicted_total")),
@@ -477,10 +501,13 @@ class Sampler:
         client = self.client or httpx.AsyncClient(timeout=2.0)
         try:
             while True:
+                self.log.finished_one.clear()
                 sample = await self.sample_once(client)
                 if sample is not None:
                     yield sample
-                await asyncio.sleep(self.interval_s)
+                # Every interval, and at once when a request finishes.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.log.finished_one.wait(), self.interval_s)
         finally:
             if own:
                 await client.aclose()

@@ -41,9 +41,10 @@ class Sample:
     decode_tokens_per_s: float | None
     prefill_tokens_per_s: float | None
     ttft_s: float | None
-    """Engine-side time to first token: the prompt time the engine reports per request, from
-    its slot taking the task to the first token (queueing and the network are not in it); the
-    mean over the requests finished in the window."""
+    """Time to first token as the client waits it, the mean over the requests finished in the
+    window: the Lucebox engine's whole reply less its decode (PFlash's drafter scoring and
+    KVFlash's paging included); llama-server's prompt time, from its slot taking the task to
+    the first token (queueing and the network are not in it)."""
     spec_acceptance: float | None
     vram_used_bytes: int | None
     gpu_util_percent: int | None
@@ -62,7 +63,8 @@ class Sample:
     requests_finished_total: int = 0
     """Requests finished since the sampler started."""
     decode_tokens_total: int = 0
-    """Decode steps of those requests (the engine's own count: the first token is free)."""
+    """Decode tokens of those requests, as each engine counts them in its own rate
+    (llama-server: the first token is free; the Lucebox engine: every generated token)."""
     decode_seconds_total: float = 0.0
     prefill_tokens_total: int = 0
     """Prompt tokens those requests processed (cached ones excluded)."""

@@ -8,8 +8,11 @@ import json
 from pathlib import Path
 
 from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.engines import bsa, lucebox
+from lucebox.engine.engines.source import SourceInfo
 from tests.conftest import run_lucebox
 from tests.engine.builds import llama_build, lucebox_build, put_installed
+from tests.engine.engines.test_bsa import BSA_TARBALL, needs_bsa_tarball
 
 
 def status(home: Path) -> dict:
@@ -87,3 +90,23 @@ def test_a_build_from_a_checkout_or_a_registered_binary_names_no_known_source(tm
     assert engines[checkout.id]["built_from"] is None
     text = run_lucebox("engine", "status", env={"LUCEBOX_HOME": str(tmp_path)}).stdout
     assert "built from: a source lucebox does not pin (git:abc123)" in text
+
+
+@needs_bsa_tarball
+def test_status_says_which_lucebox_build_has_bsa_and_that_pflash_is_slow_without(tmp_path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    source = SourceInfo(tmp_path / "src", "pin", lucebox.PIN.identity, None)
+    bsa.ensure(paths, source, tarball=BSA_TARBALL, online=False)
+    fast = lucebox_build(paths, "62880e20", "2026-11-02T10:00:00", bsa_source=source.path)
+    slow = lucebox_build(paths, "62880e20", "2026-11-01T10:00:00")
+    llama = llama_build(paths, "b11434", "2026-11-02T10:00:00")
+    assert fast.id != slow.id
+    engines = {e["id"]: e for e in status(tmp_path)["engines"]}
+    assert {i: e["bsa"] for i, e in engines.items()} == {
+        fast.id: True,
+        slow.id: False,
+        llama.id: None,
+    }
+    text = run_lucebox("engine", "status", env={"LUCEBOX_HOME": str(tmp_path)}).stdout
+    assert "PFlash: fast kernel (Block-Sparse-Attention)" in text
+    assert "PFlash: no BSA: PFlash runs the slow fallback" in text

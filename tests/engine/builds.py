@@ -33,13 +33,20 @@ def put_installed(paths: Paths, manifest: EngineManifest, installed_at: str) -> 
     return manifest
 
 
-def lucebox_build(paths: Paths, version: str, installed_at: str) -> EngineManifest:
+def lucebox_build(
+    paths: Paths, version: str, installed_at: str, *, bsa_source: Path | None = None
+) -> EngineManifest:
+    """A build of the known source ``version``; with Block-Sparse-Attention when
+    ``bsa_source`` is an engine source holding the pinned BSA tree."""
     known = lucebox.SOURCES.by_version(version)
     assert known is not None
-    src = SourceInfo(Path("/deps/lucebox"), "pin", known.identity, None)
-    key = luceboxbuild.build_key(src, LUCEBOX_OPTIONS)
+    src = SourceInfo(bsa_source or Path("/deps/lucebox"), "pin", known.identity, None)
+    with_bsa = luceboxbuild.bsa_for(src, LUCEBOX_OPTIONS)
+    key = luceboxbuild.build_key(src, LUCEBOX_OPTIONS, with_bsa=with_bsa.present)
     binaries = {luceboxbuild.SERVER: "0" * 64}
-    manifest = luceboxbuild.manifest_for(paths, src, LUCEBOX_OPTIONS, key, CAPABILITIES, binaries)
+    manifest = luceboxbuild.manifest_for(
+        paths, src, LUCEBOX_OPTIONS, key, CAPABILITIES, binaries, with_bsa
+    )
     return put_installed(paths, manifest, installed_at)
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.errors import GuardRefusal, UsageError
-from lucebox.engine.engines import cputarget, kinds, lucebox, luceboxbuild
+from lucebox.engine.engines import bsa, cputarget, kinds, lucebox, luceboxbuild
 from lucebox.engine.engines.build import BuildOptions, parse_archs
 from lucebox.engine.engines.source import SourceInfo
+from tests.engine.engines.test_bsa import BSA_TARBALL, needs_bsa_tarball
 from tests.engine.engines.test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
 from tests.engine.engines.test_cputarget import HASWELL, XEON_AMX
 from tests.engine.engines.test_lucebox_source import (
@@ -123,15 +124,60 @@ def test_4cf58a04_is_configured_with_the_same_line_from_its_own_tree(tmp_path):
     assert luceboxbuild.engine_id_for(SOURCE, OPTIONS, key).startswith("lucebox-62880e20-")
 
 
-def test_bsa_is_built_only_when_its_submodule_is_there(tmp_path):
-    source = SourceInfo(tmp_path, "pin", lucebox.PIN.identity, None)
-    probe = tmp_path / "server" / luceboxbuild.BSA_PROBE
-    off = luceboxbuild.configure_argv(source, tmp_path, OPTIONS, json_config_dir=tmp_path)
-    probe.parent.mkdir(parents=True)
-    probe.write_text("")
-    on = luceboxbuild.configure_argv(source, tmp_path, OPTIONS, json_config_dir=tmp_path)
-    assert "-DDFLASH27B_ENABLE_BSA=OFF" in off
-    assert "-DDFLASH27B_ENABLE_BSA=ON" in on
+@needs_bsa_tarball
+@pytest.mark.parametrize(
+    ("arch", "with_bsa", "why"),
+    [("86", True, ""), ("90", True, ""), ("75", False, "sm_75 is older than sm_80")],
+)
+def test_bsa_is_built_for_sm_80_and_newer_when_its_checked_source_is_there(
+    tmp_path, arch, with_bsa, why
+):
+    """The whole configure line with BSA and without it: only the BSA switch differs, and
+    the build key follows it (a build made before BSA came is not reused for one with it)."""
+    from lucebox.engine.core.paths import resolve_paths
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    source = SourceInfo(tmp_path / "lucebox", "pin", lucebox.PIN.identity, None)
+    options = BuildOptions("cuda", (arch,), toolkit="system CUDA 13.0", webui=False)
+    without = luceboxbuild.bsa_for(source, options)
+    assert not without.present
+    assert without.detail.startswith("no BSA: PFlash runs the slow fallback")
+    bsa.ensure(paths, source, tarball=BSA_TARBALL, online=False)
+    state = luceboxbuild.bsa_for(source, options)
+    assert state.present is with_bsa
+    assert why in state.detail
+
+    def line(on: bool) -> list[str]:
+        return luceboxbuild.configure_argv(
+            source, tmp_path / "build", options, json_config_dir=tmp_path / "json", with_bsa=on
+        )[5:]
+
+    assert line(state.present) == [
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
+        f"-DDFLASH27B_ENABLE_BSA={'ON' if with_bsa else 'OFF'}",
+        "-DDFLASH27B_FA_ALL_QUANTS=OFF",
+        "-DDFLASH27B_TESTS=OFF",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
+        f"-Dnlohmann_json_DIR={tmp_path / 'json'}",
+        *cputarget.X86_64_V3.cmake_flags,
+    ]
+    assert [a for a in line(False) if a not in line(True)] == ["-DDFLASH27B_ENABLE_BSA=OFF"]
+    assert luceboxbuild.build_key(source, options, with_bsa=True) != luceboxbuild.build_key(
+        source, options
+    )
+    manifest = luceboxbuild.manifest_for(
+        paths,
+        source,
+        options,
+        "k" * 16,
+        luceboxbuild.capabilities_of("", b"", None, symmetric_only=True),
+        {},
+        state,
+    )
+    assert manifest.options["bsa"] is with_bsa
+    assert manifest.options["bsa_note"] == state.detail
 
 
 def test_a_fetched_toolkit_is_named_to_cmake(tmp_path):

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Device run (issue 40): PFlash off vs --prefill pflash vs --prefill auto through `lucebox serve
+# --engine lucebox` at prompts of about 8K, 32K, 64K and 128K tokens, the client's time to first
+# token beside what `lucebox status --json` showed (bench/pflash_device.py). Assumes the repo
+# root as cwd and LUCEBOX_HOME (bench/device_env.sh) holding the Lucebox engine, built with
+# Block-Sparse-Attention (`lucebox engine status --json` says which build has it: key bsa).
+# Finishes within 420 s; writes $OUT/pflash.json (and $OUT/results/<gpu>-pflash.json for
+# bench/results/) and $OUT/pflash-engine.log; leaves no process behind.
+set -uo pipefail
+started=$(date +%s)
+source bench/device_env.sh
+M=$LUCEBOX_HOME/pflash-models
+mkdir -p "$M" "$OUT/results"
+cleanup() {
+    lucebox down > /dev/null 2>&1
+    [ -n "${driver:-}" ] && kill -- -"$driver" 2> /dev/null
+    true
+}
+trap cleanup EXIT
+lucebox engine status 2>&1 | grep -E "lucebox-|PFlash" | head -6
+# The generated target and drafter, written once per warm machine (atomically: a file left by
+# a run that was cut off is never taken for a whole one).
+python3 - "$M" <<'PY' || exit 1
+import sys
+from pathlib import Path
+from bench.lucebox_models import PREFILL_DRAFTER, TARGET
+from tests.ggufgen import write_llama, write_qwen35
+out = Path(sys.argv[1])
+for name, write, spec in (("qwen35-tiny.gguf", write_qwen35, TARGET),
+                          ("qwen3-tiny-drafter.gguf", write_llama, PREFILL_DRAFTER)):
+    if not (out / name).is_file():
+        part = out / (name + ".part")
+        write(part, spec)
+        part.rename(out / name)
+print("models ready:", sorted(p.name for p in out.iterdir()))
+PY
+echo "models after $(( $(date +%s) - started )) s"
+# The driver stops itself before the deadline; timeout is the backstop.
+deadline=$(( started + 395 ))
+setsid timeout -k 5 $(( deadline + 15 - $(date +%s) )) \
+    python3 bench/pflash_device.py "$M" "$OUT/pflash.json" --deadline "$deadline" &
+driver=$!
+wait $driver
+rc=$?
+driver=
+echo "driver exit $rc after $(( $(date +%s) - started )) s"
+cp "$LUCEBOX_HOME/logs/engine.log" "$OUT/pflash-engine.log" 2> /dev/null
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
+[ -f "$OUT/pflash.json" ] && cp "$OUT/pflash.json" "$OUT/results/${gpu:-gpu}-pflash.json"
+ls -la "$OUT" "$OUT/results"
+exit $rc
