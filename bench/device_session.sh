@@ -3,9 +3,9 @@
 # both builds take most of a call). Run from the repo root with .whl and .devrun/carry carried
 # (the wheels; the Lucebox source tarballs and Block-Sparse-Attention's from ../shared/engines).
 #   build     llama.cpp's CUDA build and the Lucebox engine 4cf58a04 with Block-Sparse-Attention
-#             (PFlash's fast kernel) side by side, each in its own session so a call that ends
+#             (PFlash's fast kernel; BSA=0 leaves it out) side by side, each in its own session so a call that ends
 #             first does not stop them; waited for up to WAIT_S; then both engine folders packed
-#             into $OUT as engines.tar.xz.partN (carry them back in .devrun/carry).
+#             into $OUT as engines.tar.xz.partN (carry them back in .devrun/carry; PACK=0: not).
 #   wait      wait for the builds a previous call started, then pack as above.
 #   restore   a later lease: unpack the carried engines into LUCEBOX_HOME (no build).
 # LUCEBOX_HOME is .devrun/home (bench/device_env.sh), so every bench/device_*.sh finds them.
@@ -20,6 +20,10 @@ WAIT_S=${WAIT_S:-560}
 mkdir -p "$H"
 
 start_builds() {
+    # Block-Sparse-Attention's one kernel compiles for ~14 minutes on one core: BSA=0 leaves it
+    # out when the lease has no time for it (PFlash then runs its slow fallback).
+    local bsa=""
+    [ "${BSA:-1}" = 1 ] && bsa="--bsa-tarball $C/block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz"
     nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
     rm -f "$H"/build-*.rc
     setsid nohup bash -c "
@@ -31,10 +35,7 @@ start_builds() {
     setsid nohup bash -c "
         s=\$(date +%s)
         python3 -m lucebox.app.cli engine source --engine lucebox --version 4cf58a04 \
-            --tarball $C/lucebox-4cf58a04-server.tar.gz > $H/build-lucebox.log 2>&1 &&
-        mkdir -p $PWD/deps/lucebox/server/deps &&
-        tar -xzf $C/block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz \
-            -C $PWD/deps/lucebox/server/deps &&
+            --tarball $C/lucebox-4cf58a04-server.tar.gz $bsa > $H/build-lucebox.log 2>&1 &&
         python3 -m lucebox.app.cli engine build --engine lucebox --version 4cf58a04 --json \
             > $H/build-lucebox.json 2>> $H/build-lucebox.log
         rc=\$?; echo \$(( \$(date +%s) - s )) > $H/build-lucebox.seconds; echo \$rc > $H/build-lucebox.rc
@@ -56,7 +57,7 @@ report_and_pack() {
         python3 -c "import json,sys; d=json.load(open('$H/build-$b.json')); print(d['id'], d.get('options'), d.get('elapsed_s'))" 2>/dev/null
     done
     tar -czf "$OUT/build-logs.tgz" -C "$H" $(cd "$H" && ls build-* 2>/dev/null) 2>/dev/null
-    if [ "$(cat "$H/build-llama.rc" 2>/dev/null)" = 0 ] && [ "$(cat "$H/build-lucebox.rc" 2>/dev/null)" = 0 ]; then
+    if [ "${PACK:-1}" = 1 ] && [ "$(cat "$H/build-llama.rc" 2>/dev/null)" = 0 ] && [ "$(cat "$H/build-lucebox.rc" 2>/dev/null)" = 0 ]; then
         (cd "$H/data/engines" && tar -cf - */ | xz -T0 -6 | split -b 15M -d -a 1 - "$OUT/engines.tar.xz.part")
         ls -la "$OUT"
     fi
