@@ -80,6 +80,9 @@ class Sample:
     """The engine's speculation counters since it started: tokens drafted ..."""
     accepted_tokens_total: int | None = None
     """... and drafted tokens the target accepted."""
+    gpu_loads: tuple[tuple[int, int | None, int | None], ...] = ()
+    """With several GPUs in the launch, each one's (NVML index, the engine's bytes there, load
+    %): the dashboard's bar per card."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -24,7 +24,13 @@ from lucebox.engine.models.modelinfo import info_from_header
 from lucebox.engine.plan import luceboxroute
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_env
-from lucebox.engine.plan.luceboxdevices import Candidate, choose_placement, offered
+from lucebox.engine.plan.luceboxdevices import (
+    PLACEMENTS,
+    Candidate,
+    PlacementName,
+    choose_placement,
+    offered,
+)
 from lucebox.engine.plan.luceboxplan import (
     DRAFT_RUNTIME_BYTES,
     LuceboxRequest,
@@ -82,15 +88,15 @@ def plan_on(files, budget, help_text, monkeypatch, **options):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("placement", ["one", "draft-apart", "tensor"])
-def test_each_placement_is_planned_per_card(files, placement):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_each_placement_is_planned_per_card(files, placement: PlacementName):
     """Per card, from the same terms: the draft's card holds its CUDA context, the draft and
     its graphs; tensor parallel mirrors the output matrix and halves the layers and the KV."""
     target, draft = facts(files[0]), facts(files[1])
     cards = (("GPU 0: A", 20 * GIB), ("GPU 1: B", 20 * GIB))
     budget = two_cards(20 * 1024)
 
-    def planned(name: str):
+    def planned(name: PlacementName):
         used = cards[:1] if name == "one" else cards
         request = LuceboxRequest(
             target=target, budget=budget, draft=draft, ctx=32768, placement=name, cards=used
