@@ -89,7 +89,14 @@ class Sample:
 
     @classmethod
     def from_json(cls, data: Any) -> Sample | None:
-        return _from_json(cls, data)
+        found = _from_json(cls, data)
+        if found is None:
+            return None
+        try:  # JSON keeps the triples as lists
+            loads = tuple((int(i), used, util) for i, used, util in found.gpu_loads)
+        except (TypeError, ValueError):
+            loads = ()
+        return replace(found, gpu_loads=loads)
 
 
 _MODE_NAMES = {
