@@ -352,7 +352,12 @@ def refresh_lucebox_features() -> list[dict[str, Any]]:
         if engine.kind != "lucebox":
             continue
         server = Path(engine.server_path)
-        read = luceboxbuild.read_capabilities(paths, server, None, symmetric_only=True)
+        try:
+            read = luceboxbuild.read_capabilities(paths, server, None, symmetric_only=True)
+        except Exception as exc:  # one try on the GPU: record it, measure on
+            rows.append({"id": engine.id, "error": repr(exc)[-1000:],
+                         "after": list(engine.capabilities.features)})  # fmt: skip
+            continue
         caps = dataclasses.replace(read, model_archs=engine.capabilities.model_archs)
         if caps.features != engine.capabilities.features:
             write_manifest(server.parent.parent, dataclasses.replace(engine, capabilities=caps))
@@ -522,7 +527,10 @@ def main() -> None:
             continue
         if group[0] == "lucebox":
             started = time.monotonic()
-            doc["lucebox"] = lucebox_parts(args.work, len(gpus), args.lucebox_ctx, deadline)
+            try:
+                doc["lucebox"] = lucebox_parts(args.work, len(gpus), args.lucebox_ctx, deadline)
+            except Exception as exc:  # one try on the GPU: the set still runs
+                doc["lucebox"] = {"error": repr(exc)[-3000:]}
             doc["lucebox"]["seconds"] = round(time.monotonic() - started, 1)
             save()
             continue
