@@ -6,21 +6,25 @@
 # tensor parallel, 4cf58a04's build where installed), a served set of two models one per card;
 # each with per-GPU planned vs nvidia-smi memory, decode tok/s and `status --json` gpus. On one
 # GPU the two-card parts are listed as unrun. Parts not started within BUDGET_S - 110 s are
-# skipped; the whole run is cut at BUDGET_S (default 400 s), servers and filler stopped.
+# skipped; the whole run is cut at BUDGET_S (default 390 s: with the set-up and the summary
+# under 420 s), servers and filler stopped.
+# PARTS reorders or narrows them (default split,one,lucebox,set; in a 240 s slot put lucebox
+# first: BUDGET_S=230 PARTS=lucebox,split,one,set).
 # Writes $OUT/lucebox2gpu.json (after each part), $OUT/lucebox2gpu.log, and the copy meant for
 # bench/results/ at $OUT/results/two-gpu-both-engines.json; prints a short summary.
 #   bash bench/device_lucebox2gpu.sh            # or BUDGET_S=230 bash bench/device_lucebox2gpu.sh
 set -uo pipefail
 export PIP_NO_INDEX=1
 source bench/device_env.sh
-BUDGET_S=${BUDGET_S:-400}
+BUDGET_S=${BUDGET_S:-390}
+PARTS=${PARTS:-split,one,lucebox,set}
 mkdir -p "$OUT/results" .devrun/work
 lucebox down > /dev/null 2>&1  # a server left by an earlier call
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv
 nvidia-smi topo -m 2>/dev/null | head -4
 start=$(date +%s)
 timeout -k 20 "$BUDGET_S" python3 -m bench.two_gpu --work .devrun/work \
-    --budget-s $((BUDGET_S - 110)) --out "$OUT/lucebox2gpu.json" \
+    --parts "$PARTS" --budget-s $((BUDGET_S - 110)) --out "$OUT/lucebox2gpu.json" \
     > /dev/null 2> "$OUT/lucebox2gpu.log"
 echo "two_gpu rc=$? in $(($(date +%s) - start)) s"
 lucebox down > /dev/null 2>&1
