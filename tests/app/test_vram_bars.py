@@ -47,3 +47,20 @@ def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load(m
     assert f"· uses {(second + 2**20) / 2**30:.2f} · GPU 39%" in text
     before = device_bars(prepared, 40).plain
     assert "uses" not in before and before.count("plan ") == 2
+
+
+def test_a_served_set_shows_each_card_planned_used_and_load():
+    from lucebox.app.tui.widgets.models import card_lines
+    from lucebox.engine.run.sample import GpuStatus
+    from lucebox.engine.run.servedsetmodels import ModelStatus
+
+    models = (
+        ModelStatus("big", "loaded", "GPU 0: NVIDIA H200", 3 * 2**30, 1.0, 3 * 2**30 + 2**29),
+        ModelStatus("small", "unloaded", "GPU 1: NVIDIA H200", 0, None, 2**31),
+        ModelStatus("tiny", "unloaded", "GPU 1: NVIDIA H200", 0, None, 2**30),
+    )
+    gpus = (GpuStatus(0, 140 * 2**30, 141 * 2**30, 40), GpuStatus(1, 2**30, 141 * 2**30, None))
+    assert card_lines(models, gpus) == [
+        "GPU 0 · plan 3.50 · uses 140.00 of 141.0 GiB · load 40%",
+        "GPU 1 · plan 3.00 · uses 1.00 of 141.0 GiB",
+    ]
