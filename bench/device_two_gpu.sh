@@ -3,6 +3,8 @@
 # llama-server, then bench/two_gpu.py (split vs one card vs a served set, planned vs
 # nvidia-smi memory per GPU, decode tok/s, status --json gpus). Writes $OUT/two-gpu.json and
 # $OUT/two-gpu.log. Run from the repo root with the wheels and the pinned sdist in .whl/.
+# bench.two_gpu also runs the Lucebox engine's part where a build is installed; this summary
+# leaves it out (bench/device_lucebox2gpu.sh prints it).
 #   bash bench/device_two_gpu.sh build    # starts the engine build detached and returns
 #   bash bench/device_two_gpu.sh [ARGS]   # waits for that build, then measures (ARGS go to
 #                                         # bench.two_gpu) on the same warm machine
@@ -40,8 +42,8 @@ d = json.load(open(sys.argv[1]))
 print("free MiB after filler:", d.get("free_mib_after_filler"))
 for part in ("split", "one"):
     r = d.get(part, {})
-    if "error" in r:
-        print(part, "ERROR", r["error"][-800:]); continue
+    if "plan" not in r:  # an error, a part skipped or not asked for
+        print(part, {k: str(v)[-800:] for k, v in r.items()}); continue
     print(part, "ctx", r["plan"]["ctx"], r["plan"]["kv"], "split", r["plan"]["tensor_split"],
           "decode tok/s", r["decode"]["median_tok_s"], "seconds", r["seconds"])
     for m in r["memory"]:

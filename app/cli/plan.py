@@ -60,7 +60,9 @@ def _print_launch_plan(launch_plan: LaunchPlan) -> None:
         f"GPU layers {'all' if result.n_gpu_layers < 0 else result.n_gpu_layers}, "
         f"slots {result.parallel}"
     )
-    for key in ("ctx", "cache_type", "n_gpu_layers", "spec", "vision", "swa_full", "kvflash_pool"):
+    shown = ("ctx", "cache_type", "n_gpu_layers", "spec", "vision", "swa_full", "kvflash_pool",
+             "placement", "devices")  # fmt: skip
+    for key in shown:
         if key in result.reasons:
             print(f"  {key}: {result.reasons[key]}")
     fit = launch_plan.fit_check

@@ -251,7 +251,7 @@ class LuceboxApp(App[None]):
 
     def on_models_sampled(self, message: ModelsSampled) -> None:
         if isinstance(self.dashboard, ServedSetDashboardScreen):
-            self.dashboard.show_models(message.sample.models)
+            self.dashboard.show_models(message.sample.models, message.sample.gpus)
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)
 

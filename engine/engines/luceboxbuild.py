@@ -68,6 +68,9 @@ SYMMETRIC_KV_TYPES = ("f16", "bf16", "q4_0", "q8_0", "tq3_0")
 _FLAG = re.compile(r"^\s+(--[a-z][a-z0-9-]*)", re.M)
 _KV_TYPES = re.compile(r"--cache-type-k <type>\s+KV cache K type \(([^)]*)\)")
 _ARCH = re.compile(r'if \(arch == "([a-z0-9_]+)"\)')
+FEATURE_FLAGS = ("--prefill-compression", "--draft-device", "--target-split-mode")
+"""Flags its ``--help`` lists that a plan depends on, kept as features without the dashes
+(the draft on a second card; tensor parallel, which 62880e20 does not have)."""
 HIDDEN_FEATURES = {b"--kvflash": "kvflash", b"DFLASH_SAMPLED_VERIFY": "sampled-verify"}
 """Flags and switches the binary parses but its usage text leaves out."""
 
@@ -253,7 +256,7 @@ def capabilities_of(
     spec_types = tuple(
         name for flag, name in (("--draft", "dflash"), ("--ddtree", "ddtree")) if flag in flags
     )
-    features = [f.removeprefix("--") for f in flags if f in ("--prefill-compression",)]
+    features = [f.removeprefix("--") for f in flags if f in FEATURE_FLAGS]
     features += hidden_features(binary)
     if symmetric_only:
         features.append("symmetric-kv-only")

@@ -20,12 +20,20 @@ class EngineView:
     version: str
     server_path: str
     capabilities: EngineCapabilities
+    bsa: bool = False
+    """A Lucebox build with Block-Sparse-Attention, PFlash's fast kernel."""
 
     @classmethod
     def of(cls, manifest: EngineManifest | None) -> EngineView:
         if manifest is None:
             return pinned_engine()
-        return cls(manifest.id, manifest.version, manifest.server_path, manifest.capabilities)
+        return cls(
+            manifest.id,
+            manifest.version,
+            manifest.server_path,
+            manifest.capabilities,
+            bool(manifest.options.get("bsa")),
+        )
 
 
 def pinned_engine() -> EngineView:

@@ -129,6 +129,7 @@ class LaunchPlan:
             "preset": self.preset.id if self.preset else None,
             "device": self.budget.device,
             "devices": [{"name": n, "memory_bytes": b} for n, b in self.plan.device_bytes],
+            "placement": self.server.lucebox.placement if self.server.lucebox else None,
             "env": server_env(self.server),
             "engine": {
                 "id": self.engine.id,

@@ -17,6 +17,14 @@ SAMPLED_VERIFY_ARCHS = ("qwen35", "laguna")
 also for requests with a temperature, which otherwise silently decode without it."""
 ENGINE_ENV_PREFIXES = ("DFLASH", "LUCE_")
 """Engine settings it reads from its environment: only the plan sets them."""
+PLACEMENT_ARGV = {
+    "draft-apart": ["--target-device", "cuda:0", "--draft-device", "cuda:1", "--peer-access"],
+    "tensor": ["--target-devices", "cuda:0,cuda:1", "--target-split-mode", "tensor",
+               "--peer-access"],
+}  # fmt: skip
+"""Device flags per two-card placement. The engine sees only the launch's cards
+(``CUDA_VISIBLE_DEVICES``, the target's first), so it numbers them 0 and 1; peer access lets
+cross-card copies go card to card instead of through host RAM (a pair without it only warns)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,9 @@ class LuceboxFlags:
     """PFlash: off, auto (long single prompts) or always."""
     prefill_drafter: str | None = None
     sampled_verify: bool = False
+    placement: str = "one"
+    """one (a single card), draft-apart (target on the first card the engine sees, draft on
+    the second) or tensor (the target split by tensor across both)."""
 
 
 def dflash_server_argv(
@@ -68,6 +79,7 @@ def dflash_server_argv(
     ]
     if flags.cache_type is not None:
         argv += ["--cache-type-k", flags.cache_type, "--cache-type-v", flags.cache_type]
+    argv += PLACEMENT_ARGV.get(flags.placement, [])
     if draft_path is not None:
         argv += ["--draft", draft_path]
         if flags.ddtree_budget is not None:

@@ -25,6 +25,14 @@ from typing import Literal
 from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.plan.luceboxdevices import (
+    PLACEMENT_TEXT,
+    DeviceLoad,
+    Parts,
+    PlacementName,
+    attention_room,
+    device_loads,
+)
 from lucebox.engine.plan.luceboxlaunch import SAMPLED_VERIFY_ARCHS, LuceboxFlags
 from lucebox.engine.plan.memory import (
     MIN_CTX,
@@ -103,6 +111,10 @@ class LuceboxRequest:
     prefill: PrefillMode = "off"
     prefill_drafter: str | None = None
     prefill_drafter_bytes: int = 0
+    placement: PlacementName = "one"
+    cards: tuple[tuple[str, int], ...] = ()
+    """(label, free bytes) of the cards the placement uses, the target's first; empty: the
+    budget as one card."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,10 @@ class LuceboxPlan:
     plan: Plan
     flags: LuceboxFlags
     reasons: dict[str, str] = field(default_factory=dict)
+    exact: bool = False
+    """It holds the context it aimed for with exact attention (no KVFlash pool)."""
+    wanted_ctx: int = 0
+    """The context it aimed for: the one asked, else the model's native one (or the cap)."""
 
 
 def kv_bytes_per_token(target: ModelFacts, kv_type: str) -> float:
@@ -160,15 +176,30 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         ring = 0
     rollback = rollback_bytes(target, verify_tokens)
     runtime = RUNTIME_BYTES + (DRAFT_RUNTIME_BYTES if request.draft else 0)
-    compute = compute_bytes(target) + ring + rollback + runtime
     scoring = 0
     if request.prefill != "off":
         scoring = request.prefill_drafter_bytes + PFLASH_SCORING_BYTES - weights
     transient = max(chunk_logits_bytes(target), scoring)
-    cuda_context = CUDA_CONTEXT_BYTES
-    reserve = max(64 * MIB, int(budget.vram_free_bytes * 0.005))
-    fixed = weights + draft + compute + cuda_context + transient + target.recurrent_state_bytes
-    room = budget.vram_free_bytes - reserve - fixed
+    parts = Parts(
+        weights=weights,
+        layer_weights=min(weights, target.layer_bytes),
+        draft=draft,
+        draft_runtime=DRAFT_RUNTIME_BYTES if request.draft else 0,
+        graph=compute_bytes(target),
+        ring=ring,
+        rollback=rollback,
+        runtime=RUNTIME_BYTES,
+        cuda_context=CUDA_CONTEXT_BYTES,
+        transient=transient,
+        recurrent=target.recurrent_state_bytes,
+    )
+    cards = request.cards or ((budget.device, budget.vram_free_bytes),)
+    loads = device_loads(request.placement, parts, cards)
+    compute = sum(load.compute for load in loads)
+    cuda_context = sum(load.cuda_context for load in loads)
+    reserve = sum(load.reserve for load in loads)
+    transient = sum(load.transient for load in loads)
+    room = attention_room(loads)
     native = target.native_ctx
     wanted = wanted_ctx(request.ctx, native, unasked=native)
     if request.ctx_cap is not None and request.ctx is None:
@@ -179,7 +210,8 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     kv_type = next((t for t in types if largest[t] >= wanted), types[-1])
     per_token = kv_bytes_per_token(target, kv_type)
     pool: int | None = None
-    if largest[kv_type] >= wanted:
+    exact = largest[kv_type] >= wanted
+    if exact:
         max_ctx = pad_ctx(wanted) if request.ctx else wanted // CTX_PAD * CTX_PAD
         kv = int(pad_ctx(max_ctx) * per_token)
         ctx_reason = f"{max_ctx} tokens with exact attention at {kv_type} KV"
@@ -196,20 +228,21 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         max_ctx = max(0, largest[kv_type])
         kv = int(max_ctx * per_token)
         ctx_reason = f"{max_ctx} tokens: the largest exact context that fits at {kv_type} KV"
+    attention_kv = kv
     kv += target.recurrent_state_bytes
-    fits = max_ctx >= min(MIN_CTX, native) and room - (kv - target.recurrent_state_bytes) >= 0
+    fits = max_ctx >= min(MIN_CTX, native) and room - attention_kv >= 0
     host_pages = int(max(0, max_ctx - pool) * per_token) if pool is not None else 0
     per_slot = target.recurrent_state_bytes + int(per_token * min(max_ctx, 32768))
     slots = _prefix_slots(budget.host_total_bytes, per_slot)
     max_tokens = max(CTX_PAD, min(MAX_TOKENS_CAP, max_ctx // 4))
     memory = MemoryBytes(
-        weights=weights,
+        weights=sum(load.weights for load in loads),
         kv=kv,
         draft=draft,
         compute=compute,
         cuda_context=cuda_context,
         reserve=reserve,
-        available=budget.vram_free_bytes,
+        available=sum(free for _, free in cards),
         prompt_cache=slots * per_slot,
         checkpoints=host_pages,
         prefill_transient=transient,
@@ -240,7 +273,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
             f"weights, {kv / MIB:.0f} MiB KV for {pool or max_ctx} tokens on the GPU, "
             f"{compute / MIB:.0f} MiB "
             f"graphs and buffers, {transient / MIB:.0f} MiB while a prefill runs, "
-            f"{cuda_context / MIB:.0f} MiB CUDA context); {budget.vram_free_bytes / MIB:.0f} MiB "
+            f"{cuda_context / MIB:.0f} MiB CUDA context); {memory.available / MIB:.0f} MiB "
             f"are free on {budget.device} and {reserve / MIB:.0f} MiB stay in reserve"
         )
     if pool is not None:
@@ -258,6 +291,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         ("always" if request.prefill == "pflash" else "auto"),
         prefill_drafter=request.prefill_drafter,
         sampled_verify=request.draft is not None and target.architecture in SAMPLED_VERIFY_ARCHS,
+        placement=request.placement,
     )  # fmt: skip
     plan = Plan(
         fits=fits,
@@ -271,9 +305,33 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         kvflash_pool_tokens=pool,
         reasons=reasons,
         largest_ctx=largest[kv_type],
-        device_bytes=((budget.device, memory.total),),
+        device_bytes=_device_bytes(loads, attention_kv, memory.total),
     )
-    return LuceboxPlan(plan, flags, reasons)
+    if len(loads) > 1:
+        reasons["devices"] = _devices_reason(request.placement, loads, attention_kv)
+    return LuceboxPlan(plan, flags, reasons, exact=exact and fits, wanted_ctx=wanted)
+
+
+def _device_bytes(
+    loads: tuple[DeviceLoad, ...], attention_kv: int, total: int
+) -> tuple[tuple[str, int], ...]:
+    """Each card's resident bytes; the last takes the rounding, so they sum to ``total``."""
+    firsts = [(load.label, load.resident(attention_kv)) for load in loads[:-1]]
+    return (*firsts, (loads[-1].label, total - sum(b for _, b in firsts)))
+
+
+def _devices_reason(
+    placement: PlacementName, loads: tuple[DeviceLoad, ...], attention_kv: int
+) -> str:
+    cards = "; ".join(
+        f"{load.label}: {load.resident(attention_kv) / MIB:.0f} MiB (weights "
+        f"{load.weights / MIB:.0f}, draft {load.draft / MIB:.0f}, KV "
+        f"{(attention_kv * load.kv_share + load.state) / MIB:.0f}, graphs and buffers "
+        f"{load.compute / MIB:.0f}, CUDA context {load.cuda_context / MIB:.0f}) of "
+        f"{load.free_bytes / MIB:.0f} free"
+        for load in loads
+    )
+    return f"{PLACEMENT_TEXT[placement]}: {cards}"
 
 
 def _prefill_reason(

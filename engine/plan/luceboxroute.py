@@ -15,7 +15,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.bsa import SLOW_FALLBACK
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
-from lucebox.engine.machine.budget import GpuBudget, pool_of
+from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
@@ -24,12 +24,21 @@ from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_e
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
+from lucebox.engine.plan.luceboxdevices import (
+    PLACEMENT_TEXT,
+    Candidate,
+    PlacementName,
+    choose_placement,
+    offered,
+)
 from lucebox.engine.plan.luceboxplan import (
     PREFILL_DRAFTER_BYTES,
     PREFILL_DRAFTER_SOURCE,
+    LuceboxPlan,
     LuceboxRequest,
     plan_lucebox,
 )
+from lucebox.engine.plan.measurements import placement_key, read_placement_rates
 from lucebox.engine.plan.memory import MIN_CTX, Plan
 from lucebox.engine.plan.modelfiles import ModelFile, local_file
 from lucebox.engine.plan.options import Resolved
@@ -90,8 +99,11 @@ def _view(installed: EngineManifest | None) -> EngineView:
         spec_types=("dflash", "ddtree"),
         kv_cache_types=luceboxbuild.SYMMETRIC_KV_TYPES,
         model_archs=PINNED_ARCHS,
-        features=("prefill-compression", "kvflash", "sampled-verify", "symmetric-kv-only"),
-    )
+        features=(
+            "prefill-compression", "draft-device", "kvflash", "sampled-verify",
+            "symmetric-kv-only",
+        ),
+    )  # fmt: skip
     version = f"luce-dflash {lucebox.PIN.short} ({lucebox.PIN.date}), not built yet"
     return EngineView(None, version, luceboxbuild.SERVER, caps)
 
@@ -114,7 +126,7 @@ def _prefill_drafter(paths: Paths) -> PrefillDrafter:
     return PrefillDrafter(planned, False, PREFILL_DRAFTER_BYTES)
 
 
-def _prefill_notes(drafter: PrefillDrafter, installed: EngineManifest | None) -> str:
+def _prefill_notes(drafter: PrefillDrafter, engine: EngineView) -> str:
     """Whether the drafter is here, and whether PFlash has its fast kernel in this build."""
     notes = ""
     if not drafter.present:
@@ -122,14 +134,14 @@ def _prefill_notes(drafter: PrefillDrafter, installed: EngineManifest | None) ->
             f". Its drafter is not on disk yet: serve pulls {PREFILL_DRAFTER_SOURCE} first "
             f"(about {PREFILL_DRAFTER_BYTES / 1e9:.1f} GB)"
         )
-    if installed is None:
+    if engine.id is None:
         return notes + (
             ". PFlash gets its fast kernel (Block-Sparse-Attention) when the build has it: "
             "sm_80 or newer with its source fetched"
         )
-    if not installed.options.get("bsa"):
+    if not engine.bsa:
         return notes + (
-            f". {SLOW_FALLBACK} in {installed.id}: on an H200 without it PFlash took 22.7 s to "
+            f". {SLOW_FALLBACK} in {engine.id}: on an H200 without it PFlash took 22.7 s to "
             "the first token of a 128K prompt, 20.4 s of it scoring (31.2 s with PFlash off)"
         )
     return notes
@@ -153,26 +165,32 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves."""
     resolved, target, ctx_cap = basis.resolved, basis.target, basis.ctx_cap
-    installed = luceboxbuild.select(paths, resolved.engine_id).engine
-    engine = _view(installed)
-    gpus = budget.local_gpus
-    if len(gpus) > 1:  # the engine serves from one GPU: the one with the most free memory
-        budget = pool_of((max(gpus, key=lambda d: d.vram_free_bytes),), budget.host_total_bytes)
+    engine = lucebox_engine(paths, resolved.engine_id)
+    # The card with the most free memory holds the target; a second card may join it.
+    cards = sorted(budget.local_gpus, key=lambda d: -d.vram_free_bytes)[:2]
     draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
     drafter = _prefill_drafter(paths) if resolved.prefill != "off" else None
-    planned = plan_lucebox(
-        LuceboxRequest(
-            target=target.facts,
-            budget=budget,
-            draft=draft.facts if draft is not None else None,
-            ctx=resolved.ctx,
-            ctx_cap=ctx_cap,
-            kv_types=engine.capabilities.kv_cache_types or luceboxbuild.SYMMETRIC_KV_TYPES,
-            prefill=resolved.prefill,
-            prefill_drafter=str(drafter.path) if drafter else None,
-            prefill_drafter_bytes=drafter.size_bytes if drafter else PREFILL_DRAFTER_BYTES,
-        )
+    request = LuceboxRequest(
+        target=target.facts,
+        budget=budget,
+        draft=draft.facts if draft is not None else None,
+        ctx=resolved.ctx,
+        ctx_cap=ctx_cap,
+        kv_types=engine.capabilities.kv_cache_types or luceboxbuild.SYMMETRIC_KV_TYPES,
+        prefill=resolved.prefill,
+        prefill_drafter=str(drafter.path) if drafter else None,
+        prefill_drafter_bytes=drafter.size_bytes if drafter else PREFILL_DRAFTER_BYTES,
     )
+    names = offered(
+        engine.capabilities.features, len(cards), draft is not None,
+        target.facts.architecture, resolved.prefill != "off",
+    )  # fmt: skip
+    key = placement_key(
+        target.path, draft.path if draft else None, engine.id or engine.version,
+        tuple(d.label for d in sorted(cards, key=lambda d: d.index)),
+    )  # fmt: skip
+    rates = read_placement_rates(paths, key) if len(names) > 1 else {}
+    chosen, budget, planned, placement = _placed(request, cards, names, resolved, rates)
     if draft is not None:
         budget_text = planned.flags.ddtree_budget
         spec = Speculation(
@@ -188,7 +206,9 @@ def lucebox_launch(
         spec = Speculation(None, None, None, None, why)
     reasons = {**planned.plan.reasons, "engine": choice.reason, "spec": spec.reason}
     if drafter is not None:
-        reasons["prefill"] += _prefill_notes(drafter, installed)
+        reasons["prefill"] += _prefill_notes(drafter, engine)
+    if placement:
+        reasons["placement"] = placement
     plan = dataclasses.replace(planned.plan, reasons=reasons)
     server_launch = ServerLaunch(
         server_path=engine.server_path,
@@ -203,9 +223,59 @@ def lucebox_launch(
         lucebox=planned.flags,
     )
     refusal = _refusal(choice, target, draft, plan)
+    if refusal is None and resolved.placement not in ("auto", chosen):
+        refusal = GuardRefusal(
+            f"--placement {resolved.placement} is not possible here: {placement or 'one GPU'}",
+            hint="pass --placement auto to let lucebox choose",
+        )
     return basis.launch(
         server_launch, spec, budget=budget, engine=engine, refusal=refusal, engine_choice=choice
     )
+
+
+def _placed(
+    request: LuceboxRequest,
+    cards: list[DeviceBudget],
+    names: tuple[PlacementName, ...],
+    resolved: Resolved,
+    rates: dict[str, float],
+) -> tuple[str, GpuBudget, LuceboxPlan, str]:
+    """The placement that serves: (its name, its cards' budget, its plan, why; "" with one
+    card). Each offered placement is planned on its cards; --placement names one, else
+    :func:`choose_placement` weighs them."""
+    host = request.budget.host_total_bytes
+    if not cards:  # no local GPU: the plan reports what the budget lacks
+        return "one", request.budget, plan_lucebox(request), ""
+    plans: dict[PlacementName, tuple[GpuBudget, LuceboxPlan]] = {}
+    for name in names:
+        used = tuple(cards[:1] if name == "one" else cards[:2])
+        budget = pool_of(used, host)
+        plans[name] = (
+            budget,
+            plan_lucebox(
+                dataclasses.replace(
+                    request,
+                    budget=budget,
+                    placement=name,
+                    cards=tuple((d.label, d.vram_free_bytes) for d in used),
+                )
+            ),
+        )
+    if len(names) == 1 and resolved.placement in ("auto", "one"):
+        return "one", *plans["one"], ""
+    candidates = [
+        Candidate(name, p.plan.fits, p.exact, p.plan.largest_ctx, rates.get(name))
+        for name, (_, p) in plans.items()
+    ]
+    best, why = choose_placement(candidates, plans["one"][1].wanted_ctx)
+    if resolved.placement != "auto" and resolved.placement in plans:
+        asked = resolved.placement
+        listed = why[why.index("(") :]
+        return asked, *plans[asked], f"{PLACEMENT_TEXT[asked]}: as asked {listed}"
+    if resolved.placement != "auto":
+        offers = ", ".join(names)
+        return best.name, *plans[best.name], f"this build and launch offer {offers}"
+    return best.name, *plans[best.name], why
 
 
 def _refusal(

@@ -409,3 +409,29 @@ def measured_choice(
         return None
     why = f"{match[0].why}; served as {trial.label}: {measurement.why}"
     return [replace(match[0], draft_max=trial.draft_max, p_min=trial.p_min, why=why)]
+
+
+def placement_key(target: Path, draft: Path | None, engine: str, cards: tuple[str, ...]) -> str:
+    """The Lucebox engine's files, build and the cards a two-card placement chooses among."""
+    files = f"{file_identity(target)} | {file_identity(draft) if draft else '-'}"
+    return f"{files} | {engine} | {' + '.join(cards)}"
+
+
+def read_placement_rates(paths: Paths, key: str) -> dict[str, float]:
+    """Decode tok/s measured per placement (bench/two_gpu.py measures them on the cards)."""
+    entry = _section(paths, "placements").get(key)
+    if not isinstance(entry, dict):
+        return {}
+    return {
+        name: float(rate)
+        for name, rate in entry.items()
+        if isinstance(rate, int | float) and rate > 0
+    }
+
+
+def write_placement_rate(paths: Paths, key: str, placement: str, decode_tok_s: float) -> None:
+    section = _section(paths, "placements")
+    entry = section.get(key)
+    kept = entry if isinstance(entry, dict) else {}
+    section[key] = {**kept, placement: round(decode_tok_s, 1)}
+    _write_section(paths, "placements", section)

@@ -23,6 +23,7 @@ from lucebox.engine.plan.flagtypes import (
     port_number,
     positive_int,
 )
+from lucebox.engine.plan.luceboxdevices import PLACEMENT_MODES, PlacementMode
 from lucebox.engine.plan.luceboxplan import PREFILL_MODES, PrefillMode
 from lucebox.engine.plan.speculation import SpecMode
 
@@ -59,6 +60,8 @@ class ServeOptions:
     serves the new build with it before it becomes engine.id)."""
     prefill: PrefillMode | None = None
     """PFlash speculative prefill on the Lucebox engine; None is off."""
+    placement: PlacementMode | None = None
+    """The Lucebox engine on two GPUs; None is auto (the planner chooses)."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
@@ -130,6 +133,10 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
                "PFlash speculative prefill on the Lucebox engine: off (default), auto (long "
                "single prompts) or pflash (always); it keeps only a share of a long prompt",
                choices=PREFILL_MODES),
+    LaunchFlag("--placement", "placement",
+               "the Lucebox engine on two GPUs: auto (default: the planner chooses and says "
+               "why), one (one card), draft-apart (the draft on the second card) or tensor "
+               "(tensor parallel across both; builds that offer it)", choices=PLACEMENT_MODES),
     LaunchFlag("--spec", "spec",
                "speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, "
                "ngram", choices=speculation.SPEC_MODES),
@@ -200,6 +207,7 @@ class Resolved:
     engine_from: str = ""
     """Where a mode other than auto comes from, for the plan's reason."""
     prefill: PrefillMode = "off"
+    placement: PlacementMode = "auto"
     engine_id: str = ""
     """The installed build ``engine.id`` names; empty: each kind's default build."""
     vision: VisionMode = "auto"
@@ -256,6 +264,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         engine_mode=engine,
         engine_from=engine_from,
         prefill=options.prefill or "off",
+        placement=options.placement or "auto",
         engine_id=settings.engine_id,
         vision=vision,
         vision_from=vision_from,

@@ -150,6 +150,8 @@ def plan_launch(
     pooled = plan_on(budget)
     if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
+    if pooled.engine_kind == "lucebox":  # it weighs its cards itself (luceboxroute)
+        return pooled
     roomiest = max(budget.devices, key=lambda d: d.vram_free_bytes)
     alone = plan_on(pool_of((roomiest,), budget.host_total_bytes))
     plan = alone.plan

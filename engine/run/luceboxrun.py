@@ -283,6 +283,7 @@ class LuceboxSampler(Sampler):
             last_decode_tokens_per_s=_ratio(last.decode_steps, last.decode_s) if last else None,
             last_prefill_tokens_per_s=_ratio(last.prompt_tokens, last.prompt_s) if last else None,
             last_ttft_s=last.first_token_s if last else None,
+            gpu_loads=self._gpu_loads(),
         )
         self.history.append(sample)
         return sample

@@ -321,6 +321,7 @@ class Sampler:
         *,
         nvml: NvmlProvider | None = None,
         gpu_index: int = 0,
+        gpu_indices: tuple[int, ...] = (),
         interval_s: float = 1.0,
         client: httpx.AsyncClient | None = None,
         api_key: str | None = None,
@@ -332,6 +333,8 @@ class Sampler:
         self.log = log
         self.nvml = nvml
         self.gpu_index = gpu_index
+        self.gpu_indices = gpu_indices
+        """Every GPU of the launch (a split or a two-card placement reads each)."""
         self.interval_s = interval_s
         self.client = client
         self.headers = auth_headers(api_key)
@@ -373,6 +376,22 @@ class Sampler:
         with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
             power = self.nvml.power_draw_mw(self.gpu_index) / 1000
         return used, util, temperature, power
+
+    def _gpu_loads(self) -> tuple[tuple[int, int | None, int | None], ...]:
+        """Per GPU of a launch on several: the engine's bytes there and the card's load."""
+        if self.nvml is None or self.process is None or len(self.gpu_indices) < 2:
+            return ()
+        found = []
+        for index in self.gpu_indices:
+            used = util = None
+            with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
+                used = sum(
+                    b or 0 for pid, b in self.nvml.processes(index) if pid == self.process.pid
+                )
+            with contextlib.suppress(NvmlNotSupportedError, NvmlUnavailableError):
+                util = self.nvml.utilization_percent(index)
+            found.append((index, used, util))
+        return tuple(found)
 
     async def _slots(self, client: httpx.AsyncClient) -> list[Any] | None:
         try:
@@ -447,6 +466,7 @@ class Sampler:
             cached_prompt_share=self._cached_share,
             draft_tokens_total=_whole(counters.get("spec_decode_num_draft_tokens_total")),
             accepted_tokens_total=_whole(counters.get("spec_decode_num_accepted_tokens_total")),
+            gpu_loads=self._gpu_loads(),
         )
         self.history.append(sample)
         return sample

@@ -82,13 +82,23 @@ class Sample:
     """The engine's speculation counters since it started: tokens drafted ..."""
     accepted_tokens_total: int | None = None
     """... and drafted tokens the target accepted."""
+    gpu_loads: tuple[tuple[int, int | None, int | None], ...] = ()
+    """With several GPUs in the launch, each one's (NVML index, the engine's bytes there, load
+    %): the dashboard's bar per card."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: Any) -> Sample | None:
-        return _from_json(cls, data)
+        found = _from_json(cls, data)
+        if found is None:
+            return None
+        try:  # JSON keeps the triples as lists
+            loads = tuple((int(i), used, util) for i, used, util in found.gpu_loads)
+        except (TypeError, ValueError):
+            loads = ()
+        return replace(found, gpu_loads=loads)
 
 
 _MODE_NAMES = {

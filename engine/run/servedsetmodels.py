@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from lucebox.engine.core.errors import UsageError
+from lucebox.engine.run.sample import GpuStatus
 
 ModelStateName = Literal["loaded", "sleeping", "unloaded", "loading"]
 _STATES: dict[str, ModelStateName] = {name: name for name in get_args(ModelStateName)}
@@ -78,6 +79,8 @@ class ModelsSample:
     announces), for a dashboard to show."""
 
     models: tuple[ModelStatus, ...]
+    gpus: tuple[GpuStatus, ...] = ()
+    """Every card's memory and load as NVML read them with these models."""
 
 
 @dataclass(frozen=True)

@@ -318,4 +318,4 @@ class ServedSetRun(ServerRun):
         gpus = gpu_statuses(self._nvml) if self._nvml is not None else ()
         self._run.status = replace(self._run.status, models=models, gpus=gpus)
         self._save()
-        await queue.put(ModelsSample(models))
+        await queue.put(ModelsSample(models, gpus))

@@ -358,6 +358,7 @@ class ServerRun:
         on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
         prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
         options: dict[str, Any] = dict(nvml=nvml, gpu_index=self.gpu_index, api_key=self.api_key)
+        options.update(gpu_indices=spec.gpus)
         options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
         sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler

@@ -23,8 +23,9 @@ from lucebox.app.tui.screens.serving import (
     format_duration,
 )
 from lucebox.app.tui.widgets.log import LogTail
-from lucebox.app.tui.widgets.models import ModelTable
+from lucebox.app.tui.widgets.models import ModelTable, card_lines
 from lucebox.app.tui.widgets.readout import Readout
+from lucebox.engine.run.sample import GpuStatus
 from lucebox.engine.run.servedsetmodels import ModelStatus
 from lucebox.engine.servedset import PreparedSet
 
@@ -55,6 +56,7 @@ class ServedSetDashboardScreen(ServingScreen):
         super().__init__(url=url, log_path=log_path, notes=notes, clock=clock)
         self.prepared = prepared
         self.models = models
+        self.gpus: tuple[GpuStatus, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Readout("", id="dash-header")
@@ -82,10 +84,15 @@ class ServedSetDashboardScreen(ServingScreen):
         header.append(" · a model loads when a request names it\n")
         header.append(f"{self.url}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
+        for line in card_lines(self.models, self.gpus):
+            header.append(f"\n{line}")
         self.show_header(header)
 
-    def show_models(self, models: tuple[ModelStatus, ...]) -> None:
+    def show_models(
+        self, models: tuple[ModelStatus, ...], gpus: tuple[GpuStatus, ...] = ()
+    ) -> None:
         self.models = models
+        self.gpus = gpus or self.gpus
         self.query_one(ModelTable).show_models(models)
         self.refresh_header()
 

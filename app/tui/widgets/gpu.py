@@ -12,7 +12,9 @@ from lucebox.engine.pipeline import Prepared
 from lucebox.engine.run.metrics import Sample
 
 
-def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
+def vram_bar(
+    prepared: Prepared, used_bytes: int | None, width: int, sample: Sample | None = None
+) -> Text:
     """The planned split of the card (weights / KV / draft / other / free), scaled to width.
 
     The legend breaks between entries, never inside one.
@@ -48,23 +50,31 @@ def vram_bar(prepared: Prepared, used_bytes: int | None, width: int) -> Text:
     bar.append(f"\nplan {to_gib(memory.total):.2f} of {gib_text(prepared.vram_free_bytes)}")
     if used_bytes is not None:
         bar.append(f" · uses {to_gib(used_bytes):.2f}")
-    return bar + device_bars(prepared, width)
+    return bar + device_bars(prepared, width, sample)
 
 
-def device_bars(prepared: Prepared, width: int) -> Text:
-    """One bar per device of a split plan (GPUs and RPC peers): its share against its room."""
+def device_bars(prepared: Prepared, width: int, sample: Sample | None = None) -> Text:
+    """One bar per device of a split plan or a two-card placement (GPUs and RPC peers): its
+    planned share against its room, then what the engine uses there and the card's load (a
+    GPU of this PC, once sampled)."""
     devices = prepared.launch.budget.devices
     shares = prepared.plan.device_bytes
     bars = Text()
     if len(shares) < 2 or len(devices) != len(shares):
         return bars
+    live = {index: (used, util) for index, used, util in (sample.gpu_loads if sample else ())}
     for device, (name, planned) in zip(devices, shares, strict=True):
         room = max(device.vram_free_bytes, planned, 1)
         cells = round(width * planned / room)
         bars.append(f"\n{name}\n")
         bars.append("█" * cells, style="#5f87d7")
         bars.append("█" * (width - cells), style="#303030")
-        bars.append(f"\n{to_gib(planned):.2f} of {gib_text(device.vram_free_bytes)}")
+        bars.append(f"\nplan {to_gib(planned):.2f} of {gib_text(device.vram_free_bytes)}")
+        used, util = live.get(device.index, (None, None)) if not device.address else (None, None)
+        if used is not None:
+            bars.append(f" · uses {to_gib(used):.2f}")
+        if util is not None:
+            bars.append(f" · GPU {util}%")
     return bars
 
 
@@ -82,7 +92,10 @@ class GpuPanel(Vertical):
     def show_gpu(self, prepared: Prepared, sample: Sample | None) -> None:
         width = max(self.content_size.width, 10)
         used = sample.vram_used_bytes if sample else None
-        self.query_one("#vram", Readout).show(vram_bar(prepared, used, width), layout=True)
+        if sample and sample.gpu_loads:  # the engine on several cards: all of what it uses
+            used = sum(card_used or 0 for _, card_used, _ in sample.gpu_loads)
+        bars = vram_bar(prepared, used, width, sample)
+        self.query_one("#vram", Readout).show(bars, layout=True)
         if sample is None:
             return
         device = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from lucebox.engine.core.units import gib_text
+from lucebox.engine.core.units import gib_text, to_gib
+from lucebox.engine.run.sample import GpuStatus
 from lucebox.engine.run.servedsetmodels import ModelStatus
 
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -17,6 +18,20 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 STATE_STYLES = {"loaded": "green", "loading": "yellow", "sleeping": "cyan", "unloaded": "dim"}
 BAR_CELLS = 10
+
+
+def card_lines(models: tuple[ModelStatus, ...], gpus: tuple[GpuStatus, ...]) -> list[str]:
+    """Per card: what the plan puts there (its models' planned bytes), what the card holds
+    now and its load."""
+    lines = []
+    for gpu in gpus:
+        planned = sum(m.planned_bytes for m in models if m.device.startswith(f"GPU {gpu.index}:"))
+        load = f" · load {gpu.util_percent}%" if gpu.util_percent is not None else ""
+        lines.append(
+            f"GPU {gpu.index} · plan {to_gib(planned):.2f} · uses {to_gib(gpu.vram_used_bytes):.2f}"
+            f" of {gib_text(gpu.vram_total_bytes)}{load}"
+        )
+    return lines
 
 
 def state_text(model: ModelStatus) -> Text:

@@ -34,8 +34,11 @@ def test_capabilities_from_the_recorded_help():
     assert caps.spec_types == ("dflash", "ddtree")
     assert caps.kv_cache_types == ("f16", "bf16", "q4_0", "q8_0", "tq3_0")
     assert caps.features == (
-        "prefill-compression", "kvflash", "sampled-verify", "symmetric-kv-only",
+        "draft-device", "prefill-compression", "kvflash", "sampled-verify", "symmetric-kv-only",
     )  # fmt: skip
+    newer = capabilities_of((FIXTURES / "help-4cf58a04.txt").read_text(), b"", None,
+                            symmetric_only=True)  # fmt: skip
+    assert newer.features[:3] == ("draft-device", "target-split-mode", "prefill-compression")
 
 
 def test_decode_lines():

@@ -270,3 +270,18 @@ async def test_a_refused_draft_shows_as_inactive_with_the_engines_reason():
         "speculation"
     )
     assert (spec.acceptance, spec.accepted_per_step) == (None, None)
+
+
+async def test_a_launch_on_two_gpus_samples_the_engine_s_bytes_and_load_on_each():
+    seen = http_seen("spec")
+    engine = Engine(seen["metrics"][0], seen["slots_idle"])
+    me = os.getpid()
+    cards = [FakeGpu(processes=[(me, 3 * 2**30), (1, 2**30)]), FakeGpu(processes=[(me, 2**30)])]
+    nvml = FakeNvml(gpus=cards)
+    two = Sampler("http://engine", me, EngineLog(), nvml=nvml, gpu_indices=(0, 1))
+    one = Sampler("http://engine", me, EngineLog(), nvml=nvml, gpu_indices=(0,))
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine.handler)) as client:
+        split = await two.sample_once(client)
+        alone = await one.sample_once(client)
+    assert split is not None and split.gpu_loads == ((0, 3 * 2**30, 7), (1, 2**30, 7))
+    assert alone is not None and alone.gpu_loads == ()

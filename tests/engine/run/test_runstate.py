@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -130,6 +131,10 @@ def test_state_file_round_trip_and_a_dead_server_reads_as_stopped(tmp_path):
     status = serving(os.getpid(), a_sample())
     runstate.write_status(paths, status)
     assert runstate.read_status(paths) == status
+    two_cards = serving(os.getpid(), replace(a_sample(), gpu_loads=((0, 2**30, 40), (1, None, 7))))
+    runstate.write_status(paths, two_cards)
+    assert runstate.read_status(paths) == two_cards
+    runstate.write_status(paths, status)
     assert runstate.current_status(paths) == status
     done = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],

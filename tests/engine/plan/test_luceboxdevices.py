@@ -1,0 +1,241 @@
+"""The Lucebox engine on two GPUs: each placement planned per card, the choice between them, and
+the device flags, on the generated qwen35 target and its Lucebox draft (bench/lucebox_models.py).
+
+The builds' flag contracts are their real ``--help`` texts: 62880e20's as the engine printed it
+on the H100, 4cf58a04's its usage text from the pinned source (it adds --target-split-mode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bench.lucebox_models import DRAFT, TARGET
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.engines.luceboxbuild import capabilities_of
+from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
+from lucebox.engine.machine.config import Settings
+from lucebox.engine.models.gguf import read_header
+from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
+from lucebox.engine.models.modelinfo import info_from_header
+from lucebox.engine.plan import luceboxroute
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launch import server_env
+from lucebox.engine.plan.luceboxdevices import (
+    PLACEMENTS,
+    Candidate,
+    PlacementName,
+    choose_placement,
+    offered,
+)
+from lucebox.engine.plan.luceboxplan import (
+    DRAFT_RUNTIME_BYTES,
+    LuceboxRequest,
+    plan_lucebox,
+)
+from lucebox.engine.plan.measurements import (
+    placement_key,
+    read_placement_rates,
+    write_placement_rate,
+)
+from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.sizes import CUDA_CONTEXT_BYTES
+from tests.ggufgen import cached_gguf
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
+HELP_62880E20 = (FIXTURES / "help.txt").read_text()
+HELP_4CF58A04 = (FIXTURES / "help-4cf58a04.txt").read_text()
+CTX = 262144
+
+
+def build(help_text: str) -> EngineView:
+    caps = capabilities_of(help_text, b"--kvflash", None, symmetric_only=True)
+    return EngineView("lucebox-test", "luce-dflash test build", "dflash_server", caps)
+
+
+@pytest.fixture(scope="module")
+def files() -> tuple[Path, Path]:
+    target = cached_gguf(dataclasses.replace(TARGET, header_only=True))
+    draft = cached_gguf(dataclasses.replace(DRAFT, header_only=True))
+    return target, draft
+
+
+def facts(path: Path) -> ModelFacts:
+    return facts_from_info(info_from_header(read_header(path), str(path), 0))
+
+
+def two_cards(free_mib: int, second_free_mib: int | None = None) -> GpuBudget:
+    frees = (free_mib, second_free_mib or free_mib)
+    cards = tuple(
+        DeviceBudget(i, "NVIDIA GeForce RTX 3090", 24 * GIB, mib * MIB)
+        for i, mib in enumerate(frees)
+    )
+    return pool_of(cards, 64 * GIB)
+
+
+def plan_on(files, budget, help_text, monkeypatch, **options):
+    monkeypatch.setattr(luceboxroute, "lucebox_engine", lambda paths, wanted: build(help_text))
+    target, draft = files
+    serve = ServeOptions(model=str(target), draft=str(draft), engine="lucebox", **options)
+    paths = resolve_paths()
+    return plan_launch(
+        paths, serve, resolved=resolve(serve, Settings()), budget=budget,
+        engine=EngineView.of(None),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_each_placement_is_planned_per_card(files, placement: PlacementName):
+    """Per card, from the same terms: the draft's card holds its CUDA context, the draft and
+    its graphs; tensor parallel mirrors the output matrix and halves the layers and the KV."""
+    target, draft = facts(files[0]), facts(files[1])
+    cards = (("GPU 0: A", 20 * GIB), ("GPU 1: B", 20 * GIB))
+    budget = two_cards(20 * 1024)
+
+    def planned(name: PlacementName):
+        used = cards[:1] if name == "one" else cards
+        request = LuceboxRequest(
+            target=target, budget=budget, draft=draft, ctx=32768, placement=name, cards=used
+        )
+        return plan_lucebox(request)
+
+    one, this = planned("one"), planned(placement)
+    devices = this.plan.device_bytes
+    assert sum(b for _, b in devices) == this.plan.memory_bytes.total
+    assert this.plan.ctx == one.plan.ctx == 32768 and this.exact
+    assert this.flags.placement == placement
+    attention_kv = one.plan.memory_bytes.kv - target.recurrent_state_bytes
+    if placement == "one":
+        assert devices == (("GPU 0: A", one.plan.memory_bytes.total),)
+        assert "devices" not in this.reasons
+        return
+    assert [name for name, _ in devices] == ["GPU 0: A", "GPU 1: B"]
+    assert this.reasons["devices"].startswith(
+        {"draft-apart": "the draft on the second card", "tensor": "tensor parallel"}[placement]
+    )
+    draft_part = draft.weights_bytes + DRAFT_RUNTIME_BYTES
+    if placement == "draft-apart":
+        assert devices[1][1] == CUDA_CONTEXT_BYTES + draft_part
+        assert devices[0][1] == one.plan.memory_bytes.total - draft_part
+        return
+    gpu_weights = target.weights_bytes - target.host_bytes
+    half_layers = target.layer_bytes // 2
+    assert this.plan.memory_bytes.weights == 2 * (gpu_weights - target.layer_bytes + half_layers)
+    # The draft stays on the first card; the KV and the rest split evenly.
+    assert abs(devices[0][1] - devices[1][1] - draft_part) <= target.recurrent_state_bytes
+    assert this.plan.memory_bytes.kv == one.plan.memory_bytes.kv
+    assert this.plan.memory_bytes.cuda_context == 2 * CUDA_CONTEXT_BYTES
+    assert devices[1][1] < one.plan.memory_bytes.total - attention_kv // 2 + CUDA_CONTEXT_BYTES
+
+
+def test_one_card_that_holds_the_context_serves_alone(files, monkeypatch):
+    launch = plan_on(files, two_cards(4000, 6000), HELP_4CF58A04, monkeypatch, ctx=CTX)
+    assert launch.refusal is None
+    assert launch.server.gpus == (1,)  # the card with the most free memory
+    assert launch.to_json()["placement"] == "one"
+    reason = launch.plan.reasons["placement"]
+    assert reason.startswith("one card: it holds 262144 tokens exactly")
+    assert "not measured" in reason and "prior" in reason
+    for flag in ("--target-device", "--draft-device", "--target-devices", "--peer-access"):
+        assert flag not in launch.argv
+
+
+def test_the_draft_moves_to_the_second_card_when_that_buys_the_context(files, monkeypatch):
+    """3,000 MiB free on each card: one card holds 105,984 tokens exactly; with the draft on
+    the other the first holds all 262,144 (and so would tensor parallel: the prior takes the
+    draft apart, fewer bytes cross the cards)."""
+    launch = plan_on(files, two_cards(3000, 2990), HELP_4CF58A04, monkeypatch, ctx=CTX)
+    assert launch.refusal is None and launch.plan.kvflash_pool_tokens is None
+    assert launch.server.gpus == (0, 1)
+    assert server_env(launch.server)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    argv = launch.argv
+    assert argv[argv.index("--target-device") + 1] == "cuda:0"
+    assert argv[argv.index("--draft-device") + 1] == "cuda:1"
+    assert "--peer-access" in argv and "--target-split-mode" not in argv
+    assert launch.plan.reasons["placement"].startswith("the draft on the second card")
+    assert len(launch.to_json()["devices"]) == 2
+
+
+def test_tensor_parallel_when_only_it_holds_the_context(files, monkeypatch):
+    launch = plan_on(files, two_cards(2925), HELP_4CF58A04, monkeypatch, ctx=CTX)
+    assert launch.refusal is None and launch.plan.ctx == CTX
+    assert launch.plan.kvflash_pool_tokens is None
+    argv = launch.argv
+    assert argv[argv.index("--target-devices") + 1] == "cuda:0,cuda:1"
+    assert argv[argv.index("--target-split-mode") + 1] == "tensor"
+    assert "--draft-device" not in argv
+    assert launch.plan.reasons["placement"].startswith("tensor parallel across both cards")
+    devices = launch.to_json()["devices"]
+    assert [d["name"] for d in devices] == ["GPU 0: NVIDIA GeForce RTX 3090",
+                                            "GPU 1: NVIDIA GeForce RTX 3090"]  # fmt: skip
+    assert all(d["memory_bytes"] < 2925 * MIB for d in devices)
+
+
+def test_a_build_without_the_tensor_flag_never_gets_it(files, monkeypatch):
+    """62880e20's --help has --draft-device but no --target-split-mode: the cards where only
+    tensor parallel holds the context get the draft apart and a KVFlash pool instead, and
+    --placement tensor is refused."""
+    caps = build(HELP_62880E20).capabilities
+    assert "draft-device" in caps.features and "target-split-mode" not in caps.features
+    assert "tensor" not in offered(caps.features, 2, True, "qwen35", False)
+    auto = plan_on(files, two_cards(2925), HELP_62880E20, monkeypatch, ctx=CTX)
+    assert "--target-split-mode" not in auto.argv and "--target-devices" not in auto.argv
+    assert auto.plan.kvflash_pool_tokens is not None
+    asked = plan_on(files, two_cards(2925), HELP_62880E20, monkeypatch, ctx=CTX,
+                    placement="tensor")  # fmt: skip
+    assert asked.refusal is not None and "--placement tensor" in str(asked.refusal)
+    assert "--target-split-mode" not in asked.argv
+
+
+def test_placement_as_asked(files, monkeypatch):
+    launch = plan_on(files, two_cards(8000), HELP_4CF58A04, monkeypatch, ctx=32768,
+                     placement="tensor")  # fmt: skip
+    assert launch.refusal is None and "--target-split-mode" in launch.argv
+    assert launch.plan.reasons["placement"].startswith("tensor parallel across both cards: as")
+
+
+def test_measured_decode_decides_among_those_that_hold_the_context(files, monkeypatch):
+    budget = two_cards(8000)
+    first = plan_on(files, budget, HELP_4CF58A04, monkeypatch, ctx=32768)
+    assert first.to_json()["placement"] == "one"
+    paths = resolve_paths()
+    target, draft = files
+    labels = ("GPU 0: NVIDIA GeForce RTX 3090", "GPU 1: NVIDIA GeForce RTX 3090")
+    key = placement_key(target, draft, "lucebox-test", labels)
+    write_placement_rate(paths, key, "one", 410.0)
+    write_placement_rate(paths, key, "tensor", 520.0)
+    assert read_placement_rates(paths, key) == {"one": 410.0, "tensor": 520.0}
+    again = plan_on(files, budget, HELP_4CF58A04, monkeypatch, ctx=32768)
+    assert again.to_json()["placement"] == "tensor"
+    assert "the fastest measured" in again.plan.reasons["placement"]
+    assert "520 tok/s measured" in again.plan.reasons["placement"]
+
+
+def test_choose_placement_rules():
+    one = Candidate("one", True, False, 100_000)
+    apart = Candidate("draft-apart", True, True, 262_144)
+    tensor = Candidate("tensor", True, True, 262_144)
+    assert choose_placement([one, apart, tensor], CTX)[0] is apart
+    fast = dataclasses.replace(tensor, decode_tok_s=300.0)
+    slow = dataclasses.replace(apart, decode_tok_s=250.0)
+    assert choose_placement([one, slow, fast], CTX)[0] is fast
+    # Measured but not holding the context: the rate does not count.
+    quick = dataclasses.replace(one, decode_tok_s=900.0)
+    assert choose_placement([quick, apart], CTX)[0] is apart
+    short = [one, Candidate("tensor", True, False, 180_000)]
+    best, why = choose_placement(short, CTX)
+    assert best.name == "tensor" and "buys the most context" in why
+    none = [Candidate("one", False, False, 0), Candidate("tensor", False, False, 0)]
+    assert choose_placement(none, CTX)[0].name == "one"
+
+
+def test_offered_needs_two_cards_a_draft_for_the_draft_apart_and_no_pflash_for_tensor():
+    features = ("draft-device", "target-split-mode")
+    assert offered(features, 1, True, "qwen35", False) == ("one",)
+    assert offered(features, 2, False, "qwen35", False) == ("one", "tensor")
+    assert offered(features, 2, True, "gemma4", False) == ("one", "draft-apart")
+    assert offered(features, 2, True, "qwen35", True) == ("one", "draft-apart")
