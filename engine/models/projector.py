@@ -114,13 +114,14 @@ def projectors_beside(model_path: Path) -> tuple[Path, ...]:
         return ()
     found = [p for p in folder.iterdir() if p.name.lower().startswith("mmproj")]
     found = [p for p in found if p.name.lower().endswith(".gguf") and p.is_file()]
+    return tuple(sorted(found, key=lambda path: precision_rank(path.name)))
 
-    def rank(path: Path) -> tuple[int, str]:
-        stem = path.name.lower().removesuffix(".gguf")
-        order = [i for i, p in enumerate(PRECISION_ORDER) if stem.endswith(p)]
-        return (order[0] if order else len(PRECISION_ORDER), path.name)
 
-    return tuple(sorted(found, key=rank))
+def precision_rank(name: str) -> tuple[int, str]:
+    """Where a projector file of this name comes in PRECISION_ORDER (then by name)."""
+    stem = name.lower().removesuffix(".gguf")
+    order = [i for i, p in enumerate(PRECISION_ORDER) if stem.endswith(p)]
+    return (order[0] if order else len(PRECISION_ORDER), name)
 
 
 def mismatch(projector: ProjectorInfo | None, path: Path, target_width: int | None) -> str | None:
