@@ -17,6 +17,7 @@ from lucebox.engine.core.units import MIB
 from lucebox.engine.models.projector import (
     MISMATCH_CODE,
     ProjectorInfo,
+    embedded_vision,
     mismatch,
     precision_rank,
     projectors_beside,
@@ -111,6 +112,16 @@ def _found(
     return found, left, None
 
 
+def _none_found(target: ModelFile, left: list[str]) -> str:
+    if target.present and embedded_vision(target.path):
+        return (
+            f"not served: {target.path.name} holds its vision tensors inside the one model file "
+            "(as Ollama's own vision models do), and llama-server reads images only through a "
+            "projector in a file of its own: pass --mmproj PATH (the model's mmproj GGUF)"
+        )
+    return "; ".join([NO_PROJECTOR.reason, *left])
+
+
 def choose_vision(
     request: PlanRequest,
     resolved: Resolved,
@@ -137,7 +148,7 @@ def choose_vision(
                     problem_codes=(MISMATCH_CODE,) if left else (),
                 ),
             )
-        return replace(NO_PROJECTOR, reason="; ".join([NO_PROJECTOR.reason, *left])), request, None
+        return replace(NO_PROJECTOR, reason=_none_found(target, left)), request, None
     plain = make_plan(request)
     wanted = min(plain.ctx, wanted_ctx(request.ctx, request.target.native_ctx))
     weighed = []

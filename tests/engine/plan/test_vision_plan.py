@@ -4,6 +4,8 @@ projector made for another model refused with ``mmproj-mismatch``."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,8 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.models.projector import check_projector, read_projector
+from lucebox.engine.models import ondisk
+from lucebox.engine.models.projector import check_projector, embedded_vision, read_projector
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
@@ -149,3 +152,34 @@ def test_a_mismatched_projector_is_refused_on_a_lucebox_launch_too(lucebox_files
     launch = plan(ServeOptions(model=str(target), draft=str(draft), mmproj=str(other)), RTX_4090)
     assert launch.engine_kind == "lucebox"
     assert launch.refusal is not None and launch.refusal.problem_codes == ("mmproj-mismatch",)
+
+
+def test_an_ollama_models_projector_layer_is_served_in_place(tmp_path, monkeypatch):
+    root = tmp_path / "ollama"
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    blobs = root / "blobs"
+    blobs.mkdir(parents=True)
+    text = write_gguf(tmp_path / "text.gguf", TEXT).read_bytes()
+    projector = write_gguf(tmp_path / "projector.gguf", SIGLIP).read_bytes()
+    digests = [hashlib.sha256(body).hexdigest() for body in (text, projector)]
+    for digest, body in zip(digests, (text, projector), strict=True):
+        (blobs / f"sha256-{digest}").write_bytes(body)
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / "tiny-vision" / "latest"
+    manifest.parent.mkdir(parents=True)
+    layers = [
+        {"mediaType": ondisk.OLLAMA_MODEL_LAYER, "digest": f"sha256:{digests[0]}"},
+        {"mediaType": ondisk.OLLAMA_PROJECTOR_LAYER, "digest": f"sha256:{digests[1]}"},
+    ]
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    launch = plan(ServeOptions(model=str(blobs / f"sha256-{digests[0]}")))
+    assert launch.vision.served
+    assert launch.vision.path == str(blobs / f"sha256-{digests[1]}")
+
+
+def test_vision_tensors_inside_the_model_file_are_told_apart(tmp_path):
+    # Ollama's own vision blobs keep the encoder's ``v.*`` tensors in the model file itself.
+    assert embedded_vision(write_gguf(tmp_path / "with-v.gguf", SIGLIP))
+    text = write_gguf(tmp_path / "text.gguf", TEXT)
+    assert not embedded_vision(text)
+    launch = plan(ServeOptions(model=str(text)))
+    assert launch.vision.reason.startswith("no projector: pass --mmproj PATH")
