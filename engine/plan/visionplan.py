@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.units import MIB
 from lucebox.engine.models.projector import (
@@ -122,6 +123,19 @@ def _none_found(target: ModelFile, left: list[str]) -> str:
     return "; ".join([NO_PROJECTOR.reason, *left])
 
 
+URL_FETCH = (
+    "llama-server fetches any http(s) image URL a client names (it has no switch for it): off "
+    "loopback any client could make this machine fetch URLs"
+)
+
+
+def _url_fetch_refusal(resolved: Resolved) -> str | None:
+    """Why images are not served on this address; None on loopback or when allowed."""
+    if is_loopback(resolved.host) or resolved.image_urls:
+        return None
+    return f"{URL_FETCH} (--host {resolved.host})"
+
+
 def choose_vision(
     request: PlanRequest,
     resolved: Resolved,
@@ -136,6 +150,15 @@ def choose_vision(
     found, left, refused = _found(resolved, target, known)
     if refused is not None:
         return Vision(False, None, f"refused: {refused.message}"), request, refused
+    exposed = _url_fetch_refusal(resolved) if found else None
+    if exposed is not None:
+        hint = "set model.image_urls true to serve images anyway, or serve on 127.0.0.1"
+        if resolved.vision == "on":
+            refusal = GuardRefusal(
+                f"vision is on ({resolved.vision_from}) but {exposed}", hint=hint
+            )
+            return Vision(False, found[0], f"refused: {exposed}"), request, refusal
+        return Vision(False, found[0], f"not served: {exposed}; {hint}"), request, None
     if not found:
         if resolved.vision == "on":
             return (

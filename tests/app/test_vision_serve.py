@@ -1,5 +1,6 @@
 """A generated text model and its generated LLaVA projector served by `lucebox serve --mmproj`
-on the real CPU llama-server, sent an image through the official `openai` SDK."""
+on the real CPU llama-server, sent an image through the official `openai` SDK (a data URI and
+an http URL the engine fetches) and the official `anthropic` SDK (an ``image`` block)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import struct
 import zlib
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 
@@ -16,6 +18,7 @@ from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from tests.httpserver import Route, serve_files
 from tests.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
@@ -71,8 +74,44 @@ def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
             max_tokens=4,
             temperature=0,
         )
+        # Anthropic `image` blocks: the pinned llama-server's /v1/messages converts them itself.
+        anthropic_client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
+        data = base64.b64encode(png()).decode()
+        source = {"type": "base64", "media_type": "image/png", "data": data}
+        message = anthropic_client.messages.create(
+            model=served.model or "any",
+            max_tokens=4,
+            extra_body={"temperature": 0},
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "source": source},  # type: ignore[typeddict-item]
+                        {"type": "text", "text": "What is in this picture?"},
+                    ],
+                }
+            ],
+        )
+        # An http URL a client names is fetched by the engine itself (handle_media): on
+        # loopback the plan serves it; off loopback it waits for model.image_urls.
+        with serve_files({"/picture.png": Route(png(), "image/png")}) as files:
+            by_url = {"type": "image_url", "image_url": {"url": f"{files.base_url}/picture.png"}}
+            fetched = client.chat.completions.create(
+                model=served.model or "any",
+                messages=[{"role": "user", "content": [text, by_url]}],  # type: ignore[misc,list-item]
+                max_tokens=4,
+                temperature=0,
+            )
+            fetches = [r for r in files.requests if r[1] == "/picture.png"]
         assert served.engine_log is not None
         log = served.engine_log.read_text(errors="replace")
+    # Anthropic's input_tokens leaves out the prompt read from the cache.
+    usage = message.usage
+    anthropic_prompt = usage.input_tokens + (usage.cache_read_input_tokens or 0)
+    assert message.content and anthropic_prompt - plain.usage.prompt_tokens >= IMAGE_TOKENS
+    assert fetched.usage is not None and fetches
+    assert fetched.usage.prompt_tokens - plain.usage.prompt_tokens >= IMAGE_TOKENS
+    assert "downloading image from" in log
     assert seen.choices[0].message.content is not None
     assert seen.usage is not None and plain.usage is not None
     # The image became the projector's embeddings: one prompt position per patch.

@@ -183,3 +183,18 @@ def test_vision_tensors_inside_the_model_file_are_told_apart(tmp_path):
     assert not embedded_vision(text)
     launch = plan(ServeOptions(model=str(text)))
     assert launch.vision.reason.startswith("no projector: pass --mmproj PATH")
+
+
+def test_off_loopback_images_wait_for_the_user_to_allow_url_fetches(model):
+    # The pinned llama-server downloads any http(s) image_url a client names (handle_media).
+    exposed = plan(ServeOptions(model=str(model), host="0.0.0.0"))
+    assert not exposed.vision.served and "--mmproj" not in exposed.argv
+    assert "fetches any http(s) image URL" in exposed.vision.reason
+    assert "model.image_urls" in exposed.vision.reason
+    on = plan(ServeOptions(model=str(model), host="0.0.0.0", vision="on"))
+    assert on.refusal is not None and "fetches any http(s) image URL" in str(on.refusal)
+    allowed = plan(
+        ServeOptions(model=str(model), host="0.0.0.0"), settings=Settings(image_urls=True)
+    )
+    assert allowed.vision.served and "--mmproj" in allowed.argv
+    assert plan(ServeOptions(model=str(model), host="127.0.0.1")).vision.served
