@@ -5,8 +5,10 @@ an http URL the engine fetches) and the official `anthropic` SDK (an ``image`` b
 from __future__ import annotations
 
 import base64
+import json
 import os
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions
+from tests.conftest import run_lucebox
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.httpserver import Route, serve_files
 from tests.smolserver import private_engine_home
@@ -103,8 +106,12 @@ def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
                 temperature=0,
             )
             fetches = [r for r in files.requests if r[1] == "/picture.png"]
+        status = _status_after_image(env)
         assert served.engine_log is not None
         log = served.engine_log.read_text(errors="replace")
+    assert status["vision"] == {"served": True, "projector": str(projector)}
+    # The last request (an image) timed like any other: its image tokens are prompt.
+    assert status["sample"]["last_ttft_s"] > 0
     # Anthropic's input_tokens leaves out the prompt read from the cache.
     usage = message.usage
     anthropic_prompt = usage.input_tokens + (usage.cache_read_input_tokens or 0)
@@ -117,3 +124,15 @@ def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
     # The image became the projector's embeddings: one prompt position per patch.
     assert seen.usage.prompt_tokens - plain.usage.prompt_tokens >= IMAGE_TOKENS
     assert f"loaded multimodal model, '{projector}'" in log
+
+
+def _status_after_image(env: dict[str, str]) -> dict:
+    """``lucebox status --json`` once the sampler has seen the last request finish."""
+    deadline_s = time.monotonic() + 30
+    while True:
+        done = run_lucebox("status", "--json", env=env)
+        status = json.loads(done.stdout)
+        sample = status.get("sample") or {}
+        if sample.get("last_ttft_s") or time.monotonic() > deadline_s:
+            return status
+        time.sleep(0.5)
