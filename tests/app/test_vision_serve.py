@@ -7,21 +7,32 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import struct
 import time
 import zlib
 from pathlib import Path
 
 import anthropic
+import httpx
 import openai
 import pytest
+from textual.widgets import Label, Static
 
+from lucebox.app.tui.app import LuceboxApp
+from lucebox.app.tui.backend import Backend
+from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.screens.quit import QuitModal
+from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.engine.bench.compare import ServeConfig, serving
-from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.pipeline import ServeOptions
-from tests.conftest import run_lucebox
+from lucebox.engine.run.runstate import engine_log
+from tests.app.scripted import wait_until
+from tests.conftest import alive, run_lucebox
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.httpserver import Route, serve_files
+from tests.ports import free_port
 from tests.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
@@ -136,3 +147,59 @@ def _status_after_image(env: dict[str, str]) -> dict:
         if sample.get("last_ttft_s") or time.monotonic() > deadline_s:
             return status
         time.sleep(0.5)
+
+
+async def test_the_tui_chat_attaches_an_image_by_path(built_engine_home, tmp_path: Path):
+    home = private_engine_home(tmp_path / "home")
+    model = write_gguf(tmp_path / "tiny-vision.gguf", ModelSpec())
+    projector = write_gguf(tmp_path / "mmproj-tiny-vision-F16.gguf", PROJECTOR)
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png())
+    paths = resolve_paths({"LUCEBOX_HOME": str(home)})
+    app = LuceboxApp(
+        Backend(paths),
+        ServeOptions(model=str(model), mmproj=str(projector), port=free_port(), ctx=2048),
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+
+        def ready() -> bool:
+            screen = app.screen
+            return isinstance(screen, DashboardScreen) and screen.state == "ready"
+
+        await wait_until(pilot, ready, timeout_s=300)
+        dashboard = app.screen
+        assert isinstance(dashboard, DashboardScreen) and app.supervisor is not None
+        header = dashboard.query_one("#dash-header", Static)
+        await wait_until(pilot, lambda: "· vision" in str(header.render()))
+        await pilot.press("c", *f"/image {tmp_path / 'missing.png'}", "enter")
+        chat = dashboard.query_one(ChatPanel)
+        stats = chat.query_one("#chat-stats", Label)
+        assert "does not exist" in str(stats.render()) and chat.attached is None
+        await pilot.press(*f"/image {picture}", "enter")
+        assert "image attached: picture.png" in str(stats.render())
+        await pilot.press(*"What is this?", "enter")
+        await wait_until(pilot, lambda: chat.messages[-1]["role"] == "assistant", timeout_s=120)
+        sent = chat.messages[-2]["content"]
+        assert [part["type"] for part in sent] == ["text", "image_url"]
+        assert chat.attached is None
+        # The engine read the image: its first prompt is the same text's plus the image's tokens.
+        (with_image, *_) = _prompts_read(paths)
+        async with httpx.AsyncClient(timeout=60) as client:
+            reply = await client.post(
+                f"{dashboard.url}/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "What is this?"}], "max_tokens": 1,
+                      "cache_prompt": False},
+            )  # fmt: skip
+        text_only = reply.json()["usage"]["prompt_tokens"]
+        assert with_image - text_only >= IMAGE_TOKENS
+        engine_pid = app.supervisor.pid
+        await pilot.press("escape", "q")
+        await wait_until(pilot, lambda: isinstance(app.screen, QuitModal))
+        await pilot.press("s")
+        await wait_until(pilot, lambda: engine_pid is None or not alive(engine_pid), timeout_s=60)
+
+
+def _prompts_read(paths: Paths) -> list[int]:
+    """The prompt tokens the engine read for each request, as its log times them."""
+    text = engine_log(paths).read_text(errors="replace")
+    return [int(n) for n in re.findall(r"prompt eval time = +[\d.]+ ms / +(\d+) tokens", text)]
