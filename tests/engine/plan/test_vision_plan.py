@@ -20,6 +20,8 @@ from lucebox.engine.models.projector import check_projector, embedded_vision, re
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.router import router_ini
+from lucebox.engine.plan.servedsetplan import plan_set
 from lucebox.engine.plan.visionplan import projector_bytes
 from tests.ggufgen import ModelSpec, ProjectorSpec, cached_gguf, write_gguf
 
@@ -198,3 +200,33 @@ def test_off_loopback_images_wait_for_the_user_to_allow_url_fetches(model):
     )
     assert allowed.vision.served and "--mmproj" in allowed.argv
     assert plan(ServeOptions(model=str(model), host="127.0.0.1")).vision.served
+
+
+def _set(sources: tuple[str, ...], free_mib: int, **options: object):
+    return plan_set(
+        resolve_paths(), ServeOptions(models=sources, **options), sources,  # type: ignore[arg-type]
+        settings=Settings(), budget=card(free_mib), engine=EngineView.of(None),
+    )  # fmt: skip
+
+
+def test_a_set_plans_the_projector_in_its_budget(model, tmp_path):
+    (tmp_path / "other").mkdir()
+    other = write_gguf(tmp_path / "other" / "other-Q8_0.gguf", TEXT)
+    sources = (str(model), str(other))
+    roomy = _set(sources, 2900)
+    seeing = roomy.launches[0]
+    assert seeing.vision.served and roomy.models_max == 2
+    assert seeing.plan.memory_bytes.projector > 0
+    ini = router_ini(roomy, idle_s=60)
+    section = ini.split(f"[{seeing.alias}]\n", 1)[1].split("\n\n", 1)[0]
+    assert f"mmproj = {model.parent / 'mmproj-tiny-F16.gguf'}" in section.splitlines()
+    # On a card where the projector would cost the set a model at once, auto leaves it out
+    # and says so; --vision on serves it one model at a time.
+    tight = _set(sources, 2500)
+    assert tight.models_max == 2 and not tight.launches[0].vision.served
+    reason = tight.launches[0].vision.reason
+    assert "1 model(s) at once instead of 2" in reason and "--vision on" in reason
+    assert tight.launches[0].plan.reasons["vision"] == reason
+    assert "mmproj" not in router_ini(tight, idle_s=60)
+    on = _set(sources, 2500, vision="on")
+    assert on.launches[0].vision.served and on.models_max == 1
