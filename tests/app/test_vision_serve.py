@@ -8,9 +8,7 @@ import base64
 import json
 import os
 import re
-import struct
 import time
-import zlib
 from pathlib import Path
 
 import anthropic
@@ -32,6 +30,7 @@ from tests.app.scripted import wait_until
 from tests.conftest import alive, run_lucebox
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.httpserver import Route, serve_files
+from tests.pngimage import png
 from tests.ports import free_port
 from tests.smolserver import private_engine_home
 
@@ -40,26 +39,6 @@ pytestmark = pytest.mark.slow
 PROJECTOR = ProjectorSpec()
 IMAGE_TOKENS = (PROJECTOR.image_size // PROJECTOR.patch_size) ** 2
 """What the llava graph makes of an image: one embedding per patch (the class token dropped)."""
-
-
-def png(width: int = 16, height: int = 16) -> bytes:
-    """A small RGB gradient as a PNG file."""
-    rows = b"".join(
-        b"\0" + b"".join(bytes((x * 16 % 256, y * 16 % 256, 128)) for x in range(width))
-        for y in range(height)
-    )
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
 
 
 def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
