@@ -15,6 +15,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import MessageParam
 from textual.widgets import Label, Static
 
 from lucebox.app.tui.app import LuceboxApp
@@ -70,20 +71,21 @@ def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
         # Anthropic `image` blocks: the pinned llama-server's /v1/messages converts them itself.
         anthropic_client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
         data = base64.b64encode(png()).decode()
-        source = {"type": "base64", "media_type": "image/png", "data": data}
+        asked: MessageParam = {
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": data},
+                },
+                {"type": "text", "text": "What is in this picture?"},
+            ],
+        }
         message = anthropic_client.messages.create(
             model=served.model or "any",
             max_tokens=4,
             extra_body={"temperature": 0},
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image", "source": source},  # type: ignore[typeddict-item]
-                        {"type": "text", "text": "What is in this picture?"},
-                    ],
-                }
-            ],
+            messages=[asked],
         )
         # An http URL a client names is fetched by the engine itself (handle_media): on
         # loopback the plan serves it; off loopback it waits for model.image_urls.
@@ -103,6 +105,7 @@ def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
     # The last request (an image) timed like any other: its image tokens are prompt.
     assert status["sample"]["last_ttft_s"] > 0
     # Anthropic's input_tokens leaves out the prompt read from the cache.
+    assert plain.usage is not None
     usage = message.usage
     anthropic_prompt = usage.input_tokens + (usage.cache_read_input_tokens or 0)
     assert message.content and anthropic_prompt - plain.usage.prompt_tokens >= IMAGE_TOKENS
