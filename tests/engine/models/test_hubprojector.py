@@ -5,6 +5,7 @@ hash-checked with the weights; ``--vision off`` pulls none and reads none."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from lucebox.engine import pipeline
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.options import ServeOptions
+from tests.conftest import run_lucebox
 from tests.engine.plan.test_vision_plan import SIGLIP, TEXT
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
@@ -118,3 +120,16 @@ def test_vision_off_reads_and_pulls_no_projector(built_engine_home, hub, tmp_pat
     assert not prepared.launch.vision.served and "--mmproj" not in prepared.launch.argv
     assert [Path(r.main_path).name for r in list_models(paths)] == ["tiny-vision-Q8_0.gguf"]
     assert not [path for (_, path), n in hub.bytes_served.items() if "mmproj" in path and n]
+
+
+def test_models_pull_by_name_pulls_the_projector_beside_the_weights(hub, tmp_path):
+    for name, body in _repo(tmp_path / "repo", ModelSpec(), ProjectorSpec()).items():
+        hub.add(REPO, name, HubFile(body))
+    home = tmp_path / "home"
+    env = {"LUCEBOX_HOME": str(home), "HF_ENDPOINT": hub.base_url}
+    done = run_lucebox("models", "pull", REPO, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["source"] == f"hf:{REPO}/tiny-vision-Q8_0.gguf@{COMMIT}"
+    assert "vision projector mmproj-tiny-vision-F16" in done.stderr
+    stored = {Path(r.main_path).name for r in list_models(resolve_paths(env))}
+    assert stored == {"tiny-vision-Q8_0.gguf", "mmproj-tiny-vision-F16.gguf"}
