@@ -33,6 +33,7 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard
+from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan import planner, presetchoice, repoplan
@@ -175,6 +176,25 @@ def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event |
     return pull_model(paths, source, on_progress=_download_progress(emit), cancel=cancel).main_path
 
 
+def pull_projector(
+    paths: Paths,
+    by_name: repoplan.RepoChoice | None,
+    launch: LaunchPlan,
+    emit: Emit,
+    cancel: threading.Event | None,
+) -> ProjectorInfo | None:
+    """The projector the plan serves from the model's repo, pulled and hash-checked like the
+    weights (or found in place in the HF cache, LM Studio or Ollama), where it now lies; None
+    when the plan serves none of the repo's."""
+    vision = launch.vision
+    if by_name is None or not vision.served or vision.projector is None:
+        return None
+    source = by_name.projector_source(str(vision.projector.path))
+    if source is None:
+        return None
+    return replace(vision.projector, path=pull_source(paths, source, emit, cancel))
+
+
 def ensure_engine(
     paths: Paths, probe: gpu.GpuProbe, wanted: str, emit: Emit, kind: EngineKind = LLAMA_SERVER
 ) -> EngineManifest:
@@ -286,7 +306,10 @@ def prepare(
         if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
             pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
 
-    def plan_with(installed: EngineManifest | None) -> LaunchPlan:
+    def plan_with(
+        installed: EngineManifest | None,
+        projectors: tuple[ProjectorInfo, ...] = by_name.projector_infos if by_name else (),
+    ) -> LaunchPlan:
         return planner.plan_launch(
             paths,
             options,
@@ -295,6 +318,7 @@ def prepare(
             engine=EngineView.of(installed),
             preset=preset,
             remote_facts=by_name.facts if by_name else None,
+            projectors=projectors,
         )
 
     # One plan from the engines installed now, made again only when the engine it routes to
@@ -305,11 +329,16 @@ def prepare(
         if _ensure_engine(paths, view.probe, settings.engine_id, emit, kind)[1]:
             installed = LLAMA_SERVER.select(paths, view.probe, settings.engine_id).engine
             launch = plan_with(installed)
+        pulled = pull_projector(paths, by_name, launch, emit, cancel)
+        if pulled is not None:
+            launch = plan_with(installed, (pulled,))
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     if by_name is not None:
-        launch = replace(launch, source_choice=by_name.document)
+        launch = replace(
+            launch, source_choice=repoplan.with_vision(by_name.document, launch.vision)
+        )
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:

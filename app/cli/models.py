@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from lucebox.engine.models.records import (
     remove_model,
     verify_model,
 )
-from lucebox.engine.plan import quantchoice, repoplan
+from lucebox.engine.plan import planner, quantchoice, repoplan
 from lucebox.engine.plan.flagtypes import mib_list, positive_int
 from lucebox.engine.plan.options import ServeOptions
 
@@ -101,38 +102,58 @@ def _record_line(record: ModelRecord) -> str:
     )
 
 
-def _pinned_source(paths: Paths, args: argparse.Namespace) -> str:
-    """The file a pull fetches: a repo named by name becomes the quant chosen for this machine."""
+def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | None]:
+    """The file a pull fetches (a repo named by name becomes the quant chosen for this
+    machine) and the repo's projector the plan would serve with it (None: none)."""
     options = ServeOptions(model=args.source, quant=args.quant)
     if repoplan.repo_source(args.source) is None and not args.quant:
-        return str(args.source)
+        return str(args.source), None
     view = pipeline.machine_view(paths, options)
     chosen = repoplan.by_name(
         paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine
     )
     if chosen is None:
-        return str(args.source)
+        return str(args.source), None
     print(f"lucebox: {chosen.why}", file=sys.stderr)
-    return chosen.source
+    if not chosen.projectors:
+        return chosen.source, None
+    launch = planner.plan_launch(
+        paths,
+        replace(options, model=chosen.source, quant=None),
+        resolved=view.resolved,
+        budget=view.budget,
+        engine=view.engine,
+        remote_facts=chosen.facts,
+        projectors=chosen.projector_infos,
+    )
+    served = launch.vision.path if launch.vision.served else None
+    return chosen.source, chosen.projector_source(served) if served else None
 
 
-def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
-    progress = transfer_progress("models pull")
-    source = _pinned_source(paths, args)
+def _pull(paths: Paths, source: str) -> ModelRecord:
     try:
-        record = pull_model(paths, source, on_progress=progress)
+        return pull_model(paths, source, on_progress=transfer_progress("models pull"))
     except KeyboardInterrupt:
         print(file=sys.stderr)
         raise CancelledByUserError(
             "download interrupted; the partial file is kept (*.part) in the store",
             hint=f"run `lucebox models pull {source}` again to resume",
         ) from None
+
+
+def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
+    source, projector_source = _pinned_sources(paths, args)
+    record = _pull(paths, source)
     if args.json:
         print_json(record.to_json())
     else:
         print(_record_line(record))
         for problem in record.info.get("problems", []):
             print(f"  note: {problem} (see `lucebox models check {record.main_path}`)")
+    if projector_source is not None:
+        # Beside the weights, where serve finds it; the JSON stays the model's record.
+        pulled = _pull(paths, projector_source)
+        print(f"lucebox: vision projector {_record_line(pulled)}", file=sys.stderr)
     return EXIT_OK
 
 

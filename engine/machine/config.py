@@ -72,6 +72,9 @@ class Settings:
     """The vision projector to serve with the model (a path); empty: the one beside it."""
     vision: str = ""
     """Serve the projector: auto (when it costs no context), on, off; empty is auto."""
+    image_urls: bool = False
+    """Serve images off loopback although llama-server fetches any http(s) image URL a client
+    names (it has no switch for it): false keeps vision off there."""
     cpu_read_s: float = 300.0
     """Without a GPU the chosen context is at most what the CPU reads in this long (0: no
     bound); a context the user asks for is not bounded."""
@@ -102,6 +105,7 @@ KEYS: dict[str, str] = {
     "model.cpu_read_s": "cpu_read_s",
     "model.mmproj": "mmproj",
     "model.vision": "vision",
+    "model.image_urls": "image_urls",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}

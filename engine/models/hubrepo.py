@@ -174,6 +174,11 @@ def _read_one(listing: RepoListing, item: quant.RepoFile, source: ModelSource) -
     return _Parsed(header, handle.bytes_read)
 
 
+def read_file_header(listing: RepoListing, item: quant.RepoFile, source: ModelSource) -> GgufHeader:
+    """The header of one file of the repo (a sidecar's), by range requests."""
+    return _read_one(listing, item, source).header
+
+
 def read_header(listing: RepoListing, source: ModelSource) -> RemoteHeader:
     """The header of one quant, by range requests: a single-file quant when there is one (the
     smallest), else every shard's header of the smallest split quant (the tensors are spread

@@ -141,6 +141,40 @@ def _ollama() -> list[FoundGguf]:
     return found
 
 
+OLLAMA_PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
+
+
+def ollama_projectors(model_blob: Path) -> tuple[Path, ...]:
+    """The projector blobs of Ollama's manifests whose model layer is ``model_blob`` (a vision
+    model Ollama pulled with a separate projector); none for any other file."""
+    root = ollama_dir()
+    manifests = root / "manifests"
+    name = model_blob.name
+    if (
+        not name.startswith("sha256-")
+        or model_blob.parent != root / "blobs"
+        or not manifests.is_dir()
+    ):
+        return ()
+    found: list[Path] = []
+    for manifest in sorted(p for p in manifests.rglob("*") if p.is_file()):
+        try:
+            layers = json.loads(manifest.read_text("utf-8")).get("layers") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        digests = {
+            str(layer.get("mediaType")): str(layer.get("digest", "")).replace(":", "-", 1)
+            for layer in layers
+            if isinstance(layer, dict)
+        }
+        projector = digests.get(OLLAMA_PROJECTOR_LAYER)
+        if digests.get(OLLAMA_MODEL_LAYER) == name and projector:
+            path = root / "blobs" / projector
+            if path.is_file() and path not in found:
+                found.append(path)
+    return tuple(found)
+
+
 def find_all() -> list[FoundGguf]:
     """Every GGUF the other programs keep here, by origin."""
     return [*_hf_cache(), *_lmstudio(), *_ollama()]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lucebox.engine.models import ondisk
 from lucebox.engine.models.gguf import GgufFormatError, GgufHeader, TensorInfo, read_header
 from lucebox.engine.models.guard import CheckResult, Problem, check_model, verdict_of
 
@@ -108,19 +109,33 @@ def read_projector(path: Path) -> ProjectorInfo | None:
 
 def projectors_beside(model_path: Path) -> tuple[Path, ...]:
     """``mmproj*.gguf`` files in the model's folder (the store, an HF snapshot, an LM Studio
-    folder keep them beside the weights), most precise first."""
+    folder keep them beside the weights), most precise first; for an Ollama blob, the
+    projector layer of its manifest."""
     folder = model_path.parent
     if not folder.is_dir():
         return ()
     found = [p for p in folder.iterdir() if p.name.lower().startswith("mmproj")]
     found = [p for p in found if p.name.lower().endswith(".gguf") and p.is_file()]
+    ranked = sorted(found, key=lambda path: precision_rank(path.name))
+    return (*ranked, *ondisk.ollama_projectors(model_path))
 
-    def rank(path: Path) -> tuple[int, str]:
-        stem = path.name.lower().removesuffix(".gguf")
-        order = [i for i, p in enumerate(PRECISION_ORDER) if stem.endswith(p)]
-        return (order[0] if order else len(PRECISION_ORDER), path.name)
 
-    return tuple(sorted(found, key=rank))
+def embedded_vision(model_path: Path) -> bool:
+    """Whether the model file holds vision tensors itself (Ollama's own vision models keep
+    them in the one model blob): the pinned llama-server takes images only from a projector
+    in a file of its own (``--mmproj``)."""
+    try:
+        header = read_header(model_path)
+    except (GgufFormatError, OSError):
+        return False
+    return any(t.name.startswith("v.") for t in header.tensors)
+
+
+def precision_rank(name: str) -> tuple[int, str]:
+    """Where a projector file of this name comes in PRECISION_ORDER (then by name)."""
+    stem = name.lower().removesuffix(".gguf")
+    order = [i for i, p in enumerate(PRECISION_ORDER) if stem.endswith(p)]
+    return (order[0] if order else len(PRECISION_ORDER), name)
 
 
 def mismatch(projector: ProjectorInfo | None, path: Path, target_width: int | None) -> str | None:

@@ -215,6 +215,9 @@ class Resolved:
     """Where a mode other than auto comes from, for the plan's reason."""
     mmproj: str = ""
     """The projector named by --mmproj or model.mmproj; empty: look beside the weights."""
+    image_urls: bool = False
+    """model.image_urls: off loopback, images are served although the engine fetches the
+    http(s) image URLs clients name."""
 
 
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
@@ -269,4 +272,5 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         vision=vision,
         vision_from=vision_from,
         mmproj=options.mmproj or settings.mmproj,
+        image_urls=settings.image_urls,
     )

@@ -20,6 +20,7 @@ from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
+from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.plan import cpuread, luceboxroute, measurements, specguard, speculation
 from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.engineview import EngineView
@@ -128,6 +129,7 @@ def plan_launch(
     preset: Preset | None = None,
     ctx_cap: int | None = None,
     remote_facts: ModelFacts | None = None,
+    projectors: tuple[ProjectorInfo, ...] = (),
 ) -> LaunchPlan:
     """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
 
@@ -138,13 +140,14 @@ def plan_launch(
     otherwise it is spread over all of them.
     Peers asked for with --rpc are always used: the user asked for the split.
     ``remote_facts`` are the target's facts read from the Hub (a quant of a repo named by name)
-    for a file not downloaded yet.
+    for a file not downloaded yet; ``projectors`` are the vision projectors of its repo, where
+    the store keeps (or will keep) them.
     """
 
     def plan_on(devices: GpuBudget) -> LaunchPlan:
         return _plan_on_budget(
             paths, options, resolved=resolved, budget=devices, engine=engine, preset=preset,
-            ctx_cap=ctx_cap, remote_facts=remote_facts,
+            ctx_cap=ctx_cap, remote_facts=remote_facts, projectors=projectors,
         )  # fmt: skip
 
     pooled = plan_on(budget)
@@ -175,6 +178,7 @@ def _plan_on_budget(
     preset: Preset | None,
     ctx_cap: int | None,
     remote_facts: ModelFacts | None = None,
+    projectors: tuple[ProjectorInfo, ...] = (),
 ) -> LaunchPlan:
     target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
@@ -183,9 +187,9 @@ def _plan_on_budget(
     basis = LaunchBasis(options, resolved, preset, target, ctx_cap)
     if choice.kind == "lucebox":
         launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
-        vision, refused = lucebox_vision(resolved, target)
+        vision, refused = lucebox_vision(resolved, target, projectors)
         return replace(launch, vision=vision, refusal=launch.refusal or refused)
-    vision, request, vision_refusal = choose_vision(request, resolved, target)
+    vision, request, vision_refusal = choose_vision(request, resolved, target, projectors)
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options
     )
@@ -430,6 +434,7 @@ def replan(
         preset=launch.preset,
         ctx_cap=ctx_cap or launch.ctx_cap,
         remote_facts=None if launch.target.present else launch.target.facts,
+        projectors=(launch.vision.projector,) if launch.vision.projector else (),
     )
 
 

@@ -17,11 +17,26 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models import hubrepo
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.modelsource import ModelSource, parse_source
+from lucebox.engine.models.projector import ProjectorInfo, mismatch, precision_rank, projector_of
 from lucebox.engine.models.quant import QuantGroup, bits_per_weight, quant_from_name
-from lucebox.engine.models.records import list_models
+from lucebox.engine.models.records import StoreError, list_models, stored_path
 from lucebox.engine.plan import planner, quantchoice
 from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, ServeOptions
+from lucebox.engine.plan.visionplan import ENGINE_WITH_PROJECTOR, Vision
+
+
+@dataclass(frozen=True)
+class RepoProjector:
+    """A vision projector of the repo that matches the model: its pinned source and header."""
+
+    source: str
+    """``hf:OWNER/REPO/mmproj-....gguf@COMMIT``: what the pull fetches."""
+    repo_path: str
+    """Its path inside the repo."""
+    info: ProjectorInfo
+    """Its header, with the path the store keeps it at (or will, once pulled)."""
 
 
 @dataclass(frozen=True)
@@ -35,10 +50,78 @@ class RepoChoice:
     """The chosen quant's facts, for a plan made before the download (None: it is here)."""
     document: dict[str, Any]
     """The ``source`` key of ``plan --json``."""
+    projectors: tuple[RepoProjector, ...] = ()
+    """The repo's projectors that match the model, most precise first (none read with
+    --vision off or a projector named by --mmproj)."""
+
+    @property
+    def projector_infos(self) -> tuple[ProjectorInfo, ...]:
+        return tuple(p.info for p in self.projectors)
+
+    def projector_source(self, path: str) -> str | None:
+        """The pinned source of the projector planned at ``path``; None if not this repo's."""
+        return next((p.source for p in self.projectors if str(p.info.path) == path), None)
+
+
+def repo_projectors(
+    paths: Paths, listing: hubrepo.RepoListing, source: ModelSource, width: int | None
+) -> tuple[tuple[RepoProjector, ...], dict[str, str]]:
+    """The repo's projectors whose header matches a model ``width`` wide (most precise first),
+    each read by range requests, and why each other one was left out (by its path)."""
+    matched: list[RepoProjector] = []
+    left: dict[str, str] = {}
+    for sidecar in listing.layout.sidecars:
+        if sidecar.kind != "mmproj":
+            continue
+        pinned = f"hf:{listing.repo_id}/{sidecar.file.path}@{listing.revision}"
+        where = local_file(paths, pinned) or stored_path(paths, parse_source(pinned))
+        try:
+            header = hubrepo.read_file_header(listing, sidecar.file, source)
+        except StoreError as exc:
+            left[sidecar.file.path] = exc.message
+            continue
+        info = projector_of(header, where)
+        why = mismatch(info, where, width)
+        if why is not None or info is None:
+            left[sidecar.file.path] = why or f"{where.name} is not a vision projector"
+        else:
+            matched.append(RepoProjector(pinned, sidecar.file.path, info))
+    matched.sort(key=lambda p: precision_rank(p.info.path.name))
+    return tuple(matched), left
+
+
+def _sidecar_note(
+    kind: str, path: str, projectors: tuple[RepoProjector, ...], left: dict[str, str]
+) -> str:
+    if kind != "mmproj":
+        return _SIDECAR_NOTES[kind]
+    if path in left:
+        return f"not served: {left[path]}"
+    found = next((p.info for p in projectors if p.repo_path == path), None)
+    if found is None:
+        return _SIDECAR_NOTES[kind]
+    return (
+        f"a vision projector of this model ({found.projector_type}, images to width "
+        f"{found.out_width}): weighed by the plan (see vision)"
+    )
+
+
+def with_vision(document: dict[str, Any], vision: Vision) -> dict[str, Any]:
+    """The ``source`` document with the projector the plan serves marked as served."""
+    served = vision.projector.path.name if vision.served and vision.projector else None
+    sidecars = [
+        {**s, "served": s["kind"] == "mmproj" and Path(s["path"]).name == served}
+        for s in document.get("sidecars", [])
+    ]
+    return {**document, "sidecars": sidecars}
 
 
 def _document(
-    listing: hubrepo.RepoListing, choice: quantchoice.QuantChoice, header_bytes_read: int
+    listing: hubrepo.RepoListing,
+    choice: quantchoice.QuantChoice,
+    header_bytes_read: int,
+    projectors: tuple[RepoProjector, ...] = (),
+    left: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     group = next(g for g in listing.layout.candidates if g.quant == choice.chosen.quant)
     return {
@@ -56,7 +139,7 @@ def _document(
                 "path": s.file.path,
                 "size_bytes": s.file.size_bytes,
                 "served": False,
-                "note": _SIDECAR_NOTES[s.kind],
+                "note": _sidecar_note(s.kind, s.file.path, projectors, left or {}),
             }
             for s in listing.layout.sidecars
         ],
@@ -66,10 +149,7 @@ def _document(
 
 
 _SIDECAR_NOTES = {
-    "mmproj": (
-        "a vision projector: served with --mmproj PATH beside the weights (llama-server then "
-        "turns off context shift and saves no checkpoint after an image's tokens)"
-    ),
+    "mmproj": f"a vision projector: served with --mmproj PATH ({ENGINE_WITH_PROJECTOR})",
     "mtp": "an MTP head beside the quants: not served from a sidecar yet",
     "draft": "a draft model: pass it with --draft to use it",
 }
@@ -196,11 +276,17 @@ def choose_quant(
         asked_quant=asked,
         asked_ctx=resolved.ctx,
     )
+    projectors: tuple[RepoProjector, ...] = ()
+    left: dict[str, str] = {}
+    if resolved.vision != "off" and not resolved.mmproj:
+        width = planned.header.info.embedding_length
+        projectors, left = repo_projectors(paths, planned.listing, source, width)
     return RepoChoice(
         choice.chosen.source,
         choice.why,
         planned.facts_by_quant[choice.chosen.quant],
-        _document(planned.listing, choice, planned.header.bytes_read),
+        _document(planned.listing, choice, planned.header.bytes_read, projectors, left),
+        projectors,
     )
 
 

@@ -32,6 +32,7 @@ from lucebox.engine.plan.memory import wanted_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch, smaller_context_plan
 from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
+from lucebox.engine.plan.visionplan import Vision
 
 ENGINE_PROCESS_BYTES = 40 * MIB
 """Without a GPU, what each engine process of a set holds beyond the plan's terms (code,
@@ -250,7 +251,46 @@ def plan_set(
     engine: EngineView,
     ram_limit_bytes: int = 0,
 ) -> SetPlan:
-    """The set ``sources`` on ``budget``; ``ram_limit_bytes`` (0: none) caps a CPU budget."""
+    """The set ``sources`` on ``budget``; ``ram_limit_bytes`` (0: none) caps a CPU budget.
+
+    A projector is planned in the set's budget like the rest of its model; under
+    ``--vision auto`` the set keeps it only where the set still holds as many models at once
+    as it would without (the set's counterpart of the context a projector must not cost)."""
+    planned = _plan_set(paths, options, sources, settings, budget, engine, ram_limit_bytes)
+    auto = [lp for lp in planned.launches if lp.vision.served and lp.resolved.vision == "auto"]
+    if not auto:
+        return planned
+    text_only = replace(options, vision="off")
+    without = _plan_set(paths, text_only, sources, settings, budget, engine, ram_limit_bytes)
+    if not without.fits or without.models_max <= planned.models_max:
+        return planned
+    dropped = {lp.alias: lp.vision for lp in auto}
+    cost = (
+        f"in this set it would hold {planned.models_max} model(s) at once instead of "
+        f"{without.models_max}"
+    )
+
+    def told(launch: LaunchPlan) -> LaunchPlan:
+        vision = dropped.get(launch.alias)
+        if vision is None:
+            return launch
+        assert vision.projector is not None
+        why = f"not served: {vision.projector.path.name} {cost}; pass --vision on to serve it"
+        shown = _with_reason(launch, "vision", why)
+        return replace(shown, vision=Vision(False, vision.projector, why))
+
+    return replace(without, launches=tuple(told(lp) for lp in without.launches))
+
+
+def _plan_set(
+    paths: Paths,
+    options: ServeOptions,
+    sources: tuple[str, ...],
+    settings: Settings,
+    budget: GpuBudget,
+    engine: EngineView,
+    ram_limit_bytes: int,
+) -> SetPlan:
     if options.draft is not None:
         raise UsageError(
             "--draft names the draft of one model, and a set has several",

@@ -12,12 +12,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.units import MIB
 from lucebox.engine.models.projector import (
     MISMATCH_CODE,
     ProjectorInfo,
+    embedded_vision,
     mismatch,
+    precision_rank,
     projectors_beside,
     read_projector,
 )
@@ -49,6 +52,13 @@ class Vision:
         }
 
 
+ENGINE_WITH_PROJECTOR = (
+    "with a projector loaded llama-server turns off context shift and --cache-reuse, and makes "
+    "no context checkpoint in a batch that holds an image's tokens; a cached prompt prefix is "
+    "still reused"
+)
+"""What the pinned llama-server changes once ``--mmproj`` is loaded (server-context.cpp)."""
+
 NO_PROJECTOR = Vision(False, None, "no projector: pass --mmproj PATH to serve images")
 
 
@@ -70,10 +80,11 @@ def _cost_text(projector: ProjectorInfo) -> str:
 
 
 def _found(
-    resolved: Resolved, target: ModelFile
+    resolved: Resolved, target: ModelFile, known: tuple[ProjectorInfo, ...]
 ) -> tuple[list[ProjectorInfo], list[str], GuardRefusal | None]:
-    """The projectors to weigh (named, else beside the weights), why others were left, and
-    the refusal of a named one that is not this model's."""
+    """The projectors to weigh (named, else beside the weights and ``known`` from the model's
+    Hub repo, most precise first), why others were left, and the refusal of a named one that
+    is not this model's."""
     width = target.info.embedding_length if target.info is not None else None
     if resolved.mmproj:
         # Absolute: the engine does not run in the folder a relative path was given in.
@@ -88,11 +99,12 @@ def _found(
             )
             return [], [], refused
         return [named], [], None
-    if not target.present:
-        return [], [], None
+    beside = projectors_beside(target.path) if target.present else ()
+    # A file of the repo already beside the weights is the one read from disk.
+    candidates = [*((path, read_projector(path)) for path in beside)]
+    candidates += [(k.path, k) for k in known if k.path.name not in {p.name for p in beside}]
     found, left = [], []
-    for path in projectors_beside(target.path):
-        projector = read_projector(path)
+    for path, projector in sorted(candidates, key=lambda c: precision_rank(c[0].name)):
         why = mismatch(projector, path, width)
         if why is None and projector is not None:
             found.append(projector)
@@ -101,16 +113,52 @@ def _found(
     return found, left, None
 
 
+def _none_found(target: ModelFile, left: list[str]) -> str:
+    if target.present and embedded_vision(target.path):
+        return (
+            f"not served: {target.path.name} holds its vision tensors inside the one model file "
+            "(as Ollama's own vision models do), and llama-server reads images only through a "
+            "projector in a file of its own: pass --mmproj PATH (the model's mmproj GGUF)"
+        )
+    return "; ".join([NO_PROJECTOR.reason, *left])
+
+
+URL_FETCH = (
+    "llama-server fetches any http(s) image URL a client names (it has no switch for it): off "
+    "loopback any client could make this machine fetch URLs"
+)
+
+
+def _url_fetch_refusal(resolved: Resolved) -> str | None:
+    """Why images are not served on this address; None on loopback or when allowed."""
+    if is_loopback(resolved.host) or resolved.image_urls:
+        return None
+    return f"{URL_FETCH} (--host {resolved.host})"
+
+
 def choose_vision(
-    request: PlanRequest, resolved: Resolved, target: ModelFile
+    request: PlanRequest,
+    resolved: Resolved,
+    target: ModelFile,
+    known: tuple[ProjectorInfo, ...] = (),
 ) -> tuple[Vision, PlanRequest, GuardRefusal | None]:
     """The vision served with this memory request, the request that holds it, and the refusal
-    when --vision on cannot be served or a named projector does not match."""
+    when --vision on cannot be served or a named projector does not match. ``known`` are the
+    projectors of the model's Hub repo, where the store keeps (or will keep) them."""
     if resolved.vision == "off":
         return Vision(False, None, f"off ({resolved.vision_from})"), request, None
-    found, left, refused = _found(resolved, target)
+    found, left, refused = _found(resolved, target, known)
     if refused is not None:
         return Vision(False, None, f"refused: {refused.message}"), request, refused
+    exposed = _url_fetch_refusal(resolved) if found else None
+    if exposed is not None:
+        hint = "set model.image_urls true to serve images anyway, or serve on 127.0.0.1"
+        if resolved.vision == "on":
+            refusal = GuardRefusal(
+                f"vision is on ({resolved.vision_from}) but {exposed}", hint=hint
+            )
+            return Vision(False, found[0], f"refused: {exposed}"), request, refusal
+        return Vision(False, found[0], f"not served: {exposed}; {hint}"), request, None
     if not found:
         if resolved.vision == "on":
             return (
@@ -123,7 +171,7 @@ def choose_vision(
                     problem_codes=(MISMATCH_CODE,) if left else (),
                 ),
             )
-        return replace(NO_PROJECTOR, reason="; ".join([NO_PROJECTOR.reason, *left])), request, None
+        return replace(NO_PROJECTOR, reason=_none_found(target, left)), request, None
     plain = make_plan(request)
     wanted = min(plain.ctx, wanted_ctx(request.ctx, request.target.native_ctx))
     weighed = []
@@ -138,7 +186,8 @@ def choose_vision(
         keeps = keeps and planned.cache_type_k == plain.cache_type_k
         if keeps or (resolved.vision == "on" and planned.fits):
             why = "served: it costs no context" if keeps else f"served ({resolved.vision_from})"
-            return Vision(True, projector, f"{why}; {_cost_text(projector)}"), held, None
+            reason = f"{why}; {_cost_text(projector)}; {ENGINE_WITH_PROJECTOR}"
+            return Vision(True, projector, reason), held, None
         weighed.append((projector, planned))
     projector, planned = weighed[-1]
     cost = (
@@ -157,12 +206,14 @@ def choose_vision(
     return Vision(False, projector, reason), request, None
 
 
-def lucebox_vision(resolved: Resolved, target: ModelFile) -> tuple[Vision, GuardRefusal | None]:
+def lucebox_vision(
+    resolved: Resolved, target: ModelFile, known: tuple[ProjectorInfo, ...] = ()
+) -> tuple[Vision, GuardRefusal | None]:
     """What the plan says about vision when the Lucebox engine serves (it has none), and the
     refusal of a named projector that is not this model's."""
     if resolved.vision == "off":
         return Vision(False, None, f"off ({resolved.vision_from})"), None
-    found, _, refused = _found(resolved, target)
+    found, _, refused = _found(resolved, target, known)
     if refused is not None:
         return Vision(False, None, f"refused: {refused.message}"), refused
     if not found:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -28,7 +29,7 @@ class ChatDelta:
 
 async def stream_chat(
     url: str,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     *,
     api_key: str | None = None,
     max_tokens: int = 512,

@@ -71,6 +71,8 @@ class Status:
     peers: tuple[PeerStatus, ...] = ()
     models: tuple[ModelStatus, ...] = ()
     """The models of a served set (the router's); empty for one model."""
+    vision: str | None = None
+    """The projector the engine serves images with (``--mmproj``); None: text only."""
     cause: EngineDeath | None = None
     """Why the engine last died, and the next step; None until it has. It stays once the
     engine serves again, so a restart count has its reason."""
@@ -99,6 +101,7 @@ class Status:
             "peers": [p.to_json() for p in self.peers],
             "models": [m.to_json() for m in self.models],
             "cause": self.cause.to_json() if self.cause else None,
+            "vision": {"served": self.vision is not None, "projector": self.vision},
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -138,7 +141,14 @@ class Status:
             peers=_items(PeerStatus.from_json, data.get("peers")),
             models=_items(ModelStatus.from_json, data.get("models")),
             cause=EngineDeath.from_json(data.get("cause")),
+            vision=text_of(data.get("vision"), "projector"),
         )
+
+
+def text_of(data: Any, key: str) -> str | None:
+    """``data[key]`` when ``data`` is an object and that is a string."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _items(read: Callable[[Any], _Item | None], data: Any) -> tuple[_Item, ...]:

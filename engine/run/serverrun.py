@@ -131,6 +131,7 @@ class ServerRun:
                 spec=planned_spec(supervisor.launch.spec_type, spec_reason),
                 webui_url=webui_url,
                 peers=peers,
+                vision=supervisor.launch.mmproj_path,
             )
         )
         self._sampling: asyncio.Task[None] | None = None

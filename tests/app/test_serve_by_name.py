@@ -11,7 +11,7 @@ import pytest
 
 from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.models.records import list_models
+from lucebox.engine.models.records import files_dir, list_models
 from lucebox.engine.pipeline import ServeOptions
 from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
 from tests.realmodels import smol_model
@@ -38,7 +38,9 @@ def test_a_repo_by_name_is_pulled_pinned_and_served(built_engine_home, tmp_path,
                 json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8},
             ).json()
             assert reply["usage"]["completion_tokens"] > 0
-        assert not hub.bytes_served.get((REPO, "mmproj-SmolLM2-F16.gguf"))
+        # Its header is read and is no projector's: never pulled.
+        assert hub.bytes_served.get((REPO, "mmproj-SmolLM2-F16.gguf"), 0) <= 64
+    assert not list(files_dir(paths).rglob("mmproj*"))
     (record,) = list_models(paths)
     assert record.source == f"hf:{REPO}/SmolLM2-135M-Instruct-Q4_1.gguf@{COMMIT}"
     assert record.revision == COMMIT and record.sha256_source == "hub-lfs"

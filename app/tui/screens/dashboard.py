@@ -98,7 +98,9 @@ class DashboardScreen(ServingScreen):
         header.append("  ")
         header.append(self.state, style=f"bold {self.state_style}")
         header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
-        header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}\n")
+        header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}")
+        header.append(" · vision" if self.prepared.launch.vision.served else "")
+        header.append("\n")
         header.append(f"{self.url}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
         if self.webui_url:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -18,16 +21,36 @@ from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.run.chat import stream_chat
 
+IMAGE_COMMAND = "/image "
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+               ".webp": "image/webp", ".gif": "image/gif", ".bmp": "image/bmp"}  # fmt: skip
+
+
+def image_part(path: Path) -> dict[str, Any]:
+    """An image file as the OpenAI ``image_url`` part the engine decodes (a data URI)."""
+    kind = IMAGE_TYPES[path.suffix.lower()]
+    data = base64.b64encode(path.read_bytes()).decode()
+    return {"type": "image_url", "image_url": {"url": f"data:{kind};base64,{data}"}}
+
+
+def _text_of(content: str | list[dict[str, Any]]) -> str:
+    if isinstance(content, str):
+        return content
+    return " ".join(p["text"] if p["type"] == "text" else "[image]" for p in content)
+
 
 class ChatPanel(Vertical):
-    """Type a message, watch the reply stream in, with its time to first token and speed."""
+    """Type a message, watch the reply stream in, with its time to first token and speed.
+    ``/image PATH`` attaches an image to the next message when the model is served with vision."""
 
     def __init__(self, prepared: Prepared, id: str) -> None:
         super().__init__(id=id)
         self.prepared = prepared
-        self.messages: list[dict[str, str]] = []
+        self.messages: list[dict[str, Any]] = []
         self.reply = ""
         self.replying: Worker[None] | None = None
+        self.attached: dict[str, Any] | None = None
+        """The image part the next message carries (``/image PATH``)."""
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="chat-scroll"):
@@ -44,7 +67,13 @@ class ChatPanel(Vertical):
         if not text:
             return
         event.input.value = ""
-        self.messages.append({"role": "user", "content": text})
+        if text.startswith(IMAGE_COMMAND):
+            self.attach(Path(text.removeprefix(IMAGE_COMMAND).strip()).expanduser())
+            return
+        content: str | list[dict[str, Any]] = text
+        if self.attached is not None:
+            content, self.attached = [{"type": "text", "text": text}, self.attached], None
+        self.messages.append({"role": "user", "content": content})
         self.reply = ""
         self.query_one("#chat-stats", Label).update("waiting for the first token…")
         self.render_transcript()
@@ -57,6 +86,20 @@ class ChatPanel(Vertical):
             exit_on_error=False,
         )
 
+    def attach(self, path: Path) -> None:
+        """Keep the image at ``path`` for the next message, or say why it cannot be sent."""
+        stats = self.query_one("#chat-stats", Label)
+        vision = self.prepared.launch.vision
+        if not vision.served:
+            stats.update(Text(f"no images: served without vision ({vision.reason})", style="red"))
+        elif path.suffix.lower() not in IMAGE_TYPES:
+            stats.update(Text(f"{path.name}: not an image ({', '.join(IMAGE_TYPES)})", style="red"))
+        elif not path.is_file():
+            stats.update(Text(f"{path} does not exist", style="red"))
+        else:
+            self.attached = image_part(path)
+            stats.update(f"image attached: {path.name} (sent with your next message)")
+
     def on_unmount(self) -> None:
         if self.replying is not None:
             self.replying.cancel()
@@ -68,7 +111,7 @@ class ChatPanel(Vertical):
                 transcript.append("you  ", style="bold cyan")
             else:
                 transcript.append("model ", style="bold green")
-            transcript.append(message["content"] + "\n")
+            transcript.append(_text_of(message["content"]) + "\n")
         if self.reply:
             transcript.append("model ", style="bold green")
             transcript.append(self.reply)

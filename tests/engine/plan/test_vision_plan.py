@@ -4,6 +4,8 @@ projector made for another model refused with ``mmproj-mismatch``."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -13,10 +15,13 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.models.projector import check_projector, read_projector
+from lucebox.engine.models import ondisk
+from lucebox.engine.models.projector import check_projector, embedded_vision, read_projector
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.router import router_ini
+from lucebox.engine.plan.servedsetplan import plan_set
 from lucebox.engine.plan.visionplan import projector_bytes
 from tests.ggufgen import ModelSpec, ProjectorSpec, cached_gguf, write_gguf
 
@@ -149,3 +154,79 @@ def test_a_mismatched_projector_is_refused_on_a_lucebox_launch_too(lucebox_files
     launch = plan(ServeOptions(model=str(target), draft=str(draft), mmproj=str(other)), RTX_4090)
     assert launch.engine_kind == "lucebox"
     assert launch.refusal is not None and launch.refusal.problem_codes == ("mmproj-mismatch",)
+
+
+def test_an_ollama_models_projector_layer_is_served_in_place(tmp_path, monkeypatch):
+    root = tmp_path / "ollama"
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    blobs = root / "blobs"
+    blobs.mkdir(parents=True)
+    text = write_gguf(tmp_path / "text.gguf", TEXT).read_bytes()
+    projector = write_gguf(tmp_path / "projector.gguf", SIGLIP).read_bytes()
+    digests = [hashlib.sha256(body).hexdigest() for body in (text, projector)]
+    for digest, body in zip(digests, (text, projector), strict=True):
+        (blobs / f"sha256-{digest}").write_bytes(body)
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / "tiny-vision" / "latest"
+    manifest.parent.mkdir(parents=True)
+    layers = [
+        {"mediaType": ondisk.OLLAMA_MODEL_LAYER, "digest": f"sha256:{digests[0]}"},
+        {"mediaType": ondisk.OLLAMA_PROJECTOR_LAYER, "digest": f"sha256:{digests[1]}"},
+    ]
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    launch = plan(ServeOptions(model=str(blobs / f"sha256-{digests[0]}")))
+    assert launch.vision.served
+    assert launch.vision.path == str(blobs / f"sha256-{digests[1]}")
+
+
+def test_vision_tensors_inside_the_model_file_are_told_apart(tmp_path):
+    # Ollama's own vision blobs keep the encoder's ``v.*`` tensors in the model file itself.
+    assert embedded_vision(write_gguf(tmp_path / "with-v.gguf", SIGLIP))
+    text = write_gguf(tmp_path / "text.gguf", TEXT)
+    assert not embedded_vision(text)
+    launch = plan(ServeOptions(model=str(text)))
+    assert launch.vision.reason.startswith("no projector: pass --mmproj PATH")
+
+
+def test_off_loopback_images_wait_for_the_user_to_allow_url_fetches(model):
+    # The pinned llama-server downloads any http(s) image_url a client names (handle_media).
+    exposed = plan(ServeOptions(model=str(model), host="0.0.0.0"))
+    assert not exposed.vision.served and "--mmproj" not in exposed.argv
+    assert "fetches any http(s) image URL" in exposed.vision.reason
+    assert "model.image_urls" in exposed.vision.reason
+    on = plan(ServeOptions(model=str(model), host="0.0.0.0", vision="on"))
+    assert on.refusal is not None and "fetches any http(s) image URL" in str(on.refusal)
+    allowed = plan(
+        ServeOptions(model=str(model), host="0.0.0.0"), settings=Settings(image_urls=True)
+    )
+    assert allowed.vision.served and "--mmproj" in allowed.argv
+    assert plan(ServeOptions(model=str(model), host="127.0.0.1")).vision.served
+
+
+def _set(sources: tuple[str, ...], free_mib: int, **options: object):
+    return plan_set(
+        resolve_paths(), ServeOptions(models=sources, **options), sources,  # type: ignore[arg-type]
+        settings=Settings(), budget=card(free_mib), engine=EngineView.of(None),
+    )  # fmt: skip
+
+
+def test_a_set_plans_the_projector_in_its_budget(model, tmp_path):
+    (tmp_path / "other").mkdir()
+    other = write_gguf(tmp_path / "other" / "other-Q8_0.gguf", TEXT)
+    sources = (str(model), str(other))
+    roomy = _set(sources, 2900)
+    seeing = roomy.launches[0]
+    assert seeing.vision.served and roomy.models_max == 2
+    assert seeing.plan.memory_bytes.projector > 0
+    ini = router_ini(roomy, idle_s=60)
+    section = ini.split(f"[{seeing.alias}]\n", 1)[1].split("\n\n", 1)[0]
+    assert f"mmproj = {model.parent / 'mmproj-tiny-F16.gguf'}" in section.splitlines()
+    # On a card where the projector would cost the set a model at once, auto leaves it out
+    # and says so; --vision on serves it one model at a time.
+    tight = _set(sources, 2500)
+    assert tight.models_max == 2 and not tight.launches[0].vision.served
+    reason = tight.launches[0].vision.reason
+    assert "1 model(s) at once instead of 2" in reason and "--vision on" in reason
+    assert tight.launches[0].plan.reasons["vision"] == reason
+    assert "mmproj" not in router_ini(tight, idle_s=60)
+    on = _set(sources, 2500, vision="on")
+    assert on.launches[0].vision.served and on.models_max == 1
