@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lucebox.app.cli import modelrevisions
 from lucebox.app.cli.args import add_json, print_json
 from lucebox.app.cli.handler import Command, group_help
 from lucebox.app.cli.progress import transfer_progress
@@ -333,3 +334,4 @@ def register(commands: Any, command: Command) -> None:
         subs,
     )
     verify.add_argument("name", metavar="NAME")
+    modelrevisions.register(subs, command)

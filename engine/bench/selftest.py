@@ -242,6 +242,26 @@ def api_probes(served: Served) -> tuple[ProbeResult, ...]:
     return tuple(results)
 
 
+def load_test(
+    paths: Paths,
+    options: ServeOptions,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900,
+) -> ProbeResult:
+    """The model of ``options`` served by the active build until it answers one chat: what
+    ``models update`` asks of a new revision before it switches."""
+    try:
+        with serving(
+            paths, options, ServeConfig("model-update"), env=env, ready_timeout_s=ready_timeout_s
+        ) as served:
+            return ProbeResult("load", True, f"loaded and answered a chat ({_chat(served)})")
+    except LuceboxError as exc:
+        return ProbeResult("load", False, exc.message)
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        return ProbeResult("load", False, f"loaded, but the chat failed: {exc}")
+
+
 def memory_probe(paths: Paths, planned_bytes: int) -> ProbeResult:
     """The serving engine's memory against the plan: the card's used memory on a GPU (the
     run's sample), the engine's resident memory on the CPU."""
