@@ -262,9 +262,13 @@ def _candidate(
     newest = kind.known.newest
     if kinds.built_from(current) is newest:
         return current
+    options = current.build_options(current.cpu_target or cputarget.NATIVE)
+    built = update.installed_build_of(paths, kind.name, newest, options)
+    if built is not None:
+        print(f"engine update: {built.id} is built from {newest.version} already", file=sys.stderr)
+        return built
     print(f"engine update: building {kind.title} {newest.version} ({newest.date})", file=sys.stderr)
     source = kind.ensure_source(paths, bytes_progress(f"{kind.name} source"), known=newest)
-    options = current.build_options(current.cpu_target or cputarget.NATIVE)
     bar = StderrProgress(f"{kind.name} build")
     try:
         engine, _ = kind.build_and_install(
