@@ -215,7 +215,15 @@ def cmd_engine_update(args: argparse.Namespace, paths: Paths) -> int:
         else:
             print(f"{current.id} serves already: it is built from the newest known source")
         return EXIT_OK
-    options = ServeOptions(model=args.model, preset=args.preset, ctx=args.ctx)
+    options = ServeOptions(
+        model=args.model,
+        draft=args.draft,
+        preset=args.preset,
+        ctx=args.ctx,
+        # The Lucebox engine's builds are self-tested on that engine, whatever the planner's
+        # own choice for the model would be.
+        engine="lucebox" if kind is kinds.LUCEBOX else None,
+    )
     result = selftest.run_self_test(
         paths,
         options,
@@ -343,6 +351,7 @@ def register(commands: Any, command: Command) -> None:
         help="self-test and switch to this installed build instead of building one",
     )
     update_cmd.add_argument("--model", metavar="SRC", help="the model to self-test with")
+    update_cmd.add_argument("--draft", metavar="SRC", help="the draft of --model to self-test with")
     update_cmd.add_argument("--preset", metavar="ID", help="the preset to self-test with")
     update_cmd.add_argument("--ctx", type=positive_int, metavar="N", help="context length")
     add_json(update_cmd)
