@@ -144,3 +144,55 @@ def test_doctor_says_when_a_newer_revision_exists_and_when_it_could_not_check(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     [offline] = check_model_updates(paths)
     assert offline.verdict == "ok" and "HF_HUB_OFFLINE" in offline.detail
+
+
+@pytest.mark.slow
+def test_the_new_revision_is_load_tested_on_the_engine_before_it_switches(
+    built_engine_home, hub, tmp_path, monkeypatch
+):
+    from tests.smolserver import private_engine_home
+
+    home = private_engine_home(tmp_path / "engine-home")
+    monkeypatch.setenv("LUCEBOX_HOME", str(home))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_llama(tmp_path / "a" / "tiny-instruct-f16.gguf", ModelSpec(n_embd=64))
+    hub.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(first.read_bytes()))
+    pull_model(resolve_paths(), "hf:acme/tiny/tiny-instruct-f16.gguf")
+    second = write_llama(tmp_path / "b" / "tiny-instruct-f16.gguf", ModelSpec(n_embd=128))
+    hub.new_revision("acme/tiny", NEWER, {"tiny-instruct-f16.gguf": HubFile(second.read_bytes())})
+
+    result = run_lucebox("models", "update", "--ctx", "2048", "--json", timeout_s=900)
+
+    assert result.returncode == 0, result.stderr
+    [report] = json.loads(result.stdout)["models"]
+    assert report["switched"] and report["load_test"]["passed"], report
+    assert "answered a chat" in report["load_test"]["detail"]
+    assert find_model(resolve_paths(), "tiny-instruct-f16").revision == NEWER
+
+
+def test_a_revision_that_fails_its_load_test_is_not_switched_to_and_its_files_go(hub, tmp_path):
+    from lucebox.engine.machine import config
+    from tests.engine.engines.test_update import installed_engine
+
+    paths = resolve_paths()
+    first = write_llama(tmp_path / "tiny-instruct-f16.gguf", ModelSpec(n_embd=64)).read_bytes()
+    hub.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(first))
+    old = pull_model(paths, "hf:acme/tiny/tiny-instruct-f16.gguf")
+    second = tmp_path / "b" / "tiny-instruct-f16.gguf"
+    second.parent.mkdir()
+    write_llama(second, ModelSpec(n_embd=128))
+    hub.new_revision("acme/tiny", NEWER, {"tiny-instruct-f16.gguf": HubFile(second.read_bytes())})
+    # An engine that dies at every start: the new revision never loads.
+    installed_engine(paths, "broken", script="#!/bin/sh\necho 'failed to load model'\nexit 1\n")
+    config.set_setting(paths, "engine.id", "broken")
+
+    result = run_lucebox("models", "update", "tiny-instruct-f16", timeout_s=300)
+
+    assert result.returncode == 3, result.stderr
+    assert_one_line_error(result)
+    assert "did not pass its load test" in result.stderr
+    assert f"tiny-instruct-f16 stays at revision {COMMIT[:12]}" in result.stderr
+    assert find_model(paths, "tiny-instruct-f16") == old
+    revision_folder = old.main_path.parent / NEWER[:12]
+    assert not revision_folder.exists() or not any(revision_folder.iterdir())
