@@ -47,8 +47,10 @@ def _write_kept(paths: Paths, name: str, records: list[ModelRecord]) -> None:
 
 
 def switch(paths: Paths, current: ModelRecord, new: ModelRecord) -> None:
-    """``new`` serves as ``current.name`` from now on; ``current`` is kept as the way back."""
-    _write_kept(paths, current.name, [current, *kept(paths, current.name)])
+    """``new`` serves as ``current.name`` from now on; ``current`` is kept as the way back (a
+    kept copy of ``new`` itself, from an update rolled back before, is dropped)."""
+    older = [r for r in kept(paths, current.name) if r.revision != new.revision]
+    _write_kept(paths, current.name, [current, *older])
     save_record(paths, new)
 
 

@@ -89,8 +89,12 @@ def test_a_new_revision_pulls_only_the_changed_file_switches_and_rolls_back(hub,
     assert file_identity(old.main_path, paths) == old_identity
     assert len(_downloads(hub)) == downloads and rollback_s < 10
 
-    forward = run_lucebox("models", "rollback", "big-instruct")
-    assert forward.returncode == 0 and find_model(paths, "big-instruct") == new
+    # Updating again after the rollback finds the new revision's files on disk: no download.
+    served_before = dict(hub.bytes_served)
+    forward = run_lucebox("models", "update", "big-instruct")
+    assert forward.returncode == 0, forward.stderr
+    assert hub.bytes_served == served_before
+    assert find_model(paths, "big-instruct").files == new.files
     pruned = run_lucebox("models", "prune", "--json")
     assert pruned.returncode == 0, pruned.stderr
     gone = json.loads(pruned.stdout)
@@ -126,6 +130,9 @@ def test_a_model_whose_repo_has_not_moved_is_up_to_date(hub, tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"big-instruct: up to date (revision {COMMIT[:12]} of acme/big)" in result.stdout
     assert len(_downloads(hub)) == downloads
+    offline = run_lucebox("models", "update", "big-instruct", env={"HF_HUB_OFFLINE": "1"})
+    assert offline.returncode == 1 and "HF_HUB_OFFLINE is set" in offline.stderr
+    assert_one_line_error(offline)
 
 
 def test_doctor_says_when_a_newer_revision_exists_and_when_it_could_not_check(
