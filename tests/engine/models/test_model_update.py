@@ -203,3 +203,20 @@ def test_a_revision_that_fails_its_load_test_is_not_switched_to_and_its_files_go
     assert find_model(paths, "tiny-instruct-f16") == old
     revision_folder = old.main_path.parent / NEWER[:12]
     assert not revision_folder.exists() or not any(revision_folder.iterdir())
+
+
+def test_a_source_pinned_to_a_revision_is_pinned_to_the_new_one(hub, tmp_path):
+    paths = resolve_paths()
+    first = write_llama(tmp_path / "tiny-instruct-f16.gguf", ModelSpec(n_embd=64)).read_bytes()
+    hub.add("acme/tiny", "tiny-instruct-f16.gguf", HubFile(first))
+    pull_model(paths, f"hf:acme/tiny/tiny-instruct-f16.gguf@{COMMIT}")
+    second = tmp_path / "b" / "tiny-instruct-f16.gguf"
+    second.parent.mkdir()
+    write_llama(second, ModelSpec(n_embd=128))
+    hub.new_revision("acme/tiny", NEWER, {"tiny-instruct-f16.gguf": HubFile(second.read_bytes())})
+
+    assert run_lucebox("models", "update").returncode == 0
+
+    record = find_model(paths, "tiny-instruct-f16")
+    assert record.source == f"hf:acme/tiny/tiny-instruct-f16.gguf@{NEWER}"
+    assert record.main_path.read_bytes() == second.read_bytes()
