@@ -18,6 +18,7 @@ from pathlib import Path
 from lucebox.engine.core.download import RetryPolicy, download_file
 from lucebox.engine.core.downloadprogress import ProgressCallback
 from lucebox.engine.core.errors import (
+    GuardRefusal,
     HashMismatchError,
     TransferError,
     TransferRefusedError,
@@ -140,7 +141,8 @@ def pull_revision(
     source = parse_source(record.source)
     text = record.source.partition("@")[0] + (f"@{commit}" if "@" in record.source else "")
     source = replace(source, text=text, revision=commit)
-    _, plans = _remote_plans(source, repo_dir(paths, source.repo_id) / commit[:12])
+    revision_dir = repo_dir(paths, source.repo_id) / commit[:12]
+    _, plans = _remote_plans(source, revision_dir)
     stored = {f.sha256: Path(f.path) for f in record.files}
     changed = [p for p in plans if p[2] not in stored]
     downloaded = _fetch(paths, source, commit, changed, on_progress, cancel, policy)
@@ -150,7 +152,15 @@ def pull_revision(
         (fetched[sha], sha, True) if sha in fetched else (_link(stored[sha], dest), sha, False)
         for _, dest, sha, _ in plans
     ]
-    checked = checked_record(paths, source, files, "hub-lfs", commit)
+    try:
+        checked = checked_record(paths, source, files, "hub-lfs", commit)
+    except GuardRefusal:
+        for path, _, fresh in files:
+            if not fresh:
+                path.unlink(missing_ok=True)  # a link made for the refused revision
+        if not any(revision_dir.iterdir()):
+            revision_dir.rmdir()
+        raise
     # Every file of the new revision is the store's own name for it (a link or a download).
     owned = tuple(replace(f, owned=True) for f in checked.files)
     return replace(checked, files=owned), tuple(Path(name).name for name, *_ in changed)

@@ -220,3 +220,15 @@ def test_a_source_pinned_to_a_revision_is_pinned_to_the_new_one(hub, tmp_path):
     record = find_model(paths, "tiny-instruct-f16")
     assert record.source == f"hf:acme/tiny/tiny-instruct-f16.gguf@{NEWER}"
     assert record.main_path.read_bytes() == second.read_bytes()
+
+
+def test_a_refused_revision_of_a_split_model_leaves_no_links_behind(hub, tmp_path):
+    paths = resolve_paths()
+    old = _pulled_split(hub, tmp_path)
+    hub.new_revision("acme/big", NEWER, {SHARDS[0]: HubFile(b"GGUF" + b"\0" * 64)})
+
+    result = run_lucebox("models", "update", "big-instruct")
+
+    assert result.returncode == 3 and "stays at revision" in result.stderr
+    assert find_model(paths, "big-instruct") == old
+    assert not (old.main_path.parent / NEWER[:12]).exists()
