@@ -9,12 +9,14 @@ from typing import Literal
 
 import psutil
 
+from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import GIB, gib_text
 from lucebox.engine.engines import kinds, nodejs, registry, toolchain, toolkit
 from lucebox.engine.machine.cpu import CpuInfo, probe_cpu
 from lucebox.engine.machine.gpu import GpuProbe
-from lucebox.engine.models import presets
+from lucebox.engine.models import modelupdate, presets
+from lucebox.engine.models.hubrepo import HubUnreachableError
 from lucebox.engine.models.records import list_models
 
 Verdict = Literal["ok", "warn", "missing"]
@@ -266,6 +268,45 @@ def check_models(paths: Paths) -> Check:
     return Check("models", "ok", f"{len(records)} model(s), {gib_text(size)}: {names}")
 
 
+def check_model_updates(paths: Paths) -> list[Check]:
+    """A warn line for each model pulled from the Hub whose repo holds a newer revision of its
+    files; one short request per repo. A Hub that does not answer makes one ok line saying the
+    check could not be made (the doctor never fails for it)."""
+    checks = []
+    for record in (r for r in list_models(paths) if modelupdate.updatable(r)):
+        try:
+            found = modelupdate.check_revision(record, timeout_s=modelupdate.DOCTOR_TIMEOUT_S)
+        except HubUnreachableError as exc:
+            return [
+                Check(
+                    "model-update",
+                    "ok",
+                    f"could not check for newer model revisions: {exc.message}",
+                )
+            ]
+        except LuceboxError as exc:
+            checks.append(
+                Check(
+                    "model-update",
+                    "ok",
+                    f"{record.name}: could not check for a newer revision: {exc.message}",
+                )
+            )
+            continue
+        if found.newer:
+            checks.append(
+                Check(
+                    "model-update",
+                    "warn",
+                    f"{record.name}: {found.repo_id} has a newer revision "
+                    f"{found.newest[:12]} ({', '.join(found.changed)} changed)",
+                    f"run `lucebox models update {record.name}` (guards and a load test "
+                    f"first; `lucebox models rollback {record.name}` goes back)",
+                )
+            )
+    return checks
+
+
 def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> DoctorReport:
     """Run every check; blocking (runs tools), so front ends call it from a worker."""
     build_hint = "install it with your package manager (e.g. `apt install cmake g++`)"
@@ -289,4 +330,5 @@ def run_doctor(paths: Paths, probe: GpuProbe, wanted_engine_id: str = "") -> Doc
     checks += check_engine_cpu(paths, host_cpu)
     checks += check_engine_updates(paths, probe, wanted_engine_id)
     checks += [check_webui(paths, probe, wanted_engine_id), check_models(paths)]
+    checks += check_model_updates(paths)
     return DoctorReport(probe, tuple(checks))

@@ -6,7 +6,9 @@ huggingface-hub is pointed at it with ``HF_ENDPOINT`` / ``endpoint=``. It serves
 ``POST /api/models/{repo}/paths-info/{revision}`` with the LFS sha256,
 ``GET /api/models/{repo}[/revision/{revision}]?blobs=true`` (``HfApi.model_info(...,
 files_metadata=True)``: the commit and every file with its size and LFS sha256) and
-``GET /api/models?search=&filter=gguf&sort=downloads&limit=`` (``HfApi.list_models``). Ranges
+``GET /api/models?search=&filter=gguf&sort=downloads&limit=`` (``HfApi.list_models``). A repo
+gains a new commit with :meth:`HubState.new_revision`; its older commits stay readable by
+revision, as on the Hub. Ranges
 are honoured as the Hub's storage does, open (``bytes=N-``) and closed (``bytes=N-M``), and the
 body bytes sent per file are counted. With ``storage_host``
 set, resolve answers as the real Hub does for LFS files: a redirect to a storage URL on another
@@ -100,10 +102,34 @@ class HubState:
     """Body bytes sent per (repo, path), every GET counted."""
     downloads: dict[str, int] = field(default_factory=dict)
     """Download counts per repo, as the search reports and sorts them."""
+    heads: dict[str, str] = field(default_factory=dict)
+    """Each repo's newest commit; COMMIT until the repo gains a revision."""
+    history: dict[tuple[str, str], dict[str, HubFile]] = field(default_factory=dict)
+    """A repo's files at each older commit: (repo, commit) -> path -> file."""
 
     def add(self, repo: str, path: str, hub_file: HubFile) -> HubFile:
         self.files[(repo, path)] = hub_file
         return hub_file
+
+    def head(self, repo: str) -> str:
+        return self.heads.get(repo, COMMIT)
+
+    def new_revision(self, repo: str, commit: str, changed: dict[str, HubFile]) -> None:
+        """``repo`` moves to ``commit``, where the ``changed`` paths hold new files; every
+        other file stays as it was, and the old commit stays readable."""
+        self.history[(repo, self.head(repo))] = self.files_at(repo, None)[1]
+        for path, hub_file in changed.items():
+            self.files[(repo, path)] = hub_file
+        self.heads[repo] = commit
+
+    def files_at(self, repo: str, revision: str | None) -> tuple[str, dict[str, HubFile]]:
+        """The commit ``revision`` names (None or main: the head) and the repo's files there;
+        an unknown revision has no files."""
+        head = self.head(repo)
+        if revision in (None, "main", head):
+            return head, {p: f for (r, p), f in self.files.items() if r == repo}
+        assert revision is not None
+        return revision, self.history.get((repo, revision), {})
 
 
 def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
@@ -124,14 +150,18 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(body)
 
-        def _lookup(self, repo: str, path: str) -> HubFile | None:
+        def _lookup(self, repo: str, revision: str, path: str) -> HubFile | None:
             if repo in state.gated and "authorization" not in {k.lower() for k in self.headers}:
                 self._error(401, "GatedRepo", "Access to this model is restricted.")
                 return None
             if not any(r == repo for r, _ in state.files):
                 self._error(401, "RepoNotFound", "Repository not found")
                 return None
-            hub_file = state.files.get((repo, path))
+            _, files = state.files_at(repo, revision)
+            if not files:
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+                return None
+            hub_file = files.get(path)
             if hub_file is None:
                 self._error(404, "EntryNotFound", "Entry not found")
             return hub_file
@@ -142,7 +172,9 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 state.authorized.append((self.command, self.path))
             parts = unquote(self.path.split("?")[0]).lstrip("/").split("/")
             if len(parts) == 2 and parts[0] == "storage":
-                stored = [f for f in state.files.values() if f.sha256 == parts[1]]
+                everywhere = [*state.files.values()]
+                everywhere += [f for files in state.history.values() for f in files.values()]
+                stored = [f for f in everywhere if f.sha256 == parts[1]]
                 if not stored:
                     self._error(404, "EntryNotFound", "no such object")
                     return
@@ -152,11 +184,11 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "EntryNotFound", "bad path")
                 return
             repo, path = f"{parts[0]}/{parts[1]}", "/".join(parts[4:])
-            hub_file = self._lookup(repo, path)
+            hub_file = self._lookup(repo, parts[3], path)
             if hub_file is None:
                 return
             hub_headers = {
-                "X-Repo-Commit": COMMIT,
+                "X-Repo-Commit": state.files_at(repo, parts[3])[0],
                 "ETag": f'"{hub_file.sha256}"',
                 "X-Linked-Etag": f'"{hub_file.sha256}"',
                 "X-Linked-Size": str(len(hub_file.body)),
@@ -264,15 +296,15 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             if not any(r == repo for r, _ in state.files):
                 self._error(401, "RepoNotFound", "Repository not found")
                 return
-            if len(parts) == 4 and parts[2] == "revision" and parts[3] not in (COMMIT, "main"):
-                self._error(404, "RevisionNotFound", f"Invalid rev id: {parts[3]}")
+            revision = parts[3] if len(parts) == 4 and parts[2] == "revision" else None
+            commit, files = state.files_at(repo, revision)
+            if not files:
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
                 return
             query = parse_qs(self.path.partition("?")[2])
             blobs = query.get("blobs", [""])[0].lower() == "true"
             siblings = []
-            for (owner_repo, path), hub_file in sorted(state.files.items()):
-                if owner_repo != repo:
-                    continue
+            for path, hub_file in sorted(files.items()):
                 entry: dict[str, object] = {"rfilename": path}
                 if blobs:
                     size = len(hub_file.body)
@@ -287,7 +319,7 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                     "_id": "0" * 24,
                     "id": repo,
                     "modelId": repo,
-                    "sha": COMMIT,
+                    "sha": commit,
                     "private": False,
                     "gated": "manual" if repo in state.gated else False,
                     "disabled": False,
@@ -345,13 +377,14 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "EntryNotFound", "bad path")
                 return
             repo = f"{parts[2]}/{parts[3]}"
+            _, files = state.files_at(repo, parts[5])
             if self.headers.get("Content-Type", "").startswith("application/json"):
                 wanted = json.loads(raw).get("paths", [])
             else:
                 wanted = parse_qs(raw).get("paths", [])
             entries = []
             for path in wanted:
-                hub_file = state.files.get((repo, path))
+                hub_file = files.get(path)
                 if hub_file is None:
                     continue
                 size = len(hub_file.body)

@@ -246,7 +246,15 @@ def cmd_engine_update(args: argparse.Namespace, paths: Paths) -> int:
         else:
             print(f"{current.id} serves already: it is built from the newest known source")
         return EXIT_OK
-    options = ServeOptions(model=args.model, preset=args.preset, ctx=args.ctx)
+    options = ServeOptions(
+        model=args.model,
+        draft=args.draft,
+        preset=args.preset,
+        ctx=args.ctx,
+        # The Lucebox engine's builds are self-tested on that engine, whatever the planner's
+        # own choice for the model would be.
+        engine="lucebox" if kind is kinds.LUCEBOX else None,
+    )
     result = selftest.run_self_test(
         paths,
         options,
@@ -293,9 +301,13 @@ def _candidate(
     newest = kind.known.newest
     if kinds.built_from(current) is newest:
         return current
+    options = current.build_options(current.cpu_target or cputarget.NATIVE)
+    built = update.installed_build_of(paths, kind.name, newest, options)
+    if built is not None:
+        print(f"engine update: {built.id} is built from {newest.version} already", file=sys.stderr)
+        return built
     print(f"engine update: building {kind.title} {newest.version} ({newest.date})", file=sys.stderr)
     source = kind.ensure_source(paths, bytes_progress(f"{kind.name} source"), known=newest)
-    options = current.build_options(current.cpu_target or cputarget.NATIVE)
     bar = StderrProgress(f"{kind.name} build")
     try:
         engine, _ = kind.build_and_install(
@@ -371,6 +383,7 @@ def register(commands: Any, command: Command) -> None:
         help="self-test and switch to this installed build instead of building one",
     )
     update_cmd.add_argument("--model", metavar="SRC", help="the model to self-test with")
+    update_cmd.add_argument("--draft", metavar="SRC", help="the draft of --model to self-test with")
     update_cmd.add_argument("--preset", metavar="ID", help="the preset to self-test with")
     update_cmd.add_argument("--ctx", type=positive_int, metavar="N", help="context length")
     add_json(update_cmd)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lucebox.app.cli import modelrevisions
 from lucebox.app.cli.args import add_json, print_json
 from lucebox.app.cli.handler import Command, group_help
 from lucebox.app.cli.progress import transfer_progress
@@ -354,3 +355,4 @@ def register(commands: Any, command: Command) -> None:
         subs,
     )
     verify.add_argument("name", metavar="NAME")
+    modelrevisions.register(subs, command)

@@ -4,10 +4,11 @@ The current build and the candidate each serve the same model (the one asked for
 preset's) through a real ``lucebox serve --engine-id ID``, one after the other; the candidate
 must load within the plan's memory, answer the API probes lucebox's clients use (chat,
 streaming, Anthropic messages, Responses, a tool call) and decode and prefill at least as fast
-as the current build on the calibration's probes (within :data:`SPEED_NOISE`). A candidate that
-measures slower is compared once more, against the current build measured again after it (the
-slower of its two measurements), so a PC whose load rose during the test does not refuse it.
-The first probe that fails is named; nothing here switches builds.
+as the current build on the calibration's probes, within the noise measured in the same run:
+the spread of the current build's rounds (:func:`noise_of`). A candidate that measures slower
+is compared once more, against the current build measured again after it (the slower of its
+two measurements, within the spread of all its rounds), so a PC whose load rose during the
+test does not refuse it. The first probe that fails is named; nothing here switches builds.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.pipeline import ServeOptions, prepare
 from lucebox.engine.run.runstate import current_status
 
-SPEED_NOISE = 0.2
-"""How much slower than the current build the candidate may measure and still pass: one build
-registered twice measured 65.3 and 77.3 prefill tok/s one after the other on a busy 2-core PC
-(single rounds; each rate is now the best of :data:`ROUNDS`)."""
-ROUNDS = 2
+NOISE_FLOOR = 0.05
+"""The least noise a self-test allows: two rounds that agree by chance do not make a build 1%
+slower a failure."""
+NOISE_CAP = 0.25
+"""The most noise a self-test allows: on a PC whose rounds swing more, a slower build must
+still be told apart. One build registered twice measured 65.3 and 77.3 prefill tok/s one after
+the other on a busy 2-core PC (a 16% spread)."""
+ROUNDS = 3
 """Rounds of the calibration probes per build; each rate is the best round's (a busy PC only
-ever makes a round slower)."""
+ever makes a round slower), and the current build's rounds measure the noise."""
 MEMORY_SLACK = 1.05
 """The candidate's engine may use this much more than the plan sizes before it is refused."""
 PROBE_TOKENS = 64
@@ -76,6 +80,8 @@ class SelfTest:
     probes: tuple[ProbeResult, ...]
     current_speed: Speed | None = None
     candidate_speed: Speed | None = None
+    noise: float | None = None
+    """The spread of the current build's rounds that the speed verdict allowed."""
 
     @property
     def failed(self) -> ProbeResult | None:
@@ -92,12 +98,25 @@ class SelfTest:
             "speed": {
                 "current": self.current_speed.to_json() if self.current_speed else None,
                 "candidate": self.candidate_speed.to_json() if self.candidate_speed else None,
-                "noise": SPEED_NOISE,
+                "noise": None if self.noise is None else round(self.noise, 3),
+                "noise_floor": NOISE_FLOOR,
+                "noise_cap": NOISE_CAP,
             },
         }
 
 
-def speed_verdict(current: Speed, candidate: Speed, noise: float = SPEED_NOISE) -> ProbeResult:
+def noise_of(rounds: list[Speed]) -> float:
+    """How much one build's rounds spread: the largest (best - slowest) / best of its rates,
+    held between :data:`NOISE_FLOOR` and :data:`NOISE_CAP`."""
+    spreads = [0.0]
+    for values in ([r.decode_tok_s for r in rounds], [r.prefill_tok_s for r in rounds]):
+        known = [v for v in values if v is not None]
+        if len(known) > 1 and max(known) > 0:
+            spreads.append((max(known) - min(known)) / max(known))
+    return min(NOISE_CAP, max(NOISE_FLOOR, max(spreads)))
+
+
+def speed_verdict(current: Speed, candidate: Speed, noise: float) -> ProbeResult:
     """The candidate is as fast as the current build when each rate is within ``noise`` of
     the current one's (a rate neither build reports is not compared)."""
     slower = []
@@ -110,8 +129,14 @@ def speed_verdict(current: Speed, candidate: Speed, noise: float = SPEED_NOISE) 
         if new is None or new < old * (1 - noise):
             slower.append(f"{what} {new or 0:.1f} tok/s against {old:.1f}")
     if slower:
-        return ProbeResult("speed", False, "slower than the current build: " + "; ".join(slower))
-    return ProbeResult("speed", True, "as fast as the current build (within noise)")
+        return ProbeResult(
+            "speed",
+            False,
+            f"slower than the current build beyond its {noise:.0%} noise: " + "; ".join(slower),
+        )
+    return ProbeResult(
+        "speed", True, f"as fast as the current build (within its {noise:.0%} noise)"
+    )
 
 
 def best_of(rounds: list[Speed]) -> Speed:
@@ -242,6 +267,26 @@ def api_probes(served: Served) -> tuple[ProbeResult, ...]:
     return tuple(results)
 
 
+def load_test(
+    paths: Paths,
+    options: ServeOptions,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900,
+) -> ProbeResult:
+    """The model of ``options`` served by the active build until it answers one chat: what
+    ``models update`` asks of a new revision before it switches."""
+    try:
+        with serving(
+            paths, options, ServeConfig("model-update"), env=env, ready_timeout_s=ready_timeout_s
+        ) as served:
+            return ProbeResult("load", True, f"loaded and answered a chat ({_chat(served)})")
+    except LuceboxError as exc:
+        return ProbeResult("load", False, exc.message)
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        return ProbeResult("load", False, f"loaded, but the chat failed: {exc}")
+
+
 def memory_probe(paths: Paths, planned_bytes: int) -> ProbeResult:
     """The serving engine's memory against the plan: the card's used memory on a GPU (the
     run's sample), the engine's resident memory on the CPU."""
@@ -275,16 +320,15 @@ def run_self_test(
         no_reuse = (("cache_prompt", False),)
         return ServeConfig(engine_id, ("--engine-id", engine_id), request_fields=no_reuse)
 
-    def measure(served: Served) -> Speed:
-        return best_of(
-            [speed_of(run_quick(served, max_tokens=PROBE_TOKENS)) for _ in range(ROUNDS)]
-        )
+    def rounds(served: Served) -> list[Speed]:
+        return [speed_of(run_quick(served, max_tokens=PROBE_TOKENS)) for _ in range(ROUNDS)]
 
     on_note(f"measuring the current build {current_id}")
     with serving(
         paths, options, config(current_id), env=env, ready_timeout_s=ready_timeout_s
     ) as on:
-        current = measure(on)
+        current_rounds = rounds(on)
+    current, noise = best_of(current_rounds), noise_of(current_rounds)
     probes: list[ProbeResult] = []
     on_note(f"self-testing {candidate_id}")
     try:
@@ -299,20 +343,23 @@ def run_self_test(
         ) as served:
             probes.append(ProbeResult("load", True, f"ready at {served.url}"))
             probes.extend(api_probes(served))
-            candidate = measure(served)
+            candidate = best_of(rounds(served))
             probes.append(memory_probe(paths, planned))
     except LuceboxError as exc:  # before ready: the load; after: a probe call broke off
         probes.append(ProbeResult("speed" if probes else "load", False, exc.message))
-        return SelfTest(candidate_id, current_id, tuple(probes), current)
-    verdict = speed_verdict(current, candidate)
+        return SelfTest(candidate_id, current_id, tuple(probes), current, noise=noise)
+    verdict = speed_verdict(current, candidate, noise)
     if not verdict.passed:
         # The PC's load may have changed between the two: the current build once more, after
-        # the candidate, and the candidate against its slower measurement.
+        # the candidate, and the candidate against its slower measurement, within the spread
+        # of all its rounds.
         on_note(f"measuring {current_id} again: {verdict.detail}")
         with serving(
             paths, options, config(current_id), env=env, ready_timeout_s=ready_timeout_s
         ) as again:
-            current = worst_of([current, measure(again)])
-        verdict = speed_verdict(current, candidate)
+            again_rounds = rounds(again)
+        current = worst_of([current, best_of(again_rounds)])
+        noise = noise_of(current_rounds + again_rounds)
+        verdict = speed_verdict(current, candidate, noise)
     probes.append(verdict)
-    return SelfTest(candidate_id, current_id, tuple(probes), current, candidate)
+    return SelfTest(candidate_id, current_id, tuple(probes), current, candidate, noise)

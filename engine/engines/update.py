@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import cputarget
+from lucebox.engine.engines.build import BuildOptions
+from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.registry import EngineManifest, KindName, list_engines
 from lucebox.engine.engines.updatestate import (
     AutoRollback,
@@ -36,6 +40,19 @@ def _now() -> str:
 
 def installed(paths: Paths, engine_id: str) -> EngineManifest | None:
     return next((e for e in list_engines(paths) if e.id == engine_id), None)
+
+
+def installed_build_of(
+    paths: Paths, kind: KindName, known: KnownSource[Any], options: BuildOptions
+) -> EngineManifest | None:
+    """An installed build of ``known`` made with ``options``: the same source identity and
+    options make the same build key, so an update uses it rather than fetch and build again."""
+    for engine in list_engines(paths):
+        if engine.kind != kind or engine.source_identity != known.identity:
+            continue
+        if engine.build_options(engine.cpu_target or cputarget.NATIVE) == options:
+            return engine
+    return None
 
 
 def activate(paths: Paths, kind: KindName, previous_id: str, new_id: str) -> UpdateState:

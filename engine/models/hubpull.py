@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from lucebox.engine.core.download import RetryPolicy, download_file
 from lucebox.engine.core.downloadprogress import ProgressCallback
 from lucebox.engine.core.errors import (
+    GuardRefusal,
     HashMismatchError,
     TransferError,
     TransferRefusedError,
@@ -25,8 +27,8 @@ from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models import ondisk
 from lucebox.engine.models.guard import shard_names
-from lucebox.engine.models.modelsource import ModelSource
-from lucebox.engine.models.pullcheck import check_and_record, check_free_disk
+from lucebox.engine.models.modelsource import ModelSource, parse_source
+from lucebox.engine.models.pullcheck import check_and_record, check_free_disk, checked_record
 from lucebox.engine.models.records import ModelRecord, StoreError, repo_dir
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -97,9 +99,6 @@ def pull_hf(
     cancel: threading.Event | None,
     policy: RetryPolicy,
 ) -> ModelRecord:
-    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
-
     names = shard_names(source.filename)
     cached = [_cached_hf_file(source, name) for name in names]
     if all(cached):
@@ -119,6 +118,75 @@ def pull_hf(
     if hub_offline():
         raise hub_error(_offline_error(), source)
 
+    commit, plans = _remote_plans(source, repo_dir(paths, source.repo_id))
+    in_place = _found_elsewhere(plans)
+    if in_place is not None:
+        return check_and_record(paths, source, in_place[0], in_place[1], commit)
+    files = _fetch(paths, source, commit, plans, on_progress, cancel, policy)
+    return check_and_record(paths, source, files, "hub-lfs", commit)
+
+
+def pull_revision(
+    paths: Paths,
+    record: ModelRecord,
+    commit: str,
+    on_progress: ProgressCallback | None,
+    cancel: threading.Event | None,
+    policy: RetryPolicy,
+) -> tuple[ModelRecord, tuple[str, ...]]:
+    """``record``'s files at ``commit`` and the names of those that changed, in a folder of that
+    revision beside the old files: a changed file is downloaded and verified, one whose sha256
+    is stored already is linked there (the shards of a model load from one folder). The record
+    is checked, not saved: the current revision serves until the caller switches."""
+    source = parse_source(record.source)
+    text = record.source.partition("@")[0] + (f"@{commit}" if "@" in record.source else "")
+    source = replace(source, text=text, revision=commit)
+    revision_dir = repo_dir(paths, source.repo_id) / commit[:12]
+    _, plans = _remote_plans(source, revision_dir)
+    stored = {f.sha256: Path(f.path) for f in record.files}
+    changed = [p for p in plans if p[2] not in stored]
+    downloaded = _fetch(paths, source, commit, changed, on_progress, cancel, policy)
+    fetched = {sha: path for path, sha, _ in downloaded}
+    # Only what was just downloaded may be quarantined by the check.
+    files = [
+        (fetched[sha], sha, True) if sha in fetched else (_link(stored[sha], dest), sha, False)
+        for _, dest, sha, _ in plans
+    ]
+    try:
+        checked = checked_record(paths, source, files, "hub-lfs", commit)
+    except GuardRefusal:
+        for path, _, fresh in files:
+            if not fresh:
+                path.unlink(missing_ok=True)  # a link made for the refused revision
+        if not any(revision_dir.iterdir()):
+            revision_dir.rmdir()
+        raise
+    # Every file of the new revision is the store's own name for it (a link or a download).
+    owned = tuple(replace(f, owned=True) for f in checked.files)
+    return replace(checked, files=owned), tuple(Path(name).name for name, *_ in changed)
+
+
+def _link(stored: Path, dest: Path) -> Path:
+    """``dest`` names the bytes of ``stored``: a hard link, a symbolic one across disks."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and dest.samefile(stored):
+        return dest
+    dest.unlink(missing_ok=True)
+    try:
+        dest.hardlink_to(stored)
+    except OSError:
+        dest.symlink_to(stored.resolve())
+    return dest
+
+
+def _remote_plans(
+    source: ModelSource, dest_dir: Path
+) -> tuple[str | None, list[tuple[str, Path, str, int | None]]]:
+    """The commit ``source`` resolves to and, per file, its name in the repo, where the store
+    keeps it under ``dest_dir``, its sha256 and size."""
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+
+    names = shard_names(source.filename)
     endpoint = hub_endpoint()
     api = HfApi(endpoint=endpoint)
     try:
@@ -136,8 +204,6 @@ def pull_hf(
         }
     except Exception as exc:
         raise hub_error(exc, source) from exc
-
-    dest_dir = paths.ensure(repo_dir(paths, source.repo_id))
     plans = []
     for name, meta in zip(names, metas, strict=True):
         info = infos.get(name)
@@ -152,15 +218,33 @@ def pull_hf(
             )
         size = meta.size if meta.size is not None else getattr(info, "size", None)
         plans.append((name, dest_dir / Path(name).name, expected, size))
-    in_place = _found_elsewhere(plans)
-    if in_place is not None:
-        return check_and_record(paths, source, in_place[0], in_place[1], commit)
-    check_free_disk(dest_dir, sum(_bytes_to_fetch(dest, size or 0) for _, dest, _, size in plans))
+    return commit, plans
+
+
+def _fetch(
+    paths: Paths,
+    source: ModelSource,
+    commit: str | None,
+    plans: list[tuple[str, Path, str, int | None]],
+    on_progress: ProgressCallback | None,
+    cancel: threading.Event | None,
+    policy: RetryPolicy,
+) -> list[tuple[Path, str, bool]]:
+    """Each planned file downloaded at ``commit`` and verified (one already whole is kept)."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+    for _, dest, _, _ in plans:
+        paths.ensure(dest.parent)
+    if plans:
+        check_free_disk(
+            plans[0][1].parent, sum(_bytes_to_fetch(dest, size or 0) for _, dest, _, size in plans)
+        )
     headers = build_hf_headers()
     files = []
     for name, dest, expected, size in plans:
         if not (dest.exists() and sha256_file(dest) == expected):
-            url = hf_hub_url(source.repo_id, name, revision=commit, endpoint=endpoint)
+            url = hf_hub_url(source.repo_id, name, revision=commit, endpoint=hub_endpoint())
             try:
                 download_file(
                     url,
@@ -175,7 +259,7 @@ def pull_hf(
             except TransferError as exc:
                 raise _hf_transfer_error(exc, source, name) from exc
         files.append((dest, expected, True))
-    return check_and_record(paths, source, files, "hub-lfs", commit)
+    return files
 
 
 _ORIGIN_SHA_SOURCES = {"hf-cache": "hf-cache-blob", "lmstudio": "lmstudio", "ollama": "ollama-blob"}

@@ -119,6 +119,29 @@ def list_repo(source: ModelSource) -> RepoListing:
     )
 
 
+def repo_files(
+    repo_id: str, *, timeout_s: float | None = None
+) -> tuple[str, dict[str, str | None]]:
+    """The newest commit of ``repo_id`` and each file's LFS sha256 there (None for a file kept
+    in git): one request. :class:`HubUnreachableError` when the Hub does not answer."""
+    from huggingface_hub import HfApi
+
+    source = ModelSource("repo", repo_id, repo_id=repo_id)
+    if hub_offline():
+        raise HubUnreachableError(
+            f"HF_HUB_OFFLINE is set: {repo_id} on the Hub cannot be read",
+            hint="unset HF_HUB_OFFLINE to check it",
+        )
+    try:
+        info = HfApi(endpoint=hub_endpoint()).model_info(
+            repo_id, files_metadata=True, timeout=timeout_s
+        )
+    except Exception as exc:
+        raise _unreachable_or(exc, source) from exc
+    files = {s.rfilename: (s.lfs.sha256 if s.lfs else None) for s in info.siblings or []}
+    return info.sha or "main", files
+
+
 class _RangeFile:
     """A read-only, seekable view of a Hub file; each read is one closed Range request."""
 

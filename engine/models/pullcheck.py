@@ -61,10 +61,24 @@ def check_and_record(
     sha_source: str,
     revision: str | None,
 ) -> ModelRecord:
+    record = checked_record(paths, source, files, sha_source, revision)
+    save_record(paths, record)
+    return record
+
+
+def checked_record(
+    paths: Paths,
+    source: ModelSource,
+    files: list[tuple[Path, str, bool]],
+    sha_source: str,
+    revision: str | None,
+) -> ModelRecord:
+    """The record of ``files`` once they pass the model check, not yet saved; bad bytes are
+    quarantined (the owned files) and refused."""
     result = check_model(files[0][0], allow_base=True)
     if any(p.code in STRUCTURAL_CODES for p in result.problems):
         _quarantine(paths, [p for p, _, owned in files if owned], result)
-    record = ModelRecord(
+    return ModelRecord(
         name=model_name(files[0][0].name),
         source=source.text,
         kind=source.kind,
@@ -74,8 +88,6 @@ def check_and_record(
         verified_at=now_text(),
         info=_summary(result),
     )
-    save_record(paths, record)
-    return record
 
 
 def _size_text(size_bytes: int) -> str:

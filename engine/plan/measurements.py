@@ -23,6 +23,7 @@ from typing import Any
 
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.speculation import SpecCandidate
 from lucebox.engine.plan.workload import ProbeShape, RateCurve, probe_mix
 
@@ -39,15 +40,29 @@ def store_file(paths: Paths) -> Path:
     return paths.data_dir / STORE_NAME
 
 
-def file_identity(path: Path) -> str:
-    """``name:size:hash`` of a model file; the name alone when it cannot be read."""
+def file_identity(path: Path, paths: Paths | None = None) -> str:
+    """``name:size:hash`` of a model file; the name alone when it cannot be read.
+
+    The hash is of the sha256 of every file the store recorded for the model ``path`` is the
+    main file of (with ``paths``): a new revision differs wherever its bytes do, in any shard,
+    and costs no read. A file the store does not know is hashed by its first MiB."""
     try:
         size = path.stat().st_size
-        with path.open("rb") as handle:
-            head = handle.read(IDENTITY_BYTES)
+        recorded = _recorded_sha256s(paths, path) if paths is not None else None
+        if recorded is None:
+            with path.open("rb") as handle:
+                recorded = handle.read(IDENTITY_BYTES)
     except OSError:
         return path.name
-    return f"{path.name}:{size}:{hashlib.sha256(head).hexdigest()[:16]}"
+    return f"{path.name}:{size}:{hashlib.sha256(recorded).hexdigest()[:16]}"
+
+
+def _recorded_sha256s(paths: Paths, path: Path) -> bytes | None:
+    main = path.resolve()
+    for record in list_models(paths):
+        if record.main_path.resolve() == main and all(f.sha256 for f in record.files):
+            return " ".join(f.sha256 for f in record.files).encode()
+    return None
 
 
 def config_label(spec_type: str | None, draft_max: int | None, p_min: float | None) -> str:
@@ -338,13 +353,13 @@ class PrefillRate:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _prefill_key(model: Path, cores: int) -> str:
-    return f"{file_identity(model)} | {cores} cores"
+def _prefill_key(paths: Paths, model: Path, cores: int) -> str:
+    return f"{file_identity(model, paths)} | {cores} cores"
 
 
 def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
     """The prefill rate measured for ``model`` on this many cores, once it read enough."""
-    entry = _section(paths, "prefill").get(_prefill_key(model, cores))
+    entry = _section(paths, "prefill").get(_prefill_key(paths, model, cores))
     try:
         rate = PrefillRate(**entry) if isinstance(entry, dict) else None
     except TypeError:
@@ -356,7 +371,7 @@ def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
 
 def write_prefill(paths: Paths, model: Path, cores: int, tokens: int, seconds: float) -> None:
     section = _section(paths, "prefill")
-    section[_prefill_key(model, cores)] = vars(
+    section[_prefill_key(paths, model, cores)] = vars(
         PrefillRate(tokens, round(seconds, 3), cores, time.time())
     )
     _write_section(paths, "prefill", section)
@@ -382,11 +397,17 @@ class PrefillRecorder:
 
 
 def key_for(
-    target: Path, draft: Path | None, engine: str, card: str, ctx: int, kv: str
+    target: Path,
+    draft: Path | None,
+    engine: str,
+    card: str,
+    ctx: int,
+    kv: str,
+    paths: Paths | None = None,
 ) -> MeasurementKey:
     return MeasurementKey(
-        file_identity(target),
-        file_identity(draft) if draft is not None else None,
+        file_identity(target, paths),
+        file_identity(draft, paths) if draft is not None else None,
         engine,
         card,
         ctx,

@@ -288,7 +288,7 @@ def _choose_speculation(
             found, on_gpu, user_draft=options.draft is not None
         )
     allowed = speculation.for_mode(found, resolved.spec)
-    key = _measurement_key(target, draft, engine, request.budget, make_plan(request))
+    key = _measurement_key(paths, target, draft, engine, request.budget, make_plan(request))
     candidates = tuple(allowed)
     if key is not None and resolved.spec == "auto":
         # Only what auto could serve is worth measuring: not a draft whose memory costs context.
@@ -373,7 +373,12 @@ def _speculation(
 
 
 def _measurement_key(
-    target: ModelFile, draft: ModelFile | None, engine: EngineView, budget: GpuBudget, plain: Plan
+    paths: Paths,
+    target: ModelFile,
+    draft: ModelFile | None,
+    engine: EngineView,
+    budget: GpuBudget,
+    plain: Plan,
 ) -> measurements.MeasurementKey | None:
     """The store's key for this launch: the files, the build, the card, and the context and KV
     types the target gets without speculation."""
@@ -386,6 +391,7 @@ def _measurement_key(
         budget.device,
         plain.ctx,
         f"{plain.cache_type_k}/{plain.cache_type_v}",
+        paths,
     )
 
 

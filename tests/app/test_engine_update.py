@@ -75,6 +75,9 @@ def test_update_self_tests_then_activates_and_rollback_returns_in_seconds(
     ]
     assert report["speed"]["current"]["decode_tok_s"] > 0
     assert report["speed"]["candidate"]["prefill_tok_s"] > 0
+    # The band is the spread of the current build's rounds in this run, held between its bounds.
+    speed = report["speed"]
+    assert speed["noise_floor"] <= speed["noise"] <= speed["noise_cap"]
     paths = resolve_paths({"LUCEBOX_HOME": str(home)})
     assert config.load_settings(paths).engine_id == second
     assert engine_status(home)["selected"] == second

@@ -2,20 +2,43 @@
 
 from __future__ import annotations
 
-from lucebox.engine.bench.selftest import SPEED_NOISE, Speed, speed_verdict
+import pytest
+
+from lucebox.engine.bench.selftest import (
+    NOISE_CAP,
+    NOISE_FLOOR,
+    Speed,
+    noise_of,
+    speed_verdict,
+)
 
 
 def test_a_candidate_within_noise_passes_and_a_slower_one_is_named():
     current = Speed(50.0, 400.0)
-    assert speed_verdict(current, Speed(50.0 * (1 - SPEED_NOISE) + 0.1, 400.0)).passed
-    slow = speed_verdict(current, Speed(30.0, 400.0))
+    assert speed_verdict(current, Speed(50.0 * (1 - 0.1) + 0.1, 400.0), 0.1).passed
+    slow = speed_verdict(current, Speed(30.0, 400.0), 0.1)
     assert not slow.passed and slow.name == "speed"
     assert "decode 30.0 tok/s against 50.0" in slow.detail and "prefill" not in slow.detail
+    assert "beyond its 10% noise" in slow.detail
 
 
 def test_a_rate_the_candidate_does_not_report_fails_and_one_neither_reports_is_skipped():
-    assert not speed_verdict(Speed(50.0, 400.0), Speed(50.0, None)).passed
-    assert speed_verdict(Speed(50.0, None), Speed(55.0, None)).passed
+    assert not speed_verdict(Speed(50.0, 400.0), Speed(50.0, None), 0.1).passed
+    assert speed_verdict(Speed(50.0, None), Speed(55.0, None), 0.1).passed
+
+
+def test_the_noise_is_the_spread_of_the_current_builds_rounds_between_floor_and_cap():
+    # Prefill spread 10% (400 against 360), decode 4%: the larger one is the noise.
+    rounds = [Speed(50.0, 400.0), Speed(48.0, 360.0), Speed(49.0, 380.0)]
+    assert noise_of(rounds) == pytest.approx(0.10)
+    assert noise_of([Speed(50.0, 400.0), Speed(49.9, 399.0)]) == NOISE_FLOOR
+    assert noise_of([Speed(50.0, 400.0), Speed(20.0, 390.0)]) == NOISE_CAP
+    assert noise_of([Speed(50.0, None)]) == NOISE_FLOOR  # one round tells no spread
+    # The band follows the PC: 8% slower passes on a noisy run and fails on a quiet one.
+    current, candidate = Speed(50.0, 400.0), Speed(46.0, 400.0)
+    assert speed_verdict(current, candidate, noise_of(rounds)).passed
+    quiet = [Speed(50.0, 400.0), Speed(49.5, 398.0), Speed(49.8, 401.0)]
+    assert not speed_verdict(current, candidate, noise_of(quiet)).passed
 
 
 def test_each_rate_is_its_best_round():

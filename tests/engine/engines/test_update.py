@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,11 @@ from lucebox.engine.machine import config
 
 
 def installed_engine(
-    paths: Paths, engine_id: str, source_identity: str | None = None, script: str = "#!/bin/sh\n"
+    paths: Paths,
+    engine_id: str,
+    source_identity: str | None = None,
+    script: str = "#!/bin/sh\n",
+    options: dict[str, Any] | None = None,
 ) -> Path:
     """A manifest in the engines folder whose server is ``script`` (list_engines needs a file);
     returns the server's path."""
@@ -34,6 +39,7 @@ def installed_engine(
         origin="build",
         capabilities=EngineCapabilities((), (), None),
         source_identity=source_identity,
+        options=options or {},
     )
     install.write_manifest(folder, manifest)
     return server
@@ -147,3 +153,21 @@ def installed_manifest(paths: Paths, engine_id: str) -> EngineManifest:
     found = update.installed(paths, engine_id)
     assert found is not None
     return found
+
+
+def test_an_update_uses_an_installed_build_of_the_newest_source_made_with_the_same_options():
+    from lucebox.engine.engines import cputarget
+
+    paths = resolve_paths()
+    newest = kinds.LLAMA_SERVER.known.newest
+    older = next(k for k in kinds.LLAMA_SERVER.known.sources if k is not newest)
+    installed_engine(paths, "current", older.identity)
+    installed_engine(paths, "other-baseline", newest.identity, options={"cpu_target": "x86-64"})
+    current = update.installed(paths, "current")
+    assert current is not None
+    options = current.build_options(cputarget.NATIVE)
+    assert update.installed_build_of(paths, "llama-server", newest, options) is None
+    installed_engine(paths, "same-key", newest.identity)
+    found = update.installed_build_of(paths, "llama-server", newest, options)
+    assert found is not None and found.id == "same-key"
+    assert update.installed_build_of(paths, "lucebox", newest, options) is None
