@@ -226,6 +226,12 @@ def test_choose_placement_rules():
     # Measured but not holding the context: the rate does not count.
     quick = dataclasses.replace(one, decode_tok_s=900.0)
     assert choose_placement([quick, apart], CTX)[0] is apart
+    # Within the margin the one earlier in the prior's order keeps it (it frees a card).
+    exact_one = dataclasses.replace(one, exact=True, ctx=262_144, decode_tok_s=2909.0)
+    near = dataclasses.replace(apart, decode_tok_s=3024.0)
+    assert choose_placement([exact_one, near], CTX)[0] is exact_one
+    clear = dataclasses.replace(apart, decode_tok_s=3100.0)
+    assert choose_placement([exact_one, clear], CTX)[0] is clear
     short = [one, Candidate("tensor", True, False, 180_000)]
     best, why = choose_placement(short, CTX)
     assert best.name == "tensor" and "buys the most context" in why
