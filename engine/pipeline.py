@@ -35,11 +35,12 @@ from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import list_models
-from lucebox.engine.plan import planner, presetchoice, repoplan
+from lucebox.engine.plan import measurements, planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
+from lucebox.engine.plan.measurements import Measurement
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, resolve
@@ -356,6 +357,8 @@ class Replanner:
         self.settings = prepared.settings
         self.prepared = prepared
         self.current = prepared.launch
+        self.calibrator: calibrator.Calibrator | None = None
+        """The calibration of this launch, which keeps the store's entry while it runs."""
 
     def after_oom(self, server: ServerLaunch) -> ServerLaunch | None:
         """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
@@ -367,7 +370,10 @@ class Replanner:
 
     def after_spec_decision(self, decision: Decision, server: ServerLaunch) -> ServerLaunch | None:
         """The launch with shorter drafts, or without speculation; None keeps the one running
-        (a re-plan of the same files on the same card that no longer fits cannot start)."""
+        (a re-plan of the same files on the same card that no longer fits cannot start). A
+        switch-off is written to the measurement store, so a restart keeps it off."""
+        if decision.action == "off":
+            self._keep_off(server, decision.reason)
         if decision.action == "shorten":
             changed = planner.replan(
                 self.paths, self.current, self.settings, draft_max=decision.draft_max
@@ -378,6 +384,20 @@ class Replanner:
             return None
         self.current = changed
         return changed.server
+
+    def _keep_off(self, server: ServerLaunch, why: str) -> None:
+        label = calibrator.running_label(server)
+        if self.calibrator is not None:
+            self.calibrator.keep_guard_off(label, why)
+            return
+        key = self.current.speculation.measurement_key
+        if key is None:
+            return
+        try:
+            found = measurements.read_measurement(self.paths, key) or Measurement(key)
+            measurements.write_measurement(self.paths, found.with_guard_off(label, why))
+        except (OSError, LuceboxError):
+            return  # the switch-off still holds for this run; a restart measures again
 
     def for_trial(self, trial: Trial) -> ServerLaunch | None:
         """The served launch re-planned with one calibration configuration (None: it cannot
@@ -473,6 +493,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     supervisor.replan_on_oom = replanner.after_oom
     setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
     measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
+    replanner.calibrator = measuring
     guard = None
     if measuring is not None:
         guard = measuring.guard_for(server, shortened=launch.options.draft_max is not None)

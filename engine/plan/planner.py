@@ -287,10 +287,11 @@ def _choose_speculation(
     if key is not None and resolved.spec == "auto":
         # Only what auto could serve is worth measuring: not a draft whose memory costs context.
         candidates = tuple(c for c in allowed if _weigh(request, [c], draft, "auto")[0])
-    verdict, measured = None, None
+    verdict, off_why = None, ""
     if key is not None and resolved.spec == "auto" and options.draft_max is None:
         measured = measurements.read_measurement(paths, key)
         verdict = measurements.measured_choice(allowed, measured)
+        off_why = _measured_off(measured, allowed) if verdict == [] else ""
         allowed = allowed if verdict is None else verdict
     refusal: GuardRefusal | None = None
     if resolved.spec not in ("auto", "off") and not allowed:
@@ -318,12 +319,23 @@ def _choose_speculation(
         chosen_by=chosen_by,
         on_gpu=on_gpu,
         shortened=options.draft_max is not None,
-        measured_off=measured.why if measured is not None and verdict == [] else "",
+        measured_off=off_why,
         measured=bool(verdict),
     )
     spec_choice = replace(spec_choice, candidates=candidates, measurement_key=key)
     memory = replace(memory, reasons={**memory.reasons, "spec": spec_choice.reason})
     return spec_choice, memory, refusal
+
+
+def _measured_off(
+    measured: measurements.Measurement | None, found: list[speculation.SpecCandidate]
+) -> str:
+    """Why the store says no speculation here: the guard's switch-off while serving, or the
+    calibration's verdict."""
+    if measured is None:
+        return ""
+    guard = measured.switched_off(found[0].spec_type) if found else None
+    return f"switched off by the guard while serving: {guard}" if guard else measured.why
 
 
 def _speculation(

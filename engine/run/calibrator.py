@@ -221,6 +221,11 @@ class Calibrator:
             spec, reason = final
             server.serve_measured(spec, reason, self.guard_for(spec))
 
+    def keep_guard_off(self, label: str, why: str) -> None:
+        """The guard switched ``label`` off while serving: kept in the store, so a restart
+        does not serve it again (until the served mix moves)."""
+        self._keep(self.measurement.with_guard_off(label, why))
+
     def _keep(self, measurement: Measurement) -> None:
         self.measurement = measurement
         write_measurement(self.paths, measurement)
