@@ -11,7 +11,7 @@ import dataclasses
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
-from lucebox.engine.engines.registry import EngineCapabilities
+from lucebox.engine.engines.registry import EngineCapabilities, KindName
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.presets import Preset
@@ -42,9 +42,13 @@ def choose(
     budget: GpuBudget,
     llama_plan: Plan | None,
     preset: Preset | None = None,
+    *,
+    measured: tuple[KindName, str] | None = None,
+    missing_build: KindName | None = None,
 ) -> EngineChoice:
     """The engine for this launch, from what the planner has read; ``llama_plan`` is
-    llama-server's plan for the context asked for (None when none was asked for)."""
+    llama-server's plan for the context asked for (None when none was asked for);
+    ``measured`` the calibration's verdict for it, ``missing_build`` the engine not built."""
     info = target.info
     draft_info = draft.info if draft is not None else None
     # A preset's file not pulled yet: its own MTP head is what its speculation names.
@@ -68,6 +72,8 @@ def choose(
             or (llama_plan.fits and llama_plan.ctx >= asked),
             ctx_asked=asked,
             vision_on=resolved.vision == "on",
+            measured=measured,
+            missing_build=missing_build,
         )
     )
 

@@ -336,12 +336,12 @@ def _read_document(paths: Paths) -> dict[str, Any]:
     return data
 
 
-def _section(paths: Paths, name: str) -> dict[str, Any]:
+def read_section(paths: Paths, name: str) -> dict[str, Any]:
     found = _read_document(paths).get(name)
     return found if isinstance(found, dict) else {}
 
 
-def _write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
+def write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
     """Keep ``section`` under ``name``, the other sections as they are."""
     document = {**_read_document(paths), "version": STORE_VERSION, name: section}
     paths.ensure(paths.data_dir)
@@ -349,7 +349,7 @@ def _write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
 
 
 def _read_all(paths: Paths) -> dict[str, Any]:
-    return _section(paths, "entries")
+    return read_section(paths, "entries")
 
 
 def read_measurement(paths: Paths, key: MeasurementKey) -> Measurement | None:
@@ -361,7 +361,7 @@ def write_measurement(paths: Paths, measurement: Measurement) -> None:
     """Keep ``measurement`` under its key, leaving the other keys as they are."""
     entries = _read_all(paths)
     entries[measurement.key.text()] = measurement.to_json()
-    _write_section(paths, "entries", entries)
+    write_section(paths, "entries", entries)
 
 
 # --- prefill: how fast this PC's CPU reads prompts, per model ---------------------------------
@@ -393,7 +393,7 @@ def _prefill_key(model: Path, cores: int) -> str:
 
 def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
     """The prefill rate measured for ``model`` on this many cores, once it read enough."""
-    entry = _section(paths, "prefill").get(_prefill_key(model, cores))
+    entry = read_section(paths, "prefill").get(_prefill_key(model, cores))
     try:
         rate = PrefillRate(**entry) if isinstance(entry, dict) else None
     except TypeError:
@@ -404,11 +404,11 @@ def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
 
 
 def write_prefill(paths: Paths, model: Path, cores: int, tokens: int, seconds: float) -> None:
-    section = _section(paths, "prefill")
+    section = read_section(paths, "prefill")
     section[_prefill_key(model, cores)] = vars(
         PrefillRate(tokens, round(seconds, 3), cores, time.time())
     )
-    _write_section(paths, "prefill", section)
+    write_section(paths, "prefill", section)
 
 
 class PrefillRecorder:
