@@ -174,7 +174,7 @@ def verdict(
     costs = (cost("llama-server", llama, weighed), cost("lucebox", luce, weighed))
     over = "the served mix" if requests else "the probes' own mix"
     if requests:
-        over += f" ({mix_text(served_mix(requests, llama.shapes()))})"
+        over += f" ({mix_text(served_mix(requests, llama.shapes(), by_requests=True))})"
     text = f"measured on this card over {over}: {costs[0].text()}; {costs[1].text()}"
     faster = costs[1].request_s < costs[0].request_s * (1 - ENGINE_TIE_MARGIN)
     if faster:

@@ -369,13 +369,22 @@ async def _ask(
     """One greedy chat request; the engine's ``timings`` of the reply, None when it failed."""
     try:
         reply = await client.post(f"{url}/v1/chat/completions", json=body)
-        document = reply.json() if reply.status_code == 200 else None
-        timings = document.get("timings") if isinstance(document, dict) else None
-        usage = document.get("usage") if isinstance(document, dict) else None
-        if timings is None and isinstance(usage, dict) and "timings" in usage:
-            timings = _lucebox_timings(usage)
-    except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+        return reply_timings(reply.json()) if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
         return None
+
+
+def reply_timings(document: object) -> dict[str, object] | None:
+    """A chat reply's ``timings`` in llama-server's terms, whichever engine answered."""
+    if not isinstance(document, dict):
+        return None
+    timings = document.get("timings")
+    usage = document.get("usage")
+    if timings is None and isinstance(usage, dict) and isinstance(usage.get("timings"), dict):
+        try:
+            timings = _lucebox_timings(usage)
+        except (TypeError, ValueError):
+            return None
     return timings if isinstance(timings, dict) else None
 
 

@@ -28,9 +28,9 @@ from lucebox.engine.plan.measurements import TrialRate
 from lucebox.engine.plan.workload import (
     MIN_MIX_REQUESTS,
     MIX_REQUESTS,
+    ProbeShape,
     ServedRequest,
     mix_moved,
-    probe_mix,
     served_mix,
 )
 from lucebox.engine.run.calibrator import WARM_UP, ProbeSender, _ask, _restart, running_label
@@ -74,8 +74,8 @@ class EngineCalibrator(ProbeSender):
         self.costs: tuple[EngineCost, ...] = ()
         """What the mix cost on each engine at the last verdict."""
         self.switches = 0
-        """Engine switches this run made to serve a verdict: one per verdict at most (the
-        restarts to measure are the calibration's own)."""
+        """Verdicts that changed the engine serving clients: one switch per verdict at most
+        (the restarts to measure the other engine are the calibration's own)."""
         self.served: tuple[ServedRequest, ...] = ()
         """The latest requests the clients were served, for the mix."""
         self._due = asyncio.Event()
@@ -116,8 +116,8 @@ class EngineCalibrator(ProbeSender):
         if self.state != "done" or self.measurement.chosen is None or base is None:
             return
         shapes = base.shapes()
-        weighed = dict(self.measurement.mix) or probe_mix(shapes)
-        moved = mix_moved(self.served, shapes, weighed)
+        weighed = dict(self.measurement.mix) or _probe_shares(shapes)
+        moved = mix_moved(self.served, shapes, weighed, by_requests=True)
         if moved is None:
             return
         mix, _ = moved
@@ -131,6 +131,7 @@ class EngineCalibrator(ProbeSender):
 
     async def _calibrate(self, server: ServerRun) -> None:
         headers = auth_headers(server.api_key)
+        serving = server.supervisor.launch.kind
         async with httpx.AsyncClient(timeout=300.0, headers=headers) as client:
             while True:
                 await self._wait_idle(client, server)
@@ -153,17 +154,19 @@ class EngineCalibrator(ProbeSender):
         weighed = self.served if len(self.served) >= MIN_MIX_REQUESTS else ()
         chosen, why, self.costs = engineverdict.verdict(self.measurement, weighed)
         if self.setup.forced is None:
-            mix = served_mix(weighed, base.shapes()) if weighed and (base := self._base()) else {}
+            base = self._base()
+            mix = served_mix(weighed, base.shapes(), by_requests=True) if weighed and base else {}
             self._keep(replace(self.measurement, chosen=chosen, why=why, mix=tuple(mix.items())))
         self.served, self.state = (), "done"
         final = self.setup.plan_engine(self.setup.forced)
         if final is None:
             return
         launch, reason = final
-        self.switches += int(launch.kind != server.supervisor.launch.kind)
+        self.switches += int(launch.kind != serving)
         server.serve_measured(launch, reason, self.setup.guard_for(launch))
 
     def _base(self) -> TrialRate | None:
+        """The llama-server trial, whose probe shapes the served requests are matched to."""
         return self.measurement.trial("llama-server")
 
     def _keep(self, measurement: EngineMeasurement) -> None:
@@ -195,3 +198,8 @@ class EngineCalibrator(ProbeSender):
             probes,
             round(time.time(), 1),
         )
+
+
+def _probe_shares(shapes: Sequence[ProbeShape]) -> dict[str, float]:
+    """The probes' own mix by requests: each probe one request."""
+    return {p.name: 1 / len(shapes) for p in shapes} if shapes else {}
