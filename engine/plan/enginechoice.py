@@ -60,6 +60,9 @@ class EngineFacts:
     vision_on: bool = False
     """``--vision on`` (or model.vision): images must be served, and the Lucebox engine at its
     pinned commit has no vision."""
+    kv_mode: str = "auto"
+    """``--kv-mode``: ``kvflash`` pins the Lucebox engine's KVFlash pool, ``exact`` never lets
+    a context that does not fit llama-server move to KVFlash (it is not exact)."""
     measured: tuple[KindName, str] | None = None
     """The calibration's verdict for this launch on this card (kind, why); None before both
     engines were measured."""
@@ -131,6 +134,8 @@ def both_serve(facts: EngineFacts) -> bool:
     Lucebox draft with a target both load, or a long context that fits llama-server."""
     if blocker(facts) is not None or facts.vision_on or not facts.llama_fits_ctx:
         return False
+    if facts.kv_mode == "kvflash":
+        return False  # the user's call: lossy modes are never switched on by a measurement
     long_ctx = facts.ctx_asked is not None and facts.ctx_asked >= LONG_CTX
     return is_lucebox_draft(facts.draft_arch) or long_ctx
 
@@ -197,6 +202,13 @@ def _rule(facts: EngineFacts) -> EngineChoice:
             else ""
         )
         return EngineChoice("llama-server", f"llama-server: vision is on and {NO_VISION}{given_up}")
+    if facts.kv_mode == "kvflash":
+        return EngineChoice(
+            "lucebox",
+            "the Lucebox engine: KVFlash as asked (--kv-mode kvflash; sparse attention over a "
+            "resident pool, not exact)",
+            why_not,
+        )
     if facts.mode == "lucebox":
         if why_not is not None:
             return EngineChoice("lucebox", f"the Lucebox engine ({facts.mode_from})", why_not)
@@ -212,7 +224,7 @@ def _rule(facts: EngineFacts) -> EngineChoice:
             "llama-server",
             f"llama-server: the Lucebox draft {facts.draft_name} cannot be used: {why_not}",
         )
-    if not facts.llama_fits_ctx and why_not is None:
+    if not facts.llama_fits_ctx and why_not is None and facts.kv_mode != "exact":
         return EngineChoice(
             "lucebox",
             f"the Lucebox engine: the {facts.ctx_asked}-token context asked for does not fit "
@@ -220,7 +232,12 @@ def _rule(facts: EngineFacts) -> EngineChoice:
             "over the pool, not exact)",
         )
     reason = "llama-server: the default engine"
-    if not facts.llama_fits_ctx:
+    if not facts.llama_fits_ctx and facts.kv_mode == "exact":
+        reason += (
+            f"; the {facts.ctx_asked}-token context asked for does not fit it, and KVFlash "
+            "(not exact) is not allowed by --kv-mode exact"
+        )
+    elif not facts.llama_fits_ctx:
         reason += (
             f"; the {facts.ctx_asked}-token context asked for does not fit it, and KVFlash "
             f"cannot serve it either: {why_not}"

@@ -72,6 +72,7 @@ def choose(
             or (llama_plan.fits and llama_plan.ctx >= asked),
             ctx_asked=asked,
             vision_on=resolved.vision == "on",
+            kv_mode=resolved.kv_mode,
             measured=measured,
             missing_build=missing_build,
         )
@@ -129,6 +130,7 @@ def lucebox_launch(
             prefill=resolved.prefill,
             prefill_drafter=str(drafter) if drafter else None,
             prefill_drafter_bytes=drafter.stat().st_size if drafter else PREFILL_DRAFTER_BYTES,
+            kv_mode=resolved.kv_mode,
         )
     )
     if draft is not None:

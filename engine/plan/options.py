@@ -23,7 +23,7 @@ from lucebox.engine.plan.flagtypes import (
     port_number,
     positive_int,
 )
-from lucebox.engine.plan.luceboxplan import PREFILL_MODES, PrefillMode
+from lucebox.engine.plan.luceboxplan import KV_MODES, PREFILL_MODES, KvMode, PrefillMode
 from lucebox.engine.plan.speculation import SpecMode
 
 CacheProfile = Literal["agent", "off"]
@@ -59,6 +59,8 @@ class ServeOptions:
     serves the new build with it before it becomes engine.id)."""
     prefill: PrefillMode | None = None
     """PFlash speculative prefill on the Lucebox engine; None is off."""
+    kv_mode: KvMode | None = None
+    """``--kv-mode``: exact or KVFlash pinned by the user; None is auto."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
@@ -130,6 +132,11 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
                "PFlash speculative prefill on the Lucebox engine: off (default), auto (long "
                "single prompts) or pflash (always); it keeps only a share of a long prompt",
                choices=PREFILL_MODES),
+    LaunchFlag("--kv-mode", "kv_mode",
+               "the attention cache: auto (default: exact while it fits, KVFlash only when no "
+               "exact cache gives --ctx), exact (never KVFlash), or kvflash (a KVFlash pool on "
+               "the Lucebox engine even where the exact cache fits; sparse, not exact)",
+               choices=KV_MODES),
     LaunchFlag("--spec", "spec",
                "speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, "
                "ngram", choices=speculation.SPEC_MODES),
@@ -200,6 +207,7 @@ class Resolved:
     engine_from: str = ""
     """Where a mode other than auto comes from, for the plan's reason."""
     prefill: PrefillMode = "off"
+    kv_mode: KvMode = "auto"
     engine_id: str = ""
     """The installed build ``engine.id`` names; empty: each kind's default build."""
     vision: VisionMode = "auto"
@@ -256,6 +264,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         engine_mode=engine,
         engine_from=engine_from,
         prefill=options.prefill or "off",
+        kv_mode=options.kv_mode or "auto",
         engine_id=settings.engine_id,
         vision=vision,
         vision_from=vision_from,
