@@ -23,6 +23,7 @@ from typing import Any
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan import measurements
+from lucebox.engine.plan.enginechoice import ENGINE_TEXT
 from lucebox.engine.plan.measurements import TrialRate
 from lucebox.engine.plan.workload import (
     ProbeShape,
@@ -38,7 +39,6 @@ one launch differ by 1-2% (the calibration's 3% margin), and a switch costs a re
 gives up llama-server's wider support, so a near tie stays with llama-server."""
 ENGINE_KINDS: tuple[KindName, ...] = ("llama-server", "lucebox")
 SECTION = "engines"
-ENGINE_NAMES: dict[str, str] = {"llama-server": "llama-server", "lucebox": "the Lucebox engine"}
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class EngineCost:
 
     def text(self) -> str:
         return (
-            f"{ENGINE_NAMES[self.kind]} {self.request_s:.2f} s a request "
+            f"{ENGINE_TEXT[self.kind]} {self.request_s:.2f} s a request "
             f"(decode {self.decode_tok_s:.0f} tok/s, first token {self.ttft_s:.2f} s)"
         )
 
@@ -67,7 +67,8 @@ def _curves(trial: TrialRate) -> tuple[RateCurve, RateCurve]:
     )
     read_tokens = sum(p.prompt_tokens for p in read)
     read_s = sum(p.prompt_tokens / p.tok_s for p in read if p.tok_s > 0)
-    return RateCurve.of(decode, trial.tok_s), RateCurve.of(read, read_tokens / read_s or 0.0)
+    overall = read_tokens / read_s if read_s > 0 else 0.0
+    return RateCurve.of(decode, trial.tok_s), RateCurve.of(read, overall)
 
 
 def probe_requests(trial: TrialRate) -> tuple[ServedRequest, ...]:
@@ -189,7 +190,8 @@ def verdict(
 
 
 def launch_key(key: measurements.MeasurementKey) -> str:
-    """The store's key for a launch both engines serve: the spec key less the engine build."""
+    """The store's key for a launch both engines serve: the files, the card and the context of
+    the speculation key, less the build and the KV type (each engine plans its own)."""
     return " | ".join([key.model, key.draft or "-", key.card, str(key.ctx)])
 
 

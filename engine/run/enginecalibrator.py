@@ -148,15 +148,17 @@ class EngineCalibrator(ProbeSender):
                 if trial is not None:
                     self._keep(self.measurement.with_trial(todo[0], trial))
         self.kind = None
-        if self._dropped:
-            self.state = "done"  # one engine could not start: the planner's choice stays
-            return
         weighed = self.served if len(self.served) >= MIN_MIX_REQUESTS else ()
-        chosen, why, self.costs = engineverdict.verdict(self.measurement, weighed)
-        if self.setup.forced is None:
+        if not self._dropped:
+            chosen, why, self.costs = engineverdict.verdict(self.measurement, weighed)
             base = self._base()
             mix = served_mix(weighed, base.shapes(), by_requests=True) if weighed and base else {}
-            self._keep(replace(self.measurement, chosen=chosen, why=why, mix=tuple(mix.items())))
+            if self.setup.forced is None:
+                self._keep(
+                    replace(self.measurement, chosen=chosen, why=why, mix=tuple(mix.items()))
+                )
+        # An engine that could not start leaves the planner's choice (the store's verdict or
+        # the rule), which is started again: the failed start may have left none running.
         self.served, self.state = (), "done"
         final = self.setup.plan_engine(self.setup.forced)
         if final is None:
