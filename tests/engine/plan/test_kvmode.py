@@ -56,3 +56,15 @@ def test_the_flag_reaches_the_plan_through_the_cli():
     assert '"kvflash_pool_tokens": null' not in done.stdout
     bad = run_lucebox("plan", "--model", target(), "--kv-mode", "sparse")
     assert bad.returncode == 2
+
+
+def test_plan_says_which_engine_and_what_is_unmeasured_where_both_engines_serve():
+    from bench.lucebox_models import DRAFT
+
+    draft = str(cached_gguf(dataclasses.replace(DRAFT, header_only=True)))
+    done = run_lucebox("plan", "--model", target(), "--draft", draft, "--vram-mib", "81000")
+    assert done.returncode == 0, done.stderr
+    assert "  engine: the Lucebox engine: the draft" in done.stdout
+    assert "(the rule, before a measurement on this card)" in done.stdout
+    # Neither engine is built in a test home: building the missing one is offered, not done.
+    assert "  unmeasured: llama-server is not built" in done.stdout
