@@ -435,10 +435,20 @@ class Replanner:
             engine_kind=kind,
             llama_engine=self._llama_engine,
         )
-        if changed.refusal is not None:
+        if changed.refusal is not None or self._lossy(changed):
             return None
         self.current = changed
         return changed.server, changed.speculation.reason
+
+    def _lossy(self, changed: LaunchPlan) -> bool:
+        """A launch that would serve the context with KVFlash (not exact) though the user
+        neither pinned it nor forced that engine: never a candidate for being faster."""
+        resolved = self.prepared.launch.resolved
+        pooled = changed.plan.kvflash_pool_tokens is not None
+        chosen_by_user = (
+            resolved.kv_mode == "kvflash" or resolved.engine_mode == changed.engine_kind
+        )
+        return pooled and not chosen_by_user
 
     def measured(self) -> tuple[ServerLaunch, str] | None:
         """The launch planned again once the calibration stored its rates."""

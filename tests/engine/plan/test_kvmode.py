@@ -68,3 +68,20 @@ def test_plan_says_which_engine_and_what_is_unmeasured_where_both_engines_serve(
     assert "(the rule, before a measurement on this card)" in done.stdout
     # Neither engine is built in a test home: building the missing one is offered, not done.
     assert "  unmeasured: llama-server is not built" in done.stdout
+
+
+def test_a_kvflash_launch_is_a_candidate_only_when_the_user_chose_it():
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.machine.config import Settings
+    from lucebox.engine.pipeline import Prepared, Replanner
+
+    wide = str(cached_gguf(dataclasses.replace(TARGET, n_head_kv=8, header_only=True)))
+    pooled = plan(ServeOptions(model=wide, ctx=262144, engine="lucebox"), SMALL)
+    assert pooled.plan.kvflash_pool_tokens is not None
+    for options, lossy in (
+        (ServeOptions(model=wide, ctx=262144), True),
+        (ServeOptions(model=wide, ctx=262144, engine="lucebox"), False),
+        (ServeOptions(model=wide, ctx=262144, kv_mode="kvflash"), False),
+    ):
+        prepared = Prepared(plan(options, SMALL), Settings(), 0, 60.0)
+        assert Replanner(resolve_paths(), prepared)._lossy(pooled) is lossy
