@@ -27,7 +27,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import install, kinds, registry, toolchain, update, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
 from lucebox.engine.engines.kinds import LLAMA_SERVER, EngineKind
-from lucebox.engine.engines.registry import EngineManifest
+from lucebox.engine.engines.registry import EngineManifest, KindName
 from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
@@ -36,11 +36,12 @@ from lucebox.engine.models import guard
 from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import list_models
-from lucebox.engine.plan import planner, presetchoice, repoplan
+from lucebox.engine.plan import measurements, planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
+from lucebox.engine.plan.measurements import Measurement
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, resolve
@@ -49,6 +50,7 @@ from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run import calibrator
 from lucebox.engine.run.calibration import Trial
 from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.sample import PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
@@ -385,6 +387,9 @@ class Replanner:
         self.settings = prepared.settings
         self.prepared = prepared
         self.current = prepared.launch
+        self.calibrator: calibrator.Calibrator | None = None
+        """The calibration of this launch, which keeps the store's entry while it runs."""
+        self._llama_engine: EngineView | None = None
 
     def after_oom(self, server: ServerLaunch) -> ServerLaunch | None:
         """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
@@ -396,7 +401,10 @@ class Replanner:
 
     def after_spec_decision(self, decision: Decision, server: ServerLaunch) -> ServerLaunch | None:
         """The launch with shorter drafts, or without speculation; None keeps the one running
-        (a re-plan of the same files on the same card that no longer fits cannot start)."""
+        (a re-plan of the same files on the same card that no longer fits cannot start). A
+        switch-off is written to the measurement store, so a restart keeps it off."""
+        if decision.action == "off":
+            self._keep_off(server, decision.reason)
         if decision.action == "shorten":
             changed = planner.replan(
                 self.paths, self.current, self.settings, draft_max=decision.draft_max
@@ -407,6 +415,20 @@ class Replanner:
             return None
         self.current = changed
         return changed.server
+
+    def _keep_off(self, server: ServerLaunch, why: str) -> None:
+        label = calibrator.running_label(server)
+        if self.calibrator is not None:
+            self.calibrator.keep_guard_off(label, why)
+            return
+        key = self.current.speculation.measurement_key
+        if key is None:
+            return
+        try:
+            found = measurements.read_measurement(self.paths, key) or Measurement(key)
+            measurements.write_measurement(self.paths, found.with_guard_off(label, why))
+        except (OSError, LuceboxError):
+            return  # the switch-off still holds for this run; a restart measures again
 
     def for_trial(self, trial: Trial) -> ServerLaunch | None:
         """The served launch re-planned with one calibration configuration (None: it cannot
@@ -422,6 +444,40 @@ class Replanner:
         if changed.refusal is not None:
             return None
         return changed.server
+
+    def for_engine(self, kind: KindName | None) -> tuple[ServerLaunch, str] | None:
+        """The launch re-planned on ``kind`` (None: the planner's choice, which reads the
+        engines' verdict), with its speculation reason; None when it cannot start here."""
+        first = self.prepared.launch
+        if self._llama_engine is None:
+            if first.engine_kind == "llama-server":
+                self._llama_engine = first.engine
+            else:
+                found = registry.select_engine(
+                    self.paths, gpu.probe_gpus(), self.settings.engine_id
+                )
+                self._llama_engine = EngineView.of(found.engine)
+        changed = planner.replan(
+            self.paths,
+            first,
+            self.settings,
+            engine_kind=kind,
+            llama_engine=self._llama_engine,
+        )
+        if changed.refusal is not None or self._lossy(changed):
+            return None
+        self.current = changed
+        return changed.server, changed.speculation.reason
+
+    def _lossy(self, changed: LaunchPlan) -> bool:
+        """A launch that would serve the context with KVFlash (not exact) though the user
+        neither pinned it nor forced that engine: never a candidate for being faster."""
+        resolved = self.prepared.launch.resolved
+        pooled = changed.plan.kvflash_pool_tokens is not None
+        chosen_by_user = (
+            resolved.kv_mode == "kvflash" or resolved.engine_mode == changed.engine_kind
+        )
+        return pooled and not chosen_by_user
 
     def measured(self) -> tuple[ServerLaunch, str] | None:
         """The launch planned again once the calibration stored its rates."""
@@ -503,6 +559,8 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     supervisor.replan_on_oom = replanner.after_oom
     setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
     measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
+    replanner.calibrator = measuring
+    engines = _engine_calibrator(paths, prepared, replanner, measuring)
     guard = None
     if measuring is not None:
         guard = measuring.guard_for(server, shortened=launch.options.draft_max is not None)
@@ -528,6 +586,44 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
         ),
         calibrator=measuring,
+        engine_calibrator=engines,
+    )
+
+
+def _engine_calibrator(
+    paths: Paths,
+    prepared: Prepared,
+    replanner: Replanner,
+    measuring: calibrator.Calibrator | None,
+) -> EngineCalibrator | None:
+    """The engine calibration of a launch both engines can serve, once both are built."""
+    launch, settings = prepared.launch, prepared.settings
+    choice = launch.engine_choice
+    if choice is None or choice.key is None or choice.missing_build is not None:
+        return None
+    if settings.calibrate_idle_s <= 0:
+        return None
+    mode = launch.resolved.engine_mode
+    on_gpu = launch.budget.is_gpu
+
+    def guard_for(server: ServerLaunch) -> SpecGuard | None:
+        if measuring is not None and server.kind == "llama-server":
+            return measuring.guard_for(server)
+        if server.spec_type is None or server.kind != "llama-server":
+            return None
+        return SpecGuard.for_launch(server.spec_type, server.draft_max, on_gpu)
+
+    return EngineCalibrator(
+        paths,
+        EngineSetup(
+            choice.key,
+            None if mode == "auto" else mode,
+            settings.calibrate_idle_s,
+            settings.probe_max_tokens or None,
+            replanner.for_engine,
+            guard_for,
+            before=lambda: measuring is None or measuring.state == "done",
+        ),
     )
 
 

@@ -5,6 +5,13 @@ lines, then per chat request the lines and the reply recorded for a 256-token gr
 ``/health`` and ``/status/json`` as recorded. It parses its command line as the engine does
 (model first, space-separated options) and appends each request path to ``$FAKE_REQUESTS``.
 
+With ``$FAKE_RATES`` naming a JSON file ``{"decode_tok_s": D, "prefill_tok_s": P}`` (read at
+each request, so a test may change it while the engine runs), a non-streamed reply has
+``max_tokens`` tokens and its numbers are those rates instead: the usage the engine returns,
+and the ``[ar-decode]`` and ``chat DONE`` lines it logs, in the recorded shapes the real code
+reads (tests/engine/run/test_enginecalibration.py reads them back with the real parsers). A
+prompt counts one token per four characters.
+
 Usage (as the engine): luceboxfake.py MODEL --port N [options...]
 """
 
@@ -58,12 +65,55 @@ class Handler(BaseHTTPRequestHandler):
         self._note()
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
         streamed = bool(body.get("stream"))
+        rates = os.environ.get("FAKE_RATES")
+        if rates and not streamed:
+            self._send(rated_reply(body, json.loads(Path(rates).read_text())))
+            return
         for line in STREAM_LINES if streamed else REPLY_LINES:
             say(line)
         if streamed:
             self._send(STREAM, "text/event-stream")
         else:
             self._send(REPLY)
+
+
+_REPLIES = [0]
+
+
+def rated_reply(body: dict, rates: dict) -> bytes:
+    """The recorded reply cut to ``max_tokens`` tokens, timed at ``rates``; logs its lines."""
+    _REPLIES[0] += 1
+    reply_id = f"chatcmpl_{_REPLIES[0]:016d}"
+    text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
+    prompt = max(1, len(text) // 4)
+    words = json.loads(REPLY)["choices"][0]["message"]["content"].split()
+    out = int(body.get("max_tokens") or 256)
+    decode_s = out / float(rates["decode_tok_s"])
+    prefill_s = prompt / float(rates["prefill_tok_s"])
+    tok_s = out / decode_s
+    say(f"[ar-decode] tokens={out} time={decode_s:.3f} s speed={tok_s:.2f} tok/s")
+    say(
+        f"[server] chat DONE {reply_id} ok=true in={prompt} effective_in={prompt} out={out} "
+        f"{prefill_s + decode_s:.1f}s {out / (prefill_s + decode_s):.1f} tok/s finish=length "
+        f"restore=false slot=-1 prefix_len=0 prefill={prefill_s:.3f}s "
+        f"decode={decode_s:.3f}s({tok_s:.1f}tok/s) error=- detail=-"
+    )
+    reply = json.loads(REPLY)
+    reply["id"] = reply_id
+    reply["choices"][0]["message"]["content"] = " " + " ".join((words * 8)[:out])
+    reply["usage"] = {
+        "accept_rate": 0.0,
+        "completion_tokens": out,
+        "completion_tokens_details": {"reasoning_tokens": 0},
+        "prompt_tokens": prompt,
+        "timings": {
+            "decode_ms": round(decode_s * 1000, 3),
+            "decode_tokens_per_sec": round(tok_s, 1),
+            "prefill_ms": round(prefill_s * 1000, 3),
+        },
+        "total_tokens": prompt + out,
+    }
+    return json.dumps(reply).encode()
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,7 @@ from lucebox.engine.bench.compare import (
     run_configs,
 )
 from lucebox.engine.bench.measure import CallSample
-from lucebox.engine.bench.quick import probes_tok_s, run_quick, sample_json
+from lucebox.engine.bench.quick import engines_verdict, probes_tok_s, run_quick, sample_json
 from lucebox.engine.bench.replay import ReplayCall, ReplayResult, replay
 from lucebox.engine.bench.transcript import Transcript, parse_transcript
 from lucebox.engine.core.errors import EXIT_OK, UsageError
@@ -128,6 +128,9 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
             document["ttft_ratio"] = {
                 name: _plain_ratio(first[name].ttft_s, second[name].ttft_s) for name in first
             }
+            engines = engines_verdict(results, args.n_gen)
+            if engines is not None:
+                document["engine_verdict"] = {"kind": engines[0], "reason": engines[1]}
         print(json.dumps(document, indent=2))
         return EXIT_OK
     width = max(10, *(len(serve.name) for serve, _ in results))
@@ -154,6 +157,9 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
             )
         weighted = _ratio(probes_tok_s(first, args.n_gen), probes_tok_s(second, args.n_gen))
         print(f"  probes {weighted:>8} decode (token-weighted, as the calibration measures)")
+        engines = engines_verdict(results, args.n_gen)
+        if engines is not None:
+            print(f"\nthe engine calibration would serve {engines[0]}: {engines[1]}")
     return EXIT_OK
 
 

@@ -65,6 +65,11 @@ def _print_launch_plan(launch_plan: LaunchPlan) -> None:
     for key in shown:
         if key in result.reasons:
             print(f"  {key}: {result.reasons[key]}")
+    choice = launch_plan.engine_choice
+    if choice is not None:
+        print(f"  engine: {choice.reason}")
+        if choice.unmeasured:
+            print(f"  unmeasured: {choice.unmeasured}")
     fit = launch_plan.fit_check
     if fit is not None:
         print(

@@ -8,11 +8,14 @@ decoding so two runs are comparable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from lucebox.engine.bench.compare import Served
+from lucebox.engine.bench.compare import ServeConfig, Served
 from lucebox.engine.bench.measure import CallSample, streamed_call
+from lucebox.engine.engines.registry import KindName
+from lucebox.engine.plan.engineverdict import EngineMeasurement, verdict
+from lucebox.engine.plan.measurements import ProbeRate, TrialRate
 from lucebox.engine.run.probes import PROBES, Probe
 
 _CITIES = ["Oslo", "Lima", "Pune", "Graz", "Kobe", "Turin", "Perth", "Quito", "Accra", "Hanoi"]
@@ -103,3 +106,39 @@ def sample_json(sample: CallSample) -> dict[str, Any]:
         "acceptance": rounded(sample.acceptance, 3),
         "empty": sample.empty,
     }
+
+
+def probes_trial(
+    label: str, samples: dict[str, CallSample], max_tokens: int | None = None
+) -> TrialRate:
+    """The probes' replies as the calibration keeps them: decode, prompt and prompt reading."""
+    rates = []
+    for probe in PROBES:
+        sample = samples.get(probe.name)
+        if sample is None or not sample.decode_tok_s or not sample.completion_tokens:
+            continue
+        prompt = sample.prompt_tokens or 0
+        read_s = prompt / sample.prefill_tok_s if sample.prefill_tok_s else sample.ttft_s
+        weight = probe.max_tokens if max_tokens is None else min(max_tokens, probe.max_tokens)
+        tokens = sample.completion_tokens
+        rates.append(
+            ProbeRate(
+                probe.name, tokens, tokens / sample.decode_tok_s, 0, 0, weight, prompt, read_s
+            )
+        )
+    return TrialRate(label, None, None, None, tuple(rates), 0.0)
+
+
+def engines_verdict(
+    results: Sequence[tuple[ServeConfig, dict[str, CallSample]]], max_tokens: int | None = None
+) -> tuple[KindName, str] | None:
+    """The engine calibration's verdict on ``--compare engine=...``'s probes (their own mix);
+    None unless both engines were compared."""
+    both = EngineMeasurement("bench")
+    for config, samples in results:
+        if config.engine in ("llama-server", "lucebox"):
+            both = both.with_trial(config.engine, probes_trial(config.name, samples, max_tokens))
+    if both.trial("llama-server") is None or both.trial("lucebox") is None:
+        return None
+    kind, why, _ = verdict(both, ())
+    return kind, why

@@ -11,6 +11,7 @@
     │   ├── SetRefusal               exit 3: a served set that must not start (servedsetplan)
     │   └── ToolkitRefusal           exit 3: no CUDA toolkit builds for this driver/card (toolkit)
     ├── CancelledByUserError         exit 130: the user stopped it (Ctrl-C, quitting the TUI)
+    ├── StoreVersionError            exit 1: a newer lucebox wrote the store (measurements)
     ├── FetchError                   exit 1: a model or the engine source could not be had
     │   ├── TransferError            exit 1: a download failed; its partial is kept
     │   │   └── TransferRefusedError exit 1: the server refused the file, 401/403/404

@@ -7,11 +7,15 @@ chosen, on an NVIDIA card and for a target family it serves, when a Lucebox DFla
 given or named by the preset, when the context asked for does not fit llama-server in VRAM and
 KVFlash would serve it, or when ``--engine lucebox`` asks. A Lucebox draft is never dropped in
 silence: it selects that engine, or the reason says why it cannot be used.
+
+That rule is the prior. Where both engines can serve the launch (a Lucebox draft with a target
+both load, or a long context that fits llama-server), the calibration measures both on this card
+(plan/engineverdict.py) and its verdict decides under auto, once both builds are installed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from lucebox.engine.core.address import is_loopback
@@ -28,6 +32,9 @@ DRAFT_FAMILIES = {
 KVFLASH_ARCHS = ("qwen35", "qwen35moe", "laguna", "gemma4")
 """Target architectures the engine serves with DFlash drafts and KVFlash (its README's
 table); it also loads plain ``qwen3`` (autoregressive only) and ``deepseek4`` (HIP first)."""
+LONG_CTX = 32768
+"""A context from which both engines are measured for it: KVFlash and the Lucebox engine's
+attention may serve long prompts faster (the issue's H200 run: 1.46x decode at 128K)."""
 BLOCK_INTERVAL_ARCHS = ("qwen35", "qwen35moe")
 """Its loader wants a block count divisible by the full-attention interval, so the MTP block
 of these families is refused (measured: "block_count=9 not divisible by ...=4")."""
@@ -53,6 +60,14 @@ class EngineFacts:
     vision_on: bool = False
     """``--vision on`` (or model.vision): images must be served, and the Lucebox engine at its
     pinned commit has no vision."""
+    kv_mode: str = "auto"
+    """``--kv-mode``: ``kvflash`` pins the Lucebox engine's KVFlash pool, ``exact`` never lets
+    a context that does not fit llama-server move to KVFlash (it is not exact)."""
+    measured: tuple[KindName, str] | None = None
+    """The calibration's verdict for this launch on this card (kind, why); None before both
+    engines were measured."""
+    missing_build: KindName | None = None
+    """The engine of the two that is not installed: it cannot be measured until it is."""
 
 
 NO_VISION = "the Lucebox engine at its pinned commit has no vision"
@@ -64,9 +79,24 @@ class EngineChoice:
     reason: str
     refusal: str | None = None
     """Why the engine asked for cannot serve this launch (the plan must not start)."""
+    both: bool = False
+    """Both engines can serve this launch: the calibration measures them."""
+    measured: bool = False
+    """The kind is the calibration's verdict, not the rule's."""
+    unmeasured: str = ""
+    """What is not measured yet, and what measuring (or building) it would give."""
+    key: str | None = None
+    """The measurement store's key of the engines' verdict, where both can serve."""
+    missing_build: KindName | None = None
+    """The engine of the two not installed: neither is measured until it is built."""
 
-    def to_json(self) -> dict[str, str | None]:
-        return {"kind": self.kind, "reason": self.reason}
+    def to_json(self) -> dict[str, str | bool | None]:
+        return {
+            "kind": self.kind,
+            "reason": self.reason,
+            "measured": self.measured,
+            "unmeasured": self.unmeasured or None,
+        }
 
 
 def is_lucebox_draft(arch: str | None) -> bool:
@@ -99,8 +129,58 @@ def blocker(facts: EngineFacts) -> str | None:
     return None
 
 
+def both_serve(facts: EngineFacts) -> bool:
+    """Whether both engines can serve this launch and it is one worth measuring both for: a
+    Lucebox draft with a target both load, or a long context that fits llama-server."""
+    if blocker(facts) is not None or facts.vision_on or not facts.llama_fits_ctx:
+        return False
+    if facts.kv_mode == "kvflash":
+        return False  # the user's call: lossy modes are never switched on by a measurement
+    long_ctx = facts.ctx_asked is not None and facts.ctx_asked >= LONG_CTX
+    return is_lucebox_draft(facts.draft_arch) or long_ctx
+
+
 def choose_engine(facts: EngineFacts) -> EngineChoice:
-    """The engine for this launch and why (see the module docstring for the rules)."""
+    """The engine for this launch and why: the rule, or under auto the measured verdict where
+    both engines can serve."""
+    choice = _rule(facts)
+    if not both_serve(facts):
+        return choice
+    missing = facts.missing_build
+    if facts.mode != "auto":
+        unmeasured = _unmeasured(facts, forced=True)
+        return replace(choice, both=True, unmeasured=unmeasured, missing_build=missing)
+    if facts.measured is not None and facts.missing_build is None:
+        kind, why = facts.measured
+        return EngineChoice(kind, f"{ENGINE_TEXT[kind]}: {why}", both=True, measured=True)
+    reason = f"{choice.reason} (the rule, before a measurement on this card)"
+    unmeasured = _unmeasured(facts, forced=False)
+    return replace(choice, reason=reason, both=True, unmeasured=unmeasured, missing_build=missing)
+
+
+ENGINE_TEXT: dict[str, str] = {"llama-server": "llama-server", "lucebox": "the Lucebox engine"}
+
+
+def _unmeasured(facts: EngineFacts, *, forced: bool) -> str:
+    missing = facts.missing_build
+    if missing is not None:
+        command = "lucebox engine build" + (" --engine lucebox" if missing == "lucebox" else "")
+        gain = (
+            "DDTree verification of the Lucebox draft and KVFlash for long contexts"
+            if missing == "lucebox"
+            else "llama-server's prompt reading (faster for long prompts and short replies)"
+        )
+        return (
+            f"{ENGINE_TEXT[missing]} is not built, so the engines are not compared on this card: "
+            f"`{command}` would let lucebox measure both and serve the faster ({gain})"
+        )
+    if forced:
+        return "the engine is forced: both are measured once idle, and the forced one is kept"
+    return "both engines are measured on this card once the server is idle"
+
+
+def _rule(facts: EngineFacts) -> EngineChoice:
+    """The fixed rule (the prior before a measurement)."""
     lucebox_draft = is_lucebox_draft(facts.draft_arch)
     why_not = blocker(facts)
     if facts.mode == "llama-server":
@@ -122,6 +202,13 @@ def choose_engine(facts: EngineFacts) -> EngineChoice:
             else ""
         )
         return EngineChoice("llama-server", f"llama-server: vision is on and {NO_VISION}{given_up}")
+    if facts.kv_mode == "kvflash":
+        return EngineChoice(
+            "lucebox",
+            "the Lucebox engine: KVFlash as asked (--kv-mode kvflash; sparse attention over a "
+            "resident pool, not exact)",
+            why_not,
+        )
     if facts.mode == "lucebox":
         if why_not is not None:
             return EngineChoice("lucebox", f"the Lucebox engine ({facts.mode_from})", why_not)
@@ -137,7 +224,7 @@ def choose_engine(facts: EngineFacts) -> EngineChoice:
             "llama-server",
             f"llama-server: the Lucebox draft {facts.draft_name} cannot be used: {why_not}",
         )
-    if not facts.llama_fits_ctx and why_not is None:
+    if not facts.llama_fits_ctx and why_not is None and facts.kv_mode != "exact":
         return EngineChoice(
             "lucebox",
             f"the Lucebox engine: the {facts.ctx_asked}-token context asked for does not fit "
@@ -145,7 +232,12 @@ def choose_engine(facts: EngineFacts) -> EngineChoice:
             "over the pool, not exact)",
         )
     reason = "llama-server: the default engine"
-    if not facts.llama_fits_ctx:
+    if not facts.llama_fits_ctx and facts.kv_mode == "exact":
+        reason += (
+            f"; the {facts.ctx_asked}-token context asked for does not fit it, and KVFlash "
+            "(not exact) is not allowed by --kv-mode exact"
+        )
+    elif not facts.llama_fits_ctx:
         reason += (
             f"; the {facts.ctx_asked}-token context asked for does not fit it, and KVFlash "
             f"cannot serve it either: {why_not}"

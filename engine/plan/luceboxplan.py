@@ -51,6 +51,11 @@ from lucebox.engine.plan.sizes import (
 
 PrefillMode = Literal["auto", "off", "pflash"]
 PREFILL_MODES: tuple[PrefillMode, ...] = ("auto", "off", "pflash")
+KvMode = Literal["auto", "exact", "kvflash"]
+KV_MODES: tuple[KvMode, ...] = ("auto", "exact", "kvflash")
+"""How the attention KV is held: auto (exact while it fits, a KVFlash pool only when no exact
+cache gives the context asked for), exact (never KVFlash: a context that does not fit is
+refused), kvflash (a pool even where the exact cache fits: the user's call, it is not exact)."""
 PREFILL_DRAFTER_SOURCE = "hf:unsloth/Qwen3-0.6B-GGUF/Qwen3-0.6B-BF16.gguf"
 """PFlash's prefill drafter (the engine scores prompt tokens with Qwen3-0.6B in BF16)."""
 PREFILL_DRAFTER_BYTES = 1_200_000_000
@@ -115,6 +120,7 @@ class LuceboxRequest:
     cards: tuple[tuple[str, int], ...] = ()
     """(label, free bytes) of the cards the placement uses, the target's first; empty: the
     budget as one card."""
+    kv_mode: KvMode = "auto"
 
 
 @dataclass(frozen=True)
@@ -208,13 +214,32 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     types = _kv_types(request)
     largest = {t: _largest(room, kv_bytes_per_token(target, t), native) for t in types}
     kv_type = next((t for t in types if largest[t] >= wanted), types[-1])
+    pinned = request.kv_mode == "kvflash" and request.ctx is not None
+    if pinned:
+        kv_type = types[0]  # the pool is small: it keeps the best KV type
     per_token = kv_bytes_per_token(target, kv_type)
     pool: int | None = None
-    exact = largest[kv_type] >= wanted
-    if exact:
+    exact = largest[kv_type] >= wanted and not pinned
+    if pinned:
+        max_ctx = pad_ctx(wanted)
+        pool = max(KVFLASH_FLOOR, min(KVFLASH_CAP, largest[kv_type], max_ctx))
+        kv = int(pool * per_token)
+        ctx_reason = (
+            f"{max_ctx} tokens with KVFlash as asked (--kv-mode kvflash): a {pool}-token pool "
+            f"at {kv_type} KV on the GPU, the rest paged to host RAM (sparse attention over "
+            "the pool, not exact)"
+        )
+    elif exact:
         max_ctx = pad_ctx(wanted) if request.ctx else wanted // CTX_PAD * CTX_PAD
         kv = int(pad_ctx(max_ctx) * per_token)
         ctx_reason = f"{max_ctx} tokens with exact attention at {kv_type} KV"
+    elif request.ctx is not None and request.kv_mode == "exact":
+        max_ctx = pad_ctx(wanted)
+        kv = int(max_ctx * per_token)
+        ctx_reason = (
+            f"{max_ctx} tokens asked for with an exact cache (--kv-mode exact); {largest[kv_type]} "
+            f"fit in VRAM at {kv_type} KV, and KVFlash (not exact) was not allowed"
+        )
     elif request.ctx is not None:
         max_ctx = pad_ctx(wanted)
         pool = max(KVFLASH_FLOOR, min(KVFLASH_CAP, largest[kv_type], max_ctx))

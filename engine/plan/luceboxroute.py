@@ -14,7 +14,7 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.bsa import SLOW_FALLBACK
-from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
+from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, KindName
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
@@ -56,9 +56,13 @@ def choose(
     budget: GpuBudget,
     llama_plan: Plan | None,
     preset: Preset | None = None,
+    *,
+    measured: tuple[KindName, str] | None = None,
+    missing_build: KindName | None = None,
 ) -> EngineChoice:
     """The engine for this launch, from what the planner has read; ``llama_plan`` is
-    llama-server's plan for the context asked for (None when none was asked for)."""
+    llama-server's plan for the context asked for (None when none was asked for);
+    ``measured`` the calibration's verdict for it, ``missing_build`` the engine not built."""
     info = target.info
     draft_info = draft.info if draft is not None else None
     # A preset's file not pulled yet: its own MTP head is what its speculation names.
@@ -82,6 +86,9 @@ def choose(
             or (llama_plan.fits and llama_plan.ctx >= asked),
             ctx_asked=asked,
             vision_on=resolved.vision == "on",
+            kv_mode=resolved.kv_mode,
+            measured=measured,
+            missing_build=missing_build,
         )
     )
 
@@ -180,6 +187,7 @@ def lucebox_launch(
         prefill=resolved.prefill,
         prefill_drafter=str(drafter.path) if drafter else None,
         prefill_drafter_bytes=drafter.size_bytes if drafter else PREFILL_DRAFTER_BYTES,
+        kv_mode=resolved.kv_mode,
     )
     names = offered(
         engine.capabilities.features, len(cards), draft is not None,

@@ -4,11 +4,16 @@ by it, plan/cpuread.py).
 
 One small JSON file in the data dir, one entry per (model file, draft file, engine build, card,
 context, KV type): the token-weighted decode rate of every configuration the calibration
-measured there, no speculation included. The planner reads it to choose, `status` and the
-dashboard to show what speculation gains or costs, `bench` to compare; the calibration writes
-it, one configuration at a time, so an interrupted calibration resumes where it was. Keys
-added since (a probe's prompt length, the served mix a re-measure weighs by) read as absent
-from entries stored before them.
+measured there, no speculation included, and the speculation the guard switched off while
+serving (so a restart does not serve it again). The planner reads it to choose, `status` and
+the dashboard to show what speculation gains or costs, `bench` to compare; the calibration
+writes it, one configuration at a time, so an interrupted calibration resumes where it was.
+The ``engines`` section keeps each engine's measured rates per launch that both engines can
+serve (plan/engineverdict.py).
+
+The version moves with the shape: an older store is read (keys added since read as absent),
+a newer one is refused, for reading and writing alike, rather than rewritten without the
+fields this version does not know.
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.speculation import SpecCandidate
 from lucebox.engine.plan.workload import ProbeShape, RateCurve, probe_mix
 
 STORE_NAME = "spec-measurements.json"
-STORE_VERSION = 1
+STORE_VERSION = 2
+"""2: probes keep their prefill seconds, entries the guard's switch-offs, and the ``engines``
+section exists."""
 IDENTITY_BYTES = 1 << 20
 """A model file is known by its name, size and the hash of its first MiB (header and
 metadata): hashing a 15 GB file at every start would cost a minute."""
@@ -109,6 +117,9 @@ class ProbeRate:
     prompt_tokens: int = 0
     """The whole prompt the reply decoded after (the engine's prompt_n + cache_n); 0 in
     entries stored before it was kept."""
+    prefill_s: float = 0.0
+    """Seconds the engine took to read the prompt (its time to first token, less the HTTP
+    round trip); 0 in entries stored before it was kept."""
 
     @property
     def tok_s(self) -> float:
@@ -213,6 +224,18 @@ class Measurement:
     """Unix time the served mix moved away from ``mix``: trials measured before it are due
     again; 0 when none is."""
     remeasure_why: str = ""
+    guard_off: tuple[tuple[str, str], ...] = ()
+    """(label, why) of each configuration the speculation guard switched off while serving:
+    it stays off across restarts until the served mix moves (a re-measure clears it)."""
+
+    def switched_off(self, spec_type: str) -> str | None:
+        """Why the guard switched a configuration of ``spec_type`` off while serving; None when
+        it did not."""
+        return next((why for off, why in self.guard_off if off.split()[0] == spec_type), None)
+
+    def with_guard_off(self, label: str, why: str) -> Measurement:
+        kept = tuple(item for item in self.guard_off if item[0] != label)
+        return replace(self, guard_off=(*kept, (label, why)))
 
     def trial(self, label: str) -> TrialRate | None:
         return next((t for t in self.trials if t.label == label), None)
@@ -241,7 +264,13 @@ class Measurement:
     def remeasure(self, mix: Mapping[str, float], why: str, at: float) -> Measurement:
         """Every configuration due again, its rates to be weighed by the served ``mix``; the
         verdict stands (and serves) until the re-measure replaces it."""
-        return replace(self, mix=tuple(sorted(mix.items())), remeasure_at=at, remeasure_why=why)
+        return replace(
+            self,
+            mix=tuple(sorted(mix.items())),
+            remeasure_at=at,
+            remeasure_why=why,
+            guard_off=(),
+        )
 
     @property
     def baseline(self) -> TrialRate | None:
@@ -267,6 +296,7 @@ class Measurement:
             "mix": dict(self.mix),
             "remeasure_at": self.remeasure_at,
             "remeasure_why": self.remeasure_why,
+            "guard_off": dict(self.guard_off),
         }
 
     @classmethod
@@ -281,6 +311,8 @@ class Measurement:
         chosen = data.get("chosen")
         mix = data.get("mix")
         shares = mix.items() if isinstance(mix, dict) else ()
+        off = data.get("guard_off")
+        switched = off.items() if isinstance(off, dict) else ()
         return cls(
             key,
             tuple(t for t in trials if t is not None),
@@ -289,33 +321,50 @@ class Measurement:
             tuple(sorted((str(n), float(v)) for n, v in shares if isinstance(v, int | float))),
             float(data.get("remeasure_at") or 0.0),
             str(data.get("remeasure_why") or ""),
+            tuple((str(label), str(why)) for label, why in switched),
         )
 
 
+class StoreVersionError(LuceboxError):
+    """The measurement store was written by a newer lucebox, in a shape this one cannot keep."""
+
+
 def _read_document(paths: Paths) -> dict[str, Any]:
+    """The whole store; {} when there is none or it is unreadable. Raises
+    :class:`StoreVersionError` for a store of a newer version."""
+    path = store_file(paths)
     try:
-        data = json.loads(store_file(paths).read_text("utf-8"))
+        data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
+    if not isinstance(data, dict):
+        return {}
+    version = data.get("version")
+    if isinstance(version, int) and version > STORE_VERSION:
+        raise StoreVersionError(
+            f"the measurement store {path} is version {version}, written by a newer lucebox; "
+            f"this one reads up to version {STORE_VERSION} and would lose what it does not know",
+            hint=f"run the newer lucebox, or move {path.name} aside to measure again",
+        )
+    if not isinstance(version, int) or version < 1:
         return {}
     return data
 
 
-def _section(paths: Paths, name: str) -> dict[str, Any]:
+def read_section(paths: Paths, name: str) -> dict[str, Any]:
     found = _read_document(paths).get(name)
     return found if isinstance(found, dict) else {}
 
 
-def _write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
+def write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
     """Keep ``section`` under ``name``, the other sections as they are."""
-    document = {"version": STORE_VERSION, **_read_document(paths), name: section}
+    document = {**_read_document(paths), "version": STORE_VERSION, name: section}
     paths.ensure(paths.data_dir)
     write_text_atomic(store_file(paths), json.dumps(document, indent=1))
 
 
 def _read_all(paths: Paths) -> dict[str, Any]:
-    return _section(paths, "entries")
+    return read_section(paths, "entries")
 
 
 def read_measurement(paths: Paths, key: MeasurementKey) -> Measurement | None:
@@ -327,7 +376,7 @@ def write_measurement(paths: Paths, measurement: Measurement) -> None:
     """Keep ``measurement`` under its key, leaving the other keys as they are."""
     entries = _read_all(paths)
     entries[measurement.key.text()] = measurement.to_json()
-    _write_section(paths, "entries", entries)
+    write_section(paths, "entries", entries)
 
 
 # --- prefill: how fast this PC's CPU reads prompts, per model ---------------------------------
@@ -359,7 +408,7 @@ def _prefill_key(paths: Paths, model: Path, cores: int) -> str:
 
 def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
     """The prefill rate measured for ``model`` on this many cores, once it read enough."""
-    entry = _section(paths, "prefill").get(_prefill_key(paths, model, cores))
+    entry = read_section(paths, "prefill").get(_prefill_key(paths, model, cores))
     try:
         rate = PrefillRate(**entry) if isinstance(entry, dict) else None
     except TypeError:
@@ -370,11 +419,11 @@ def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
 
 
 def write_prefill(paths: Paths, model: Path, cores: int, tokens: int, seconds: float) -> None:
-    section = _section(paths, "prefill")
+    section = read_section(paths, "prefill")
     section[_prefill_key(paths, model, cores)] = vars(
         PrefillRate(tokens, round(seconds, 3), cores, time.time())
     )
-    _write_section(paths, "prefill", section)
+    write_section(paths, "prefill", section)
 
 
 class PrefillRecorder:
@@ -420,7 +469,11 @@ def measured_choice(
 ) -> list[SpecCandidate] | None:
     """The candidates narrowed to what the measurement chose (empty: none is fastest); None
     when there is no verdict, or the chosen mode is not possible any more."""
-    if measurement is None or measurement.chosen is None:
+    if measurement is None:
+        return None
+    if found and measurement.switched_off(found[0].spec_type) is not None:
+        return []  # the guard switched what would serve off while serving: it stays off
+    if measurement.chosen is None:
         return None
     if measurement.chosen == OFF:
         return []
@@ -440,7 +493,7 @@ def placement_key(target: Path, draft: Path | None, engine: str, cards: tuple[st
 
 def read_placement_rates(paths: Paths, key: str) -> dict[str, float]:
     """Decode tok/s measured per placement (bench/two_gpu.py measures them on the cards)."""
-    entry = _section(paths, "placements").get(key)
+    entry = read_section(paths, "placements").get(key)
     if not isinstance(entry, dict):
         return {}
     return {
@@ -451,8 +504,8 @@ def read_placement_rates(paths: Paths, key: str) -> dict[str, float]:
 
 
 def write_placement_rate(paths: Paths, key: str, placement: str, decode_tok_s: float) -> None:
-    section = _section(paths, "placements")
+    section = read_section(paths, "placements")
     entry = section.get(key)
     kept = entry if isinstance(entry, dict) else {}
     section[key] = {**kept, placement: round(decode_tok_s, 1)}
-    _write_section(paths, "placements", section)
+    write_section(paths, "placements", section)

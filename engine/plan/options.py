@@ -24,7 +24,7 @@ from lucebox.engine.plan.flagtypes import (
     positive_int,
 )
 from lucebox.engine.plan.luceboxdevices import PLACEMENT_MODES, PlacementMode
-from lucebox.engine.plan.luceboxplan import PREFILL_MODES, PrefillMode
+from lucebox.engine.plan.luceboxplan import KV_MODES, PREFILL_MODES, KvMode, PrefillMode
 from lucebox.engine.plan.speculation import SpecMode
 
 CacheProfile = Literal["agent", "off"]
@@ -62,6 +62,8 @@ class ServeOptions:
     """PFlash speculative prefill on the Lucebox engine; None is off."""
     placement: PlacementMode | None = None
     """The Lucebox engine on two GPUs; None is auto (the planner chooses)."""
+    kv_mode: KvMode | None = None
+    """``--kv-mode``: exact or KVFlash pinned by the user; None is auto."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
@@ -137,6 +139,11 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
                "the Lucebox engine on two GPUs: auto (default: the planner chooses and says "
                "why), one (one card), draft-apart (the draft on the second card) or tensor "
                "(tensor parallel across both; builds that offer it)", choices=PLACEMENT_MODES),
+    LaunchFlag("--kv-mode", "kv_mode",
+               "the attention cache: auto (default: exact while it fits, KVFlash only when no "
+               "exact cache gives --ctx), exact (never KVFlash), or kvflash (a KVFlash pool on "
+               "the Lucebox engine even where the exact cache fits; sparse, not exact)",
+               choices=KV_MODES),
     LaunchFlag("--spec", "spec",
                "speculative decoding: auto (default) picks per model; off, mtp, dflash, draft, "
                "ngram", choices=speculation.SPEC_MODES),
@@ -208,6 +215,7 @@ class Resolved:
     """Where a mode other than auto comes from, for the plan's reason."""
     prefill: PrefillMode = "off"
     placement: PlacementMode = "auto"
+    kv_mode: KvMode = "auto"
     engine_id: str = ""
     """The installed build ``engine.id`` names; empty: each kind's default build."""
     vision: VisionMode = "auto"
@@ -268,6 +276,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         engine_from=engine_from,
         prefill=options.prefill or "off",
         placement=options.placement or "auto",
+        kv_mode=options.kv_mode or "auto",
         engine_id=settings.engine_id,
         vision=vision,
         vision_from=vision_from,

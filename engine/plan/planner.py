@@ -14,6 +14,7 @@ from dataclasses import replace
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines.registry import KindName
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
@@ -21,7 +22,14 @@ from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo
-from lucebox.engine.plan import cpuread, luceboxroute, measurements, specguard, speculation
+from lucebox.engine.plan import (
+    cpuread,
+    engineverdict,
+    luceboxroute,
+    measurements,
+    specguard,
+    speculation,
+)
 from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import (
@@ -183,7 +191,19 @@ def _plan_on_budget(
     target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
     llama_plan = make_plan(request) if resolved.ctx and resolved.engine_mode == "auto" else None
-    choice = luceboxroute.choose(resolved, target, draft, budget, llama_plan, preset)
+    engines_key = _engines_key(paths, target, draft, engine, budget, request)
+    measured = engineverdict.read_engines(paths, engines_key) if engines_key else None
+    choice = luceboxroute.choose(
+        resolved,
+        target,
+        draft,
+        budget,
+        llama_plan,
+        preset,
+        measured=(measured.chosen, measured.why) if measured and measured.chosen else None,
+        missing_build=_missing_build(paths, engine, resolved),
+    )
+    choice = replace(choice, key=engines_key if choice.both else None)
     basis = LaunchBasis(options, resolved, preset, target, ctx_cap)
     if choice.kind == "lucebox":
         launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
@@ -293,10 +313,11 @@ def _choose_speculation(
     if key is not None and resolved.spec == "auto":
         # Only what auto could serve is worth measuring: not a draft whose memory costs context.
         candidates = tuple(c for c in allowed if _weigh(request, [c], draft, "auto")[0])
-    verdict, measured = None, None
+    verdict, off_why = None, ""
     if key is not None and resolved.spec == "auto" and options.draft_max is None:
         measured = measurements.read_measurement(paths, key)
         verdict = measurements.measured_choice(allowed, measured)
+        off_why = _measured_off(measured, allowed) if verdict == [] else ""
         allowed = allowed if verdict is None else verdict
     refusal: GuardRefusal | None = None
     if resolved.spec not in ("auto", "off") and not allowed:
@@ -324,12 +345,23 @@ def _choose_speculation(
         chosen_by=chosen_by,
         on_gpu=on_gpu,
         shortened=options.draft_max is not None,
-        measured_off=measured.why if measured is not None and verdict == [] else "",
+        measured_off=off_why,
         measured=bool(verdict),
     )
     spec_choice = replace(spec_choice, candidates=candidates, measurement_key=key)
     memory = replace(memory, reasons={**memory.reasons, "spec": spec_choice.reason})
     return spec_choice, memory, refusal
+
+
+def _measured_off(
+    measured: measurements.Measurement | None, found: list[speculation.SpecCandidate]
+) -> str:
+    """Why the store says no speculation here: the guard's switch-off while serving, or the
+    calibration's verdict."""
+    if measured is None:
+        return ""
+    guard = measured.switched_off(found[0].spec_type) if found else None
+    return f"switched off by the guard while serving: {guard}" if guard else measured.why
 
 
 def _speculation(
@@ -395,6 +427,29 @@ def _measurement_key(
     )
 
 
+def _engines_key(
+    paths: Paths,
+    target: ModelFile,
+    draft: ModelFile | None,
+    engine: EngineView,
+    budget: GpuBudget,
+    request: PlanRequest,
+) -> str | None:
+    """The store's key for the engines' verdict on this launch: the files, the card and the
+    context llama-server plans (not the build: a verdict outlives a rebuild of either)."""
+    key = _measurement_key(paths, target, draft, engine, budget, make_plan(request))
+    return engineverdict.launch_key(key) if key is not None else None
+
+
+def _missing_build(paths: Paths, engine: EngineView, resolved: Resolved) -> KindName | None:
+    """The engine of the two that is not installed (llama-server first), if one is not."""
+    if engine.id is None:
+        return "llama-server"
+    if luceboxroute.lucebox_engine(paths, resolved.engine_id).id is None:
+        return "lucebox"
+    return None
+
+
 def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
     if target.check is not None and not target.check.usable:
         return refusal_of(target.check)
@@ -421,22 +476,26 @@ def replan(
     spec: SpecMode | None = None,
     draft_max: int | None = None,
     p_min: float | None = None,
+    engine_kind: KindName | None = None,
+    llama_engine: EngineView | None = None,
 ) -> LaunchPlan:
     """``launch`` planned again (same options, files, card and engine) with a context bound, a
     shorter draft or another speculation mode: after an out-of-memory start, or when the
-    speculation guard decides."""
+    speculation guard decides; or on the engine ``engine_kind`` (the calibration's), with
+    ``llama_engine`` the installed llama-server when ``launch`` is the Lucebox engine's."""
     options = replace(
         launch.options,
         spec=spec or launch.options.spec,
         draft_max=draft_max if draft_max is not None else launch.options.draft_max,
         p_min=p_min if p_min is not None else launch.options.p_min,
+        engine=engine_kind or launch.options.engine,
     )
     return plan_launch(
         paths,
         options,
         resolved=resolve(options, settings),
         budget=launch.budget,
-        engine=launch.engine,
+        engine=llama_engine or launch.engine,
         preset=launch.preset,
         ctx_cap=ctx_cap or launch.ctx_cap,
         remote_facts=None if launch.target.present else launch.target.facts,

@@ -105,11 +105,14 @@ def nearest_probe(request: ServedRequest, probes: Sequence[ProbeShape]) -> str:
     return min(probes, key=lambda p: _distance(request.prompt_tokens, request.reply_tokens, p)).name
 
 
-def served_mix(requests: Sequence[ServedRequest], probes: Sequence[ProbeShape]) -> dict[str, float]:
-    """Each probe's share of the decoded tokens of ``requests`` matched to it."""
+def served_mix(
+    requests: Sequence[ServedRequest], probes: Sequence[ProbeShape], *, by_requests: bool = False
+) -> dict[str, float]:
+    """Each probe's share of the decoded tokens of ``requests`` matched to it (of the requests
+    themselves with ``by_requests``: an engine's time goes to reading prompts too)."""
     counts = dict.fromkeys((p.name for p in probes), 0)
     for request in requests:
-        counts[nearest_probe(request, probes)] += request.reply_tokens
+        counts[nearest_probe(request, probes)] += 1 if by_requests else request.reply_tokens
     total = sum(counts.values())
     return {name: count / total for name, count in counts.items()} if total else {}
 
@@ -127,7 +130,11 @@ def mix_text(mix: Mapping[str, float]) -> str:
 
 
 def mix_moved(
-    requests: Sequence[ServedRequest], probes: Sequence[ProbeShape], measured: Mapping[str, float]
+    requests: Sequence[ServedRequest],
+    probes: Sequence[ProbeShape],
+    measured: Mapping[str, float],
+    *,
+    by_requests: bool = False,
 ) -> tuple[dict[str, float], str] | None:
     """The served mix and why it calls for a re-measure, when it has moved at least
     ``MIX_SHIFT`` (half the summed differences of the shares) from ``measured``; None while
@@ -137,7 +144,7 @@ def mix_moved(
         return None
     if not any(p.prompt_tokens > 0 for p in probes):
         return None  # a measurement stored before prompt lengths were kept
-    served = served_mix(recent, probes)
+    served = served_mix(recent, probes, by_requests=by_requests)
     if not served:
         return None
     names = set(served) | set(measured)

@@ -77,6 +77,7 @@ def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> Pro
         return None
     drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
     prompt = [timings.get("prompt_n"), timings.get("cache_n")]
+    prompt_ms = timings.get("prompt_ms")
     return ProbeRate(
         name,
         int(tokens),
@@ -85,6 +86,7 @@ def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> Pro
         int(accepted) if isinstance(accepted, int | float) else 0,
         weight,
         sum(int(n) for n in prompt if isinstance(n, int | float)),
+        float(prompt_ms) / 1000 if isinstance(prompt_ms, int | float) else 0.0,
     )
 
 

@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
@@ -40,6 +40,7 @@ from lucebox.engine.plan.specguard import SpecGuard
 from lucebox.engine.plan.workload import MIX_REQUESTS, ServedRequest, mix_moved
 from lucebox.engine.run import calibration
 from lucebox.engine.run.calibration import Trial
+from lucebox.engine.run.luceboxrun import reply_from_usage
 from lucebox.engine.run.metrics import parse_counters
 from lucebox.engine.run.probes import PROBES, Probe
 from lucebox.engine.run.sample import SpecStatus
@@ -86,18 +87,105 @@ def running_label(server: ServerLaunch) -> str:
     return config_label(server.spec_type, server.draft_max, server.draft_p_min)
 
 
-class Calibrator:
+class ProbeSender:
+    """Sends the probe set to a serving engine once no client has asked for ``idle_s``, and
+    gives way at once when one does (shared by the speculation and the engine calibration)."""
+
+    def __init__(self, idle_s: float, probe_max_tokens: int | None) -> None:
+        self.idle_s = idle_s
+        self.probe_max_tokens = probe_max_tokens
+        self.state: CalibrationState = "waiting"
+        self._last_client_s = time.monotonic()
+        self._counters: tuple[float, float] | None = None
+
+    async def _probe_set(self, client: httpx.AsyncClient, url: str) -> tuple[ProbeRate, ...] | None:
+        """Every probe's rate (a probe that fails counts no tokens); None when a client came."""
+        self._counters = None
+        probes = []
+        try:
+            for probe in PROBES:
+                if await self._client_seen(client, url, probing=False):
+                    return None
+                found = await self._probe(client, url, probe)
+                if found is not None:
+                    probes.append(found)
+        except _ClientCameError:
+            return None
+        return tuple(probes)
+
+    async def _probe(self, client: httpx.AsyncClient, url: str, probe: Probe) -> ProbeRate | None:
+        limit = self.probe_max_tokens
+        max_tokens = min(limit, probe.max_tokens) if limit else probe.max_tokens
+        body = {
+            "messages": list(probe.messages),
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "seed": 1,
+        }
+        task = asyncio.create_task(_ask(client, url, body))
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=POLL_S)
+                if not task.done() and await self._client_seen(client, url, probing=True):
+                    raise _ClientCameError
+            timings = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                    await task
+        self._counters = None  # the probe's own tokens are not a client's
+        if timings is None:
+            return None
+        return calibration.probe_rate(probe.name, timings, max_tokens)
+
+    async def _client_seen(self, client: httpx.AsyncClient, url: str, *, probing: bool) -> bool:
+        """Whether a request other than the probe runs (or ran since the last look)."""
+        try:
+            slots = (await client.get(f"{url}/slots")).json()
+            metrics = (await client.get(f"{url}/metrics")).text
+        except (httpx.HTTPError, ValueError):
+            return False
+        busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+        counters = parse_counters(metrics)
+        now = (
+            counters.get("prompt_tokens_total", 0.0),
+            counters.get("tokens_predicted_total", 0.0),
+        )
+        before, self._counters = self._counters, now
+        if busy > (1 if probing else 0):
+            return True
+        return not probing and before is not None and now != before
+
+    def _may_start(self) -> bool:
+        """Whether measuring may begin (another calibration may have to finish first)."""
+        return True
+
+    async def _wait_idle(self, client: httpx.AsyncClient, server: ServerRun) -> None:
+        """Until the engine is ready and no client has sent a request for ``idle_s``."""
+        if self.state == "running":
+            return
+        self._counters = None
+        while True:
+            ready = server.status.state == "ready" and self._may_start()
+            if not ready or await self._client_seen(client, server.url, probing=False):
+                self._last_client_s = time.monotonic()
+            elif time.monotonic() - self._last_client_s >= self.idle_s:
+                return
+            await asyncio.sleep(POLL_S)
+
+
+class Calibrator(ProbeSender):
     """One launch's calibration; ``run`` drives it inside a :class:`ServerRun`."""
 
     def __init__(self, paths: Paths, setup: CalibrationSetup) -> None:
+        super().__init__(setup.idle_s, setup.probe_max_tokens)
         self.paths = paths
         self.setup = setup
         self.measurement = read_measurement(paths, setup.key) or Measurement(setup.key)
-        self.state: CalibrationState = "done" if self.complete else "waiting"
+        self.state = "done" if self.complete else "waiting"
         self.trial: Trial | None = None
         """The configuration being measured now."""
-        self._last_client_s = time.monotonic()
-        self._counters: tuple[float, float] | None = None
         self.served: tuple[ServedRequest, ...] = ()
         """The latest requests served since the verdict, for the mix."""
         self._due = asyncio.Event()
@@ -221,6 +309,11 @@ class Calibrator:
             spec, reason = final
             server.serve_measured(spec, reason, self.guard_for(spec))
 
+    def keep_guard_off(self, label: str, why: str) -> None:
+        """The guard switched ``label`` off while serving: kept in the store, so a restart
+        does not serve it again (until the served mix moves)."""
+        self._keep(self.measurement.with_guard_off(label, why))
+
     def _keep(self, measurement: Measurement) -> None:
         self.measurement = measurement
         write_measurement(self.paths, measurement)
@@ -241,82 +334,17 @@ class Calibrator:
             # Clients wait out a restart and are served first: the new engine counts their tokens.
             if await _served_besides(client, server.url, warm_up):
                 return None
-        self._counters = None
-        probes = []
-        try:
-            for probe in PROBES:
-                if await self._client_seen(client, server.url, probing=False):
-                    return None
-                found = await self._probe(client, server.url, probe)
-                if found is not None:
-                    probes.append(found)
-        except _ClientCameError:
+        probes = await self._probe_set(client, server.url)
+        if probes is None:
             return None
         return TrialRate(
             trial.label,
             trial.spec_type,
             trial.draft_max,
             trial.p_min,
-            tuple(probes),
+            probes,
             round(time.time(), 1),
         )
-
-    async def _probe(self, client: httpx.AsyncClient, url: str, probe: Probe) -> ProbeRate | None:
-        limit = self.setup.probe_max_tokens
-        max_tokens = min(limit, probe.max_tokens) if limit else probe.max_tokens
-        body = {
-            "messages": list(probe.messages),
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "seed": 1,
-        }
-        task = asyncio.create_task(_ask(client, url, body))
-        try:
-            while not task.done():
-                await asyncio.wait({task}, timeout=POLL_S)
-                if not task.done() and await self._client_seen(client, url, probing=True):
-                    raise _ClientCameError
-            timings = task.result()
-        finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
-                    await task
-        self._counters = None  # the probe's own tokens are not a client's
-        if timings is None:
-            return None
-        return calibration.probe_rate(probe.name, timings, max_tokens)
-
-    async def _client_seen(self, client: httpx.AsyncClient, url: str, *, probing: bool) -> bool:
-        """Whether a request other than the probe runs (or ran since the last look)."""
-        try:
-            slots = (await client.get(f"{url}/slots")).json()
-            metrics = (await client.get(f"{url}/metrics")).text
-        except (httpx.HTTPError, ValueError):
-            return False
-        busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
-        counters = parse_counters(metrics)
-        now = (
-            counters.get("prompt_tokens_total", 0.0),
-            counters.get("tokens_predicted_total", 0.0),
-        )
-        before, self._counters = self._counters, now
-        if busy > (1 if probing else 0):
-            return True
-        return not probing and before is not None and now != before
-
-    async def _wait_idle(self, client: httpx.AsyncClient, server: ServerRun) -> None:
-        """Until the engine is ready and no client has sent a request for ``idle_s``."""
-        if self.state == "running":
-            return
-        self._counters = None
-        while True:
-            ready = server.status.state == "ready"
-            if not ready or await self._client_seen(client, server.url, probing=False):
-                self._last_client_s = time.monotonic()
-            elif time.monotonic() - self._last_client_s >= self.setup.idle_s:
-                return
-            await asyncio.sleep(POLL_S)
 
 
 class _ClientCameError(Exception):
@@ -341,10 +369,35 @@ async def _ask(
     """One greedy chat request; the engine's ``timings`` of the reply, None when it failed."""
     try:
         reply = await client.post(f"{url}/v1/chat/completions", json=body)
-        timings = reply.json().get("timings") if reply.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+        return reply_timings(reply.json()) if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
         return None
+
+
+def reply_timings(document: object) -> dict[str, object] | None:
+    """A chat reply's ``timings`` in llama-server's terms, whichever engine answered."""
+    if not isinstance(document, dict):
+        return None
+    timings = document.get("timings")
+    usage = document.get("usage")
+    if timings is None and isinstance(usage, dict) and isinstance(usage.get("timings"), dict):
+        try:
+            timings = _lucebox_timings(usage)
+        except (TypeError, ValueError):
+            return None
     return timings if isinstance(timings, dict) else None
+
+
+def _lucebox_timings(usage: dict[str, Any]) -> dict[str, object]:
+    """The Lucebox engine's ``usage`` of a reply in llama-server's ``timings`` terms."""
+    prompt, completion, prefill_s, decode_s, _ = reply_from_usage(usage)
+    return {
+        "prompt_n": prompt,
+        "prompt_ms": prefill_s * 1000,
+        # Its decode time counts every reply token; llama-server's the steps after the first.
+        "predicted_n": completion,
+        "predicted_ms": decode_s * 1000,
+    }
 
 
 async def _restart(server: ServerRun, launch: ServerLaunch) -> bool:

@@ -26,6 +26,7 @@ from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.calibrator import Calibrator, running_label
+from lucebox.engine.run.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.hang import HangBounds, Watch, hung, observe
 from lucebox.engine.run.lastserved import served_now, write_last_served
@@ -99,6 +100,7 @@ class ServerRun:
         api_key: str | None = None,
         peers: tuple[PeerStatus, ...] = (),
         calibrator: Calibrator | None = None,
+        engine_calibrator: EngineCalibrator | None = None,
     ) -> None:
 
         self.spec_guard = spec_guard
@@ -111,6 +113,8 @@ class ServerRun:
         own requests: samples and slot saves."""
         self.calibrator = calibrator
         """Measures speculation on this card once idle; None when nothing can speculate."""
+        self.engine_calibrator = engine_calibrator
+        """Measures both engines once idle where both can serve; None elsewhere."""
         self._pending: Decision | None = None
         self._spec_off: SpecStatus | None = None
         """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
@@ -182,10 +186,13 @@ class ServerRun:
         """Feed the guard and the calibration's watch of the served mix with the requests
         that finished since the last sample; apply the guard's decision once no request is
         running (one restart)."""
-        if self.calibrator is not None and self.calibrator.active:
+        measuring = (self.calibrator, self.engine_calibrator)
+        if any(c is not None and c.active for c in measuring):
             return  # the probes' requests are the calibration's own
-        if self.calibrator is not None:
-            self.calibrator.observe(requests)
+        if self.engine_calibrator is not None:
+            self.engine_calibrator.observe(requests)
+        if self.calibrator is not None and self.supervisor.launch.kind == "llama-server":
+            self.calibrator.observe(requests)  # its trials are llama-server's
         guard = self.spec_guard
         if guard is None:
             return
@@ -280,7 +287,11 @@ class ServerRun:
                 await queue.put(None)
 
         supervising = asyncio.create_task(follow_supervisor())
-        calibrating = asyncio.create_task(self.calibrator.run(self)) if self.calibrator else None
+        calibrating = [
+            asyncio.create_task(c.run(self))
+            for c in (self.calibrator, self.engine_calibrator)
+            if c is not None
+        ]
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, ServerEvent):
@@ -288,10 +299,10 @@ class ServerRun:
                 self._save()
                 yield item
         finally:
-            if calibrating is not None:
-                calibrating.cancel()
+            for task in calibrating:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await calibrating
+                    await task
             self.supervisor.stop()
             await self._stop_sampling()
             with contextlib.suppress(asyncio.CancelledError):

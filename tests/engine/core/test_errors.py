@@ -81,6 +81,7 @@ EXIT_CODES = {
     "ServiceError": 1,
     "SourceError": 1,
     "StoreError": 1,
+    "StoreVersionError": 1,
     "ToolkitError": 1,
     "TransferError": 1,
     "TransferRefusedError": 1,

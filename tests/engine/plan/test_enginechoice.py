@@ -62,7 +62,11 @@ def test_engine_choice(changes, kind, reason, refused):
     assert choice.kind == kind
     assert reason in choice.reason
     assert (choice.refusal is not None) == refused
-    assert choice.to_json() == {"kind": kind, "reason": choice.reason}
+    document = choice.to_json()
+    assert {k: document[k] for k in ("kind", "reason")} == {"kind": kind, "reason": choice.reason}
+    assert document["measured"] is False
+    # Where both engines serve, the plan says what is not measured yet.
+    assert (document["unmeasured"] is not None) == choice.both
 
 
 def test_a_lucebox_draft_is_never_dropped_without_its_name():

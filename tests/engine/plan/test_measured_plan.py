@@ -94,3 +94,24 @@ def test_a_head_whose_memory_costs_context_is_not_measured_under_auto(tmp_path):
     assert [c.spec_type for c in roomy.speculation.candidates] == ["draft-mtp", "ngram-mod"]
     forced = launch_of(target, spec="mtp", vram_mib=3000)  # the user's choice is measured
     assert [c.spec_type for c in forced.speculation.candidates] == ["draft-mtp"]
+
+
+def test_a_guard_switch_off_is_written_back_so_a_restart_keeps_speculation_off():
+    from lucebox.engine.pipeline import Prepared, Replanner
+    from lucebox.engine.plan.specguard import Decision
+
+    target = cached_gguf(qwen35_target())
+    launch = launch_of(target)
+    assert launch.server.spec_type == "draft-mtp"
+    replanner = Replanner(resolve_paths(), Prepared(launch, Settings(), 0, 60.0))
+    seen = "drafted nothing in 600 decoded tokens, 0.61x of none"
+    decision = Decision("off", 0.0, None, f"{seen}; speculation switched off", seen)
+    changed = replanner.after_spec_decision(decision, launch.server)
+    assert changed is not None and changed.spec_type is None
+    restarted = launch_of(target)  # a new `lucebox serve` plans from the store
+    assert restarted.speculation.spec_type is None
+    assert restarted.speculation.reason.startswith(
+        f"off: switched off by the guard while serving: {seen}"
+    )
+    # A mode the user forces is still theirs.
+    assert launch_of(target, spec="mtp").speculation.spec_type == "draft-mtp"

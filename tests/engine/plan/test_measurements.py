@@ -6,16 +6,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan import measurements
 from lucebox.engine.plan.measurements import (
     OFF,
+    STORE_VERSION,
     Measurement,
     MeasurementKey,
     ProbeRate,
+    StoreVersionError,
     TrialRate,
     config_label,
     file_identity,
+    measured_choice,
     read_measurement,
     write_measurement,
 )
@@ -43,7 +48,7 @@ def test_a_measurement_is_kept_per_key_and_read_back_whole(lucebox_home: Path):
     again = read_measurement(paths, other)
     assert again is not None and again.baseline is not None and again.baseline.tok_s == 25
     document = json.loads(measurements.store_file(paths).read_text())
-    assert document["version"] == 1 and len(document["entries"]) == 2
+    assert document["version"] == STORE_VERSION == 2 and len(document["entries"]) == 2
 
 
 def test_a_broken_or_foreign_store_reads_as_nothing_measured(lucebox_home: Path):
@@ -52,10 +57,59 @@ def test_a_broken_or_foreign_store_reads_as_nothing_measured(lucebox_home: Path)
     paths.ensure(paths.data_dir)
     measurements.store_file(paths).write_text("{not json")
     assert read_measurement(paths, KEY) is None
-    measurements.store_file(paths).write_text(json.dumps({"version": 99, "entries": {}}))
+    measurements.store_file(paths).write_text(json.dumps({"version": "x", "entries": {}}))
     assert read_measurement(paths, KEY) is None
     write_measurement(paths, Measurement(KEY))  # a bad file is replaced, not a crash
     assert read_measurement(paths, KEY) == Measurement(KEY)
+
+
+def test_a_newer_store_is_refused_for_reading_and_writing_and_left_as_it_is(lucebox_home: Path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(lucebox_home)})
+    paths.ensure(paths.data_dir)
+    newer = json.dumps({"version": STORE_VERSION + 1, "entries": {}, "verdicts": {"k": 1}})
+    measurements.store_file(paths).write_text(newer)
+    for act in (
+        lambda: read_measurement(paths, KEY),
+        lambda: write_measurement(paths, Measurement(KEY)),
+    ):
+        with pytest.raises(StoreVersionError) as refused:
+            act()
+        assert f"is version {STORE_VERSION + 1}, written by a newer lucebox" in str(refused.value)
+        assert "move spec-measurements.json aside" in str(refused.value)
+    assert measurements.store_file(paths).read_text() == newer
+
+
+def test_a_version_1_store_is_read_and_rewritten_as_this_version_keeping_its_entries(
+    lucebox_home: Path,
+):
+    paths = resolve_paths({"LUCEBOX_HOME": str(lucebox_home)})
+    paths.ensure(paths.data_dir)
+    old = Measurement(KEY).with_trial(trial(OFF, 100, 2.0)).to_json()
+    del old["guard_off"]
+    for probe in old["trials"][0]["probes"]:
+        del probe["prefill_s"]
+    document = {"version": 1, "entries": {KEY.text(): old}, "prefill": {"m": {"tokens": 1}}}
+    measurements.store_file(paths).write_text(json.dumps(document))
+    back = read_measurement(paths, KEY)
+    assert back is not None and back.guard_off == () and back.baseline == trial(OFF, 100, 2.0)
+    write_measurement(paths, back.with_guard_off("ngram-mod", "0.8x of none"))
+    stored = json.loads(measurements.store_file(paths).read_text())
+    assert stored["version"] == STORE_VERSION and stored["prefill"] == {"m": {"tokens": 1}}
+    assert stored["entries"][KEY.text()]["guard_off"] == {"ngram-mod": "0.8x of none"}
+
+
+def test_a_guard_switch_off_holds_until_the_served_mix_moves():
+    m = Measurement(KEY, (trial(OFF, 100, 2.0), trial("ngram-mod", 150, 2.0)), "ngram-mod", "1.5x")
+    ngram = SpecCandidate("ngram-mod", False, None, None, "ngram")
+    assert measured_choice([ngram], m) is not None and measured_choice([ngram], m) != []
+    off = m.with_guard_off("ngram-mod", "decoding at 0.7x of none")
+    assert measured_choice([ngram], off) == []
+    assert off.switched_off("ngram-mod") == "decoding at 0.7x of none"
+    assert Measurement.from_json(json.loads(json.dumps(off.to_json()))) == off
+    # Without a verdict (no calibration ran) the switch-off still holds.
+    assert measured_choice([ngram], Measurement(KEY).with_guard_off("ngram-mod", "x")) == []
+    moved = off.remeasure({"chat": 1.0}, "the mix moved", 9.0)
+    assert moved.guard_off == () and measured_choice([ngram], moved) != []
 
 
 def test_a_file_is_known_by_name_size_and_head_not_by_its_path(tmp_path: Path):
