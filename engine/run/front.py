@@ -278,9 +278,7 @@ class Front:
             await self._pipe_events(ex, answer, path, body)
         elif "application/json" in content_type:
             whole = self.shape.reply(path, body, await self._read_all(ex, answer))
-            await ex.head(
-                answer.status_code, [*kept, ("content-length", str(len(whole))), *cors]
-            )
+            await ex.head(answer.status_code, [*kept, ("content-length", str(len(whole))), *cors])
             await ex.data(whole)
             await ex.end()
         else:
@@ -426,8 +424,6 @@ class Front:
         return "\n".join(lines) + "\n"
 
 
-async def start_front(
-    front: Front, host: str, port: int
-) -> asyncio.Server:
+async def start_front(front: Front, host: str, port: int) -> asyncio.Server:
     """The front listening on ``host:port`` (IPv4 and IPv6 where the host name has both)."""
     return await asyncio.start_server(front.handle, host, port)
