@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -67,6 +68,13 @@ class FrontPolicy:
             return True
         given = presented_key(headers)
         return given is not None and hmac.compare_digest(given.encode(), self.api_key.encode())
+
+
+def machine_names() -> tuple[str, ...]:
+    """This machine's names as LAN clients write them: its hostname, short and ``.local``."""
+    full = socket.gethostname().lower()
+    short = full.split(".")[0]
+    return tuple(dict.fromkeys((full, short, f"{short}.local")))
 
 
 def host_name(host_header: str) -> str:

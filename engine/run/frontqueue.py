@@ -10,6 +10,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_MAX_WAITING = 32
 DEFAULT_SERVICE_S = 10.0
@@ -39,6 +40,25 @@ class QueueStatus:
     rejected: int
     mean_service_s: float | None
 
+    @classmethod
+    def from_json(cls, data: Any) -> QueueStatus | None:
+        """The queue a state file holds; None when it holds none."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(
+                depth=int(data["depth"]),
+                running=int(data["running"]),
+                oldest_wait_s=_number(data.get("oldest_wait_s")),
+                max_waiting=int(data["max_waiting"]),
+                capacity=int(data["capacity"]),
+                served=int(data["served"]),
+                rejected=int(data["rejected"]),
+                mean_service_s=_number(data.get("mean_service_s")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
     def to_json(self) -> dict[str, object]:
         return {
             "depth": self.depth,
@@ -50,6 +70,10 @@ class QueueStatus:
             "rejected": self.rejected,
             "mean_service_s": self.mean_service_s,
         }
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 class Ticket:

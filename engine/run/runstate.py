@@ -21,6 +21,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.frontqueue import QueueStatus
 from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelStatus
 
@@ -74,6 +75,8 @@ class Status:
     cause: EngineDeath | None = None
     """Why the engine last died, and the next step; None until it has. It stays once the
     engine serves again, so a restart count has its reason."""
+    queue: QueueStatus | None = None
+    """lucebox's front's queue of requests for the engine; None without a front."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -99,6 +102,7 @@ class Status:
             "peers": [p.to_json() for p in self.peers],
             "models": [m.to_json() for m in self.models],
             "cause": self.cause.to_json() if self.cause else None,
+            "queue": self.queue.to_json() if self.queue else None,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -138,6 +142,7 @@ class Status:
             peers=_items(PeerStatus.from_json, data.get("peers")),
             models=_items(ModelStatus.from_json, data.get("models")),
             cause=EngineDeath.from_json(data.get("cause")),
+            queue=QueueStatus.from_json(data.get("queue")),
         )
 
 
