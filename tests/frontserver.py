@@ -44,7 +44,6 @@ def running_front(spec: FrontSpec, engine_url: str) -> Iterator[RunningFront]:
             if task is not asyncio.current_task():
                 task.cancel()
         await asyncio.sleep(0.1)
-        await front.client.aclose()
 
     thread = threading.Thread(target=lambda: _run(loop, main()), daemon=True)
     thread.start()

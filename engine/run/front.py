@@ -23,29 +23,26 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import h11
-import httpx
 
 from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
-from lucebox.engine.run.frontqueue import (
-    DEFAULT_MAX_WAITING,
-    FrontQueue,
-    QueueFullError,
-    QueueStatus,
-)
+from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError
 from lucebox.engine.run.frontwire import (
     HOP_HEADERS,
     ApiShape,
     ClientGoneError,
+    EngineCall,
     Exchange,
     SameShape,
     serve_connection,
     split_events,
 )
-from lucebox.engine.run.sample import Sample
+from lucebox.engine.run.prometheus import prometheus_text
+from lucebox.engine.run.runstate import Status
+from lucebox.engine.run.sample import QueueStatus
 
 KEEPALIVE_S = 5.0
 """Longest silence on a streamed reply before the front writes ``: keep-alive``."""
@@ -66,7 +63,15 @@ GENERATION_SUFFIXES = (
 """POST paths that occupy the engine (and so wait their turn in the queue)."""
 _NOT_RELAYED = HOP_HEADERS | {b"authorization", b"x-api-key", b"origin", b"referer"}
 _ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
+ENGINE_ERRORS = (OSError, h11.ProtocolError)
+"""What a broken or refused connection to the engine raises."""
 SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+
+
+def header_of(answer: h11.Response, name: bytes) -> str:
+    """One header of the engine's answer ('' when absent)."""
+    found = (v for k, v in answer.headers if k.lower() == name)
+    return next(found, b"").decode("latin-1")
 
 
 def is_generation(method: str, path: str) -> bool:
@@ -116,20 +121,19 @@ class Front:
         spec: FrontSpec,
         engine_url: Callable[[], str],
         *,
-        sample: Callable[[], Sample | None] = lambda: None,
+        status: Callable[[], Status] = lambda: Status("ready"),
         shape: ApiShape | None = None,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         self.spec = spec
         self.engine_url = engine_url
         """Read per request: a re-planned engine may listen on another port."""
-        self.sample = sample
+        self.status = status
+        """The run's status now (its sample, speculation, cache) for ``/metrics``."""
         self.shape: ApiShape = shape or SameShape()
         self.queue = FrontQueue(spec.capacity, spec.max_waiting)
         self.counters = FrontCounters()
-        self.client = client or httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None))
-        self._engine_headers = (
-            [("authorization", f"Bearer {spec.engine_key}")] if spec.engine_key else []
+        self._engine_headers: list[tuple[bytes, bytes]] = (
+            [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
         )
 
     def queue_status(self) -> QueueStatus:
@@ -209,33 +213,40 @@ class Front:
         """The request to the engine and its answer back; for a streamed request, comments
         while the engine says nothing."""
         sent = self.shape.request(path, body) if body else body
-        headers = [
+        headers: list[tuple[bytes, bytes]] = [
             *((k, v) for k, v in request.headers if k.lower() not in _NOT_RELAYED),
             *self._engine_headers,
         ]
-        upstream = self.client.build_request(
-            request.method.decode("latin-1"), self.engine_url() + target, headers=headers,
-            content=sent,
-        )  # fmt: skip
-        sending = asyncio.ensure_future(self.client.send(upstream, stream=True))
+        method = request.method.decode("latin-1")
+        sending = asyncio.ensure_future(self._call(method, target, headers, sent))
         try:
             while not await ex.wait(sending, self.spec.keepalive_s):
                 if streamed:
                     if not ex.started:
                         await ex.head(200, [*SSE_HEAD, *cors])
                     await self._keepalive(ex)
-            answer = sending.result()
-        except httpx.HTTPError as exc:
+            call, answer = sending.result()
+        except ENGINE_ERRORS as exc:
             await self._engine_failed(ex, f"the engine did not answer: {exc}")
             return
         finally:
-            sending.cancel()
+            sending.cancel()  # a client gone before the engine answered: the call closes
         try:
-            await self._answer_back(ex, answer, path, body, cors)
-        except httpx.HTTPError:
+            await self._answer_back(ex, call, answer, path, body, cors)
+        except ENGINE_ERRORS:
             ex.gone.set()  # the engine broke off: close the client's connection, not end it
         finally:
-            await answer.aclose()
+            await call.close()
+
+    async def _call(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[EngineCall, h11.Response]:
+        call = await EngineCall.open(self.engine_url())
+        try:
+            return call, await call.send(method, target, headers, body)
+        except BaseException:
+            call.writer.close()
+            raise
 
     async def _engine_failed(self, ex: Exchange, message: str) -> None:
         self.counters.answered[502] += 1
@@ -249,71 +260,68 @@ class Front:
     async def _answer_back(
         self,
         ex: Exchange,
-        answer: httpx.Response,
+        call: EngineCall,
+        answer: h11.Response,
         path: str,
         body: bytes,
         cors: list[tuple[str, str]],
     ) -> None:
-        content_type = answer.headers.get("content-type", "")
-        self.counters.answered[answer.status_code] += 1
+        status = answer.status_code
+        content_type = header_of(answer, b"content-type")
+        self.counters.answered[status] += 1
         if ex.started:  # our own SSE head is out: the engine's status goes in the stream
-            if answer.status_code != 200:
-                detail = (await answer.aread()).decode("utf-8", errors="replace")
+            if status != 200:
+                detail = (await self._read_all(ex, call)).decode("utf-8", errors="replace")
                 await ex.data(f"event: error\ndata: {detail}\n\n".encode())
                 await ex.end()
                 return
-            await self._pipe_events(ex, answer, path, body)
+            await self._pipe_events(ex, call, path, body)
             return
-        if path == "/" and answer.status_code >= 400:
+        if path == "/" and status >= 400:
             await ex.whole(200, self._index(), extra=cors)
             return
         kept = [
             (k, v)
-            for k, v in answer.headers.raw
+            for k, v in answer.headers
             if k.lower() not in _ENGINE_ANSWER_DROPPED
             and not k.lower().startswith(b"access-control-")
         ]
         if "text/event-stream" in content_type:
-            await ex.head(answer.status_code, [*kept, *cors])
-            await self._pipe_events(ex, answer, path, body)
+            await ex.head(status, [*kept, *cors])
+            await self._pipe_events(ex, call, path, body)
         elif "application/json" in content_type:
-            whole = self.shape.reply(path, body, await self._read_all(ex, answer))
-            await ex.head(answer.status_code, [*kept, ("content-length", str(len(whole))), *cors])
+            whole = self.shape.reply(path, body, await self._read_all(ex, call))
+            await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
             await ex.data(whole)
             await ex.end()
         else:
-            await ex.head(answer.status_code, [*kept, *cors])
-            async for chunk in answer.aiter_raw():
+            await ex.head(status, [*kept, *cors])
+            while (chunk := await call.chunk()) is not None:
                 await ex.data(chunk)
             await ex.end()
 
-    async def _read_all(self, ex: Exchange, answer: httpx.Response) -> bytes:
-        reading = asyncio.ensure_future(answer.aread())
+    async def _read_all(self, ex: Exchange, call: EngineCall) -> bytes:
+        """The whole body of the engine's answer (a hang-up meanwhile ends the wait)."""
+        whole = bytearray()
+        while (chunk := await self._next_chunk(ex, call, keepalive=False)) is not None:
+            whole += chunk
+        return bytes(whole)
+
+    async def _next_chunk(self, ex: Exchange, call: EngineCall, *, keepalive: bool) -> bytes | None:
+        reading = asyncio.ensure_future(call.chunk())
         try:
-            while not await ex.wait(reading, 3600.0):
-                pass
+            while not await ex.wait(reading, self.spec.keepalive_s):
+                if keepalive:
+                    await self._keepalive(ex)
             return reading.result()
         finally:
             reading.cancel()
 
-    async def _pipe_events(
-        self, ex: Exchange, answer: httpx.Response, path: str, body: bytes
-    ) -> None:
+    async def _pipe_events(self, ex: Exchange, call: EngineCall, path: str, body: bytes) -> None:
         """The engine's SSE events on, each through the shape; a comment whenever it is
         silent for ``keepalive_s`` between two events (never inside one)."""
-        chunks = answer.aiter_raw().__aiter__()
         pending = b""
-        while True:
-            reading = asyncio.ensure_future(chunks.__anext__())
-            try:
-                while not await ex.wait(reading, self.spec.keepalive_s):
-                    if not pending:
-                        await self._keepalive(ex)
-                chunk = reading.result()
-            except StopAsyncIteration:
-                break
-            finally:
-                reading.cancel()
+        while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
             events, pending = split_events(pending + chunk)
             await ex.data(b"".join(self.shape.event(path, body, e) for e in events))
         await ex.data(pending)
@@ -326,11 +334,12 @@ class Front:
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
         """The engine's model list with ``context_length`` and the same keys on both engines."""
         try:
-            answer = await self.client.get(
-                self.engine_url() + "/v1/models", headers=self._engine_headers
-            )
-            listed = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
+            call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
+            try:
+                listed = json.loads(await self._read_all(ex, call))
+            finally:
+                await call.close()
+        except (*ENGINE_ERRORS, ValueError) as exc:
             await self._engine_failed(ex, f"the engine did not list its models: {exc}")
             return
         data = listed.get("data") if isinstance(listed, dict) else None
@@ -374,54 +383,21 @@ class Front:
         ).encode()
 
     def metrics_text(self) -> str:
-        """Prometheus text from lucebox's own numbers (the queue, the answers, the sample)."""
-        queue = self.queue.status()
+        """Prometheus text: the run's numbers with the queue as it is now, and the front's."""
+        status = replace(self.status(), queue=self.queue.status())
+        counters = self.counters
         lines = [
-            "# TYPE lucebox_queue_depth gauge",
-            f"lucebox_queue_depth {queue.depth}",
-            "# TYPE lucebox_queue_oldest_wait_seconds gauge",
-            f"lucebox_queue_oldest_wait_seconds {queue.oldest_wait_s or 0}",
-            "# TYPE lucebox_requests_running gauge",
-            f"lucebox_requests_running {queue.running}",
-            "# TYPE lucebox_queue_capacity gauge",
-            f"lucebox_queue_capacity {queue.capacity}",
-            "# TYPE lucebox_requests_served_total counter",
-            f"lucebox_requests_served_total {queue.served}",
-            "# TYPE lucebox_requests_rejected_total counter",
-            f"lucebox_requests_rejected_total {queue.rejected}",
             "# TYPE lucebox_client_disconnects_total counter",
-            f"lucebox_client_disconnects_total {self.counters.client_gone}",
+            f"lucebox_client_disconnects_total {counters.client_gone}",
             "# TYPE lucebox_sse_keepalives_total counter",
-            f"lucebox_sse_keepalives_total {self.counters.keepalives}",
+            f"lucebox_sse_keepalives_total {counters.keepalives}",
             "# TYPE lucebox_responses_total counter",
             *(
                 f'lucebox_responses_total{{code="{code}"}} {count}'
-                for code, count in sorted(self.counters.answered.items())
+                for code, count in sorted(counters.answered.items())
             ),
-            "# TYPE lucebox_context_tokens gauge",
-            f"lucebox_context_tokens {self.spec.ctx}",
         ]
-        sample = self.sample()
-        if sample is not None:
-            gauges = {
-                "decode_tokens_per_second": sample.last_decode_tokens_per_s,
-                "prefill_tokens_per_second": sample.last_prefill_tokens_per_s,
-                "ttft_seconds": sample.last_ttft_s,
-                "spec_acceptance": sample.spec_acceptance,
-                "vram_used_bytes": sample.vram_used_bytes,
-                "gpu_util_percent": sample.gpu_util_percent,
-            }
-            for name, value in gauges.items():
-                if value is not None:
-                    lines += [f"# TYPE lucebox_{name} gauge", f"lucebox_{name} {value}"]
-            counters = {
-                "decode_tokens_total": sample.decode_tokens_total,
-                "prefill_tokens_total": sample.prefill_tokens_total,
-                "engine_requests_finished_total": sample.requests_finished_total,
-            }
-            for name, value in counters.items():
-                lines += [f"# TYPE lucebox_{name} counter", f"lucebox_{name} {value}"]
-        return "\n".join(lines) + "\n"
+        return prometheus_text(status) + "\n".join(lines) + "\n"
 
 
 async def start_front(front: Front, host: str, port: int) -> asyncio.Server:

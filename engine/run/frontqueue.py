@@ -9,8 +9,8 @@ import asyncio
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
+
+from lucebox.engine.run.sample import QueueStatus
 
 DEFAULT_MAX_WAITING = 32
 DEFAULT_SERVICE_S = 10.0
@@ -23,57 +23,6 @@ class QueueFullError(Exception):
     def __init__(self, retry_after_s: int) -> None:
         super().__init__(f"the queue is full; retry after {retry_after_s} s")
         self.retry_after_s = retry_after_s
-
-
-@dataclass(frozen=True)
-class QueueStatus:
-    """The queue now, as `lucebox status` and ``/metrics`` show it."""
-
-    depth: int
-    """Requests waiting (not yet in the engine)."""
-    running: int
-    """Requests in the engine."""
-    oldest_wait_s: float | None
-    max_waiting: int
-    capacity: int
-    served: int
-    rejected: int
-    mean_service_s: float | None
-
-    @classmethod
-    def from_json(cls, data: Any) -> QueueStatus | None:
-        """The queue a state file holds; None when it holds none."""
-        if not isinstance(data, dict):
-            return None
-        try:
-            return cls(
-                depth=int(data["depth"]),
-                running=int(data["running"]),
-                oldest_wait_s=_number(data.get("oldest_wait_s")),
-                max_waiting=int(data["max_waiting"]),
-                capacity=int(data["capacity"]),
-                served=int(data["served"]),
-                rejected=int(data["rejected"]),
-                mean_service_s=_number(data.get("mean_service_s")),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "depth": self.depth,
-            "running": self.running,
-            "oldest_wait_s": self.oldest_wait_s,
-            "max_waiting": self.max_waiting,
-            "capacity": self.capacity,
-            "served": self.served,
-            "rejected": self.rejected,
-            "mean_service_s": self.mean_service_s,
-        }
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 class Ticket:

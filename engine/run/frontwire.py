@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import h11
 
@@ -56,7 +57,7 @@ class SameShape:
         return event
 
 
-class ClientGoneError(ConnectionError):
+class ClientGoneError(Exception):
     """The client closed its connection before its answer was complete."""
 
 
@@ -121,7 +122,8 @@ class Exchange:
                 raise ClientGoneError("the client hung up") from exc
 
     async def head(self, status: int, headers: Iterable[tuple[str | bytes, str | bytes]]) -> None:
-        await self.send(h11.Response(status_code=status, headers=list(headers)))
+        raw = [(_latin1(name), _latin1(value)) for name, value in headers]
+        await self.send(h11.Response(status_code=status, headers=raw))
 
     async def data(self, data: bytes) -> None:
         if data:
@@ -162,6 +164,10 @@ class Exchange:
         return False
 
 
+def _latin1(text: str | bytes) -> bytes:
+    return text.encode("latin-1") if isinstance(text, str) else text
+
+
 async def next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
     while (event := conn.next_event()) is h11.NEED_DATA:
         conn.receive_data(await reader.read(READ_BYTES))
@@ -194,9 +200,64 @@ async def serve_connection(
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
-    except (h11.ProtocolError, ConnectionError):
+    except (h11.ProtocolError, ConnectionError, ClientGoneError):
         return
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+class EngineCall:
+    """One request to the engine on a connection of its own: closing it is how a client's
+    hang-up reaches the engine (llama-server and the Lucebox engine both stop generating when
+    their client's socket closes)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.conn = h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def open(cls, url: str) -> EngineCall:
+        parts = urlsplit(url)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+        return cls(reader, writer)
+
+    async def send(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> h11.Response:
+        """Write the request and read the engine's status line and headers."""
+        sent = [
+            (b"host", b"127.0.0.1"),
+            (b"connection", b"close"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ]
+        self.writer.write(self.conn.send(h11.Request(method=method, target=target, headers=sent)))
+        self.writer.write(self.conn.send(h11.Data(data=body)) if body else b"")
+        self.writer.write(self.conn.send(h11.EndOfMessage()))
+        await self.writer.drain()
+        event = await self._next()
+        while isinstance(event, h11.InformationalResponse):
+            event = await self._next()
+        if not isinstance(event, h11.Response):
+            raise ConnectionError("the engine closed the connection without an answer")
+        return event
+
+    async def _next(self) -> Any:
+        while (event := self.conn.next_event()) is h11.NEED_DATA:
+            self.conn.receive_data(await self.reader.read(READ_BYTES))
+        if isinstance(event, h11.ConnectionClosed):
+            raise ConnectionError("the engine closed the connection mid-answer")
+        return event
+
+    async def chunk(self) -> bytes | None:
+        """The next piece of the answer's body; None at its end."""
+        event = await self._next()
+        return bytes(event.data) if isinstance(event, h11.Data) else None
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()

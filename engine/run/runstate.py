@@ -21,8 +21,14 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.death import EngineDeath
-from lucebox.engine.run.frontqueue import QueueStatus
-from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.sample import (
+    CacheStatus,
+    GpuStatus,
+    PeerStatus,
+    QueueStatus,
+    Sample,
+    SpecStatus,
+)
 from lucebox.engine.run.servedsetmodels import ModelStatus
 
 STATE_NAME = "serve.json"

@@ -306,7 +306,7 @@ class ServerRun:
             with contextlib.suppress(asyncio.CancelledError):
                 await supervising
             if listening is not None:
-                await self._close_front(listening)
+                self._close_front(listening)
             state_file(self.paths).unlink(missing_ok=True)
 
     def _front_spec(self) -> FrontSpec:
@@ -332,12 +332,11 @@ class ServerRun:
         front = Front(
             self._front_spec(),
             lambda: engine_url(self.supervisor.launch),
-            sample=lambda: self._run.sample,
+            status=lambda: self._run.status,
         )
         try:
             server = await start_front(front, launch.host, launch.port)
         except OSError as exc:
-            await front.client.aclose()
             holder = port_holder(launch.host, launch.port) or "another program"
             raise PortInUseError(
                 f"cannot listen on {launch.host}:{launch.port}: {exc.strerror or exc} ({holder})",
@@ -348,11 +347,9 @@ class ServerRun:
         self.front = front
         return server
 
-    async def _close_front(self, server: asyncio.Server) -> None:
+    def _close_front(self, server: asyncio.Server) -> None:
         server.close()
-        front, self.front = self.front, None
-        if front is not None:
-            await front.client.aclose()
+        self.front = None
 
     async def _on_event(self, event: ServerEvent, queue: asyncio.Queue[RunItem | None]) -> None:
 
