@@ -63,6 +63,7 @@ def test_engine_choice(changes, kind, reason, refused):
 
 def test_a_lucebox_draft_is_never_dropped_without_its_name():
     """Whatever blocks the Lucebox engine, the reason names the draft and why."""
-    for blocker in ({"on_nvidia_gpu": False}, {"target_has_mtp": True}):
+    blockers: tuple[dict[str, Any], ...] = ({"on_nvidia_gpu": False}, {"target_has_mtp": True})
+    for blocker in blockers:
         choice = choose_engine(dataclasses.replace(BASE, **LUCEBOX_DRAFT, **blocker))
         assert "dflash-draft-3.6-q4_k_m.gguf cannot be used" in choice.reason

@@ -187,7 +187,7 @@ def test_past_the_bound_a_request_is_told_when_to_retry(engine):
         while running.front.queue_status().depth < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         refused = httpx.post(url, json=chat("hi", 4), headers=AUTH, timeout=30)
-        assert refused.status_code == 503
+        assert refused.status_code == 503, refused.text
         assert int(refused.headers["retry-after"]) >= 1
         status = running.front.queue_status()
         assert status.depth == 1 and status.running == 1 and status.rejected == 1
