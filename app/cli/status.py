@@ -25,6 +25,7 @@ from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import updatestate
 from lucebox.engine.machine import systemd
 from lucebox.engine.run import runstate
+from lucebox.engine.run.prometheus import prometheus_text
 from lucebox.engine.run.servedsetmodels import ModelStatus, find_model
 
 COMMANDS = ("status", "down", "logs")
@@ -75,72 +76,6 @@ def model_line(model: ModelStatus) -> str:
     used = "never used" if model.last_used_s is None else f"used {model.last_used_s:.0f} s ago"
     held = f"{gib_text(model.memory_bytes, 2)} of {gib_text(model.planned_bytes, 2)} planned"
     return f"{model.alias}: {model.state}, {held}, {used} ({model.device})"
-
-
-def prometheus_text(status: runstate.Status) -> str:
-    """The status as a Prometheus textfile (node_exporter's textfile collector reads it)."""
-    sample, cache, spec = status.sample, status.cache, status.spec
-    series: list[tuple[str, str, str, float | int | None]] = [
-        ("up", "gauge", "1 while lucebox serves a ready engine", int(status.state == "ready")),
-        ("restarts_total", "counter", "engine restarts of this server", status.restarts),
-        (
-            "decode_tokens_per_second",
-            "gauge",
-            "per-request decode rate, token-weighted over the sample window",
-            sample.decode_tokens_per_s if sample else None,
-        ),
-        (
-            "prefill_tokens_per_second",
-            "gauge",
-            "per-request prompt rate, token-weighted over the sample window",
-            sample.prefill_tokens_per_s if sample else None,
-        ),
-        (
-            "engine_ttft_seconds",
-            "gauge",
-            "engine-side time to first token (queueing and network excluded)",
-            sample.ttft_s if sample else None,
-        ),
-        (
-            "requests_finished_total",
-            "counter",
-            "requests the engine finished",
-            sample.requests_finished_total if sample else None,
-        ),
-        (
-            "vram_used_bytes",
-            "gauge",
-            "GPU memory the engine holds",
-            sample.vram_used_bytes if sample else None,
-        ),
-        (
-            "cached_prompt_share",
-            "gauge",
-            "share of prompt tokens taken from the cache",
-            cache.cached_prompt_share if cache else None,
-        ),
-        (
-            "full_reprocess_events_total",
-            "counter",
-            "whole prompts re-processed for lack of cache data",
-            cache.full_reprocess_events if cache else None,
-        ),
-        (
-            "spec_acceptance",
-            "gauge",
-            "share of draft tokens accepted",
-            spec.acceptance if spec else None,
-        ),
-    ]
-    lines = []
-    for name, kind, help_text, value in series:
-        if value is not None:
-            lines += [
-                f"# HELP lucebox_{name} {help_text}",
-                f"# TYPE lucebox_{name} {kind}",
-                f"lucebox_{name} {value}",
-            ]
-    return "\n".join(lines) + "\n"
 
 
 def _show(status: runstate.Status, args: argparse.Namespace, paths: Paths) -> None:

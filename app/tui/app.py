@@ -214,7 +214,7 @@ class LuceboxApp(App[None]):
             elif isinstance(item, ModelNote):
                 self.post_step(StepEvent("server", "note", item.message))
             else:
-                self.post_message(MetricsSampled(item, run.status.spec))
+                self.post_message(MetricsSampled(item, run.status.spec, run.status.queue))
 
     def new_dashboard(self, prepared: Prepared | PreparedSet) -> ServingScreen:
         log_path, notes = self.backend.log_path, self.start_screen.notes
@@ -245,7 +245,7 @@ class LuceboxApp(App[None]):
 
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
         if isinstance(self.dashboard, DashboardScreen):
-            self.dashboard.show_sample(message.sample, message.spec)
+            self.dashboard.show_sample(message.sample, message.spec, message.queue)
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)
 

@@ -13,7 +13,7 @@ from textual.message import Message
 
 from lucebox.engine.pipeline import Prepared, StepEvent
 from lucebox.engine.run.metrics import Sample
-from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.sample import QueueStatus, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelsSample
 from lucebox.engine.run.supervisor import ServerEvent
 from lucebox.engine.servedset import PreparedSet
@@ -53,6 +53,8 @@ class MetricsSampled(Message):
     sample: Sample
     spec: SpecStatus | None = None
     """Speculation as the run sees it then (None: none planned)."""
+    queue: QueueStatus | None = None
+    """The front's queue then (None: no front, a served set)."""
 
 
 @dataclass

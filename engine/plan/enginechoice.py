@@ -1,12 +1,13 @@
 """Which engine serves a launch: llama-server, or the Lucebox engine (``dflash_server``).
 
-Pure: the planner hands in what it knows (card, host, files, the context llama-server would
+Pure: the planner hands in what it knows (card, files, the context llama-server would
 fit) and gets a kind with the reason. llama-server is the default (it loads every model, and
 a Qwen3.6 target with its MTP head keeps its measured gain there). The Lucebox engine is
 chosen, on an NVIDIA card and for a target family it serves, when a Lucebox DFlash draft is
 given or named by the preset, when the context asked for does not fit llama-server in VRAM and
 KVFlash would serve it, or when ``--engine lucebox`` asks. A Lucebox draft is never dropped in
-silence: it selects that engine, or the reason says why it cannot be used.
+silence: it selects that engine, or the reason says why it cannot be used. The address does
+not matter: both engines sit behind lucebox's front, which holds the API key (run/front.py).
 
 That rule is the prior. Where both engines can serve the launch (a Lucebox draft with a target
 both load, or a long context that fits llama-server), the calibration measures both on this card
@@ -18,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from lucebox.engine.core.address import is_loopback
 from lucebox.engine.engines.registry import KindName
 
 EngineMode = Literal["auto", "llama-server", "lucebox"]
@@ -50,7 +50,6 @@ class EngineFacts:
     target_arch: str
     target_has_mtp: bool
     on_nvidia_gpu: bool
-    host: str
     draft_name: str | None = None
     draft_arch: str | None = None
     """Of the draft given with --draft or named by the preset; None when there is none."""
@@ -107,11 +106,6 @@ def blocker(facts: EngineFacts) -> str | None:
     """Why the Lucebox engine cannot serve this launch, or None when it can."""
     if not facts.on_nvidia_gpu:
         return "the Lucebox engine runs only on NVIDIA GPUs (CUDA), and this plan has none"
-    if not is_loopback(facts.host):
-        return (
-            f"--host {facts.host} is off loopback and the Lucebox engine has no "
-            "authentication: only llama-server (with its API key) may serve beyond this PC"
-        )
     if facts.target_arch not in KVFLASH_ARCHS:
         return f"the Lucebox engine does not serve architecture '{facts.target_arch}'"
     if facts.target_has_mtp and facts.target_arch in BLOCK_INTERVAL_ARCHS:
@@ -242,8 +236,6 @@ def _rule(facts: EngineFacts) -> EngineChoice:
             f"; the {facts.ctx_asked}-token context asked for does not fit it, and KVFlash "
             f"cannot serve it either: {why_not}"
         )
-    elif why_not is not None and facts.on_nvidia_gpu and not is_loopback(facts.host):
-        reason += f" ({why_not})"
     elif not facts.on_nvidia_gpu:
         reason += " (CPU: the Lucebox engine runs only on NVIDIA GPUs)"
     return EngineChoice("llama-server", reason)

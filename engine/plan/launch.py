@@ -14,6 +14,7 @@ from lucebox.engine.core.errors import UsageError
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.luceboxlaunch import (
     ENGINE_ENV_PREFIXES,
+    LOOPBACK,
     LuceboxFlags,
     dflash_server_argv,
     lucebox_env,
@@ -54,7 +55,14 @@ class ServerLaunch:
     """The Lucebox engine's own switches (kind ``lucebox`` only)."""
     mmproj_path: str | None = None
     """The vision projector llama-server loads (``--mmproj``) when vision is served."""
+    engine_port: int | None = None
+    """The loopback port the engine listens on behind lucebox's front, which serves
+    ``host:port`` (run/front.py); None: the engine serves ``host:port`` itself (a served
+    set's router, behind its own proxy)."""
 
+
+PRIVATE_PORT_OFFSET = 10000
+"""The engine behind the front listens this far from the public port (8080 -> 18080)."""
 
 _SAMPLING_FLAGS = {
     "temperature": "--temp",
@@ -65,8 +73,45 @@ _SAMPLING_FLAGS = {
 
 
 def server_argv(server: ServerLaunch) -> list[str]:
-    """The exact engine command line for ``server``, by its kind's rules."""
+    """The exact engine command line for ``server``, by its kind's rules.
+
+    Raises:
+        UsageError: the address is beyond loopback and no API key guards it.
+    """
+    if not is_loopback(server.host) and not server.api_key_file:
+        raise UsageError(
+            f"binding {server.host} exposes the server beyond this machine without an API key",
+            hint="lucebox generates a key file when you bind beyond loopback; or keep 127.0.0.1",
+        )
     return _ARGV[server.kind](server)
+
+
+def key_file_of(key_path: str, host: str, has_api_key: bool) -> str | None:
+    """The key file a launch reads: with a key of the user's, or beyond loopback (``prepare``
+    writes it; its path is known before the file exists); None otherwise."""
+    return key_path if has_api_key or not is_loopback(host) else None
+
+
+def private_port(public_port: int) -> int:
+    """The loopback port the engine gets behind the front on ``public_port`` (a fixed rule,
+    so a plan shows the port its launch uses)."""
+    return (
+        public_port + PRIVATE_PORT_OFFSET
+        if public_port <= 65535 - PRIVATE_PORT_OFFSET
+        else (public_port - PRIVATE_PORT_OFFSET)
+    )
+
+
+def engine_address(server: ServerLaunch) -> tuple[str, int]:
+    """Where the engine itself listens: its private loopback port behind the front."""
+    if server.engine_port is None:
+        return server.host, server.port
+    return LOOPBACK, server.engine_port
+
+
+def engine_url(server: ServerLaunch) -> str:
+    """The URL lucebox's own calls (health, samples, slots) and the front use for the engine."""
+    return url_of_address(*engine_address(server))
 
 
 def _lucebox_server_argv(server: ServerLaunch) -> list[str]:
@@ -74,7 +119,7 @@ def _lucebox_server_argv(server: ServerLaunch) -> list[str]:
         server.server_path,
         server.model_path,
         server.alias,
-        server.port,
+        engine_address(server)[1],
         _flags(server),
         server.draft_path,
     )
@@ -87,23 +132,19 @@ def _flags(server: ServerLaunch) -> LuceboxFlags:
 
 
 def _llama_server_argv(server: ServerLaunch) -> list[str]:
-    if not is_loopback(server.host) and not server.api_key_file:
-        raise UsageError(
-            f"binding {server.host} exposes the server beyond this machine without an API key",
-            hint="lucebox generates a key file when you bind beyond loopback; or keep 127.0.0.1",
-        )
+    host, port = engine_address(server)
     if server.router:
         key_file = ["--api-key-file", server.api_key_file] if server.api_key_file else []
-        address = ["--host", server.host, "--port", str(server.port)]
+        address = ["--host", host, "--port", str(port)]
         return [server.server_path, *address, *key_file, *server.router]
     argv = [
         server.server_path,
         "-m",
         server.model_path,
         "--host",
-        server.host,
+        host,
         "--port",
-        str(server.port),
+        str(port),
         "--alias",
         server.alias,
         "--metrics",

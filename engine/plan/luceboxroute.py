@@ -15,6 +15,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.bsa import SLOW_FALLBACK
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, KindName
+from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
@@ -22,7 +23,7 @@ from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.records import stored_path
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.luceboxdevices import (
     PLACEMENT_TEXT,
@@ -75,7 +76,6 @@ def choose(
             target_arch=target.facts.architecture,
             target_has_mtp=info.has_mtp_layers if info is not None else preset_mtp,
             on_nvidia_gpu=budget.is_gpu,
-            host=resolved.host,
             draft_name=draft.path.name if draft is not None else None,
             # A preset's draft not pulled yet: its published facts name the architecture.
             draft_arch=draft_info.architecture
@@ -223,7 +223,11 @@ def lucebox_launch(
         model_path=str(target.path),
         plan=plan,
         alias=basis.alias,
+        host=resolved.host,
         port=resolved.port,
+        engine_port=private_port(resolved.port),
+        # The front checks the user's key; the engine itself has none and stays on loopback.
+        api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
         draft_path=str(draft.path) if draft is not None else None,
         spec_type=spec.spec_type,
         gpus=tuple(d.index for d in budget.local_gpus),

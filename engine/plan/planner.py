@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.registry import KindName
@@ -32,9 +31,7 @@ from lucebox.engine.plan import (
 )
 from lucebox.engine.plan.cardchoice import keep_alone
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import (
-    ServerLaunch,
-)
+from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.memory import (
     KV_PAIRS,
@@ -221,18 +218,13 @@ def _plan_on_budget(
         alias=basis.alias,
         host=resolved.host,
         port=resolved.port,
+        engine_port=private_port(resolved.port),
         chat_template=preset.chat_template if preset else None,
         draft_path=str(spec_choice.draft.path) if spec_choice.draft else None,
         spec_type=spec_choice.spec_type,
         draft_max=spec_choice.draft_max,
         draft_p_min=spec_choice.p_min,
-        # Beyond loopback (or with a key of the user's) the engine reads the key file that
-        # prepare() writes; the path is known before the file exists.
-        api_key_file=(
-            str(api_key_path(paths))
-            if resolved.has_api_key or not is_loopback(resolved.host)
-            else None
-        ),
+        api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
         slot_save_path=str(paths.slots_dir) if resolved.cache == "agent" else None,
         gpus=tuple(d.index for d in budget.local_gpus),

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import httpx
 
 from lucebox.engine.engines.registry import KindName
+from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.run import luceboxrun
 from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
 from lucebox.engine.run.metrics import EngineLog, Sampler
@@ -35,10 +36,23 @@ class EngineRun(Protocol):
         """The requests sent before the engine counts as ready; what failed, or None."""
         ...
 
+    @property
+    def reads_key_file(self) -> bool:
+        """Whether the engine checks the API key itself (the front then sends it the key)."""
+        ...
+
+    def parallel(self, server: ServerLaunch) -> int:
+        """Requests the engine serves at once (the front's queue lets that many in)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerRun:
     sends_warm_up: bool = False
+    reads_key_file: bool = True
+
+    def parallel(self, server: ServerLaunch) -> int:
+        return server.plan.parallel
 
     def engine_log(self) -> EngineLog:
         return EngineLog()
@@ -54,6 +68,11 @@ class LlamaServerRun:
 @dataclass(frozen=True)
 class LuceboxRun:
     sends_warm_up: bool = True
+    reads_key_file: bool = False
+
+    def parallel(self, server: ServerLaunch) -> int:
+        """One: a single worker thread at batch 1 (the engine's contract)."""
+        return 1
 
     def engine_log(self) -> EngineLog:
         return LuceboxLog()

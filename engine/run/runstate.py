@@ -21,7 +21,14 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.run.death import EngineDeath
-from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.sample import (
+    CacheStatus,
+    GpuStatus,
+    PeerStatus,
+    QueueStatus,
+    Sample,
+    SpecStatus,
+)
 from lucebox.engine.run.servedsetmodels import ModelStatus
 
 STATE_NAME = "serve.json"
@@ -76,6 +83,8 @@ class Status:
     cause: EngineDeath | None = None
     """Why the engine last died, and the next step; None until it has. It stays once the
     engine serves again, so a restart count has its reason."""
+    queue: QueueStatus | None = None
+    """lucebox's front's queue of requests for the engine; None without a front."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -102,6 +111,7 @@ class Status:
             "models": [m.to_json() for m in self.models],
             "cause": self.cause.to_json() if self.cause else None,
             "vision": {"served": self.vision is not None, "projector": self.vision},
+            "queue": self.queue.to_json() if self.queue else None,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -142,6 +152,7 @@ class Status:
             models=_items(ModelStatus.from_json, data.get("models")),
             cause=EngineDeath.from_json(data.get("cause")),
             vision=text_of(data.get("vision"), "projector"),
+            queue=QueueStatus.from_json(data.get("queue")),
         )
 
 

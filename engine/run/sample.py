@@ -13,7 +13,14 @@ WINDOW_S = 10.0
 """Rates are token-weighted over the requests that finished (or progressed) this long ago."""
 
 _Value = TypeVar(
-    "_Value", "Sample", "SpecStatus", "MeasuredRate", "CacheStatus", "GpuStatus", "PeerStatus"
+    "_Value",
+    "Sample",
+    "SpecStatus",
+    "MeasuredRate",
+    "CacheStatus",
+    "GpuStatus",
+    "PeerStatus",
+    "QueueStatus",
 )
 
 
@@ -228,3 +235,26 @@ class PeerStatus:
     @classmethod
     def from_json(cls, data: Any) -> PeerStatus | None:
         return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """The queue now, as `lucebox status` and ``/metrics`` show it."""
+
+    depth: int
+    """Requests waiting (not yet in the engine)."""
+    running: int
+    """Requests in the engine."""
+    oldest_wait_s: float | None
+    max_waiting: int
+    capacity: int
+    served: int
+    rejected: int
+    mean_service_s: float | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> QueueStatus | None:
+        return _from_json(cls, data)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -4,7 +4,8 @@ Clients talk to the proxy on the served address; it reads the ``model`` a reques
 JSON body's, or ``?model=``), has the least recently used models on that model's device
 unloaded through the router's ``/models/unload`` until it fits (admission.py), then passes
 the request and streams the answer back unchanged; ``POST /models/load`` goes the same way, so
-a load asked for by name makes room like a request does. The router runs with no count limit on
+a load asked for by name makes room like a request does. HTTP on the client side is
+:mod:`frontwire`'s, shared with the single engine's front. The router runs with no count limit on
 a loopback port of its own. An unknown model name is answered here, naming the served ones.
 """
 
@@ -16,18 +17,17 @@ import json
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import h11
 import httpx
 
 from lucebox.engine.run.admission import Placement, evictions
+from lucebox.engine.run.frontwire import HOP_HEADERS, ClientGoneError, Exchange, serve_connection
 from lucebox.engine.run.servedsetmodels import router_states
 
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
-_HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
 
 
 def model_of(target: bytes, body: bytes) -> str | None:
@@ -94,22 +94,6 @@ class ModelGate:
         self.busy[alias] -= 1
 
 
-async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
-    while (event := conn.next_event()) is h11.NEED_DATA:
-        conn.receive_data(await reader.read(65536))
-    return event
-
-
-def _write_error(
-    conn: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str
-) -> None:
-    """An answer of the proxy's own, in the shape of the engine's errors."""
-    body = json.dumps({"error": {"code": status, "message": message}}).encode()
-    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
-    writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
-    writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
-
-
 class ServedSetProxy:
     """Serves the set's address; every request goes on to ``client``'s router."""
 
@@ -118,58 +102,30 @@ class ServedSetProxy:
         self.gate = gate
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request = await _next(conn, reader)
-                if not isinstance(request, h11.Request):
-                    return
-                body = b""
-                while isinstance(event := await _next(conn, reader), h11.Data):
-                    body += event.data
-                await self._answer(conn, writer, request, body)
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
-        except (h11.RemoteProtocolError, ConnectionError):
-            return
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+        await serve_connection(reader, writer, self._answer)
 
-    async def _answer(
-        self,
-        conn: h11.Connection,
-        writer: asyncio.StreamWriter,
-        request: h11.Request,
-        body: bytes,
-    ) -> None:
+    async def _answer(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
         alias = model_of(request.target, body)
         if alias is not None and alias not in self.gate.placements:
             served = ", ".join(self.gate.placements)
-            _write_error(conn, writer, 404, f"model '{alias}' is not served; served: {served}")
+            await ex.error(404, f"model '{alias}' is not served; served: {served}")
             return
         if urlsplit(request.target.decode("latin-1")).path == "/models/unload":
             alias = None  # an unload needs no room: it goes on without evicting anything
         refusal = await self.gate.admit(alias) if alias is not None else None
         if refusal is not None:
-            _write_error(conn, writer, 503, refusal)
+            await ex.error(503, refusal)
             return
         try:
-            await self._forward(conn, writer, request, body)
+            await self._forward(ex, request, body)
+        except ClientGoneError:
+            return
         finally:
             if alias is not None:
                 self.gate.done(alias)
 
-    async def _forward(
-        self,
-        conn: h11.Connection,
-        writer: asyncio.StreamWriter,
-        request: h11.Request,
-        body: bytes,
-    ) -> None:
-        headers = [(k, v) for k, v in request.headers if k.lower() not in _HOP_HEADERS]
+    async def _forward(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
+        headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_HEADERS]
         upstream = self.client.build_request(
             request.method.decode(), request.target.decode("latin-1"), headers=headers,
             content=body,
@@ -177,16 +133,14 @@ class ServedSetProxy:
         try:
             answer = await self.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
-            _write_error(conn, writer, 502, f"the router did not answer: {exc}")
+            await ex.error(502, f"the router did not answer: {exc}")
             return
         try:
-            kept = [(k, v) for k, v in answer.headers.raw if k.lower() not in _HOP_HEADERS]
-            writer.write(conn.send(h11.Response(status_code=answer.status_code, headers=kept)))
+            kept = [(k, v) for k, v in answer.headers.raw if k.lower() not in HOP_HEADERS]
+            await ex.head(answer.status_code, kept)
             async for chunk in answer.aiter_raw():
-                writer.write(conn.send(h11.Data(data=chunk)))
-                await writer.drain()
-            writer.write(conn.send(h11.EndOfMessage()))
-            await writer.drain()
+                await ex.data(chunk)
+            await ex.end()
         finally:
             await answer.aclose()
 

@@ -21,13 +21,16 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import gpu
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
 from lucebox.engine.plan.cpuread import cpu_cores
-from lucebox.engine.plan.launch import ServerLaunch, server_argv, url_of
+from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.calibrator import Calibrator, running_label
+from lucebox.engine.run.death import port_taken
 from lucebox.engine.run.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.enginerun import engine_run
+from lucebox.engine.run.front import Front, FrontSpec, start_front
+from lucebox.engine.run.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.hang import HangBounds, Watch, hung, observe
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
@@ -35,7 +38,14 @@ from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_
 from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor, down_peers
+from lucebox.engine.run.supervisor import (
+    PortInUseError,
+    ServerEvent,
+    Supervisor,
+    down_peers,
+    next_free_port,
+    port_holder,
+)
 
 HANG_CHECK_S = 1.0
 """The hang watch looks as often as the sampler samples."""
@@ -122,12 +132,18 @@ class ServerRun:
         self.supervisor = supervisor
         self.gpu_index = gpu_index
         self.spec_reason = spec_reason
-        self.url = url_of(supervisor.launch)
+        self.url = engine_url(supervisor.launch)
+        """The engine itself (its private port behind the front): samples, slots, probes."""
+        self.public_url = url_of(supervisor.launch)
+        """What clients use: the front's address."""
+        self.front: Front | None = None
+        """lucebox's front while the run serves; None for an engine that serves its address
+        itself (a served set's router)."""
         self._run = _Run(
             Status(
                 "starting",
                 pid=os.getpid(),
-                url=self.url,
+                url=self.public_url,
                 model=model,
                 started_at=time.time(),
                 ctx=supervisor.launch.plan.ctx,
@@ -269,6 +285,8 @@ class ServerRun:
                 await task
 
     def _save(self) -> None:
+        if self.front is not None:
+            self._run.status = replace(self._run.status, queue=self.front.queue_status())
         write_status(self.paths, self._run.status)
 
     async def events(self) -> AsyncIterator[RunItem]:
@@ -278,6 +296,7 @@ class ServerRun:
         """
 
         queue: asyncio.Queue[RunItem | None] = asyncio.Queue()
+        listening = await self._open_front()
 
         async def follow_supervisor() -> None:
             try:
@@ -307,7 +326,51 @@ class ServerRun:
             await self._stop_sampling()
             with contextlib.suppress(asyncio.CancelledError):
                 await supervising
+            if listening is not None:
+                self._close_front(listening)
             state_file(self.paths).unlink(missing_ok=True)
+
+    def _front_spec(self) -> FrontSpec:
+        launch = self.supervisor.launch
+        run = engine_run(launch.kind)
+        return FrontSpec(
+            policy=FrontPolicy(launch.host, launch.port, self.api_key, machine_names()),
+            model=launch.alias,
+            ctx=launch.plan.ctx,
+            capacity=run.parallel(launch),
+            engine_key=self.api_key if run.reads_key_file else None,
+        )
+
+    async def _open_front(self) -> asyncio.Server | None:
+        """lucebox's front on the served address, before the engine starts behind it.
+
+        Raises:
+            PortInUseError: another program holds the served address.
+        """
+        launch = self.supervisor.launch
+        if launch.engine_port is None:
+            return None
+        front = Front(
+            self._front_spec(),
+            lambda: engine_url(self.supervisor.launch),
+            status=lambda: self._run.status,
+        )
+        try:
+            server = await start_front(front, launch.host, launch.port)
+        except OSError as exc:
+            holder = port_holder(launch.host, launch.port) or "another program"
+            raise PortInUseError(
+                f"cannot listen on {launch.host}:{launch.port}: {exc.strerror or exc} ({holder})",
+                hint=port_taken(
+                    launch.port, holder, next_free_port(launch.host, launch.port)
+                ).next_step,
+            ) from exc
+        self.front = front
+        return server
+
+    def _close_front(self, server: asyncio.Server) -> None:
+        server.close()
+        self.front = None
 
     async def _on_event(self, event: ServerEvent, queue: asyncio.Queue[RunItem | None]) -> None:
 
@@ -323,6 +386,8 @@ class ServerRun:
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
+            if self.front is not None:  # a re-plan may have changed the context
+                self.front.spec = self._front_spec()
             self._record_served()
             await self._slot("restore")
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
@@ -336,7 +401,7 @@ class ServerRun:
         """Keep the address and alias for `lucebox connect` once the run has ended."""
         spec = self.supervisor.launch
         record = served_now(
-            self.url,
+            self.public_url,
             self.served_aliases,
             spec.plan.ctx,
             api_key_file=spec.api_key_file,

@@ -30,7 +30,14 @@ import psutil
 
 from lucebox.engine.core.errors import LuceboxError, RunError
 from lucebox.engine.engines import cputarget, kinds
-from lucebox.engine.plan.launch import ServerLaunch, engine_environ, server_argv, url_of
+from lucebox.engine.plan.launch import (
+    ServerLaunch,
+    engine_address,
+    engine_environ,
+    engine_url,
+    server_argv,
+    url_of,
+)
 from lucebox.engine.run.death import (
     REPORT_STEP,
     DeathFacts,
@@ -271,7 +278,7 @@ class Supervisor:
     async def _wait_ready(self, process: asyncio.subprocess.Process) -> str | None:
         """None once the engine serves; else why it does not (it exited, it was not ready in
         time, its warm-up failed, a stop was asked for)."""
-        url = url_of(self.launch) + "/health"
+        url = engine_url(self.launch) + "/health"
         deadline = time.monotonic() + self.ready_timeout_s
         async with httpx.AsyncClient(timeout=2.0) as client:
             while time.monotonic() < deadline and process.returncode is None:
@@ -287,7 +294,7 @@ class Supervisor:
         """The engine's own warm-up (:meth:`EngineRun.warm_up`) passes before it counts as
         ready, so a failure it provokes comes now, not to a user; what failed, or None."""
         run = engine_run(self.launch.kind)
-        failure = await run.warm_up(client, url_of(self.launch))
+        failure = await run.warm_up(client, engine_url(self.launch))
         if run.sends_warm_up:
             self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
         return None if failure is None else f"its warm-up request failed: {failure}"
@@ -296,10 +303,11 @@ class Supervisor:
         """Start the engine and keep it up until ``stop`` or a crash loop; yield what happens."""
         try:
             while not self._stopping.is_set():
-                holder = port_holder(self.launch.host, self.launch.port)
+                host, port = engine_address(self.launch)
+                holder = port_holder(host, port)
                 if holder is not None:
-                    free = next_free_port(self.launch.host, self.launch.port)
-                    taken = port_taken(self.launch.port, holder, free)
+                    free = next_free_port(host, port)
+                    taken = port_taken(port, holder, free)
                     yield self._noted(
                         ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
                     )

@@ -34,7 +34,7 @@ from lucebox.engine.engines import webui
 from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.run.metrics import Sample, with_last_rates
-from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.sample import QueueStatus, SpecStatus
 from lucebox.engine.run.supervisor import ServerEvent
 
 
@@ -114,10 +114,12 @@ class DashboardScreen(ServingScreen):
             self.served_ctx = event.ctx
         super().show_event(event)
 
-    def show_sample(self, sample: Sample, spec: SpecStatus | None = None) -> None:
+    def show_sample(
+        self, sample: Sample, spec: SpecStatus | None = None, queue: QueueStatus | None = None
+    ) -> None:
         self.history.append(sample)
         self.latest = with_last_rates(self.latest, sample)
-        self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec)
+        self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec, queue)
         self.query_one(GpuPanel).show_gpu(self.prepared, sample)
         self.refresh_header()
 

@@ -16,7 +16,7 @@ from textual.widgets import Label
 from lucebox.app.tui.widgets.readout import Readout, value_text
 from lucebox.app.tui.widgets.trend import Trend
 from lucebox.engine.run.metrics import Sample
-from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.sample import QueueStatus, SpecStatus
 
 SPARK_POINTS = 60
 
@@ -31,7 +31,11 @@ class ThroughputPanel(Vertical):
         yield Readout("", id="spec-and-cache")
 
     def show_rates(
-        self, history: deque[Sample], latest: Sample | None, spec: SpecStatus | None = None
+        self,
+        history: deque[Sample],
+        latest: Sample | None,
+        spec: SpecStatus | None = None,
+        queue: QueueStatus | None = None,
     ) -> None:
         shown = latest or Sample(0, None, None, None, None, None, None, None, None, 0)
         self.query_one("#decode-value", Readout).show(
@@ -54,6 +58,9 @@ class ThroughputPanel(Vertical):
         if shown.cached_prompt_share is not None:
             line.append(" · " if line else "")
             line.append(f"cache {shown.cached_prompt_share:.0%} of prompt")
+        if queue is not None and queue.depth:
+            line.append(" · " if line else "")
+            line.append(f"{queue.depth} waiting, oldest {queue.oldest_wait_s or 0:.0f} s")
         readout = self.query_one("#spec-and-cache", Readout)
         readout.display = bool(line)
         readout.show(line)

@@ -11,7 +11,7 @@ from lucebox.engine.plan.enginechoice import EngineFacts, choose_engine
 
 BASE = EngineFacts(
     mode="auto", mode_from="", target_arch="qwen35", target_has_mtp=False,
-    on_nvidia_gpu=True, host="127.0.0.1",
+    on_nvidia_gpu=True,
 )  # fmt: skip
 LUCEBOX_DRAFT: dict[str, Any] = {
     "draft_name": "dflash-draft-3.6-q4_k_m.gguf",
@@ -38,19 +38,15 @@ LONG = {"llama_fits_ctx": False, "ctx_asked": 262144}
         ({**LUCEBOX_DRAFT, "target_arch": "gemma4"}, "llama-server", "drafts for qwen35", False),
         ({**LUCEBOX_DRAFT, "target_arch": "llama"}, "llama-server", "does not serve", False),
         ({**LUCEBOX_DRAFT, "target_has_mtp": True}, "llama-server", "MTP block", False),
-        ({**LUCEBOX_DRAFT, "host": "0.0.0.0"}, "llama-server", "no authentication", False),
         ({**LUCEBOX_DRAFT, "on_nvidia_gpu": False}, "llama-server", "only on NVIDIA", False),
         (LONG, "lucebox", "KVFlash serves it", False),
         ({**LONG, "target_arch": "gemma4"}, "lucebox", "KVFlash serves it", False),
         ({**LONG, "target_arch": "llama"}, "llama-server", "KVFlash cannot serve it", False),
         ({**LONG, "target_has_mtp": True}, "llama-server", "MTP block", False),
         ({**LONG, "on_nvidia_gpu": False}, "llama-server", "only on NVIDIA", False),
-        ({**LONG, "host": "0.0.0.0"}, "llama-server", "no authentication", False),
-        ({"host": "0.0.0.0"}, "llama-server", "no authentication", False),
         ({"on_nvidia_gpu": False}, "llama-server", "CPU", False),
         (ASKED, "lucebox", "--engine lucebox as asked", False),
         ({**ASKED, "on_nvidia_gpu": False}, "lucebox", "", True),
-        ({**ASKED, "host": "0.0.0.0"}, "lucebox", "", True),
         ({**ASKED, "target_arch": "llama"}, "lucebox", "", True),
         ({**ASKED, "target_has_mtp": True}, "lucebox", "", True),
         ({**LLAMA, **LUCEBOX_DRAFT}, "llama-server", "llama-server cannot use it", False),
@@ -71,6 +67,7 @@ def test_engine_choice(changes, kind, reason, refused):
 
 def test_a_lucebox_draft_is_never_dropped_without_its_name():
     """Whatever blocks the Lucebox engine, the reason names the draft and why."""
-    for blocker in ({"host": "0.0.0.0"}, {"on_nvidia_gpu": False}, {"target_has_mtp": True}):
+    blockers: tuple[dict[str, Any], ...] = ({"on_nvidia_gpu": False}, {"target_has_mtp": True})
+    for blocker in blockers:
         choice = choose_engine(dataclasses.replace(BASE, **LUCEBOX_DRAFT, **blocker))
         assert "dflash-draft-3.6-q4_k_m.gguf cannot be used" in choice.reason

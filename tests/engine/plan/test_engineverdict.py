@@ -71,7 +71,6 @@ def facts(**changed) -> EngineFacts:
         "target_arch": "qwen35",
         "target_has_mtp": False,
         "on_nvidia_gpu": True,
-        "host": "127.0.0.1",
         "draft_name": "d.gguf",
         "draft_arch": "qwen35-dflash-draft",
     }

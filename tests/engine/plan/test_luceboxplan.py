@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bench.lucebox_models import DRAFT, TARGET
+from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
@@ -108,7 +109,7 @@ def test_argv_with_a_lucebox_draft(files):
     assert flags is not None
     assert launch.argv == [
         "dflash_server", str(target),
-        "--host", "127.0.0.1", "--port", "8080", "--model-name", target.stem,
+        "--host", "127.0.0.1", "--port", "18080", "--model-name", target.stem,
         "--max-ctx", "32768", "--max-tokens", "8192", "--fa-window", "0",
         "--prefix-cache-slots", str(flags.prefix_cache_slots),
         "--cache-type-k", "q8_0", "--cache-type-v", "q8_0",
@@ -128,6 +129,28 @@ def test_max_tokens_stays_below_max_ctx_and_the_host_is_loopback(files):
         assert flags is not None and flags.max_tokens < flags.max_ctx
         argv = server_argv(launch.server)
         assert argv[argv.index("--host") + 1] == "127.0.0.1"
+
+
+def test_off_loopback_the_lucebox_engine_serves_behind_the_front_with_a_key(files):
+    target, draft, _ = files
+    options = ServeOptions(model=str(target), draft=str(draft), ctx=32768, host="0.0.0.0")
+    launch = plan(options, RTX_4090)
+    assert launch.refusal is None and launch.server.kind == "lucebox"
+    server = launch.server
+    # The front answers 0.0.0.0:8080 with the user's key; the engine stays on loopback.
+    assert (server.host, server.port, server.engine_port) == ("0.0.0.0", 8080, 18080)
+    assert server.api_key_file is not None
+    argv = server_argv(server)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--port") + 1] == "18080"
+    assert "--api-key-file" not in argv  # the engine has no key of its own: the front checks
+
+
+def test_off_loopback_without_a_key_no_engine_is_started(files):
+    launch = plan(ServeOptions(model=str(files[0]), ctx=4096, engine="lucebox", host="0.0.0.0"))
+    keyless = dataclasses.replace(launch.server, api_key_file=None)
+    with pytest.raises(UsageError, match="without an API key"):
+        server_argv(keyless)
 
 
 def test_a_context_beyond_vram_is_served_with_a_kvflash_pool(files):

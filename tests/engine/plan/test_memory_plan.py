@@ -270,8 +270,9 @@ LUCEBOX_PRESETS = ("qwen3.6-27b-lucebox", "gemma4-26b-a4b-lucebox", "gemma4-31b-
 
 def test_lucebox_variants_are_served_by_that_engine_only_where_it_can_serve():
     """On an NVIDIA card the Lucebox rows plan the Lucebox engine (DDTree on their draft) and
-    one is the pick; off loopback or without a GPU they fall to llama-server, and the pick is
-    a llama-server row of the tier (never a set whose draft nothing can use)."""
+    one is the pick, off loopback too (lucebox's front holds the API key for either engine);
+    without a GPU they fall to llama-server, and the pick is a llama-server row of the tier
+    (never a set whose draft nothing can use)."""
     paths = resolve_paths()
     table = table_for(card(24), paths)
     rows = {p.alias: p for p in table.plans}
@@ -284,8 +285,9 @@ def test_lucebox_variants_are_served_by_that_engine_only_where_it_can_serve():
     shared = preset_table(
         paths, options, resolve(options, Settings()), card(24), EngineView.of(None)
     )
-    assert all(p.engine_kind == "llama-server" for p in shared.plans)
-    assert shared.best is not None and shared.best.alias == "qwen3.6-27b"
+    shared_rows = {p.alias: p for p in shared.plans}
+    assert all(shared_rows[alias].engine_kind == "lucebox" for alias in LUCEBOX_PRESETS)
+    assert shared.best is not None and shared.best.alias in LUCEBOX_PRESETS
     cpu = table_for(GpuBudget("RAM", 256 * GIB, 250 * GIB, is_gpu=False), paths)
     assert all(p.engine_kind == "llama-server" for p in cpu.plans)
     assert cpu.best is not None and cpu.best.alias not in LUCEBOX_PRESETS

@@ -1,0 +1,405 @@
+"""lucebox's front door: the one HTTP server clients reach, whichever engine serves behind it.
+
+It listens on the user's address and port; the engine listens on a private loopback port the
+planner chose (``ServerLaunch.engine_port``). Every request passes the guard
+(:mod:`frontguard`: the API key, ``Host`` and ``Origin``); a generation request then waits its
+turn in :mod:`frontqueue` (the Lucebox engine serves one at a time, llama-server its slots), and
+is relayed to the engine with the user's key replaced by the engine's own. While a streamed
+request waits or the engine has sent nothing for a few seconds (a long prefill, a tool call
+being built), the front writes SSE comment lines, valid on OpenAI, Anthropic and Responses
+streams, so clients' idle watchdogs never fire. A client that hangs up leaves the queue, or has
+its engine connection closed, which stops the engine's generation.
+
+``/metrics`` (Prometheus text) and ``/v1/models`` (with ``context_length``) are answered from
+lucebox's own numbers, the same on both engines. Request bodies, whole replies and stream
+events pass through one :class:`~lucebox.engine.run.frontwire.ApiShape` (identity by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
+
+import h11
+
+from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
+from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError
+from lucebox.engine.run.frontwire import (
+    HOP_HEADERS,
+    ApiShape,
+    ClientGoneError,
+    EngineCall,
+    Exchange,
+    SameShape,
+    serve_connection,
+    split_events,
+)
+from lucebox.engine.run.prometheus import prometheus_text
+from lucebox.engine.run.runstate import Status
+from lucebox.engine.run.sample import QueueStatus
+
+KEEPALIVE_S = 5.0
+"""Longest silence on a streamed reply before the front writes ``: keep-alive``."""
+QUEUE_NOTE_S = 5.0
+"""How often a waiting streamed request is told its place (``: queued, position N``)."""
+GENERATION_SUFFIXES = (
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/messages",
+    "/responses",
+    "/infill",
+    "/embeddings",
+    "/embedding",
+    "/rerank",
+    "/reranking",
+)
+"""POST paths that occupy the engine (and so wait their turn in the queue)."""
+_NOT_RELAYED = HOP_HEADERS | {b"authorization", b"x-api-key", b"origin", b"referer"}
+_ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
+ENGINE_ERRORS = (OSError, h11.ProtocolError)
+"""What a broken or refused connection to the engine raises."""
+SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+
+
+def header_of(answer: h11.Response, name: bytes) -> str:
+    """One header of the engine's answer ('' when absent)."""
+    found = (v for k, v in answer.headers if k.lower() == name)
+    return next(found, b"").decode("latin-1")
+
+
+def is_generation(method: str, path: str) -> bool:
+    return method == "POST" and path.endswith(GENERATION_SUFFIXES)
+
+
+def wants_stream(body: bytes) -> bool:
+    if b'"stream"' not in body:
+        return False
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        data = json.loads(body)
+        return isinstance(data, dict) and data.get("stream") is True
+    return False
+
+
+@dataclass(frozen=True)
+class FrontSpec:
+    """What the front of one engine serves and allows."""
+
+    policy: FrontPolicy
+    model: str
+    """The served alias (``/v1/models``)."""
+    ctx: int
+    """The context the engine serves, in tokens (``context_length``)."""
+    capacity: int = 1
+    """Requests the engine serves at once: 1 for the Lucebox engine, llama-server's slots."""
+    engine_key: str | None = None
+    """The key the engine itself wants (llama-server's key file); None: it wants none."""
+    max_waiting: int = DEFAULT_MAX_WAITING
+    keepalive_s: float = KEEPALIVE_S
+    queue_note_s: float = QUEUE_NOTE_S
+
+
+@dataclass
+class FrontCounters:
+    answered: Counter[int] = field(default_factory=Counter)
+    """Answers by status code."""
+    client_gone: int = 0
+    keepalives: int = 0
+
+
+class Front:
+    """Answers every client connection; see the module docstring."""
+
+    def __init__(
+        self,
+        spec: FrontSpec,
+        engine_url: Callable[[], str],
+        *,
+        status: Callable[[], Status] = lambda: Status("ready"),
+        shape: ApiShape | None = None,
+    ) -> None:
+        self.spec = spec
+        self.engine_url = engine_url
+        """Read per request: a re-planned engine may listen on another port."""
+        self.status = status
+        """The run's status now (its sample, speculation, cache) for ``/metrics``."""
+        self.shape: ApiShape = shape or SameShape()
+        self.queue = FrontQueue(spec.capacity, spec.max_waiting)
+        self.counters = FrontCounters()
+        self._engine_headers: list[tuple[bytes, bytes]] = (
+            [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
+        )
+
+    def queue_status(self) -> QueueStatus:
+        return self.queue.status()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await serve_connection(reader, writer, self.answer)
+
+    async def answer(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
+        method = request.method.decode("latin-1")
+        target = request.target.decode("latin-1")
+        path = urlsplit(target).path
+        headers = header_map(request.headers)
+        refused = refusal(self.spec.policy, method, path, headers)
+        if refused is not None:
+            self.counters.answered[refused.status] += 1
+            await ex.error(refused.status, refused.message)
+            return
+        cors = cors_headers(headers.get("origin"))
+        ex.watch()
+        try:
+            if method == "OPTIONS":
+                await ex.head(204, cors)
+                await ex.end()
+            elif method == "GET" and path == "/metrics":
+                await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
+            elif method == "GET" and path in ("/v1/models", "/models"):
+                await self._models(ex, cors)
+            elif is_generation(method, path):
+                await self._queued(ex, request, target, path, body, cors)
+            else:
+                await self._relay(ex, request, target, path, body, cors, streamed=False)
+        except ClientGoneError:
+            self.counters.client_gone += 1
+            ex.gone.set()
+
+    async def _queued(
+        self,
+        ex: Exchange,
+        request: h11.Request,
+        target: str,
+        path: str,
+        body: bytes,
+        cors: list[tuple[str, str]],
+    ) -> None:
+        streamed = wants_stream(body)
+        try:
+            ticket = self.queue.enter()
+        except QueueFullError as full:
+            self.counters.answered[503] += 1
+            retry = [("retry-after", str(full.retry_after_s))]
+            await ex.error(503, f"the server is busy: {full}", [*retry, *cors])
+            return
+        admitted = asyncio.ensure_future(ticket.admitted.wait())
+        try:
+            while not await ex.wait(admitted, self.spec.queue_note_s):
+                if streamed:
+                    if not ex.started:
+                        await ex.head(200, [*SSE_HEAD, *cors])
+                    await ex.data(f": queued, position {self.queue.position(ticket)}\n\n".encode())
+            await self._relay(ex, request, target, path, body, cors, streamed=streamed)
+        finally:
+            admitted.cancel()
+            self.queue.leave(ticket)
+
+    async def _relay(
+        self,
+        ex: Exchange,
+        request: h11.Request,
+        target: str,
+        path: str,
+        body: bytes,
+        cors: list[tuple[str, str]],
+        *,
+        streamed: bool,
+    ) -> None:
+        """The request to the engine and its answer back; for a streamed request, comments
+        while the engine says nothing."""
+        sent = self.shape.request(path, body) if body else body
+        headers: list[tuple[bytes, bytes]] = [
+            *((k, v) for k, v in request.headers if k.lower() not in _NOT_RELAYED),
+            *self._engine_headers,
+        ]
+        method = request.method.decode("latin-1")
+        sending = asyncio.ensure_future(self._call(method, target, headers, sent))
+        try:
+            while not await ex.wait(sending, self.spec.keepalive_s):
+                if streamed:
+                    if not ex.started:
+                        await ex.head(200, [*SSE_HEAD, *cors])
+                    await self._keepalive(ex)
+            call, answer = sending.result()
+        except ENGINE_ERRORS as exc:
+            await self._engine_failed(ex, f"the engine did not answer: {exc}")
+            return
+        finally:
+            sending.cancel()  # a client gone before the engine answered: the call closes
+        try:
+            await self._answer_back(ex, call, answer, path, body, cors)
+        except ENGINE_ERRORS:
+            ex.gone.set()  # the engine broke off: close the client's connection, not end it
+        finally:
+            await call.close()
+
+    async def _call(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[EngineCall, h11.Response]:
+        call = await EngineCall.open(self.engine_url())
+        try:
+            return call, await call.send(method, target, headers, body)
+        except BaseException:
+            call.writer.close()
+            raise
+
+    async def _engine_failed(self, ex: Exchange, message: str) -> None:
+        self.counters.answered[502] += 1
+        if ex.started:
+            error = json.dumps({"error": {"code": 502, "message": message}})
+            await ex.data(f"event: error\ndata: {error}\n\n".encode())
+            await ex.end()
+        else:
+            await ex.error(502, message)
+
+    async def _answer_back(
+        self,
+        ex: Exchange,
+        call: EngineCall,
+        answer: h11.Response,
+        path: str,
+        body: bytes,
+        cors: list[tuple[str, str]],
+    ) -> None:
+        status = answer.status_code
+        content_type = header_of(answer, b"content-type")
+        self.counters.answered[status] += 1
+        if ex.started:  # our own SSE head is out: the engine's status goes in the stream
+            if status != 200:
+                detail = (await self._read_all(ex, call)).decode("utf-8", errors="replace")
+                await ex.data(f"event: error\ndata: {detail}\n\n".encode())
+                await ex.end()
+                return
+            await self._pipe_events(ex, call, path, body)
+            return
+        if path == "/" and status >= 400:
+            await ex.whole(200, self._index(), extra=cors)
+            return
+        kept = [
+            (k, v)
+            for k, v in answer.headers
+            if k.lower() not in _ENGINE_ANSWER_DROPPED
+            and not k.lower().startswith(b"access-control-")
+        ]
+        if "text/event-stream" in content_type:
+            await ex.head(status, [*kept, *cors])
+            await self._pipe_events(ex, call, path, body)
+        elif "application/json" in content_type:
+            whole = self.shape.reply(path, body, await self._read_all(ex, call))
+            await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
+            await ex.data(whole)
+            await ex.end()
+        else:
+            await ex.head(status, [*kept, *cors])
+            while (chunk := await call.chunk()) is not None:
+                await ex.data(chunk)
+            await ex.end()
+
+    async def _read_all(self, ex: Exchange, call: EngineCall) -> bytes:
+        """The whole body of the engine's answer (a hang-up meanwhile ends the wait)."""
+        whole = bytearray()
+        while (chunk := await self._next_chunk(ex, call, keepalive=False)) is not None:
+            whole += chunk
+        return bytes(whole)
+
+    async def _next_chunk(self, ex: Exchange, call: EngineCall, *, keepalive: bool) -> bytes | None:
+        reading = asyncio.ensure_future(call.chunk())
+        try:
+            while not await ex.wait(reading, self.spec.keepalive_s):
+                if keepalive:
+                    await self._keepalive(ex)
+            return reading.result()
+        finally:
+            reading.cancel()
+
+    async def _pipe_events(self, ex: Exchange, call: EngineCall, path: str, body: bytes) -> None:
+        """The engine's SSE events on, each through the shape; a comment whenever it is
+        silent for ``keepalive_s`` between two events (never inside one)."""
+        pending = b""
+        while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
+            events, pending = split_events(pending + chunk)
+            await ex.data(b"".join(self.shape.event(path, body, e) for e in events))
+        await ex.data(pending)
+        await ex.end()
+
+    async def _keepalive(self, ex: Exchange) -> None:
+        self.counters.keepalives += 1
+        await ex.data(b": keep-alive\n\n")
+
+    async def _models(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
+        """The engine's model list with ``context_length`` and the same keys on both engines."""
+        try:
+            call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
+            try:
+                listed = json.loads(await self._read_all(ex, call))
+            finally:
+                await call.close()
+        except (*ENGINE_ERRORS, ValueError) as exc:
+            await self._engine_failed(ex, f"the engine did not list its models: {exc}")
+            return
+        data = listed.get("data") if isinstance(listed, dict) else None
+        models = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+        if not models:
+            models = [{"id": self.spec.model}]
+        shaped = {
+            **(listed if isinstance(listed, dict) else {}),
+            "object": "list",
+            "data": [self._model_entry(m) for m in models],
+        }
+        self.counters.answered[200] += 1
+        await ex.whole(200, json.dumps(shaped).encode(), extra=cors)
+
+    def _model_entry(self, model: dict[str, object]) -> dict[str, object]:
+        return {
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "lucebox",
+            **model,
+            "id": model.get("id", self.spec.model),
+            "context_length": self.spec.ctx,
+        }
+
+    def _index(self) -> bytes:
+        """``GET /`` when the engine has no page there: what is served, and where."""
+        return json.dumps(
+            {
+                "name": "lucebox",
+                "model": self.spec.model,
+                "context_length": self.spec.ctx,
+                "endpoints": [
+                    "/v1/chat/completions",
+                    "/v1/messages",
+                    "/v1/responses",
+                    "/v1/models",
+                    "/metrics",
+                    "/health",
+                ],
+            }
+        ).encode()
+
+    def metrics_text(self) -> str:
+        """Prometheus text: the run's numbers with the queue as it is now, and the front's."""
+        status = replace(self.status(), queue=self.queue.status())
+        counters = self.counters
+        lines = [
+            "# TYPE lucebox_client_disconnects_total counter",
+            f"lucebox_client_disconnects_total {counters.client_gone}",
+            "# TYPE lucebox_sse_keepalives_total counter",
+            f"lucebox_sse_keepalives_total {counters.keepalives}",
+            "# TYPE lucebox_responses_total counter",
+            *(
+                f'lucebox_responses_total{{code="{code}"}} {count}'
+                for code, count in sorted(counters.answered.items())
+            ),
+        ]
+        return prometheus_text(status) + "\n".join(lines) + "\n"
+
+
+async def start_front(front: Front, host: str, port: int) -> asyncio.Server:
+    """The front listening on ``host:port`` (IPv4 and IPv6 where the host name has both)."""
+    return await asyncio.start_server(front.handle, host, port)

@@ -1,0 +1,144 @@
+"""Who may use the front (pure): the API key, and ``Host``/``Origin`` against DNS rebinding.
+
+A web page in the user's browser can reach a server on loopback through a name it controls
+that resolves to 127.0.0.1 (DNS rebinding): the browser then sends that name as ``Host`` and
+the page's origin as ``Origin``. The front answers only ``Host`` values that are addresses,
+loopback names, the configured host or this machine's own names, and only the ``Origin`` of its
+own pages (the engine's web UI is served through the front, so it is same-origin); CORS headers
+go to that origin alone. The key, when set, is compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from lucebox.engine.core.address import is_loopback
+
+PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+"""Answered without the key, as llama-server does (a supervisor's or a load balancer's probe)."""
+PAGE_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
+"""The web UI's page: a browser loads it without a key and the page then sends the key."""
+ANY_HOST = ("0.0.0.0", "::", "")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int
+    message: str
+
+
+@dataclass(frozen=True)
+class FrontPolicy:
+    """What the front allows."""
+
+    host: str
+    """The address the front binds (the user's ``--host``)."""
+    port: int
+    api_key: str | None = None
+    machine_names: tuple[str, ...] = ()
+    """This machine's own names (hostname, hostname.local): LAN clients may use them."""
+
+    def host_allowed(self, host_header: str) -> bool:
+        name = host_name(host_header)
+        if not name:
+            return False
+        if is_address(name) or is_loopback_name(name):
+            return True
+        return name in {self.host.lower(), *(n.lower() for n in self.machine_names)}
+
+    def origin_allowed(self, origin: str) -> bool:
+        """An origin of the front's own pages: its scheme is http, its host allowed and its
+        port the front's."""
+        parts = urlsplit(origin)
+        if parts.scheme != "http" or parts.hostname is None:
+            return False
+        try:
+            port = parts.port or 80
+        except ValueError:
+            return False
+        return port == self.port and self.host_allowed(parts.netloc)
+
+    def key_ok(self, headers: dict[str, str]) -> bool:
+        if not self.api_key:
+            return True
+        given = presented_key(headers)
+        return given is not None and hmac.compare_digest(given.encode(), self.api_key.encode())
+
+
+def machine_names() -> tuple[str, ...]:
+    """This machine's names as LAN clients write them: its hostname, short and ``.local``."""
+    full = socket.gethostname().lower()
+    short = full.split(".")[0]
+    return tuple(dict.fromkeys((full, short, f"{short}.local")))
+
+
+def host_name(host_header: str) -> str:
+    """The name of a ``Host`` value without its port (brackets of an IPv6 literal removed)."""
+    value = host_header.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else ""
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback_name(name: str) -> bool:
+    return is_loopback(name) or name == "localhost" or name.endswith(".localhost")
+
+
+def presented_key(headers: dict[str, str]) -> str | None:
+    """The key a request carries: ``Authorization: Bearer K``, else ``x-api-key: K``."""
+    auth = headers.get("authorization")
+    if auth is not None:
+        scheme, _, value = auth.strip().partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else auth.strip()
+    return headers.get("x-api-key")
+
+
+def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Headers by lower-case name (a repeated header keeps its first value)."""
+    found: dict[str, str] = {}
+    for name, value in raw:
+        found.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return found
+
+
+def refusal(policy: FrontPolicy, method: str, path: str, headers: dict[str, str]) -> Refusal | None:
+    """Why the front refuses this request, or None when it goes on."""
+    host = headers.get("host")
+    if host is None or not policy.host_allowed(host):
+        return Refusal(421, f"the Host '{host or ''}' is not an address of this server")
+    origin = headers.get("origin")
+    if origin is not None and not policy.origin_allowed(origin):
+        return Refusal(403, f"requests from the web origin '{origin}' are not allowed")
+    if method == "OPTIONS" or path in PUBLIC_PATHS:
+        return None
+    if method in ("GET", "HEAD") and path in PAGE_PATHS:
+        return None
+    if not policy.key_ok(headers):
+        return Refusal(401, "Invalid API Key: send it as 'Authorization: Bearer KEY' or x-api-key")
+    return None
+
+
+def cors_headers(origin: str | None) -> list[tuple[str, str]]:
+    """CORS headers for an allowed ``origin`` (the front's own pages); none without one."""
+    if origin is None:
+        return []
+    return [
+        ("access-control-allow-origin", origin),
+        ("access-control-allow-credentials", "true"),
+        ("access-control-allow-methods", "GET, POST, OPTIONS"),
+        ("access-control-allow-headers", "authorization, content-type, x-api-key"),
+        ("vary", "origin"),
+    ]

@@ -1,0 +1,114 @@
+"""The front's queue: generation requests reach the engine in arrival order, as many at once
+as it serves (one for the Lucebox engine, its parallel slots for llama-server); a bounded
+number wait, and past that bound a request is told when to try again from the measured rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+
+from lucebox.engine.run.sample import QueueStatus
+
+DEFAULT_MAX_WAITING = 32
+DEFAULT_SERVICE_S = 10.0
+"""A request's assumed time in the engine until one has been measured."""
+SERVICE_WEIGHT = 0.3
+"""Weight of the latest measured request in the running mean of service times."""
+
+
+class QueueFullError(Exception):
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"the queue is full; retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class Ticket:
+    """One request's place: waiting, then running, then done."""
+
+    def __init__(self, arrived_s: float) -> None:
+        self.arrived_s = arrived_s
+        self.started_s: float | None = None
+        self.admitted = asyncio.Event()
+
+
+class FrontQueue:
+    """FIFO admission for ``capacity`` requests at once, ``max_waiting`` more waiting."""
+
+    def __init__(self, capacity: int, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+        self.capacity = max(1, capacity)
+        self.max_waiting = max_waiting
+        self._waiting: deque[Ticket] = deque()
+        self._running: set[Ticket] = set()
+        self._mean_service_s: float | None = None
+        self._served = 0
+        self._rejected = 0
+
+    def enter(self) -> Ticket:
+        """A ticket, admitted at once when the engine has room and nobody waits.
+
+        Raises:
+            QueueFullError: ``max_waiting`` requests wait already.
+        """
+        ticket = Ticket(time.monotonic())
+        if len(self._running) < self.capacity and not self._waiting:
+            self._start(ticket)
+            return ticket
+        if len(self._waiting) >= self.max_waiting:
+            self._rejected += 1
+            raise QueueFullError(self.retry_after_s())
+        self._waiting.append(ticket)
+        return ticket
+
+    def position(self, ticket: Ticket) -> int:
+        """1 for the next request to run; 0 once it runs."""
+        if ticket.admitted.is_set():
+            return 0
+        return self._waiting.index(ticket) + 1 if ticket in self._waiting else 0
+
+    def leave(self, ticket: Ticket) -> None:
+        """The request is done, or its client left (waiting or running)."""
+        if ticket in self._waiting:
+            self._waiting.remove(ticket)
+            return
+        if ticket not in self._running:
+            return
+        self._running.discard(ticket)
+        if ticket.started_s is not None:
+            took_s = time.monotonic() - ticket.started_s
+            mean = self._mean_service_s
+            self._mean_service_s = (
+                took_s if mean is None else mean + SERVICE_WEIGHT * (took_s - mean)
+            )
+            self._served += 1
+        while self._waiting and len(self._running) < self.capacity:
+            self._start(self._waiting.popleft())
+
+    def _start(self, ticket: Ticket) -> None:
+        ticket.started_s = time.monotonic()
+        self._running.add(ticket)
+        ticket.admitted.set()
+
+    def retry_after_s(self) -> int:
+        """Seconds until a request arriving now would likely get a place: the waiting ones
+        and the running ones served at the measured rate."""
+        service_s = self._mean_service_s or DEFAULT_SERVICE_S
+        ahead = len(self._waiting) + 1
+        return max(1, math.ceil(service_s * ahead / self.capacity))
+
+    def status(self) -> QueueStatus:
+        now_s = time.monotonic()
+        oldest = round(now_s - self._waiting[0].arrived_s, 1) if self._waiting else None
+        mean = self._mean_service_s
+        return QueueStatus(
+            depth=len(self._waiting),
+            running=len(self._running),
+            oldest_wait_s=oldest,
+            max_waiting=self.max_waiting,
+            capacity=self.capacity,
+            served=self._served,
+            rejected=self._rejected,
+            mean_service_s=round(mean, 2) if mean is not None else None,
+        )

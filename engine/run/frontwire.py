@@ -1,0 +1,263 @@
+"""HTTP/1.1 on lucebox's own listening sockets (h11 over asyncio streams), shared by the front
+of a single engine (:mod:`front`) and the served set's proxy (:mod:`servedsetproxy`).
+
+h11 is already a dependency (httpx's own HTTP/1.1), keeps connections alive for clients that
+ask, frames a reply of unknown length as chunked, and leaves every byte of the reply to us: the
+front must write SSE comments between an engine's events, which a full framework hides.
+
+:class:`Exchange` is one request on one client connection; it watches the socket while the
+request waits or runs, so a client that hangs up is seen at once (its request is then dropped
+from the queue or its engine connection closed, which stops the engine's work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import h11
+
+HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+READ_BYTES = 65536
+SSE_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+class ApiShape(Protocol):
+    """The one place a request body and each reply or stream event pass through on their way
+    between a client and the engine (the API normalizations plug in here)."""
+
+    def request(self, path: str, body: bytes) -> bytes:
+        """The body the engine gets for a client's request to ``path``."""
+        ...
+
+    def reply(self, path: str, request: bytes, body: bytes) -> bytes:
+        """The body the client gets for a whole (not streamed) reply to ``request``."""
+        ...
+
+    def event(self, path: str, request: bytes, event: bytes) -> bytes:
+        """One whole SSE event of a streamed reply (ending in its blank line), as sent on."""
+        ...
+
+
+class SameShape:
+    """Passes everything on unchanged."""
+
+    def request(self, path: str, body: bytes) -> bytes:
+        return body
+
+    def reply(self, path: str, request: bytes, body: bytes) -> bytes:
+        return body
+
+    def event(self, path: str, request: bytes, event: bytes) -> bytes:
+        return event
+
+
+class ClientGoneError(Exception):
+    """The client closed its connection before its answer was complete."""
+
+
+def error_body(status: int, message: str, kind: str = "lucebox_error") -> bytes:
+    """An answer of lucebox's own, in the shape of the engines' errors."""
+    return json.dumps({"error": {"code": status, "message": message, "type": kind}}).encode()
+
+
+def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The whole SSE events at the start of ``buffer`` (each with its blank line) and the rest."""
+    events = []
+    start = 0
+    for end in SSE_EVENT_END.finditer(buffer):
+        events.append(buffer[start : end.end()])
+        start = end.end()
+    return events, buffer[start:]
+
+
+class Exchange:
+    """One request of a client connection and the writing of its answer."""
+
+    def __init__(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.conn = conn
+        self.reader = reader
+        self.writer = writer
+        self.started = False
+        """The status line and headers are written."""
+        self.gone = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
+
+    def watch(self) -> None:
+        """Notice a hang-up from now on (bytes a client sends meanwhile stay for h11)."""
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._read_until_closed())
+
+    async def _read_until_closed(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await self.reader.read(READ_BYTES):
+                self.conn.receive_data(data)
+        self.gone.set()
+
+    async def unwatch(self) -> None:
+        task, self._watch = self._watch, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def send(self, event: h11.Response | h11.Data | h11.EndOfMessage) -> None:
+        if self.gone.is_set():
+            raise ClientGoneError("the client hung up")
+        data = self.conn.send(event)
+        if isinstance(event, h11.Response):
+            self.started = True
+        if data:
+            self.writer.write(data)
+            try:
+                await self.writer.drain()
+            except ConnectionError as exc:
+                raise ClientGoneError("the client hung up") from exc
+
+    async def head(self, status: int, headers: Iterable[tuple[str | bytes, str | bytes]]) -> None:
+        raw = [(_latin1(name), _latin1(value)) for name, value in headers]
+        await self.send(h11.Response(status_code=status, headers=raw))
+
+    async def data(self, data: bytes) -> None:
+        if data:
+            await self.send(h11.Data(data=data))
+
+    async def end(self) -> None:
+        await self.send(h11.EndOfMessage())
+
+    async def whole(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        extra: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """A complete answer with a known length."""
+        headers = [("content-type", content_type), ("content-length", str(len(body))), *extra]
+        await self.head(status, headers)
+        await self.data(body)
+        await self.end()
+
+    async def error(self, status: int, message: str, extra: Iterable[tuple[str, str]] = ()) -> None:
+        await self.whole(status, error_body(status, message), extra=extra)
+
+    async def wait(self, awaitable: Awaitable[Any], timeout_s: float) -> bool:
+        """Whether ``awaitable`` (a task) finished within ``timeout_s``; it keeps running
+        otherwise. Raises ClientGoneError once the client has hung up."""
+        task = asyncio.ensure_future(awaitable)
+        gone = asyncio.ensure_future(self.gone.wait())
+        try:
+            await asyncio.wait({task, gone}, timeout=timeout_s, return_when="FIRST_COMPLETED")
+        finally:
+            gone.cancel()
+        if task.done():
+            return True
+        if self.gone.is_set():
+            raise ClientGoneError("the client hung up")
+        return False
+
+
+def _latin1(text: str | bytes) -> bytes:
+    return text.encode("latin-1") if isinstance(text, str) else text
+
+
+async def next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+    while (event := conn.next_event()) is h11.NEED_DATA:
+        conn.receive_data(await reader.read(READ_BYTES))
+    return event
+
+
+Answer = Callable[[Exchange, h11.Request, bytes], Awaitable[None]]
+
+
+async def serve_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
+) -> None:
+    """Answer each request of one client connection with ``answer`` until it closes."""
+    conn = h11.Connection(h11.SERVER)
+    try:
+        while True:
+            request = await next_event(conn, reader)
+            if not isinstance(request, h11.Request):
+                return
+            body = bytearray()
+            while isinstance(event := await next_event(conn, reader), h11.Data):
+                body += event.data
+            exchange = Exchange(conn, reader, writer)
+            try:
+                await answer(exchange, request, bytes(body))
+            finally:
+                await exchange.unwatch()
+            if exchange.gone.is_set():
+                return
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+    except (h11.ProtocolError, ConnectionError, ClientGoneError):
+        return
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+class EngineCall:
+    """One request to the engine on a connection of its own: closing it is how a client's
+    hang-up reaches the engine (llama-server and the Lucebox engine both stop generating when
+    their client's socket closes)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.conn = h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def open(cls, url: str) -> EngineCall:
+        parts = urlsplit(url)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+        return cls(reader, writer)
+
+    async def send(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> h11.Response:
+        """Write the request and read the engine's status line and headers."""
+        sent = [
+            (b"host", b"127.0.0.1"),
+            (b"connection", b"close"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ]
+        self.writer.write(self.conn.send(h11.Request(method=method, target=target, headers=sent)))
+        self.writer.write(self.conn.send(h11.Data(data=body)) if body else b"")
+        self.writer.write(self.conn.send(h11.EndOfMessage()))
+        await self.writer.drain()
+        event = await self._next()
+        while isinstance(event, h11.InformationalResponse):
+            event = await self._next()
+        if not isinstance(event, h11.Response):
+            raise ConnectionError("the engine closed the connection without an answer")
+        return event
+
+    async def _next(self) -> Any:
+        while (event := self.conn.next_event()) is h11.NEED_DATA:
+            self.conn.receive_data(await self.reader.read(READ_BYTES))
+        if isinstance(event, h11.ConnectionClosed):
+            raise ConnectionError("the engine closed the connection mid-answer")
+        return event
+
+    async def chunk(self) -> bytes | None:
+        """The next piece of the answer's body; None at its end."""
+        event = await self._next()
+        return bytes(event.data) if isinstance(event, h11.Data) else None
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()

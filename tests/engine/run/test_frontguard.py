@@ -1,0 +1,72 @@
+"""The front's rules (pure): who may call, from which page, and the queue's order and bound."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lucebox.engine.run.frontguard import FrontPolicy, refusal
+from lucebox.engine.run.frontqueue import FrontQueue, QueueFullError
+from lucebox.engine.run.runstate import Status
+from lucebox.engine.run.sample import QueueStatus
+
+LAN = FrontPolicy("0.0.0.0", 8080, "k3y", ("lucebox-pc", "lucebox-pc.local"))
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"host": "127.0.0.1:8080", "authorization": "Bearer k3y"}, None),
+        ({"host": "192.168.1.20:8080", "x-api-key": "k3y"}, None),
+        ({"host": "lucebox-pc.local:8080", "authorization": "Bearer k3y"}, None),
+        ({"host": "[::1]:8080", "authorization": "Bearer k3y"}, None),
+        ({"host": "127.0.0.1:8080"}, 401),
+        ({"host": "127.0.0.1:8080", "authorization": "Bearer k3"}, 401),
+        ({"host": "rebind.attacker.example:8080", "authorization": "Bearer k3y"}, 421),
+        ({"authorization": "Bearer k3y"}, 421),
+        ({"host": "127.0.0.1:8080", "authorization": "Bearer k3y",
+          "origin": "http://attacker.example"}, 403),
+        ({"host": "127.0.0.1:8080", "authorization": "Bearer k3y",
+          "origin": "http://localhost:8080"}, None),
+        ({"host": "127.0.0.1:8080", "authorization": "Bearer k3y",
+          "origin": "http://localhost:9999"}, 403),
+        ({"host": "127.0.0.1:8080", "authorization": "Bearer k3y", "origin": "null"}, 403),
+    ],
+)  # fmt: skip
+def test_who_may_call(headers, status):
+    refused = refusal(LAN, "POST", "/v1/chat/completions", headers)
+    assert (refused.status if refused else None) == status
+
+
+def test_health_and_the_page_need_no_key_but_the_api_does():
+    plain = {"host": "localhost:8080"}
+    assert refusal(LAN, "GET", "/health", plain) is None
+    assert refusal(LAN, "GET", "/", plain) is None
+    assert refusal(LAN, "GET", "/v1/models", plain) is not None
+    assert refusal(FrontPolicy("127.0.0.1", 8080), "GET", "/v1/models", plain) is None
+
+
+async def test_the_queue_is_first_come_first_served_and_bounded():
+    queue = FrontQueue(capacity=1, max_waiting=2)
+    first, second, third = queue.enter(), queue.enter(), queue.enter()
+    assert first.admitted.is_set() and not second.admitted.is_set()
+    assert (queue.position(second), queue.position(third)) == (1, 2)
+    with pytest.raises(QueueFullError) as full:
+        queue.enter()
+    assert full.value.retry_after_s >= 1
+    queue.leave(second)  # a client that left while waiting
+    assert queue.position(third) == 1
+    await asyncio.sleep(0.05)
+    queue.leave(first)
+    assert third.admitted.is_set()
+    status = queue.status()
+    assert (status.depth, status.running, status.served, status.rejected) == (0, 1, 1, 1)
+    assert status.mean_service_s is not None and status.mean_service_s >= 0.05
+
+
+def test_the_queue_is_kept_in_the_state_file():
+    queue = QueueStatus(2, 1, 3.5, 32, 1, 10, 0, 4.2)
+    status = Status("ready", queue=queue)
+    assert status.to_json()["queue"]["depth"] == 2
+    assert Status.from_file_json(status.to_file_json()) == status
