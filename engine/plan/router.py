@@ -104,4 +104,5 @@ def router_spec(planned: SetPlan, ini_path: str, models_max: int | None = None) 
         draft_p_min=None,
         slot_save_path=None,
         sampling=(),
+        engine_port=None,  # the router serves the address (behind the set's own proxy)
     )

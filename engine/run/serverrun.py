@@ -26,7 +26,7 @@ from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.calibrator import Calibrator, running_label
-from lucebox.engine.run.death import port_taken
+from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.front import Front, FrontSpec, start_front
@@ -39,7 +39,6 @@ from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import (
-    PortInUseError,
     ServerEvent,
     Supervisor,
     down_peers,
@@ -297,6 +296,12 @@ class ServerRun:
 
         queue: asyncio.Queue[RunItem | None] = asyncio.Queue()
         listening = await self._open_front()
+        if isinstance(listening, EngineDeath):  # the served address is taken: nothing starts
+            self.supervisor.log.write(f"# lucebox: gave-up: {listening.sentence}")
+            gave_up = ServerEvent("gave-up", listening.sentence, cause=listening)
+            self._run.status = replace(self._run.status, state="failed", cause=listening)
+            yield gave_up
+            return
 
         async def follow_supervisor() -> None:
             try:
@@ -341,12 +346,9 @@ class ServerRun:
             engine_key=self.api_key if run.reads_key_file else None,
         )
 
-    async def _open_front(self) -> asyncio.Server | None:
-        """lucebox's front on the served address, before the engine starts behind it.
-
-        Raises:
-            PortInUseError: another program holds the served address.
-        """
+    async def _open_front(self) -> asyncio.Server | EngineDeath | None:
+        """lucebox's front on the served address, before the engine starts behind it; what
+        holds the address when it cannot listen; None when the engine serves it itself."""
         launch = self.supervisor.launch
         if launch.engine_port is None:
             return None
@@ -357,14 +359,9 @@ class ServerRun:
         )
         try:
             server = await start_front(front, launch.host, launch.port)
-        except OSError as exc:
+        except OSError:
             holder = port_holder(launch.host, launch.port) or "another program"
-            raise PortInUseError(
-                f"cannot listen on {launch.host}:{launch.port}: {exc.strerror or exc} ({holder})",
-                hint=port_taken(
-                    launch.port, holder, next_free_port(launch.host, launch.port)
-                ).next_step,
-            ) from exc
+            return port_taken(launch.port, holder, next_free_port(launch.host, launch.port))
         self.front = front
         return server
 

@@ -21,7 +21,7 @@ from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import server_argv
+from lucebox.engine.plan.launch import engine_url, server_argv
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
 from tests.conftest import run_lucebox
@@ -83,7 +83,8 @@ def _proc_texts(name: str) -> dict[int, bytes]:
 
 @pytest.mark.slow
 def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_path):
-    """llama-server bound beyond loopback asks for the key; no command line shows it."""
+    """llama-server behind a front bound beyond loopback asks for the key on its own private
+    loopback port too; no command line shows it."""
     from tests.realmodels import smol_model
 
     engine_paths = resolve_paths({"LUCEBOX_HOME": str(built_engine_home)})
@@ -105,7 +106,8 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
     log = (tmp_path / "engine.log").open("wb")
     proc = subprocess.Popen(server_argv(spec), stdout=log, stderr=subprocess.STDOUT)
     try:
-        url = f"http://127.0.0.1:{port}"
+        url = engine_url(spec)
+        assert url == f"http://127.0.0.1:{spec.engine_port}"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
