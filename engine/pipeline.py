@@ -36,7 +36,7 @@ from lucebox.engine.models import guard
 from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import list_models
-from lucebox.engine.plan import measurements, planner, presetchoice, repoplan
+from lucebox.engine.plan import chatdefaults, measurements, planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
@@ -587,6 +587,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         ),
         calibrator=measuring,
         engine_calibrator=engines,
+        thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
     )
 
 

@@ -380,3 +380,28 @@ def _count(value: Any) -> int | None:
 
 def _dump(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """These normalizations behind lucebox's front (its ``frontwire.ApiShape`` hook), for the
+    one model a launch serves."""
+
+    engine: KindName
+    model_id: str
+    context_length: int
+    thinking_default: bool | None
+
+    def _ctx(self, path: str) -> ShapeContext:
+        return ShapeContext(
+            self.engine, path, self.model_id, self.context_length, self.thinking_default
+        )
+
+    def request(self, path: str, body: bytes) -> bytes:
+        return shape_request(self._ctx(path), body)
+
+    def reply(self, path: str, status: int, body: bytes) -> bytes:
+        return shape_response(self._ctx(path), status, body)
+
+    def stream(self, path: str, request: bytes) -> StreamShaper:
+        return StreamShaper(self._ctx(path), request)

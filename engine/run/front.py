@@ -189,7 +189,10 @@ class Front:
             return
         admitted = asyncio.ensure_future(ticket.admitted.wait())
         try:
-            while not await ex.wait(admitted, self.spec.queue_note_s):
+            # A stream that must wait hears its place at once, then every queue_note_s.
+            waits = streamed and not ticket.admitted.is_set()
+            while waits or not await ex.wait(admitted, self.spec.queue_note_s):
+                waits = False
                 if streamed:
                     if not ex.started:
                         await ex.head(200, [*SSE_HEAD, *cors])
@@ -290,7 +293,7 @@ class Front:
             await ex.head(status, [*kept, *cors])
             await self._pipe_events(ex, call, path, body)
         elif "application/json" in content_type:
-            whole = self.shape.reply(path, body, await self._read_all(ex, call))
+            whole = self.shape.reply(path, status, await self._read_all(ex, call))
             await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
             await ex.data(whole)
             await ex.end()
@@ -320,11 +323,12 @@ class Front:
     async def _pipe_events(self, ex: Exchange, call: EngineCall, path: str, body: bytes) -> None:
         """The engine's SSE events on, each through the shape; a comment whenever it is
         silent for ``keepalive_s`` between two events (never inside one)."""
+        shaper = self.shape.stream(path, body)
         pending = b""
         while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
             events, pending = split_events(pending + chunk)
-            await ex.data(b"".join(self.shape.event(path, body, e) for e in events))
-        await ex.data(pending)
+            await ex.data(b"".join(shaper.feed(e) for e in events))
+        await ex.data(shaper.close() + pending)
         await ex.end()
 
     async def _keepalive(self, ex: Exchange) -> None:

@@ -27,21 +27,43 @@ READ_BYTES = 65536
 SSE_EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 
+class EventShape(Protocol):
+    """Shapes one streamed reply, event by event (it may hold one back, owed at the end)."""
+
+    def feed(self, event: bytes) -> bytes:
+        """One whole SSE event (ending in its blank line) in; what is sent on, maybe none."""
+        ...
+
+    def close(self) -> bytes:
+        """What is still owed when the engine's stream ends."""
+        ...
+
+
 class ApiShape(Protocol):
     """The one place a request body and each reply or stream event pass through on their way
-    between a client and the engine (the API normalizations plug in here)."""
+    between a client and the engine (the API normalizations: run/apishape.py)."""
 
     def request(self, path: str, body: bytes) -> bytes:
         """The body the engine gets for a client's request to ``path``."""
         ...
 
-    def reply(self, path: str, request: bytes, body: bytes) -> bytes:
-        """The body the client gets for a whole (not streamed) reply to ``request``."""
+    def reply(self, path: str, status: int, body: bytes) -> bytes:
+        """The body the client gets for a whole (not streamed) JSON reply."""
         ...
 
-    def event(self, path: str, request: bytes, event: bytes) -> bytes:
-        """One whole SSE event of a streamed reply (ending in its blank line), as sent on."""
+    def stream(self, path: str, request: bytes) -> EventShape:
+        """The shape of one streamed reply to ``request``."""
         ...
+
+
+class SameEvents:
+    """Passes every event on unchanged."""
+
+    def feed(self, event: bytes) -> bytes:
+        return event
+
+    def close(self) -> bytes:
+        return b""
 
 
 class SameShape:
@@ -50,11 +72,11 @@ class SameShape:
     def request(self, path: str, body: bytes) -> bytes:
         return body
 
-    def reply(self, path: str, request: bytes, body: bytes) -> bytes:
+    def reply(self, path: str, status: int, body: bytes) -> bytes:
         return body
 
-    def event(self, path: str, request: bytes, event: bytes) -> bytes:
-        return event
+    def stream(self, path: str, request: bytes) -> EventShape:
+        return SameEvents()
 
 
 class ClientGoneError(Exception):

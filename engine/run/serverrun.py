@@ -25,6 +25,7 @@ from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, ur
 from lucebox.engine.plan.measurements import PrefillRecorder
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
+from lucebox.engine.run.apishape import Shapes
 from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.enginecalibrator import EngineCalibrator
@@ -110,6 +111,7 @@ class ServerRun:
         peers: tuple[PeerStatus, ...] = (),
         calibrator: Calibrator | None = None,
         engine_calibrator: EngineCalibrator | None = None,
+        thinking_default: bool | None = None,
     ) -> None:
 
         self.spec_guard = spec_guard
@@ -123,6 +125,9 @@ class ServerRun:
         self.calibrator = calibrator
         """Measures speculation on this card once idle; None when nothing can speculate."""
         self.engine_calibrator = engine_calibrator
+        self.thinking_default = thinking_default
+        """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
+        the front asks both engines the same way."""
         """Measures both engines once idle where both can serve; None elsewhere."""
         self._pending: Decision | None = None
         self._spec_off: SpecStatus | None = None
@@ -356,6 +361,7 @@ class ServerRun:
             self._front_spec(),
             lambda: engine_url(self.supervisor.launch),
             status=lambda: self._run.status,
+            shape=Shapes(launch.kind, launch.alias, launch.plan.ctx, self.thinking_default),
         )
         try:
             server = await start_front(front, launch.host, launch.port)

@@ -173,9 +173,10 @@ def test_requests_are_served_in_arrival_order_and_waiting_streams_hear_their_pla
 
     def client(index: int) -> None:
         seen: list[tuple[float, str]] = []
-        stream_lines(
-            f"{front.url}/v1/chat/completions", chat(f"Say {index}.", 8, stream=True), seen
-        )
+        # The first reply is long enough that the others must wait behind it.
+        tokens = 96 if index == 0 else 8
+        body = chat(f"Say {index}.", tokens, stream=True, ignore_eos=index == 0)
+        stream_lines(f"{front.url}/v1/chat/completions", body, seen)
         firsts[index] = next(at for at, line in seen if line.startswith("data:"))
         notes[index] = [line for _, line in seen if line.startswith(": queued")]
 
