@@ -328,17 +328,19 @@ class ServerRun:
                 self._save()
                 yield item
         finally:
-            for task in calibrating:
-                task.cancel()
+            try:
+                for task in calibrating:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                self.supervisor.stop()
+                await self._stop_sampling()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            self.supervisor.stop()
-            await self._stop_sampling()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervising
-            if listening is not None:
-                self._close_front(listening)
-            state_file(self.paths).unlink(missing_ok=True)
+                    await supervising  # a refused re-plan raises here
+            finally:
+                if listening is not None:
+                    self._close_front(listening)
+                state_file(self.paths).unlink(missing_ok=True)
 
     def _front_spec(self) -> FrontSpec:
         launch = self.supervisor.launch
