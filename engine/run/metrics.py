@@ -28,6 +28,7 @@ import httpx
 import psutil
 
 from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.waits import event_within
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider, NvmlUnavailableError
 from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.hang import Look
@@ -526,8 +527,7 @@ class Sampler:
                 if sample is not None:
                     yield sample
                 # Every interval, and at once when a request finishes.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.log.finished_one.wait(), self.interval_s)
+                await event_within(self.log.finished_one, self.interval_s)
         finally:
             if own:
                 await client.aclose()

@@ -29,6 +29,7 @@ import httpx
 import psutil
 
 from lucebox.engine.core.errors import LuceboxError, RunError
+from lucebox.engine.core.waits import event_within
 from lucebox.engine.engines import cputarget, kinds
 from lucebox.engine.plan.launch import (
     ServerLaunch,
@@ -285,8 +286,7 @@ class Supervisor:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(url)).status_code == 200:
                         return await self._warmed_up(client)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), HEALTH_INTERVAL_S)
+                if await event_within(self._stopping, HEALTH_INTERVAL_S):
                     return "a stop was asked for"
         return f"it was not ready within {self.ready_timeout_s:.0f} s"
 
@@ -466,8 +466,7 @@ class Supervisor:
                 else:
                     message = f"restarting in {backoff:.0f} s"
                 yield self._relaunch(next_spec, message, process.pid, death)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                await event_within(self._stopping, backoff)
         finally:
             if self.process is not None and self.process.returncode is None:
                 await self._terminate(self.process)
@@ -578,7 +577,8 @@ class Supervisor:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
