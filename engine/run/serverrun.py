@@ -176,8 +176,10 @@ class ServerRun:
         self.supervisor.stop()
 
     def restart(self, server: ServerLaunch | None = None) -> None:
-        """Stop the serving engine and start it again, with ``server`` when given."""
+        """Stop the serving engine and start it again, with ``server`` when given; the status
+        says so at once, so no sample of the engine on its way out reads as what now serves."""
         self.supervisor.restart(server)
+        self._run.status = replace(self._run.status, state="restarting")
 
     def serve_measured(self, server: ServerLaunch, reason: str, guard: SpecGuard | None) -> None:
         """Serve what the calibration chose, watched by ``guard``; one restart when it differs
