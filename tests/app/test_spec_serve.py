@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,23 +20,30 @@ import pytest
 from tests.conftest import run_lucebox
 from tests.ggufgen import ModelSpec, cached_gguf, dflash_for, qwen35_target
 from tests.ports import free_port
-from tests.realmodels import engine_home
+from tests.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
 
 
-def status() -> dict:
-    done = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(engine_home())})
+def status(home: Path) -> dict:
+    done = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)})
     return json.loads(done.stdout)
 
 
 def serve_until(
-    extra: list[str], done: Callable[[dict], bool], *, model: ModelSpec, timeout_s: float = 180
+    home: Path,
+    extra: list[str],
+    done: Callable[[dict], bool],
+    *,
+    model: ModelSpec,
+    timeout_s: float = 180,
 ) -> list:
-    """Serve a generated model, send requests until ``done(status)``; the statuses seen."""
+    """Serve a generated model from ``home`` (a private one: the guard keeps what it switched
+    off in the home's store, which a later run would start from), send requests until
+    ``done(status)``; the statuses seen."""
     target = cached_gguf(model)
     port = free_port()
-    env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
+    env = {**os.environ, "LUCEBOX_HOME": str(private_engine_home(home))}
     argv = [sys.executable, "-m", "lucebox.app.cli", "serve", "--model", str(target)]
     serve = subprocess.Popen(
         [*argv, *extra, "--port", str(port), "--ctx", "2048"],
@@ -49,7 +57,7 @@ def serve_until(
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            now = status()
+            now = status(home)
             if now["state"] == "ready" and now["url"] == url:
                 seen.append(now)
                 if done(now):
@@ -69,19 +77,20 @@ def serve_until(
         serve.stdout.close()
 
 
-def test_the_mtp_head_runs_when_asked_and_its_counters_reach_status(built_engine_home):
+def test_the_mtp_head_runs_when_asked_and_its_counters_reach_status(built_engine_home, tmp_path):
     def counted(now: dict) -> bool:
         return ((now["spec"] or {}).get("acceptance") or 0) > 0
 
     # A head the target agrees with (tests/ggufgen.py agree_token): its drafts are accepted.
-    seen = serve_until(["--spec", "mtp"], counted, model=qwen35_target(agree_token="hello"))
+    model = qwen35_target(agree_token="hello")
+    seen = serve_until(tmp_path / "home", ["--spec", "mtp"], counted, model=model)
     spec = seen[-1]["spec"]
     assert spec["type"] == "draft-mtp" and spec["active"] is True
     assert spec["acceptance"] > 0.5 and spec["accepted_per_step"] > 0
     assert seen[-1]["restarts"] == 0
 
 
-def test_a_draft_that_is_never_accepted_is_shortened_then_switched_off(built_engine_home):
+def test_a_draft_that_is_never_accepted_is_shortened_then_switched_off(built_engine_home, tmp_path):
     # Random weights: the target almost never agrees with its DFlash draft.
     target = qwen35_target()
     draft = cached_gguf(dflash_for(target))
@@ -89,7 +98,7 @@ def test_a_draft_that_is_never_accepted_is_shortened_then_switched_off(built_eng
     def switched_off(now: dict) -> bool:
         return (now["spec"] or {}).get("active") is False
 
-    seen = serve_until(["--draft", str(draft)], switched_off, model=target)
+    seen = serve_until(tmp_path / "home", ["--draft", str(draft)], switched_off, model=target)
     first, last = seen[0]["spec"], seen[-1]["spec"]
     assert first["type"] == "draft-dflash" and first["active"] is True
     assert "the named draft is tried on a CPU" in first["reason"]
