@@ -21,8 +21,11 @@ from lucebox.engine.core.address import is_loopback
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
 """Answered without the key, as llama-server does (a supervisor's or a load balancer's probe)."""
-PAGE_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
+PAGE_PATHS = frozenset({"/", "/index.html"})
 """The web UI's page: a browser loads it without a key and the page then sends the key."""
+PAGE_ASSET_SUFFIXES = (".js", ".css", ".svg", ".ico", ".png", ".webmanifest", ".woff2", ".json")
+"""The page's files (llama-server's bundle under ``/_app/``, its icons): public as the page is,
+as llama-server has them; no API path ends so, and a made-up one finds nothing."""
 ANY_HOST = ("0.0.0.0", "::", "")
 
 
@@ -124,11 +127,18 @@ def refusal(policy: FrontPolicy, method: str, path: str, headers: dict[str, str]
         return Refusal(403, f"requests from the web origin '{origin}' are not allowed")
     if method == "OPTIONS" or path in PUBLIC_PATHS:
         return None
-    if method in ("GET", "HEAD") and path in PAGE_PATHS:
+    if method in ("GET", "HEAD") and is_page_file(path):
         return None
     if not policy.key_ok(headers):
         return Refusal(401, "Invalid API Key: send it as 'Authorization: Bearer KEY' or x-api-key")
     return None
+
+
+def is_page_file(path: str) -> bool:
+    """Whether ``path`` is the web UI's page or one of its files, loaded without the key."""
+    if path in PAGE_PATHS:
+        return True
+    return not path.startswith("/v1/") and path.endswith(PAGE_ASSET_SUFFIXES)
 
 
 def cors_headers(origin: str | None) -> list[tuple[str, str]]:

@@ -43,7 +43,12 @@ def test_health_and_the_page_need_no_key_but_the_api_does():
     plain = {"host": "localhost:8080"}
     assert refusal(LAN, "GET", "/health", plain) is None
     assert refusal(LAN, "GET", "/", plain) is None
-    assert refusal(LAN, "GET", "/v1/models", plain) is not None
+    # llama-server's page loads its bundle without the key (recorded from its web UI).
+    for asset in ("/_app/immutable/bundle.CC3ZW0AM.js", "/_app/version.json", "/favicon.svg"):
+        assert refusal(LAN, "GET", asset, plain) is None
+    assert refusal(LAN, "POST", "/_app/immutable/bundle.CC3ZW0AM.js", plain) is not None
+    for api in ("/v1/models", "/props", "/slots", "/metrics", "/v1/models.json"):
+        assert refusal(LAN, "GET", api, plain) is not None
     assert refusal(FrontPolicy("127.0.0.1", 8080), "GET", "/v1/models", plain) is None
 
 
