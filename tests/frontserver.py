@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from lucebox.engine.run.front import Front, FrontSpec, start_front
 from lucebox.engine.run.frontguard import FrontPolicy
+from lucebox.engine.run.frontwire import ApiShape
 from tests.ports import free_port
 
 
@@ -23,8 +24,11 @@ class RunningFront:
 
 
 @contextmanager
-def running_front(spec: FrontSpec, engine_url: str) -> Iterator[RunningFront]:
-    """The front on a free loopback port (``spec.policy``'s port is replaced by it)."""
+def running_front(
+    spec: FrontSpec, engine_url: str, shape: ApiShape | None = None
+) -> Iterator[RunningFront]:
+    """The front on a free loopback port (``spec.policy``'s port is replaced by it), with the
+    API shaping ``shape`` (serverrun gives it :class:`apishape.Shapes`)."""
     port = free_port()
     spec = replace(spec, policy=replace(spec.policy, port=port))
     loop = asyncio.new_event_loop()
@@ -34,7 +38,7 @@ def running_front(spec: FrontSpec, engine_url: str) -> Iterator[RunningFront]:
     stop = asyncio.Event()
 
     async def main() -> None:
-        front = Front(spec, lambda: engine_url)
+        front = Front(spec, lambda: engine_url, shape=shape)
         server = await start_front(front, "127.0.0.1", port)
         holder["front"] = front
         ready.set()

@@ -27,9 +27,9 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
   which both engines read; an Anthropic ``thinking`` or a ``reasoning_effort`` the client sent
   is spelled the same way, so llama-server honours it as the Lucebox engine does.
 - ``/v1/models``: one document on both engines, with ``context_length``
-  (:func:`models_document`; llama-server's has none). The Lucebox engine's Codex-only
-  schema (``?client_version=``) is replaced too: its ``default_reasoning_level`` would turn
-  thinking on for Codex on that engine alone.
+  (:func:`models_document`, which the front answers with; llama-server's has none). The
+  Lucebox engine's Codex-only schema (``?client_version=``) is replaced too: its
+  ``default_reasoning_level`` would turn thinking on for Codex on that engine alone.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
 RESPONSES_PATH = "/v1/responses"
-MODELS_PATH = "/v1/models"
 SHAPED_PATHS = (CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH)
 RESPONSES_UNREAD = (
     "store",
@@ -102,8 +101,6 @@ def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
     endpoint = api_endpoint(ctx.path)
     if status != 200 or doc is None:
         return body
-    if endpoint == MODELS_PATH:
-        return _dump(models_document({ctx.model_id: ctx.context_length}, _created_s(doc)))
     if endpoint != MESSAGES_PATH:
         return body
     message_id = doc.get("id")
@@ -356,14 +353,6 @@ def _response_format(text: Any) -> dict[str, Any] | None:
         return None
     schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
     return {"type": "json_schema", "json_schema": schema}
-
-
-def _created_s(models: Mapping[str, Any]) -> int:
-    """When the engine says its model was made (0 when it does not)."""
-    data = models.get("data")
-    first = data[0] if isinstance(data, list) and data else None
-    created = first.get("created") if isinstance(first, dict) else None
-    return _count(created) or 0
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 import h11
 
+from lucebox.engine.run.apishape import models_document
 from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
 from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError
 from lucebox.engine.run.frontwire import (
@@ -336,7 +337,9 @@ class Front:
         await ex.data(b": keep-alive\n\n")
 
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
-        """The engine's model list with ``context_length`` and the same keys on both engines."""
+        """lucebox's one ``/v1/models`` document (:func:`apishape.models_document`) for the
+        models the engine lists, with the context planned now; the engine is asked so that
+        one that does not answer is said as such."""
         try:
             call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
             try:
@@ -347,26 +350,11 @@ class Front:
             await self._engine_failed(ex, f"the engine did not list its models: {exc}")
             return
         data = listed.get("data") if isinstance(listed, dict) else None
-        models = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
-        if not models:
-            models = [{"id": self.spec.model}]
-        shaped = {
-            **(listed if isinstance(listed, dict) else {}),
-            "object": "list",
-            "data": [self._model_entry(m) for m in models],
-        }
+        ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        by_id = dict.fromkeys(ids or [self.spec.model], self.spec.ctx)
+        document = models_document(by_id, int(time.time()))
         self.counters.answered[200] += 1
-        await ex.whole(200, json.dumps(shaped).encode(), extra=cors)
-
-    def _model_entry(self, model: dict[str, object]) -> dict[str, object]:
-        return {
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "lucebox",
-            **model,
-            "id": model.get("id", self.spec.model),
-            "context_length": self.spec.ctx,
-        }
+        await ex.whole(200, json.dumps(document).encode(), extra=cors)
 
     def _index(self) -> bytes:
         """``GET /`` when the engine has no page there: what is served, and where."""

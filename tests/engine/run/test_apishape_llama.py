@@ -1,8 +1,6 @@
 """apishape against the real llama-server (the built CPU engine serving SmolLM2): each request
-is sent as the engine gets it without shaping (proving what it lacks) and through the shapers
-the way lucebox's front passes it, read by the official `openai` and `anthropic` SDKs.
-
-``tests/shapingtransport.py`` is the front's hook in miniature.
+is sent as the engine gets it without shaping (proving what it lacks) and through lucebox's
+front with the shapes serverrun gives it, read by the official `openai` and `anthropic` SDKs.
 """
 
 from __future__ import annotations
@@ -14,18 +12,19 @@ from typing import Any
 
 import anthropic
 import httpx
-import httpx2
 import openai
 import pytest
 
 from lucebox.engine.run.apishape import (
     ShapeContext,
+    Shapes,
     StreamShaper,
     shape_request,
 )
+from lucebox.engine.run.front import FrontSpec
 from tests.conftest import run_lucebox
 from tests.engineserver import RunningServer, running_server
-from tests.shapingtransport import ShapingTransport
+from tests.frontserver import RunningFront, loopback_policy, running_front
 
 pytestmark = pytest.mark.slow
 
@@ -44,20 +43,23 @@ def server(built_engine_home: Path) -> Iterator[RunningServer]:
         yield running
 
 
-@pytest.fixture
-def oai(server):
-    client = httpx2.Client(transport=ShapingTransport("llama-server", ALIAS), timeout=300)
-    return openai.OpenAI(
-        base_url=f"{server.url}/v1", api_key="none", max_retries=0, http_client=client
-    )
+@pytest.fixture(scope="module")
+def front(server: RunningServer) -> Iterator[RunningFront]:
+    """lucebox's front before the engine, shaping as serverrun has it shape."""
+    spec = FrontSpec(loopback_policy(), ALIAS, 2048)
+    shape = Shapes("llama-server", ALIAS, 2048, thinking_default=False)
+    with running_front(spec, server.url, shape) as running:
+        yield running
 
 
 @pytest.fixture
-def claude(server):
-    client = httpx2.Client(transport=ShapingTransport("llama-server", ALIAS), timeout=300)
-    return anthropic.Anthropic(
-        base_url=server.url, api_key="none", max_retries=0, http_client=client
-    )
+def oai(front):
+    return openai.OpenAI(base_url=f"{front.url}/v1", api_key="none", max_retries=0, timeout=300)
+
+
+@pytest.fixture
+def claude(front):
+    return anthropic.Anthropic(base_url=front.url, api_key="none", max_retries=0, timeout=300)
 
 
 def raw_post(server: RunningServer, path: str, body: dict[str, Any]) -> httpx.Response:
