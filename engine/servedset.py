@@ -25,6 +25,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.machine.ports import next_free_port, port_holder
 from lucebox.engine.pipeline import (
     Emit,
     ServeOptions,
@@ -55,8 +56,6 @@ from lucebox.engine.run.supervisor import (
     PortInUseError,
     ServerEvent,
     Supervisor,
-    next_free_port,
-    port_holder,
 )
 
 LOOPBACK = "127.0.0.1"

@@ -195,8 +195,7 @@ class Front:
             while waits or not await ex.wait(admitted, self.spec.queue_note_s):
                 waits = False
                 if streamed:
-                    if not ex.started:
-                        await ex.head(200, [*SSE_HEAD, *cors])
+                    await _sse_started(ex, cors)
                     await ex.data(f": queued, position {self.queue.position(ticket)}\n\n".encode())
             await self._relay(ex, request, target, path, body, cors, streamed=streamed)
         finally:
@@ -226,8 +225,7 @@ class Front:
         try:
             while not await ex.wait(sending, self.spec.keepalive_s):
                 if streamed:
-                    if not ex.started:
-                        await ex.head(200, [*SSE_HEAD, *cors])
+                    await _sse_started(ex, cors)
                     await self._keepalive(ex)
             call, answer = sending.result()
         except ENGINE_ERRORS as exc:
@@ -390,6 +388,12 @@ class Front:
             ),
         ]
         return prometheus_text(status) + "\n".join(lines) + "\n"
+
+
+async def _sse_started(ex: Exchange, cors: list[tuple[str, str]]) -> None:
+    """The front's own SSE head, once: a stream hears from the front before the engine."""
+    if not ex.started:
+        await ex.head(200, [*SSE_HEAD, *cors])
 
 
 async def start_front(front: Front, host: str, port: int) -> asyncio.Server:

@@ -20,6 +20,7 @@ from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import gpu
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
+from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.measurements import PrefillRecorder
@@ -42,9 +43,6 @@ from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
-    down_peers,
-    next_free_port,
-    port_holder,
 )
 
 HANG_CHECK_S = 1.0

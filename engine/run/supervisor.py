@@ -16,7 +16,6 @@ import ctypes
 import dataclasses
 import os
 import signal
-import socket
 import threading
 import time
 from collections import deque
@@ -31,6 +30,7 @@ import psutil
 from lucebox.engine.core.errors import LuceboxError, RunError
 from lucebox.engine.core.waits import event_within
 from lucebox.engine.engines import cputarget, kinds
+from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.launch import (
     ServerLaunch,
     engine_address,
@@ -50,6 +50,7 @@ from lucebox.engine.run.death import (
     name_death,
     port_taken,
 )
+from lucebox.engine.run.deathfacts import file_stamp, oom_kills, oom_kills_since, ram_users
 from lucebox.engine.run.enginerun import engine_run
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
@@ -82,96 +83,8 @@ class PortInUseError(RunError):
     """The port is held by another program."""
 
 
-def down_peers(addresses: tuple[str, ...]) -> tuple[str, ...]:
-    """The RPC peers whose server does not accept a connection now."""
-    down = []
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-                pass
-        except (OSError, ValueError):
-            down.append(address)
-    return tuple(down)
-
-
-FREE_PORT_SEARCH = 100
-"""Ports above a taken one tried for a free one to offer: the next free is the one a person
-expects, and a hundred taken in a row means something else is wrong."""
-
-
-def _port_free(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def next_free_port(host: str, port: int) -> int | None:
-    """The first port above ``port`` free on ``host`` now; None when none near it is."""
-    last = min(port + FREE_PORT_SEARCH, 65535)
-    return next((p for p in range(port + 1, last + 1) if _port_free(host, p)), None)
-
-
-def port_holder(host: str, port: int) -> str | None:
-    """Who holds ``host:port`` (as text), or None when it is free."""
-    if _port_free(host, port):
-        return None
-    with contextlib.suppress(psutil.Error, OSError):
-        for conn in psutil.net_connections(kind="tcp"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
-                if conn.pid:
-                    with contextlib.suppress(psutil.Error):
-                        return f"{psutil.Process(conn.pid).name()} (pid {conn.pid})"
-                return "another program"
-    return "another program"
-
-
 def _crashes(count: int) -> str:
     return f"{count} crash" if count == 1 else f"{count} crashes"
-
-
-def file_stamp(path: str) -> FileStamp | None:
-    """The file as it is now; None when it cannot be read."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return FileStamp(path, info.st_size, info.st_mtime_ns, info.st_ino)
-
-
-def ram_users(top: int = 3) -> tuple[tuple[str, int], ...]:
-    """The programs other than lucebox holding the most RAM now, largest first: name and
-    resident bytes."""
-    found = []
-    for proc in psutil.process_iter(["name", "memory_info"]):
-        memory = proc.info.get("memory_info")
-        if memory is not None and proc.pid != os.getpid():
-            found.append((str(proc.info.get("name") or proc.pid), int(memory.rss)))
-    return tuple(sorted(found, key=lambda item: -item[1])[:top])
-
-
-def oom_kills() -> int | None:
-    """How many processes the kernel's out-of-memory killer has killed since boot (any user may
-    read it, unlike the kernel log); None where the kernel does not say."""
-    try:
-        with open("/proc/vmstat", encoding="ascii") as vmstat:
-            for line in vmstat:
-                name, _, value = line.partition(" ")
-                if name == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def oom_kills_since(at_start: int | None) -> int | None:
-    now = oom_kills()
-    return None if at_start is None or now is None else now - at_start
 
 
 def die_with_parent() -> None:

@@ -28,7 +28,8 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.machine import gpu
 from lucebox.engine.machine.peers import INFO_PORT_OFFSET, PeerInfo
-from lucebox.engine.run.supervisor import die_with_parent, port_holder
+from lucebox.engine.machine.ports import port_holder
+from lucebox.engine.run.supervisor import die_with_parent
 
 RPC_SERVER = "ggml-rpc-server"
 READY_TIMEOUT_S = 60.0

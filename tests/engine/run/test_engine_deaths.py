@@ -25,6 +25,7 @@ import pytest
 from lucebox.engine import pipeline
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.engines import cputarget
+from lucebox.engine.machine.ports import next_free_port
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.options import ServeOptions
@@ -36,7 +37,6 @@ from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
     Supervisor,
-    next_free_port,
 )
 from tests.conftest import alive, run_lucebox
 from tests.ports import free_port

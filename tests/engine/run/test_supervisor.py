@@ -14,6 +14,7 @@ import pytest
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.machine.ports import port_holder
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
 from lucebox.engine.plan.launch import ServerLaunch, server_argv
 from lucebox.engine.plan.memory import PlanRequest, make_plan
@@ -26,7 +27,6 @@ from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
     Supervisor,
-    port_holder,
 )
 from tests.engine.plan.test_memory_plan import GEMMA_270M
 from tests.ggufgen import write_llama
