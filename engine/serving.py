@@ -1,0 +1,324 @@
+"""From a prepared launch to a supervised run: the supervisor (knowing the engine build it
+runs and how to rebuild it for this CPU), the run with its calibrations, and the
+:class:`Replanner` through which every change of launch while it runs comes from the one
+planner. `serve`, the TUI and the served set start their runs here."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, replace
+
+from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import kinds, registry, update, webui
+from lucebox.engine.engines.build import BuildEvent
+from lucebox.engine.engines.registry import EngineManifest, KindName
+from lucebox.engine.machine import config, gpu
+from lucebox.engine.machine.peers import Peer
+from lucebox.engine.models.records import list_models
+from lucebox.engine.plan import chatdefaults, measurements, planner
+from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.plan.launchplan import LaunchPlan
+from lucebox.engine.plan.measurements import Measurement
+from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run import calibrator
+from lucebox.engine.run.calibration import Trial
+from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.enginecalibrator import EngineCalibrator, EngineSetup
+from lucebox.engine.run.runstate import engine_log
+from lucebox.engine.run.sample import PeerStatus
+from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before the engine starts: the launch plan and what it was made on."""
+
+    launch: LaunchPlan
+    settings: config.Settings
+    gpu_index: int
+    ready_timeout_s: float
+    peers: tuple[Peer, ...] = ()
+    """The RPC peers of the launch, as they answered before it."""
+    api_key: str | None = None
+    """The key in the launch's key file, read once when it was made (None: no key)."""
+
+    @property
+    def server(self) -> ServerLaunch:
+        return self.launch.server
+
+    @property
+    def plan(self) -> Plan:
+        return self.launch.plan
+
+    @property
+    def model(self) -> str:
+        """The served model's name (the preset id, or the file's stem)."""
+        return self.launch.alias
+
+    @property
+    def device(self) -> str:
+        return self.launch.budget.device
+
+    @property
+    def engine_version(self) -> str:
+        return self.launch.engine.version
+
+    @property
+    def vram_free_bytes(self) -> int:
+        return self.launch.budget.vram_free_bytes
+
+
+class Replanner:
+    """The launch being served, and the one planner's answer when it must change: a smaller
+    context after running out of memory, shorter drafts or none when speculation does not pay.
+    """
+
+    def __init__(self, paths: Paths, prepared: Prepared) -> None:
+        self.paths = paths
+        self.settings = prepared.settings
+        self.prepared = prepared
+        self.current = prepared.launch
+        self.calibrator: calibrator.Calibrator | None = None
+        """The calibration of this launch, which keeps the store's entry while it runs."""
+        self._llama_engine: EngineView | None = None
+
+    def after_oom(self, server: ServerLaunch) -> ServerLaunch | None:
+        """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
+        smaller = planner.smaller_context_plan(self.paths, self.current, self.settings)
+        if smaller.refusal is not None:
+            return None
+        self.current = smaller
+        return smaller.server
+
+    def after_spec_decision(self, decision: Decision, server: ServerLaunch) -> ServerLaunch | None:
+        """The launch with shorter drafts, or without speculation; None keeps the one running
+        (a re-plan of the same files on the same card that no longer fits cannot start). A
+        switch-off is written to the measurement store, so a restart keeps it off."""
+        if decision.action == "off":
+            self._keep_off(server, decision.reason)
+        if decision.action == "shorten":
+            changed = planner.replan(
+                self.paths, self.current, self.settings, draft_max=decision.draft_max
+            )
+        else:
+            changed = planner.replan(self.paths, self.current, self.settings, spec="off")
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return changed.server
+
+    def _keep_off(self, server: ServerLaunch, why: str) -> None:
+        label = calibrator.running_label(server)
+        if self.calibrator is not None:
+            self.calibrator.keep_guard_off(label, why)
+            return
+        key = self.current.speculation.measurement_key
+        if key is None:
+            return
+        try:
+            found = measurements.read_measurement(self.paths, key) or Measurement(key)
+            measurements.write_measurement(self.paths, found.with_guard_off(label, why))
+        except (OSError, LuceboxError):
+            return  # the switch-off still holds for this run; a restart measures again
+
+    def for_trial(self, trial: Trial) -> ServerLaunch | None:
+        """The served launch re-planned with one calibration configuration (None: it cannot
+        start here)."""
+        changed = planner.replan(
+            self.paths,
+            self.prepared.launch,
+            self.settings,
+            spec=trial.mode,
+            draft_max=trial.draft_max,
+            p_min=trial.p_min,
+        )
+        if changed.refusal is not None:
+            return None
+        return changed.server
+
+    def for_engine(self, kind: KindName | None) -> tuple[ServerLaunch, str] | None:
+        """The launch re-planned on ``kind`` (None: the planner's choice, which reads the
+        engines' verdict), with its speculation reason; None when it cannot start here."""
+        first = self.prepared.launch
+        if self._llama_engine is None:
+            if first.engine_kind == "llama-server":
+                self._llama_engine = first.engine
+            else:
+                found = registry.select_engine(
+                    self.paths, gpu.probe_gpus(), self.settings.engine_id
+                )
+                self._llama_engine = EngineView.of(found.engine)
+        changed = planner.replan(
+            self.paths,
+            first,
+            self.settings,
+            engine_kind=kind,
+            llama_engine=self._llama_engine,
+        )
+        if changed.refusal is not None or self._lossy(changed):
+            return None
+        self.current = changed
+        return changed.server, changed.speculation.reason
+
+    def _lossy(self, changed: LaunchPlan) -> bool:
+        """A launch that would serve the context with KVFlash (not exact) though the user
+        neither pinned it nor forced that engine: never a candidate for being faster."""
+        resolved = self.prepared.launch.resolved
+        pooled = changed.plan.kvflash_pool_tokens is not None
+        chosen_by_user = (
+            resolved.kv_mode == "kvflash" or resolved.engine_mode == changed.engine_kind
+        )
+        return pooled and not chosen_by_user
+
+    def measured(self) -> tuple[ServerLaunch, str] | None:
+        """The launch planned again once the calibration stored its rates."""
+        changed = planner.replan(self.paths, self.prepared.launch, self.settings)
+        if changed.refusal is not None:
+            return None
+        self.current = changed
+        return changed.server, changed.speculation.reason
+
+
+def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
+    """The supervisor of the prepared launch, knowing the engine build it runs (its CPU
+    baseline, and how to rebuild it for a lower one) and the model's name in the store."""
+    supervisor = Supervisor(
+        prepared.server, engine_log(paths), ready_timeout_s=prepared.ready_timeout_s
+    )
+    engine = served_engine(paths, prepared.server)
+    supervisor.cpu_target = engine.cpu_target if engine is not None else None
+    if engine is not None and engine.origin == "build":
+        supervisor.rebuild_for_cpu = functools.partial(rebuild_for_cpu, paths)
+    supervisor.model_name = stored_name(paths, prepared.server.model_path)
+    if engine is not None and update.count_start(paths, engine.id) is not None:
+        supervisor.after_give_up = functools.partial(_roll_back_after_give_up, paths, engine.id)
+    return supervisor
+
+
+def _roll_back_after_give_up(paths: Paths, engine_id: str, death: EngineDeath) -> str | None:
+    return update.roll_back_after_give_up(paths, engine_id, death.code)
+
+
+def served_engine(paths: Paths, server: ServerLaunch) -> EngineManifest | None:
+    """The installed engine whose server the launch runs; None when it is not one of them."""
+    found = (e for e in registry.list_engines(paths) if e.server_path == server.server_path)
+    return next(found, None)
+
+
+def stored_name(paths: Paths, model_path: str) -> str | None:
+    """The name of the stored model whose file ``model_path`` is; None for a file the store
+    does not hold."""
+    for record in list_models(paths):
+        if any(f.path == model_path for f in record.files):
+            return record.name
+    return None
+
+
+def rebuild_for_cpu(
+    paths: Paths, server: ServerLaunch, cpu_target: str, cancel: threading.Event
+) -> ServerLaunch:
+    """The launch on the served engine's version built again for the CPU baseline
+    ``cpu_target``, after it died of an illegal instruction; stops when ``cancel`` is set."""
+    engine = served_engine(paths, server)
+    if engine is None:
+        raise LuceboxError(f"{server.server_path} is not an engine lucebox installed")
+    registry.mark_died_of_illegal_instruction(paths, engine.id)
+    kind = kinds.kind(engine.kind)
+    source = kind.ensure_source(paths)
+    if source.identity != engine.source_identity:
+        raise LuceboxError(
+            f"the source {engine.id} was built from is not here ({source.identity} is)",
+            hint=f"`{kind.build_command}` builds the pinned engine for this CPU",
+        )
+
+    def on_event(event: BuildEvent) -> None:
+        if cancel.is_set():
+            raise CancelledByUserError(f"the rebuild of {engine.id} for {cpu_target} was stopped")
+
+    rebuilt, _ = kind.build_and_install(
+        paths, source, engine.build_options(cpu_target), on_event=on_event
+    )
+    return replace(server, server_path=rebuilt.server_path)
+
+
+def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
+    """The run that supervises ``supervisor``'s engine, samples it and keeps the state file;
+    every change of launch while it runs comes from the one planner (``Replanner``)."""
+    server = prepared.server
+    launch = prepared.launch
+    replanner = Replanner(paths, prepared)
+    supervisor.replan_on_oom = replanner.after_oom
+    setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
+    measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
+    replanner.calibrator = measuring
+    engines = _engine_calibrator(paths, prepared, replanner, measuring)
+    guard = None
+    if measuring is not None:
+        guard = measuring.guard_for(server, shortened=launch.options.draft_max is not None)
+    elif server.spec_type is not None:
+        guard = SpecGuard.for_launch(
+            server.spec_type,
+            server.draft_max,
+            launch.budget.is_gpu,
+            shortened=launch.options.draft_max is not None,
+        )
+    return ServerRun(
+        paths,
+        supervisor,
+        model=prepared.model,
+        gpu_index=prepared.gpu_index,
+        spec_reason=launch.speculation.reason,
+        webui_url=webui.served_url(server.server_path, server.host, server.port),
+        spec_guard=guard,
+        spec_asked=launch.resolved.spec != "auto",
+        on_spec_decision=replanner.after_spec_decision,
+        api_key=prepared.api_key,
+        peers=tuple(
+            PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
+        ),
+        calibrator=measuring,
+        engine_calibrator=engines,
+        thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
+    )
+
+
+def _engine_calibrator(
+    paths: Paths,
+    prepared: Prepared,
+    replanner: Replanner,
+    measuring: calibrator.Calibrator | None,
+) -> EngineCalibrator | None:
+    """The engine calibration of a launch both engines can serve, once both are built."""
+    launch, settings = prepared.launch, prepared.settings
+    choice = launch.engine_choice
+    if choice is None or choice.key is None or choice.missing_build is not None:
+        return None
+    if settings.calibrate_idle_s <= 0:
+        return None
+    mode = launch.resolved.engine_mode
+    on_gpu = launch.budget.is_gpu
+
+    def guard_for(server: ServerLaunch) -> SpecGuard | None:
+        if measuring is not None and server.kind == "llama-server":
+            return measuring.guard_for(server)
+        if server.spec_type is None or server.kind != "llama-server":
+            return None
+        return SpecGuard.for_launch(server.spec_type, server.draft_max, on_gpu)
+
+    return EngineCalibrator(
+        paths,
+        EngineSetup(
+            choice.key,
+            None if mode == "auto" else mode,
+            settings.calibrate_idle_s,
+            settings.probe_max_tokens or None,
+            replanner.for_engine,
+            guard_for,
+            before=lambda: measuring is None or measuring.state == "done",
+        ),
+    )
