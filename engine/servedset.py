@@ -48,6 +48,7 @@ from lucebox.engine.plan.servedsetplan import (
 )
 from lucebox.engine.run.admission import Placement
 from lucebox.engine.run.death import port_taken
+from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.servedsetproxy import start_proxy
@@ -233,6 +234,7 @@ async def router_run(
             public_url=url_of(public),
             api_key=api_key,
             replan_on_oom=after_oom,
+            hang_bounds=bounds_for(prepared.settings.hang_s),
         )
     finally:
         server.close()

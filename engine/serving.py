@@ -28,6 +28,7 @@ from lucebox.engine.run import calibrator
 from lucebox.engine.run.calibration import Trial
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.enginecalibrator import EngineCalibrator, EngineSetup
+from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.sample import PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
@@ -284,6 +285,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         calibrator=measuring,
         engine_calibrator=engines,
         thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
+        hang_bounds=bounds_for(prepared.settings.hang_s),
     )
 
 

@@ -75,6 +75,10 @@ class Settings:
     image_urls: bool = False
     """Serve images off loopback although llama-server fetches any http(s) image URL a client
     names (it has no switch for it): false keeps vision off there."""
+    hang_s: float = 60.0
+    """A running request that makes no progress for this long counts as hung (a prompt gets
+    longer by its length at the measured prefill rate): the engine, or the set's model process,
+    is restarted and the request ends with an error; 0 never judges a request hung."""
     cpu_read_s: float = 300.0
     """Without a GPU the chosen context is at most what the CPU reads in this long (0: no
     bound); a context the user asks for is not bounded."""
@@ -86,6 +90,7 @@ KEYS: dict[str, str] = {
     "server.host": "host",
     "server.port": "port",
     "server.api_key": "api_key",
+    "server.hang_s": "hang_s",
     "gpu.indices": "gpu_indices",
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",

@@ -36,6 +36,9 @@ class HangBounds:
     decode_s: float = DECODE_SILENCE_S
 
 
+DEFAULT_BOUNDS = HangBounds()
+
+
 @dataclass(frozen=True)
 class Look:
     """One look at the engine: whether a request runs, its phase and what has been done."""
@@ -57,6 +60,14 @@ class Watch:
     phase: Phase = "prefill"
     prompt_tokens: int = 0
     progress: tuple[int, ...] = ()
+
+
+def bounds_for(hang_s: float) -> HangBounds | None:
+    """The bounds the ``server.hang_s`` setting sets (the prefill floor and the decode silence);
+    None for 0: no request is ever judged hung."""
+    if hang_s <= 0:
+        return None
+    return HangBounds(prefill_floor_s=hang_s, decode_s=hang_s)
 
 
 def observe(watch: Watch, look: Look | None, now_s: float) -> Watch:

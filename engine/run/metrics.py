@@ -293,7 +293,7 @@ def _running_tasks(slots: list[Any]) -> dict[int, int]:
     return running
 
 
-def _look(slots: list[Any] | None, counters: dict[str, float], now_s: float) -> Look:
+def look_of(slots: list[Any] | None, counters: dict[str, float], now_s: float) -> Look:
     """What the hang watch needs from one sample: the busy slots' phase, prompt length and
     progress (tokens processed and generated, per slot and in the engine's counters)."""
     busy = [s for s in slots or [] if isinstance(s, dict) and s.get("is_processing")]
@@ -427,7 +427,7 @@ class Sampler:
         elif processing:
             self._running = {}
         if slots is not None or not processing:
-            self.look = _look(slots, counters, now_s)
+            self.look = look_of(slots, counters, now_s)
         rates = self.window.rates(now_s)
         self._counters = counters
         if rates.cached_prompt_share is not None:

@@ -125,11 +125,30 @@ def failed_children(payload: Any) -> dict[str, int | None]:
         status = entry.get("status") if isinstance(entry, dict) else None
         if not isinstance(status, dict) or status.get("failed") is not True:
             continue
-        args = status.get("args")
-        argv = [str(a) for a in args] if isinstance(args, list) else []
-        port = argv[argv.index("--port") + 1] if "--port" in argv[:-1] else ""
-        found[str(entry.get("id"))] = int(port) if port.isdigit() else None
+        found[str(entry.get("id"))] = _child_port(status)
     return found
+
+
+def loaded_children(payload: Any) -> dict[str, int]:
+    """Each loaded model in a ``/models`` answer with the port its process serves on."""
+    found: dict[str, int] = {}
+    entries = payload.get("data") if isinstance(payload, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        status = entry.get("status") if isinstance(entry, dict) else None
+        if not isinstance(status, dict) or status.get("value") != "loaded":
+            continue
+        port = _child_port(status)
+        if port is not None:
+            found[str(entry.get("id"))] = port
+    return found
+
+
+def _child_port(status: dict[str, Any]) -> int | None:
+    """The port in a model process's argv (``status.args``); None when it does not say."""
+    args = status.get("args")
+    argv = [str(a) for a in args] if isinstance(args, list) else []
+    port = argv[argv.index("--port") + 1] if "--port" in argv[:-1] else ""
+    return int(port) if port.isdigit() else None
 
 
 def child_line(line: str) -> tuple[int, str] | None:

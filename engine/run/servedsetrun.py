@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
@@ -27,6 +27,8 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.run.death import log_cause
+from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
+from lucebox.engine.run.servedsethang import ChildHangWatch
 from lucebox.engine.run.servedsetmodels import (
     ModelNote,
     ModelsSample,
@@ -34,6 +36,7 @@ from lucebox.engine.run.servedsetmodels import (
     ModelStatus,
     child_line,
     failed_children,
+    loaded_children,
     proxied_model,
     router_change,
     router_states,
@@ -136,9 +139,19 @@ class ServedSetRun(ServerRun):
         public_url: str,
         api_key: str | None = None,
         replan_on_oom: ReplanOnOom | None = None,
+        hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
-        super().__init__(paths, supervisor, model=aliases, gpu_index=0, api_key=api_key)
+        super().__init__(
+            paths,
+            supervisor,
+            model=aliases,
+            gpu_index=0,
+            api_key=api_key,
+            hang_bounds=hang_bounds,
+        )
+        self._hang_watch = ChildHangWatch(hang_bounds) if hang_bounds is not None else None
+        """Each loaded model's process watched for a request that makes no progress."""
         self.planned = planned
         self.public_url = public_url
         self.replan_on_oom = replan_on_oom
@@ -221,17 +234,16 @@ class ServedSetRun(ServerRun):
             following = asyncio.create_task(self._follow_changes(client, engine_pid, queue))
             try:
                 while True:
-                    states: dict[str, ModelStateName] = {}
-                    failed: dict[str, int | None] | None = None
+                    payload: Any = None
                     changes = self._changes
                     with contextlib.suppress(httpx.HTTPError, ValueError):
                         payload = (await client.get(self.url + "/models")).json()
-                        states = router_states(payload)
-                        failed = failed_children(payload)
                     if changes == self._changes:  # else the answer may predate a change shown
-                        self._states = states
-                    if failed is not None:  # an unanswered poll says nothing of failures
-                        for note in await self._after_failures(client, failed):
+                        self._states = router_states(payload)
+                    if payload is not None:  # an unanswered poll says nothing of the models
+                        notes = await self._after_failures(client, failed_children(payload))
+                        notes += await self._hung_models(client, loaded_children(payload))
+                        for note in notes:
                             self.supervisor.log.write(f"# lucebox: {note.message}")
                             await queue.put(note)
                     await self._publish(engine_pid, queue)
@@ -259,6 +271,22 @@ class ServedSetRun(ServerRun):
             if cause is not None and cause.code == "gpu-out-of-memory" and replan is not None:
                 notes.append(ModelNote(alias, await self._replan(client, alias, replan)))
         return notes
+
+    async def _hung_models(
+        self, client: httpx.AsyncClient, children: dict[str, int]
+    ) -> list[ModelNote]:
+        """The loaded models found hung, whose processes were killed (:mod:`servedsethang`)."""
+        if self._hang_watch is None:
+            return []
+        found = await self._hang_watch.check(client, children, self.supervisor.pid)
+        return [
+            ModelNote(
+                alias,
+                f"{alias} hung: {why}; its process was stopped, the waiting request ended with "
+                "an error, and the next request loads it again",
+            )
+            for alias, why in found
+        ]
 
     async def _replan(self, client: httpx.AsyncClient, alias: str, replan: ReplanOnOom) -> str:
         """``alias`` planned again after running out of memory, and the router told to re-read

@@ -33,7 +33,7 @@ from lucebox.engine.run.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.front import Front, FrontSpec, start_front
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
-from lucebox.engine.run.hang import HangBounds, Watch, hung, observe
+from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds, Watch, hung, observe
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
@@ -110,6 +110,7 @@ class ServerRun:
         calibrator: Calibrator | None = None,
         engine_calibrator: EngineCalibrator | None = None,
         thinking_default: bool | None = None,
+        hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
     ) -> None:
 
         self.spec_guard = spec_guard
@@ -123,10 +124,10 @@ class ServerRun:
         self.calibrator = calibrator
         """Measures speculation on this card once idle; None when nothing can speculate."""
         self.engine_calibrator = engine_calibrator
+        """Measures both engines once idle where both can serve; None elsewhere."""
         self.thinking_default = thinking_default
         """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
         the front asks both engines the same way."""
-        """Measures both engines once idle where both can serve; None elsewhere."""
         self._pending: Decision | None = None
         self._spec_off: SpecStatus | None = None
         """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
@@ -159,9 +160,10 @@ class ServerRun:
         self._sampling: asyncio.Task[None] | None = None
         self._slot_save_failure: str | None = None
         self._sampler: Sampler | None = None
-        self.hang_bounds = HangBounds()
-        """How long a running request may go without progress, by phase (tests shorten it)."""
         """The live engine's sampler: a new speculation reason reaches it without a restart."""
+        self.hang_bounds = hang_bounds
+        """How long a running request may go without progress, by phase (``server.hang_s``);
+        None: never judged hung."""
         supervisor.on_line = self._feed_line
         supervisor.before_stop = self._engine_stopping
 
@@ -444,15 +446,17 @@ class ServerRun:
         options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
         sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler
-        watching = asyncio.create_task(self._watch_hang(sampler))
+        bounds = self.hang_bounds
+        watching = asyncio.create_task(self._watch_hang(sampler, bounds)) if bounds else None
         try:
             await self._follow(sampler, queue, nvml, prefill, on_cpu)
         finally:
-            watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watching
+            if watching is not None:
+                watching.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watching
 
-    async def _watch_hang(self, sampler: Sampler) -> None:
+    async def _watch_hang(self, sampler: Sampler, bounds: HangBounds) -> None:
         """Kill and restart an engine whose running request makes no progress within the
         bound of its phase (:mod:`hang`): the sampler's latest look, checked each second
         whether the engine answers or not."""
@@ -463,7 +467,7 @@ class ServerRun:
             watch = observe(watch, sampler.look, now_s)
             sample = self._run.sample
             rate = sample.last_prefill_tokens_per_s if sample is not None else None
-            why = hung(watch, now_s, rate, self.hang_bounds)
+            why = hung(watch, now_s, rate, bounds)
             if why is not None:
                 self.supervisor.log.write(f"# lucebox: hang: {why}")
                 self.supervisor.hung(why)

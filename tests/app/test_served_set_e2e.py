@@ -1,8 +1,16 @@
 """A served set end to end: SmolLM2, the Gemma 3 270M smoke model and a generated third served
-together by `lucebox serve` on the real CPU engine's router."""
+together by `lucebox serve` on the real CPU engine's router; a model process that hangs
+(SIGSTOP mid-reply) is stopped by the run and loads again, the other models untouched."""
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
 import pytest
 
 from tests.servedset import THIRD_NAME, served_set, third_model
@@ -49,3 +57,68 @@ def test_a_ram_budget_evicts_by_memory_not_by_count(built_engine_home, lucebox_h
         assert served.router_states() == evicted
         shown = served.settled_models(lambda states: states == evicted)
         assert {a: m["state"] for a, m in shown.items()} == evicted
+
+
+def test_a_model_whose_process_hangs_is_stopped_and_loads_again(
+    built_engine_home, lucebox_home, tmp_path
+):
+    sources = ["smollm2", str(third_model(tmp_path))]
+    with served_set(lucebox_home, sources, {"server.hang_s": "3"}) as served:
+        served.ask(THIRD_NAME)  # loaded beside it, and never touched by what follows
+        served.ask("smollm2")
+        status = served.status()
+        child = _model_process(status["engine_pid"], served.url, "smollm2")
+        port = child.cmdline()[child.cmdline().index("--port") + 1]
+        ended: dict[str, object] = {}
+
+        def long_reply() -> None:
+            body = {
+                "model": "smollm2",
+                "messages": [{"role": "user", "content": "Tell a long story."}],
+                "max_tokens": 4000,
+                "ignore_eos": True,
+            }
+            try:
+                answer = httpx.post(f"{served.url}/v1/chat/completions", json=body, timeout=120)
+                ended["status"] = answer.status_code
+            except httpx.HTTPError as exc:
+                ended["error"] = repr(exc)
+
+        asking = threading.Thread(target=long_reply)
+        asking.start()
+        _until_decoding(f"http://127.0.0.1:{port}")
+        time.sleep(1.5)  # the run has looked at it while it made progress
+        child.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        asking.join(60)
+        assert not asking.is_alive(), "the waiting request never ended"
+        assert ended.get("status") != 200, ended
+        assert time.monotonic() - stopped_at < 30
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        log = Path(status["log"]).read_text(errors="replace")
+        assert "smollm2 hung: a request got no token for" in log
+        _, answer = served.ask("smollm2", max_tokens=4)
+        assert answer["choices"][0]["message"]["content"]
+        assert served.router_states()[THIRD_NAME] == "loaded"
+
+
+def _model_process(router_pid: int, url: str, alias: str) -> psutil.Process:
+    """The router's process serving ``alias`` (its port is in the argv /models lists)."""
+    entries = httpx.get(f"{url}/models", timeout=10).json()["data"]
+    argv = next(e["status"]["args"] for e in entries if e["id"] == alias)
+    port = argv[argv.index("--port") + 1]
+    for child in psutil.Process(router_pid).children():
+        cmdline = child.cmdline()
+        if "--port" in cmdline[:-1] and cmdline[cmdline.index("--port") + 1] == port:
+            return child
+    raise AssertionError(f"no process of the router serves {alias} on port {port}")
+
+
+def _until_decoding(child_url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        slots = httpx.get(f"{child_url}/slots", timeout=5).json()
+        if any(s["is_processing"] and s["next_token"][0]["n_decoded"] > 0 for s in slots):
+            return
+        time.sleep(0.1)
+    raise AssertionError("the long request never started decoding")

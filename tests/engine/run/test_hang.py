@@ -8,6 +8,7 @@ from lucebox.engine.run.hang import (
     HangBounds,
     Look,
     Watch,
+    bounds_for,
     hung,
     observe,
 )
@@ -40,3 +41,12 @@ def test_the_prefill_bound_scales_with_the_prompt_at_the_measured_rate():
     assert "(10 tokens) made no progress" in (hung(short, PREFILL_FLOOR_S, 500.0, BOUNDS) or "")
     # No rate measured yet: a slow CPU's is assumed, so the bound errs long.
     assert hung(long_prompt, 180.0, None, BOUNDS) is None
+
+
+def test_the_setting_sets_both_bounds_and_zero_never_judges():
+    assert bounds_for(0) is None
+    bounds = bounds_for(5)
+    assert bounds is not None and bounds.decode_s == bounds.prefill_floor_s == 5
+    watch = observe(Watch(), Look(0.0, True, "prefill", 10, (0,)), 0.0)
+    assert hung(watch, 4.9, None, bounds) is None
+    assert "made no progress for 5 s" in (hung(watch, 5.0, None, bounds) or "")
