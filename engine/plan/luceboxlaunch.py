@@ -5,6 +5,14 @@ argv[1], options are space-separated (``--max-ctx=N`` is refused), ``--host`` ta
 literal and defaults to 0.0.0.0 with no authentication (so 127.0.0.1 is always passed),
 ``--max-tokens`` must stay below ``--max-ctx`` or a request without ``max_tokens`` gets HTTP
 400, and ``--spark`` is never passed (it reads coding agents' private histories).
+
+``--chat-template-file`` (the GGUF's own template through the engine's Jinja) is not passed
+either: that path hands the template only each message's role, content and tool_call_id
+(``render_chat_template_jinja`` in ``chat_template.cpp``), so an agent's earlier tool calls,
+which Qwen's GGUF template renders from ``tool_calls``, would vanish from the prompt. The
+engine's own renderer is ChatML with the tool preamble for the families it serves, the same
+turns the GGUF template makes; the thinking default is set per model by lucebox's front on
+both engines (:mod:`lucebox.engine.plan.chatdefaults`).
 """
 
 from __future__ import annotations
