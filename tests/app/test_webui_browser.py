@@ -24,8 +24,11 @@ import httpx
 import pytest
 
 from tests.conftest import run_lucebox
+from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from tests.pngimage import png
 from tests.ports import free_port
 from tests.realmodels import smol_model
+from tests.smolserver import no_calibration
 
 pytestmark = pytest.mark.slow
 
@@ -83,16 +86,19 @@ def serve(built_engine_home, tmp_path) -> Iterator[Any]:
     server = engine["server_path"]
     procs: list[subprocess.Popen[str]] = []
 
-    def start(host: str, api_key: str | None = None) -> dict[str, Any]:
+    def start(host: str, api_key: str | None = None, model: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Serve SmolLM2, or the ``--model ...`` arguments ``model`` names."""
         # A home of its own, so the API key set here never reaches other tests' servers; the
         # engine is the one the suite built, registered in place.
         home = tmp_path / f"home-{len(procs)}"
         added = run_lucebox("engine", "add", server, env=_lucebox_env(home))
         assert added.returncode == 0, added.stderr
+        no_calibration(home)  # a calibration's restart would cut the page's request
         if api_key:
             done = run_lucebox("config", "set", "server.api_key", api_key, env=_lucebox_env(home))
             assert done.returncode == 0, done.stderr
-        argv = [sys.executable, "-m", "lucebox.app.cli", "serve", "--model", str(smol_model())]
+        served = model or ("--model", str(smol_model()))
+        argv = [sys.executable, "-m", "lucebox.app.cli", "serve", *served]
         argv += ["--host", host, "--port", str(free_port()), "--ctx", "2048"]
         proc = subprocess.Popen(
             argv,
@@ -206,3 +212,49 @@ def test_off_loopback_the_page_asks_for_the_key_and_chats_with_it(serve, browser
         _screenshot(page, "webui-chat-with-key.png")
     finally:
         context.close()
+
+
+def test_the_page_sends_an_image_that_the_served_projector_reads(serve, browser, tmp_path):
+    model = write_gguf(tmp_path / "tiny-vision.gguf", ModelSpec())
+    projector_spec = ProjectorSpec()
+    projector = write_gguf(tmp_path / "mmproj-tiny-vision-F16.gguf", projector_spec)
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png())
+    status = serve("127.0.0.1", model=("--model", str(model), "--mmproj", str(projector)))
+    assert status["vision"] == {"served": True, "projector": str(projector)}
+    context = browser.new_context(service_workers="block", viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        page.goto(status["webui_url"])
+        # The page offers attachments once the server's /props says it sees images.
+        page.locator("input[type=file]").set_input_files(str(picture))
+        box = page.locator("textarea, [contenteditable='true']").first
+        box.wait_for(state="visible", timeout=60_000)
+        box.click()
+        box.fill("What is in this picture?")
+        with page.expect_response(
+            lambda r: r.url.endswith("/chat/completions") and r.request.method == "POST",
+            timeout=ANSWER_TIMEOUT_MS,
+        ) as answered:
+            box.press("Enter")
+        response = answered.value
+        assert response.status == 200, response.text()
+        sent = response.request.post_data_json["messages"][-1]["content"]
+        assert [part["type"] for part in sent] == ["image_url", "text"]
+        assert sent[0]["image_url"]["url"].startswith("data:image/png;base64,")
+        timings = [
+            json.loads(line[6:])["timings"]
+            for line in response.text().splitlines()
+            if line.startswith("data: ") and '"timings"' in line
+        ]
+        _screenshot(page, "webui-image-sent.png")
+    finally:
+        context.close()
+    # The image became the projector's embeddings: the prompt is the question's alone (asked
+    # again without the image) plus one position per patch.
+    messages = response.request.post_data_json["messages"]
+    text_only = [*messages[:-1], {"role": "user", "content": [sent[1]]}]
+    body = {"messages": text_only, "max_tokens": 1, "cache_prompt": False}
+    alone = httpx.post(f"{status['url']}/v1/chat/completions", json=body, timeout=60).json()
+    patches = (projector_spec.image_size // projector_spec.patch_size) ** 2
+    assert timings and timings[-1]["prompt_n"] - alone["usage"]["prompt_tokens"] >= patches
