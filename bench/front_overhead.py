@@ -100,7 +100,9 @@ def compare(
 
 @contextlib.contextmanager
 def cpu_engine_and_front() -> Iterator[tuple[str, str]]:
-    """SmolLM2 on the test cache's CPU engine, and the front before it on this process."""
+    """SmolLM2 on the test cache's CPU engine, and the front before it on this process with
+    the API shapes serverrun gives it."""
+    from lucebox.engine.run.apishape import Shapes
     from lucebox.engine.run.front import FrontSpec
     from tests.engineserver import running_server
     from tests.frontserver import loopback_policy, running_front
@@ -116,7 +118,11 @@ def cpu_engine_and_front() -> Iterator[tuple[str, str]]:
     server_path = Path(found.stdout.strip())
     with (
         running_server(server_path, smol_model(), ["--jinja"]) as engine,
-        running_front(FrontSpec(loopback_policy(), "smol", 2048), engine.url) as front,
+        running_front(
+            FrontSpec(loopback_policy(), "smol", 2048),
+            engine.url,
+            Shapes("llama-server", "smol", 2048, thinking_default=False),
+        ) as front,
     ):
         yield engine.url, front.url
 

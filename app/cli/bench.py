@@ -216,7 +216,7 @@ def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
             on_warning=_warn,
         )
 
-    results = _measure(args, paths, ("cache",), workload)
+    results = _measure(args, paths, ("cache", "vision"), workload)
     if args.json:
         print(
             json.dumps(
@@ -297,7 +297,7 @@ def register(commands: Any, command: Command) -> None:
     replay_cmd.add_argument(
         "--calls", type=count, metavar="N", help="replay only the first N calls"
     )
-    _add_compare_options(replay_cmd, "cache=on,off", count)
+    _add_compare_options(replay_cmd, "cache=on,off | vision=on,off", count)
     replay_cmd.add_argument("--url", metavar="U", help="measure the server at this URL instead")
     quick = command(
         "quick",

@@ -1,6 +1,7 @@
 """Configurations that lucebox starts one after the other, each measured by one workload.
 
-For ``bench quick --compare spec=on,off`` and ``bench replay --compare cache=on,off``: each
+For ``bench quick --compare spec=on,off`` and ``bench replay --compare cache=on,off`` (or
+``vision=on,off``): each
 named configuration is served by a real ``lucebox serve`` (the same pipeline and planner as a
 user's server) on a free loopback port, the workload runs against its URL, and the server is
 stopped through its own SIGTERM path before the next one starts, so no engine outlives it.
@@ -69,7 +70,9 @@ class Served:
 
 # What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
 # host-RAM prompt cache, no checkpoints or slot files, and no prompt reuse per request
-# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation.
+# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation. vision=on
+# serves the model's projector (a loaded projector changes what llama-server may reuse of a
+# prompt), off serves the same model without it.
 AXES: Mapping[str, Mapping[str, ServeConfig]] = {
     "cache": {
         "on": ServeConfig("cache=on", serve_args=("--cache", "agent")),
@@ -83,6 +86,10 @@ AXES: Mapping[str, Mapping[str, ServeConfig]] = {
     },
     "engine": {
         kind: ServeConfig(f"engine={kind}", engine=kind) for kind in ("lucebox", "llama-server")
+    },
+    "vision": {
+        "on": ServeConfig("vision=on", serve_args=("--vision", "on")),
+        "off": ServeConfig("vision=off", serve_args=("--vision", "off")),
     },
 }
 
