@@ -48,6 +48,7 @@ from lucebox.engine.plan.servedsetplan import (
 )
 from lucebox.engine.run.admission import Placement
 from lucebox.engine.run.death import port_taken
+from lucebox.engine.run.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.servedsetmodels import ModelNote
@@ -203,8 +204,9 @@ async def router_run(
             emit(StepEvent("server", "note", f"API key (shown once): {api_key}"))
     placements, room = placements_of(planned)
     try:
-        server, clients = await start_proxy(
-            public.host, public.port, url_of(spec), placements, room, auth_headers(api_key)
+        policy = FrontPolicy(public.host, public.port, api_key, machine_names())
+        server, clients, gate = await start_proxy(
+            public.host, public.port, url_of(spec), placements, room, auth_headers(api_key), policy
         )
     except OSError as exc:
         holder = port_holder(public.host, public.port) or "another program"
@@ -235,6 +237,7 @@ async def router_run(
             api_key=api_key,
             replan_on_oom=after_oom,
             hang_bounds=bounds_for(prepared.settings.hang_s),
+            in_flight=gate.in_flight,
         )
     finally:
         server.close()

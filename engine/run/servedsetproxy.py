@@ -5,8 +5,12 @@ JSON body's, or ``?model=``), has the least recently used models on that model's
 unloaded through the router's ``/models/unload`` until it fits (admission.py), then passes
 the request and streams the answer back unchanged; ``POST /models/load`` goes the same way, so
 a load asked for by name makes room like a request does. HTTP on the client side is
-:mod:`frontwire`'s, shared with the single engine's front. The router runs with no count limit on
-a loopback port of its own. An unknown model name is answered here, naming the served ones.
+:mod:`frontwire`'s, shared with the single engine's front, and so are its rules
+(:mod:`frontguard`): the key, and a ``Host`` and ``Origin`` of this server only, so a web page
+cannot drive the set's loopback API. A stream the router leaves silent between two events
+hears a keep-alive comment every few seconds, as the front's do. The router runs with no count
+limit on a loopback port of its own. An unknown model name is answered here, naming the served
+ones.
 """
 
 from __future__ import annotations
@@ -23,11 +27,20 @@ import h11
 import httpx
 
 from lucebox.engine.run.admission import Placement, evictions
-from lucebox.engine.run.frontwire import HOP_HEADERS, ClientGoneError, Exchange, serve_connection
+from lucebox.engine.run.frontguard import FrontPolicy, header_map, refusal
+from lucebox.engine.run.frontwire import (
+    HOP_HEADERS,
+    ClientGoneError,
+    Exchange,
+    serve_connection,
+    split_events,
+)
 from lucebox.engine.run.servedsetmodels import router_states
 
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
+KEEPALIVE_S = 5.0
+"""A stream silent this long between two events gets a comment (coding agents' watchdogs)."""
 
 
 def model_of(target: bytes, body: bytes) -> str | None:
@@ -93,28 +106,47 @@ class ModelGate:
     def done(self, alias: str) -> None:
         self.busy[alias] -= 1
 
+    def in_flight(self) -> frozenset[str]:
+        """The models answering a request through the proxy now."""
+        return frozenset(alias for alias, count in self.busy.items() if count)
+
 
 class ServedSetProxy:
     """Serves the set's address; every request goes on to ``client``'s router."""
 
-    def __init__(self, client: httpx.AsyncClient, gate: ModelGate) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        gate: ModelGate,
+        policy: FrontPolicy,
+        keepalive_s: float = KEEPALIVE_S,
+    ) -> None:
         self.client = client
         self.gate = gate
+        self.policy = policy
+        self.keepalive_s = keepalive_s
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await serve_connection(reader, writer, self._answer)
 
     async def _answer(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
+        method = request.method.decode("latin-1")
+        path = urlsplit(request.target.decode("latin-1")).path
+        refused = refusal(self.policy, method, path, header_map(request.headers))
+        if refused is not None:
+            await ex.error(refused.status, refused.message)
+            return
+        ex.watch()  # a client that hangs up ends its request in the router too
         alias = model_of(request.target, body)
         if alias is not None and alias not in self.gate.placements:
             served = ", ".join(self.gate.placements)
             await ex.error(404, f"model '{alias}' is not served; served: {served}")
             return
-        if urlsplit(request.target.decode("latin-1")).path == "/models/unload":
+        if path == "/models/unload":
             alias = None  # an unload needs no room: it goes on without evicting anything
-        refusal = await self.gate.admit(alias) if alias is not None else None
-        if refusal is not None:
-            await ex.error(503, refusal)
+        no_room = await self.gate.admit(alias) if alias is not None else None
+        if no_room is not None:
+            await ex.error(503, no_room)
             return
         try:
             await self._forward(ex, request, body)
@@ -138,11 +170,34 @@ class ServedSetProxy:
         try:
             kept = [(k, v) for k, v in answer.headers.raw if k.lower() not in HOP_HEADERS]
             await ex.head(answer.status_code, kept)
-            async for chunk in answer.aiter_raw():
-                await ex.data(chunk)
+            if "text/event-stream" in answer.headers.get("content-type", ""):
+                await self._pipe_events(ex, answer)
+            else:
+                async for chunk in answer.aiter_raw():
+                    await ex.data(chunk)
             await ex.end()
         finally:
             await answer.aclose()
+
+    async def _pipe_events(self, ex: Exchange, answer: httpx.Response) -> None:
+        """The router's events on as they come, and a comment whenever it is silent for
+        ``keepalive_s`` between two events (never inside one)."""
+        chunks = answer.aiter_raw()
+        pending = b""
+        while True:
+            reading = asyncio.ensure_future(anext(chunks, None))
+            try:
+                while not await ex.wait(reading, self.keepalive_s):
+                    if not pending:
+                        await ex.data(b": keep-alive\n\n")
+                chunk = reading.result()
+            finally:
+                reading.cancel()
+            if chunk is None:
+                break
+            events, pending = split_events(pending + chunk)
+            await ex.data(b"".join(events))
+        await ex.data(pending)
 
 
 async def start_proxy(
@@ -152,11 +207,14 @@ async def start_proxy(
     placements: Mapping[str, Placement],
     room_bytes: Mapping[str, int],
     headers: Mapping[str, str],
-) -> tuple[asyncio.Server, tuple[httpx.AsyncClient, ...]]:
-    """The proxy listening on ``host:port`` for the router at ``router_url``; ``headers``
-    (the API key) go only with the proxy's own calls, a client's request keeps its own."""
+    policy: FrontPolicy,
+) -> tuple[asyncio.Server, tuple[httpx.AsyncClient, ...], ModelGate]:
+    """The proxy listening on ``host:port`` for the router at ``router_url``, by ``policy``'s
+    rules; ``headers`` (the API key) go only with the proxy's own calls, a client's request
+    keeps its own; its gate knows which models answer a request now."""
     admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
     client = httpx.AsyncClient(base_url=router_url, timeout=None)
-    proxy = ServedSetProxy(client, ModelGate(admin, placements, room_bytes))
+    gate = ModelGate(admin, placements, room_bytes)
+    proxy = ServedSetProxy(client, gate, policy)
     server = await asyncio.start_server(proxy.handle, host, port)
-    return server, (client, admin)
+    return server, (client, admin), gate

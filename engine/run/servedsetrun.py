@@ -140,6 +140,7 @@ class ServedSetRun(ServerRun):
         api_key: str | None = None,
         replan_on_oom: ReplanOnOom | None = None,
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
+        in_flight: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
         super().__init__(
@@ -152,6 +153,9 @@ class ServedSetRun(ServerRun):
         )
         self._hang_watch = ChildHangWatch(hang_bounds) if hang_bounds is not None else None
         """Each loaded model's process watched for a request that makes no progress."""
+        self.in_flight = in_flight
+        """The models answering a request through the set's proxy now: only their processes
+        are looked at (any request to a process, a look too, keeps it from sleeping)."""
         self.planned = planned
         self.public_url = public_url
         self.replan_on_oom = replan_on_oom
@@ -278,7 +282,9 @@ class ServedSetRun(ServerRun):
         """The loaded models found hung, whose processes were killed (:mod:`servedsethang`)."""
         if self._hang_watch is None:
             return []
-        found = await self._hang_watch.check(client, children, self.supervisor.pid)
+        busy = self.in_flight()
+        answering = {alias: port for alias, port in children.items() if alias in busy}
+        found = await self._hang_watch.check(client, answering, self.supervisor.pid)
         return [
             ModelNote(
                 alias,

@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 import httpx
 
 from lucebox.engine.run.admission import Placement
+from lucebox.engine.run.frontguard import FrontPolicy
 from lucebox.engine.run.servedsetproxy import ModelGate, ServedSetProxy
+from tests.frontserver import loopback_policy
 
 MIB = 2**20
 PLACEMENTS = {"smollm2": Placement("ram", 563 * MIB), "smoke": Placement("ram", 891 * MIB)}
@@ -19,13 +21,18 @@ ROOM = {"ram": 960 * MIB}  # one at a time
 
 
 class Streamed(httpx.AsyncByteStream):
-    """A body the proxy reads as it streams a real router's (a plain one arrives read)."""
+    """A body the proxy reads as it streams a real router's (a plain one arrives read), in
+    ``pieces`` with ``pause_s`` between them."""
 
-    def __init__(self, body: bytes) -> None:
-        self.body = body
+    def __init__(self, *pieces: bytes, pause_s: float = 0.0) -> None:
+        self.pieces = pieces
+        self.pause_s = pause_s
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self.body
+        for index, piece in enumerate(self.pieces):
+            if index:
+                await asyncio.sleep(self.pause_s)
+            yield piece
 
 
 def answer_json(document: object) -> httpx.Response:
@@ -69,7 +76,7 @@ async def test_a_load_by_name_makes_room_like_a_request_and_an_unload_evicts_not
         httpx.AsyncClient(base_url="http://router", transport=router) as admin,
         httpx.AsyncClient(base_url="http://router", transport=router) as client,
     ):
-        proxy = ServedSetProxy(client, ModelGate(admin, PLACEMENTS, ROOM))
+        proxy = ServedSetProxy(client, ModelGate(admin, PLACEMENTS, ROOM), loopback_policy())
         assert (await ask(proxy, "/models/load", "smoke")).status_code == 200
         assert calls == [("/models/unload", "smollm2"), ("/models/load", "smoke")]
         calls.clear()
@@ -77,3 +84,48 @@ async def test_a_load_by_name_makes_room_like_a_request_and_an_unload_evicts_not
         assert (await ask(proxy, "/models/unload", "smollm2")).status_code == 200
         assert calls == [("/models/unload", "smollm2")]
         assert loaded == {"smoke"}
+
+
+async def test_the_rules_of_the_front_hold_for_the_set_and_silent_streams_hear_keepalives():
+    events = (b'data: {"n": 1}\n\n', b'data: {"n": 2}\n\n', b"data: [DONE]\n\n")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/models":
+            return answer_json({"data": [{"id": "smollm2", "status": {"value": "loaded"}}]})
+        headers = {"content-type": "text/event-stream"}
+        # The router is silent for a while between two events, as in a long prefill.
+        return httpx.Response(200, headers=headers, stream=Streamed(*events, pause_s=0.35))
+
+    router = httpx.MockTransport(answer)
+    policy = FrontPolicy("0.0.0.0", 0, "k3y")
+    async with (
+        httpx.AsyncClient(base_url="http://router", transport=router) as admin,
+        httpx.AsyncClient(base_url="http://router", transport=router) as client,
+    ):
+        gate = ModelGate(admin, PLACEMENTS, ROOM)
+        proxy = ServedSetProxy(client, gate, policy, keepalive_s=0.1)
+        server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        body = {"model": "smollm2", "stream": True}
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+                assert (await http.post("/v1/chat/completions", json=body)).status_code == 401
+                rebound = {"Authorization": "Bearer k3y", "Host": "attacker.example"}
+                assert (
+                    await http.post("/v1/chat/completions", json=body, headers=rebound)
+                ).status_code == 421
+                foreign = {"Authorization": "Bearer k3y", "Origin": "http://attacker.example"}
+                assert (
+                    await http.post("/v1/chat/completions", json=body, headers=foreign)
+                ).status_code == 403
+                keyed = {"Authorization": "Bearer k3y"}
+                reply = await http.post("/v1/chat/completions", json=body, headers=keyed)
+        finally:
+            server.close()
+    assert reply.status_code == 200
+    text = reply.text
+    assert text.count(": keep-alive") >= 2
+    # Comments only between events: every event arrives whole and in order.
+    assert [line for line in text.split("\n\n") if line.startswith("data")] == [
+        e.decode().strip() for e in events
+    ]
