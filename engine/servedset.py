@@ -35,6 +35,7 @@ from lucebox.engine.pipeline import (
     machine_view,
     pull_source,
 )
+from lucebox.engine.plan import chatdefaults
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.launchplan import LaunchPlan
@@ -47,6 +48,7 @@ from lucebox.engine.plan.servedsetplan import (
     smaller_context_set,
 )
 from lucebox.engine.run.admission import Placement
+from lucebox.engine.run.apishape import Shapes
 from lucebox.engine.run.death import port_taken
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.hang import bounds_for
@@ -185,6 +187,20 @@ def placements_of(planned: SetPlan) -> tuple[dict[str, Placement], dict[str, int
     return placements, room
 
 
+def shapes_of(planned: SetPlan) -> dict[str, Shapes]:
+    """Each model's API shaping for the proxy: its alias, planned context and thinking default
+    (the router's processes are llama-server's)."""
+    return {
+        lp.alias: Shapes(
+            "llama-server",
+            lp.alias,
+            lp.plan.ctx,
+            chatdefaults.thinking_default(lp.target.facts.architecture),
+        )
+        for lp in planned.launches
+    }
+
+
 @contextlib.asynccontextmanager
 async def router_run(
     paths: Paths, prepared: PreparedSet, emit: Emit
@@ -203,10 +219,18 @@ async def router_run(
         if created:
             emit(StepEvent("server", "note", f"API key (shown once): {api_key}"))
     placements, room = placements_of(planned)
+    shapes = shapes_of(planned)
     try:
         policy = FrontPolicy(public.host, public.port, api_key, machine_names())
         server, clients, gate = await start_proxy(
-            public.host, public.port, url_of(spec), placements, room, auth_headers(api_key), policy
+            public.host,
+            public.port,
+            url_of(spec),
+            placements,
+            room,
+            auth_headers(api_key),
+            policy,
+            shapes,
         )
     except OSError as exc:
         holder = port_holder(public.host, public.port) or "another program"
@@ -223,8 +247,10 @@ async def router_run(
         settings = prepared.settings
         smaller = await asyncio.to_thread(smaller_context_set, paths, planned, alias, settings)
         write_text_atomic(ini_path, router_ini(smaller, settings.models_idle_s))
-        # The proxy's gate holds this very mapping: it admits by the new bytes from now on.
+        # The proxy holds these very mappings: it admits by the new bytes from now on, and
+        # says the new context.
         placements.update(placements_of(smaller)[0])
+        shapes.update(shapes_of(smaller))
         planned = smaller
         return planned_models(smaller)
 

@@ -7,10 +7,11 @@ the request and streams the answer back unchanged; ``POST /models/load`` goes th
 a load asked for by name makes room like a request does. HTTP on the client side is
 :mod:`frontwire`'s, shared with the single engine's front, and so are its rules
 (:mod:`frontguard`): the key, and a ``Host`` and ``Origin`` of this server only, so a web page
-cannot drive the set's loopback API. A stream the router leaves silent between two events
-hears a keep-alive comment every few seconds, as the front's do. The router runs with no count
-limit on a loopback port of its own. An unknown model name is answered here, naming the served
-ones.
+cannot drive the set's loopback API. The API normalizations of the front (:mod:`apishape`)
+apply per model, by the model a request names; a stream the router leaves silent between two
+events hears a keep-alive comment every few seconds, as the front's do. The router runs with no
+count limit on a loopback port of its own. An unknown model name is answered here, naming the
+served ones.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ import h11
 import httpx
 
 from lucebox.engine.run.admission import Placement, evictions
+from lucebox.engine.run.apishape import Shapes
 from lucebox.engine.run.frontguard import FrontPolicy, header_map, refusal
 from lucebox.engine.run.frontwire import (
     HOP_HEADERS,
+    ApiShape,
     ClientGoneError,
+    EventShape,
     Exchange,
+    SameShape,
     serve_connection,
     split_events,
 )
@@ -119,11 +124,14 @@ class ServedSetProxy:
         client: httpx.AsyncClient,
         gate: ModelGate,
         policy: FrontPolicy,
+        shapes: Mapping[str, Shapes] | None = None,
         keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         self.client = client
         self.gate = gate
         self.policy = policy
+        self.shapes = shapes or {}
+        """Each model's API shaping, by alias (a request naming none passes unchanged)."""
         self.keepalive_s = keepalive_s
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -148,20 +156,25 @@ class ServedSetProxy:
         if no_room is not None:
             await ex.error(503, no_room)
             return
+        shape = self.shapes.get(alias, SameShape()) if alias is not None else SameShape()
         try:
-            await self._forward(ex, request, body)
+            await self._forward(ex, request, body, shape)
         except ClientGoneError:
             return
         finally:
             if alias is not None:
                 self.gate.done(alias)
 
-    async def _forward(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
+    async def _forward(
+        self, ex: Exchange, request: h11.Request, body: bytes, shape: ApiShape
+    ) -> None:
+        target = request.target.decode("latin-1")
+        path = urlsplit(target).path
         headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_HEADERS]
+        sent = shape.request(path, body) if body else body
         upstream = self.client.build_request(
-            request.method.decode(), request.target.decode("latin-1"), headers=headers,
-            content=body,
-        )  # fmt: skip
+            request.method.decode(), target, headers=headers, content=sent
+        )
         try:
             answer = await self.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
@@ -169,9 +182,13 @@ class ServedSetProxy:
             return
         try:
             kept = [(k, v) for k, v in answer.headers.raw if k.lower() not in HOP_HEADERS]
+            content_type = answer.headers.get("content-type", "")
             await ex.head(answer.status_code, kept)
-            if "text/event-stream" in answer.headers.get("content-type", ""):
-                await self._pipe_events(ex, answer)
+            if "text/event-stream" in content_type:
+                await self._pipe_events(ex, answer, shape.stream(path, body))
+            elif "application/json" in content_type:
+                whole = await answer.aread()
+                await ex.data(self._shaped_reply(shape, path, answer.status_code, whole))
             else:
                 async for chunk in answer.aiter_raw():
                     await ex.data(chunk)
@@ -179,9 +196,27 @@ class ServedSetProxy:
         finally:
             await answer.aclose()
 
-    async def _pipe_events(self, ex: Exchange, answer: httpx.Response) -> None:
-        """The router's events on as they come, and a comment whenever it is silent for
-        ``keepalive_s`` between two events (never inside one)."""
+    def _shaped_reply(self, shape: ApiShape, path: str, status: int, whole: bytes) -> bytes:
+        """A whole JSON reply as the client gets it: the model's shaping; ``/v1/models`` with
+        each model's planned context added (the router's own keys kept: its web UI reads
+        them)."""
+        if status != 200 or path not in ("/v1/models", "/models"):
+            return shape.reply(path, status, whole)
+        try:
+            listed = json.loads(whole)
+        except ValueError:
+            return whole
+        entries = listed.get("data") if isinstance(listed, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            alias = entry.get("id") if isinstance(entry, dict) else None
+            served = self.shapes.get(alias) if isinstance(alias, str) else None
+            if served is not None:
+                entry["context_length"] = served.context_length
+        return json.dumps(listed).encode()
+
+    async def _pipe_events(self, ex: Exchange, answer: httpx.Response, shaper: EventShape) -> None:
+        """The router's events on as they come, each through ``shaper``, and a comment
+        whenever it is silent for ``keepalive_s`` between two events (never inside one)."""
         chunks = answer.aiter_raw()
         pending = b""
         while True:
@@ -196,8 +231,8 @@ class ServedSetProxy:
             if chunk is None:
                 break
             events, pending = split_events(pending + chunk)
-            await ex.data(b"".join(events))
-        await ex.data(pending)
+            await ex.data(b"".join(shaper.feed(event) for event in events))
+        await ex.data(shaper.close() + pending)
 
 
 async def start_proxy(
@@ -208,6 +243,7 @@ async def start_proxy(
     room_bytes: Mapping[str, int],
     headers: Mapping[str, str],
     policy: FrontPolicy,
+    shapes: Mapping[str, Shapes],
 ) -> tuple[asyncio.Server, tuple[httpx.AsyncClient, ...], ModelGate]:
     """The proxy listening on ``host:port`` for the router at ``router_url``, by ``policy``'s
     rules; ``headers`` (the API key) go only with the proxy's own calls, a client's request
@@ -215,6 +251,6 @@ async def start_proxy(
     admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
     client = httpx.AsyncClient(base_url=router_url, timeout=None)
     gate = ModelGate(admin, placements, room_bytes)
-    proxy = ServedSetProxy(client, gate, policy)
+    proxy = ServedSetProxy(client, gate, policy, shapes)
     server = await asyncio.start_server(proxy.handle, host, port)
     return server, (client, admin), gate

@@ -41,6 +41,15 @@ def test_requests_alternate_by_name_and_an_idle_model_sleeps_and_comes_back(
         assert served.router_states()["smollm2"] == "loaded"
         unknown = served.ask("nope")[1]
         assert unknown["error"]["message"].endswith("served: smollm2, smoke, tiny-llama")
+        # The front's normalizations hold for a set, per model: the context each was planned,
+        # beside the router's own keys, and Anthropic message ids.
+        listed = httpx.get(served.url + "/v1/models", timeout=10).json()["data"]
+        contexts = {m["id"]: m["context_length"] for m in listed}
+        assert set(contexts) == {"smollm2", "smoke", THIRD_NAME} and min(contexts.values()) > 0
+        assert all("status" in m for m in listed)
+        asked = {"model": "smoke", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+        message = httpx.post(served.url + "/v1/messages", json=asked, timeout=120).json()
+        assert message["id"].startswith("msg_") and message["model"] == "smoke"
 
 
 def test_a_ram_budget_evicts_by_memory_not_by_count(built_engine_home, lucebox_home, tmp_path):
