@@ -161,6 +161,8 @@ class ServerRun:
         self._slot_save_failure: str | None = None
         self._sampler: Sampler | None = None
         """The live engine's sampler: a new speculation reason reaches it without a restart."""
+        self._engine_ready = False
+        """Whether the engine said ready and has not stopped since (its slot can be saved)."""
         self.hang_bounds = hang_bounds
         """How long a running request may go without progress, by phase (``server.hang_s``);
         None: never judged hung."""
@@ -257,7 +259,7 @@ class ServerRun:
         """Runs before the supervisor stops a live engine on purpose: sampling ends first,
         then the slot is saved so the next start answers from a warm cache."""
         await self._stop_sampling()
-        if self._run.status.state == "ready":
+        if self._engine_ready:  # the status may already say restarting: a restart was asked
             await self._slot("save")
 
     async def _slot(self, action: Literal["save", "restore"]) -> None:
@@ -390,6 +392,7 @@ class ServerRun:
             peers=self._peers_after(event),
             cause=event.cause or self._run.status.cause,
         )
+        self._engine_ready = event.kind == "ready" and event.pid is not None
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
