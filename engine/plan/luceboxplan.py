@@ -222,7 +222,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     exact = largest[kv_type] >= wanted and not pinned
     if pinned:
         max_ctx = pad_ctx(wanted)
-        pool = max(KVFLASH_FLOOR, min(KVFLASH_CAP, largest[kv_type], max_ctx))
+        pool = kvflash_pool(largest[kv_type], max_ctx)
         kv = int(pool * per_token)
         ctx_reason = (
             f"{max_ctx} tokens with KVFlash as asked (--kv-mode kvflash): a {pool}-token pool "
@@ -242,7 +242,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         )
     elif request.ctx is not None:
         max_ctx = pad_ctx(wanted)
-        pool = max(KVFLASH_FLOOR, min(KVFLASH_CAP, largest[kv_type], max_ctx))
+        pool = kvflash_pool(largest[kv_type], max_ctx)
         kv = int(pool * per_token)
         ctx_reason = (
             f"{max_ctx} tokens asked for; {largest[kv_type]} fit in VRAM at {kv_type} KV, so "
@@ -387,6 +387,12 @@ def _prefill_reason(
         f"{mode}. Up to {transient / MIB:.0f} MiB on top only while a prefill runs: "
         f"{logits}; {drafter}"
     )
+
+
+def kvflash_pool(fits_tokens: int, max_ctx: int) -> int:
+    """The KVFlash pool in tokens: what fits on the card, within the engine's floor and cap,
+    never more than the context."""
+    return max(KVFLASH_FLOOR, min(KVFLASH_CAP, fits_tokens, max_ctx))
 
 
 def _largest(room: int, per_token: float, native: int) -> int:
