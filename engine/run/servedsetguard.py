@@ -3,8 +3,9 @@
 Each model whose plan speculates (and whose mode lucebox chose) has its own
 :class:`SpecGuard`, fed from its own process's ``/metrics`` counters, which start from zero in
 each process the router loads. A decision waits until that process runs no request; the run
-then plans the model again (shorter drafts, or none) and unloads it, so the router loads it
-with the new flags on the next request. The other models run on.
+then plans the model again (shorter drafts, or none); the router, re-reading its preset file,
+stops that model's process alone and loads it with the new flags on the next request. The
+other models run on.
 """
 
 from __future__ import annotations

@@ -323,9 +323,9 @@ class ServedSetRun(ServerRun):
     async def _respec(
         self, client: httpx.AsyncClient, alias: str, decision: Decision, respec: Respec
     ) -> str:
-        """``alias`` planned again after the guard's decision, the router told to re-read
-        its preset file, and the model unloaded so its next load takes the new flags; a
-        sentence."""
+        """``alias`` planned again after the guard's decision and the router told to re-read
+        its preset file, which stops the running models whose section changed (this one
+        alone), so its next load takes the new flags; a sentence."""
         try:
             self.planned = await respec(alias, decision)
         except GuardRefusal as refused:
@@ -336,8 +336,7 @@ class ServedSetRun(ServerRun):
         try:
             answer = await client.get(self.url + "/models", params={"reload": "1"})
             answer.raise_for_status()
-            await self.unload(alias)
-        except (httpx.HTTPError, CallError) as exc:
+        except httpx.HTTPError as exc:
             return (
                 f"{alias}: {decision.reason}; the router did not take the new plan ({exc}), "
                 "so it serves as before until the set restarts"
