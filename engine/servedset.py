@@ -45,14 +45,18 @@ from lucebox.engine.plan.servedsetplan import (
     SetRefusal,
     members_of,
     plan_set,
+    respecced_set,
     smaller_context_set,
 )
+from lucebox.engine.plan.specguard import Decision
 from lucebox.engine.run.admission import Placement
 from lucebox.engine.run.apishape import Shapes
+from lucebox.engine.run.calibrator import running_label
 from lucebox.engine.run.death import port_taken
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.runstate import ServeLock, engine_log
+from lucebox.engine.run.servedsetguard import ModelSpec
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.servedsetproxy import start_proxy
 from lucebox.engine.run.servedsetrun import PlannedModel, ServedSetRun
@@ -61,6 +65,7 @@ from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
 )
+from lucebox.engine.serving import keep_guard_off
 
 LOOPBACK = "127.0.0.1"
 
@@ -151,6 +156,13 @@ def planned_models(planned: SetPlan) -> tuple[PlannedModel, ...]:
             lp.plan.memory_bytes.total + planned.process_bytes,
             lp.budget.is_gpu,
             lp.plan.ctx,
+            ModelSpec(
+                lp.server.spec_type,
+                lp.server.draft_max,
+                lp.speculation.reason,
+                guarded=lp.resolved.spec == "auto",
+                shortened=lp.options.draft_max is not None,
+            ),
         )
         for lp in planned.launches
     )
@@ -254,6 +266,20 @@ async def router_run(
         planned = smaller
         return planned_models(smaller)
 
+    async def after_spec(alias: str, decision: Decision) -> tuple[PlannedModel, ...]:
+        nonlocal planned
+        settings = prepared.settings
+        changed = await asyncio.to_thread(respecced_set, paths, planned, alias, settings, decision)
+        if decision.action == "off":
+            launch = planned.launches[planned.aliases.index(alias)]
+            label = running_label(launch.server)
+            await asyncio.to_thread(keep_guard_off, paths, launch, label, decision.reason)
+        write_text_atomic(ini_path, router_ini(changed, settings.models_idle_s))
+        placements.update(placements_of(changed)[0])
+        shapes.update(shapes_of(changed))
+        planned = changed
+        return planned_models(changed)
+
     try:
         yield ServedSetRun(
             paths,
@@ -262,6 +288,7 @@ async def router_run(
             public_url=url_of(public),
             api_key=api_key,
             replan_on_oom=after_oom,
+            respec=after_spec,
             hang_bounds=bounds_for(prepared.settings.hang_s),
             in_flight=gate.in_flight,
         )

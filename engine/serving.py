@@ -74,6 +74,19 @@ class Prepared:
         return self.launch.budget.vram_free_bytes
 
 
+def keep_guard_off(paths: Paths, launch: LaunchPlan, label: str, why: str) -> None:
+    """Write the guard's switch-off of ``label`` to the measurement store under ``launch``'s
+    key, so a restart plans it off."""
+    key = launch.speculation.measurement_key
+    if key is None:
+        return
+    try:
+        found = measurements.read_measurement(paths, key) or Measurement(key)
+        measurements.write_measurement(paths, found.with_guard_off(label, why))
+    except (OSError, LuceboxError):
+        return  # the switch-off still holds for this run; a restart measures again
+
+
 class Replanner:
     """The launch being served, and the one planner's answer when it must change: a smaller
     context after running out of memory, shorter drafts or none when speculation does not pay.
@@ -118,14 +131,7 @@ class Replanner:
         if self.calibrator is not None:
             self.calibrator.keep_guard_off(label, why)
             return
-        key = self.current.speculation.measurement_key
-        if key is None:
-            return
-        try:
-            found = measurements.read_measurement(self.paths, key) or Measurement(key)
-            measurements.write_measurement(self.paths, found.with_guard_off(label, why))
-        except (OSError, LuceboxError):
-            return  # the switch-off still holds for this run; a restart measures again
+        keep_guard_off(self.paths, self.current, label, why)
 
     def for_trial(self, trial: Trial) -> ServerLaunch | None:
         """The served launch re-planned with one calibration configuration (None: it cannot

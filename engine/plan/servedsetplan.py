@@ -30,8 +30,9 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory import wanted_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch, smaller_context_plan
+from lucebox.engine.plan.planner import plan_launch, replan, smaller_context_plan
 from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
+from lucebox.engine.plan.specguard import Decision
 from lucebox.engine.plan.visionplan import Vision
 
 ENGINE_PROCESS_BYTES = 40 * MIB
@@ -445,3 +446,30 @@ def smaller_context_set(paths: Paths, planned: SetPlan, alias: str, settings: Se
     launches = (*planned.launches[:index], smaller, *planned.launches[index + 1 :])
     why = f"ran out of memory at {launch.plan.ctx} tokens: planned again at {smaller.plan.ctx}"
     return replace(planned, launches=launches, reasons={**planned.reasons, alias: why})
+
+
+def respecced_set(
+    paths: Paths, planned: SetPlan, alias: str, settings: Settings, decision: Decision
+) -> SetPlan:
+    """``planned`` with ``alias`` planned again after the speculation guard's ``decision``:
+    shorter drafts or none, on the same share, as one served model (``replan``); the other
+    models keep their plans, so the router keeps them running.
+
+    Raises:
+        GuardRefusal: the re-plan does not fit (the same files on the same share).
+    """
+    index = planned.aliases.index(alias)
+    launch = planned.launches[index]
+    kept_mib = (launch.resolved.keep_free_ram_bytes or 0) // MIB
+    same = replace(settings, keep_free_ram_mib=kept_mib)
+    if decision.action == "shorten":
+        changed = replan(paths, launch, same, draft_max=decision.draft_max)
+    else:
+        changed = replan(paths, launch, same, spec="off")
+    if changed.refusal is not None:
+        raise changed.refusal
+    for key in _SET_REASONS:
+        if key in launch.plan.reasons:
+            changed = _with_reason(changed, key, launch.plan.reasons[key])
+    launches = (*planned.launches[:index], changed, *planned.launches[index + 1 :])
+    return replace(planned, launches=launches, reasons={**planned.reasons, alias: decision.reason})

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from lucebox.engine.core.errors import UsageError
-from lucebox.engine.run.sample import GpuStatus
+from lucebox.engine.run.sample import GpuStatus, SpecStatus
 
 ModelStateName = Literal["loaded", "sleeping", "unloaded", "loading"]
 _STATES: dict[str, ModelStateName] = {name: name for name in get_args(ModelStateName)}
@@ -44,6 +44,9 @@ class ModelStatus:
     """What the plan gives it (the set's plan keeps any ``models_max`` of them within it)."""
     load_progress: float | None = None
     """How far its load is, 0 to 1, while it loads (the router's word); None otherwise."""
+    spec: SpecStatus | None = None
+    """Its speculation as planned, the acceptance of its process, and the guard's switch-off;
+    None when it does not speculate."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +57,7 @@ class ModelStatus:
             "last_used_s": self.last_used_s,
             "planned_bytes": self.planned_bytes,
             "load_progress": self.load_progress,
+            "spec": self.spec.to_json() if self.spec is not None else None,
         }
 
     @classmethod
@@ -70,6 +74,7 @@ class ModelStatus:
             last_used_s=float(last) if isinstance(last, int | float) else None,
             planned_bytes=int(data.get("planned_bytes") or 0),
             load_progress=float(progress) if isinstance(progress, int | float) else None,
+            spec=SpecStatus.from_json(data.get("spec")),
         )
 
 

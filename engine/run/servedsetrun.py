@@ -7,6 +7,9 @@ model's state, memory and last use in the state file that `lucebox status` reads
 loads and unloads a model on request (the dashboard's keys). A model whose process dies out
 of memory is planned again once at a smaller context, as a single server is: the router
 re-reads its preset file and loads it again on the next request; the other models run on.
+Each speculating model runs the speculation guard on its own process's counters
+(:mod:`servedsetguard`); its decision re-plans that model alone, which the router loads again
+with the new flags.
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ from lucebox.engine.core.api import CallError, auth_headers
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.gpu import NvmlProvider
+from lucebox.engine.plan.specguard import Decision
 from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
+from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
 from lucebox.engine.run.servedsethang import ChildHangWatch
 from lucebox.engine.run.servedsetmodels import (
     ModelNote,
@@ -66,11 +72,16 @@ class PlannedModel:
     on_gpu: bool
     ctx: int = 0
     """The context its plan serves, in tokens."""
+    spec: ModelSpec = NO_SPEC
+    """Its speculation as planned."""
 
 
 ReplanOnOom = Callable[[str], Awaitable[tuple[PlannedModel, ...]]]
 """Plans one model of the set again at a smaller context and rewrites the router's preset
 file; the set's models after it. Raises GuardRefusal when it must not shrink."""
+Respec = Callable[[str, Decision], Awaitable[tuple[PlannedModel, ...]]]
+"""Plans one model of the set again after the speculation guard's decision and rewrites the
+router's preset file; the set's models after it. Raises GuardRefusal when that cannot start."""
 
 
 def child_memory_bytes(router_pid: int) -> dict[str, int]:
@@ -93,9 +104,10 @@ def model_statuses(
     last_used: dict[str, float],
     now_s: float,
     progress: Mapping[str, float] | None = None,
+    specs: Mapping[str, SpecStatus | None] | None = None,
 ) -> tuple[ModelStatus, ...]:
-    """Each planned model's status from the router's states, its processes and the load
-    progress the router announced (pure)."""
+    """Each planned model's status from the router's states, its processes, the load
+    progress the router announced and its speculation (pure)."""
     statuses = []
     for model in planned:
         state = states.get(model.alias, "unloaded")
@@ -113,6 +125,7 @@ def model_statuses(
                 last_used_s=round(now_s - used, 1) if used is not None else None,
                 planned_bytes=model.planned_bytes,
                 load_progress=(progress or {}).get(model.alias) if state == "loading" else None,
+                spec=(specs or {}).get(model.alias),
             )
         )
     return tuple(statuses)
@@ -139,6 +152,7 @@ class ServedSetRun(ServerRun):
         public_url: str,
         api_key: str | None = None,
         replan_on_oom: ReplanOnOom | None = None,
+        respec: Respec | None = None,
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
         in_flight: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
@@ -159,6 +173,13 @@ class ServedSetRun(ServerRun):
         self.planned = planned
         self.public_url = public_url
         self.replan_on_oom = replan_on_oom
+        self.respec = respec
+        self._spec_guard = ChildSpecGuard(
+            {m.alias: m.spec for m in planned}, {m.alias: m.on_gpu for m in planned}
+        )
+        """Each speculating model's guard, fed from its own process."""
+        self._answering_before: frozenset[str] = frozenset()
+        """The models in flight at the last poll: each gets one look after its request ends."""
         self._child_lines: dict[int, deque[str]] = {}
         """The last lines of each model process, by its port (the router's prefix)."""
         self._failed_seen: set[str] = set()
@@ -247,6 +268,7 @@ class ServedSetRun(ServerRun):
                     if payload is not None:  # an unanswered poll says nothing of the models
                         notes = await self._after_failures(client, failed_children(payload))
                         notes += await self._hung_models(client, loaded_children(payload))
+                        notes += await self._guard_decisions(client, loaded_children(payload))
                         for note in notes:
                             self.supervisor.log.write(f"# lucebox: {note.message}")
                             await queue.put(note)
@@ -293,6 +315,47 @@ class ServedSetRun(ServerRun):
             )
             for alias, why in found
         ]
+
+    async def _guard_decisions(
+        self, client: httpx.AsyncClient, children: dict[str, int]
+    ) -> list[ModelNote]:
+        """The guard's decisions due now, each applied to its model alone."""
+        if self.respec is None:
+            return []
+        # Only models that answer now, just did, or wait for an idle moment are looked at: a
+        # look is a request, which would keep an idle model from sleeping.
+        answering = self.in_flight()
+        looked = answering | self._answering_before | self._spec_guard.pending()
+        self._answering_before = answering
+        watched = {alias: port for alias, port in children.items() if alias in looked}
+        due = await self._spec_guard.check(client, watched)
+        return [
+            ModelNote(alias, await self._respec(client, alias, decision, self.respec))
+            for alias, decision in due
+        ]
+
+    async def _respec(
+        self, client: httpx.AsyncClient, alias: str, decision: Decision, respec: Respec
+    ) -> str:
+        """``alias`` planned again after the guard's decision and the router told to re-read
+        its preset file, which stops the running models whose section changed (this one
+        alone), so its next load takes the new flags; a sentence."""
+        try:
+            self.planned = await respec(alias, decision)
+        except GuardRefusal as refused:
+            return f"{alias}: {decision.observed}; kept as it is ({refused.message})"
+        if decision.action == "off":
+            self._spec_guard.switched_off(alias, decision)
+        self._spec_guard.replanned({m.alias: m.spec for m in self.planned})
+        try:
+            answer = await client.get(self.url + "/models", params={"reload": "1"})
+            answer.raise_for_status()
+        except httpx.HTTPError as exc:
+            return (
+                f"{alias}: {decision.reason}; the router did not take the new plan ({exc}), "
+                "so it serves as before until the set restarts"
+            )
+        return f"{alias}: {decision.reason}; it loads so on the next request"
 
     async def _replan(self, client: httpx.AsyncClient, alias: str, replan: ReplanOnOom) -> str:
         """``alias`` planned again after running out of memory, and the router told to re-read
@@ -346,8 +409,9 @@ class ServedSetRun(ServerRun):
         """The models now into the state file and the run's items; their memory is read
         again each time, so a model shown loaded shows what it holds."""
         memory = await asyncio.to_thread(child_memory_bytes, engine_pid)
+        specs = {m.alias: self._spec_guard.status(m.alias) for m in self.planned}
         models = model_statuses(
-            self.planned, self._states, memory, self._last_used, time.time(), self._progress
+            self.planned, self._states, memory, self._last_used, time.time(), self._progress, specs
         )
         gpus = gpu_statuses(self._nvml) if self._nvml is not None else ()
         self._run.status = replace(self._run.status, models=models, gpus=gpus)

@@ -17,10 +17,15 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_argv
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.router import router_ini, router_spec, section_options
-from lucebox.engine.plan.servedsetplan import SetPlan, plan_set, smaller_context_set
+from lucebox.engine.plan.servedsetplan import SetPlan, plan_set, respecced_set, smaller_context_set
 from lucebox.engine.plan.sizes import CTX_PAD
+from lucebox.engine.plan.specguard import Decision
+from lucebox.engine.run.calibrator import running_label
 from lucebox.engine.servedset import placements_of
+from lucebox.engine.serving import keep_guard_off
 from tests.engine.fake_nvml import FakeNvml
+from tests.ggufgen import ModelSpec as GeneratedModel
+from tests.ggufgen import cached_gguf
 
 
 def _budget(vram_mib: tuple[int, ...]) -> GpuBudget:
@@ -234,3 +239,47 @@ def test_the_proxy_keeps_a_model_per_card_where_a_count_would_keep_one_in_all():
     assert placements[q6].device != placements[q4].device == placements[gemma].device
     assert evictions(q4, frozenset({q6}), placements, room, {}) == ()
     assert evictions(gemma, frozenset({q6, q4}), placements, room, {}) == (q4,)
+
+
+def test_a_member_the_guard_decides_on_is_planned_again_the_others_kept():
+    planned = _plan(BIG_PAIR, _budget((24576,)))
+    mtp, small = planned.launches
+    assert mtp.server.spec_type == "draft-mtp" and mtp.server.draft_max == 3
+    shorter = Decision("shorten", 0.1, 2, "10% accepted; drafts shortened to 2 tokens", "seen")
+    shortened = respecced_set(resolve_paths(), planned, mtp.alias, Settings(), shorter)
+    replanned, kept = shortened.launches
+    assert kept is small and shortened.models_max == planned.models_max
+    assert replanned.server.spec_type == "draft-mtp" and replanned.server.draft_max == 2
+    assert replanned.plan.reasons["device"] == mtp.plan.reasons["device"]
+    assert shortened.reasons[mtp.alias] == shorter.reason
+    assert _section(router_ini(shortened, idle_s=600), mtp.alias)["spec-draft-n-max"] == "2"
+    off = Decision("off", 0.05, None, "5% accepted; speculation switched off", "seen")
+    without = respecced_set(resolve_paths(), shortened, mtp.alias, Settings(), off)
+    assert without.launches[0].server.spec_type is None and without.launches[1] is small
+    new_ini = router_ini(without, idle_s=600)
+    assert "spec-type" not in _section(new_ini, mtp.alias)
+    assert _section(new_ini, small.alias) == _section(router_ini(planned, idle_s=600), small.alias)
+
+
+def test_a_member_switched_off_by_the_guard_is_planned_off_when_the_set_starts_again(
+    lucebox_home,
+):
+    cpu = GpuBudget("CPU (no NVIDIA GPU): system RAM", 64 * 1024 * MIB, 48 * 1024 * MIB, False)
+    sources = (str(cached_gguf(GeneratedModel())), "smollm2")
+
+    def planned_set() -> SetPlan:
+        return plan_set(
+            resolve_paths(), ServeOptions(models=sources), sources,
+            settings=Settings(), budget=cpu, engine=EngineView.of(None),
+        )  # fmt: skip
+
+    first = planned_set()
+    member = first.launches[0]
+    assert member.server.spec_type == "ngram-mod"
+    assert member.speculation.measurement_key is not None  # its file is here: the store keys it
+    why = "20% of 300 drafted tokens accepted; speculation switched off"
+    keep_guard_off(resolve_paths(), member, running_label(member.server), why)
+    again = planned_set()
+    assert again.launches[0].server.spec_type is None
+    assert f"switched off by the guard while serving: {why}" in again.launches[0].speculation.reason
+    assert again.launches[1].server.spec_type == first.launches[1].server.spec_type

@@ -1,0 +1,184 @@
+"""The speculation guard of a served set's models (the single server's is in serverrun).
+
+Each model whose plan speculates (and whose mode lucebox chose) has its own
+:class:`SpecGuard`, fed from its own process's ``/metrics`` counters, which start from zero in
+each process the router loads. A decision waits until that process runs no request; the run
+then plans the model again (shorter drafts, or none); the router, re-reading its preset file,
+stops that model's process alone and loads it with the new flags on the next request. The
+other models run on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.run.metrics import parse_counters
+from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.servedsethang import CHILD_HOST, CHILD_LOOK_TIMEOUT_S
+
+DRAFTED = "spec_decode_num_draft_tokens_total"
+ACCEPTED = "spec_decode_num_accepted_tokens_total"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the set's plan says of one model's speculation."""
+
+    spec_type: str | None
+    draft_max: int | None
+    reason: str
+    guarded: bool
+    """lucebox chose the mode (``--spec auto``): the guard may change it."""
+    shortened: bool = False
+    """Its drafts were already shortened once: the next step is off."""
+
+
+NO_SPEC = ModelSpec(None, None, "", guarded=False)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One model's guard and the process it counts (pure state)."""
+
+    guard: SpecGuard
+    port: int | None = None
+    """The process whose counters the guard's starts are from; None before the first look."""
+    acceptance: float | None = None
+    """Accepted / drafted tokens of that process."""
+    pending: Decision | None = None
+    """A decision waiting for an idle moment."""
+
+
+def observe(
+    watched: Watched, port: int, drafted: int, accepted: int
+) -> tuple[Watched, Decision | None]:
+    """The guard fed one look at a process's running totals; a new process (another port)
+    counts from its own start, so only what it drafted under its flags is judged."""
+    guard = watched.guard
+    if port != watched.port:
+        guard = replace(guard, drafted_at_start=0, accepted_at_start=0)
+    acceptance = accepted / drafted if drafted > 0 else None
+    if watched.pending is not None:
+        return replace(watched, guard=guard, port=port, acceptance=acceptance), watched.pending
+    guard, decision = guard.judge(drafted, accepted)
+    return Watched(guard, port, acceptance, decision), decision
+
+
+def watched_for(spec: ModelSpec, on_gpu: bool) -> Watched | None:
+    """The watch of a model as planned: None when it does not speculate, or the user chose
+    its mode (the guard never overrides that)."""
+    if spec.spec_type is None or not spec.guarded:
+        return None
+    guard = SpecGuard.for_launch(spec.spec_type, spec.draft_max, on_gpu, shortened=spec.shortened)
+    return Watched(guard)
+
+
+def spec_status(
+    spec: ModelSpec, watched: Watched | None, off: SpecStatus | None
+) -> SpecStatus | None:
+    """A model's speculation for `status`: the guard's switch-off this run, else the plan's
+    mode with its process's acceptance."""
+    if off is not None:
+        return off
+    if spec.spec_type is None:
+        return None
+    acceptance = watched.acceptance if watched is not None else None
+    return SpecStatus(spec.spec_type, True, spec.reason, acceptance, None)
+
+
+class ChildSpecGuard:
+    """One guard per speculating model of a set; :meth:`check` after each ``/models`` poll."""
+
+    def __init__(self, specs: dict[str, ModelSpec], on_gpu: dict[str, bool]) -> None:
+        self.on_gpu = on_gpu
+        self.specs: dict[str, ModelSpec] = {}
+        self._watched: dict[str, Watched] = {}
+        self._off: dict[str, SpecStatus] = {}
+        """Models whose speculation the guard switched off in this run, as status shows them."""
+        self.replanned(specs)
+
+    def replanned(self, specs: dict[str, ModelSpec]) -> None:
+        """The set's plan now: a model whose speculation changed gets a new guard, which
+        counts from the last look at its process (the process with the old flags may still
+        answer until it exits; the next process starts at zero)."""
+        for alias, spec in specs.items():
+            if self.specs.get(alias) == spec:
+                continue
+            before = self._watched.pop(alias, None)
+            fresh = watched_for(spec, self.on_gpu.get(alias, False))
+            if fresh is not None and before is not None:
+                old = before.guard
+                fresh = replace(
+                    fresh,
+                    guard=replace(
+                        fresh.guard,
+                        drafted_at_start=old.drafted_at_start,
+                        accepted_at_start=old.accepted_at_start,
+                    ),
+                    port=before.port,
+                )
+            if fresh is not None:
+                self._watched[alias] = fresh
+        self.specs = dict(specs)
+
+    def switched_off(self, alias: str, decision: Decision) -> None:
+        """Remember a switch-off for status (the re-plan's reason says only "off")."""
+        spec = self.specs.get(alias)
+        acceptance = decision.acceptance
+        if spec is not None and spec.spec_type is not None:
+            self._off[alias] = SpecStatus(spec.spec_type, False, decision.reason, acceptance, None)
+
+    def pending(self) -> frozenset[str]:
+        """The models whose decision waits for an idle moment."""
+        return frozenset(a for a, w in self._watched.items() if w.pending is not None)
+
+    def status(self, alias: str) -> SpecStatus | None:
+        spec = self.specs.get(alias)
+        if spec is None:
+            return None
+        return spec_status(spec, self._watched.get(alias), self._off.get(alias))
+
+    async def check(
+        self, client: httpx.AsyncClient, children: dict[str, int]
+    ) -> list[tuple[str, Decision]]:
+        """Each loaded, guarded model (alias -> its process's port) looked at once: the
+        decisions due now, each for a process that runs no request."""
+        due = []
+        for alias, port in children.items():
+            watched = self._watched.get(alias)
+            if watched is None:
+                continue
+            look = await _child_counters(client, port)
+            if look is None:
+                continue
+            counters, busy = look
+            drafted, accepted = int(counters.get(DRAFTED, 0)), int(counters.get(ACCEPTED, 0))
+            watched, decision = observe(watched, port, drafted, accepted)
+            if decision is not None and not busy:
+                watched = replace(watched, pending=None)
+                due.append((alias, decision))
+            self._watched[alias] = watched
+        return due
+
+
+async def _child_counters(
+    client: httpx.AsyncClient, port: int
+) -> tuple[dict[str, float], bool] | None:
+    """A model process's counters and whether it runs a request; None when it did not answer."""
+    url = f"http://{CHILD_HOST}:{port}"
+    try:
+        page = await client.get(f"{url}/metrics", timeout=CHILD_LOOK_TIMEOUT_S)
+        slots: Any = (await client.get(f"{url}/slots", timeout=CHILD_LOOK_TIMEOUT_S)).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    if page.status_code != 200:
+        return None
+    busy = True  # unknown: wait for an answer that says it is idle
+    with contextlib.suppress(TypeError, AttributeError):
+        busy = any(slot.get("is_processing") for slot in slots)
+    return parse_counters(page.text), busy
