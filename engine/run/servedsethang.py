@@ -44,7 +44,13 @@ class ChildHangWatch:
         for alias, port in children.items():
             look, prefill_tokens_per_s = await _child_look(client, port)
             now_s = time.monotonic()
-            watch = observe(self._watches.get(alias, Watch()), look, now_s)
+            before = self._watches.get(alias, Watch())
+            if look is None and before.since_s is None:
+                # Loaded and answering a request, yet silent to the first look: no token from
+                # now on (a process stopped before any look is still caught).
+                watch = Watch(now_s, phase="decode")
+            else:
+                watch = observe(before, look, now_s)
             self._watches[alias] = watch
             why = hung(watch, now_s, prefill_tokens_per_s, self.bounds)
             if why is None:

@@ -57,6 +57,8 @@ POLL_S = 1.0
 LOAD_TIMEOUT_S = 120.0
 """A load through the proxy first waits for the models it evicts to exit (up to a minute)."""
 UNLOAD_TIMEOUT_S = 30.0
+ROUTER_NOTICE_S = 5.0
+"""How long the router may take to see a killed model process exit."""
 CHILD_LINES = 60
 """The last lines of each model process kept for the diagnosis, as many as a single server's."""
 
@@ -307,6 +309,8 @@ class ServedSetRun(ServerRun):
         busy = self.in_flight()
         answering = {alias: port for alias, port in children.items() if alias in busy}
         found = await self._hang_watch.check(client, answering, self.supervisor.pid)
+        for alias, _ in found:
+            await self._until_not_loaded(client, alias)
         return [
             ModelNote(
                 alias,
@@ -315,6 +319,16 @@ class ServedSetRun(ServerRun):
             )
             for alias, why in found
         ]
+
+    async def _until_not_loaded(self, client: httpx.AsyncClient, alias: str) -> None:
+        """Until the router has seen ``alias``'s process exit (a request sent before would go
+        to the dead process), within a few seconds."""
+        for _ in range(int(ROUTER_NOTICE_S / POLL_S * 10)):
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                states = router_states((await client.get(self.url + "/models")).json())
+                if states.get(alias) != "loaded":
+                    return
+            await asyncio.sleep(POLL_S / 10)
 
     async def _guard_decisions(
         self, client: httpx.AsyncClient, children: dict[str, int]
