@@ -433,19 +433,10 @@ def smaller_context_set(paths: Paths, planned: SetPlan, alias: str, settings: Se
     Raises:
         GuardRefusal: its context was asked for (never shrunk), or the smaller plan does not fit.
     """
-    index = planned.aliases.index(alias)
-    launch = planned.launches[index]
-    # plan_set may have changed what the PC keeps (a RAM limit): the re-plan keeps the same.
-    kept_mib = (launch.resolved.keep_free_ram_bytes or 0) // MIB
-    smaller = smaller_context_plan(paths, launch, replace(settings, keep_free_ram_mib=kept_mib))
-    if smaller.refusal is not None:
-        raise smaller.refusal
-    for key in _SET_REASONS:
-        if key in launch.plan.reasons:
-            smaller = _with_reason(smaller, key, launch.plan.reasons[key])
-    launches = (*planned.launches[:index], smaller, *planned.launches[index + 1 :])
+    launch = planned.launches[planned.aliases.index(alias)]
+    smaller = smaller_context_plan(paths, launch, _member_settings(launch, settings))
     why = f"ran out of memory at {launch.plan.ctx} tokens: planned again at {smaller.plan.ctx}"
-    return replace(planned, launches=launches, reasons={**planned.reasons, alias: why})
+    return _with_member(planned, alias, smaller, why)
 
 
 def respecced_set(
@@ -458,18 +449,33 @@ def respecced_set(
     Raises:
         GuardRefusal: the re-plan does not fit (the same files on the same share).
     """
-    index = planned.aliases.index(alias)
-    launch = planned.launches[index]
-    kept_mib = (launch.resolved.keep_free_ram_bytes or 0) // MIB
-    same = replace(settings, keep_free_ram_mib=kept_mib)
+    launch = planned.launches[planned.aliases.index(alias)]
+    same = _member_settings(launch, settings)
     if decision.action == "shorten":
         changed = replan(paths, launch, same, draft_max=decision.draft_max)
     else:
         changed = replan(paths, launch, same, spec="off")
+    return _with_member(planned, alias, changed, decision.reason)
+
+
+def _member_settings(launch: LaunchPlan, settings: Settings) -> Settings:
+    """The settings a member is planned again with: plan_set may have changed what the PC
+    keeps (a RAM limit), and the re-plan keeps the same."""
+    return replace(settings, keep_free_ram_mib=(launch.resolved.keep_free_ram_bytes or 0) // MIB)
+
+
+def _with_member(planned: SetPlan, alias: str, changed: LaunchPlan, why: str) -> SetPlan:
+    """``planned`` with ``alias``'s launch replaced by ``changed`` (its set reasons kept).
+
+    Raises:
+        GuardRefusal: ``changed`` was refused.
+    """
     if changed.refusal is not None:
         raise changed.refusal
+    index = planned.aliases.index(alias)
+    before = planned.launches[index]
     for key in _SET_REASONS:
-        if key in launch.plan.reasons:
-            changed = _with_reason(changed, key, launch.plan.reasons[key])
+        if key in before.plan.reasons:
+            changed = _with_reason(changed, key, before.plan.reasons[key])
     launches = (*planned.launches[:index], changed, *planned.launches[index + 1 :])
-    return replace(planned, launches=launches, reasons={**planned.reasons, alias: decision.reason})
+    return replace(planned, launches=launches, reasons={**planned.reasons, alias: why})
