@@ -137,8 +137,8 @@ def _streamed_text(sse_body: str) -> str:
     return "".join(parts)
 
 
-def _ask(page: Any, question: str) -> Any:
-    """Type ``question`` into the chat box, send it, wait for the answer on the page."""
+def _send(page: Any, question: str) -> Any:
+    """Type ``question`` into the chat box and send it; the engine's answer (status 200)."""
     box = page.locator("textarea, [contenteditable='true']").first
     box.wait_for(state="visible", timeout=60_000)
     box.click()
@@ -150,6 +150,12 @@ def _ask(page: Any, question: str) -> Any:
         box.press("Enter")
     response = answered.value
     assert response.status == 200, response.text()
+    return response
+
+
+def _ask(page: Any, question: str) -> Any:
+    """Send ``question`` and wait for the answer's words on the page."""
+    response = _send(page, question)
     answer = _streamed_text(response.text())
     words = re.findall(r"[A-Za-z]{3,}", answer)[:8]
     assert words, f"the model answered no words: {answer!r}"
@@ -228,17 +234,7 @@ def test_the_page_sends_an_image_that_the_served_projector_reads(serve, browser,
         page.goto(status["webui_url"])
         # The page offers attachments once the server's /props says it sees images.
         page.locator("input[type=file]").set_input_files(str(picture))
-        box = page.locator("textarea, [contenteditable='true']").first
-        box.wait_for(state="visible", timeout=60_000)
-        box.click()
-        box.fill("What is in this picture?")
-        with page.expect_response(
-            lambda r: r.url.endswith("/chat/completions") and r.request.method == "POST",
-            timeout=ANSWER_TIMEOUT_MS,
-        ) as answered:
-            box.press("Enter")
-        response = answered.value
-        assert response.status == 200, response.text()
+        response = _send(page, "What is in this picture?")
         sent = response.request.post_data_json["messages"][-1]["content"]
         assert [part["type"] for part in sent] == ["image_url", "text"]
         assert sent[0]["image_url"]["url"].startswith("data:image/png;base64,")
