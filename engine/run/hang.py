@@ -24,7 +24,11 @@ DECODE_SILENCE_S = 60.0
 """No token for this long while decoding is a hang: the slowest engine lucebox serves makes
 a token in seconds, and a client's watchdog gives up in minutes."""
 
-Phase = Literal["prefill", "decode"]
+Phase = Literal["prefill", "decode", "silent"]
+"""``silent``: a request runs (its sender says so) but the engine has answered no look yet."""
+SILENT_FACTOR = 3.0
+"""A request whose engine answered no look at all may go this many times the prefill floor:
+its prompt length is unknown, and llama-server answers a look only between prompt batches."""
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,17 @@ def observe(watch: Watch, look: Look | None, now_s: float) -> Watch:
     return replace(watch, prompt_tokens=max(watch.prompt_tokens, look.prompt_tokens))
 
 
+def silent_watch(now_s: float) -> Watch:
+    """The watch of a request known to run whose engine answered no look yet."""
+    return Watch(now_s, "silent")
+
+
 def bound_s(watch: Watch, prefill_tokens_per_s: float | None, bounds: HangBounds) -> float:
     """How long the watched phase may go without progress."""
     if watch.phase == "decode":
         return bounds.decode_s
+    if watch.phase == "silent":
+        return SILENT_FACTOR * bounds.prefill_floor_s
     rate = prefill_tokens_per_s or PREFILL_TOKENS_PER_S_UNKNOWN
     return max(bounds.prefill_floor_s, bounds.prefill_factor * watch.prompt_tokens / rate)
 
@@ -101,6 +112,8 @@ def hung(
         return None
     if watch.phase == "decode":
         return f"a request got no token for {silent_s:.0f} s while decoding (bound {limit_s:.0f} s)"
+    if watch.phase == "silent":
+        return f"a request's engine answered nothing for {silent_s:.0f} s (bound {limit_s:.0f} s)"
     return (
         f"a request's prompt ({watch.prompt_tokens} tokens) made no progress for "
         f"{silent_s:.0f} s (bound {limit_s:.0f} s)"

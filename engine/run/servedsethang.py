@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import psutil
 
-from lucebox.engine.run.hang import HangBounds, Look, Watch, hung, observe
+from lucebox.engine.run.hang import HangBounds, Look, Watch, hung, observe, silent_watch
 from lucebox.engine.run.metrics import look_of, parse_counters
 
 CHILD_HOST = "127.0.0.1"
@@ -46,9 +46,9 @@ class ChildHangWatch:
             now_s = time.monotonic()
             before = self._watches.get(alias, Watch())
             if look is None and before.since_s is None:
-                # Loaded and answering a request, yet silent to the first look: no token from
-                # now on (a process stopped before any look is still caught).
-                watch = Watch(now_s, phase="decode")
+                # Loaded and answering a request, yet silent to the first look (a process
+                # stopped before any look is still caught, by a longer bound).
+                watch = silent_watch(now_s)
             else:
                 watch = observe(before, look, now_s)
             self._watches[alias] = watch

@@ -59,6 +59,7 @@ LOAD_TIMEOUT_S = 120.0
 UNLOAD_TIMEOUT_S = 30.0
 ROUTER_NOTICE_S = 5.0
 """How long the router may take to see a killed model process exit."""
+NOTICE_POLL_S = 0.1
 CHILD_LINES = 60
 """The last lines of each model process kept for the diagnosis, as many as a single server's."""
 
@@ -323,12 +324,14 @@ class ServedSetRun(ServerRun):
     async def _until_not_loaded(self, client: httpx.AsyncClient, alias: str) -> None:
         """Until the router has seen ``alias``'s process exit (a request sent before would go
         to the dead process), within a few seconds."""
-        for _ in range(int(ROUTER_NOTICE_S / POLL_S * 10)):
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                states = router_states((await client.get(self.url + "/models")).json())
-                if states.get(alias) != "loaded":
-                    return
-            await asyncio.sleep(POLL_S / 10)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(ROUTER_NOTICE_S):
+                while True:
+                    with contextlib.suppress(httpx.HTTPError, ValueError):
+                        answer = await client.get(self.url + "/models")
+                        if router_states(answer.json()).get(alias) != "loaded":
+                            return
+                    await asyncio.sleep(NOTICE_POLL_S)
 
     async def _guard_decisions(
         self, client: httpx.AsyncClient, children: dict[str, int]

@@ -11,6 +11,7 @@ from lucebox.engine.run.hang import (
     bounds_for,
     hung,
     observe,
+    silent_watch,
 )
 
 BOUNDS = HangBounds()
@@ -50,3 +51,13 @@ def test_the_setting_sets_both_bounds_and_zero_never_judges():
     watch = observe(Watch(), Look(0.0, True, "prefill", 10, (0,)), 0.0)
     assert hung(watch, 4.9, None, bounds) is None
     assert "made no progress for 5 s" in (hung(watch, 5.0, None, bounds) or "")
+
+
+def test_an_engine_silent_from_the_first_look_gets_a_longer_bound_and_an_answer_resets_it():
+    bounds = bounds_for(5)
+    assert bounds is not None
+    watch = silent_watch(0.0)
+    assert hung(watch, 14.9, None, bounds) is None  # a long prompt batch answers no look
+    assert "answered nothing for 15 s" in (hung(watch, 15.0, None, bounds) or "")
+    watch = observe(watch, Look(10.0, True, "prefill", 4000, (100,)), 10.0)
+    assert watch.phase == "prefill" and hung(watch, 15.0, None, bounds) is None
