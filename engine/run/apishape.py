@@ -27,7 +27,7 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
   which both engines read; an Anthropic ``thinking`` or a ``reasoning_effort`` the client sent
   is spelled the same way, so llama-server honours it as the Lucebox engine does.
 - ``/v1/models``: one document on both engines, with ``context_length``
-  (:func:`models_document`, which the front answers with; llama-server's has none). The
+  (:func:`models_with_context`, which the front and a set's proxy answer with). The
   Lucebox engine's Codex-only schema (``?client_version=``) is replaced too: its
   ``default_reasoning_level`` would turn thinking on for Codex on that engine alone.
 """
@@ -122,22 +122,27 @@ def anthropic_id(engine_id: str) -> str:
     return "msg_" + engine_id
 
 
-def models_document(ctx_by_model: Mapping[str, int], created_s: int = 0) -> dict[str, Any]:
-    """``/v1/models`` for the served models (model id -> planned context in tokens), the same
-    on both engines; ``context_length`` is what Open WebUI and agents read for the window."""
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": model_id,
-                "object": "model",
-                "created": created_s,
-                "owned_by": "lucebox",
-                "context_length": context_tokens,
-            }
-            for model_id, context_tokens in ctx_by_model.items()
-        ],
-    }
+def models_with_context(
+    listed: object, context_by_model: Mapping[str, int], created_s: int
+) -> dict[str, Any]:
+    """``/v1/models`` as clients get it on both engines: the engine's document, its own keys
+    kept (llama-server's ``meta``, a router's ``status``: its web UI reads them), each served
+    model with its planned ``context_length`` (what Open WebUI and agents read for the window;
+    llama-server's has none) and the OpenAI keys an engine leaves out. A served model the
+    engine does not list is added."""
+    document = dict(listed) if isinstance(listed, dict) else {}
+    data = document.get("data")
+    entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    listed_ids = {m.get("id") for m in entries}
+    entries += [{"id": m} for m in context_by_model if m not in listed_ids]
+    shaped = []
+    for entry in entries:
+        model_id = entry.get("id")
+        entry = {"object": "model", "created": created_s, "owned_by": "lucebox", **entry}
+        if isinstance(model_id, str) and model_id in context_by_model:
+            entry["context_length"] = context_by_model[model_id]
+        shaped.append(entry)
+    return {**document, "object": "list", "data": shaped}
 
 
 class StreamShaper:

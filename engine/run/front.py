@@ -28,11 +28,13 @@ from urllib.parse import urlsplit
 
 import h11
 
-from lucebox.engine.run.apishape import models_document
+from lucebox.engine.run.apishape import models_with_context
 from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
 from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError
 from lucebox.engine.run.frontwire import (
     HOP_HEADERS,
+    KEEPALIVE_COMMENT,
+    KEEPALIVE_S,
     ApiShape,
     ClientGoneError,
     EngineCall,
@@ -45,8 +47,6 @@ from lucebox.engine.run.prometheus import prometheus_text
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
 
-KEEPALIVE_S = 5.0
-"""Longest silence on a streamed reply before the front writes ``: keep-alive``."""
 QUEUE_NOTE_S = 5.0
 """How often a waiting streamed request is told its place (``: queued, position N``)."""
 GENERATION_SUFFIXES = (
@@ -332,12 +332,11 @@ class Front:
 
     async def _keepalive(self, ex: Exchange) -> None:
         self.counters.keepalives += 1
-        await ex.data(b": keep-alive\n\n")
+        await ex.data(KEEPALIVE_COMMENT)
 
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
-        """lucebox's one ``/v1/models`` document (:func:`apishape.models_document`) for the
-        models the engine lists, with the context planned now; the engine is asked so that
-        one that does not answer is said as such."""
+        """The engine's model list with the context planned now
+        (:func:`apishape.models_with_context`); an engine that does not answer is said."""
         try:
             call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
             try:
@@ -349,8 +348,8 @@ class Front:
             return
         data = listed.get("data") if isinstance(listed, dict) else None
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
-        by_id = dict.fromkeys(ids or [self.spec.model], self.spec.ctx)
-        document = models_document(by_id, int(time.time()))
+        served = dict.fromkeys(ids or [self.spec.model], self.spec.ctx)
+        document = models_with_context(listed, served, int(time.time()))
         self.counters.answered[200] += 1
         await ex.whole(200, json.dumps(document).encode(), extra=cors)
 

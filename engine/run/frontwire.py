@@ -24,6 +24,10 @@ import h11
 
 HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
 READ_BYTES = 65536
+KEEPALIVE_S = 5.0
+"""Longest silence on a streamed reply before the front (or a set's proxy) writes a comment:
+coding agents' watchdogs give up on a quiet stream."""
+KEEPALIVE_COMMENT = b": keep-alive\n\n"
 SSE_EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 

@@ -21,17 +21,25 @@ import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
 import h11
 import httpx
 
 from lucebox.engine.run.admission import Placement, evictions
-from lucebox.engine.run.apishape import Shapes
-from lucebox.engine.run.frontguard import FrontPolicy, header_map, refusal
+from lucebox.engine.run.apishape import Shapes, models_with_context
+from lucebox.engine.run.frontguard import (
+    PUBLIC_PATHS,
+    FrontPolicy,
+    header_map,
+    is_page_file,
+    refusal,
+)
 from lucebox.engine.run.frontwire import (
     HOP_HEADERS,
+    KEEPALIVE_COMMENT,
+    KEEPALIVE_S,
     ApiShape,
     ClientGoneError,
     EventShape,
@@ -44,8 +52,6 @@ from lucebox.engine.run.servedsetmodels import router_states
 
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
-KEEPALIVE_S = 5.0
-"""A stream silent this long between two events gets a comment (coding agents' watchdogs)."""
 
 
 def model_of(target: bytes, body: bytes) -> str | None:
@@ -145,14 +151,21 @@ class ServedSetProxy:
             await ex.error(refused.status, refused.message)
             return
         ex.watch()  # a client that hangs up ends its request in the router too
-        alias = model_of(request.target, body)
+        # A request the key does not guard (a preflight, /health, the page's files) names no
+        # model: it must not make the gate unload others for it.
+        public = method == "OPTIONS" or path in PUBLIC_PATHS or is_page_file(path)
+        alias = None if public else model_of(request.target, body)
         if alias is not None and alias not in self.gate.placements:
             served = ", ".join(self.gate.placements)
             await ex.error(404, f"model '{alias}' is not served; served: {served}")
             return
         if path == "/models/unload":
             alias = None  # an unload needs no room: it goes on without evicting anything
-        no_room = await self.gate.admit(alias) if alias is not None else None
+        try:
+            no_room = await self.gate.admit(alias) if alias is not None else None
+        except httpx.HTTPError as exc:
+            await ex.error(502, f"the router did not answer: {exc}")
+            return
         if no_room is not None:
             await ex.error(503, no_room)
             return
@@ -170,7 +183,10 @@ class ServedSetProxy:
     ) -> None:
         target = request.target.decode("latin-1")
         path = urlsplit(target).path
-        headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_HEADERS]
+        dropped = (*HOP_HEADERS, b"accept-encoding")
+        headers = [(k, v) for k, v in request.headers if k.lower() not in dropped]
+        # Bodies come back as sent: a JSON reply is reshaped, so it must not arrive compressed.
+        headers.append((b"accept-encoding", b"identity"))
         sent = shape.request(path, body) if body else body
         upstream = self.client.build_request(
             request.method.decode(), target, headers=headers, content=sent
@@ -187,7 +203,7 @@ class ServedSetProxy:
             if "text/event-stream" in content_type:
                 await self._pipe_events(ex, answer, shape.stream(path, body))
             elif "application/json" in content_type:
-                whole = await answer.aread()
+                whole = b"".join([chunk async for chunk in self._chunks(ex, answer)])
                 await ex.data(self._shaped_reply(shape, path, answer.status_code, whole))
             else:
                 async for chunk in answer.aiter_raw():
@@ -197,42 +213,52 @@ class ServedSetProxy:
             await answer.aclose()
 
     def _shaped_reply(self, shape: ApiShape, path: str, status: int, whole: bytes) -> bytes:
-        """A whole JSON reply as the client gets it: the model's shaping; ``/v1/models`` with
-        each model's planned context added (the router's own keys kept: its web UI reads
-        them)."""
+        """A whole JSON reply as the client gets it: the model's shaping; the model list with
+        each model's planned context (:func:`apishape.models_with_context`)."""
         if status != 200 or path not in ("/v1/models", "/models"):
             return shape.reply(path, status, whole)
         try:
             listed = json.loads(whole)
         except ValueError:
             return whole
-        entries = listed.get("data") if isinstance(listed, dict) else None
-        for entry in entries if isinstance(entries, list) else []:
-            alias = entry.get("id") if isinstance(entry, dict) else None
-            served = self.shapes.get(alias) if isinstance(alias, str) else None
-            if served is not None:
-                entry["context_length"] = served.context_length
-        return json.dumps(listed).encode()
+        contexts = {alias: served.context_length for alias, served in self.shapes.items()}
+        return json.dumps(models_with_context(listed, contexts, int(time.time()))).encode()
 
     async def _pipe_events(self, ex: Exchange, answer: httpx.Response, shaper: EventShape) -> None:
         """The router's events on as they come, each through ``shaper``, and a comment
         whenever it is silent for ``keepalive_s`` between two events (never inside one)."""
-        chunks = answer.aiter_raw()
-        pending = b""
+        held = bytearray()  # the start of an event whose end has not come yet
+        async for chunk in self._chunks(ex, answer, keepalive=lambda: not held):
+            events, rest = split_events(bytes(held) + chunk)
+            held[:] = rest
+            await ex.data(b"".join(shaper.feed(event) for event in events))
+        await ex.data(shaper.close() + bytes(held))
+
+    async def _chunks(
+        self,
+        ex: Exchange,
+        answer: httpx.Response,
+        keepalive: Callable[[], bool] = lambda: False,
+    ) -> AsyncIterator[bytes]:
+        """The router's answer as it comes; while it is silent, a keep-alive comment every
+        ``keepalive_s`` whenever ``keepalive()`` says one may go now. A client that hangs up
+        raises ClientGoneError (the answer is closed by the caller, which ends the request)."""
+        raw = answer.aiter_raw()
         while True:
-            reading = asyncio.ensure_future(anext(chunks, None))
+            reading = asyncio.ensure_future(anext(raw, None))
             try:
                 while not await ex.wait(reading, self.keepalive_s):
-                    if not pending:
-                        await ex.data(b": keep-alive\n\n")
+                    if keepalive():
+                        await ex.data(KEEPALIVE_COMMENT)
                 chunk = reading.result()
             finally:
-                reading.cancel()
+                if not reading.done():
+                    reading.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                        await reading
             if chunk is None:
-                break
-            events, pending = split_events(pending + chunk)
-            await ex.data(b"".join(shaper.feed(event) for event in events))
-        await ex.data(shaper.close() + pending)
+                return
+            yield chunk
 
 
 async def start_proxy(

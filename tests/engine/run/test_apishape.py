@@ -26,7 +26,7 @@ from lucebox.engine.run.apishape import (
     ShapeContext,
     Shapes,
     StreamShaper,
-    models_document,
+    models_with_context,
     shape_request,
     shape_response,
 )
@@ -262,12 +262,14 @@ def test_thinking_is_spelled_one_way_for_both_engines(body, default, wanted):
         assert "reasoning" not in shaped or shaped["reasoning"] is not None
 
 
-def test_models_document_validates_and_carries_context():
-    doc = models_document({"qwen3.6-27b": 65536, "smol": 4096}, created_s=5)
+def test_the_models_list_validates_keeps_the_engines_keys_and_carries_context():
+    engine = {"object": "list", "data": [{"id": "smol", "meta": {"n_ctx_train": 8192}}]}
+    doc = models_with_context(engine, {"qwen3.6-27b": 65536, "smol": 4096}, created_s=5)
     models = [Model.model_validate(entry) for entry in doc["data"]]
-    assert [m.id for m in models] == ["qwen3.6-27b", "smol"]
-    assert [entry["context_length"] for entry in doc["data"]] == [65536, 4096]
-    assert doc["object"] == "list"
+    assert [m.id for m in models] == ["smol", "qwen3.6-27b"]
+    assert [entry["context_length"] for entry in doc["data"]] == [4096, 65536]
+    assert doc["data"][0]["meta"] == {"n_ctx_train": 8192} and doc["object"] == "list"
+    assert models_with_context(None, {"tiny": 2048}, 5)["data"][0]["id"] == "tiny"
 
 
 @pytest.fixture

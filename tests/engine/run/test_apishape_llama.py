@@ -238,4 +238,6 @@ def test_models_list_names_the_model_with_its_context(server, oai):
     assert "context_length" not in raw["data"][0]
     models = list(oai.models.list())
     assert [m.id for m in models] == [ALIAS]
-    assert models[0].model_extra == {"context_length": 2048}
+    extra = models[0].model_extra or {}
+    # The planned context beside llama-server's own keys (its meta, aliases), kept for clients.
+    assert extra["context_length"] == 2048 and extra["meta"] == raw["data"][0]["meta"]

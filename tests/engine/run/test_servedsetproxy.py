@@ -118,6 +118,10 @@ async def test_the_rules_of_the_front_hold_for_the_set_and_silent_streams_hear_k
                 assert (
                     await http.post("/v1/chat/completions", json=body, headers=foreign)
                 ).status_code == 403
+                # What the key does not guard names no model: the gate unloads nothing for it.
+                for method, path in (("OPTIONS", "/v1/chat/completions"), ("GET", "/health")):
+                    await http.request(method, path, params={"model": "smollm2"}, json=body)
+                assert not gate.busy and not gate.last_used_s
                 keyed = {"Authorization": "Bearer k3y"}
                 reply = await http.post("/v1/chat/completions", json=body, headers=keyed)
         finally:
