@@ -10,16 +10,11 @@ other models run on.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, replace
-from typing import Any
-
-import httpx
 
 from lucebox.engine.plan.specguard import Decision, SpecGuard
-from lucebox.engine.run.metrics import parse_counters
 from lucebox.engine.run.sample import SpecStatus
-from lucebox.engine.run.servedsethang import CHILD_HOST, CHILD_LOOK_TIMEOUT_S
+from lucebox.engine.run.servedsethang import ChildLook
 
 DRAFTED = "spec_decode_num_draft_tokens_total"
 ACCEPTED = "spec_decode_num_accepted_tokens_total"
@@ -143,42 +138,19 @@ class ChildSpecGuard:
             return None
         return spec_status(spec, self._watched.get(alias), self._off.get(alias))
 
-    async def check(
-        self, client: httpx.AsyncClient, children: dict[str, int]
-    ) -> list[tuple[str, Decision]]:
-        """Each loaded, guarded model (alias -> its process's port) looked at once: the
-        decisions due now, each for a process that runs no request."""
+    def check(self, looks: dict[str, ChildLook]) -> list[tuple[str, Decision]]:
+        """Each looked-at model's process (by alias) fed to its guard: the decisions due now,
+        each for a process that runs no request."""
         due = []
-        for alias, port in children.items():
+        for alias, child in looks.items():
             watched = self._watched.get(alias)
-            if watched is None:
+            if watched is None or child.slots is None or not child.counters:
                 continue
-            look = await _child_counters(client, port)
-            if look is None:
-                continue
-            counters, busy = look
-            drafted, accepted = int(counters.get(DRAFTED, 0)), int(counters.get(ACCEPTED, 0))
-            watched, decision = observe(watched, port, drafted, accepted)
-            if decision is not None and not busy:
+            drafted = int(child.counters.get(DRAFTED, 0))
+            accepted = int(child.counters.get(ACCEPTED, 0))
+            watched, decision = observe(watched, child.port, drafted, accepted)
+            if decision is not None and not child.busy:
                 watched = replace(watched, pending=None)
                 due.append((alias, decision))
             self._watched[alias] = watched
         return due
-
-
-async def _child_counters(
-    client: httpx.AsyncClient, port: int
-) -> tuple[dict[str, float], bool] | None:
-    """A model process's counters and whether it runs a request; None when it did not answer."""
-    url = f"http://{CHILD_HOST}:{port}"
-    try:
-        page = await client.get(f"{url}/metrics", timeout=CHILD_LOOK_TIMEOUT_S)
-        slots: Any = (await client.get(f"{url}/slots", timeout=CHILD_LOOK_TIMEOUT_S)).json()
-    except (httpx.HTTPError, ValueError):
-        return None
-    if page.status_code != 200:
-        return None
-    busy = True  # unknown: wait for an answer that says it is idle
-    with contextlib.suppress(TypeError, AttributeError):
-        busy = any(slot.get("is_processing") for slot in slots)
-    return parse_counters(page.text), busy

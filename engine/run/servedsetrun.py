@@ -34,7 +34,7 @@ from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
 from lucebox.engine.run.sample import SpecStatus
 from lucebox.engine.run.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
-from lucebox.engine.run.servedsethang import ChildHangWatch
+from lucebox.engine.run.servedsethang import ChildHangWatch, look_at_child
 from lucebox.engine.run.servedsetmodels import (
     ModelNote,
     ModelsSample,
@@ -270,8 +270,7 @@ class ServedSetRun(ServerRun):
                         self._states = router_states(payload)
                     if payload is not None:  # an unanswered poll says nothing of the models
                         notes = await self._after_failures(client, failed_children(payload))
-                        notes += await self._hung_models(client, loaded_children(payload))
-                        notes += await self._guard_decisions(client, loaded_children(payload))
+                        notes += await self._watch_children(client, loaded_children(payload))
                         for note in notes:
                             self.supervisor.log.write(f"# lucebox: {note.message}")
                             await queue.put(note)
@@ -301,25 +300,38 @@ class ServedSetRun(ServerRun):
                 notes.append(ModelNote(alias, await self._replan(client, alias, replan)))
         return notes
 
-    async def _hung_models(
+    async def _watch_children(
         self, client: httpx.AsyncClient, children: dict[str, int]
     ) -> list[ModelNote]:
-        """The loaded models found hung, whose processes were killed (:mod:`servedsethang`)."""
-        if self._hang_watch is None:
-            return []
-        busy = self.in_flight()
-        answering = {alias: port for alias, port in children.items() if alias in busy}
-        found = await self._hang_watch.check(client, answering, self.supervisor.pid)
-        for alias, _ in found:
-            await self._until_not_loaded(client, alias)
-        return [
-            ModelNote(
-                alias,
-                f"{alias} hung: {why}; its process was stopped, the waiting request ended with "
-                "an error, and the next request loads it again",
-            )
-            for alias, why in found
-        ]
+        """The loaded models (alias -> port) looked at once for both watches: the hang watch
+        (:mod:`servedsethang`) judges those answering a request, the speculation guard
+        (:mod:`servedsetguard`) those too, those that just answered and those whose decision
+        waits for an idle moment. Only they are asked: any request to a model's process, a
+        look too, keeps it from sleeping."""
+        answering = self.in_flight()
+        looked = answering
+        if self.respec is not None:
+            looked |= self._answering_before | self._spec_guard.pending()
+        self._answering_before = answering
+        looks = {a: await look_at_child(client, p) for a, p in children.items() if a in looked}
+        notes = []
+        if self._hang_watch is not None:
+            busy = {a: look for a, look in looks.items() if a in answering}
+            for alias, why in self._hang_watch.check(busy, self.supervisor.pid):
+                await self._until_not_loaded(client, alias)
+                notes.append(
+                    ModelNote(
+                        alias,
+                        f"{alias} hung: {why}; its process was stopped, the waiting request "
+                        "ended with an error, and the next request loads it again",
+                    )
+                )
+        if self.respec is not None:
+            for alias, decision in self._spec_guard.check(looks):
+                notes.append(
+                    ModelNote(alias, await self._respec(client, alias, decision, self.respec))
+                )
+        return notes
 
     async def _until_not_loaded(self, client: httpx.AsyncClient, alias: str) -> None:
         """Until the router has seen ``alias``'s process exit (a request sent before would go
@@ -332,24 +344,6 @@ class ServedSetRun(ServerRun):
                         if router_states(answer.json()).get(alias) != "loaded":
                             return
                     await asyncio.sleep(NOTICE_POLL_S)
-
-    async def _guard_decisions(
-        self, client: httpx.AsyncClient, children: dict[str, int]
-    ) -> list[ModelNote]:
-        """The guard's decisions due now, each applied to its model alone."""
-        if self.respec is None:
-            return []
-        # Only models that answer now, just did, or wait for an idle moment are looked at: a
-        # look is a request, which would keep an idle model from sleeping.
-        answering = self.in_flight()
-        looked = answering | self._answering_before | self._spec_guard.pending()
-        self._answering_before = answering
-        watched = {alias: port for alias, port in children.items() if alias in looked}
-        due = await self._spec_guard.check(client, watched)
-        return [
-            ModelNote(alias, await self._respec(client, alias, decision, self.respec))
-            for alias, decision in due
-        ]
 
     async def _respec(
         self, client: httpx.AsyncClient, alias: str, decision: Decision, respec: Respec

@@ -16,6 +16,7 @@ from lucebox.engine.run.servedsetguard import (
     spec_status,
     watched_for,
 )
+from lucebox.engine.run.servedsethang import ChildLook, look_at_child
 
 DFLASH = ModelSpec("draft-dflash", 15, "draft x (draft-dflash, 15-token drafts)", guarded=True)
 
@@ -83,16 +84,22 @@ def _child(drafted: int, accepted: int, busy: bool) -> httpx.MockTransport:
 
 async def test_a_decision_waits_until_its_process_runs_no_request():
     guard = ChildSpecGuard({"q": DFLASH, "smol": NO_SPEC}, {"q": False, "smol": False})
-    children = {"q": 9001, "smol": 9002}
-    async with httpx.AsyncClient(transport=_child(300, 30, busy=True)) as client:
-        assert await guard.check(client, children) == []
+
+    async def looks(child: httpx.MockTransport) -> dict[str, ChildLook]:
+        async with httpx.AsyncClient(transport=child) as client:
+            return {
+                "q": await look_at_child(client, 9001),
+                "smol": await look_at_child(client, 9002),
+            }
+
+    assert guard.check(await looks(_child(300, 30, busy=True))) == []
     status = guard.status("q")
     assert status is not None and status.active and status.acceptance == 0.1
     assert guard.status("smol") is None
-    async with httpx.AsyncClient(transport=_child(320, 31, busy=False)) as client:
-        due = await guard.check(client, children)
-        assert [(alias, d.action) for alias, d in due] == [("q", "shorten")]
-        assert await guard.check(client, children) == []  # said once
+    idle = await looks(_child(320, 31, busy=False))
+    due = guard.check(idle)
+    assert [(alias, d.action) for alias, d in due] == [("q", "shorten")]
+    assert guard.check(idle) == []  # said once
 
 
 def test_a_switch_off_shows_in_status_after_the_re_plan():
