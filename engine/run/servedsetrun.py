@@ -31,6 +31,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.plan.specguard import Decision
 from lucebox.engine.run.death import log_cause
+from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
 from lucebox.engine.run.sample import SpecStatus
 from lucebox.engine.run.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
@@ -47,7 +48,7 @@ from lucebox.engine.run.servedsetmodels import (
     router_change,
     router_states,
 )
-from lucebox.engine.run.serverrun import RunItem, ServerRun, gpu_statuses, nvml_session
+from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent
 
 if TYPE_CHECKING:

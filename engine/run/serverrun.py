@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -18,8 +18,7 @@ import httpx
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.machine import gpu
-from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider
+from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
@@ -33,11 +32,12 @@ from lucebox.engine.run.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.front import Front, FrontSpec, start_front
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
+from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds, Watch, hung, observe
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
-from lucebox.engine.run.sample import CacheStatus, GpuStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.sample import CacheStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import (
@@ -498,36 +498,3 @@ class ServerRun:
             self._watch_speculation(sample, [r.served() for r in sampler.finished])
             if on_cpu:
                 prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
-
-
-@contextlib.contextmanager
-def nvml_session() -> Iterator[NvmlProvider | None]:
-    """NVML opened for a run's sampling (None without a GPU or driver), closed after it."""
-    provider = gpu.PynvmlProvider()
-    try:
-        provider.init()
-    except gpu.NvmlUnavailableError:
-        yield None
-        return
-    try:
-        yield provider
-    finally:
-        with contextlib.suppress(gpu.NvmlNotSupportedError, gpu.NvmlUnavailableError):
-            provider.shutdown()
-
-
-def gpu_statuses(nvml: NvmlProvider) -> tuple[GpuStatus, ...]:
-    """Every NVIDIA GPU's memory and load now (a split engine uses several)."""
-
-    found = []
-    for index in range(nvml.device_count()):
-        try:
-            total, _, used = nvml.memory_bytes(index)
-        except NvmlNotSupportedError:
-            continue
-        try:
-            util: int | None = nvml.utilization_percent(index)
-        except NvmlNotSupportedError:
-            util = None
-        found.append(GpuStatus(index, used, total, util))
-    return tuple(found)

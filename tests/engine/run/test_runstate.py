@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.run import runstate, serverrun
+from lucebox.engine.run import gpustatus, runstate
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import (
     CacheStatus,
@@ -202,6 +202,6 @@ def test_every_gpu_is_read_for_status():
             FakeGpu(used_bytes=2**31, unsupported=frozenset({"utilization_percent"})),
         ]
     )
-    found = serverrun.gpu_statuses(nvml)
+    found = gpustatus.gpu_statuses(nvml)
     assert [(g.index, g.vram_used_bytes) for g in found] == [(0, 2**30), (1, 2**31)]
     assert found[1].util_percent is None
