@@ -6,6 +6,7 @@
 #             (PFlash's fast kernel; BSA=0 leaves it out) side by side, each in its own session so a call that ends
 #             first does not stop them; waited for up to WAIT_S; then both engine folders packed
 #             into $OUT as engines.tar.xz.partN (carry them back in .devrun/carry; PACK=0: not).
+#   start     start the builds (and write the generated Lucebox models) and return at once.
 #   wait      wait for the builds a previous call started, then pack as above.
 #   restore   a later lease: unpack the carried engines into LUCEBOX_HOME (no build).
 # LUCEBOX_HOME is .devrun/home (bench/device_env.sh), so every bench/device_*.sh finds them.
@@ -64,6 +65,10 @@ report_and_pack() {
 }
 
 case "${1:-}" in
+start)
+    start_builds
+    python3 bench/lucebox_models.py .devrun/work/models all > /dev/null 2>&1
+    ;;
 build)
     start_builds
     python3 bench/lucebox_models.py .devrun/work/models all > /dev/null 2>&1 &
@@ -81,7 +86,7 @@ restore)
     python3 -m lucebox.app.cli engine status 2>&1 | tail -8
     ;;
 *)
-    echo "usage: device_session.sh build|wait|restore" >&2
+    echo "usage: device_session.sh start|build|wait|restore" >&2
     exit 2
     ;;
 esac

@@ -1,11 +1,12 @@
 """Device benchmark: the Lucebox engine's GPU memory at each stage of its life, and its peak.
 
 Starts ``dflash_server`` with the given arguments and reads the memory NVML reports for its
-process after the load, after lucebox's warm-up request, after a prompt whose last prefill
-chunk is a full 512 tokens, after a long prompt and after a 256-token reply, while a thread
-polls NVML every 20 ms for the peak in between. What the plan must cover is the largest of
-these: the engine allocates its rollback buffers and graphs lazily and grows its compute
-buffers to the largest chunk it has run. Prints one JSON line per run.
+process on each GPU (one figure per card, in NVML's order) after the load, after lucebox's
+warm-up request, after a prompt whose last prefill chunk is a full 512 tokens, after a long
+prompt and after a 256-token reply, while a thread polls NVML every 20 ms for the peak in
+between. What the plan must cover is the largest of these: the engine allocates its rollback
+buffers and graphs lazily and grows its compute buffers to the largest chunk it has run.
+Prints one JSON line per run.
 
     python3 bench/lucebox_memory.py NAME LONG_WORDS -- SERVER MODEL [ENGINE ARGS...]
     python3 bench/lucebox_memory.py NAME LONG_WORDS -- serve [LUCEBOX SERVE ARGS...]
@@ -37,28 +38,35 @@ FILLER = ["hello", "world", "the", "model", "test"]
 """About one token a word with the generated models' tokenizer."""
 
 
-def process_mib(handle: object, pid: int) -> int:
-    for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-        if proc.pid == pid and proc.usedGpuMemory is not None:
-            return int(proc.usedGpuMemory) // 2**20
-    return 0
+def process_mib(handles: list[object], pid: int) -> list[int]:
+    """The process's memory on each card (0 where it holds none)."""
+    found = []
+    for handle in handles:
+        mib = 0
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == pid and proc.usedGpuMemory is not None:
+                mib = int(proc.usedGpuMemory) // 2**20
+        found.append(mib)
+    return found
 
 
 class PeakWatch(threading.Thread):
-    """Polls the process's memory until stopped; ``peak_mib`` is the largest reading."""
+    """Polls the process's memory until stopped; ``peak_mib`` is each card's largest reading."""
 
-    def __init__(self, handle: object, pid: int) -> None:
+    def __init__(self, handles: list[object], pid: int) -> None:
         super().__init__(daemon=True)
-        self.handle, self.pid, self.peak_mib = handle, pid, 0
+        self.handles, self.pid = handles, pid
+        self.peak_mib = [0] * len(handles)
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.02):
-            self.peak_mib = max(self.peak_mib, process_mib(self.handle, self.pid))
+            now = process_mib(self.handles, self.pid)
+            self.peak_mib = [max(a, b) for a, b in zip(self.peak_mib, now, strict=True)]
 
-    def take(self) -> int:
-        """The peak since the last take, then start over."""
-        peak, self.peak_mib = self.peak_mib, 0
+    def take(self) -> list[int]:
+        """The peaks since the last take, then start over."""
+        peak, self.peak_mib = self.peak_mib, [0] * len(self.handles)
         return peak
 
 
@@ -123,7 +131,7 @@ def wait_ready(server: subprocess.Popen[bytes]) -> bool:
 
 def main(name: str, long_words: int, argv: list[str]) -> None:
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     log = open(f"{name}.log", "w")  # noqa: SIM115 - the server writes it until the end
     stages: dict[str, object] = {}
     through_serve = argv[0] == "serve"
@@ -137,7 +145,7 @@ def main(name: str, long_words: int, argv: list[str]) -> None:
         command = [*argv, "--host", "127.0.0.1", "--port", str(PORT), "--model-name", "m"]
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     pid = engine_child(server) if through_serve else wait_raw(server)
-    watch = PeakWatch(handle, pid)
+    watch = PeakWatch(handles, pid)
     steps: list[tuple[str, int, int, bool]] = [
         ("full_chunk", FULL_LAST_CHUNK_WORDS, 8, False),
         ("long", long_words, 8, False),
@@ -146,15 +154,15 @@ def main(name: str, long_words: int, argv: list[str]) -> None:
     watch.start()
     if through_serve:
         stages["ready"] = wait_ready(server)
-        stages["warm"] = {"mib": process_mib(handle, pid), "peak_mib": watch.take()}
+        stages["warm"] = {"mib": process_mib(handles, pid), "peak_mib": watch.take()}
     else:
-        stages["load_mib"] = process_mib(handle, pid)
+        stages["load_mib"] = process_mib(handles, pid)
         steps.insert(0, ("warm", 0, 8, True))
     try:
         for stage, words, max_tokens, warm_up in steps:
             reply = ask(words, max_tokens, warm_up)
             time.sleep(0.3)
-            stages[stage] = {**reply, "mib": process_mib(handle, pid), "peak_mib": watch.take()}
+            stages[stage] = {**reply, "mib": process_mib(handles, pid), "peak_mib": watch.take()}
     except (httpx.HTTPError, ValueError) as exc:
         stages["failed"] = str(exc)
     finally:
