@@ -96,24 +96,29 @@ class ProbeSender:
         self.probe_max_tokens = probe_max_tokens
         self.state: CalibrationState = "waiting"
         self._last_client_s = time.monotonic()
-        self._counters: tuple[float, float] | None = None
+        self._last_look: tuple[float, float] | None = None
+        """What the last look at client activity counted (compared with the next)."""
 
-    async def _probe_set(self, client: httpx.AsyncClient, url: str) -> tuple[ProbeRate, ...] | None:
+    async def _probe_set(
+        self, client: httpx.AsyncClient, server: ServerRun
+    ) -> tuple[ProbeRate, ...] | None:
         """Every probe's rate (a probe that fails counts no tokens); None when a client came."""
-        self._counters = None
+        self._last_look = None
         probes = []
         try:
             for probe in PROBES:
-                if await self._client_seen(client, url, probing=False):
+                if await self._client_seen(client, server, probing=False):
                     return None
-                found = await self._probe(client, url, probe)
+                found = await self._probe(client, server, probe)
                 if found is not None:
                     probes.append(found)
         except _ClientCameError:
             return None
         return tuple(probes)
 
-    async def _probe(self, client: httpx.AsyncClient, url: str, probe: Probe) -> ProbeRate | None:
+    async def _probe(
+        self, client: httpx.AsyncClient, server: ServerRun, probe: Probe
+    ) -> ProbeRate | None:
         limit = self.probe_max_tokens
         max_tokens = min(limit, probe.max_tokens) if limit else probe.max_tokens
         body = {
@@ -122,11 +127,11 @@ class ProbeSender:
             "temperature": 0,
             "seed": 1,
         }
-        task = asyncio.create_task(_ask(client, url, body))
+        task = asyncio.create_task(_ask(client, server.url, body))
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=POLL_S)
-                if not task.done() and await self._client_seen(client, url, probing=True):
+                if not task.done() and await self._client_seen(client, server, probing=True):
                     raise _ClientCameError
             timings = task.result()
         finally:
@@ -134,16 +139,24 @@ class ProbeSender:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
                     await task
-        self._counters = None  # the probe's own tokens are not a client's
+        self._last_look = None  # the probe's own tokens are not a client's
         if timings is None:
             return None
         return calibration.probe_rate(probe.name, timings, max_tokens)
 
-    async def _client_seen(self, client: httpx.AsyncClient, url: str, *, probing: bool) -> bool:
-        """Whether a request other than the probe runs (or ran since the last look)."""
+    async def _client_seen(
+        self, client: httpx.AsyncClient, server: ServerRun, *, probing: bool
+    ) -> bool:
+        """Whether a client's request runs or waits (or came since the last look). Behind the
+        front its queue says so (the probes go to the engine's own port, never through it);
+        an engine serving its address itself is asked for its slots and token counters."""
+        if server.front is not None:
+            busy, entered = server.front.queue.activity()
+            before, self._last_look = self._last_look, (float(entered), 0.0)
+            return busy > 0 or (before is not None and self._last_look != before)
         try:
-            slots = (await client.get(f"{url}/slots")).json()
-            metrics = (await client.get(f"{url}/metrics")).text
+            slots = (await client.get(f"{server.url}/slots")).json()
+            metrics = (await client.get(f"{server.url}/metrics")).text
         except (httpx.HTTPError, ValueError):
             return False
         busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
@@ -152,7 +165,7 @@ class ProbeSender:
             counters.get("prompt_tokens_total", 0.0),
             counters.get("tokens_predicted_total", 0.0),
         )
-        before, self._counters = self._counters, now
+        before, self._last_look = self._last_look, now
         if busy > (1 if probing else 0):
             return True
         return not probing and before is not None and now != before
@@ -165,10 +178,10 @@ class ProbeSender:
         """Until the engine is ready and no client has sent a request for ``idle_s``."""
         if self.state == "running":
             return
-        self._counters = None
+        self._last_look = None
         while True:
             ready = server.status.state == "ready" and self._may_start()
-            if not ready or await self._client_seen(client, server.url, probing=False):
+            if not ready or await self._client_seen(client, server, probing=False):
                 self._last_client_s = time.monotonic()
             elif time.monotonic() - self._last_client_s >= self.idle_s:
                 return
@@ -325,16 +338,22 @@ class Calibrator(ProbeSender):
         a client came, or when it could not start (it is dropped from this calibration)."""
         if trial.label != running:
             spec = self.setup.plan_trial(trial)
+            self._last_look = None
+            await self._client_seen(client, server, probing=False)  # what the next look compares
             if spec is None or not await _restart(server, spec):
                 self.setup = replace(
                     self.setup, trials=tuple(t for t in self.setup.trials if t != trial)
                 )
                 return None
             warm_up = await _ask(client, server.url, WARM_UP)
-            # Clients wait out a restart and are served first: the new engine counts their tokens.
-            if await _served_besides(client, server.url, warm_up):
+            # Clients wait out a restart and are served first: the front counted them; an
+            # engine without it counts their tokens.
+            if server.front is not None:
+                if await self._client_seen(client, server, probing=False):
+                    return None
+            elif await _served_besides(client, server.url, warm_up):
                 return None
-        probes = await self._probe_set(client, server.url)
+        probes = await self._probe_set(client, server)
         if probes is None:
             return None
         return TrialRate(

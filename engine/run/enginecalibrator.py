@@ -188,7 +188,7 @@ class EngineCalibrator(ProbeSender):
                 return None
             launch = planned[0]
             await _ask(client, server.url, WARM_UP)
-        probes = await self._probe_set(client, server.url)
+        probes = await self._probe_set(client, server)
         if probes is None:
             return None
         label = f"{kind} {running_label(launch)}"

@@ -67,6 +67,14 @@ _ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
 ENGINE_ERRORS = (OSError, h11.ProtocolError)
 """What a broken or refused connection to the engine raises."""
 SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+ENGINE_WAIT_S = 600.0
+"""How long a generation request waits for an engine that is starting or restarting (a
+measurement's restart, a re-plan, a crash's backoff) before it is answered 503: a large model
+loads in minutes, and a request relayed to an engine not listening yet would fail (502)."""
+STATE_POLL_S = 0.5
+"""How often a waiting request looks whether the run ended."""
+ENDED_STATES = ("stopped", "failed")
+"""Run states no engine comes back from: a waiting request is answered 503 at once."""
 
 
 def header_of(answer: h11.Response, name: bytes) -> str:
@@ -104,6 +112,7 @@ class FrontSpec:
     max_waiting: int = DEFAULT_MAX_WAITING
     keepalive_s: float = KEEPALIVE_S
     queue_note_s: float = QUEUE_NOTE_S
+    engine_wait_s: float = ENGINE_WAIT_S
 
 
 @dataclass
@@ -133,12 +142,22 @@ class Front:
         self.shape: ApiShape = shape or SameShape()
         self.queue = FrontQueue(spec.capacity, spec.max_waiting)
         self.counters = FrontCounters()
+        self._engine_ready = asyncio.Event()
+        self._engine_ready.set()
         self._engine_headers: list[tuple[bytes, bytes]] = (
             [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
         )
 
     def queue_status(self) -> QueueStatus:
         return self.queue.status()
+
+    def engine_ready(self, ready: bool) -> None:
+        """Whether the engine behind takes requests now; while not, generation requests wait
+        (the run says so as its engine starts, stops and comes back)."""
+        if ready:
+            self._engine_ready.set()
+        else:
+            self._engine_ready.clear()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await serve_connection(reader, writer, self.answer)
@@ -197,10 +216,36 @@ class Front:
                 if streamed:
                     await _sse_started(ex, cors)
                     await ex.data(f": queued, position {self.queue.position(ticket)}\n\n".encode())
-            await self._relay(ex, request, target, path, body, cors, streamed=streamed)
+            if await self._engine_back(ex, cors, streamed=streamed):
+                await self._relay(ex, request, target, path, body, cors, streamed=streamed)
         finally:
             admitted.cancel()
             self.queue.leave(ticket)
+
+    async def _engine_back(
+        self, ex: Exchange, cors: list[tuple[str, str]], *, streamed: bool
+    ) -> bool:
+        """Wait while the engine starts or restarts (a stream hears keep-alives); False once
+        answered 503 instead: the run ended, or the engine was not back in time."""
+        opened = asyncio.ensure_future(self._engine_ready.wait())
+        started_s = time.monotonic()
+        said_s = started_s
+        try:
+            while not opened.done():
+                state = self.status().state
+                now_s = time.monotonic()
+                if state in ENDED_STATES or now_s - started_s >= self.spec.engine_wait_s:
+                    message = f"the engine is not serving ({state}); try again later"
+                    await self._failed(ex, 503, message)
+                    return False
+                if streamed and now_s - said_s >= self.spec.keepalive_s:
+                    await _sse_started(ex, cors)
+                    await self._keepalive(ex)
+                    said_s = now_s
+                await ex.wait(opened, STATE_POLL_S)
+        finally:
+            opened.cancel()
+        return True
 
     async def _relay(
         self,
@@ -229,7 +274,7 @@ class Front:
                     await self._keepalive(ex)
             call, answer = sending.result()
         except ENGINE_ERRORS as exc:
-            await self._engine_failed(ex, f"the engine did not answer: {exc}")
+            await self._failed(ex, 502, f"the engine did not answer: {exc}")
             return
         finally:
             sending.cancel()  # a client gone before the engine answered: the call closes
@@ -250,14 +295,15 @@ class Front:
             call.writer.close()
             raise
 
-    async def _engine_failed(self, ex: Exchange, message: str) -> None:
-        self.counters.answered[502] += 1
+    async def _failed(self, ex: Exchange, status: int, message: str) -> None:
+        """The error as an answer, or as the last event of a stream already started."""
+        self.counters.answered[status] += 1
         if ex.started:
-            error = json.dumps({"error": {"code": 502, "message": message}})
+            error = json.dumps({"error": {"code": status, "message": message}})
             await ex.data(f"event: error\ndata: {error}\n\n".encode())
             await ex.end()
         else:
-            await ex.error(502, message)
+            await ex.error(status, message)
 
     async def _answer_back(
         self,
@@ -344,7 +390,7 @@ class Front:
             finally:
                 await call.close()
         except (*ENGINE_ERRORS, ValueError) as exc:
-            await self._engine_failed(ex, f"the engine did not list its models: {exc}")
+            await self._failed(ex, 502, f"the engine did not list its models: {exc}")
             return
         data = listed.get("data") if isinstance(listed, dict) else None
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]

@@ -45,6 +45,7 @@ class FrontQueue:
         self._mean_service_s: float | None = None
         self._served = 0
         self._rejected = 0
+        self._entered = 0
 
     def enter(self) -> Ticket:
         """A ticket, admitted at once when the engine has room and nobody waits.
@@ -53,6 +54,7 @@ class FrontQueue:
             QueueFullError: ``max_waiting`` requests wait already.
         """
         ticket = Ticket(time.monotonic())
+        self._entered += 1
         if len(self._running) < self.capacity and not self._waiting:
             self._start(ticket)
             return ticket
@@ -90,6 +92,11 @@ class FrontQueue:
         ticket.started_s = time.monotonic()
         self._running.add(ticket)
         ticket.admitted.set()
+
+    def activity(self) -> tuple[int, int]:
+        """(requests running or waiting now, requests that ever entered): a measurement that
+        must give way to clients compares the second between two looks."""
+        return len(self._running) + len(self._waiting), self._entered
 
     def retry_after_s(self) -> int:
         """Seconds until a request arriving now would likely get a place: the waiting ones

@@ -182,6 +182,8 @@ class ServerRun:
         says so at once, so no sample of the engine on its way out reads as what now serves."""
         self.supervisor.restart(server)
         self._run.status = replace(self._run.status, state="restarting")
+        if self.front is not None:
+            self.front.engine_ready(False)
 
     def serve_measured(self, server: ServerLaunch, reason: str, guard: SpecGuard | None) -> None:
         """Serve what the calibration chose, watched by ``guard``; one restart when it differs
@@ -374,6 +376,7 @@ class ServerRun:
         except OSError:
             holder = port_holder(launch.host, launch.port) or "another program"
             return port_taken(launch.port, holder, next_free_port(launch.host, launch.port))
+        front.engine_ready(False)  # until the engine behind it says ready
         self.front = front
         return server
 
@@ -393,6 +396,8 @@ class ServerRun:
             cause=event.cause or self._run.status.cause,
         )
         self._engine_ready = event.kind == "ready" and event.pid is not None
+        if self.front is not None and not self._engine_ready:
+            self.front.engine_ready(False)
         # An engine that is not ready (or no longer) is not sampled.
         await self._stop_sampling()
         if event.kind == "ready" and event.pid is not None:
@@ -400,6 +405,8 @@ class ServerRun:
                 self.front.spec = self._front_spec()
             self._record_served()
             await self._slot("restore")
+            if self.front is not None:  # clients that waited go in after the restore
+                self.front.engine_ready(True)
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
 
     @property

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from lucebox.engine.run.front import FrontSpec
+from lucebox.engine.run.runstate import Status
 from tests.conftest import run_lucebox
 from tests.engineserver import RunningServer, running_server
 from tests.frontserver import RunningFront, loopback_policy, running_front
@@ -315,3 +316,28 @@ def test_the_lucebox_engine_gets_the_same_front(lucebox_fake):
             assert model["context_length"] == 8192 and model["id"]
             assert client.get(f"{url}/").status_code == 200
             assert "lucebox_requests_served_total 3" in client.get(f"{url}/metrics").text
+
+
+def test_while_the_engine_restarts_requests_wait_and_a_stopped_run_answers_503(lucebox_fake):
+    spec = FrontSpec(loopback_policy(), "qwen", 8192, keepalive_s=0.3)
+    with running_front(spec, lucebox_fake) as running:
+        running.loop.call_soon_threadsafe(running.front.engine_ready, False)
+        reopen = threading.Timer(
+            1.5, lambda: running.loop.call_soon_threadsafe(running.front.engine_ready, True)
+        )
+        reopen.start()
+        started_s = time.monotonic()
+        with httpx.stream(
+            "POST", f"{running.url}/v1/chat/completions", json=chat("hi", 16, stream=True),
+            timeout=30,
+        ) as reply:  # fmt: skip
+            lines = [line for line in reply.iter_lines() if line]
+        assert time.monotonic() - started_s >= 1.4  # it waited for the engine
+        assert lines[0] == ": keep-alive"  # a stream hears keep-alives while it waits
+        assert lines[-1] == "data: [DONE]"
+        running.front.status = lambda: Status("stopped")
+        running.loop.call_soon_threadsafe(running.front.engine_ready, False)
+        time.sleep(0.2)
+        refused = httpx.post(f"{running.url}/v1/chat/completions", json=chat("hi", 16))
+        assert refused.status_code == 503
+        assert "not serving (stopped)" in refused.json()["error"]["message"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,7 @@ from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.sizes import MemoryBytes
+from lucebox.engine.run.calibrator import ProbeSender
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
@@ -74,3 +76,51 @@ async def test_warm_up_before_ready_then_replies_from_the_log(tmp_path, monkeypa
     assert last.last_decode_tokens_per_s is not None
     # The engine's own rate for the reply: [ar-decode] tokens=256 time=0.328 s speed=781.30
     assert abs(last.last_decode_tokens_per_s - 781.30) < 1
+
+
+async def _chat_through(url: str, *, stream: bool) -> tuple[int, str]:
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "stream": stream}
+    async with httpx.AsyncClient(timeout=60) as client:
+        reply = await client.post(f"{url}/v1/chat/completions", json=body)
+    return reply.status_code, reply.text
+
+
+async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_them(
+    tmp_path, monkeypatch
+):
+    """A measurement's restart while clients ask: the front holds their requests until the
+    engine is ready again (none is answered 502), and the probe sender, which cannot ask the
+    Lucebox engine for slots or counters, sees them through the front's queue."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
+    spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0)
+    sender = ProbeSender(idle_s=1.0, probe_max_tokens=16)
+    readies: list[ServerEvent] = []
+    ready = asyncio.Event()
+
+    async def follow() -> None:  # as `lucebox serve` does: the run's events in their own task
+        async for item in run.events():
+            if isinstance(item, ServerEvent) and item.kind == "ready":
+                readies.append(item)
+                ready.set()
+
+    async with asyncio.timeout(90), httpx.AsyncClient() as probe_client:
+        following = asyncio.create_task(follow())
+        await ready.wait()
+        assert not await sender._client_seen(probe_client, run, probing=False)
+        run.restart()
+        asks = [_chat_through(run.public_url, stream=s) for s in (False, True, False)]
+        held = asyncio.gather(*asks)
+        await asyncio.sleep(0.5)  # they reach the front while the engine restarts
+        seen_held = [await sender._client_seen(probe_client, run, probing=True)]
+        answers = await held
+        run.stop()
+        await following
+    assert len(readies) == 2
+    assert seen_held == [True]
+    assert [status for status, _ in answers] == [200, 200, 200]
+    assert "data: [DONE]" in answers[1][1]
+    # No client was let through to the engine before it was ready again.
+    log = (tmp_path / "engine.log").read_text()
+    assert log.count("# lucebox: warm-up answered") == 2
