@@ -23,6 +23,14 @@ finish() {
         for _ in $(seq 1 20); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 0.5; done
         kill -KILL "$SERVE_PID" 2>/dev/null
     fi
+    # The key and the calibration switch-off were set for this run only: later runs in this
+    # home serve without them.
+    python3 -c "
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.machine import config
+import os
+config.reset_config(resolve_paths(dict(os.environ)))
+" > /dev/null 2>&1
     return 0
 }
 trap finish EXIT

@@ -36,6 +36,9 @@ BUDGET_S = float(os.environ.get("BUDGET_S", "390"))
 BUILD_DEADLINE_S = float(os.environ.get("BUILD_DEADLINE_S", "310"))
 """From the start: a build of 62880e20 not done by then is stopped (the update needs ~80 s)."""
 PORT = 18290
+CTX = 8192
+"""The served context: the self-test's long-document probe is about 2,500 tokens with a real
+tokenizer but 5,043 with the generated qwen35 one (4,096 refused it with a 400 on the H200)."""
 WITHIN = 0.05
 OLD_VERSION = "62880e20"
 STARTED_S = time.monotonic()
@@ -127,7 +130,7 @@ def gpu_used_mib() -> int:
 def plan_vs_gpu(work: Path, model_args: list[str], engine_id: str) -> dict[str, Any]:
     """``lucebox plan`` then ``lucebox serve`` of the same launch; after warm-up requests the
     card's memory against the plan's total."""
-    args = [*model_args, "--engine", "lucebox", "--engine-id", engine_id, "--ctx", "4096"]
+    args = [*model_args, "--engine", "lucebox", "--engine-id", engine_id, "--ctx", str(CTX)]
     code, out, err, _ = run("plan", *args, "--json", timeout_s=120)
     plan = json_or(out)
     if code != 0 or "memory_bytes" not in plan:
@@ -247,7 +250,7 @@ def main(out_dir: Path) -> int:
 
     config.set_setting(paths, "engine.id", old.id)
     try:
-        update_args = ("engine", "update", "--engine", "lucebox", *model_args, "--ctx", "4096")
+        update_args = ("engine", "update", "--engine", "lucebox", *model_args, "--ctx", str(CTX))
         code, out, err, update_s = run(*update_args, "--json", timeout_s=left_s() - 25)
         built_again = "building" in err
         first_try = None

@@ -64,6 +64,8 @@ class Parts:
     ring: int
     rollback: int
     runtime: int
+    tensor_runtime: int
+    """More on each card under tensor parallel (the build's fit)."""
     cuda_context: int
     transient: int
     recurrent: int
@@ -133,7 +135,7 @@ def device_loads(
     n = 2
     mirrored = parts.weights - parts.layer_weights
     weights = mirrored + parts.layer_weights // n
-    compute = parts.graph + parts.ring + parts.rollback // n + parts.runtime
+    compute = parts.graph + parts.ring + parts.rollback // n + parts.runtime + parts.tensor_runtime
     state = parts.recurrent // n
     return (
         DeviceLoad(first[0], first[1], weights, parts.draft, compute + parts.draft_runtime,

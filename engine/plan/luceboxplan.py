@@ -33,6 +33,7 @@ from lucebox.engine.plan.luceboxdevices import (
     attention_room,
     device_loads,
 )
+from lucebox.engine.plan.luceboxfit import UNKNOWN_BUILD, BuildMemory
 from lucebox.engine.plan.luceboxlaunch import SAMPLED_VERIFY_ARCHS, LuceboxFlags
 from lucebox.engine.plan.memory import (
     MIN_CTX,
@@ -77,13 +78,6 @@ RTX 5090, upstream's RESULTS.md)."""
 DDTREE_BUDGETS = (("4090", 28), ("3090", 22), ("5090", 22))
 """Per card class, from upstream's measurements; other cards get the engine's default."""
 DDTREE_DEFAULT_BUDGET = 22
-RUNTIME_BYTES = 447 * MIB
-"""What the engine holds beyond the terms below once it has served a request: its CUDA
-kernels and cuBLAS handles beyond a plain CUDA context, graphs and workspaces. Fitted to the
-generated qwen35 (n_embd 1024, vocabulary 248,320, f16) on the H200: 2148 MiB after lucebox's
-warm-up at 4096 tokens of q8_0 KV; the same fit held at 131072 tokens, with a KVFlash pool and
-with PFlash (bench/results/h200-lucebox-memory.json). Calibrated on that one shape; a real
-27B target is still to be measured."""
 DRAFT_RUNTIME_BYTES = 139 * MIB
 """With a draft, its graphs and the DDTree verify scratch beyond its weights (same runs: 194
 MiB more with the draft and DDTree budget 22 at 4096 tokens, 44 of them its weights, 11 the
@@ -121,6 +115,8 @@ class LuceboxRequest:
     """(label, free bytes) of the cards the placement uses, the target's first; empty: the
     budget as one card."""
     kv_mode: KvMode = "auto"
+    build: BuildMemory = UNKNOWN_BUILD
+    """The engine build's own memory fit (plan/luceboxfit.py)."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +177,10 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     if request.draft is None and target.architecture in RING_WITH_DRAFT_ONLY_ARCHS:
         ring = 0
     rollback = rollback_bytes(target, verify_tokens)
-    runtime = RUNTIME_BYTES + (DRAFT_RUNTIME_BYTES if request.draft else 0)
+    build = request.build
+    runtime = build.runtime_bytes + (DRAFT_RUNTIME_BYTES if request.draft else 0)
+    chunk_pool = compute_bytes(target) if build.pool_resident else 0
+    pool_kept = "kept in the engine's pool" if build.pool_resident else "freed between requests"
     scoring = 0
     if request.prefill != "off":
         scoring = request.prefill_drafter_bytes + PFLASH_SCORING_BYTES - weights
@@ -191,10 +190,11 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         layer_weights=min(weights, target.layer_bytes),
         draft=draft,
         draft_runtime=DRAFT_RUNTIME_BYTES if request.draft else 0,
-        graph=compute_bytes(target),
+        graph=chunk_pool,
         ring=ring,
         rollback=rollback,
-        runtime=RUNTIME_BYTES,
+        runtime=build.runtime_bytes,
+        tensor_runtime=build.tensor_runtime_bytes,
         cuda_context=CUDA_CONTEXT_BYTES,
         transient=transient,
         recurrent=target.recurrent_state_bytes,
@@ -283,10 +283,10 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         + ("; Gemma 4's KV is f16 whatever the flags say" if kv_type == "f16" else ""),
         "compute": (
             f"a prefill chunk's f16 logits and activations {compute_bytes(target) / MIB:.0f} MiB "
-            f"(kept in the engine's pool), feature ring "
+            f"({pool_kept}), feature ring "
             f"{ring / MIB:.0f} MiB, rollback {rollback / MIB:.0f} MiB (for {verify_tokens} "
-            f"verified tokens), graphs and workspaces {runtime / MIB:.0f} MiB; allocated on the "
-            "first request, which lucebox sends before ready"
+            f"verified tokens), graphs and workspaces {runtime / MIB:.0f} MiB (fitted for "
+            f"{build.version}); allocated on the first request, which lucebox sends before ready"
         ),
         "prefill": _prefill_reason(target, request, scoring, transient),
         "max_tokens": f"{max_tokens}: a reply's default and cap, below --max-ctx {max_ctx}",

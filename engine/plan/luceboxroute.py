@@ -32,6 +32,7 @@ from lucebox.engine.plan.luceboxdevices import (
     choose_placement,
     offered,
 )
+from lucebox.engine.plan.luceboxfit import build_memory
 from lucebox.engine.plan.luceboxplan import (
     PREFILL_DRAFTER_BYTES,
     PREFILL_DRAFTER_SOURCE,
@@ -188,6 +189,7 @@ def lucebox_launch(
         prefill_drafter=str(drafter.path) if drafter else None,
         prefill_drafter_bytes=drafter.size_bytes if drafter else PREFILL_DRAFTER_BYTES,
         kv_mode=resolved.kv_mode,
+        build=build_memory(engine.version),
     )
     names = offered(
         engine.capabilities.features, len(cards), draft is not None,

@@ -8,6 +8,7 @@ on the H100, 4cf58a04's its usage text from the pinned source (it adds --target-
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from lucebox.engine.plan.luceboxdevices import (
     choose_placement,
     offered,
 )
+from lucebox.engine.plan.luceboxfit import build_memory
 from lucebox.engine.plan.luceboxplan import (
     DRAFT_RUNTIME_BYTES,
     LuceboxRequest,
@@ -52,9 +54,16 @@ HELP_4CF58A04 = (FIXTURES / "help-4cf58a04.txt").read_text()
 CTX = 262144
 
 
+VERSION_OF = {
+    HELP_62880E20: "luce-dflash 62880e20 (2026-07-20)",
+    HELP_4CF58A04: "luce-dflash 4cf58a04 (2026-08-11)",
+}
+"""The version string each build's manifest carries: it picks the build's memory fit."""
+
+
 def build(help_text: str) -> EngineView:
     caps = capabilities_of(help_text, b"--kvflash", None, symmetric_only=True)
-    return EngineView("lucebox-test", "luce-dflash test build", "dflash_server", caps)
+    return EngineView("lucebox-test", VERSION_OF[help_text], "dflash_server", caps)
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +154,10 @@ def test_one_card_that_holds_the_context_serves_alone(files, monkeypatch):
 
 
 def test_the_draft_moves_to_the_second_card_when_that_buys_the_context(files, monkeypatch):
-    """3,000 MiB free on each card: one card holds 105,984 tokens exactly; with the draft on
-    the other the first holds all 262,144 (and so would tensor parallel: the prior takes the
-    draft apart, fewer bytes cross the cards)."""
-    launch = plan_on(files, two_cards(3000, 2990), HELP_4CF58A04, monkeypatch, ctx=CTX)
+    """2,500 MiB free on each card: one card holds 121,088 tokens exactly; with the draft on
+    the other the first holds all 262,144 (tensor parallel holds none: on 4cf58a04 it costs
+    840 MiB more per card, more than half this small target's layers)."""
+    launch = plan_on(files, two_cards(2500, 2490), HELP_4CF58A04, monkeypatch, ctx=CTX)
     assert launch.refusal is None and launch.plan.kvflash_pool_tokens is None
     assert launch.server.gpus == (0, 1)
     assert server_env(launch.server)["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -160,8 +169,18 @@ def test_the_draft_moves_to_the_second_card_when_that_buys_the_context(files, mo
     assert len(launch.to_json()["devices"]) == 2
 
 
-def test_tensor_parallel_when_only_it_holds_the_context(files, monkeypatch):
-    launch = plan_on(files, two_cards(2925), HELP_4CF58A04, monkeypatch, ctx=CTX)
+@pytest.fixture(scope="module")
+def deep_files(files) -> tuple[Path, Path]:
+    """The target with 32 layers and a wider FFN (1.8 GiB of layers): enough weights that
+    splitting them pays for tensor parallel's own buffers."""
+    deep = dataclasses.replace(TARGET, n_layer=32, n_ff=8192, header_only=True)
+    return cached_gguf(deep), files[1]
+
+
+def test_tensor_parallel_when_only_it_holds_the_context(deep_files, monkeypatch):
+    """4,600 MiB free on each card: one card and the draft apart hold 262,144 tokens only with
+    a KVFlash pool; tensor parallel holds them exactly."""
+    launch = plan_on(deep_files, two_cards(4600), HELP_4CF58A04, monkeypatch, ctx=CTX)
     assert launch.refusal is None and launch.plan.ctx == CTX
     assert launch.plan.kvflash_pool_tokens is None
     argv = launch.argv
@@ -172,7 +191,7 @@ def test_tensor_parallel_when_only_it_holds_the_context(files, monkeypatch):
     devices = launch.to_json()["devices"]
     assert [d["name"] for d in devices] == ["GPU 0: NVIDIA GeForce RTX 3090",
                                             "GPU 1: NVIDIA GeForce RTX 3090"]  # fmt: skip
-    assert all(d["memory_bytes"] < 2925 * MIB for d in devices)
+    assert all(d["memory_bytes"] < 4600 * MIB for d in devices)
 
 
 def test_a_build_without_the_tensor_flag_never_gets_it(files, monkeypatch):
@@ -245,3 +264,44 @@ def test_offered_needs_two_cards_a_draft_for_the_draft_apart_and_no_pflash_for_t
     assert offered(features, 2, False, "qwen35", False) == ("one", "tensor")
     assert offered(features, 2, True, "gemma4", False) == ("one", "draft-apart")
     assert offered(features, 2, True, "qwen35", True) == ("one", "draft-apart")
+
+
+def fit_runs() -> list[dict]:
+    """The 4cf58a04 build on two H200s as bench/device_lucebox_fit.sh recorded it: NVML's
+    reading of the engine process per card after each request and the peak in between."""
+    lines = (FIXTURES / "fit-4cf58a04.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("run", fit_runs(), ids=lambda run: run["name"])
+def test_the_4cf58a04_fit_plans_each_card_within_5_percent(files, run):
+    """One card at 4K and 32K tokens, with and without the draft, and tensor parallel across
+    two: each card's plan against what it held after the requests, and the peak the plan
+    must cover (a one-card run also held a bare CUDA context on the card it did not use: it
+    saw both, lucebox shows it one)."""
+    target, draft = facts(files[0]), facts(files[1])
+    argv = run["argv"]
+    ctx = int(argv[argv.index("--max-ctx") + 1])
+    placement: PlacementName = "tensor" if "--target-split-mode" in argv else "one"
+    free = 143156 * MIB
+    cards = (("GPU 0: NVIDIA H200", free), ("GPU 1: NVIDIA H200", free))
+    request = LuceboxRequest(
+        target=target,
+        budget=pool_of(tuple(DeviceBudget(i, "NVIDIA H200", 143771 * MIB, free)
+                             for i in range(2)), 128 * GIB),
+        draft=draft if "--draft" in argv else None,
+        ctx=ctx,
+        placement=placement,
+        cards=cards if placement == "tensor" else cards[:1],
+        build=build_memory("luce-dflash 4cf58a04 (2026-08-11)"),
+    )  # fmt: skip
+    planned = plan_lucebox(request).plan
+    stages = ("warm", "full_chunk", "long", "decode")
+    for (_, planned_bytes), card in zip(planned.device_bytes, range(2), strict=False):
+        held_mib = run["decode"]["mib"][card]
+        assert abs(planned_bytes / MIB - held_mib) / held_mib < 0.05
+    peaks_mib = [max(run[stage]["peak_mib"][card] for stage in stages)
+                 for card in range(len(planned.device_bytes))]  # fmt: skip
+    if placement == "one":
+        assert planned.memory_bytes.peak / MIB >= peaks_mib[0]
+    assert abs(planned.memory_bytes.peak / MIB - sum(peaks_mib)) / sum(peaks_mib) < 0.05

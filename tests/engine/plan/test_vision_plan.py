@@ -83,7 +83,7 @@ def test_auto_drops_the_projector_when_it_costs_context_and_says_what_it_would_c
 
 
 def test_vision_on_serves_it_at_the_cost_of_context_or_refuses(model):
-    room = card(1400)
+    room = card(1600)
     plain = plan(ServeOptions(model=str(model), vision="off"), room)
     on = plan(ServeOptions(model=str(model), vision="on"), room)
     assert on.refusal is None and on.vision.served
@@ -230,3 +230,15 @@ def test_a_set_plans_the_projector_in_its_budget(model, tmp_path):
     assert "mmproj" not in router_ini(tight, idle_s=60)
     on = _set(sources, 2500, vision="on")
     assert on.launches[0].vision.served and on.models_max == 1
+
+
+def test_the_projector_term_matches_the_gpu_after_an_image(tmp_path):
+    """bench/device_vision.sh on an H200: the same text model served with and without this
+    projector shape (F16, 896 px) held 1,104 MiB more after one image."""
+    recorded = json.loads(
+        (Path(__file__).parents[3] / "bench/results/h200-vision.json").read_text()
+    )["run"]["projector"]
+    projector = read_projector(write_gguf(tmp_path / "mmproj-siglip-F16.gguf", SIGLIP))
+    assert projector is not None
+    measured_mib = recorded["engine_on_minus_off_mib"]
+    assert abs(projector_bytes(projector) / MIB - measured_mib) / measured_mib < 0.05
