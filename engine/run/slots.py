@@ -40,6 +40,10 @@ class SlotKey:
     ctx: int
     cache_type_k: str
     cache_type_v: str
+    mmproj_path: str | None = None
+    """The projector served with it: llama-server refuses to restore a slot holding an
+    image's tokens into an engine without one ("Cannot restore media tokens without an
+    mmproj", seen when --vision went from on to off)."""
 
     @property
     def file_name(self) -> str:
@@ -49,7 +53,14 @@ class SlotKey:
     def of(cls, server: ServerLaunch) -> SlotKey:
         """The key of what ``server`` serves: a re-planned launch gets its own."""
         plan = server.plan
-        return cls(server.alias, server.model_path, plan.ctx, plan.cache_type_k, plan.cache_type_v)
+        return cls(
+            server.alias,
+            server.model_path,
+            plan.ctx,
+            plan.cache_type_k,
+            plan.cache_type_v,
+            server.mmproj_path,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

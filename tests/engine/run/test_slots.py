@@ -55,3 +55,15 @@ async def test_a_first_save_that_fails_says_no_slot_is_kept_and_no_slot_restores
         nothing = await restore_slot(client, "http://e", {}, tmp_path, KEY)
     assert nothing.tokens is None and nothing.failure is None
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_slot_saved_with_a_projector_is_not_restored_without_it(tmp_path):
+    """--vision on, then off: the slot may hold an image's tokens, which llama-server refuses
+    to restore without the projector; lucebox does not ask."""
+    with_vision = SlotKey("smoke", "/m/smoke.gguf", 4096, "f16", "f16", "/m/mmproj-smoke.gguf")
+    async with engine(tmp_path, full_disk=False) as client:
+        assert (await save_slot(client, "http://e", {}, tmp_path, with_vision)).tokens == 14
+        nothing = await restore_slot(client, "http://e", {}, tmp_path, KEY)
+        assert nothing.tokens is None and nothing.failure is None
+        again = await restore_slot(client, "http://e", {}, tmp_path, with_vision)
+        assert again.tokens == len(b"whole new slot")
