@@ -66,6 +66,8 @@ class Parts:
     runtime: int
     tensor_runtime: int
     """More on each card under tensor parallel (the build's fit)."""
+    draft_card_runtime: int
+    """The draft's graphs on a card of its own (the build's fit)."""
     cuda_context: int
     transient: int
     recurrent: int
@@ -129,7 +131,7 @@ def device_loads(
         return (
             DeviceLoad(first[0], first[1], parts.weights, 0, compute, parts.cuda_context,
                        parts.recurrent, parts.transient, 1.0),
-            DeviceLoad(second[0], second[1], 0, parts.draft, parts.draft_runtime,
+            DeviceLoad(second[0], second[1], 0, parts.draft, parts.draft_card_runtime,
                        parts.cuda_context, 0, 0, 0.0),
         )  # fmt: skip
     n = 2

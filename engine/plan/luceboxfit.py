@@ -29,6 +29,9 @@ class BuildMemory:
     requests (else they count only while a prefill runs, under its f32 logits' peak)."""
     tensor_runtime_bytes: int
     """More on each card when the target is split by tensor across two."""
+    draft_card_runtime_bytes: int
+    """The draft's graphs and workspaces on a card of its own (the draft apart), beyond its
+    weights and a CUDA context."""
     fitted: str
     """Where and how the figures were measured."""
 
@@ -39,10 +42,12 @@ BUILD_MEMORY: tuple[BuildMemory, ...] = (
         runtime_bytes=447 * MIB,
         pool_resident=True,
         tensor_runtime_bytes=0,
+        draft_card_runtime_bytes=139 * MIB,
         fitted=(
             "the generated qwen35 (n_embd 1024, vocabulary 248,320, f16) on an H200: 2148 MiB "
             "after lucebox's warm-up at 4096 tokens of q8_0 KV; the same fit held at 131072 "
-            "tokens, with a KVFlash pool and with PFlash (bench/results/h200-lucebox-memory.json)"
+            "tokens, with a KVFlash pool and with PFlash (bench/results/h200-lucebox-memory.json); "
+            "the draft's own card not measured (the one-card draft's graphs)"
         ),
     ),
     BuildMemory(
@@ -50,10 +55,12 @@ BUILD_MEMORY: tuple[BuildMemory, ...] = (
         runtime_bytes=205 * MIB,
         pool_resident=False,
         tensor_runtime_bytes=840 * MIB,
+        draft_card_runtime_bytes=96 * MIB,
         fitted=(
             "the generated qwen35 on two H200s: 1632 MiB after the warm-up at 4096 tokens of "
             "q8_0 KV, 1886 with the draft at 32768, 2362 per card in tensor parallel, peaks "
-            "478 MiB above (bench/results/h200x2-lucebox-fit-4cf58a04.json)"
+            "478 MiB above (bench/results/h200x2-lucebox-fit-4cf58a04.json); the draft's own "
+            "card 830 MiB (bench/results/h200x2-two-gpu-both-engines.json)"
         ),
     ),
 )
@@ -65,6 +72,7 @@ UNKNOWN_BUILD = BuildMemory(
     runtime_bytes=max(fit.runtime_bytes for fit in BUILD_MEMORY),
     pool_resident=True,
     tensor_runtime_bytes=max(fit.tensor_runtime_bytes for fit in BUILD_MEMORY),
+    draft_card_runtime_bytes=max(fit.draft_card_runtime_bytes for fit in BUILD_MEMORY),
     fitted="the largest of the known builds' fits (a plan that errs high does not run out)",
 )
 """For a build lucebox has no fit for (not built yet, or newer than its table)."""

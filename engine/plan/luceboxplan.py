@@ -195,6 +195,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         rollback=rollback,
         runtime=build.runtime_bytes,
         tensor_runtime=build.tensor_runtime_bytes,
+        draft_card_runtime=build.draft_card_runtime_bytes if request.draft else 0,
         cuda_context=CUDA_CONTEXT_BYTES,
         transient=transient,
         recurrent=target.recurrent_state_bytes,

@@ -305,3 +305,23 @@ def test_the_4cf58a04_fit_plans_each_card_within_5_percent(files, run):
     if placement == "one":
         assert planned.memory_bytes.peak / MIB >= peaks_mib[0]
     assert abs(planned.memory_bytes.peak / MIB - sum(peaks_mib)) / sum(peaks_mib) < 0.05
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_lucebox_serve_on_two_h200s_held_what_the_4cf58a04_plan_says(files, monkeypatch, placement):
+    """The earlier lease's `lucebox serve --gpus 0,1 --placement P` runs of the 4cf58a04 build
+    (bench/results/h200x2-two-gpu-both-engines.json, runs apart from the fit's): what
+    nvidia-smi showed on each card after the warm-up against the plan lucebox makes now."""
+    results = Path(__file__).parents[3] / "bench/results/h200x2-two-gpu-both-engines.json"
+    run = json.loads(results.read_text())["lucebox"][placement]
+    free = 143156 * MIB
+    budget = pool_of(
+        tuple(DeviceBudget(i, "NVIDIA H200", 143771 * MIB, free) for i in range(2)), 128 * GIB
+    )
+    launch = plan_on(files, budget, HELP_4CF58A04, monkeypatch, ctx=32768, placement=placement)
+    assert launch.refusal is None and launch.to_json()["placement"] == placement
+    planned_mib = [b / MIB for _, b in launch.plan.device_bytes]
+    held_mib = [m["nvidia_smi_mib"] for m in run["memory"]]
+    assert len(planned_mib) == len(held_mib)
+    for planned, held in zip(planned_mib, held_mib, strict=True):
+        assert abs(planned - held) / held < 0.05
