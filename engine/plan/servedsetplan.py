@@ -33,7 +33,6 @@ from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch, replan, smaller_context_plan
 from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES
 from lucebox.engine.plan.specguard import Decision
-from lucebox.engine.plan.visionplan import Vision
 
 ENGINE_PROCESS_BYTES = 40 * MIB
 """Without a GPU, what each engine process of a set holds beyond the plan's terms (code,
@@ -278,7 +277,7 @@ def plan_set(
         assert vision.projector is not None
         why = f"not served: {vision.projector.path.name} {cost}; pass --vision on to serve it"
         shown = _with_reason(launch, "vision", why)
-        return replace(shown, vision=Vision(False, vision.projector, why))
+        return replace(shown, vision=replace(vision, served=False, reason=why))
 
     return replace(without, launches=tuple(told(lp) for lp in without.launches))
 

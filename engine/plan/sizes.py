@@ -39,11 +39,10 @@ pinned engine's own load log ("reserve_compute_meta: CPU compute buffer size") f
 generated ``mlp`` projectors at 224 px / 14 px patches: width 256, FFN 1024 logged 1.58 MiB
 (this gives 1.60); width 512, FFN 512 logged 2.58 MiB (this gives 2.63)."""
 IMAGE_GPU_FACTOR = 2.7
-"""The CUDA backend holds this much more for the same image than those CPU-logged rows give:
-Gemma 3's SigLIP shape at 896 px (4,096 patches) served by the pinned llama-server on an H200
-held 296 MiB beyond the projector's weights after one image (110 MiB by the rows alone;
-bench/results/h200-vision.json). The plan counts the GPU's figure wherever the projector runs:
-on a CPU-only launch it over-counts host RAM by a few hundred MiB at most."""
+"""On the GPU the CUDA backend holds this much more for the same image than those CPU-logged
+rows give: Gemma 3's SigLIP shape at 896 px (4,096 patches) served by the pinned llama-server
+on an H200 held 296 MiB beyond the projector's weights after one image, 110 MiB by the rows
+alone (bench/results/h200-vision.json)."""
 
 KVFLASH_CAP = 16384
 
@@ -217,9 +216,11 @@ def weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:
     return on_gpu - per_layer * (facts.n_layer - max(n_gpu_layers, 0))
 
 
-def image_compute_bytes(image_size: int, patch_size: int, n_embd: int, n_ff: int) -> int:
-    """The compute buffer one image needs in the vision encoder on the GPU
-    (IMAGE_ATTENTION_ROWS, IMAGE_GPU_FACTOR)."""
+def image_compute_bytes(
+    image_size: int, patch_size: int, n_embd: int, n_ff: int, *, on_gpu: bool
+) -> int:
+    """The compute buffer one image needs in the vision encoder (IMAGE_ATTENTION_ROWS; on
+    the GPU, IMAGE_GPU_FACTOR times that)."""
     patches = (image_size // patch_size) ** 2 if patch_size else 0
     rows = max(IMAGE_ATTENTION_ROWS * n_embd, IMAGE_FFN_ROWS * n_embd + n_ff)
-    return int(patches * rows * 4 * IMAGE_GPU_FACTOR)
+    return int(patches * rows * 4 * (IMAGE_GPU_FACTOR if on_gpu else 1.0))

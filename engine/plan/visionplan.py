@@ -37,6 +37,8 @@ class Vision:
     projector: ProjectorInfo | None
     """The projector served, or the one that was weighed and left out."""
     reason: str
+    memory_bytes: int = 0
+    """What the projector costs where it would run (its weights and one image's buffer)."""
 
     @property
     def path(self) -> str | None:
@@ -48,7 +50,7 @@ class Vision:
             "projector": self.path,
             "reason": self.reason,
             "projector_type": self.projector.projector_type if self.projector else None,
-            "memory_bytes": projector_bytes(self.projector) if self.projector else 0,
+            "memory_bytes": self.memory_bytes,
         }
 
 
@@ -62,16 +64,17 @@ ENGINE_WITH_PROJECTOR = (
 NO_PROJECTOR = Vision(False, None, "no projector: pass --mmproj PATH to serve images")
 
 
-def projector_bytes(projector: ProjectorInfo) -> int:
+def projector_bytes(projector: ProjectorInfo, *, on_gpu: bool) -> int:
     """What serving it costs on the device: its weights and one image's compute buffer."""
     compute = image_compute_bytes(
-        projector.image_size, projector.patch_size, projector.n_embd, projector.n_ff
-    )
+        projector.image_size, projector.patch_size, projector.n_embd, projector.n_ff,
+        on_gpu=on_gpu,
+    )  # fmt: skip
     return projector.weights_bytes + compute
 
 
-def _cost_text(projector: ProjectorInfo) -> str:
-    compute = projector_bytes(projector) - projector.weights_bytes
+def _cost_text(projector: ProjectorInfo, *, on_gpu: bool) -> str:
+    compute = projector_bytes(projector, on_gpu=on_gpu) - projector.weights_bytes
     return (
         f"{projector.path.name} ({projector.projector_type}): "
         f"{projector.weights_bytes / MIB:.0f} MiB weights + {compute / MIB:.0f} MiB for one "
@@ -172,38 +175,41 @@ def choose_vision(
                 ),
             )
         return replace(NO_PROJECTOR, reason=_none_found(target, left)), request, None
+    on_gpu = request.budget.is_gpu
     plain = make_plan(request)
     wanted = min(plain.ctx, wanted_ctx(request.ctx, request.target.native_ctx))
     weighed = []
     for projector in found:
         held = replace(
             request,
-            projector_bytes=projector_bytes(projector),
-            projector_reason=f"vision projector {_cost_text(projector)}",
+            projector_bytes=projector_bytes(projector, on_gpu=on_gpu),
+            projector_reason=f"vision projector {_cost_text(projector, on_gpu=on_gpu)}",
         )
         planned = make_plan(held)
         keeps = planned.fits and planned.ctx >= wanted
         keeps = keeps and planned.cache_type_k == plain.cache_type_k
         if keeps or (resolved.vision == "on" and planned.fits):
             why = "served: it costs no context" if keeps else f"served ({resolved.vision_from})"
-            reason = f"{why}; {_cost_text(projector)}; {ENGINE_WITH_PROJECTOR}"
-            return Vision(True, projector, reason), held, None
+            reason = f"{why}; {_cost_text(projector, on_gpu=on_gpu)}; {ENGINE_WITH_PROJECTOR}"
+            return Vision(True, projector, reason, held.projector_bytes), held, None
         weighed.append((projector, planned))
     projector, planned = weighed[-1]
+    cost_bytes = projector_bytes(projector, on_gpu=on_gpu)
+    costs = _cost_text(projector, on_gpu=on_gpu)
     cost = (
-        f"{_cost_text(projector)} would leave {planned.ctx} tokens with {planned.cache_type_k} "
+        f"{costs} would leave {planned.ctx} tokens with {planned.cache_type_k} "
         f"KV instead of {plain.ctx} with {plain.cache_type_k}"
         if planned.fits
-        else f"{_cost_text(projector)} does not fit beside the model"
+        else f"{costs} does not fit beside the model"
     )
     if resolved.vision == "on":
         refusal = GuardRefusal(
             f"vision is on ({resolved.vision_from}) but {cost}",
             hint="free GPU memory, pick a smaller quant, or pass --vision auto",
         )
-        return Vision(False, projector, f"refused: {cost}"), request, refusal
+        return Vision(False, projector, f"refused: {cost}", cost_bytes), request, refusal
     reason = f"not served: {cost}; pass --vision on to serve it"
-    return Vision(False, projector, reason), request, None
+    return Vision(False, projector, reason, cost_bytes), request, None
 
 
 def lucebox_vision(
@@ -220,6 +226,6 @@ def lucebox_vision(
         return Vision(False, None, f"not served: {NO_VISION}, and no projector was found"), None
     reason = (
         f"not served: {NO_VISION}; --vision on would move the launch to llama-server (without "
-        f"DDTree and KVFlash) and serve {_cost_text(found[0])}"
+        f"DDTree and KVFlash) and serve {_cost_text(found[0], on_gpu=True)}"
     )
-    return Vision(False, found[0], reason), None
+    return Vision(False, found[0], reason, projector_bytes(found[0], on_gpu=True)), None

@@ -65,8 +65,9 @@ def test_auto_serves_the_f16_projector_when_it_costs_no_context(model):
     assert document["vision"]["served"] and document["vision"]["projector"] == str(f16)
     projector = read_projector(f16)
     assert projector is not None and projector.out_width == TEXT.n_embd
-    assert document["memory_bytes"]["projector"] == projector_bytes(projector)
-    assert projector.weights_bytes < projector_bytes(projector)
+    assert document["memory_bytes"]["projector"] == projector_bytes(projector, on_gpu=True)
+    assert document["vision"]["memory_bytes"] == projector_bytes(projector, on_gpu=True)
+    assert projector.weights_bytes < projector_bytes(projector, on_gpu=False)
     assert "projector" in launch.plan.reasons and "vision" in launch.plan.reasons
 
 
@@ -241,4 +242,4 @@ def test_the_projector_term_matches_the_gpu_after_an_image(tmp_path):
     projector = read_projector(write_gguf(tmp_path / "mmproj-siglip-F16.gguf", SIGLIP))
     assert projector is not None
     measured_mib = recorded["engine_on_minus_off_mib"]
-    assert abs(projector_bytes(projector) / MIB - measured_mib) / measured_mib < 0.05
+    assert abs(projector_bytes(projector, on_gpu=True) / MIB - measured_mib) / measured_mib < 0.05
