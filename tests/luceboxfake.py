@@ -2,8 +2,11 @@
 the real engine wrote and answered on the H100 (tests/engine/fixtures/lucebox/): its start-up
 lines, then per chat request the lines and the reply recorded for a 256-token greedy reply
 (for a streamed request, the lines and the stream recorded for a 16-token streamed reply);
-``/health`` and ``/status/json`` as recorded. It parses its command line as the engine does
-(model first, space-separated options) and appends each request path to ``$FAKE_REQUESTS``.
+``/health`` and ``/status/json`` as recorded. Started with ``--draft``, a chat request logs the
+lines the real engine wrote on an H200 for a DDTree reply with an agreeing draft
+(``ddtree-agree.log``: 45 of 48 drafted tokens accepted). It parses its command line as the
+engine does (model first, space-separated options) and appends each request path to
+``$FAKE_REQUESTS``.
 
 With ``$FAKE_RATES`` naming a JSON file ``{"decode_tok_s": D, "prefill_tok_s": P}`` (read at
 each request, so a test may change it while the engine runs), a non-streamed reply has
@@ -35,6 +38,8 @@ STREAM_END = next(i for i, line in enumerate(LOG) if i > STREAM_START and "chat 
 STREAM_LINES = LOG[STREAM_START : STREAM_END + 1]
 STREAM = (FIXTURES / "plain.stream.txt").read_bytes()
 STATUS = (FIXTURES / "plain.status.json").read_bytes()
+DRAFT_REPLY_LINES = (FIXTURES / "ddtree-agree.log").read_text().splitlines()
+DRAFTING = [False]
 
 
 def say(line: str) -> None:
@@ -69,7 +74,8 @@ class Handler(BaseHTTPRequestHandler):
         if rates and not streamed:
             self._send(rated_reply(body, json.loads(Path(rates).read_text())))
             return
-        for line in STREAM_LINES if streamed else REPLY_LINES:
+        lines = STREAM_LINES if streamed else REPLY_LINES
+        for line in DRAFT_REPLY_LINES if DRAFTING[0] else lines:
             say(line)
         if streamed:
             self._send(STREAM, "text/event-stream")
@@ -128,6 +134,7 @@ def main(argv: list[str]) -> int:
     with open(os.environ["FAKE_REQUESTS"], "a", encoding="utf-8") as out:
         out.write("ARGV " + json.dumps(argv[1:]) + "\n")
     port = int(options[options.index("--port") + 1])
+    DRAFTING[0] = "--draft" in options
     for line in START:
         say(line)
     server = HTTPServer(("127.0.0.1", port), Handler)

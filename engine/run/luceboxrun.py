@@ -264,6 +264,7 @@ class LuceboxSampler(Sampler):
             self._last = finished[-1]
         rates = self.window.rates(now_s)
         totals = self._add_totals(finished)
+        log = self.lucebox_log
         used, util, temperature, power = self._gpu()
         last = self._last
         sample = replace(
@@ -273,6 +274,10 @@ class LuceboxSampler(Sampler):
             prefill_tokens_per_s=rates.prefill_tokens_per_s,
             ttft_s=rates.ttft_s,
             spec_acceptance=rates.spec_acceptance,
+            # Running totals for the speculation guard, as llama-server's counters give them:
+            # without them it reads "drafted nothing" and switched DDTree off at 94% accepted.
+            draft_tokens_total=log.drafted_total if self.spec_type else None,
+            accepted_tokens_total=log.accepted_total if self.spec_type else None,
             vram_used_bytes=used,
             gpu_util_percent=util,
             requests_finished=len(finished),

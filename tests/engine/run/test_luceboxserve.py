@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
@@ -18,6 +19,7 @@ from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.sizes import MemoryBytes
+from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrator import ProbeSender
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun import ServerRun
@@ -124,3 +126,49 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
     # No client was let through to the engine before it was ready again.
     log = (tmp_path / "engine.log").read_text()
     assert log.count("# lucebox: warm-up answered") == 2
+
+
+async def test_the_speculation_guard_keeps_ddtree_while_its_drafts_are_accepted(
+    tmp_path, monkeypatch
+):
+    """DDTree with an agreeing draft (the engine's lines as the H200 logged them: 45 of 48
+    drafted tokens accepted per reply): past the guard's minimum of drafted and decoded tokens
+    it decides nothing, and status shows the acceptance. Without the drafted totals in the
+    sample it read "drafted nothing" and restarted the engine without its draft."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
+    spec = replace(
+        lucebox_spec(tmp_path),
+        draft_path="/m/draft.gguf",
+        spec_type="ddtree",
+        lucebox=replace(FLAGS, ddtree_budget=22),
+    )
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    decisions: list[Decision] = []
+
+    def decided(decision: Decision, current: ServerLaunch) -> ServerLaunch | None:
+        decisions.append(decision)
+        return None
+
+    run = ServerRun(
+        resolve_paths(), supervisor, model="tiny", gpu_index=0,
+        spec_guard=SpecGuard.for_launch("ddtree", None, on_gpu=True), on_spec_decision=decided,
+    )  # fmt: skip
+    replies = 14  # 672 drafted and decoded tokens: past both of the guard's minimums
+    last: Sample | None = None
+    async with asyncio.timeout(90):
+        async for item in run.events():
+            if isinstance(item, ServerEvent) and item.kind == "ready":
+                async with httpx.AsyncClient() as client:
+                    for _ in range(replies):
+                        await client.post(
+                            f"http://127.0.0.1:{spec.port}/v1/chat/completions",
+                            json={"messages": [{"role": "user", "content": "hi"}]},
+                        )
+            elif isinstance(item, Sample) and item.requests_finished_total >= replies + 1:
+                last = item
+                run.stop()
+    assert last is not None and last.draft_tokens_total == (replies + 1) * 48
+    assert last.accepted_tokens_total == (replies + 1) * 45
+    assert decisions == []
+    assert run.status.spec is not None and run.status.spec.active
+    assert run.status.spec.acceptance == pytest.approx(45 / 48)
