@@ -34,8 +34,10 @@ def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load(m
     from tests.engine.plan.test_luceboxdevices import HELP_4CF58A04, plan_on, two_cards
     from tests.ggufgen import cached_gguf
 
-    files = tuple(cached_gguf(dataclasses.replace(m, header_only=True)) for m in (TARGET, DRAFT))
-    launch = plan_on(files, two_cards(2925), HELP_4CF58A04, monkeypatch, ctx=262144)
+    # The deep target: enough layer weights that splitting them pays for tensor parallel.
+    deep = dataclasses.replace(TARGET, n_layer=32, n_ff=8192)
+    files = tuple(cached_gguf(dataclasses.replace(m, header_only=True)) for m in (deep, DRAFT))
+    launch = plan_on(files, two_cards(4600), HELP_4CF58A04, monkeypatch, ctx=262144)
     assert launch.to_json()["placement"] == "tensor"
     prepared = Prepared(launch, Settings(), 0, 60.0)
     (_, first), (_, second) = launch.plan.device_bytes
@@ -43,7 +45,7 @@ def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load(m
                     gpu_loads=((0, first, 41), (1, second + 2**20, 39)))  # fmt: skip
     text = vram_bar(prepared, None, 40, sample).plain
     assert text.count("GPU 0: NVIDIA GeForce RTX 3090\n") == 1
-    assert f"plan {first / 2**30:.2f} of 2.9 GiB · uses {first / 2**30:.2f} · GPU 41%" in text
+    assert f"plan {first / 2**30:.2f} of 4.5 GiB · uses {first / 2**30:.2f} · GPU 41%" in text
     assert f"· uses {(second + 2**20) / 2**30:.2f} · GPU 39%" in text
     before = device_bars(prepared, 40).plain
     assert "uses" not in before and before.count("plan ") == 2

@@ -15,7 +15,7 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import PeerInfo
 from lucebox.engine.run import worker
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.ports import free_port
+from tests.ports import free_port_pair
 
 
 def _engine(folder: Path, backend: str = "cpu", rpc: bool = True) -> EngineManifest:
@@ -42,7 +42,7 @@ def _spec(
 ) -> worker.WorkerSpec:
     engine = engine or _engine(tmp_path)
     probe = probe_gpus(FakeNvml(gpus=[FakeGpu()] if engine.backend == "cuda" else []))
-    options: dict = {"host": "127.0.0.1", "port": free_port(), "gpu_index": None}
+    options: dict = {"host": "127.0.0.1", "port": free_port_pair(), "gpu_index": None}
     options |= {"allow_lan": False, **choices}
     return worker.make_spec(resolve_paths(), engine, probe, **options)
 
