@@ -36,6 +36,13 @@ accepted and with none (bench/spec_breakeven.py, Q8_0 and Q4_0 models):
 off as soon as anything is rejected); DFlash needed 0.76-0.94; n-gram 0.53-0.56."""
 CPU_DEFAULT_FLOOR = 0.9
 """A mode or draft length not measured on a CPU: model drafts rarely pay off there."""
+LUCEBOX_FLOOR = 1 / 16
+"""The Lucebox engine's acceptance is accepted tokens per verified position (16 a step), not
+per drafted token: a real pair committing 5-8 tokens a step reads 0.25-0.45. At this floor a
+step commits about 2 tokens; below it the draft only costs (0 accepted decoded at 0.37x of
+plain decoding on the H100, tests/engine/fixtures/lucebox/ddtree-spec.log). Between the two,
+throughput measured without the draft decides (``judge_rate``), not a prior."""
+LUCEBOX_SPEC_TYPES = ("ddtree", "dflash")
 CUDA_BREAK_EVEN: dict[tuple[str, int | None], float] = {
     ("draft-mtp", 3): 0.6,
     ("draft-mtp", 6): 0.43,
@@ -67,6 +74,11 @@ def acceptance_floor(spec_type: str, draft_max: int | None, on_gpu: bool) -> tup
         if on_gpu
         else ("on a CPU", CPU_BREAK_EVEN, CPU_DEFAULT_FLOOR)
     )
+    if spec_type in LUCEBOX_SPEC_TYPES:
+        return LUCEBOX_FLOOR, (
+            f"{LUCEBOX_FLOOR:.0%} of verified positions accepted (about 2 tokens a step, "
+            "where the draft stops paying for itself)"
+        )
     if spec_type.startswith("ngram"):
         # Every n-gram type drafts from the text itself and costs the same to check.
         ngram = table[("ngram-mod", None)]

@@ -12,6 +12,8 @@ from lucebox.engine.plan.specguard import (
     describe,
 )
 from lucebox.engine.plan.workload import RateCurve, ServedRequest
+from lucebox.engine.run.luceboxrun import LuceboxLog
+from tests.luceboxfake import FIXTURES
 
 
 def test_nothing_is_decided_before_enough_drafted_tokens():
@@ -205,3 +207,41 @@ def test_a_mixed_window_weighs_each_request_by_its_decoded_tokens_at_its_own_len
     _, decision = guard.judge_rate(mixed, 900)
     none_s, spec_s = 256 / 415 + 256 / 50, 256 / 415 + 256 / 40
     assert decision is not None and f"{none_s / spec_s:.2f}x of the" in decision.reason
+
+
+def _lucebox_totals(*decode_lines: str) -> tuple[int, int]:
+    """The engine's running drafted and accepted totals after ``decode_lines``, read by the
+    parser the server runs."""
+    log = LuceboxLog()
+    for line in decode_lines:
+        log.feed(line)
+    return log.drafted_total, log.accepted_total
+
+
+def _spec_line(steps: int, accepted: int, commit: int) -> str:
+    """A ``[spec-decode]`` line in the engine's format: it divides by 16 positions a step."""
+    return (
+        f"[spec-decode] tokens={steps * commit} time=1.000 s speed={steps * commit}.00 tok/s "
+        f"steps={steps} accepted={accepted}/{steps * 16} ({100 * accepted / steps / 16:.1f}%) "
+        f"avg_commit={commit}.00"
+    )
+
+
+def test_ddtree_committing_five_tokens_a_step_keeps_speculating():
+    """A real pair commits 5-8 tokens a step: 25-45% of the positions the engine divides by,
+    far below any per-drafted-token break-even, and several times plain decoding."""
+    guard = SpecGuard.for_launch("ddtree", None, on_gpu=True)
+    drafted, accepted = _lucebox_totals(*[_spec_line(40, 4 * 40, 5)] * 3)
+    assert accepted / drafted == 0.25
+    _, decision = guard.judge(drafted, accepted)
+    assert decision is None
+
+
+def test_ddtree_that_accepts_nothing_is_switched_off():
+    """The H100's random-weight draft: nothing accepted, 0.37x of plain decoding."""
+    recorded = (FIXTURES / "ddtree-spec.log").read_text().splitlines()
+    drafted, accepted = _lucebox_totals(*recorded)
+    assert drafted >= MIN_DRAFTED_TOKENS and accepted == 0
+    _, decision = SpecGuard.for_launch("ddtree", None, on_gpu=True).judge(drafted, accepted)
+    assert decision is not None and decision.action == "off"
+    assert "verified positions" in decision.reason
