@@ -172,3 +172,34 @@ async def test_the_speculation_guard_keeps_ddtree_while_its_drafts_are_accepted(
     assert decisions == []
     assert run.status.spec is not None and run.status.spec.active
     assert run.status.spec.acceptance == pytest.approx(45 / 48)
+
+
+def _spec_sample(drafted: int, accepted: int) -> Sample:
+    return Sample(
+        1.0, None, None, None, None, None, None, None, None, 0, slots_busy=0,
+        draft_tokens_total=drafted, accepted_tokens_total=accepted,
+    )  # fmt: skip
+
+
+def test_a_restarted_engine_starts_the_guards_window_again(tmp_path):
+    """The engine's counters start again with each process: a burst before the new engine's
+    first sample can pass the old window's start (23% accepted read as negative), which must
+    not switch the draft off. The run's guard path, fed the samples of two engine pids."""
+    spec = replace(lucebox_spec(tmp_path), draft_path="/m/draft.gguf", spec_type="ddtree")
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    decisions: list[Decision] = []
+
+    def decided(decision: Decision, current: ServerLaunch) -> ServerLaunch | None:
+        decisions.append(decision)
+        return None
+
+    run = ServerRun(
+        resolve_paths(), supervisor, model="tiny", gpu_index=0,
+        spec_guard=SpecGuard.for_launch("ddtree", None, on_gpu=True), on_spec_decision=decided,
+    )  # fmt: skip
+    run._watch_speculation(_spec_sample(960, 900), [], engine_pid=1001)
+    assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 960
+    run._watch_speculation(_spec_sample(1300, 300), [], engine_pid=1002)
+    supervisor.log.close()
+    assert decisions == []
+    assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 1300
