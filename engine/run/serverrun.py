@@ -414,9 +414,18 @@ class ServerRun:
                 self.front.spec = self._front_spec()
             self._record_served()
             await self._slot("restore")
-            if self.front is not None:  # clients that waited go in after the restore
-                self.front.engine_ready(True)
+            if self.front is not None and self._still_serving(event.pid):
+                self.front.engine_ready(True)  # clients that waited go in after the restore
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
+
+    def _still_serving(self, engine_pid: int) -> bool:
+        """Whether the engine that said ready still serves once its slot is restored: no
+        restart or stop was asked meanwhile, and no other process took its place."""
+        return (
+            self._run.status.state == "ready"
+            and self.supervisor.pid == engine_pid
+            and not self.supervisor.stop_requested
+        )
 
     @property
     def served_aliases(self) -> tuple[str, ...]:

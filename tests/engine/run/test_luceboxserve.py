@@ -9,6 +9,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import pytest
@@ -126,6 +127,39 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
     # No client was let through to the engine before it was ready again.
     log = (tmp_path / "engine.log").read_text()
     assert log.count("# lucebox: warm-up answered") == 2
+
+
+class RestartAskedDuringRestore(ServerRun):
+    """A run whose first slot restore is where a restart is asked (a restart key, a
+    measurement), as one can be while the restore waits on the engine."""
+
+    restarted = False
+
+    async def _slot(self, action: Literal["save", "restore"]) -> None:
+        if action == "restore" and not self.restarted:
+            self.restarted = True
+            self.restart()
+        await super()._slot(action)
+
+
+async def test_the_front_stays_closed_when_a_restart_is_asked_during_the_restore(
+    tmp_path, monkeypatch
+):
+    """Clients would reach an engine on its way out (a 502) if the front opened after a
+    restore that a restart overtook; it opens once the next engine is ready."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
+    spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    run = RestartAskedDuringRestore(resolve_paths(), supervisor, model="tiny", gpu_index=0)
+    open_at_ready: list[bool] = []
+    async with asyncio.timeout(60):
+        async for item in run.events():
+            if isinstance(item, ServerEvent) and item.kind == "ready":
+                assert run.front is not None
+                open_at_ready.append(run.front._engine_ready.is_set())
+                if len(open_at_ready) == 2:
+                    run.stop()
+    assert open_at_ready == [False, True]
 
 
 async def test_the_speculation_guard_keeps_ddtree_while_its_drafts_are_accepted(
