@@ -366,6 +366,7 @@ class ServerRun:
             ctx=launch.plan.ctx,
             capacity=run.parallel(launch),
             engine_key=self.api_key if run.reads_key_file else None,
+            engine_wait_s=self.supervisor.ready_timeout_s,
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:

@@ -111,6 +111,8 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
     async with asyncio.timeout(90), httpx.AsyncClient() as probe_client:
         following = asyncio.create_task(follow())
         await ready.wait()
+        # Held requests wait as long as the launch may take to load, from their arrival.
+        assert run.front is not None and run.front.spec.engine_wait_s == 20
         assert not await sender._client_seen(probe_client, run, probing=False)
         run.restart()
         asks = [_chat_through(run.public_url, stream=s) for s in (False, True, False)]
