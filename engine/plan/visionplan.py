@@ -156,12 +156,14 @@ def choose_vision(
     exposed = _url_fetch_refusal(resolved) if found else None
     if exposed is not None:
         hint = "set model.image_urls true to serve images anyway, or serve on 127.0.0.1"
+        cost_bytes = projector_bytes(found[0], on_gpu=request.budget.is_gpu)
         if resolved.vision == "on":
             refusal = GuardRefusal(
                 f"vision is on ({resolved.vision_from}) but {exposed}", hint=hint
             )
-            return Vision(False, found[0], f"refused: {exposed}"), request, refusal
-        return Vision(False, found[0], f"not served: {exposed}; {hint}"), request, None
+            return Vision(False, found[0], f"refused: {exposed}", cost_bytes), request, refusal
+        reason = f"not served: {exposed}; {hint}"
+        return Vision(False, found[0], reason, cost_bytes), request, None
     if not found:
         if resolved.vision == "on":
             return (

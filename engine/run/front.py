@@ -68,9 +68,10 @@ ENGINE_ERRORS = (OSError, h11.ProtocolError)
 """What a broken or refused connection to the engine raises."""
 SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
 ENGINE_WAIT_S = 600.0
-"""How long a generation request waits for an engine that is starting or restarting (a
-measurement's restart, a re-plan, a crash's backoff) before it is answered 503: a large model
-loads in minutes, and a request relayed to an engine not listening yet would fail (502)."""
+"""How long a generation request waits, from its arrival, for an engine that is starting or
+restarting (a measurement's restart, a re-plan, a crash's backoff) before it is answered 503,
+where the launch's ready timeout is not known: a large model loads in minutes, and a request
+relayed to an engine not listening yet would fail (502)."""
 STATE_POLL_S = 0.5
 """How often a waiting request looks whether the run ended."""
 ENDED_STATES = ("stopped", "failed")
@@ -113,6 +114,8 @@ class FrontSpec:
     keepalive_s: float = KEEPALIVE_S
     queue_note_s: float = QUEUE_NOTE_S
     engine_wait_s: float = ENGINE_WAIT_S
+    """The longest a request waits from its arrival for the engine to be ready (the
+    launch's ready timeout where the run knows it)."""
 
 
 @dataclass
@@ -216,25 +219,27 @@ class Front:
                 if streamed:
                     await _sse_started(ex, cors)
                     await ex.data(f": queued, position {self.queue.position(ticket)}\n\n".encode())
-            if await self._engine_back(ex, cors, streamed=streamed):
+            if await self._engine_back(ex, cors, ticket.arrived_s, streamed=streamed):
+                self.queue.serving(ticket)
                 await self._relay(ex, request, target, path, body, cors, streamed=streamed)
         finally:
             admitted.cancel()
             self.queue.leave(ticket)
 
     async def _engine_back(
-        self, ex: Exchange, cors: list[tuple[str, str]], *, streamed: bool
+        self, ex: Exchange, cors: list[tuple[str, str]], arrived_s: float, *, streamed: bool
     ) -> bool:
         """Wait while the engine starts or restarts (a stream hears keep-alives); False once
-        answered 503 instead: the run ended, or the engine was not back in time."""
+        answered 503 instead: the run ended, or the engine was not back in time, counted
+        from the request's arrival (each one queued behind it would wait the whole bound
+        again otherwise)."""
         opened = asyncio.ensure_future(self._engine_ready.wait())
-        started_s = time.monotonic()
-        said_s = started_s
+        said_s = time.monotonic()
         try:
             while not opened.done():
                 state = self.status().state
                 now_s = time.monotonic()
-                if state in ENDED_STATES or now_s - started_s >= self.spec.engine_wait_s:
+                if state in ENDED_STATES or now_s - arrived_s >= self.spec.engine_wait_s:
                     message = f"the engine is not serving ({state}); try again later"
                     await self._failed(ex, 503, message)
                     return False

@@ -26,11 +26,13 @@ class QueueFullError(Exception):
 
 
 class Ticket:
-    """One request's place: waiting, then running, then done."""
+    """One request's place: waiting, admitted (held while the engine is not ready), then in
+    the engine, then done."""
 
     def __init__(self, arrived_s: float) -> None:
         self.arrived_s = arrived_s
         self.started_s: float | None = None
+        """When the engine got it; None while it waits or is held."""
         self.admitted = asyncio.Event()
 
 
@@ -89,9 +91,13 @@ class FrontQueue:
             self._start(self._waiting.popleft())
 
     def _start(self, ticket: Ticket) -> None:
-        ticket.started_s = time.monotonic()
         self._running.add(ticket)
         ticket.admitted.set()
+
+    def serving(self, ticket: Ticket) -> None:
+        """The admitted request goes to the engine now: its service time starts (a hold for
+        an engine that was not ready counts as waiting)."""
+        ticket.started_s = time.monotonic()
 
     def activity(self) -> tuple[int, int]:
         """(requests running or waiting now, requests that ever entered): a measurement that
@@ -107,11 +113,13 @@ class FrontQueue:
 
     def status(self) -> QueueStatus:
         now_s = time.monotonic()
-        oldest = round(now_s - self._waiting[0].arrived_s, 1) if self._waiting else None
+        held = [t for t in self._running if t.started_s is None]
+        arrivals = [t.arrived_s for t in (*held, *self._waiting)]
+        oldest = round(now_s - min(arrivals), 1) if arrivals else None
         mean = self._mean_service_s
         return QueueStatus(
-            depth=len(self._waiting),
-            running=len(self._running),
+            depth=len(self._waiting) + len(held),
+            running=len(self._running) - len(held),
             oldest_wait_s=oldest,
             max_waiting=self.max_waiting,
             capacity=self.capacity,

@@ -23,7 +23,7 @@ from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.measurements import PrefillRecorder
-from lucebox.engine.plan.specguard import Decision, SpecGuard
+from lucebox.engine.plan.specguard import Decision, RateSums, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
 from lucebox.engine.run.apishape import Shapes
 from lucebox.engine.run.calibrator import Calibrator, running_label
@@ -131,6 +131,8 @@ class ServerRun:
         self._pending: Decision | None = None
         self._spec_off: SpecStatus | None = None
         """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
+        self._guard_pid: int | None = None
+        """The engine process whose counters the guard's window was last fed."""
         self.paths = paths
         self.supervisor = supervisor
         self.gpu_index = gpu_index
@@ -208,10 +210,12 @@ class ServerRun:
             return spec
         return replace(spec, reason=f"{pending.observed}; kept, as --spec asked: it costs speed")
 
-    def _watch_speculation(self, sample: Sample, requests: Sequence[ServedRequest]) -> None:
+    def _watch_speculation(
+        self, sample: Sample, requests: Sequence[ServedRequest], engine_pid: int
+    ) -> None:
         """Feed the guard and the calibration's watch of the served mix with the requests
-        that finished since the last sample; apply the guard's decision once no request is
-        running (one restart)."""
+        that finished since the last sample (of engine ``engine_pid``); apply the guard's
+        decision once no request is running (one restart)."""
         measuring = (self.calibrator, self.engine_calibrator)
         if any(c is not None and c.active for c in measuring):
             return  # the probes' requests are the calibration's own
@@ -222,6 +226,11 @@ class ServerRun:
         guard = self.spec_guard
         if guard is None:
             return
+        if engine_pid != self._guard_pid:
+            # A new engine counts from zero: a burst before its first sample could pass the
+            # old window's start and read as a negative acceptance.
+            guard = replace(guard, drafted_at_start=0, accepted_at_start=0, window=RateSums())
+            self._guard_pid = engine_pid
         if self._pending is None and sample.draft_tokens_total is not None:
             guard, self._pending = guard.judge(
                 sample.draft_tokens_total, sample.accepted_tokens_total or 0
@@ -357,6 +366,7 @@ class ServerRun:
             ctx=launch.plan.ctx,
             capacity=run.parallel(launch),
             engine_key=self.api_key if run.reads_key_file else None,
+            engine_wait_s=self.supervisor.ready_timeout_s,
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:
@@ -405,9 +415,18 @@ class ServerRun:
                 self.front.spec = self._front_spec()
             self._record_served()
             await self._slot("restore")
-            if self.front is not None:  # clients that waited go in after the restore
-                self.front.engine_ready(True)
+            if self.front is not None and self._still_serving(event.pid):
+                self.front.engine_ready(True)  # clients that waited go in after the restore
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
+
+    def _still_serving(self, engine_pid: int) -> bool:
+        """Whether the engine that said ready still serves once its slot is restored: no
+        restart or stop was asked meanwhile, and no other process took its place."""
+        return (
+            self._run.status.state == "ready"
+            and self.supervisor.pid == engine_pid
+            and not self.supervisor.stop_requested
+        )
 
     @property
     def served_aliases(self) -> tuple[str, ...]:
@@ -459,7 +478,7 @@ class ServerRun:
         bounds = self.hang_bounds
         watching = asyncio.create_task(self._watch_hang(sampler, bounds)) if bounds else None
         try:
-            await self._follow(sampler, queue, nvml, prefill, on_cpu)
+            await self._follow(sampler, engine_pid, queue, nvml, prefill, on_cpu)
         finally:
             if watching is not None:
                 watching.cancel()
@@ -486,6 +505,7 @@ class ServerRun:
     async def _follow(
         self,
         sampler: Sampler,
+        engine_pid: int,
         queue: asyncio.Queue[RunItem | None],
         nvml: NvmlProvider | None,
         prefill: PrefillRecorder,
@@ -502,6 +522,6 @@ class ServerRun:
                 spec=self._spec_view(sampler.spec_status()),
                 cache=replace(sampler.cache_status(), slot_save_failure=self._slot_save_failure),
             )
-            self._watch_speculation(sample, [r.served() for r in sampler.finished])
+            self._watch_speculation(sample, [r.served() for r in sampler.finished], engine_pid)
             if on_cpu:
                 prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)

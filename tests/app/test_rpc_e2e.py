@@ -7,7 +7,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import alive, run_lucebox
-from tests.ports import free_port
+from tests.ports import free_port, free_port_pair
 from tests.realmodels import smol_model
 
 pytestmark = pytest.mark.slow
@@ -89,24 +88,12 @@ def home(built_engine_home, tmp_path):
     return own
 
 
-def _port_pair() -> int:
-    """A free port whose next port is free too (the worker's info endpoint)."""
-    while True:
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-
-
 def _rpc_children(pid: int) -> list[psutil.Process]:
     return [c for c in psutil.Process(pid).children() if "rpc-server" in c.name()]
 
 
 def test_serve_across_two_workers_and_name_the_one_that_dies(home):
-    ports = [_port_pair(), _port_pair()]
+    ports = [free_port_pair(), free_port_pair()]
     workers = [_start(["worker", "--port", str(p)], home) for p in ports]
     served: tuple[subprocess.Popen[str], Lines] | None = None
     rpc_servers: list[psutil.Process] = []

@@ -194,8 +194,12 @@ def test_off_loopback_images_wait_for_the_user_to_allow_url_fetches(model):
     assert not exposed.vision.served and "--mmproj" not in exposed.argv
     assert "fetches any http(s) image URL" in exposed.vision.reason
     assert "model.image_urls" in exposed.vision.reason
+    f16 = read_projector(model.parent / "mmproj-tiny-F16.gguf")
+    assert f16 is not None  # what it would cost is said, as on every other branch
+    assert exposed.to_json()["vision"]["memory_bytes"] == projector_bytes(f16, on_gpu=True)
     on = plan(ServeOptions(model=str(model), host="0.0.0.0", vision="on"))
     assert on.refusal is not None and "fetches any http(s) image URL" in str(on.refusal)
+    assert on.vision.memory_bytes == projector_bytes(f16, on_gpu=True)
     allowed = plan(
         ServeOptions(model=str(model), host="0.0.0.0"), settings=Settings(image_urls=True)
     )

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -335,9 +336,33 @@ def test_while_the_engine_restarts_requests_wait_and_a_stopped_run_answers_503(l
         assert time.monotonic() - started_s >= 1.4  # it waited for the engine
         assert lines[0] == ": keep-alive"  # a stream hears keep-alives while it waits
         assert lines[-1] == "data: [DONE]"
+        assert wait_for(lambda: running.front.queue_status().served == 1, 5)
+        served_s = running.front.queue_status().mean_service_s
+        assert served_s is not None and served_s < 1.0  # the hold counts as waiting
         running.front.status = lambda: Status("stopped")
         running.loop.call_soon_threadsafe(running.front.engine_ready, False)
         time.sleep(0.2)
         refused = httpx.post(f"{running.url}/v1/chat/completions", json=chat("hi", 16))
         assert refused.status_code == 503
         assert "not serving (stopped)" in refused.json()["error"]["message"]
+
+
+def test_requests_queued_while_the_engine_is_away_wait_from_their_arrival(lucebox_fake):
+    """The engine's ready timeout bounds each request's wait from its arrival: the last of
+    three queued behind an engine that does not come back is answered when the first is, not
+    after a whole wait of its own once admitted."""
+    spec = FrontSpec(loopback_policy(), "qwen", 8192, engine_wait_s=1.0)
+    with running_front(spec, lucebox_fake) as running:
+        running.loop.call_soon_threadsafe(running.front.engine_ready, False)
+        time.sleep(0.2)
+
+        def ask(_: int) -> int:
+            url = f"{running.url}/v1/chat/completions"
+            return httpx.post(url, json=chat("hi", 16), timeout=30).status_code
+
+        started_s = time.monotonic()
+        with ThreadPoolExecutor(3) as pool:
+            statuses = list(pool.map(ask, range(3)))
+        waited_s = time.monotonic() - started_s
+    assert statuses == [503, 503, 503]
+    assert waited_s < 2.5  # counted from admission, the three waits took 3 s or more

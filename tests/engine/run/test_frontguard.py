@@ -56,6 +56,7 @@ async def test_the_queue_is_first_come_first_served_and_bounded():
     queue = FrontQueue(capacity=1, max_waiting=2)
     first, second, third = queue.enter(), queue.enter(), queue.enter()
     assert first.admitted.is_set() and not second.admitted.is_set()
+    queue.serving(first)
     assert (queue.position(second), queue.position(third)) == (1, 2)
     with pytest.raises(QueueFullError) as full:
         queue.enter()
@@ -65,9 +66,30 @@ async def test_the_queue_is_first_come_first_served_and_bounded():
     await asyncio.sleep(0.05)
     queue.leave(first)
     assert third.admitted.is_set()
+    queue.serving(third)
     status = queue.status()
     assert (status.depth, status.running, status.served, status.rejected) == (0, 1, 1, 1)
     assert status.mean_service_s is not None and status.mean_service_s >= 0.05
+
+
+async def test_a_hold_for_the_engine_counts_as_waiting_not_as_service():
+    """An admitted request held while the engine restarts waits, in the status and in the
+    measured service time; the engine's time starts when the front relays it."""
+    queue = FrontQueue(capacity=1)
+    held = queue.enter()
+    await asyncio.sleep(0.2)  # the engine is not ready
+    status = queue.status()
+    assert (status.depth, status.running) == (1, 0)
+    assert status.oldest_wait_s is not None and status.oldest_wait_s >= 0.2
+    queue.serving(held)
+    assert (queue.status().depth, queue.status().running) == (0, 1)
+    queue.leave(held)
+    status = queue.status()
+    assert status.served == 1
+    assert status.mean_service_s is not None and status.mean_service_s < 0.1
+    timed_out = queue.enter()
+    queue.leave(timed_out)  # answered 503 by the front, never served
+    assert queue.status().served == 1
 
 
 def test_the_queue_is_kept_in_the_state_file():

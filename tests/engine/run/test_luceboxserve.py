@@ -9,6 +9,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import pytest
@@ -110,6 +111,8 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
     async with asyncio.timeout(90), httpx.AsyncClient() as probe_client:
         following = asyncio.create_task(follow())
         await ready.wait()
+        # Held requests wait as long as the launch may take to load, from their arrival.
+        assert run.front is not None and run.front.spec.engine_wait_s == 20
         assert not await sender._client_seen(probe_client, run, probing=False)
         run.restart()
         asks = [_chat_through(run.public_url, stream=s) for s in (False, True, False)]
@@ -126,6 +129,39 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
     # No client was let through to the engine before it was ready again.
     log = (tmp_path / "engine.log").read_text()
     assert log.count("# lucebox: warm-up answered") == 2
+
+
+class RestartAskedDuringRestore(ServerRun):
+    """A run whose first slot restore is where a restart is asked (a restart key, a
+    measurement), as one can be while the restore waits on the engine."""
+
+    restarted = False
+
+    async def _slot(self, action: Literal["save", "restore"]) -> None:
+        if action == "restore" and not self.restarted:
+            self.restarted = True
+            self.restart()
+        await super()._slot(action)
+
+
+async def test_the_front_stays_closed_when_a_restart_is_asked_during_the_restore(
+    tmp_path, monkeypatch
+):
+    """Clients would reach an engine on its way out (a 502) if the front opened after a
+    restore that a restart overtook; it opens once the next engine is ready."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
+    spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    run = RestartAskedDuringRestore(resolve_paths(), supervisor, model="tiny", gpu_index=0)
+    open_at_ready: list[bool] = []
+    async with asyncio.timeout(60):
+        async for item in run.events():
+            if isinstance(item, ServerEvent) and item.kind == "ready":
+                assert run.front is not None
+                open_at_ready.append(run.front._engine_ready.is_set())
+                if len(open_at_ready) == 2:
+                    run.stop()
+    assert open_at_ready == [False, True]
 
 
 async def test_the_speculation_guard_keeps_ddtree_while_its_drafts_are_accepted(
@@ -172,3 +208,34 @@ async def test_the_speculation_guard_keeps_ddtree_while_its_drafts_are_accepted(
     assert decisions == []
     assert run.status.spec is not None and run.status.spec.active
     assert run.status.spec.acceptance == pytest.approx(45 / 48)
+
+
+def _spec_sample(drafted: int, accepted: int) -> Sample:
+    return Sample(
+        1.0, None, None, None, None, None, None, None, None, 0, slots_busy=0,
+        draft_tokens_total=drafted, accepted_tokens_total=accepted,
+    )  # fmt: skip
+
+
+def test_a_restarted_engine_starts_the_guards_window_again(tmp_path):
+    """The engine's counters start again with each process: a burst before the new engine's
+    first sample can pass the old window's start (23% accepted read as negative), which must
+    not switch the draft off. The run's guard path, fed the samples of two engine pids."""
+    spec = replace(lucebox_spec(tmp_path), draft_path="/m/draft.gguf", spec_type="ddtree")
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    decisions: list[Decision] = []
+
+    def decided(decision: Decision, current: ServerLaunch) -> ServerLaunch | None:
+        decisions.append(decision)
+        return None
+
+    run = ServerRun(
+        resolve_paths(), supervisor, model="tiny", gpu_index=0,
+        spec_guard=SpecGuard.for_launch("ddtree", None, on_gpu=True), on_spec_decision=decided,
+    )  # fmt: skip
+    run._watch_speculation(_spec_sample(960, 900), [], engine_pid=1001)
+    assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 960
+    run._watch_speculation(_spec_sample(1300, 300), [], engine_pid=1002)
+    supervisor.log.close()
+    assert decisions == []
+    assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 1300
