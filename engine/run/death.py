@@ -245,8 +245,9 @@ def _named(
     if facts.hung_why is not None:
         return EngineDeath(
             "hang",
-            f"the engine hung: {facts.hung_why}; lucebox killed it and starts it again (the "
-            "waiting client's connection closed with it: lucebox is not in the request path)",
+            f"the engine hung: {facts.hung_why}; lucebox killed it and starts it again (a "
+            "request it had not begun to answer goes to it again; a reply it was streaming "
+            "ended with its connection closed)",
             f"the client may send its request again; if it hangs again, {REPORT_STEP}",
         )
     if signum == signal.SIGILL:

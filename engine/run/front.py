@@ -73,6 +73,13 @@ restarting (a measurement's restart, a re-plan, a crash's backoff) before it is 
 where the launch's ready timeout is not known: a large model loads in minutes, and a request
 relayed to an engine not listening yet would fail (502)."""
 STATE_POLL_S = 0.5
+RELAY_ATTEMPTS = 2
+"""A generation whose engine died before answering its first byte is sent once more to the
+engine started again (nothing reached the client; a prompt that kills the engine dies twice
+and is answered 502)."""
+ENGINE_GONE_GRACE_S = 3.0
+"""How long after a broken engine connection the run has to mark the engine down before the
+front answers 502 (it learns of the death from the supervisor, a moment later)."""
 """How often a waiting request looks whether the run ended."""
 ENDED_STATES = ("stopped", "failed")
 """Run states no engine comes back from: a waiting request is answered 503 at once."""
@@ -219,9 +226,19 @@ class Front:
                 if streamed:
                     await _sse_started(ex, cors)
                     await ex.data(f": queued, position {self.queue.position(ticket)}\n\n".encode())
-            if await self._engine_back(ex, cors, ticket.arrived_s, streamed=streamed):
+            for attempt in range(1, RELAY_ATTEMPTS + 1):
+                if not await self._engine_back(ex, cors, ticket.arrived_s, streamed=streamed):
+                    return
                 self.queue.serving(ticket)
-                await self._relay(ex, request, target, path, body, cors, streamed=streamed)
+                failure = await self._relay(
+                    ex, request, target, path, body, cors,
+                    streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS,
+                )  # fmt: skip
+                if failure is None:
+                    return
+                if not await self._engine_gone():
+                    await self._failed(ex, 502, failure)
+                    return
         finally:
             admitted.cancel()
             self.queue.leave(ticket)
@@ -262,9 +279,11 @@ class Front:
         cors: list[tuple[str, str]],
         *,
         streamed: bool,
-    ) -> None:
+        may_retry: bool = False,
+    ) -> str | None:
         """The request to the engine and its answer back; for a streamed request, comments
-        while the engine says nothing."""
+        while the engine says nothing. With ``may_retry``, an engine that failed before
+        answering is not answered 502: what failed is returned, to send the request again."""
         sent = self.shape.request(path, body) if body else body
         headers: list[tuple[bytes, bytes]] = [
             *((k, v) for k, v in request.headers if k.lower() not in _NOT_RELAYED),
@@ -279,8 +298,11 @@ class Front:
                     await self._keepalive(ex)
             call, answer = sending.result()
         except ENGINE_ERRORS as exc:
-            await self._failed(ex, 502, f"the engine did not answer: {exc}")
-            return
+            failure = f"the engine did not answer: {exc}"
+            if may_retry:
+                return failure
+            await self._failed(ex, 502, failure)
+            return None
         finally:
             sending.cancel()  # a client gone before the engine answered: the call closes
         try:
@@ -289,6 +311,17 @@ class Front:
             ex.gone.set()  # the engine broke off: close the client's connection, not end it
         finally:
             await call.close()
+        return None
+
+    async def _engine_gone(self) -> bool:
+        """Whether the run marks the engine down within the grace after its connection broke
+        (it is then restarting, and the request can wait for it)."""
+        deadline_s = time.monotonic() + ENGINE_GONE_GRACE_S
+        while self._engine_ready.is_set():
+            if time.monotonic() >= deadline_s:
+                return False
+            await asyncio.sleep(STATE_POLL_S / 5)
+        return True
 
     async def _call(
         self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes

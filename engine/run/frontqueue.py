@@ -99,6 +99,10 @@ class FrontQueue:
         an engine that was not ready counts as waiting)."""
         ticket.started_s = time.monotonic()
 
+    def in_engine(self) -> int:
+        """Requests the engine has been sent and not finished."""
+        return sum(1 for t in self._running if t.started_s is not None)
+
     def activity(self) -> tuple[int, int]:
         """(requests running or waiting now, requests that ever entered): a measurement that
         must give way to clients compares the second between two looks."""

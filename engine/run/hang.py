@@ -38,6 +38,9 @@ class HangBounds:
     prefill_floor_s: float = PREFILL_FLOOR_S
     prefill_factor: float = PREFILL_FACTOR
     decode_s: float = DECODE_SILENCE_S
+    silent_factor: float = SILENT_FACTOR
+    """Times the prefill floor a request may go while its engine answers no look; an engine
+    that answers looks whatever it computes gets 1."""
 
 
 DEFAULT_BOUNDS = HangBounds()
@@ -74,10 +77,12 @@ def bounds_for(hang_s: float) -> HangBounds | None:
     return HangBounds(prefill_floor_s=hang_s, decode_s=hang_s)
 
 
-def observe(watch: Watch, look: Look | None, now_s: float) -> Watch:
-    """The watch after a look; ``look`` None: the engine did not answer (no progress)."""
+def observe(watch: Watch, look: Look | None, now_s: float, *, in_engine: bool = False) -> Watch:
+    """The watch after a look; ``look`` None: the engine did not answer (no progress).
+    ``in_engine``: a request is known to have gone to the engine (the front relays it), so an
+    engine stopped before any look saw it busy is watched as silent."""
     if look is None:
-        return watch
+        return silent_watch(now_s) if in_engine and watch.since_s is None else watch
     if not look.busy:
         return Watch()
     if watch.since_s is None or look.progress != watch.progress or look.phase != watch.phase:
@@ -95,7 +100,7 @@ def bound_s(watch: Watch, prefill_tokens_per_s: float | None, bounds: HangBounds
     if watch.phase == "decode":
         return bounds.decode_s
     if watch.phase == "silent":
-        return SILENT_FACTOR * bounds.prefill_floor_s
+        return bounds.silent_factor * bounds.prefill_floor_s
     rate = prefill_tokens_per_s or PREFILL_TOKENS_PER_S_UNKNOWN
     return max(bounds.prefill_floor_s, bounds.prefill_factor * watch.prompt_tokens / rate)
 

@@ -233,6 +233,10 @@ class LuceboxSampler(Sampler):
     """The sampler for dflash_server: liveness and phase from ``/status/json`` instead of
     ``/metrics``, replies from its log, acceptance from its ``[spec-decode]`` lines."""
 
+    silent_factor = 1.0
+    """Its connection threads answer ``/status/json`` whatever the worker computes: a running
+    request whose engine answers nothing for the prefill floor is a stopped engine."""
+
     def __init__(self, url: str, engine_pid: int, log: LuceboxLog, **options: Any) -> None:
         super().__init__(url, engine_pid, log, **options)
         self.lucebox_log = log

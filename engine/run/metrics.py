@@ -31,7 +31,7 @@ from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.waits import event_within
 from lucebox.engine.machine.gpu import NvmlNotSupportedError, NvmlProvider, NvmlUnavailableError
 from lucebox.engine.plan.workload import ServedRequest
-from lucebox.engine.run.hang import Look
+from lucebox.engine.run.hang import SILENT_FACTOR, Look
 from lucebox.engine.run.sample import WINDOW_S, CacheStatus, SpecStatus
 from lucebox.engine.run.sample import Sample as Sample
 
@@ -313,6 +313,10 @@ def look_of(slots: list[Any] | None, counters: dict[str, float], now_s: float) -
 
 class Sampler:
     """Polls the engine at ``interval_s`` and keeps a short history for sparklines."""
+
+    silent_factor = SILENT_FACTOR
+    """llama-server answers no look while a prompt batch runs: a request may go several
+    prefill floors unanswered (:mod:`hang`)."""
 
     def __init__(
         self,

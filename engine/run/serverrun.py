@@ -476,6 +476,8 @@ class ServerRun:
         sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler
         bounds = self.hang_bounds
+        if bounds is not None:
+            bounds = replace(bounds, silent_factor=sampler.silent_factor)
         watching = asyncio.create_task(self._watch_hang(sampler, bounds)) if bounds else None
         try:
             await self._follow(sampler, engine_pid, queue, nvml, prefill, on_cpu)
@@ -493,7 +495,8 @@ class ServerRun:
         while True:
             await asyncio.sleep(HANG_CHECK_S)
             now_s = time.monotonic()
-            watch = observe(watch, sampler.look, now_s)
+            in_engine = self.front is not None and self.front.queue.in_engine() > 0
+            watch = observe(watch, sampler.look, now_s, in_engine=in_engine)
             sample = self._run.sample
             rate = sample.last_prefill_tokens_per_s if sample is not None else None
             why = hung(watch, now_s, rate, bounds)

@@ -5,8 +5,12 @@ and replies recorded from it on the H100 (tests/luceboxfake.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -22,6 +26,7 @@ from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.sizes import MemoryBytes
 from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrator import ProbeSender
+from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
@@ -239,3 +244,50 @@ def test_a_restarted_engine_starts_the_guards_window_again(tmp_path):
     supervisor.log.close()
     assert decisions == []
     assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 1300
+
+
+async def test_an_engine_stopped_before_any_look_saw_its_request_is_a_hang(tmp_path, monkeypatch):
+    """On a GPU a short reply is done between two looks, so an engine stopped as a request
+    reaches it was never seen busy (on the H200 it stayed stopped, never judged hung): the
+    front knows the engine has the request, so the run counts the engine's silence from then,
+    kills it at the bound and starts it again, and the front sends the request to it."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
+    spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
+    bounds = HangBounds(prefill_floor_s=2.0, decode_s=2.0)
+    run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0, hang_bounds=bounds)
+    events: list[ServerEvent] = []
+    asking: asyncio.Task[tuple[int, str]] | None = None
+    stopped_at = hung_after_s = 0.0
+    try:
+        async with asyncio.timeout(60):
+            async for item in run.events():
+                if not isinstance(item, ServerEvent):
+                    continue
+                events.append(item)
+                if item.kind == "exited":
+                    hung_after_s = time.monotonic() - stopped_at
+                if item.kind != "ready" or item.pid is None:
+                    continue
+                if asking is not None:
+                    asking.add_done_callback(lambda _: run.stop())  # sent again, then the end
+                    continue
+                os.kill(item.pid, signal.SIGSTOP)
+                stopped_at = time.monotonic()
+                asking = asyncio.create_task(_chat_through(run.public_url, stream=True))
+    finally:
+        for event in events:
+            if event.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(event.pid, signal.SIGCONT)
+    exited = next(e for e in events if e.kind == "exited")
+    assert exited.cause is not None and exited.cause.code == "hang", exited
+    assert "answered nothing for" in exited.cause.words
+    restarted = [e for e in events if e.kind == "ready"]
+    assert len(restarted) == 2 and restarted[1].pid != restarted[0].pid
+    # The Lucebox engine answers looks while it works: one prefill floor, not three.
+    assert bounds.prefill_floor_s <= hung_after_s < 3 * bounds.prefill_floor_s
+    assert asking is not None
+    # Nothing had reached the client: the request went to the engine started again.
+    status, text = await asking
+    assert status == 200 and "data: [DONE]" in text, text[:300]
