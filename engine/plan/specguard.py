@@ -194,6 +194,8 @@ class SpecGuard:
         the engine's running count of drafted tokens): a model draft that drafts nothing, or
         decoding below the rate measured without speculation for prompts of the same lengths,
         goes. N-gram drafts cost nothing when they find no match: exempt from the first."""
+        # A reply the engine decoded without its draft says nothing about the draft.
+        requests = [r for r in requests if r.speculated]
         sums = self.window
         if drafted_total < sums.drafted_at_start:  # a new engine process: its count restarts
             sums = RateSums(drafted_at_start=drafted_total)
