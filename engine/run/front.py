@@ -73,6 +73,8 @@ restarting (a measurement's restart, a re-plan, a crash's backoff) before it is 
 where the launch's ready timeout is not known: a large model loads in minutes, and a request
 relayed to an engine not listening yet would fail (502)."""
 STATE_POLL_S = 0.5
+LOADING_BODY = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
+"""llama-server's answer to every route while it loads (its contract, server-http.cpp)."""
 RELAY_ATTEMPTS = 2
 """A generation whose engine died before answering its first byte is sent once more to the
 engine started again (nothing reached the client; a prompt that kills the engine dies twice
@@ -194,6 +196,10 @@ class Front:
                 await self._models(ex, cors)
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors)
+            elif not self._engine_ready.is_set():
+                # What llama-server answers while it loads: health checks wait, not fail (502).
+                self.counters.answered[503] += 1
+                await ex.whole(503, LOADING_BODY, extra=[("retry-after", "1"), *cors])
             else:
                 await self._relay(ex, request, target, path, body, cors, streamed=False)
         except ClientGoneError:

@@ -120,6 +120,8 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
         assert run.front is not None and run.front.spec.engine_wait_s == 20
         assert not await sender._client_seen(probe_client, run, probing=False)
         run.restart()
+        # A health check while it restarts waits, as llama-server's own while it loads.
+        health = await probe_client.get(f"{run.public_url}/health")
         asks = [_chat_through(run.public_url, stream=s) for s in (False, True, False)]
         held = asyncio.gather(*asks)
         await asyncio.sleep(0.5)  # they reach the front while the engine restarts
@@ -128,6 +130,8 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
         run.stop()
         await following
     assert len(readies) == 2
+    assert health.status_code == 503 and health.json()["error"]["message"] == "Loading model"
+    assert health.headers["retry-after"] == "1"
     assert seen_held == [True]
     assert [status for status, _ in answers] == [200, 200, 200]
     assert "data: [DONE]" in answers[1][1]
