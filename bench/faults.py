@@ -104,6 +104,8 @@ class Client(threading.Thread):
             "messages": [{"role": "user", "content": self.prompt}],
             "max_tokens": self.max_tokens,
             "stream": True,
+            # The fault must land mid-reply: a small model may end a count early.
+            "ignore_eos": True,
         }
         url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
         started = time.monotonic()

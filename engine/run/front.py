@@ -343,7 +343,8 @@ class Front:
         """The error as an answer, or as the last event of a stream already started."""
         self.counters.answered[status] += 1
         if ex.started:
-            error = json.dumps({"error": {"code": status, "message": message}})
+            # Both SDKs raise on it: OpenAI's on an "error" member, Anthropic's on the event.
+            error = json.dumps({"type": "error", "error": {"code": status, "message": message}})
             await ex.data(f"event: error\ndata: {error}\n\n".encode())
             await ex.end()
         else:
@@ -414,9 +415,19 @@ class Front:
         silent for ``keepalive_s`` between two events (never inside one)."""
         shaper = self.shape.stream(path, body)
         pending = b""
-        while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
-            events, pending = split_events(pending + chunk)
-            await ex.data(b"".join(shaper.feed(e) for e in events))
+        try:
+            while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
+                events, pending = split_events(pending + chunk)
+                await ex.data(b"".join(shaper.feed(e) for e in events))
+        except ENGINE_ERRORS as exc:
+            # The events so far are whole (a cut one is dropped): the client reads why it
+            # ended instead of a connection closed under it.
+            message = (
+                f"the engine stopped in the middle of this reply ({exc}); lucebox starts it "
+                "again: send the request again"
+            )
+            await self._failed(ex, 502, message)
+            return
         await ex.data(shaper.close() + pending)
         await ex.end()
 
