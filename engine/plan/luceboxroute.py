@@ -107,13 +107,32 @@ def _view(installed: EngineManifest | None) -> EngineView:
         spec_types=("dflash", "ddtree"),
         kv_cache_types=luceboxbuild.SYMMETRIC_KV_TYPES,
         model_archs=PINNED_ARCHS,
-        features=(
-            "prefill-compression", "draft-device", "kvflash", "sampled-verify",
-            "symmetric-kv-only",
-        ),
-    )  # fmt: skip
+        features=unbuilt_features(),
+    )
     version = f"luce-dflash {lucebox.PIN.short} ({lucebox.PIN.date}), not built yet"
     return EngineView(None, version, luceboxbuild.SERVER, caps)
+
+
+FIRST_SOURCE_FEATURES = (
+    "prefill-compression", "draft-device", "kvflash", "sampled-verify", "symmetric-kv-only",
+)  # fmt: skip
+"""What the oldest known source's build reads as (its --help and binary, on the H100)."""
+
+
+def unbuilt_features() -> tuple[str, ...]:
+    """The features the default source's build will have, for a plan made before it is
+    built: the oldest source's, with the plan-relevant flags each later known source up to
+    the default adds or removes (the table's data; only a build gives its --help)."""
+    features = list(FIRST_SOURCE_FEATURES)
+    for known in lucebox.SOURCES.sources[1:]:
+        for change in known.flag_changes:
+            if change.old in luceboxbuild.FEATURE_FLAGS:
+                features.remove(change.old.removeprefix("--"))
+            if change.new in luceboxbuild.FEATURE_FLAGS:
+                features.append(change.new.removeprefix("--"))
+        if known is lucebox.SOURCES.default:
+            break
+    return tuple(features)
 
 
 @dataclass(frozen=True)
