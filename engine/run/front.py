@@ -30,7 +30,7 @@ import h11
 
 from lucebox.engine.run.apishape import models_with_context
 from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
-from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError
+from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError, Ticket
 from lucebox.engine.run.frontwire import (
     HOP_HEADERS,
     KEEPALIVE_COMMENT,
@@ -238,7 +238,7 @@ class Front:
                 self.queue.serving(ticket)
                 failure = await self._relay(
                     ex, request, target, path, body, cors,
-                    streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS,
+                    streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS, ticket=ticket,
                 )  # fmt: skip
                 if failure is None:
                     return
@@ -286,6 +286,7 @@ class Front:
         *,
         streamed: bool,
         may_retry: bool = False,
+        ticket: Ticket | None = None,
     ) -> str | None:
         """The request to the engine and its answer back; for a streamed request, comments
         while the engine says nothing. With ``may_retry``, an engine that failed before
@@ -312,7 +313,7 @@ class Front:
         finally:
             sending.cancel()  # a client gone before the engine answered: the call closes
         try:
-            await self._answer_back(ex, call, answer, path, body, cors)
+            await self._answer_back(ex, call, answer, path, body, cors, ticket)
         except ENGINE_ERRORS:
             ex.gone.set()  # the engine broke off: close the client's connection, not end it
         finally:
@@ -358,6 +359,7 @@ class Front:
         path: str,
         body: bytes,
         cors: list[tuple[str, str]],
+        ticket: Ticket | None,
     ) -> None:
         status = answer.status_code
         content_type = header_of(answer, b"content-type")
@@ -368,7 +370,7 @@ class Front:
                 await ex.data(f"event: error\ndata: {detail}\n\n".encode())
                 await ex.end()
                 return
-            await self._pipe_events(ex, call, path, body)
+            await self._pipe_events(ex, call, path, body, ticket)
             return
         if path == "/" and status >= 400:
             await ex.whole(200, self._index(), extra=cors)
@@ -381,7 +383,7 @@ class Front:
         ]
         if "text/event-stream" in content_type:
             await ex.head(status, [*kept, *cors])
-            await self._pipe_events(ex, call, path, body)
+            await self._pipe_events(ex, call, path, body, ticket)
         elif "application/json" in content_type:
             whole = self.shape.reply(path, status, await self._read_all(ex, call))
             await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
@@ -410,13 +412,17 @@ class Front:
         finally:
             reading.cancel()
 
-    async def _pipe_events(self, ex: Exchange, call: EngineCall, path: str, body: bytes) -> None:
+    async def _pipe_events(
+        self, ex: Exchange, call: EngineCall, path: str, body: bytes, ticket: Ticket | None
+    ) -> None:
         """The engine's SSE events on, each through the shape; a comment whenever it is
         silent for ``keepalive_s`` between two events (never inside one)."""
         shaper = self.shape.stream(path, body)
         pending = b""
         try:
             while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
+                if ticket is not None:
+                    ticket.engine_chunks += 1
                 events, pending = split_events(pending + chunk)
                 await ex.data(b"".join(shaper.feed(e) for e in events))
         except ENGINE_ERRORS as exc:

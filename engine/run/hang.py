@@ -77,12 +77,10 @@ def bounds_for(hang_s: float) -> HangBounds | None:
     return HangBounds(prefill_floor_s=hang_s, decode_s=hang_s)
 
 
-def observe(watch: Watch, look: Look | None, now_s: float, *, in_engine: bool = False) -> Watch:
-    """The watch after a look; ``look`` None: the engine did not answer (no progress).
-    ``in_engine``: a request is known to have gone to the engine (the front relays it), so an
-    engine stopped before any look saw it busy is watched as silent."""
+def observe(watch: Watch, look: Look | None, now_s: float) -> Watch:
+    """The watch after a look; ``look`` None: the engine did not answer (no progress)."""
     if look is None:
-        return silent_watch(now_s) if in_engine and watch.since_s is None else watch
+        return watch
     if not look.busy:
         return Watch()
     if watch.since_s is None or look.progress != watch.progress or look.phase != watch.phase:

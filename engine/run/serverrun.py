@@ -495,8 +495,12 @@ class ServerRun:
         while True:
             await asyncio.sleep(HANG_CHECK_S)
             now_s = time.monotonic()
-            in_engine = self.front is not None and self.front.queue.in_engine() > 0
-            watch = observe(watch, sampler.look, now_s, in_engine=in_engine)
+            look = sampler.look
+            if look is None and self.front is not None:
+                # An engine stopped as a request reached it (a GPU decodes a short reply
+                # between two looks) was never seen busy: the front saw the request go in.
+                look = self.front.queue.engine_look(now_s)
+            watch = observe(watch, look, now_s)
             sample = self._run.sample
             rate = sample.last_prefill_tokens_per_s if sample is not None else None
             why = hung(watch, now_s, rate, bounds)
