@@ -21,7 +21,8 @@ from lucebox.engine.plan.workload import RateCurve, ServedRequest
 MIN_DRAFTED_TOKENS = 256
 """Drafted tokens a decision needs: fewer say little about a model's acceptance."""
 HYSTERESIS = 0.05
-"""Act only this far below the floor: acceptance near break-even costs nothing either way."""
+"""Act only this far below the floor (a quarter of a floor under 0.2): acceptance near
+break-even costs nothing either way."""
 CPU_BREAK_EVEN: dict[tuple[str, int | None], float] = {
     ("draft-mtp", 3): 1.0,
     ("draft-mtp", 6): 1.0,
@@ -230,7 +231,7 @@ class SpecGuard:
             return self, None
         acceptance = (accepted_total - self.accepted_at_start) / drafted
         window = replace(self, drafted_at_start=drafted_total, accepted_at_start=accepted_total)
-        if acceptance >= self.floor - HYSTERESIS:
+        if acceptance >= self.floor - min(HYSTERESIS, self.floor / 4):
             return window, None
         seen = f"{acceptance:.0%} of {drafted} drafted tokens accepted, below {self.floor_source}"
         return self._step_down(window, acceptance, seen)

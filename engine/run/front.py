@@ -73,6 +73,7 @@ restarting (a measurement's restart, a re-plan, a crash's backoff) before it is 
 where the launch's ready timeout is not known: a large model loads in minutes, and a request
 relayed to an engine not listening yet would fail (502)."""
 STATE_POLL_S = 0.5
+"""How often a waiting request looks whether the run ended."""
 LOADING_BODY = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
 """llama-server's answer to every route while it loads (its contract, server-http.cpp)."""
 RELAY_ATTEMPTS = 2
@@ -82,7 +83,6 @@ and is answered 502)."""
 ENGINE_GONE_GRACE_S = 3.0
 """How long after a broken engine connection the run has to mark the engine down before the
 front answers 502 (it learns of the death from the supervisor, a moment later)."""
-"""How often a waiting request looks whether the run ended."""
 ENDED_STATES = ("stopped", "failed")
 """Run states no engine comes back from: a waiting request is answered 503 at once."""
 
@@ -156,6 +156,8 @@ class Front:
         self.counters = FrontCounters()
         self._engine_ready = asyncio.Event()
         self._engine_ready.set()
+        self._down_since_s = 0.0
+        """When the engine last went down: every request held for it shares one deadline."""
         self._engine_headers: list[tuple[bytes, bytes]] = (
             [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
         )
@@ -168,8 +170,9 @@ class Front:
         (the run says so as its engine starts, stops and comes back)."""
         if ready:
             self._engine_ready.set()
-        else:
+        elif self._engine_ready.is_set():
             self._engine_ready.clear()
+            self._down_since_s = time.monotonic()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await serve_connection(reader, writer, self.answer)
@@ -197,9 +200,7 @@ class Front:
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors)
             elif not self._engine_ready.is_set():
-                # What llama-server answers while it loads: health checks wait, not fail (502).
-                self.counters.answered[503] += 1
-                await ex.whole(503, LOADING_BODY, extra=[("retry-after", "1"), *cors])
+                await self._not_ready(ex, cors)
             else:
                 await self._relay(ex, request, target, path, body, cors, streamed=False)
         except ClientGoneError:
@@ -245,6 +246,7 @@ class Front:
                 if not await self._engine_gone():
                     await self._failed(ex, 502, failure)
                     return
+                self.queue.held(ticket)  # waits for the engine again, as status says
         finally:
             admitted.cancel()
             self.queue.leave(ticket)
@@ -254,15 +256,17 @@ class Front:
     ) -> bool:
         """Wait while the engine starts or restarts (a stream hears keep-alives); False once
         answered 503 instead: the run ended, or the engine was not back in time, counted
-        from the request's arrival (each one queued behind it would wait the whole bound
-        again otherwise)."""
+        from when it went down or the request arrived, the later (each one queued behind it
+        would wait the whole bound again otherwise; time spent queued while it served is no
+        part of the wait)."""
+        deadline_s = max(arrived_s, self._down_since_s) + self.spec.engine_wait_s
         opened = asyncio.ensure_future(self._engine_ready.wait())
         said_s = time.monotonic()
         try:
             while not opened.done():
                 state = self.status().state
                 now_s = time.monotonic()
-                if state in ENDED_STATES or now_s - arrived_s >= self.spec.engine_wait_s:
+                if state in ENDED_STATES or now_s >= deadline_s:
                     message = f"the engine is not serving ({state}); try again later"
                     await self._failed(ex, 503, message)
                     return False
@@ -319,6 +323,16 @@ class Front:
         finally:
             await call.close()
         return None
+
+    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
+        """What llama-server answers while it loads, so health checks wait instead of failing
+        (502); once the run has ended, that no engine comes back."""
+        self.counters.answered[503] += 1
+        state = self.status().state
+        if state in ENDED_STATES:
+            await ex.error(503, f"the engine is not serving ({state}); start it again", cors)
+            return
+        await ex.whole(503, LOADING_BODY, extra=[("retry-after", "1"), *cors])
 
     async def _engine_gone(self) -> bool:
         """Whether the run marks the engine down within the grace after its connection broke

@@ -102,6 +102,11 @@ class FrontQueue:
         an engine that was not ready counts as waiting)."""
         ticket.started_s = time.monotonic()
 
+    def held(self, ticket: Ticket) -> None:
+        """The request's engine died before answering: it waits for the next one."""
+        ticket.started_s = None
+        ticket.engine_chunks = 0
+
     def engine_look(self, now_s: float) -> Look | None:
         """What the front sees of the engine's work, for the hang watch when the engine
         answers no look itself: nothing sent to it (None); a streamed answer flowing

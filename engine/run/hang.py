@@ -88,6 +88,19 @@ def observe(watch: Watch, look: Look | None, now_s: float) -> Watch:
     return replace(watch, prompt_tokens=max(watch.prompt_tokens, look.prompt_tokens))
 
 
+def chosen_look(watch: Watch, engine_look: Look | None, front_look: Look | None) -> Look | None:
+    """The engine's own look, or where it answered none, the front's view of its requests:
+    an engine stopped as a request reached it (a GPU decodes a short reply between two looks)
+    was never seen busy, and a stream's chunks are decode progress. A request the front only
+    knows was sent never replaces a watch the engine's looks set (llama-server answers none
+    during a prompt batch, whose bound scales with the prompt)."""
+    if engine_look is not None or front_look is None:
+        return engine_look
+    if watch.since_s is None or front_look.phase == "decode":
+        return front_look
+    return None
+
+
 def silent_watch(now_s: float) -> Watch:
     """The watch of a request known to run whose engine answered no look yet."""
     return Watch(now_s, "silent")

@@ -33,7 +33,14 @@ from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.front import Front, FrontSpec, start_front
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
-from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds, Watch, hung, observe
+from lucebox.engine.run.hang import (
+    DEFAULT_BOUNDS,
+    HangBounds,
+    Watch,
+    chosen_look,
+    hung,
+    observe,
+)
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
@@ -495,12 +502,8 @@ class ServerRun:
         while True:
             await asyncio.sleep(HANG_CHECK_S)
             now_s = time.monotonic()
-            look = sampler.look
-            if look is None and self.front is not None:
-                # An engine stopped as a request reached it (a GPU decodes a short reply
-                # between two looks) was never seen busy: the front saw the request go in.
-                look = self.front.queue.engine_look(now_s)
-            watch = observe(watch, look, now_s)
+            front_look = self.front.queue.engine_look(now_s) if self.front else None
+            watch = observe(watch, chosen_look(watch, sampler.look, front_look), now_s)
             sample = self._run.sample
             rate = sample.last_prefill_tokens_per_s if sample is not None else None
             why = hung(watch, now_s, rate, bounds)

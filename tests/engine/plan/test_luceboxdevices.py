@@ -16,6 +16,7 @@ import pytest
 from bench.lucebox_models import DRAFT, TARGET
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.engines import lucebox as lucebox_sources
 from lucebox.engine.engines.luceboxbuild import capabilities_of
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
@@ -336,3 +337,9 @@ def test_a_plan_before_the_build_reads_the_default_sources_features_as_its_build
     assert "target-split-mode" in luceboxroute.unbuilt_features()
     older = capabilities_of(HELP_62880E20, binary, None, symmetric_only=True).features
     assert sorted(luceboxroute.FIRST_SOURCE_FEATURES) == sorted(older)
+
+
+def test_a_default_that_is_the_oldest_source_takes_no_later_sources_flags():
+    sources = lucebox_sources.SOURCES.sources
+    assert luceboxroute.features_through(sources, sources[0]) == luceboxroute.FIRST_SOURCE_FEATURES
+    assert "target-split-mode" in luceboxroute.features_through(sources, sources[1])

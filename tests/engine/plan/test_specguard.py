@@ -266,3 +266,15 @@ def test_replies_decoded_without_the_draft_do_not_read_as_drafting_nothing():
     drafting = [replace(r, speculated=True) for r in sampled * 3]
     _, decision = guard.judge_rate(drafting, 0)
     assert decision is not None and decision.reason.startswith("drafted nothing")
+
+
+def test_ddtree_committing_under_two_tokens_a_step_is_switched_off():
+    """The hysteresis of a small floor is a quarter of it, not the fixed 0.05 that would put
+    the Lucebox floor's act point at 1.2 tokens a step."""
+    guard = SpecGuard.for_launch("ddtree", None, on_gpu=True)
+    drafted, accepted = _lucebox_totals(*[_spec_line(50, 25, 2)] * 2)  # 3% of positions
+    _, decision = guard.judge(drafted, accepted)
+    assert decision is not None and decision.action == "off"
+    near, near_accepted = _lucebox_totals(*[_spec_line(50, 45, 2)] * 2)  # 5.6%: near the floor
+    _, kept = SpecGuard.for_launch("ddtree", None, on_gpu=True).judge(near, near_accepted)
+    assert kept is None

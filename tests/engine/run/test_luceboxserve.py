@@ -258,7 +258,7 @@ async def test_an_engine_stopped_before_any_look_saw_its_request_is_a_hang(tmp_p
     monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
     spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
-    bounds = HangBounds(prefill_floor_s=2.0, decode_s=2.0)
+    bounds = HangBounds(prefill_floor_s=3.0, decode_s=3.0)
     run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0, hang_bounds=bounds)
     events: list[ServerEvent] = []
     asking: asyncio.Task[tuple[int, str]] | None = None
@@ -290,7 +290,8 @@ async def test_an_engine_stopped_before_any_look_saw_its_request_is_a_hang(tmp_p
     restarted = [e for e in events if e.kind == "ready"]
     assert len(restarted) == 2 and restarted[1].pid != restarted[0].pid
     # The Lucebox engine answers looks while it works: one prefill floor, not three.
-    assert bounds.prefill_floor_s <= hung_after_s < 3 * bounds.prefill_floor_s
+    # One floor (3 s) and a look; three floors (9 s) would be llama-server's silent bound.
+    assert bounds.prefill_floor_s <= hung_after_s < 8.0
     assert asking is not None
     # Nothing had reached the client: the request went to the engine started again.
     status, text = await asking
