@@ -47,6 +47,21 @@ def lucebox_spec(tmp_path: Path) -> ServerLaunch:
     )
 
 
+def _guarded_run(supervisor: Supervisor) -> tuple[ServerRun, list[Decision]]:
+    """A run of ``supervisor``'s DDTree launch with the guard on, and the decisions it takes."""
+    decisions: list[Decision] = []
+
+    def decided(decision: Decision, current: ServerLaunch) -> ServerLaunch | None:
+        decisions.append(decision)
+        return None
+
+    run = ServerRun(
+        resolve_paths(), supervisor, model="tiny", gpu_index=0,
+        spec_guard=SpecGuard.for_launch("ddtree", None, on_gpu=True), on_spec_decision=decided,
+    )  # fmt: skip
+    return run, decisions
+
+
 async def _serve(run: ServerRun, port: int, requests: Path) -> tuple[list[str], list[Sample]]:
     """Serve until a sample counts the warm-up and one reply; the requests seen at ready."""
     seen_at_ready: list[str] = []
@@ -188,16 +203,7 @@ async def test_the_speculation_guard_keeps_ddtree_while_its_drafts_are_accepted(
         lucebox=replace(FLAGS, ddtree_budget=22),
     )
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
-    decisions: list[Decision] = []
-
-    def decided(decision: Decision, current: ServerLaunch) -> ServerLaunch | None:
-        decisions.append(decision)
-        return None
-
-    run = ServerRun(
-        resolve_paths(), supervisor, model="tiny", gpu_index=0,
-        spec_guard=SpecGuard.for_launch("ddtree", None, on_gpu=True), on_spec_decision=decided,
-    )  # fmt: skip
+    run, decisions = _guarded_run(supervisor)
     replies = 14  # 672 drafted and decoded tokens: past both of the guard's minimums
     last: Sample | None = None
     async with asyncio.timeout(90):
@@ -232,16 +238,7 @@ def test_a_restarted_engine_starts_the_guards_window_again(tmp_path):
     not switch the draft off. The run's guard path, fed the samples of two engine pids."""
     spec = replace(lucebox_spec(tmp_path), draft_path="/m/draft.gguf", spec_type="ddtree")
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
-    decisions: list[Decision] = []
-
-    def decided(decision: Decision, current: ServerLaunch) -> ServerLaunch | None:
-        decisions.append(decision)
-        return None
-
-    run = ServerRun(
-        resolve_paths(), supervisor, model="tiny", gpu_index=0,
-        spec_guard=SpecGuard.for_launch("ddtree", None, on_gpu=True), on_spec_decision=decided,
-    )  # fmt: skip
+    run, decisions = _guarded_run(supervisor)
     run._watch_speculation(_spec_sample(960, 900), [], engine_pid=1001)
     assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 960
     run._watch_speculation(_spec_sample(1300, 300), [], engine_pid=1002)
