@@ -52,13 +52,7 @@ python3 -c "import json; d=json.load(open('$W/plan.json')); print('plan:', d['en
 lucebox serve --model "$T" --draft "$DR" --engine lucebox --ctx 4096 --host 0.0.0.0 \
     --port "$PORT" > "$W/serve.log" 2>&1 &
 SERVE_PID=$!
-state=
-for _ in $(seq 1 180); do
-    state=$(lucebox status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)
-    [ "$state" = ready ] || [ "$state" = failed ] && break
-    kill -0 "$SERVE_PID" 2>/dev/null || break
-    sleep 0.5
-done
+state=$(wait_serve_ready "$SERVE_PID")
 echo "serve state: $state"
 tail -5 "$W/serve.log"
 ss -ltnp 2>/dev/null | grep -E ":($PORT|$ENGINE_PORT) " | sed 's/users:.*//'

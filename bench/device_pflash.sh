@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Device run (issue 40): PFlash off vs --prefill pflash vs --prefill auto through `lucebox serve
 # --engine lucebox` at prompts of about 8K, 32K, 64K and 128K tokens, the client's time to first
-# token beside what `lucebox status --json` showed (bench/pflash_device.py). Assumes the repo
+# token beside what `lucebox status --json` showed (bench/long_prompt_device.py). Assumes the repo
 # root as cwd and LUCEBOX_HOME (bench/device_env.sh) holding the Lucebox engine, built with
 # Block-Sparse-Attention (`lucebox engine status --json` says which build has it: key bsa).
-# Finishes within 420 s; writes $OUT/pflash.json (and $OUT/results/<gpu>-pflash.json for
-# bench/results/) and $OUT/pflash-engine.log; leaves no process behind.
+# SERVE_ARGS: more arguments for plan and serve (--gpu 0). Finishes within 420 s; writes
+# $OUT/pflash.json (and $OUT/results/<gpu>-pflash.json for bench/results/) and
+# $OUT/pflash-engine.log; leaves no process behind.
 set -uo pipefail
 started=$(date +%s)
 source bench/device_env.sh
@@ -38,7 +39,8 @@ echo "models after $(( $(date +%s) - started )) s"
 # The driver stops itself before the deadline; timeout is the backstop.
 deadline=$(( started + 395 ))
 setsid timeout -k 5 $(( deadline + 15 - $(date +%s) )) \
-    python3 bench/pflash_device.py "$M" "$OUT/pflash.json" --deadline "$deadline" &
+    python3 bench/long_prompt_device.py "$M" "$OUT/pflash.json" --deadline "$deadline" \
+    --serve-args "${SERVE_ARGS:-}" &
 driver=$!
 wait $driver
 rc=$?

@@ -7,9 +7,12 @@
 #             first does not stop them; waited for up to WAIT_S; then both engine folders packed
 #             into $OUT as engines.tar.xz.partN (carry them back in .devrun/carry; PACK=0: not).
 #   start     start the builds (and write the generated Lucebox models) and return at once.
+#   start-lucebox  start the Lucebox engine's build only (another LUCEBOX_HOME: a BSA build
+#             beside one without it) and return at once.
 #   wait      wait for the builds a previous call started, then pack as above.
 #   restore   a later lease: unpack the carried engines into LUCEBOX_HOME (no build).
-# LUCEBOX_HOME is .devrun/home (bench/device_env.sh), so every bench/device_*.sh finds them.
+# LUCEBOX_HOME is .devrun/home unless named (bench/device_env.sh), so every bench/device_*.sh finds
+# them.
 set -uo pipefail
 # No network there: the web UI's node wheel must fail at once, not after pip's retries (that
 # stalled llama.cpp's build for minutes at 10%).
@@ -20,19 +23,22 @@ H=$LUCEBOX_HOME
 WAIT_S=${WAIT_S:-560}
 mkdir -p "$H"
 
-start_builds() {
-    # Block-Sparse-Attention's one kernel compiles for ~14 minutes on one core: BSA=0 leaves it
-    # out when the lease has no time for it (PFlash then runs its slow fallback).
-    local bsa=""
-    [ "${BSA:-1}" = 1 ] && bsa="--bsa-tarball $C/block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz"
-    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
-    rm -f "$H"/build-*.rc
+start_llama() {
+    rm -f "$H"/build-llama.rc
     setsid nohup bash -c "
         s=\$(date +%s)
         python3 -m lucebox.app.cli engine source --sdist $ENGINE_SDIST > $H/build-llama.log 2>&1 &&
         python3 -m lucebox.app.cli engine build --json > $H/build-llama.json 2>> $H/build-llama.log
         rc=\$?; echo \$(( \$(date +%s) - s )) > $H/build-llama.seconds; echo \$rc > $H/build-llama.rc
     " > /dev/null 2>&1 < /dev/null &
+}
+
+start_lucebox() {
+    # Block-Sparse-Attention's one kernel compiles for ~14 minutes on one core: BSA=0 leaves it
+    # out when the lease has no time for it (PFlash then runs its slow fallback).
+    local bsa=""
+    [ "${BSA:-1}" = 1 ] && bsa="--bsa-tarball $C/block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz"
+    rm -f "$H"/build-lucebox.rc
     setsid nohup bash -c "
         s=\$(date +%s)
         python3 -m lucebox.app.cli engine source --engine lucebox --version 4cf58a04 \
@@ -41,6 +47,12 @@ start_builds() {
             > $H/build-lucebox.json 2>> $H/build-lucebox.log
         rc=\$?; echo \$(( \$(date +%s) - s )) > $H/build-lucebox.seconds; echo \$rc > $H/build-lucebox.rc
     " > /dev/null 2>&1 < /dev/null &
+}
+
+start_builds() {
+    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
+    start_llama
+    start_lucebox
 }
 
 wait_builds() {
@@ -75,6 +87,9 @@ build)
     wait_builds || echo "builds still running after $WAIT_S s"
     report_and_pack
     ;;
+start-lucebox)
+    start_lucebox
+    ;;
 wait)
     wait_builds || echo "builds still running after $WAIT_S s"
     report_and_pack
@@ -86,7 +101,7 @@ restore)
     python3 -m lucebox.app.cli engine status 2>&1 | tail -8
     ;;
 *)
-    echo "usage: device_session.sh start|build|wait|restore" >&2
+    echo "usage: device_session.sh start|start-lucebox|build|wait|restore" >&2
     exit 2
     ;;
 esac

@@ -22,6 +22,7 @@ LUCEBOX_HOME, serving ``--model`` with its Lucebox ``--draft``), plus ``gpu-oom`
 
     .venv/bin/python -m bench.faults [--stop-s 120] [--work DIR] [--out FILE.json]
     python3 -m bench.faults --engine lucebox --model T.gguf --draft D.gguf [--ctx N] [--only a,b]
+        [--serve-args "--gpu 1"]
 """
 
 from __future__ import annotations
@@ -531,6 +532,11 @@ def main() -> int:
     parser.add_argument("--draft", type=Path, default=None)
     parser.add_argument("--ctx", type=int, default=65536, help="the Lucebox engine's context")
     parser.add_argument("--only", default="", help="comma-separated entries to run")
+    parser.add_argument(
+        "--serve-args",
+        default="",
+        help="more arguments for lucebox serve (--gpu 1: the second card, beside another run)",
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lucebox-faults-"))
     if args.engine == "lucebox":
@@ -544,6 +550,7 @@ def main() -> int:
         SETUP.client_max_tokens = args.ctx // 2
     else:
         paths, model = make_home(work / "home")
+    SETUP.serve_args += args.serve_args.split()
     entries: list[tuple[str, Callable[[], Outcome]]] = [
         ("kill-9", lambda: mid_stream(paths, model, signal.SIGKILL, args.stop_s)),
         ("sigstop", lambda: mid_stream(paths, model, signal.SIGSTOP, args.stop_s)),

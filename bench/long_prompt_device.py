@@ -1,19 +1,26 @@
-"""Device run: PFlash off vs ``--prefill auto`` vs ``--prefill pflash`` through `lucebox serve
---engine lucebox`, at prompts of about 8K, 32K, 64K and 128K tokens.
+"""Device run: long prompts through `lucebox serve --engine lucebox`, one serve per mode of a set.
+
+``--set pflash`` (issue 40): PFlash off vs ``--prefill auto`` vs ``--prefill pflash`` at prompts
+of about 8K, 32K, 64K and 128K tokens. ``--set kv`` (issue 39): the exact cache vs KVFlash at a
+64K prompt on a card whose free memory a filler process holds so that only q4_0 fits exactly
+(found by bisecting ``plan --vram-mib``): the exact q4_0 cache, a KVFlash pool pinned at the
+better KV type (q8_0), and a KVFlash pool at the same KV type (q4_0: a context no exact cache
+gives), each with a 128-token reply so decode is measured too.
 
 The generated qwen35 target of bench/lucebox_models.py; PFlash's drafter (the generated BF16
 stand-in for Qwen3-0.6B) is pulled by lucebox from a local Hub serving it under the real
 file's name (the GPU machine has no network). Per mode one `lucebox serve`; per prompt (fresh
-random words, so no prefix cache helps) one streamed reply of 16 tokens: the client's own wait
-for the first token and the engine's usage, then what `lucebox status --json` showed for that
+random words, so no prefix cache helps) one streamed reply: the client's own wait for the first
+token, its decode rate and the engine's usage, then what `lucebox status --json` showed for that
 reply, side by side. A deadline skips what would not finish in time; every server is stopped.
 
-    python3 bench/pflash_device.py MODELS_DIR OUT.json [--deadline EPOCH_S]
+    python3 bench/long_prompt_device.py MODELS_DIR OUT.json [--set pflash|kv] [--deadline EPOCH_S]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -28,24 +35,53 @@ from typing import Any
 
 import httpx
 
+from bench.faults import FILLER
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.run.runstate import engine_log, read_status
 from tests.hubserver import HubFile, HubState, serve_hub
 
-MODES = ("off", "pflash", "auto")
-SIZES = (8192, 32768, 65536, 131072)
-CTX = 139_264
-"""Room for the 128K prompt, its chat template and the reply."""
-PORT = 18_230
+
+@dataclasses.dataclass(frozen=True)
+class ModeSet:
+    modes: tuple[tuple[str, tuple[str, ...]], ...]
+    """Each mode's name and its arguments to plan and serve."""
+    sizes: tuple[int, ...]
+    ctx: int
+    reply_tokens: int
+    hold_for_q4: bool = False
+    """Hold the card's memory so that only a q4_0 cache gives ``ctx`` exactly."""
+
+
+MODE_SETS = {
+    "pflash": ModeSet(
+        modes=(("off", ()), ("pflash", ("--prefill", "pflash")), ("auto", ("--prefill", "auto"))),
+        sizes=(8192, 32768, 65536, 131072),
+        ctx=139_264,  # room for the 128K prompt, its chat template and the reply
+        reply_tokens=16,
+    ),
+    "kv": ModeSet(
+        modes=(
+            ("exact", ("--kv-mode", "exact")),
+            ("kvflash", ("--kv-mode", "kvflash")),
+            ("kvflash-same-kv", ("--ctx", "147456")),
+        ),
+        sizes=(8192, 65536),
+        ctx=73_728,
+        reply_tokens=128,
+        hold_for_q4=True,
+    ),
+}
 WORDS = ("hello", "world", "the", "model", "test")
 """About one token each for the generated vocabulary (2,842 tokens for 2,800 words)."""
 TOKENS_PER_WORD = 1.015
-REPLY_TOKENS = 16
 START_S = 240.0
 """The longest a server may take to be ready (load, drafter pull, warm-up)."""
-PROMPT_RESERVE_S = {8192: 20.0, 32768: 30.0, 65536: 45.0, 131072: 75.0}
-"""Time a prompt needs left before the deadline to be sent (off at 128K is the slowest)."""
+
+
+def prompt_reserve_s(tokens: int) -> float:
+    """Time a prompt needs left before the deadline to be sent (off at 128K took 31 s)."""
+    return 15.0 + tokens / 2200
 
 
 def lucebox(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -63,11 +99,12 @@ def prompt_text(tokens: int, seed: int) -> str:
     return " ".join(words)
 
 
-def streamed(url: str, text: str) -> dict[str, Any]:
-    """One streamed reply: the client's wait for the first token, the whole wait, usage."""
+def streamed(url: str, text: str, reply_tokens: int) -> dict[str, Any]:
+    """One streamed reply: the client's wait for the first token, the whole wait, its decode
+    rate after the first token, usage."""
     body = {
         "messages": [{"role": "user", "content": text}],
-        "max_tokens": REPLY_TOKENS,
+        "max_tokens": reply_tokens,
         "temperature": 0,
         "stream": True,
     }
@@ -91,9 +128,13 @@ def streamed(url: str, text: str) -> dict[str, Any]:
                 usage = chunk.get("usage") or usage
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}"
+    total_s = time.monotonic() - started_s
+    decoded = int(usage.get("completion_tokens") or 0) - 1
+    decode_s = total_s - first_s if first_s is not None else 0.0
     return {
         "client_ttft_s": round(first_s, 4) if first_s is not None else None,
-        "client_total_s": round(time.monotonic() - started_s, 4),
+        "client_total_s": round(total_s, 4),
+        "client_decode_tokens_per_s": round(decoded / decode_s, 1) if decode_s > 0 else None,
         "usage": usage,
         "error": error,
     }
@@ -177,19 +218,23 @@ def run_mode(
     deadline_s: float,
     seed: int,
     save: Callable[[], None],
+    chosen: ModeSet,
+    mode_args: tuple[str, ...],
     extra: list[str],
+    port: int,
 ) -> None:
     """Serve in ``result["mode"]`` and fill ``result`` as it goes (``save`` after each reply,
     so a run cut off keeps what it measured)."""
     mode = result["mode"]
-    args = ["--model", str(target), "--engine", "lucebox", "--ctx", str(CTX), *extra]
-    if mode != "off":
-        args += ["--prefill", mode]
+    args = ["--model", str(target), "--engine", "lucebox", "--ctx", str(chosen.ctx)]
+    args += [*mode_args, *extra]
     planned = lucebox("plan", *args, "--json")
     result.update(plan_exit=planned.returncode, rows=[])
     try:
         plan = json.loads(planned.stdout)
         result["plan_prefill"] = plan["reasons"].get("prefill")
+        result["plan_ctx"] = plan["reasons"].get("ctx")
+        result["plan_kv"] = [plan.get("cache_type_k"), plan.get("kvflash_pool_tokens")]
         result["argv"] = plan["argv"]
     except (ValueError, KeyError):
         result["plan_error"] = planned.stderr[-500:]
@@ -199,7 +244,7 @@ def run_mode(
     started_s = time.monotonic()
     with tempfile.TemporaryFile() as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "lucebox.app.cli", "serve", *args, "--port", str(PORT)],
+            [sys.executable, "-m", "lucebox.app.cli", "serve", *args, "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -209,13 +254,14 @@ def run_mode(
             result["ready"] = state
             result["ready_s"] = round(time.monotonic() - started_s, 1)
             if state == "ready":
-                for size in SIZES:
-                    if time.time() + PROMPT_RESERVE_S[size] > deadline_s:
+                for size in chosen.sizes:
+                    if time.time() + prompt_reserve_s(size) > deadline_s:
                         result["rows"].append({"prompt_tokens_asked": size, "skipped": "deadline"})
                         continue
                     before, at = finished_total(), log_size()
                     row: dict[str, Any] = {"prompt_tokens_asked": size}
-                    row.update(streamed(f"http://127.0.0.1:{PORT}", prompt_text(size, seed + size)))
+                    text = prompt_text(size, seed + size)
+                    row.update(streamed(f"http://127.0.0.1:{port}", text, chosen.reply_tokens))
                     row["status"] = status_after(before)
                     row["engine_lines"] = engine_lines(at)
                     result["rows"].append(row)
@@ -226,6 +272,54 @@ def run_mode(
             out.seek(0)
             result["serve_tail"] = out.read().decode("utf-8", "replace")[-3000:]
             save()
+
+
+def plan_kv(
+    target: Path, ctx: int, vram_mib: int, extra: list[str]
+) -> tuple[str | None, int | None]:
+    """The KV type and KVFlash pool lucebox plans for ``ctx`` on a card with ``vram_mib`` free."""
+    args = ["--model", str(target), "--engine", "lucebox", "--ctx", str(ctx), *extra]
+    planned = lucebox("plan", *args, "--vram-mib", str(vram_mib), "--json")
+    try:
+        plan = json.loads(planned.stdout)
+    except ValueError:
+        return None, None
+    return plan.get("cache_type_k"), plan.get("kvflash_pool_tokens")
+
+
+def q4_only_free_mib(target: Path, ctx: int, extra: list[str]) -> int:
+    """Free memory (MiB) at which ``ctx`` fits exactly at q4_0 but not at q8_0: the middle of
+    the window between the least that gives exact q4_0 and the least that gives exact q8_0."""
+
+    def least(wanted: str) -> int:
+        low, high = 256, 143_000
+        while high - low > 8:
+            middle = (low + high) // 2
+            kv_type, pool = plan_kv(target, ctx, middle, extra)
+            good = pool is None and kv_type is not None and (wanted == "q4_0" or kv_type == wanted)
+            low, high = (low, middle) if good else (middle, high)
+        return high
+
+    return (least("q4_0") + least("q8_0")) // 2
+
+
+class MemoryHold:
+    """A filler process holding all but ``leave_mib`` of the card's free memory (CUDA's device
+    0: with ``--gpu N`` in the serve arguments, run with CUDA_DEVICE_ORDER=PCI_BUS_ID and
+    CUDA_VISIBLE_DEVICES=N so both name the same card)."""
+
+    def __init__(self, leave_mib: int) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", FILLER, str(leave_mib), "3600"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.said = self.process.stdout.readline().strip()
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
 
 
 def summary_line(row: dict[str, Any]) -> str:
@@ -245,16 +339,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("models", type=Path)
     parser.add_argument("out", type=Path)
+    parser.add_argument("--set", choices=sorted(MODE_SETS), default="pflash")
+    parser.add_argument("--port", type=int, default=18_230)
     parser.add_argument("--deadline", type=float, default=time.time() + 380)
     parser.add_argument(
         "--serve-args", default="", help="more arguments for plan and serve (a trial's --vram-mib)"
     )
     args = parser.parse_args()
+    chosen_set = MODE_SETS[args.set]
     target = args.models / "qwen35-tiny.gguf"
     drafter = args.models / "qwen3-tiny-drafter.gguf"
     repo, file_name = PREFILL_DRAFTER_SOURCE.removeprefix("hf:").rsplit("/", 1)
     state = HubState()
-    state.add(repo, file_name, HubFile(drafter.read_bytes()))
+    if drafter.is_file():
+        state.add(repo, file_name, HubFile(drafter.read_bytes()))
     try:
         smi = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader"],
@@ -265,7 +363,12 @@ def main() -> None:
     except OSError as exc:
         smi = f"no nvidia-smi: {exc}"
     engines = lucebox("engine", "status", "--json")
-    document: dict[str, Any] = {"gpu": smi, "ctx": CTX, "reply_tokens": REPLY_TOKENS}
+    document: dict[str, Any] = {
+        "set": args.set,
+        "gpu": smi,
+        "ctx": chosen_set.ctx,
+        "reply_tokens": chosen_set.reply_tokens,
+    }
     try:
         document["engines"] = [
             {k: e.get(k) for k in ("id", "kind", "bsa", "in_use", "installed_at", "built_from")}
@@ -283,16 +386,36 @@ def main() -> None:
     def save() -> None:
         args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
 
-    with serve_hub(state) as hub, tempfile.TemporaryDirectory() as hf_home:
-        os.environ["HF_ENDPOINT"], os.environ["HF_HOME"] = hub.base_url, hf_home
-        for index, mode in enumerate(MODES):
-            document["modes"].append({"mode": mode})
-            try:
-                run_mode(document["modes"][-1], target, args.deadline, 1000 * index, save, extra)
-            except Exception as exc:  # the other modes still run; the error is in the results
-                document["modes"][-1]["error"] = f"{type(exc).__name__}: {exc}"
+    hold: MemoryHold | None = None
+    if chosen_set.hold_for_q4:
+        leave_mib = q4_only_free_mib(target, chosen_set.ctx, extra)
+        hold = MemoryHold(leave_mib)
+        document["hold"] = {"leave_free_mib": leave_mib, "filler": hold.said}
+        print("hold:", document["hold"], flush=True)
+    try:
+        with serve_hub(state) as hub, tempfile.TemporaryDirectory() as hf_home:
+            os.environ["HF_ENDPOINT"], os.environ["HF_HOME"] = hub.base_url, hf_home
+            for index, (mode, mode_args) in enumerate(chosen_set.modes):
+                document["modes"].append({"mode": mode, "mode_args": list(mode_args)})
+                try:
+                    run_mode(
+                        document["modes"][-1],
+                        target,
+                        args.deadline,
+                        1000 * index,
+                        save,
+                        chosen_set,
+                        mode_args,
+                        extra,
+                        args.port,
+                    )
+                except Exception as exc:  # the other modes still run; the error is in the results
+                    document["modes"][-1]["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        if hold is not None:
+            hold.close()
     save()
-    print_table(document)
+    print_table(document, chosen_set)
 
 
 def lucebox_build(engines: list[dict[str, Any]]) -> str | None:
@@ -309,22 +432,24 @@ def lucebox_build(engines: list[dict[str, Any]]) -> str | None:
     return str(max(with_bsa, key=newest)["id"]) if with_bsa else None
 
 
-def print_table(document: dict[str, Any]) -> None:
-    """Client TTFT and status TTFT per prompt size, one column pair per mode."""
+def print_table(document: dict[str, Any], chosen_set: ModeSet) -> None:
+    """Client TTFT / status TTFT / client decode per prompt size, one column per mode."""
     bsa = [(e["id"], e["bsa"]) for e in document.get("engines", [])]
     print(f"\n{document['gpu']}; BSA per engine: {bsa}; served with {document['engine_id']}")
     by_mode = {
         m["mode"]: {r["prompt_tokens_asked"]: r for r in m.get("rows", [])}
         for m in document["modes"]
     }
-    print(f"{'prompt':>8} " + " ".join(f"{m + ' client/status':>24}" for m in MODES))
-    for size in SIZES:
+    names = [mode for mode, _ in chosen_set.modes]
+    print(f"{'prompt':>8} " + " ".join(f"{m + ' TTFT client/status, decode':>36}" for m in names))
+    for size in chosen_set.sizes:
         cells = []
-        for mode in MODES:
+        for mode in names:
             row = by_mode.get(mode, {}).get(size) or {}
             shown = (row.get("status") or {}).get("last_ttft_s")
-            cells.append(f"{row.get('client_ttft_s')!s:>11} / {shown!s:<10}")
-        print(f"{size:>8} " + " ".join(f"{c:>24}" for c in cells))
+            decode = row.get("client_decode_tokens_per_s")
+            cells.append(f"{row.get('client_ttft_s')!s:>9} / {shown!s:<9} {decode!s:>8} tok/s")
+        print(f"{size:>8} " + " ".join(f"{c:>36}" for c in cells))
 
 
 if __name__ == "__main__":
