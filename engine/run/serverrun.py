@@ -30,6 +30,7 @@ from lucebox.engine.run.apishape import Shapes
 from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.enginecalibrator import EngineCalibrator
+from lucebox.engine.run.enginelog import EngineLog
 from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.front import Front, FrontSpec, start_front
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
@@ -43,7 +44,7 @@ from lucebox.engine.run.hang import (
     observe,
 )
 from lucebox.engine.run.lastserved import served_now, write_last_served
-from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
+from lucebox.engine.run.metrics import Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import CacheStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
