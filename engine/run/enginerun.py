@@ -14,8 +14,9 @@ import httpx
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.run import luceboxrun
+from lucebox.engine.run.enginelog import EngineLog
 from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler
-from lucebox.engine.run.metrics import EngineLog, Sampler
+from lucebox.engine.run.metrics import Sampler
 
 
 class EngineRun(Protocol):

@@ -18,8 +18,9 @@ from typing import Any
 
 import httpx
 
+from lucebox.engine.run.enginelog import EngineLog, FinishedRequest
 from lucebox.engine.run.hang import Look
-from lucebox.engine.run.metrics import EngineLog, FinishedRequest, Sampler
+from lucebox.engine.run.metrics import Sampler
 from lucebox.engine.run.sample import Sample, SpecStatus
 
 WARM_UP_TIMEOUT_S = 300.0

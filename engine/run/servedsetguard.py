@@ -1,4 +1,4 @@
-"""The speculation guard of a served set's models (the single server's is in serverrun).
+"""The speculation guard of a served set's models (the single server's is in specwatch).
 
 Each model whose plan speculates (and whose mode lucebox chose) has its own
 :class:`SpecGuard`, fed from its own process's ``/metrics`` counters, which start from zero in

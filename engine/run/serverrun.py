@@ -1,6 +1,6 @@
 """The running server, with the one way to stop or restart it: supervises the engine, samples
-it once ready, saves and restores its slot, applies the speculation guard's decisions and keeps
-the state file (:mod:`runstate`) current."""
+it once ready, saves and restores its slot, applies the speculation guard's decisions
+(:mod:`specwatch`) and keeps the state file (:mod:`runstate`) current."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.measurements import PrefillRecorder
-from lucebox.engine.plan.specguard import Decision, RateSums, SpecGuard
+from lucebox.engine.plan.specguard import Decision, SpecGuard
 from lucebox.engine.plan.workload import ServedRequest
+from lucebox.engine.run import specwatch
 from lucebox.engine.run.apishape import Shapes
 from lucebox.engine.run.calibrator import Calibrator, running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.enginecalibrator import EngineCalibrator
+from lucebox.engine.run.enginelog import EngineLog
 from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.front import Front, FrontSpec, start_front
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
@@ -42,7 +44,7 @@ from lucebox.engine.run.hang import (
     observe,
 )
 from lucebox.engine.run.lastserved import served_now, write_last_served
-from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
+from lucebox.engine.run.metrics import Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import CacheStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
@@ -120,10 +122,9 @@ class ServerRun:
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
     ) -> None:
 
-        self.spec_guard = spec_guard
-        """Watches the acceptance; None when nothing speculates (or it was switched off)."""
-        self.spec_asked = spec_asked
-        """The user chose the mode (--spec or model.spec): a guard decision only warns."""
+        self.spec_watch = specwatch.SpecWatch(spec_guard, spec_asked)
+        """The speculation guard (``spec_guard``, None when nothing speculates) and what it
+        decided; ``spec_asked``: the user chose the mode, a decision only warns."""
         self.on_spec_decision = on_spec_decision
         self.api_key = api_key
         """The key the engine was started with (read once from its key file), for the run's
@@ -135,11 +136,6 @@ class ServerRun:
         self.thinking_default = thinking_default
         """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
         the front asks both engines the same way."""
-        self._pending: Decision | None = None
-        self._spec_off: SpecStatus | None = None
-        """Speculation as planned, switched off by the guard: shown instead of the sampler's."""
-        self._guard_pid: int | None = None
-        """The engine process whose counters the guard's window was last fed."""
         self.paths = paths
         self.supervisor = supervisor
         self.gpu_index = gpu_index
@@ -197,7 +193,7 @@ class ServerRun:
     def serve_measured(self, server: ServerLaunch, reason: str, guard: SpecGuard | None) -> None:
         """Serve what the calibration chose, watched by ``guard``; one restart when it differs
         from what runs now."""
-        self.spec_guard, self._pending, self._spec_off = guard, None, None
+        self.spec_watch = self.spec_watch.serving(guard)
         self.spec_reason = reason
         if server_argv(server) != server_argv(self.supervisor.launch):
             self.restart(server)
@@ -205,17 +201,10 @@ class ServerRun:
             self._sampler.spec_reason = reason
 
     def _spec_view(self, sampled: SpecStatus | None) -> SpecStatus | None:
-        spec = self._spec_off or self._guarded(sampled)
+        spec = self.spec_watch.view(sampled)
         if self.calibrator is None:
             return spec
         return self.calibrator.spec_view(running_label(self.supervisor.launch), spec)
-
-    def _guarded(self, spec: SpecStatus | None) -> SpecStatus | None:
-        """The sampler's view of speculation, with the guard's warning when it only warns."""
-        pending = self._pending
-        if spec is None or pending is None or not self.spec_asked:
-            return spec
-        return replace(spec, reason=f"{pending.observed}; kept, as --spec asked: it costs speed")
 
     def _watch_speculation(
         self, sample: Sample, requests: Sequence[ServedRequest], engine_pid: int
@@ -230,35 +219,20 @@ class ServerRun:
             self.engine_calibrator.observe(requests)
         if self.calibrator is not None and self.supervisor.launch.kind == "llama-server":
             self.calibrator.observe(requests)  # its trials are llama-server's
-        guard = self.spec_guard
-        if guard is None:
-            return
-        if engine_pid != self._guard_pid:
-            # A new engine counts from zero: a burst before its first sample could pass the
-            # old window's start and read as a negative acceptance.
-            guard = replace(guard, drafted_at_start=0, accepted_at_start=0, window=RateSums())
-            self._guard_pid = engine_pid
-        if self._pending is None and sample.draft_tokens_total is not None:
-            guard, self._pending = guard.judge(
-                sample.draft_tokens_total, sample.accepted_tokens_total or 0
-            )
-        if self._pending is None:
-            guard, self._pending = guard.judge_rate(requests, sample.draft_tokens_total or 0)
-        self.spec_guard = guard
-        decision = self._pending
-        if decision is None or self.spec_asked or self.on_spec_decision is None:
-            return
-        if sample.slots_busy != 0:
-            return  # the engine has no per-request switch: wait for an idle moment
         current = self.supervisor.launch
-        self._pending = None
-        if decision.action == "off":
-            self.spec_guard = None
-            self._spec_off = SpecStatus(
-                current.spec_type or "", False, decision.reason, decision.acceptance, None
-            )
+        decide = self.on_spec_decision
+        self.spec_watch, decision = specwatch.step(
+            self.spec_watch,
+            sample,
+            requests,
+            engine_pid,
+            applies=decide is not None,
+            spec_type=current.spec_type,
+        )
+        if decision is None or decide is None:
+            return
         self.spec_reason = decision.reason
-        changed = self.on_spec_decision(decision, current)
+        changed = decide(decision, current)
         if changed is not None:
             self.restart(changed)
 

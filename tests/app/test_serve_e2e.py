@@ -12,23 +12,25 @@ import time
 import httpx
 import pytest
 
-from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan.measurements import STORE_NAME
 from tests.conftest import alive, run_lucebox
 from tests.ports import free_port
-from tests.realmodels import engine_home, smoke_serve_argv
+from tests.realmodels import smoke_serve_argv
+from tests.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def home(built_engine_home, tmp_path_factory) -> dict[str, str]:
+    """A home of its own, pulled once for the module: the tests assert the plan's own choice,
+    which a verdict stored in a shared home by another run would change."""
+    return {"LUCEBOX_HOME": str(private_engine_home(tmp_path_factory.mktemp("smoke-home")))}
+
+
 @pytest.fixture
-def served(built_engine_home):
+def served(home):
     port = free_port()
-    env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
-    # The shared engine home keeps verdicts between runs (a guard's switch-off of the smoke
-    # model's n-grams, written by an earlier run): this test asserts the plan's own choice.
-    paths = resolve_paths({"LUCEBOX_HOME": str(engine_home())})
-    (paths.data_dir / STORE_NAME).unlink(missing_ok=True)
+    env = {**os.environ, **home}
     proc = subprocess.Popen(
         smoke_serve_argv(port),
         env=env,
@@ -38,9 +40,9 @@ def served(built_engine_home):
     )
     mine = f"http://127.0.0.1:{port}"
     status = wait_for(
-        lambda s: s["state"] == "ready" and s["url"] == mine, timeout_s=300, proc=proc
+        home, lambda s: s["state"] == "ready" and s["url"] == mine, timeout_s=300, proc=proc
     )
-    yield proc, port, status
+    yield proc, port, status, home
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -48,15 +50,15 @@ def served(built_engine_home):
     proc.stdout.close()
 
 
-def status() -> dict:
-    result = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(engine_home())})
+def status(home: dict[str, str]) -> dict:
+    result = run_lucebox("status", "--json", env=home)
     return json.loads(result.stdout)
 
 
-def wait_for(predicate, timeout_s: float, proc=None) -> dict:
+def wait_for(home: dict[str, str], predicate, timeout_s: float, proc=None) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        current = status()
+        current = status(home)
         if predicate(current):
             return current
         if proc is not None and proc.poll() is not None:
@@ -66,7 +68,7 @@ def wait_for(predicate, timeout_s: float, proc=None) -> dict:
 
 
 def test_chat_stream_status_restart_and_clean_stop(served):
-    proc, port, ready = served
+    proc, port, ready, home = served
     url = f"http://127.0.0.1:{port}"
     messages = [{"role": "user", "content": "Say hello."}]
     reply = httpx.post(
@@ -85,7 +87,7 @@ def test_chat_stream_status_restart_and_clean_stop(served):
                 chunks.append(json.loads(line[6:]))
     assert any(c["choices"] and c["choices"][0]["delta"].get("content") for c in chunks)
     sampled = wait_for(
-        lambda s: (s["sample"] or {}).get("requests_finished_total", 0) >= 2, timeout_s=10
+        home, lambda s: (s["sample"] or {}).get("requests_finished_total", 0) >= 2, timeout_s=10
     )
     assert sampled["sample"]["decode_tokens_per_s"] > 0
     # Both replies counted once, from the engine's own timing lines; on a CPU the planner
@@ -98,7 +100,7 @@ def test_chat_stream_status_restart_and_clean_stop(served):
     first_engine = ready["engine_pid"]
     os.kill(first_engine, signal.SIGKILL)
     back = wait_for(
-        lambda s: s["state"] == "ready" and s["engine_pid"] != first_engine, timeout_s=120
+        home, lambda s: s["state"] == "ready" and s["engine_pid"] != first_engine, timeout_s=120
     )
     assert back["restarts"] >= 1
     again = httpx.post(
@@ -112,17 +114,17 @@ def test_chat_stream_status_restart_and_clean_stop(served):
         "smoke",
         "--port",
         str(free_port()),
-        env={"LUCEBOX_HOME": str(engine_home())},
+        env=home,
     )
     assert second.returncode == 1 and "already serves" in second.stderr
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     assert not alive(back["engine_pid"])
-    assert status()["state"] == "stopped"
+    assert status(home)["state"] == "stopped"
 
 
-def test_port_in_use_is_named(built_engine_home):
+def test_port_in_use_is_named(home):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -133,9 +135,9 @@ def test_port_in_use_is_named(built_engine_home):
             "smoke",
             "--port",
             str(port),
-            env={"LUCEBOX_HOME": str(engine_home())},
+            env=home,
             timeout_s=300,
         )
     assert result.returncode == 1
     assert f"port {port} is held by" in result.stdout
-    assert status()["state"] == "stopped"
+    assert status(home)["state"] == "stopped"

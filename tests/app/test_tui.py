@@ -57,7 +57,7 @@ from tests.engine.fake_nvml import FakeGpu, FakeNvml
 from tests.ggufgen import write_llama
 from tests.hubserver import HubFile, serve_hub
 from tests.ports import free_port
-from tests.realmodels import engine_home
+from tests.smolserver import private_engine_home
 
 
 @pytest.fixture
@@ -366,10 +366,14 @@ def test_step_event_progress_messages_merge():
 
 
 @pytest.mark.slow
-async def test_up_reaches_the_dashboard_and_a_chat_reply_streams(built_engine_home):
-    """The real pipeline: CPU engine, the Gemma 3 270M smoke preset, a streamed chat reply."""
+async def test_up_reaches_the_dashboard_and_a_chat_reply_streams(built_engine_home, tmp_path):
+    """The real pipeline: CPU engine, the Gemma 3 270M smoke preset, a streamed chat reply.
+
+    In a home of its own: the reply is long enough for the speculation guard to judge the
+    n-grams, and its switch-off is stored in the home that served."""
+    home = private_engine_home(tmp_path / "home")
     app = LuceboxApp(
-        Backend(resolve_paths({"LUCEBOX_HOME": str(engine_home())})),
+        Backend(resolve_paths({"LUCEBOX_HOME": str(home)})),
         ServeOptions(preset="smoke", port=free_port(), ctx=4096),
     )
     async with app.run_test(size=(120, 40)) as pilot:

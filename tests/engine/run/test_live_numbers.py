@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lucebox.engine.run.enginelog import EngineLog
 from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler, parse_decode, parse_reply
-from lucebox.engine.run.metrics import EngineLog
 from tests.engine.enginelog import engine_lines
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"

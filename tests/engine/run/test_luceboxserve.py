@@ -240,11 +240,11 @@ def test_a_restarted_engine_starts_the_guards_window_again(tmp_path):
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
     run, decisions = _guarded_run(supervisor)
     run._watch_speculation(_spec_sample(960, 900), [], engine_pid=1001)
-    assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 960
+    assert (guard := run.spec_watch.guard) is not None and guard.drafted_at_start == 960
     run._watch_speculation(_spec_sample(1300, 300), [], engine_pid=1002)
     supervisor.log.close()
     assert decisions == []
-    assert run.spec_guard is not None and run.spec_guard.drafted_at_start == 1300
+    assert (guard := run.spec_watch.guard) is not None and guard.drafted_at_start == 1300
 
 
 async def test_an_engine_stopped_before_any_look_saw_its_request_is_a_hang(tmp_path, monkeypatch):
