@@ -341,6 +341,40 @@ def test_bad_preset_names_file_key_and_problem(text, fragment):
     assert "presets/bad.toml" in str(caught.value)
 
 
+_GEMMA3 = Path("presets/gemma3-12b-12gb.toml")
+_PROJECTOR = (
+    '\n[projector]\nsource = "hf:google/gemma-3-12b-it-qat-q4_0-gguf/mmproj-model-f16-12B.gguf"\n'
+    "size_bytes = 854200224\nsize_is_estimate = true\n"
+)
+
+
+def test_a_preset_projector_table_is_parsed():
+    text = _GEMMA3.read_text().split("\n[projector]")[0] + _PROJECTOR
+    projector = parse_preset(text, "presets/p.toml").projector
+    assert projector is not None
+    assert projector.source.endswith("/mmproj-model-f16-12B.gguf")
+    assert (projector.size_bytes, projector.size_is_estimate) == (854200224, True)
+    text_only = parse_preset(Path("presets/qwen3-4b-8gb.toml").read_text(), "presets/p.toml")
+    assert text_only.projector is None
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (("size_bytes = 854200224\n", ""), r"\[projector\]: missing key 'size_bytes'"),
+        (("size_is_estimate", "size_guess"), r"\[projector\]: unknown key\(s\) size_guess"),
+        (("size_bytes = 854200224", 'size_bytes = "1"'), "'size_bytes' should be int"),
+        (("hf:google/", "pypi:google/"), r"\[projector\]"),
+        (('/mmproj-model-f16-12B.gguf"', '"'), r"\[projector\]"),
+    ],
+)
+def test_a_bad_projector_table_names_the_file_table_and_key(change, fragment):
+    text = _GEMMA3.read_text().split("\n[projector]")[0] + _PROJECTOR.replace(*change)
+    with pytest.raises(PresetError, match=fragment) as caught:
+        parse_preset(text, "presets/bad.toml")
+    assert "presets/bad.toml [projector]" in str(caught.value)
+
+
 def test_shipped_presets_are_valid_and_cover_every_tier():
     presets = load_presets(resolve_paths())
     tiers = {p.vram_tier_gib for p in presets}
