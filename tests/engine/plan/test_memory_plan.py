@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -348,14 +349,23 @@ _PROJECTOR = (
 )
 
 
+def _without_projector() -> str:
+    return re.sub(r"\[projector\]\n(?:\w.*\n)*", "", _GEMMA3.read_text())
+
+
 def test_a_preset_projector_table_is_parsed():
-    text = _GEMMA3.read_text().split("\n[projector]")[0] + _PROJECTOR
+    text = _without_projector() + _PROJECTOR
     projector = parse_preset(text, "presets/p.toml").projector
     assert projector is not None
     assert projector.source.endswith("/mmproj-model-f16-12B.gguf")
     assert (projector.size_bytes, projector.size_is_estimate) == (854200224, True)
-    text_only = parse_preset(Path("presets/qwen3-4b-8gb.toml").read_text(), "presets/p.toml")
-    assert text_only.projector is None
+    shipped = {p.id: p.projector for p in load_presets(resolve_paths())}
+    assert shipped["qwen3-4b"] is None  # text only
+    assert shipped["gemma3-12b"] is not None and shipped["gemma3-12b"].size_is_estimate
+    for preset in load_presets(resolve_paths()):
+        if preset.projector is not None:  # the projector sits in the target's repo
+            repo = preset.target.source.rsplit("/", 1)[0]
+            assert preset.projector.source.startswith(repo + "/mmproj"), preset.id
 
 
 @pytest.mark.parametrize(
@@ -369,7 +379,7 @@ def test_a_preset_projector_table_is_parsed():
     ],
 )
 def test_a_bad_projector_table_names_the_file_table_and_key(change, fragment):
-    text = _GEMMA3.read_text().split("\n[projector]")[0] + _PROJECTOR.replace(*change)
+    text = _without_projector() + _PROJECTOR.replace(*change)
     with pytest.raises(PresetError, match=fragment) as caught:
         parse_preset(text, "presets/bad.toml")
     assert "presets/bad.toml [projector]" in str(caught.value)
