@@ -32,6 +32,7 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard
+from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.plan import planner, presetchoice, repoplan
@@ -131,21 +132,41 @@ def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event |
 
 def pull_projector(
     paths: Paths,
-    by_name: repoplan.RepoChoice | None,
+    source_of: Callable[[str], str | None],
     launch: LaunchPlan,
     emit: Emit,
     cancel: threading.Event | None,
 ) -> ProjectorInfo | None:
-    """The projector the plan serves from the model's repo, pulled and hash-checked like the
-    weights (or found in place in the HF cache, LM Studio or Ollama), where it now lies; None
-    when the plan serves none of the repo's."""
+    """The projector the plan serves, pulled and hash-checked like the weights (or found in
+    place in the HF cache, LM Studio or Ollama), where it now lies; None when the plan serves
+    none that ``source_of`` (planned path -> source: the model's repo or its preset) names."""
     vision = launch.vision
-    if by_name is None or not vision.served or vision.projector is None:
+    if not vision.served or vision.projector is None:
         return None
-    source = by_name.projector_source(str(vision.projector.path))
+    source = source_of(str(vision.projector.path))
     if source is None:
         return None
     return replace(vision.projector, path=pull_source(paths, source, emit, cancel))
+
+
+def projector_candidates(
+    paths: Paths,
+    preset: Preset | None,
+    by_name: repoplan.RepoChoice | None,
+    resolved: Resolved,
+) -> tuple[tuple[ProjectorInfo, ...], Callable[[str], str | None], str]:
+    """The projectors the plan weighs (the model's repo's, or the one its preset names), the
+    source each is pulled from, and why the preset's was not weighed ("" when it was)."""
+    if by_name is not None:
+        return by_name.projector_infos, by_name.projector_source, ""
+    projector = preset.projector if preset else None
+    if projector is None or resolved.vision == "off" or resolved.mmproj:
+        return (), lambda _: None, ""
+    found, why = repoplan.preset_projector(paths, projector.source)
+    if found is None:
+        note = f"vision not planned: {why}; `lucebox serve` pulls the projector once online"
+        return (), lambda _: None, note
+    return (found,), {str(found.path): projector.source}.get, ""
 
 
 def ensure_engine(
@@ -259,9 +280,12 @@ def prepare(
         if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
             pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
 
+    candidates, source_of, unplanned = projector_candidates(paths, preset, by_name, view.resolved)
+    if unplanned:
+        emit(StepEvent("models", "note", unplanned))
+
     def plan_with(
-        installed: EngineManifest | None,
-        projectors: tuple[ProjectorInfo, ...] = by_name.projector_infos if by_name else (),
+        installed: EngineManifest | None, projectors: tuple[ProjectorInfo, ...] = candidates
     ) -> LaunchPlan:
         return planner.plan_launch(
             paths,
@@ -282,7 +306,7 @@ def prepare(
         if _ensure_engine(paths, view.probe, settings.engine_id, emit, kind)[1]:
             installed = LLAMA_SERVER.select(paths, view.probe, settings.engine_id).engine
             launch = plan_with(installed)
-        pulled = pull_projector(paths, by_name, launch, emit, cancel)
+        pulled = pull_projector(paths, source_of, launch, emit, cancel)
         if pulled is not None:
             launch = plan_with(installed, (pulled,))
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
@@ -292,6 +316,8 @@ def prepare(
         launch = replace(
             launch, source_choice=repoplan.with_vision(by_name.document, launch.vision)
         )
+    if unplanned and not launch.vision.served:
+        launch = replace(launch, vision=replace(launch.vision, reason=unplanned))
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:
