@@ -12,8 +12,6 @@ import pytest
 
 from lucebox.engine import pipeline
 from lucebox.engine.core.paths import Paths, resolve_paths
-from lucebox.engine.models.presets import find_preset
-from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.options import ServeOptions, VisionMode
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
@@ -89,18 +87,15 @@ def _mmproj_bytes_served(hub: HubState) -> int:
     return hub.bytes_served.get((REPO, MMPROJ), 0)
 
 
-def _pull(
-    paths: Paths, prepared: pipeline.Prepared, vision: VisionMode = "auto"
-) -> ProjectorInfo | None:
-    """What the pipeline pulls after the plan (the engine build is left out)."""
-    options = ServeOptions(preset="tiny-vision", vision=vision)
-    resolved = pipeline.machine_view(paths, options).resolved
-    preset = find_preset(paths, "tiny-vision")
-    _, source_of, _ = pipeline.projector_candidates(paths, preset, None, resolved)
-    return pipeline.pull_projector(paths, source_of, prepared.launch, lambda _: None, None)
+def _serve(paths: Paths, monkeypatch, vision: VisionMode = "auto") -> pipeline.Prepared:
+    """What `serve` prepares: the pulls and the plan made again with them (the engine build,
+    slow and beside the point here, is left out)."""
+    monkeypatch.setattr(pipeline, "_ensure_engine", lambda *_: (None, False))
+    options = ServeOptions(preset="tiny-vision", vram_mib=(2000,), vision=vision)
+    return pipeline.prepare(paths, options, lambda _: None)
 
 
-def test_the_preset_projector_is_planned_from_its_header_and_pulled(hub, tmp_path):
+def test_the_preset_projector_is_planned_from_its_header_and_pulled(hub, tmp_path, monkeypatch):
     paths = _home(tmp_path, hub)
     prepared = _plan(paths)
     vision = prepared.launch.vision
@@ -109,8 +104,11 @@ def test_the_preset_projector_is_planned_from_its_header_and_pulled(hub, tmp_pat
     assert Path(vision.path).name == MMPROJ and not Path(vision.path).exists()
     # Its header was read from the Hub; the file is pulled only once the plan serves it.
     assert _mmproj_bytes_served(hub) > 0 and list_models(paths) == []
-    pulled = _pull(paths, prepared)
-    assert pulled is not None and pulled.path.is_file() and pulled.path.name == MMPROJ
+    served = _serve(paths, monkeypatch, vision="on").launch
+    assert served.vision.served and served.vision.path is not None
+    pulled = Path(served.vision.path)
+    assert pulled.is_file() and pulled.name == MMPROJ
+    assert served.argv[served.argv.index("--mmproj") + 1] == str(pulled)
     records = {r.main_path.name: r for r in list_models(paths)}
     assert records[MMPROJ].source.startswith(f"hf:{REPO}/{MMPROJ}")
     assert records[MMPROJ].files[0].sha256 == hub.files[(REPO, MMPROJ)].sha256
@@ -122,16 +120,16 @@ def test_the_preset_projector_is_planned_from_its_header_and_pulled(hub, tmp_pat
         again = _plan(paths).launch.vision
     finally:
         offline.undo()
-    assert again.served and again.path == str(pulled.path)
+    assert again.served and again.path == str(pulled)
     assert _mmproj_bytes_served(hub) == served_before
 
 
-def test_vision_off_reads_and_pulls_no_projector(hub, tmp_path):
+def test_vision_off_reads_and_pulls_no_projector(hub, tmp_path, monkeypatch):
     paths = _home(tmp_path, hub)
-    prepared = _plan(paths, vision="off")
-    assert not prepared.launch.vision.served and "--mmproj" not in prepared.launch.argv
-    assert _pull(paths, prepared, vision="off") is None
-    assert _mmproj_bytes_served(hub) == 0 and list_models(paths) == []
+    launch = _serve(paths, monkeypatch, vision="off").launch
+    assert not launch.vision.served and "--mmproj" not in launch.argv
+    assert _mmproj_bytes_served(hub) == 0
+    assert [r.main_path.name for r in list_models(paths)] == [WEIGHTS]
 
 
 def test_without_the_hub_the_plan_says_vision_was_not_planned(hub, tmp_path, monkeypatch):
