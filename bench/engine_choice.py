@@ -66,6 +66,10 @@ def private_home() -> None:
     the binaries), with the calibration off: each engine serves as planned."""
     source = resolve_paths().engines_dir
     target = resolve_paths({"LUCEBOX_HOME": str(HOME)}).engines_dir
+    kinds_built = {m.parent.name.split("-")[0] for m in source.glob("*/manifest.json")}
+    if not {"llama.cpp", "lucebox"} <= kinds_built:
+        # `serve` would build the missing one in this home, past any call's time.
+        raise SystemExit(f"both engines must be built in {source} first; found: {kinds_built}")
     for manifest in source.glob("*/manifest.json"):
         (target / manifest.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(manifest, target / manifest.parent.name / manifest.name)

@@ -202,8 +202,9 @@ def main(out_dir: Path) -> int:
     if old is None:
         tarball = os.environ["LUCEBOX_TARBALL_62880E20"]
         script = (
-            f"{' '.join(lucebox_argv())} engine source --engine lucebox --tarball {tarball} "
-            f"&& {' '.join(lucebox_argv())} engine build --engine lucebox --json"
+            f"{' '.join(lucebox_argv())} engine source --engine lucebox --version {OLD_VERSION} "
+            f"--tarball {tarball} && {' '.join(lucebox_argv())} engine build --engine lucebox "
+            f"--version {OLD_VERSION} --json"
         )
         builder = started(
             subprocess.Popen(

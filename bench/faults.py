@@ -94,6 +94,8 @@ class Client(threading.Thread):
         self.max_tokens = max_tokens
         self.prompt = prompt or "Count from one to ten thousand."
         self.lines = 0
+        self.last_line = ""
+        """The last non-empty line (an error event or the end, for the table)."""
         self.decoding = threading.Event()
         self.saw = "nothing yet"
 
@@ -102,16 +104,22 @@ class Client(threading.Thread):
             "messages": [{"role": "user", "content": self.prompt}],
             "max_tokens": self.max_tokens,
             "stream": True,
+            # The fault must land mid-reply: a small model may end a count early.
+            "ignore_eos": True,
         }
         url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
         started = time.monotonic()
         try:
             with httpx.stream("POST", url, json=body, timeout=None) as reply:
-                for _ in reply.iter_lines():
+                for line in reply.iter_lines():
                     self.lines += 1
+                    self.last_line = line.strip() or self.last_line
                     if self.lines == TOKENS_BEFORE_FAULT:
                         self.decoding.set()
-            self.saw = f"the stream ended normally after {self.lines} lines"
+            self.saw = (
+                f"HTTP {reply.status_code}, the stream ended after {self.lines} lines, the last "
+                f"{self.last_line[:160]!r}"
+            )
         except httpx.HTTPError as exc:
             took = time.monotonic() - started
             self.saw = f"{type(exc).__name__} after {self.lines} lines, {took:.0f} s after it asked"
@@ -478,11 +486,18 @@ def gpu_oom(paths: Paths, model: Path, prompt_words: int, leave_mib: int) -> Out
         back_s = time.monotonic() - hit if again is not None else None
         client.join(60)
         code, words = cause_of(again or serve.status())
-        note = (
-            f"the filler {held}; re-planned ctx {again.get('ctx')} (was {ready.get('ctx')})"
-            if again
-            else f"the filler {held}; not serving again within 150 s: {serve.said()}"
+        now = serve.status()
+        survived = (
+            now.get("state") == "ready"
+            and now.get("engine_pid") == ready.get("engine_pid")
+            and now.get("restarts", 0) == 0
         )
+        if again:
+            note = f"the filler {held}; re-planned ctx {again.get('ctx')} (was {ready.get('ctx')})"
+        elif survived:
+            note = f"the filler {held}; the engine survived it (same process, serving)"
+        else:
+            note = f"the filler {held}; not serving again within 150 s: {serve.said()}"
         return Outcome("gpu-oom", client.saw, code, words, back_s, note)
     finally:
         if filler is not None:

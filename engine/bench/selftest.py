@@ -43,6 +43,10 @@ MEMORY_SLACK = 1.05
 """The candidate's engine may use this much more than the plan sizes before it is refused."""
 PROBE_TOKENS = 64
 """Each calibration probe's reply is capped here for both builds (they stay comparable)."""
+SELF_TEST_MIN_CTX = 8192
+"""The least context both builds are served with: the long probe is about 2,500 tokens with
+real tokenizers and 5,043 with the tests' generated one; a user's smaller context would fail
+it with the engine's 400 (seen on the H200 at 4,096)."""
 CALL_TIMEOUT_S = 300.0
 
 
@@ -314,6 +318,9 @@ def run_self_test(
     on_note: Callable[[str], None] = lambda note: None,
 ) -> SelfTest:
     """Serve ``current_id`` then ``candidate_id`` and probe both as the module says."""
+    if options.ctx is not None and options.ctx < SELF_TEST_MIN_CTX:
+        on_note(f"self-testing at a {SELF_TEST_MIN_CTX}-token context (its long probe's need)")
+        options = dataclasses.replace(options, ctx=SELF_TEST_MIN_CTX)
 
     def config(engine_id: str) -> ServeConfig:
         # No prompt reuse: a second round must read its prompts again to measure prefill.

@@ -7,13 +7,16 @@ and live in :mod:`enginechoice` (which engine) and :mod:`luceboxplan` (memory an
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.bsa import SLOW_FALLBACK
+from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, KindName
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
@@ -107,13 +110,38 @@ def _view(installed: EngineManifest | None) -> EngineView:
         spec_types=("dflash", "ddtree"),
         kv_cache_types=luceboxbuild.SYMMETRIC_KV_TYPES,
         model_archs=PINNED_ARCHS,
-        features=(
-            "prefill-compression", "draft-device", "kvflash", "sampled-verify",
-            "symmetric-kv-only",
-        ),
-    )  # fmt: skip
+        features=unbuilt_features(),
+    )
     version = f"luce-dflash {lucebox.PIN.short} ({lucebox.PIN.date}), not built yet"
     return EngineView(None, version, luceboxbuild.SERVER, caps)
+
+
+FIRST_SOURCE_FEATURES = (
+    "prefill-compression", "draft-device", "kvflash", "sampled-verify", "symmetric-kv-only",
+)  # fmt: skip
+"""What the oldest known source's build reads as (its --help and binary, on the H100)."""
+
+
+def unbuilt_features() -> tuple[str, ...]:
+    """The features the default source's build will have, for a plan made before it is
+    built: the oldest source's, with the plan-relevant flags each later known source up to
+    the default adds or removes (the table's data; only a build gives its --help)."""
+    return features_through(lucebox.SOURCES.sources, lucebox.SOURCES.default)
+
+
+def features_through(
+    sources: Sequence[KnownSource[Any]], default: KnownSource[Any]
+) -> tuple[str, ...]:
+    """The oldest source's features with each later source's changes up to ``default``
+    (the hidden switches and symmetric KV carry forward unchanged: no source changed them)."""
+    features = list(FIRST_SOURCE_FEATURES)
+    for known in sources[1 : sources.index(default) + 1]:
+        for change in known.flag_changes:
+            if change.old in luceboxbuild.FEATURE_FLAGS:
+                features.remove(change.old.removeprefix("--"))
+            if change.new in luceboxbuild.FEATURE_FLAGS:
+                features.append(change.new.removeprefix("--"))
+    return tuple(features)
 
 
 @dataclass(frozen=True)

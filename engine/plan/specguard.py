@@ -21,7 +21,8 @@ from lucebox.engine.plan.workload import RateCurve, ServedRequest
 MIN_DRAFTED_TOKENS = 256
 """Drafted tokens a decision needs: fewer say little about a model's acceptance."""
 HYSTERESIS = 0.05
-"""Act only this far below the floor: acceptance near break-even costs nothing either way."""
+"""Act only this far below the floor (a quarter of a floor under 0.2): acceptance near
+break-even costs nothing either way."""
 CPU_BREAK_EVEN: dict[tuple[str, int | None], float] = {
     ("draft-mtp", 3): 1.0,
     ("draft-mtp", 6): 1.0,
@@ -194,6 +195,8 @@ class SpecGuard:
         the engine's running count of drafted tokens): a model draft that drafts nothing, or
         decoding below the rate measured without speculation for prompts of the same lengths,
         goes. N-gram drafts cost nothing when they find no match: exempt from the first."""
+        # A reply the engine decoded without its draft says nothing about the draft.
+        requests = [r for r in requests if r.speculated]
         sums = self.window
         if drafted_total < sums.drafted_at_start:  # a new engine process: its count restarts
             sums = RateSums(drafted_at_start=drafted_total)
@@ -228,7 +231,7 @@ class SpecGuard:
             return self, None
         acceptance = (accepted_total - self.accepted_at_start) / drafted
         window = replace(self, drafted_at_start=drafted_total, accepted_at_start=accepted_total)
-        if acceptance >= self.floor - HYSTERESIS:
+        if acceptance >= self.floor - min(HYSTERESIS, self.floor / 4):
             return window, None
         seen = f"{acceptance:.0%} of {drafted} drafted tokens accepted, below {self.floor_source}"
         return self._step_down(window, acceptance, seen)

@@ -35,6 +35,10 @@ class ServedRequest:
     """The whole prompt the reply decoded after, cached tokens included."""
     reply_tokens: int
     decode_s: float
+    speculated: bool = True
+    """False: the engine decoded this reply without its draft (the Lucebox engine's sampled
+    replies where its family has no sampled verification); the guard judges the draft by the
+    others."""
 
     @property
     def decode_steps(self) -> int:

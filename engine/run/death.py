@@ -247,7 +247,7 @@ def _named(
             "hang",
             f"the engine hung: {facts.hung_why}; lucebox killed it and starts it again (a "
             "request it had not begun to answer goes to it again; a reply it was streaming "
-            "ended with its connection closed)",
+            "ended with an error that says so)",
             f"the client may send its request again; if it hangs again, {REPORT_STEP}",
         )
     if signum == signal.SIGILL:

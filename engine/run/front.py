@@ -30,7 +30,7 @@ import h11
 
 from lucebox.engine.run.apishape import models_with_context
 from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
-from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError
+from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError, Ticket
 from lucebox.engine.run.frontwire import (
     HOP_HEADERS,
     KEEPALIVE_COMMENT,
@@ -73,6 +73,9 @@ restarting (a measurement's restart, a re-plan, a crash's backoff) before it is 
 where the launch's ready timeout is not known: a large model loads in minutes, and a request
 relayed to an engine not listening yet would fail (502)."""
 STATE_POLL_S = 0.5
+"""How often a waiting request looks whether the run ended."""
+LOADING_BODY = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
+"""llama-server's answer to every route while it loads (its contract, server-http.cpp)."""
 RELAY_ATTEMPTS = 2
 """A generation whose engine died before answering its first byte is sent once more to the
 engine started again (nothing reached the client; a prompt that kills the engine dies twice
@@ -80,7 +83,6 @@ and is answered 502)."""
 ENGINE_GONE_GRACE_S = 3.0
 """How long after a broken engine connection the run has to mark the engine down before the
 front answers 502 (it learns of the death from the supervisor, a moment later)."""
-"""How often a waiting request looks whether the run ended."""
 ENDED_STATES = ("stopped", "failed")
 """Run states no engine comes back from: a waiting request is answered 503 at once."""
 
@@ -154,6 +156,8 @@ class Front:
         self.counters = FrontCounters()
         self._engine_ready = asyncio.Event()
         self._engine_ready.set()
+        self._down_since_s = 0.0
+        """When the engine last went down: every request held for it shares one deadline."""
         self._engine_headers: list[tuple[bytes, bytes]] = (
             [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
         )
@@ -166,8 +170,9 @@ class Front:
         (the run says so as its engine starts, stops and comes back)."""
         if ready:
             self._engine_ready.set()
-        else:
+        elif self._engine_ready.is_set():
             self._engine_ready.clear()
+            self._down_since_s = time.monotonic()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await serve_connection(reader, writer, self.answer)
@@ -194,6 +199,8 @@ class Front:
                 await self._models(ex, cors)
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors)
+            elif not self._engine_ready.is_set():
+                await self._not_ready(ex, cors)
             else:
                 await self._relay(ex, request, target, path, body, cors, streamed=False)
         except ClientGoneError:
@@ -232,13 +239,14 @@ class Front:
                 self.queue.serving(ticket)
                 failure = await self._relay(
                     ex, request, target, path, body, cors,
-                    streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS,
+                    streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS, ticket=ticket,
                 )  # fmt: skip
                 if failure is None:
                     return
                 if not await self._engine_gone():
                     await self._failed(ex, 502, failure)
                     return
+                self.queue.held(ticket)  # waits for the engine again, as status says
         finally:
             admitted.cancel()
             self.queue.leave(ticket)
@@ -248,15 +256,17 @@ class Front:
     ) -> bool:
         """Wait while the engine starts or restarts (a stream hears keep-alives); False once
         answered 503 instead: the run ended, or the engine was not back in time, counted
-        from the request's arrival (each one queued behind it would wait the whole bound
-        again otherwise)."""
+        from when it went down or the request arrived, the later (each one queued behind it
+        would wait the whole bound again otherwise; time spent queued while it served is no
+        part of the wait)."""
+        deadline_s = max(arrived_s, self._down_since_s) + self.spec.engine_wait_s
         opened = asyncio.ensure_future(self._engine_ready.wait())
         said_s = time.monotonic()
         try:
             while not opened.done():
                 state = self.status().state
                 now_s = time.monotonic()
-                if state in ENDED_STATES or now_s - arrived_s >= self.spec.engine_wait_s:
+                if state in ENDED_STATES or now_s >= deadline_s:
                     message = f"the engine is not serving ({state}); try again later"
                     await self._failed(ex, 503, message)
                     return False
@@ -280,6 +290,7 @@ class Front:
         *,
         streamed: bool,
         may_retry: bool = False,
+        ticket: Ticket | None = None,
     ) -> str | None:
         """The request to the engine and its answer back; for a streamed request, comments
         while the engine says nothing. With ``may_retry``, an engine that failed before
@@ -306,12 +317,22 @@ class Front:
         finally:
             sending.cancel()  # a client gone before the engine answered: the call closes
         try:
-            await self._answer_back(ex, call, answer, path, body, cors)
+            await self._answer_back(ex, call, answer, path, body, cors, ticket)
         except ENGINE_ERRORS:
             ex.gone.set()  # the engine broke off: close the client's connection, not end it
         finally:
             await call.close()
         return None
+
+    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
+        """What llama-server answers while it loads, so health checks wait instead of failing
+        (502); once the run has ended, that no engine comes back."""
+        self.counters.answered[503] += 1
+        state = self.status().state
+        if state in ENDED_STATES:
+            await ex.error(503, f"the engine is not serving ({state}); start it again", cors)
+            return
+        await ex.whole(503, LOADING_BODY, extra=[("retry-after", "1"), *cors])
 
     async def _engine_gone(self) -> bool:
         """Whether the run marks the engine down within the grace after its connection broke
@@ -337,7 +358,8 @@ class Front:
         """The error as an answer, or as the last event of a stream already started."""
         self.counters.answered[status] += 1
         if ex.started:
-            error = json.dumps({"error": {"code": status, "message": message}})
+            # Both SDKs raise on it: OpenAI's on an "error" member, Anthropic's on the event.
+            error = json.dumps({"type": "error", "error": {"code": status, "message": message}})
             await ex.data(f"event: error\ndata: {error}\n\n".encode())
             await ex.end()
         else:
@@ -351,6 +373,7 @@ class Front:
         path: str,
         body: bytes,
         cors: list[tuple[str, str]],
+        ticket: Ticket | None,
     ) -> None:
         status = answer.status_code
         content_type = header_of(answer, b"content-type")
@@ -361,7 +384,7 @@ class Front:
                 await ex.data(f"event: error\ndata: {detail}\n\n".encode())
                 await ex.end()
                 return
-            await self._pipe_events(ex, call, path, body)
+            await self._pipe_events(ex, call, path, body, ticket)
             return
         if path == "/" and status >= 400:
             await ex.whole(200, self._index(), extra=cors)
@@ -374,7 +397,7 @@ class Front:
         ]
         if "text/event-stream" in content_type:
             await ex.head(status, [*kept, *cors])
-            await self._pipe_events(ex, call, path, body)
+            await self._pipe_events(ex, call, path, body, ticket)
         elif "application/json" in content_type:
             whole = self.shape.reply(path, status, await self._read_all(ex, call))
             await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
@@ -403,14 +426,28 @@ class Front:
         finally:
             reading.cancel()
 
-    async def _pipe_events(self, ex: Exchange, call: EngineCall, path: str, body: bytes) -> None:
+    async def _pipe_events(
+        self, ex: Exchange, call: EngineCall, path: str, body: bytes, ticket: Ticket | None
+    ) -> None:
         """The engine's SSE events on, each through the shape; a comment whenever it is
         silent for ``keepalive_s`` between two events (never inside one)."""
         shaper = self.shape.stream(path, body)
         pending = b""
-        while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
-            events, pending = split_events(pending + chunk)
-            await ex.data(b"".join(shaper.feed(e) for e in events))
+        try:
+            while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
+                if ticket is not None:
+                    ticket.engine_chunks += 1
+                events, pending = split_events(pending + chunk)
+                await ex.data(b"".join(shaper.feed(e) for e in events))
+        except ENGINE_ERRORS as exc:
+            # The events so far are whole (a cut one is dropped): the client reads why it
+            # ended instead of a connection closed under it.
+            message = (
+                f"the engine stopped in the middle of this reply ({exc}); lucebox starts it "
+                "again: send the request again"
+            )
+            await self._failed(ex, 502, message)
+            return
         await ex.data(shaper.close() + pending)
         await ex.end()
 

@@ -10,6 +10,7 @@ import math
 import time
 from collections import deque
 
+from lucebox.engine.run.hang import Look
 from lucebox.engine.run.sample import QueueStatus
 
 DEFAULT_MAX_WAITING = 32
@@ -33,6 +34,8 @@ class Ticket:
         self.arrived_s = arrived_s
         self.started_s: float | None = None
         """When the engine got it; None while it waits or is held."""
+        self.engine_chunks = 0
+        """Chunks of a streamed answer the engine has sent: tokens flowing."""
         self.admitted = asyncio.Event()
 
 
@@ -99,9 +102,20 @@ class FrontQueue:
         an engine that was not ready counts as waiting)."""
         ticket.started_s = time.monotonic()
 
-    def in_engine(self) -> int:
-        """Requests the engine has been sent and not finished."""
-        return sum(1 for t in self._running if t.started_s is not None)
+    def held(self, ticket: Ticket) -> None:
+        """The request's engine died before answering: it waits for the next one."""
+        ticket.started_s = None
+        ticket.engine_chunks = 0
+
+    def engine_look(self, now_s: float) -> Look | None:
+        """What the front sees of the engine's work, for the hang watch when the engine
+        answers no look itself: nothing sent to it (None); a streamed answer flowing
+        (decoding, its chunks the progress); else requests sent and silent."""
+        sent = [t for t in self._running if t.started_s is not None]
+        if not sent:
+            return None
+        chunks = sum(t.engine_chunks for t in sent)
+        return Look(now_s, True, "decode" if chunks else "silent", 0, (chunks,))
 
     def activity(self) -> tuple[int, int]:
         """(requests running or waiting now, requests that ever entered): a measurement that

@@ -77,17 +77,28 @@ def bounds_for(hang_s: float) -> HangBounds | None:
     return HangBounds(prefill_floor_s=hang_s, decode_s=hang_s)
 
 
-def observe(watch: Watch, look: Look | None, now_s: float, *, in_engine: bool = False) -> Watch:
-    """The watch after a look; ``look`` None: the engine did not answer (no progress).
-    ``in_engine``: a request is known to have gone to the engine (the front relays it), so an
-    engine stopped before any look saw it busy is watched as silent."""
+def observe(watch: Watch, look: Look | None, now_s: float) -> Watch:
+    """The watch after a look; ``look`` None: the engine did not answer (no progress)."""
     if look is None:
-        return silent_watch(now_s) if in_engine and watch.since_s is None else watch
+        return watch
     if not look.busy:
         return Watch()
     if watch.since_s is None or look.progress != watch.progress or look.phase != watch.phase:
         return Watch(look.at_s, look.phase, look.prompt_tokens, look.progress)
     return replace(watch, prompt_tokens=max(watch.prompt_tokens, look.prompt_tokens))
+
+
+def chosen_look(watch: Watch, engine_look: Look | None, front_look: Look | None) -> Look | None:
+    """The engine's own look, or where it answered none, the front's view of its requests:
+    an engine stopped as a request reached it (a GPU decodes a short reply between two looks)
+    was never seen busy, and a stream's chunks are decode progress. A request the front only
+    knows was sent never replaces a watch the engine's looks set (llama-server answers none
+    during a prompt batch, whose bound scales with the prompt)."""
+    if engine_look is not None or front_look is None:
+        return engine_look
+    if watch.since_s is None or front_look.phase == "decode":
+        return front_look
+    return None
 
 
 def silent_watch(now_s: float) -> Watch:

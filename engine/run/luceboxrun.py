@@ -203,6 +203,7 @@ class LuceboxLog(EngineLog):
                 draft_accepted=decode.accepted if decode is not None else 0,
                 draft_generated=decode.drafted if decode is not None else 0,
                 decode_tokens=reply.completion_tokens,  # its decode rate counts them all
+                speculated=decode is None or decode.speculative,
                 # The client waits for the whole reply less its decode: PFlash's scoring and
                 # KVFlash's paging are outside the engine's prefill time.
                 ttft_s=max(0.0, reply.total_s - decode_s),

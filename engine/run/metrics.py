@@ -68,6 +68,8 @@ class FinishedRequest:
     decode_tokens: int | None = None
     """The tokens the engine's own decode rate counts over ``decode_s``, where its rule is
     not llama-server's (the Lucebox engine counts every generated token)."""
+    speculated: bool = True
+    """False where the engine's log says the reply decoded without the draft."""
 
     @property
     def decode_steps(self) -> int:
@@ -85,7 +87,9 @@ class FinishedRequest:
     def served(self) -> ServedRequest:
         """The request as the speculation guard and the workload mix see it."""
         prompt_tokens = self.prompt_tokens + (self.cached_tokens or 0)
-        return ServedRequest(prompt_tokens, self.generated_tokens, self.decode_s)
+        return ServedRequest(
+            prompt_tokens, self.generated_tokens, self.decode_s, speculated=self.speculated
+        )
 
 
 class EngineLog:

@@ -33,7 +33,14 @@ from lucebox.engine.run.enginerun import engine_run
 from lucebox.engine.run.front import Front, FrontSpec, start_front
 from lucebox.engine.run.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
-from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds, Watch, hung, observe
+from lucebox.engine.run.hang import (
+    DEFAULT_BOUNDS,
+    HangBounds,
+    Watch,
+    chosen_look,
+    hung,
+    observe,
+)
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import EngineLog, Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
@@ -495,8 +502,8 @@ class ServerRun:
         while True:
             await asyncio.sleep(HANG_CHECK_S)
             now_s = time.monotonic()
-            in_engine = self.front is not None and self.front.queue.in_engine() > 0
-            watch = observe(watch, sampler.look, now_s, in_engine=in_engine)
+            front_look = self.front.queue.engine_look(now_s) if self.front else None
+            watch = observe(watch, chosen_look(watch, sampler.look, front_look), now_s)
             sample = self._run.sample
             rate = sample.last_prefill_tokens_per_s if sample is not None else None
             why = hung(watch, now_s, rate, bounds)

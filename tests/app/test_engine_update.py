@@ -62,6 +62,8 @@ def test_update_self_tests_then_activates_and_rollback_returns_in_seconds(
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["passed"] and report["switched"] and report["failed_probe"] is None
+    # The user's 2,048 tokens cannot hold the long probe: both builds serve the test's own.
+    assert "self-testing at a 8192-token context" in result.stderr
     names = [p["name"] for p in report["probes"]]
     assert names == [
         "load",

@@ -112,12 +112,12 @@ def test_the_plan_says_pflash_is_slow_on_a_build_without_bsa(capsys, tmp_path, m
     target = cached_gguf(dataclasses.replace(TARGET, header_only=True))
     argv = ["--model", str(target), "--engine", "lucebox", "--vram-mib", "24576"]
     argv += ["--prefill", "auto"]
-    slow = lucebox_build(paths, "62880e20", "2026-11-01T10:00:00")
+    slow = lucebox_build(paths, lucebox.PIN.short, "2026-11-01T10:00:00")
     why = plan_and_dry_run(capsys, *argv)["reasons"]["prefill"]
     assert f"no BSA: PFlash runs the slow fallback in {slow.id}" in why
     source = SourceInfo(tmp_path / "src", "pin", lucebox.PIN.identity, None)
     bsa.ensure(paths, source, tarball=BSA_TARBALL, online=False)
-    fast = lucebox_build(paths, "62880e20", "2026-11-02T10:00:00", bsa_source=source.path)
+    fast = lucebox_build(paths, lucebox.PIN.short, "2026-11-02T10:00:00", bsa_source=source.path)
     assert fast.options["bsa"] is True
     planned = plan_and_dry_run(capsys, *argv)
     assert planned["engine"]["id"] == fast.id

@@ -12,6 +12,8 @@ import time
 import httpx
 import pytest
 
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.measurements import STORE_NAME
 from tests.conftest import alive, run_lucebox
 from tests.ports import free_port
 from tests.realmodels import engine_home, smoke_serve_argv
@@ -23,6 +25,10 @@ pytestmark = pytest.mark.slow
 def served(built_engine_home):
     port = free_port()
     env = {**os.environ, "LUCEBOX_HOME": str(engine_home())}
+    # The shared engine home keeps verdicts between runs (a guard's switch-off of the smoke
+    # model's n-grams, written by an earlier run): this test asserts the plan's own choice.
+    paths = resolve_paths({"LUCEBOX_HOME": str(engine_home())})
+    (paths.data_dir / STORE_NAME).unlink(missing_ok=True)
     proc = subprocess.Popen(
         smoke_serve_argv(port),
         env=env,

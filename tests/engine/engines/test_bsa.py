@@ -18,10 +18,10 @@ from lucebox.engine.engines import bsa, lucebox, sourcetree
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.engines.sourcetree import MARKER_NAME
 from tests.conftest import run_lucebox
-from tests.engine.engines.test_lucebox_source import SHARED_TARBALL, needs_tarball
+from tests.engine.engines.test_lucebox_source import DEFAULT_TARBALL, ENGINES_DIR, needs_tarball
 from tests.httpserver import Route, serve_files
 
-BSA_TARBALL = SHARED_TARBALL.with_name("block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz")
+BSA_TARBALL = ENGINES_DIR / "block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz"
 needs_bsa_tarball = pytest.mark.skipif(
     not BSA_TARBALL.is_file(),
     reason=f"the pinned BSA tarball is not beside the clone ({BSA_TARBALL})",
@@ -211,12 +211,12 @@ def test_a_folder_of_other_files_is_not_overwritten(tmp_path):
 
 
 def source_cli(monkeypatch, tmp_path: Path, *args: str) -> int:
-    """`lucebox engine source --engine lucebox ...` in this process, its tree in
-    LUCEBOX_HOME's data folder rather than this checkout's deps/."""
+    """`lucebox engine source --engine lucebox ...` of the default source in this process, its
+    tree in LUCEBOX_HOME's data folder rather than this checkout's deps/."""
     monkeypatch.setattr(lucebox, "checkout_root", lambda: None)
     monkeypatch.setenv("LUCEBOX_HOME", str(tmp_path / "home"))
     return main(
-        ["engine", "source", "--engine", "lucebox", "--tarball", str(SHARED_TARBALL), *args]
+        ["engine", "source", "--engine", "lucebox", "--tarball", str(DEFAULT_TARBALL), *args]
     )
 
 

@@ -34,29 +34,29 @@ def test_the_lucebox_engine_serves_the_default_sources_build_unless_engine_id_na
     installed later; engine.id picks either; an id of llama-server's leaves both kinds' rules."""
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
     probe = probe_gpus(FakeNvml(gpus=[FakeGpu()]))
-    current = lucebox_build(paths, "62880e20", "2026-11-01T10:00:00")
-    newer = lucebox_build(paths, "4cf58a04", "2026-11-02T10:00:00")
+    current = lucebox_build(paths, "4cf58a04", "2026-11-01T10:00:00")
+    other = lucebox_build(paths, "62880e20", "2026-11-02T10:00:00")
     llama = llama_build(paths, "b11434", "2026-11-01T10:00:00")
     chosen = kinds.LUCEBOX.select(paths, probe, cpu=XEON_AMX)
     assert chosen.engine is not None and chosen.engine.id == current.id
-    assert chosen.reason == "built from the default source 62880e20"
+    assert chosen.reason == "built from the default source 4cf58a04"
 
     def served(kind: kinds.EngineKind, wanted_id: str) -> str | None:
         engine = kind.select(paths, probe, wanted_id, XEON_AMX).engine
         return engine.id if engine is not None else None
 
-    assert served(kinds.LUCEBOX, newer.id) == newer.id
+    assert served(kinds.LUCEBOX, other.id) == other.id
     assert served(kinds.LUCEBOX, llama.id) == current.id
-    assert served(kinds.LLAMA_SERVER, newer.id) == llama.id
+    assert served(kinds.LLAMA_SERVER, other.id) == llama.id
     # The plan of a Lucebox launch is made for the build that serves.
     assert luceboxroute.lucebox_engine(paths, "").id == current.id
-    assert luceboxroute.lucebox_engine(paths, newer.id).id == newer.id
+    assert luceboxroute.lucebox_engine(paths, other.id).id == other.id
 
 
 def test_without_the_default_sources_build_the_newest_lucebox_build_serves(tmp_path):
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
     probe = probe_gpus(FakeNvml(gpus=[FakeGpu()]))
-    newer = lucebox_build(paths, "4cf58a04", "2026-11-02T10:00:00")
+    older = lucebox_build(paths, "62880e20", "2026-11-02T10:00:00")
     chosen = kinds.LUCEBOX.select(paths, probe, cpu=XEON_AMX)
-    assert chosen.engine is not None and chosen.engine.id == newer.id
-    assert "none from the default source 62880e20" in chosen.reason
+    assert chosen.engine is not None and chosen.engine.id == older.id
+    assert "none from the default source 4cf58a04" in chosen.reason

@@ -8,7 +8,7 @@ from lucebox.engine.engines import kinds, lucebox, source
 from lucebox.engine.engines.known import FlagChange, KnownSources
 
 
-def test_the_lucebox_engine_knows_62880e20_and_4cf58a04_and_builds_62880e20():
+def test_the_lucebox_engine_knows_62880e20_and_4cf58a04_and_builds_4cf58a04():
     table = lucebox.SOURCES
     assert [(s.version, s.date, s.pin.file_count) for s in table.sources] == [
         ("62880e20", "2026-07-20", 1470),
@@ -28,11 +28,12 @@ def test_the_lucebox_engine_knows_62880e20_and_4cf58a04_and_builds_62880e20():
         FlagChange(None, "--target-split-fast-rollback"),
         FlagChange(None, "--paged-attention"),
     )
-    # The newer source waits for its GPU self-test before a fresh install builds it.
-    assert table.default is old and table.newest is new
-    assert lucebox.PIN is old.pin
-    assert table.by_identity(new.pin.identity) is new
-    assert lucebox.archive_url(new.pin).endswith(f"/archive/{new.pin.commit}.tar.gz")
+    # 4cf58a04 passed its GPU self-test: a fresh install builds it, 62880e20 stays known.
+    assert table.default is new and table.newest is new
+    assert lucebox.PIN is new.pin
+    assert table.by_identity(old.pin.identity) is old
+    assert old.pin.commit == "62880e2013fc0b808e9cfbba545a5842b35dc50f"
+    assert lucebox.archive_url(old.pin).endswith(f"/archive/{old.pin.commit}.tar.gz")
 
 
 def test_llama_server_knows_b11401_and_b11434_and_builds_b11434():

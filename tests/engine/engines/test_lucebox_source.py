@@ -14,23 +14,42 @@ import pytest
 from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import lucebox, sourcetree
+from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.sourcetree import MARKER_NAME
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 
-SHARED_TARBALL = (
-    Path(__file__).resolve().parents[4] / "shared" / "engines" / "lucebox-62880e20-server.tar.gz"
-)
+ENGINES_DIR = Path(__file__).resolve().parents[4] / "shared" / "engines"
+"""Where the shared source tarballs lie, beside the clone."""
+
+
+def tarball_of(version: str) -> Path:
+    """The shared tarball of the known source ``version``'s server tree."""
+    return ENGINES_DIR / f"lucebox-{version}-server.tar.gz"
+
+
+DEFAULT = lucebox.SOURCES.default
+DEFAULT_TARBALL = tarball_of(DEFAULT.version)
+"""The tarball of the source a fresh install builds."""
 needs_tarball = pytest.mark.skipif(
-    not SHARED_TARBALL.is_file(),
-    reason=f"the pinned Lucebox source tarball is not beside the clone ({SHARED_TARBALL})",
+    not DEFAULT_TARBALL.is_file(),
+    reason=f"the default Lucebox source's tarball is not beside the clone ({DEFAULT_TARBALL})",
 )
-NEWER_TARBALL = SHARED_TARBALL.with_name("lucebox-4cf58a04-server.tar.gz")
-needs_newer_tarball = pytest.mark.skipif(
-    not NEWER_TARBALL.is_file(),
-    reason=f"the 4cf58a04 Lucebox source tarball is not beside the clone ({NEWER_TARBALL})",
+
+
+def known_source(version: str) -> KnownSource[lucebox.LuceboxPin]:
+    found = lucebox.SOURCES.by_version(version)
+    assert found is not None, f"{version} is not a known Lucebox source"
+    return found
+
+
+OLDER = known_source("62880e20")
+"""The known source the default replaced: an older build lucebox still knows."""
+OLDER_TARBALL = tarball_of(OLDER.version)
+needs_older_tarball = pytest.mark.skipif(
+    not OLDER_TARBALL.is_file(),
+    reason=f"the 62880e20 Lucebox source tarball is not beside the clone ({OLDER_TARBALL})",
 )
-NEWER = lucebox.SOURCES.by_version("4cf58a04")
 PREFIX = f"lucebox-{lucebox.PIN.commit}"
 ARCHIVE_PATH = f"/Luce-Org/lucebox/archive/{lucebox.PIN.commit}.tar.gz"
 
@@ -48,10 +67,10 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
 
 
 def github_archive(*, change: str | None = None, drop: str | None = None) -> bytes:
-    """The shared tarball laid out as GitHub's archive of the whole repo at the pinned commit:
-    one top folder, files outside server/, and what the tree digest leaves out."""
+    """The default source's tarball laid out as GitHub's archive of the whole repo at the pinned
+    commit: one top folder, files outside server/, and what the tree digest leaves out."""
     out = io.BytesIO()
-    with tarfile.open(SHARED_TARBALL) as src, tarfile.open(fileobj=out, mode="w:gz") as tar:
+    with tarfile.open(DEFAULT_TARBALL) as src, tarfile.open(fileobj=out, mode="w:gz") as tar:
         _add(tar, f"{PREFIX}/", None)
         _add(tar, f"{PREFIX}/README.md", b"# lucebox\n")
         _add(tar, f"{PREFIX}/server/eval/data.jsonl", b"{}\n")
@@ -91,7 +110,7 @@ def test_the_digest_is_sha256sum_of_sorted_lines():
 def test_the_archive_url_is_githubs_for_the_pinned_commit():
     assert lucebox.archive_url() == (
         "https://github.com/Luce-Org/lucebox/archive/"
-        "62880e2013fc0b808e9cfbba545a5842b35dc50f.tar.gz"
+        "4cf58a04c9f6b7c117a54c09ab1cb004d13175c9.tar.gz"
     )
 
 
@@ -118,33 +137,33 @@ def test_fetch_from_githubs_archive_url_verifies_and_unpacks(tmp_path):
 @needs_tarball
 def test_the_local_tarball_serves_an_offline_pc(tmp_path):
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
-    info = lucebox.ensure_source(paths, source_dir=tmp_path / "src", tarball=SHARED_TARBALL)
+    info = lucebox.ensure_source(paths, source_dir=tmp_path / "src", tarball=DEFAULT_TARBALL)
+    assert info.identity == DEFAULT.identity
     assert lucebox.server_dir(info).joinpath("src", "server", "server_main.cpp").is_file()
 
 
-@needs_newer_tarball
-def test_4cf58a04_is_checked_from_the_shared_tarball_by_its_tree_digest(tmp_path):
-    assert NEWER is not None
+@needs_older_tarball
+def test_62880e20_is_checked_from_the_shared_tarball_by_its_tree_digest(tmp_path):
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
     target = tmp_path / "deps" / "lucebox"
-    info = lucebox.ensure_source(paths, source_dir=target, tarball=NEWER_TARBALL, pin=NEWER.pin)
+    info = lucebox.ensure_source(paths, source_dir=target, tarball=OLDER_TARBALL, pin=OLDER.pin)
     assert (
         info.identity
-        == NEWER.identity
+        == OLDER.identity
         == (
-            "lucebox:4cf58a04c9f6b7c117a54c09ab1cb004d13175c9 "
-            "tree-sha256:26e459f21c902c2fc6381b7d3cf7473971b709e2e4fe3e16f8262583a5b9f425"
+            "lucebox:62880e2013fc0b808e9cfbba545a5842b35dc50f "
+            "tree-sha256:557fdfc479df6dbb693d044690d0cf0f77927802e7436733ec0c7ddf63cff2a9"
         )
     )
     files = json.loads((target / MARKER_NAME).read_text())["files"]
-    assert len(files) == NEWER.pin.file_count == 1536
-    assert sourcetree.tree_digest(files) == NEWER.pin.tree_sha256
-    assert lucebox.pin_of(info) is NEWER.pin
+    assert len(files) == OLDER.pin.file_count == 1470
+    assert sourcetree.tree_digest(files) == OLDER.pin.tree_sha256
+    assert lucebox.pin_of(info) is OLDER.pin
     lucebox.check_unpacked(info)  # unchanged since it was unpacked
-    # The same folder asked for 62880e20 is replaced by that tree, never taken for it.
+    # The same folder asked for the default source is replaced by that tree, never taken for it.
     with pytest.raises(HashMismatchError, match="not the pinned tree"):
-        lucebox.ensure_source(paths, source_dir=target, tarball=NEWER_TARBALL)
-    assert lucebox.read_source(target, NEWER.pin) == info
+        lucebox.ensure_source(paths, source_dir=target, tarball=OLDER_TARBALL)
+    assert lucebox.read_source(target, OLDER.pin) == info
 
 
 @needs_tarball
@@ -208,20 +227,20 @@ def test_cli_refuses_the_other_engines_flags(tmp_path):
     assert "--sdist does not apply to --engine lucebox" in result.stderr
 
 
-@needs_newer_tarball
+@needs_older_tarball
 def test_cli_fetches_a_named_known_version_from_its_tarball(tmp_path):
     """`engine source --version` names a known source other than the default: an offline PC
-    unpacks 4cf58a04 from its tarball, checked by that source's digest."""
+    unpacks 62880e20 from its tarball, checked by that source's digest."""
     home = {"LUCEBOX_HOME": str(tmp_path / "home")}
     result = run_lucebox(
-        "engine", "source", "--engine", "lucebox", "--version", "4cf58a04",
-        "--tarball", str(NEWER_TARBALL), "--json", env=home,
+        "engine", "source", "--engine", "lucebox", "--version", "62880e20",
+        "--tarball", str(OLDER_TARBALL), "--json", env=home,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert NEWER is not None and json.loads(result.stdout)["identity"] == NEWER.identity
+    assert json.loads(result.stdout)["identity"] == OLDER.identity
     # The default source's check refuses the same tarball: the version decides the digest.
     default = run_lucebox(
-        "engine", "source", "--engine", "lucebox", "--tarball", str(NEWER_TARBALL),
+        "engine", "source", "--engine", "lucebox", "--tarball", str(OLDER_TARBALL),
         env={"LUCEBOX_HOME": str(tmp_path / "other")},
     )  # fmt: skip
     assert default.returncode == EXIT_REFUSED

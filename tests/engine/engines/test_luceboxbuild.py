@@ -15,10 +15,9 @@ from tests.engine.engines.test_bsa import BSA_TARBALL, needs_bsa_tarball
 from tests.engine.engines.test_build import FETCHED, H100, NO_GPU, NO_NVCC, NVCC, RTX_3090
 from tests.engine.engines.test_cputarget import HASWELL, XEON_AMX
 from tests.engine.engines.test_lucebox_source import (
-    NEWER,
-    NEWER_TARBALL,
-    SHARED_TARBALL,
-    needs_newer_tarball,
+    DEFAULT,
+    DEFAULT_TARBALL,
+    OLDER,
     needs_tarball,
 )
 
@@ -80,18 +79,16 @@ def test_the_configure_line_is_the_measured_one_and_offline(tmp_path):
     ]  # fmt: skip
 
 
-@needs_newer_tarball
-def test_4cf58a04_is_configured_with_the_same_line_from_its_own_tree(tmp_path):
-    """The newer source keeps every switch the line sets (its CMakeLists is read from the
+@needs_tarball
+def test_the_default_source_is_configured_with_the_same_line_from_its_own_tree(tmp_path):
+    """The default source keeps every switch the line sets (its CMakeLists is read from the
     shared tarball, unpacked and checked); the line differs only in the tree it names, and
-    the build key and engine id follow the source."""
+    the build key and engine id follow the source, not its folder."""
     from lucebox.engine.core.paths import resolve_paths
 
-    assert NEWER is not None
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
-    source = lucebox.ensure_source(
-        paths, source_dir=tmp_path / "lucebox", tarball=NEWER_TARBALL, pin=NEWER.pin
-    )
+    source = lucebox.ensure_source(paths, source_dir=tmp_path / "lucebox", tarball=DEFAULT_TARBALL)
+    assert source.identity == DEFAULT.identity
     argv = luceboxbuild.configure_argv(
         source, tmp_path / "build", OPTIONS, json_config_dir=tmp_path / "json"
     )
@@ -117,11 +114,13 @@ def test_4cf58a04_is_configured_with_the_same_line_from_its_own_tree(tmp_path):
     assert "find_package(nlohmann_json CONFIG" in cmake_lists
     assert "dflash_server" in cmake_lists
     key = luceboxbuild.build_key(source, OPTIONS)
-    assert key != luceboxbuild.build_key(SOURCE, OPTIONS)
+    assert key == luceboxbuild.build_key(SOURCE, OPTIONS)
+    older = SourceInfo(Path("/src/lucebox"), "pin", OLDER.identity, None)
+    assert key != luceboxbuild.build_key(older, OPTIONS)
     assert (
         luceboxbuild.engine_id_for(source, OPTIONS, key) == f"lucebox-4cf58a04-cuda-sm86-{key[:8]}"
     )
-    assert luceboxbuild.engine_id_for(SOURCE, OPTIONS, key).startswith("lucebox-62880e20-")
+    assert luceboxbuild.engine_id_for(older, OPTIONS, key).startswith("lucebox-62880e20-")
 
 
 @needs_bsa_tarball
@@ -207,7 +206,7 @@ def test_the_json_package_file_points_at_the_headers(tmp_path):
 
 @needs_tarball
 def test_model_archs_are_read_from_the_pinned_source(tmp_path):
-    with tarfile.open(SHARED_TARBALL) as tar:
+    with tarfile.open(DEFAULT_TARBALL) as tar:
         member = tar.extractfile("server/src/common/backend_factory.cpp")
         assert member is not None
         text = member.read().decode()

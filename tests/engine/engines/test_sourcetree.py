@@ -20,7 +20,7 @@ from lucebox.engine.engines import (
 )
 from lucebox.engine.engines.build import BuildOptions
 from lucebox.engine.engines.sourcetree import MARKER_NAME
-from tests.engine.engines.test_lucebox_source import SHARED_TARBALL, needs_tarball
+from tests.engine.engines.test_lucebox_source import DEFAULT, DEFAULT_TARBALL, needs_tarball
 from tests.engine.engines.test_source import SDIST, pin_for
 
 DEPS_FILE = "server/deps/llama.cpp/ggml/src/ggml.c"
@@ -121,7 +121,7 @@ def test_a_checkout_is_built_as_it_is(tmp_path):
 @pytest.fixture
 def lucebox_source(tmp_path) -> source.SourceInfo:
     paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
-    return lucebox.ensure_source(paths, source_dir=tmp_path / "lucebox", tarball=SHARED_TARBALL)
+    return lucebox.ensure_source(paths, source_dir=tmp_path / "lucebox", tarball=DEFAULT_TARBALL)
 
 
 @needs_tarball
@@ -132,7 +132,7 @@ def test_a_file_changed_under_deps_is_refused_and_the_build_never_starts(lucebox
     with pytest.raises(HashMismatchError) as refused:
         kinds.LUCEBOX.check_source(lucebox_source)  # what `engine source` runs
     assert f"1 files differ ({DEPS_FILE} changed)" in refused.value.message
-    assert "the Lucebox engine source 62880e20" in refused.value.message
+    assert f"the Lucebox engine source {DEFAULT.version}" in refused.value.message
     hint = refused.value.hint or ""
     assert f"delete {lucebox_source.path}" in hint
     assert "`lucebox engine source --engine lucebox`" in hint

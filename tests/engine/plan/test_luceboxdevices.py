@@ -16,6 +16,7 @@ import pytest
 from bench.lucebox_models import DRAFT, TARGET
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.engines import lucebox as lucebox_sources
 from lucebox.engine.engines.luceboxbuild import capabilities_of
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
@@ -325,3 +326,20 @@ def test_lucebox_serve_on_two_h200s_held_what_the_4cf58a04_plan_says(files, monk
     assert len(planned_mib) == len(held_mib)
     for planned, held in zip(planned_mib, held_mib, strict=True):
         assert abs(planned - held) / held < 0.05
+
+
+def test_a_plan_before_the_build_reads_the_default_sources_features_as_its_build_will():
+    """The table's flag changes carry 62880e20's features forward to the default: before the
+    first build, two cards are offered tensor parallel exactly when the build will have it."""
+    binary = b"--kvflash DFLASH_SAMPLED_VERIFY"
+    will_have = capabilities_of(HELP_4CF58A04, binary, None, symmetric_only=True).features
+    assert sorted(luceboxroute.unbuilt_features()) == sorted(will_have)
+    assert "target-split-mode" in luceboxroute.unbuilt_features()
+    older = capabilities_of(HELP_62880E20, binary, None, symmetric_only=True).features
+    assert sorted(luceboxroute.FIRST_SOURCE_FEATURES) == sorted(older)
+
+
+def test_a_default_that_is_the_oldest_source_takes_no_later_sources_flags():
+    sources = lucebox_sources.SOURCES.sources
+    assert luceboxroute.features_through(sources, sources[0]) == luceboxroute.FIRST_SOURCE_FEATURES
+    assert "target-split-mode" in luceboxroute.features_through(sources, sources[1])

@@ -1,7 +1,8 @@
 """The plan and argv for the Lucebox engine, on the generated qwen35 target measured on the GPU.
 
 The memory figures are checked against what NVML showed for the engine on the H200 after
-lucebox's warm-up request and at each request's peak (fixtures/lucebox/serve-memory.jsonl).
+lucebox's warm-up request and at each request's peak (fixtures/lucebox/serve-memory.jsonl),
+planned for the build those runs served from (62880e20): each build has its own fit.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from bench.lucebox_models import DRAFT, TARGET
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.gguf import read_header
 from lucebox.engine.models.modelfacts import facts_from_info
 from lucebox.engine.models.modelinfo import info_from_header
+from lucebox.engine.plan import luceboxroute
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import engine_environ, server_argv
 from lucebox.engine.plan.luceboxplan import (
@@ -40,6 +43,11 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 H100 = pool_of((DeviceBudget(0, "NVIDIA H100 80GB HBM3", 81079 * MIB, 80_500 * MIB),), 128 * GIB)
 H200_FREE_MIB = 139 * 1024
 RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)
+RECORDED_BUILD = EngineView.of(
+    EngineManifest.from_json(json.loads((FIXTURES / "manifest.json").read_text()))
+)
+"""The 62880e20 build as lucebox installed it on the GPU machine: the build the serve-memory
+runs were recorded from, its version picking that build's fit (not the default source's)."""
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +63,12 @@ def plan(options: ServeOptions, budget=H100, settings: Settings | None = None):
         resolve_paths(), options, resolved=resolve(options, settings or Settings()), budget=budget,
         engine=EngineView.of(None),
     )  # fmt: skip
+
+
+@pytest.fixture
+def recorded_build(monkeypatch) -> None:
+    """Plan every Lucebox launch for :data:`RECORDED_BUILD`, as if it were the one installed."""
+    monkeypatch.setattr(luceboxroute, "lucebox_engine", lambda paths, wanted: RECORDED_BUILD)
 
 
 def serve_memory_runs() -> list[dict]:
@@ -77,7 +91,9 @@ def options_of(argv: list[str], files) -> ServeOptions:
 
 
 @pytest.mark.parametrize("run", serve_memory_runs(), ids=lambda run: run["name"])
-def test_plan_within_5_percent_of_the_gpu_after_warm_up_and_covers_the_peak(files, run):
+def test_plan_within_5_percent_of_the_gpu_after_warm_up_and_covers_the_peak(
+    files, run, recorded_build
+):
     """Plain at 4096 tokens, DDTree with the Lucebox draft (auto: all 262144 tokens), PFlash,
     and KVFlash on a card another process held all but 2,800 MiB of (a 62K-token prompt over a
     16K-token pool). The other runs had the H200's memory free: only the context the plan
@@ -85,6 +101,7 @@ def test_plan_within_5_percent_of_the_gpu_after_warm_up_and_covers_the_peak(file
     free_bytes = run.get("free_mib", H200_FREE_MIB) * MIB
     budget = pool_of((DeviceBudget(0, "NVIDIA H200", 143771 * MIB, free_bytes),), 128 * GIB)
     launch = plan(options_of(run["argv"], files), budget)
+    assert launch.to_json()["engine"]["id"] == RECORDED_BUILD.id
     assert launch.refusal is None or "not on disk" in str(launch.refusal)
     assert [launch.plan.ctx, launch.plan.cache_type_k, launch.plan.kvflash_pool_tokens] == run["kv"]
     memory = launch.plan.memory_bytes
@@ -153,7 +170,8 @@ def test_off_loopback_without_a_key_no_engine_is_started(files):
         server_argv(keyless)
 
 
-def test_a_context_beyond_vram_is_served_with_a_kvflash_pool(files):
+def test_a_context_beyond_vram_is_served_with_a_kvflash_pool(files, recorded_build):
+    """The recorded KVFlash run's 2,800 MiB free, on the build it ran (62880e20)."""
     small = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 3060", 12 * GIB, 2800 * MIB),), 64 * GIB)
     launch = plan(ServeOptions(model=str(files[0]), ctx=262144, engine="lucebox"), small)
     assert launch.refusal is None
@@ -166,10 +184,10 @@ def test_a_context_beyond_vram_is_served_with_a_kvflash_pool(files):
     assert launch.plan.memory_bytes.peak <= 2800 * MIB
 
 
-def test_the_fit_counts_what_a_prefill_holds_while_it_runs(files):
-    """2,600 MiB free: what the engine keeps between requests fits, but not with a prefill
-    chunk's logits on top (the engine would die at a long prompt's last chunk): refused with
-    the numbers and what to do."""
+def test_the_fit_counts_what_a_prefill_holds_while_it_runs(files, recorded_build):
+    """2,600 MiB free on the 62880e20 build's fit: what the engine keeps between requests fits,
+    but not with a prefill chunk's logits on top (the engine would die at a long prompt's last
+    chunk): refused with the numbers and what to do."""
     card = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 3060", 12 * GIB, 2600 * MIB),), 64 * GIB)
     launch = plan(ServeOptions(model=str(files[0]), ctx=262144, engine="lucebox"), card)
     memory = launch.plan.memory_bytes

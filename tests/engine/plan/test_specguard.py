@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lucebox.engine.plan.specguard import (
@@ -245,3 +247,34 @@ def test_ddtree_that_accepts_nothing_is_switched_off():
     _, decision = SpecGuard.for_launch("ddtree", None, on_gpu=True).judge(drafted, accepted)
     assert decision is not None and decision.action == "off"
     assert "verified positions" in decision.reason
+
+
+def test_replies_decoded_without_the_draft_do_not_read_as_drafting_nothing():
+    """A chat app's sampled requests on a Lucebox family without sampled verification decode
+    without DDTree (the H100's ddtree-spec.log): 600 such tokens drafted nothing, and say
+    nothing about the draft the greedy requests use."""
+    recorded = (FIXTURES / "ddtree-spec.log").read_text().splitlines()
+    log = LuceboxLog()
+    for line in recorded:
+        log.feed(line)
+    sampled = [r.served() for r in log.take_finished() if not r.served().speculated]
+    assert sampled and sum(r.decode_steps for r in sampled) < MIN_DECODED_TOKENS
+    guard = SpecGuard.for_launch("ddtree", None, on_gpu=True)
+    _, decision = guard.judge_rate(sampled * 3, 0)
+    assert decision is None
+    # The same tokens decoded with the draft, drafting nothing, switch it off.
+    drafting = [replace(r, speculated=True) for r in sampled * 3]
+    _, decision = guard.judge_rate(drafting, 0)
+    assert decision is not None and decision.reason.startswith("drafted nothing")
+
+
+def test_ddtree_committing_under_two_tokens_a_step_is_switched_off():
+    """The hysteresis of a small floor is a quarter of it, not the fixed 0.05 that would put
+    the Lucebox floor's act point at 1.2 tokens a step."""
+    guard = SpecGuard.for_launch("ddtree", None, on_gpu=True)
+    drafted, accepted = _lucebox_totals(*[_spec_line(50, 25, 2)] * 2)  # 3% of positions
+    _, decision = guard.judge(drafted, accepted)
+    assert decision is not None and decision.action == "off"
+    near, near_accepted = _lucebox_totals(*[_spec_line(50, 45, 2)] * 2)  # 5.6%: near the floor
+    _, kept = SpecGuard.for_launch("ddtree", None, on_gpu=True).judge(near, near_accepted)
+    assert kept is None

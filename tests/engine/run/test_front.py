@@ -348,10 +348,10 @@ def test_while_the_engine_restarts_requests_wait_and_a_stopped_run_answers_503(l
 
 
 def test_requests_queued_while_the_engine_is_away_wait_from_their_arrival(lucebox_fake):
-    """The engine's ready timeout bounds each request's wait from its arrival: the last of
-    three queued behind an engine that does not come back is answered when the first is, not
-    after a whole wait of its own once admitted."""
-    spec = FrontSpec(loopback_policy(), "qwen", 8192, engine_wait_s=1.0)
+    """The engine's ready timeout bounds the wait of every request held for it from when it
+    went down: the last of three queued behind an engine that does not come back is answered
+    when the first is, not after a whole wait of its own once admitted."""
+    spec = FrontSpec(loopback_policy(), "qwen", 8192, engine_wait_s=2.0)
     with running_front(spec, lucebox_fake) as running:
         running.loop.call_soon_threadsafe(running.front.engine_ready, False)
         time.sleep(0.2)
@@ -365,4 +365,18 @@ def test_requests_queued_while_the_engine_is_away_wait_from_their_arrival(lucebo
             statuses = list(pool.map(ask, range(3)))
         waited_s = time.monotonic() - started_s
     assert statuses == [503, 503, 503]
-    assert waited_s < 2.5  # counted from admission, the three waits took 3 s or more
+    assert waited_s < 4.0  # counted from admission, the three waits take 6 s or more
+
+
+def test_health_waits_while_the_engine_loads_and_hears_once_the_run_has_ended(lucebox_fake):
+    spec = FrontSpec(loopback_policy(), "qwen", 8192)
+    with running_front(spec, lucebox_fake) as running:
+        running.loop.call_soon_threadsafe(running.front.engine_ready, False)
+        time.sleep(0.2)
+        loading = httpx.get(f"{running.url}/health", timeout=10)
+        running.front.status = lambda: Status("stopped")
+        ended = httpx.get(f"{running.url}/health", timeout=10)
+    assert loading.status_code == 503 and loading.headers["retry-after"] == "1"
+    assert loading.json()["error"]["message"] == "Loading model"
+    assert ended.status_code == 503 and "retry-after" not in ended.headers
+    assert "not serving (stopped)" in ended.json()["error"]["message"]

@@ -8,6 +8,7 @@ import pytest
 
 from lucebox.engine.run.frontguard import FrontPolicy, refusal
 from lucebox.engine.run.frontqueue import FrontQueue, QueueFullError
+from lucebox.engine.run.hang import DECODE_SILENCE_S, HangBounds, Watch, hung, observe
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
 
@@ -97,3 +98,26 @@ def test_the_queue_is_kept_in_the_state_file():
     status = Status("ready", queue=queue)
     assert status.to_json()["queue"]["depth"] == 2
     assert Status.from_file_json(status.to_file_json()) == status
+
+
+def test_the_front_sees_a_stream_stall_where_the_engine_answers_no_look():
+    """A stopped engine answers no look; the front still sees its requests: one sent and
+    silent, then tokens flowing (decoding, the chunks its progress), then stalled, which the
+    hang rule judges by the decode bound."""
+    queue = FrontQueue(capacity=1)
+    assert queue.engine_look(0.0) is None  # nothing in the engine
+    ticket = queue.enter()
+    assert queue.engine_look(0.0) is None  # admitted, not sent yet
+    queue.serving(ticket)
+    sent = queue.engine_look(0.0)
+    assert sent is not None and sent.busy and sent.phase == "silent"
+    ticket.engine_chunks = 20
+    watch = observe(Watch(), queue.engine_look(1.0), 1.0)
+    assert watch.phase == "decode" and watch.since_s == 1.0
+    watch = observe(watch, queue.engine_look(30.0), 30.0)  # no chunk since: the same count
+    assert watch.since_s == 1.0
+    assert "no token for" in (hung(watch, 1.0 + DECODE_SILENCE_S, None, HangBounds()) or "")
+    ticket.engine_chunks += 1
+    assert observe(watch, queue.engine_look(40.0), 40.0).since_s == 40.0
+    queue.leave(ticket)
+    assert queue.engine_look(41.0) is None

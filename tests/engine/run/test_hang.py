@@ -9,6 +9,7 @@ from lucebox.engine.run.hang import (
     Look,
     Watch,
     bounds_for,
+    chosen_look,
     hung,
     observe,
     silent_watch,
@@ -61,3 +62,22 @@ def test_an_engine_silent_from_the_first_look_gets_a_longer_bound_and_an_answer_
     assert "answered nothing for 15 s" in (hung(watch, 15.0, None, bounds) or "")
     watch = observe(watch, Look(10.0, True, "prefill", 4000, (100,)), 10.0)
     assert watch.phase == "prefill" and hung(watch, 15.0, None, bounds) is None
+
+
+def test_the_fronts_view_starts_a_watch_or_carries_decode_but_never_cuts_a_prefill_short():
+    """llama-server answers no look during a prompt batch: its prompt-sized prefill bound
+    holds while the front only knows a request was sent; a stream's chunks count as decode."""
+    long_prompt = Look(0.0, True, "prefill", 30_000, (1,))
+    watch = observe(Watch(), long_prompt, 0.0)
+    sent = Look(5.0, True, "silent", 0, (0,))
+    for now_s in (5.0, 100.0, 400.0):
+        watch = observe(watch, chosen_look(watch, None, sent), now_s)
+    assert watch.phase == "prefill" and watch.since_s == 0.0
+    assert hung(watch, 400.0, 20.0, BOUNDS) is None  # 3 x 30,000 / 20 = 4,500 s may pass
+    # Nothing seen yet: the front's request starts the watch.
+    assert chosen_look(Watch(), None, sent) is sent
+    # Tokens flowing through the front are decode progress over any watch.
+    flowing = Look(6.0, True, "decode", 0, (12,))
+    assert chosen_look(watch, None, flowing) is flowing
+    # The engine's own look always wins.
+    assert chosen_look(watch, long_prompt, flowing) is long_prompt

@@ -86,6 +86,7 @@ def test_speculation_totals_and_replies_served_without_it():
     assert [(r.generated_tokens, r.draft_generated) for r in finished] == [
         (8, 64), (192, 1536), (256, 0), (192, 1536), (16, 128),
     ]  # fmt: skip
+    assert [r.served().speculated for r in finished] == [True, True, False, True, True]
 
 
 def test_a_draft_that_stops_midway_fails_the_reply():
