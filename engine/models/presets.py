@@ -17,6 +17,7 @@ from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.modelsource import parse_source
+from lucebox.engine.models.projector import STAND_IN_SHAPES
 
 SPEC_TYPES_NEEDING_DRAFT = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
 LUCEBOX_PRESET_ENGINE = "lucebox"
@@ -68,6 +69,8 @@ class PresetProjector:
     before the pull."""
 
     source: str
+    projector_type: str
+    """Its ``clip.projector_type``: the image shape planned until its header is read."""
     size_bytes: int
     size_is_estimate: bool
 
@@ -132,7 +135,7 @@ _OPTIONAL_FACTS: dict[str, type] = {
     "recurrent_state_bytes_per_layer": int,
     "expert_share": float,
 }
-_PROJECTOR = {"source": str, "size_bytes": int, "size_is_estimate": bool}
+_PROJECTOR = {"source": str, "projector_type": str, "size_bytes": int, "size_is_estimate": bool}
 _KNOWN_TOP = set(_TOP) | {
     "smoke_test",
     "cpu_default",
@@ -211,8 +214,15 @@ def _projector(table: Any, where: str) -> PresetProjector | None:
         raise PresetError(f"{where}: {exc.message}", hint=exc.hint) from exc
     if parsed.kind != "hf":
         raise PresetError(f"{where}: 'source' should name one GGUF file, hf:OWNER/REPO/FILE.gguf")
+    kind = _get(table, "projector_type", str, where)
+    if kind not in STAND_IN_SHAPES:
+        raise PresetError(
+            f"{where}: projector_type {kind!r} has no image shape to plan before the pull",
+            hint=f"use one of {', '.join(sorted(STAND_IN_SHAPES))}",
+        )
     return PresetProjector(
         source=source,
+        projector_type=kind,
         size_bytes=_get(table, "size_bytes", int, where),
         size_is_estimate=bool(_get(table, "size_is_estimate", bool, where, required=False)),
     )

@@ -17,13 +17,7 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models import hubrepo
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.modelsource import ModelSource, parse_source
-from lucebox.engine.models.projector import (
-    ProjectorInfo,
-    mismatch,
-    precision_rank,
-    projector_of,
-    read_projector,
-)
+from lucebox.engine.models.projector import ProjectorInfo, mismatch, precision_rank, projector_of
 from lucebox.engine.models.quant import QuantGroup, bits_per_weight, quant_from_name
 from lucebox.engine.models.records import StoreError, list_models, stored_path
 from lucebox.engine.plan import planner, quantchoice
@@ -94,27 +88,6 @@ def repo_projectors(
             matched.append(RepoProjector(pinned, sidecar.file.path, info))
     matched.sort(key=lambda p: precision_rank(p.info.path.name))
     return tuple(matched), left
-
-
-def preset_projector(paths: Paths, source: str) -> tuple[ProjectorInfo | None, str]:
-    """A preset's projector, at the path the store keeps (or will keep) it: its header read
-    from disk when it is here, else from the Hub by range requests like a repo's; None and why
-    when it cannot be read (no network is no reason to refuse a launch)."""
-    parsed = parse_source(source)
-    where = local_file(paths, source) or stored_path(paths, parsed)
-    if where.is_file():
-        info = read_projector(where)
-        return info, "" if info else f"{where.name} is not a vision projector"
-    try:
-        listing = hubrepo.list_repo(parsed)
-        item = next(
-            (s.file for s in listing.layout.sidecars if s.file.path == parsed.filename), None
-        )
-        if item is None:
-            return None, f"{listing.repo_id} holds no projector {parsed.filename}"
-        return projector_of(hubrepo.read_file_header(listing, item, parsed), where), ""
-    except StoreError as exc:
-        return None, f"the header of {where.name} could not be read: {exc.message}"
 
 
 def _sidecar_note(

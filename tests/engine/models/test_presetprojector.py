@@ -1,7 +1,7 @@
-"""A preset of a vision model names its projector: the plan weighs it (its header read from
-the local Hub by range requests, or from disk once pulled), the pipeline pulls the one the plan
-serves, ``--vision off`` reads and pulls none, and without the Hub the plan says vision was
-not planned and why instead of refusing the launch."""
+"""A preset of a vision model names its projector: the plan weighs it from the preset's own
+size and projector type until it is pulled (it never reads the Hub for it), then from its header
+on disk; the pipeline pulls the one the plan serves, ``--vision off`` reads and pulls none, and
+one that cannot be pulled leaves vision out with the reason, or refuses ``--vision on``."""
 
 from __future__ import annotations
 
@@ -11,22 +11,27 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine import pipeline
+from lucebox.engine.core.errors import EXIT_REFUSED, GuardRefusal
 from lucebox.engine.core.paths import Paths, resolve_paths
+from lucebox.engine.models.projector import STAND_IN_SHAPES
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.options import ServeOptions, VisionMode
+from lucebox.engine.plan.sizes import image_compute_bytes
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.hubserver import HubFile, HubState, serve_hub
 
 REPO = "acme/tiny-vision-GGUF"
 WEIGHTS = "tiny-vision-Q8_0.gguf"
 MMPROJ = "mmproj-tiny-vision-F16.gguf"
+PRESET_TYPE = "gemma3"
+"""The type the preset names: not the generated file's own (``mlp``), so a plan says which
+it read."""
 
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     state = HubState()
     with serve_hub(state) as served:
         monkeypatch.setenv("HF_ENDPOINT", served.base_url)
@@ -46,7 +51,6 @@ def _home(tmp_path: Path, hub: HubState) -> Paths:
     presets = paths.config_dir / "presets"
     presets.mkdir(parents=True)
     weights_bytes = len(hub.files[(REPO, WEIGHTS)].body)
-    mmproj_bytes = len(hub.files[(REPO, MMPROJ)].body)
     (presets / "tiny-vision.toml").write_text(
         f"""id = "tiny-vision"
 title = "Tiny vision model"
@@ -62,7 +66,9 @@ size_bytes = {weights_bytes}
 
 [projector]
 source = "hf:{REPO}/{MMPROJ}"
-size_bytes = {mmproj_bytes}
+projector_type = "{PRESET_TYPE}"
+size_bytes = {PRESET_MMPROJ_BYTES}
+size_is_estimate = true
 
 [facts]
 architecture = "llama"
@@ -78,13 +84,13 @@ head_dim = {text.n_embd // text.n_head}
     return paths
 
 
+PRESET_MMPROJ_BYTES = 3_000_000
+"""The projector's size as the preset gives it (the generated file is smaller)."""
+
+
 def _plan(paths: Paths, vision: VisionMode = "auto") -> pipeline.Prepared:
     options = ServeOptions(preset="tiny-vision", vram_mib=(2000,), vision=vision)
     return pipeline.prepare(paths, options, lambda _: None, dry_run=True)
-
-
-def _mmproj_bytes_served(hub: HubState) -> int:
-    return hub.bytes_served.get((REPO, MMPROJ), 0)
 
 
 def _serve(paths: Paths, monkeypatch, vision: VisionMode = "auto") -> pipeline.Prepared:
@@ -95,15 +101,31 @@ def _serve(paths: Paths, monkeypatch, vision: VisionMode = "auto") -> pipeline.P
     return pipeline.prepare(paths, options, lambda _: None)
 
 
-def test_the_preset_projector_is_planned_from_its_header_and_pulled(hub, tmp_path, monkeypatch):
+def _offline(monkeypatch) -> None:
+    """The Hub out of reach, as on a machine without network."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_the_preset_projector_is_planned_from_the_preset_then_pulled(hub, tmp_path, monkeypatch):
     paths = _home(tmp_path, hub)
     prepared = _plan(paths)
     vision = prepared.launch.vision
     assert prepared.launch.refusal is None
     assert vision.served and vision.path is not None, vision.reason
     assert Path(vision.path).name == MMPROJ and not Path(vision.path).exists()
-    # Its header was read from the Hub; the file is pulled only once the plan serves it.
-    assert _mmproj_bytes_served(hub) > 0 and list_models(paths) == []
+    # Planned from the preset alone: the Hub was not asked, the size and shape are the preset's.
+    assert hub.requests == [] and list_models(paths) == []
+    shape = STAND_IN_SHAPES[PRESET_TYPE]
+    compute = image_compute_bytes(
+        shape.image_size, shape.patch_size, shape.n_embd, shape.n_ff, on_gpu=True
+    )
+    assert vision.memory_bytes == PRESET_MMPROJ_BYTES + compute
+    assert f"{MMPROJ} ({PRESET_TYPE})" in vision.reason
+    assert (
+        f"(its size estimated in the preset and a conservative {PRESET_TYPE} image shape until "
+        "the file is pulled and its header read)"
+    ) in vision.reason
+    assert prepared.launch.to_json()["vision"]["projector_type"] == PRESET_TYPE
     served = _serve(paths, monkeypatch, vision="on").launch
     assert served.vision.served and served.vision.path is not None
     pulled = Path(served.vision.path)
@@ -112,43 +134,94 @@ def test_the_preset_projector_is_planned_from_its_header_and_pulled(hub, tmp_pat
     records = {r.main_path.name: r for r in list_models(paths)}
     assert records[MMPROJ].source.startswith(f"hf:{REPO}/{MMPROJ}")
     assert records[MMPROJ].files[0].sha256 == hub.files[(REPO, MMPROJ)].sha256
-    # Once here it is read from disk: planned (and served) with the Hub out of reach.
-    served_before = _mmproj_bytes_served(hub)
-    offline = pytest.MonkeyPatch()
-    offline.setenv("HF_HUB_OFFLINE", "1")
-    try:
-        again = _plan(paths).launch.vision
-    finally:
-        offline.undo()
+    # Once pulled the serve plans it by its header: the file's own type and size.
+    assert served.vision.projector is not None
+    assert served.vision.projector.projector_type == "mlp"
+    assert served.vision.projector.weights_bytes < PRESET_MMPROJ_BYTES
+    assert "until the file is pulled" not in served.vision.reason
+    # And so does a plan made later without the Hub.
+    _offline(monkeypatch)
+    again = _plan(paths).launch.vision
     assert again.served and again.path == str(pulled)
-    assert _mmproj_bytes_served(hub) == served_before
+    assert again.projector == served.vision.projector
 
 
 def test_vision_off_reads_and_pulls_no_projector(hub, tmp_path, monkeypatch):
     paths = _home(tmp_path, hub)
     launch = _serve(paths, monkeypatch, vision="off").launch
     assert not launch.vision.served and "--mmproj" not in launch.argv
-    assert _mmproj_bytes_served(hub) == 0
+    assert hub.bytes_served.get((REPO, MMPROJ), 0) == 0
     assert [r.main_path.name for r in list_models(paths)] == [WEIGHTS]
 
 
-def test_without_the_hub_the_plan_says_vision_was_not_planned(hub, tmp_path, monkeypatch):
+def _weights_pulled_then_offline(hub: HubState, tmp_path: Path, monkeypatch) -> Paths:
+    """The weights pulled while the Hub answered; the projector not: then the network goes."""
     paths = _home(tmp_path, hub)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    prepared = _plan(paths)
-    vision = prepared.launch.vision
-    assert prepared.launch.refusal is None and not vision.served
-    assert vision.reason.startswith("vision not planned: the header of " + MMPROJ)
-    assert "HF_HUB_OFFLINE" in vision.reason and "once online" in vision.reason
-    assert prepared.launch.to_json()["vision"]["reason"] == vision.reason
+    _serve(paths, monkeypatch, vision="off")
+    _offline(monkeypatch)
+    return paths
 
 
-def test_a_preset_projector_the_repo_lacks_is_said(hub, tmp_path):
+def test_without_the_hub_the_plan_is_the_same(hub, tmp_path, monkeypatch):
+    paths = _home(tmp_path, hub)
+    online = _plan(paths).launch.to_json()
+    _offline(monkeypatch)
+    assert _plan(paths).launch.to_json() == online
+    assert hub.requests == []
+
+
+def test_a_projector_that_cannot_be_pulled_leaves_vision_out_with_why(hub, tmp_path, monkeypatch):
+    paths = _weights_pulled_then_offline(hub, tmp_path, monkeypatch)
+    notes: list[str] = []
+    monkeypatch.setattr(pipeline, "_ensure_engine", lambda *_: (None, False))
+    options = ServeOptions(preset="tiny-vision", vram_mib=(2000,))
+    launch = pipeline.prepare(paths, options, lambda e: notes.append(e.message)).launch
+    vision = launch.vision
+    assert launch.refusal is None and not vision.served and "--mmproj" not in launch.argv
+    assert vision.reason.startswith(f"not served: the projector {MMPROJ} is not on disk")
+    assert "HF_HUB_OFFLINE" in vision.reason
+    assert f"`lucebox models pull hf:{REPO}/{MMPROJ}`" in vision.reason
+    assert f"vision {vision.reason}" in notes
+    assert launch.to_json()["vision"]["reason"] == vision.reason
+
+
+def test_vision_on_refuses_a_projector_that_cannot_be_pulled(hub, tmp_path, monkeypatch):
+    paths = _weights_pulled_then_offline(hub, tmp_path, monkeypatch)
+    with pytest.raises(GuardRefusal) as refused:
+        _serve(paths, monkeypatch, vision="on")
+    assert refused.value.exit_code == EXIT_REFUSED
+    assert refused.value.message.startswith(
+        f"vision is on (--vision on as asked) but the projector {MMPROJ} is not on disk "
+        "and could not be pulled: "
+    )
+    assert "HF_HUB_OFFLINE" in refused.value.message
+    assert refused.value.hint is not None
+    assert f"lucebox models pull hf:{REPO}/{MMPROJ}" in refused.value.hint
+    assert "--vision auto" in refused.value.hint
+
+
+def test_a_projector_the_repo_lacks_is_found_missing_at_the_pull(hub, tmp_path, monkeypatch):
     paths = _home(tmp_path, hub)
     del hub.files[(REPO, MMPROJ)]
+    launch = _serve(paths, monkeypatch).launch
+    assert not launch.vision.served
+    assert launch.vision.reason.startswith(f"not served: the projector {MMPROJ} is not on disk")
+    with pytest.raises(GuardRefusal, match="could not be pulled") as refused:
+        _serve(paths, monkeypatch, vision="on")
+    assert refused.value.exit_code == EXIT_REFUSED
+
+
+def test_a_file_there_that_is_not_a_projector_is_said(hub, tmp_path, monkeypatch):
+    paths = _home(tmp_path, hub)
+    _serve(paths, monkeypatch, vision="off")
+    weights = next(r.main_path for r in list_models(paths))
+    (weights.parent / MMPROJ).write_bytes(weights.read_bytes())  # a text model, not a projector
     vision = _plan(paths).launch.vision
     assert not vision.served
-    assert vision.reason.startswith(f"vision not planned: {REPO} holds no projector {MMPROJ}")
+    assert vision.reason.startswith(f"not served: {MMPROJ} is not a vision projector")
+    with pytest.raises(GuardRefusal, match=f"but {MMPROJ} is not a vision projector") as refused:
+        _plan(paths, vision="on")
+    assert refused.value.exit_code == EXIT_REFUSED
 
 
 def test_an_ordinary_preset_changes_nothing(hub, tmp_path):
@@ -158,8 +231,7 @@ def test_an_ordinary_preset_changes_nothing(hub, tmp_path):
     start = text.index("[projector]")
     toml.write_text(text[:start] + text[text.index("[facts]") :], encoding="utf-8")
     vision = _plan(paths).launch.vision
-    assert not vision.served and "vision not planned" not in vision.reason
-    assert _mmproj_bytes_served(hub) == 0
+    assert not vision.served and vision.projector is None
 
 
 def test_a_named_mmproj_wins_over_the_preset(hub, tmp_path):
@@ -168,4 +240,12 @@ def test_a_named_mmproj_wins_over_the_preset(hub, tmp_path):
     options = ServeOptions(preset="tiny-vision", vram_mib=(2000,), mmproj=str(mine))
     vision = pipeline.prepare(paths, options, lambda _: None, dry_run=True).launch.vision
     assert vision.served and vision.path == str(mine)
-    assert _mmproj_bytes_served(hub) == 0
+    assert hub.requests == []
+
+
+def test_a_size_the_preset_gives_exactly_is_not_called_an_estimate(hub, tmp_path):
+    paths = _home(tmp_path, hub)
+    toml = paths.config_dir / "presets" / "tiny-vision.toml"
+    toml.write_text(toml.read_text().replace("size_is_estimate = true\n", ""))
+    vision = _plan(paths).launch.vision
+    assert vision.served and "(its size from the preset and a conservative" in vision.reason

@@ -345,8 +345,12 @@ def test_bad_preset_names_file_key_and_problem(text, fragment):
 _GEMMA3 = Path("presets/gemma3-12b-12gb.toml")
 _PROJECTOR = (
     '\n[projector]\nsource = "hf:google/gemma-3-12b-it-qat-q4_0-gguf/mmproj-model-f16-12B.gguf"\n'
-    "size_bytes = 854200224\nsize_is_estimate = true\n"
+    'projector_type = "gemma3"\nsize_bytes = 854200224\nsize_is_estimate = true\n'
 )
+
+
+_FAMILY_PROJECTOR = {"gemma3": "gemma3", "gemma4": "gemma4v", "qwen3.6": "qwen3vl_merger"}
+"""The projector type the pinned engine's converter writes for each family's vision tower."""
 
 
 def _without_projector() -> str:
@@ -359,6 +363,7 @@ def test_a_preset_projector_table_is_parsed():
     assert projector is not None
     assert projector.source.endswith("/mmproj-model-f16-12B.gguf")
     assert (projector.size_bytes, projector.size_is_estimate) == (854200224, True)
+    assert projector.projector_type == "gemma3"
     shipped = {p.id: p.projector for p in load_presets(resolve_paths())}
     assert shipped["qwen3-4b"] is None  # text only
     assert shipped["gemma3-12b"] is not None and shipped["gemma3-12b"].size_is_estimate
@@ -366,6 +371,7 @@ def test_a_preset_projector_table_is_parsed():
         if preset.projector is not None:  # the projector sits in the target's repo
             repo = preset.target.source.rsplit("/", 1)[0]
             assert preset.projector.source.startswith(repo + "/mmproj"), preset.id
+            assert preset.projector.projector_type == _FAMILY_PROJECTOR[preset.family], preset.id
 
 
 @pytest.mark.parametrize(
@@ -375,6 +381,8 @@ def test_a_preset_projector_table_is_parsed():
         (("size_is_estimate", "size_guess"), r"\[projector\]: unknown key\(s\) size_guess"),
         (("size_bytes = 854200224", 'size_bytes = "1"'), "'size_bytes' should be int"),
         (("hf:google/", "pypi:google/"), r"\[projector\]"),
+        (('projector_type = "gemma3"\n', ""), r"\[projector\]: missing key 'projector_type'"),
+        (('"gemma3"', '"mlp"'), "projector_type 'mlp' has no image shape to plan before the pull"),
         (('/mmproj-model-f16-12B.gguf"', '"'), r"\[projector\]"),
     ],
 )
