@@ -17,6 +17,7 @@ from lucebox.engine.models.projector import STAND_IN_SHAPES
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.options import ServeOptions, VisionMode
 from lucebox.engine.plan.sizes import image_compute_bytes
+from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.hubserver import HubFile, HubState, serve_hub
 
@@ -222,6 +223,12 @@ def test_a_file_there_that_is_not_a_projector_is_said(hub, tmp_path, monkeypatch
     with pytest.raises(GuardRefusal, match=f"but {MMPROJ} is not a vision projector") as refused:
         _plan(paths, vision="on")
     assert refused.value.exit_code == EXIT_REFUSED
+    env = {"LUCEBOX_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+    args = ("plan", "--preset", "tiny-vision", "--vram-mib", "2000", "--vision", "on")
+    result = run_lucebox(*args, env=env)
+    assert result.returncode == EXIT_REFUSED == 3
+    assert_one_line_error(result)
+    assert f"{MMPROJ} is not a vision projector (pass --mmproj PATH" in result.stderr
 
 
 def test_an_ordinary_preset_changes_nothing(hub, tmp_path):
