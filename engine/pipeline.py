@@ -22,6 +22,7 @@ from typing import Literal
 
 from lucebox.engine.core import units
 from lucebox.engine.core.downloadprogress import TransferProgress
+from lucebox.engine.core.errors import FetchError, GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import install, kinds, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
@@ -32,9 +33,10 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard
-from lucebox.engine.models.projector import ProjectorInfo
+from lucebox.engine.models.presets import Preset
+from lucebox.engine.models.projector import ProjectorInfo, read_projector
 from lucebox.engine.models.pull import pull_model
-from lucebox.engine.plan import planner, presetchoice, repoplan
+from lucebox.engine.plan import modelfiles, planner, presetchoice, repoplan
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
@@ -131,21 +133,68 @@ def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event |
 
 def pull_projector(
     paths: Paths,
-    by_name: repoplan.RepoChoice | None,
+    source_of: Callable[[str], str | None],
     launch: LaunchPlan,
+    resolved: Resolved,
     emit: Emit,
     cancel: threading.Event | None,
-) -> ProjectorInfo | None:
-    """The projector the plan serves from the model's repo, pulled and hash-checked like the
-    weights (or found in place in the HF cache, LM Studio or Ollama), where it now lies; None
-    when the plan serves none of the repo's."""
-    vision = launch.vision
-    if by_name is None or not vision.served or vision.projector is None:
+) -> tuple[tuple[ProjectorInfo, ...], str] | None:
+    """The projector the plan serves, pulled and hash-checked like the weights (or found in
+    place in the HF cache, LM Studio or Ollama): the projectors to plan again with, and why
+    vision is left out ("" when it is not); None when the plan serves none that ``source_of``
+    (planned path -> source: the model's repo or its preset) names. A preset's projector
+    planned from its preset is read from disk once pulled; one that cannot be pulled leaves
+    vision out with the reason, or refuses with --vision on."""
+    projector = launch.vision.projector
+    if not launch.vision.served or projector is None:
         return None
-    source = by_name.projector_source(str(vision.projector.path))
+    source = source_of(str(projector.path))
     if source is None:
         return None
-    return replace(vision.projector, path=pull_source(paths, source, emit, cancel))
+    if not projector.stand_in:
+        return (replace(projector, path=pull_source(paths, source, emit, cancel)),), ""
+    try:
+        path = pull_source(paths, source, emit, cancel)
+    except FetchError as exc:
+        missing = f"the projector {projector.path.name} is not on disk and could not be pulled"
+        if resolved.vision == "on":
+            raise GuardRefusal(
+                f"vision is on ({resolved.vision_from}) but {missing}: {exc.message}",
+                hint=f"run `lucebox models pull {source}` where the Hub can be reached, "
+                "or pass --vision auto to serve text only",
+            ) from exc
+        pull = f"run `lucebox models pull {source}` once the Hub can be reached"
+        return (), f"not served: {missing} ({exc.message}); {pull}"
+    found = read_projector(path)
+    if found is None:
+        raise GuardRefusal(
+            f"{path.name}, pulled as the preset's projector ({source}), is not a vision projector",
+            hint="pass --mmproj PATH (the model's mmproj GGUF), or --vision off",
+        )
+    return (found,), ""
+
+
+def projector_candidates(
+    paths: Paths,
+    preset: Preset | None,
+    by_name: repoplan.RepoChoice | None,
+    resolved: Resolved,
+) -> tuple[tuple[ProjectorInfo, ...], Callable[[str], str | None], str]:
+    """The projectors the plan weighs (the model's repo's, or the one its preset names), the
+    source each is pulled from, and why the preset's was not weighed ("" when it was). A file
+    here that is not a projector refuses --vision on."""
+    if by_name is not None:
+        return by_name.projector_infos, by_name.projector_source, ""
+    projector = preset.projector if preset else None
+    if projector is None or resolved.vision == "off" or resolved.mmproj:
+        return (), lambda _: None, ""
+    found, why = modelfiles.preset_projector(paths, projector)
+    if found is None:
+        hint = "pass --mmproj PATH (the model's mmproj GGUF), or --vision off"
+        if resolved.vision == "on":
+            raise GuardRefusal(f"vision is on ({resolved.vision_from}) but {why}", hint=hint)
+        return (), lambda _: None, f"not served: {why}; {hint}"
+    return (found,), {str(found.path): projector.source}.get, ""
 
 
 def ensure_engine(
@@ -259,9 +308,10 @@ def prepare(
         if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
             pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
 
+    candidates, source_of, unplanned = projector_candidates(paths, preset, by_name, view.resolved)
+
     def plan_with(
-        installed: EngineManifest | None,
-        projectors: tuple[ProjectorInfo, ...] = by_name.projector_infos if by_name else (),
+        installed: EngineManifest | None, projectors: tuple[ProjectorInfo, ...] = candidates
     ) -> LaunchPlan:
         return planner.plan_launch(
             paths,
@@ -282,9 +332,10 @@ def prepare(
         if _ensure_engine(paths, view.probe, settings.engine_id, emit, kind)[1]:
             installed = LLAMA_SERVER.select(paths, view.probe, settings.engine_id).engine
             launch = plan_with(installed)
-        pulled = pull_projector(paths, by_name, launch, emit, cancel)
+        pulled = pull_projector(paths, source_of, launch, view.resolved, emit, cancel)
         if pulled is not None:
-            launch = plan_with(installed, (pulled,))
+            launch = plan_with(installed, pulled[0])
+            unplanned = unplanned or pulled[1]
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
     peers.check_builds(view.peers, EngineView.of(installed).version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
@@ -292,6 +343,9 @@ def prepare(
         launch = replace(
             launch, source_choice=repoplan.with_vision(by_name.document, launch.vision)
         )
+    if unplanned and not launch.vision.served:
+        emit(StepEvent("models", "note", f"vision {unplanned}"))
+        launch = replace(launch, vision=replace(launch.vision, reason=unplanned))
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:

@@ -1,4 +1,5 @@
-"""Shared fixtures: every test runs with LUCEBOX_HOME in its own temp folder."""
+"""Shared fixtures: every test runs with LUCEBOX_HOME in its own temp folder and the real
+Hugging Face Hub out of reach."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub.constants  # noqa: F401  (see hub_offline)
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the real Hugging Face Hub: a plan or pull that would is told the Hub is
+    offline, the same on a networked CI machine as here. tests/hubserver.py's local Hub lifts
+    this while it runs. huggingface-hub reads HF_HUB_OFFLINE once, on import: it is imported
+    above, before this is set, so that the local Hub's tests find it online in this process."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(autouse=True)

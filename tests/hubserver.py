@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import struct
 import threading
@@ -409,12 +410,16 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def serve_hub(state: HubState | None = None) -> Iterator[HubState]:
+    """The local Hub, served while the context lasts. The test session keeps the real Hub out of
+    reach with HF_HUB_OFFLINE (tests/conftest.py); this lifts it meanwhile (the test, and any
+    lucebox it starts, reads the Hub at the HF_ENDPOINT it sets to this one's base_url)."""
     hub = state or HubState()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
     server.daemon_threads = True
     hub.base_url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    offline = os.environ.pop("HF_HUB_OFFLINE", None)
     try:
         yield hub
     finally:
@@ -422,3 +427,5 @@ def serve_hub(state: HubState | None = None) -> Iterator[HubState]:
         server.shutdown()
         server.server_close()
         thread.join()
+        if offline is not None:
+            os.environ["HF_HUB_OFFLINE"] = offline

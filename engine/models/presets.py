@@ -17,6 +17,7 @@ from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.modelsource import parse_source
+from lucebox.engine.models.projector import STAND_IN_SHAPES
 
 SPEC_TYPES_NEEDING_DRAFT = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
 LUCEBOX_PRESET_ENGINE = "lucebox"
@@ -63,6 +64,18 @@ class PresetModel:
 
 
 @dataclass(frozen=True)
+class PresetProjector:
+    """A vision model's projector (its ``mmproj-*.gguf``), sized so a plan can count it
+    before the pull."""
+
+    source: str
+    projector_type: str
+    """Its ``clip.projector_type``: the image shape planned until its header is read."""
+    size_bytes: int
+    size_is_estimate: bool
+
+
+@dataclass(frozen=True)
 class PresetDraft:
     model: PresetModel | None
     """None for draftless speculation (n-gram, or the target's own MTP layers)."""
@@ -91,6 +104,8 @@ class Preset:
     path: str
     cpu_default: bool = False
     """The set `lucebox up` picks when there is no usable GPU (a small instruct model)."""
+    projector: PresetProjector | None = None
+    """None for a text-only model."""
 
 
 _TOP = {
@@ -120,11 +135,13 @@ _OPTIONAL_FACTS: dict[str, type] = {
     "recurrent_state_bytes_per_layer": int,
     "expert_share": float,
 }
+_PROJECTOR = {"source": str, "projector_type": str, "size_bytes": int, "size_is_estimate": bool}
 _KNOWN_TOP = set(_TOP) | {
     "smoke_test",
     "cpu_default",
     "chat_template",
     "target",
+    "projector",
     "draft",
     "facts",
     "speculative",
@@ -182,6 +199,35 @@ def _model(table: Any, facts: Any, where: str) -> PresetModel:
     )
 
 
+def _projector(table: Any, where: str) -> PresetProjector | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise PresetError(f"{where}: should be a table")
+    unknown = set(table) - set(_PROJECTOR)
+    if unknown:
+        raise PresetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    source = _get(table, "source", str, where)
+    try:
+        parsed = parse_source(source)
+    except UsageError as exc:
+        raise PresetError(f"{where}: {exc.message}", hint=exc.hint) from exc
+    if parsed.kind != "hf":
+        raise PresetError(f"{where}: 'source' should name one GGUF file, hf:OWNER/REPO/FILE.gguf")
+    kind = _get(table, "projector_type", str, where)
+    if kind not in STAND_IN_SHAPES:
+        raise PresetError(
+            f"{where}: projector_type {kind!r} has no image shape to plan before the pull",
+            hint=f"use one of {', '.join(sorted(STAND_IN_SHAPES))}",
+        )
+    return PresetProjector(
+        source=source,
+        projector_type=kind,
+        size_bytes=_get(table, "size_bytes", int, where),
+        size_is_estimate=bool(_get(table, "size_is_estimate", bool, where, required=False)),
+    )
+
+
 def parse_preset(text: str, path: str) -> Preset:
     """Validate one preset file's text (pure; ``path`` only names it in errors)."""
     try:
@@ -226,6 +272,7 @@ def parse_preset(text: str, path: str) -> Preset:
         smoke_test=bool(_get(table, "smoke_test", bool, path, required=False)),
         path=path,
         cpu_default=bool(_get(table, "cpu_default", bool, path, required=False)),
+        projector=_projector(table.get("projector"), f"{path} [projector]"),
     )
 
 

@@ -53,6 +53,8 @@ class ProjectorInfo:
     n_embd: int
     """The vision encoder's own width (``clip.vision.embedding_length``)."""
     n_ff: int
+    stand_in: str = ""
+    """Why its size and image shape are not from its header ("" when they are)."""
 
     @property
     def precision(self) -> str:
@@ -96,6 +98,49 @@ def projector_of(header: GgufHeader, path: Path) -> ProjectorInfo | None:
         patch_size=_int(meta, "clip.vision.patch_size"),
         n_embd=_int(meta, "clip.vision.embedding_length"),
         n_ff=_int(meta, "clip.vision.feed_forward_length"),
+    )
+
+
+@dataclass(frozen=True)
+class ImageShape:
+    """What sizes an image's compute buffer: the header's image size, patch size and the
+    vision encoder's widths."""
+
+    image_size: int
+    patch_size: int
+    n_embd: int
+    n_ff: int
+
+
+_SIGLIP_896 = ImageShape(896, 14, 1152, 4304)
+STAND_IN_SHAPES: dict[str, ImageShape] = {
+    "gemma3": _SIGLIP_896,
+    "qwen3vl_merger": ImageShape(768, 16, 1152, 4304),
+    "gemma4v": _SIGLIP_896,
+}
+"""Projector type -> the shape a plan takes before the header is here. gemma3: Gemma 3's
+SigLIP (vision_config: 896 px, 14 px patches, width 1152, FFN 4304). qwen3vl_merger: Qwen3.5
+and 3.6's vision tower (width 1152, FFN 4304, 16 px patches, 2,304 position embeddings: the
+768 px the converter writes). gemma4v: its converter writes a 224 px placeholder and the
+engine sizes images at run time, so Gemma 3's 4,096 patches, the most of the three, stand in."""
+
+
+def stand_in_projector(
+    path: Path, projector_type: str, weights_bytes: int, why: str
+) -> ProjectorInfo:
+    """A projector not here yet, planned from what its preset says: its file size as its
+    weights and its type's STAND_IN_SHAPES; ``why`` says so in the plan."""
+    shape = STAND_IN_SHAPES[projector_type]
+    return ProjectorInfo(
+        path=path,
+        projector_type=projector_type,
+        out_width=None,
+        weights_bytes=weights_bytes,
+        image_size=shape.image_size,
+        patch_size=shape.patch_size,
+        n_embd=shape.n_embd,
+        n_ff=shape.n_ff,
+        stand_in=why,
     )
 
 

@@ -14,7 +14,13 @@ from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.modelinfo import ModelInfo
 from lucebox.engine.models.modelsource import parse_source
-from lucebox.engine.models.presets import Preset, PresetModel, facts_from_preset
+from lucebox.engine.models.presets import (
+    Preset,
+    PresetModel,
+    PresetProjector,
+    facts_from_preset,
+)
+from lucebox.engine.models.projector import ProjectorInfo, read_projector, stand_in_projector
 from lucebox.engine.models.records import list_models, stored_path
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions
@@ -163,3 +169,21 @@ def launch_files(
     native = preset.native_ctx if preset else target.facts.native_ctx
     model = preset_draft if preset_draft and draft_source == preset_draft.source else None
     return target, draft_file(paths, draft_source, model, native, target, engine)
+
+
+def preset_projector(paths: Paths, projector: PresetProjector) -> tuple[ProjectorInfo | None, str]:
+    """A preset's projector at the path the store keeps (or will keep) it: its header read from
+    disk once pulled, else planned from the preset's own size and type (the network is never
+    asked: only a pull fetches it); None and why when the file here is not a projector."""
+    where = local_file(paths, projector.source) or stored_path(
+        paths, parse_source(projector.source)
+    )
+    if where.is_file():
+        info = read_projector(where)
+        return info, "" if info else f"{where.name} is not a vision projector"
+    size = "estimated in the preset" if projector.size_is_estimate else "from the preset"
+    why = (
+        f"its size {size} and a conservative {projector.projector_type} image shape until the "
+        "file is pulled and its header read"
+    )
+    return stand_in_projector(where, projector.projector_type, projector.size_bytes, why), ""

@@ -75,10 +75,11 @@ def projector_bytes(projector: ProjectorInfo, *, on_gpu: bool) -> int:
 
 def _cost_text(projector: ProjectorInfo, *, on_gpu: bool) -> str:
     compute = projector_bytes(projector, on_gpu=on_gpu) - projector.weights_bytes
+    stand_in = f" ({projector.stand_in})" if projector.stand_in else ""
     return (
         f"{projector.path.name} ({projector.projector_type}): "
         f"{projector.weights_bytes / MIB:.0f} MiB weights + {compute / MIB:.0f} MiB for one "
-        f"{projector.image_size}px image"
+        f"{projector.image_size}px image{stand_in}"
     )
 
 

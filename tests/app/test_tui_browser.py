@@ -24,7 +24,6 @@ REPO = "acme/tiny-browse-GGUF"
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     state = HubState()
     for quant in ("Q8_0", "Q4_0"):
         spec = dataclasses.replace(ModelSpec(basename="tiny-browse"), quant=quant)

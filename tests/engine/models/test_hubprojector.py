@@ -41,7 +41,6 @@ def _repo(folder: Path, text: ModelSpec, projector: ProjectorSpec) -> dict[str, 
 def hub(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     state = HubState()
     with serve_hub(state) as served:
         monkeypatch.setenv("HF_ENDPOINT", served.base_url)

@@ -57,7 +57,6 @@ def repo_files(tmp_path_factory) -> dict[str, bytes]:
 def hub(monkeypatch, tmp_path, repo_files):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     state = HubState()
     for name, body in repo_files.items():
         state.add(REPO, name, HubFile(body))

@@ -25,7 +25,6 @@ SHARDS = [f"big-instruct-{n:05d}-of-00002.gguf" for n in (1, 2)]
 def hub(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with serve_hub() as served:
         monkeypatch.setenv("HF_ENDPOINT", served.base_url)
         yield served

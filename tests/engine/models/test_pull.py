@@ -43,7 +43,6 @@ def model_bytes(tmp_path_factory) -> bytes:
 def hub_env(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     # The download settings small, through config.toml as a user would set them.
     for key, value in (
         ("download.max_idle_attempts", "3"),
@@ -331,6 +330,7 @@ def test_hub_refusals_have_their_own_message(hub_env, model_bytes, setup, fragme
 
 def test_no_network(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # the closed port is the network that is missing
     result = run_lucebox("models", "pull", SOURCE, env={"HF_ENDPOINT": "http://127.0.0.1:9"})
     assert result.returncode == 1
     assert_one_line_error(result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -339,6 +340,57 @@ def test_bad_preset_names_file_key_and_problem(text, fragment):
     with pytest.raises(PresetError, match=fragment) as caught:
         parse_preset(text, "presets/bad.toml")
     assert "presets/bad.toml" in str(caught.value)
+
+
+_GEMMA3 = Path("presets/gemma3-12b-12gb.toml")
+_PROJECTOR = (
+    '\n[projector]\nsource = "hf:google/gemma-3-12b-it-qat-q4_0-gguf/mmproj-model-f16-12B.gguf"\n'
+    'projector_type = "gemma3"\nsize_bytes = 854200224\nsize_is_estimate = true\n'
+)
+
+
+_FAMILY_PROJECTOR = {"gemma3": "gemma3", "gemma4": "gemma4v", "qwen3.6": "qwen3vl_merger"}
+"""The projector type the pinned engine's converter writes for each family's vision tower."""
+
+
+def _without_projector() -> str:
+    return re.sub(r"\[projector\]\n(?:\w.*\n)*", "", _GEMMA3.read_text())
+
+
+def test_a_preset_projector_table_is_parsed():
+    text = _without_projector() + _PROJECTOR
+    projector = parse_preset(text, "presets/p.toml").projector
+    assert projector is not None
+    assert projector.source.endswith("/mmproj-model-f16-12B.gguf")
+    assert (projector.size_bytes, projector.size_is_estimate) == (854200224, True)
+    assert projector.projector_type == "gemma3"
+    shipped = {p.id: p.projector for p in load_presets(resolve_paths())}
+    assert shipped["qwen3-4b"] is None  # text only
+    assert shipped["gemma3-12b"] is not None and shipped["gemma3-12b"].size_is_estimate
+    for preset in load_presets(resolve_paths()):
+        if preset.projector is not None:  # the projector sits in the target's repo
+            repo = preset.target.source.rsplit("/", 1)[0]
+            assert preset.projector.source.startswith(repo + "/mmproj"), preset.id
+            assert preset.projector.projector_type == _FAMILY_PROJECTOR[preset.family], preset.id
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (("size_bytes = 854200224\n", ""), r"\[projector\]: missing key 'size_bytes'"),
+        (("size_is_estimate", "size_guess"), r"\[projector\]: unknown key\(s\) size_guess"),
+        (("size_bytes = 854200224", 'size_bytes = "1"'), "'size_bytes' should be int"),
+        (("hf:google/", "pypi:google/"), r"\[projector\]"),
+        (('projector_type = "gemma3"\n', ""), r"\[projector\]: missing key 'projector_type'"),
+        (('"gemma3"', '"mlp"'), "projector_type 'mlp' has no image shape to plan before the pull"),
+        (('/mmproj-model-f16-12B.gguf"', '"'), r"\[projector\]"),
+    ],
+)
+def test_a_bad_projector_table_names_the_file_table_and_key(change, fragment):
+    text = _without_projector() + _PROJECTOR.replace(*change)
+    with pytest.raises(PresetError, match=fragment) as caught:
+        parse_preset(text, "presets/bad.toml")
+    assert "presets/bad.toml [projector]" in str(caught.value)
 
 
 def test_shipped_presets_are_valid_and_cover_every_tier():
