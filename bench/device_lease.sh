@@ -38,7 +38,7 @@ faults_start() {
         --draft $F/models/qwen35-tiny-dflash.gguf --work $F/work --serve-args '--gpu 1'"
     # SIGILL last and alone: it starts a rebuild of the engine for the baseline CPU.
     CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 LUCEBOX_HOME=$F setsid nohup bash -c "
-        $run --only kill-9,sigstop,gpu-oom,truncated,port-taken,full-disk,binary-removed \
+        $run --only ${FAULTS_ONLY:-kill-9,sigstop,gpu-oom,truncated,port-taken,full-disk,binary-removed} \
             --out $F/faults.json > $F/faults.log 2>&1
         $run --only sigill --out $F/faults-sigill.json > $F/faults-sigill.log 2>&1
         echo done > $F/faults.done
@@ -49,9 +49,9 @@ case "$1" in
 one)
     nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total --format=csv | tee "$R/gpu.txt"
     BSA=0 bash bench/device_session.sh start > "$R/start.txt" 2>&1
-    LUCEBOX_HOME=$B BSA=1 bash bench/device_session.sh start-lucebox >> "$R/start.txt" 2>&1
+    [ "${BSA_BUILD:-1}" = 1 ] && LUCEBOX_HOME=$B BSA=1 bash bench/device_session.sh start-lucebox >> "$R/start.txt" 2>&1
     echo "builds started, models written: $(elapsed)"
-    faults=0 vision=0
+    faults=0 vision=${NO_VISION:-0}
     while [ "$(date +%s)" -lt $((END - 20)) ]; do
         if [ $faults = 0 ] && [ -f "$A/build-lucebox.rc" ]; then
             faults=1
@@ -73,12 +73,17 @@ two)
     mkdir -p "$R/opencode" "$R/choice"
     OUT=$R/opencode timeout 200 bash bench/device_opencode.sh > "$R/opencode.txt" 2>&1
     echo "opencode rc $?: $(elapsed)"; tail -n 8 "$R/opencode.txt"
-    if [ "$(cat "$A/build-llama.rc" 2>/dev/null)" != 0 ]; then
-        echo "llama.cpp not built yet: waiting"
-        until [ -f "$A/build-llama.rc" ] || [ "$(date +%s)" -gt $((END - 250)) ]; do sleep 2; done
+    if [ "${KV_IN_TWO:-0}" = 1 ]; then
+        mkdir -p "$R/kv"
+        CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 timeout 300 python3 bench/long_prompt_device.py \
+            "$M" "$R/kv/kv.json" --set kv --port 18240 --serve-args "--gpu 0" \
+            --deadline $(($(date +%s) + 280)) > "$R/kv.txt" 2>&1
+        echo "kv rc $?: $(elapsed)"; tail -n 12 "$R/kv.txt"
     fi
-    OUT=$R/choice timeout 240 bash bench/device_engine_choice.sh > "$R/choice.txt" 2>&1
-    echo "engine choice rc $?: $(elapsed)"; tail -n 20 "$R/choice.txt"
+    if [ "$(cat "$A/build-llama.rc" 2>/dev/null)" = 0 ] && [ $((END - $(date +%s))) -gt 240 ]; then
+        OUT=$R/choice timeout 235 bash bench/device_engine_choice.sh > "$R/choice.txt" 2>&1
+        echo "engine choice rc $?: $(elapsed)"; tail -n 20 "$R/choice.txt"
+    fi
     if [ ! -s "$R/../lease-one/vision/vision.json" ] && [ $((END - $(date +%s))) -gt 200 ]; then
         mkdir -p "$R/vision"
         OUT=$R/vision timeout 190 bash bench/device_vision.sh > "$R/vision.txt" 2>&1

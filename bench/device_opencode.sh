@@ -9,7 +9,7 @@
 set -uo pipefail
 source bench/device_env.sh
 OUT=${OUT:-/tmp/opencode-out}
-W=.devrun/work/opencode
+W=$PWD/.devrun/work/opencode
 mkdir -p "$OUT" "$W/home" "$W/project" .devrun/oc/bin
 PORT=18310
 KEY=device-opencode-$RANDOM$RANDOM
@@ -46,8 +46,8 @@ state=$(wait_serve_ready "$SERVE_PID")
 echo "serve state: $state"
 before=$(grep -c "chat DONE" "$LUCEBOX_HOME/state/logs/engine.log" 2> /dev/null || echo 0)
 started=$(date +%s.%N)
-PY=$(command -v python3)
-(cd "$W/project" && env -i PATH="$PWD/../../../oc/bin:/usr/bin:/bin" HOME="$PWD/../home" \
+PY=$(command -v python3); OC_BIN=$(cd .devrun/oc/bin && pwd)
+(cd "$W/project" && env -i PATH="$OC_BIN:/usr/bin:/bin" HOME="$PWD/../home" \
     LUCEBOX_HOME="$LUCEBOX_HOME" PYTHONPATH="$PYTHONPATH" \
     timeout 150 "$PY" -m lucebox.app.cli launch opencode -- run "Reply with one word: hello" \
     > "$W/client.out" 2> "$W/client.err")
