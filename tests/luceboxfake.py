@@ -6,7 +6,7 @@ lines, then per chat request the lines and the reply recorded for a 256-token gr
 lines the real engine wrote on an H200 for a DDTree reply with an agreeing draft
 (``ddtree-agree.log``: 45 of 48 drafted tokens accepted). It parses its command line as the
 engine does (model first, space-separated options) and appends each request path to
-``$FAKE_REQUESTS``.
+``$FAKE_REQUESTS``. Streams are framed as the engine frames them: by closing the connection.
 
 With ``$FAKE_RATES`` naming a JSON file ``{"decode_tok_s": D, "prefill_tok_s": P}`` (read at
 each request, so a test may change it while the engine runs), a non-streamed reply has
@@ -47,6 +47,8 @@ def say(line: str) -> None:
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
     def log_message(self, format: str, *args: object) -> None:
         pass
 
@@ -78,9 +80,26 @@ class Handler(BaseHTTPRequestHandler):
         for line in DRAFT_REPLY_LINES if DRAFTING[0] else lines:
             say(line)
         if streamed:
-            self._send(STREAM, "text/event-stream")
+            self._stream()
         else:
             self._send(REPLY)
+
+    def _stream(self) -> None:
+        """SSE as the engine sends it (``send_sse_headers``): no length, not chunked, the
+        stream ends when the connection closes. With ``$FAKE_STREAM_CUT`` the engine dies
+        after the first half of the stream's events."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "keep-alive")
+        self.end_headers()
+        self.close_connection = True
+        if os.environ.get("FAKE_STREAM_CUT"):
+            events = STREAM.split(b"\n\n")
+            self.wfile.write(b"\n\n".join(events[: len(events) // 2]) + b"\n\n")
+            self.wfile.flush()
+            os._exit(1)
+        self.wfile.write(STREAM)
 
 
 _REPLIES = [0]

@@ -28,13 +28,14 @@ from urllib.parse import urlsplit
 
 import h11
 
-from lucebox.engine.run.apishape import models_with_context
+from lucebox.engine.run.apishape import SHAPED_PATHS, api_endpoint, models_with_context
 from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
 from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError, Ticket
 from lucebox.engine.run.frontwire import (
     HOP_HEADERS,
     KEEPALIVE_COMMENT,
     KEEPALIVE_S,
+    LAST_EVENT,
     ApiShape,
     ClientGoneError,
     EngineCall,
@@ -433,20 +434,23 @@ class Front:
         silent for ``keepalive_s`` between two events (never inside one)."""
         shaper = self.shape.stream(path, body)
         pending = b""
+        ended = False
         try:
             while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
                 if ticket is not None:
                     ticket.engine_chunks += 1
                 events, pending = split_events(pending + chunk)
+                # The Lucebox engine ends a stream by closing the connection, so its death in
+                # the middle of one ends it the same way: only the last event tells them apart.
+                ended = ended or any(LAST_EVENT.search(event) for event in events)
                 await ex.data(b"".join(shaper.feed(e) for e in events))
         except ENGINE_ERRORS as exc:
             # The events so far are whole (a cut one is dropped): the client reads why it
             # ended instead of a connection closed under it.
-            message = (
-                f"the engine stopped in the middle of this reply ({exc}); lucebox starts it "
-                "again: send the request again"
-            )
-            await self._failed(ex, 502, message)
+            await self._failed(ex, 502, _stopped_midway(str(exc)))
+            return
+        if call.ends_at_close and api_endpoint(path) in SHAPED_PATHS and not ended:
+            await self._failed(ex, 502, _stopped_midway("its stream ended without its last event"))
             return
         await ex.data(shaper.close() + pending)
         await ex.end()
@@ -519,3 +523,10 @@ async def _sse_started(ex: Exchange, cors: list[tuple[str, str]]) -> None:
 async def start_front(front: Front, host: str, port: int) -> asyncio.Server:
     """The front listening on ``host:port`` (IPv4 and IPv6 where the host name has both)."""
     return await asyncio.start_server(front.handle, host, port)
+
+
+def _stopped_midway(how: str) -> str:
+    return (
+        f"the engine stopped in the middle of this reply ({how}); lucebox starts it again: "
+        "send the request again"
+    )

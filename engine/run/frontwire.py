@@ -29,6 +29,12 @@ KEEPALIVE_S = 5.0
 coding agents' watchdogs give up on a quiet stream."""
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 SSE_EVENT_END = re.compile(rb"\r?\n\r?\n")
+LAST_EVENT = re.compile(
+    rb'^data: \[DONE\]|"type" ?: ?"(message_stop|response\.(completed|incomplete|failed))"',
+    re.MULTILINE,
+)
+"""What ends a stream: [DONE] a chat one, message_stop an Anthropic one, the response's end a
+Responses one."""
 
 
 class EventShape(Protocol):
@@ -243,6 +249,9 @@ class EngineCall:
         self.reader = reader
         self.writer = writer
         self.conn = h11.Connection(h11.CLIENT)
+        self.ends_at_close = False
+        """The answer's body has no length and is not chunked: it ends when the engine
+        closes the connection, so an engine that dies ends it the same way."""
 
     @classmethod
     async def open(cls, url: str) -> EngineCall:
@@ -269,6 +278,8 @@ class EngineCall:
             event = await self._next()
         if not isinstance(event, h11.Response):
             raise ConnectionError("the engine closed the connection without an answer")
+        framing = {k.lower() for k, _ in event.headers} & {b"content-length", b"transfer-encoding"}
+        self.ends_at_close = not framing
         return event
 
     async def _next(self) -> Any:

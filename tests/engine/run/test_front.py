@@ -5,6 +5,7 @@ hang-up stopping the engine's work."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -271,11 +272,11 @@ def test_a_waiting_client_that_hangs_up_leaves_the_queue(front, engine):
     worker.join(300)
 
 
-@pytest.fixture
-def lucebox_fake(tmp_path: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def fake_engine(tmp_path: Path, **env_extra: str) -> Iterator[str]:
     """The recorded-contract stand-in of ``dflash_server`` on a loopback port."""
     port = free_port()
-    env = {**os.environ, "FAKE_REQUESTS": str(tmp_path / "requests.txt")}
+    env = {**os.environ, "FAKE_REQUESTS": str(tmp_path / "requests.txt"), **env_extra}
     fake = Path(__file__).parents[2] / "luceboxfake.py"
     argv = [sys.executable, str(fake), "model.gguf", "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
@@ -286,6 +287,12 @@ def lucebox_fake(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def lucebox_fake(tmp_path: Path) -> Iterator[str]:
+    with fake_engine(tmp_path) as url:
+        yield url
 
 
 def _answers(url: str) -> bool:
@@ -313,10 +320,32 @@ def test_the_lucebox_engine_gets_the_same_front(lucebox_fake):
                 assert reply.headers["content-type"].startswith("text/event-stream")
                 lines = [line for line in reply.iter_lines() if line]
             assert any(line.startswith("data:") for line in lines)
+            assert lines[-1] == "data: [DONE]"  # a whole stream the engine closed stays whole
             (model,) = client.get(f"{url}/v1/models").json()["data"]
             assert model["context_length"] == 8192 and model["id"]
             assert client.get(f"{url}/").status_code == 200
             assert "lucebox_requests_served_total 3" in client.get(f"{url}/metrics").text
+
+
+def test_a_stream_the_lucebox_engine_dies_in_ends_with_an_error_event(tmp_path):
+    """The engine ends its streams by closing the connection, so its death in the middle of
+    one reads as an end: the stream's missing last event says otherwise (the H200's SIGKILL
+    and SIGSTOP faults left clients with a stream that just stopped)."""
+    spec = FrontSpec(loopback_policy(KEY), "qwen", 8192, keepalive_s=0.3)
+    with (
+        fake_engine(tmp_path, FAKE_STREAM_CUT="1") as engine_url,
+        running_front(spec, engine_url) as running,
+        httpx.Client(headers=AUTH, timeout=60) as client,
+        client.stream(
+            "POST", f"{running.url}/v1/chat/completions", json=chat("hi", 16, stream=True)
+        ) as reply,
+    ):
+        lines = [line for line in reply.iter_lines() if line]
+    assert any(line.startswith('data: {"choices"') for line in lines[:-2])
+    assert lines[-2] == "event: error"
+    error = json.loads(lines[-1].removeprefix("data: "))["error"]
+    assert error["code"] == 502
+    assert "without its last event" in error["message"]
 
 
 def test_while_the_engine_restarts_requests_wait_and_a_stopped_run_answers_503(lucebox_fake):
