@@ -480,7 +480,9 @@ def gpu_oom(paths: Paths, model: Path, prompt_words: int, leave_mib: int) -> Out
         )
         assert filler.stdout is not None
         held = filler.stdout.readline().strip()
-        client = Client(serve.port, max_tokens=64, prompt="word " * prompt_words)
+        # "hello" is about one token in both the real and the generated vocabularies ("word"
+        # is five in the generated one: its prompt ran past the context and was refused).
+        client = Client(serve.port, max_tokens=64, prompt="hello " * prompt_words)
         client.start()
         hit = time.monotonic()
         again = serve.wait_ready(restarts=1, wait_s=150)
@@ -539,6 +541,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lucebox-faults-"))
+    work.mkdir(parents=True, exist_ok=True)
     if args.engine == "lucebox":
         if args.model is None or args.draft is None:
             parser.error("--engine lucebox needs --model and --draft")
@@ -561,7 +564,7 @@ def main() -> int:
         ("binary-removed", lambda: binary_removed(paths, model)),
     ]
     if args.engine == "lucebox":
-        words = args.ctx // 3
+        words = args.ctx // 2
         entries.insert(2, ("gpu-oom", lambda: gpu_oom(paths, model, words, 512)))
     if args.only:
         wanted = args.only.split(",")

@@ -107,6 +107,7 @@ def streamed(url: str, text: str, reply_tokens: int) -> dict[str, Any]:
         "max_tokens": reply_tokens,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
     started_s = time.monotonic()
     first_s: float | None = None
@@ -275,11 +276,14 @@ def run_mode(
 
 
 def plan_kv(
-    target: Path, ctx: int, vram_mib: int, extra: list[str]
+    target: Path, ctx: int, vram_mib: int | None, extra: list[str]
 ) -> tuple[str | None, int | None]:
-    """The KV type and KVFlash pool lucebox plans for ``ctx`` on a card with ``vram_mib`` free."""
+    """The KV type and KVFlash pool lucebox plans for ``ctx`` on a card with ``vram_mib`` free
+    (None: what the card has free now)."""
     args = ["--model", str(target), "--engine", "lucebox", "--ctx", str(ctx), *extra]
-    planned = lucebox("plan", *args, "--vram-mib", str(vram_mib), "--json")
+    if vram_mib is not None:
+        args += ["--vram-mib", str(vram_mib)]
+    planned = lucebox("plan", *args, "--json")
     try:
         plan = json.loads(planned.stdout)
     except ValueError:
@@ -301,6 +305,25 @@ def q4_only_free_mib(target: Path, ctx: int, extra: list[str]) -> int:
         return high
 
     return (least("q4_0") + least("q8_0")) // 2
+
+
+def hold_for_q4(target: Path, ctx: int, extra: list[str], document: dict[str, Any]) -> MemoryHold:
+    """A hold under which the plan for ``ctx`` (read as serve will, from the card) is exact at
+    q4_0: first at the window ``--vram-mib`` finds, then moved until the real plan agrees
+    (on the H200 a plan at 2.3 GiB free gave q8_0 where ``--vram-mib 2293`` gave q4_0)."""
+    leave_mib = q4_only_free_mib(target, ctx, extra)
+    tries: list[dict[str, Any]] = []
+    document["hold"] = {"tries": tries}
+    for _ in range(16):
+        hold = MemoryHold(leave_mib)
+        kv_type, pool = plan_kv(target, ctx, None, extra)
+        tries.append({"leave_free_mib": leave_mib, "filler": hold.said, "plan": [kv_type, pool]})
+        print("hold:", tries[-1], flush=True)
+        if kv_type == "q4_0" and pool is None:
+            break
+        hold.close()
+        leave_mib += 48 if pool is not None else -96
+    return hold
 
 
 class MemoryHold:
@@ -388,10 +411,7 @@ def main() -> None:
 
     hold: MemoryHold | None = None
     if chosen_set.hold_for_q4:
-        leave_mib = q4_only_free_mib(target, chosen_set.ctx, extra)
-        hold = MemoryHold(leave_mib)
-        document["hold"] = {"leave_free_mib": leave_mib, "filler": hold.said}
-        print("hold:", document["hold"], flush=True)
+        hold = hold_for_q4(target, chosen_set.ctx, extra, document)
     try:
         with serve_hub(state) as hub, tempfile.TemporaryDirectory() as hf_home:
             os.environ["HF_ENDPOINT"], os.environ["HF_HOME"] = hub.base_url, hf_home
