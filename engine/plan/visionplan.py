@@ -192,7 +192,11 @@ def choose_vision(
         keeps = planned.fits and planned.ctx >= wanted
         keeps = keeps and planned.cache_type_k == plain.cache_type_k
         if keeps or (resolved.vision == "on" and planned.fits):
-            why = "served: it costs no context" if keeps else f"served ({resolved.vision_from})"
+            why = (
+                _served_why(planned.ctx, plain.ctx, wanted)
+                if keeps
+                else (f"served ({resolved.vision_from})")
+            )
             reason = f"{why}; {_cost_text(projector, on_gpu=on_gpu)}; {ENGINE_WITH_PROJECTOR}"
             return Vision(True, projector, reason, held.projector_bytes), held, None
         weighed.append((projector, planned))
@@ -213,6 +217,18 @@ def choose_vision(
         return Vision(False, projector, f"refused: {cost}", cost_bytes), request, refusal
     reason = f"not served: {cost}; pass --vision on to serve it"
     return Vision(False, projector, reason, cost_bytes), request, None
+
+
+def _served_why(ctx: int, ctx_without: int, wanted: int) -> str:
+    """Why auto serves a projector that keeps the context asked for (or, none asked, the
+    32K lucebox aims for): where the plan would give more without it, the tokens it costs are
+    said rather than hidden (a 24 GB card can give 82K without it and 38K with it)."""
+    if ctx >= ctx_without:
+        return "served: it costs no context"
+    return (
+        f"served: it leaves {ctx} tokens ({ctx_without} without it), at least the {wanted} "
+        "wanted; pass --vision off for the rest"
+    )
 
 
 def lucebox_vision(

@@ -71,6 +71,16 @@ def test_auto_serves_the_f16_projector_when_it_costs_no_context(model):
     assert "projector" in launch.plan.reasons and "vision" in launch.plan.reasons
 
 
+def test_auto_says_the_tokens_a_projector_costs_when_it_keeps_the_context_wanted(model):
+    """None asked, auto serves a projector that leaves 32K or more, and says what it cost."""
+    plain = plan(ServeOptions(model=str(model), vision="off"), card(2000))
+    launch = plan(ServeOptions(model=str(model)), card(2000))
+    assert launch.vision.served and 32768 <= launch.plan.ctx < plain.plan.ctx
+    assert launch.vision.reason.startswith(
+        f"served: it leaves {launch.plan.ctx} tokens ({plain.plan.ctx} without it)"
+    )
+
+
 def test_auto_drops_the_projector_when_it_costs_context_and_says_what_it_would_cost(model):
     plain = plan(ServeOptions(model=str(model), vision="off"), card(1100))
     launch = plan(ServeOptions(model=str(model)), card(1100))
