@@ -25,7 +25,7 @@ from lucebox.engine.models.projector import (
     read_projector,
 )
 from lucebox.engine.plan.enginechoice import NO_VISION
-from lucebox.engine.plan.memory import PlanRequest, make_plan, wanted_ctx
+from lucebox.engine.plan.memory import Plan, PlanRequest, make_plan, wanted_ctx
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved
 from lucebox.engine.plan.sizes import image_compute_bytes
@@ -191,6 +191,7 @@ def choose_vision(
         planned = make_plan(held)
         keeps = planned.fits and planned.ctx >= wanted
         keeps = keeps and planned.cache_type_k == plain.cache_type_k
+        keeps = keeps and not _layers_moved(planned, plain)
         if keeps or (resolved.vision == "on" and planned.fits):
             why = (
                 _served_why(planned.ctx, plain.ctx, wanted)
@@ -203,12 +204,16 @@ def choose_vision(
     projector, planned = weighed[-1]
     cost_bytes = projector_bytes(projector, on_gpu=on_gpu)
     costs = _cost_text(projector, on_gpu=on_gpu)
-    cost = (
-        f"{costs} would leave {planned.ctx} tokens with {planned.cache_type_k} "
-        f"KV instead of {plain.ctx} with {plain.cache_type_k}"
-        if planned.fits
-        else f"{costs} does not fit beside the model"
-    )
+    moved = _layers_moved(planned, plain)
+    if not planned.fits:
+        cost = f"{costs} does not fit beside the model"
+    elif moved:
+        cost = f"{costs} would move {moved} off the GPU (slower decoding)"
+    else:
+        cost = (
+            f"{costs} would leave {planned.ctx} tokens with {planned.cache_type_k} "
+            f"KV instead of {plain.ctx} with {plain.cache_type_k}"
+        )
     if resolved.vision == "on":
         refusal = GuardRefusal(
             f"vision is on ({resolved.vision_from}) but {cost}",
@@ -217,6 +222,19 @@ def choose_vision(
         return Vision(False, projector, f"refused: {cost}", cost_bytes), request, refusal
     reason = f"not served: {cost}; pass --vision on to serve it"
     return Vision(False, projector, reason, cost_bytes), request, None
+
+
+def _layers_moved(planned: Plan, plain: Plan) -> str:
+    """The weights serving the projector would move off the GPU ('' when none): auto never
+    trades decode speed for vision (a 16 GB card's qwen3.6-27b plan kept 54 of 64 layers with
+    it, 59 without). ``n_gpu_layers`` -1 is all of them."""
+    every_before, every_after = plain.n_gpu_layers < 0, planned.n_gpu_layers < 0
+    if not every_after and (every_before or planned.n_gpu_layers < plain.n_gpu_layers):
+        kept = "all" if every_before else str(plain.n_gpu_layers)
+        return f"layers ({planned.n_gpu_layers} on the GPU instead of {kept})"
+    if planned.n_cpu_moe > plain.n_cpu_moe:
+        return f"the experts of {planned.n_cpu_moe - plain.n_cpu_moe} more layers"
+    return ""
 
 
 def _served_why(ctx: int, ctx_without: int, wanted: int) -> str:

@@ -6,6 +6,7 @@ one that cannot be pulled leaves vision out with the reason, or refuses ``--visi
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -256,3 +257,19 @@ def test_a_size_the_preset_gives_exactly_is_not_called_an_estimate(hub, tmp_path
     toml.write_text(toml.read_text().replace("size_is_estimate = true\n", ""))
     vision = _plan(paths).launch.vision
     assert vision.served and "(its size from the preset and a conservative" in vision.reason
+
+
+def test_auto_never_moves_layers_off_the_gpu_for_the_projector(tmp_path):
+    """qwen3.6-27b on a 16 GB card: its projector would leave 54 of the 59 layers the plan
+    keeps on the GPU without it; auto leaves it out and says so, on serves it."""
+    env = {"LUCEBOX_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+    args = ("plan", "--preset", "qwen3.6-27b", "--vram-mib", "16384", "--json")
+    plans = {
+        vision: json.loads(run_lucebox(*args, "--vision", vision, env=env).stdout)
+        for vision in ("auto", "off", "on")
+    }
+    auto, off, on = plans["auto"], plans["off"], plans["on"]
+    assert not auto["vision"]["served"] and auto["n_gpu_layers"] == off["n_gpu_layers"] > 0
+    assert on["vision"]["served"] and 0 < on["n_gpu_layers"] < off["n_gpu_layers"]
+    moved = f"would move layers ({on['n_gpu_layers']} on the GPU instead of {off['n_gpu_layers']})"
+    assert moved in auto["vision"]["reason"]
