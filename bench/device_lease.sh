@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A two-GPU lease's plan (nvidia-h200-x2: 32 cores, two cards), three calls back to back, each
 # under CALL_S (580 s). Carry .whl and .devrun/carry in the first call, .devrun/oc (OpenCode) in
-# the second; what a call leaves in .devrun/ stays while the machine is warm.
+# the second; what a call leaves in .devrun/ stays while the machine is warm, and it goes back
+# 30 s after a call returns: send the next call at once (a lease lost its builds so). Knobs:
+# BSA_BUILD=0 (no BSA build), NO_VISION=1, FAULTS_ONLY=entries, KV_IN_TWO=1 (the KV set in
+# call two, on card 0).
 #   one    builds side by side: llama.cpp CUDA and the Lucebox engine 4cf58a04 without BSA in
 #          .devrun/home, the Lucebox engine with BSA in .devrun/home-bsa; once the Lucebox build
 #          is in, the fault bench on card 1, detached (a home of its own with a copy of that
