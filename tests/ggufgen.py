@@ -176,6 +176,8 @@ class ProjectorSpec(ModelSpec):
     patch_size: int = 8
     target_n_embd: int = 64
     chat_template: str | None = None
+    projector_type: str = "mlp"
+    """What the header names (the tensors stay LLaVA's: only readers of the header see it)."""
 
 
 def vocab(spec: ModelSpec) -> list[str]:
@@ -556,7 +558,7 @@ def write_assistant(path: Path, spec: AssistantSpec) -> Path:
 def write_projector(path: Path, spec: ProjectorSpec) -> Path:
     """A random-weight LLaVA ``mlp`` projector the pinned engine loads with ``--mmproj``."""
     writer = _start(path, spec, tokenizer=False)
-    writer.add_string("clip.projector_type", "mlp")
+    writer.add_string("clip.projector_type", spec.projector_type)
     writer.add_bool("clip.has_vision_encoder", True)
     writer.add_bool("clip.use_gelu", True)
     for key, value in (

@@ -89,13 +89,19 @@ def projector_of(header: GgufHeader, path: Path) -> ProjectorInfo | None:
     named = _OUT_WIDTH.get(kind)
     if named is not None and named[0] in tensors and len(tensors[named[0]].shape) > named[1]:
         out_width = tensors[named[0]].shape[named[1]]
+    image_size = _int(meta, "clip.vision.image_size")
+    patch_size = _int(meta, "clip.vision.patch_size")
+    if kind in RUNTIME_SIZED:
+        # The header's size is a placeholder: the pulled file must not plan a smaller image
+        # buffer than the stand-in planned before the pull.
+        image_size, patch_size = STAND_IN_SHAPES[kind].image_size, STAND_IN_SHAPES[kind].patch_size
     return ProjectorInfo(
         path=path,
         projector_type=kind,
         out_width=out_width,
         weights_bytes=sum(t.n_bytes for t in header.tensors),
-        image_size=_int(meta, "clip.vision.image_size"),
-        patch_size=_int(meta, "clip.vision.patch_size"),
+        image_size=image_size,
+        patch_size=patch_size,
         n_embd=_int(meta, "clip.vision.embedding_length"),
         n_ff=_int(meta, "clip.vision.feed_forward_length"),
     )
@@ -123,6 +129,9 @@ SigLIP (vision_config: 896 px, 14 px patches, width 1152, FFN 4304). qwen3vl_mer
 and 3.6's vision tower (width 1152, FFN 4304, 16 px patches, 2,304 position embeddings: the
 768 px the converter writes). gemma4v: its converter writes a 224 px placeholder and the
 engine sizes images at run time, so Gemma 3's 4,096 patches, the most of the three, stand in."""
+RUNTIME_SIZED = ("gemma4v",)
+"""Projector types whose header's image size is a placeholder: planned at their stand-in shape
+after the pull too."""
 
 
 def stand_in_projector(

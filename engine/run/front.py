@@ -449,6 +449,7 @@ class Front:
             # ended instead of a connection closed under it.
             await self._failed(ex, 502, _stopped_midway(str(exc)))
             return
+        ended = ended or LAST_EVENT.search(pending) is not None  # a last event cut short
         if call.ends_at_close and api_endpoint(path) in SHAPED_PATHS and not ended:
             await self._failed(ex, 502, _stopped_midway("its stream ended without its last event"))
             return

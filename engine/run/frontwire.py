@@ -30,7 +30,9 @@ coding agents' watchdogs give up on a quiet stream."""
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 SSE_EVENT_END = re.compile(rb"\r?\n\r?\n")
 LAST_EVENT = re.compile(
-    rb'^data: \[DONE\]|"type" ?: ?"(message_stop|response\.(completed|incomplete|failed))"',
+    rb"^data:\s*\[DONE\]"
+    rb"|^event:\s*(message_stop|response\.(completed|incomplete|failed))\s*$"
+    rb'|"type"\s*:\s*"(message_stop|response\.(completed|incomplete|failed))"',
     re.MULTILINE,
 )
 """What ends a stream: [DONE] a chat one, message_stop an Anthropic one, the response's end a

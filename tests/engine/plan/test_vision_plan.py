@@ -16,7 +16,12 @@ from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models import ondisk
-from lucebox.engine.models.projector import check_projector, embedded_vision, read_projector
+from lucebox.engine.models.projector import (
+    STAND_IN_SHAPES,
+    check_projector,
+    embedded_vision,
+    read_projector,
+)
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
@@ -257,3 +262,18 @@ def test_the_projector_term_matches_the_gpu_after_an_image(tmp_path):
     assert projector is not None
     measured_mib = recorded["engine_on_minus_off_mib"]
     assert abs(projector_bytes(projector, on_gpu=True) / MIB - measured_mib) / measured_mib < 0.05
+
+
+def test_a_runtime_sized_projector_keeps_its_stand_in_image_after_the_pull(tmp_path):
+    """gemma4v's converter writes a 224 px placeholder: the pulled file is planned at the
+    shape planned before the pull, not at 1/16 of its image buffer."""
+    header_says = dataclasses.replace(SIGLIP, projector_type="gemma4v", image_size=224)
+    projector = read_projector(write_gguf(tmp_path / "mmproj-gemma4.gguf", header_says))
+    stand_in = STAND_IN_SHAPES["gemma4v"]
+    assert projector is not None and projector.projector_type == "gemma4v"
+    assert (projector.image_size, projector.patch_size) == (
+        stand_in.image_size,
+        stand_in.patch_size,
+    )
+    plain = read_projector(write_gguf(tmp_path / "mmproj-siglip.gguf", SIGLIP))
+    assert plain is not None and plain.image_size == SIGLIP.image_size  # other types: the header
