@@ -85,7 +85,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(REPLY)
 
     def _stream(self) -> None:
-        """SSE as the engine sends it (``send_sse_headers``): no length, not chunked, the
+        """SSE as the engine sends it (``send_sse_headers`` in 4cf58a04's http_server.cpp:
+        ``Connection: keep-alive``, unlike its other answers): no length, not chunked, the
         stream ends when the connection closes. With ``$FAKE_STREAM_CUT`` the engine dies
         after the first half of the stream's events."""
         self.send_response(200)

@@ -196,7 +196,7 @@ def choose_vision(
             why = (
                 _served_why(planned.ctx, plain.ctx, wanted)
                 if keeps
-                else (f"served ({resolved.vision_from})")
+                else f"served ({resolved.vision_from})"
             )
             reason = f"{why}; {_cost_text(projector, on_gpu=on_gpu)}; {ENGINE_WITH_PROJECTOR}"
             return Vision(True, projector, reason, held.projector_bytes), held, None
