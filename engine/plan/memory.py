@@ -27,19 +27,18 @@ from lucebox.engine.plan.hostram import (
 )
 from lucebox.engine.plan.sizes import (
     CHECKPOINT_RAM_SHARE,
-    CONTEXT_CHECKPOINTS,
     CTX_PAD,
     CUDA_CONTEXT_BYTES,
-    KV_TYPE_BYTES,
-    N_UBATCH,
     PROMPT_CACHE_MAX_BYTES,
     PROMPT_CACHE_PROMPTS,
     PROMPT_CACHE_RAM_SHARE,
     RESERVE_FRACTION,
     RESERVE_MIN_BYTES,
     MemoryBytes,
+    checkpoints_per_slot,
     compute_bytes,
     compute_copies,
+    draft_bytes,
     kv_bytes,
     kvflash_pool,
     pad_ctx,
@@ -204,24 +203,6 @@ def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
     return min(lo * CTX_PAD, facts.native_ctx)
 
 
-def _checkpoints(request: PlanRequest) -> tuple[int, int]:
-    """Context checkpoints per slot and the host-RAM bytes of each: the recurrent state, plus
-    the sliding-window cache unless --swa-full keeps the whole context (no checkpoints then)."""
-    target, budget = request.target, request.budget
-    if not request.checkpoints:
-        return 0, 0
-    window = 0
-    if target.swa_kv_elems_per_token and not request.swa_full:
-        window_cells = pad_ctx(target.swa_window + N_UBATCH)
-        window = int(target.swa_kv_elems_per_token * window_cells * KV_TYPE_BYTES["f16"])
-    each = target.recurrent_state_bytes + window
-    if not each:
-        return 0, 0
-    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
-    fitting = ram // CHECKPOINT_RAM_SHARE // each if ram else CONTEXT_CHECKPOINTS
-    return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
-
-
 def wanted_ctx(asked: int | None, native_ctx: int, *, unasked: int = ENOUGH_CTX) -> int:
     """The context every plan aims for: the one asked for, else ``unasked``; never past native.
 
@@ -243,7 +224,9 @@ def make_plan(request: PlanRequest) -> Plan:
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
-    n_checkpoints, checkpoint_bytes = _checkpoints(request)
+    n_checkpoints, checkpoint_bytes = (
+        checkpoints_per_slot(target, budget, request.swa_full) if request.checkpoints else (0, 0)
+    )
     checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident
@@ -276,7 +259,8 @@ def make_plan(request: PlanRequest) -> Plan:
         reasons["swa_full"] = swa_reason
     draft_total = 0
     if draft is not None:
-        draft_total, reasons["draft"] = _draft_terms(draft, used_ctx, kv_type, request.parallel)
+        draft_total = draft_bytes(draft, used_ctx, kv_type, request.parallel)
+        reasons["draft"] = _draft_reason(draft, kv_type)
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * compute_copies(budget)
     on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
     if budget.is_gpu:
@@ -342,18 +326,11 @@ def _too_slow_reason(request: PlanRequest, min_ctx: int) -> str:
     )
 
 
-def _draft_terms(draft: ModelFacts, used_ctx: int, kv_type: str, parallel: int) -> tuple[int, str]:
-    """A draft's weights, KV at the target's context and type, compute; and why."""
-    total = (
-        draft.weights_bytes
-        + kv_bytes(draft, used_ctx, kv_type, parallel)
-        + compute_bytes(draft, used_ctx, kv_type)
-    )
-    why = (
+def _draft_reason(draft: ModelFacts, kv_type: str) -> str:
+    return (
         f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
         f"same context (as the target's), compute"
     )
-    return total, why
 
 
 def _split_reason(budget: GpuBudget, split: tuple[float, ...], main_gpu: int) -> str:
