@@ -19,6 +19,17 @@ from typing import Any
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.plan.ctxchoice import (
+    KV_PAIRS,
+    MIN_CTX,
+    choose_ctx,
+    choose_kv_type,
+    kv_reason,
+    largest_ctx,
+    too_slow,
+    too_slow_reason,
+    wanted_ctx,
+)
 from lucebox.engine.plan.devicesplit import split_over_devices
 from lucebox.engine.plan.hostram import (
     CPU_KEEP_FREE_FRACTION,
@@ -41,18 +52,10 @@ from lucebox.engine.plan.sizes import (
     draft_bytes,
     kv_bytes,
     kvflash_pool,
-    pad_ctx,
     prompt_cache_bytes,
     reserve_bytes,
     weights_on_gpu,
 )
-
-MIN_CTX = 2048
-KV_PAIRS = ("f16", "q8_0", "q4_0")
-"""K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
-ENOUGH_CTX = 32768
-"""The most precise KV type that gives this much context (or the native maximum) is used:
-quality first, and 32K tokens hold a long chat or a mid-size agent session."""
 
 
 @dataclass(frozen=True)
@@ -173,46 +176,6 @@ class Plan:
 # --- arithmetic -------------------------------------------------------------------------------
 
 
-def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
-    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``.
-
-    The draft's KV cache has the target's type (``-ctkd/-ctvd`` say so on the command line):
-    an f16 draft cache next to a quantized target cache would spend the memory the
-    quantization saved.
-    """
-    facts, draft, parallel = request.target, request.draft, request.parallel
-    lo, hi = 0, pad_ctx(facts.native_ctx) // CTX_PAD
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        ctx = mid * CTX_PAD
-        need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-        need += compute_bytes(facts, ctx, kv_type, request.swa_full) * compute_copies(
-            request.budget
-        )
-        if draft is not None:
-            need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
-        if len(request.budget.devices) > 1:
-            # Each device takes whole layers: up to one layer (weights + KV) per device is
-            # lost to rounding when the layers are dealt out (``_slot_counts``).
-            layer = facts.layer_bytes + kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-            need += len(request.budget.devices) * layer // max(facts.n_layer, 1)
-        if need <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return min(lo * CTX_PAD, facts.native_ctx)
-
-
-def wanted_ctx(asked: int | None, native_ctx: int, *, unasked: int = ENOUGH_CTX) -> int:
-    """The context every plan aims for: the one asked for, else ``unasked``; never past native.
-
-    llama-server's plans leave ``unasked`` at ENOUGH_CTX (more context costs KV that a better
-    KV type or quant spends better); the Lucebox engine's pass the native context on purpose
-    (KVFlash bounds the KV it keeps on the GPU, so a long context costs it little).
-    """
-    return min(asked or unasked, native_ctx)
-
-
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
@@ -246,12 +209,12 @@ def make_plan(request: PlanRequest) -> Plan:
         kv_choices,
         min_ctx,
     )
-    kv_type = _choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
+    kv_type = choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
     ctx_fit = largest[kv_type]
-    ctx, fits, reasons["ctx"] = _choose_ctx(request, ctx_fit, kv_type, min_ctx)
-    if _too_slow(request, fits, ctx, min_ctx):
-        fits, reasons["too_slow"] = False, _too_slow_reason(request, min_ctx)
-    reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
+    ctx, fits, reasons["ctx"] = choose_ctx(request, ctx_fit, kv_type, min_ctx)
+    if too_slow(request, fits, ctx, min_ctx):
+        fits, reasons["too_slow"] = False, too_slow_reason(request, min_ctx)
+    reasons["cache_type"] = kv_reason(kv_type, largest, target.native_ctx)
     used_ctx = max(ctx, CTX_PAD)
     kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
     swa_reason = _swa_full_reason(request)
@@ -316,13 +279,6 @@ def make_plan(request: PlanRequest) -> Plan:
         device_bytes=per_device,
         tensor_split=split,
         main_gpu=main_gpu,
-    )
-
-
-def _too_slow_reason(request: PlanRequest, min_ctx: int) -> str:
-    return (
-        f"even a {min_ctx}-token context takes longer than allowed to read: "
-        f"{request.read_cap_reason}"
     )
 
 
@@ -397,7 +353,7 @@ def _place_layers(
 ) -> tuple[int, int, dict[str, int], str]:
     """GPU layers and CPU experts, the largest context per KV type they leave, and why."""
     target, budget = request.target, request.budget
-    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+    largest = {t: largest_ctx(room_after_weights, request, t) for t in kv_choices}
     if not budget.is_gpu:
         return 0, 0, largest, "no GPU: everything runs on the CPU"
     # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
@@ -410,7 +366,7 @@ def _place_layers(
         return -1, 0, largest, "all layers on the GPU"
     n_gpu_layers, n_cpu_moe, offloaded = _offload(request, overhead, offload_ctx)
     room_after_weights += offloaded
-    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
+    largest = {t: largest_ctx(room_after_weights, request, t) for t in kv_choices}
     why = (
         f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
         "context (a token reads only a few experts: in system RAM they cost little speed)"
@@ -419,53 +375,6 @@ def _place_layers(
         f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
     )
     return n_gpu_layers, n_cpu_moe, largest, why
-
-
-def _choose_ctx(
-    request: PlanRequest, ctx_fit: int, kv_type: str, min_ctx: int
-) -> tuple[int, bool, str]:
-    """The context, whether the plan fits, and why: a context the user asked for is kept or
-    refused with the numbers, never shrunk."""
-    native = request.target.native_ctx
-    fits = ctx_fit >= min_ctx
-    if request.ctx is not None:
-        ctx = request.ctx
-        if ctx > native:
-            return (
-                ctx,
-                False,
-                (
-                    f"{ctx} tokens asked, but the model was trained for {native}: "
-                    f"ask for at most {native}"
-                ),
-            )
-        if pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
-            return (
-                ctx,
-                False,
-                (
-                    f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
-                    f"free {'VRAM' if request.budget.is_gpu else 'RAM'}, pick a smaller model "
-                    "or quantization, or ask for less"
-                ),
-            )
-        return ctx, fits, f"{ctx} tokens as asked"
-    ctx = ctx_fit if fits else min_ctx
-    why = "the model's native maximum" if ctx_fit >= native else "the largest that fits"
-    if request.ctx_cap is not None and ctx > request.ctx_cap:
-        ctx = request.ctx_cap // CTX_PAD * CTX_PAD
-        fits = fits and ctx >= min_ctx
-        why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
-    if request.read_cap_ctx is not None and fits and ctx > request.read_cap_ctx:
-        ctx = max(request.read_cap_ctx // CTX_PAD * CTX_PAD, min(min_ctx, ctx))
-        why = request.read_cap_reason
-    return ctx, fits, f"{ctx} tokens: {why}"
-
-
-def _too_slow(request: PlanRequest, fits: bool, ctx: int, min_ctx: int) -> bool:
-    """A chosen context the CPU cannot read in the allowed time even at its smallest."""
-    cap = request.read_cap_ctx
-    return request.ctx is None and fits and cap is not None and cap < min_ctx <= ctx
 
 
 def _swa_full_reason(request: PlanRequest) -> str | None:
@@ -519,19 +428,3 @@ def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, in
     per_layer = target.layer_bytes // max(target.n_layer, 1)
     layers_off = min(target.n_layer, -(-need // max(per_layer, 1)))
     return target.n_layer - layers_off, 0, layers_off * per_layer
-
-
-def _choose_kv_type(largest: dict[str, int], wanted: int) -> str:
-    """The most precise KV type that gives ``wanted`` tokens, else the one that gives most."""
-    order = [t for t in KV_PAIRS if t in largest]
-    for kv_type in order:
-        if largest[kv_type] >= wanted:
-            return kv_type
-    return max(order, key=lambda t: largest[t])
-
-
-def _kv_reason(kv_type: str, largest: dict[str, int], native_ctx: int) -> str:
-    options = ", ".join(f"{t}: {n} tokens" for t, n in largest.items())
-    if kv_type == "f16":
-        return f"f16 (full precision) already gives enough context ({options})"
-    return f"{kv_type} to fit more context ({options}; native {native_ctx})"
