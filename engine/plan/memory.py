@@ -25,7 +25,6 @@ from lucebox.engine.plan.ctxchoice import (
     choose_ctx,
     choose_kv_type,
     kv_reason,
-    largest_ctx,
     too_slow,
     too_slow_reason,
     wanted_ctx,
@@ -36,6 +35,7 @@ from lucebox.engine.plan.hostram import (
     cpu_keep_free_bytes,
     host_ram_bound,
 )
+from lucebox.engine.plan.layerchoice import place_layers
 from lucebox.engine.plan.sizes import (
     CHECKPOINT_RAM_SHARE,
     CTX_PAD,
@@ -202,7 +202,7 @@ def make_plan(request: PlanRequest) -> Plan:
     )
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
     min_ctx = min(MIN_CTX, target.native_ctx)
-    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = _place_layers(
+    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = place_layers(
         request,
         room_after_weights,
         reserve + cuda_context + request.projector_bytes,
@@ -344,39 +344,6 @@ def _overhead_reasons(
     return reasons
 
 
-def _place_layers(
-    request: PlanRequest,
-    room_after_weights: int,
-    overhead: int,
-    kv_choices: list[str],
-    min_ctx: int,
-) -> tuple[int, int, dict[str, int], str]:
-    """GPU layers and CPU experts, the largest context per KV type they leave, and why."""
-    target, budget = request.target, request.budget
-    largest = {t: largest_ctx(room_after_weights, request, t) for t in kv_choices}
-    if not budget.is_gpu:
-        return 0, 0, largest, "no GPU: everything runs on the CPU"
-    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
-    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
-    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
-    offload_ctx = wanted_ctx(request.ctx, target.native_ctx) if target.expert_bytes else min_ctx
-    best_kv = max(largest, key=lambda t: largest[t])
-    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
-    if largest[offload_kv] >= offload_ctx:
-        return -1, 0, largest, "all layers on the GPU"
-    n_gpu_layers, n_cpu_moe, offloaded = _offload(request, overhead, offload_ctx)
-    room_after_weights += offloaded
-    largest = {t: largest_ctx(room_after_weights, request, t) for t in kv_choices}
-    why = (
-        f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
-        "context (a token reads only a few experts: in system RAM they cost little speed)"
-        if n_cpu_moe
-        else f"the weights do not fit with a {min_ctx}-token context: "
-        f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
-    )
-    return n_gpu_layers, n_cpu_moe, largest, why
-
-
 def _swa_full_reason(request: PlanRequest) -> str | None:
     if request.swa_full:
         return (
@@ -406,25 +373,3 @@ def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
         f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
         f"PC's RAM and {PROMPT_CACHE_PROMPTS} full-context prompts; {where}"
     )
-
-
-def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, int, int]:
-    """GPU layers (dense) or CPU-expert layers (MoE) so the weights leave room for min_ctx.
-
-    Returns (n_gpu_layers, n_cpu_moe, bytes moved off the GPU).
-    """
-    target = request.target
-    need = (
-        kv_bytes(target, min_ctx, "q8_0", request.parallel)
-        + compute_bytes(target, min_ctx)
-        + overhead
-        + target.weights_bytes
-        - request.budget.vram_free_bytes
-    )
-    if target.expert_bytes:
-        per_layer = target.expert_bytes // max(target.n_layer, 1)
-        layers = min(target.n_layer, -(-need // max(per_layer, 1)))
-        return -1, layers, layers * per_layer
-    per_layer = target.layer_bytes // max(target.n_layer, 1)
-    layers_off = min(target.n_layer, -(-need // max(per_layer, 1)))
-    return target.n_layer - layers_off, 0, layers_off * per_layer
