@@ -7,8 +7,10 @@ native maximum), the KV cache types (pairs the engine has fast kernels for), GPU
 the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
 refuses with the largest that fits.
 
-``make_plan`` stays one function: it reads as the plan's steps in order, each a helper here or
-in :mod:`sizes`, and ends in the Plan it explains.
+``make_plan`` stays one function: it reads as the plan's steps in order and ends in the Plan
+it explains. Each step is a helper of its own module: :mod:`sizes` (what each term costs),
+:mod:`layerchoice` (where the weights go), :mod:`ctxchoice` (the KV type and context that
+fit), :mod:`termreasons` (why each term is what it is).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.plan.ctxchoice import (
@@ -30,21 +32,11 @@ from lucebox.engine.plan.ctxchoice import (
     wanted_ctx,
 )
 from lucebox.engine.plan.devicesplit import split_over_devices
-from lucebox.engine.plan.hostram import (
-    CPU_KEEP_FREE_FRACTION,
-    cpu_keep_free_bytes,
-    host_ram_bound,
-)
+from lucebox.engine.plan.hostram import cpu_keep_free_bytes, host_ram_bound
 from lucebox.engine.plan.layerchoice import place_layers
 from lucebox.engine.plan.sizes import (
-    CHECKPOINT_RAM_SHARE,
     CTX_PAD,
     CUDA_CONTEXT_BYTES,
-    PROMPT_CACHE_MAX_BYTES,
-    PROMPT_CACHE_PROMPTS,
-    PROMPT_CACHE_RAM_SHARE,
-    RESERVE_FRACTION,
-    RESERVE_MIN_BYTES,
     MemoryBytes,
     checkpoints_per_slot,
     compute_bytes,
@@ -55,6 +47,12 @@ from lucebox.engine.plan.sizes import (
     prompt_cache_bytes,
     reserve_bytes,
     weights_on_gpu,
+)
+from lucebox.engine.plan.termreasons import (
+    draft_reason,
+    overhead_reasons,
+    split_reason,
+    swa_full_reason,
 )
 
 
@@ -173,9 +171,6 @@ class Plan:
         }
 
 
-# --- arithmetic -------------------------------------------------------------------------------
-
-
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
@@ -197,7 +192,7 @@ def make_plan(request: PlanRequest) -> Plan:
     room_after_weights -= request.projector_bytes
     if not budget.is_gpu:
         room_after_weights -= prompt_cache + checkpoints
-    reasons = _overhead_reasons(
+    reasons = overhead_reasons(
         request, reserve, cuda_context, prompt_cache, n_checkpoints, checkpoints
     )
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
@@ -217,13 +212,13 @@ def make_plan(request: PlanRequest) -> Plan:
     reasons["cache_type"] = kv_reason(kv_type, largest, target.native_ctx)
     used_ctx = max(ctx, CTX_PAD)
     kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
-    swa_reason = _swa_full_reason(request)
+    swa_reason = swa_full_reason(request)
     if swa_reason:
         reasons["swa_full"] = swa_reason
     draft_total = 0
     if draft is not None:
         draft_total = draft_bytes(draft, used_ctx, kv_type, request.parallel)
-        reasons["draft"] = _draft_reason(draft, kv_type)
+        reasons["draft"] = draft_reason(draft, kv_type)
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * compute_copies(budget)
     on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
     if budget.is_gpu:
@@ -259,7 +254,7 @@ def make_plan(request: PlanRequest) -> Plan:
         budget, memory, target, n_gpu_layers, n_cpu_moe
     )
     if split:
-        reasons["split"] = _split_reason(budget, split, main_gpu)
+        reasons["split"] = split_reason(budget, split, main_gpu)
     return Plan(
         fits=fits,
         ctx=ctx,
@@ -279,97 +274,4 @@ def make_plan(request: PlanRequest) -> Plan:
         device_bytes=per_device,
         tensor_split=split,
         main_gpu=main_gpu,
-    )
-
-
-def _draft_reason(draft: ModelFacts, kv_type: str) -> str:
-    return (
-        f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
-        f"same context (as the target's), compute"
-    )
-
-
-def _split_reason(budget: GpuBudget, split: tuple[float, ...], main_gpu: int) -> str:
-    return (
-        f"layers spread over {len(split)} devices in proportion to what each has free after "
-        f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
-        f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
-    )
-
-
-def _overhead_reasons(
-    request: PlanRequest,
-    reserve: int,
-    cuda_context: int,
-    prompt_cache: int,
-    n_checkpoints: int,
-    checkpoints: int,
-) -> dict[str, str]:
-    """Why each term that does not depend on the context is what it is."""
-    target, budget = request.target, request.budget
-    reasons = {
-        "reserve": (
-            f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
-            f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
-            if budget.is_gpu
-            else f"{reserve / MIB:,.0f} MiB of RAM left to the rest of the PC: "
-            + (
-                "machine.keep_free_ram_mib"
-                if request.keep_free_bytes
-                else f"max(2 GiB, {CPU_KEEP_FREE_FRACTION:.0%} of the "
-                f"{budget.vram_total_bytes / GIB:.1f} GiB of RAM)"
-            )
-        ),
-        "weights": (
-            f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
-            f"{'GGUF header' if target.source == 'header' else 'preset'}"
-        ),
-    }
-    if cuda_context:
-        reasons["cuda_context"] = (
-            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
-            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
-        )
-    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
-    if request.projector_bytes:
-        reasons["projector"] = request.projector_reason
-    if n_checkpoints:
-        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
-        reasons["checkpoints"] = (
-            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
-            f"{what} (the engine takes one near the end of each prompt, at most 1/"
-            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
-            "one instead of being read again"
-        )
-    return reasons
-
-
-def _swa_full_reason(request: PlanRequest) -> str | None:
-    if request.swa_full:
-        return (
-            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
-            "prompt is reused instead of re-read; counted in kv"
-        )
-    if request.target.swa_kv_elems_per_token and request.prompt_cache:
-        return (
-            f"no --swa-full: keeping the whole context in the sliding-window layers would "
-            f"leave less than {wanted_ctx(request.ctx, request.target.native_ctx)} tokens; a "
-            "growing prompt resumes from a checkpoint, one changed before its end is read "
-            "again from the checkpoint before the change"
-        )
-    return None
-
-
-def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
-    if not request.prompt_cache:
-        return "no host-RAM prompt cache (--cache-ram 0): every prompt is processed anew"
-    where = (
-        "host RAM beside the GPU, not counted in VRAM"
-        if request.budget.is_gpu
-        else "the same RAM as the model, counted in total"
-    )
-    return (
-        f"{prompt_cache / MIB:.0f} MiB host-RAM prompt cache (--cache-ram): the engine's "
-        f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
-        f"PC's RAM and {PROMPT_CACHE_PROMPTS} full-context prompts; {where}"
     )
