@@ -4,7 +4,9 @@
   ``quantchoice`` (a repo named by name), ``presetchoice`` (which preset a machine gets).
 - inputs: ``options`` (flags over config.toml), ``modelfiles`` (the files of a launch),
   ``engineview`` (the engine planned for), ``flagtypes``.
-- llama-server's memory: ``memory`` (the plan, number by number), ``sizes``, ``devicesplit``,
+- llama-server's memory: ``memory`` (the request and the plan, number by number), ``sizes``
+  (what each term costs), ``layerchoice`` (where the weights go), ``ctxchoice`` (the KV type and
+  context that fit), ``termreasons`` (why each term is what it is), ``devicesplit``,
   ``cardchoice``, ``hostram``, ``cpuread``, ``fitcheck`` (llama-fit-params beside the plan).
 - the Lucebox engine: ``enginechoice`` (which kind serves: the pure rule), ``luceboxroute``,
   ``luceboxplan``, ``luceboxlaunch``.

@@ -7,7 +7,8 @@ card and the other cards stay free (for another model of a served set, or the de
 
 from __future__ import annotations
 
-from lucebox.engine.plan.memory import KV_PAIRS, Plan
+from lucebox.engine.plan.ctxchoice import KV_PAIRS
+from lucebox.engine.plan.memory import Plan
 
 SPLIT_GAIN = 1.5
 """A split must give at least this many times the context one card gives."""

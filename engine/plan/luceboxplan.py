@@ -25,6 +25,7 @@ from typing import Literal
 from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
+from lucebox.engine.plan.ctxchoice import MIN_CTX, wanted_ctx
 from lucebox.engine.plan.luceboxdevices import (
     PLACEMENT_TEXT,
     DeviceLoad,
@@ -35,11 +36,7 @@ from lucebox.engine.plan.luceboxdevices import (
 )
 from lucebox.engine.plan.luceboxfit import UNKNOWN_BUILD, BuildMemory
 from lucebox.engine.plan.luceboxlaunch import SAMPLED_VERIFY_ARCHS, LuceboxFlags
-from lucebox.engine.plan.memory import (
-    MIN_CTX,
-    Plan,
-    wanted_ctx,
-)
+from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.sizes import (
     CTX_PAD,
     CUDA_CONTEXT_BYTES,

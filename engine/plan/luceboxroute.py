@@ -24,6 +24,7 @@ from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.records import stored_path
+from lucebox.engine.plan.ctxchoice import MIN_CTX
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
@@ -44,7 +45,7 @@ from lucebox.engine.plan.luceboxplan import (
     plan_lucebox,
 )
 from lucebox.engine.plan.measurements import placement_key, read_placement_rates
-from lucebox.engine.plan.memory import MIN_CTX, Plan
+from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile, local_file
 from lucebox.engine.plan.options import Resolved
 

@@ -7,8 +7,10 @@ native maximum), the KV cache types (pairs the engine has fast kernels for), GPU
 the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
 refuses with the largest that fits.
 
-``make_plan`` stays one function: it reads as the plan's steps in order, each a helper here or
-in :mod:`sizes`, and ends in the Plan it explains.
+``make_plan`` stays one function: it reads as the plan's steps in order and ends in the Plan
+it explains. Each step is a helper of its own module: :mod:`sizes` (what each term costs),
+:mod:`layerchoice` (where the weights go), :mod:`ctxchoice` (the KV type and context that
+fit), :mod:`termreasons` (why each term is what it is).
 """
 
 from __future__ import annotations
@@ -16,44 +18,42 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts
-from lucebox.engine.plan.devicesplit import split_over_devices
-from lucebox.engine.plan.hostram import (
-    CPU_KEEP_FREE_FRACTION,
-    cpu_keep_free_bytes,
-    host_ram_bound,
+from lucebox.engine.plan.ctxchoice import (
+    KV_PAIRS,
+    MIN_CTX,
+    choose_ctx,
+    choose_kv_type,
+    kv_reason,
+    too_slow,
+    too_slow_reason,
+    wanted_ctx,
 )
+from lucebox.engine.plan.devicesplit import split_over_devices
+from lucebox.engine.plan.hostram import cpu_keep_free_bytes, host_ram_bound
+from lucebox.engine.plan.layerchoice import place_layers
 from lucebox.engine.plan.sizes import (
-    CHECKPOINT_RAM_SHARE,
-    CONTEXT_CHECKPOINTS,
     CTX_PAD,
     CUDA_CONTEXT_BYTES,
-    KV_TYPE_BYTES,
-    N_UBATCH,
-    PROMPT_CACHE_MAX_BYTES,
-    PROMPT_CACHE_PROMPTS,
-    PROMPT_CACHE_RAM_SHARE,
-    RESERVE_FRACTION,
-    RESERVE_MIN_BYTES,
     MemoryBytes,
+    checkpoints_per_slot,
     compute_bytes,
     compute_copies,
+    draft_bytes,
     kv_bytes,
     kvflash_pool,
-    pad_ctx,
     prompt_cache_bytes,
     reserve_bytes,
     weights_on_gpu,
 )
-
-MIN_CTX = 2048
-KV_PAIRS = ("f16", "q8_0", "q4_0")
-"""K/V types with FlashAttention kernels in the default CUDA build (GGML_CUDA_FA_QUANTS)."""
-ENOUGH_CTX = 32768
-"""The most precise KV type that gives this much context (or the native maximum) is used:
-quality first, and 32K tokens hold a long chat or a mid-size agent session."""
+from lucebox.engine.plan.termreasons import (
+    draft_reason,
+    overhead_reasons,
+    split_reason,
+    swa_full_reason,
+)
 
 
 @dataclass(frozen=True)
@@ -171,67 +171,6 @@ class Plan:
         }
 
 
-# --- arithmetic -------------------------------------------------------------------------------
-
-
-def _largest_ctx(room: int, request: PlanRequest, kv_type: str) -> int:
-    """Largest padded context whose KV (+ draft KV + attention scratch) fits in ``room``.
-
-    The draft's KV cache has the target's type (``-ctkd/-ctvd`` say so on the command line):
-    an f16 draft cache next to a quantized target cache would spend the memory the
-    quantization saved.
-    """
-    facts, draft, parallel = request.target, request.draft, request.parallel
-    lo, hi = 0, pad_ctx(facts.native_ctx) // CTX_PAD
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        ctx = mid * CTX_PAD
-        need = kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-        need += compute_bytes(facts, ctx, kv_type, request.swa_full) * compute_copies(
-            request.budget
-        )
-        if draft is not None:
-            need += kv_bytes(draft, ctx, kv_type, parallel) + compute_bytes(draft, ctx, kv_type)
-        if len(request.budget.devices) > 1:
-            # Each device takes whole layers: up to one layer (weights + KV) per device is
-            # lost to rounding when the layers are dealt out (``_slot_counts``).
-            layer = facts.layer_bytes + kv_bytes(facts, ctx, kv_type, parallel, request.swa_full)
-            need += len(request.budget.devices) * layer // max(facts.n_layer, 1)
-        if need <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return min(lo * CTX_PAD, facts.native_ctx)
-
-
-def _checkpoints(request: PlanRequest) -> tuple[int, int]:
-    """Context checkpoints per slot and the host-RAM bytes of each: the recurrent state, plus
-    the sliding-window cache unless --swa-full keeps the whole context (no checkpoints then)."""
-    target, budget = request.target, request.budget
-    if not request.checkpoints:
-        return 0, 0
-    window = 0
-    if target.swa_kv_elems_per_token and not request.swa_full:
-        window_cells = pad_ctx(target.swa_window + N_UBATCH)
-        window = int(target.swa_kv_elems_per_token * window_cells * KV_TYPE_BYTES["f16"])
-    each = target.recurrent_state_bytes + window
-    if not each:
-        return 0, 0
-    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
-    fitting = ram // CHECKPOINT_RAM_SHARE // each if ram else CONTEXT_CHECKPOINTS
-    return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
-
-
-def wanted_ctx(asked: int | None, native_ctx: int, *, unasked: int = ENOUGH_CTX) -> int:
-    """The context every plan aims for: the one asked for, else ``unasked``; never past native.
-
-    llama-server's plans leave ``unasked`` at ENOUGH_CTX (more context costs KV that a better
-    KV type or quant spends better); the Lucebox engine's pass the native context on purpose
-    (KVFlash bounds the KV it keeps on the GPU, so a long context costs it little).
-    """
-    return min(asked or unasked, native_ctx)
-
-
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
@@ -243,7 +182,9 @@ def make_plan(request: PlanRequest) -> Plan:
     cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
     available = budget.vram_free_bytes
     prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
-    n_checkpoints, checkpoint_bytes = _checkpoints(request)
+    n_checkpoints, checkpoint_bytes = (
+        checkpoints_per_slot(target, budget, request.swa_full) if request.checkpoints else (0, 0)
+    )
     checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
     resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
     room_after_weights = available - reserve - cuda_context - resident
@@ -251,32 +192,33 @@ def make_plan(request: PlanRequest) -> Plan:
     room_after_weights -= request.projector_bytes
     if not budget.is_gpu:
         room_after_weights -= prompt_cache + checkpoints
-    reasons = _overhead_reasons(
+    reasons = overhead_reasons(
         request, reserve, cuda_context, prompt_cache, n_checkpoints, checkpoints
     )
     kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
     min_ctx = min(MIN_CTX, target.native_ctx)
-    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = _place_layers(
+    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = place_layers(
         request,
         room_after_weights,
         reserve + cuda_context + request.projector_bytes,
         kv_choices,
         min_ctx,
     )
-    kv_type = _choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
+    kv_type = choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
     ctx_fit = largest[kv_type]
-    ctx, fits, reasons["ctx"] = _choose_ctx(request, ctx_fit, kv_type, min_ctx)
-    if _too_slow(request, fits, ctx, min_ctx):
-        fits, reasons["too_slow"] = False, _too_slow_reason(request, min_ctx)
-    reasons["cache_type"] = _kv_reason(kv_type, largest, target.native_ctx)
+    ctx, fits, reasons["ctx"] = choose_ctx(request, ctx_fit, kv_type, min_ctx)
+    if too_slow(request, fits, ctx, min_ctx):
+        fits, reasons["too_slow"] = False, too_slow_reason(request, min_ctx)
+    reasons["cache_type"] = kv_reason(kv_type, largest, target.native_ctx)
     used_ctx = max(ctx, CTX_PAD)
     kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
-    swa_reason = _swa_full_reason(request)
+    swa_reason = swa_full_reason(request)
     if swa_reason:
         reasons["swa_full"] = swa_reason
     draft_total = 0
     if draft is not None:
-        draft_total, reasons["draft"] = _draft_terms(draft, used_ctx, kv_type, request.parallel)
+        draft_total = draft_bytes(draft, used_ctx, kv_type, request.parallel)
+        reasons["draft"] = draft_reason(draft, kv_type)
     compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * compute_copies(budget)
     on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
     if budget.is_gpu:
@@ -312,7 +254,7 @@ def make_plan(request: PlanRequest) -> Plan:
         budget, memory, target, n_gpu_layers, n_cpu_moe
     )
     if split:
-        reasons["split"] = _split_reason(budget, split, main_gpu)
+        reasons["split"] = split_reason(budget, split, main_gpu)
     return Plan(
         fits=fits,
         ctx=ctx,
@@ -333,228 +275,3 @@ def make_plan(request: PlanRequest) -> Plan:
         tensor_split=split,
         main_gpu=main_gpu,
     )
-
-
-def _too_slow_reason(request: PlanRequest, min_ctx: int) -> str:
-    return (
-        f"even a {min_ctx}-token context takes longer than allowed to read: "
-        f"{request.read_cap_reason}"
-    )
-
-
-def _draft_terms(draft: ModelFacts, used_ctx: int, kv_type: str, parallel: int) -> tuple[int, str]:
-    """A draft's weights, KV at the target's context and type, compute; and why."""
-    total = (
-        draft.weights_bytes
-        + kv_bytes(draft, used_ctx, kv_type, parallel)
-        + compute_bytes(draft, used_ctx, kv_type)
-    )
-    why = (
-        f"{draft.name}: {draft.weights_bytes / MIB:.0f} MiB weights, {kv_type} KV at the "
-        f"same context (as the target's), compute"
-    )
-    return total, why
-
-
-def _split_reason(budget: GpuBudget, split: tuple[float, ...], main_gpu: int) -> str:
-    return (
-        f"layers spread over {len(split)} devices in proportion to what each has free after "
-        f"its CUDA context and scratch ({', '.join(f'{s:g}' for s in split)}); "
-        f"{budget.devices[main_gpu].label} holds the output and the compute buffer"
-    )
-
-
-def _overhead_reasons(
-    request: PlanRequest,
-    reserve: int,
-    cuda_context: int,
-    prompt_cache: int,
-    n_checkpoints: int,
-    checkpoints: int,
-) -> dict[str, str]:
-    """Why each term that does not depend on the context is what it is."""
-    target, budget = request.target, request.budget
-    reasons = {
-        "reserve": (
-            f"{reserve / MIB:.0f} MiB kept free: max({RESERVE_MIN_BYTES // MIB} MiB, "
-            f"{RESERVE_FRACTION:.1%} of the {budget.vram_free_bytes / GIB:.1f} GiB free)"
-            if budget.is_gpu
-            else f"{reserve / MIB:,.0f} MiB of RAM left to the rest of the PC: "
-            + (
-                "machine.keep_free_ram_mib"
-                if request.keep_free_bytes
-                else f"max(2 GiB, {CPU_KEEP_FREE_FRACTION:.0%} of the "
-                f"{budget.vram_total_bytes / GIB:.1f} GiB of RAM)"
-            )
-        ),
-        "weights": (
-            f"{target.weights_bytes / GIB:.2f} GiB of tensors from the "
-            f"{'GGUF header' if target.source == 'header' else 'preset'}"
-        ),
-    }
-    if cuda_context:
-        reasons["cuda_context"] = (
-            f"{CUDA_CONTEXT_BYTES / MIB:.0f} MiB CUDA context and workspace"
-            + (f" on each of {budget.device_count} GPUs" if budget.device_count > 1 else "")
-        )
-    reasons["prompt_cache"] = _prompt_cache_reason(request, prompt_cache)
-    if request.projector_bytes:
-        reasons["projector"] = request.projector_reason
-    if n_checkpoints:
-        what = "recurrent state" if target.recurrent_state_bytes else "sliding-window cache"
-        reasons["checkpoints"] = (
-            f"{checkpoints / MIB:.0f} MiB host RAM: up to {n_checkpoints} checkpoints of the "
-            f"{what} (the engine takes one near the end of each prompt, at most 1/"
-            f"{CHECKPOINT_RAM_SHARE} of the RAM), so an agent's growing prompt resumes from "
-            "one instead of being read again"
-        )
-    return reasons
-
-
-def _place_layers(
-    request: PlanRequest,
-    room_after_weights: int,
-    overhead: int,
-    kv_choices: list[str],
-    min_ctx: int,
-) -> tuple[int, int, dict[str, int], str]:
-    """GPU layers and CPU experts, the largest context per KV type they leave, and why."""
-    target, budget = request.target, request.budget
-    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
-    if not budget.is_gpu:
-        return 0, 0, largest, "no GPU: everything runs on the CPU"
-    # An MoE leaves experts on the CPU for an agent-sized context (or the one asked for): a
-    # token reads only a few experts, so in system RAM they cost little speed. A dense model's
-    # layers on the CPU slow every token, so it offloads only for the smallest usable context.
-    offload_ctx = wanted_ctx(request.ctx, target.native_ctx) if target.expert_bytes else min_ctx
-    best_kv = max(largest, key=lambda t: largest[t])
-    offload_kv = "q8_0" if target.expert_bytes and "q8_0" in largest else best_kv
-    if largest[offload_kv] >= offload_ctx:
-        return -1, 0, largest, "all layers on the GPU"
-    n_gpu_layers, n_cpu_moe, offloaded = _offload(request, overhead, offload_ctx)
-    room_after_weights += offloaded
-    largest = {t: _largest_ctx(room_after_weights, request, t) for t in kv_choices}
-    why = (
-        f"{n_cpu_moe} layers' experts stay on the CPU to make room for a {offload_ctx}-token "
-        "context (a token reads only a few experts: in system RAM they cost little speed)"
-        if n_cpu_moe
-        else f"the weights do not fit with a {min_ctx}-token context: "
-        f"{n_gpu_layers} of {target.n_layer} layers on the GPU"
-    )
-    return n_gpu_layers, n_cpu_moe, largest, why
-
-
-def _choose_ctx(
-    request: PlanRequest, ctx_fit: int, kv_type: str, min_ctx: int
-) -> tuple[int, bool, str]:
-    """The context, whether the plan fits, and why: a context the user asked for is kept or
-    refused with the numbers, never shrunk."""
-    native = request.target.native_ctx
-    fits = ctx_fit >= min_ctx
-    if request.ctx is not None:
-        ctx = request.ctx
-        if ctx > native:
-            return (
-                ctx,
-                False,
-                (
-                    f"{ctx} tokens asked, but the model was trained for {native}: "
-                    f"ask for at most {native}"
-                ),
-            )
-        if pad_ctx(ctx) > ctx_fit and ctx > ctx_fit:
-            return (
-                ctx,
-                False,
-                (
-                    f"{ctx} tokens asked, but at most {ctx_fit} fit with {kv_type} KV cache; "
-                    f"free {'VRAM' if request.budget.is_gpu else 'RAM'}, pick a smaller model "
-                    "or quantization, or ask for less"
-                ),
-            )
-        return ctx, fits, f"{ctx} tokens as asked"
-    ctx = ctx_fit if fits else min_ctx
-    why = "the model's native maximum" if ctx_fit >= native else "the largest that fits"
-    if request.ctx_cap is not None and ctx > request.ctx_cap:
-        ctx = request.ctx_cap // CTX_PAD * CTX_PAD
-        fits = fits and ctx >= min_ctx
-        why = f"at most {request.ctx_cap} after the engine ran out of memory at a larger one"
-    if request.read_cap_ctx is not None and fits and ctx > request.read_cap_ctx:
-        ctx = max(request.read_cap_ctx // CTX_PAD * CTX_PAD, min(min_ctx, ctx))
-        why = request.read_cap_reason
-    return ctx, fits, f"{ctx} tokens: {why}"
-
-
-def _too_slow(request: PlanRequest, fits: bool, ctx: int, min_ctx: int) -> bool:
-    """A chosen context the CPU cannot read in the allowed time even at its smallest."""
-    cap = request.read_cap_ctx
-    return request.ctx is None and fits and cap is not None and cap < min_ctx <= ctx
-
-
-def _swa_full_reason(request: PlanRequest) -> str | None:
-    if request.swa_full:
-        return (
-            "sliding-window layers keep the whole context (--swa-full) so an agent's growing "
-            "prompt is reused instead of re-read; counted in kv"
-        )
-    if request.target.swa_kv_elems_per_token and request.prompt_cache:
-        return (
-            f"no --swa-full: keeping the whole context in the sliding-window layers would "
-            f"leave less than {wanted_ctx(request.ctx, request.target.native_ctx)} tokens; a "
-            "growing prompt resumes from a checkpoint, one changed before its end is read "
-            "again from the checkpoint before the change"
-        )
-    return None
-
-
-def _prompt_cache_reason(request: PlanRequest, prompt_cache: int) -> str:
-    if not request.prompt_cache:
-        return "no host-RAM prompt cache (--cache-ram 0): every prompt is processed anew"
-    where = (
-        "host RAM beside the GPU, not counted in VRAM"
-        if request.budget.is_gpu
-        else "the same RAM as the model, counted in total"
-    )
-    return (
-        f"{prompt_cache / MIB:.0f} MiB host-RAM prompt cache (--cache-ram): the engine's "
-        f"{PROMPT_CACHE_MAX_BYTES // MIB} MiB default, at most 1/{PROMPT_CACHE_RAM_SHARE} of the "
-        f"PC's RAM and {PROMPT_CACHE_PROMPTS} full-context prompts; {where}"
-    )
-
-
-def _offload(request: PlanRequest, overhead: int, min_ctx: int) -> tuple[int, int, int]:
-    """GPU layers (dense) or CPU-expert layers (MoE) so the weights leave room for min_ctx.
-
-    Returns (n_gpu_layers, n_cpu_moe, bytes moved off the GPU).
-    """
-    target = request.target
-    need = (
-        kv_bytes(target, min_ctx, "q8_0", request.parallel)
-        + compute_bytes(target, min_ctx)
-        + overhead
-        + target.weights_bytes
-        - request.budget.vram_free_bytes
-    )
-    if target.expert_bytes:
-        per_layer = target.expert_bytes // max(target.n_layer, 1)
-        layers = min(target.n_layer, -(-need // max(per_layer, 1)))
-        return -1, layers, layers * per_layer
-    per_layer = target.layer_bytes // max(target.n_layer, 1)
-    layers_off = min(target.n_layer, -(-need // max(per_layer, 1)))
-    return target.n_layer - layers_off, 0, layers_off * per_layer
-
-
-def _choose_kv_type(largest: dict[str, int], wanted: int) -> str:
-    """The most precise KV type that gives ``wanted`` tokens, else the one that gives most."""
-    order = [t for t in KV_PAIRS if t in largest]
-    for kv_type in order:
-        if largest[kv_type] >= wanted:
-            return kv_type
-    return max(order, key=lambda t: largest[t])
-
-
-def _kv_reason(kv_type: str, largest: dict[str, int], native_ctx: int) -> str:
-    options = ", ".join(f"{t}: {n} tokens" for t, n in largest.items())
-    if kv_type == "f16":
-        return f"f16 (full precision) already gives enough context ({options})"
-    return f"{kv_type} to fit more context ({options}; native {native_ctx})"

@@ -30,16 +30,11 @@ from lucebox.engine.plan import (
     speculation,
 )
 from lucebox.engine.plan.cardchoice import keep_alone
+from lucebox.engine.plan.ctxchoice import KV_PAIRS, wanted_ctx
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
-from lucebox.engine.plan.memory import (
-    KV_PAIRS,
-    Plan,
-    PlanRequest,
-    make_plan,
-    wanted_ctx,
-)
+from lucebox.engine.plan.memory import Plan, PlanRequest, make_plan
 from lucebox.engine.plan.modelfiles import ModelFile, launch_files
 from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
 from lucebox.engine.plan.speculation import SpecFiles, SpecMode

@@ -14,7 +14,7 @@ from typing import Any
 from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.units import GIB, gib_text, mib_text
 from lucebox.engine.models.quant import LOW_BITS_PER_WEIGHT
-from lucebox.engine.plan.memory import wanted_ctx
+from lucebox.engine.plan.ctxchoice import wanted_ctx
 
 SAME_PRECISION_BPW = 0.05
 """Bits per weight closer than this count as a tie: the smaller file wins."""

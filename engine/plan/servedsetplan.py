@@ -26,9 +26,9 @@ from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.presets import Preset, load_presets
+from lucebox.engine.plan.ctxchoice import wanted_ctx
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.memory import wanted_ctx
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch, replan, smaller_context_plan
 from lucebox.engine.plan.sizes import RESERVE_MIN_BYTES

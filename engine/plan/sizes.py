@@ -184,6 +184,22 @@ the whole recurrent state (about 150 MiB on a 27B hybrid) or the sliding-window 
 CHECKPOINT_RAM_SHARE = 8
 """Checkpoints take at most an eighth of the PC's RAM (at least one is kept)."""
 
+
+def checkpoints_per_slot(target: ModelFacts, budget: GpuBudget, swa_full: bool) -> tuple[int, int]:
+    """Context checkpoints per slot and the host-RAM bytes of each: the recurrent state, plus
+    the sliding-window cache unless --swa-full keeps the whole context (no checkpoints then)."""
+    window = 0
+    if target.swa_kv_elems_per_token and not swa_full:
+        window_cells = pad_ctx(target.swa_window + N_UBATCH)
+        window = int(target.swa_kv_elems_per_token * window_cells * KV_TYPE_BYTES["f16"])
+    each = target.recurrent_state_bytes + window
+    if not each:
+        return 0, 0
+    ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
+    fitting = ram // CHECKPOINT_RAM_SHARE // each if ram else CONTEXT_CHECKPOINTS
+    return max(1, min(CONTEXT_CHECKPOINTS, fitting)), each
+
+
 PROMPT_CACHE_MAX_BYTES = 8192 * MIB
 """The engine's own default for ``--cache-ram``."""
 
@@ -202,6 +218,15 @@ def prompt_cache_bytes(budget: GpuBudget, target: ModelFacts) -> int:
     ram = budget.host_total_bytes if budget.is_gpu else budget.vram_total_bytes
     prompts = PROMPT_CACHE_PROMPTS * kv_bytes(target, target.native_ctx, "f16")
     return min(PROMPT_CACHE_MAX_BYTES, ram // PROMPT_CACHE_RAM_SHARE, prompts) // MIB * MIB
+
+
+def draft_bytes(draft: ModelFacts, ctx: int, kv_type: str, parallel: int) -> int:
+    """A draft's weights, its KV at the target's context and type, and its compute buffer."""
+    return (
+        draft.weights_bytes
+        + kv_bytes(draft, ctx, kv_type, parallel)
+        + compute_bytes(draft, ctx, kv_type)
+    )
 
 
 def weights_on_gpu(facts: ModelFacts, n_gpu_layers: int, n_cpu_moe: int) -> int:

@@ -16,8 +16,9 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
 from lucebox.engine.models.modelinfo import inspect_model
 from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
+from lucebox.engine.plan.ctxchoice import ENOUGH_CTX
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.memory import ENOUGH_CTX, PlanRequest, make_plan
+from lucebox.engine.plan.memory import PlanRequest, make_plan
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.presetchoice import choose_preset, preset_table
 from lucebox.engine.plan.sizes import compute_bytes, kv_bytes, kvflash_pool
