@@ -26,9 +26,10 @@ def test_a_repo_by_name_is_pulled_pinned_and_served(built_engine_home, tmp_path,
     state = HubState()
     state.add(REPO, "SmolLM2-135M-Instruct-Q4_1.gguf", HubFile(smol_model().read_bytes()))
     state.add(REPO, "mmproj-SmolLM2-F16.gguf", HubFile(b"GGUF" + b"\0" * 60))
-    env = {**os.environ, "LUCEBOX_HOME": str(home), "HF_HOME": str(tmp_path / "hf")}
     paths = resolve_paths({"LUCEBOX_HOME": str(home)})
     with serve_hub(state) as hub:
+        # Read inside: the local Hub lifts the suite's HF_HUB_OFFLINE while it serves.
+        env = {**os.environ, "LUCEBOX_HOME": str(home), "HF_HOME": str(tmp_path / "hf")}
         env["HF_ENDPOINT"] = hub.base_url
         options = ServeOptions(model=f"hf.co/{REPO}:Q4_1", ctx=2048)
         with serving(paths, options, ServeConfig("by-name"), env=env, ready_timeout_s=600) as up:
