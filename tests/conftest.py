@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub.constants  # noqa: F401  (see hub_offline)
 import pytest
+
+from tests.hubserver import HubState, serve_hub
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +23,17 @@ def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     this while it runs. huggingface-hub reads HF_HUB_OFFLINE once, on import: it is imported
     above, before this is set, so that the local Hub's tests find it online in this process."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubState]:
+    """The local Hub (tests/hubserver.py), empty, with this process pointed at it and no token;
+    a test adds the repos it needs to the state it yields."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with serve_hub() as served:
+        monkeypatch.setenv("HF_ENDPOINT", served.base_url)
+        yield served
 
 
 @pytest.fixture(autouse=True)

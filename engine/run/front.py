@@ -442,7 +442,8 @@ class Front:
                 events, pending = split_events(pending + chunk)
                 # The Lucebox engine ends a stream by closing the connection, so its death in
                 # the middle of one ends it the same way: only the last event tells them apart.
-                ended = ended or any(LAST_EVENT.search(event) for event in events)
+                if call.ends_at_close and not ended:
+                    ended = any(LAST_EVENT.search(event) for event in events)
                 await ex.data(b"".join(shaper.feed(e) for e in events))
         except ENGINE_ERRORS as exc:
             # The events so far are whole (a cut one is dropped): the client reads why it

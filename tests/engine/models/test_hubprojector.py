@@ -17,7 +17,7 @@ from lucebox.engine.plan.options import ServeOptions
 from tests.conftest import run_lucebox
 from tests.engine.plan.test_vision_plan import SIGLIP, TEXT
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
+from tests.hubserver import COMMIT, HubFile
 from tests.smolserver import private_engine_home
 
 REPO = "acme/tiny-vision-GGUF"
@@ -35,16 +35,6 @@ def _repo(folder: Path, text: ModelSpec, projector: ProjectorSpec) -> dict[str, 
         ),
     }
     return {name: write_gguf(folder / name, spec).read_bytes() for name, spec in files.items()}
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    state = HubState()
-    with serve_hub(state) as served:
-        monkeypatch.setenv("HF_ENDPOINT", served.base_url)
-        yield served
 
 
 def _prepare(paths: Paths, options: ServeOptions, *, dry_run: bool) -> pipeline.Prepared:

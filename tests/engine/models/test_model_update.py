@@ -15,19 +15,10 @@ from lucebox.engine.models.records import find_model
 from lucebox.engine.plan.measurements import file_identity
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, write_llama
-from tests.hubserver import COMMIT, HubFile, serve_hub
+from tests.hubserver import COMMIT, HubFile
 
 NEWER = "fedcba9876543210fedcba9876543210fedcba98"
 SHARDS = [f"big-instruct-{n:05d}-of-00002.gguf" for n in (1, 2)]
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    with serve_hub() as served:
-        monkeypatch.setenv("HF_ENDPOINT", served.base_url)
-        yield served
 
 
 def _shard(tmp_path, number: int, n_embd: int = 64) -> bytes:

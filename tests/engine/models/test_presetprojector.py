@@ -20,7 +20,7 @@ from lucebox.engine.plan.options import ServeOptions, VisionMode
 from lucebox.engine.plan.sizes import image_compute_bytes
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.hubserver import HubFile, HubState, serve_hub
+from tests.hubserver import HubFile, HubState
 
 REPO = "acme/tiny-vision-GGUF"
 WEIGHTS = "tiny-vision-Q8_0.gguf"
@@ -28,16 +28,6 @@ MMPROJ = "mmproj-tiny-vision-F16.gguf"
 PRESET_TYPE = "gemma3"
 """The type the preset names: not the generated file's own (``mlp``), so a plan says which
 it read."""
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    state = HubState()
-    with serve_hub(state) as served:
-        monkeypatch.setenv("HF_ENDPOINT", served.base_url)
-        yield served
 
 
 def _home(tmp_path: Path, hub: HubState) -> Paths:
