@@ -2,8 +2,14 @@
 # the sources seen as the lucebox package, and LUCEBOX_HOME in .devrun/ unless the caller names
 # another (kept while the machine stays warm, so a second script finds the engine the first one
 # built).
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+# Once per set of wheels: a second script's install would replace modules under a run that is
+# still importing them.
+wheels=$(ls -l .whl | md5sum)
+if [ "$(cat /tmp/site/.wheels 2> /dev/null)" != "$wheels" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    echo "$wheels" > /tmp/site/.wheels
+fi
 mkdir -p .typecheck/lucebox .devrun/work
 for part in app engine presets; do ln -sfn "../../$part" ".typecheck/lucebox/$part"; done
 export PYTHONPATH=/tmp/site:$PWD/.typecheck:$PWD PYTHONUNBUFFERED=1 LUCEBOX_HOME=${LUCEBOX_HOME:-$PWD/.devrun/home}

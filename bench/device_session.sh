@@ -8,7 +8,7 @@
 #             into $OUT as engines.tar.xz.partN (carry them back in .devrun/carry; PACK=0: not).
 #   start     start the builds (and write the generated Lucebox models) and return at once.
 #   start-lucebox  start the Lucebox engine's build only (another LUCEBOX_HOME: a BSA build
-#             beside one without it) and return at once.
+#             beside one without it) and return at once; start-llama: llama.cpp's only.
 #   wait      wait for the builds a previous call started, then pack as above.
 #   restore   a later lease: unpack the carried engines into LUCEBOX_HOME (no build).
 # LUCEBOX_HOME is .devrun/home unless named (bench/device_env.sh), so every bench/device_*.sh finds
@@ -90,6 +90,9 @@ build)
 start-lucebox)
     start_lucebox
     ;;
+start-llama)
+    start_llama
+    ;;
 wait)
     wait_builds || echo "builds still running after $WAIT_S s"
     report_and_pack
@@ -101,7 +104,7 @@ restore)
     python3 -m lucebox.app.cli engine status 2>&1 | tail -8
     ;;
 *)
-    echo "usage: device_session.sh start|start-lucebox|build|wait|restore" >&2
+    echo "usage: device_session.sh start|start-lucebox|start-llama|build|wait|restore" >&2
     exit 2
     ;;
 esac
