@@ -20,7 +20,7 @@ verification step, step times ``t_none`` (all rejected) and ``t_all`` (all accep
 ``llamacpp:spec_decode_num_drafts_total``.
 
     nice -n 10 .venv/bin/python -m bench.spec_breakeven [--scale 8] [--layers 8]
-        [--vocab 32000] [--quant Q8_0|Q4_0|F16] [--threads 1] [--n-predict 128]
+        [--vocab 32000] [--quant Q8_0|Q4_0|F16] [--head-dim 128] [--threads 1] [--n-predict 128]
         [--repeats 3] [--server PATH] [--json]
 
 Uses the CPU engine built in the test cache (tests/realmodels.py) unless --server names one.
@@ -165,6 +165,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scale", type=int, default=8, help="width factor over the tiny model")
     parser.add_argument("--layers", type=int, default=8, help="trunk layers of the target")
+    parser.add_argument(
+        "--head-dim",
+        type=int,
+        default=16,
+        help="attention head width (128: the real models' heads, where attention costs as much "
+        "per token as it does there)",
+    )
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--quant", default="Q8_0", help="weight type: Q8_0, Q4_0 or F16")
     parser.add_argument("--threads", type=int, default=1, help="engine threads (-t)")
@@ -180,7 +187,10 @@ def main() -> None:
     cpu = args.threads == 1
     quant = None if args.quant.upper() == "F16" else args.quant.upper()
     shape = widen(
-        qwen35_target(n_layer=args.layers, vocab_size=args.vocab, quant=quant), args.scale
+        qwen35_target(
+            n_layer=args.layers, vocab_size=args.vocab, quant=quant, head_dim=args.head_dim
+        ),
+        args.scale,
     )
     assert isinstance(shape, HybridSpec)
     worlds = {
@@ -202,6 +212,7 @@ def main() -> None:
                 )
     report: dict[str, Any] = {
         "quant": args.quant,
+        "head_dim": args.head_dim,
         "threads": args.threads,
         "basis": "cpu" if cpu else "wall",
         "weights_bytes": sizes,

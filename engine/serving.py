@@ -19,6 +19,7 @@ from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan import chatdefaults, measurements, planner
 from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.kvmodes import KvTrial
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.measurements import Measurement
@@ -29,6 +30,7 @@ from lucebox.engine.run.calibration import Trial
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.hang import bounds_for
+from lucebox.engine.run.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.sample import PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
@@ -172,6 +174,16 @@ class Replanner:
         self.current = changed
         return changed.server, changed.speculation.reason
 
+    def for_kv_trial(self, trial: KvTrial) -> ServerLaunch | str:
+        """The served launch re-planned with one long-context mode at the served context, or
+        why that mode cannot serve here."""
+        first = self.prepared.launch
+        kv = (trial.kv_mode, trial.kv_type, first.plan.ctx)
+        changed = planner.replan(self.paths, first, self.settings, kv=kv)
+        if changed.refusal is not None:
+            return str(changed.refusal)
+        return changed.server
+
     def _lossy(self, changed: LaunchPlan) -> bool:
         """A launch that would serve the context with KVFlash (not exact) though the user
         neither pinned it nor forced that engine: never a candidate for being faster."""
@@ -264,6 +276,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     measuring = calibrator.Calibrator(paths, setup) if setup is not None else None
     replanner.calibrator = measuring
     engines = _engine_calibrator(paths, prepared, replanner, measuring)
+    long_context = _kv_calibrator(paths, prepared, replanner, (measuring, engines))
     guard = None
     if measuring is not None:
         guard = measuring.guard_for(server, shortened=launch.options.draft_max is not None)
@@ -290,8 +303,44 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         ),
         calibrator=measuring,
         engine_calibrator=engines,
+        kv_calibrator=long_context,
         thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
         hang_bounds=bounds_for(prepared.settings.hang_s),
+    )
+
+
+def _kv_calibrator(
+    paths: Paths,
+    prepared: Prepared,
+    replanner: Replanner,
+    first: tuple[calibrator.Calibrator | None, EngineCalibrator | None],
+) -> KvModeCalibrator | None:
+    """The long-context mode measurement of a Lucebox launch whose context is long; it starts
+    once the speculation and engine calibrations are done, and only while the Lucebox engine
+    serves (KVFlash is its own)."""
+    modes = prepared.launch.kv_modes
+    settings = prepared.settings
+    if modes is None or settings.calibrate_idle_s <= 0:
+        return None
+
+    def before() -> bool:
+        serving = replanner.current.engine_kind == "lucebox"
+        return serving and all(c is None or c.state == "done" for c in first)
+
+    def serving_plan() -> ServerLaunch | None:
+        current = replanner.current
+        return current.server if current.engine_kind == "lucebox" else None
+
+    return KvModeCalibrator(
+        paths,
+        KvSetup(
+            modes,
+            settings.calibrate_idle_s,
+            settings.probe_max_tokens or None,
+            replanner.for_kv_trial,
+            serving_plan,
+            before=before,
+        ),
     )
 
 

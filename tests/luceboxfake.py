@@ -13,7 +13,10 @@ each request, so a test may change it while the engine runs), a non-streamed rep
 ``max_tokens`` tokens and its numbers are those rates instead: the usage the engine returns,
 and the ``[ar-decode]`` and ``chat DONE`` lines it logs, in the recorded shapes the real code
 reads (tests/engine/run/test_enginecalibration.py reads them back with the real parsers). A
-prompt counts one token per four characters.
+prompt counts one token per four characters. Its ``"modes"`` may give other rates per
+long-context mode the engine was started in (``"exact q8_0"``, ``"kvflash q4_0"``: ``--kvflash``
+and ``--cache-type-k`` on its command line), and ``"long_drop"`` the share of decode speed lost
+by a 64K-token prompt (the exact cache's attention grows with it; a KVFlash pool's does not).
 
 Usage (as the engine): luceboxfake.py MODEL --port N [options...]
 """
@@ -40,6 +43,8 @@ STREAM = (FIXTURES / "plain.stream.txt").read_bytes()
 STATUS = (FIXTURES / "plain.status.json").read_bytes()
 DRAFT_REPLY_LINES = (FIXTURES / "ddtree-agree.log").read_text().splitlines()
 DRAFTING = [False]
+MODE = ["exact f16"]
+"""The long-context mode the engine runs: its rates in ``$FAKE_RATES``' ``"modes"``."""
 
 
 def say(line: str) -> None:
@@ -114,7 +119,11 @@ def rated_reply(body: dict, rates: dict) -> bytes:
     prompt = max(1, len(text) // 4)
     words = json.loads(REPLY)["choices"][0]["message"]["content"].split()
     out = int(body.get("max_tokens") or 256)
-    decode_s = out / float(rates["decode_tok_s"])
+    rates = rates.get("modes", {}).get(MODE[0], rates)
+    decode_tok_s = float(rates["decode_tok_s"]) * (
+        1 - float(rates.get("long_drop", 0.0)) * min(prompt, 65536) / 65536
+    )
+    decode_s = out / decode_tok_s
     prefill_s = prompt / float(rates["prefill_tok_s"])
     tok_s = out / decode_s
     say(f"[ar-decode] tokens={out} time={decode_s:.3f} s speed={tok_s:.2f} tok/s")
@@ -155,6 +164,8 @@ def main(argv: list[str]) -> int:
         out.write("ARGV " + json.dumps(argv[1:]) + "\n")
     port = int(options[options.index("--port") + 1])
     DRAFTING[0] = "--draft" in options
+    kv_type = options[options.index("--cache-type-k") + 1] if "--cache-type-k" in options else "f16"
+    MODE[0] = f"{'kvflash' if '--kvflash' in options else 'exact'} {kv_type}"
     for line in START:
         say(line)
     server = HTTPServer(("127.0.0.1", port), Handler)

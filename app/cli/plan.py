@@ -70,6 +70,10 @@ def _print_launch_plan(launch_plan: LaunchPlan) -> None:
         print(f"  engine: {choice.reason}")
         if choice.unmeasured:
             print(f"  unmeasured: {choice.unmeasured}")
+    if launch_plan.kv_modes is not None:
+        print("  long-context modes, measured on this card:")
+        for line in launch_plan.kv_modes.lines():
+            print(f"    {line}")
     fit = launch_plan.fit_check
     if fit is not None:
         print(

@@ -68,7 +68,11 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         parts.append(headline)
     if sample.vram_used_bytes is not None:
         parts.append(f"VRAM {gib_text(sample.vram_used_bytes, 2)}")
-    return f"{head}\n  " + ", ".join(parts) + f" (last {sample.window_s:.0f} s)"
+    text = f"{head}\n  " + ", ".join(parts) + f" (last {sample.window_s:.0f} s)"
+    if status.kv_modes is not None and (lines := status.kv_modes.lines()):
+        text += "\n  long-context modes, measured on this card:"
+        text += "".join(f"\n    {line}" for line in lines)
+    return text
 
 
 def model_line(model: ModelStatus) -> str:

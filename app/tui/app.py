@@ -214,7 +214,8 @@ class LuceboxApp(App[None]):
             elif isinstance(item, ModelNote):
                 self.post_step(StepEvent("server", "note", item.message))
             else:
-                self.post_message(MetricsSampled(item, run.status.spec, run.status.queue))
+                status = run.status
+                self.post_message(MetricsSampled(item, status.spec, status.queue, status.kv_modes))
 
     def new_dashboard(self, prepared: Prepared | PreparedSet) -> ServingScreen:
         log_path, notes = self.backend.log_path, self.start_screen.notes
@@ -245,7 +246,9 @@ class LuceboxApp(App[None]):
 
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
         if isinstance(self.dashboard, DashboardScreen):
-            self.dashboard.show_sample(message.sample, message.spec, message.queue)
+            self.dashboard.show_sample(
+                message.sample, message.spec, message.queue, message.kv_modes
+            )
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from lucebox.engine.pipeline import Prepared, StepEvent
+from lucebox.engine.plan.kvmodes import ModesStatus
 from lucebox.engine.run.metrics import Sample
 from lucebox.engine.run.sample import QueueStatus, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelsSample
@@ -55,6 +56,8 @@ class MetricsSampled(Message):
     """Speculation as the run sees it then (None: none planned)."""
     queue: QueueStatus | None = None
     """The front's queue then (None: no front, a served set)."""
+    kv_modes: ModesStatus | None = None
+    """A long context's modes as measured so far (None: not a long-context Lucebox launch)."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ from lucebox.engine.plan import measurements, speculation
 from lucebox.engine.plan.chatdefaults import chat_defaults
 from lucebox.engine.plan.enginechoice import EngineChoice
 from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.kvmodes import KvModesPlan
 from lucebox.engine.plan.launch import ServerLaunch, server_argv, server_env
 from lucebox.engine.plan.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
@@ -74,6 +75,9 @@ class LaunchPlan:
     """How a repo named by name became this file: the quant, why, every candidate."""
     vision: Vision = NO_PROJECTOR
     """Whether images are served, with which projector, and why."""
+    kv_modes: KvModesPlan | None = None
+    """A long-context Lucebox launch's modes (exact at each KV type, KVFlash), measured on this
+    card once idle; None for a short context or another engine."""
 
     @property
     def plan(self) -> Plan:
@@ -151,6 +155,7 @@ class LaunchPlan:
             ).to_json(),
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
+            **({"kv_modes": self.kv_modes.to_json()} if self.kv_modes else {}),
         }
 
 

@@ -156,7 +156,7 @@ def chunk_logits_bytes(target: ModelFacts) -> int:
     return target.n_vocab * 4 * CHUNK_TOKENS
 
 
-def _kv_types(request: LuceboxRequest) -> tuple[str, ...]:
+def kv_types_for(request: LuceboxRequest) -> tuple[str, ...]:
     if request.target.architecture in F16_KV_ARCHS:
         return ("f16",)
     preferred = [t for t in ("q8_0", "q4_0") if t in request.kv_types]
@@ -209,7 +209,7 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     if request.ctx_cap is not None and request.ctx is None:
         wanted = min(wanted, request.ctx_cap)
 
-    types = _kv_types(request)
+    types = kv_types_for(request)
     largest = {t: _largest(room, kv_bytes_per_token(target, t), native) for t in types}
     kv_type = next((t for t in types if largest[t] >= wanted), types[-1])
     pinned = request.kv_mode == "kvflash" and request.ctx is not None

@@ -24,9 +24,11 @@ from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.records import stored_path
+from lucebox.engine.plan import kvmodes, measurements
 from lucebox.engine.plan.ctxchoice import MIN_CTX
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.kvmodes import KvModesPlan
 from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.luceboxdevices import (
@@ -42,6 +44,7 @@ from lucebox.engine.plan.luceboxplan import (
     PREFILL_DRAFTER_SOURCE,
     LuceboxPlan,
     LuceboxRequest,
+    kv_types_for,
     plan_lucebox,
 )
 from lucebox.engine.plan.measurements import placement_key, read_placement_rates
@@ -96,6 +99,13 @@ def choose(
             missing_build=missing_build,
         )
     )
+
+
+def _kv_types(engine: EngineView, pinned: str | None) -> tuple[str, ...]:
+    """The cache types the plan may choose from: the build's, or the one a trial pins (when
+    the build has it)."""
+    built = engine.capabilities.kv_cache_types or luceboxbuild.SYMMETRIC_KV_TYPES
+    return (pinned,) if pinned in built else tuple(built)
 
 
 def lucebox_engine(paths: Paths, wanted_id: str) -> EngineView:
@@ -213,7 +223,7 @@ def lucebox_launch(
         draft=draft.facts if draft is not None else None,
         ctx=resolved.ctx,
         ctx_cap=ctx_cap,
-        kv_types=engine.capabilities.kv_cache_types or luceboxbuild.SYMMETRIC_KV_TYPES,
+        kv_types=_kv_types(engine, resolved.kv_type),
         prefill=resolved.prefill,
         prefill_drafter=str(drafter.path) if drafter else None,
         prefill_drafter_bytes=drafter.size_bytes if drafter else PREFILL_DRAFTER_BYTES,
@@ -271,8 +281,28 @@ def lucebox_launch(
             f"--placement {resolved.placement} is not possible here: {placement or 'one GPU'}",
             hint="pass --placement auto to let lucebox choose",
         )
-    return basis.launch(
+    launch = basis.launch(
         server_launch, spec, budget=budget, engine=engine, refusal=refusal, engine_choice=choice
+    )
+    return dataclasses.replace(launch, kv_modes=_kv_modes(paths, request, launch))
+
+
+def _kv_modes(paths: Paths, request: LuceboxRequest, launch: LaunchPlan) -> KvModesPlan | None:
+    """The long-context modes of a launch whose context is long (none for a trial's launch:
+    it pins one)."""
+    plan, server = launch.plan, launch.server
+    if plan.ctx < kvmodes.LONG_CTX_TOKENS or not launch.target.present:
+        return None
+    if launch.resolved.kv_type is not None:
+        return None
+    draft = Path(server.draft_path) if server.draft_path else None
+    key = measurements.key_for(
+        launch.target.path, draft, launch.engine.id or launch.engine.version,
+        launch.budget.device, plan.ctx, "", paths,
+    )  # fmt: skip
+    serving = kvmodes.served_label(plan.cache_type_k, plan.kvflash_pool_tokens)
+    return kvmodes.plan_modes(
+        paths, kvmodes.launch_key(key), kv_types_for(request), serving, plan.ctx
     )
 
 

@@ -34,9 +34,9 @@ from lucebox.engine.plan.speculation import SpecCandidate
 from lucebox.engine.plan.workload import ProbeShape, RateCurve, probe_mix
 
 STORE_NAME = "spec-measurements.json"
-STORE_VERSION = 2
+STORE_VERSION = 3
 """2: probes keep their prefill seconds, entries the guard's switch-offs, and the ``engines``
-section exists."""
+section exists; 3: the ``kv_modes`` section (plan/kvmodes.py) exists."""
 IDENTITY_BYTES = 1 << 20
 """A model file is known by its name, size and the hash of its first MiB (header and
 metadata): hashing a 15 GB file at every start would cost a minute."""

@@ -64,6 +64,9 @@ class ServeOptions:
     """The Lucebox engine on two GPUs; None is auto (the planner chooses)."""
     kv_mode: KvMode | None = None
     """``--kv-mode``: exact or KVFlash pinned by the user; None is auto."""
+    kv_type: str | None = None
+    """The Lucebox engine's K=V cache type (a long-context mode's calibration trial); None lets
+    the plan choose."""
     rpc: tuple[str, ...] | None = None
     """``host:port`` of `lucebox worker` peers; None reads rpc.peers."""
     models: tuple[str, ...] = ()
@@ -216,6 +219,8 @@ class Resolved:
     prefill: PrefillMode = "off"
     placement: PlacementMode = "auto"
     kv_mode: KvMode = "auto"
+    kv_type: str | None = None
+    """The Lucebox engine's cache type a calibration trial pins; None: the plan's choice."""
     engine_id: str = ""
     """The installed build ``engine.id`` names; empty: each kind's default build."""
     vision: VisionMode = "auto"
@@ -277,6 +282,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         prefill=options.prefill or "off",
         placement=options.placement or "auto",
         kv_mode=options.kv_mode or "auto",
+        kv_type=options.kv_type,
         engine_id=settings.engine_id,
         vision=vision,
         vision_from=vision_from,

@@ -34,6 +34,7 @@ from lucebox.engine.plan.ctxchoice import KV_PAIRS, wanted_ctx
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
+from lucebox.engine.plan.luceboxplan import KvMode
 from lucebox.engine.plan.memory import Plan, PlanRequest, make_plan
 from lucebox.engine.plan.modelfiles import ModelFile, launch_files
 from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
@@ -465,11 +466,13 @@ def replan(
     p_min: float | None = None,
     engine_kind: KindName | None = None,
     llama_engine: EngineView | None = None,
+    kv: tuple[KvMode, str, int] | None = None,
 ) -> LaunchPlan:
     """``launch`` planned again (same options, files, card and engine) with a context bound, a
     shorter draft or another speculation mode: after an out-of-memory start, or when the
     speculation guard decides; or on the engine ``engine_kind`` (the calibration's), with
-    ``llama_engine`` the installed llama-server when ``launch`` is the Lucebox engine's."""
+    ``llama_engine`` the installed llama-server when ``launch`` is the Lucebox engine's; or
+    with ``kv`` (mode, cache type, context) pinned: a long-context mode's trial."""
     options = replace(
         launch.options,
         spec=spec or launch.options.spec,
@@ -477,6 +480,8 @@ def replan(
         p_min=p_min if p_min is not None else launch.options.p_min,
         engine=engine_kind or launch.options.engine,
     )
+    if kv is not None:
+        options = replace(options, kv_mode=kv[0], kv_type=kv[1], ctx=kv[2])
     return plan_launch(
         paths,
         options,

@@ -100,13 +100,13 @@ class ProbeSender:
         """What the last look at client activity counted (compared with the next)."""
 
     async def _probe_set(
-        self, client: httpx.AsyncClient, server: ServerRun
+        self, client: httpx.AsyncClient, server: ServerRun, sent: Sequence[Probe] = PROBES
     ) -> tuple[ProbeRate, ...] | None:
         """Every probe's rate (a probe that fails counts no tokens); None when a client came."""
         self._last_look = None
         probes = []
         try:
-            for probe in PROBES:
+            for probe in sent:
                 if await self._client_seen(client, server, probing=False):
                     return None
                 found = await self._probe(client, server, probe)

@@ -7,6 +7,7 @@ pays off) and an agent turn that quotes tool output back. The calibration and
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 # PEP 20 (public domain). Small models copy this text reliably, so the edit prompt measures what
@@ -107,3 +108,22 @@ PROBES: tuple[Probe, ...] = (
         160,
     ),
 )
+
+
+_LONG_WORDS = (
+    "the", "model", "reads", "a", "long", "file", "of", "notes", "and", "code", "from", "an",
+    "agent", "that", "works", "on", "one", "project", "for", "many", "hours", "with", "tests",
+)  # fmt: skip
+
+
+def long_probe(name: str, prompt_words: int, max_tokens: int) -> Probe:
+    """A long document of common words (each one token or more in the tokenizers served) and a
+    request to go on: the decode rate after a prompt of at least ``prompt_words`` tokens, where
+    long-context modes differ. Seeded, so every mode reads the same prompt."""
+    pick = random.Random(prompt_words).choice
+    document = " ".join(pick(_LONG_WORDS) for _ in range(prompt_words))
+    return Probe(
+        name,
+        ({"role": "user", "content": f"{document}\n\nContinue these notes."},),
+        max_tokens,
+    )

@@ -20,6 +20,7 @@ from typing import IO, Any, Literal, TypeVar, get_args
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.plan.kvmodes import ModesStatus
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import (
     CacheStatus,
@@ -85,6 +86,8 @@ class Status:
     engine serves again, so a restart count has its reason."""
     queue: QueueStatus | None = None
     """lucebox's front's queue of requests for the engine; None without a front."""
+    kv_modes: ModesStatus | None = None
+    """A long-context Lucebox launch's modes as measured on this card; None elsewhere."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -112,6 +115,7 @@ class Status:
             "cause": self.cause.to_json() if self.cause else None,
             "vision": {"served": self.vision is not None, "projector": self.vision},
             "queue": self.queue.to_json() if self.queue else None,
+            "kv_modes": self.kv_modes.to_json() if self.kv_modes else None,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -153,6 +157,7 @@ class Status:
             cause=EngineDeath.from_json(data.get("cause")),
             vision=text_of(data.get("vision"), "projector"),
             queue=QueueStatus.from_json(data.get("queue")),
+            kv_modes=ModesStatus.from_json(data.get("kv_modes")),
         )
 
 

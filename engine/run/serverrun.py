@@ -43,6 +43,7 @@ from lucebox.engine.run.hang import (
     hung,
     observe,
 )
+from lucebox.engine.run.kvcalibrator import KvModeCalibrator
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
@@ -118,6 +119,7 @@ class ServerRun:
         peers: tuple[PeerStatus, ...] = (),
         calibrator: Calibrator | None = None,
         engine_calibrator: EngineCalibrator | None = None,
+        kv_calibrator: KvModeCalibrator | None = None,
         thinking_default: bool | None = None,
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
     ) -> None:
@@ -133,6 +135,8 @@ class ServerRun:
         """Measures speculation on this card once idle; None when nothing can speculate."""
         self.engine_calibrator = engine_calibrator
         """Measures both engines once idle where both can serve; None elsewhere."""
+        self.kv_calibrator = kv_calibrator
+        """Measures a long-context Lucebox launch's modes once idle; None elsewhere."""
         self.thinking_default = thinking_default
         """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
         the front asks both engines the same way."""
@@ -212,7 +216,7 @@ class ServerRun:
         """Feed the guard and the calibration's watch of the served mix with the requests
         that finished since the last sample (of engine ``engine_pid``); apply the guard's
         decision once no request is running (one restart)."""
-        measuring = (self.calibrator, self.engine_calibrator)
+        measuring = (self.calibrator, self.engine_calibrator, self.kv_calibrator)
         if any(c is not None and c.active for c in measuring):
             return  # the probes' requests are the calibration's own
         if self.engine_calibrator is not None:
@@ -287,6 +291,8 @@ class ServerRun:
     def _save(self) -> None:
         if self.front is not None:
             self._run.status = replace(self._run.status, queue=self.front.queue_status())
+        if self.kv_calibrator is not None:
+            self._run.status = replace(self._run.status, kv_modes=self.kv_calibrator.status())
         write_status(self.paths, self._run.status)
 
     async def events(self) -> AsyncIterator[RunItem]:
@@ -314,7 +320,7 @@ class ServerRun:
         supervising = asyncio.create_task(follow_supervisor())
         calibrating = [
             asyncio.create_task(c.run(self))
-            for c in (self.calibrator, self.engine_calibrator)
+            for c in (self.calibrator, self.engine_calibrator, self.kv_calibrator)
             if c is not None
         ]
         try:

@@ -32,6 +32,7 @@ from lucebox.app.tui.widgets.readout import Readout
 from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
 from lucebox.engine.engines import webui
 from lucebox.engine.pipeline import Prepared
+from lucebox.engine.plan.kvmodes import ModesStatus
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.run.metrics import Sample, with_last_rates
 from lucebox.engine.run.sample import QueueStatus, SpecStatus
@@ -115,11 +116,15 @@ class DashboardScreen(ServingScreen):
         super().show_event(event)
 
     def show_sample(
-        self, sample: Sample, spec: SpecStatus | None = None, queue: QueueStatus | None = None
+        self,
+        sample: Sample,
+        spec: SpecStatus | None = None,
+        queue: QueueStatus | None = None,
+        kv_modes: ModesStatus | None = None,
     ) -> None:
         self.history.append(sample)
         self.latest = with_last_rates(self.latest, sample)
-        self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec, queue)
+        self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec, queue, kv_modes)
         self.query_one(GpuPanel).show_gpu(self.prepared, sample)
         self.refresh_header()
 

@@ -1,5 +1,6 @@
 """Decode, prefill and the engine's time to first token: the value now and the last minute's
-trend, then draft acceptance and how much of the prompts came from the cache.
+trend, then draft acceptance and how much of the prompts came from the cache, and a long
+context's modes as measured on this card.
 
 The time to first token is the engine's own (its prompt time per request): queueing and the
 network are not in it, so the row says "eng TTFT"."""
@@ -15,6 +16,7 @@ from textual.widgets import Label
 
 from lucebox.app.tui.widgets.readout import Readout, value_text
 from lucebox.app.tui.widgets.trend import Trend
+from lucebox.engine.plan.kvmodes import ModesStatus
 from lucebox.engine.run.metrics import Sample
 from lucebox.engine.run.sample import QueueStatus, SpecStatus
 
@@ -29,6 +31,7 @@ class ThroughputPanel(Vertical):
                 yield Readout("—", id=f"{key}-value", classes="metric-value")
                 yield Trend(id=f"{key}-spark")
         yield Readout("", id="spec-and-cache")
+        yield Readout("", id="kv-modes")
 
     def show_rates(
         self,
@@ -36,6 +39,7 @@ class ThroughputPanel(Vertical):
         latest: Sample | None,
         spec: SpecStatus | None = None,
         queue: QueueStatus | None = None,
+        kv_modes: ModesStatus | None = None,
     ) -> None:
         shown = latest or Sample(0, None, None, None, None, None, None, None, None, 0)
         self.query_one("#decode-value", Readout).show(
@@ -64,6 +68,10 @@ class ThroughputPanel(Vertical):
         readout = self.query_one("#spec-and-cache", Readout)
         readout.display = bool(line)
         readout.show(line)
+        modes = self.query_one("#kv-modes", Readout)
+        lines = kv_modes.lines() if kv_modes is not None else []
+        modes.display = bool(lines)
+        modes.show(Text("long context: " + "\n".join(lines)) if lines else Text())
 
 
 def spec_line(spec: SpecStatus | None, acceptance: float | None) -> Text | None:

@@ -1,0 +1,146 @@
+"""A long context's modes measured while the server runs, against the recorded-contract stand-in
+of the Lucebox engine (tests/luceboxfake.py), whose rates per mode the test sets: the exact cache
+loses decode speed with the prompt's length, a KVFlash pool does not. Every mode is measured
+over the probes and the long probe, each a restart, and stored; status shows them; and the mode
+the plan serves serves again afterwards although a lossy one measured faster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB
+from lucebox.engine.plan import kvmodes
+from lucebox.engine.plan.kvmodes import KvModesPlan, KvTrial
+from lucebox.engine.plan.launch import ServerLaunch, server_argv
+from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
+from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.sizes import MemoryBytes
+from lucebox.engine.run import runstate
+from lucebox.engine.run.kvcalibrator import KvModeCalibrator, KvSetup
+from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervisor import Supervisor
+from tests.ports import free_port
+
+FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
+CTX = 65536
+POOL = 16384
+MEMORY = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
+SERVED = "exact q8_0"
+CANNOT = "the plan does not fit: 547 MiB KV for 65536 tokens"
+RATES = {
+    "decode_tok_s": 400.0,
+    "prefill_tok_s": 1e6,
+    "modes": {
+        "exact q8_0": {"decode_tok_s": 400.0, "prefill_tok_s": 1e6, "long_drop": 0.5},
+        "exact q4_0": {"decode_tok_s": 380.0, "prefill_tok_s": 1e6, "long_drop": 0.6},
+        "kvflash q8_0": {"decode_tok_s": 390.0, "prefill_tok_s": 1e6},
+    },
+}
+
+
+def launches(tmp_path: Path) -> dict[str, ServerLaunch]:
+    """Each mode's launch as the planner makes it: the same engine, port and context."""
+    script = tmp_path / "dflash_server"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
+    script.chmod(0o755)
+    port = free_port()
+    found = {}
+    for label, pool in (("exact q8_0", None), ("exact q4_0", None), ("kvflash q8_0", POOL)):
+        kv_type = label.split()[1]
+        plan = Plan(True, CTX, kv_type, kv_type, -1, 0, 1, MEMORY, pool)
+        flags = LuceboxFlags(
+            max_ctx=CTX, max_tokens=512, cache_type=kv_type, prefix_cache_slots=4, kvflash_pool=pool
+        )
+        found[label] = ServerLaunch(
+            str(script), "/m/qwen35.gguf", plan, "tiny", port=port, kind="lucebox", lucebox=flags
+        )
+    return found
+
+
+async def _until(check, timeout_s: float, said) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        assert loop.time() < deadline, said()
+        await asyncio.sleep(0.2)
+
+
+async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again(
+    tmp_path, monkeypatch
+):
+    requests = tmp_path / "requests.txt"
+    monkeypatch.setenv("FAKE_REQUESTS", str(requests))
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps(RATES))
+    monkeypatch.setenv("FAKE_RATES", str(rates))
+    planned = launches(tmp_path)
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    trials = kvmodes.trials_for(("q8_0", "q4_0"))
+    modes = KvModesPlan("qwen35 | - | build | card | 65536", trials, SERVED, CTX // 2)
+
+    def plan_trial(trial: KvTrial) -> ServerLaunch | str:
+        return planned.get(trial.label) or CANNOT
+
+    setup = KvSetup(modes, 0.5, 8, plan_trial, lambda: planned[SERVED])
+    calibration = KvModeCalibrator(paths, setup)
+    assert calibration.state == "waiting"
+    supervisor = Supervisor(planned[SERVED], tmp_path / "engine.log", ready_timeout_s=60)
+    run = ServerRun(paths, supervisor, model="tiny", gpu_index=0, kv_calibrator=calibration)
+
+    def settled() -> bool:
+        status = runstate.read_status(paths)
+        shown = status.kv_modes if status is not None else None
+        back = server_argv(run.supervisor.launch) == server_argv(planned[SERVED])
+        done = calibration.state == "done" and run.status.state == "ready" and back
+        return done and shown is not None and shown.state == "done"
+
+    def said() -> str:
+        log = (tmp_path / "engine.log").read_text(errors="replace")[-2000:]
+        return f"{calibration.state} {calibration.trial} {calibration.measurement}\n{log}"
+
+    async def consume() -> None:
+        async for _ in run.events():
+            pass
+
+    task = asyncio.create_task(consume())
+    try:
+        await _until(settled, 120, said)
+        measured = calibration.measurement
+        assert {r.label for r in measured.rates} == set(planned)
+        assert measured.refused == (("kvflash q4_0", CANNOT),)
+        long_rates = {}
+        for rate in measured.rates:
+            long = rate.long
+            assert long is not None and long.prompt_tokens > CTX // 2, rate
+            assert [p.name for p in rate.probes][-1] == kvmodes.LONG_PROBE
+            long_rates[rate.label] = long.tok_s
+        # The exact cache lost speed after the long prompt, the pool did not.
+        assert long_rates["kvflash q8_0"] == pytest.approx(390.0, rel=0.02)
+        assert long_rates["exact q8_0"] < 0.8 * 400.0
+        assert long_rates["kvflash q8_0"] > long_rates["exact q8_0"]
+        # Every mode ran as its own engine, each mode once, and the planned one serves again.
+        argvs = [json.loads(line[5:]) for line in requests.read_text().splitlines()
+                 if line.startswith("ARGV ")]  # fmt: skip
+        assert ["--kvflash" in argv for argv in argvs] == [False, False, True, False]
+        assert [argv[argv.index("--cache-type-k") + 1] for argv in argvs] == [
+            "q8_0", "q4_0", "q8_0", "q8_0"
+        ]  # fmt: skip
+        status = runstate.read_status(paths)
+        assert status is not None and status.kv_modes is not None
+        shown = status.kv_modes
+        assert shown.modes[0].label == SERVED and shown.modes[0].serving
+        assert shown.unmeasured == ()
+        pooled = next(m for m in shown.modes if m.label == "kvflash q8_0")
+        assert pooled.gives_up.startswith("exactness: sparse attention over a 16,384-token pool")
+        assert any(line.startswith("exact q8_0 (serving): ") for line in shown.lines())
+        # Stored: the next run of the same launch measures nothing again.
+        assert KvModeCalibrator(paths, setup).state == "done"
+    finally:
+        run.stop()
+        await asyncio.wait_for(task, 60)
