@@ -378,14 +378,17 @@ class Front:
     ) -> None:
         status = answer.status_code
         content_type = header_of(answer, b"content-type")
-        self.counters.answered[status] += 1
+        streamed = ex.started or "text/event-stream" in content_type
+        if not streamed or status != 200:
+            # A stream is counted once it ends, by how it ended (whole, or cut: 502).
+            self.counters.answered[status] += 1
         if ex.started:  # our own SSE head is out: the engine's status goes in the stream
             if status != 200:
                 detail = (await self._read_all(ex, call)).decode("utf-8", errors="replace")
                 await ex.data(f"event: error\ndata: {detail}\n\n".encode())
                 await ex.end()
                 return
-            await self._pipe_events(ex, call, path, body, ticket)
+            await self._pipe_events(ex, call, path, body, ticket, status)
             return
         if path == "/" and status >= 400:
             await ex.whole(200, self._index(), extra=cors)
@@ -398,7 +401,7 @@ class Front:
         ]
         if "text/event-stream" in content_type:
             await ex.head(status, [*kept, *cors])
-            await self._pipe_events(ex, call, path, body, ticket)
+            await self._pipe_events(ex, call, path, body, ticket, status)
         elif "application/json" in content_type:
             whole = self.shape.reply(path, status, await self._read_all(ex, call))
             await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
@@ -428,10 +431,17 @@ class Front:
             reading.cancel()
 
     async def _pipe_events(
-        self, ex: Exchange, call: EngineCall, path: str, body: bytes, ticket: Ticket | None
+        self,
+        ex: Exchange,
+        call: EngineCall,
+        path: str,
+        body: bytes,
+        ticket: Ticket | None,
+        status: int,
     ) -> None:
         """The engine's SSE events on, each through the shape; a comment whenever it is
-        silent for ``keepalive_s`` between two events (never inside one)."""
+        silent for ``keepalive_s`` between two events (never inside one). The answer counts
+        as ``status`` once the stream ended whole, as 502 when it was cut."""
         shaper = self.shape.stream(path, body)
         pending = b""
         ended = False
@@ -454,6 +464,8 @@ class Front:
         if call.ends_at_close and api_endpoint(path) in SHAPED_PATHS and not ended:
             await self._failed(ex, 502, _stopped_midway("its stream ended without its last event"))
             return
+        if status == 200:
+            self.counters.answered[status] += 1
         await ex.data(shaper.close() + pending)
         await ex.end()
 

@@ -324,7 +324,9 @@ def test_the_lucebox_engine_gets_the_same_front(lucebox_fake):
             (model,) = client.get(f"{url}/v1/models").json()["data"]
             assert model["context_length"] == 8192 and model["id"]
             assert client.get(f"{url}/").status_code == 200
-            assert "lucebox_requests_served_total 3" in client.get(f"{url}/metrics").text
+            metrics = client.get(f"{url}/metrics").text
+            assert "lucebox_requests_served_total 3" in metrics
+            assert 'lucebox_responses_total{code="200"} 5' in metrics  # 3 chats, models, index
 
 
 def test_a_stream_the_lucebox_engine_dies_in_ends_with_an_error_event(tmp_path):
@@ -336,11 +338,15 @@ def test_a_stream_the_lucebox_engine_dies_in_ends_with_an_error_event(tmp_path):
         fake_engine(tmp_path, FAKE_STREAM_CUT="1") as engine_url,
         running_front(spec, engine_url) as running,
         httpx.Client(headers=AUTH, timeout=60) as client,
-        client.stream(
-            "POST", f"{running.url}/v1/chat/completions", json=chat("hi", 16, stream=True)
-        ) as reply,
     ):
-        lines = [line for line in reply.iter_lines() if line]
+        with client.stream(
+            "POST", f"{running.url}/v1/chat/completions", json=chat("hi", 16, stream=True)
+        ) as reply:
+            lines = [line for line in reply.iter_lines() if line]
+        metrics = client.get(f"{running.url}/metrics").text
+    # Counted once, by how it ended: the 200 head a cut stream had is not a 200 answer.
+    assert 'lucebox_responses_total{code="502"} 1' in metrics
+    assert 'lucebox_responses_total{code="200"}' not in metrics
     assert any(line.startswith('data: {"choices"') for line in lines[:-2])
     assert lines[-2] == "event: error"
     error = json.loads(lines[-1].removeprefix("data: "))["error"]
