@@ -15,8 +15,9 @@ and the ``[ar-decode]`` and ``chat DONE`` lines it logs, in the recorded shapes 
 reads (tests/engine/run/test_enginecalibration.py reads them back with the real parsers). A
 prompt counts one token per four characters. Its ``"modes"`` may give other rates per
 long-context mode the engine was started in (``"exact q8_0"``, ``"kvflash q4_0"``: ``--kvflash``
-and ``--cache-type-k`` on its command line), and ``"long_drop"`` the share of decode speed lost
-by a 64K-token prompt (the exact cache's attention grows with it; a KVFlash pool's does not).
+and ``--cache-type-k`` on its command line), ``"long_drop"`` the share of decode speed lost
+by a 64K-token prompt (the exact cache's attention grows with it; a KVFlash pool's does not)
+and ``"sleep_s"`` how long each reply takes; each reply logs the mode that answered it.
 
 Usage (as the engine): luceboxfake.py MODEL --port N [options...]
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -120,6 +122,8 @@ def rated_reply(body: dict, rates: dict) -> bytes:
     words = json.loads(REPLY)["choices"][0]["message"]["content"].split()
     out = int(body.get("max_tokens") or 256)
     rates = rates.get("modes", {}).get(MODE[0], rates)
+    say(f"[fake] {MODE[0]} answers: {text[:32]}")
+    time.sleep(float(rates.get("sleep_s", 0.0)))
     decode_tok_s = float(rates["decode_tok_s"]) * (
         1 - float(rates.get("long_drop", 0.0)) * min(prompt, 65536) / 65536
     )

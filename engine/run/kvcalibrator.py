@@ -5,7 +5,9 @@ probe; stored as it goes (plan/kvmodes.py), then the planned launch serves again
 
 It only measures: what serves is the plan's (exact while an exact cache gives the context,
 else KVFlash; or what the user pinned), so a lossy mode never comes on because it measured
-faster. A client request abandons it at once, and it resumes from the next mode once idle.
+faster, and no client is ever served by a mode being measured: while one runs, client requests
+wait in the front; one that comes abandons the measurement at once, the planned launch starts
+again and serves it, and the measurement resumes from the next mode once idle.
 """
 
 from __future__ import annotations
@@ -108,9 +110,16 @@ class KvModeCalibrator(ProbeSender):
                     self._keep(self.measurement.with_refused(todo[0].label, rate))
                 elif rate is not None:
                     self._keep(self.measurement.with_rate(rate))
-                else:
+                else:  # a client came: the planned launch serves it
+                    self._serve_planned(server)
                     self.state = "paused"
                     self._last_client_s = time.monotonic()
+        self._serve_planned(server)
+
+    def _serve_planned(self, server: ServerRun) -> None:
+        """The launch the plan serves, again (a restart when a trial's mode runs); clients go
+        in once it is ready."""
+        server.hold_clients(False)
         final = self.setup.plan_final()
         if final is not None and server_argv(final) != server_argv(server.supervisor.launch):
             server.restart(final)
@@ -128,7 +137,9 @@ class KvModeCalibrator(ProbeSender):
             planned = self.setup.plan_trial(trial)
             if isinstance(planned, str):
                 return planned
+            server.hold_clients(True)  # no client is served by a mode it did not choose
             if not await _restart(server, planned):
+                self._serve_planned(server)
                 return "the engine did not start with it here"
             launch = planned
             await _ask(client, server.url, WARM_UP)

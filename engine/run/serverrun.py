@@ -172,6 +172,8 @@ class ServerRun:
         """The live engine's sampler: a new speculation reason reaches it without a restart."""
         self._engine_ready = False
         """Whether the engine said ready and has not stopped since (its slot can be saved)."""
+        self._clients_held = False
+        """Client requests wait in the front (the engine runs what they must not be served by)."""
         self.hang_bounds = hang_bounds
         """How long a running request may go without progress, by phase (``server.hang_s``);
         None: never judged hung."""
@@ -193,6 +195,14 @@ class ServerRun:
         self._run.status = replace(self._run.status, state="restarting")
         if self.front is not None:
             self.front.engine_ready(False)
+
+    def hold_clients(self, held: bool) -> None:
+        """Keep clients' requests waiting in the front while the engine runs a configuration
+        they must not be served by (a long-context mode being measured that is not the one
+        planned: it may not be exact); they go in once the planned launch serves again."""
+        self._clients_held = held
+        if self.front is not None:
+            self.front.engine_ready(self._engine_ready and not held)
 
     def serve_measured(self, server: ServerLaunch, reason: str, guard: SpecGuard | None) -> None:
         """Serve what the calibration chose, watched by ``guard``; one restart when it differs
@@ -403,7 +413,8 @@ class ServerRun:
             self._record_served()
             await self._slot("restore")
             if self.front is not None and self._still_serving(event.pid):
-                self.front.engine_ready(True)  # clients that waited go in after the restore
+                # Clients that waited go in after the restore.
+                self.front.engine_ready(not self._clients_held)
             self._sampling = asyncio.create_task(self._sample(event.pid, queue))
 
     def _still_serving(self, engine_pid: int) -> bool:

@@ -2,7 +2,8 @@
 of the Lucebox engine (tests/luceboxfake.py), whose rates per mode the test sets: the exact cache
 loses decode speed with the prompt's length, a KVFlash pool does not. Every mode is measured
 over the probes and the long probe, each a restart, and stored; status shows them; and the mode
-the plan serves serves again afterwards although a lossy one measured faster."""
+the plan serves serves again afterwards although a lossy one measured faster. A client that
+comes while a mode being measured runs is served by the planned one, never by that mode."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
@@ -39,17 +41,19 @@ RATES = {
     "modes": {
         "exact q8_0": {"decode_tok_s": 400.0, "prefill_tok_s": 1e6, "long_drop": 0.5},
         "exact q4_0": {"decode_tok_s": 380.0, "prefill_tok_s": 1e6, "long_drop": 0.6},
-        "kvflash q8_0": {"decode_tok_s": 390.0, "prefill_tok_s": 1e6},
+        # Each of its replies takes a while: a client comes while it is measured.
+        "kvflash q8_0": {"decode_tok_s": 390.0, "prefill_tok_s": 1e6, "sleep_s": 0.4},
     },
 }
 
 
 def launches(tmp_path: Path) -> dict[str, ServerLaunch]:
-    """Each mode's launch as the planner makes it: the same engine, port and context."""
+    """Each mode's launch as the planner makes it: the same engine, ports and context, the
+    engine behind lucebox's front."""
     script = tmp_path / "dflash_server"
     script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     script.chmod(0o755)
-    port = free_port()
+    port, engine_port = free_port(), free_port()
     found = {}
     for label, pool in (("exact q8_0", None), ("exact q4_0", None), ("kvflash q8_0", POOL)):
         kv_type = label.split()[1]
@@ -58,8 +62,9 @@ def launches(tmp_path: Path) -> dict[str, ServerLaunch]:
             max_ctx=CTX, max_tokens=512, cache_type=kv_type, prefix_cache_slots=4, kvflash_pool=pool
         )
         found[label] = ServerLaunch(
-            str(script), "/m/qwen35.gguf", plan, "tiny", port=port, kind="lucebox", lucebox=flags
-        )
+            str(script), "/m/qwen35.gguf", plan, "tiny", port=port, engine_port=engine_port,
+            kind="lucebox", lucebox=flags,
+        )  # fmt: skip
     return found
 
 
@@ -108,8 +113,27 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
         async for _ in run.events():
             pass
 
+    def pooled_running() -> bool:
+        trial = calibration.trial
+        measuring = calibration.state == "running" and trial is not None
+        running = run.supervisor.launch == planned["kvflash q8_0"] and run.status.state == "ready"
+        return measuring and trial.label == "kvflash q8_0" and running
+
     task = asyncio.create_task(consume())
     try:
+        await _until(pooled_running, 120, said)
+        body = {"messages": [{"role": "user", "content": "client question"}], "max_tokens": 8}
+        async with httpx.AsyncClient(timeout=60) as client:
+            answer = await client.post(f"{run.public_url}/v1/chat/completions", json=body)
+        assert answer.status_code == 200
+
+        def log() -> str:
+            return (tmp_path / "engine.log").read_text(errors="replace")
+
+        # The engine's lines reach its log a moment after its reply.
+        await _until(lambda: "answers: client question" in log(), 10, log)
+        assert "[fake] exact q8_0 answers: client question" in log()
+        assert "[fake] kvflash q8_0 answers: client" not in log()
         await _until(settled, 120, said)
         measured = calibration.measurement
         assert {r.label for r in measured.rates} == set(planned)
@@ -127,10 +151,11 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
         # Every mode ran as its own engine, each mode once, and the planned one serves again.
         argvs = [json.loads(line[5:]) for line in requests.read_text().splitlines()
                  if line.startswith("ARGV ")]  # fmt: skip
-        assert ["--kvflash" in argv for argv in argvs] == [False, False, True, False]
-        assert [argv[argv.index("--cache-type-k") + 1] for argv in argvs] == [
-            "q8_0", "q4_0", "q8_0", "q8_0"
-        ]  # fmt: skip
+        # The pool's measurement was cut by the client and done again once idle.
+        assert ["--kvflash" in argv for argv in argvs] == [False, False, True, False, True, False]
+        assert [argv[argv.index("--cache-type-k") + 1] for argv in argvs] == ["q8_0", "q4_0"] + [
+            "q8_0"
+        ] * 4
         status = runstate.read_status(paths)
         assert status is not None and status.kv_modes is not None
         shown = status.kv_modes
