@@ -117,7 +117,7 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
         trial = calibration.trial
         measuring = calibration.state == "running" and trial is not None
         running = run.supervisor.launch == planned["kvflash q8_0"] and run.status.state == "ready"
-        return measuring and trial.label == "kvflash q8_0" and running
+        return measuring and running and trial is not None and trial.label == "kvflash q8_0"
 
     task = asyncio.create_task(consume())
     try:
