@@ -107,5 +107,5 @@ def test_a_draft_that_is_never_accepted_is_shortened_then_switched_off(built_eng
     assert "draft-dflash with 7-token drafts was not measured on a CPU" in last["reason"]
     shortened = [(now["spec"] or {}).get("reason", "") for now in seen]
     assert any("drafts shortened to 7 tokens" in reason for reason in shortened)
-    assert any("the 85% break-even measured for draft-dflash" in reason for reason in shortened)
+    assert any("the 65% break-even measured for draft-dflash" in reason for reason in shortened)
     assert seen[-1]["restarts"] == 2  # once with shorter drafts, once without any

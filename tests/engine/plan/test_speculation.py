@@ -125,7 +125,7 @@ def test_on_a_cpu_a_draft_the_user_names_is_tried_and_the_guard_watches_it():
     assert document["spec"]["type"] == "draft-dflash"  # the target's own MTP head is left out
     reason = document["reasons"]["spec"]
     assert "not draft-mtp: on a CPU" in reason and "the named draft is tried on a CPU" in reason
-    assert "then stops speculating, below the 85% break-even measured for draft-dflash" in reason
+    assert "then stops speculating, below the 65% break-even measured for draft-dflash" in reason
 
 
 def test_a_mode_set_in_config_is_the_users_choice_and_the_guard_only_warns():

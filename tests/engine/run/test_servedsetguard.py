@@ -30,7 +30,7 @@ def _watch() -> Watched:
 def test_a_draft_rarely_accepted_is_shortened_then_switched_off():
     watched, decision = observe(_watch(), 9001, drafted=300, accepted=30)
     assert decision is not None and decision.action == "shorten" and decision.draft_max == 7
-    assert "10% of 300 drafted tokens accepted, below the 85% break-even" in decision.reason
+    assert "10% of 300 drafted tokens accepted, below the 65% break-even" in decision.reason
     assert watched.acceptance == 0.1
     # The re-planned model has its own guard, counting on from the last look.
     guard = ChildSpecGuard({"q": DFLASH}, {"q": False})
