@@ -22,7 +22,7 @@ export LUCEBOX_HOME=$H
 lucebox config set spec.calibrate_idle_s 5 > /dev/null
 target=$MODELS/qwen35-tiny.gguf
 args=(--model "$target" --engine lucebox --ctx 65536 --port 18260 ${SERVE_ARGS:-})
-setsid lucebox serve "${args[@]}" > "$OUT/kv-serve.log" 2>&1 &
+setsid python3 -m lucebox.app.cli serve "${args[@]}" > "$OUT/kv-serve.log" 2>&1 &
 serve=$!
 trap 'lucebox down > /dev/null 2>&1; kill -- -$serve 2> /dev/null' EXIT
 samples=$OUT/kv-status.ndjson

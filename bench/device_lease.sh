@@ -7,10 +7,13 @@
 #            with BSA in .devrun/home-bsa (LLAMA_BUILD=1 adds llama.cpp's CUDA build); the
 #            generated models; then, detached:
 #              card 0: once the build without BSA is in, the exact cache vs KVFlash on a card
-#                      held so that only q4_0 fits exactly (issue 39);
+#                      held so that only q4_0 fits exactly (issue 39; CARD0=kvcal: the
+#                      long-context mode measurement of `lucebox serve` itself instead);
 #              card 1: the fault bench (issue 37; FAULTS_ONLY names entries; SIGILL=1 adds the
 #                      SIGILL entry, which starts a CUDA rebuild), then, once the BSA build is
-#                      in, PFlash off vs pflash vs auto (issue 40).
+#                      in, PFlash off vs pflash vs auto (issue 40; BSA_BUILD=0: neither).
+#            The BSA build runs from a copy of the tree in /tmp/bsa-tree: an engine's source is
+#            unpacked in the checkout's deps/, which two builds side by side must not share.
 #   collect  waits until both chains are done or CALL_S (580 s) runs out.
 # Everything measured so far comes back as $OUT/lease-<phase>.tgz.
 set -uo pipefail
@@ -47,6 +50,12 @@ faults_home() {
 
 chain_card0() {
     built "$A" || { echo "no Lucebox build"; return 1; }
+    if [ "${CARD0:-kv}" = kvcal ]; then
+        mkdir -p "$C/kvcal"
+        CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 FROM_HOME=$A MODELS=$M \
+            SERVE_ARGS="--gpu 0" LIMIT_S=420 OUT=$C/kvcal timeout 480 bash bench/device_kv_calibration.sh
+        return
+    fi
     mkdir -p "$C/kv"
     CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 timeout 900 python3 bench/long_prompt_device.py \
         "$M" "$C/kv/kv.json" --set kv --port 18240 --serve-args "--gpu 0" \
@@ -61,6 +70,7 @@ chain_card1() {
         --engine lucebox --model "$F/models/qwen35-tiny.gguf" --draft "$F/models/qwen35-tiny-dflash.gguf" \
         --work "$F/work" --serve-args "--gpu 1" --only "$entries" --out "$C/faults.json"
     echo "faults rc $?"
+    [ "${BSA_BUILD:-1}" = 1 ] || return 0
     built "$B" || { echo "the BSA build failed"; return 1; }
     mkdir -p "$C/pflash"
     CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 LUCEBOX_HOME=$B SERVE_ARGS="--gpu 1" \
@@ -73,11 +83,16 @@ one)
     rm -rf "${C:?}"/*
     [ "${LLAMA_BUILD:-0}" = 1 ] && bash bench/device_session.sh start-llama > "$R/start.txt" 2>&1
     BSA=0 bash bench/device_session.sh start-lucebox >> "$R/start.txt" 2>&1
-    LUCEBOX_HOME=$B BSA=1 bash bench/device_session.sh start-lucebox >> "$R/start.txt" 2>&1
+    if [ "${BSA_BUILD:-1}" = 1 ]; then
+        T=/tmp/bsa-tree
+        rm -rf "$T" && mkdir -p "$T/.devrun" && cp -a engine app presets bench tests pyproject.toml .whl "$T/"
+        ln -s "$PWD/.devrun/carry" "$T/.devrun/carry"
+        (cd "$T" && LUCEBOX_HOME=$B BSA=1 bash bench/device_session.sh start-lucebox) >> "$R/start.txt" 2>&1
+    fi
     python3 bench/lucebox_models.py "$M" all > "$R/models.txt" 2>&1
     echo "builds started, models written: $(elapsed)"
     export -f built faults_home chain_card0 chain_card1
-    export A B F M C
+    export A B F M C CARD0 BSA_BUILD FAULTS_ONLY SIGILL
     for card in 0 1; do
         setsid nohup bash -c "chain_card$card > $C/card$card.log 2>&1; echo \$? > $C/card$card.rc" \
             > /dev/null 2>&1 < /dev/null &

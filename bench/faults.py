@@ -335,17 +335,30 @@ def truncated(paths: Paths, model: Path, work: Path) -> Outcome:
             saw = f"HTTP {reply.status_code}"
         except httpx.HTTPError as exc:
             saw = type(exc).__name__
-        serve.proc.wait(60)
+        note = "stays down on purpose until `lucebox models verify`"
+        try:
+            serve.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            # An engine that holds the weights in GPU memory (the Lucebox engine) reads the
+            # file again only when it starts: kill it, and see what the start after it says.
+            engine_pid = serve.status().get("engine_pid")
+            if isinstance(engine_pid, int):
+                os.kill(engine_pid, signal.SIGKILL)
+            try:
+                serve.proc.wait(150)
+                note = "served on from GPU memory; after the engine died, " + note
+            except subprocess.TimeoutExpired:
+                status = serve.status()
+                note = (
+                    f"served on from GPU memory; 150 s after the engine was killed: "
+                    f"{status.get('state')}, {status.get('restarts')} restarts"
+                )
         said = serve.said()
-        code = "bus-error" if "bus error" in said else None
-        return Outcome(
-            "truncated",
-            saw,
-            code,
-            said,
-            None,
-            "stays down on purpose until `lucebox models verify`",
-        )
+        status = serve.status()
+        code, words = cause_of(status) if status.get("cause") else (None, said)
+        if code is None and "bus error" in said:
+            code = "bus-error"
+        return Outcome("truncated", saw, code, words or said, None, note)
     finally:
         serve.stop()
 
@@ -573,7 +586,11 @@ def main() -> int:
     for name, entry in entries:
         files, (measured, slots) = kept_files(paths), stores(paths)
         print(f"# {name}", flush=True)
-        outcome = entry()
+        try:
+            outcome = entry()
+        except Exception as exc:  # one entry's failure leaves the others to run
+            outcome = Outcome(name, f"the bench failed: {type(exc).__name__}: {exc}", None, "",
+                              None, "not measured")  # fmt: skip
         outcome.lost = lost_since(paths, files, measured, slots)
         outcomes.append(outcome)
         print(list(table([outcome]))[-1], flush=True)
