@@ -309,11 +309,15 @@ def q4_only_free_mib(target: Path, ctx: int, extra: list[str]) -> int:
 
 def hold_for_q4(target: Path, ctx: int, extra: list[str], document: dict[str, Any]) -> MemoryHold:
     """A hold under which the plan for ``ctx`` (read as serve will, from the card) is exact at
-    q4_0: first at the window ``--vram-mib`` finds, then moved until the real plan agrees
-    (on the H200 a plan at 2.3 GiB free gave q8_0 where ``--vram-mib 2293`` gave q4_0)."""
+    q4_0: first at the window ``--vram-mib`` finds, then moved until the real plan agrees, by
+    halving the step between a hold that left too little (a KVFlash pool) and one that left
+    too much (exact q8_0). On the H200 the real window was under 48 MiB of held memory where
+    ``--vram-mib`` put it at about 190: fixed steps of 48 and 96 MiB jumped over it."""
     leave_mib = q4_only_free_mib(target, ctx, extra)
     tries: list[dict[str, Any]] = []
     document["hold"] = {"tries": tries}
+    too_little: int | None = None
+    too_much: int | None = None
     for _ in range(16):
         hold = MemoryHold(leave_mib)
         kv_type, pool = plan_kv(target, ctx, None, extra)
@@ -322,7 +326,21 @@ def hold_for_q4(target: Path, ctx: int, extra: list[str], document: dict[str, An
         if kv_type == "q4_0" and pool is None:
             break
         hold.close()
-        leave_mib += 48 if pool is not None else -96
+        if pool is not None:
+            too_little = leave_mib
+        else:
+            too_much = leave_mib
+        if too_little is not None and too_much is not None:
+            if too_much - too_little <= 2:
+                # No hold gives exact q4_0 here: the exact q8_0 one stands, said in the tries.
+                hold = MemoryHold(too_much)
+                tries.append(
+                    {"leave_free_mib": too_much, "filler": hold.said, "no_q4_window": True}
+                )
+                break
+            leave_mib = (too_little + too_much) // 2
+        else:
+            leave_mib += 48 if pool is not None else -96
     return hold
 
 
