@@ -95,12 +95,11 @@ class KvModeCalibrator(ProbeSender):
         return self.setup.before()
 
     async def _calibrate(self, server: ServerRun) -> None:
-        serving = self.setup.modes.serving
         async with httpx.AsyncClient(timeout=900.0, headers=auth_headers(server.api_key)) as client:
             while True:
                 await self._wait_idle(client, server)
                 todo = [t for t in self.setup.modes.trials if not self.measurement.done(t.label)]
-                running = self.trial.label if self.trial is not None else serving
+                running = kvmodes.served_label(*_kv_of(server.supervisor.launch))
                 todo.sort(key=lambda t: t.label != running)
                 if not todo:
                     break
@@ -119,10 +118,10 @@ class KvModeCalibrator(ProbeSender):
     def _serve_planned(self, server: ServerRun) -> None:
         """The launch the plan serves, again (a restart when a trial's mode runs); clients go
         in once it is ready."""
-        server.hold_clients(False)
         final = self.setup.plan_final()
         if final is not None and server_argv(final) != server_argv(server.supervisor.launch):
             server.restart(final)
+        server.hold_clients(False)
 
     def _keep(self, measurement: KvModes) -> None:
         self.measurement = measurement

@@ -202,7 +202,9 @@ class ServerRun:
         planned: it may not be exact); they go in once the planned launch serves again."""
         self._clients_held = held
         if self.front is not None:
-            self.front.engine_ready(self._engine_ready and not held)
+            # Released while a restart is under way, the front opens at the next ready.
+            ready = self._engine_ready and self._run.status.state == "ready"
+            self.front.engine_ready(ready and not held)
 
     def serve_measured(self, server: ServerLaunch, reason: str, guard: SpecGuard | None) -> None:
         """Serve what the calibration chose, watched by ``guard``; one restart when it differs
@@ -302,7 +304,11 @@ class ServerRun:
         if self.front is not None:
             self._run.status = replace(self._run.status, queue=self.front.queue_status())
         if self.kv_calibrator is not None:
-            self._run.status = replace(self._run.status, kv_modes=self.kv_calibrator.status())
+            # The modes are the Lucebox engine's: none while the engine calibration serves
+            # the launch on llama-server.
+            lucebox = self.supervisor.launch.kind == "lucebox"
+            modes = self.kv_calibrator.status() if lucebox else None
+            self._run.status = replace(self._run.status, kv_modes=modes)
         write_status(self.paths, self._run.status)
 
     async def events(self) -> AsyncIterator[RunItem]:
