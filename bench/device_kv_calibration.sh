@@ -51,7 +51,8 @@ lucebox status > "$OUT/kv-status.txt" 2>&1
 lucebox plan "${args[@]}" > "$OUT/kv-plan.txt" 2>&1
 lucebox plan "${args[@]}" --json > "$OUT/kv-plan.json" 2>&1
 cp "$H/data/spec-measurements.json" "$OUT/kv-store.json" 2> /dev/null
-cp "$H/logs/engine.log" "$OUT/kv-engine.log" 2> /dev/null
+log=$(python3 -c "from lucebox.engine.core.paths import resolve_paths; from lucebox.engine.run.runstate import engine_log; print(engine_log(resolve_paths()))")
+cp "$log" "$OUT/kv-engine.log" 2> /dev/null
 python3 - "$OUT" <<'PY'
 import json, sys
 from pathlib import Path
