@@ -341,6 +341,11 @@ def hold_for_q4(target: Path, ctx: int, extra: list[str], document: dict[str, An
             leave_mib = (too_little + too_much) // 2
         else:
             leave_mib += 48 if pool is not None else -96
+    else:
+        # Sixteen tries without exact q4_0: hold at the last one rather than not at all (the
+        # run that returned the closed hold measured an unheld card), said in the tries.
+        hold = MemoryHold(leave_mib)
+        tries.append({"leave_free_mib": leave_mib, "filler": hold.said, "no_q4_window": True})
     return hold
 
 
