@@ -175,11 +175,11 @@ class Replanner:
         return changed.server, changed.speculation.reason
 
     def for_kv_trial(self, trial: KvTrial) -> ServerLaunch | str:
-        """The served launch re-planned with one long-context mode at the served context, or
-        why that mode cannot serve here."""
-        first = self.prepared.launch
-        kv = (trial.kv_mode, trial.kv_type, first.plan.ctx)
-        changed = planner.replan(self.paths, first, self.settings, kv=kv)
+        """The served launch re-planned with one long-context mode at the served context (a
+        smaller one after an out-of-memory re-plan), or why that mode cannot serve here."""
+        served = self.current
+        kv = (trial.kv_mode, trial.kv_type, served.plan.ctx)
+        changed = planner.replan(self.paths, served, self.settings, kv=kv)
         if changed.refusal is not None:
             return str(changed.refusal)
         return changed.server

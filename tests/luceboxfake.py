@@ -17,7 +17,9 @@ prompt counts one token per four characters. Its ``"modes"`` may give other rate
 long-context mode the engine was started in (``"exact q8_0"``, ``"kvflash q4_0"``: ``--kvflash``
 and ``--cache-type-k`` on its command line), ``"long_drop"`` the share of decode speed lost
 by a 64K-token prompt (the exact cache's attention grows with it; a KVFlash pool's does not)
-and ``"sleep_s"`` how long each reply takes; each reply logs the mode that answered it.
+``"sleep_s"`` how long each reply takes (each reply logs the mode that answered it), and
+``"start_exit"`` an exit status the engine ends with at start in that mode, after the line the
+real engine prints when a buffer does not fit.
 
 Usage (as the engine): luceboxfake.py MODEL --port N [options...]
 """
@@ -170,6 +172,12 @@ def main(argv: list[str]) -> int:
     DRAFTING[0] = "--draft" in options
     kv_type = options[options.index("--cache-type-k") + 1] if "--cache-type-k" in options else "f16"
     MODE[0] = f"{'kvflash' if '--kvflash' in options else 'exact'} {kv_type}"
+    rates = os.environ.get("FAKE_RATES")
+    mode = json.loads(Path(rates).read_text()).get("modes", {}).get(MODE[0], {}) if rates else {}
+    if "start_exit" in mode:  # the ggml line of the engine contract (ggml-cuda.cu:928)
+        say("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2048.00 MiB on device 0: "
+            "cudaMalloc failed: out of memory")  # fmt: skip
+        return int(mode["start_exit"])
     for line in START:
         say(line)
     server = HTTPServer(("127.0.0.1", port), Handler)

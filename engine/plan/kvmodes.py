@@ -109,10 +109,11 @@ class ModeRate:
             return None
         try:
             probes = tuple(ProbeRate.from_json(p) for p in data["probes"])
-        except (KeyError, TypeError, ValueError):
-            return None
+            at = float(data["at"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None  # a damaged entry is measured again
         pool = data.get("pool_tokens")
-        return cls(label, pool if isinstance(pool, int) else None, probes, float(data["at"]))
+        return cls(label, pool if isinstance(pool, int) else None, probes, at)
 
 
 @dataclass(frozen=True)
@@ -233,8 +234,8 @@ def views(modes: KvModes, serving: str) -> tuple[ModeView, ...]:
 
 
 def launch_key(key: measurements.MeasurementKey) -> str:
-    """The store's key: the files, the engine build, the card and the context (the KV type is
-    what the modes vary)."""
+    """The store's key: the files, the engine build, the card and the context asked for (the
+    KV type is what the modes vary)."""
     return " | ".join([key.model, key.draft or "-", key.engine, key.card, str(key.ctx)])
 
 

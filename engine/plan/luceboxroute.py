@@ -296,9 +296,12 @@ def _kv_modes(paths: Paths, request: LuceboxRequest, launch: LaunchPlan) -> KvMo
     if launch.resolved.kv_type is not None:
         return None
     draft = Path(server.draft_path) if server.draft_path else None
+    # The context asked for (0: none asked), not the one planned: an unasked context follows
+    # the card's free memory from one start to the next, and a key that moved with it would
+    # measure every mode again, and `plan` beside a running server would never find them.
     key = measurements.key_for(
         launch.target.path, draft, launch.engine.id or launch.engine.version,
-        launch.budget.device, plan.ctx, "", paths,
+        launch.budget.device, request.ctx or 0, "", paths,
     )  # fmt: skip
     serving = kvmodes.served_label(plan.cache_type_k, plan.kvflash_pool_tokens)
     return kvmodes.plan_modes(

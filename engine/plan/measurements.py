@@ -34,9 +34,10 @@ from lucebox.engine.plan.speculation import SpecCandidate
 from lucebox.engine.plan.workload import ProbeShape, RateCurve, probe_mix
 
 STORE_NAME = "spec-measurements.json"
-STORE_VERSION = 3
+STORE_VERSION = 2
 """2: probes keep their prefill seconds, entries the guard's switch-offs, and the ``engines``
-section exists; 3: the ``kv_modes`` section (plan/kvmodes.py) exists."""
+section exists. A new section (``kv_modes``, plan/kvmodes.py) does not move it: a writer keeps
+the sections it does not know, so an older lucebox neither drops it nor needs to refuse."""
 IDENTITY_BYTES = 1 << 20
 """A model file is known by its name, size and the hash of its first MiB (header and
 metadata): hashing a 15 GB file at every start would cost a minute."""

@@ -379,11 +379,13 @@ class Front:
         status = answer.status_code
         content_type = header_of(answer, b"content-type")
         streamed = ex.started or "text/event-stream" in content_type
-        if not streamed or status != 200:
-            # A stream is counted once it ends, by how it ended (whole, or cut: 502).
+        if not streamed:
+            # A stream is counted once it ends, by how it ended (whole, or cut: 502); one the
+            # client hangs up on counts among lucebox_client_disconnects_total instead.
             self.counters.answered[status] += 1
         if ex.started:  # our own SSE head is out: the engine's status goes in the stream
             if status != 200:
+                self.counters.answered[status] += 1
                 detail = (await self._read_all(ex, call)).decode("utf-8", errors="replace")
                 await ex.data(f"event: error\ndata: {detail}\n\n".encode())
                 await ex.end()
@@ -464,8 +466,7 @@ class Front:
         if call.ends_at_close and api_endpoint(path) in SHAPED_PATHS and not ended:
             await self._failed(ex, 502, _stopped_midway("its stream ended without its last event"))
             return
-        if status == 200:
-            self.counters.answered[status] += 1
+        self.counters.answered[status] += 1
         await ex.data(shaper.close() + pending)
         await ex.end()
 

@@ -89,7 +89,13 @@ class KvModeCalibrator(ProbeSender):
             await self._calibrate(server)
         except (OSError, LuceboxError) as exc:
             server.supervisor.log.write(f"# lucebox: long-context mode measurement stopped: {exc}")
-        self.state, self.trial = "done", None
+        finally:
+            # Whatever stopped it, the planned launch serves and clients go in.
+            try:
+                self._serve_planned(server)
+            except LuceboxError as exc:
+                server.supervisor.log.write(f"# lucebox: back to the planned launch: {exc}")
+            self.state, self.trial = "done", None
 
     def _may_start(self) -> bool:
         return self.setup.before()
@@ -113,11 +119,11 @@ class KvModeCalibrator(ProbeSender):
                     self._serve_planned(server)
                     self.state = "paused"
                     self._last_client_s = time.monotonic()
-        self._serve_planned(server)
 
     def _serve_planned(self, server: ServerRun) -> None:
         """The launch the plan serves, again (a restart when a trial's mode runs); clients go
         in once it is ready."""
+        server.supervisor.fallback = None
         final = self.setup.plan_final()
         if final is not None and server_argv(final) != server_argv(server.supervisor.launch):
             server.restart(final)
@@ -136,17 +142,34 @@ class KvModeCalibrator(ProbeSender):
             planned = self.setup.plan_trial(trial)
             if isinstance(planned, str):
                 return planned
+            if await self._client_seen(client, server, probing=False):
+                return None  # a client waits: no restart into a mode it would wait through
             server.hold_clients(True)  # no client is served by a mode it did not choose
-            if not await _restart(server, planned):
+            # Should the mode die, the supervisor goes back to this launch at once.
+            server.supervisor.fallback = self.setup.plan_final() or launch
+            if not await _restart(server, planned) or not _runs(server, planned):
                 self._serve_planned(server)
-                return "the engine did not start with it here"
+                return f"the engine did not run with it here: {_cause(server)}"
             launch = planned
             await _ask(client, server.url, WARM_UP)
         probes = await self._probe_set(client, server, (*PROBES, self._long))
+        if not _runs(server, launch):
+            self._serve_planned(server)
+            return f"the engine died while it was measured: {_cause(server)}"
         if probes is None:
             return None
         pool = launch.lucebox.kvflash_pool if launch.lucebox is not None else None
         return ModeRate(trial.label, pool, probes, round(time.time(), 1))
+
+
+def _runs(server: ServerRun, launch: ServerLaunch) -> bool:
+    """Whether the engine running now is ``launch`` (not the one it fell back to)."""
+    return server_argv(server.supervisor.launch) == server_argv(launch)
+
+
+def _cause(server: ServerRun) -> str:
+    cause = server.status.cause
+    return cause.sentence if cause is not None else "it did not become ready"
 
 
 def _kv_of(launch: ServerLaunch) -> tuple[str, int | None]:

@@ -146,6 +146,10 @@ class Supervisor:
         self.ready_timeout_s = ready_timeout_s
         self.policy = policy or RestartPolicy()
         self.replan_on_oom = replan_on_oom
+        self.fallback: ServerLaunch | None = None
+        """While a launch is only tried (a long-context mode being measured): the one to go
+        back to when it dies. Its death is the trial's answer: no re-plan, no backoff, no
+        count toward giving up."""
         self.process: asyncio.subprocess.Process | None = None
         self.restarts = 0
         self.started_at = time.time()
@@ -314,16 +318,21 @@ class Supervisor:
                 hung_why, self._hung_why = self._hung_why, None
                 self._hang_seen.clear()
                 death = self._name_death(returncode, lines_before, launched, stopped_why, hung_why)
-                self._count_crash()
-                yield self._noted(
-                    ServerEvent(
-                        "exited",
-                        f"engine exited ({returncode}): {death.sentence}",
-                        process.pid,
-                        death,
-                        self.restarts,
-                    )
+                exited = ServerEvent(
+                    "exited",
+                    f"engine exited ({returncode}): {death.sentence}",
+                    process.pid,
+                    death,
+                    self.restarts,
                 )
+                if self.fallback is not None:
+                    back, self.fallback = self.fallback, None
+                    yield self._noted(exited)
+                    message = "back to the planned launch: the one tried died"
+                    yield self._relaunch(back, message, process.pid, death)
+                    continue
+                self._count_crash()
+                yield self._noted(exited)
                 rebuild_to = self._rebuild_target() if death.code == "illegal-instruction" else None
                 if rebuild_to is not None:
                     yield self._noted(

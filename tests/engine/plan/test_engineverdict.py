@@ -115,7 +115,7 @@ def test_the_verdict_is_kept_in_the_engines_section_beside_the_speculation_entri
     assert engineverdict.read_engines(paths, "k") == done
     assert engineverdict.read_engines(paths, "other") is None
     document = json.loads(store_file(paths).read_text())
-    assert document["version"] == 3 and document["engines"]["k"]["chosen"] == "llama-server"
+    assert document["version"] == 2 and document["engines"]["k"]["chosen"] == "llama-server"
     assert done.unmeasured() == ()
     due = EngineMeasurement("k", BOTH.trials, remeasure_at=6.0)
     assert due.unmeasured() == ("llama-server", "lucebox")

@@ -121,7 +121,8 @@ def test_plan_shows_the_measured_modes_and_what_each_gives_up(tmp_path):
     document = again.to_json()
     assert document["cannot_serve"] == {"exact q4_0": "it does not fit"}
     assert document["measured"][1]["long_tok_s"] == 380.0
-    assert STORE_VERSION == 3
+    # Another section beside the others: the store's version did not move.
+    assert STORE_VERSION == 2 and read_section(paths, "entries") == {}
 
 
 def test_the_plan_command_prints_the_modes_of_a_long_context():
@@ -133,3 +134,23 @@ def test_the_plan_command_prints_the_modes_of_a_long_context():
     short = run_lucebox("plan", "--model", target(), "--ctx", "8192", "--engine", "lucebox",
                         "--vram-mib", "81000")  # fmt: skip
     assert short.returncode == 0 and "long-context modes" not in short.stdout
+
+
+def test_the_key_is_the_context_asked_for_so_free_memory_does_not_move_it():
+    """An unasked context follows the card's free memory: keyed by it, every start would
+    measure the modes again and `plan` beside a running server would not find them."""
+    options = ServeOptions(model=wide_target(), engine="lucebox")
+    auto = [plan(options, card(mib)) for mib in (3000, 3400)]
+    assert auto[0].plan.ctx != auto[1].plan.ctx
+    keys = {launch.kv_modes.key for launch in auto if launch.kv_modes is not None}
+    assert len(keys) == 1 and next(iter(keys)).endswith(" | 0")
+    asked = plan(ServeOptions(model=target(), ctx=CTX, engine="lucebox"))
+    assert asked.kv_modes is not None and asked.kv_modes.key.endswith(f" | {CTX}")
+
+
+def test_a_damaged_entry_is_measured_again_not_a_traceback():
+    good: dict[str, object] = {"pool_tokens": None, "probes": [], "at": 1.0}
+    stored = {"rates": {"exact q8_0": good, "kvflash q8_0": {"probes": [None], "at": 1.0},
+                        "exact q4_0": {"probes": [], "at": "soon"}}}  # fmt: skip
+    found = KvModes.from_json("k", stored)
+    assert found is not None and [r.label for r in found.rates] == ["exact q8_0"]

@@ -48,7 +48,7 @@ def test_a_measurement_is_kept_per_key_and_read_back_whole(lucebox_home: Path):
     again = read_measurement(paths, other)
     assert again is not None and again.baseline is not None and again.baseline.tok_s == 25
     document = json.loads(measurements.store_file(paths).read_text())
-    assert document["version"] == STORE_VERSION == 3 and len(document["entries"]) == 2
+    assert document["version"] == STORE_VERSION == 2 and len(document["entries"]) == 2
 
 
 def test_a_broken_or_foreign_store_reads_as_nothing_measured(lucebox_home: Path):

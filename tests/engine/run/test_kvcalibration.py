@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -35,7 +36,7 @@ POOL = 16384
 MEMORY = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
 SERVED = "exact q8_0"
 CANNOT = "the plan does not fit: 547 MiB KV for 65536 tokens"
-RATES = {
+RATES: dict[str, Any] = {
     "decode_tok_s": 400.0,
     "prefill_tok_s": 1e6,
     "modes": {
@@ -166,6 +167,62 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
         assert any(line.startswith("exact q8_0 (serving): ") for line in shown.lines())
         # Stored: the next run of the same launch measures nothing again.
         assert KvModeCalibrator(paths, setup).state == "done"
+    finally:
+        run.stop()
+        await asyncio.wait_for(task, 60)
+
+
+async def test_a_mode_that_dies_at_start_is_kept_as_cannot_serve_and_the_planned_one_serves(
+    tmp_path, monkeypatch
+):
+    """Its death is the trial's answer: the supervisor goes straight back to the planned
+    launch (no re-plan for memory, no count toward giving up), and the mode is stored with
+    why it cannot serve here, so it is not tried at every start."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
+    rates = tmp_path / "rates.json"
+    dying = {**RATES["modes"], "exact q4_0": {"decode_tok_s": 380.0, "start_exit": 1}}
+    rates.write_text(json.dumps({**RATES, "modes": dying}))
+    monkeypatch.setenv("FAKE_RATES", str(rates))
+    planned = launches(tmp_path)
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    trials = kvmodes.trials_for(("q8_0", "q4_0"))
+    modes = KvModesPlan("qwen35 | - | build | card | 65536", trials, SERVED, CTX // 2)
+
+    def plan_trial(trial: KvTrial) -> ServerLaunch | str:
+        return planned.get(trial.label) or CANNOT
+
+    calibration = KvModeCalibrator(
+        paths, KvSetup(modes, 0.5, 8, plan_trial, lambda: planned[SERVED])
+    )
+    supervisor = Supervisor(planned[SERVED], tmp_path / "engine.log", ready_timeout_s=60)
+    oom_replans: list[ServerLaunch] = []
+
+    def replan_on_oom(launch: ServerLaunch) -> ServerLaunch | None:
+        oom_replans.append(launch)
+        return None
+
+    supervisor.replan_on_oom = replan_on_oom
+    run = ServerRun(paths, supervisor, model="tiny", gpu_index=0, kv_calibrator=calibration)
+
+    async def consume() -> None:
+        async for _ in run.events():
+            pass
+
+    def settled() -> bool:
+        back = server_argv(run.supervisor.launch) == server_argv(planned[SERVED])
+        return calibration.state == "done" and run.status.state == "ready" and back
+
+    task = asyncio.create_task(consume())
+    try:
+        await _until(settled, 120, lambda: str(calibration.measurement))
+        refused = dict(calibration.measurement.refused)
+        assert refused["exact q4_0"].startswith("the engine did not run with it here: ")
+        assert "out of memory" in refused["exact q4_0"]
+        assert {r.label for r in calibration.measurement.rates} == {SERVED, "kvflash q8_0"}
+        assert oom_replans == [] and supervisor.fallback is None
+        stored = kvmodes.read_modes(paths, modes.key)
+        assert stored is not None and "exact q4_0" in dict(stored.refused)
+        assert KvModeCalibrator(paths, calibration.setup).state == "done"
     finally:
         run.stop()
         await asyncio.wait_for(task, 60)
