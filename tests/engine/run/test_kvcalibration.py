@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.plan import kvmodes
 from lucebox.engine.plan.kvmodes import KvModesPlan, KvTrial
@@ -77,16 +77,16 @@ async def _until(check, timeout_s: float, said) -> None:
         await asyncio.sleep(0.2)
 
 
-async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again(
-    tmp_path, monkeypatch
-):
-    requests = tmp_path / "requests.txt"
-    monkeypatch.setenv("FAKE_REQUESTS", str(requests))
-    rates = tmp_path / "rates.json"
-    rates.write_text(json.dumps(RATES))
-    monkeypatch.setenv("FAKE_RATES", str(rates))
+def mode_setup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rates: dict[str, Any]
+) -> tuple[dict[str, ServerLaunch], Paths, KvSetup]:
+    """Each mode's launch, a home and the setup the calibration measures them with: the
+    stand-in answers at ``rates``; "kvflash q4_0" cannot serve (the planner's refusal)."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
+    rates_file = tmp_path / "rates.json"
+    rates_file.write_text(json.dumps(rates))
+    monkeypatch.setenv("FAKE_RATES", str(rates_file))
     planned = launches(tmp_path)
-    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
     trials = kvmodes.trials_for(("q8_0", "q4_0"))
     modes = KvModesPlan("qwen35 | - | build | card | 65536", trials, SERVED, CTX // 2)
 
@@ -94,6 +94,14 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
         return planned.get(trial.label) or CANNOT
 
     setup = KvSetup(modes, 0.5, 8, plan_trial, lambda: planned[SERVED])
+    return planned, resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")}), setup
+
+
+async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again(
+    tmp_path, monkeypatch
+):
+    requests = tmp_path / "requests.txt"
+    planned, paths, setup = mode_setup(tmp_path, monkeypatch, RATES)
     calibration = KvModeCalibrator(paths, setup)
     assert calibration.state == "waiting"
     supervisor = Supervisor(planned[SERVED], tmp_path / "engine.log", ready_timeout_s=60)
@@ -178,22 +186,9 @@ async def test_a_mode_that_dies_at_start_is_kept_as_cannot_serve_and_the_planned
     """Its death is the trial's answer: the supervisor goes straight back to the planned
     launch (no re-plan for memory, no count toward giving up), and the mode is stored with
     why it cannot serve here, so it is not tried at every start."""
-    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
-    rates = tmp_path / "rates.json"
     dying = {**RATES["modes"], "exact q4_0": {"decode_tok_s": 380.0, "start_exit": 1}}
-    rates.write_text(json.dumps({**RATES, "modes": dying}))
-    monkeypatch.setenv("FAKE_RATES", str(rates))
-    planned = launches(tmp_path)
-    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
-    trials = kvmodes.trials_for(("q8_0", "q4_0"))
-    modes = KvModesPlan("qwen35 | - | build | card | 65536", trials, SERVED, CTX // 2)
-
-    def plan_trial(trial: KvTrial) -> ServerLaunch | str:
-        return planned.get(trial.label) or CANNOT
-
-    calibration = KvModeCalibrator(
-        paths, KvSetup(modes, 0.5, 8, plan_trial, lambda: planned[SERVED])
-    )
+    planned, paths, setup = mode_setup(tmp_path, monkeypatch, {**RATES, "modes": dying})
+    calibration = KvModeCalibrator(paths, setup)
     supervisor = Supervisor(planned[SERVED], tmp_path / "engine.log", ready_timeout_s=60)
     oom_replans: list[ServerLaunch] = []
 
@@ -220,7 +215,7 @@ async def test_a_mode_that_dies_at_start_is_kept_as_cannot_serve_and_the_planned
         assert "out of memory" in refused["exact q4_0"]
         assert {r.label for r in calibration.measurement.rates} == {SERVED, "kvflash q8_0"}
         assert oom_replans == [] and supervisor.fallback is None
-        stored = kvmodes.read_modes(paths, modes.key)
+        stored = kvmodes.read_modes(paths, setup.modes.key)
         assert stored is not None and "exact q4_0" in dict(stored.refused)
         assert KvModeCalibrator(paths, calibration.setup).state == "done"
     finally:
