@@ -200,6 +200,4 @@ def read_engines(paths: Paths, key: str) -> EngineMeasurement | None:
 
 
 def write_engines(paths: Paths, measurement: EngineMeasurement) -> None:
-    section = measurements.read_section(paths, SECTION)
-    section[measurement.key] = measurement.to_json()
-    measurements.write_section(paths, SECTION, section)
+    measurements.write_entry(paths, SECTION, measurement.key, measurement.to_json())

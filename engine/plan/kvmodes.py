@@ -244,9 +244,7 @@ def read_modes(paths: Paths, key: str) -> KvModes | None:
 
 
 def write_modes(paths: Paths, modes: KvModes) -> None:
-    section = measurements.read_section(paths, SECTION)
-    section[modes.key] = modes.to_json()
-    measurements.write_section(paths, SECTION, section)
+    measurements.write_entry(paths, SECTION, modes.key, modes.to_json())
 
 
 @dataclass(frozen=True)

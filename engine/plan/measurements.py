@@ -364,6 +364,13 @@ def write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
     write_text_atomic(store_file(paths), json.dumps(document, indent=1))
 
 
+def write_entry(paths: Paths, name: str, key: str, entry: dict[str, Any]) -> None:
+    """Keep ``entry`` under ``key`` in the section ``name``, the rest as it is."""
+    section = read_section(paths, name)
+    section[key] = entry
+    write_section(paths, name, section)
+
+
 def _read_all(paths: Paths) -> dict[str, Any]:
     return read_section(paths, "entries")
 

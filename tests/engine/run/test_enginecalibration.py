@@ -89,7 +89,7 @@ async def _send(url: str, prompt: str, max_tokens: int, count: int) -> None:
             assert reply.status_code == 200
 
 
-async def _until(check, timeout_s: float, said) -> None:
+async def until(check, timeout_s: float, said) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not check():
@@ -140,7 +140,7 @@ async def test_the_faster_engine_for_the_served_mix_serves_and_flips_back_when_i
 
     task = asyncio.create_task(consume())
     try:
-        await _until(lambda: settled("lucebox"), 240, said)
+        await until(lambda: settled("lucebox"), 240, said)
         first = calibration.measurement
         assert calibration.switches == 1
         assert first.why.startswith("the Lucebox engine is faster, measured on this card over")
@@ -156,7 +156,7 @@ async def test_the_faster_engine_for_the_served_mix_serves_and_flips_back_when_i
         set_rates(rates, 50 * decode, read / 4)
         agent_turn = "Here is the tool output:\n" + "line of output from the tool\n" * 60
         await _send(run.url, agent_turn, 4, 20)
-        await _until(lambda: settled("llama-server"), 240, said)
+        await until(lambda: settled("llama-server"), 240, said)
         second = calibration.measurement
         assert second.remeasure_at > first.remeasure_at
         assert second.why.startswith(
@@ -165,7 +165,7 @@ async def test_the_faster_engine_for_the_served_mix_serves_and_flips_back_when_i
         assert calibration.switches == 2
         # Short prompts with long replies: decode decides, and the stand-in decodes 50x faster.
         await _send(run.url, "Hi", 128, 20)
-        await _until(lambda: settled("lucebox"), 240, said)
+        await until(lambda: settled("lucebox"), 240, said)
         assert calibration.switches == 3
         assert "the served mix" in calibration.measurement.why
         stored = engineverdict.read_engines(paths, KEY)

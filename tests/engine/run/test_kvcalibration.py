@@ -28,6 +28,7 @@ from lucebox.engine.run import runstate
 from lucebox.engine.run.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
+from tests.engine.run.test_enginecalibration import until
 from tests.ports import free_port
 
 FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
@@ -67,14 +68,6 @@ def launches(tmp_path: Path) -> dict[str, ServerLaunch]:
             kind="lucebox", lucebox=flags,
         )  # fmt: skip
     return found
-
-
-async def _until(check, timeout_s: float, said) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not check():
-        assert loop.time() < deadline, said()
-        await asyncio.sleep(0.2)
 
 
 def mode_setup(
@@ -130,7 +123,7 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
 
     task = asyncio.create_task(consume())
     try:
-        await _until(pooled_running, 120, said)
+        await until(pooled_running, 120, said)
         body = {"messages": [{"role": "user", "content": "client question"}], "max_tokens": 8}
         async with httpx.AsyncClient(timeout=60) as client:
             answer = await client.post(f"{run.public_url}/v1/chat/completions", json=body)
@@ -140,10 +133,10 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
             return (tmp_path / "engine.log").read_text(errors="replace")
 
         # The engine's lines reach its log a moment after its reply.
-        await _until(lambda: "answers: client question" in log(), 10, log)
+        await until(lambda: "answers: client question" in log(), 10, log)
         assert "[fake] exact q8_0 answers: client question" in log()
         assert "[fake] kvflash q8_0 answers: client" not in log()
-        await _until(settled, 120, said)
+        await until(settled, 120, said)
         measured = calibration.measurement
         assert {r.label for r in measured.rates} == set(planned)
         assert measured.refused == (("kvflash q4_0", CANNOT),)
@@ -209,7 +202,7 @@ async def test_a_mode_that_dies_at_start_is_kept_as_cannot_serve_and_the_planned
 
     task = asyncio.create_task(consume())
     try:
-        await _until(settled, 120, lambda: str(calibration.measurement))
+        await until(settled, 120, lambda: str(calibration.measurement))
         refused = dict(calibration.measurement.refused)
         assert refused["exact q4_0"].startswith("the engine did not run with it here: ")
         assert "out of memory" in refused["exact q4_0"]
