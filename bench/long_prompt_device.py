@@ -14,7 +14,8 @@ random words, so no prefix cache helps) one streamed reply: the client's own wai
 token, its decode rate and the engine's usage, then what `lucebox status --json` showed for that
 reply, side by side. A deadline skips what would not finish in time; every server is stopped.
 
-    python3 bench/long_prompt_device.py MODELS_DIR OUT.json [--set pflash|kv] [--deadline EPOCH_S]
+    python3 bench/long_prompt_device.py MODELS_DIR OUT.json [--set pflash|kv] [--sizes 65536,...]
+        [--deadline EPOCH_S]
 """
 
 from __future__ import annotations
@@ -307,13 +308,17 @@ def q4_only_free_mib(target: Path, ctx: int, extra: list[str]) -> int:
     return (least("q4_0") + least("q8_0")) // 2
 
 
-def hold_for_q4(target: Path, ctx: int, extra: list[str], document: dict[str, Any]) -> MemoryHold:
+def hold_for_q4(
+    target: Path, ctx: int, extra: list[str], document: dict[str, Any], leave_mib: int | None
+) -> MemoryHold:
     """A hold under which the plan for ``ctx`` (read as serve will, from the card) is exact at
     q4_0: first at the window ``--vram-mib`` finds, then moved until the real plan agrees, by
     halving the step between a hold that left too little (a KVFlash pool) and one that left
     too much (exact q8_0). On the H200 the real window was under 48 MiB of held memory where
-    ``--vram-mib`` put it at about 190: fixed steps of 48 and 96 MiB jumped over it."""
-    leave_mib = q4_only_free_mib(target, ctx, extra)
+    ``--vram-mib`` put it at about 190: fixed steps of 48 and 96 MiB jumped over it. A
+    ``leave_mib`` known from a run on the same card starts there instead."""
+    if leave_mib is None:
+        leave_mib = q4_only_free_mib(target, ctx, extra)
     tries: list[dict[str, Any]] = []
     document["hold"] = {"tries": tries}
     too_little: int | None = None
@@ -389,10 +394,22 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18_230)
     parser.add_argument("--deadline", type=float, default=time.time() + 380)
     parser.add_argument(
+        "--leave-mib",
+        type=int,
+        help="where the hold search starts: the free MiB a run on the same card found (H200: 2269)",
+    )
+    parser.add_argument(
+        "--sizes", help="prompt sizes in tokens, comma-separated (default: the set's own)"
+    )
+    parser.add_argument(
         "--serve-args", default="", help="more arguments for plan and serve (a trial's --vram-mib)"
     )
     args = parser.parse_args()
     chosen_set = MODE_SETS[args.set]
+    if args.sizes:
+        chosen_set = dataclasses.replace(
+            chosen_set, sizes=tuple(int(size) for size in args.sizes.split(","))
+        )
     target = args.models / "qwen35-tiny.gguf"
     drafter = args.models / "qwen3-tiny-drafter.gguf"
     repo, file_name = PREFILL_DRAFTER_SOURCE.removeprefix("hf:").rsplit("/", 1)
@@ -434,7 +451,7 @@ def main() -> None:
 
     hold: MemoryHold | None = None
     if chosen_set.hold_for_q4:
-        hold = hold_for_q4(target, chosen_set.ctx, extra, document)
+        hold = hold_for_q4(target, chosen_set.ctx, extra, document, args.leave_mib)
     try:
         with serve_hub(state) as hub, tempfile.TemporaryDirectory() as hf_home:
             os.environ["HF_ENDPOINT"], os.environ["HF_HOME"] = hub.base_url, hf_home
