@@ -8,7 +8,8 @@
 #            generated models; then, detached:
 #              card 0: once the build without BSA is in, the exact cache vs KVFlash on a card
 #                      held so that only q4_0 fits exactly (issue 39; CARD0=kvcal: the
-#                      long-context mode measurement of `lucebox serve` itself instead);
+#                      long-context mode measurement of `lucebox serve` itself instead;
+#                      CARD0=none: nothing);
 #              card 1: the fault bench (issue 37; FAULTS_ONLY names entries; SIGILL=1 adds the
 #                      SIGILL entry, which starts a CUDA rebuild), then, once the BSA build is
 #                      in, PFlash off vs pflash vs auto (issue 40; BSA_BUILD=0: neither).
@@ -49,6 +50,7 @@ faults_home() {
 }
 
 chain_card0() {
+    [ "${CARD0:-kv}" = none ] && return 0
     built "$A" || { echo "no Lucebox build"; return 1; }
     if [ "${CARD0:-kv}" = kvcal ]; then
         mkdir -p "$C/kvcal"

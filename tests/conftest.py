@@ -3,6 +3,7 @@ Hugging Face Hub out of reach."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -14,6 +15,15 @@ import huggingface_hub.constants  # noqa: F401  (see hub_offline)
 import pytest
 
 from tests.hubserver import HubState, serve_hub
+
+
+@pytest.fixture(autouse=True)
+def garbage_collected() -> Iterator[None]:
+    """Cyclic garbage collected as each test ends, so a socket or file a test leaves unclosed
+    fails that test (warnings are errors) rather than whichever later test the collector
+    happens to run in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)

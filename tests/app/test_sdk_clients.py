@@ -31,16 +31,18 @@ WEATHER_TOOL = {"type": "function", "function": WEATHER_FUNCTION}
 @pytest.fixture(scope="module")
 def oai(smol_server):
     # The SDK's retries would hide a dropped connection; the tests must see it.
-    return openai.OpenAI(
+    with openai.OpenAI(
         base_url=f"{smol_server.url}/v1", api_key=smol_server.api_key or "none", max_retries=0
-    )
+    ) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
 def claude(smol_server):
-    return anthropic.Anthropic(
+    with anthropic.Anthropic(
         base_url=smol_server.url, api_key=smol_server.api_key or "none", max_retries=0
-    )
+    ) as client:
+        yield client
 
 
 def test_chat_completion_and_usage(oai, smol_server):

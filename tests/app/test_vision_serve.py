@@ -51,8 +51,11 @@ def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
     paths = resolve_paths({"LUCEBOX_HOME": str(home)})
     options = ServeOptions(model=str(model), mmproj=str(projector), ctx=2048)
     env = {**os.environ, "LUCEBOX_HOME": str(home)}
-    with serving(paths, options, ServeConfig("vision"), env=env, ready_timeout_s=300) as served:
-        client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="none", max_retries=0)
+    with (
+        serving(paths, options, ServeConfig("vision"), env=env, ready_timeout_s=300) as served,
+        openai.OpenAI(base_url=f"{served.url}/v1", api_key="none", max_retries=0) as client,
+        anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0) as anthropic_client,
+    ):
         uri = "data:image/png;base64," + base64.b64encode(png()).decode()
         text = {"type": "text", "text": "What is in this picture?"}
         image = {"type": "image_url", "image_url": {"url": uri}}
@@ -69,7 +72,6 @@ def test_an_image_through_the_openai_sdk_is_encoded_by_the_served_projector(
             temperature=0,
         )
         # Anthropic `image` blocks: the pinned llama-server's /v1/messages converts them itself.
-        anthropic_client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
         data = base64.b64encode(png()).decode()
         asked: MessageParam = {
             "role": "user",

@@ -11,14 +11,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lucebox.app.cli.parser import main
 from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import bsa, lucebox, sourcetree
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.engines.sourcetree import MARKER_NAME
-from tests.conftest import run_lucebox
-from tests.engine.engines.test_lucebox_source import DEFAULT_TARBALL, ENGINES_DIR, needs_tarball
+from tests.conftest import CliResult, run_lucebox
+from tests.engine.engines.test_lucebox_source import (
+    DEFAULT_TARBALL,
+    ENGINES_DIR,
+    needs_tarball,
+    source_cli,
+)
 from tests.httpserver import Route, serve_files
 
 BSA_TARBALL = ENGINES_DIR / "block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz"
@@ -210,13 +214,12 @@ def test_a_folder_of_other_files_is_not_overwritten(tmp_path):
     assert (bsa.folder(source) / "mine.txt").read_text() == "keep"
 
 
-def source_cli(monkeypatch, tmp_path: Path, *args: str) -> int:
-    """`lucebox engine source --engine lucebox ...` of the default source in this process, its
-    tree in LUCEBOX_HOME's data folder rather than this checkout's deps/."""
-    monkeypatch.setattr(lucebox, "checkout_root", lambda: None)
-    monkeypatch.setenv("LUCEBOX_HOME", str(tmp_path / "home"))
-    return main(
-        ["engine", "source", "--engine", "lucebox", "--tarball", str(DEFAULT_TARBALL), *args]
+def default_source_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str
+) -> CliResult:
+    """`lucebox engine source --engine lucebox` of the default source from its shared tarball."""
+    return source_cli(
+        monkeypatch, capsys, tmp_path / "home", "--tarball", str(DEFAULT_TARBALL), *args
     )
 
 
@@ -226,12 +229,15 @@ def test_cli_takes_the_bsa_tarball_offline_and_refuses_a_tampered_one(
     tmp_path, monkeypatch, capsys
 ):
     tampered = tampered_copy(tmp_path)
-    assert source_cli(monkeypatch, tmp_path, "--bsa-tarball", str(tampered)) == EXIT_REFUSED
-    error = capsys.readouterr().err
-    assert "the Block-Sparse-Attention source from" in error
-    assert "is not the pinned tree" in error
-    assert source_cli(monkeypatch, tmp_path, "--bsa-tarball", str(BSA_TARBALL), "--json") == 0
-    document = json.loads(capsys.readouterr().out)
+    refused = default_source_cli(monkeypatch, capsys, tmp_path, "--bsa-tarball", str(tampered))
+    assert refused.returncode == EXIT_REFUSED
+    assert "the Block-Sparse-Attention source from" in refused.stderr
+    assert "is not the pinned tree" in refused.stderr
+    taken = default_source_cli(
+        monkeypatch, capsys, tmp_path, "--bsa-tarball", str(BSA_TARBALL), "--json"
+    )
+    assert taken.returncode == 0, taken.stderr
+    document = json.loads(taken.stdout)
     assert document["bsa"] is True
     where = Path(document["path"]) / "server" / "deps" / "Block-Sparse-Attention"
     assert where.is_relative_to(tmp_path / "home")
@@ -240,8 +246,9 @@ def test_cli_takes_the_bsa_tarball_offline_and_refuses_a_tampered_one(
 
 @needs_tarball
 def test_cli_without_the_bsa_tarball_offline_says_pflash_is_slow(tmp_path, monkeypatch, capsys):
-    assert source_cli(monkeypatch, tmp_path) == 0
-    assert "no BSA: PFlash runs the slow fallback" in capsys.readouterr().out
+    taken = default_source_cli(monkeypatch, capsys, tmp_path)
+    assert taken.returncode == 0, taken.stderr
+    assert "no BSA: PFlash runs the slow fallback" in taken.stdout
 
 
 def test_cli_refuses_the_bsa_tarball_for_llama_server(tmp_path):

@@ -11,12 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lucebox.app.cli.parser import main
 from lucebox.engine.core.errors import EXIT_REFUSED, HashMismatchError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import lucebox, sourcetree
 from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.sourcetree import MARKER_NAME
-from tests.conftest import assert_one_line_error, run_lucebox
+from tests.conftest import CliResult, assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
 
 ENGINES_DIR = Path(__file__).resolve().parents[4] / "shared" / "engines"
@@ -52,6 +53,20 @@ needs_older_tarball = pytest.mark.skipif(
 )
 PREFIX = f"lucebox-{lucebox.PIN.commit}"
 ARCHIVE_PATH = f"/Luce-Org/lucebox/archive/{lucebox.PIN.commit}.tar.gz"
+
+
+def source_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path, *args: str
+) -> CliResult:
+    """`lucebox engine source --engine lucebox ARGS` in this process, with LUCEBOX_HOME at
+    ``home`` and the tree in its data folder: as a subprocess run from this checkout it would
+    unpack into the checkout's own deps/lucebox and leave it there for the next run."""
+    monkeypatch.setattr(lucebox, "checkout_root", lambda: None)
+    monkeypatch.setenv("LUCEBOX_HOME", str(home))
+    capsys.readouterr()
+    code = main(["engine", "source", "--engine", "lucebox", *args])
+    out, err = capsys.readouterr()
+    return CliResult(code, out, err)
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
@@ -205,14 +220,11 @@ def test_a_folder_of_other_files_is_not_overwritten(tmp_path):
         lucebox.ensure_source(paths, source_dir=target, tarball=tmp_path / "none.tar.gz")
 
 
-def test_cli_refuses_a_corrupt_tarball_with_exit_3(tmp_path):
+def test_cli_refuses_a_corrupt_tarball_with_exit_3(tmp_path, monkeypatch, capsys):
     archive = tmp_path / "lucebox.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         _add(tar, "server/CMakeLists.txt", b"not the engine\n")
-    result = run_lucebox(
-        "engine", "source", "--engine", "lucebox", "--tarball", str(archive),
-        env={"LUCEBOX_HOME": str(tmp_path / "home")},
-    )  # fmt: skip
+    result = source_cli(monkeypatch, capsys, tmp_path / "home", "--tarball", str(archive))
     assert result.returncode == EXIT_REFUSED
     assert_one_line_error(result)
     assert "not the pinned tree" in result.stderr
@@ -228,22 +240,17 @@ def test_cli_refuses_the_other_engines_flags(tmp_path):
 
 
 @needs_older_tarball
-def test_cli_fetches_a_named_known_version_from_its_tarball(tmp_path):
+def test_cli_fetches_a_named_known_version_from_its_tarball(tmp_path, monkeypatch, capsys):
     """`engine source --version` names a known source other than the default: an offline PC
     unpacks 62880e20 from its tarball, checked by that source's digest."""
-    home = {"LUCEBOX_HOME": str(tmp_path / "home")}
-    result = run_lucebox(
-        "engine", "source", "--engine", "lucebox", "--version", "62880e20",
-        "--tarball", str(OLDER_TARBALL), "--json", env=home,
-    )  # fmt: skip
+    older = ("--tarball", str(OLDER_TARBALL))
+    result = source_cli(
+        monkeypatch, capsys, tmp_path / "home", "--version", "62880e20", *older, "--json"
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["identity"] == OLDER.identity
     # The default source's check refuses the same tarball: the version decides the digest.
-    default = run_lucebox(
-        "engine", "source", "--engine", "lucebox", "--tarball", str(OLDER_TARBALL),
-        env={"LUCEBOX_HOME": str(tmp_path / "other")},
-    )  # fmt: skip
-    assert default.returncode == EXIT_REFUSED
+    assert source_cli(monkeypatch, capsys, tmp_path / "other", *older).returncode == EXIT_REFUSED
 
 
 def test_cli_refuses_an_unknown_version_and_lists_the_known_ones(tmp_path):

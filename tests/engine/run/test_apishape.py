@@ -296,13 +296,17 @@ def fake_engine(tmp_path: Path) -> Iterator[str]:
 
 def test_sdk_stream_over_the_lucebox_engine_fake(fake_engine):
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
-    raw = openai.OpenAI(base_url=f"{fake_engine}/v1", api_key="none", max_retries=0)
-    with pytest.raises(IndexError):  # a client reading choices[0] meets the usage chunk
+    with (
+        openai.OpenAI(base_url=f"{fake_engine}/v1", api_key="none", max_retries=0) as raw,
+        pytest.raises(IndexError),  # a client reading choices[0] meets the usage chunk
+    ):
         for chunk in raw.chat.completions.create(model="tiny", messages=messages, stream=True):
             assert chunk.choices[0].index == 0
     spec = FrontSpec(loopback_policy(), "tiny", 2048)
-    with running_front(spec, fake_engine, Shapes("lucebox", "tiny", 2048, False)) as front:
-        oai = openai.OpenAI(base_url=f"{front.url}/v1", api_key="none", max_retries=0)
+    with (
+        running_front(spec, fake_engine, Shapes("lucebox", "tiny", 2048, False)) as front,
+        openai.OpenAI(base_url=f"{front.url}/v1", api_key="none", max_retries=0) as oai,
+    ):
         chunks = list(oai.chat.completions.create(model="tiny", messages=messages, stream=True))
         deltas = [c.choices[0].delta for c in chunks]
         assert deltas[0].content == "" and "".join(d.content or "" for d in deltas).strip()

@@ -54,12 +54,18 @@ def front(server: RunningServer) -> Iterator[RunningFront]:
 
 @pytest.fixture
 def oai(front):
-    return openai.OpenAI(base_url=f"{front.url}/v1", api_key="none", max_retries=0, timeout=300)
+    with openai.OpenAI(
+        base_url=f"{front.url}/v1", api_key="none", max_retries=0, timeout=300
+    ) as client:
+        yield client
 
 
 @pytest.fixture
 def claude(front):
-    return anthropic.Anthropic(base_url=front.url, api_key="none", max_retries=0, timeout=300)
+    with anthropic.Anthropic(
+        base_url=front.url, api_key="none", max_retries=0, timeout=300
+    ) as client:
+        yield client
 
 
 def raw_post(server: RunningServer, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -133,8 +139,8 @@ def test_text_format_is_honoured(server, oai):
 
 def test_responses_stream_helper_works(server, oai):
     # Unshaped, the helper fails on the events' missing output_index (a list index of None).
-    raw = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
     with (
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0) as raw,
         pytest.raises(TypeError),
         raw.responses.stream(model=ALIAS, input="Say hi.", max_output_tokens=4) as stream,
     ):
