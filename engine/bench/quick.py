@@ -58,8 +58,9 @@ def run_quick(
     *,
     max_tokens: int | None = None,
     on_sample: Callable[[str, CallSample], None] = lambda name, sample: None,
+    prompts: Sequence[Probe] = PROMPTS,
 ) -> dict[str, CallSample]:
-    """One warm-up call (not counted), then each prompt once, in order.
+    """One warm-up call (not counted), then each of ``prompts`` once, in order.
 
     ``max_tokens`` caps every prompt's reply (a smoke run); by default each has its own.
     """
@@ -68,7 +69,7 @@ def run_quick(
     log = served.engine_log
     streamed_call(served.url, {**base, "messages": list(WARM_UP), "max_tokens": 1}, headers)
     samples = {}
-    for prompt in PROMPTS:
+    for prompt in prompts:
         limit = prompt.max_tokens if max_tokens is None else min(max_tokens, prompt.max_tokens)
         body = {**base, "messages": list(prompt.messages), "max_tokens": limit}
         sample = streamed_call(served.url, body, headers, engine_log=log)

@@ -23,10 +23,12 @@ import psutil
 
 from lucebox.engine.bench.compare import ServeConfig, Served, serving
 from lucebox.engine.bench.measure import CallSample, streamed_call
-from lucebox.engine.bench.quick import probes_tok_s, run_quick
+from lucebox.engine.bench.quick import PROMPTS, probes_tok_s, run_quick
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.pipeline import ServeOptions, prepare
+from lucebox.engine.plan.launchplan import PlanRefusal
+from lucebox.engine.run.probes import PROBES, Probe
 from lucebox.engine.run.runstate import current_status
 
 NOISE_FLOOR = 0.05
@@ -307,6 +309,28 @@ def memory_probe(paths: Paths, planned_bytes: int) -> ProbeResult:
     return ProbeResult("memory", used <= planned_bytes * MEMORY_SLACK, detail)
 
 
+def self_test_launch(
+    paths: Paths, options: ServeOptions, on_note: Callable[[str], None]
+) -> tuple[ServeOptions, tuple[Probe, ...]]:
+    """The options both builds serve with and the prompts they are measured on: a context the
+    user set below :data:`SELF_TEST_MIN_CTX` is raised to it where that fits; where it does not,
+    the user's context stays and the long prompt is left out (prefill is then not compared)."""
+    if options.ctx is None or options.ctx >= SELF_TEST_MIN_CTX:
+        return options, PROMPTS
+    raised = dataclasses.replace(options, ctx=SELF_TEST_MIN_CTX)
+    try:
+        prepare(paths, raised, lambda e: None, dry_run=True)
+    except PlanRefusal:
+        on_note(
+            f"self-testing at the {options.ctx}-token context asked for, without the long "
+            f"prompt: a {SELF_TEST_MIN_CTX}-token context does not fit here, so prefill is not "
+            "compared"
+        )
+        return options, PROBES
+    on_note(f"self-testing at a {SELF_TEST_MIN_CTX}-token context (its long probe's need)")
+    return raised, PROMPTS
+
+
 def run_self_test(
     paths: Paths,
     options: ServeOptions,
@@ -318,9 +342,7 @@ def run_self_test(
     on_note: Callable[[str], None] = lambda note: None,
 ) -> SelfTest:
     """Serve ``current_id`` then ``candidate_id`` and probe both as the module says."""
-    if options.ctx is not None and options.ctx < SELF_TEST_MIN_CTX:
-        on_note(f"self-testing at a {SELF_TEST_MIN_CTX}-token context (its long probe's need)")
-        options = dataclasses.replace(options, ctx=SELF_TEST_MIN_CTX)
+    options, prompts = self_test_launch(paths, options, on_note)
 
     def config(engine_id: str) -> ServeConfig:
         # No prompt reuse: a second round must read its prompts again to measure prefill.
@@ -328,7 +350,10 @@ def run_self_test(
         return ServeConfig(engine_id, ("--engine-id", engine_id), request_fields=no_reuse)
 
     def rounds(served: Served) -> list[Speed]:
-        return [speed_of(run_quick(served, max_tokens=PROBE_TOKENS)) for _ in range(ROUNDS)]
+        return [
+            speed_of(run_quick(served, max_tokens=PROBE_TOKENS, prompts=prompts))
+            for _ in range(ROUNDS)
+        ]
 
     on_note(f"measuring the current build {current_id}")
     with serving(

@@ -1,16 +1,25 @@
-"""The self-test's speed verdict: the candidate within noise of the current build, or not."""
+"""The self-test's speed verdict (the candidate within noise of the current build, or not)
+and the context both builds are served with."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from lucebox.engine.bench.quick import PROMPTS
 from lucebox.engine.bench.selftest import (
     NOISE_CAP,
     NOISE_FLOOR,
+    SELF_TEST_MIN_CTX,
     Speed,
     noise_of,
+    self_test_launch,
     speed_verdict,
 )
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.pipeline import ServeOptions, prepare
+from tests.realmodels import smol_model
 
 
 def test_a_candidate_within_noise_passes_and_a_slower_one_is_named():
@@ -51,3 +60,19 @@ def test_the_current_build_measured_twice_counts_its_slower_rates():
     from lucebox.engine.bench.selftest import worst_of
 
     assert worst_of([Speed(40.0, 300.0), Speed(45.0, 250.0)]) == Speed(40.0, 250.0)
+
+
+def test_a_small_context_is_raised_for_the_long_prompt_only_where_that_fits():
+    """The real planner on SmolLM2 with a card's free memory given: at 870 MiB its 2,048 tokens
+    fit and 8,192 do not (the window is about 820-925 MiB), at 4,000 MiB both fit."""
+    paths = resolve_paths()
+    notes: list[str] = []
+    roomy = ServeOptions(model=str(smol_model()), ctx=2048, vram_mib=(4000,))
+    options, prompts = self_test_launch(paths, roomy, notes.append)
+    assert options.ctx == SELF_TEST_MIN_CTX and prompts == PROMPTS
+    tight = dataclasses.replace(roomy, vram_mib=(870,))
+    prepare(paths, tight, lambda event: None, dry_run=True)  # the user's own context fits
+    options, prompts = self_test_launch(paths, tight, notes.append)
+    assert options == tight
+    assert [p.name for p in prompts] == [p.name for p in PROMPTS if p.name != "long"]
+    assert "8192-token context does not fit here, so prefill is not compared" in notes[-1]
