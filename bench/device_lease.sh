@@ -10,9 +10,12 @@
 #                      held so that only q4_0 fits exactly (issue 39; CARD0=kvcal: the
 #                      long-context mode measurement of `lucebox serve` itself instead;
 #                      CARD0=none: nothing);
-#              card 1: the fault bench (issue 37; FAULTS_ONLY names entries; SIGILL=1 adds the
-#                      SIGILL entry, which starts a CUDA rebuild), then, once the BSA build is
-#                      in, PFlash off vs pflash vs auto (issue 40; BSA_BUILD=0: neither).
+#              card 1: the fault bench (issue 37; FAULTS_ONLY names entries, none: no fault
+#                      bench; SIGILL=1 adds the SIGILL entry, which starts a CUDA rebuild),
+#                      then PFlash's models and, once the BSA build is in, PFlash off vs
+#                      pflash vs auto (issue 40; BSA_BUILD=0: neither).
+#            With CARD0=none and FAULTS_ONLY=none nothing needs the build without BSA: it and
+#            its models are left out, and the BSA build has the cores to itself.
 #            The BSA build runs from a copy of the tree in /tmp/bsa-tree: an engine's source is
 #            unpacked in the checkout's deps/, which two builds side by side must not share.
 #   collect  waits until both chains are done or CALL_S (580 s) runs out.
@@ -65,18 +68,22 @@ chain_card0() {
 }
 
 chain_card1() {
-    built "$A" && faults_home || { echo "no Lucebox build"; return 1; }
-    local entries=${FAULTS_ONLY:-kill-9,sigstop,gpu-oom,truncated,port-taken,full-disk,binary-removed}
-    [ "${SIGILL:-0}" = 1 ] && entries="$entries,sigill"
-    CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 LUCEBOX_HOME=$F python3 -m bench.faults \
-        --engine lucebox --model "$F/models/qwen35-tiny.gguf" --draft "$F/models/qwen35-tiny-dflash.gguf" \
-        --work "$F/work" --serve-args "--gpu 1" --only "$entries" --out "$C/faults.json"
-    echo "faults rc $?"
+    if [ "${FAULTS_ONLY:-}" != none ]; then
+        built "$A" && faults_home || { echo "no Lucebox build"; return 1; }
+        local entries=${FAULTS_ONLY:-kill-9,sigstop,gpu-oom,truncated,port-taken,full-disk,binary-removed}
+        [ "${SIGILL:-0}" = 1 ] && entries="$entries,sigill"
+        CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 LUCEBOX_HOME=$F python3 -m bench.faults \
+            --engine lucebox --model "$F/models/qwen35-tiny.gguf" --draft "$F/models/qwen35-tiny-dflash.gguf" \
+            --work "$F/work" --serve-args "--gpu 1" --only "$entries" --out "$C/faults.json"
+        echo "faults rc $?"
+    fi
     [ "${BSA_BUILD:-1}" = 1 ] || return 0
+    # PFlash's models are written while the BSA build runs, not after it.
+    python3 bench/lucebox_models.py "$B/pflash-models" pflash || return 1
     built "$B" || { echo "the BSA build failed"; return 1; }
     mkdir -p "$C/pflash"
     CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 LUCEBOX_HOME=$B SERVE_ARGS="--gpu 1" \
-        OUT=$C/pflash bash bench/device_pflash.sh
+        LIMIT_S=600 OUT=$C/pflash bash bench/device_pflash.sh
 }
 
 case "$1" in
@@ -84,15 +91,18 @@ one)
     nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total --format=csv | tee "$R/gpu.txt"
     rm -rf "${C:?}"/*
     [ "${LLAMA_BUILD:-0}" = 1 ] && bash bench/device_session.sh start-llama > "$R/start.txt" 2>&1
-    BSA=0 bash bench/device_session.sh start-lucebox >> "$R/start.txt" 2>&1
+    # The build without BSA and its models only for the runs that use them.
+    if [ "${CARD0:-kv}" != none ] || [ "${FAULTS_ONLY:-}" != none ]; then
+        BSA=0 bash bench/device_session.sh start-lucebox >> "$R/start.txt" 2>&1
+        python3 bench/lucebox_models.py "$M" all > "$R/models.txt" 2>&1
+    fi
     if [ "${BSA_BUILD:-1}" = 1 ]; then
         T=/tmp/bsa-tree
         rm -rf "$T" && mkdir -p "$T/.devrun" && cp -a engine app presets bench tests pyproject.toml .whl "$T/"
         ln -s "$PWD/.devrun/carry" "$T/.devrun/carry"
         (cd "$T" && LUCEBOX_HOME=$B BSA=1 bash bench/device_session.sh start-lucebox) >> "$R/start.txt" 2>&1
     fi
-    python3 bench/lucebox_models.py "$M" all > "$R/models.txt" 2>&1
-    echo "builds started, models written: $(elapsed)"
+    echo "builds started: $(elapsed)"
     export -f built faults_home chain_card0 chain_card1
     export A B F M C CARD0 BSA_BUILD FAULTS_ONLY SIGILL
     for card in 0 1; do

@@ -4,7 +4,7 @@
 # token beside what `lucebox status --json` showed (bench/long_prompt_device.py). Assumes the repo
 # root as cwd and LUCEBOX_HOME (bench/device_env.sh) holding the Lucebox engine, built with
 # Block-Sparse-Attention (`lucebox engine status --json` says which build has it: key bsa).
-# SERVE_ARGS: more arguments for plan and serve (--gpu 0). Finishes within 420 s; writes
+# SERVE_ARGS: more arguments for plan and serve (--gpu 0). Finishes within LIMIT_S (420 s); writes
 # $OUT/pflash.json (and $OUT/results/<gpu>-pflash.json for bench/results/) and
 # $OUT/pflash-engine.log; leaves no process behind.
 set -uo pipefail
@@ -19,25 +19,11 @@ cleanup() {
 }
 trap cleanup EXIT
 lucebox engine status 2>&1 | grep -E "lucebox-|PFlash" | head -6
-# The generated target and drafter, written once per warm machine (atomically: a file left by
-# a run that was cut off is never taken for a whole one).
-python3 - "$M" <<'PY' || exit 1
-import sys
-from pathlib import Path
-from bench.lucebox_models import PREFILL_DRAFTER, TARGET
-from tests.ggufgen import write_llama, write_qwen35
-out = Path(sys.argv[1])
-for name, write, spec in (("qwen35-tiny.gguf", write_qwen35, TARGET),
-                          ("qwen3-tiny-drafter.gguf", write_llama, PREFILL_DRAFTER)):
-    if not (out / name).is_file():
-        part = out / (name + ".part")
-        write(part, spec)
-        part.rename(out / name)
-print("models ready:", sorted(p.name for p in out.iterdir()))
-PY
+# The generated target and drafter, written once per warm machine.
+python3 bench/lucebox_models.py "$M" pflash || exit 1
 echo "models after $(( $(date +%s) - started )) s"
 # The driver stops itself before the deadline; timeout is the backstop.
-deadline=$(( started + 395 ))
+deadline=$(( started + ${LIMIT_S:-420} - 25 ))
 setsid timeout -k 5 $(( deadline + 15 - $(date +%s) )) \
     python3 bench/long_prompt_device.py "$M" "$OUT/pflash.json" --deadline "$deadline" \
     --serve-args "${SERVE_ARGS:-}" &

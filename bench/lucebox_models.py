@@ -11,14 +11,16 @@ Random weights, but the target and its draft agree (``agree_token``): the target
 "hello" and the draft predicts it, so DFlash and DDTree accept their drafts as a well-matched
 real pair would, and the measured speed-up is the engine's best case on this card.
 
-Usage: python3 bench/lucebox_models.py OUT_DIR [all|pair]  (prints the paths written)
+Usage: python3 bench/lucebox_models.py OUT_DIR [all|pair|pflash]  (prints the paths written)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.ggufgen import (
     HybridSpec,
@@ -90,19 +92,33 @@ BF16-capable card the engine's qwen3 loader converts only from BF16, so an F16 f
 with "one or more Qwen3-0.6B tensors failed to load" on the H100)."""
 
 
+def written(path: Path, write: Callable[[Path, Any], Path], spec: Any) -> Path:
+    """Writes ``path`` once: through a part file renamed at the end, so a write that a call's
+    end cut off is never taken for a whole model by the next call on the same warm machine."""
+    if not path.is_file():
+        part = path.with_name(path.name + ".part")
+        write(part, spec)
+        part.rename(path)
+    return path
+
+
 def main(out_dir: Path, which: str) -> None:
-    """``pair``: the target and its draft only; ``all``: the MTP target and drafter too."""
+    """``pair``: the target and its draft; ``pflash``: the target and PFlash's prefill drafter;
+    ``all``: the target, its draft, the MTP target and the drafter."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [
-        write_qwen35(out_dir / "qwen35-tiny.gguf", TARGET),
-        write_lucebox_dflash(out_dir / "qwen35-tiny-dflash.gguf", DRAFT),
+    wanted: list[tuple[str, Callable[[Path, Any], Path], Any]] = [
+        ("qwen35-tiny.gguf", write_qwen35, TARGET)
     ]
+    if which in ("pair", "all"):
+        wanted.append(("qwen35-tiny-dflash.gguf", write_lucebox_dflash, DRAFT))
     if which == "all":
-        mtp = dataclasses.replace(TARGET, nextn_layers=1)
-        paths.append(write_qwen35(out_dir / "qwen35-tiny-mtp.gguf", mtp))
-        paths.append(write_llama(out_dir / "qwen3-tiny-drafter.gguf", PREFILL_DRAFTER))
-    for path in paths:
-        print(path)
+        wanted.append(
+            ("qwen35-tiny-mtp.gguf", write_qwen35, dataclasses.replace(TARGET, nextn_layers=1))
+        )
+    if which in ("pflash", "all"):
+        wanted.append(("qwen3-tiny-drafter.gguf", write_llama, PREFILL_DRAFTER))
+    for name, write, spec in wanted:
+        print(written(out_dir / name, write, spec))
 
 
 if __name__ == "__main__":
