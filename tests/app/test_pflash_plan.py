@@ -122,3 +122,4 @@ def test_the_plan_says_pflash_is_slow_on_a_build_without_bsa(capsys, tmp_path, m
     planned = plan_and_dry_run(capsys, *argv)
     assert planned["engine"]["id"] == fast.id
     assert "slow fallback" not in planned["reasons"]["prefill"]
+    assert f"{fast.id} has PFlash's fast kernel" in planned["reasons"]["prefill"]
