@@ -122,4 +122,7 @@ def main(out_dir: Path, which: str) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "all")
+    chosen = sys.argv[2] if len(sys.argv) > 2 else "all"
+    if len(sys.argv) < 2 or chosen not in ("all", "pair", "pflash"):
+        sys.exit("usage: python3 bench/lucebox_models.py OUT_DIR [all|pair|pflash]")
+    main(Path(sys.argv[1]), chosen)
