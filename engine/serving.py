@@ -32,7 +32,7 @@ from lucebox.engine.run.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.runstate import engine_log
-from lucebox.engine.run.sample import PeerStatus
+from lucebox.engine.run.sample import EngineStatus, PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 
@@ -306,7 +306,18 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         kv_calibrator=long_context,
         thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
         hang_bounds=bounds_for(prepared.settings.hang_s),
+        engine=planned_engine(launch),
     )
+
+
+def planned_engine(launch: LaunchPlan) -> EngineStatus:
+    """The engine kind ``launch`` serves on and what chose it, as `status` shows it."""
+    choice = launch.engine_choice
+    if choice is None:
+        return EngineStatus(launch.engine_kind, "rule", "")
+    asked = launch.resolved.engine_mode != "auto" or launch.resolved.kv_mode == "kvflash"
+    chosen_by = "measured" if choice.measured else "asked" if asked else "rule"
+    return EngineStatus(choice.kind, chosen_by, choice.reason)
 
 
 def _kv_calibrator(

@@ -46,6 +46,8 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         f"{service}{status.state}: {status.model} at {status.url} (pid {status.pid}, "
         f"up {status.uptime_s():.0f} s, {status.restarts} restarts)"
     )
+    if status.engine is not None:
+        head += f"\n  engine: {status.engine.text()}"
     if status.cause is not None:
         head += f"\n  last exit: {status.cause.code}: {status.cause.sentence}"
     if status.webui_url:

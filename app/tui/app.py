@@ -215,7 +215,9 @@ class LuceboxApp(App[None]):
                 self.post_step(StepEvent("server", "note", item.message))
             else:
                 status = run.status
-                self.post_message(MetricsSampled(item, status.spec, status.queue, status.kv_modes))
+                self.post_message(
+                    MetricsSampled(item, status.spec, status.queue, status.kv_modes, status.engine)
+                )
 
     def new_dashboard(self, prepared: Prepared | PreparedSet) -> ServingScreen:
         log_path, notes = self.backend.log_path, self.start_screen.notes
@@ -247,7 +249,7 @@ class LuceboxApp(App[None]):
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
         if isinstance(self.dashboard, DashboardScreen):
             self.dashboard.show_sample(
-                message.sample, message.spec, message.queue, message.kv_modes
+                message.sample, message.spec, message.queue, message.kv_modes, message.engine
             )
             if self.supervisor is not None:
                 self.dashboard.show_log(self.supervisor)

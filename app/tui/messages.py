@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from lucebox.engine.pipeline import Prepared, StepEvent
-from lucebox.engine.plan.kvmodes import ModesStatus
+from lucebox.engine.plan.kvmodeview import ModesStatus
 from lucebox.engine.run.metrics import Sample
-from lucebox.engine.run.sample import QueueStatus, SpecStatus
+from lucebox.engine.run.sample import EngineStatus, QueueStatus, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelsSample
 from lucebox.engine.run.supervisor import ServerEvent
 from lucebox.engine.servedset import PreparedSet
@@ -58,6 +58,8 @@ class MetricsSampled(Message):
     """The front's queue then (None: no front, a served set)."""
     kv_modes: ModesStatus | None = None
     """A long context's modes as measured so far (None: not a long-context Lucebox launch)."""
+    engine: EngineStatus | None = None
+    """The engine kind serving then and what chose it."""
 
 
 @dataclass

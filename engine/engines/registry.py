@@ -28,6 +28,7 @@ from lucebox.engine.engines import cputarget, toolkit
 from lucebox.engine.engines.build import (
     BuildOptions,
 )
+from lucebox.engine.engines.kindname import KindName as KindName
 from lucebox.engine.engines.source import (
     default_source_dir,
     load_pin,
@@ -40,7 +41,6 @@ from lucebox.engine.models.modelfacts import read_swa_patterns
 MANIFEST_NAME = "manifest.json"
 VERSION_TIMEOUT_S = 30.0
 Origin = Literal["build", "fetch", "add"]
-KindName = Literal["llama-server", "lucebox"]
 """The engine kinds lucebox builds and runs (:mod:`lucebox.engine.engines.kinds`)."""
 
 

@@ -9,7 +9,8 @@
   context that fit), ``termreasons`` (why each term is what it is), ``devicesplit``,
   ``cardchoice``, ``hostram``, ``cpuread``, ``fitcheck`` (llama-fit-params beside the plan).
 - the Lucebox engine: ``enginechoice`` (which kind serves: the pure rule), ``luceboxroute``,
-  ``luceboxplan``, ``luceboxlaunch``.
+  ``luceboxplan``, ``luceboxlaunch``; ``kvmodes`` (its long-context modes) and ``kvmodeview``
+  (how they are shown, read by `status` without the planner).
 - speculation: ``speculation``, ``specguard``, ``measurements`` (the store), ``workload``,
   ``agentprompt``.
 - the result: ``launch`` (argv and environment by the engine kind's rules), ``launchplan``.

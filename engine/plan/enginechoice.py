@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from lucebox.engine.engines.registry import KindName
+from lucebox.engine.engines.kindname import KIND_TEXT, KindName
 
 EngineMode = Literal["auto", "llama-server", "lucebox"]
 ENGINE_MODES: tuple[EngineMode, ...] = ("auto", "llama-server", "lucebox")
@@ -146,13 +146,10 @@ def choose_engine(facts: EngineFacts) -> EngineChoice:
         return replace(choice, both=True, unmeasured=unmeasured, missing_build=missing)
     if facts.measured is not None and facts.missing_build is None:
         kind, why = facts.measured
-        return EngineChoice(kind, f"{ENGINE_TEXT[kind]}: {why}", both=True, measured=True)
+        return EngineChoice(kind, f"{KIND_TEXT[kind]}: {why}", both=True, measured=True)
     reason = f"{choice.reason} (the rule, before a measurement on this card)"
     unmeasured = _unmeasured(facts, forced=False)
     return replace(choice, reason=reason, both=True, unmeasured=unmeasured, missing_build=missing)
-
-
-ENGINE_TEXT: dict[str, str] = {"llama-server": "llama-server", "lucebox": "the Lucebox engine"}
 
 
 def _unmeasured(facts: EngineFacts, *, forced: bool) -> str:
@@ -165,7 +162,7 @@ def _unmeasured(facts: EngineFacts, *, forced: bool) -> str:
             else "llama-server's prompt reading (faster for long prompts and short replies)"
         )
         return (
-            f"{ENGINE_TEXT[missing]} is not built, so the engines are not compared on this card: "
+            f"{KIND_TEXT[missing]} is not built, so the engines are not compared on this card: "
             f"`{command}` would let lucebox measure both and serve the faster ({gain})"
         )
     if forced:

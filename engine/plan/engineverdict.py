@@ -21,9 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines.registry import KindName
+from lucebox.engine.engines.kindname import KIND_TEXT, KindName
 from lucebox.engine.plan import measurements
-from lucebox.engine.plan.enginechoice import ENGINE_TEXT
 from lucebox.engine.plan.measurements import TrialRate
 from lucebox.engine.plan.workload import (
     ProbeShape,
@@ -52,7 +51,7 @@ class EngineCost:
 
     def text(self) -> str:
         return (
-            f"{ENGINE_TEXT[self.kind]} {self.request_s:.2f} s a request "
+            f"{KIND_TEXT[self.kind]} {self.request_s:.2f} s a request "
             f"(decode {self.decode_tok_s:.0f} tok/s, first token {self.ttft_s:.2f} s)"
         )
 

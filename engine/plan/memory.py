@@ -99,6 +99,8 @@ class Plan:
     parallel: int
     memory_bytes: MemoryBytes
     kvflash_pool_tokens: int | None
+    """The KVFlash pool the launch serves with (the Lucebox engine's); None: the whole context
+    stays exact on the card, as on llama-server, which has no KVFlash."""
     reasons: dict[str, str] = field(default_factory=dict)
     largest_ctx: int = 0
     """The largest context that fits with these types (for a refusal)."""
@@ -264,7 +266,7 @@ def make_plan(request: PlanRequest) -> Plan:
         n_cpu_moe=n_cpu_moe,
         parallel=request.parallel,
         memory_bytes=memory,
-        kvflash_pool_tokens=pool,
+        kvflash_pool_tokens=None,  # the pool a launch serves with: llama-server has none
         reasons=reasons,
         largest_ctx=ctx_fit,
         swa_full=request.swa_full,

@@ -127,7 +127,7 @@ class ProbeSender:
             "temperature": 0,
             "seed": 1,
         }
-        task = asyncio.create_task(_ask(client, server.url, body))
+        task = asyncio.create_task(_ask(client, server, body))
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=POLL_S)
@@ -345,7 +345,7 @@ class Calibrator(ProbeSender):
                     self.setup, trials=tuple(t for t in self.setup.trials if t != trial)
                 )
                 return None
-            warm_up = await _ask(client, server.url, WARM_UP)
+            warm_up = await _ask(client, server, WARM_UP)
             # Clients wait out a restart and are served first: the front counted them; an
             # engine without it counts their tokens.
             if server.front is not None:
@@ -383,14 +383,19 @@ async def _served_besides(
 
 
 async def _ask(
-    client: httpx.AsyncClient, url: str, body: dict[str, object]
+    client: httpx.AsyncClient, server: ServerRun, body: dict[str, object]
 ) -> dict[str, object] | None:
-    """One greedy chat request; the engine's ``timings`` of the reply, None when it failed."""
-    try:
-        reply = await client.post(f"{url}/v1/chat/completions", json=body)
-        return reply_timings(reply.json()) if reply.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
+    """One greedy chat request of lucebox's own to ``server``'s engine; the engine's
+    ``timings`` of the reply, None when it failed."""
+    with server.supervisor.own_requests.sending() as answered:
+        try:
+            reply = await client.post(f"{server.url}/v1/chat/completions", json=body)
+            timings = reply_timings(reply.json()) if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if reply.status_code == 200:
+            answered.append(True)
+        return timings
 
 
 def reply_timings(document: object) -> dict[str, object] | None:

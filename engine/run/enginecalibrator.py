@@ -187,7 +187,7 @@ class EngineCalibrator(ProbeSender):
                 self._dropped.add(kind)
                 return None
             launch = planned[0]
-            await _ask(client, server.url, WARM_UP)
+            await _ask(client, server, WARM_UP)
         probes = await self._probe_set(client, server)
         if probes is None:
             return None

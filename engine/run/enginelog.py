@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from lucebox.engine.plan.workload import ServedRequest
+from lucebox.engine.run.ownrequests import OwnRequests
 
 _SLOT_LINE = re.compile(r"slot\s+\w+: id\s+(\d+) \| task (-?\d+) \| (.*)$")
 _PROMPT_EVAL = re.compile(r"^prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
@@ -80,10 +81,16 @@ class EngineLog:
         self.spec_failure: str | None = None
         self.finished_one = asyncio.Event()
         """Set when a request finishes, so the sampler samples at once."""
+        self.own: OwnRequests | None = None
+        """lucebox's own requests to this engine: the requests they finish are not reported."""
 
-    def _finish(self, request: FinishedRequest) -> None:
+    def _finish(self, request: FinishedRequest) -> bool:
+        """Report ``request`` finished; False when it was lucebox's own (not reported)."""
+        if self.own is not None and self.own.claims():
+            return False
         self._finished.append(request)
         self.finished_one.set()
+        return True
 
     def feed(self, line: str) -> None:
         if FULL_REPROCESS in line:

@@ -32,6 +32,7 @@ from lucebox.engine.run.apishape import SHAPED_PATHS, api_endpoint, models_with_
 from lucebox.engine.run.frontguard import FrontPolicy, cors_headers, header_map, refusal
 from lucebox.engine.run.frontqueue import DEFAULT_MAX_WAITING, FrontQueue, QueueFullError, Ticket
 from lucebox.engine.run.frontwire import (
+    CARRIES_TOKEN,
     HOP_HEADERS,
     KEEPALIVE_COMMENT,
     KEEPALIVE_S,
@@ -219,7 +220,7 @@ class Front:
     ) -> None:
         streamed = wants_stream(body)
         try:
-            ticket = self.queue.enter()
+            ticket = self.queue.enter(ex.arrived_s)
         except QueueFullError as full:
             self.counters.answered[503] += 1
             retry = [("retry-after", str(full.retry_after_s))]
@@ -452,6 +453,12 @@ class Front:
                 if ticket is not None:
                     ticket.engine_chunks += 1
                 events, pending = split_events(pending + chunk)
+                if (
+                    ticket is not None
+                    and ticket.first_token_s is None
+                    and any(CARRIES_TOKEN.search(event) for event in events)
+                ):
+                    ticket.first_token_s = time.monotonic() - ticket.arrived_s
                 # The Lucebox engine ends a stream by closing the connection, so its death in
                 # the middle of one ends it the same way: only the last event tells them apart.
                 if call.ends_at_close and not ended:

@@ -18,6 +18,7 @@ DEFAULT_SERVICE_S = 10.0
 """A request's assumed time in the engine until one has been measured."""
 SERVICE_WEIGHT = 0.3
 """Weight of the latest measured request in the running mean of service times."""
+FIRST_TOKENS_KEPT = 64
 
 
 class QueueFullError(Exception):
@@ -36,6 +37,9 @@ class Ticket:
         """When the engine got it; None while it waits or is held."""
         self.engine_chunks = 0
         """Chunks of a streamed answer the engine has sent: tokens flowing."""
+        self.first_token_s: float | None = None
+        """What the client waited for its first token (arrival to the first event that
+        carries one, queueing included); None until a streamed answer relays one."""
         self.admitted = asyncio.Event()
 
 
@@ -51,14 +55,18 @@ class FrontQueue:
         self._served = 0
         self._rejected = 0
         self._entered = 0
+        self._first_tokens: deque[tuple[float, float]] = deque(maxlen=FIRST_TOKENS_KEPT)
+        """(when the request ended, its client's wait for the first token) of streamed
+        answers, newest last."""
 
-    def enter(self) -> Ticket:
-        """A ticket, admitted at once when the engine has room and nobody waits.
+    def enter(self, arrived_s: float | None = None) -> Ticket:
+        """A ticket for a request that arrived at ``arrived_s`` (monotonic; None: now),
+        admitted at once when the engine has room and nobody waits.
 
         Raises:
             QueueFullError: ``max_waiting`` requests wait already.
         """
-        ticket = Ticket(time.monotonic())
+        ticket = Ticket(time.monotonic() if arrived_s is None else arrived_s)
         self._entered += 1
         if len(self._running) < self.capacity and not self._waiting:
             self._start(ticket)
@@ -90,6 +98,8 @@ class FrontQueue:
                 took_s if mean is None else mean + SERVICE_WEIGHT * (took_s - mean)
             )
             self._served += 1
+        if ticket.first_token_s is not None:
+            self._first_tokens.append((time.monotonic(), ticket.first_token_s))
         while self._waiting and len(self._running) < self.capacity:
             self._start(self._waiting.popleft())
 
@@ -116,6 +126,13 @@ class FrontQueue:
             return None
         chunks = sum(t.engine_chunks for t in sent)
         return Look(now_s, True, "decode" if chunks else "silent", 0, (chunks,))
+
+    def first_token_s(self, now_s: float, window_s: float) -> tuple[float | None, float | None]:
+        """(the mean wait for the first token of the streamed answers that ended in the last
+        ``window_s``, the last one's): what clients waited, measured where they wait."""
+        recent = [wait for at_s, wait in self._first_tokens if at_s >= now_s - window_s]
+        last = self._first_tokens[-1][1] if self._first_tokens else None
+        return (sum(recent) / len(recent) if recent else None), last
 
     def activity(self) -> tuple[int, int]:
         """(requests running or waiting now, requests that ever entered): a measurement that

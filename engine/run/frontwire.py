@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -37,6 +38,13 @@ LAST_EVENT = re.compile(
 )
 """What ends a stream: [DONE] a chat one, message_stop an Anthropic one, the response's end a
 Responses one."""
+CARRIES_TOKEN = re.compile(
+    rb'"(?:content|text|reasoning_content|thinking|partial_json|arguments|delta)"\s*:\s*"(?:[^"\\]|\\.)'
+)
+"""An event that carries generated text: a non-empty content or reasoning delta (chat), text
+(completions), tool-call arguments, a text, thinking or tool-input delta (Anthropic), an output
+delta (Responses).
+A role, an empty content or a stream's start carries none."""
 
 
 class EventShape(Protocol):
@@ -114,11 +122,17 @@ class Exchange:
     """One request of a client connection and the writing of its answer."""
 
     def __init__(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        arrived_s: float | None = None,
     ) -> None:
         self.conn = conn
         self.reader = reader
         self.writer = writer
+        self.arrived_s = time.monotonic() if arrived_s is None else arrived_s
+        """When the request's head arrived (monotonic): a client's wait counts from it."""
         self.started = False
         """The status line and headers are written."""
         self.gone = asyncio.Event()
@@ -221,10 +235,11 @@ async def serve_connection(
             request = await next_event(conn, reader)
             if not isinstance(request, h11.Request):
                 return
+            arrived_s = time.monotonic()
             body = bytearray()
             while isinstance(event := await next_event(conn, reader), h11.Data):
                 body += event.data
-            exchange = Exchange(conn, reader, writer)
+            exchange = Exchange(conn, reader, writer, arrived_s)
             try:
                 await answer(exchange, request, bytes(body))
             finally:

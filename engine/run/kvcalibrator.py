@@ -23,7 +23,8 @@ from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.plan import kvmodes
-from lucebox.engine.plan.kvmodes import KvModes, KvModesPlan, KvTrial, ModeRate, ModesStatus
+from lucebox.engine.plan.kvmodes import KvModes, KvModesPlan, KvTrial, ModeRate
+from lucebox.engine.plan.kvmodeview import ModesStatus
 from lucebox.engine.plan.launch import server_argv
 from lucebox.engine.run.calibrator import WARM_UP, ProbeSender, _ask, _restart
 from lucebox.engine.run.probes import PROBES, long_probe
@@ -151,7 +152,7 @@ class KvModeCalibrator(ProbeSender):
                 self._serve_planned(server)
                 return f"the engine did not run with it here: {_cause(server)}"
             launch = planned
-            await _ask(client, server.url, WARM_UP)
+            await _ask(client, server, WARM_UP)
         probes = await self._probe_set(client, server, (*PROBES, self._long))
         if not _runs(server, launch):
             self._serve_planned(server)

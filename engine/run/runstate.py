@@ -20,10 +20,11 @@ from typing import IO, Any, Literal, TypeVar, get_args
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.plan.kvmodes import ModesStatus
+from lucebox.engine.plan.kvmodeview import ModesStatus
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import (
     CacheStatus,
+    EngineStatus,
     GpuStatus,
     PeerStatus,
     QueueStatus,
@@ -88,6 +89,8 @@ class Status:
     """lucebox's front's queue of requests for the engine; None without a front."""
     kv_modes: ModesStatus | None = None
     """A long-context Lucebox launch's modes as measured on this card; None elsewhere."""
+    engine: EngineStatus | None = None
+    """The engine kind serving now and what chose it; None for a served set's router."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -116,6 +119,7 @@ class Status:
             "vision": {"served": self.vision is not None, "projector": self.vision},
             "queue": self.queue.to_json() if self.queue else None,
             "kv_modes": self.kv_modes.to_json() if self.kv_modes else None,
+            "engine": self.engine.to_json() if self.engine else None,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -158,6 +162,7 @@ class Status:
             vision=text_of(data.get("vision"), "projector"),
             queue=QueueStatus.from_json(data.get("queue")),
             kv_modes=ModesStatus.from_json(data.get("kv_modes")),
+            engine=EngineStatus.from_json(data.get("engine")),
         )
 
 

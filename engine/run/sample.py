@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
+from lucebox.engine.engines.kindname import KIND_TEXT
+
 WINDOW_S = 10.0
 """Rates are token-weighted over the requests that finished (or progressed) this long ago."""
 
@@ -21,6 +23,7 @@ _Value = TypeVar(
     "GpuStatus",
     "PeerStatus",
     "QueueStatus",
+    "EngineStatus",
 )
 
 
@@ -176,6 +179,39 @@ class SpecStatus:
         if found is None or found.measured is None:
             return found
         return replace(found, measured=MeasuredRate.from_json(found.measured))
+
+
+CHOSEN_BY_TEXT = {
+    "measured": "measured on this card",
+    "rule": "by the rule, not measured here yet",
+    "asked": "as asked",
+    "trial": "a calibration trial",
+}
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """Which engine kind serves now, and what chose it."""
+
+    kind: str
+    """``llama-server`` or ``lucebox``."""
+    chosen_by: str
+    """``measured`` (the engines' verdict on this card), ``rule`` (the planner's rule, before a
+    measurement), ``asked`` (``--engine`` or engine.kind) or ``trial`` (the engine calibration
+    runs it to measure it)."""
+    reason: str
+
+    def text(self) -> str:
+        """``the Lucebox engine (measured on this card)``."""
+        name = KIND_TEXT.get(self.kind, self.kind)
+        return f"{name} ({CHOSEN_BY_TEXT.get(self.chosen_by, self.chosen_by)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> EngineStatus | None:
+        return _from_json(cls, data)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from lucebox.engine.run.kvcalibrator import KvModeCalibrator
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from lucebox.engine.run.metrics import Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
-from lucebox.engine.run.sample import CacheStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.sample import CacheStatus, EngineStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from lucebox.engine.run.supervisor import (
@@ -122,6 +122,7 @@ class ServerRun:
         kv_calibrator: KvModeCalibrator | None = None,
         thinking_default: bool | None = None,
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
+        engine: EngineStatus | None = None,
     ) -> None:
 
         self.spec_watch = specwatch.SpecWatch(spec_guard, spec_asked)
@@ -137,6 +138,8 @@ class ServerRun:
         """Measures both engines once idle where both can serve; None elsewhere."""
         self.kv_calibrator = kv_calibrator
         """Measures a long-context Lucebox launch's modes once idle; None elsewhere."""
+        self.planned_engine = engine
+        """The engine kind the launch was planned on and what chose it; None: not said."""
         self.thinking_default = thinking_default
         """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
         the front asks both engines the same way."""
@@ -260,8 +263,12 @@ class ServerRun:
         facts.feed(line)
 
     def _engine_log(self) -> EngineLog:
-        """What reads the engine's lines, for the kind of engine that runs."""
-        return engine_run(self.supervisor.launch.kind).engine_log()
+        """What reads the engine's lines, for the kind of engine that runs; the requests it
+        reports finished leave out lucebox's own."""
+        log = engine_run(self.supervisor.launch.kind).engine_log()
+        log.own = self.supervisor.own_requests
+        log.own.new_engine()
+        return log
 
     async def _engine_stopping(self) -> None:
         """Runs before the supervisor stops a live engine on purpose: sampling ends first,
@@ -300,7 +307,25 @@ class ServerRun:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def engine_status(self) -> EngineStatus | None:
+        """The engine kind serving now and what chose it: a trial while the engine calibration
+        runs it, the verdict once it is the measured one, else what the plan said."""
+        planned = self.planned_engine
+        if planned is None:
+            return None
+        kind = self.supervisor.launch.kind
+        calibration = self.engine_calibrator
+        if calibration is not None and calibration.active and calibration.kind == kind:
+            return EngineStatus(kind, "trial", "measured against the other engine now")
+        verdict = calibration.measurement if calibration is not None else None
+        if verdict is not None and verdict.chosen == kind and planned.chosen_by != "asked":
+            return EngineStatus(kind, "measured", verdict.why)
+        if planned.kind == kind:
+            return planned
+        return EngineStatus(kind, "rule", "")
+
     def _save(self) -> None:
+        self._run.status = replace(self._run.status, engine=self.engine_status())
         if self.front is not None:
             self._run.status = replace(self._run.status, queue=self.front.queue_status())
         if self.kv_calibrator is not None:
@@ -491,6 +516,17 @@ class ServerRun:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watching
 
+    def _with_client_waits(self, sample: Sample) -> Sample:
+        """``sample`` with the time to first token its clients waited, where the front saw
+        streamed answers (the engine's own clock leaves out the request's way in and its
+        parse); the engine's figures stand where none streamed."""
+        if self.front is None:
+            return sample
+        window, last = self.front.queue.first_token_s(time.monotonic(), sample.window_s)
+        if window is None:
+            return sample
+        return replace(sample, ttft_s=window, last_ttft_s=last)
+
     async def _watch_hang(self, sampler: Sampler, bounds: HangBounds) -> None:
         """Kill and restart an engine whose running request makes no progress within the
         bound of its phase (:mod:`hang`): the sampler's latest look, checked each second
@@ -518,7 +554,8 @@ class ServerRun:
         prefill: PrefillRecorder,
         on_cpu: bool,
     ) -> None:
-        async for sample in sampler.samples():
+        async for engine_sample in sampler.samples():
+            sample = self._with_client_waits(engine_sample)
             await queue.put(sample)
             # Status shows the last known rate, not an idle second's missing one.
             self._run.sample = with_last_rates(self._run.sample, sample)

@@ -52,6 +52,7 @@ from lucebox.engine.run.death import (
 )
 from lucebox.engine.run.deathfacts import file_stamp, oom_kills, oom_kills_since, ram_users
 from lucebox.engine.run.enginerun import engine_run
+from lucebox.engine.run.ownrequests import OwnRequests
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
 LOG_ROTATE_BYTES = 16 * 1024 * 1024
@@ -157,6 +158,8 @@ class Supervisor:
         """Called with the engine's pid and each line it writes, as it writes it."""
         self.before_stop: Callable[[], Awaitable[None]] | None = None
         """Awaited before a live engine is stopped on purpose (stop, restart, not ready)."""
+        self.own_requests = OwnRequests()
+        """lucebox's own requests to the engine (its warm-up, the calibrations' probes)."""
         self._stopping = asyncio.Event()
         self._restart_asked = asyncio.Event()
         self._hang_seen = asyncio.Event()
@@ -211,7 +214,10 @@ class Supervisor:
         """The engine's own warm-up (:meth:`EngineRun.warm_up`) passes before it counts as
         ready, so a failure it provokes comes now, not to a user; what failed, or None."""
         run = engine_run(self.launch.kind)
-        failure = await run.warm_up(client, engine_url(self.launch))
+        with self.own_requests.sending() as answered:
+            failure = await run.warm_up(client, engine_url(self.launch))
+            if failure is None:
+                answered.append(True)
         if run.sends_warm_up:
             self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
         return None if failure is None else f"its warm-up request failed: {failure}"

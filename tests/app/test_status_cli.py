@@ -33,17 +33,25 @@ def test_status_json_reads_the_state_file_without_heavy_imports():
         "import sys\n"
         "from lucebox.app.entry import main\n"
         "code = main(['status', '--json'])\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "planner = [m for m in sys.modules if m.startswith('lucebox.engine.plan.')]\n"
+        "print(sorted(heavy + planner), file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip() == "[]"
+    # The long-context modes' status values are all of the planner it reads.
+    assert done.stderr.strip() == "['lucebox.engine.plan.kvmodeview']"
     document = json.loads(done.stdout)
     assert (document["state"], document["model"], document["ctx"]) == ("ready", "smoke", 4096)
     assert document["sample"]["decode_tokens_per_s"] == 88.5
     assert document["cache"]["cached_prompt_share"] == 0.4
     assert document["cause"]["code"] == "segfault"
+    assert document["engine"] == {
+        "kind": "lucebox",
+        "chosen_by": "measured",
+        "reason": "the Lucebox engine is faster, measured on this card",
+    }
 
 
 def test_status_watch_json_streams_one_line_per_sample(tmp_path):
@@ -96,6 +104,7 @@ def test_status_for_people_and_a_bad_textfile_path(tmp_path):
     assert done.stdout.startswith("ready: smoke at http://127.0.0.1:8080")
     assert "decode 88.5 tok/s" in done.stdout and "prompt cached 40%" in done.stdout
     assert "last exit: segfault: the engine crashed (SIGSEGV)" in done.stdout
+    assert "\n  engine: the Lucebox engine (measured on this card)\n" in done.stdout
     missing = tmp_path / "nowhere" / "lucebox.prom"
     done = subprocess.run(
         lucebox("status", "--prometheus", str(missing)), capture_output=True, text=True

@@ -35,6 +35,7 @@ from lucebox.engine.models import guard
 from lucebox.engine.models.records import files_dir
 from lucebox.engine.pipeline import ServeOptions, StepEvent
 from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.sample import EngineStatus
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
 from tests.app.scripted import (
@@ -97,6 +98,10 @@ async def test_pipeline_steps_then_dashboard_with_samples(backend):
         assert "server is listening" in "\n".join(
             str(line) for line in dashboard.query_one(LogTail).lines
         )
+        measured = EngineStatus("lucebox", "measured", "the Lucebox engine is faster here")
+        dashboard.show_sample(backend.sample_script[-1], engine=measured)
+        header = str(dashboard.query_one("#dash-header", Static).render())
+        assert "the Lucebox engine (measured on this card)" in header
     assert backend.options_seen == [ServeOptions(preset="smoke")]
 
 

@@ -32,10 +32,10 @@ from lucebox.app.tui.widgets.readout import Readout
 from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
 from lucebox.engine.engines import webui
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.plan.kvmodes import ModesStatus
+from lucebox.engine.plan.kvmodeview import ModesStatus
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.run.metrics import Sample, with_last_rates
-from lucebox.engine.run.sample import QueueStatus, SpecStatus
+from lucebox.engine.run.sample import EngineStatus, QueueStatus, SpecStatus
 from lucebox.engine.run.supervisor import ServerEvent
 
 
@@ -69,6 +69,8 @@ class DashboardScreen(ServingScreen):
         self.latest: Sample | None = None
         self.served_ctx: int | None = None
         """The context the running engine serves: after an out-of-memory re-plan, the new one."""
+        self.engine: EngineStatus | None = None
+        """The engine kind serving and what chose it, as the run last said."""
         spec = prepared.server
         self.webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
 
@@ -101,6 +103,8 @@ class DashboardScreen(ServingScreen):
         header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
         header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}")
         header.append(" · vision" if self.prepared.launch.vision.served else "")
+        if self.engine is not None:
+            header.append(f" · {self.engine.text()}")
         header.append("\n")
         header.append(f"{self.url}/v1", style="bold underline")
         header.append("  y copies it", style="dim")
@@ -121,7 +125,9 @@ class DashboardScreen(ServingScreen):
         spec: SpecStatus | None = None,
         queue: QueueStatus | None = None,
         kv_modes: ModesStatus | None = None,
+        engine: EngineStatus | None = None,
     ) -> None:
+        self.engine = engine
         self.history.append(sample)
         self.latest = with_last_rates(self.latest, sample)
         self.query_one(ThroughputPanel).show_rates(self.history, self.latest, spec, queue, kv_modes)

@@ -16,7 +16,7 @@ from textual.widgets import Label
 
 from lucebox.app.tui.widgets.readout import Readout, value_text
 from lucebox.app.tui.widgets.trend import Trend
-from lucebox.engine.plan.kvmodes import ModesStatus
+from lucebox.engine.plan.kvmodeview import ModesStatus
 from lucebox.engine.run.metrics import Sample
 from lucebox.engine.run.sample import QueueStatus, SpecStatus
 

@@ -16,6 +16,7 @@ from lucebox.engine.run import gpustatus, runstate
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import (
     CacheStatus,
+    EngineStatus,
     GpuStatus,
     MeasuredRate,
     PeerStatus,
@@ -53,6 +54,9 @@ def serving(pid: int, sample: Sample | None = None) -> runstate.Status:
         gpus=(GpuStatus(0, 2**33, 2**34, 40), GpuStatus(1, 2**32, 2**34, None)),
         peers=(PeerStatus("10.0.0.2:50052", "0.6.0-dev (build 11434)", 2**34, "up"),),
         cause=SEGFAULT,
+        engine=EngineStatus(
+            "lucebox", "measured", "the Lucebox engine is faster, measured on this card"
+        ),
     )
 
 
