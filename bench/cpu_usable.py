@@ -28,8 +28,10 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.models.modelfacts import facts_from_info
 from lucebox.engine.models.modelinfo import inspect_model
-from lucebox.engine.plan import cpuread, measurements, presetchoice
+from lucebox.engine.plan.memory import cpuread
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.sources import presetchoice
+from lucebox.engine.plan.speculation import measurements
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
 

@@ -33,11 +33,11 @@ from bench.lucebox_models import DRAFT, TARGET
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.engineverdict import EngineMeasurement, verdict
-from lucebox.engine.plan.measurements import ProbeRate, TrialRate
-from lucebox.engine.plan.workload import ServedRequest
-from lucebox.engine.run.calibration import probe_rate
-from lucebox.engine.run.calibrator import WARM_UP, reply_timings
-from lucebox.engine.run.probes import PROBES
+from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate
+from lucebox.engine.plan.speculation.workload import ServedRequest
+from lucebox.engine.run.calibrate.calibration import probe_rate
+from lucebox.engine.run.calibrate.probes import PROBES
+from lucebox.engine.run.calibrate.probing import WARM_UP, reply_timings
 from tests.ggufgen import write_lucebox_dflash, write_qwen35
 
 PORT = 18093

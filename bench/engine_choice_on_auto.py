@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan import measurements
-from lucebox.engine.run.frontwire import CARRIES_TOKEN
+from lucebox.engine.plan.speculation import measurements
+from lucebox.engine.run.front.frontwire import CARRIES_TOKEN
 
 CLI = [sys.executable, "-m", "lucebox.app.cli"]
 

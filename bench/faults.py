@@ -50,7 +50,7 @@ import httpx
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.models.pull import pull_model
-from lucebox.engine.plan.measurements import store_file
+from lucebox.engine.plan.speculation.measurements import store_file
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.slots import PART_SUFFIX
 from tests.ports import free_port

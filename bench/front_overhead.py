@@ -1,4 +1,4 @@
-"""Benchmark: what lucebox's front (engine/run/front.py) costs a client, in one run.
+"""Benchmark: what lucebox's front (engine/run/front/front.py) costs a client, in one run.
 
 The same streamed chat request goes to the engine directly and through the front, alternately
 (so both see the same machine load), ``--requests`` times each; per request the client-side
@@ -102,8 +102,8 @@ def compare(
 def cpu_engine_and_front() -> Iterator[tuple[str, str]]:
     """SmolLM2 on the test cache's CPU engine, and the front before it on this process with
     the API shapes serverrun gives it."""
-    from lucebox.engine.run.apishape import Shapes
-    from lucebox.engine.run.front import FrontSpec
+    from lucebox.engine.run.front.apishape import Shapes
+    from lucebox.engine.run.front.front import FrontSpec
     from tests.engineserver import running_server
     from tests.frontserver import loopback_policy, running_front
     from tests.realmodels import engine_home, smol_model

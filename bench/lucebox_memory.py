@@ -28,7 +28,7 @@ import httpx
 import psutil
 import pynvml
 
-from lucebox.engine.run.luceboxrun import WARM_UP_MESSAGES
+from lucebox.engine.run.kinds.luceboxrun import WARM_UP_MESSAGES
 
 PORT = 18170
 URL = f"http://127.0.0.1:{PORT}"

@@ -409,8 +409,8 @@ def lucebox_parts(work: Path, n_gpus: int, ctx: int, deadline: float) -> dict[st
     """The Lucebox engine one card vs the draft on card 1 vs tensor parallel, then the plan's
     own choice once the three are measured."""
     from lucebox.engine.core.paths import resolve_paths
-    from lucebox.engine.plan.luceboxdevices import PLACEMENTS, offered
-    from lucebox.engine.plan.measurements import placement_key, write_placement_rate
+    from lucebox.engine.plan.lucebox.luceboxdevices import PLACEMENTS, offered
+    from lucebox.engine.plan.speculation.measurements import placement_key, write_placement_rate
 
     rows = refresh_lucebox_features()
     build = lucebox_build(rows)

@@ -2,4 +2,8 @@
 
 Nothing in this package imports Textual, Rich or :mod:`lucebox.app`; the CLI's ``--json``
 paths, ``lucebox serve`` and the tests run without a terminal.
+
+The steps, layered in this order from the bottom: ``core``, ``machine``, ``models``,
+``engines``, ``plan``, ``run``; above them ``serving`` (a prepared launch to a supervised run),
+``pipeline`` (`serve`'s steps), ``servedset`` (a set's), ``bench`` and ``doctor``.
 """

@@ -36,13 +36,14 @@ from lucebox.engine.models import guard
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo, read_projector
 from lucebox.engine.models.pull import pull_model
-from lucebox.engine.plan import modelfiles, planner, presetchoice, repoplan
+from lucebox.engine.plan import modelfiles, planner
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
-from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_SOURCE
+from lucebox.engine.plan.lucebox.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
+from lucebox.engine.plan.sources import presetchoice, repoplan
 from lucebox.engine.run.runstate import ServeLock
 from lucebox.engine.run.supervisor import ServerEvent
 from lucebox.engine.serving import Prepared as Prepared

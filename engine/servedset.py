@@ -1,12 +1,12 @@
 """The pipeline of a served set: several models on one endpoint through llama-server's router.
 
-The same steps as one model's (pipeline.py): GPU, models (each pulled and checked), engine,
-plan (plan/servedsetplan.py: every model by the one planner against one budget per device), then
-the router, supervised like the single server, on a loopback port behind lucebox's proxy
-(run/servedsetproxy.py), which frees memory by the plans before a model loads. A model that runs
-out of memory is planned again here (plan/servedsetplan.py) and its section of the preset file
-rewritten; the run (run/servedsetrun.py) has the router re-read it. One model, named once, never
-comes here.
+The same steps as one model's (pipeline.py): GPU, models (each pulled and checked), engine, plan
+(plan/servedset/servedsetplan.py: every model by the one planner against one budget per device),
+then the router, supervised like the single server, on a loopback port behind lucebox's proxy
+(run/servedset/servedsetproxy.py), which frees memory by the plans before a model loads. A model
+that runs out of memory is planned again here (plan/servedset/servedsetplan.py) and its section of
+the preset file rewritten; the run (run/servedset/servedsetrun.py) has the router re-read it. One
+model, named once, never comes here.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from lucebox.engine.plan import chatdefaults
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.router import router_ini, router_spec
-from lucebox.engine.plan.servedsetplan import (
+from lucebox.engine.plan.servedset.router import router_ini, router_spec
+from lucebox.engine.plan.servedset.servedsetplan import (
     SetPlan,
     SetRefusal,
     members_of,
@@ -48,18 +48,18 @@ from lucebox.engine.plan.servedsetplan import (
     respecced_set,
     smaller_context_set,
 )
-from lucebox.engine.plan.specguard import Decision
-from lucebox.engine.run.admission import Placement
-from lucebox.engine.run.apishape import Shapes
-from lucebox.engine.run.calibrator import running_label
+from lucebox.engine.plan.speculation.specguard import Decision
+from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import port_taken
-from lucebox.engine.run.frontguard import FrontPolicy, machine_names
+from lucebox.engine.run.front.apishape import Shapes
+from lucebox.engine.run.front.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.runstate import ServeLock, engine_log
-from lucebox.engine.run.servedsetguard import ModelSpec
+from lucebox.engine.run.servedset.admission import Placement
+from lucebox.engine.run.servedset.servedsetguard import ModelSpec
+from lucebox.engine.run.servedset.servedsetproxy import start_proxy
+from lucebox.engine.run.servedset.servedsetrun import PlannedModel, ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote
-from lucebox.engine.run.servedsetproxy import start_proxy
-from lucebox.engine.run.servedsetrun import PlannedModel, ServedSetRun
 from lucebox.engine.run.supervisor import (
     PortInUseError,
     ServerEvent,

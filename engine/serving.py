@@ -17,20 +17,21 @@ from lucebox.engine.engines.registry import EngineManifest, KindName
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models.records import list_models
-from lucebox.engine.plan import chatdefaults, measurements, planner
+from lucebox.engine.plan import chatdefaults, planner
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.kvmodes import KvTrial
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.measurements import Measurement
-from lucebox.engine.plan.memory import Plan
-from lucebox.engine.plan.specguard import Decision, SpecGuard
-from lucebox.engine.run import calibrator
-from lucebox.engine.run.calibration import Trial
+from lucebox.engine.plan.lucebox.kvmodes import KvTrial
+from lucebox.engine.plan.memory.memory import Plan
+from lucebox.engine.plan.speculation import measurements
+from lucebox.engine.plan.speculation.measurements import Measurement
+from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
+from lucebox.engine.run.calibrate import calibrator
+from lucebox.engine.run.calibrate.calibration import Trial
+from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, EngineSetup
+from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.death import EngineDeath
-from lucebox.engine.run.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.hang import bounds_for
-from lucebox.engine.run.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.sample import EngineStatus, PeerStatus
 from lucebox.engine.run.serverrun import ServerRun

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from lucebox.engine.run.metrics import parse_counters
+from lucebox.engine.run.kinds.metrics import parse_counters
 from tests.ports import free_port
 
 

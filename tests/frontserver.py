@@ -1,5 +1,5 @@
-"""lucebox's front (engine/run/front.py) run on a thread of its own, in front of an engine URL,
-for tests and benches that talk to it with plain blocking clients."""
+"""lucebox's front (engine/run/front/front.py) run on a thread of its own, in front of an engine
+URL, for tests and benches that talk to it with plain blocking clients."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from lucebox.engine.run.front import Front, FrontSpec, start_front
-from lucebox.engine.run.frontguard import FrontPolicy
-from lucebox.engine.run.frontwire import ApiShape
+from lucebox.engine.run.front.front import Front, FrontSpec, start_front
+from lucebox.engine.run.front.frontguard import FrontPolicy
+from lucebox.engine.run.front.frontwire import ApiShape
 from tests.ports import free_port
 
 

@@ -26,7 +26,7 @@ from lucebox.engine.machine.connect import (
     known_client,
     write_file,
 )
-from lucebox.engine.plan.agentprompt import ServedModel, prompt_warnings
+from lucebox.engine.plan.memory.agentprompt import ServedModel, prompt_warnings
 from lucebox.engine.run import runstate
 from lucebox.engine.run.lastserved import read_last_served
 from lucebox.engine.run.sample import Sample

@@ -33,9 +33,10 @@ from lucebox.engine.models.records import (
     remove_model,
     verify_model,
 )
-from lucebox.engine.plan import planner, quantchoice, repoplan
+from lucebox.engine.plan import planner
 from lucebox.engine.plan.flagtypes import mib_list, positive_int
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.sources import quantchoice, repoplan
 
 
 def _print_check(result: guard.CheckResult) -> None:

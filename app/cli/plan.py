@@ -15,10 +15,11 @@ from lucebox.engine.core import units
 from lucebox.engine.core.errors import EXIT_OK, GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config, peers
-from lucebox.engine.plan import fitcheck, presetchoice
+from lucebox.engine.plan import fitcheck
 from lucebox.engine.plan.flagtypes import index_list, mib_list, peer_list
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.sources import presetchoice
 
 
 def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> int:

@@ -8,7 +8,7 @@ from lucebox.engine.core import units
 from lucebox.engine.core.errors import EXIT_OK
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.pipeline import ServeOptions, StepEvent
-from lucebox.engine.plan.servedsetplan import SetPlan, SetRefusal
+from lucebox.engine.plan.servedset.servedsetplan import SetPlan, SetRefusal
 
 
 def show_set_plan(

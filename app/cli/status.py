@@ -25,7 +25,7 @@ from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import updatestate
 from lucebox.engine.machine import systemd
 from lucebox.engine.run import runstate
-from lucebox.engine.run.prometheus import prometheus_text
+from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.servedsetmodels import ModelStatus, find_model
 
 COMMANDS = ("status", "down", "logs")

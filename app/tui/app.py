@@ -55,8 +55,8 @@ from lucebox.engine.pipeline import Prepared, StepEvent, StepName
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
+from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
-from lucebox.engine.run.servedsetrun import ServedSetRun
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet

@@ -15,11 +15,11 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.models import hubrepo
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.plan import presetchoice, repoplan
 from lucebox.engine.plan.options import ServeOptions
-from lucebox.engine.plan.repoplan import RepoCandidates
+from lucebox.engine.plan.sources import presetchoice, repoplan
+from lucebox.engine.plan.sources.repoplan import RepoCandidates
 from lucebox.engine.run import runstate
-from lucebox.engine.run.servedsetrun import ServedSetRun
+from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from lucebox.engine.servedset import PreparedSet

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from lucebox.engine.pipeline import Prepared, StepEvent
-from lucebox.engine.plan.kvmodeview import ModesStatus
-from lucebox.engine.run.metrics import Sample
+from lucebox.engine.plan.lucebox.kvmodeview import ModesStatus
+from lucebox.engine.run.kinds.metrics import Sample
 from lucebox.engine.run.sample import EngineStatus, QueueStatus, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelsSample
 from lucebox.engine.run.supervisor import ServerEvent

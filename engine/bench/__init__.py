@@ -1,5 +1,6 @@
 """Bench: what `lucebox bench` measures against a running server.
 
 ``quick`` (a fixed prompt set), ``replay`` and ``transcript`` (an agent's recorded session),
-``compare`` (configurations started one after another), ``measure`` (one timed streamed call).
+``compare`` (configurations started one after another), ``measure`` (one timed streamed call),
+``selftest`` (a new engine build tested here before it serves).
 """

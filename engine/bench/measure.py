@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from lucebox.engine.core.api import CallError, stream_chat_chunks
-from lucebox.engine.run.luceboxrun import LuceboxLog, reply_from_usage
+from lucebox.engine.run.kinds.luceboxrun import LuceboxLog, reply_from_usage
 
 LOG_WAIT_S = 2.0
 """How long a reply's closing line may trail its last streamed chunk into the engine's log

@@ -1,7 +1,7 @@
 """``bench quick``: a fixed prompt set that shows what a configuration does to speed.
 
-The speculation calibration's probes (:mod:`lucebox.engine.run.probes`: chat, code, an edit
-that repeats its input, an agent turn over tool output), so `--compare spec=on,off` measures
+The speculation calibration's probes (:mod:`lucebox.engine.run.calibrate.probes`: chat, code, an
+edit that repeats its input, an agent turn over tool output), so `--compare spec=on,off` measures
 what the calibration measures, and a question over a long document (prefill). Greedy
 decoding so two runs are comparable.
 """
@@ -15,8 +15,8 @@ from lucebox.engine.bench.compare import ServeConfig, Served
 from lucebox.engine.bench.measure import CallSample, streamed_call
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.engineverdict import EngineMeasurement, verdict
-from lucebox.engine.plan.measurements import ProbeRate, TrialRate
-from lucebox.engine.run.probes import PROBES, Probe
+from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate
+from lucebox.engine.run.calibrate.probes import PROBES, Probe
 
 _CITIES = ["Oslo", "Lima", "Pune", "Graz", "Kobe", "Turin", "Perth", "Quito", "Accra", "Hanoi"]
 _ITEMS = ["valves", "cables", "pumps", "filters", "sensors", "gaskets", "motors", "relays"]

@@ -28,7 +28,7 @@ from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.pipeline import ServeOptions, prepare
 from lucebox.engine.plan.launchplan import PlanRefusal
-from lucebox.engine.run.probes import PROBES, Probe
+from lucebox.engine.run.calibrate.probes import PROBES, Probe
 from lucebox.engine.run.runstate import current_status
 
 NOISE_FLOOR = 0.05

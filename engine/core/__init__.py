@@ -4,5 +4,6 @@
 folders), ``atomic`` (writes that never leave a half file), ``units``, ``address``, ``command``
 (lucebox's own command line), ``crashlog``, ``api`` (the one client of the engine's HTTP API);
 downloads: ``download`` (resumable, retried), ``downloadattempt`` (one Range request),
-``downloadlock`` (one writer per file), ``downloadprogress``, ``hashing``.
+``downloadlock`` (one writer per file), ``downloadprogress``, ``hashing``; ``waits`` (bounded
+waits that keep a cancellation).
 """

@@ -2,7 +2,7 @@
 
 Pure: the planner asks with the engine kind, the target's architecture and its template; the
 answer goes into the plan document (``"chat"``) and, as ``thinking_default``, into the front's
-request shaping (:mod:`lucebox.engine.run.apishape`), which sets it on every request that does
+request shaping (:mod:`lucebox.engine.run.front.apishape`), which sets it on every request that does
 not say, on both engines.
 
 Thinking: the Lucebox engine keeps thinking off unless a request asks (its source:

@@ -7,7 +7,7 @@ chosen, on an NVIDIA card and for a target family it serves, when a Lucebox DFla
 given or named by the preset, when the context asked for does not fit llama-server in VRAM and
 KVFlash would serve it, or when ``--engine lucebox`` asks. A Lucebox draft is never dropped in
 silence: it selects that engine, or the reason says why it cannot be used. The address does
-not matter: both engines sit behind lucebox's front, which holds the API key (run/front.py).
+not matter: both engines sit behind lucebox's front, which holds the API key (run/front/front.py).
 
 That rule is the prior. Where both engines can serve the launch (a Lucebox draft with a target
 both load, or a long context that fits llama-server), the calibration measures both on this card

@@ -9,9 +9,10 @@ length. The engine with the fewer seconds over the mix serves; the Lucebox engin
 more than ``ENGINE_TIE_MARGIN``, ties go to llama-server (it serves every model and has the
 larger ecosystem). Before both were measured the fixed rule (plan/enginechoice.py) is the prior.
 
-The verdict is kept in the measurement store's ``engines`` section per launch (the files, the
-card, the context), with the mix it was weighed by: a re-measure comes only when the served mix
-moves ``MIX_SHIFT`` away from that one (plan/workload.py), which keeps the choice from flapping.
+The verdict is kept in the measurement store's ``engines`` section per launch (the files, the card,
+the context), with the mix it was weighed by: a re-measure comes only when the served mix moves
+``MIX_SHIFT`` away from that one (plan/speculation/workload.py), which keeps the choice from
+flapping.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any
 
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.kindname import KIND_TEXT, KindName
-from lucebox.engine.plan import measurements
-from lucebox.engine.plan.measurements import TrialRate
-from lucebox.engine.plan.workload import (
+from lucebox.engine.plan.speculation import measurements
+from lucebox.engine.plan.speculation.measurements import TrialRate
+from lucebox.engine.plan.speculation.workload import (
     ProbeShape,
     RateCurve,
     ServedRequest,

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.engines.registry import KindName
-from lucebox.engine.plan.luceboxlaunch import (
+from lucebox.engine.plan.lucebox.luceboxlaunch import (
     ENGINE_ENV_PREFIXES,
     LOOPBACK,
     LuceboxFlags,
     dflash_server_argv,
     lucebox_env,
 )
-from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.memory.memory import Plan
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ class ServerLaunch:
     """``host:port`` of the RPC peers; the engine puts their devices before its GPUs."""
     sampling: tuple[tuple[str, float], ...] = ()
     router: tuple[str, ...] = ()
-    """Set for a served set: llama-server runs as a router with these arguments (its preset
-    file and limits, plan/router.py) after host, port and key file, and no model of its own."""
+    """Set for a served set: llama-server runs as a router with these arguments (its preset file and
+    limits, plan/servedset/router.py) after host, port and key file, and no model of its own."""
     kind: KindName = "llama-server"
     """The engine kind that serves: its argv and environment are built by that kind's rules."""
     lucebox: LuceboxFlags | None = None
@@ -57,7 +57,7 @@ class ServerLaunch:
     """The vision projector llama-server loads (``--mmproj``) when vision is served."""
     engine_port: int | None = None
     """The loopback port the engine listens on behind lucebox's front, which serves
-    ``host:port`` (run/front.py); None: the engine serves ``host:port`` itself (a served
+    ``host:port`` (run/front/front.py); None: the engine serves ``host:port`` itself (a served
     set's router, behind its own proxy)."""
 
 

@@ -12,15 +12,15 @@ from lucebox.engine.engines.registry import KindName
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.presets import Preset
-from lucebox.engine.plan import measurements, speculation
 from lucebox.engine.plan.chatdefaults import chat_defaults
 from lucebox.engine.plan.enginechoice import EngineChoice
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.kvmodes import KvModesPlan
 from lucebox.engine.plan.launch import ServerLaunch, server_argv, server_env
-from lucebox.engine.plan.memory import Plan
+from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan
+from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved, ServeOptions
+from lucebox.engine.plan.speculation import measurements, speculation
 from lucebox.engine.plan.visionplan import NO_PROJECTOR, Vision
 
 

@@ -13,7 +13,6 @@ from typing import Any, Literal
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.plan import speculation
 from lucebox.engine.plan.enginechoice import ENGINE_MODES, EngineMode
 from lucebox.engine.plan.flagtypes import (
     index_list,
@@ -23,9 +22,10 @@ from lucebox.engine.plan.flagtypes import (
     port_number,
     positive_int,
 )
-from lucebox.engine.plan.luceboxdevices import PLACEMENT_MODES, PlacementMode
-from lucebox.engine.plan.luceboxplan import KV_MODES, PREFILL_MODES, KvMode, PrefillMode
-from lucebox.engine.plan.speculation import SpecMode
+from lucebox.engine.plan.lucebox.luceboxdevices import PLACEMENT_MODES, PlacementMode
+from lucebox.engine.plan.lucebox.luceboxplan import KV_MODES, PREFILL_MODES, KvMode, PrefillMode
+from lucebox.engine.plan.speculation import speculation
+from lucebox.engine.plan.speculation.speculation import SpecMode
 
 CacheProfile = Literal["agent", "off"]
 VisionMode = Literal["auto", "on", "off"]

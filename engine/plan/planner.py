@@ -21,24 +21,21 @@ from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo
-from lucebox.engine.plan import (
-    cpuread,
-    engineverdict,
-    luceboxroute,
-    measurements,
-    specguard,
-    speculation,
-)
-from lucebox.engine.plan.cardchoice import keep_alone
-from lucebox.engine.plan.ctxchoice import KV_PAIRS, wanted_ctx
+from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
-from lucebox.engine.plan.luceboxplan import KvMode
-from lucebox.engine.plan.memory import Plan, PlanRequest, make_plan
+from lucebox.engine.plan.lucebox import luceboxroute
+from lucebox.engine.plan.lucebox.luceboxplan import KvMode
+from lucebox.engine.plan.memory import cpuread
+from lucebox.engine.plan.memory.cardchoice import keep_alone
+from lucebox.engine.plan.memory.ctxchoice import wanted_ctx
+from lucebox.engine.plan.memory.memory import Plan, make_plan
+from lucebox.engine.plan.memory.request import KV_PAIRS, PlanRequest
 from lucebox.engine.plan.modelfiles import ModelFile, launch_files
 from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
-from lucebox.engine.plan.speculation import SpecFiles, SpecMode
+from lucebox.engine.plan.speculation import measurements, specguard, speculation
+from lucebox.engine.plan.speculation.speculation import SpecFiles, SpecMode
 from lucebox.engine.plan.visionplan import choose_vision, lucebox_vision
 
 

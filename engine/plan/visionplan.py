@@ -24,12 +24,13 @@ from lucebox.engine.models.projector import (
     projectors_beside,
     read_projector,
 )
-from lucebox.engine.plan.ctxchoice import wanted_ctx
 from lucebox.engine.plan.enginechoice import NO_VISION
-from lucebox.engine.plan.memory import Plan, PlanRequest, make_plan
+from lucebox.engine.plan.memory.ctxchoice import wanted_ctx
+from lucebox.engine.plan.memory.memory import Plan, make_plan
+from lucebox.engine.plan.memory.request import PlanRequest
+from lucebox.engine.plan.memory.sizes import image_compute_bytes
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved
-from lucebox.engine.plan.sizes import image_compute_bytes
 
 
 @dataclass(frozen=True)

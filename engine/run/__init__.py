@@ -1,13 +1,11 @@
-"""Run: start the planned engine, keep it up, read its numbers, and measure speculation on it.
+"""Run: start the planned engine, keep it up, read its numbers, and measure on it.
 
-- ``supervisor`` (start, ready, restart, why it died), ``serverrun`` (the running server, its one
-  way to stop or restart), ``specwatch`` (its speculation guard), ``runstate`` (the lock and the
-  state file `status` reads), ``lastserved``, ``slots`` (warm prompts across restarts).
-- per engine kind: ``enginerun`` (its log reader, sampler and warm-up), ``enginelog`` and
-  ``metrics`` (llama-server's log reader and sampler), ``luceboxrun`` (the Lucebox engine's);
-  ``sample`` is what both report; ``ownrequests`` tells lucebox's own requests (warm-up,
-  probes) apart from clients' in the engine's log.
-- a served set: ``servedsetrun``, ``servedsetproxy``, ``servedsetmodels``, ``admission``.
-- measuring: ``calibrator`` and ``calibration`` (speculation chosen on this card), ``probes``,
-  ``chat`` (one timed chat); ``worker`` is `lucebox worker`, an RPC peer.
+- ``supervisor`` (start, ready, restart, why it died: ``death``, ``deathfacts``), ``serverrun`` (the
+  running server, its one way to stop or restart), ``specwatch`` (its speculation guard), ``hang``
+  (when a busy engine counts as hung), ``runstate`` (the lock and the state file `status` reads),
+  ``sample`` and ``servedsetmodels`` (what a run and a set's run report), ``gpustatus``,
+  ``lastserved``, ``slots`` (warm prompts across restarts), ``chat`` (one timed chat), ``worker``
+  (`lucebox worker`, an RPC peer).
+- ``kinds/``: how a running engine of each kind is read; ``front/``: lucebox's front door;
+  ``calibrate/``: measuring on the card once idle; ``servedset/``: a served set's run.
 """

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from lucebox.engine.engines import cputarget
 
 if TYPE_CHECKING:
-    from lucebox.engine.plan.sizes import MemoryBytes
+    from lucebox.engine.plan.memory.sizes import MemoryBytes
 
 LAST_LINES = 5
 """The engine's lines kept with a death: its last words before a crash."""

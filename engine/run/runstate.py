@@ -20,7 +20,7 @@ from typing import IO, Any, Literal, TypeVar, get_args
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import RunError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.plan.kvmodeview import ModesStatus
+from lucebox.engine.plan.lucebox.kvmodeview import ModesStatus
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import (
     CacheStatus,

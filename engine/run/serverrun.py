@@ -20,20 +20,19 @@ from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
-from lucebox.engine.plan.cpuread import cpu_cores
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
-from lucebox.engine.plan.measurements import PrefillRecorder
-from lucebox.engine.plan.specguard import Decision, SpecGuard
-from lucebox.engine.plan.workload import ServedRequest
+from lucebox.engine.plan.memory.cpuread import cpu_cores
+from lucebox.engine.plan.speculation.measurements import PrefillRecorder
+from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
+from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run import specwatch
-from lucebox.engine.run.apishape import Shapes
-from lucebox.engine.run.calibrator import Calibrator, running_label
+from lucebox.engine.run.calibrate.calibrator import Calibrator, running_label
+from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
+from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator
 from lucebox.engine.run.death import EngineDeath, port_taken
-from lucebox.engine.run.enginecalibrator import EngineCalibrator
-from lucebox.engine.run.enginelog import EngineLog
-from lucebox.engine.run.enginerun import engine_run
-from lucebox.engine.run.front import Front, FrontSpec, start_front
-from lucebox.engine.run.frontguard import FrontPolicy, machine_names
+from lucebox.engine.run.front.apishape import Shapes
+from lucebox.engine.run.front.front import Front, FrontSpec, start_front
+from lucebox.engine.run.front.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import (
     DEFAULT_BOUNDS,
@@ -43,9 +42,10 @@ from lucebox.engine.run.hang import (
     hung,
     observe,
 )
-from lucebox.engine.run.kvcalibrator import KvModeCalibrator
+from lucebox.engine.run.kinds.enginelog import EngineLog
+from lucebox.engine.run.kinds.enginerun import engine_run
+from lucebox.engine.run.kinds.metrics import Sampler, with_last_rates
 from lucebox.engine.run.lastserved import served_now, write_last_served
-from lucebox.engine.run.metrics import Sampler, with_last_rates
 from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
 from lucebox.engine.run.sample import CacheStatus, EngineStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from lucebox.engine.plan.specguard import Decision, RateSums, SpecGuard
-from lucebox.engine.plan.workload import ServedRequest
+from lucebox.engine.plan.speculation.specguard import Decision, RateSums, SpecGuard
+from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run.sample import Sample, SpecStatus
 
 

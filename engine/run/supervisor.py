@@ -51,8 +51,8 @@ from lucebox.engine.run.death import (
     port_taken,
 )
 from lucebox.engine.run.deathfacts import file_stamp, oom_kills, oom_kills_since, ram_users
-from lucebox.engine.run.enginerun import engine_run
-from lucebox.engine.run.ownrequests import OwnRequests
+from lucebox.engine.run.kinds.enginerun import engine_run
+from lucebox.engine.run.kinds.ownrequests import OwnRequests
 
 EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
 LOG_ROTATE_BYTES = 16 * 1024 * 1024

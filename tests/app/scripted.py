@@ -29,14 +29,15 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models import guard
 from lucebox.engine.pipeline import Emit, Prepared, StepEvent
-from lucebox.engine.plan import planner, presetchoice
+from lucebox.engine.plan import planner
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.servedsetplan import plan_set
-from lucebox.engine.run.metrics import Sample
+from lucebox.engine.plan.servedset.servedsetplan import plan_set
+from lucebox.engine.plan.sources import presetchoice
+from lucebox.engine.run.kinds.metrics import Sample
+from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
-from lucebox.engine.run.servedsetrun import ServedSetRun
 from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet, planned_models

@@ -16,7 +16,7 @@ from lucebox.app.cli.parser import main
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import bsa, lucebox
 from lucebox.engine.engines.source import SourceInfo
-from lucebox.engine.plan.luceboxplan import PREFILL_DRAFTER_BYTES, PREFILL_DRAFTER_SOURCE
+from lucebox.engine.plan.lucebox.luceboxplan import PREFILL_DRAFTER_BYTES, PREFILL_DRAFTER_SOURCE
 from tests.conftest import run_lucebox
 from tests.engine.builds import lucebox_build
 from tests.engine.engines.test_bsa import BSA_TARBALL

@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan.measurements import store_file
-from lucebox.engine.run.calibration import TIE_MARGIN
+from lucebox.engine.plan.speculation.measurements import store_file
+from lucebox.engine.run.calibrate.calibration import TIE_MARGIN
 from lucebox.engine.run.runstate import current_status
 from tests.conftest import run_lucebox
 from tests.ggufgen import cached_gguf, dflash_for, qwen35_target, widen

@@ -41,7 +41,7 @@ def test_status_json_reads_the_state_file_without_heavy_imports():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     # The long-context modes' status values are all of the planner it reads.
-    assert done.stderr.strip() == "['lucebox.engine.plan.kvmodeview']"
+    assert done.stderr.strip() == "['lucebox.engine.plan.lucebox.kvmodeview']"
     document = json.loads(done.stdout)
     assert (document["state"], document["model"], document["ctx"]) == ("ready", "smoke", 4096)
     assert document["sample"]["decode_tokens_per_s"] == 88.5

@@ -27,12 +27,12 @@ from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.memory.sizes import CTX_PAD
 from lucebox.engine.plan.options import ServeOptions
-from lucebox.engine.plan.servedsetplan import plan_set
-from lucebox.engine.plan.sizes import CTX_PAD
-from lucebox.engine.run import servedsetproxy
+from lucebox.engine.plan.servedset.servedsetplan import plan_set
+from lucebox.engine.run.servedset import servedsetproxy
+from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import child_line, failed_children
-from lucebox.engine.run.servedsetrun import ServedSetRun
 from tests.engine.run.test_supervisor import CUDA_OOM_LINE
 from tests.ports import free_port
 

@@ -17,8 +17,8 @@ from textual.widgets import DataTable, Input, Static
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.models.hubrepo import RepoHit
-from lucebox.engine.plan import quantchoice
-from lucebox.engine.plan.repoplan import RepoCandidates
+from lucebox.engine.plan.sources import quantchoice
+from lucebox.engine.plan.sources.repoplan import RepoCandidates
 
 
 @dataclass(frozen=True)

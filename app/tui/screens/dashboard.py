@@ -32,9 +32,9 @@ from lucebox.app.tui.widgets.readout import Readout
 from lucebox.app.tui.widgets.throughput import SPARK_POINTS, ThroughputPanel
 from lucebox.engine.engines import webui
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.plan.kvmodeview import ModesStatus
 from lucebox.engine.plan.launch import url_of
-from lucebox.engine.run.metrics import Sample, with_last_rates
+from lucebox.engine.plan.lucebox.kvmodeview import ModesStatus
+from lucebox.engine.run.kinds.metrics import Sample, with_last_rates
 from lucebox.engine.run.sample import EngineStatus, QueueStatus, SpecStatus
 from lucebox.engine.run.supervisor import ServerEvent
 

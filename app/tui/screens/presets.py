@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 
 from lucebox.app.tui.screens.browser import HubFinder, ModelBrowserScreen
 from lucebox.engine.core.units import gib_text
-from lucebox.engine.plan import presetchoice
+from lucebox.engine.plan.sources import presetchoice
 
 
 class PresetScreen(ModalScreen[str | None]):

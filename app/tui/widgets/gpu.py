@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from lucebox.app.tui.widgets.readout import Readout
 from lucebox.engine.core.units import gib_text, to_gib
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.run.metrics import Sample
+from lucebox.engine.run.kinds.metrics import Sample
 
 
 def vram_bar(

@@ -16,8 +16,8 @@ from textual.widgets import Label
 
 from lucebox.app.tui.widgets.readout import Readout, value_text
 from lucebox.app.tui.widgets.trend import Trend
-from lucebox.engine.plan.kvmodeview import ModesStatus
-from lucebox.engine.run.metrics import Sample
+from lucebox.engine.plan.lucebox.kvmodeview import ModesStatus
+from lucebox.engine.run.kinds.metrics import Sample
 from lucebox.engine.run.sample import QueueStatus, SpecStatus
 
 SPARK_POINTS = 60

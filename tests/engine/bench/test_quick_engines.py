@@ -7,7 +7,7 @@ from lucebox.engine.bench.compare import ServeConfig
 from lucebox.engine.bench.measure import CallSample
 from lucebox.engine.bench.quick import engines_verdict, probes_trial
 from lucebox.engine.plan.engineverdict import EngineMeasurement, verdict
-from lucebox.engine.run.probes import PROBES
+from lucebox.engine.run.calibrate.probes import PROBES
 
 PROMPTS = {"chat": 40, "code": 50, "edit": 330, "agent": 420}
 

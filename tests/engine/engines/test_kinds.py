@@ -5,7 +5,7 @@ from __future__ import annotations
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import probe_gpus
-from lucebox.engine.plan import luceboxroute
+from lucebox.engine.plan.lucebox import luceboxroute
 from tests.engine.builds import llama_build, lucebox_build
 from tests.engine.engines.test_cputarget import XEON_AMX
 from tests.engine.fake_nvml import FakeGpu, FakeNvml

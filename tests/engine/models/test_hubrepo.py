@@ -21,9 +21,9 @@ from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.models import hubrepo, quant
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.records import StoreError
-from lucebox.engine.plan import quantchoice, repoplan
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.sources import quantchoice, repoplan
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, cached_gguf, write_gguf
 from tests.hubserver import COMMIT, HubFile, HubState, serve_hub

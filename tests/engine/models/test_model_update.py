@@ -12,7 +12,7 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.doctor import check_model_updates
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import find_model
-from lucebox.engine.plan.measurements import file_identity
+from lucebox.engine.plan.speculation.measurements import file_identity
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, write_llama
 from tests.hubserver import COMMIT, HubFile

@@ -16,8 +16,8 @@ from lucebox.engine.core.errors import EXIT_REFUSED, GuardRefusal
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.models.projector import STAND_IN_SHAPES
 from lucebox.engine.models.records import list_models
+from lucebox.engine.plan.memory.sizes import image_compute_bytes
 from lucebox.engine.plan.options import ServeOptions, VisionMode
-from lucebox.engine.plan.sizes import image_compute_bytes
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.hubserver import HubFile, HubState

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan.agentprompt import ServedModel, prompt_warnings
+from lucebox.engine.plan.memory.agentprompt import ServedModel, prompt_warnings
 from lucebox.engine.run.lastserved import (
     LastServed,
     read_last_served,

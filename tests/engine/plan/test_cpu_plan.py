@@ -8,11 +8,12 @@ from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.modelinfo import inspect_model
-from lucebox.engine.plan import cpuread
 from lucebox.engine.plan.engineview import pinned_engine
-from lucebox.engine.plan.hostram import cpu_keep_free_bytes
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.memory import PlanRequest, make_plan
+from lucebox.engine.plan.memory import cpuread
+from lucebox.engine.plan.memory.hostram import cpu_keep_free_bytes
+from lucebox.engine.plan.memory.memory import make_plan
+from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.options import ServeOptions, resolve
 from tests.ggufgen import ModelSpec, cached_gguf
 
@@ -62,7 +63,7 @@ def test_the_context_is_what_the_cpu_reads_in_the_allowed_time():
 def test_presets_on_this_cpu_leave_ram_and_read_in_time():
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.machine import config
-    from lucebox.engine.plan import presetchoice
+    from lucebox.engine.plan.sources import presetchoice
 
     paths = resolve_paths()
     settings = config.load_settings(paths)
@@ -84,7 +85,8 @@ def test_presets_on_this_cpu_leave_ram_and_read_in_time():
 def test_a_measured_rate_replaces_the_estimate(tmp_path):
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.machine import config
-    from lucebox.engine.plan import measurements, planner
+    from lucebox.engine.plan import planner
+    from lucebox.engine.plan.speculation import measurements
 
     paths = resolve_paths()
     model = cached_gguf(ModelSpec(n_ctx=131072, basename="tiny-measured"))
@@ -109,7 +111,7 @@ def test_a_measured_rate_replaces_the_estimate(tmp_path):
 
 
 def test_beside_a_gpu_the_ram_keeps_its_share_too():
-    from lucebox.engine.plan.hostram import host_ram_bound
+    from lucebox.engine.plan.memory.hostram import host_ram_bound
 
     untouched = host_ram_bound(32 * GIB, None, 2 * GIB, 4 * GIB, 0)
     assert untouched == host_ram_bound(32 * GIB, None, 2 * GIB, 4 * GIB, 0)

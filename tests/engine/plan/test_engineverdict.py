@@ -13,8 +13,8 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.enginechoice import EngineFacts, choose_engine
 from lucebox.engine.plan.engineverdict import ENGINE_TIE_MARGIN, EngineMeasurement, verdict
-from lucebox.engine.plan.measurements import ProbeRate, TrialRate, store_file
-from lucebox.engine.plan.workload import ServedRequest
+from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate, store_file
+from lucebox.engine.plan.speculation.workload import ServedRequest
 
 # (name, prompt tokens, reply tokens) of the probe set as a 2K-context launch measured it.
 SHAPES = (("chat", 40, 96), ("code", 50, 192), ("edit", 330, 320), ("agent", 420, 160))

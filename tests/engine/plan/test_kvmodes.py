@@ -11,10 +11,10 @@ from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.pipeline import Prepared
-from lucebox.engine.plan import kvmodes
-from lucebox.engine.plan.kvmodes import KvModes, KvTrial, ModeRate
-from lucebox.engine.plan.measurements import STORE_VERSION, ProbeRate, read_section
+from lucebox.engine.plan.lucebox import kvmodes
+from lucebox.engine.plan.lucebox.kvmodes import KvModes, KvTrial, ModeRate
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.speculation.measurements import STORE_VERSION, ProbeRate, read_section
 from lucebox.engine.serving import Replanner
 from tests.conftest import run_lucebox
 from tests.engine.plan.test_kvmode import target

@@ -23,30 +23,30 @@ from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.gguf import read_header
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.modelinfo import info_from_header
-from lucebox.engine.plan import luceboxroute
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_env
-from lucebox.engine.plan.luceboxdevices import (
+from lucebox.engine.plan.lucebox import luceboxroute
+from lucebox.engine.plan.lucebox.luceboxdevices import (
     PLACEMENTS,
     Candidate,
     PlacementName,
     choose_placement,
     offered,
 )
-from lucebox.engine.plan.luceboxfit import build_memory
-from lucebox.engine.plan.luceboxplan import (
+from lucebox.engine.plan.lucebox.luceboxfit import build_memory
+from lucebox.engine.plan.lucebox.luceboxplan import (
     DRAFT_RUNTIME_BYTES,
     LuceboxRequest,
     plan_lucebox,
 )
-from lucebox.engine.plan.measurements import (
+from lucebox.engine.plan.memory.sizes import CUDA_CONTEXT_BYTES
+from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.speculation.measurements import (
     placement_key,
     read_placement_rates,
     write_placement_rate,
 )
-from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
-from lucebox.engine.plan.sizes import CUDA_CONTEXT_BYTES
 from tests.ggufgen import cached_gguf
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"

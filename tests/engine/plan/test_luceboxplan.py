@@ -24,10 +24,10 @@ from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.gguf import read_header
 from lucebox.engine.models.modelfacts import facts_from_info
 from lucebox.engine.models.modelinfo import info_from_header
-from lucebox.engine.plan import luceboxroute
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import engine_environ, server_argv
-from lucebox.engine.plan.luceboxplan import (
+from lucebox.engine.plan.lucebox import luceboxroute
+from lucebox.engine.plan.lucebox.luceboxplan import (
     DDTREE_MIN_BUDGET,
     PFLASH_SCORING_BYTES,
     LuceboxRequest,

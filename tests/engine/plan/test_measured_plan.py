@@ -13,15 +13,15 @@ from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan import planner
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.measurements import (
+from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.speculation.measurements import (
     OFF,
     Measurement,
     ProbeRate,
     TrialRate,
     write_measurement,
 )
-from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.speculation import SpecMode
+from lucebox.engine.plan.speculation.speculation import SpecMode
 from tests.conftest import run_lucebox
 from tests.ggufgen import cached_gguf, qwen35_target, widen
 
@@ -98,7 +98,7 @@ def test_a_head_whose_memory_costs_context_is_not_measured_under_auto(tmp_path):
 
 def test_a_guard_switch_off_is_written_back_so_a_restart_keeps_speculation_off():
     from lucebox.engine.pipeline import Prepared
-    from lucebox.engine.plan.specguard import Decision
+    from lucebox.engine.plan.speculation.specguard import Decision
     from lucebox.engine.serving import Replanner
 
     target = cached_gguf(qwen35_target())

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan import measurements
-from lucebox.engine.plan.measurements import (
+from lucebox.engine.plan.speculation import measurements
+from lucebox.engine.plan.speculation.measurements import (
     OFF,
     STORE_VERSION,
     Measurement,
@@ -24,7 +24,7 @@ from lucebox.engine.plan.measurements import (
     read_measurement,
     write_measurement,
 )
-from lucebox.engine.plan.speculation import SpecCandidate
+from lucebox.engine.plan.speculation.speculation import SpecCandidate
 
 KEY = MeasurementKey("a.gguf:10:00", None, "cpu b11434", "CPU", 2048, "f16/f16")
 

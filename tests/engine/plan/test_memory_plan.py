@@ -16,12 +16,13 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
 from lucebox.engine.models.modelinfo import inspect_model
 from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
-from lucebox.engine.plan.ctxchoice import ENOUGH_CTX
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.memory import PlanRequest, make_plan
+from lucebox.engine.plan.memory.ctxchoice import ENOUGH_CTX
+from lucebox.engine.plan.memory.memory import make_plan
+from lucebox.engine.plan.memory.request import PlanRequest
+from lucebox.engine.plan.memory.sizes import compute_bytes, kv_bytes, kvflash_pool
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.presetchoice import choose_preset, preset_table
-from lucebox.engine.plan.sizes import compute_bytes, kv_bytes, kvflash_pool
+from lucebox.engine.plan.sources.presetchoice import choose_preset, preset_table
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
@@ -497,7 +498,7 @@ def test_a_split_over_local_gpus_holds_two_compute_buffers_per_card():
     """llama-server runs a split over this PC's GPUs as a pipeline: each card held about twice
     the one-card compute buffer on two H200s (bench/results/h200x2-two-gpu.json); an RPC peer
     turns the pipeline off."""
-    from lucebox.engine.plan.sizes import compute_copies
+    from lucebox.engine.plan.memory.sizes import compute_copies
     from tests.engine.machine.test_peers import _budget, _peer
 
     assert compute_copies(_budget(((24, 0.3),), ())) == 1

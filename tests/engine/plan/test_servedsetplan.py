@@ -15,12 +15,17 @@ from lucebox.engine.machine.config import Settings, settings_from_toml
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_argv
+from lucebox.engine.plan.memory.sizes import CTX_PAD
 from lucebox.engine.plan.options import ServeOptions
-from lucebox.engine.plan.router import router_ini, router_spec, section_options
-from lucebox.engine.plan.servedsetplan import SetPlan, plan_set, respecced_set, smaller_context_set
-from lucebox.engine.plan.sizes import CTX_PAD
-from lucebox.engine.plan.specguard import Decision
-from lucebox.engine.run.calibrator import running_label
+from lucebox.engine.plan.servedset.router import router_ini, router_spec, section_options
+from lucebox.engine.plan.servedset.servedsetplan import (
+    SetPlan,
+    plan_set,
+    respecced_set,
+    smaller_context_set,
+)
+from lucebox.engine.plan.speculation.specguard import Decision
+from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.servedset import placements_of
 from lucebox.engine.serving import keep_guard_off
 from tests.engine.fake_nvml import FakeNvml
@@ -229,7 +234,7 @@ def test_models_settings_parse():
 
 
 def test_the_proxy_keeps_a_model_per_card_where_a_count_would_keep_one_in_all():
-    from lucebox.engine.run.admission import evictions
+    from lucebox.engine.run.servedset.admission import evictions
     from lucebox.engine.servedset import placements_of
 
     planned = _plan(BIG_TRIO, _budget((24576, 24576)))

@@ -6,15 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from lucebox.engine.plan.specguard import (
+from lucebox.engine.plan.speculation.specguard import (
     MIN_DECODED_TOKENS,
     MIN_DRAFTED_TOKENS,
     SpecGuard,
     acceptance_floor,
     describe,
 )
-from lucebox.engine.plan.workload import RateCurve, ServedRequest
-from lucebox.engine.run.luceboxrun import LuceboxLog
+from lucebox.engine.plan.speculation.workload import RateCurve, ServedRequest
+from lucebox.engine.run.kinds.luceboxrun import LuceboxLog
 from tests.luceboxfake import FIXTURES
 
 

@@ -25,8 +25,8 @@ from lucebox.engine.models.projector import (
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
-from lucebox.engine.plan.router import router_ini
-from lucebox.engine.plan.servedsetplan import plan_set
+from lucebox.engine.plan.servedset.router import router_ini
+from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.plan.visionplan import projector_bytes
 from tests.ggufgen import ModelSpec, ProjectorSpec, cached_gguf, write_gguf
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.plan.measurements import (
+from lucebox.engine.plan.speculation.measurements import (
     OFF,
     Measurement,
     MeasurementKey,
@@ -19,8 +19,8 @@ from lucebox.engine.plan.measurements import (
     read_measurement,
     write_measurement,
 )
-from lucebox.engine.plan.speculation import SpecCandidate
-from lucebox.engine.plan.workload import (
+from lucebox.engine.plan.speculation.speculation import SpecCandidate
+from lucebox.engine.plan.speculation.workload import (
     MIN_MIX_REQUESTS,
     ServedRequest,
     mix_moved,
@@ -28,8 +28,8 @@ from lucebox.engine.plan.workload import (
     probe_mix,
     served_mix,
 )
-from lucebox.engine.run import calibration
-from lucebox.engine.run.calibrator import CalibrationSetup, Calibrator
+from lucebox.engine.run.calibrate import calibration
+from lucebox.engine.run.calibrate.calibrator import CalibrationSetup, Calibrator
 from lucebox.engine.run.sample import SpecStatus
 
 KEY = MeasurementKey("t.gguf:1:ab", None, "cpu b11434", "CPU", 4096, "f16/f16")

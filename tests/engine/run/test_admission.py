@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lucebox.engine.run.admission import Placement, evictions
+from lucebox.engine.run.servedset.admission import Placement, evictions
 
 MIB = 2**20
 # The CPU set under a 1000 MiB budget (plans + 40 MiB per process): 960 MiB after the router.
@@ -40,7 +40,7 @@ def test_evictions(wanted, loaded, last_used, busy, expected):
 
 
 def test_the_model_a_request_names():
-    from lucebox.engine.run.servedsetproxy import model_of
+    from lucebox.engine.run.servedset.servedsetproxy import model_of
 
     assert model_of(b"/v1/chat/completions", b'{"model": "smoke", "messages": []}') == "smoke"
     assert model_of(b"/metrics?model=smollm2", b"") == "smollm2"

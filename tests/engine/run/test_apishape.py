@@ -22,7 +22,7 @@ from openai.types import Model
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
-from lucebox.engine.run.apishape import (
+from lucebox.engine.run.front.apishape import (
     ShapeContext,
     Shapes,
     StreamShaper,
@@ -30,7 +30,7 @@ from lucebox.engine.run.apishape import (
     shape_request,
     shape_response,
 )
-from lucebox.engine.run.front import FrontSpec
+from lucebox.engine.run.front.front import FrontSpec
 from tests.frontserver import loopback_policy, running_front
 from tests.ports import free_port
 

@@ -15,13 +15,13 @@ import httpx
 import openai
 import pytest
 
-from lucebox.engine.run.apishape import (
+from lucebox.engine.run.front.apishape import (
     ShapeContext,
     Shapes,
     StreamShaper,
     shape_request,
 )
-from lucebox.engine.run.front import FrontSpec
+from lucebox.engine.run.front.front import FrontSpec
 from tests.conftest import run_lucebox
 from tests.engineserver import RunningServer, running_server
 from tests.frontserver import RunningFront, loopback_policy, running_front

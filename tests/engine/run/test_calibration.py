@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lucebox.engine.plan.measurements import (
+from lucebox.engine.plan.speculation.measurements import (
     OFF,
     Measurement,
     MeasurementKey,
     ProbeRate,
     TrialRate,
 )
-from lucebox.engine.plan.speculation import SpecCandidate
-from lucebox.engine.run import calibration
-from lucebox.engine.run.calibration import OFF_TRIAL, trial_of, trials_for
+from lucebox.engine.plan.speculation.speculation import SpecCandidate
+from lucebox.engine.run.calibrate import calibration
+from lucebox.engine.run.calibrate.calibration import OFF_TRIAL, trial_of, trials_for
 
 KEY = MeasurementKey("t.gguf:1:ab", None, "llama.cpp-b11434-cuda b11434", "H100", 8192, "f16/f16")
 MTP = SpecCandidate("draft-mtp", False, 3, 0.75, "head")

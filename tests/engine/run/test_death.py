@@ -147,7 +147,7 @@ def test_the_cause_round_trips_through_the_state_file():
 
 
 def test_the_host_ram_a_plan_holds_on_a_cpu_and_beside_a_gpu():
-    from lucebox.engine.plan.sizes import MemoryBytes
+    from lucebox.engine.plan.memory.sizes import MemoryBytes
 
     gib = 1024**3
     on_cpu = MemoryBytes(2 * gib, gib, 0, gib // 2, 0, 0, 12 * gib, gib // 2, 0, True)

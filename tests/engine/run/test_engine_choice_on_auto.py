@@ -29,7 +29,7 @@ from lucebox.engine.machine import config, gpu
 from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
-from lucebox.engine.run.frontwire import CARRIES_TOKEN
+from lucebox.engine.run.front.frontwire import CARRIES_TOKEN
 from tests.engine.builds import lucebox_build
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 from tests.engine.run.test_enginecalibration import until

@@ -24,11 +24,11 @@ from lucebox.engine.engines import registry
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.launch import ServerLaunch
-from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
-from lucebox.engine.plan.memory import Plan
-from lucebox.engine.plan.sizes import MemoryBytes
-from lucebox.engine.run.enginecalibrator import EngineCalibrator, EngineSetup
-from lucebox.engine.run.luceboxrun import parse_reply, reply_from_usage
+from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags
+from lucebox.engine.plan.memory.memory import Plan
+from lucebox.engine.plan.memory.sizes import MemoryBytes
+from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, EngineSetup
+from lucebox.engine.run.kinds.luceboxrun import parse_reply, reply_from_usage
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from tests.luceboxfake import rated_reply

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lucebox.engine.run.enginelog import EngineLog
+from lucebox.engine.run.kinds.enginelog import EngineLog
 from tests.engine.enginelog import engine_lines, http_seen
 
 

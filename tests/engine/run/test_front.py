@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lucebox.engine.run.front import FrontSpec
+from lucebox.engine.run.front.front import FrontSpec
 from lucebox.engine.run.runstate import Status
 from tests.conftest import run_lucebox
 from tests.engineserver import RunningServer, running_server

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from lucebox.engine.run.frontguard import FrontPolicy, refusal
-from lucebox.engine.run.frontqueue import FrontQueue, QueueFullError
+from lucebox.engine.run.front.frontguard import FrontPolicy, refusal
+from lucebox.engine.run.front.frontqueue import FrontQueue, QueueFullError
 from lucebox.engine.run.hang import DECODE_SILENCE_S, HangBounds, Watch, hung, observe
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus

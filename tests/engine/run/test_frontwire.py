@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lucebox.engine.run.frontwire import LAST_EVENT
+from lucebox.engine.run.front.frontwire import LAST_EVENT
 
 
 @pytest.mark.parametrize(

@@ -18,14 +18,14 @@ import pytest
 
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.core.units import GIB
-from lucebox.engine.plan import kvmodes
-from lucebox.engine.plan.kvmodes import KvModesPlan, KvTrial
 from lucebox.engine.plan.launch import ServerLaunch, server_argv
-from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
-from lucebox.engine.plan.memory import Plan
-from lucebox.engine.plan.sizes import MemoryBytes
+from lucebox.engine.plan.lucebox import kvmodes
+from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan, KvTrial
+from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags
+from lucebox.engine.plan.memory.memory import Plan
+from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run import runstate
-from lucebox.engine.run.kvcalibrator import KvModeCalibrator, KvSetup
+from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from tests.engine.run.test_enginecalibration import until

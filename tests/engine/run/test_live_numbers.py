@@ -13,8 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lucebox.engine.run.enginelog import EngineLog
-from lucebox.engine.run.luceboxrun import LuceboxLog, LuceboxSampler, parse_decode, parse_reply
+from lucebox.engine.run.kinds.enginelog import EngineLog
+from lucebox.engine.run.kinds.luceboxrun import (
+    LuceboxLog,
+    LuceboxSampler,
+    parse_decode,
+    parse_reply,
+)
 from tests.engine.enginelog import engine_lines
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lucebox.engine.engines.luceboxbuild import capabilities_of, parse_help
 from lucebox.engine.run.death import DeathFacts, name_death
-from lucebox.engine.run.luceboxrun import (
+from lucebox.engine.run.kinds.luceboxrun import (
     LuceboxLog,
     parse_decode,
     parse_pool,

@@ -21,11 +21,11 @@ import pytest
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.plan.launch import ServerLaunch
-from lucebox.engine.plan.luceboxlaunch import LuceboxFlags
-from lucebox.engine.plan.memory import Plan
-from lucebox.engine.plan.sizes import MemoryBytes
-from lucebox.engine.plan.specguard import Decision, SpecGuard
-from lucebox.engine.run.calibrator import ProbeSender
+from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags
+from lucebox.engine.plan.memory.memory import Plan
+from lucebox.engine.plan.memory.sizes import MemoryBytes
+from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
+from lucebox.engine.run.calibrate.probing import ProbeSender
 from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun import ServerRun

@@ -9,8 +9,8 @@ import os
 import httpx
 import pytest
 
-from lucebox.engine.run.enginelog import EngineLog
-from lucebox.engine.run.metrics import (
+from lucebox.engine.run.kinds.enginelog import EngineLog
+from lucebox.engine.run.kinds.metrics import (
     RateWindow,
     Sampler,
     WindowRates,

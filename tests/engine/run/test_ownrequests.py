@@ -3,7 +3,7 @@ reaches lucebox first; a client's request is never claimed."""
 
 from __future__ import annotations
 
-from lucebox.engine.run.ownrequests import OwnRequests
+from lucebox.engine.run.kinds.ownrequests import OwnRequests
 
 
 def test_a_line_before_its_answer_and_one_after_each_pair_once():

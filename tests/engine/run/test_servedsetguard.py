@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from lucebox.engine.run.servedsetguard import (
+from lucebox.engine.run.servedset.servedsetguard import (
     NO_SPEC,
     ChildSpecGuard,
     ModelSpec,
@@ -16,7 +16,7 @@ from lucebox.engine.run.servedsetguard import (
     spec_status,
     watched_for,
 )
-from lucebox.engine.run.servedsethang import ChildLook, look_at_child
+from lucebox.engine.run.servedset.servedsethang import ChildLook, look_at_child
 
 DFLASH = ModelSpec("draft-dflash", 15, "draft x (draft-dflash, 15-token drafts)", guarded=True)
 

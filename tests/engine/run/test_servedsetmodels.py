@@ -10,6 +10,7 @@ import pytest
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.run.runstate import Status
+from lucebox.engine.run.servedset.servedsetrun import PlannedModel, model_statuses
 from lucebox.engine.run.servedsetmodels import (
     ModelStatus,
     find_model,
@@ -17,7 +18,6 @@ from lucebox.engine.run.servedsetmodels import (
     router_change,
     router_states,
 )
-from lucebox.engine.run.servedsetrun import PlannedModel, model_statuses
 
 RECORDED = Path(__file__).parents[1] / "routerlog"
 PLANNED = (

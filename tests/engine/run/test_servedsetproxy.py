@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from lucebox.engine.run.admission import Placement
-from lucebox.engine.run.frontguard import FrontPolicy
-from lucebox.engine.run.servedsetproxy import ModelGate, ServedSetProxy
+from lucebox.engine.run.front.frontguard import FrontPolicy
+from lucebox.engine.run.servedset.admission import Placement
+from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy
 from tests.frontserver import loopback_policy
 
 MIB = 2**20

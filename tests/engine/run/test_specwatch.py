@@ -3,7 +3,7 @@ choice of mode only warns, and a switch-off replaces the sampler's view of specu
 
 from __future__ import annotations
 
-from lucebox.engine.plan.specguard import SpecGuard
+from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.run.sample import Sample, SpecStatus
 from lucebox.engine.run.specwatch import SpecWatch, step
 

@@ -17,7 +17,8 @@ from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.ports import port_holder
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
 from lucebox.engine.plan.launch import ServerLaunch, server_argv
-from lucebox.engine.plan.memory import PlanRequest, make_plan
+from lucebox.engine.plan.memory.memory import make_plan
+from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
 from lucebox.engine.run.death import log_cause

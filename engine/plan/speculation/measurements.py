@@ -1,0 +1,519 @@
+"""The measurement store: what each speculation did to decode speed on this card, and how
+fast this PC's CPU reads prompts per model (the ``prefill`` section: a CPU context is bounded
+by it, plan/memory/cpuread.py).
+
+One small JSON file in the data dir, one entry per (model file, draft file, engine build, card,
+context, KV type): the token-weighted decode rate of every configuration the calibration
+measured there, no speculation included, and the speculation the guard switched off while
+serving (so a restart does not serve it again). The planner reads it to choose, `status` and
+the dashboard to show what speculation gains or costs, `bench` to compare; the calibration
+writes it, one configuration at a time, so an interrupted calibration resumes where it was.
+The ``engines`` section keeps each engine's measured rates per launch that both engines can
+serve (plan/engineverdict.py).
+
+The version moves with the shape: an older store is read (keys added since read as absent),
+a newer one is refused, for reading and writing alike, rather than rewritten without the
+fields this version does not know.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.models.records import list_models
+from lucebox.engine.plan.speculation.speculation import SpecCandidate
+from lucebox.engine.plan.speculation.workload import ProbeShape, RateCurve, probe_mix
+
+STORE_NAME = "spec-measurements.json"
+STORE_VERSION = 2
+"""2: probes keep their prefill seconds, entries the guard's switch-offs, and the ``engines``
+section exists. A new section (``kv_modes``, plan/lucebox/kvmodes.py) does not move it: a writer
+keeps the sections it does not know, so an older lucebox neither drops it nor needs to refuse."""
+IDENTITY_BYTES = 1 << 20
+"""A model file is known by its name, size and the hash of its first MiB (header and
+metadata): hashing a 15 GB file at every start would cost a minute."""
+OFF = "off"
+"""The label of the configuration without speculation: the baseline."""
+
+
+def store_file(paths: Paths) -> Path:
+    return paths.data_dir / STORE_NAME
+
+
+def file_identity(path: Path, paths: Paths | None = None) -> str:
+    """``name:size:hash`` of a model file; the name alone when it cannot be read.
+
+    The hash is of the sha256 of every file the store recorded for the model ``path`` is the
+    main file of (with ``paths``): a new revision differs wherever its bytes do, in any shard,
+    and costs no read. A file the store does not know is hashed by its first MiB."""
+    try:
+        size = path.stat().st_size
+        recorded = _recorded_sha256s(paths, path) if paths is not None else None
+        if recorded is None:
+            with path.open("rb") as handle:
+                recorded = handle.read(IDENTITY_BYTES)
+    except OSError:
+        return path.name
+    return f"{path.name}:{size}:{hashlib.sha256(recorded).hexdigest()[:16]}"
+
+
+def _recorded_sha256s(paths: Paths, path: Path) -> bytes | None:
+    main = path.resolve()
+    for record in list_models(paths):
+        if record.main_path.resolve() == main and all(f.sha256 for f in record.files):
+            return " ".join(f.sha256 for f in record.files).encode()
+    return None
+
+
+def config_label(spec_type: str | None, draft_max: int | None, p_min: float | None) -> str:
+    """One speculation configuration as a short stable name (``draft-mtp n3 p0.75``)."""
+    if spec_type is None:
+        return OFF
+    parts = [spec_type]
+    if draft_max is not None:
+        parts.append(f"n{draft_max}")
+    if p_min is not None:
+        parts.append(f"p{p_min:g}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class MeasurementKey:
+    """What a measurement holds for: another file, build, card, context or KV type may differ."""
+
+    model: str
+    draft: str | None
+    engine: str
+    card: str
+    ctx: int
+    kv: str
+
+    def text(self) -> str:
+        return " | ".join(
+            [self.model, self.draft or "-", self.engine, self.card, str(self.ctx), self.kv]
+        )
+
+
+@dataclass(frozen=True)
+class ProbeRate:
+    """One probe's reply: tokens decoded and the engine's decode seconds for them."""
+
+    name: str
+    tokens: int
+    decode_s: float
+    drafted: int = 0
+    accepted: int = 0
+    weight: int = 0
+    """Tokens the probe asked for: its share of the rate, the same whatever configuration (a
+    speculating engine's numerics differ a little, so its reply may end sooner or later)."""
+    prompt_tokens: int = 0
+    """The whole prompt the reply decoded after (the engine's prompt_n + cache_n); 0 in
+    entries stored before it was kept."""
+    prefill_s: float = 0.0
+    """Seconds the engine took to read the prompt (its time to first token, less the HTTP
+    round trip); 0 in entries stored before it was kept."""
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def asked(self) -> int:
+        """Its weight in the probes' own mix: the tokens it asked for, else those decoded."""
+        return self.weight or self.tokens
+
+    @classmethod
+    def from_json(cls, data: Any) -> ProbeRate:
+        """One stored probe; keys this version does not know are left out."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+@dataclass(frozen=True)
+class TrialRate:
+    """One configuration measured over the probe set."""
+
+    label: str
+    spec_type: str | None
+    draft_max: int | None
+    p_min: float | None
+    probes: tuple[ProbeRate, ...]
+    at: float
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.tokens for p in self.probes)
+
+    @property
+    def tok_s(self) -> float:
+        """Token-weighted decode rate over the probes, each weighted by the tokens it asked
+        for (its ``weight``), so every configuration is judged on the same mix; probes without
+        a weight count the tokens they decoded."""
+        return self.rate_for({p.name: p.asked for p in self.probes})
+
+    def rate_for(self, mix: Mapping[str, float]) -> float:
+        """Decode rate over the probes, each weighted by its share in ``mix``."""
+        timed = [p for p in self.probes if p.tok_s > 0 and mix.get(p.name, 0) > 0]
+        seconds = sum(mix[p.name] / p.tok_s for p in timed)
+        return sum(mix[p.name] for p in timed) / seconds if seconds > 0 else 0.0
+
+    def shapes(self) -> tuple[ProbeShape, ...]:
+        """The probes as the served requests are matched against them."""
+        return tuple(
+            ProbeShape(p.name, p.prompt_tokens, p.tokens, p.tok_s, p.asked) for p in self.probes
+        )
+
+    @property
+    def drafted(self) -> int:
+        return sum(p.drafted for p in self.probes)
+
+    @property
+    def accepted(self) -> int:
+        return sum(p.accepted for p in self.probes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "spec_type": self.spec_type,
+            "draft_max": self.draft_max,
+            "p_min": self.p_min,
+            "tok_s": round(self.tok_s, 2),
+            "probes": [vars(p) for p in self.probes],
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> TrialRate | None:
+        if not isinstance(data, dict) or not isinstance(data.get("label"), str):
+            return None
+        try:
+            probes = tuple(ProbeRate.from_json(p) for p in data.get("probes") or [])
+            return cls(
+                data["label"],
+                data.get("spec_type"),
+                data.get("draft_max"),
+                data.get("p_min"),
+                probes,
+                float(data.get("at") or 0.0),
+            )
+        except (TypeError, AttributeError):
+            return None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Every configuration measured for one key, and the verdict once the set is complete."""
+
+    key: MeasurementKey
+    trials: tuple[TrialRate, ...] = ()
+    chosen: str | None = None
+    """The label that serves under ``--spec auto``; None until the calibration has finished."""
+    why: str = ""
+    mix: tuple[tuple[str, float], ...] = ()
+    """The share of each probe that rates are weighed by: the served mix the last re-measure
+    was for; empty for the probes' own mix (each by the tokens it asks for)."""
+    remeasure_at: float = 0.0
+    """Unix time the served mix moved away from ``mix``: trials measured before it are due
+    again; 0 when none is."""
+    remeasure_why: str = ""
+    guard_off: tuple[tuple[str, str], ...] = ()
+    """(label, why) of each configuration the speculation guard switched off while serving:
+    it stays off across restarts until the served mix moves (a re-measure clears it)."""
+
+    def switched_off(self, spec_type: str) -> str | None:
+        """Why the guard switched a configuration of ``spec_type`` off while serving; None when
+        it did not."""
+        return next((why for off, why in self.guard_off if off.split()[0] == spec_type), None)
+
+    def with_guard_off(self, label: str, why: str) -> Measurement:
+        kept = tuple(item for item in self.guard_off if item[0] != label)
+        return replace(self, guard_off=(*kept, (label, why)))
+
+    def trial(self, label: str) -> TrialRate | None:
+        return next((t for t in self.trials if t.label == label), None)
+
+    def fresh(self, label: str) -> bool:
+        """Whether ``label`` was measured and is not due again."""
+        trial = self.trial(label)
+        return trial is not None and trial.at >= self.remeasure_at
+
+    def rate(self, trial: TrialRate) -> float:
+        """``trial``'s decode rate over the mix this measurement is weighed by."""
+        return trial.rate_for(dict(self.mix)) if self.mix else trial.tok_s
+
+    def weighed_mix(self) -> dict[str, float]:
+        """The probe shares the rates are weighed by now."""
+        base = self.baseline
+        return dict(self.mix) if self.mix else probe_mix(base.shapes() if base else ())
+
+    def baseline_curve(self) -> RateCurve | None:
+        """The rate without speculation by prompt length; None before it was measured."""
+        base = self.baseline
+        if base is None or self.rate(base) <= 0:
+            return None
+        return RateCurve.of(base.shapes(), self.rate(base))
+
+    def remeasure(self, mix: Mapping[str, float], why: str, at: float) -> Measurement:
+        """Every configuration due again, its rates to be weighed by the served ``mix``; the
+        verdict stands (and serves) until the re-measure replaces it."""
+        return replace(
+            self,
+            mix=tuple(sorted(mix.items())),
+            remeasure_at=at,
+            remeasure_why=why,
+            guard_off=(),
+        )
+
+    @property
+    def baseline(self) -> TrialRate | None:
+        return self.trial(OFF)
+
+    def with_trial(self, trial: TrialRate) -> Measurement:
+        kept = tuple(t for t in self.trials if t.label != trial.label)
+        return replace(self, trials=(*kept, trial))
+
+    def ratio(self, label: str) -> float | None:
+        """``label``'s decode rate over the rate without speculation; None before both ran."""
+        base, trial = self.baseline, self.trial(label)
+        if base is None or trial is None or self.rate(base) <= 0:
+            return None
+        return self.rate(trial) / self.rate(base)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": vars(self.key),
+            "trials": [t.to_json() for t in self.trials],
+            "chosen": self.chosen,
+            "why": self.why,
+            "mix": dict(self.mix),
+            "remeasure_at": self.remeasure_at,
+            "remeasure_why": self.remeasure_why,
+            "guard_off": dict(self.guard_off),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Measurement | None:
+        if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
+            return None
+        try:
+            key = MeasurementKey(**data["key"])
+        except TypeError:
+            return None
+        trials = [TrialRate.from_json(t) for t in data.get("trials") or []]
+        chosen = data.get("chosen")
+        mix = data.get("mix")
+        shares = mix.items() if isinstance(mix, dict) else ()
+        off = data.get("guard_off")
+        switched = off.items() if isinstance(off, dict) else ()
+        return cls(
+            key,
+            tuple(t for t in trials if t is not None),
+            chosen if isinstance(chosen, str) else None,
+            str(data.get("why") or ""),
+            tuple(sorted((str(n), float(v)) for n, v in shares if isinstance(v, int | float))),
+            float(data.get("remeasure_at") or 0.0),
+            str(data.get("remeasure_why") or ""),
+            tuple((str(label), str(why)) for label, why in switched),
+        )
+
+
+class StoreVersionError(LuceboxError):
+    """The measurement store was written by a newer lucebox, in a shape this one cannot keep."""
+
+
+def _read_document(paths: Paths) -> dict[str, Any]:
+    """The whole store; {} when there is none or it is unreadable. Raises
+    :class:`StoreVersionError` for a store of a newer version."""
+    path = store_file(paths)
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    version = data.get("version")
+    if isinstance(version, int) and version > STORE_VERSION:
+        raise StoreVersionError(
+            f"the measurement store {path} is version {version}, written by a newer lucebox; "
+            f"this one reads up to version {STORE_VERSION} and would lose what it does not know",
+            hint=f"run the newer lucebox, or move {path.name} aside to measure again",
+        )
+    if not isinstance(version, int) or version < 1:
+        return {}
+    return data
+
+
+def read_section(paths: Paths, name: str) -> dict[str, Any]:
+    found = _read_document(paths).get(name)
+    return found if isinstance(found, dict) else {}
+
+
+def write_section(paths: Paths, name: str, section: dict[str, Any]) -> None:
+    """Keep ``section`` under ``name``, the other sections as they are."""
+    document = {**_read_document(paths), "version": STORE_VERSION, name: section}
+    paths.ensure(paths.data_dir)
+    write_text_atomic(store_file(paths), json.dumps(document, indent=1))
+
+
+def write_entry(paths: Paths, name: str, key: str, entry: dict[str, Any]) -> None:
+    """Keep ``entry`` under ``key`` in the section ``name``, the rest as it is."""
+    section = read_section(paths, name)
+    section[key] = entry
+    write_section(paths, name, section)
+
+
+def _read_all(paths: Paths) -> dict[str, Any]:
+    return read_section(paths, "entries")
+
+
+def read_measurement(paths: Paths, key: MeasurementKey) -> Measurement | None:
+    """What the store holds for ``key``; None when nothing was measured (or the file is bad)."""
+    return Measurement.from_json(_read_all(paths).get(key.text()))
+
+
+def write_measurement(paths: Paths, measurement: Measurement) -> None:
+    """Keep ``measurement`` under its key, leaving the other keys as they are."""
+    entries = _read_all(paths)
+    entries[measurement.key.text()] = measurement.to_json()
+    write_section(paths, "entries", entries)
+
+
+# --- prefill: how fast this PC's CPU reads prompts, per model ---------------------------------
+
+PREFILL_MIN_TOKENS = 2048
+"""A prefill rate is kept once this many prompt tokens were read: fewer say little about a
+long read."""
+PREFILL_REWRITE_TOKENS = 4096
+"""Later measurements rewrite the store after this many more tokens (not on every sample)."""
+
+
+@dataclass(frozen=True)
+class PrefillRate:
+    """The engine's own prefill totals for one model served on this many CPU cores."""
+
+    tokens: int
+    seconds: float
+    cores: int
+    at: float
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _prefill_key(paths: Paths, model: Path, cores: int) -> str:
+    return f"{file_identity(model, paths)} | {cores} cores"
+
+
+def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
+    """The prefill rate measured for ``model`` on this many cores, once it read enough."""
+    entry = read_section(paths, "prefill").get(_prefill_key(paths, model, cores))
+    try:
+        rate = PrefillRate(**entry) if isinstance(entry, dict) else None
+    except TypeError:
+        return None
+    if rate is None or rate.tokens < PREFILL_MIN_TOKENS or rate.seconds <= 0:
+        return None
+    return rate
+
+
+def write_prefill(paths: Paths, model: Path, cores: int, tokens: int, seconds: float) -> None:
+    section = read_section(paths, "prefill")
+    section[_prefill_key(paths, model, cores)] = vars(
+        PrefillRate(tokens, round(seconds, 3), cores, time.time())
+    )
+    write_section(paths, "prefill", section)
+
+
+class PrefillRecorder:
+    """Feeds one CPU run's cumulative prefill totals into the store, now and then."""
+
+    def __init__(self, paths: Paths, model: Path, cores: int) -> None:
+        self.paths, self.model, self.cores = paths, model, cores
+        self.written_tokens = 0
+
+    def observe(self, tokens_total: int, seconds_total: float) -> None:
+        if tokens_total < PREFILL_MIN_TOKENS:
+            return
+        if self.written_tokens and tokens_total - self.written_tokens < PREFILL_REWRITE_TOKENS:
+            return
+        try:
+            write_prefill(self.paths, self.model, self.cores, tokens_total, seconds_total)
+        except OSError:
+            return  # a measurement is worth a retry on the next sample, not a crash
+        self.written_tokens = tokens_total
+
+
+def key_for(
+    target: Path,
+    draft: Path | None,
+    engine: str,
+    card: str,
+    ctx: int,
+    kv: str,
+    paths: Paths | None = None,
+) -> MeasurementKey:
+    return MeasurementKey(
+        file_identity(target, paths),
+        file_identity(draft, paths) if draft is not None else None,
+        engine,
+        card,
+        ctx,
+        kv,
+    )
+
+
+def measured_choice(
+    found: list[SpecCandidate], measurement: Measurement | None
+) -> list[SpecCandidate] | None:
+    """The candidates narrowed to what the measurement chose (empty: none is fastest); None
+    when there is no verdict, or the chosen mode is not possible any more."""
+    if measurement is None:
+        return None
+    if found and measurement.switched_off(found[0].spec_type) is not None:
+        return []  # the guard switched what would serve off while serving: it stays off
+    if measurement.chosen is None:
+        return None
+    if measurement.chosen == OFF:
+        return []
+    trial = measurement.trial(measurement.chosen)
+    match = [c for c in found if trial is not None and c.spec_type == trial.spec_type]
+    if trial is None or not match:
+        return None
+    why = f"{match[0].why}; served as {trial.label}: {measurement.why}"
+    return [replace(match[0], draft_max=trial.draft_max, p_min=trial.p_min, why=why)]
+
+
+def placement_key(target: Path, draft: Path | None, engine: str, cards: tuple[str, ...]) -> str:
+    """The Lucebox engine's files, build and the cards a two-card placement chooses among."""
+    files = f"{file_identity(target)} | {file_identity(draft) if draft else '-'}"
+    return f"{files} | {engine} | {' + '.join(cards)}"
+
+
+def read_placement_rates(paths: Paths, key: str) -> dict[str, float]:
+    """Decode tok/s measured per placement (bench/two_gpu.py measures them on the cards)."""
+    entry = read_section(paths, "placements").get(key)
+    if not isinstance(entry, dict):
+        return {}
+    return {
+        name: float(rate)
+        for name, rate in entry.items()
+        if isinstance(rate, int | float) and rate > 0
+    }
+
+
+def write_placement_rate(paths: Paths, key: str, placement: str, decode_tok_s: float) -> None:
+    section = read_section(paths, "placements")
+    entry = section.get(key)
+    kept = entry if isinstance(entry, dict) else {}
+    section[key] = {**kept, placement: round(decode_tok_s, 1)}
+    write_section(paths, "placements", section)

@@ -1,0 +1,159 @@
+"""Which speculation to serve, from decode rates measured on this card (pure).
+
+Floors from a break-even table cannot know a given file, quant, card and prompt mix (a head
+that never passes its p-min drafts nothing yet costs a third of the speed), so the calibration
+measures: the probe set with no speculation and with at most three configurations the planner
+allows, each a restart through the planner. The fastest by token-weighted decode (each probe
+weighted by the tokens it asks for, the same mix for every configuration) wins; a mode
+must beat none by more than the noise of one measurement, so ties go to none. A mode the user
+forced is measured too (against none), so they see what it costs, but is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from lucebox.engine.plan.speculation.measurements import (
+    OFF,
+    Measurement,
+    ProbeRate,
+    TrialRate,
+    config_label,
+)
+from lucebox.engine.plan.speculation.speculation import MODE_OF_TYPE, SpecCandidate, SpecMode
+from lucebox.engine.run.sample import MeasuredRate, SpecStatus
+
+MAX_CANDIDATES = 3
+"""Configurations measured besides none: each costs a restart and the probes."""
+TIE_MARGIN = 0.03
+"""A mode must beat none by more than this share to be chosen: two runs of the same launch
+differ by about 1-2% (bench/spec_breakeven.py), and a tie costs nothing to lose."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One configuration to measure: what the planner is asked to re-plan with."""
+
+    label: str
+    mode: SpecMode
+    spec_type: str | None
+    draft_max: int | None
+    p_min: float | None
+
+
+OFF_TRIAL = Trial(OFF, "off", None, None, None)
+
+
+def trial_of(spec_type: str | None, draft_max: int | None, p_min: float | None) -> Trial:
+    if spec_type is None:
+        return OFF_TRIAL
+    mode = MODE_OF_TYPE.get(spec_type, "auto")
+    return Trial(config_label(spec_type, draft_max, p_min), mode, spec_type, draft_max, p_min)
+
+
+def trials_for(candidates: Sequence[SpecCandidate], *, forced: bool) -> tuple[Trial, ...]:
+    """None first, then the planner's candidates best first, at most ``MAX_CANDIDATES``.
+
+    An MTP head with a p-min gets a second try without it when there is room: the model cards
+    disagree on it per model (the dense 27B wants 0.75, the MoE 0), and only a measurement
+    knows this file. A forced mode is measured as planned, against none.
+    """
+    found = [trial_of(c.spec_type, c.draft_max, c.p_min) for c in candidates]
+    if forced:
+        return (OFF_TRIAL, *found[:1])
+    first = found[0] if found else None
+    if first is not None and first.spec_type == "draft-mtp" and first.p_min:
+        found.insert(1, trial_of(first.spec_type, first.draft_max, 0.0))
+    return (OFF_TRIAL, *found[:MAX_CANDIDATES])
+
+
+def missing(trials: Sequence[Trial], measurement: Measurement | None, running: str) -> list[Trial]:
+    """The trials the store has no rate for (or one due again: the served mix moved), the
+    configuration running now first (it needs no restart)."""
+    todo = [t for t in trials if measurement is None or not measurement.fresh(t.label)]
+    return sorted(todo, key=lambda t: t.label != running)
+
+
+def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> ProbeRate | None:
+    """One reply's decode from the engine's ``timings``, ``weight`` the tokens the probe asked
+    for; None when it decoded nothing."""
+    tokens, ms = timings.get("predicted_n"), timings.get("predicted_ms")
+    if not isinstance(tokens, int | float) or not isinstance(ms, int | float) or tokens < 1:
+        return None
+    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    prompt = [timings.get("prompt_n"), timings.get("cache_n")]
+    prompt_ms = timings.get("prompt_ms")
+    return ProbeRate(
+        name,
+        int(tokens),
+        float(ms) / 1000,
+        int(drafted) if isinstance(drafted, int | float) else 0,
+        int(accepted) if isinstance(accepted, int | float) else 0,
+        weight,
+        sum(int(n) for n in prompt if isinstance(n, int | float)),
+        float(prompt_ms) / 1000 if isinstance(prompt_ms, int | float) else 0.0,
+    )
+
+
+def describe_trial(measurement: Measurement, trial: TrialRate) -> str:
+    """``draft-mtp n3 p0.75 0.65x (drafted nothing)``: a rate against none, and why."""
+    ratio = measurement.ratio(trial.label)
+    text = f"{trial.label} {ratio:.2f}x" if ratio is not None else f"{trial.label} unmeasured"
+    if trial.spec_type is not None and trial.drafted == 0:
+        text += " (drafted nothing)"
+    elif trial.drafted:
+        text += f" ({trial.accepted / trial.drafted:.0%} accepted)"
+    return text
+
+
+def verdict(measurement: Measurement, labels: Sequence[str]) -> tuple[str, str]:
+    """The label to serve among ``labels`` (all measured, none included), and why."""
+    base = measurement.baseline
+    rates = [t for label in labels if (t := measurement.trial(label)) is not None]
+    if base is None or measurement.rate(base) <= 0:
+        return OFF, "no rate without speculation was measured"
+    others = [t for t in rates if t.label != OFF]
+    best = max(others, key=measurement.rate, default=None)
+    over = f"measured on this card over {len(base.probes)} probes"
+    if measurement.remeasure_why:
+        # Says why speculation came back on (or stayed off) after the workload changed.
+        over = f"re-{over} weighed as served, because {measurement.remeasure_why};"
+    rest = ", ".join(describe_trial(measurement, t) for t in others)
+    if best is None or measurement.rate(best) <= measurement.rate(base) * (1 + TIE_MARGIN):
+        none = " none" if measurement.remeasure_why else ", none"
+        return OFF, f"{over}{none} is faster: {rest}"
+    return best.label, f"{over} against none: {rest}"
+
+
+def measured_rate(measurement: Measurement, label: str) -> MeasuredRate | None:
+    """``label``'s measured rate against none, as `status` shows it."""
+    base, trial = measurement.baseline, measurement.trial(label)
+    ratio = measurement.ratio(label)
+    if base is None or trial is None or ratio is None:
+        return None
+    return MeasuredRate(
+        round(measurement.rate(base), 1),
+        round(measurement.rate(trial), 1),
+        round(ratio, 3),
+        len(trial.probes),
+        trial.at,
+    )
+
+
+def shown_off(measurement: Measurement, label: str) -> SpecStatus | None:
+    """Speculation the measurement switched off, as status shows it: the mode the planner
+    would have chosen, its measured ratio and why (``off: drafted nothing, 0.65x``)."""
+    trial = measurement.trial(label)
+    if trial is None or trial.spec_type is None:
+        return None
+    ratio = measurement.ratio(label) or 0.0
+    cause = "drafted nothing" if trial.drafted == 0 else "slower than none"
+    return SpecStatus(
+        trial.spec_type,
+        False,
+        f"off: {cause}, {ratio:.2f}x ({measurement.why})",
+        trial.accepted / trial.drafted if trial.drafted else None,
+        None,
+        measured_rate(measurement, label),
+    )

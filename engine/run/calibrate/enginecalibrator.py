@@ -1,0 +1,199 @@
+"""The engine calibration while a server runs, where both engines can serve the launch: once
+idle, the probe set on each engine (each with its best speculation as measured), stored as it
+goes, then the faster for the served mix serves (plan/engineverdict.py): one switch at most,
+at an idle moment, through the one planner.
+
+It watches the served requests as the speculation calibration does: once their mix has moved
+``MIX_SHIFT`` from the one the verdict was weighed by, both engines are due again and the
+verdict may flip back. A forced ``--engine`` is measured against the other and kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import httpx
+
+from lucebox.engine.core.api import auth_headers
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines.registry import KindName
+from lucebox.engine.plan import engineverdict
+from lucebox.engine.plan.engineverdict import EngineCost, EngineMeasurement
+from lucebox.engine.plan.speculation.measurements import TrialRate
+from lucebox.engine.plan.speculation.workload import (
+    MIN_MIX_REQUESTS,
+    MIX_REQUESTS,
+    ProbeShape,
+    ServedRequest,
+    mix_moved,
+    served_mix,
+)
+from lucebox.engine.run.calibrate.calibrator import running_label
+from lucebox.engine.run.calibrate.probing import (
+    WARM_UP,
+    MeasuredRun,
+    ProbeSender,
+    ask,
+    restart_into,
+)
+
+if TYPE_CHECKING:
+    from lucebox.engine.plan.launch import ServerLaunch
+    from lucebox.engine.plan.speculation.specguard import SpecGuard
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    """What one launch's engine calibration measures and how it re-plans."""
+
+    key: str
+    forced: KindName | None
+    """The engine the user forced (``--engine``): measured against the other, and kept."""
+    idle_s: float
+    probe_max_tokens: int | None
+    plan_engine: Callable[[KindName | None], tuple[ServerLaunch, str] | None]
+    """The launch on that engine and its speculation reason, through the planner (None: the
+    planner's own choice, which reads the verdict from the store); None when it cannot start."""
+    guard_for: Callable[[ServerLaunch], SpecGuard | None]
+    """The speculation guard of a launch the verdict serves."""
+    before: Callable[[], bool] = lambda: True
+    """Whether the engine calibration may start: the speculation calibration goes first."""
+
+
+class EngineCalibrator(ProbeSender):
+    """One launch's engine calibration; ``run`` drives it inside a :class:`MeasuredRun`."""
+
+    def __init__(self, paths: Paths, setup: EngineSetup) -> None:
+        super().__init__(setup.idle_s, setup.probe_max_tokens)
+        self.paths = paths
+        self.setup = setup
+        found = engineverdict.read_engines(paths, setup.key)
+        self.measurement = found or EngineMeasurement(setup.key)
+        self.state = "done" if self.complete else "waiting"
+        self.kind: KindName | None = None
+        """The engine being measured now."""
+        self.costs: tuple[EngineCost, ...] = ()
+        """What the mix cost on each engine at the last verdict."""
+        self.switches = 0
+        """Verdicts that changed the engine serving clients: one switch per verdict at most
+        (the restarts to measure the other engine are the calibration's own)."""
+        self.served: tuple[ServedRequest, ...] = ()
+        """The latest requests the clients were served, for the mix."""
+        self._dropped: set[KindName] = set()
+
+    @property
+    def complete(self) -> bool:
+        todo = self.measurement.unmeasured()
+        return not todo and (self.setup.forced is not None or self.measurement.chosen is not None)
+
+    @property
+    def active(self) -> bool:
+        return self.state == "running"
+
+    what = "engine calibration"
+
+    def _forced(self) -> bool:
+        return self.setup.forced is not None
+
+    def observe(self, requests: Sequence[ServedRequest]) -> None:
+        """Requests the clients were served: the next verdict weighs them, and once their mix
+        moved from the one the verdict was weighed by, both engines are due again."""
+        if self.setup.forced or not requests:
+            return
+        self.served = (*self.served, *requests)[-MIX_REQUESTS:]
+        base = self.measurement.trial("llama-server")
+        if self.state != "done" or self.measurement.chosen is None or base is None:
+            return
+        shapes = base.shapes()
+        weighed = dict(self.measurement.mix) or _probe_shares(shapes)
+        moved = mix_moved(self.served, shapes, weighed, by_requests=True)
+        if moved is None:
+            return
+        mix, _ = moved
+        at = round(time.time(), 1)
+        self._keep(replace(self.measurement, mix=tuple(sorted(mix.items())), remeasure_at=at))
+        self.state = "waiting"
+        self._due.set()
+
+    def _may_start(self) -> bool:
+        return self.setup.before()
+
+    async def _calibrate(self, server: MeasuredRun) -> None:
+        headers = auth_headers(server.api_key)
+        serving = server.supervisor.launch.kind
+        async with httpx.AsyncClient(timeout=300.0, headers=headers) as client:
+            while True:
+                await self._wait_idle(client, server)
+                running = server.supervisor.launch.kind
+                todo = [k for k in self.measurement.unmeasured() if k not in self._dropped]
+                todo.sort(key=lambda k: k != running)
+                if not todo:
+                    break
+                self.state, self.kind = "running", todo[0]
+                trial = await self._measure(client, server, todo[0])
+                if trial is None and todo[0] not in self._dropped:
+                    self.state = "paused"
+                    self._last_client_s = time.monotonic()
+                if trial is not None:
+                    self._keep(self.measurement.with_trial(todo[0], trial))
+        self.kind = None
+        weighed = self.served if len(self.served) >= MIN_MIX_REQUESTS else ()
+        if not self._dropped:
+            chosen, why, self.costs = engineverdict.verdict(self.measurement, weighed)
+            base = self._base()
+            mix = served_mix(weighed, base.shapes(), by_requests=True) if weighed and base else {}
+            if self.setup.forced is None:
+                self._keep(
+                    replace(self.measurement, chosen=chosen, why=why, mix=tuple(mix.items()))
+                )
+        # An engine that could not start leaves the planner's choice (the store's verdict or
+        # the rule), which is started again: the failed start may have left none running.
+        self.served, self.state = (), "done"
+        final = self.setup.plan_engine(self.setup.forced)
+        if final is None:
+            return
+        launch, reason = final
+        self.switches += int(launch.kind != serving)
+        server.serve_measured(launch, reason, self.setup.guard_for(launch))
+
+    def _base(self) -> TrialRate | None:
+        """The llama-server trial, whose probe shapes the served requests are matched to."""
+        return self.measurement.trial("llama-server")
+
+    def _keep(self, measurement: EngineMeasurement) -> None:
+        self.measurement = measurement
+        engineverdict.write_engines(self.paths, measurement)
+
+    async def _measure(
+        self, client: httpx.AsyncClient, server: MeasuredRun, kind: KindName
+    ) -> TrialRate | None:
+        """``kind``'s rates over the probe set; None when a client came, or when it could not
+        start (it is dropped from this calibration)."""
+        launch = server.supervisor.launch
+        if kind != launch.kind:
+            planned = self.setup.plan_engine(kind)
+            if planned is None or not await restart_into(server, planned[0]):
+                self._dropped.add(kind)
+                return None
+            launch = planned[0]
+            await ask(client, server, WARM_UP)
+        probes = await self._probe_set(client, server)
+        if probes is None:
+            return None
+        label = f"{kind} {running_label(launch)}"
+        return TrialRate(
+            label,
+            launch.spec_type,
+            launch.draft_max,
+            launch.draft_p_min,
+            probes,
+            round(time.time(), 1),
+        )
+
+
+def _probe_shares(shapes: Sequence[ProbeShape]) -> dict[str, float]:
+    """The probes' own mix by requests: each probe one request."""
+    return {p.name: 1 / len(shapes) for p in shapes} if shapes else {}

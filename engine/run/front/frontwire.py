@@ -1,0 +1,317 @@
+"""HTTP/1.1 on lucebox's own listening sockets (h11 over asyncio streams), shared by the front
+of a single engine (:mod:`front`) and the served set's proxy (:mod:`servedsetproxy`).
+
+h11 is already a dependency (httpx's own HTTP/1.1), keeps connections alive for clients that
+ask, frames a reply of unknown length as chunked, and leaves every byte of the reply to us: the
+front must write SSE comments between an engine's events, which a full framework hides.
+
+:class:`Exchange` is one request on one client connection; it watches the socket while the
+request waits or runs, so a client that hangs up is seen at once (its request is then dropped
+from the queue or its engine connection closed, which stops the engine's work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import h11
+
+HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+READ_BYTES = 65536
+KEEPALIVE_S = 5.0
+"""Longest silence on a streamed reply before the front (or a set's proxy) writes a comment:
+coding agents' watchdogs give up on a quiet stream."""
+KEEPALIVE_COMMENT = b": keep-alive\n\n"
+SSE_EVENT_END = re.compile(rb"\r?\n\r?\n")
+LAST_EVENT = re.compile(
+    rb"^data:\s*\[DONE\]"
+    rb"|^event:\s*(message_stop|response\.(completed|incomplete|failed))\s*$"
+    rb'|"type"\s*:\s*"(message_stop|response\.(completed|incomplete|failed))"',
+    re.MULTILINE,
+)
+"""What ends a stream: [DONE] a chat one, message_stop an Anthropic one, the response's end a
+Responses one."""
+CARRIES_TOKEN = re.compile(
+    rb'"(?:content|text|reasoning_content|thinking|partial_json|arguments|delta)"\s*:\s*"(?:[^"\\]|\\.)'
+)
+"""An event that carries generated text: a non-empty content or reasoning delta (chat), text
+(completions), tool-call arguments, a text, thinking or tool-input delta (Anthropic), an output
+delta (Responses).
+A role, an empty content or a stream's start carries none."""
+
+
+class EventShape(Protocol):
+    """Shapes one streamed reply, event by event (it may hold one back, owed at the end)."""
+
+    def feed(self, event: bytes) -> bytes:
+        """One whole SSE event (ending in its blank line) in; what is sent on, maybe none."""
+        ...
+
+    def close(self) -> bytes:
+        """What is still owed when the engine's stream ends."""
+        ...
+
+
+class ApiShape(Protocol):
+    """The one place a request body and each reply or stream event pass through on their way
+    between a client and the engine (the API normalizations: run/front/apishape.py)."""
+
+    def request(self, path: str, body: bytes) -> bytes:
+        """The body the engine gets for a client's request to ``path``."""
+        ...
+
+    def reply(self, path: str, status: int, body: bytes) -> bytes:
+        """The body the client gets for a whole (not streamed) JSON reply."""
+        ...
+
+    def stream(self, path: str, request: bytes) -> EventShape:
+        """The shape of one streamed reply to ``request``."""
+        ...
+
+
+class SameEvents:
+    """Passes every event on unchanged."""
+
+    def feed(self, event: bytes) -> bytes:
+        return event
+
+    def close(self) -> bytes:
+        return b""
+
+
+class SameShape:
+    """Passes everything on unchanged."""
+
+    def request(self, path: str, body: bytes) -> bytes:
+        return body
+
+    def reply(self, path: str, status: int, body: bytes) -> bytes:
+        return body
+
+    def stream(self, path: str, request: bytes) -> EventShape:
+        return SameEvents()
+
+
+class ClientGoneError(Exception):
+    """The client closed its connection before its answer was complete."""
+
+
+def error_body(status: int, message: str, kind: str = "lucebox_error") -> bytes:
+    """An answer of lucebox's own, in the shape of the engines' errors."""
+    return json.dumps({"error": {"code": status, "message": message, "type": kind}}).encode()
+
+
+def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The whole SSE events at the start of ``buffer`` (each with its blank line) and the rest."""
+    events = []
+    start = 0
+    for end in SSE_EVENT_END.finditer(buffer):
+        events.append(buffer[start : end.end()])
+        start = end.end()
+    return events, buffer[start:]
+
+
+class Exchange:
+    """One request of a client connection and the writing of its answer."""
+
+    def __init__(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        arrived_s: float | None = None,
+    ) -> None:
+        self.conn = conn
+        self.reader = reader
+        self.writer = writer
+        self.arrived_s = time.monotonic() if arrived_s is None else arrived_s
+        """When the request's head arrived (monotonic): a client's wait counts from it."""
+        self.started = False
+        """The status line and headers are written."""
+        self.gone = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
+
+    def watch(self) -> None:
+        """Notice a hang-up from now on (bytes a client sends meanwhile stay for h11)."""
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._read_until_closed())
+
+    async def _read_until_closed(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await self.reader.read(READ_BYTES):
+                self.conn.receive_data(data)
+        self.gone.set()
+
+    async def unwatch(self) -> None:
+        task, self._watch = self._watch, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def send(self, event: h11.Response | h11.Data | h11.EndOfMessage) -> None:
+        if self.gone.is_set():
+            raise ClientGoneError("the client hung up")
+        data = self.conn.send(event)
+        if isinstance(event, h11.Response):
+            self.started = True
+        if data:
+            self.writer.write(data)
+            try:
+                await self.writer.drain()
+            except ConnectionError as exc:
+                raise ClientGoneError("the client hung up") from exc
+
+    async def head(self, status: int, headers: Iterable[tuple[str | bytes, str | bytes]]) -> None:
+        raw = [(_latin1(name), _latin1(value)) for name, value in headers]
+        await self.send(h11.Response(status_code=status, headers=raw))
+
+    async def data(self, data: bytes) -> None:
+        if data:
+            await self.send(h11.Data(data=data))
+
+    async def end(self) -> None:
+        await self.send(h11.EndOfMessage())
+
+    async def whole(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        extra: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """A complete answer with a known length."""
+        headers = [("content-type", content_type), ("content-length", str(len(body))), *extra]
+        await self.head(status, headers)
+        await self.data(body)
+        await self.end()
+
+    async def error(self, status: int, message: str, extra: Iterable[tuple[str, str]] = ()) -> None:
+        await self.whole(status, error_body(status, message), extra=extra)
+
+    async def wait(self, awaitable: Awaitable[Any], timeout_s: float) -> bool:
+        """Whether ``awaitable`` (a task) finished within ``timeout_s``; it keeps running
+        otherwise. Raises ClientGoneError once the client has hung up."""
+        task = asyncio.ensure_future(awaitable)
+        gone = asyncio.ensure_future(self.gone.wait())
+        try:
+            await asyncio.wait({task, gone}, timeout=timeout_s, return_when="FIRST_COMPLETED")
+        finally:
+            gone.cancel()
+        if task.done():
+            return True
+        if self.gone.is_set():
+            raise ClientGoneError("the client hung up")
+        return False
+
+
+def _latin1(text: str | bytes) -> bytes:
+    return text.encode("latin-1") if isinstance(text, str) else text
+
+
+async def next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+    while (event := conn.next_event()) is h11.NEED_DATA:
+        conn.receive_data(await reader.read(READ_BYTES))
+    return event
+
+
+Answer = Callable[[Exchange, h11.Request, bytes], Awaitable[None]]
+
+
+async def serve_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
+) -> None:
+    """Answer each request of one client connection with ``answer`` until it closes."""
+    conn = h11.Connection(h11.SERVER)
+    try:
+        while True:
+            request = await next_event(conn, reader)
+            if not isinstance(request, h11.Request):
+                return
+            arrived_s = time.monotonic()
+            body = bytearray()
+            while isinstance(event := await next_event(conn, reader), h11.Data):
+                body += event.data
+            exchange = Exchange(conn, reader, writer, arrived_s)
+            try:
+                await answer(exchange, request, bytes(body))
+            finally:
+                await exchange.unwatch()
+            if exchange.gone.is_set():
+                return
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+    except (h11.ProtocolError, ConnectionError, ClientGoneError):
+        return
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+class EngineCall:
+    """One request to the engine on a connection of its own: closing it is how a client's
+    hang-up reaches the engine (llama-server and the Lucebox engine both stop generating when
+    their client's socket closes)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.conn = h11.Connection(h11.CLIENT)
+        self.ends_at_close = False
+        """The answer's body has no length and is not chunked: it ends when the engine
+        closes the connection, so an engine that dies ends it the same way."""
+
+    @classmethod
+    async def open(cls, url: str) -> EngineCall:
+        parts = urlsplit(url)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+        return cls(reader, writer)
+
+    async def send(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> h11.Response:
+        """Write the request and read the engine's status line and headers."""
+        sent = [
+            (b"host", b"127.0.0.1"),
+            (b"connection", b"close"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ]
+        self.writer.write(self.conn.send(h11.Request(method=method, target=target, headers=sent)))
+        self.writer.write(self.conn.send(h11.Data(data=body)) if body else b"")
+        self.writer.write(self.conn.send(h11.EndOfMessage()))
+        await self.writer.drain()
+        event = await self._next()
+        while isinstance(event, h11.InformationalResponse):
+            event = await self._next()
+        if not isinstance(event, h11.Response):
+            raise ConnectionError("the engine closed the connection without an answer")
+        framing = {k.lower() for k, _ in event.headers} & {b"content-length", b"transfer-encoding"}
+        self.ends_at_close = not framing
+        return event
+
+    async def _next(self) -> Any:
+        while (event := self.conn.next_event()) is h11.NEED_DATA:
+            self.conn.receive_data(await self.reader.read(READ_BYTES))
+        if isinstance(event, h11.ConnectionClosed):
+            raise ConnectionError("the engine closed the connection mid-answer")
+        return event
+
+    async def chunk(self) -> bytes | None:
+        """The next piece of the answer's body; None at its end."""
+        event = await self._next()
+        return bytes(event.data) if isinstance(event, h11.Data) else None
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()

@@ -1,0 +1,282 @@
+"""A thin proxy in front of the router: it frees memory before a model loads, by the plans.
+
+Clients talk to the proxy on the served address; it reads the ``model`` a request names (the
+JSON body's, or ``?model=``), has the least recently used models on that model's device
+unloaded through the router's ``/models/unload`` until it fits (admission.py), then passes
+the request and streams the answer back unchanged; ``POST /models/load`` goes the same way, so
+a load asked for by name makes room like a request does. HTTP on the client side is
+:mod:`frontwire`'s, shared with the single engine's front, and so are its rules
+(:mod:`frontguard`): the key, and a ``Host`` and ``Origin`` of this server only, so a web page
+cannot drive the set's loopback API. The API normalizations of the front (:mod:`apishape`)
+apply per model, by the model a request names; a stream the router leaves silent between two
+events hears a keep-alive comment every few seconds, as the front's do. The router runs with no
+count limit on a loopback port of its own. An unknown model name is answered here, naming the
+served ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+import httpx
+
+from lucebox.engine.run.front.apishape import Shapes, models_with_context
+from lucebox.engine.run.front.frontguard import (
+    PUBLIC_PATHS,
+    FrontPolicy,
+    header_map,
+    is_page_file,
+    refusal,
+)
+from lucebox.engine.run.front.frontwire import (
+    HOP_HEADERS,
+    KEEPALIVE_COMMENT,
+    KEEPALIVE_S,
+    ApiShape,
+    ClientGoneError,
+    EventShape,
+    Exchange,
+    SameShape,
+    serve_connection,
+    split_events,
+)
+from lucebox.engine.run.servedset.admission import Placement, evictions
+from lucebox.engine.run.servedsetmodels import router_states
+
+UNLOAD_TIMEOUT_S = 60.0
+UNLOAD_POLL_S = 0.05
+
+
+def model_of(target: bytes, body: bytes) -> str | None:
+    """The model a request names: the JSON body's ``model``, else the ``model`` query."""
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        data = json.loads(body) if body else None
+        if isinstance(data, dict) and isinstance(data.get("model"), str):
+            return str(data["model"])
+    found = parse_qs(urlsplit(target.decode("latin-1")).query).get("model")
+    return found[0] if found else None
+
+
+class ModelGate:
+    """Admits a request for a model once it fits beside the loaded ones on its device."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        placements: Mapping[str, Placement],
+        room_bytes: Mapping[str, int],
+    ) -> None:
+        self.client = client
+        self.placements = placements
+        self.room_bytes = room_bytes
+        self.last_used_s: dict[str, float] = {}
+        self.busy: Counter[str] = Counter()
+        self._lock = asyncio.Lock()
+
+    async def _loaded(self) -> frozenset[str]:
+        """Loaded or loading in the router, or admitted and not yet seen loading there."""
+        states = router_states((await self.client.get("/models")).json())
+        admitted = {a for a, n in self.busy.items() if n}
+        return frozenset(a for a, s in states.items() if s in ("loaded", "loading")) | admitted
+
+    async def admit(self, alias: str) -> str | None:
+        """None once ``alias`` may load; else why it cannot (busy models fill its device)."""
+        async with self._lock:
+            self.last_used_s[alias] = time.monotonic()
+            busy = frozenset(a for a, n in self.busy.items() if n)
+            victims = evictions(
+                alias,
+                await self._loaded(),
+                self.placements,
+                self.room_bytes,
+                self.last_used_s,
+                busy,
+            )
+            if victims is None:
+                return f"{alias} does not fit beside the models answering requests now"
+            for victim in victims:
+                await self.client.post("/models/unload", json={"model": victim})
+                await self._gone(victim)
+            self.busy[alias] += 1
+            return None
+
+    async def _gone(self, victim: str) -> None:
+        """Wait until the router no longer runs ``victim`` (its process has exited)."""
+        for _ in range(int(UNLOAD_TIMEOUT_S / UNLOAD_POLL_S)):
+            if victim not in await self._loaded():
+                return
+            await asyncio.sleep(UNLOAD_POLL_S)
+
+    def done(self, alias: str) -> None:
+        self.busy[alias] -= 1
+
+    def in_flight(self) -> frozenset[str]:
+        """The models answering a request through the proxy now."""
+        return frozenset(alias for alias, count in self.busy.items() if count)
+
+
+class ServedSetProxy:
+    """Serves the set's address; every request goes on to ``client``'s router."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        gate: ModelGate,
+        policy: FrontPolicy,
+        shapes: Mapping[str, Shapes] | None = None,
+        keepalive_s: float = KEEPALIVE_S,
+    ) -> None:
+        self.client = client
+        self.gate = gate
+        self.policy = policy
+        self.shapes = shapes or {}
+        """Each model's API shaping, by alias (a request naming none passes unchanged)."""
+        self.keepalive_s = keepalive_s
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await serve_connection(reader, writer, self._answer)
+
+    async def _answer(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
+        method = request.method.decode("latin-1")
+        path = urlsplit(request.target.decode("latin-1")).path
+        refused = refusal(self.policy, method, path, header_map(request.headers))
+        if refused is not None:
+            await ex.error(refused.status, refused.message)
+            return
+        ex.watch()  # a client that hangs up ends its request in the router too
+        # A request the key does not guard (a preflight, /health, the page's files) names no
+        # model: it must not make the gate unload others for it.
+        public = method == "OPTIONS" or path in PUBLIC_PATHS or is_page_file(path)
+        alias = None if public else model_of(request.target, body)
+        if alias is not None and alias not in self.gate.placements:
+            served = ", ".join(self.gate.placements)
+            await ex.error(404, f"model '{alias}' is not served; served: {served}")
+            return
+        if path == "/models/unload":
+            alias = None  # an unload needs no room: it goes on without evicting anything
+        try:
+            no_room = await self.gate.admit(alias) if alias is not None else None
+        except httpx.HTTPError as exc:
+            await ex.error(502, f"the router did not answer: {exc}")
+            return
+        if no_room is not None:
+            await ex.error(503, no_room)
+            return
+        shape = self.shapes.get(alias, SameShape()) if alias is not None else SameShape()
+        try:
+            await self._forward(ex, request, body, shape)
+        except ClientGoneError:
+            return
+        finally:
+            if alias is not None:
+                self.gate.done(alias)
+
+    async def _forward(
+        self, ex: Exchange, request: h11.Request, body: bytes, shape: ApiShape
+    ) -> None:
+        target = request.target.decode("latin-1")
+        path = urlsplit(target).path
+        dropped = (*HOP_HEADERS, b"accept-encoding")
+        headers = [(k, v) for k, v in request.headers if k.lower() not in dropped]
+        # Bodies come back as sent: a JSON reply is reshaped, so it must not arrive compressed.
+        headers.append((b"accept-encoding", b"identity"))
+        sent = shape.request(path, body) if body else body
+        upstream = self.client.build_request(
+            request.method.decode(), target, headers=headers, content=sent
+        )
+        try:
+            answer = await self.client.send(upstream, stream=True)
+        except httpx.HTTPError as exc:
+            await ex.error(502, f"the router did not answer: {exc}")
+            return
+        try:
+            kept = [(k, v) for k, v in answer.headers.raw if k.lower() not in HOP_HEADERS]
+            content_type = answer.headers.get("content-type", "")
+            await ex.head(answer.status_code, kept)
+            if "text/event-stream" in content_type:
+                await self._pipe_events(ex, answer, shape.stream(path, body))
+            elif "application/json" in content_type:
+                whole = b"".join([chunk async for chunk in self._chunks(ex, answer)])
+                await ex.data(self._shaped_reply(shape, path, answer.status_code, whole))
+            else:
+                async for chunk in answer.aiter_raw():
+                    await ex.data(chunk)
+            await ex.end()
+        finally:
+            await answer.aclose()
+
+    def _shaped_reply(self, shape: ApiShape, path: str, status: int, whole: bytes) -> bytes:
+        """A whole JSON reply as the client gets it: the model's shaping; the model list with
+        each model's planned context (:func:`apishape.models_with_context`)."""
+        if status != 200 or path not in ("/v1/models", "/models"):
+            return shape.reply(path, status, whole)
+        try:
+            listed = json.loads(whole)
+        except ValueError:
+            return whole
+        contexts = {alias: served.context_length for alias, served in self.shapes.items()}
+        return json.dumps(models_with_context(listed, contexts, int(time.time()))).encode()
+
+    async def _pipe_events(self, ex: Exchange, answer: httpx.Response, shaper: EventShape) -> None:
+        """The router's events on as they come, each through ``shaper``, and a comment
+        whenever it is silent for ``keepalive_s`` between two events (never inside one)."""
+        held = bytearray()  # the start of an event whose end has not come yet
+        async for chunk in self._chunks(ex, answer, keepalive=lambda: not held):
+            events, rest = split_events(bytes(held) + chunk)
+            held[:] = rest
+            await ex.data(b"".join(shaper.feed(event) for event in events))
+        await ex.data(shaper.close() + bytes(held))
+
+    async def _chunks(
+        self,
+        ex: Exchange,
+        answer: httpx.Response,
+        keepalive: Callable[[], bool] = lambda: False,
+    ) -> AsyncIterator[bytes]:
+        """The router's answer as it comes; while it is silent, a keep-alive comment every
+        ``keepalive_s`` whenever ``keepalive()`` says one may go now. A client that hangs up
+        raises ClientGoneError (the answer is closed by the caller, which ends the request)."""
+        raw = answer.aiter_raw()
+        while True:
+            reading = asyncio.ensure_future(anext(raw, None))
+            try:
+                while not await ex.wait(reading, self.keepalive_s):
+                    if keepalive():
+                        await ex.data(KEEPALIVE_COMMENT)
+                chunk = reading.result()
+            finally:
+                if not reading.done():
+                    reading.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                        await reading
+            if chunk is None:
+                return
+            yield chunk
+
+
+async def start_proxy(
+    host: str,
+    port: int,
+    router_url: str,
+    placements: Mapping[str, Placement],
+    room_bytes: Mapping[str, int],
+    headers: Mapping[str, str],
+    policy: FrontPolicy,
+    shapes: Mapping[str, Shapes],
+) -> tuple[asyncio.Server, tuple[httpx.AsyncClient, ...], ModelGate]:
+    """The proxy listening on ``host:port`` for the router at ``router_url``, by ``policy``'s
+    rules; ``headers`` (the API key) go only with the proxy's own calls, a client's request
+    keeps its own; its gate knows which models answer a request now."""
+    admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
+    client = httpx.AsyncClient(base_url=router_url, timeout=None)
+    gate = ModelGate(admin, placements, room_bytes)
+    proxy = ServedSetProxy(client, gate, policy, shapes)
+    server = await asyncio.start_server(proxy.handle, host, port)
+    return server, (client, admin), gate
