@@ -31,8 +31,8 @@ import psutil
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.run.runstate import engine_log
-from tests.ports import free_port
 from tests.realmodels import engine_home, gemma_model, smoke_serve_argv
+from tests.support.ports import free_port
 
 REQUEST = {
     "messages": [{"role": "user", "content": "Write a short story about a lighthouse."}],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ from typing import Any
 import httpx
 
 from lucebox.engine.run.kinds.metrics import parse_counters
-from tests.ports import free_port
+from tests.support.health import wait_healthy
+from tests.support.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -106,18 +106,10 @@ def running_server(
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], server: RunningServer, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ServerFailedError(
-                f"llama-server exited {proc.returncode}:\n{server.log()[-4000:]}"
-            )
-        try:
-            if httpx.get(f"{server.url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
+    if wait_healthy(server.url, timeout_s, proc, interval_s=0.05):
+        return
+    if proc.poll() is not None:
+        raise ServerFailedError(f"llama-server exited {proc.returncode}:\n{server.log()[-4000:]}")
     raise ServerFailedError(f"llama-server not ready after {timeout_s} s:\n{server.log()[-4000:]}")
 
 

@@ -12,7 +12,7 @@ With ``$FAKE_RATES`` naming a JSON file ``{"decode_tok_s": D, "prefill_tok_s": P
 each request, so a test may change it while the engine runs), a non-streamed reply has
 ``max_tokens`` tokens and its numbers are those rates instead: the usage the engine returns,
 and the ``[ar-decode]`` and ``chat DONE`` lines it logs, in the recorded shapes the real code
-reads (tests/engine/run/test_enginecalibration.py reads them back with the real parsers). A
+reads (tests/e2e/test_enginecalibration.py reads them back with the real parsers). A
 prompt counts one token per four characters. Its ``"modes"`` may give other rates per
 long-context mode the engine was started in (``"exact q8_0"``, ``"kvflash q4_0"``: ``--kvflash``
 and ``--cache-type-k`` on its command line), ``"long_drop"`` the share of decode speed lost

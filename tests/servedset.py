@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 
 from tests.ggufgen import ModelSpec, cached_gguf
-from tests.ports import free_port
 from tests.realmodels import engine_home
+from tests.support.ports import free_port
 
 THIRD_NAME = "tiny-llama"
 """The generated third model's alias (its file is copied to this name)."""

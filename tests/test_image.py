@@ -8,13 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.ports import free_port
+from tests.support.health import wait_healthy
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = ROOT / "packaging" / "image"
@@ -114,14 +114,7 @@ def test_entrypoint_serves_the_cpu_default_with_the_image_engine(built_engine_ho
     proc = subprocess.Popen([str(ENTRYPOINT)], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_healthy(url, 600, proc, interval_s=0.5)
         assert proc.poll() is None, (tmp_path / "entrypoint.log").read_text()
         models = httpx.get(f"{url}/v1/models", timeout=10).json()
         assert [m["id"] for m in models["data"]] == ["smollm2"]

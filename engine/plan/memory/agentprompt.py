@@ -20,7 +20,7 @@ AGENT_PROMPT_TOKENS: dict[str, int] = {
 }
 """Tokens of each agent's first request for a one-line task with the settings `connect` writes
 (Codex sends ~4.6K without `model_context_window`), as SmolLM2's engine counted them (prompt
-eval in the engine log; tests/app/test_agent_clients.py). Other tokenizers differ by a few
+eval in the engine log; tests/e2e/test_agent_clients.py). Other tokenizers differ by a few
 tens of percent; the clients' versions are those
 tests/agentinstall.py installs."""
 

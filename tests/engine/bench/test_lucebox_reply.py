@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from lucebox.engine.bench.measure import streamed_call, with_lucebox_log
-from tests.ports import free_port
+from tests.support.health import wait_healthy
+from tests.support.ports import free_port
 
 FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
@@ -34,12 +33,7 @@ def lucebox_engine(tmp_path, monkeypatch):
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        wait_healthy(url, 10, proc, interval_s=0.05)
         yield url, log
     finally:
         proc.terminate()

@@ -26,8 +26,9 @@ from pathlib import Path
 import httpx
 
 from tests.engine.enginelog import FOLDER
-from tests.ports import free_port
 from tests.realmodels import engine_home, gemma_model, smol_model
+from tests.support.health import wait_healthy
+from tests.support.ports import free_port
 
 QUESTIONS = ("Say hello.", "Count from one to ten.", "Say hello.")
 
@@ -65,13 +66,7 @@ def record(name: str, extra_args: list[str], script, model: Path | None = None) 
             stderr=subprocess.STDOUT,
         )
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        assert wait_healthy(url, 600, engine), "llama-server did not become healthy"
         seen: dict[str, list] = {"timings": [], "metrics": [], "live": []}
         seen["metrics"].append(httpx.get(f"{url}/metrics").text)
         seen["slots_idle"] = httpx.get(f"{url}/slots").json()

@@ -12,7 +12,7 @@ import pytest
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import webui
 from lucebox.engine.engines.source import ensure_source
-from tests.ports import free_port
+from tests.support.ports import free_port
 from tests.uibuild import ui_assets_argv
 
 

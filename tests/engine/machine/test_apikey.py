@@ -6,7 +6,6 @@ import dataclasses
 import json
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -25,7 +24,8 @@ from lucebox.engine.plan.launch import engine_url, server_argv
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
 from tests.conftest import run_lucebox
-from tests.ports import free_port
+from tests.support.health import wait_healthy
+from tests.support.ports import free_port
 
 
 def mode_of(path: Path) -> int:
@@ -108,14 +108,7 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
     try:
         url = engine_url(spec)
         assert url == f"http://127.0.0.1:{spec.engine_port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        wait_healthy(url, 120, proc)
         assert proc.poll() is None, (tmp_path / "engine.log").read_text()
         cmdlines = _proc_texts("cmdline")
         assert b"--api-key-file" in cmdlines[proc.pid]

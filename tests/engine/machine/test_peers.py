@@ -123,7 +123,7 @@ def test_a_peer_with_another_build_is_refused_naming_both():
 
 
 def test_a_peer_that_does_not_answer_is_named():
-    from tests.ports import free_port
+    from tests.support.ports import free_port
 
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(UsageError, match=f"the peer {address} does not answer"):

@@ -10,12 +10,10 @@ import json
 import random
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic.types
-import httpx
 import openai
 import pytest
 from openai.types import Model
@@ -32,7 +30,8 @@ from lucebox.engine.run.front.apishape import (
 )
 from lucebox.engine.run.front.front import FrontSpec
 from tests.frontserver import loopback_policy, running_front
-from tests.ports import free_port
+from tests.support.health import wait_healthy
+from tests.support.ports import free_port
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
@@ -281,13 +280,7 @@ def fake_engine(tmp_path: Path) -> Iterator[str]:
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        wait_healthy(url, 30, proc, interval_s=0.05)
         yield url
     finally:
         proc.terminate()

@@ -39,9 +39,9 @@ from lucebox.engine.run.supervisor import (
     Supervisor,
 )
 from tests.conftest import alive, run_lucebox
-from tests.ports import free_port
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

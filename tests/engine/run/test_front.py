@@ -25,7 +25,7 @@ from lucebox.engine.run.runstate import Status
 from tests.conftest import run_lucebox
 from tests.engineserver import RunningServer, running_server
 from tests.frontserver import RunningFront, loopback_policy, running_front
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,8 @@ from lucebox.engine.run import runstate
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
-from tests.engine.run.test_enginecalibration import until
-from tests.ports import free_port
+from tests.e2e.test_enginecalibration import until
+from tests.support.ports import free_port
 
 FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
 CTX = 65536

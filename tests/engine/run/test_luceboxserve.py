@@ -30,7 +30,7 @@ from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
 FLAGS = LuceboxFlags(max_ctx=4096, max_tokens=512, cache_type="q4_0", prefix_cache_slots=4)

@@ -31,7 +31,7 @@ from lucebox.engine.run.supervisor import (
 )
 from tests.engine.plan.test_memory_plan import GEMMA_270M
 from tests.ggufgen import write_llama
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 CUDA_OOM_LINE = (
     "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: "

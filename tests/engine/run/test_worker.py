@@ -15,7 +15,7 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import PeerInfo
 from lucebox.engine.run import worker
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.ports import free_port_pair
+from tests.support.ports import free_port_pair
 
 
 def _engine(folder: Path, backend: str = "cpu", rpc: bool = True) -> EngineManifest:

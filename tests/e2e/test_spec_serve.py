@@ -19,8 +19,8 @@ import pytest
 
 from tests.conftest import run_lucebox
 from tests.ggufgen import ModelSpec, cached_gguf, dflash_for, qwen35_target
-from tests.ports import free_port
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -27,9 +27,9 @@ from lucebox.engine.run.calibrate.calibration import TIE_MARGIN
 from lucebox.engine.run.runstate import current_status
 from tests.conftest import run_lucebox
 from tests.ggufgen import cached_gguf, dflash_for, qwen35_target, widen
-from tests.ports import free_port
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

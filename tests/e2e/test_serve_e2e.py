@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from tests.conftest import alive, run_lucebox
-from tests.ports import free_port
 from tests.realmodels import smoke_serve_argv
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

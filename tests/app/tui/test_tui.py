@@ -38,7 +38,7 @@ from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import EngineStatus
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
-from tests.app.scripted import (
+from tests.app.tui.scripted import (
     BASE_GEMMA,
     RTX_4090,
     SET_SOURCES,
@@ -57,8 +57,8 @@ from tests.engine.engines.test_build import NO_NVCC
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 from tests.ggufgen import write_llama
 from tests.hubserver import HubFile, serve_hub
-from tests.ports import free_port
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from tests.conftest import alive, run_lucebox
-from tests.ports import free_port, free_port_pair
 from tests.realmodels import smol_model
+from tests.support.ports import free_port, free_port_pair
 
 pytestmark = pytest.mark.slow
 READY_TIMEOUT_S = 300.0

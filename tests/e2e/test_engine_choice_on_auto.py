@@ -30,13 +30,13 @@ from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
 from lucebox.engine.run.front.frontwire import CARRIES_TOKEN
+from tests.e2e.test_enginecalibration import until
 from tests.engine.builds import lucebox_build
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.engine.run.test_enginecalibration import until
 from tests.ggufgen import LuceboxDFlashSpec, cached_gguf, qwen35_target
 from tests.luceboxfake import __file__ as FAKE
-from tests.ports import free_port
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

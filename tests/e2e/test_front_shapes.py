@@ -15,9 +15,9 @@ from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.plan.launch import engine_url
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run.supervisor import ServerEvent
-from tests.ports import free_port
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

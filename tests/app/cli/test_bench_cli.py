@@ -10,7 +10,7 @@ from lucebox.engine.bench.compare import parse_compare
 from lucebox.engine.core.errors import UsageError
 from tests.conftest import assert_one_line_error, run_lucebox
 
-SESSION = Path(__file__).resolve().parents[2] / "assets" / "agent-session.jsonl"
+SESSION = Path(__file__).resolve().parents[3] / "assets" / "agent-session.jsonl"
 
 
 @pytest.mark.parametrize(

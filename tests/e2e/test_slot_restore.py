@@ -15,8 +15,8 @@ import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from tests.conftest import run_lucebox
-from tests.ports import free_port
 from tests.realmodels import engine_home, smol_model
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -32,12 +32,12 @@ from lucebox.engine.run.kinds.luceboxrun import parse_reply, reply_from_usage
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from tests.luceboxfake import rated_reply
-from tests.ports import free_port
 from tests.realmodels import smol_model
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
-FAKE = Path(__file__).resolve().parents[1].parent / "luceboxfake.py"
+FAKE = Path(__file__).resolve().parents[1] / "luceboxfake.py"
 KEY = "smol | - | CPU | 2048"
 MEMORY = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
 

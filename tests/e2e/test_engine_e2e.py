@@ -19,8 +19,9 @@ import pytest
 
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
-from tests.ports import free_port
 from tests.realmodels import engine_home, gemma_model
+from tests.support.health import wait_healthy
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -113,14 +114,7 @@ def test_short_completion_on_the_real_gemma(built_engine):
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        wait_healthy(url, 120, proc)
         reply = httpx.post(
             f"{url}/v1/chat/completions",
             timeout=120,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from lucebox.engine.run.runstate import engine_log
 from tests.agentinstall import ClientsUnavailableError, client_bin_dirs
 from tests.realmodels import smol_model
 from tests.smolserver import private_engine_home
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -140,13 +140,6 @@ def test_client_answers_on_the_first_try(client, way, agent_server, clients_path
     assert done.returncode == 0, report
     assert prompts_served(paths) > before, report
     assert done.stdout.strip(), report
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_launch_starts_a_keyed_server_and_connect_remembers_it(

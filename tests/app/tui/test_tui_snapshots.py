@@ -14,7 +14,7 @@ from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions, StepEvent
-from tests.app.scripted import (
+from tests.app.tui.scripted import (
     BASE_GEMMA,
     RTX_4090,
     SET_SOURCES,

@@ -26,9 +26,9 @@ import pytest
 from tests.conftest import run_lucebox
 from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
 from tests.pngimage import png
-from tests.ports import free_port
 from tests.realmodels import smol_model
 from tests.smolserver import no_calibration
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

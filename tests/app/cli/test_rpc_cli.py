@@ -9,7 +9,7 @@ from lucebox.engine.machine.peers import INFO_PORT_OFFSET, PeerInfo
 from lucebox.engine.plan.engineview import pinned_engine
 from tests.conftest import assert_one_line_error, run_lucebox
 from tests.httpserver import Route, serve_files
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 
 def _worker_route(build: str, port: int) -> Route:

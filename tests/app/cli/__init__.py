@@ -1,0 +1,1 @@
+"""The command line's tests, one file per command group."""
