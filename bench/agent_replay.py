@@ -1,7 +1,7 @@
 """Benchmark: the agent-loop prompt cache, by replaying the shipped Claude Code session.
 
 Runs `lucebox bench replay assets/agent-session.jsonl --compare cache=on,off` with
-SmolLM2-135M-Instruct and the built CPU engine from the test cache (tests/realmodels.py), in a
+SmolLM2-135M-Instruct and the built CPU engine from the test cache (support/realmodels.py), in a
 lucebox home of its own, and prints the per-configuration totals and the on/off ratios. The
 issue's bar: warm-call TTFT with the cache at most a third of the run without, no empty reply.
 
@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 SESSION = Path(__file__).resolve().parents[1] / "assets" / "agent-session.jsonl"
 

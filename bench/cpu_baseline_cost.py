@@ -30,7 +30,7 @@ from typing import Any
 from lucebox.engine.engines import build, cputarget
 from lucebox.engine.engines.source import SourceInfo, load_pin
 from lucebox.engine.machine.cpu import probe_cpu
-from tests.ggufgen import ModelSpec, write_llama
+from support.ggufgen import ModelSpec, write_llama
 
 TINYLLAMA = ModelSpec(
     name="Random TinyLlama 1.1B",

@@ -32,8 +32,8 @@ from lucebox.engine.plan.memory import cpuread
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.sources import presetchoice
 from lucebox.engine.plan.speculation import measurements
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 
 def measure_prefill(model: Path, ctx: int) -> tuple[int, float]:

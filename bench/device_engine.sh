@@ -25,7 +25,7 @@ lucebox engine status --json > "$OUT/engine-status.json"
 server=$(lucebox engine path) || exit 1
 python3 - <<'PY'
 from pathlib import Path
-from tests.ggufgen import ModelSpec, write_llama
+from support.ggufgen import ModelSpec, write_llama
 write_llama(Path("/tmp/gpu-model.gguf"), ModelSpec(n_layer=8, n_embd=2048, n_head=16,
             n_head_kv=4, n_ff=5632, name="Random Llama", size_label="360M"))
 PY

@@ -20,10 +20,10 @@ ensure_engine() {
     lucebox engine source --sdist "$ENGINE_SDIST" || exit 1
     lucebox engine build 2>&1 | tail -2
 }
-# Prints the path of a generated model of a tests/ggufgen SHAPES name, writing it once.
+# Prints the path of a generated model of a support/ggufgen SHAPES name, writing it once.
 generated_model() {
     local model=.devrun/work/$1.gguf
-    [ -f "$model" ] || python3 -c "from pathlib import Path; from tests.ggufgen import SHAPES, \
+    [ -f "$model" ] || python3 -c "from pathlib import Path; from support.ggufgen import SHAPES, \
 write_llama; write_llama(Path('$model'), SHAPES['$1'])"
     echo "$model"
 }

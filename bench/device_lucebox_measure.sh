@@ -165,7 +165,7 @@ fi
 if want serve-pflash; then
     python3 - "$PD" <<'PY' &
 import pathlib, sys, time
-from tests.hubserver import HubFile, HubState, serve_hub
+from support.hubserver import HubFile, HubState, serve_hub
 state = HubState()
 body = pathlib.Path(sys.argv[1]).read_bytes()
 state.add("unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-BF16.gguf", HubFile(body))

@@ -35,7 +35,7 @@ run serve-ddtree 2800 -- serve --model "$T" --draft "$DR"
 if want serve-pflash; then
     python3 - "$PD" <<'PY' &
 import pathlib, sys, time
-from tests.hubserver import HubFile, HubState, serve_hub
+from support.hubserver import HubFile, HubState, serve_hub
 state = HubState()
 state.add("unsloth/Qwen3-0.6B-GGUF", "Qwen3-0.6B-BF16.gguf", HubFile(pathlib.Path(sys.argv[1]).read_bytes()))
 with serve_hub(state) as hub:

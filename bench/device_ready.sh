@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device run for serve's ready time on the GPU: the CUDA engine (build cached in .devrun/ while
-# the machine stays warm), a generated model (tests/ggufgen SHAPES name, default llama8b), and
+# the machine stays warm), a generated model (support/ggufgen SHAPES name, default llama8b), and
 # bench.serve_overhead against it. Writes $OUT/serve_overhead.json.
 set -uo pipefail
 source bench/device_env.sh

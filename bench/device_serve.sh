@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device run for serve: `lucebox serve` with the CUDA engine (built by device_plan.sh into
 # .devrun/, which lasts while the machine stays warm) on a generated model; `status --json`
-# while a long request runs and after it, then `down`. Argument: a tests/ggufgen SHAPES name.
+# while a long request runs and after it, then `down`. Argument: a support/ggufgen SHAPES name.
 set -uo pipefail
 source bench/device_env.sh
 ensure_engine

@@ -20,7 +20,7 @@ models() {  # SCALE and LAYERS shrink them for a try on a CPU
 import os, subprocess, sys
 from dataclasses import replace
 from pathlib import Path
-from tests.ggufgen import cached_gguf, qwen35_target, widen
+from support.ggufgen import cached_gguf, qwen35_target, widen
 work = Path("/tmp/lucebox-spec-work")
 scale, layers = os.environ.get("SCALE", "32"), os.environ.get("LAYERS", "16")
 # A 16k native context: bench quick's long-document prompt needs more than the default 2k.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device run for the dashboard's cost on the GPU: the CUDA engine, a generated model (tests/ggufgen
+# Device run for the dashboard's cost on the GPU: the CUDA engine, a generated model (support/ggufgen
 # SHAPES name, default llama8b) and bench.tui_overhead against it (`lucebox up` in a
 # pseudo-terminal vs `lucebox serve`). Needs textual and its dependencies in .whl/ as well.
 set -uo pipefail

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lucebox.engine.core.download import download_file
 from lucebox.engine.core.downloadprogress import TransferProgress
-from tests.hubserver import HubFile, cut, serve_hub
+from support.hubserver import HubFile, cut, serve_hub
 
 BLOCK_BYTES = 16 * 2**20
 

@@ -38,7 +38,7 @@ from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run.calibrate.calibration import probe_rate
 from lucebox.engine.run.calibrate.probes import PROBES
 from lucebox.engine.run.calibrate.probing import WARM_UP, reply_timings
-from tests.ggufgen import write_lucebox_dflash, write_qwen35
+from support.ggufgen import write_lucebox_dflash, write_qwen35
 
 PORT = 18093
 WORK = Path("/tmp/lucebox-engine-choice")

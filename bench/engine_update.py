@@ -31,7 +31,7 @@ from typing import Any
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import build, install, kinds
 from lucebox.engine.machine import config
-from tests.realmodels import smol_model
+from support.realmodels import smol_model
 
 OLDER = "b11401"
 

@@ -53,9 +53,9 @@ from lucebox.engine.models.pull import pull_model
 from lucebox.engine.plan.speculation.measurements import store_file
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.slots import PART_SUFFIX
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
+from support.ports import free_port
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 READY_WAIT_S = 180.0
 

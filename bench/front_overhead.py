@@ -5,7 +5,7 @@ The same streamed chat request goes to the engine directly and through the front
 time to the first content token (TTFT) and the decode rate (content chunks after the first,
 over the time from the first to the last). Goal: under 5% of decode tok/s, under 50 ms TTFT.
 
-Without URLs it serves SmolLM2 on the built CPU engine of the test cache (tests/realmodels.py)
+Without URLs it serves SmolLM2 on the built CPU engine of the test cache (support/realmodels.py)
 with the front on a thread of this process. With ``--engine-url`` and ``--front-url`` it
 measures a running `lucebox serve` (the engine's private port and the front's), as
 bench/device_front.sh does on the GPU.
@@ -104,9 +104,9 @@ def cpu_engine_and_front() -> Iterator[tuple[str, str]]:
     the API shapes serverrun gives it."""
     from lucebox.engine.run.front.apishape import Shapes
     from lucebox.engine.run.front.front import FrontSpec
-    from tests.engineserver import running_server
-    from tests.frontserver import loopback_policy, running_front
-    from tests.realmodels import engine_home, smol_model
+    from support.engineserver import running_server
+    from support.frontserver import loopback_policy, running_front
+    from support.realmodels import engine_home, smol_model
 
     found = subprocess.run(
         [sys.executable, "-m", "lucebox.app.cli", "engine", "path"],

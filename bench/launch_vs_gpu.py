@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench.plan_vs_gpu import free_mib, hog
-from tests.ggufgen import (
+from support.ggufgen import (
     ModelSpec,
     dflash_for,
     qwen3_pair,

@@ -51,8 +51,8 @@ from lucebox.engine.engines import install, registry
 from lucebox.engine.machine import gpu
 from lucebox.engine.run.runstate import ServeLock, read_status
 from lucebox.engine.run.serverrun import ServerRun
-from tests.realmodels import engine_home, smol_model
-from tests.support.ports import free_port
+from support.ports import free_port
+from support.realmodels import engine_home, smol_model
 
 TOPICS = ("the sea", "a lamp", "bread", "rain", "a bicycle", "tea", "a cat", "winter")
 

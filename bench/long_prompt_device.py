@@ -40,7 +40,7 @@ from bench.faults import FILLER
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan.lucebox.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.run.runstate import engine_log, read_status
-from tests.hubserver import HubFile, HubState, serve_hub
+from support.hubserver import HubFile, HubState, serve_hub
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.ggufgen import (
+from support.ggufgen import (
     HybridSpec,
     LuceboxDFlashSpec,
     ModelSpec,

@@ -23,7 +23,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tests.realmodels import gemma_model
+from support.realmodels import gemma_model
 
 _PROBE = """
 import json, sys, time

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.servedset import THIRD_NAME, ServedSet, home_with_engine, served_set, third_model
+from support.servedset import THIRD_NAME, ServedSet, home_with_engine, served_set, third_model
 
 IDLE_S = 3
 RAM_MIB_ONE_AT_A_TIME = 1000

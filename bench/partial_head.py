@@ -20,7 +20,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tests.ggufgen import AGREE_EMBEDDING, qwen35_target, token_id, widen
+from support.ggufgen import AGREE_EMBEDDING, qwen35_target, token_id, widen
 
 
 def patch(path: Path, hello: int, world: int) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.ggufgen import SHAPES, write_llama
+from support.ggufgen import SHAPES, write_llama
 
 PORT = 18180
 

@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.ggufgen import ModelSpec, write_llama
-from tests.hubserver import HubFile, serve_hub
+from support.ggufgen import ModelSpec, write_llama
+from support.hubserver import HubFile, serve_hub
 
 _PULL = """
 import sys

@@ -6,7 +6,7 @@
 3. Decode speed: the median `predicted_per_second` of a fixed request served by lucebox
    (sampler on) and by the bare engine (no sampler).
 
-Uses the built CPU engine and the Gemma 3 270M from the test cache (tests/realmodels.py), or
+Uses the built CPU engine and the Gemma 3 270M from the test cache (support/realmodels.py), or
 with --model the given GGUF and the engine installed in $LUCEBOX_HOME (bench/device_ready.sh
 runs it on the GPU with a generated 8B llama). The file is read once first, so that neither
 start pays for a cold page cache.
@@ -31,8 +31,8 @@ import psutil
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.run.runstate import engine_log
-from tests.realmodels import engine_home, gemma_model, smoke_serve_argv
-from tests.support.ports import free_port
+from support.ports import free_port
+from support.realmodels import engine_home, gemma_model, smoke_serve_argv
 
 REQUEST = {
     "messages": [{"role": "user", "content": "Write a short story about a lighthouse."}],

@@ -1,7 +1,7 @@
 """Benchmark: the break-even acceptance of each speculation mode in the pinned engine.
 
 For each mode, decode speed with speculation against the same target without it, in two
-worlds built from the same shapes (tests/ggufgen.py): ``agree`` models, whose drafts the target
+worlds built from the same shapes (support/ggufgen.py): ``agree`` models, whose drafts the target
 always accepts (``ModelSpec.agree_token``: every layer still computes on random weights), and
 ``random`` models, whose drafts it almost never accepts. Modes: the MTP head inside a hybrid
 qwen35 target (draft lengths 3 and 6), a DFlash draft (15), a small same-tokenizer draft model
@@ -23,7 +23,7 @@ verification step, step times ``t_none`` (all rejected) and ``t_all`` (all accep
         [--vocab 32000] [--quant Q8_0|Q4_0|F16] [--head-dim 128] [--threads 1] [--n-predict 128]
         [--repeats 3] [--server PATH] [--json]
 
-Uses the CPU engine built in the test cache (tests/realmodels.py) unless --server names one.
+Uses the CPU engine built in the test cache (support/realmodels.py) unless --server names one.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from typing import Any
 import psutil
 
 from lucebox.engine.models.modelinfo import inspect_model
-from tests.engineserver import RunningServer, running_server, spec_args
-from tests.ggufgen import (
+from support.engineserver import RunningServer, running_server, spec_args
+from support.ggufgen import (
     HybridSpec,
     cached_gguf,
     dflash_for,
@@ -51,7 +51,7 @@ from tests.ggufgen import (
     qwen35_target,
     widen,
 )
-from tests.realmodels import engine_home
+from support.realmodels import engine_home
 
 PROMPT = (
     "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\n"

@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from bench.serve_overhead import decode_speeds, serve_argv, serve_env, stop, wait_ready
-from tests.support.ports import free_port
+from support.ports import free_port
 
 COLUMNS, ROWS = 140, 40
 

@@ -51,7 +51,7 @@ import httpx
 
 from bench.lucebox_models import DRAFT as LUCEBOX_DRAFT
 from bench.lucebox_models import TARGET as LUCEBOX_TARGET
-from tests.ggufgen import ModelSpec, write_llama, write_lucebox_dflash, write_qwen35
+from support.ggufgen import ModelSpec, write_llama, write_lucebox_dflash, write_qwen35
 
 PORT = 18190
 SPLIT_MODEL = ModelSpec(

@@ -3,7 +3,7 @@
 llama-server with a projector loaded turns off context shift and keeps no checkpoints after
 image chunks; whether a text-only agent loop still reuses its prompt is measured here: the
 shipped Claude Code session replayed by `lucebox bench replay --compare vision=on,off`, on a
-generated text model with its generated LLaVA projector beside it (tests/ggufgen.py, the ones
+generated text model with its generated LLaVA projector beside it (support/ggufgen.py, the ones
 the vision tests serve) on the built CPU engine of the test cache, in a home of its own.
 
     .venv/bin/python -m bench.vision_replay [--n-gen 16] [--calls N] [--out FILE]
@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.smolserver import private_engine_home
+from support.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from support.smolserver import private_engine_home
 
 SESSION = Path(__file__).resolve().parents[1] / "assets" / "agent-session.jsonl"
 CTX = 16384

@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 
 from bench.launch_vs_gpu import engine_mib, wait_ready
-from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.pngimage import png
+from support.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from support.pngimage import png
 
 PORT = 18390
 CTX = 8192

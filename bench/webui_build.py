@@ -21,7 +21,7 @@ from pathlib import Path
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import nodejs, webui
 from lucebox.engine.engines.source import ensure_source
-from tests.uibuild import ui_assets_argv
+from support.uibuild import ui_assets_argv
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import huggingface_hub.constants  # noqa: F401  (see hub_offline)
 import pytest
 
-from tests.hubserver import HubState, serve_hub
+from support.hubserver import HubState, serve_hub
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def garbage_collected() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the real Hugging Face Hub: a plan or pull that would is told the Hub is
-    offline, the same on a networked CI machine as here. tests/hubserver.py's local Hub lifts
+    offline, the same on a networked CI machine as here. support/hubserver.py's local Hub lifts
     this while it runs. huggingface-hub reads HF_HUB_OFFLINE once, on import: it is imported
     above, before this is set, so that the local Hub's tests find it online in this process."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -37,7 +37,7 @@ def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubState]:
-    """The local Hub (tests/hubserver.py), empty, with this process pointed at it and no token;
+    """The local Hub (support/hubserver.py), empty, with this process pointed at it and no token;
     a test adds the repos it needs to the state it yields."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -89,8 +89,8 @@ def assert_one_line_error(result: CliResult) -> None:
 @pytest.fixture(scope="session")
 def built_engine_home() -> Path:
     """LUCEBOX_HOME with the CPU engine built through the CLI (cached across runs)."""
-    from tests.realmodels import engine_home, gemma_model
-    from tests.smolserver import no_calibration
+    from support.realmodels import engine_home, gemma_model
+    from support.smolserver import no_calibration
 
     gemma_model()  # warms pip's cache for the store's own pull of the same source
     env = {"LUCEBOX_HOME": str(engine_home())}

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.health import wait_healthy
-from tests.support.ports import free_port
+from support.health import wait_healthy
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = ROOT / "packaging" / "image"
@@ -95,7 +95,7 @@ def test_entrypoint_serves_the_cpu_default_with_the_image_engine(built_engine_ho
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.engines.registry import select_engine
     from lucebox.engine.machine.gpu import probe_gpus
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     smol_model()  # warms pip's cache for the store's own pull
     engine = select_engine(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}), probe_gpus())

@@ -3,7 +3,7 @@
 One builder per client: its own variables, the files it reads (and how lucebox merges into
 them), and how ``lucebox launch`` runs it with the least change to the user's files. Where each
 format comes from is cited at its builder; each was checked against the real client (the
-versions tests/agentinstall.py installs) by ``tests/e2e/test_agent_clients.py``.
+versions support/agentinstall.py installs) by ``tests/e2e/test_agent_clients.py``.
 
 One builder per client, kept together so ``CLIENTS`` and the builders cannot drift.
 """

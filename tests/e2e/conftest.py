@@ -11,8 +11,8 @@ import pytest
 from lucebox.engine.bench.compare import ServeConfig, Served, serving
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ import pytest
 from lucebox.engine.bench.compare import AXES, Served, run_configs
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan.options import ServeOptions
-from tests.ggufgen import cached_gguf, qwen35_target
-from tests.realmodels import engine_home
+from support.ggufgen import cached_gguf, qwen35_target
+from support.realmodels import engine_home
 
 pytestmark = pytest.mark.slow
 

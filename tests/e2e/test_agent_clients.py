@@ -1,6 +1,6 @@
 """The real coding agents, first try: `connect --write` or `launch`, then one prompt.
 
-Each client (installed from npm / PyPI by tests/agentinstall.py) runs its non-interactive mode
+Each client (installed from npm / PyPI by support/agentinstall.py) runs its non-interactive mode
 in a HOME of its own against `lucebox serve` of SmolLM2 on the CPU engine, with no variable
 set by hand: its request must show in the engine log and its reply come back, unless connect
 or launch warned first that the client's own prompt does not fit the served context.
@@ -21,10 +21,10 @@ from lucebox.engine.bench.compare import ServeConfig, Served, serving
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.pipeline import ServeOptions
 from lucebox.engine.run.runstate import engine_log
-from tests.agentinstall import ClientsUnavailableError, client_bin_dirs
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
+from support.agentinstall import ClientsUnavailableError, client_bin_dirs
+from support.ports import free_port
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
 

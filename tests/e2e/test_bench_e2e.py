@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 from tests.conftest import alive, run_lucebox
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
 

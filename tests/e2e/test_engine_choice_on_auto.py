@@ -2,7 +2,7 @@
 ``prepare`` (the one planner) with both kinds installed, then ``serving.server_run`` with its
 calibrations on. The real llama-server (the suite's CPU build) serves a generated qwen35
 target; the Lucebox engine, which needs an NVIDIA GPU, is the recorded-contract stand-in
-(tests/luceboxfake.py) installed as a build by the install's own constructors, and NVML is the
+(support/luceboxfake.py) installed as a build by the install's own constructors, and NVML is the
 scripted provider showing one H100.
 
 The Lucebox draft makes the rule pick the Lucebox engine. Set slower than llama-server, the
@@ -30,13 +30,13 @@ from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
 from lucebox.engine.run.front.frontwire import CARRIES_TOKEN
+from support.ggufgen import LuceboxDFlashSpec, cached_gguf, qwen35_target
+from support.luceboxfake import __file__ as FAKE
+from support.ports import free_port
+from support.smolserver import private_engine_home
 from tests.e2e.test_enginecalibration import until
 from tests.engine.builds import lucebox_build
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.ggufgen import LuceboxDFlashSpec, cached_gguf, qwen35_target
-from tests.luceboxfake import __file__ as FAKE
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """The real engine: built by `lucebox engine build --cpu`, then serving the real Gemma 3 270M.
 
 The first run builds for about 9 minutes on 2 cores; the engine is cached in the user cache
-dir (tests/realmodels.py), so later runs take seconds.
+dir (support/realmodels.py), so later runs take seconds.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.health import wait_healthy
+from support.httpserver import Route, serve_files
+from support.ports import free_port
+from support.realmodels import engine_home, gemma_model
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.httpserver import Route, serve_files
-from tests.realmodels import engine_home, gemma_model
-from tests.support.health import wait_healthy
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import pytest
 from lucebox.engine.core.errors import EXIT_REFUSED
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import config
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
 

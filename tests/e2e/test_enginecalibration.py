@@ -1,5 +1,5 @@
 """The engine calibration on the real llama-server (the suite's CPU build, SmolLM2) against the
-recorded-contract stand-in of the Lucebox engine (tests/luceboxfake.py), whose per-token rates
+recorded-contract stand-in of the Lucebox engine (support/luceboxfake.py), whose per-token rates
 the test sets while it runs: the faster engine for the served mix serves after one switch, and
 the choice flips back each time the served mix moves.
 
@@ -31,13 +31,14 @@ from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, Engi
 from lucebox.engine.run.kinds.luceboxrun import parse_reply, reply_from_usage
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
-from tests.luceboxfake import rated_reply
-from tests.realmodels import smol_model
-from tests.support.ports import free_port
+from support import luceboxfake
+from support.luceboxfake import rated_reply
+from support.ports import free_port
+from support.realmodels import smol_model
 
 pytestmark = pytest.mark.slow
 
-FAKE = Path(__file__).resolve().parents[1] / "luceboxfake.py"
+FAKE = Path(luceboxfake.__file__)
 KEY = "smol | - | CPU | 2048"
 MEMORY = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
 

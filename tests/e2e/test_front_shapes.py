@@ -15,9 +15,9 @@ from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.plan.launch import engine_url
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run.supervisor import ServerEvent
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
+from support.ports import free_port
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ import httpx
 import psutil
 import pytest
 
+from support.ports import free_port, free_port_pair
+from support.realmodels import smol_model
 from tests.conftest import alive, run_lucebox
-from tests.realmodels import smol_model
-from tests.support.ports import free_port, free_port_pair
 
 pytestmark = pytest.mark.slow
 READY_TIMEOUT_S = 300.0

@@ -13,9 +13,9 @@ from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.models.records import files_dir, list_models
 from lucebox.engine.pipeline import ServeOptions
-from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
+from support.hubserver import COMMIT, HubFile, HubState, serve_hub
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 pytestmark = pytest.mark.slow
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"

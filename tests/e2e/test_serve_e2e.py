@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 
+from support.ports import free_port
+from support.realmodels import smoke_serve_argv
+from support.smolserver import private_engine_home
 from tests.conftest import alive, run_lucebox
-from tests.realmodels import smoke_serve_argv
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

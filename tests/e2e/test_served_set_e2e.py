@@ -14,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.servedset import THIRD_NAME, served_set, third_model
+from support.servedset import THIRD_NAME, served_set, third_model
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
+from support.ports import free_port
+from support.realmodels import engine_home, smol_model
 from tests.conftest import run_lucebox
-from tests.realmodels import engine_home, smol_model
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

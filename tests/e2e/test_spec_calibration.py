@@ -25,11 +25,11 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan.speculation.measurements import store_file
 from lucebox.engine.run.calibrate.calibration import TIE_MARGIN
 from lucebox.engine.run.runstate import current_status
+from support.ggufgen import cached_gguf, dflash_for, qwen35_target, widen
+from support.ports import free_port
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 from tests.conftest import run_lucebox
-from tests.ggufgen import cached_gguf, dflash_for, qwen35_target, widen
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

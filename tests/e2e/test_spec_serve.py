@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.ggufgen import ModelSpec, cached_gguf, dflash_for, qwen35_target
+from support.ports import free_port
+from support.smolserver import private_engine_home
 from tests.conftest import run_lucebox
-from tests.ggufgen import ModelSpec, cached_gguf, dflash_for, qwen35_target
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_the_mtp_head_runs_when_asked_and_its_counters_reach_status(built_engine
     def counted(now: dict) -> bool:
         return ((now["spec"] or {}).get("acceptance") or 0) > 0
 
-    # A head the target agrees with (tests/ggufgen.py agree_token): its drafts are accepted.
+    # A head the target agrees with (support/ggufgen.py agree_token): its drafts are accepted.
     model = qwen35_target(agree_token="hello")
     seen = serve_until(tmp_path / "home", ["--spec", "mtp"], counted, model=model)
     spec = seen[-1]["spec"]

@@ -14,9 +14,9 @@ from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.screens.browser import ModelBrowserScreen
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions
+from support.ggufgen import ModelSpec, cached_gguf
+from support.hubserver import COMMIT, HubFile, HubState, serve_hub
 from tests.app.tui.scripted import ScriptedBackend, preset_table_shown, wait_until
-from tests.ggufgen import ModelSpec, cached_gguf
-from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
 
 REPO = "acme/tiny-browse-GGUF"
 

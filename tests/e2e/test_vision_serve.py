@@ -27,13 +27,13 @@ from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.pipeline import ServeOptions
 from lucebox.engine.run.runstate import engine_log
+from support.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from support.httpserver import Route, serve_files
+from support.pngimage import png
+from support.ports import free_port
+from support.smolserver import private_engine_home
 from tests.app.tui.scripted import wait_until
 from tests.conftest import alive, run_lucebox
-from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.httpserver import Route, serve_files
-from tests.pngimage import png
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -23,12 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
+from support.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from support.pngimage import png
+from support.ports import free_port
+from support.realmodels import smol_model
+from support.smolserver import no_calibration
 from tests.conftest import run_lucebox
-from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.pngimage import png
-from tests.realmodels import smol_model
-from tests.smolserver import no_calibration
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

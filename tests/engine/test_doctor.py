@@ -19,8 +19,8 @@ from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.engines.toolkit import FetchedToolkit
 from lucebox.engine.machine.cpu import probe_cpu
 from lucebox.engine.machine.gpu import probe_gpus
+from support.uibuild import old_node_only
 from tests.engine.fake_nvml import GIB, FakeGpu, FakeNvml
-from tests.uibuild import old_node_only
 
 NVCC_11 = CudaToolkitInfo(ToolInfo("nvcc", True, "/usr/bin/nvcc", "11.0", ""), ("75", "80"))
 NVCC_13 = CudaToolkitInfo(ToolInfo("nvcc", True, "/usr/bin/nvcc", "13.0", ""), ("86", "90"))

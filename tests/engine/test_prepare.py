@@ -10,8 +10,8 @@ from lucebox.engine import pipeline
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.plan import planner
 from lucebox.engine.plan.options import ServeOptions
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 
 
 @pytest.mark.slow

@@ -33,8 +33,8 @@ from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.run.servedset import servedsetproxy
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import child_line, failed_children
+from support.ports import free_port
 from tests.engine.run.test_supervisor import CUDA_OOM_LINE
-from tests.support.ports import free_port
 
 RECORDED = Path(__file__).parent / "routerlog"
 SMOLLM2_PORT = 38637

@@ -22,7 +22,7 @@ AGENT_PROMPT_TOKENS: dict[str, int] = {
 (Codex sends ~4.6K without `model_context_window`), as SmolLM2's engine counted them (prompt
 eval in the engine log; tests/e2e/test_agent_clients.py). Other tokenizers differ by a few
 tens of percent; the clients' versions are those
-tests/agentinstall.py installs."""
+support/agentinstall.py installs."""
 
 CPU_PREFILL_BYTE_TOKENS_PER_CORE_S = 2.7e9
 """A CPU's prefill rate x weights bytes / cores: 55 tokens/s measured for SmolLM2-135M Q4_1

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import json
 
+from support.ggufgen import ModelSpec, ProjectorSpec, write_gguf, write_llama
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf, write_llama
 
 INFO_KEYS = {
     "architecture",

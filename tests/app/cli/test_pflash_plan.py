@@ -17,11 +17,11 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import bsa, lucebox
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.plan.lucebox.luceboxplan import PREFILL_DRAFTER_BYTES, PREFILL_DRAFTER_SOURCE
+from support.ggufgen import ModelSpec, cached_gguf, write_llama
+from support.hubserver import HubFile, HubState, serve_hub
 from tests.conftest import run_lucebox
 from tests.engine.builds import lucebox_build
 from tests.engine.engines.test_bsa import BSA_TARBALL
-from tests.ggufgen import ModelSpec, cached_gguf, write_llama
-from tests.hubserver import HubFile, HubState, serve_hub
 
 DRAFTER_REPO = "unsloth/Qwen3-0.6B-GGUF"
 DRAFTER_FILE = "Qwen3-0.6B-BF16.gguf"

@@ -68,7 +68,7 @@ def test_unknown_preset_and_missing_model():
 
 @pytest.mark.slow
 def test_plan_from_the_real_gemma_header_matches_llama_fit_params(built_engine_home):
-    from tests.realmodels import gemma_model
+    from support.realmodels import gemma_model
 
     result = run_lucebox(
         "plan",
@@ -151,7 +151,7 @@ def test_the_draft_is_priced_at_the_targets_kv_type_and_shown_why(capsys):
 def test_printed_command_is_shell_quoted(capsys, tmp_path):
     import shlex
 
-    from tests.ggufgen import write_llama
+    from support.ggufgen import write_llama
 
     model = write_llama(tmp_path / "my model's copy.gguf")
     code, planned = _main_json(capsys, "plan", "--model", str(model), "--allow-base")
@@ -161,7 +161,7 @@ def test_printed_command_is_shell_quoted(capsys, tmp_path):
 
 
 def test_plan_refuses_a_truncated_file_as_serve_would(tmp_path):
-    from tests.ggufgen import write_llama
+    from support.ggufgen import write_llama
 
     model = write_llama(tmp_path / "cut.gguf")
     with model.open("r+b") as handle:
@@ -194,7 +194,7 @@ def test_the_pinned_capabilities_beside_the_pin_are_the_built_engines(built_engi
 
 @pytest.mark.slow
 def test_a_plan_before_the_first_build_is_the_launch_after_it(built_engine_home, tmp_path):
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     model = str(smol_model())
     before = run_lucebox("plan", "--model", model, "--json")

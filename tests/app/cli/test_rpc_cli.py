@@ -7,9 +7,9 @@ import json
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.peers import INFO_PORT_OFFSET, PeerInfo
 from lucebox.engine.plan.engineview import pinned_engine
+from support.httpserver import Route, serve_files
+from support.ports import free_port
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.httpserver import Route, serve_files
-from tests.support.ports import free_port
 
 
 def _worker_route(build: str, port: int) -> Route:

@@ -110,7 +110,7 @@ def test_prepare_only_pulls_and_plans_then_exits_without_serving(built_engine_ho
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.engines.registry import select_engine
     from lucebox.engine.machine.gpu import probe_gpus
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     smol_model()  # warms pip's cache for the store's own pull
     engine = select_engine(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}), probe_gpus())

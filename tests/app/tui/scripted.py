@@ -41,8 +41,8 @@ from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelSta
 from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet, planned_models
+from support.ggufgen import ModelSpec, write_llama
 from tests.engine.plan.test_memory_plan import GEMMA_270M
-from tests.ggufgen import ModelSpec, write_llama
 
 STEPS_DONE = [
     StepEvent("gpu", "running", "looking for an NVIDIA GPU"),

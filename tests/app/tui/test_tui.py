@@ -38,6 +38,10 @@ from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import EngineStatus
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.supervisor import ServerEvent
+from support.ggufgen import write_llama
+from support.hubserver import HubFile, serve_hub
+from support.ports import free_port
+from support.smolserver import private_engine_home
 from tests.app.tui.scripted import (
     BASE_GEMMA,
     RTX_4090,
@@ -55,10 +59,6 @@ from tests.app.tui.scripted import (
 from tests.conftest import alive
 from tests.engine.engines.test_build import NO_NVCC
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.ggufgen import write_llama
-from tests.hubserver import HubFile, serve_hub
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions
+from support.ports import free_port
+from support.servedset import home_with_engine
 from tests.app.tui.scripted import wait_until
 from tests.conftest import alive, run_lucebox
-from tests.servedset import home_with_engine
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

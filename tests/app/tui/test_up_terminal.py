@@ -14,7 +14,7 @@ import time
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.models.records import files_dir
-from tests.hubserver import HubFile, serve_hub
+from support.hubserver import HubFile, serve_hub
 
 
 class Terminal:

@@ -31,8 +31,8 @@ def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load(m
 
     from bench.lucebox_models import DRAFT, TARGET
     from lucebox.engine.run.sample import Sample
+    from support.ggufgen import cached_gguf
     from tests.engine.plan.test_luceboxdevices import HELP_4CF58A04, plan_on, two_cards
-    from tests.ggufgen import cached_gguf
 
     # The deep target: enough layer weights that splitting them pays for tensor parallel.
     deep = dataclasses.replace(TARGET, n_layer=32, n_ff=8192)

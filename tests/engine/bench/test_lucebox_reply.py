@@ -1,5 +1,5 @@
 """bench's measure of a Lucebox-engine reply: the engine streams (its recorded stream, replayed
-by tests/luceboxfake.py as the engine binary), its usage chunk gives prefill and decode times,
+by support/luceboxfake.py as the engine binary), its usage chunk gives prefill and decode times,
 and what it drafted and accepted comes from its log lines (recorded on the H100)."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.bench.measure import streamed_call, with_lucebox_log
-from tests.support.health import wait_healthy
-from tests.support.ports import free_port
+from support import luceboxfake
+from support.health import wait_healthy
+from support.ports import free_port
 
-FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
+FAKE = Path(luceboxfake.__file__)
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 
 

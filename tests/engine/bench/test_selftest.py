@@ -19,7 +19,7 @@ from lucebox.engine.bench.selftest import (
 )
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.pipeline import ServeOptions, prepare
-from tests.realmodels import smol_model
+from support.realmodels import smol_model
 
 
 def test_a_candidate_within_noise_passes_and_a_slower_one_is_named():

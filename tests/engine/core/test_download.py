@@ -15,7 +15,7 @@ from lucebox.engine.core import downloadattempt
 from lucebox.engine.core.download import RetryPolicy, download_file
 from lucebox.engine.core.downloadprogress import TransferProgress, duration_text, progress_parts
 from lucebox.engine.core.errors import HashMismatchError, TransferError, TransferRefusedError
-from tests.httpserver import Route, serve_files
+from support.httpserver import Route, serve_files
 
 BODY = os.urandom(3 * 1024 * 1024 + 123)
 SHA256 = hashlib.sha256(BODY).hexdigest()

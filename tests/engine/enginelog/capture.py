@@ -1,6 +1,6 @@
 """Record what the pinned engine really writes, for the sampler's tests to replay.
 
-Serves SmolLM2-135M-Instruct with the built CPU engine (tests/realmodels.py), sends chat
+Serves SmolLM2-135M-Instruct with the built CPU engine (support/realmodels.py), sends chat
 requests and writes, per scenario, the engine's log (`NAME.log`) and what the HTTP side saw
 (`NAME.json.gz`: each reply's `timings`, /metrics bodies between requests, and /metrics with
 /slots once a second while requests ran). Scenarios: `spec` (self-speculation: the same file
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import httpx
 
+from support.health import wait_healthy
+from support.ports import free_port
+from support.realmodels import engine_home, gemma_model, smol_model
 from tests.engine.enginelog import FOLDER
-from tests.realmodels import engine_home, gemma_model, smol_model
-from tests.support.health import wait_healthy
-from tests.support.ports import free_port
 
 QUESTIONS = ("Say hello.", "Count from one to ten.", "Say hello.")
 

@@ -16,6 +16,7 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import bsa, lucebox, sourcetree
 from lucebox.engine.engines.source import SourceInfo
 from lucebox.engine.engines.sourcetree import MARKER_NAME
+from support.httpserver import Route, serve_files
 from tests.conftest import CliResult, run_lucebox
 from tests.engine.engines.test_lucebox_source import (
     DEFAULT_TARBALL,
@@ -23,7 +24,6 @@ from tests.engine.engines.test_lucebox_source import (
     needs_tarball,
     source_cli,
 )
-from tests.httpserver import Route, serve_files
 
 BSA_TARBALL = ENGINES_DIR / "block-sparse-attention-49d6c39e-cutlass-a75b4ac4.tar.gz"
 needs_bsa_tarball = pytest.mark.skipif(

@@ -126,9 +126,9 @@ def test_an_installed_build_says_whether_this_cpu_runs_it(target, cpu, runs, fra
 def test_the_built_engine_serves_on_this_cpu_without_amx(built_engine_home):
     """The real CPU engine lucebox built answers on this machine (a CPU with AMX, where the
     native build died of SIGILL) and its own system_info line says what it was compiled for."""
+    from support.engineserver import running_server
+    from support.realmodels import smol_model
     from tests.conftest import run_lucebox
-    from tests.engineserver import running_server
-    from tests.realmodels import smol_model
 
     path = run_lucebox("engine", "path", env={"LUCEBOX_HOME": str(built_engine_home)})
     assert path.returncode == 0, path.stderr

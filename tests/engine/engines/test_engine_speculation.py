@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_lucebox
-from tests.engineserver import exit_of, running_server, spec_args
-from tests.ggufgen import (
+from support.engineserver import exit_of, running_server, spec_args
+from support.ggufgen import (
     LuceboxDFlashSpec,
     cached_gguf,
     dflash_for,
@@ -23,6 +22,7 @@ from tests.ggufgen import (
     qwen3_pair,
     qwen35_target,
 )
+from tests.conftest import run_lucebox
 
 pytestmark = pytest.mark.slow
 

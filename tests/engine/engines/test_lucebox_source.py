@@ -17,8 +17,8 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import lucebox, sourcetree
 from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.sourcetree import MARKER_NAME
+from support.httpserver import Route, serve_files
 from tests.conftest import CliResult, assert_one_line_error, run_lucebox
-from tests.httpserver import Route, serve_files
 
 ENGINES_DIR = Path(__file__).resolve().parents[4] / "shared" / "engines"
 """Where the shared source tarballs lie, beside the clone."""

@@ -11,7 +11,7 @@ import pytest
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import nodejs
 from lucebox.engine.engines.toolchain import version_tuple
-from tests.uibuild import old_node_only, pip_cannot_reach_an_index
+from support.uibuild import old_node_only, pip_cannot_reach_an_index
 
 
 def test_the_systems_node_is_used_when_new_enough():

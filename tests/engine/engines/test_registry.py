@@ -26,7 +26,7 @@ from lucebox.engine.engines.registry import (
     read_version,
 )
 from lucebox.engine.engines.source import SourceInfo
-from tests.uibuild import old_node_only, pip_cannot_reach_an_index
+from support.uibuild import old_node_only, pip_cannot_reach_an_index
 
 HELP = """
 -ctk,  --cache-type-k TYPE              KV cache data type for K

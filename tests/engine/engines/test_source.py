@@ -16,7 +16,7 @@ from lucebox.engine.engines.source import (
     load_pin,
 )
 from lucebox.engine.engines.sourcetree import MARKER_NAME
-from tests.httpserver import Route, serve_files
+from support.httpserver import Route, serve_files
 
 
 def make_sdist() -> bytes:

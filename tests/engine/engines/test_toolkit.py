@@ -19,7 +19,7 @@ from lucebox.engine.engines.source import SourceInfo, ensure_source
 from lucebox.engine.engines.toolchain import CudaToolkitInfo, ToolInfo
 from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.machine.gpu import probe_gpus
-from tests import realmodels
+from support import realmodels
 from tests.engine.engines.test_cputarget import HASWELL
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 

@@ -12,8 +12,8 @@ import pytest
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import webui
 from lucebox.engine.engines.source import ensure_source
-from tests.support.ports import free_port
-from tests.uibuild import ui_assets_argv
+from support.ports import free_port
+from support.uibuild import ui_assets_argv
 
 
 def test_has_webui_reads_the_binary(tmp_path):

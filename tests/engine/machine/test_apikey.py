@@ -23,9 +23,9 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import engine_url, server_argv
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
+from support.health import wait_healthy
+from support.ports import free_port
 from tests.conftest import run_lucebox
-from tests.support.health import wait_healthy
-from tests.support.ports import free_port
 
 
 def mode_of(path: Path) -> int:
@@ -85,7 +85,7 @@ def _proc_texts(name: str) -> dict[int, bytes]:
 def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_path):
     """llama-server behind a front bound beyond loopback asks for the key on its own private
     loopback port too; no command line shows it."""
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     engine_paths = resolve_paths({"LUCEBOX_HOME": str(built_engine_home)})
     engine = select_engine(engine_paths, probe_gpus()).engine
@@ -139,7 +139,7 @@ def test_plan_beyond_loopback_names_the_key_file_and_writes_nothing():
 
 @pytest.mark.slow
 def test_first_start_beyond_loopback_shows_the_key_once(built_engine_home):
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     smol_model()  # warms pip's cache for the store's own pull
     engine = select_engine(resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}), probe_gpus())

@@ -15,9 +15,9 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import Peer, PeerInfo
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.run.death import DeathFacts, name_death
+from support.httpserver import Route, serve_files
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 from tests.engine.plan.test_memory_plan import _launch
-from tests.httpserver import Route, serve_files
 
 BUILD = pinned_engine().version
 
@@ -123,7 +123,7 @@ def test_a_peer_with_another_build_is_refused_naming_both():
 
 
 def test_a_peer_that_does_not_answer_is_named():
-    from tests.support.ports import free_port
+    from support.ports import free_port
 
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(UsageError, match=f"the peer {address} does not answer"):

@@ -10,7 +10,7 @@ import pytest
 
 from lucebox.engine.models.gguf import read_header
 from lucebox.engine.models.modelinfo import inspect_model
-from tests.ggufgen import (
+from support.ggufgen import (
     AssistantSpec,
     LuceboxDFlashSpec,
     cached_gguf,

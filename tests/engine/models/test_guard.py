@@ -13,7 +13,7 @@ import pytest
 
 from lucebox.engine.models.guard import check_model, check_pair
 from lucebox.engine.models.modelinfo import inspect_model
-from tests.ggufgen import ModelSpec, write_llama
+from support.ggufgen import ModelSpec, write_llama
 
 ARCHS = ("llama", "gemma3", "dflash", "qwen2")
 
@@ -315,7 +315,7 @@ def test_fuzzed_headers_never_escape(models, tmp_path):
 
 @pytest.mark.slow
 def test_real_gemma_is_a_base_model_without_template():
-    from tests.realmodels import gemma_model
+    from support.realmodels import gemma_model
 
     result = check_model(gemma_model(), known_archs=ARCHS)
     assert codes(result) == {"no-chat-template", "base-model"}

@@ -14,11 +14,11 @@ from lucebox.engine import pipeline
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.options import ServeOptions
+from support.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from support.hubserver import COMMIT, HubFile
+from support.smolserver import private_engine_home
 from tests.conftest import run_lucebox
 from tests.engine.plan.test_vision_plan import SIGLIP, TEXT
-from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.hubserver import COMMIT, HubFile
-from tests.smolserver import private_engine_home
 
 REPO = "acme/tiny-vision-GGUF"
 

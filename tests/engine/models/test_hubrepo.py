@@ -24,9 +24,9 @@ from lucebox.engine.models.records import StoreError
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.sources import quantchoice, repoplan
+from support.ggufgen import ModelSpec, cached_gguf, write_gguf
+from support.hubserver import COMMIT, HubFile, HubState, serve_hub
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.ggufgen import ModelSpec, cached_gguf, write_gguf
-from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
 
 REPO = "acme/tiny-quants-GGUF"
 SPEC = ModelSpec(

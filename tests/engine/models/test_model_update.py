@@ -13,9 +13,9 @@ from lucebox.engine.doctor import check_model_updates
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import find_model
 from lucebox.engine.plan.speculation.measurements import file_identity
+from support.ggufgen import ModelSpec, write_llama
+from support.hubserver import COMMIT, HubFile
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.ggufgen import ModelSpec, write_llama
-from tests.hubserver import COMMIT, HubFile
 
 NEWER = "fedcba9876543210fedcba9876543210fedcba98"
 SHARDS = [f"big-instruct-{n:05d}-of-00002.gguf" for n in (1, 2)]
@@ -147,7 +147,7 @@ def test_doctor_says_when_a_newer_revision_exists_and_when_it_could_not_check(
 def test_the_new_revision_is_load_tested_on_the_engine_before_it_switches(
     built_engine_home, hub, tmp_path, monkeypatch
 ):
-    from tests.smolserver import private_engine_home
+    from support.smolserver import private_engine_home
 
     home = private_engine_home(tmp_path / "engine-home")
     monkeypatch.setenv("LUCEBOX_HOME", str(home))

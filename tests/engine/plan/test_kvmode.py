@@ -10,9 +10,9 @@ from bench.lucebox_models import TARGET
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.plan.options import ServeOptions
+from support.ggufgen import cached_gguf
 from tests.conftest import run_lucebox
 from tests.engine.plan.test_luceboxplan import plan
-from tests.ggufgen import cached_gguf
 
 SMALL = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 3060", 12 * GIB, 3000 * MIB),), 64 * GIB)
 

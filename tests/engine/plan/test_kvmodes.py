@@ -16,10 +16,10 @@ from lucebox.engine.plan.lucebox.kvmodes import KvModes, KvTrial, ModeRate
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.speculation.measurements import STORE_VERSION, ProbeRate, read_section
 from lucebox.engine.serving import Replanner
+from support.ggufgen import cached_gguf
 from tests.conftest import run_lucebox
 from tests.engine.plan.test_kvmode import target
 from tests.engine.plan.test_luceboxplan import plan
-from tests.ggufgen import cached_gguf
 
 CTX = 65536
 ALL = ("exact q8_0", "exact q4_0", "kvflash q8_0", "kvflash q4_0")

@@ -47,7 +47,7 @@ from lucebox.engine.plan.speculation.measurements import (
     read_placement_rates,
     write_placement_rate,
 )
-from tests.ggufgen import cached_gguf
+from support.ggufgen import cached_gguf
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 HELP_62880E20 = (FIXTURES / "help.txt").read_text()

@@ -37,7 +37,7 @@ from lucebox.engine.plan.lucebox.luceboxplan import (
 )
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import plan_launch
-from tests.ggufgen import cached_gguf
+from support.ggufgen import cached_gguf
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 H100 = pool_of((DeviceBudget(0, "NVIDIA H100 80GB HBM3", 81079 * MIB, 80_500 * MIB),), 128 * GIB)

@@ -22,8 +22,8 @@ from lucebox.engine.plan.speculation.measurements import (
     write_measurement,
 )
 from lucebox.engine.plan.speculation.speculation import SpecMode
+from support.ggufgen import cached_gguf, qwen35_target, widen
 from tests.conftest import run_lucebox
-from tests.ggufgen import cached_gguf, qwen35_target, widen
 
 
 def launch_of(target: Path, spec: SpecMode | None = None, vram_mib: int = 16384) -> LaunchPlan:

@@ -23,8 +23,8 @@ from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.memory.sizes import compute_bytes, kv_bytes, kvflash_pool
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.sources.presetchoice import choose_preset, preset_table
+from support.ggufgen import SHAPES, ModelSpec, write_llama
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.ggufgen import SHAPES, ModelSpec, write_llama
 
 GEMMA_270M = dataclasses.replace(SHAPES["gemma3-270m"], header_only=True)
 LLAMA_8B_HEADER = dataclasses.replace(SHAPES["llama8b"], header_only=True)
@@ -313,7 +313,7 @@ def test_a_lucebox_variant_names_a_plain_target_and_a_lucebox_draft():
 def test_cpu_default_preset_matches_its_real_file():
     """The published facts of the CPU default are the ones the real GGUF's header gives."""
     from lucebox.engine.models.presets import facts_from_preset
-    from tests.realmodels import SMOL_SIZE_BYTES, smol_model
+    from support.realmodels import SMOL_SIZE_BYTES, smol_model
 
     (preset,) = [p for p in load_presets(resolve_paths()) if p.cpu_default]
     assert preset.target.size_bytes == SMOL_SIZE_BYTES and not preset.target.size_is_estimate

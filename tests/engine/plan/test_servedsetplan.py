@@ -28,9 +28,9 @@ from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.servedset import placements_of
 from lucebox.engine.serving import keep_guard_off
+from support.ggufgen import ModelSpec as GeneratedModel
+from support.ggufgen import cached_gguf
 from tests.engine.fake_nvml import FakeNvml
-from tests.ggufgen import ModelSpec as GeneratedModel
-from tests.ggufgen import cached_gguf
 
 
 def _budget(vram_mib: tuple[int, ...]) -> GpuBudget:

@@ -15,7 +15,7 @@ from lucebox.engine.plan.speculation.specguard import (
 )
 from lucebox.engine.plan.speculation.workload import RateCurve, ServedRequest
 from lucebox.engine.run.kinds.luceboxrun import LuceboxLog
-from tests.luceboxfake import FIXTURES
+from support.luceboxfake import FIXTURES
 
 
 def test_nothing_is_decided_before_enough_drafted_tokens():

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from tests.conftest import run_lucebox
-from tests.ggufgen import (
+from support.ggufgen import (
     LuceboxDFlashSpec,
     cached_gguf,
     dflash_for,
     qwen3_pair,
     qwen35_target,
 )
+from tests.conftest import run_lucebox
 
 
 def plan(*args: str) -> tuple[int, dict, str]:

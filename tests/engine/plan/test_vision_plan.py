@@ -28,7 +28,7 @@ from lucebox.engine.plan.planner import plan_launch
 from lucebox.engine.plan.servedset.router import router_ini
 from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.plan.visionplan import projector_bytes
-from tests.ggufgen import ModelSpec, ProjectorSpec, cached_gguf, write_gguf
+from support.ggufgen import ModelSpec, ProjectorSpec, cached_gguf, write_gguf
 
 H100 = pool_of((DeviceBudget(0, "NVIDIA H100 80GB HBM3", 81079 * MIB, 80_500 * MIB),), 128 * GIB)
 RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)

@@ -1,5 +1,5 @@
 """apishape against the Lucebox engine's shapes: the stream and reply recorded from the real
-engine on the H100 (tests/engine/fixtures/lucebox/, what tests/luceboxfake.py replays) and the
+engine on the H100 (tests/engine/fixtures/lucebox/, what support/luceboxfake.py replays) and the
 Anthropic and Responses events its source writes (sse_emitter.cpp at the pinned commit; see
 reference/lucebox-engine-contract.md); the client-visible result is read with the official
 SDKs' models. llama-server's shapes are recorded live in test_apishape_llama.py."""
@@ -29,12 +29,13 @@ from lucebox.engine.run.front.apishape import (
     shape_response,
 )
 from lucebox.engine.run.front.front import FrontSpec
-from tests.frontserver import loopback_policy, running_front
-from tests.support.health import wait_healthy
-from tests.support.ports import free_port
+from support import luceboxfake
+from support.frontserver import loopback_policy, running_front
+from support.health import wait_healthy
+from support.ports import free_port
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
-FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
+FAKE = Path(luceboxfake.__file__)
 STREAM = (FIXTURES / "plain.stream.txt").read_bytes()
 REPLY = (FIXTURES / "plain.reply.json").read_bytes()
 
@@ -273,7 +274,7 @@ def test_the_models_list_validates_keeps_the_engines_keys_and_carries_context():
 
 @pytest.fixture
 def fake_engine(tmp_path: Path) -> Iterator[str]:
-    """tests/luceboxfake.py serving the recorded replies, as the engine would on ``port``."""
+    """support/luceboxfake.py serving the recorded replies, as the engine would on ``port``."""
     port = free_port()
     env = {"FAKE_REQUESTS": str(tmp_path / "requests.txt"), "PATH": ""}
     argv = [sys.executable, str(FAKE), str(tmp_path / "m.gguf"), "--port", str(port)]

@@ -22,9 +22,9 @@ from lucebox.engine.run.front.apishape import (
     shape_request,
 )
 from lucebox.engine.run.front.front import FrontSpec
+from support.engineserver import RunningServer, running_server
+from support.frontserver import RunningFront, loopback_policy, running_front
 from tests.conftest import run_lucebox
-from tests.engineserver import RunningServer, running_server
-from tests.frontserver import RunningFront, loopback_policy, running_front
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ ALIAS = "smol"
 
 @pytest.fixture(scope="module")
 def server(built_engine_home: Path) -> Iterator[RunningServer]:
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     path = run_lucebox("engine", "path", env={"LUCEBOX_HOME": str(built_engine_home)})
     assert path.returncode == 0, path.stderr
@@ -212,7 +212,7 @@ def test_qwen_template_thinks_by_default_on_llama_server_unless_shaped(built_eng
     source = run_lucebox("engine", "source", "--json", env={"LUCEBOX_HOME": str(built_engine_home)})
     assert source.returncode == 0, source.stderr
     template = Path(json.loads(source.stdout)["path"]) / "models/templates/Qwen3.5-4B.jinja"
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     engine = run_lucebox("engine", "path", env={"LUCEBOX_HOME": str(built_engine_home)})
     args = ["--jinja", "--chat-template-file", str(template)]

@@ -38,10 +38,10 @@ from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
 )
+from support.ports import free_port
+from support.realmodels import smol_model
+from support.smolserver import private_engine_home
 from tests.conftest import alive, run_lucebox
-from tests.realmodels import smol_model
-from tests.smolserver import private_engine_home
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,11 @@ import pytest
 
 from lucebox.engine.run.front.front import FrontSpec
 from lucebox.engine.run.runstate import Status
+from support import luceboxfake
+from support.engineserver import RunningServer, running_server
+from support.frontserver import RunningFront, loopback_policy, running_front
+from support.ports import free_port
 from tests.conftest import run_lucebox
-from tests.engineserver import RunningServer, running_server
-from tests.frontserver import RunningFront, loopback_policy, running_front
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def chat(content: str, max_tokens: int, **extra: object) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def engine(built_engine_home: Path) -> Iterator[RunningServer]:
-    from tests.realmodels import smol_model
+    from support.realmodels import smol_model
 
     found = run_lucebox("engine", "path", env={"LUCEBOX_HOME": str(built_engine_home)})
     assert found.returncode == 0, found.stderr
@@ -277,7 +278,7 @@ def fake_engine(tmp_path: Path, **env_extra: str) -> Iterator[str]:
     """The recorded-contract stand-in of ``dflash_server`` on a loopback port."""
     port = free_port()
     env = {**os.environ, "FAKE_REQUESTS": str(tmp_path / "requests.txt"), **env_extra}
-    fake = Path(__file__).parents[2] / "luceboxfake.py"
+    fake = Path(luceboxfake.__file__)
     argv = [sys.executable, str(fake), "model.gguf", "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -1,5 +1,5 @@
 """A long context's modes measured while the server runs, against the recorded-contract stand-in
-of the Lucebox engine (tests/luceboxfake.py), whose rates per mode the test sets: the exact cache
+of the Lucebox engine (support/luceboxfake.py), whose rates per mode the test sets: the exact cache
 loses decode speed with the prompt's length, a KVFlash pool does not. Every mode is measured
 over the probes and the long probe, each a restart, and stored; status shows them; and the mode
 the plan serves serves again afterwards although a lossy one measured faster. A client that
@@ -28,10 +28,11 @@ from lucebox.engine.run import runstate
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
+from support import luceboxfake
+from support.ports import free_port
 from tests.e2e.test_enginecalibration import until
-from tests.support.ports import free_port
 
-FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
+FAKE = Path(luceboxfake.__file__)
 CTX = 65536
 POOL = 16384
 MEMORY = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)

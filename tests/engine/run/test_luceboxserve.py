@@ -1,6 +1,6 @@
 """Serving the Lucebox engine through the one supervisor and run state: warm-up before ready,
 per-reply numbers from its log lines. The engine needs a GPU, so a stand-in replays the lines
-and replies recorded from it on the H100 (tests/luceboxfake.py)."""
+and replies recorded from it on the H100 (support/luceboxfake.py)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
-from tests.support.ports import free_port
+from support import luceboxfake
+from support.ports import free_port
 
-FAKE = Path(__file__).resolve().parents[2] / "luceboxfake.py"
+FAKE = Path(luceboxfake.__file__)
 FLAGS = LuceboxFlags(max_ctx=4096, max_tokens=512, cache_type="q4_0", prefix_cache_slots=4)
 
 

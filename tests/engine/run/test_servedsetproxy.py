@@ -13,7 +13,7 @@ import httpx
 from lucebox.engine.run.front.frontguard import FrontPolicy
 from lucebox.engine.run.servedset.admission import Placement
 from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy
-from tests.frontserver import loopback_policy
+from support.frontserver import loopback_policy
 
 MIB = 2**20
 PLACEMENTS = {"smollm2": Placement("ram", 563 * MIB), "smoke": Placement("ram", 891 * MIB)}

@@ -29,9 +29,9 @@ from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
 )
+from support.ggufgen import write_llama
+from support.ports import free_port
 from tests.engine.plan.test_memory_plan import GEMMA_270M
-from tests.ggufgen import write_llama
-from tests.support.ports import free_port
 
 CUDA_OOM_LINE = (
     "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: "
@@ -270,7 +270,7 @@ def _prepared_on(tmp_path, server: Path, ctx: int | None):
     from lucebox.engine.machine.config import Settings
     from lucebox.engine.pipeline import Prepared
     from lucebox.engine.plan import planner
-    from tests.ggufgen import ModelSpec
+    from support.ggufgen import ModelSpec
 
     model = write_llama(tmp_path / "long.gguf", ModelSpec(n_ctx=32768))
     caps = pinned_engine().capabilities

@@ -14,8 +14,8 @@ from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import PeerInfo
 from lucebox.engine.run import worker
+from support.ports import free_port_pair
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
-from tests.support.ports import free_port_pair
 
 
 def _engine(folder: Path, backend: str = "cpu", rpc: bool = True) -> EngineManifest:

@@ -632,7 +632,7 @@ def cached_gguf(spec: ModelSpec, folder: Path | None = None) -> Path:
     later sessions see a whole file or none.
     """
     if folder is None:
-        from tests.realmodels import test_cache_dir
+        from support.realmodels import test_cache_dir
 
         folder = test_cache_dir() / "ggufgen"
     folder.mkdir(parents=True, exist_ok=True)

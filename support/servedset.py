@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from tests.ggufgen import ModelSpec, cached_gguf
-from tests.realmodels import engine_home
-from tests.support.ports import free_port
+from support.ggufgen import ModelSpec, cached_gguf
+from support.ports import free_port
+from support.realmodels import engine_home
 
 THIRD_NAME = "tiny-llama"
 """The generated third model's alias (its file is copied to this name)."""

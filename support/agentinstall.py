@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.realmodels import test_cache_dir
+from support.realmodels import test_cache_dir
 
 NPM_PACKAGES = (
     "@openai/codex@0.169.0",

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from lucebox.engine.run.kinds.metrics import parse_counters
-from tests.support.health import wait_healthy
-from tests.support.ports import free_port
+from support.health import wait_healthy
+from support.ports import free_port
 
 
 @dataclass(frozen=True)

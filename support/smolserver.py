@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import config
-from tests.realmodels import engine_home
+from support.realmodels import engine_home
 
 
 def private_engine_home(folder: Path) -> Path:

@@ -33,7 +33,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-FIXTURES = Path(__file__).parent / "engine" / "fixtures" / "lucebox"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "engine" / "fixtures" / "lucebox"
 LOG = (FIXTURES / "plain.log").read_text().splitlines()
 START = LOG[: next(i for i, line in enumerate(LOG) if "listening on" in line)]
 REPLY_START = next(i for i, line in enumerate(LOG) if "body_bytes=109" in line)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from lucebox.engine.run.front.front import Front, FrontSpec, start_front
 from lucebox.engine.run.front.frontguard import FrontPolicy
 from lucebox.engine.run.front.frontwire import ApiShape
-from tests.support.ports import free_port
+from support.ports import free_port
 
 
 @dataclass(frozen=True)

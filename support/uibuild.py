@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_port
+from support.ports import free_port
 
 
 def old_node_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
