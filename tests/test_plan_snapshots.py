@@ -1,11 +1,11 @@
-"""bench/plan_snapshots.py: each document has its own name; --compare finds a changed byte."""
+"""benchmarks/plan_snapshots.py: each document has its own name; --compare finds a changed byte."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench import plan_snapshots
+from benchmarks import plan_snapshots
 
 
 def _write(folder: Path, name: str, stdout: bytes, exit_code: int = 0) -> None:

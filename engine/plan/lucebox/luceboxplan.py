@@ -1,7 +1,8 @@
 """The memory plan and flags for the Lucebox engine (``dflash_server``), pure.
 
 What lives where (reference/lucebox-engine-contract.md section 5, checked on the GPU against
-NVML after a warm-up request and at the peak of each request; bench/lucebox_memory.py): the
+NVML after a warm-up request and at the peak of each request;
+benchmarks/lucebox_memory_by_stage.py): the
 target's weights on the GPU except its token embeddings, which stay in host RAM; the draft
 whole; the attention KV over ``--max-ctx`` (or over the KVFlash pool) at one K=V type; the
 delta-net state; the feature ring the draft reads (allocated with or without a draft); the

@@ -4,7 +4,8 @@ Without a GPU a context that fits in RAM can still take an hour to read: prefill
 compute bound, about proportional to the weight bytes each token passes through and to the
 cores. Before the model has run here the rate is estimated from its size with the one CPU
 estimate lucebox has (agentprompt: 55 tokens/s for SmolLM2-135M Q4_1 on 2 shared cores at a
-2-8K prompt). bench/cpu_usable.py --measure read an 8K prompt with SmolLM2 on such a PC while
+2-8K prompt). benchmarks/cpu_plan_leaves_pc_usable.py --measure read an 8K prompt with SmolLM2 on
+such a PC while
 other work shared its two cores: 6,942 tokens in 275 s (25 tok/s), which is why a rate measured
 here replaces the estimate once the model has run.
 """

@@ -25,7 +25,8 @@ RESERVE_FRACTION = 0.005
 
 RESERVE_MIN_BYTES = 64 * MIB
 """Headroom left free of what is free now, for other programs' small allocations. The plan
-itself matched the engine to within 13 MiB on the H100 (bench/plan_vs_gpu.py), so the reserve
+itself matched the engine to within 13 MiB on the H100 (benchmarks/plan_memory_vs_gpu.py), so the
+reserve
 does not pad the plan's own error; a larger one costs context on models with small KV."""
 
 IMAGE_ATTENTION_ROWS = 5.25
@@ -42,7 +43,7 @@ IMAGE_GPU_FACTOR = 2.7
 """On the GPU the CUDA backend holds this much more for the same image than those CPU-logged
 rows give: Gemma 3's SigLIP shape at 896 px (4,096 patches) served by the pinned llama-server
 on an H200 held 296 MiB beyond the projector's weights after one image, 110 MiB by the rows
-alone (bench/results/h200-vision.json)."""
+alone (benchmarks/results/h200-vision.json)."""
 
 KVFLASH_CAP = 16384
 
@@ -124,7 +125,7 @@ def kv_bytes(
 PIPELINE_COMPUTE_COPIES = 2
 """Compute buffers per device when llama-server splits layers over several local GPUs: it then
 runs the split as a pipeline (``pipeline parallelism enabled``), whose scheduler keeps copies
-of the graph's buffers. Measured on two H200s (bench/results/h200x2-two-gpu.json): each card
+of the graph's buffers. Measured on two H200s (benchmarks/results/h200x2-two-gpu.json): each card
 held about one more compute buffer than planned (3550 and 3638 MiB against 3116 and 3241), and
 the card left short aborted in cuBLAS on the first request."""
 

@@ -500,7 +500,8 @@ def placement_key(target: Path, draft: Path | None, engine: str, cards: tuple[st
 
 
 def read_placement_rates(paths: Paths, key: str) -> dict[str, float]:
-    """Decode tok/s measured per placement (bench/two_gpu.py measures them on the cards)."""
+    """Decode tok/s measured per placement (benchmarks/two_gpus_planned_vs_run.py measures them on
+    the cards)."""
     entry = read_section(paths, "placements").get(key)
     if not isinstance(entry, dict):
         return {}

@@ -32,8 +32,8 @@ CPU_BREAK_EVEN: dict[tuple[str, int | None], float] = {
     ("ngram-mod", None): 0.6,
 }
 """Break-even acceptance on a CPU, from decode speed per engine CPU-second with every draft
-accepted and with none (bench/spec_breakeven.py --head-dim 128: the real models' head width,
-Q8_0 and Q4_0, bench/results/cpu-spec-breakeven-head128-*.json):
+accepted and with none (benchmarks/spec_breakeven.py --head-dim 128: the real models' head width,
+Q8_0 and Q4_0, benchmarks/results/cpu-spec-breakeven-head128-*.json):
 (1 + a k) / (t_none + a (t_all - t_none)) = 1. MTP never paid off (1.0 = off as soon as
 anything is rejected); a draft model paid off only at Q8_0 (0.79; at Q4_0 even every draft
 accepted was 0.93x), so it stays 1.0; DFlash needed 0.63-0.65; n-gram 0.44-0.59 (the higher
@@ -56,8 +56,8 @@ CUDA_BREAK_EVEN: dict[tuple[str, int | None], float] = {
     ("ngram-mod", None): 0.46,
 }
 """Break-even acceptance on CUDA, from wall-clock decode speed on an H100 with a 1.7 GB F16
-hybrid target (bench/spec_breakeven.py --scale 32 --layers 16 --quant F16 --threads 4; the
-run is in bench/results/h100-spec-breakeven-f16-1.7gb.json). A
+hybrid target (benchmarks/spec_breakeven.py --scale 32 --layers 16 --quant F16 --threads 4; the
+run is in benchmarks/results/h100-spec-breakeven-f16-1.7gb.json). A
 home card's 15 GB model verifies a draft relatively more cheaply, so its true break-even is
 lower: these floors err towards switching off."""
 CUDA_DEFAULT_FLOOR = 0.7

@@ -127,7 +127,7 @@ def candidates(files: SpecFiles, spec_types: tuple[str, ...]) -> list[SpecCandid
 CPU_LOSES = frozenset({"draft-mtp", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 """Model-drafted speculation on a CPU: verifying k+1 tokens costs nearly k+1 plain steps, so
 these were slower than plain decoding even with every draft accepted, or needed 76-94% of
-drafts to break even (bench/spec_breakeven.py on the pinned engine)."""
+drafts to break even (benchmarks/spec_breakeven.py on the pinned engine)."""
 
 
 def for_backend(

@@ -28,7 +28,7 @@ MAX_CANDIDATES = 3
 """Configurations measured besides none: each costs a restart and the probes."""
 TIE_MARGIN = 0.03
 """A mode must beat none by more than this share to be chosen: two runs of the same launch
-differ by about 1-2% (bench/spec_breakeven.py), and a tie costs nothing to lose."""
+differ by about 1-2% (benchmarks/spec_breakeven.py), and a tie costs nothing to lose."""
 
 
 @dataclass(frozen=True)

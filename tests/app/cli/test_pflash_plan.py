@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.lucebox_models import TARGET
+from benchmarks.lucebox_models import TARGET
 from lucebox.app.cli.parser import main
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import bsa, lucebox

@@ -29,7 +29,7 @@ def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load(m
     uses there and the card's load, from the sampler's reading of each GPU."""
     import dataclasses
 
-    from bench.lucebox_models import DRAFT, TARGET
+    from benchmarks.lucebox_models import DRAFT, TARGET
     from lucebox.engine.run.sample import Sample
     from support.ggufgen import cached_gguf
     from tests.engine.plan.test_luceboxdevices import HELP_4CF58A04, plan_on, two_cards

@@ -309,7 +309,9 @@ def test_fuzzed_headers_never_escape(models, tmp_path):
         _, peak_bytes = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert slowest_s < 10.0  # never hangs; bench/model_check.py measures the speed
+    assert (
+        slowest_s < 10.0
+    )  # never hangs; benchmarks/model_check_reads_header.py measures the speed
     assert peak_bytes < 64 * 2**20
 
 

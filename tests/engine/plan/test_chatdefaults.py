@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from bench.lucebox_models import TARGET
+from benchmarks.lucebox_models import TARGET
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bench.lucebox_models import TARGET
+from benchmarks.lucebox_models import TARGET
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.plan.options import ServeOptions
@@ -59,7 +59,7 @@ def test_the_flag_reaches_the_plan_through_the_cli():
 
 
 def test_plan_says_which_engine_and_what_is_unmeasured_where_both_engines_serve():
-    from bench.lucebox_models import DRAFT
+    from benchmarks.lucebox_models import DRAFT
 
     draft = str(cached_gguf(dataclasses.replace(DRAFT, header_only=True)))
     done = run_lucebox("plan", "--model", target(), "--draft", draft, "--vram-mib", "81000")

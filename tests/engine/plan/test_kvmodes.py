@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bench.lucebox_models import TARGET
+from benchmarks.lucebox_models import TARGET
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench.lucebox_models import DRAFT, TARGET
+from benchmarks.lucebox_models import DRAFT, TARGET
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
@@ -72,7 +72,8 @@ def recorded_build(monkeypatch) -> None:
 
 
 def serve_memory_runs() -> list[dict]:
-    """`lucebox serve` on the H200 as bench/device_lucebox_memory.sh recorded it: the plan it
+    """`lucebox serve` on the H200 as benchmarks/device/device_lucebox_memory.sh recorded it: the
+    plan it
     made and what NVML showed for the engine after the warm-up and at its peak per request."""
     lines = (FIXTURES / "serve-memory.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]

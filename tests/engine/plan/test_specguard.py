@@ -211,12 +211,23 @@ def test_a_mixed_window_weighs_each_request_by_its_decoded_tokens_at_its_own_len
     assert decision is not None and f"{none_s / spec_s:.2f}x of the" in decision.reason
 
 
+DONE = (
+    "[server] chat DONE chatcmpl_0000000000000001 ok=true in=64 effective_in=64 out=256 0.3s "
+    "755.9 tok/s finish=stop restore=false slot=-1 prefix_len=0 prefill=0.0s "
+    "decode=0.3s(781.2tok/s) error=- detail=-"
+)
+"""A reply's closing line, as the engine writes one after each decode line: the totals count a
+reply once it finished (lucebox's own replies are left out then)."""
+
+
 def _lucebox_totals(*decode_lines: str) -> tuple[int, int]:
     """The engine's running drafted and accepted totals after ``decode_lines``, read by the
     parser the server runs."""
     log = LuceboxLog()
     for line in decode_lines:
         log.feed(line)
+        if line.startswith(("[spec-decode]", "[ar-decode]")):
+            log.feed(DONE)
     return log.drafted_total, log.accepted_total
 
 
