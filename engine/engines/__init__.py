@@ -1,7 +1,8 @@
 """Engines: get each engine kind's pinned source, build it for this machine, install it, pick it.
 
 - ``kinds``: the :class:`~kinds.EngineKind` interface and its two kinds, llama-server and the
-  Lucebox engine; callers name a kind and ask it. ``kindname``: the kinds' names (no imports). ``known``: each kind's known sources (data).
+  Lucebox engine; callers name a kind and ask it. ``kindname``: the kinds' names (no imports).
+  ``known``: each kind's known sources (data).
 - llama-server: ``source`` (the pinned sdist), ``build`` (cmake, the build cache), ``webui`` and
   ``nodejs`` (its web UI).
 - the Lucebox engine: ``lucebox`` (the pinned ``server/`` tree), ``bsa`` (Block-Sparse-Attention
