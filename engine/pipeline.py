@@ -339,7 +339,7 @@ def prepare(
         )
     if unplanned and not launch.vision.served:
         emit(StepEvent("models", "note", f"vision {unplanned}"))
-        launch = replace(launch, vision=replace(launch.vision, reason=unplanned))
+        launch = launch.with_vision_left_out(unplanned)
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:
