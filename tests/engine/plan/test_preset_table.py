@@ -6,6 +6,7 @@ made here by the functions those commands call, in this process, on scripted car
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -65,6 +66,47 @@ def test_every_row_is_the_plan_of_its_preset(cards_gib):
         assert shown == served, row.alias
         assert row.to_json() == launch.to_json(), row.alias
         assert row.misfit == launch.misfit, row.alias
+
+
+LEAVES = re.compile(r"served: it leaves (\d+) tokens(?: with (\w+) KV)? \((\d+)(?: with (\w+) KV)?")
+WOULD_LEAVE = re.compile(r"would leave (\d+) tokens with (\w+) KV instead of (\d+) with (\w+)")
+
+
+@pytest.mark.parametrize("cards_gib", CARDS_GIB, ids=_label)
+def test_the_vision_reason_quotes_the_contexts_each_choice_serves(cards_gib):
+    """A served projector's reason quotes the context served and the one --vision off serves;
+    one left out quotes what --vision on would serve and the context served."""
+    paths = resolve_paths()
+    options = _options(cards_gib)
+    quoted = 0
+    for preset in load_presets(paths):
+        asked = replace(options, preset=preset.id)
+        launch = _plan(paths, asked)
+        reason = launch.vision.reason
+        assert launch.plan.reasons.get("vision", reason) == reason
+        if (leaves := LEAVES.search(reason)) is not None:
+            other = _plan(paths, replace(asked, vision="off")).plan
+            ctx, kv, ctx_without, kv_without = leaves.groups()
+            assert (int(ctx), kv or launch.plan.cache_type_k) == (
+                launch.plan.ctx,
+                launch.plan.cache_type_k,
+            ), preset.id
+            assert (int(ctx_without), kv_without or launch.plan.cache_type_k) == (
+                other.ctx,
+                other.cache_type_k,
+            ), preset.id
+            quoted += 1
+        elif (would := WOULD_LEAVE.search(reason)) is not None:
+            other = _plan(paths, replace(asked, vision="on")).plan
+            ctx_with, kv_with, ctx, kv = would.groups()
+            assert (int(ctx), kv) == (launch.plan.ctx, launch.plan.cache_type_k), preset.id
+            assert (int(ctx_with), kv_with) == (other.ctx, other.cache_type_k), preset.id
+            quoted += 1
+        elif "costs no context" in reason:
+            other = _plan(paths, replace(asked, vision="off")).plan
+            assert launch.plan.ctx >= other.ctx, preset.id
+            assert launch.plan.cache_type_k == other.cache_type_k, preset.id
+    assert quoted or cards_gib != (24,)  # where vision costs context, the test bites
 
 
 def test_a_preset_whose_plan_refuses_is_a_row_that_does_not_fit_with_why():
