@@ -186,16 +186,10 @@ def projector_candidates(
     here that is not a projector refuses --vision on."""
     if by_name is not None:
         return by_name.projector_infos, by_name.projector_source, ""
-    projector = preset.projector if preset else None
-    if projector is None or resolved.vision == "off" or resolved.mmproj:
-        return (), lambda _: None, ""
-    found, why = modelfiles.preset_projector(paths, projector)
-    if found is None:
-        hint = "pass --mmproj PATH (the model's mmproj GGUF), or --vision off"
-        if resolved.vision == "on":
-            raise GuardRefusal(f"vision is on ({resolved.vision_from}) but {why}", hint=hint)
-        return (), lambda _: None, f"not served: {why}; {hint}"
-    return (found,), {str(found.path): projector.source}.get, ""
+    chosen = modelfiles.preset_vision(paths, preset, resolved)
+    if chosen.refusal is not None:
+        raise chosen.refusal
+    return chosen.projectors, chosen.source_of, chosen.unplanned
 
 
 def ensure_engine(
@@ -346,7 +340,7 @@ def prepare(
         )
     if unplanned and not launch.vision.served:
         emit(StepEvent("models", "note", f"vision {unplanned}"))
-        launch = replace(launch, vision=replace(launch.vision, reason=unplanned))
+        launch = launch.with_vision_left_out(unplanned)
     for problem in launch.problems:
         emit(problem_note(problem))
     if launch.refusal is not None:

@@ -108,6 +108,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
                         "engine": p.engine_kind,
                         "smoke_test": bool(p.preset and p.preset.smoke_test),
                         "evidence": p.preset.evidence if p.preset else "",
+                        **({"refusal": str(p.refusal)} if p.misfit == "refused" else {}),
                     }
                     for p in plans
                 ],
@@ -122,6 +123,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
             f"fits, {item.plan.ctx:>7,} tokens ({item.plan.cache_type_k} KV)"
             if not item.misfit
             else f"does not fit: {item.misfit}"
+            + (f" ({item.refusal.message})" if item.refusal and item.misfit == "refused" else "")
         )
         tier = item.preset.vram_tier_gib if item.preset else 0
         print(f"{mark} {item.alias:<{id_width}} {tier:>3} GB  {fit:<36} {item.title}")

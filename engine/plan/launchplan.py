@@ -88,6 +88,13 @@ class LaunchPlan:
         """The same launch on another memory plan (held once, in the server launch)."""
         return replace(self, server=replace(self.server, plan=plan))
 
+    def with_vision_left_out(self, why: str) -> LaunchPlan:
+        """This launch with ``why`` as the reason it serves no images (a preset's projector
+        that could not be weighed); itself when ``why`` is "" or vision is served."""
+        if not why or self.vision.served:
+            return self
+        return replace(self, vision=replace(self.vision, reason=why))
+
     @property
     def argv(self) -> list[str]:
         return server_argv(self.server)
@@ -105,14 +112,17 @@ class LaunchPlan:
     @property
     def misfit(self) -> str:
         """ "" when the set runs wholly on the device, else one word: offload, vram (ram
-        without a GPU, or when the RAM beside the GPU is short), or slow (even the smallest
-        context takes the CPU too long to read)."""
+        without a GPU, or when the RAM beside the GPU is short), slow (even the smallest
+        context takes the CPU too long to read), or refused (the plan fits but must not
+        start: ``refusal`` says why)."""
         if not self.plan.fits:
             if "ram" in self.plan.reasons:
                 return "ram"
             if self.budget.is_gpu:
                 return "vram"
             return "slow" if "too_slow" in self.plan.reasons else "ram"
+        if self.refusal is not None:
+            return "refused"
         if self.plan.n_gpu_layers >= 0 and self.plan.memory_bytes.cuda_context:
             return "offload"
         return ""

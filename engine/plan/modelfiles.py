@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine.core.errors import UsageError
+from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.guard import CheckResult, check_model, check_pair
 from lucebox.engine.models.guard import refusal as refusal_of
@@ -23,7 +23,7 @@ from lucebox.engine.models.presets import (
 from lucebox.engine.models.projector import ProjectorInfo, read_projector, stand_in_projector
 from lucebox.engine.models.records import list_models, stored_path
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.options import Resolved, ServeOptions
 
 
 def local_file(paths: Paths, source: str) -> Path | None:
@@ -187,3 +187,35 @@ def preset_projector(paths: Paths, projector: PresetProjector) -> tuple[Projecto
         "file is pulled and its header read"
     )
     return stand_in_projector(where, projector.projector_type, projector.size_bytes, why), ""
+
+
+@dataclass(frozen=True)
+class PresetVision:
+    """The projectors a preset's plan weighs, where each is pulled from, why the preset's was
+    not weighed ("" when it was), and the refusal of --vision on when it cannot be."""
+
+    projectors: tuple[ProjectorInfo, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
+    """(planned path, source) of each projector."""
+    unplanned: str = ""
+    refusal: GuardRefusal | None = None
+
+    def source_of(self, path: str) -> str | None:
+        return dict(self.sources).get(path)
+
+
+def preset_vision(paths: Paths, preset: Preset | None, resolved: Resolved) -> PresetVision:
+    """What a launch of ``preset`` weighs for vision: its projector unless vision is off or
+    --mmproj names another. `plan`, `up` and the preset table all start from it, so the table
+    plans each preset with the projector its launch gets."""
+    projector = preset.projector if preset else None
+    if projector is None or resolved.vision == "off" or resolved.mmproj:
+        return PresetVision()
+    found, why = preset_projector(paths, projector)
+    if found is None:
+        hint = "pass --mmproj PATH (the model's mmproj GGUF), or --vision off"
+        if resolved.vision == "on":
+            refusal = GuardRefusal(f"vision is on ({resolved.vision_from}) but {why}", hint=hint)
+            return PresetVision(refusal=refusal)
+        return PresetVision(unplanned=f"not served: {why}; {hint}")
+    return PresetVision((found,), ((str(found.path), projector.source),))

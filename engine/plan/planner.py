@@ -199,7 +199,11 @@ def _plan_on_budget(
         launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
         vision, refused = lucebox_vision(resolved, target, projectors)
         return replace(launch, vision=vision, refusal=launch.refusal or refused)
-    vision, request, vision_refusal = choose_vision(request, resolved, target, projectors)
+
+    def served(held: PlanRequest) -> Plan:
+        return _choose_speculation(paths, held, target, draft, preset, engine, resolved, options)[1]
+
+    vision, request, vision_refusal = choose_vision(request, resolved, target, projectors, served)
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options
     )

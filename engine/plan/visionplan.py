@@ -8,6 +8,7 @@ the stable problem code ``mmproj-mismatch``. Pure but for reading projector head
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -147,10 +148,13 @@ def choose_vision(
     resolved: Resolved,
     target: ModelFile,
     known: tuple[ProjectorInfo, ...] = (),
+    serve: Callable[[PlanRequest], Plan] = make_plan,
 ) -> tuple[Vision, PlanRequest, GuardRefusal | None]:
     """The vision served with this memory request, the request that holds it, and the refusal
     when --vision on cannot be served or a named projector does not match. ``known`` are the
-    projectors of the model's Hub repo, where the store keeps (or will keep) them."""
+    projectors of the model's Hub repo, where the store keeps (or will keep) them. ``serve``
+    is the plan a launch serves from a request (its speculation chosen): the choice weighs
+    plans without a draft, and the reason quotes the contexts each choice serves."""
     if resolved.vision == "off":
         return Vision(False, None, f"off ({resolved.vision_from})"), request, None
     found, left, refused = _found(resolved, target, known)
@@ -182,7 +186,8 @@ def choose_vision(
         return replace(NO_PROJECTOR, reason=_none_found(target, left)), request, None
     on_gpu = request.budget.is_gpu
     plain = make_plan(request)
-    wanted = min(plain.ctx, wanted_ctx(request.ctx, request.target.native_ctx))
+    native_ctx = request.target.native_ctx
+    wanted = min(plain.ctx, wanted_ctx(request.ctx, native_ctx))
     weighed = []
     for projector in found:
         held = replace(
@@ -196,14 +201,14 @@ def choose_vision(
         keeps = keeps and not _layers_moved(planned, plain)
         if keeps or (resolved.vision == "on" and planned.fits):
             why = (
-                _served_why(planned.ctx, plain.ctx, wanted)
+                _served_why(serve(held), serve(request), wanted_ctx(request.ctx, native_ctx))
                 if keeps
                 else f"served ({resolved.vision_from})"
             )
             reason = f"{why}; {_cost_text(projector, on_gpu=on_gpu)}; {ENGINE_WITH_PROJECTOR}"
             return Vision(True, projector, reason, held.projector_bytes), held, None
-        weighed.append((projector, planned))
-    projector, planned = weighed[-1]
+        weighed.append((projector, planned, held))
+    projector, planned, held = weighed[-1]
     cost_bytes = projector_bytes(projector, on_gpu=on_gpu)
     costs = _cost_text(projector, on_gpu=on_gpu)
     moved = _layers_moved(planned, plain)
@@ -212,10 +217,7 @@ def choose_vision(
     elif moved:
         cost = f"{costs} would move {moved} off the GPU (slower decoding)"
     else:
-        cost = (
-            f"{costs} would leave {planned.ctx} tokens with {planned.cache_type_k} "
-            f"KV instead of {plain.ctx} with {plain.cache_type_k}"
-        )
+        cost = _context_cost(costs, serve(held), serve(request))
     if resolved.vision == "on":
         refusal = GuardRefusal(
             f"vision is on ({resolved.vision_from}) but {cost}",
@@ -239,15 +241,32 @@ def _layers_moved(planned: Plan, plain: Plan) -> str:
     return ""
 
 
-def _served_why(ctx: int, ctx_without: int, wanted: int) -> str:
-    """Why auto serves a projector that keeps the context asked for (or, none asked, the
-    32K lucebox aims for): where the plan would give more without it, the tokens it costs are
-    said rather than hidden (a 24 GB card can give 82K without it and 38K with it)."""
-    if ctx >= ctx_without:
-        return "served: it costs no context"
+def _context_cost(costs: str, with_it: Plan, without: Plan) -> str:
+    """What serving the projector would cost, from the plans served with it and without it."""
+    if not with_it.fits:  # a draft the user forced may not fit beside it
+        return f"{costs} does not fit beside the model"
     return (
-        f"served: it leaves {ctx} tokens ({ctx_without} without it), at least the {wanted} "
-        "wanted; pass --vision off for the rest"
+        f"{costs} would leave {with_it.ctx} tokens with {with_it.cache_type_k} KV instead of "
+        f"{without.ctx} with {without.cache_type_k}"
+    )
+
+
+def _served_why(served: Plan, without: Plan, wanted: int) -> str:
+    """Why auto serves a projector that keeps the context asked for (or, none asked, the
+    32K lucebox aims for), from the plans served with it and with --vision off: the tokens or
+    the KV precision it costs are said rather than hidden (a 24 GB card can give 82K without
+    it and 38K with it)."""
+    kv_kept = served.cache_type_k == without.cache_type_k
+    if served.ctx >= without.ctx and kv_kept:
+        return "served: it costs no context"
+    leaves, instead = f"{served.ctx} tokens", f"{without.ctx}"
+    if not kv_kept:
+        leaves += f" with {served.cache_type_k} KV"
+        instead += f" with {without.cache_type_k} KV"
+    enough = f", at least the {wanted} wanted" if served.ctx >= wanted else ""
+    rest = "the rest" if served.ctx < without.ctx else f"{without.cache_type_k} KV"
+    return (
+        f"served: it leaves {leaves} ({instead} without it){enough}; pass --vision off for {rest}"
     )
 
 

@@ -17,6 +17,7 @@ from lucebox.engine.models.presets import (
 )
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan
+from lucebox.engine.plan.modelfiles import preset_vision
 from lucebox.engine.plan.options import Resolved, ServeOptions
 from lucebox.engine.plan.planner import plan_launch
 
@@ -67,7 +68,10 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     fallback = [
         p
         for p in plans
-        if p.plan.fits and p.preset and (p.preset.cpu_default or p.preset.smoke_test)
+        if p.plan.fits
+        and p.refusal is None
+        and p.preset
+        and (p.preset.cpu_default or p.preset.smoke_test)
     ]
     return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
 
@@ -81,20 +85,42 @@ def _reported_speedup(plan: LaunchPlan) -> float:
     return (draft.reported_speedup if draft else None) or 1.0
 
 
+def plan_preset(
+    paths: Paths,
+    options: ServeOptions,
+    resolved: Resolved,
+    budget: GpuBudget,
+    engine: EngineView,
+    preset: Preset,
+) -> LaunchPlan:
+    """The launch `plan --preset ID` (and `up --preset ID --dry-run`) plans for ``preset``:
+    the same options, projectors, engine and KV mode. A refusal `up` raises before planning
+    (--vision on and the file here is not the preset's projector) is the plan's refusal."""
+    options = replace(options, preset=preset.id, model=None, models=(), quant=None)
+    resolved = replace(resolved, preset_id=preset.id)
+    vision = preset_vision(paths, preset, resolved)
+    launch = plan_launch(
+        paths,
+        options,
+        resolved=resolved,
+        budget=budget,
+        engine=engine,
+        preset=preset,
+        projectors=vision.projectors,
+    )
+    if vision.refusal is not None:
+        left_out = launch.with_vision_left_out(f"refused: {vision.refusal.message}")
+        return replace(left_out, refusal=vision.refusal)
+    return launch.with_vision_left_out(vision.unplanned)
+
+
 def preset_table(
     paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, engine: EngineView
 ) -> PresetTable:
-    """Every preset planned for ``budget``, and the one a card of that size gets."""
+    """Every preset planned for ``budget`` as `plan --preset ID` plans it, and the one a card
+    of that size gets."""
     plans = tuple(
-        plan_launch(
-            paths,
-            replace(options, preset=p.id, model=None),
-            resolved=replace(resolved, preset_id=p.id),
-            budget=budget,
-            engine=engine,
-            preset=p,
-        )
-        for p in load_presets(paths)
+        plan_preset(paths, options, resolved, budget, engine, p) for p in load_presets(paths)
     )
     return PresetTable(budget, plans, choose_preset(list(plans), budget))
 
