@@ -18,9 +18,9 @@ from lucebox.engine.machine import config
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import find_preset, load_presets
 from lucebox.engine.models.records import stored_path
-from lucebox.engine.plan import presetchoice
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.sources import presetchoice
 
 CARDS_GIB: tuple[tuple[int, ...], ...] = ((8,), (12,), (16,), (24,), (32,), (48,), (80,), (24, 24))
 """The cards bench/plan_snapshots.py writes every plan for: one card of each size, and two."""
