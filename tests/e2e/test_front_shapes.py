@@ -65,15 +65,48 @@ async def test_the_front_shapes_what_llama_server_lacks(home):
     engine_delta, front_delta = seen["delta_engine"], seen["delta_front"]
     assert isinstance(engine_delta, dict) and engine_delta.get("content", "x") is None
     assert isinstance(front_delta, dict) and isinstance(front_delta.get("content", ""), str)
+    # A reply cut at max_tokens says so, streamed; a JSON schema is honoured.
+    assert seen["finish_front"] == seen["finish_engine"] == "length"
+    assert isinstance(json.loads(str(seen["schema_front"]))["n"], int)
     # Anthropic: the engine's id is not a message id; through the front it is.
     assert not str(seen["message_id_engine"]).startswith("msg_")
     assert str(seen["message_id_front"]).startswith("msg_")
+
+
+SCHEMA_ASKED = {
+    "messages": [{"role": "user", "content": "Give a number."}],
+    "max_tokens": 24,
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "number",
+            "schema": {
+                "type": "object",
+                "properties": {"n": {"type": "integer"}},
+                "required": ["n"],
+                "additionalProperties": False,
+            },
+        },
+    },
+}
+"""A JSON schema: llama-server constrains its reply to it (the Lucebox engine's is refused)."""
+
+
+def last_finish(stream: httpx.Response) -> object:
+    reasons = [
+        json.loads(line.removeprefix("data: "))["choices"][0].get("finish_reason")
+        for line in stream.iter_lines()
+        if line.startswith("data: {") and '"choices":[{' in line.replace(" ", "")
+    ]
+    return [r for r in reasons if r][-1]
 
 
 def ask_both(front: str, engine: str) -> dict[str, object]:
     """The same requests to the front and to the engine behind it."""
     found: dict[str, object] = {}
     with httpx.Client(timeout=120) as client:
+        shaped = client.post(f"{front}/v1/chat/completions", json=SCHEMA_ASKED)
+        found["schema_front"] = shaped.json()["choices"][0]["message"]["content"]
         for name, base in (("front", front), ("engine", engine)):
             reply = client.post(
                 f"{base}/v1/responses", json={"input": TURNS, "max_output_tokens": 8}
@@ -86,6 +119,9 @@ def ask_both(front: str, engine: str) -> dict[str, object]:
             }
             with client.stream("POST", f"{base}/v1/chat/completions", json=chat) as stream:
                 found[f"delta_{name}"] = first_delta(stream)
+            capped = {**chat, "messages": [{"role": "user", "content": "Count to ten."}]}
+            with client.stream("POST", f"{base}/v1/chat/completions", json=capped) as stream:
+                found[f"finish_{name}"] = last_finish(stream)
             message = client.post(
                 f"{base}/v1/messages",
                 json={"model": "x", "max_tokens": 4, "messages": TURNS[:1]},

@@ -21,6 +21,11 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
   Stream events get the ``output_index``, ``content_index``, ``sequence_number`` and text
   ``logprobs`` an engine leaves out (the official SDK's models and stream helper need them).
 - Anthropic: message ids are ``msg_...`` (llama-server sends ``chatcmpl-...``).
+- Structured output: a JSON schema or JSON object asked of the Lucebox engine, which ignores
+  ``response_format``, is refused (:func:`unsupported`), never answered with free text.
+- ``finish_reason``: the Lucebox engine's stream says ``stop`` for a reply cut at the request's
+  ``max_tokens`` (its non-streamed reply says ``length``); the closing chunk is held until the
+  usage chunk after it says how many tokens, and says ``length`` there.
 - No ``null`` content in OpenAI stream deltas (llama-server's first delta has one).
 - Thinking: a request that does not say gets the model's planned default
   (:mod:`lucebox.engine.plan.chatdefaults`), set as ``chat_template_kwargs.enable_thinking``,
@@ -94,6 +99,36 @@ def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
     return body if shaped == doc else _dump(shaped)
 
 
+STRUCTURED_TYPES = ("json_schema", "json_object")
+
+
+def unsupported(ctx: ShapeContext, body: bytes) -> str | None:
+    """Why the serving engine cannot do what the request asks, where relaying it would answer
+    something else in silence; None when it can. The Lucebox engine does not constrain a reply
+    to JSON (``response_format`` is not implemented there), so a JSON schema or JSON object
+    asked of it is refused rather than answered with free text."""
+    if ctx.engine != "lucebox":
+        return None
+    doc = _json_object(body)
+    if doc is None:
+        return None
+    endpoint = api_endpoint(ctx.path)
+    fmt: Any = None
+    if endpoint == CHAT_PATH:
+        fmt = doc.get("response_format")
+    elif endpoint == RESPONSES_PATH:
+        text = doc.get("text")
+        fmt = text.get("format") if isinstance(text, dict) else None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind not in STRUCTURED_TYPES:
+        return None
+    return (
+        f"the Lucebox engine serving this model cannot constrain a reply to {kind} "
+        "(response_format is not implemented there): ask without it, or serve the model on "
+        "llama-server (`lucebox serve --engine llama-server`), which honours it"
+    )
+
+
 def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
     """The JSON reply the client gets (an error, or a body that is not JSON, passes);
     ``/v1/models`` is lucebox's own document for the served model."""
@@ -159,6 +194,10 @@ class StreamShaper:
         self._pending = b""
         self._sequence = 0
         self._item_ids: list[str] = []
+        self._cap = _reply_cap(request)
+        self._held: dict[str, Any] | None = None
+        """The Lucebox engine's closing chunk, held until its usage says whether the reply
+        stopped at the cap."""
 
     def feed(self, chunk: bytes) -> bytes:
         """The shaped events completed by ``chunk``; a partial event waits for the rest."""
@@ -167,10 +206,28 @@ class StreamShaper:
         return b"".join(self._event(event) for event in events)
 
     def close(self) -> bytes:
-        """What is still owed when the engine's stream ends: an event left without its blank
-        line, as it came."""
+        """What is still owed when the engine's stream ends: a held closing chunk, then an
+        event left without its blank line, as it came."""
         rest, self._pending = self._pending, b""
-        return rest
+        return self._release(None) + rest
+
+    def _release(self, completion_tokens: int | None) -> bytes:
+        """The held closing chunk, its ``finish_reason`` ``length`` when the reply used every
+        token the request allowed (the Lucebox engine says ``stop`` there when it streams)."""
+        held, self._held = self._held, None
+        if held is None:
+            return b""
+        if (
+            completion_tokens is not None
+            and self._cap is not None
+            and completion_tokens >= self._cap
+        ):
+            choices = [
+                {**c, "finish_reason": "length"} if c.get("finish_reason") == "stop" else c
+                for c in held["choices"]
+            ]
+            held = {**held, "choices": choices}
+        return b"data: " + _dump(held) + b"\n\n"
 
     def _event(self, event: bytes) -> bytes:
         raw = event + b"\n\n"
@@ -180,17 +237,32 @@ class StreamShaper:
             return raw
         payload = lines[data_at[0]][len(b"data:") :].strip()
         if payload == b"[DONE]":
-            return self._done() + raw
+            return self._release(None) + self._done() + raw
         doc = _json_object(payload)
         if doc is None:
-            return raw
+            return self._release(None) + raw
+        released = self._release(_count(_usage_of(doc).get("completion_tokens")))
+        if self._holds(doc):
+            self._held = self._chat_chunk(doc)
+            return released
         shaped = self._shape(doc)
         if shaped is None:
-            return b""
+            return released
         if shaped == doc:
-            return raw
+            return released + raw
         lines[data_at[0]] = b"data: " + _dump(shaped)
-        return b"\n".join(lines) + b"\n\n"
+        return released + b"\n".join(lines) + b"\n\n"
+
+    def _holds(self, doc: dict[str, Any]) -> bool:
+        """A Lucebox chat stream's closing chunk: its usage comes in the next one."""
+        if self._ctx.engine != "lucebox" or api_endpoint(self._ctx.path) != CHAT_PATH:
+            return False
+        choices = doc.get("choices")
+        return (
+            self._cap is not None
+            and isinstance(choices, list)
+            and any(isinstance(c, dict) and c.get("finish_reason") == "stop" for c in choices)
+        )
 
     def _shape(self, doc: dict[str, Any]) -> dict[str, Any] | None:
         path = api_endpoint(self._ctx.path)
@@ -368,6 +440,19 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _reply_cap(request: Mapping[str, Any]) -> int | None:
+    """The reply tokens a chat request allows, where it says."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        if (cap := _count(request.get(key))) is not None:
+            return cap
+    return None
+
+
+def _usage_of(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    usage = doc.get("usage")
+    return usage if isinstance(usage, dict) else {}
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -393,6 +478,9 @@ class Shapes:
 
     def request(self, path: str, body: bytes) -> bytes:
         return shape_request(self._ctx(path), body)
+
+    def unsupported(self, path: str, body: bytes) -> str | None:
+        return unsupported(self._ctx(path), body)
 
     def reply(self, path: str, status: int, body: bytes) -> bytes:
         return shape_response(self._ctx(path), status, body)

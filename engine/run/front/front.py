@@ -204,6 +204,9 @@ class Front:
                 await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path in ("/v1/models", "/models"):
                 await self._models(ex, cors)
+            elif is_generation(method, path) and (why := self.shape.unsupported(path, body)):
+                self.counters.answered[400] += 1
+                await ex.error(400, why, cors)
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors)
             elif not self._engine_ready.is_set():

@@ -67,6 +67,10 @@ class ApiShape(Protocol):
         """The body the engine gets for a client's request to ``path``."""
         ...
 
+    def unsupported(self, path: str, body: bytes) -> str | None:
+        """Why the engine cannot serve this request as asked (answered 400); None: it can."""
+        ...
+
     def reply(self, path: str, status: int, body: bytes) -> bytes:
         """The body the client gets for a whole (not streamed) JSON reply."""
         ...
@@ -91,6 +95,9 @@ class SameShape:
 
     def request(self, path: str, body: bytes) -> bytes:
         return body
+
+    def unsupported(self, path: str, body: bytes) -> str | None:
+        return None
 
     def reply(self, path: str, status: int, body: bytes) -> bytes:
         return body

@@ -27,6 +27,7 @@ from lucebox.engine.run.front.apishape import (
     models_with_context,
     shape_request,
     shape_response,
+    unsupported,
 )
 from lucebox.engine.run.front.front import FrontSpec
 from support import luceboxfake
@@ -89,6 +90,36 @@ def test_lucebox_usage_chunk_only_when_asked(seed):
         for d in data_of(STREAM)[:-1]
     )
     assert text == raw
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_lucebox_stream_cut_at_max_tokens_ends_with_length(seed):
+    """The engine's stream says "stop" for a reply cut at the cap (its whole reply says
+    "length"); the usage chunk after the closing one says 16 tokens."""
+    for max_tokens, reason in ((16, "length"), (3, "length"), (256, "stop"), (None, "stop")):
+        request: dict = {"messages": [], "stream": True}
+        if max_tokens is not None:
+            request["max_tokens"] = max_tokens
+        chunks = chunks_of(shaped_stream(ctx(CHAT), request, STREAM, seed))
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == reason
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text.strip()  # nothing held back is lost
+    # llama-server says "length" itself: its stream is not held or changed.
+    llama = chunks_of(shaped_stream(ctx(CHAT, "llama-server"), {"max_tokens": 16}, STREAM, seed))
+    assert [c.choices[0].finish_reason for c in llama if c.choices][-1] == "stop"
+
+
+def test_structured_output_the_lucebox_engine_cannot_constrain_is_refused():
+    schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+    chat = json.dumps({"messages": [], "response_format": schema}).encode()
+    responses = json.dumps({"input": "x", "text": {"format": {"type": "json_object"}}}).encode()
+    why = unsupported(ctx(CHAT), chat)
+    assert why is not None and "json_schema" in why and "--engine llama-server" in why
+    assert unsupported(ctx("/v1/responses"), responses) is not None
+    assert unsupported(ctx(CHAT, "llama-server"), chat) is None  # it honours a schema
+    plain = json.dumps({"messages": [], "response_format": {"type": "text"}}).encode()
+    assert unsupported(ctx(CHAT), plain) is None
+    assert unsupported(ctx(CHAT), b"not json") is None
 
 
 def test_lucebox_first_delta_gets_empty_content():
@@ -313,3 +344,15 @@ def test_sdk_stream_over_the_lucebox_engine_fake(fake_engine):
             )
         )
     assert [c.usage is not None for c in asked].count(True) == 1 and asked[-1].usage
+    with (
+        running_front(spec, fake_engine, Shapes("lucebox", "tiny", 2048, False)) as front,
+        openai.OpenAI(base_url=f"{front.url}/v1", api_key="none", max_retries=0) as oai,
+    ):
+        capped = list(
+            oai.chat.completions.create(model="tiny", messages=messages, stream=True, max_tokens=3)
+        )
+        assert [c.choices[0].finish_reason for c in capped if c.choices][-1] == "length"
+        with pytest.raises(openai.BadRequestError, match="cannot constrain a reply to json_object"):
+            oai.chat.completions.create(
+                model="tiny", messages=messages, response_format={"type": "json_object"}
+            )
