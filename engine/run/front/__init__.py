@@ -1,7 +1,8 @@
 """lucebox's front door: the one HTTP server clients reach, whichever engine serves behind it.
 
 - ``front``: the server and a request's path through it; ``frontguard``: who may use it (key,
-  ``Host``/``Origin``); ``frontqueue``: the queue of generation requests; ``frontwire``: HTTP/1.1
-  on its sockets (h11), shared with a served set's proxy; ``apishape``: requests and replies
-  normalised where an engine lacks an API; ``prometheus``: lucebox's numbers as Prometheus text.
+  ``Host``/``Origin``); ``bodyguard``: what a body may be (size, nesting, image URLs);
+  ``frontqueue``: the queue of generation requests; ``frontwire``: HTTP/1.1 on its sockets (h11),
+  shared with a served set's proxy; ``apishape``: requests and replies normalised where an engine
+  lacks an API; ``prometheus``: lucebox's numbers as Prometheus text.
 """

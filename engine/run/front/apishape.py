@@ -435,7 +435,7 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 def _json_object(body: bytes) -> dict[str, Any] | None:
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import h11
 
 from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
+from lucebox.engine.run.front.bodyguard import body_refusal
 from lucebox.engine.run.front.frontguard import FrontPolicy, cors_headers, header_map, refusal
 from lucebox.engine.run.front.frontqueue import (
     DEFAULT_MAX_WAITING,
@@ -107,7 +108,7 @@ def is_generation(method: str, path: str) -> bool:
 def wants_stream(body: bytes) -> bool:
     if b'"stream"' not in body:
         return False
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
+    with contextlib.suppress(ValueError, UnicodeDecodeError, RecursionError):
         data = json.loads(body)
         return isinstance(data, dict) and data.get("stream") is True
     return False
@@ -204,6 +205,9 @@ class Front:
                 await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path in ("/v1/models", "/models"):
                 await self._models(ex, cors)
+            elif is_generation(method, path) and (bad := body_refusal(body)) is not None:
+                self.counters.answered[bad.status] += 1
+                await ex.error(bad.status, bad.message, cors)
             elif is_generation(method, path) and (why := self.shape.unsupported(path, body)):
                 self.counters.answered[400] += 1
                 await ex.error(400, why, cors)

@@ -23,6 +23,9 @@ from urllib.parse import urlsplit
 
 import h11
 
+from lucebox.engine.run.front.bodyguard import MAX_BODY_BYTES, too_large
+from lucebox.engine.run.front.frontguard import Refusal
+
 HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
 READ_BYTES = 65536
 KEEPALIVE_S = 5.0
@@ -232,6 +235,22 @@ async def next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
 Answer = Callable[[Exchange, h11.Request, bytes], Awaitable[None]]
 
 
+async def _read_body(
+    conn: h11.Connection, reader: asyncio.StreamReader, request: h11.Request
+) -> bytes | Refusal:
+    """The request's body, or a refusal as soon as it is known to pass ``MAX_BODY_BYTES``: by
+    its Content-Length, before a byte of it is read, else once what came passes it."""
+    declared = dict(request.headers).get(b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return too_large(int(declared))
+    body = bytearray()
+    while isinstance(event := await next_event(conn, reader), h11.Data):
+        body += event.data
+        if len(body) > MAX_BODY_BYTES:
+            return too_large(len(body))
+    return bytes(body)
+
+
 async def serve_connection(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
 ) -> None:
@@ -243,12 +262,13 @@ async def serve_connection(
             if not isinstance(request, h11.Request):
                 return
             arrived_s = time.monotonic()
-            body = bytearray()
-            while isinstance(event := await next_event(conn, reader), h11.Data):
-                body += event.data
             exchange = Exchange(conn, reader, writer, arrived_s)
+            body = await _read_body(conn, reader, request)
+            if isinstance(body, Refusal):  # answered before reading it all: the rest is not read
+                await exchange.error(body.status, body.message)
+                return
             try:
-                await answer(exchange, request, bytes(body))
+                await answer(exchange, request, body)
             finally:
                 await exchange.unwatch()
             if exchange.gone.is_set():

@@ -1,0 +1,96 @@
+"""What a request body may be before the front passes it on (pure): its size, its nesting, and
+the image URLs it names.
+
+A client that is buggy or hostile must get a clear 4xx, never a dropped connection or an engine
+asked to fetch what lucebox's own machine holds: a body larger than ``MAX_BODY_BYTES`` is
+refused before it is read whole (413), JSON nested past what a parser can follow is refused
+(Python's parser gives up near a thousand levels; no API body needs more than a few dozen), and
+an image named by a ``file:`` URL or by an address on this machine or its link (loopback,
+link-local such as the cloud metadata address, unspecified) is refused: send images inline as
+``data:`` URLs or from the web.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from lucebox.engine.core.address import is_loopback
+from lucebox.engine.core.units import MIB
+from lucebox.engine.run.front.frontguard import Refusal
+
+MAX_BODY_BYTES = 32 * MIB
+"""A 200K-token conversation is about 1 MiB and an inline image a few: 32 MiB holds both with
+room, and bounds what one request makes the front hold in memory."""
+
+
+def too_large(length: int) -> Refusal:
+    return Refusal(
+        413,
+        f"the request body is {length:,} bytes; lucebox takes at most {MAX_BODY_BYTES:,} "
+        "(send large images one per request, or smaller)",
+    )
+
+
+def body_refusal(body: bytes) -> Refusal | None:
+    """Why the front refuses a generation request's body, or None when it goes on (a body
+    that is not JSON goes on: the engine answers it as it would)."""
+    try:
+        doc = json.loads(body)
+    except RecursionError:
+        return Refusal(400, "the request's JSON nests too deep to read: send plain JSON")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    for url in _image_urls(doc):
+        why = _local_url(url)
+        if why is not None:
+            shown = url if len(url) <= 80 else url[:77] + "..."
+            return Refusal(
+                400,
+                f"the image URL {shown} {why}: lucebox does not fetch what its own machine "
+                "holds; send the image inline as a data: URL",
+            )
+    return None
+
+
+def _image_urls(doc: Any) -> Iterator[str]:
+    """Every image URL the body names, in any of the APIs' shapes (chat ``image_url``,
+    Responses ``input_image``, Anthropic ``source.url``)."""
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            image = item.get("image_url")
+            if isinstance(image, dict):
+                image = image.get("url")
+            if isinstance(image, str):
+                yield image
+            source = item.get("source")
+            if isinstance(source, dict) and isinstance(source.get("url"), str):
+                yield source["url"]
+            stack.extend(v for v in item.values() if isinstance(v, list | dict))
+
+
+def _local_url(url: str) -> str | None:
+    """Why ``url`` names something on this machine or its link; None for data: and web URLs."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme == "data":
+        return None
+    if scheme not in ("http", "https"):
+        return f"is a {scheme or 'local'}: URL"
+    host = parts.hostname or ""
+    if not host or is_loopback(host):
+        return "names this machine"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if address.is_link_local or address.is_unspecified or address.is_loopback:
+        return "names a link-local or local address"
+    return None
