@@ -44,7 +44,9 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         return f"{service}stopped: no lucebox server is running (`lucebox serve` starts one)"
     head = (
         f"{service}{status.state}: {status.model} at {status.url} (pid {status.pid}, "
-        f"up {status.uptime_s():.0f} s, {status.restarts} restarts)"
+        f"up {status.uptime_s():.0f} s, {status.restarts} restarts"
+        + (f", {status.planned_restarts} on purpose" if status.planned_restarts else "")
+        + ")"
     )
     if status.engine is not None:
         head += f"\n  engine: {status.engine.text()}"

@@ -66,6 +66,9 @@ class Status:
     started_at: float | None = None
     """Unix time the server started."""
     restarts: int = 0
+    """Restarts after the engine died."""
+    planned_restarts: int = 0
+    """Restarts lucebox asked for itself (calibration trials, the speculation guard)."""
     engine_pid: int | None = None
     ctx: int | None = None
     """The context the engine serves now (a re-plan after running out of memory lowers it)."""
@@ -105,6 +108,7 @@ class Status:
             "model": self.model,
             "uptime_s": self.uptime_s(now_s),
             "restarts": self.restarts,
+            "planned_restarts": self.planned_restarts,
             "sample": self.sample.to_json() if self.sample else None,
             "spec": self.spec.to_json() if self.spec else None,
             "cache": self.cache.to_json() if self.cache else None,
@@ -148,6 +152,7 @@ class Status:
             model=text("model"),
             started_at=float(started_at) if isinstance(started_at, int | float) else None,
             restarts=whole("restarts") or 0,
+            planned_restarts=whole("planned_restarts") or 0,
             engine_pid=whole("engine_pid"),
             ctx=whole("ctx"),
             log=text("log"),

@@ -428,6 +428,7 @@ class ServerRun:
             self._run.status,
             state=state_of(event),
             restarts=event.restarts,
+            planned_restarts=self.supervisor.planned_restarts,
             engine_pid=event.pid,
             ctx=self.supervisor.launch.plan.ctx,
             peers=self._peers_after(event),

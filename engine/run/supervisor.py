@@ -153,6 +153,9 @@ class Supervisor:
         count toward giving up."""
         self.process: asyncio.subprocess.Process | None = None
         self.restarts = 0
+        """Restarts after the engine died (a crash, an out-of-memory retry, a rebuild)."""
+        self.planned_restarts = 0
+        """Restarts lucebox asked for itself: a calibration's trials, the speculation guard."""
         self.started_at = time.time()
         self.on_line: Callable[[int, str], None] | None = None
         """Called with the engine's pid and each line it writes, as it writes it."""
@@ -304,7 +307,11 @@ class Supervisor:
                         await pump
                         asked, self._restart_spec = self._restart_spec, None
                         yield self._relaunch(
-                            asked or self.launch, "restarting as asked", process.pid, None
+                            asked or self.launch,
+                            "restarting as asked",
+                            process.pid,
+                            None,
+                            planned=True,
                         )
                         continue
                 if self._stopping.is_set():
@@ -335,7 +342,7 @@ class Supervisor:
                     back, self.fallback = self.fallback, None
                     yield self._noted(exited)
                     message = "back to the planned launch: the one tried died"
-                    yield self._relaunch(back, message, process.pid, death)
+                    yield self._relaunch(back, message, process.pid, death, planned=True)
                     continue
                 self._count_crash()
                 yield self._noted(exited)
@@ -401,11 +408,22 @@ class Supervisor:
             self.log.close()
 
     def _relaunch(
-        self, server: ServerLaunch, message: str, pid: int | None, cause: EngineDeath | None
+        self,
+        server: ServerLaunch,
+        message: str,
+        pid: int | None,
+        cause: EngineDeath | None,
+        *,
+        planned: bool = False,
     ) -> ServerEvent:
-        """Every restart, asked for or after a crash: the next engine runs ``server``."""
+        """Every restart, asked for or after a crash: the next engine runs ``server``. Only
+        the engine's own deaths count in ``restarts``; lucebox's own restarts (a calibration's
+        trial, the speculation guard, going back from a mode tried) in ``planned_restarts``."""
         self.launch = server
-        self.restarts += 1
+        if planned:
+            self.planned_restarts += 1
+        else:
+            self.restarts += 1
         return self._noted(ServerEvent("restarting", message, pid, cause, self.restarts))
 
     def _noted(self, event: ServerEvent) -> ServerEvent:

@@ -40,8 +40,10 @@ def test_status_json_reads_the_state_file_without_heavy_imports():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    # The long-context modes' status values are all of the planner it reads.
-    assert done.stderr.strip() == "['lucebox.engine.plan.lucebox.kvmodeview']"
+    # The long-context modes' status values (and their package's map) are all of the planner
+    # it reads.
+    planner = "['lucebox.engine.plan.lucebox', 'lucebox.engine.plan.lucebox.kvmodeview']"
+    assert done.stderr.strip() == planner
     document = json.loads(done.stdout)
     assert (document["state"], document["model"], document["ctx"]) == ("ready", "smoke", 4096)
     assert document["sample"]["decode_tokens_per_s"] == 88.5
@@ -105,6 +107,7 @@ def test_status_for_people_and_a_bad_textfile_path(tmp_path):
     assert "decode 88.5 tok/s" in done.stdout and "prompt cached 40%" in done.stdout
     assert "last exit: segfault: the engine crashed (SIGSEGV)" in done.stdout
     assert "\n  engine: the Lucebox engine (measured on this card)\n" in done.stdout
+    assert "1 restarts, 2 on purpose)" in done.stdout
     missing = tmp_path / "nowhere" / "lucebox.prom"
     done = subprocess.run(
         lucebox("status", "--prometheus", str(missing)), capture_output=True, text=True

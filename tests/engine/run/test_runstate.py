@@ -46,6 +46,7 @@ def serving(pid: int, sample: Sample | None = None) -> runstate.Status:
         model="smoke",
         started_at=1700000000.0,
         restarts=1,
+        planned_restarts=2,
         engine_pid=pid,
         ctx=4096,
         sample=sample,

@@ -197,7 +197,8 @@ async def test_restart_asked_starts_a_new_engine_without_counting_a_crash(plan, 
     ]
     first_pid, second_pid = (e.pid or 0 for e in seen if e.kind == "ready")
     assert 0 < first_pid != second_pid > 0
-    assert seen[-1].restarts == 1
+    # A restart asked for is no crash: it counts among the planned ones.
+    assert (seen[-1].restarts, supervisor.planned_restarts) == (0, 1)
     with pytest.raises(ProcessLookupError):
         os.kill(first_pid, 0)
     with pytest.raises(ProcessLookupError):
@@ -251,7 +252,8 @@ async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
     assert stopped == [first_pid, second_pid]
     ready_states = [s for s in on_file if s is not None and s.state == "ready"]
     assert [s.ctx for s in ready_states] == [plan.ctx, 2048]
-    assert ready_states[-1].restarts == 1 and ready_states[-1].engine_pid == second_pid
+    assert ready_states[-1].restarts == 0 and ready_states[-1].planned_restarts == 1
+    assert ready_states[-1].engine_pid == second_pid
     assert supervisor.launch is smaller
     assert {pid for pid, _ in lines} == {first_pid, second_pid}
     assert any("main: server is listening" in line for _, line in lines)
