@@ -37,6 +37,7 @@ STATE_NAME = "serve.json"
 LOCK_NAME = "serve.lock"
 STOP_TIMEOUT_S = 45.0
 """A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
+LOCK_POLL_S = 0.2
 
 _Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
@@ -226,15 +227,28 @@ class ServeLock:
     def __init__(self, paths: Paths) -> None:
         folder = paths.ensure(paths.runtime_dir)
         self.handle: IO[str] = (folder / LOCK_NAME).open("a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self.handle.close()
-            running = current_status(paths)
-            raise AlreadyServingError(
-                f"lucebox already serves {running.model} at {running.url} (pid {running.pid})",
-                hint="`lucebox status` shows it; `lucebox down` stops it",
-            ) from exc
+        deadline_s = time.monotonic() + STOP_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError as exc:
+                running = current_status(paths)
+                # A server that already removed its status is on its way out: wait for it.
+                if running.state == "stopped" and time.monotonic() < deadline_s:
+                    time.sleep(LOCK_POLL_S)
+                    continue
+                self.handle.close()
+                if running.state == "stopped":
+                    raise AlreadyServingError(
+                        f"another lucebox server did not finish stopping within "
+                        f"{STOP_TIMEOUT_S:.0f} s",
+                        hint="`lucebox down` stops it; then start this one again",
+                    ) from exc
+                raise AlreadyServingError(
+                    f"lucebox already serves {running.model} at {running.url} (pid {running.pid})",
+                    hint="`lucebox status` shows it; `lucebox down` stops it",
+                ) from exc
 
     def release(self) -> None:
         self.handle.close()

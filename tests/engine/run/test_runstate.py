@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -165,6 +166,21 @@ def test_a_second_server_is_refused_by_name():
     finally:
         lock.release()
     runstate.ServeLock(paths).release()
+
+
+def test_a_server_still_stopping_is_waited_for_not_named_as_none():
+    """The server before has removed its status but still holds the lock while it stops: the
+    next one waits for it instead of saying "already serves None at None"."""
+    paths = resolve_paths()
+    stopping = runstate.ServeLock(paths)
+    releaser = threading.Timer(0.5, stopping.release)
+    releaser.start()
+    try:
+        started_s = time.monotonic()
+        runstate.ServeLock(paths).release()  # no status: it waits until the lock is free
+        assert 0.3 < time.monotonic() - started_s < 10
+    finally:
+        releaser.join()
 
 
 def test_stop_server_stops_the_recorded_process():
