@@ -254,7 +254,16 @@ async def _read_body(
 async def serve_connection(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
 ) -> None:
-    """Answer each request of one client connection with ``answer`` until it closes."""
+    """Answer each request of one client connection with ``answer`` until it closes; a
+    connection still open when the server shuts down ends quietly (Python 3.11's stream server
+    prints a traceback for a connection task cancelled at shutdown)."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await _serve_connection(reader, writer, answer)
+
+
+async def _serve_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
+) -> None:
     conn = h11.Connection(h11.SERVER)
     try:
         while True:
