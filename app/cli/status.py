@@ -150,7 +150,17 @@ def cmd_status(args: argparse.Namespace, paths: Paths) -> int:
 
 def cmd_down(args: argparse.Namespace, paths: Paths) -> int:
     pid = runstate.stop_server(paths)
-    print("no lucebox server was running" if pid is None else f"stopped lucebox (pid {pid})")
+    if pid is None:
+        print("no lucebox server was running")
+        return EXIT_OK
+    print(f"stopped lucebox (pid {pid})")
+    failure = runstate.slot_save_failure(paths, pid)
+    if failure is not None:
+        print(
+            f"the conversation cache was not saved on this stop: {failure}; the next start "
+            "reads the agent's prompt again",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

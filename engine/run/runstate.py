@@ -34,6 +34,9 @@ from lucebox.engine.run.sample import (
 from lucebox.engine.run.servedsetmodels import ModelStatus
 
 STATE_NAME = "serve.json"
+STOP_RECORD_NAME = "last-slot-save.json"
+"""How the last save of the engine's slot went, by the lucebox process that made it: it outlives
+the state file, so `lucebox down` can say a stop's save failed."""
 LOCK_NAME = "serve.lock"
 STOP_TIMEOUT_S = 45.0
 """A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
@@ -211,6 +214,26 @@ def pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def write_slot_save(paths: Paths, failure: str | None) -> None:
+    """Record how this process's last slot save went (None: it saved)."""
+    paths.ensure(paths.runtime_dir)
+    record = {"pid": os.getpid(), "failure": failure, "at_s": round(time.time(), 1)}
+    write_text_atomic(paths.runtime_dir / STOP_RECORD_NAME, json.dumps(record), durable=False)
+
+
+def slot_save_failure(paths: Paths, pid: int) -> str | None:
+    """Why the last slot save of lucebox process ``pid`` failed; None when it saved, or when
+    that process made none."""
+    try:
+        record = json.loads((paths.runtime_dir / STOP_RECORD_NAME).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("pid") != pid:
+        return None
+    failure = record.get("failure")
+    return failure if isinstance(failure, str) else None
 
 
 def current_status(paths: Paths) -> Status:

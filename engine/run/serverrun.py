@@ -46,7 +46,14 @@ from lucebox.engine.run.kinds.enginelog import EngineLog
 from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.kinds.metrics import Sampler, with_last_rates
 from lucebox.engine.run.lastserved import served_now, write_last_served
-from lucebox.engine.run.runstate import RunStateName, Status, engine_log, state_file, write_status
+from lucebox.engine.run.runstate import (
+    RunStateName,
+    Status,
+    engine_log,
+    state_file,
+    write_slot_save,
+    write_status,
+)
 from lucebox.engine.run.sample import CacheStatus, EngineStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
@@ -294,6 +301,7 @@ class ServerRun:
             # The next start computes the prompt again: status says why it is slow, until a
             # later save succeeds.
             self._slot_save_failure = done.failure
+            write_slot_save(self.paths, done.failure)
             cache = self._run.status.cache or CacheStatus(None, 0)
             self._run.status = replace(
                 self._run.status, cache=replace(cache, slot_save_failure=done.failure)

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 
@@ -138,3 +139,25 @@ def test_status_of_a_served_set_names_its_models_and_refuses_an_unknown_one():
     )
     assert unknown.returncode == 2
     assert "served models: smollm2, smoke" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_down_says_when_the_stop_could_not_save_the_conversation():
+    """The server saves the agent's slot as it stops; when that fails, `down` says so (the next
+    start reads the prompt again) instead of only "stopped"."""
+    paths = resolve_paths()
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    reaper = threading.Thread(target=server.wait)
+    reaper.start()
+    runstate.write_status(paths, serving(server.pid, a_sample()))
+    lock = runstate.ServeLock(paths)  # the running server holds it
+    why = "the engine refused the save (HTTP 500): no slot is kept"
+    record = {"pid": server.pid, "failure": why, "at_s": 1.0}
+    (paths.runtime_dir / runstate.STOP_RECORD_NAME).write_text(json.dumps(record))
+    try:
+        done = subprocess.run(lucebox("down"), capture_output=True, text=True, timeout=60)
+    finally:
+        lock.release()
+        reaper.join(timeout=10)
+    assert done.returncode == 0 and done.stdout.strip() == f"stopped lucebox (pid {server.pid})"
+    assert f"the conversation cache was not saved on this stop: {why}" in done.stderr
+    assert runstate.slot_save_failure(paths, server.pid + 1) is None  # another process's

@@ -29,6 +29,7 @@ from lucebox.engine.machine.ports import next_free_port
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.run import runstate
 from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.serverrun import HANG_CHECK_S, ServerRun
@@ -329,3 +330,6 @@ async def test_a_slot_save_that_fails_is_said_in_the_log_and_in_status(home):
     failure = cache["slot_save_failure"]
     assert failure.startswith("the engine refused the save (") and "no slot is kept" in failure
     assert f"# lucebox: slot save failed: {failure}" in engine_log(home).read_text()
+    # The stop's own save failed the same way: the record `lucebox down` reads says so.
+    stop_failure = runstate.slot_save_failure(home, os.getpid())
+    assert stop_failure is not None and "no slot is kept" in stop_failure
