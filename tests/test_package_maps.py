@@ -22,3 +22,16 @@ def test_the_package_map_names_every_module(package):
     members += [p.name for p in package.iterdir() if (p / "__init__.py").is_file()]
     missing = sorted(m for m in members if f"``{m}``" not in doc and f"``{m}/``" not in doc)
     assert not missing, f"{init.relative_to(ROOT)} does not name {missing}"
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists the packages a wheel installs: a folder missing there is missing in
+    every install outside the checkout."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    for package in PACKAGES:
+        dotted = "lucebox." + ".".join(package.relative_to(ROOT).parts)
+        assert dotted in listed, f"{dotted} is not in pyproject.toml's packages"

@@ -5,9 +5,9 @@ A client that is buggy or hostile must get a clear 4xx, never a dropped connecti
 asked to fetch what lucebox's own machine holds: a body larger than ``MAX_BODY_BYTES`` is
 refused before it is read whole (413), JSON nested past what a parser can follow is refused
 (Python's parser gives up near a thousand levels; no API body needs more than a few dozen), and
-an image named by a ``file:`` URL or by an address on this machine or its link (loopback,
-link-local such as the cloud metadata address, unspecified) is refused: send images inline as
-``data:`` URLs or from the web.
+an image named by a ``file:`` URL or by a link-local or unspecified address (the cloud
+metadata address 169.254.169.254 among them) is refused: send images inline as ``data:`` URLs
+or from a web server (one on this PC's loopback too).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from lucebox.engine.core.address import is_loopback
 from lucebox.engine.core.units import MIB
 from lucebox.engine.run.front.frontguard import Refusal
 
@@ -50,8 +49,8 @@ def body_refusal(body: bytes) -> Refusal | None:
             shown = url if len(url) <= 80 else url[:77] + "..."
             return Refusal(
                 400,
-                f"the image URL {shown} {why}: lucebox does not fetch what its own machine "
-                "holds; send the image inline as a data: URL",
+                f"the image URL {shown} {why}: lucebox does not fetch local files or "
+                "link-local addresses; send the image inline as a data: URL",
             )
     return None
 
@@ -85,12 +84,12 @@ def _local_url(url: str) -> str | None:
     if scheme not in ("http", "https"):
         return f"is a {scheme or 'local'}: URL"
     host = parts.hostname or ""
-    if not host or is_loopback(host):
-        return "names this machine"
+    if not host:
+        return "names no host"
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return None
-    if address.is_link_local or address.is_unspecified or address.is_loopback:
-        return "names a link-local or local address"
+    if address.is_link_local or address.is_unspecified:
+        return "names a link-local or unspecified address"
     return None

@@ -28,7 +28,6 @@ def _chat_with_image(url: str) -> bytes:
     [
         "file:///etc/passwd",
         "http://169.254.169.254/latest/meta-data/",
-        "http://localhost:8080/secret.png",
         "http://[fe80::1]/x.png",
         "http://0.0.0.0/x.png",
         "ftp://example.com/x.png",
@@ -43,6 +42,7 @@ def test_an_image_on_this_machine_or_its_link_is_refused(url):
 def test_images_inline_or_from_the_web_and_other_bodies_go_on():
     assert body_refusal(_chat_with_image("data:image/png;base64,iVBORw0KGgo=")) is None
     assert body_refusal(_chat_with_image("https://example.com/cat.png")) is None
+    assert body_refusal(_chat_with_image("http://127.0.0.1:8000/cat.png")) is None
     anthropic = {"messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "url", "url": "file:///etc/shadow"}}]}]}  # fmt: skip
     refused = body_refusal(json.dumps(anthropic).encode())
