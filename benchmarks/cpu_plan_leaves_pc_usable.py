@@ -26,8 +26,8 @@ from lucebox.engine import pipeline
 from lucebox.engine.bench.compare import ServeConfig, serving
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
+from lucebox.engine.models.headerinfo import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info
-from lucebox.engine.models.modelinfo import inspect_model
 from lucebox.engine.plan.memory import cpuread
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.sources import presetchoice

@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from lucebox.engine import pipeline, serving
+from lucebox.engine import pipeline, runstart
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import install, registry
 from lucebox.engine.machine import gpu
@@ -239,8 +239,8 @@ class Server:
         self.thread.start()
 
     async def _serve(self) -> None:
-        supervisor = serving.new_supervisor(self.paths, self.prepared)
-        self.run = serving.server_run(self.paths, self.prepared, supervisor)
+        supervisor = runstart.new_supervisor(self.paths, self.prepared)
+        self.run = runstart.server_run(self.paths, self.prepared, supervisor)
         async for item in self.run.events():
             if getattr(item, "kind", None) == "ready":
                 self.ready.set()

@@ -81,7 +81,7 @@ def write_sparse_20gb(path: Path) -> Path:
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     writer.close()
-    from lucebox.engine.models.modelinfo import inspect_model
+    from lucebox.engine.models.headerinfo import inspect_model
 
     os.truncate(path, inspect_model(path).expected_size_bytes)
     return path

@@ -41,7 +41,7 @@ from typing import Any
 
 import psutil
 
-from lucebox.engine.models.modelinfo import inspect_model
+from lucebox.engine.models.headerinfo import inspect_model
 from support.engineserver import RunningServer, running_server, spec_args
 from support.ggufgen import (
     HybridSpec,

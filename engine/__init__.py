@@ -4,6 +4,6 @@ Nothing in this package imports Textual, Rich or :mod:`lucebox.app`; the CLI's `
 paths, ``lucebox serve`` and the tests run without a terminal.
 
 The steps, layered in this order from the bottom: ``core``, ``machine``, ``models``,
-``engines``, ``plan``, ``run``; above them ``serving`` (a prepared launch to a supervised run),
+``engines``, ``plan``, ``run``; above them ``runstart`` (a prepared launch to a supervised run),
 ``pipeline`` (`serve`'s steps), ``servedset`` (a set's), ``bench`` and ``doctor``.
 """

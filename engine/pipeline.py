@@ -2,7 +2,7 @@
 
 probe GPU -> choose preset -> models (pull + guards) -> engine (build if missing) -> plan ->
 launch -> supervise + sample. The prepared launch's run (its supervisor, calibrations and
-re-plans) is made in :mod:`lucebox.engine.serving`; the lock, the state file and the running
+re-plans) is made in :mod:`lucebox.engine.runstart`; the lock, the state file and the running
 server's stop and restart are in :mod:`lucebox.engine.run.runstate`.
 
 ``prepare`` stays one function: it reads as the checklist's steps in order, emitting each, so
@@ -46,8 +46,8 @@ from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.sources import presetchoice, repoplan
 from lucebox.engine.run.runstate import ServeLock
 from lucebox.engine.run.supervisor import ServerEvent
-from lucebox.engine.serving import Prepared as Prepared
-from lucebox.engine.serving import new_supervisor, server_run
+from lucebox.engine.runstart import Prepared as Prepared
+from lucebox.engine.runstart import new_supervisor, server_run
 
 StepName = Literal["gpu", "preset", "models", "engine", "plan", "server"]
 STEPS: tuple[StepName, ...] = ("gpu", "preset", "models", "engine", "plan", "server")

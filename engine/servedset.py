@@ -39,7 +39,7 @@ from lucebox.engine.plan import chatdefaults
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.servedset.router import router_ini, router_spec
+from lucebox.engine.plan.servedset.router import router_ini, router_launch
 from lucebox.engine.plan.servedset.servedsetplan import (
     SetPlan,
     SetRefusal,
@@ -65,7 +65,7 @@ from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
 )
-from lucebox.engine.serving import keep_guard_off
+from lucebox.engine.runstart import keep_guard_off
 
 LOOPBACK = "127.0.0.1"
 
@@ -224,7 +224,7 @@ async def router_run(
     write_text_atomic(ini_path, router_ini(planned, prepared.settings.models_idle_s))
     public = planned.launches[0].server
     # The router counts no models: the proxy in front of it evicts by memory.
-    spec = replace(router_spec(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
+    spec = replace(router_launch(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
     api_key = None
     if spec.api_key_file:
         _, api_key, created = ensure_api_key_file(paths, prepared.settings.api_key)

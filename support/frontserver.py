@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from lucebox.engine.run.front.front import Front, FrontSpec, start_front
+from lucebox.engine.run.front.front import Front, FrontSetup, start_front
 from lucebox.engine.run.front.frontguard import FrontPolicy
 from lucebox.engine.run.front.frontwire import ApiShape
 from support.ports import free_port
@@ -25,7 +25,7 @@ class RunningFront:
 
 @contextmanager
 def running_front(
-    spec: FrontSpec, engine_url: str, shape: ApiShape | None = None
+    spec: FrontSetup, engine_url: str, shape: ApiShape | None = None
 ) -> Iterator[RunningFront]:
     """The front on a free loopback port (``spec.policy``'s port is replaced by it), with the
     API shaping ``shape`` (serverrun gives it :class:`apishape.Shapes`)."""

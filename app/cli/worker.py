@@ -1,4 +1,4 @@
-"""``lucebox worker``: the CLI over :mod:`lucebox.engine.run.worker`."""
+"""``lucebox worker``: the CLI over :mod:`lucebox.engine.run.rpcpeer`."""
 
 from __future__ import annotations
 
@@ -13,23 +13,23 @@ from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.machine.peers import DEFAULT_RPC_PORT
 from lucebox.engine.plan.flagtypes import port_number
-from lucebox.engine.run import worker
+from lucebox.engine.run import rpcpeer
 
 
 def cmd_worker(args: argparse.Namespace, paths: Paths) -> int:
     settings = config.load_settings(paths)
     probe = gpu.probe_gpus()
     engine = registry.select_engine(paths, probe, settings.engine_id).engine
-    spec = worker.make_spec(
+    spec = rpcpeer.make_setup(
         paths, engine, probe, host=args.host, port=args.port, gpu_index=args.gpu,
         allow_lan=args.allow_lan,
     )  # fmt: skip
     assert engine is not None
     if not is_loopback(args.host):
-        print(f"lucebox: warning: {worker.RISK.format(host=args.host, port=args.port)}",
+        print(f"lucebox: warning: {rpcpeer.RISK.format(host=args.host, port=args.port)}",
               file=sys.stderr)  # fmt: skip
     log = paths.ensure(paths.logs_dir) / f"worker-{args.port}.log"
-    return worker.run_worker(spec, engine, log, lambda line: print(line, flush=True))
+    return rpcpeer.run_worker(spec, engine, log, lambda line: print(line, flush=True))
 
 
 def register(commands: Any, command: Command) -> None:

@@ -37,9 +37,9 @@ from lucebox.app.tui.messages import (
     StopRequested,
 )
 from lucebox.app.tui.screens.dashboard import DashboardScreen
+from lucebox.app.tui.screens.dashboardbase import ServingScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
-from lucebox.app.tui.screens.serving import ServingScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lucebox.app.tui.screens.browser import HubFinder
-from lucebox.engine import pipeline, servedset, serving
+from lucebox.engine import pipeline, runstart, servedset
 from lucebox.engine.core.crashlog import write_crash_log
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
@@ -97,11 +97,11 @@ class Backend:
         pipeline.build_cpu_engine(self.paths, emit)
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
-        return serving.new_supervisor(self.paths, prepared)
+        return runstart.new_supervisor(self.paths, prepared)
 
     def server_run(self, prepared: Prepared, supervisor: Supervisor) -> ServerRun:
         """The run whose stop and restart every quit, stop and restart key goes through."""
-        return serving.server_run(self.paths, prepared, supervisor)
+        return runstart.server_run(self.paths, prepared, supervisor)
 
     def detach(self, options: ServeOptions) -> tuple[int, Path]:
         return runstate.start_detached(self.paths, options.to_args())

@@ -30,7 +30,7 @@ HOME_ROOTS = (Path("/home"), Path("/root"), Path("/run/user"))
 
 
 @dataclass(frozen=True)
-class UnitSpec:
+class UnitSetup:
     """What differs between installs: everything else is in the template."""
 
     scope: Scope
@@ -57,7 +57,7 @@ def unit_spec(
     binds_beyond_loopback: bool,
     environment: tuple[tuple[str, str], ...] = (),
     existing_groups: tuple[str, ...] = (),
-) -> UnitSpec:
+) -> UnitSetup:
     """Decide the unit for this machine: where lucebox lives and what the server binds."""
     if any(char in python for char in UNSAFE_IN_EXECUTABLE) or not python.isprintable():
         raise UsageError(
@@ -69,7 +69,7 @@ def unit_spec(
         for place in (python, install_prefix)
         for root in HOME_ROOTS
     )
-    return UnitSpec(
+    return UnitSetup(
         scope=scope,
         exec_argv=serve_argv(python),
         environment=environment if scope == "user" else (),
@@ -96,7 +96,7 @@ def _template(scope: Scope) -> str:
     )
 
 
-def render_unit(spec: UnitSpec) -> str:
+def render_unit(spec: UnitSetup) -> str:
     """The unit file's text; a placeholder line with nothing to say is left out."""
     values = {
         "@EXEC_START@": " ".join(

@@ -1,8 +1,8 @@
 """Models: the files a launch serves, where they come from, and the checks before an engine
 sees them.
 
-- reading a file: ``gguf`` (the header, bounded against hostile input), ``modelinfo`` (what a
-  model is, from the header), ``modelfacts`` (the facts a plan needs), ``quant``.
+- reading a file: ``gguf`` (the header, bounded against hostile input), ``headerinfo`` (what a
+  model's GGUF header says), ``modelfacts`` (the facts a plan needs), ``quant``.
 - checks: ``guard`` (every refusal with its stable code), ``ondisk``.
 - the store: ``modelsource`` (``hf:``, ``pypi:``, a repo by name, a path), ``pull`` (one pull
   per source kind: ``hubpull``, ``pypipull``), ``pullcheck`` (disk room, check and record),

@@ -8,7 +8,7 @@ package (``gguf/constants.py``); its reader is not used because it unpacks whole
 (about 12 s on a 240 MB model) and fails on truncated files with unrelated numpy errors.
 
 Every value goes through the same bounded reader. What a model is (``inspect_model``) is read
-from one walk of the header by :mod:`lucebox.engine.models.modelinfo`.
+from one walk of the header by :mod:`lucebox.engine.models.headerinfo`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.models.gguf import GgufFormatError, token_texts_digest
-from lucebox.engine.models.modelinfo import ModelInfo, inspect_model
+from lucebox.engine.models.headerinfo import ModelInfo, inspect_model
 
 Severity = Literal["error", "warning"]
 Verdict = Literal["ok", "warn", "refuse"]

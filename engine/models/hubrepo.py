@@ -16,8 +16,8 @@ from typing import Any
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.models import quant
 from lucebox.engine.models.gguf import GgufFormatError, GgufHeader, parse_header
+from lucebox.engine.models.headerinfo import ModelInfo, info_from_header
 from lucebox.engine.models.hubpull import hub_endpoint, hub_error, hub_offline
-from lucebox.engine.models.modelinfo import ModelInfo, info_from_header
 from lucebox.engine.models.modelsource import ModelSource
 from lucebox.engine.models.records import StoreError
 

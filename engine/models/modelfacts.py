@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lucebox.engine.models.modelinfo import ModelInfo
+from lucebox.engine.models.headerinfo import ModelInfo
 
 
 @dataclass(frozen=True)

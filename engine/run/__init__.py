@@ -4,7 +4,7 @@
   running server, its one way to stop or restart), ``specwatch`` (its speculation guard), ``hang``
   (when a busy engine counts as hung), ``runstate`` (the lock and the state file `status` reads),
   ``sample`` and ``servedsetmodels`` (what a run and a set's run report), ``gpustatus``,
-  ``lastserved``, ``slots`` (warm prompts across restarts), ``chat`` (one timed chat), ``worker``
+  ``lastserved``, ``slots`` (warm prompts across restarts), ``chat`` (one timed chat), ``rpcpeer``
   (`lucebox worker`, an RPC peer).
 - ``kinds/``: how a running engine of each kind is read; ``front/``: lucebox's front door;
   ``calibrate/``: measuring on the card once idle; ``servedset/``: a served set's run.

@@ -31,7 +31,7 @@ from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.front.apishape import Shapes
-from lucebox.engine.run.front.front import Front, FrontSpec, start_front
+from lucebox.engine.run.front.front import Front, FrontSetup, start_front
 from lucebox.engine.run.front.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import (
@@ -393,10 +393,10 @@ class ServerRun:
                     self._close_front(listening)
                 state_file(self.paths).unlink(missing_ok=True)
 
-    def _front_spec(self) -> FrontSpec:
+    def _front_spec(self) -> FrontSetup:
         launch = self.supervisor.launch
         run = engine_run(launch.kind)
-        return FrontSpec(
+        return FrontSetup(
             policy=FrontPolicy(launch.host, launch.port, self.api_key, machine_names()),
             model=launch.alias,
             ctx=launch.plan.ctx,

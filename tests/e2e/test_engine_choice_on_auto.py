@@ -1,5 +1,5 @@
 """Both engines compared on auto, through the path `lucebox serve` takes with nothing pinned:
-``prepare`` (the one planner) with both kinds installed, then ``serving.server_run`` with its
+``prepare`` (the one planner) with both kinds installed, then ``runstart.server_run`` with its
 calibrations on. The real llama-server (the suite's CPU build) serves a generated qwen35
 target; the Lucebox engine, which needs an NVIDIA GPU, is the recorded-contract stand-in
 (support/luceboxfake.py) installed as a build by the install's own constructors, and NVML is the
@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lucebox.engine import pipeline, serving
+from lucebox.engine import pipeline, runstart
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.engines.kindname import KIND_TEXT
@@ -104,7 +104,7 @@ async def test_serve_on_auto_measures_both_engines_and_serves_the_faster(
     prepared = pipeline.prepare(paths, options, lambda event: None)
     assert prepared.launch.engine_kind == "lucebox"  # the rule: a Lucebox draft
     assert prepared.launch.engine_choice is not None and prepared.launch.engine_choice.both
-    run = serving.server_run(paths, prepared, serving.new_supervisor(paths, prepared))
+    run = runstart.server_run(paths, prepared, runstart.new_supervisor(paths, prepared))
     calibration = run.engine_calibrator
     assert calibration is not None, "both engines are installed: the calibration must run"
 

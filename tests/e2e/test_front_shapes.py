@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from lucebox.engine import pipeline, serving
+from lucebox.engine import pipeline, runstart
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.plan.launch import engine_url
 from lucebox.engine.plan.options import ServeOptions
@@ -47,8 +47,8 @@ def first_delta(stream: httpx.Response) -> dict:
 async def test_the_front_shapes_what_llama_server_lacks(home):
     options = ServeOptions(model=str(smol_model()), ctx=2048, port=free_port(), cache="off")
     prepared = pipeline.prepare(home, options, lambda event: None)
-    supervisor = serving.new_supervisor(home, prepared)
-    run = serving.server_run(home, prepared, supervisor)
+    supervisor = runstart.new_supervisor(home, prepared)
+    run = runstart.server_run(home, prepared, supervisor)
     front = f"http://127.0.0.1:{prepared.server.port}"
     engine = engine_url(prepared.server)
     seen: dict[str, object] = {}

@@ -1,6 +1,6 @@
 """Screens of the TUI: each shows one stage and posts request messages for the App to act on.
 
-``start`` (the checklist), ``presets`` (the first-run choice), ``serving`` (what the dashboards
-share), ``dashboard`` (one model), ``servedsetdashboard`` (a set), ``log``, ``browser`` (the web
-chat), ``quit``.
+``start`` (the checklist), ``presets`` (the first-run choice), ``dashboardbase`` (what the
+dashboards share), ``dashboard`` (one model), ``servedsetdashboard`` (a set), ``log``,
+``browser`` (the web chat), ``quit``.
 """

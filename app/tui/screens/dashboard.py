@@ -16,7 +16,7 @@ from textual.containers import Horizontal
 from textual.widgets import Footer, Input
 
 from lucebox.app.tui.messages import PresetPickRequested
-from lucebox.app.tui.screens.serving import (
+from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
     OPEN_LOG,
     QUIT,

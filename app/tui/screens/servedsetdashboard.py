@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer
 
 from lucebox.app.tui.messages import ModelLoadRequested, ModelUnloadRequested
-from lucebox.app.tui.screens.serving import (
+from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
     OPEN_LOG,
     QUIT,

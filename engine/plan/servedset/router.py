@@ -85,7 +85,7 @@ def router_ini(planned: SetPlan, idle_s: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def router_spec(planned: SetPlan, ini_path: str, models_max: int | None = None) -> ServerLaunch:
+def router_launch(planned: SetPlan, ini_path: str, models_max: int | None = None) -> ServerLaunch:
     """The router's launch: the first model's address and key file, router flags only;
     ``models_max`` 0 lifts the count limit (lucebox's proxy evicts by memory instead)."""
     first = planned.launches[0].server

@@ -115,7 +115,7 @@ def wants_stream(body: bytes) -> bool:
 
 
 @dataclass(frozen=True)
-class FrontSpec:
+class FrontSetup:
     """What the front of one engine serves and allows."""
 
     policy: FrontPolicy
@@ -148,7 +148,7 @@ class Front:
 
     def __init__(
         self,
-        spec: FrontSpec,
+        spec: FrontSetup,
         engine_url: Callable[[], str],
         *,
         status: Callable[[], Status] = lambda: Status("ready"),

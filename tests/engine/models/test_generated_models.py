@@ -9,7 +9,7 @@ import os
 import pytest
 
 from lucebox.engine.models.gguf import read_header
-from lucebox.engine.models.modelinfo import inspect_model
+from lucebox.engine.models.headerinfo import inspect_model
 from support.ggufgen import (
     AssistantSpec,
     LuceboxDFlashSpec,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.models.guard import check_model, check_pair
-from lucebox.engine.models.modelinfo import inspect_model
+from lucebox.engine.models.headerinfo import inspect_model
 from support.ggufgen import ModelSpec, write_llama
 
 ARCHS = ("llama", "gemma3", "dflash", "qwen2")

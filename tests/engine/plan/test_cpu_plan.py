@@ -6,8 +6,8 @@ import dataclasses
 
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
+from lucebox.engine.models.headerinfo import inspect_model
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
-from lucebox.engine.models.modelinfo import inspect_model
 from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory import cpuread

@@ -74,7 +74,7 @@ def test_a_kvflash_launch_is_a_candidate_only_when_the_user_chose_it():
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.machine.config import Settings
     from lucebox.engine.pipeline import Prepared
-    from lucebox.engine.serving import Replanner
+    from lucebox.engine.runstart import Replanner
 
     wide = str(cached_gguf(dataclasses.replace(TARGET, n_head_kv=8, header_only=True)))
     pooled = plan(ServeOptions(model=wide, ctx=262144, engine="lucebox"), SMALL)

@@ -15,7 +15,7 @@ from lucebox.engine.plan.lucebox import kvmodes
 from lucebox.engine.plan.lucebox.kvmodes import KvModes, KvTrial, ModeRate
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.speculation.measurements import STORE_VERSION, ProbeRate, read_section
-from lucebox.engine.serving import Replanner
+from lucebox.engine.runstart import Replanner
 from support.ggufgen import cached_gguf
 from tests.conftest import run_lucebox
 from tests.engine.plan.test_kvmode import target

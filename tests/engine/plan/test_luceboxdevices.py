@@ -22,8 +22,8 @@ from lucebox.engine.engines.luceboxbuild import capabilities_of
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.gguf import read_header
+from lucebox.engine.models.headerinfo import info_from_header
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
-from lucebox.engine.models.modelinfo import info_from_header
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_env
 from lucebox.engine.plan.lucebox import luceboxroute

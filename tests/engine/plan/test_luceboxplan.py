@@ -22,8 +22,8 @@ from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.gguf import read_header
+from lucebox.engine.models.headerinfo import info_from_header
 from lucebox.engine.models.modelfacts import facts_from_info
-from lucebox.engine.models.modelinfo import info_from_header
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import engine_environ, server_argv
 from lucebox.engine.plan.lucebox import luceboxroute

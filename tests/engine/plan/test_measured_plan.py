@@ -99,7 +99,7 @@ def test_a_head_whose_memory_costs_context_is_not_measured_under_auto(tmp_path):
 def test_a_guard_switch_off_is_written_back_so_a_restart_keeps_speculation_off():
     from lucebox.engine.pipeline import Prepared
     from lucebox.engine.plan.speculation.specguard import Decision
-    from lucebox.engine.serving import Replanner
+    from lucebox.engine.runstart import Replanner
 
     target = cached_gguf(qwen35_target())
     launch = launch_of(target)

@@ -13,8 +13,8 @@ from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
+from lucebox.engine.models.headerinfo import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
-from lucebox.engine.models.modelinfo import inspect_model
 from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.memory.ctxchoice import ENOUGH_CTX

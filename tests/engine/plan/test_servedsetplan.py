@@ -17,7 +17,7 @@ from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_argv
 from lucebox.engine.plan.memory.sizes import CTX_PAD
 from lucebox.engine.plan.options import ServeOptions
-from lucebox.engine.plan.servedset.router import router_ini, router_spec, section_options
+from lucebox.engine.plan.servedset.router import router_ini, router_launch, section_options
 from lucebox.engine.plan.servedset.servedsetplan import (
     SetPlan,
     plan_set,
@@ -26,8 +26,8 @@ from lucebox.engine.plan.servedset.servedsetplan import (
 )
 from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.calibrate.calibrator import running_label
+from lucebox.engine.runstart import keep_guard_off
 from lucebox.engine.servedset import placements_of
-from lucebox.engine.serving import keep_guard_off
 from support.ggufgen import ModelSpec as GeneratedModel
 from support.ggufgen import cached_gguf
 from tests.engine.fake_nvml import FakeNvml
@@ -159,7 +159,7 @@ def test_router_ini_carries_each_plan_and_the_router_only_router_flags():
         assert keys["jinja"] == "true" and keys["metrics"] == "true"
         assert keys["device"] == f"CUDA{launch.server.gpus[0]}"
         assert not {"host", "port", "alias", "api-key-file"} & set(keys)
-    spec = router_spec(planned, "/run/router.ini")
+    spec = router_launch(planned, "/run/router.ini")
     argv = server_argv(spec)
     assert argv[1:] == [
         "--host", "127.0.0.1", "--port", "8080",

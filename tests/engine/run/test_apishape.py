@@ -29,7 +29,7 @@ from lucebox.engine.run.front.apishape import (
     shape_response,
     unsupported,
 )
-from lucebox.engine.run.front.front import FrontSpec
+from lucebox.engine.run.front.front import FrontSetup
 from support import luceboxfake
 from support.frontserver import loopback_policy, running_front
 from support.health import wait_healthy
@@ -327,7 +327,7 @@ def test_sdk_stream_over_the_lucebox_engine_fake(fake_engine):
     ):
         for chunk in raw.chat.completions.create(model="tiny", messages=messages, stream=True):
             assert chunk.choices[0].index == 0
-    spec = FrontSpec(loopback_policy(), "tiny", 2048)
+    spec = FrontSetup(loopback_policy(), "tiny", 2048)
     with (
         running_front(spec, fake_engine, Shapes("lucebox", "tiny", 2048, False)) as front,
         openai.OpenAI(base_url=f"{front.url}/v1", api_key="none", max_retries=0) as oai,

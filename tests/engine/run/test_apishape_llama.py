@@ -21,7 +21,7 @@ from lucebox.engine.run.front.apishape import (
     StreamShaper,
     shape_request,
 )
-from lucebox.engine.run.front.front import FrontSpec
+from lucebox.engine.run.front.front import FrontSetup
 from support.engineserver import RunningServer, running_server
 from support.frontserver import RunningFront, loopback_policy, running_front
 from tests.conftest import run_lucebox
@@ -46,7 +46,7 @@ def server(built_engine_home: Path) -> Iterator[RunningServer]:
 @pytest.fixture(scope="module")
 def front(server: RunningServer) -> Iterator[RunningFront]:
     """lucebox's front before the engine, shaping as serverrun has it shape."""
-    spec = FrontSpec(loopback_policy(), ALIAS, 2048)
+    spec = FrontSetup(loopback_policy(), ALIAS, 2048)
     shape = Shapes("llama-server", ALIAS, 2048, thinking_default=False)
     with running_front(spec, server.url, shape) as running:
         yield running

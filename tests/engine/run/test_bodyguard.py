@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from lucebox.engine.run.front.bodyguard import MAX_BODY_BYTES, body_refusal
-from lucebox.engine.run.front.front import FrontSpec
+from lucebox.engine.run.front.front import FrontSetup
 from support.frontserver import loopback_policy, running_front
 from tests.engine.run.test_front import lucebox_fake  # noqa: F401  (the fixture)
 
@@ -67,7 +67,7 @@ def _raw_post(port: int, head: bytes, body: bytes = b"") -> bytes:
 
 
 def test_the_front_answers_hostile_bodies_and_keeps_serving(lucebox_fake):  # noqa: F811
-    spec = FrontSpec(loopback_policy(), "tiny", 4096)
+    spec = FrontSetup(loopback_policy(), "tiny", 4096)
     with running_front(spec, lucebox_fake) as running:
         port = int(running.url.rsplit(":", 1)[1])
         # Far past the limit: refused by its length before the body is sent at all.

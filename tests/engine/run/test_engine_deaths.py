@@ -22,7 +22,7 @@ import httpx
 import psutil
 import pytest
 
-from lucebox.engine import pipeline, serving
+from lucebox.engine import pipeline, runstart
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.engines import cputarget
 from lucebox.engine.machine.ports import next_free_port
@@ -65,7 +65,7 @@ def status_json() -> dict:
 def serve(paths: Paths, model: Path) -> tuple[pipeline.Prepared, Supervisor]:
     options = ServeOptions(model=str(model), ctx=2048, port=free_port(), cache="off")
     prepared = pipeline.prepare(paths, options, lambda event: None)
-    supervisor = serving.new_supervisor(paths, prepared)
+    supervisor = runstart.new_supervisor(paths, prepared)
     supervisor.policy = RestartPolicy(first_backoff_s=0.1)
     return prepared, supervisor
 
@@ -88,7 +88,7 @@ async def test_an_illegal_instruction_rebuilds_for_the_baseline_below_once_then_
         return spec
 
     supervisor.rebuild_for_cpu = rebuild
-    run = serving.server_run(home, prepared, supervisor)
+    run = runstart.server_run(home, prepared, supervisor)
     events: list[ServerEvent] = []
     after_rebuild: dict = {}
     async for event in server_events(run):
@@ -126,7 +126,7 @@ async def test_an_illegal_instruction_rebuilds_for_the_baseline_below_once_then_
 
 async def test_kill_9_and_a_segfault_of_the_engine_are_named_with_the_next_step(home):
     prepared, supervisor = serve(home, smol_model())
-    run = serving.server_run(home, prepared, supervisor)
+    run = runstart.server_run(home, prepared, supervisor)
     seen: list[dict] = []
     signals = [signal.SIGKILL, signal.SIGSEGV]
     async for event in server_events(run):
@@ -156,7 +156,7 @@ async def test_a_model_file_truncated_under_the_engine_is_refused_until_verified
     name = pull_model(home, str(model)).name
     prepared, supervisor = serve(home, model)
     assert supervisor.model_name == name
-    run = serving.server_run(home, prepared, supervisor)
+    run = runstart.server_run(home, prepared, supervisor)
     events: list[ServerEvent] = []
     async for event in server_events(run):
         events.append(event)
@@ -229,7 +229,7 @@ class LongRequest(threading.Thread):
 
 async def test_a_stopped_engine_mid_request_is_a_hang_restarted_and_the_client_is_let_go(home):
     prepared, supervisor = serve(home, smol_model())
-    run = serving.server_run(home, prepared, supervisor)
+    run = runstart.server_run(home, prepared, supervisor)
     run.hang_bounds = HangBounds(prefill_floor_s=3.0, decode_s=3.0)
     events: list[ServerEvent] = []
     client: LongRequest | None = None
@@ -306,8 +306,8 @@ async def test_a_slot_save_that_fails_is_said_in_the_log_and_in_status(home):
     again."""
     options = ServeOptions(model=str(smol_model()), ctx=2048, port=free_port(), cache="agent")
     prepared = pipeline.prepare(home, options, lambda event: None)
-    supervisor = serving.new_supervisor(home, prepared)
-    run = serving.server_run(home, prepared, supervisor)
+    supervisor = runstart.new_supervisor(home, prepared)
+    run = runstart.server_run(home, prepared, supervisor)
     in_the_way = home.slots_dir / f"{SlotKey.of(prepared.server).file_name}{PART_SUFFIX}"
     readies = 0
     async for event in server_events(run):

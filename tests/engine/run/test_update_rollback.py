@@ -11,7 +11,7 @@ from tests.engine.run.test_supervisor import _prepared_on
 
 
 async def test_a_new_build_that_crash_loops_after_an_update_is_rolled_back_by_itself(tmp_path):
-    from lucebox.engine import serving
+    from lucebox.engine import runstart
     from lucebox.engine.engines import update, updatestate
     from lucebox.engine.machine import config
     from tests.engine.engines.test_update import installed_engine
@@ -22,7 +22,7 @@ async def test_a_new_build_that_crash_loops_after_an_update_is_rolled_back_by_it
     fake = installed_engine(paths, "new", script=crashing)
     update.activate(paths, "llama-server", "old", "new")
     prepared = _prepared_on(tmp_path, fake, ctx=16384)
-    supervisor = serving.new_supervisor(paths, prepared)
+    supervisor = runstart.new_supervisor(paths, prepared)
     supervisor.policy = RestartPolicy(max_crashes=2, first_backoff_s=0.01)
     events = [e async for e in supervisor.events()]
     assert events[-1].kind == "gave-up"

@@ -13,7 +13,7 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest
 from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.machine.peers import PeerInfo
-from lucebox.engine.run import worker
+from lucebox.engine.run import rpcpeer
 from support.ports import free_port_pair
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
 
@@ -39,26 +39,26 @@ def _engine(folder: Path, backend: str = "cpu", rpc: bool = True) -> EngineManif
 
 def _spec(
     tmp_path: Path, engine: EngineManifest | None = None, **choices: object
-) -> worker.WorkerSpec:
+) -> rpcpeer.RpcPeerSetup:
     engine = engine or _engine(tmp_path)
     probe = probe_gpus(FakeNvml(gpus=[FakeGpu()] if engine.backend == "cuda" else []))
     options: dict = {"host": "127.0.0.1", "port": free_port_pair(), "gpu_index": None}
     options |= {"allow_lan": False, **choices}
-    return worker.make_spec(resolve_paths(), engine, probe, **options)
+    return rpcpeer.make_setup(resolve_paths(), engine, probe, **options)
 
 
 def test_cpu_worker_runs_the_rpc_server_on_loopback_with_its_cache(tmp_path):
     spec = _spec(tmp_path)
-    argv = worker.worker_argv(spec)
+    argv = rpcpeer.worker_argv(spec)
     assert argv[0].endswith("ggml-rpc-server")
     assert argv[1:] == ["-H", "127.0.0.1", "-p", str(spec.port), "-c"]
-    assert worker.worker_env(spec) == {"LLAMA_CACHE": spec.cache_dir}
+    assert rpcpeer.worker_env(spec) == {"LLAMA_CACHE": spec.cache_dir}
 
 
 def test_gpu_worker_sees_only_its_gpu_as_cuda0(tmp_path):
     spec = _spec(tmp_path, engine=_engine(tmp_path, "cuda"), gpu_index=0)
-    assert worker.worker_argv(spec)[-2:] == ["-d", "CUDA0"]
-    env = worker.worker_env(spec)
+    assert rpcpeer.worker_argv(spec)[-2:] == ["-d", "CUDA0"]
+    env = rpcpeer.worker_env(spec)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
@@ -83,7 +83,7 @@ def test_an_engine_without_the_rpc_server_is_refused(tmp_path):
     with pytest.raises(UsageError, match="has no ggml-rpc-server"):
         _spec(tmp_path, engine=_engine(tmp_path, rpc=False))
     with pytest.raises(UsageError, match="no engine installed"):
-        worker.rpc_server_of(None)
+        rpcpeer.rpc_server_of(None)
 
 
 def test_a_taken_port_is_named(tmp_path):
@@ -102,7 +102,7 @@ def test_lan_with_allow_lan_is_accepted(tmp_path):
 def test_a_cpu_worker_publishes_its_build_and_free_ram(tmp_path):
     engine = _engine(tmp_path)
     spec = _spec(tmp_path, engine=engine)
-    info = worker.published(spec, engine)
+    info = rpcpeer.published(spec, engine)
     assert info.build == engine.version and info.engine_id == engine.id
     assert info.device == "CPU: system RAM" and 0 < info.free_bytes <= info.total_bytes
     assert PeerInfo.from_json(info.to_json()) == info

@@ -46,7 +46,7 @@ class WorkerError(RunError):
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
+class RpcPeerSetup:
     """What one worker runs: the engine's RPC server on ``host:port``, on a GPU or the CPU."""
 
     rpc_server_path: str
@@ -62,7 +62,7 @@ class WorkerSpec:
         return self.port + INFO_PORT_OFFSET
 
 
-def worker_argv(spec: WorkerSpec) -> list[str]:
+def worker_argv(spec: RpcPeerSetup) -> list[str]:
     """The ggml-rpc-server command line (tools/rpc/rpc-server.cpp of the pinned source)."""
     argv = [spec.rpc_server_path, "-H", spec.host, "-p", str(spec.port), "-c"]
     if spec.gpu_index is not None:
@@ -71,7 +71,7 @@ def worker_argv(spec: WorkerSpec) -> list[str]:
     return argv
 
 
-def worker_env(spec: WorkerSpec) -> dict[str, str]:
+def worker_env(spec: RpcPeerSetup) -> dict[str, str]:
     env = {"LLAMA_CACHE": spec.cache_dir}
     if spec.gpu_index is not None:
         env |= {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(spec.gpu_index)}
@@ -91,7 +91,7 @@ def rpc_server_of(engine: EngineManifest | None) -> Path:
     return path
 
 
-def make_spec(
+def make_setup(
     paths: Paths,
     engine: EngineManifest | None,
     probe: gpu.GpuProbe,
@@ -100,7 +100,7 @@ def make_spec(
     port: int,
     gpu_index: int | None,
     allow_lan: bool,
-) -> WorkerSpec:
+) -> RpcPeerSetup:
     """Check the user's choices and the engine; the GPU defaults to the first one on a CUDA
     engine, the CPU otherwise."""
     if not is_loopback(host) and not allow_lan:
@@ -133,10 +133,10 @@ def make_spec(
                 f"port {taken} on {host} is held by {holder}",
                 hint="stop it or choose another --port (the worker uses --port and the next one)",
             )
-    return WorkerSpec(str(server), host, port, gpu_index, str(paths.cache_dir / "llama.cpp"))
+    return RpcPeerSetup(str(server), host, port, gpu_index, str(paths.cache_dir / "llama.cpp"))
 
 
-def published(spec: WorkerSpec, engine: EngineManifest) -> PeerInfo:
+def published(spec: RpcPeerSetup, engine: EngineManifest) -> PeerInfo:
     """What the endpoint answers now: the build, and the memory free on the offered device."""
     if spec.gpu_index is not None:
         found = {g.index: g for g in gpu.probe_gpus().gpus}.get(spec.gpu_index)
@@ -155,7 +155,7 @@ def published(spec: WorkerSpec, engine: EngineManifest) -> PeerInfo:
     )
 
 
-def _info_server(spec: WorkerSpec, engine: EngineManifest) -> ThreadingHTTPServer:
+def _info_server(spec: RpcPeerSetup, engine: EngineManifest) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path not in ("/", "/info"):
@@ -194,7 +194,7 @@ def _listening(host: str, port: int) -> bool:
 
 
 def run_worker(
-    spec: WorkerSpec, engine: EngineManifest, log_path: Path, say: Callable[[str], None]
+    spec: RpcPeerSetup, engine: EngineManifest, log_path: Path, say: Callable[[str], None]
 ) -> int:
     """Run until SIGTERM/SIGINT (exit 0) or until the RPC server stops on its own (an error)."""
     stop = threading.Event()
