@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from lucebox.engine.plan.options import LAUNCH_FLAGS, ServeOptions, options_from
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.models import hubrepo
+from lucebox.engine.models.presets import load_presets
+from lucebox.engine.models.shortname import is_short_name, match_name
+from lucebox.engine.plan.options import (
+    LAUNCH_FLAGS,
+    ServeOptions,
+    options_from,
+    refuse_second_model,
+)
+
+NAME_HELP = (
+    "the model by short name: a family with an optional size or quant tag (qwen3.6, "
+    "qwen3.6:27b, gemma4:31b-q4_k_m), a preset id, or OWNER/REPO[:QUANT]"
+)
 
 
 def print_json(value: object) -> None:
@@ -19,6 +34,7 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
     """The options every planned launch takes: `up`, `serve` and `plan` share them."""
+    parser.add_argument("name", nargs="?", metavar="NAME", help=NAME_HELP)
     groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for flag in LAUNCH_FLAGS:
         holder: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup = parser
@@ -38,5 +54,20 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
         holder.add_argument(flag.name, dest=flag.field, help=flag.help, **reads)
 
 
-def serve_options(args: argparse.Namespace) -> ServeOptions:
-    return options_from(vars(args))
+def serve_options(args: argparse.Namespace, paths: Paths) -> ServeOptions:
+    """The launch options of the command line, a short name resolved once and said."""
+    options = options_from(vars(args))
+    name: str | None = getattr(args, "name", None)
+    if not name:
+        return options
+    if not is_short_name(name):
+        if options.names_a_model:
+            refuse_second_model(name)
+        return options_from({**vars(args), "model": [name]})
+    match = match_name(name, load_presets(paths), hub_repo_ids)
+    print(f"lucebox: {match.why}", file=sys.stderr)
+    return options.named(match)
+
+
+def hub_repo_ids(text: str) -> list[str]:
+    return [hit.repo_id for hit in hubrepo.search(text)]

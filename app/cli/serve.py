@@ -25,23 +25,25 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
             hint="add --dry-run, or use `lucebox plan --vram-mib N`",
         )
     if args.dry_run:
-        return show_launch_plan(paths, serve_options(args), as_json=args.json)
-    sources = servedset.served_sources(serve_options(args), config.load_settings(paths))
+        return show_launch_plan(paths, serve_options(args, paths), as_json=args.json)
+    sources = servedset.served_sources(serve_options(args, paths), config.load_settings(paths))
     if sources and getattr(args, "prepare_only", False):
-        servedset.prepare_set(paths, serve_options(args), sources, step_printer(), dry_run=False)
+        servedset.prepare_set(
+            paths, serve_options(args, paths), sources, step_printer(), dry_run=False
+        )
         return EXIT_OK
     if sources and not args.detach:
-        return servedset.serve_set(paths, serve_options(args), sources, step_printer())
+        return servedset.serve_set(paths, serve_options(args, paths), sources, step_printer())
     if args.detach:
-        pid, log = runstate.start_detached(paths, serve_options(args).to_args())
+        pid, log = runstate.start_detached(paths, serve_options(args, paths).to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
 
     if getattr(args, "prepare_only", False):  # a serve flag; up has none
-        pipeline.prepare(paths, serve_options(args), step_printer())
+        pipeline.prepare(paths, serve_options(args, paths), step_printer())
         return EXIT_OK
-    options = servedset.one_from_setting(serve_options(args), config.load_settings(paths))
+    options = servedset.one_from_setting(serve_options(args, paths), config.load_settings(paths))
     return pipeline.serve(paths, options, step_printer())
 
 
@@ -85,7 +87,7 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
     from lucebox.app.tui import make_app  # Textual loads only for the dashboard
 
     # models.served with one entry names the model, as it does for serve.
-    options = servedset.one_from_setting(serve_options(args), config.load_settings(paths))
+    options = servedset.one_from_setting(serve_options(args, paths), config.load_settings(paths))
     app = make_app(paths, options)
     app.run()
     return EXIT_FAILURE if app.return_code is None else app.return_code

@@ -45,6 +45,14 @@ def mib_list(text: str) -> tuple[int, ...]:
     return tuple(positive_int(item.strip()) for item in text.split(","))
 
 
+def id_list(text: str) -> tuple[str, ...]:
+    """``a,b`` -> the ids, none empty."""
+    items = tuple(item.strip() for item in text.split(","))
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty id")
+    return items
+
+
 def peer_list(text: str) -> tuple[str, ...]:
     """``h1:50052,h2:50052`` -> the peer addresses, each HOST:PORT."""
     items = tuple(item.strip() for item in text.split(",") if item.strip())

@@ -7,14 +7,16 @@ reads the ``Resolved`` it returns.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, NoReturn
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.config import Settings
+from lucebox.engine.models.shortname import NameMatch
 from lucebox.engine.plan.enginechoice import ENGINE_MODES, EngineMode
 from lucebox.engine.plan.flagtypes import (
+    id_list,
     index_list,
     mib_list,
     non_negative_int,
@@ -78,11 +80,31 @@ class ServeOptions:
     the weights."""
     vision: VisionMode | None = None
     """Serve the projector; None reads model.vision (empty: auto)."""
+    preset_among: tuple[str, ...] = ()
+    """The presets a short name named (``up qwen3.6``): the plan picks the one for the card."""
+
+    @property
+    def names_a_model(self) -> bool:
+        return bool(self.model or self.models or self.preset or self.preset_among)
+
+    def named(self, match: NameMatch) -> ServeOptions:
+        """These options with the model a short name resolved to; refuses a second model."""
+        if self.names_a_model:
+            refuse_second_model(match.name.text)
+        if match.source is not None:
+            return replace(self, model=match.source, quant=match.quant or self.quant)
+        if len(match.preset_ids) == 1:
+            return replace(self, preset=match.preset_ids[0])
+        return replace(self, preset_among=match.preset_ids)
 
     def to_args(self) -> list[str]:
         """The `lucebox serve` arguments that give these options (a detached child's argv)."""
         args = [arg for flag in LAUNCH_FLAGS for arg in flag.argv(getattr(self, flag.field))]
         return args + [item for source in self.models for item in ("--model", source)]
+
+
+def refuse_second_model(name: str) -> NoReturn:
+    raise UsageError(f"'{name}' and --model/--preset both name the model", hint="give one of them")
 
 
 @dataclass(frozen=True)
@@ -173,6 +195,9 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
                "serve images: auto (default: when the projector costs no context), on (refuse "
                "a plan that cannot hold it; moves off the Lucebox engine), off",
                choices=VISION_MODES),
+    LaunchFlag("--preset-among", "preset_among",
+               "the presets to pick from for this card (what a short name names)", "ID[,ID...]",
+               id_list, exclusive="what"),
     LaunchFlag("--rpc", "rpc",
                "`lucebox worker` peers whose devices join the split (setting rpc.peers)",
                "HOST:PORT[,...]", peer_list),
@@ -197,6 +222,8 @@ class Resolved:
     """Flags over config.toml, resolved once: every launch decision reads this."""
 
     preset_id: str | None
+    preset_among: tuple[str, ...]
+    """The presets the plan picks from when no one preset is named; empty: all of them."""
     ctx: int | None
     spec: SpecMode
     cache: CacheProfile
@@ -264,8 +291,9 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
     )
     return Resolved(
         preset_id=None
-        if options.model or options.models
+        if options.model or options.models or options.preset_among
         else (options.preset or settings.preset or None),
+        preset_among=() if options.model or options.models else options.preset_among,
         ctx=options.ctx or settings.ctx or None,
         spec=spec,
         cache=options.cache or "agent",

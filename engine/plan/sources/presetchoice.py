@@ -131,10 +131,22 @@ def pick_preset(
     """The named preset, or the best one for ``budget``; refuses when none fits."""
     if resolved.preset_id:
         return find_preset(paths, resolved.preset_id)
-    best = preset_table(paths, options, resolved, budget, engine).best
+    table = preset_table(paths, options, resolved, budget, engine)
+    best = table.best if not resolved.preset_among else _best_among(table, resolved.preset_among)
     if best is None or best.preset is None:
+        among = ", ".join(resolved.preset_among)
         raise GuardRefusal(
-            f"no preset fits {budget.device}",
+            f"none of {among} fits {budget.device}" if among else f"no preset fits {budget.device}",
             hint="see `lucebox presets` for what each needs, or pass --model",
         )
     return best.preset
+
+
+def _best_among(table: PresetTable, ids: tuple[str, ...]) -> LaunchPlan | None:
+    """The one of ``ids`` `up` would pick for the card; where the card is below them all (or
+    no GPU), the smallest that fits: the user named these."""
+    named = [p for p in table.plans if p.preset is not None and p.preset.id in ids]
+    fitting = [p for p in named if not p.misfit]
+    return choose_preset(named, table.budget) or min(
+        fitting, key=lambda p: p.preset.vram_tier_gib if p.preset else 0, default=None
+    )

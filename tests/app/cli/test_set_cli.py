@@ -43,10 +43,11 @@ def test_one_model_is_planned_as_before_and_the_setting_names_a_set():
 def test_several_model_flags_make_a_set_and_travel_to_a_detached_serve():
     from lucebox.app.cli.args import serve_options
     from lucebox.app.cli.parser import build_parser
+    from lucebox.engine.core.paths import resolve_paths
 
     args = build_parser().parse_args(["serve", "--model", "a.gguf", "--model", "smoke"])
-    options = serve_options(args)
+    options = serve_options(args, resolve_paths())
     assert (options.model, options.models) == (None, ("a.gguf", "smoke"))
     assert options.to_args() == ["--model", "a.gguf", "--model", "smoke"]
-    one = serve_options(build_parser().parse_args(["serve", "--model", "a.gguf"]))
+    one = serve_options(build_parser().parse_args(["serve", "--model", "a.gguf"]), resolve_paths())
     assert (one.model, one.models) == ("a.gguf", ())
