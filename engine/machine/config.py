@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tomli_w
 
@@ -35,6 +36,9 @@ class Settings:
     """TCP port of the OpenAI-compatible endpoint."""
     api_key: str = ""
     """Key clients must send when the server binds beyond loopback."""
+    allowed_origins: tuple[str, ...] = ()
+    """Web origins (``http://192.168.1.20:3000``) whose pages may call the API from a browser;
+    ``*`` allows every origin only when written out; empty: the front's own pages alone."""
     gpu_indices: tuple[int, ...] = ()
     """NVML indices of the GPUs to use; empty lets lucebox use every usable NVIDIA GPU."""
     ctx: int = 0
@@ -90,6 +94,7 @@ KEYS: dict[str, str] = {
     "server.host": "host",
     "server.port": "port",
     "server.api_key": "api_key",
+    "server.allowed_origins": "allowed_origins",
     "server.hang_s": "hang_s",
     "gpu.indices": "gpu_indices",
     "model.ctx": "ctx",
@@ -114,7 +119,7 @@ KEYS: dict[str, str] = {
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}
-_STRING_LISTS = {"rpc_peers", "models_served"}
+_STRING_LISTS = {"rpc_peers", "models_served", "allowed_origins"}
 """Tuple fields of strings; every other tuple holds non-negative integers."""
 LEGACY_KEYS = {"gpu.index": "gpu.indices"}
 """Keys earlier versions wrote: read as their replacement, and rewritten on the next load."""
@@ -157,6 +162,8 @@ def _check_value(path: Path, key: str, value: object) -> object:
                 f"{path}: key '{key}' should be a list of strings, found {value!r}",
                 hint=f'write it as {key} = ["a", "b"], or run `lucebox config set {key} ...`',
             )
+        if field == "allowed_origins":
+            return tuple(_origin(f"{path}: key '{key}'", item) for item in value)
         return tuple(value)
     if kind is tuple:
         if not isinstance(value, list) or not all(
@@ -243,6 +250,26 @@ VISION_SETTINGS = ("", "auto", "on", "off")
 """What ``model.vision`` takes (empty is auto)."""
 
 
+def _origin(key: str, text: str) -> str:
+    """A web origin as browsers send it (scheme, host, port; lower case), or ``*``."""
+    if text == "*":
+        return text
+    parts = urlsplit(text.lower())
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/"):
+        raise ConfigError(
+            f"{key} takes web origins, not {text!r}",
+            hint="write each as SCHEME://HOST[:PORT] (http://192.168.1.20:3000), or * for any",
+        )
+    default_port = {"http": 80, "https": 443}[parts.scheme]
+    shown_port = f":{port}" if port and port != default_port else ""  # as browsers send it
+    return f"{parts.scheme}://{parts.hostname}{shown_port}"
+
+
 def parse_value(key: str, raw: str) -> Any:
     """Turn the text a user typed for ``key`` into a value of the key's type."""
     if key == "model.spec" and raw not in SPEC_MODES:
@@ -264,6 +291,8 @@ def parse_value(key: str, raw: str) -> Any:
                 split_address(item)
             except UsageError as exc:
                 raise ConfigError(f"key '{key}': {exc.message}", hint=exc.hint) from exc
+        if field == "allowed_origins":
+            return tuple(_origin(f"key '{key}'", item) for item in items)
         return items
     if kind is tuple:
         try:

@@ -4,8 +4,10 @@ A web page in the user's browser can reach a server on loopback through a name i
 that resolves to 127.0.0.1 (DNS rebinding): the browser then sends that name as ``Host`` and
 the page's origin as ``Origin``. The front answers only ``Host`` values that are addresses,
 loopback names, the configured host or this machine's own names, and only the ``Origin`` of its
-own pages (the engine's web UI is served through the front, so it is same-origin); CORS headers
-go to that origin alone. The key, when set, is compared in constant time.
+own pages (the engine's web UI is served through the front, so it is same-origin) and the
+origins the user allowed (``server.allowed_origins``: a chat app served elsewhere on the LAN;
+``*`` only when written out); CORS headers go to that origin alone. The key, when set, is
+compared in constant time.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class FrontPolicy:
     api_key: str | None = None
     machine_names: tuple[str, ...] = ()
     """This machine's own names (hostname, hostname.local): LAN clients may use them."""
+    allowed_origins: tuple[str, ...] = ()
+    """Other web origins whose pages may call the API (config's normalized form, or ``*``)."""
 
     def host_allowed(self, host_header: str) -> bool:
         name = host_name(host_header)
@@ -55,8 +59,10 @@ class FrontPolicy:
         return name in {self.host.lower(), *(n.lower() for n in self.machine_names)}
 
     def origin_allowed(self, origin: str) -> bool:
-        """An origin of the front's own pages: its scheme is http, its host allowed and its
-        port the front's."""
+        """An origin the user allowed, or one of the front's own pages: its scheme is http,
+        its host allowed and its port the front's."""
+        if "*" in self.allowed_origins or origin.lower().rstrip("/") in self.allowed_origins:
+            return True
         parts = urlsplit(origin)
         if parts.scheme != "http" or parts.hostname is None:
             return False

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +40,52 @@ LAN = FrontPolicy("0.0.0.0", 8080, "k3y", ("lucebox-pc", "lucebox-pc.local"))
 def test_who_may_call(headers, status):
     refused = refusal(LAN, "POST", "/v1/chat/completions", headers)
     assert (refused.status if refused else None) == status
+
+
+def test_origins_the_user_allowed_and_no_others():
+    from lucebox.engine.machine.config import parse_value
+    from lucebox.engine.run.front.frontguard import cors_headers
+
+    allowed = parse_value(
+        "server.allowed_origins", "HTTP://192.168.1.20:3000/, https://chat.lan:443"
+    )
+    assert allowed == ("http://192.168.1.20:3000", "https://chat.lan")
+    policy = dataclasses.replace(LAN, allowed_origins=allowed)
+    call = {"host": "192.168.1.5:8080", "authorization": "Bearer k3y"}
+    for origin in ("http://192.168.1.20:3000", "https://chat.lan"):
+        assert (
+            refusal(policy, "OPTIONS", "/v1/chat/completions", {**call, "origin": origin}) is None
+        )
+        assert ("access-control-allow-origin", origin) in cors_headers(origin)
+    for origin in ("http://192.168.1.20:3001", "http://attacker.example", "https://chat.lan:8443"):
+        refused = refusal(policy, "OPTIONS", "/v1/chat/completions", {**call, "origin": origin})
+        assert refused is not None and refused.status == 403
+    unset = refusal(LAN, "OPTIONS", "/v1/models", {**call, "origin": "http://192.168.1.20:3000"})
+    assert unset is not None and unset.status == 403
+    anyone = dataclasses.replace(LAN, allowed_origins=parse_value("server.allowed_origins", "*"))
+    assert refusal(anyone, "POST", "/v1/models", {**call, "origin": "http://any.example"}) is None
+    assert (
+        refusal(
+            anyone,
+            "POST",
+            "/v1/models",
+            {"host": "192.168.1.5:8080", "origin": "http://any.example"},
+        ).status
+        == 401
+    )
+
+
+def test_origins_are_written_as_origins():
+    from lucebox.engine.core.errors import ConfigError
+    from lucebox.engine.machine.config import parse_value, settings_from_toml
+
+    for bad in ("192.168.1.20:3000", "ftp://x", "http://x/chat", "http://"):
+        with pytest.raises(ConfigError, match="takes web origins"):
+            parse_value("server.allowed_origins", bad)
+    settings = settings_from_toml(Path("c.toml"), '[server]\nallowed_origins = ["http://a.lan:80"]')
+    assert settings.allowed_origins == ("http://a.lan",)
+    with pytest.raises(ConfigError, match=r"c\.toml: key 'server\.allowed_origins' takes web"):
+        settings_from_toml(Path("c.toml"), '[server]\nallowed_origins = ["a.lan"]')
 
 
 def test_health_and_the_page_need_no_key_but_the_api_does():
