@@ -30,7 +30,13 @@ import h11
 
 from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
 from lucebox.engine.run.front.bodyguard import body_refusal
-from lucebox.engine.run.front.frontguard import FrontPolicy, cors_headers, header_map, refusal
+from lucebox.engine.run.front.frontguard import (
+    GENERATION_SUFFIXES,
+    FrontPolicy,
+    cors_headers,
+    header_map,
+    refusal,
+)
 from lucebox.engine.run.front.frontqueue import (
     DEFAULT_MAX_WAITING,
     FrontQueue,
@@ -57,19 +63,6 @@ from lucebox.engine.run.sample import QueueStatus
 
 QUEUE_NOTE_S = 5.0
 """How often a waiting streamed request is told its place (``: queued, position N``)."""
-GENERATION_SUFFIXES = (
-    "/chat/completions",
-    "/completions",
-    "/completion",
-    "/messages",
-    "/responses",
-    "/infill",
-    "/embeddings",
-    "/embedding",
-    "/rerank",
-    "/reranking",
-)
-"""POST paths that occupy the engine (and so wait their turn in the queue)."""
 _NOT_RELAYED = HOP_HEADERS | {b"authorization", b"x-api-key", b"origin", b"referer"}
 _ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
 ENGINE_ERRORS = (OSError, h11.ProtocolError)

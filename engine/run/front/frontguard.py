@@ -15,11 +15,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from lucebox.engine.core.address import is_loopback
+from lucebox.engine.machine.personkeys import SCOPES, KeyRing, Scope
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
 """Answered without the key, as llama-server does (a supervisor's or a load balancer's probe)."""
@@ -29,6 +30,31 @@ PAGE_ASSET_SUFFIXES = (".js", ".css", ".svg", ".ico", ".png", ".webmanifest", ".
 """The page's files (llama-server's bundle under ``/_app/``, its icons): public as the page is,
 as llama-server has them; no API path ends so, and a made-up one finds nothing."""
 ANY_HOST = ("0.0.0.0", "::", "")
+GENERATION_SUFFIXES = (
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/messages",
+    "/responses",
+    "/infill",
+    "/embeddings",
+    "/embedding",
+    "/rerank",
+    "/reranking",
+)
+"""POST paths that occupy the engine (and so wait their turn in the queue)."""
+CHAT_POST_SUFFIXES = (
+    *GENERATION_SUFFIXES,
+    "/count_tokens",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+)
+"""What a chat-scoped key may POST: replies, and the counting a client does around them."""
+CHAT_GET_PATHS = frozenset({"/v1/models", "/models", "/api/tags", "/api/version"})
+MODELS_PATHS = frozenset({"/models/load", "/models/unload", "/props"})
+"""A served set's models loaded and unloaded, and the server's properties read."""
+SERVER_KEY_NAME = "server.api_key"
 
 
 @dataclass(frozen=True)
@@ -49,6 +75,8 @@ class FrontPolicy:
     """This machine's own names (hostname, hostname.local): LAN clients may use them."""
     allowed_origins: tuple[str, ...] = ()
     """Other web origins whose pages may call the API (config's normalized form, or ``*``)."""
+    people: Callable[[], KeyRing] = KeyRing
+    """Each person's key as the keys file holds it now (read again when it changes)."""
 
     def host_allowed(self, host_header: str) -> bool:
         name = host_name(host_header)
@@ -72,11 +100,35 @@ class FrontPolicy:
             return False
         return port == self.port and self.host_allowed(parts.netloc)
 
-    def key_ok(self, headers: dict[str, str]) -> bool:
-        if not self.api_key:
-            return True
+    def caller(self, headers: dict[str, str]) -> Caller | None:
+        """Whose key the request carries (None: a key is wanted and this is none of them);
+        with no key set anywhere, anyone may call with every scope."""
+        ring = self.people()
+        if not self.api_key and not ring.keys:
+            return Caller(None, "admin")
         given = presented_key(headers)
-        return given is not None and hmac.compare_digest(given.encode(), self.api_key.encode())
+        if given is None:
+            return None
+        if self.api_key and hmac.compare_digest(given.encode(), self.api_key.encode()):
+            return Caller(SERVER_KEY_NAME, "admin")
+        person = ring.who(given)
+        return Caller(person.name, person.scope) if person else None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request comes from: the name of its key (None: no key needed) and its scope."""
+
+    key_name: str | None
+    scope: Scope
+
+
+def scope_needed(method: str, path: str) -> Scope:
+    if method == "POST" and path.endswith(CHAT_POST_SUFFIXES):
+        return "chat"
+    if method in ("GET", "HEAD") and (path in CHAT_GET_PATHS or path.startswith("/v1/models/")):
+        return "chat"
+    return "models" if path in MODELS_PATHS else "admin"
 
 
 def machine_names() -> tuple[str, ...]:
@@ -123,8 +175,8 @@ def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return found
 
 
-def refusal(policy: FrontPolicy, method: str, path: str, headers: dict[str, str]) -> Refusal | None:
-    """Why the front refuses this request, or None when it goes on."""
+def admit(policy: FrontPolicy, method: str, path: str, headers: dict[str, str]) -> Refusal | Caller:
+    """Why the front refuses this request, or who it comes from when it goes on."""
     host = headers.get("host")
     if host is None or not policy.host_allowed(host):
         return Refusal(421, f"the Host '{host or ''}' is not an address of this server")
@@ -132,12 +184,26 @@ def refusal(policy: FrontPolicy, method: str, path: str, headers: dict[str, str]
     if origin is not None and not policy.origin_allowed(origin):
         return Refusal(403, f"requests from the web origin '{origin}' are not allowed")
     if method == "OPTIONS" or path in PUBLIC_PATHS:
-        return None
+        return Caller(None, "chat")
     if method in ("GET", "HEAD") and is_page_file(path):
-        return None
-    if not policy.key_ok(headers):
+        return Caller(None, "chat")
+    caller = policy.caller(headers)
+    if caller is None:
         return Refusal(401, "Invalid API Key: send it as 'Authorization: Bearer KEY' or x-api-key")
-    return None
+    needed = scope_needed(method, path)
+    if SCOPES.index(caller.scope) < SCOPES.index(needed):
+        return Refusal(
+            403,
+            f"the key '{caller.key_name}' has the {caller.scope} scope; {method} {path} needs "
+            f"{needed} (`lucebox keys add NAME --scope {needed}`)",
+        )
+    return caller
+
+
+def refusal(policy: FrontPolicy, method: str, path: str, headers: dict[str, str]) -> Refusal | None:
+    """Why the front refuses this request, or None when it goes on."""
+    answer = admit(policy, method, path, headers)
+    return answer if isinstance(answer, Refusal) else None
 
 
 def is_page_file(path: str) -> bool:
