@@ -1,8 +1,10 @@
 """The benchmarks' one index lists every benchmark module, each step of the GPU machine's driver
-and results file it names exists, and the one entry point lists and refuses as it says."""
+and results file it names exists, every results file is named by its entry and carries its
+command, and the one entry point lists and refuses as it says."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +33,19 @@ def test_every_benchmark_is_in_the_index_and_what_it_names_exists():
         assert bench.question.endswith(("?", ".")), bench
         assert bench.name in modules or bench.device_step, bench
         assert all((FOLDER / path).is_file() for path in bench.results), bench
+
+
+def test_every_results_file_is_named_by_its_entry_and_carries_its_command():
+    named = {path: bench for bench in INDEX for path in bench.results}
+    machines = ("cpu", "h100", "h200", "h200x2", "h200x4")
+    for path in sorted((FOLDER / "results").iterdir()):
+        bench = named.get(f"results/{path.name}")
+        assert bench is not None, f"{path.name} is named by no index entry"
+        slug = bench.name.replace("_", "-")
+        machine, _, rest = path.stem.partition("-")
+        assert machine in machines, path.name
+        assert rest == slug or rest.startswith(f"{slug}-"), path.name
+        assert path.suffix == ".json" and "command" in json.loads(path.read_text()), path.name
 
 
 def test_each_gpu_benchmark_names_a_step_the_driver_knows():
