@@ -1,8 +1,10 @@
 """The benchmarks' index: the question each answers, how to run it, on which machine, and where
 its figures are kept. `python -m benchmarks` prints it; `python -m benchmarks NAME ARGS...` runs
-one here. On a lent GPU machine one driver runs them: `bash benchmarks/device/drive.sh STEP`,
-whose shared steps set the machine up (wheels, engine builds, generated models, serve, collect)
-and whose other steps are named as the entries here (``device_step``)."""
+one here. On a lent GPU machine one driver runs them, `bash benchmarks/device/drive.sh STEP`:
+its shared steps set the machine up (wheels, engine builds, generated models, serve, collect)
+and its other steps are named as the entries here (``device_step``). A results file is named
+``results/<machine>-<name>[-<variant>].json``, machine being where it ran (cpu, h100, h200,
+h200x2, h200x4), and carries the command that made it (its "command" key)."""
 
 from __future__ import annotations
 
@@ -268,10 +270,18 @@ def by_name(name: str) -> Benchmark | None:
 
 
 def text() -> str:
-    """The index as a person reads it."""
-    lines = []
+    """The index as a person reads it: each benchmark, its question, how to run it here and on a
+    GPU machine, and its results files."""
+    lines = [
+        "NAME [machine], its question, how to run it, -> its results (each with its command);",
+        f"`{DRIVER} steps` lists the GPU machine's set-up steps too.",
+        "",
+    ]
     for bench in INDEX:
-        step = f" (on a GPU machine: {DRIVER} {bench.device_step})" if bench.device_step else ""
-        lines.append(f"{bench.name} [{bench.machine}]{step}\n    {bench.question}")
+        lines += [f"{bench.name} [{bench.machine}]", f"    {bench.question}"]
+        if bench.machine != "gpu":
+            lines.append(f"    here: python -m benchmarks {bench.name}")
+        if bench.device_step:
+            lines.append(f"    GPU machine: {DRIVER} {bench.device_step}")
         lines.extend(f"    -> benchmarks/{path}" for path in bench.results)
     return "\n".join(lines)
