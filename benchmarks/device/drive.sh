@@ -34,8 +34,9 @@
 #                         stopped.
 #   detach NAME STEP ARGS [+ STEP ARGS]...
 #                         run steps one after the other in a session of their own (the call may
-#                         end first); log and rc in .devrun/chain/NAME.{log,rc}. A wait-builds
-#                         that fails ends the chain; a benchmark that fails does not.
+#                         end first); log and rc in .devrun/chain/NAME.{log,rc}, the steps'
+#                         $OUT in .devrun/chain/NAME/. A wait-builds that fails (or has waited
+#                         WAIT_S, an hour here) ends the chain; a benchmark that fails does not.
 #   collect [NAME]        wait for the detached chains until CALL_S (580 s) runs out, print
 #                         their tails and pack them, the build logs and $OUT's figures into
 #                         $OUT/collect-NAME.tgz.
@@ -48,6 +49,9 @@
 #   one card, both engines:   bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models
 #                             pair; bash $D detach auto wait-builds + engine_choice_on_auto;
 #                             bash $D collect auto          (later calls: bash $D collect auto)
+#   a lease's first call:     bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models;
+#                             bash $D detach first wait-builds llama + vision_on_gpu + wait-builds
+#                             lucebox + lucebox_memory_by_stage fit; bash $D collect first
 #   two cards, side by side:  ... GPU=0 bash $D detach card0 wait-builds lucebox +
 #                             kv_calibration_gpu; GPU=1 bash $D detach card1 wait-builds lucebox
 #                             + engine_faults; bash $D collect lease
@@ -62,7 +66,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 ROOT=$PWD
 DRIVE=benchmarks/device/drive.sh
-OUT=${OUT:-/tmp/drive-out}
+export OUT=${OUT:-/tmp/drive-out}
 CARRY=$ROOT/.devrun/carry
 MODELS=${MODELS:-$ROOT/.devrun/work/models}
 CHAINS=$ROOT/.devrun/chain
@@ -177,10 +181,16 @@ built_id() {
         "${2:-$LUCEBOX_HOME}/build-$1.json"
 }
 
-# A home of its own at $1 with a copy of the Lucebox build in $2 (its manifest names the copy).
+# A home of its own at $1 with a copy of the Lucebox build in $2 (its manifest names the copy):
+# the one build-lucebox made there, or else the first one installed (restore).
 copy_lucebox_home() {
-    local to=$1 from=$2 id
-    id=$(built_id lucebox "$from") || return 1
+    local to=$1 from=$2 id manifest
+    id=$(built_id lucebox "$from" 2>/dev/null)
+    if [ -z "$id" ]; then
+        manifest=$(ls "$from"/data/engines/lucebox-*/manifest.json 2>/dev/null | head -1)
+        [ -n "$manifest" ] || return 1
+        id=$(basename "$(dirname "$manifest")")
+    fi
     mkdir -p "$to/data/engines"
     [ -d "$to/data/engines/$id" ] || cp -a "$from/data/engines/$id" "$to/data/engines/"
     sed -i "s#$from/#$to/#g" "$to/data/engines/$id/manifest.json"
@@ -394,8 +404,10 @@ step_detach() {
 }
 
 # Runs STEP ARGS [+ STEP ARGS]... in order (what detach runs); a failed wait-builds ends it.
+# No call ends a detached chain: its wait-builds waits an hour unless WAIT_S says.
 step_chain() {
     local step=() rc=0
+    export WAIT_S=${WAIT_S:-3600}
     while [ "$#" -gt 0 ] || [ "${#step[@]}" -gt 0 ]; do
         if [ "$#" -gt 0 ] && [ "$1" != + ]; then step+=("$1"); shift; continue; fi
         [ "$#" -gt 0 ] && shift
