@@ -641,6 +641,8 @@ step_cpu_baseline_cost() {
         done
     done
     python3 -m benchmarks.cpu_baseline_cost summarize "$OUT/cpu-baseline-cost.json" "${runs[@]}"
+    # Measured on the CPU, whatever the card: its results name says cpu.
+    mkdir -p "$OUT/results" && cp "$OUT/cpu-baseline-cost.json" "$OUT/results/cpu-cpu-baseline-cost.json"
 }
 
 step_plan_memory_vs_gpu() {
