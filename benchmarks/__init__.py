@@ -1,3 +1,3 @@
 """Benchmarks, named by the question they answer: ``index`` lists each with its command, its
-machine and where its results go (``results/``); ``device/`` holds the scripts that drive a GPU
+machine and where its results go (``results/``); ``device/drive.sh`` is the one driver of a GPU
 machine; what they share with the tests is in the support package."""

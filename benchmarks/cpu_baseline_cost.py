@@ -1,5 +1,5 @@
 """What the shipped CPU baseline costs against a native build (issue 37), helper of
-``benchmarks/cpu_baseline_cost.sh``.
+``bash benchmarks/device/drive.sh cpu_baseline_cost``.
 
 ``configure VARIANT SRC BUILD`` prints lucebox's own cmake configure line for a CPU-only build
 (:func:`lucebox.engine.engines.build.configure_argv`), one argument a line, with the CPU target

@@ -535,7 +535,9 @@ def main() -> int:
         help="how long the SIGSTOP entry leaves the engine stopped at most",
     )
     parser.add_argument("--work", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu-faults.json"))
+    parser.add_argument(
+        "--out", type=Path, default=Path("benchmarks/results/cpu-engine-faults.json")
+    )
     parser.add_argument(
         "--engine",
         choices=("llama-server", "lucebox"),

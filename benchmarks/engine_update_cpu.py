@@ -4,7 +4,7 @@ self-tests it against b11401 with SmolLM2-135M-Instruct and switches; ``engine r
 back. Not a test: it compiles twice (about 15 minutes on 2 cores).
 
     .venv/bin/python -m benchmarks.engine_update_cpu [--home DIR] [--reuse-from HOME]
-        [--out benchmarks/results/engine_update.json]
+        [--out benchmarks/results/cpu-engine-update-cpu.json]
 
 ``--home`` is the LUCEBOX_HOME it uses (default: a new temporary folder; one given is reused, so
 a second run finds both builds and measures only the self-test). ``--reuse-from`` registers the

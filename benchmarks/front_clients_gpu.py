@@ -1,5 +1,5 @@
-"""Driver of benchmarks/device/device_front.sh: clients of lucebox's front over a running
-`lucebox serve`.
+"""Clients of lucebox's front over a running `lucebox serve`, run on the GPU by
+`bash benchmarks/device/drive.sh front_clients_gpu`.
 
     python3 -m benchmarks.front_clients_gpu clients FRONT_URL ENGINE_URL MODEL KEY
         the official openai and anthropic SDKs (chat streaming, Responses, Messages), 16

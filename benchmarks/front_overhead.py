@@ -8,7 +8,7 @@ over the time from the first to the last). Goal: under 5% of decode tok/s, under
 Without URLs it serves SmolLM2 on the built CPU engine of the test cache (support/realmodels.py)
 with the front on a thread of this process. With ``--engine-url`` and ``--front-url`` it
 measures a running `lucebox serve` (the engine's private port and the front's), as
-benchmarks/device/device_front.sh does on the GPU.
+`drive.sh front_clients_gpu` does on the GPU.
 
     .venv/bin/python -m benchmarks.front_overhead [--requests 8] [--max-tokens 64] [--out FILE]
     python3 -m benchmarks.front_overhead --engine-url URL --front-url URL [--key KEY] [--out FILE]

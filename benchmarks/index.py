@@ -1,6 +1,10 @@
 """The benchmarks' index: the question each answers, how to run it, on which machine, and where
 its figures are kept. `python -m benchmarks` prints it; `python -m benchmarks NAME ARGS...` runs
-one. A GPU benchmark runs on the device machine through a script in ``device/`` (``Driver``)."""
+one here. On a lent GPU machine one driver runs them, `bash benchmarks/device/drive.sh STEP`:
+its shared steps set the machine up (wheels, engine builds, generated models, serve, collect)
+and its other steps are named as the entries here (``device_step``). A results file is named
+``results/<machine>-<name>[-<variant>].json``, machine being where it ran (cpu, h100, h200,
+h200x2, h200x4), and carries the command that made it (its "command" key)."""
 
 from __future__ import annotations
 
@@ -10,54 +14,79 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Benchmark:
     name: str
-    """The module in benchmarks/ (``python -m benchmarks NAME``)."""
+    """The module in benchmarks/ (``python -m benchmarks NAME``), or the driver's step alone."""
     question: str
     machine: str
     """``cpu`` (this machine or any PC), ``gpu`` (the device machine), ``tool`` (writes inputs)."""
-    results: str = ""
-    """Where its figures are kept (benchmarks/results/...), or "" when it prints them."""
-    driver: str = ""
-    """The script in benchmarks/device/ that runs it on a GPU machine."""
+    results: tuple[str, ...] = ()
+    """Where its figures are kept (``results/<machine>-<name>[-<variant>].json``), each file
+    with the command that made it; empty when it prints them."""
+    device_step: str = ""
+    """The step of benchmarks/device/drive.sh that runs it on a GPU machine, "" when none."""
 
+
+DRIVER = "bash benchmarks/device/drive.sh"
+"""The one driver of a lent GPU machine; `bash benchmarks/device/drive.sh steps` lists its steps."""
 
 INDEX = (
     Benchmark(
         "plan_snapshots",
         "Does a refactor of the planner leave every plan document byte-identical?",
         "cpu",
+        results=("results/cpu-plan-snapshots-stage1.json",),
     ),
     Benchmark("cpu_plan_leaves_pc_usable", "Does a CPU plan leave the PC usable?", "cpu"),
     Benchmark(
         "plan_memory_vs_gpu",
         "Is the plan right on my card (VRAM planned vs shown, the largest context that loads)?",
         "gpu",
-        driver="device_plan.sh",
+        device_step="plan_memory_vs_gpu",
     ),
     Benchmark(
         "launch_matches_plan_gpu",
         "Does `lucebox serve` launch what its plan said, on a real GPU?",
         "gpu",
-        driver="device_launch.sh",
+        device_step="launch_matches_plan_gpu",
+    ),
+    Benchmark(
+        "engine_build_gpu",
+        "Does lucebox build each engine for the card by itself, with or without a CUDA toolkit?",
+        "gpu",
+        results=("results/h200-engine-build-gpu-lucebox-bsa.json",),
+        device_step="engine_build_gpu",
     ),
     Benchmark(
         "engine_choice_on_auto",
         "Does `lucebox serve` with nothing pinned compare both engines by itself?",
         "gpu",
-        "results/h100-engine-choice-on-auto.json",
-        "device_auto_choice.sh",
+        results=("results/h100-engine-choice-on-auto.json",),
+        device_step="engine_choice_on_auto",
     ),
     Benchmark(
         "engine_choice_measured",
         "Which engine is faster here, measured as the engine calibration measures them?",
         "gpu",
-        "results/h200x2-engine-choice.json",
-        "device_engine_choice.sh",
+        results=("results/h200x2-engine-choice-measured.json",),
+        device_step="engine_choice_measured",
     ),
     Benchmark(
         "spec_breakeven",
         "At what acceptance does each speculation mode pay in the pinned engine?",
         "cpu",
-        "results/cpu-spec-breakeven-head128-q8.json",
+        results=(
+            "results/cpu-spec-breakeven-head128-q8.json",
+            "results/cpu-spec-breakeven-head128-q4.json",
+            "results/h100-spec-breakeven-q8-61mb.json",
+            "results/h100-spec-breakeven-f16-1.7gb.json",
+        ),
+        device_step="spec_breakeven",
+    ),
+    Benchmark(
+        "spec_calibration_gpu",
+        "Does the speculation calibration keep the fastest mode for each head on the GPU?",
+        "gpu",
+        results=("results/h100-spec-calibration-gpu.json",),
+        device_step="spec_calibration_gpu",
     ),
     Benchmark(
         "agent_prompt_cache",
@@ -68,95 +97,143 @@ INDEX = (
         "vision_prompt_reuse",
         "What does serving a vision projector do to an agent's prompt reuse?",
         "cpu",
-        "results/cpu-vision-replay.json",
+        results=("results/cpu-vision-prompt-reuse.json",),
     ),
     Benchmark(
         "vision_on_gpu",
         "Does a text model with its projector serve images on the GPU as planned?",
         "gpu",
-        "results/h200-vision.json",
-        "device_vision.sh",
+        results=("results/h200-vision-on-gpu.json",),
+        device_step="vision_on_gpu",
     ),
     Benchmark(
         "long_prompt_modes_gpu",
         "How do the long-context modes (exact, KVFlash, PFlash) answer long prompts on the GPU?",
         "gpu",
-        "results/h200x2-pflash-bsa.json",
-        "device_pflash.sh",
+        results=(
+            "results/h200x2-long-prompt-modes-gpu-pflash.json",
+            "results/h200x2-long-prompt-modes-gpu-kv.json",
+            "results/h200x2-long-prompt-modes-gpu-kv-held.json",
+            "results/h200x4-long-prompt-modes-gpu-kv-held.json",
+        ),
+        device_step="long_prompt_modes_gpu",
+    ),
+    Benchmark(
+        "kv_calibration_gpu",
+        "Does `lucebox serve` measure its long-context modes by itself and keep the best?",
+        "gpu",
+        results=("results/h200x2-kv-calibration-gpu.json",),
+        device_step="kv_calibration_gpu",
+    ),
+    Benchmark(
+        "lucebox_modes_gpu",
+        "How does the Lucebox engine serve each of its modes, raw and through `lucebox serve`?",
+        "gpu",
+        results=("results/h100-lucebox-modes-gpu.json",),
+        device_step="lucebox_modes_gpu",
     ),
     Benchmark(
         "lucebox_memory_by_stage",
         "What does the Lucebox engine hold on the GPU at each stage, and at its peak?",
         "gpu",
-        "results/h200-lucebox-memory.json",
-        "device_lucebox_memory.sh",
+        results=(
+            "results/h200-lucebox-memory-by-stage.json",
+            "results/h200x2-lucebox-memory-by-stage-fit-4cf58a04.json",
+        ),
+        device_step="lucebox_memory_by_stage",
     ),
     Benchmark(
         "two_gpus_planned_vs_run",
         "On two GPUs, does each engine run as planned?",
         "gpu",
-        "results/h200x2-two-gpu.json",
-        "device_two_gpu.sh",
+        results=(
+            "results/h200x2-two-gpus-planned-vs-run.json",
+            "results/h200x2-two-gpus-planned-vs-run-llama-server.json",
+            "results/h200x2-two-gpus-planned-vs-run-both-engines.json",
+        ),
+        device_step="two_gpus_planned_vs_run",
     ),
     Benchmark(
         "rpc_peer_vs_gpu",
         "Does a GPU plus a `lucebox worker` peer run as planned?",
         "gpu",
-        driver="device_rpc.sh",
+        device_step="rpc_peer_vs_gpu",
     ),
     Benchmark(
         "engine_faults",
         "Does every engine fault get named and recovered from?",
         "cpu",
-        "results/cpu-faults.json",
+        results=(
+            "results/cpu-engine-faults.json",
+            "results/h200x2-engine-faults.json",
+            "results/h200x2-engine-faults-second-lease.json",
+        ),
+        device_step="engine_faults",
     ),
     Benchmark(
         "engine_update_cpu",
         "Does `engine update` self-test and switch builds on this machine?",
         "cpu",
-        "results/cpu-engine-update.json",
+        results=("results/cpu-engine-update-cpu.json",),
     ),
     Benchmark(
         "engine_update_gpu",
         "Does the Lucebox engine's update self-test and switch on the GPU?",
         "gpu",
-        "results/h200-lucebox-engine-update.json",
-        "device_engine_update.sh",
+        results=("results/h200-engine-update-gpu.json",),
+        device_step="engine_update_gpu",
     ),
     Benchmark(
         "live_numbers",
         "Do the live numbers (status, dashboard) match the engine's own?",
         "cpu",
-        "results/cpu-live-numbers.json",
+        results=("results/cpu-live-numbers.json",),
     ),
     Benchmark(
         "status_cost",
         "What CPU does one `lucebox status --json` cost?",
         "cpu",
-        "results/cpu-status-cost.json",
+        results=("results/cpu-status-cost.json",),
     ),
-    Benchmark("tui_overhead", "What does the dashboard cost the server?", "cpu"),
     Benchmark(
-        "serve_overhead", "What does `lucebox serve` add to the engine it supervises?", "cpu"
+        "tui_overhead",
+        "What does the dashboard cost the server?",
+        "cpu",
+        device_step="tui_overhead",
+    ),
+    Benchmark(
+        "serve_overhead",
+        "What does `lucebox serve` add to the engine it supervises?",
+        "cpu",
+        device_step="serve_overhead",
+    ),
+    Benchmark(
+        "serve_status_gpu",
+        "Does `status --json` follow a long request on the GPU, and does `down` stop the engine?",
+        "gpu",
+        device_step="serve_status_gpu",
     ),
     Benchmark(
         "front_overhead",
         "What does lucebox's front cost a client?",
         "cpu",
-        "results/cpu-front-overhead.json",
+        results=("results/cpu-front-overhead.json",),
     ),
     Benchmark(
         "front_clients_gpu",
         "How do clients of the front fare over a running serve on the GPU?",
         "gpu",
-        "results/h200-lucebox-front.json",
-        "device_front.sh",
+        results=(
+            "results/h200-front-clients-gpu.json",
+            "results/h200x2-front-clients-gpu-opencode.json",
+        ),
+        device_step="front_clients_gpu",
     ),
     Benchmark(
         "set_model_switch_time",
         "How long does a served set take to switch models?",
         "cpu",
-        "results/cpu-model-switch.json",
+        results=("results/cpu-set-model-switch-time.json",),
     ),
     Benchmark(
         "model_check_reads_header",
@@ -176,7 +253,8 @@ INDEX = (
         "cpu_baseline_cost",
         "What does the shipped CPU baseline cost against a native build?",
         "cpu",
-        "results/cpu-baseline-cost.json",
+        results=("results/cpu-cpu-baseline-cost.json",),
+        device_step="cpu_baseline_cost",
     ),
     Benchmark(
         "lucebox_models",
@@ -192,10 +270,18 @@ def by_name(name: str) -> Benchmark | None:
 
 
 def text() -> str:
-    """The index as a person reads it."""
-    lines = []
+    """The index as a person reads it: each benchmark, its question, how to run it here and on a
+    GPU machine, and its results files."""
+    lines = [
+        "NAME [machine], its question, how to run it, -> its results (each with its command);",
+        f"`{DRIVER} steps` lists the GPU machine's set-up steps too.",
+        "",
+    ]
     for bench in INDEX:
-        where = f" -> benchmarks/{bench.results}" if bench.results else ""
-        driver = f" (on the device: benchmarks/device/{bench.driver})" if bench.driver else ""
-        lines.append(f"{bench.name} [{bench.machine}]{where}{driver}\n    {bench.question}")
+        lines += [f"{bench.name} [{bench.machine}]", f"    {bench.question}"]
+        if bench.machine != "gpu":
+            lines.append(f"    here: python -m benchmarks {bench.name}")
+        if bench.device_step:
+            lines.append(f"    GPU machine: {DRIVER} {bench.device_step}")
+        lines.extend(f"    -> benchmarks/{path}" for path in bench.results)
     return "\n".join(lines)

@@ -8,7 +8,7 @@
 
 Uses the built CPU engine and the Gemma 3 270M from the test cache (support/realmodels.py), or
 with --model the given GGUF and the engine installed in $LUCEBOX_HOME
-(benchmarks/device/device_ready.sh runs it on the GPU with a generated 8B llama). The file is read
+(`drive.sh serve_overhead` runs it on the GPU with a generated 8B llama). The file is read
 once first, so that neither
 start pays for a cold page cache.
 

@@ -7,7 +7,7 @@ the smoke preset on the CPU engine, as a user's terminal would run it.
    of the same fixed request, in --rounds alternating rounds.
 
 With --model, the given GGUF is served with the engine in $LUCEBOX_HOME instead
-(benchmarks/device/device_tui.sh runs it on the GPU with a generated 8B llama).
+(`drive.sh tui_overhead` runs it on the GPU with a generated 8B llama).
 
     .venv/bin/python -m benchmarks.tui_overhead [--window-s 60] [--rounds 2] [--model PATH]
 """
