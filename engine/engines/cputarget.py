@@ -10,9 +10,9 @@ AMX stays off in every target until the pinned engine carries a working AMX fix.
 A build made on this PC for this PC gets the fastest target the CPU runs: ``x86-64-v4-vnni``
 (AVX-512 with VNNI, BF16 and VBMI: Ice Lake server, Sapphire Rapids, Zen 4 and later) where it
 has all of it, else x86-64-v3 (AVX2, FMA, F16C, BMI2: Haswell and Zen 1 onwards), else
-x86-64-v2. Measured on an AMX Xeon (benchmarks/results/cpu-baseline-cost.json), v3 prefilled 25-40%
-slower and decoded 5-8% slower than the AVX-512 target. A build that leaves the PC (the image)
-names x86-64-v3, which every x86-64 CPU of the last decade runs.
+x86-64-v2. Measured on an AMX Xeon (benchmarks/results/cpu-cpu-baseline-cost.json), v3 prefilled
+25-40% slower and decoded 5-8% slower than the AVX-512 target. A build that leaves the PC (the
+image) names x86-64-v3, which every x86-64 CPU of the last decade runs.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ SOURCES = KnownSources(
 """The Lucebox engine's known sources, oldest first. A fresh install builds 4cf58a04: on an
 H200 it was built by lucebox, passed ``engine update``'s self-test from 62880e20 with a
 generated qwen35 target and Lucebox draft, rolled back in 1.1 s, and its plan matched
-nvidia-smi after warm-up within 0.1% (benchmarks/results/h200-lucebox-engine-update.json)."""
+nvidia-smi after warm-up within 0.1% (benchmarks/results/h200-engine-update-gpu.json)."""
 
 PIN = SOURCES.default.pin
 """The pin a fresh install builds."""

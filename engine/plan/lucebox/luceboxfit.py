@@ -1,5 +1,6 @@
 """What each known Lucebox engine build holds on the GPU beyond the terms the plan models from
-the model's shapes, fitted per build on the GPU (benchmarks/device/device_lucebox_fit.sh), pure.
+the model's shapes, fitted per build on the GPU (`benchmarks/device/drive.sh
+lucebox_memory_by_stage fit`), pure.
 
 Two builds of the same source family measure differently with the same model and flags: on
 two H200s (driver 580.159.04, CUDA 13.0) 4cf58a04 held 516 MiB less on one card after the
@@ -47,7 +48,7 @@ BUILD_MEMORY: tuple[BuildMemory, ...] = (
             "the generated qwen35 (n_embd 1024, vocabulary 248,320, f16) on an H200: 2148 MiB "
             "after lucebox's warm-up at 4096 tokens of q8_0 KV; the same fit held at 131072 "
             "tokens, with a KVFlash pool and with PFlash "
-            "(benchmarks/results/h200-lucebox-memory.json); "
+            "(benchmarks/results/h200-lucebox-memory-by-stage.json); "
             "the draft's own card not measured (the one-card draft's graphs)"
         ),
     ),
@@ -60,8 +61,9 @@ BUILD_MEMORY: tuple[BuildMemory, ...] = (
         fitted=(
             "the generated qwen35 on two H200s: 1632 MiB after the warm-up at 4096 tokens of "
             "q8_0 KV, 1886 with the draft at 32768, 2362 per card in tensor parallel, peaks "
-            "478 MiB above (benchmarks/results/h200x2-lucebox-fit-4cf58a04.json); the draft's own "
-            "card 830 MiB (benchmarks/results/h200x2-two-gpu-both-engines.json)"
+            "478 MiB above (benchmarks/results/"
+            "h200x2-lucebox-memory-by-stage-fit-4cf58a04.json); the draft's own "
+            "card 830 MiB (benchmarks/results/h200x2-two-gpus-planned-vs-run-both-engines.json)"
         ),
     ),
 )

@@ -187,8 +187,9 @@ def _prefill_notes(drafter: PrefillDrafter, engine: EngineView) -> str:
             ". PFlash gets its fast kernel (Block-Sparse-Attention) when the build has it: "
             "sm_80 or newer with its source fetched"
         )
-    # Measured through lucebox serve on an H200 (benchmarks/results/h200x2-pflash-bsa.json and the
-    # no-BSA run of issue 40): what the client waited for the first token of a 128K prompt.
+    # Measured through lucebox serve on an H200
+    # (benchmarks/results/h200x2-long-prompt-modes-gpu-pflash.json and a run without BSA): what
+    # the client waited for the first token of a 128K prompt.
     if not engine.bsa:
         return notes + (
             f". {SLOW_FALLBACK} in {engine.id}: on an H200 without it PFlash took 22.7 s to "

@@ -43,7 +43,7 @@ IMAGE_GPU_FACTOR = 2.7
 """On the GPU the CUDA backend holds this much more for the same image than those CPU-logged
 rows give: Gemma 3's SigLIP shape at 896 px (4,096 patches) served by the pinned llama-server
 on an H200 held 296 MiB beyond the projector's weights after one image, 110 MiB by the rows
-alone (benchmarks/results/h200-vision.json)."""
+alone (benchmarks/results/h200-vision-on-gpu.json)."""
 
 KVFLASH_CAP = 16384
 
@@ -125,9 +125,9 @@ def kv_bytes(
 PIPELINE_COMPUTE_COPIES = 2
 """Compute buffers per device when llama-server splits layers over several local GPUs: it then
 runs the split as a pipeline (``pipeline parallelism enabled``), whose scheduler keeps copies
-of the graph's buffers. Measured on two H200s (benchmarks/results/h200x2-two-gpu.json): each card
-held about one more compute buffer than planned (3550 and 3638 MiB against 3116 and 3241), and
-the card left short aborted in cuBLAS on the first request."""
+of the graph's buffers. Measured on two H200s (benchmarks/results/h200x2-two-gpus-planned-vs-
+run.json): each card held about one more compute buffer than planned (3550 and 3638 MiB against 3116
+and 3241), and the card left short aborted in cuBLAS on the first request."""
 
 
 def compute_copies(budget: GpuBudget) -> int:

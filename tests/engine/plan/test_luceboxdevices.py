@@ -269,9 +269,9 @@ def test_offered_needs_two_cards_a_draft_for_the_draft_apart_and_no_pflash_for_t
 
 
 def fit_runs() -> list[dict]:
-    """The 4cf58a04 build on two H200s as benchmarks/device/device_lucebox_fit.sh recorded it:
-    NVML's
-    reading of the engine process per card after each request and the peak in between."""
+    """The 4cf58a04 build on two H200s as `benchmarks/device/drive.sh lucebox_memory_by_stage fit`
+    recorded it: NVML's reading of the engine process per card after each request and the peak in
+    between."""
     lines = (FIXTURES / "fit-4cf58a04.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
@@ -313,9 +313,13 @@ def test_the_4cf58a04_fit_plans_each_card_within_5_percent(files, run):
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_lucebox_serve_on_two_h200s_held_what_the_4cf58a04_plan_says(files, monkeypatch, placement):
     """The earlier lease's `lucebox serve --gpus 0,1 --placement P` runs of the 4cf58a04 build
-    (benchmarks/results/h200x2-two-gpu-both-engines.json, runs apart from the fit's): what
+    (benchmarks/results/h200x2-two-gpus-planned-vs-run-both-engines.json, runs apart from the
+    fit's): what
     nvidia-smi showed on each card after the warm-up against the plan lucebox makes now."""
-    results = Path(__file__).parents[3] / "benchmarks/results/h200x2-two-gpu-both-engines.json"
+    results = (
+        Path(__file__).parents[3]
+        / "benchmarks/results/h200x2-two-gpus-planned-vs-run-both-engines.json"
+    )
     run = json.loads(results.read_text())["lucebox"][placement]
     free = 143156 * MIB
     budget = pool_of(

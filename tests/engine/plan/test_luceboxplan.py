@@ -72,9 +72,9 @@ def recorded_build(monkeypatch) -> None:
 
 
 def serve_memory_runs() -> list[dict]:
-    """`lucebox serve` on the H200 as benchmarks/device/device_lucebox_memory.sh recorded it: the
-    plan it
-    made and what NVML showed for the engine after the warm-up and at its peak per request."""
+    """`lucebox serve` on the H200 as `benchmarks/device/drive.sh lucebox_memory_by_stage`
+    recorded it: the plan it made and what NVML showed for the engine after the warm-up and at
+    its peak per request."""
     lines = (FIXTURES / "serve-memory.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 

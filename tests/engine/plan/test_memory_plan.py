@@ -496,8 +496,8 @@ def test_a_context_past_the_native_one_is_refused_and_weighed_as_the_native_one(
 
 def test_a_split_over_local_gpus_holds_two_compute_buffers_per_card():
     """llama-server runs a split over this PC's GPUs as a pipeline: each card held about twice
-    the one-card compute buffer on two H200s (benchmarks/results/h200x2-two-gpu.json); an RPC peer
-    turns the pipeline off."""
+    the one-card compute buffer on two H200s
+    (benchmarks/results/h200x2-two-gpus-planned-vs-run.json); an RPC peer turns the pipeline off."""
     from lucebox.engine.plan.memory.sizes import compute_copies
     from tests.engine.machine.test_peers import _budget, _peer
 

@@ -253,11 +253,10 @@ def test_a_set_plans_the_projector_in_its_budget(model, tmp_path):
 
 
 def test_the_projector_term_matches_the_gpu_after_an_image(tmp_path):
-    """benchmarks/device/device_vision.sh on an H200: the same text model served with and without
-    this
-    projector shape (F16, 896 px) held 1,104 MiB more after one image."""
+    """`benchmarks/device/drive.sh vision_on_gpu` on an H200: the same text model served with
+    and without this projector shape (F16, 896 px) held 1,104 MiB more after one image."""
     recorded = json.loads(
-        (Path(__file__).parents[3] / "benchmarks/results/h200-vision.json").read_text()
+        (Path(__file__).parents[3] / "benchmarks/results/h200-vision-on-gpu.json").read_text()
     )["run"]["projector"]
     projector = read_projector(write_gguf(tmp_path / "mmproj-siglip-F16.gguf", SIGLIP))
     assert projector is not None

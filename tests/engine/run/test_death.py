@@ -161,7 +161,8 @@ def test_the_host_ram_a_plan_holds_on_a_cpu_and_beside_a_gpu():
 
 def test_cublas_finding_no_memory_on_a_split_card_is_the_gpu_out_of_memory():
     """The engine's last lines when a split's second card was short (two H200s,
-    benchmarks/results/h200x2-two-gpu.json): an abort that is the GPU out of memory."""
+    benchmarks/results/h200x2-two-gpus-planned-vs-run.json): an abort that is the GPU out of
+    memory."""
     lines = [
         "0.02.046.717 E CUDA error: the resource allocation failed",
         "0.02.046.725 E   current device: 1, in function cublas_handle at common.cuh:1534",
