@@ -19,6 +19,7 @@ from lucebox.app.cli import (
     connect,
     doctor,
     engine,
+    keys,
     launch,
     models,
     plan,
@@ -30,7 +31,8 @@ from lucebox.app.cli import (
 from lucebox.app.cli.handler import command, run_handler
 
 GROUPS = (
-    serve, status, doctor, plan, models, engine, service, config, bench, connect, launch, worker,
+    serve, status, doctor, plan, models, engine, service, config, keys, bench, connect, launch,
+    worker,
 )  # fmt: skip
 """Each module registers its commands with ``register(commands, command)``."""
 

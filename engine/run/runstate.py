@@ -26,6 +26,7 @@ from lucebox.engine.run.sample import (
     CacheStatus,
     EngineStatus,
     GpuStatus,
+    KeyUse,
     PeerStatus,
     QueueStatus,
     Sample,
@@ -42,7 +43,7 @@ STOP_TIMEOUT_S = 45.0
 """A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
 LOCK_POLL_S = 0.2
 
-_Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus)
+_Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus, KeyUse)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
 
 
@@ -98,6 +99,8 @@ class Status:
     """A long-context Lucebox launch's modes as measured on this card; None elsewhere."""
     engine: EngineStatus | None = None
     """The engine kind serving now and what chose it; None for a served set's router."""
+    keys: tuple[KeyUse, ...] = ()
+    """What each key used since the start: every person's, and server.api_key's."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -128,6 +131,7 @@ class Status:
             "queue": self.queue.to_json() if self.queue else None,
             "kv_modes": self.kv_modes.to_json() if self.kv_modes else None,
             "engine": self.engine.to_json() if self.engine else None,
+            "keys": [k.to_json() for k in self.keys],
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -172,6 +176,7 @@ class Status:
             queue=QueueStatus.from_json(data.get("queue")),
             kv_modes=ModesStatus.from_json(data.get("kv_modes")),
             engine=EngineStatus.from_json(data.get("engine")),
+            keys=_items(KeyUse.from_json, data.get("keys")),
         )
 
 

@@ -24,6 +24,7 @@ _Value = TypeVar(
     "PeerStatus",
     "QueueStatus",
     "EngineStatus",
+    "KeyUse",
 )
 
 
@@ -271,6 +272,25 @@ class PeerStatus:
     @classmethod
     def from_json(cls, data: Any) -> PeerStatus | None:
         return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class KeyUse:
+    """What one person's key used since the server started (`lucebox keys list`, status)."""
+
+    name: str
+    requests: int
+    tokens: int
+    """Generated tokens, as each reply reported them (or its token events)."""
+    last_seen: str
+    """When its last request came (UTC, ISO 8601)."""
+
+    @classmethod
+    def from_json(cls, data: Any) -> KeyUse | None:
+        return _from_json(cls, data)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,10 @@ from lucebox.engine.run.front.bodyguard import body_refusal
 from lucebox.engine.run.front.frontguard import (
     GENERATION_SUFFIXES,
     FrontPolicy,
+    Refusal,
+    admit,
     cors_headers,
     header_map,
-    refusal,
 )
 from lucebox.engine.run.front.frontqueue import (
     DEFAULT_MAX_WAITING,
@@ -57,6 +58,7 @@ from lucebox.engine.run.front.frontwire import (
     serve_connection,
     split_events,
 )
+from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
@@ -155,6 +157,7 @@ class Front:
         self.shape: ApiShape = shape or SameShape()
         self.queue = FrontQueue(spec.capacity, spec.max_waiting)
         self.counters = FrontCounters()
+        self.key_use = KeyTally()
         self._engine_ready = asyncio.Event()
         self._engine_ready.set()
         self._down_since_s = 0.0
@@ -183,11 +186,26 @@ class Front:
         target = request.target.decode("latin-1")
         path = urlsplit(target).path
         headers = header_map(request.headers)
-        refused = refusal(self.spec.policy, method, path, headers)
-        if refused is not None:
-            self.counters.answered[refused.status] += 1
-            await ex.error(refused.status, refused.message)
+        caller = admit(self.spec.policy, method, path, headers)
+        if isinstance(caller, Refusal):
+            self.counters.answered[caller.status] += 1
+            await ex.error(caller.status, caller.message)
             return
+        try:
+            await self._answer_admitted(ex, request, body, method, target, path, headers)
+        finally:
+            self.key_use.count(caller.key_name, ex.reply.tokens)
+
+    async def _answer_admitted(
+        self,
+        ex: Exchange,
+        request: h11.Request,
+        body: bytes,
+        method: str,
+        target: str,
+        path: str,
+        headers: dict[str, str],
+    ) -> None:
         cors = cors_headers(headers.get("origin"))
         ex.watch()
         try:

@@ -48,6 +48,27 @@ CARRIES_TOKEN = re.compile(
 (completions), tool-call arguments, a text, thinking or tool-input delta (Anthropic), an output
 delta (Responses).
 A role, an empty content or a stream's start carries none."""
+REPORTED_TOKENS = re.compile(rb'"(?:completion_tokens|output_tokens|predicted_n)"\s*:\s*(\d+)')
+"""The reply's own count of what it generated: OpenAI's and Anthropic's usage, llama-server's
+timings."""
+
+
+class ReplyTokens:
+    """The tokens an answer carried: what the reply itself reports where it does (usage,
+    timings), else the events that carried generated text (a stream without usage)."""
+
+    def __init__(self) -> None:
+        self.reported = 0
+        self.events = 0
+
+    def see(self, data: bytes) -> None:
+        for found in REPORTED_TOKENS.finditer(data):
+            self.reported = max(self.reported, int(found.group(1)))
+        self.events += len(CARRIES_TOKEN.findall(data))
+
+    @property
+    def tokens(self) -> int:
+        return self.reported or self.events
 
 
 class EventShape(Protocol):
@@ -147,6 +168,8 @@ class Exchange:
         """The status line and headers are written."""
         self.gone = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
+        self.reply = ReplyTokens()
+        """What the answer written so far carried, counted per key."""
 
     def watch(self) -> None:
         """Notice a hang-up from now on (bytes a client sends meanwhile stay for h11)."""
@@ -185,6 +208,7 @@ class Exchange:
 
     async def data(self, data: bytes) -> None:
         if data:
+            self.reply.see(data)
             await self.send(h11.Data(data=data))
 
     async def end(self) -> None:

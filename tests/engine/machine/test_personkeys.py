@@ -79,3 +79,38 @@ def test_a_broken_keys_file_admits_no_person_key():
     watch = KeyWatch(keys_path(paths))
     assert watch.ring().keys == () and watch.problem is not None
     assert "cannot read the keys file" in watch.problem
+
+
+def test_replies_count_the_tokens_they_report_else_their_token_events():
+    from lucebox.engine.run.front.frontwire import ReplyTokens
+    from lucebox.engine.run.front.keyuse import KeyTally
+
+    reported = ReplyTokens()
+    reported.see(b'{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":7}}')
+    streamed = ReplyTokens()
+    for word in ("Hel", "lo", "!"):
+        streamed.see(f'data: {{"choices":[{{"delta":{{"content":"{word}"}}}}]}}\n\n'.encode())
+    streamed.see(b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n')
+    assert (reported.tokens, streamed.tokens) == (7, 3)
+    tally = KeyTally()
+    tally.count("phone", reported.tokens)
+    tally.count("phone", streamed.tokens)
+    tally.count(None, 99)  # a request that needed no key belongs to no one
+    (use,) = tally.status()
+    assert (use.name, use.requests, use.tokens) == ("phone", 2, 10)
+
+
+def test_the_keys_command_makes_lists_and_revokes():
+    from tests.conftest import run_lucebox
+
+    made = run_lucebox("keys", "add", "phone", "--json")
+    assert made.returncode == 0, made.stderr
+    secret = json.loads(made.stdout)["key"]
+    assert secret.startswith("lbk-") and secret not in keys_path(resolve_paths()).read_text()
+    listed = run_lucebox("keys", "list", "--json")
+    assert [k["name"] for k in json.loads(listed.stdout)["keys"]] == ["phone"]
+    again = run_lucebox("keys", "add", "phone")
+    assert again.returncode == 2 and "exists" in again.stderr
+    gone = run_lucebox("keys", "revoke", "phone")
+    assert gone.returncode == 0 and "revoked" in gone.stderr
+    assert json.loads(run_lucebox("keys", "list", "--json").stdout)["keys"] == []
