@@ -5,7 +5,8 @@ shows them and runs a command; ``python -m lucebox.app.cli`` runs it (detached s
 ``bench --compare`` and installed systemd units start lucebox that way). The groups: ``serve``
 (up, serve), ``status`` (status, down, logs: loads without the rest, for status bars),
 ``doctor``, ``plan`` and ``servedsetplan`` (presets, plan), ``models``, ``engine``, ``service``,
-``config``, ``bench``, ``connect``, ``launch``, ``worker``; ``modelrevisions`` (models update,
+``config``, ``keys`` (a key per person), ``share`` (share and find on the LAN), ``bench``,
+``connect``, ``launch``, ``worker``; ``modelrevisions`` (models update,
 rollback, prune); ``__main__`` runs the parser. Shared: ``args`` (--json and the
 launch options), ``handler`` (one error handler for every command), ``progress``.
 

@@ -25,14 +25,15 @@ from lucebox.app.cli import (
     plan,
     serve,
     service,
+    share,
     status,
     worker,
 )
 from lucebox.app.cli.handler import command, run_handler
 
 GROUPS = (
-    serve, status, doctor, plan, models, engine, service, config, keys, bench, connect, launch,
-    worker,
+    serve, status, doctor, plan, models, engine, service, config, keys, share, bench, connect,
+    launch, worker,
 )  # fmt: skip
 """Each module registers its commands with ``register(commands, command)``."""
 

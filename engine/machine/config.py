@@ -36,6 +36,9 @@ class Settings:
     """TCP port of the OpenAI-compatible endpoint."""
     api_key: str = ""
     """Key clients must send when the server binds beyond loopback."""
+    mdns_name: str = "lucebox"
+    """The name lucebox answers to on the LAN (``lucebox.local``) while it serves beyond
+    loopback; empty announces nothing."""
     allowed_origins: tuple[str, ...] = ()
     """Web origins (``http://192.168.1.20:3000``) whose pages may call the API from a browser;
     ``*`` allows every origin only when written out; empty: the front's own pages alone."""
@@ -95,6 +98,7 @@ KEYS: dict[str, str] = {
     "server.port": "port",
     "server.api_key": "api_key",
     "server.allowed_origins": "allowed_origins",
+    "server.mdns_name": "mdns_name",
     "server.hang_s": "hang_s",
     "gpu.indices": "gpu_indices",
     "model.ctx": "ctx",

@@ -7,6 +7,7 @@ sees them.
 - the store: ``modelsource`` (``hf:``, ``pypi:``, a repo by name, a path), ``pull`` (one pull
   per source kind: ``hubpull``, ``pypipull``), ``pullcheck`` (disk room, check and record),
   ``records`` (what is pulled: list, verify, remove), ``hubrepo`` (a Hub repo's files by name).
-- ``presets``: the shipped model sets; ``projector``: vision projectors.
+- ``presets``: the shipped model sets; ``shortname``: models by short name (``qwen3.6:27b``);
+  ``projector``: vision projectors.
 - updates: ``modelupdate`` (a newer revision on the Hub), ``revisions`` (the ones kept).
 """

@@ -27,6 +27,7 @@ from lucebox.engine.run.sample import (
     EngineStatus,
     GpuStatus,
     KeyUse,
+    LanStatus,
     PeerStatus,
     QueueStatus,
     Sample,
@@ -99,6 +100,8 @@ class Status:
     """A long-context Lucebox launch's modes as measured on this card; None elsewhere."""
     engine: EngineStatus | None = None
     """The engine kind serving now and what chose it; None for a served set's router."""
+    lan: LanStatus | None = None
+    """How the LAN reaches the server; None while it serves this PC alone."""
     keys: tuple[KeyUse, ...] = ()
     """What each key used since the start: every person's, and server.api_key's."""
 
@@ -131,6 +134,7 @@ class Status:
             "queue": self.queue.to_json() if self.queue else None,
             "kv_modes": self.kv_modes.to_json() if self.kv_modes else None,
             "engine": self.engine.to_json() if self.engine else None,
+            "lan": self.lan.to_json() if self.lan else None,
             "keys": [k.to_json() for k in self.keys],
         }
 
@@ -176,6 +180,7 @@ class Status:
             queue=QueueStatus.from_json(data.get("queue")),
             kv_modes=ModesStatus.from_json(data.get("kv_modes")),
             engine=EngineStatus.from_json(data.get("engine")),
+            lan=LanStatus.from_json(data.get("lan")),
             keys=_items(KeyUse.from_json, data.get("keys")),
         )
 

@@ -25,6 +25,7 @@ _Value = TypeVar(
     "QueueStatus",
     "EngineStatus",
     "KeyUse",
+    "LanStatus",
 )
 
 
@@ -272,6 +273,29 @@ class PeerStatus:
     @classmethod
     def from_json(cls, data: Any) -> PeerStatus | None:
         return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class LanStatus:
+    """Where the LAN finds the server: the name it announces over mDNS and its addresses."""
+
+    name: str | None
+    """The instance announced (``NAME.local``); None when nothing is announced."""
+    addresses: tuple[str, ...]
+    port: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> LanStatus | None:
+        found = _from_json(cls, data)
+        return replace(found, addresses=tuple(found.addresses)) if found else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "addresses": list(self.addresses), "port": self.port}
+
+    def chat_urls(self) -> tuple[str, ...]:
+        """The chat page's addresses for a phone: by name where announced, then by address."""
+        named = (f"http://{self.name}.local:{self.port}/",) if self.name else ()
+        return named + tuple(f"http://{a}:{self.port}/" for a in self.addresses)
 
 
 @dataclass(frozen=True)

@@ -4,5 +4,6 @@
   ``Host``/``Origin``); ``bodyguard``: what a body may be (size, nesting, image URLs);
   ``frontqueue``: the queue of generation requests; ``frontwire``: HTTP/1.1 on its sockets (h11),
   shared with a served set's proxy; ``apishape``: requests and replies normalised where an engine
-  lacks an API; ``prometheus``: lucebox's numbers as Prometheus text.
+  lacks an API; ``prometheus``: lucebox's numbers as Prometheus text;
+``keyuse``: what each key used.
 """
