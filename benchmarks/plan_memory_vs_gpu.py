@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from support.ggufgen import SHAPES, write_llama
+from support.ggufgen import SHAPES, write_gguf
 
 PORT = 18180
 
@@ -152,7 +152,7 @@ def largest_loading(argv: list[str], low: int, high: int, step: int, log: Path) 
 def measure(name: str, leave_free_mib: int, work: Path) -> dict[str, object]:
     model = work / f"{name}.gguf"
     if not model.exists():
-        write_llama(model, SHAPES[name])
+        write_gguf(model, SHAPES[name])
     holder = hog(leave_free_mib)
     try:
         planned = lucebox("plan", "--model", str(model), "--json")

@@ -206,7 +206,10 @@ def _start(path: Path, spec: ModelSpec, *, tokenizer: bool = True) -> gguf.GGUFW
     if spec.size_label:
         writer.add_size_label(spec.size_label)
     if spec.quant:
-        writer.add_file_type(gguf.LlamaFileType[f"MOSTLY_{spec.quant}"])
+        # A K-quant block type (Q4_K) names the file type of its medium mix (Q4_K_M).
+        types = gguf.LlamaFileType.__members__
+        file_type = types.get(f"MOSTLY_{spec.quant}") or types[f"MOSTLY_{spec.quant}_M"]
+        writer.add_file_type(file_type)
     else:
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == np.float16 else 0)
     if tokenizer:
@@ -785,5 +788,25 @@ SHAPES = {
         n_ctx=32768,
         constant_weights=True,
     ),
+    "qwen35-27b": HybridSpec(
+        name="Random Qwen3.5 27B Instruct",
+        basename="random-qwen3.5-27b",
+        size_label="27B",
+        n_layer=64,
+        n_embd=5120,
+        n_head=24,
+        n_head_kv=4,
+        head_dim=256,
+        n_ff=17408,
+        n_ctx=262144,
+        rope_dims=64,
+        rope_sections=(11, 11, 10, 0),
+        ssm_state_size=128,
+        ssm_group_count=16,
+        ssm_time_step_rank=48,
+        vocab_size=248320,
+        constant_weights=True,
+    ),
 }
-"""Real architectures at real sizes (llama 3 8B, gemma 3 4B and 270M) with constant weights."""
+"""Real architectures at real sizes (llama 3 8B, gemma 3 4B and 270M, and the Qwen3.5 / 3.6 /
+3.8 27B hybrid with its MTP block) with constant weights."""

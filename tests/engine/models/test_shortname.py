@@ -72,6 +72,14 @@ def test_a_family_names_its_presets_and_the_card_picks():
     assert _match("QWEN36").preset_ids == found.preset_ids  # no dot, any case
 
 
+def test_the_qwen38_family_names_its_three_cards_sets():
+    found = _match("qwen3.8")
+    assert set(found.preset_ids) == {"qwen3.8-27b-iq3", "qwen3.8-27b", "qwen3.8-27b-q6"}
+    assert _match("Qwen38:27b").preset_ids == found.preset_ids
+    assert _match("qwen3.8:iq3_xxs").preset_ids == ("qwen3.8-27b-iq3",)
+    assert _match("qwen3.8:27b-q6_k").preset_ids == ("qwen3.8-27b-q6",)
+
+
 def test_size_and_quant_narrow_the_presets():
     assert set(_match("qwen3.6:27b").preset_ids) == {
         "qwen3.6-27b-iq3",

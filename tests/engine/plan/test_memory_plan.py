@@ -351,7 +351,12 @@ _PROJECTOR = (
 )
 
 
-_FAMILY_PROJECTOR = {"gemma3": "gemma3", "gemma4": "gemma4v", "qwen3.6": "qwen3vl_merger"}
+_FAMILY_PROJECTOR = {
+    "gemma3": "gemma3",
+    "gemma4": "gemma4v",
+    "qwen3.6": "qwen3vl_merger",
+    "qwen3.8": "qwen3vl_merger",
+}
 """The projector type the pinned engine's converter writes for each family's vision tower."""
 
 
