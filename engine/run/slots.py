@@ -142,8 +142,9 @@ class SlotHolder:
         return client_s > max(self.ready_s, self.saved_s, own_s or 0.0)
 
     def lucebox_last(self, client_s: float | None, own_s: float | None) -> bool:
-        """Whether lucebox's own request used the slot after the client's last one."""
-        return own_s is not None and own_s > max(self.ready_s, client_s or 0.0)
+        """Whether lucebox's own request used the slot after the client's last one and the
+        last save (the reseat before a save is one of lucebox's own)."""
+        return own_s is not None and own_s > max(self.ready_s, self.saved_s, client_s or 0.0)
 
 
 def reseat_body(prompt: ClientPrompt) -> dict[str, Any] | None:
