@@ -357,9 +357,8 @@ class ServerRun:
         if seated.failure is not None:
             self.supervisor.log.write(f"# lucebox: slot reseat failed: {seated.failure}")
         else:
-            self.supervisor.log.write(
-                f"# lucebox: slot seated on the client's last prompt ({seated.tokens} tokens read)"
-            )
+            read = "" if seated.tokens is None else f" ({seated.tokens} tokens read)"
+            self.supervisor.log.write(f"# lucebox: slot seated on the client's last prompt{read}")
         return True
 
     async def _stop_sampling(self) -> None:

@@ -40,12 +40,19 @@ PART_SUFFIX = ".part"
 SAVE_TIMEOUT_S = 15.0
 """A save on the stop path must leave the engine time to exit before `lucebox down` and
 systemd give up on the stop."""
-RESEAT_TIMEOUT_S = 30.0
-"""The reseat reads from the engine's in-memory checkpoint (the last few hundred tokens at
-most); one that takes longer is given up (the engine then stops it) before the stop path's
-bounds."""
-CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
-"""The requests whose prompt the engine renders again without its generation prompt."""
+RESEAT_TIMEOUT_S = 15.0
+"""The reseat reads from the engine's in-memory checkpoint (a few hundred tokens at most);
+one that takes longer is given up (the engine then stops it): with the save it fits the 45 s
+`lucebox down` waits."""
+DROPPED_KEYS = (
+    "stream",
+    "stream_options",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "max_completion_tokens",
+)
+"""What a reseat does not send again: it is answered whole, with no token."""
 BYTES_KEY = "bytes"
 """The saved file's length, beside the key in the record: a shorter file is not restored."""
 
@@ -148,28 +155,26 @@ class SlotHolder:
 
 
 def reseat_body(prompt: ClientPrompt) -> dict[str, Any] | None:
-    """The client's chat request rendered without its generation prompt and answered with
-    no token: the slot's state becomes the exact prefix the client's next request extends.
-    None for a request that is not a chat (its prompt is not rendered again)."""
-    if prompt.path not in CHAT_PATHS:
-        return None
+    """The client's last request sent again and answered with no token, so the slot's state
+    is a prefix the client's next request extends: a chat (or a Responses call, which the
+    engine renders as one and whose other keys it keeps) rendered without its generation
+    prompt; an Anthropic message (whose conversion drops that key) or a raw prompt as it was.
+    None for a body that is not a JSON object."""
     try:
         body = json.loads(prompt.body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+    if not isinstance(body, dict):
         return None
-    for streamed_or_sampled in ("stream", "stream_options", "n", "logprobs", "top_logprobs"):
+    for streamed_or_sampled in DROPPED_KEYS:
         body.pop(streamed_or_sampled, None)
-    body.pop("max_completion_tokens", None)
-    return {
-        **body,
-        "add_generation_prompt": False,
-        "max_tokens": 0,
-        "n_predict": 0,
-        "id_slot": SLOT_ID,
-        "cache_prompt": True,
-    }
+    no_token: dict[str, Any] = {"max_tokens": 0, "n_predict": 0, "id_slot": SLOT_ID}
+    endpoint = prompt.path if prompt.path.startswith("/v1/") else "/v1" + prompt.path
+    if endpoint in ("/v1/chat/completions", "/v1/responses"):
+        no_token["add_generation_prompt"] = False
+    if endpoint == "/v1/responses":
+        no_token["max_output_tokens"] = 0
+    return {**body, **no_token, "cache_prompt": True}
 
 
 async def reseat_slot(
@@ -179,7 +184,7 @@ async def reseat_slot(
     :func:`reseat_body`): the tokens the engine evaluated for it, or why not."""
     body = reseat_body(prompt)
     if body is None:
-        return SlotResult(None, f"the client's last request ({prompt.path}) is not a chat")
+        return SlotResult(None, f"the client's last request ({prompt.path}) is not JSON")
     try:
         reply = await client.post(
             f"{url}{prompt.path}", json=body, headers=headers, timeout=RESEAT_TIMEOUT_S
@@ -192,10 +197,9 @@ async def reseat_slot(
         timings = reply.json().get("timings")
     except (ValueError, AttributeError):
         timings = None
+    # The Anthropic and Responses shapes carry no timings: the tokens read go unsaid.
     evaluated = timings.get("prompt_n") if isinstance(timings, dict) else None
-    if not isinstance(evaluated, int):
-        return SlotResult(None, "the engine's reseat reply has no timings")
-    return SlotResult(evaluated, None)
+    return SlotResult(evaluated if isinstance(evaluated, int) else None, None)
 
 
 def _meta_path(folder: Path, key: SlotKey) -> Path:

@@ -112,7 +112,7 @@ async def test_a_cut_or_unreadable_slot_is_ignored_with_a_note(tmp_path):
         assert "record is unreadable" in unreadable.failure
 
 
-def test_the_reseat_renders_the_chat_without_its_generation_prompt_and_generates_nothing():
+def test_the_reseat_sends_the_clients_last_request_again_for_no_token():
     """The client's last chat request, sent again so the slot holds the exact prefix of its
     next turn: no generation prompt, no token, never streamed, on the agent's slot."""
     sent = {
@@ -133,7 +133,21 @@ def test_the_reseat_renders_the_chat_without_its_generation_prompt_and_generates
         "id_slot": 0,
         "cache_prompt": True,
     }
-    assert reseat_body(ClientPrompt("/v1/messages", prompt.body, 1.0)) is None
+    # The engine's Anthropic conversion drops add_generation_prompt: the prompt as it was.
+    anthropic = {"messages": sent["messages"], "max_tokens": 1024, "stream": True}
+    as_sent = ClientPrompt("/v1/messages", json.dumps(anthropic).encode(), 1.0)
+    assert reseat_body(as_sent) == {
+        "messages": sent["messages"],
+        "max_tokens": 0,
+        "n_predict": 0,
+        "id_slot": 0,
+        "cache_prompt": True,
+    }
+    # A Responses call keeps its other keys through the conversion, as a chat does.
+    responses = {"input": "Hi", "max_output_tokens": 64}
+    body = reseat_body(ClientPrompt("/responses", json.dumps(responses).encode(), 1.0))
+    assert body is not None and body["add_generation_prompt"] is False
+    assert body["max_output_tokens"] == 0
     assert reseat_body(ClientPrompt("/v1/chat/completions", b"{half", 1.0)) is None
 
 
