@@ -26,7 +26,9 @@ from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.calibrate.probing import WARM_UP, ask
 from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.slots import SlotKey, build_of, restore_slot, save_slot
 from lucebox.engine.run.supervisor import Supervisor
+from support.engineserver import running_server
 from support.ggufgen import cached_gguf, qwen35_target
 from support.ports import free_port
 from support.realmodels import smol_model
@@ -140,3 +142,31 @@ async def test_the_turn_after_a_restart_and_after_a_probe_is_read_from_the_saved
     said = log.read_text(errors="replace")
     assert "# lucebox: slot seated on the client's last prompt" in said
     assert "# lucebox: slot not saved: it holds lucebox's own request" in said
+
+
+async def test_a_garbled_or_cut_slot_file_is_ignored_and_the_engine_serves_on(
+    built_engine_home, tmp_path
+):
+    """A slot file garbled on disk is refused by the real engine (lucebox says why and the
+    engine keeps serving); one cut short is never sent to it."""
+    paths = resolve_paths({"LUCEBOX_HOME": str(built_engine_home)})
+    llama = next(e for e in registry.list_engines(paths) if e.kind == "llama-server")
+    model = MODELS["qwen35-hybrid"][0]()
+    key = SlotKey("agent", str(model), 2048, "f16", "f16", None, build_of(llama.server_path))
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    args = ["--slot-save-path", str(slots)]
+    with running_server(Path(llama.server_path), model, args) as server:
+        server.complete("hello world " * 40, 4, cache_prompt=True)
+        async with httpx.AsyncClient(timeout=60) as client:
+            saved = await save_slot(client, server.url, {}, slots, key)
+            assert saved.tokens is not None and saved.tokens > 400, saved
+            whole = (slots / key.file_name).read_bytes()
+            (slots / key.file_name).write_bytes(whole[:64] + bytes(len(whole) - 64))
+            garbled = await restore_slot(client, server.url, {}, slots, key)
+            assert garbled.tokens is None and garbled.failure is not None
+            assert garbled.failure.startswith("the engine refused the restore (400:"), garbled
+            (slots / key.file_name).write_bytes(whole[: len(whole) // 2])
+            cut = await restore_slot(client, server.url, {}, slots, key)
+            assert cut.failure is not None and cut.failure.endswith("the slot is ignored")
+        assert server.complete("hello world", 4)["timings"]["predicted_n"] == 4
