@@ -3,8 +3,8 @@
 One agent-shaped chat (a ~3,000-token system note, short tool results, the earlier replies sent
 back as clients send them) served by the built CPU llama-server of the test cache behind
 lucebox's front, in this process, for SmolLM2 (plain attention) and a generated qwen35 hybrid
-(recurrent layers). The time to the first token of one more turn (the whole reply is one token)
-and the tokens the engine read for it, measured:
+(recurrent layers, 8x the tests' width). The time to the first token of one more turn (the
+whole reply is one token) and the tokens the engine read for it, measured:
 
 - warm: the run that served the turns before;
 - after restart: the run stopped and started again (the slot saved and restored);
@@ -38,7 +38,7 @@ from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.calibrate.probing import WARM_UP, ask
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
-from support.ggufgen import cached_gguf, qwen35_target
+from support.ggufgen import cached_gguf, qwen35_target, widen
 from support.ports import free_port
 from support.realmodels import engine_home, smol_model
 
@@ -48,10 +48,15 @@ REPEATS = {"qwen35-hybrid": 60, "smollm2": 250}
 """The generated model's tokenizer reads a byte a token, SmolLM2's about a word: ~3,000 each."""
 
 
+HYBRID_WIDTH = 8
+"""The generated hybrid 8x wider than the tests' (n_embd 512): reading a prompt takes long
+enough to tell a warm turn from a cold one by time, not only by tokens."""
+
+
 def model_path(name: str) -> Path:
     if name == "smollm2":
         return smol_model()
-    return cached_gguf(qwen35_target(mtp=False, n_ctx=32768))
+    return cached_gguf(widen(qwen35_target(mtp=False, n_ctx=32768), HYBRID_WIDTH))
 
 
 def launch_for(model: Path, slots: Path) -> ServerLaunch:
