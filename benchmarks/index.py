@@ -94,6 +94,12 @@ INDEX = (
         "cpu",
     ),
     Benchmark(
+        "conversation_survives_restart",
+        "Is an agent's next turn warm after a stop and start, and after a calibration's probe?",
+        "cpu",
+        "results/cpu-conversation-survives-restart.json",
+    ),
+    Benchmark(
         "vision_prompt_reuse",
         "What does serving a vision projector do to an agent's prompt reuse?",
         "cpu",

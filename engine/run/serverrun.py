@@ -56,7 +56,13 @@ from lucebox.engine.run.runstate import (
 )
 from lucebox.engine.run.sample import CacheStatus, EngineStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
-from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
+from lucebox.engine.run.slots import (
+    SlotHolder,
+    SlotKey,
+    reseat_slot,
+    restore_slot,
+    save_slot,
+)
 from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
@@ -178,6 +184,8 @@ class ServerRun:
         )
         self._sampling: asyncio.Task[None] | None = None
         self._slot_save_failure: str | None = None
+        self._slot_holder = SlotHolder()
+        """Whether the engine's slot holds a client's conversation no file holds yet."""
         self._sampler: Sampler | None = None
         """The live engine's sampler: a new speculation reason reaches it without a restart."""
         self._engine_ready = False
@@ -284,7 +292,13 @@ class ServerRun:
         if self._engine_ready:  # the status may already say restarting: a restart was asked
             await self._slot("save")
 
-    async def _slot(self, action: Literal["save", "restore"]) -> None:
+    async def keep_conversation(self) -> None:
+        """Before lucebox's own request takes the engine's slot: a client's conversation in it
+        that no file holds yet is saved first, so the launch served next restores it."""
+        if self._engine_ready:
+            await self._slot("save", stopping=False)
+
+    async def _slot(self, action: Literal["save", "restore"], *, stopping: bool = True) -> None:
 
         spec = self.supervisor.launch
         if spec.slot_save_path is None:
@@ -292,7 +306,13 @@ class ServerRun:
         headers = auth_headers(self.api_key)
         act = save_slot if action == "save" else restore_slot
         async with httpx.AsyncClient() as client:
+            if action == "restore":
+                self._slot_holder.engine_ready(time.monotonic())
+            elif not await self._seat_conversation(client, headers, stopping=stopping):
+                return
             done = await act(client, self.url, headers, Path(spec.slot_save_path), SlotKey.of(spec))
+            if action == "save" and done.failure is None:
+                self._slot_holder.saved_s = time.monotonic()
         if done.tokens:
             self.supervisor.log.write(f"# lucebox: slot {action}d ({done.tokens} tokens)")
         if done.failure is not None:
@@ -306,6 +326,40 @@ class ServerRun:
             self._run.status = replace(
                 self._run.status, cache=replace(cache, slot_save_failure=done.failure)
             )
+
+    async def _seat_conversation(
+        self, client: httpx.AsyncClient, headers: dict[str, str], *, stopping: bool
+    ) -> bool:
+        """Whether the slot is saved now: it holds a client's conversation no file holds yet,
+        seated on the client's last prompt first (slots.py says why); a slot that last served
+        lucebox's own request is not (the file keeps the conversation saved before it)."""
+        if self.front is None or self.supervisor.launch.kind != "llama-server":
+            return stopping  # no front to say whose the slot is, or no llama-server: as before
+        prompt = self.front.client_prompt
+        client_s = prompt.sent_s if prompt is not None else None
+        own = self.supervisor.own_requests
+        holder = self._slot_holder
+        if holder.lucebox_last(client_s, own.last_sent_s):
+            if stopping:
+                self.supervisor.log.write(
+                    "# lucebox: slot not saved: it holds lucebox's own request;"
+                    " the conversation saved before is kept"
+                )
+            return False
+        if prompt is None or not holder.unsaved_client(client_s, own.last_sent_s):
+            return False  # the slot holds the file restored, or nothing
+        if self.supervisor.launch.mmproj_path is not None:
+            return True  # a projector turns the engine's prompt reuse off: nothing to seat
+        with own.sending() as answered:
+            seated = await reseat_slot(client, self.url, headers, prompt)
+            if seated.failure is None:
+                answered.append(True)
+        if seated.failure is not None:
+            self.supervisor.log.write(f"# lucebox: slot reseat failed: {seated.failure}")
+        else:
+            read = "" if seated.tokens is None else f" ({seated.tokens} tokens read)"
+            self.supervisor.log.write(f"# lucebox: slot seated on the client's last prompt{read}")
+        return True
 
     async def _stop_sampling(self) -> None:
 

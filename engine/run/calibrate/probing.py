@@ -55,6 +55,9 @@ class MeasuredRun(Protocol):
 
     def hold_clients(self, held: bool) -> None: ...
 
+    async def keep_conversation(self) -> None:
+        """Save a client's conversation the engine's slot holds before a probe takes it."""
+
     def serve_measured(
         self, server: ServerLaunch, reason: str, guard: SpecGuard | None
     ) -> None: ...
@@ -208,8 +211,10 @@ async def served_besides(
 async def ask(
     client: httpx.AsyncClient, server: MeasuredRun, body: dict[str, object]
 ) -> dict[str, object] | None:
-    """One greedy chat request of lucebox's own to ``server``'s engine; the engine's
-    ``timings`` of the reply, None when it failed."""
+    """One greedy chat request of lucebox's own to ``server``'s engine (a client's
+    conversation in its slot is saved first); the engine's ``timings`` of the reply, None
+    when it failed."""
+    await server.keep_conversation()
     with server.supervisor.own_requests.sending() as answered:
         try:
             reply = await client.post(f"{server.url}/v1/chat/completions", json=body)

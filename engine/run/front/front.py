@@ -62,6 +62,7 @@ from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
+from lucebox.engine.run.slots import ClientPrompt
 
 QUEUE_NOTE_S = 5.0
 """How often a waiting streamed request is told its place (``: queued, position N``)."""
@@ -165,6 +166,9 @@ class Front:
         self._engine_headers: list[tuple[bytes, bytes]] = (
             [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
         )
+        self.client_prompt: ClientPrompt | None = None
+        """The last generation request relayed to the engine: the slot holds its conversation
+        (the run seats and saves it before a stop or lucebox's own request)."""
 
     def queue_status(self) -> QueueStatus:
         return self.queue.status()
@@ -326,6 +330,8 @@ class Front:
             *self._engine_headers,
         ]
         method = request.method.decode("latin-1")
+        if is_generation(method, path):
+            self.client_prompt = ClientPrompt(path, sent, time.monotonic())
         sending = asyncio.ensure_future(self._call(method, target, headers, sent))
         try:
             while not await ex.wait(sending, self.spec.keepalive_s):

@@ -11,6 +11,7 @@ an own request was answered and its line has not been claimed yet, or while one 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 
@@ -23,6 +24,8 @@ class OwnRequests:
         """Own requests answered whose finished line the log has not reported yet."""
         self._lines = 0
         """Finished lines claimed while an own request was in flight, not yet answered."""
+        self.last_sent_s: float | None = None
+        """When the last own request was sent (``time.monotonic``): it took the engine's slot."""
 
     @contextlib.contextmanager
     def sending(self) -> Iterator[list[bool]]:
@@ -30,6 +33,7 @@ class OwnRequests:
         answered it whole (an answer means the engine finished it and logs it)."""
         answered: list[bool] = []
         self.in_flight += 1
+        self.last_sent_s = time.monotonic()
         try:
             yield answered
         finally:

@@ -163,11 +163,11 @@ class RestartAskedDuringRestore(ServerRun):
 
     restarted = False
 
-    async def _slot(self, action: Literal["save", "restore"]) -> None:
+    async def _slot(self, action: Literal["save", "restore"], *, stopping: bool = True) -> None:
         if action == "restore" and not self.restarted:
             self.restarted = True
             self.restart()
-        await super()._slot(action)
+        await super()._slot(action, stopping=stopping)
 
 
 async def test_the_front_stays_closed_when_a_restart_is_asked_during_the_restore(

@@ -1,14 +1,25 @@
 """A slot save cut short leaves the last good slot: the engine's file is renamed over it only
-once the engine said the save succeeded."""
+once the engine said the save succeeded; a slot is restored only into the launch and build
+that saved it, whole; the slot is saved as the client's next prompt's prefix, never as
+lucebox's own request."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
-from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
+from lucebox.engine.run.slots import (
+    ClientPrompt,
+    SlotHolder,
+    SlotKey,
+    build_of,
+    reseat_body,
+    restore_slot,
+    save_slot,
+)
 
 KEY = SlotKey("smoke", "/m/smoke.gguf", 4096, "f16", "f16")
 
@@ -67,3 +78,87 @@ async def test_a_slot_saved_with_a_projector_is_not_restored_without_it(tmp_path
         assert nothing.tokens is None and nothing.failure is None
         again = await restore_slot(client, "http://e", {}, tmp_path, with_vision)
         assert again.tokens == len(b"whole new slot")
+
+
+async def test_a_slot_saved_by_another_engine_build_is_not_restored(tmp_path):
+    """A state file's layout is its build's own: a rebuilt engine (another binary) gets none."""
+    binary = tmp_path / "llama-server"
+    binary.write_bytes(b"build one")
+    old = SlotKey("smoke", "/m/smoke.gguf", 4096, "f16", "f16", None, build_of(str(binary)))
+    folder = tmp_path / "slots"
+    folder.mkdir()
+    async with engine(folder, full_disk=False) as client:
+        assert (await save_slot(client, "http://e", {}, folder, old)).tokens == 14
+        binary.write_bytes(b"build two, longer")
+        new = replace(old, engine_build=build_of(str(binary)))
+        assert new != old
+        nothing = await restore_slot(client, "http://e", {}, folder, new)
+        assert nothing.tokens is None and nothing.failure is None
+        assert (await restore_slot(client, "http://e", {}, folder, old)).tokens == 14
+
+
+async def test_a_cut_or_unreadable_slot_is_ignored_with_a_note(tmp_path):
+    """A file shorter than the one saved (a copy cut short, a disk error) or a record that no
+    longer parses is never sent to the engine: the restore says why and restores nothing."""
+    async with engine(tmp_path, full_disk=False) as client:
+        assert (await save_slot(client, "http://e", {}, tmp_path, KEY)).tokens == 14
+        (tmp_path / KEY.file_name).write_bytes(b"whole")
+        cut = await restore_slot(client, "http://e", {}, tmp_path, KEY)
+        assert cut.tokens is None
+        assert cut.failure == "the saved slot is 5 bytes, not the 14 saved; the slot is ignored"
+        (tmp_path / f"{KEY.file_name}.json").write_text("{not json")
+        unreadable = await restore_slot(client, "http://e", {}, tmp_path, KEY)
+        assert unreadable.tokens is None and unreadable.failure is not None
+        assert "record is unreadable" in unreadable.failure
+
+
+def test_the_reseat_sends_the_clients_last_request_again_for_no_token():
+    """The client's last chat request, sent again so the slot holds the exact prefix of its
+    next turn: no generation prompt, no token, never streamed, on the agent's slot."""
+    sent = {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_completion_tokens": 512,
+        "tools": [{"type": "function", "function": {"name": "ls"}}],
+    }
+    prompt = ClientPrompt("/v1/chat/completions", json.dumps(sent).encode(), 1.0)
+    body = reseat_body(prompt)
+    assert body == {
+        "messages": sent["messages"],
+        "tools": sent["tools"],
+        "add_generation_prompt": False,
+        "max_tokens": 0,
+        "n_predict": 0,
+        "id_slot": 0,
+        "cache_prompt": True,
+    }
+    # The engine's Anthropic conversion drops add_generation_prompt: the prompt as it was.
+    anthropic = {"messages": sent["messages"], "max_tokens": 1024, "stream": True}
+    as_sent = ClientPrompt("/v1/messages", json.dumps(anthropic).encode(), 1.0)
+    assert reseat_body(as_sent) == {
+        "messages": sent["messages"],
+        "max_tokens": 0,
+        "n_predict": 0,
+        "id_slot": 0,
+        "cache_prompt": True,
+    }
+    # A Responses call keeps its other keys through the conversion, as a chat does.
+    responses = {"input": "Hi", "max_output_tokens": 64}
+    body = reseat_body(ClientPrompt("/responses", json.dumps(responses).encode(), 1.0))
+    assert body is not None and body["add_generation_prompt"] is False
+    assert body["max_output_tokens"] == 0
+    assert reseat_body(ClientPrompt("/v1/chat/completions", b"{half", 1.0)) is None
+
+
+def test_the_slot_holder_saves_a_clients_turn_once_and_never_lucebox_own():
+    holder = SlotHolder()
+    holder.engine_ready(10.0)
+    assert not holder.unsaved_client(5.0, None)  # before this engine: the restored file
+    assert holder.unsaved_client(11.0, None)
+    holder.saved_s = 12.0
+    assert not holder.unsaved_client(11.0, 12.0)  # saved, then the reseat's own request
+    assert not holder.lucebox_last(11.0, 11.5)  # the reseat before that save
+    assert holder.lucebox_last(11.0, 13.0)  # a probe after the save
+    assert not holder.unsaved_client(11.0, 13.0)
+    assert holder.unsaved_client(14.0, 13.0)  # the client came back after the probe

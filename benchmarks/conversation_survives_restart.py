@@ -1,0 +1,190 @@
+"""Benchmark: does a client's conversation survive a stop and start of the run (issue 55)?
+
+One agent-shaped chat (a ~3,000-token system note, short tool results, the earlier replies sent
+back as clients send them) served by the built CPU llama-server of the test cache behind
+lucebox's front, in this process, for SmolLM2 (plain attention) and a generated qwen35 hybrid
+(recurrent layers, 8x the tests' width). The time to the first token of one more turn (the
+whole reply is one token) and the tokens the engine read for it, measured:
+
+- warm: the run that served the turns before;
+- after restart: the run stopped and started again (the slot saved and restored);
+- after probe: a calibration's probe took the slot, then the run restarted (a trial);
+- cold: a new run with no saved slot.
+
+    .venv/bin/python -m benchmarks.conversation_survives_restart [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB
+from lucebox.engine.engines import registry
+from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.plan.memory.memory import Plan
+from lucebox.engine.plan.memory.sizes import MemoryBytes
+from lucebox.engine.run.calibrate.probing import WARM_UP, ask
+from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervisor import Supervisor
+from support.ggufgen import cached_gguf, qwen35_target, widen
+from support.ports import free_port
+from support.realmodels import engine_home, smol_model
+
+CTX = 8192
+NOTE = "Here is a long project note to keep in mind. "
+REPEATS = {"qwen35-hybrid": 60, "smollm2": 250}
+"""The generated model's tokenizer reads a byte a token, SmolLM2's about a word: ~3,000 each."""
+
+
+HYBRID_WIDTH = 8
+"""The generated hybrid 8x wider than the tests' (n_embd 512): reading a prompt takes long
+enough to tell a warm turn from a cold one by time, not only by tokens."""
+
+
+def model_path(name: str) -> Path:
+    if name == "smollm2":
+        return smol_model()
+    return cached_gguf(widen(qwen35_target(mtp=False, n_ctx=32768), HYBRID_WIDTH))
+
+
+def launch_for(model: Path, slots: Path) -> ServerLaunch:
+    paths = resolve_paths({"LUCEBOX_HOME": str(engine_home())})
+    llama = next(e for e in registry.list_engines(paths) if e.kind == "llama-server")
+    plan = Plan(True, CTX, "f16", "f16", 0, 0, 1, MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB), None)
+    return ServerLaunch(
+        llama.server_path,
+        str(model),
+        plan,
+        "agent",
+        port=free_port(),
+        engine_port=free_port(),
+        slot_save_path=str(slots),
+    )
+
+
+class Served:
+    """One run of the launch in this process."""
+
+    def __init__(self, launch: ServerLaunch, home: Path, log: Path) -> None:
+        supervisor = Supervisor(launch, log, ready_timeout_s=120)
+        paths = resolve_paths({"LUCEBOX_HOME": str(home)})
+        self.run = ServerRun(paths, supervisor, model="agent", gpu_index=0)
+        self.task = asyncio.create_task(self._consume())
+
+    async def _consume(self) -> None:
+        async for _ in self.run.events():
+            pass
+
+    async def ready(self, not_pid: int | None = None) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            status = self.run.status
+            if status.state == "ready" and status.engine_pid not in (None, not_pid):
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"the run was not ready: {status}")
+
+    async def stop(self) -> None:
+        self.run.stop()
+        await asyncio.wait_for(self.task, 60)
+
+
+async def turn(
+    url: str, messages: list[dict[str, str]], question: str, max_tokens: int
+) -> dict[str, Any]:
+    """One turn as a client sends it; its wall time (to the reply's end), prompt and cache."""
+    messages.append({"role": "user", "content": question})
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=600) as client:
+        reply = await client.post(f"{url}/v1/chat/completions", json=body)
+    wall_s = time.monotonic() - started
+    reply.raise_for_status()
+    answer = reply.json()
+    messages.append({"role": "assistant", "content": answer["choices"][0]["message"]["content"]})
+    timings = answer["timings"]
+    return {
+        "ttft_s": round(wall_s, 3),
+        "prompt_n": timings["prompt_n"],
+        "cache_n": timings["cache_n"],
+        "prompt_ms": round(timings["prompt_ms"], 1),
+    }
+
+
+async def measure(name: str, folder: Path) -> dict[str, Any]:
+    slots = folder / "slots"
+    slots.mkdir()
+    launch = launch_for(model_path(name), slots)
+    home, log = folder / "home", folder / "engine.log"
+    messages = [{"role": "system", "content": "You are a coding agent. " + NOTE * REPEATS[name]}]
+    found: dict[str, Any] = {}
+
+    served = Served(launch, home, log)
+    try:
+        await served.ready()
+        url = served.run.public_url
+        found["first"] = await turn(url, messages, "What is the note about?", 12)
+        await turn(url, messages, "tool result: ok", 12)
+        found["warm"] = await turn(url, messages, "tool result: 3 files changed", 1)
+    finally:
+        await served.stop()
+
+    served = Served(launch, home, log)
+    try:
+        await served.ready()
+        url = served.run.public_url
+        found["after_restart"] = await turn(url, messages, "tool result: build passed", 1)
+        async with httpx.AsyncClient(timeout=600) as client:
+            await ask(client, served.run, WARM_UP)
+        pid = served.run.status.engine_pid
+        served.run.restart()
+        await served.ready(not_pid=pid)
+        found["after_probe"] = await turn(url, messages, "tool result: tests pass", 1)
+    finally:
+        await served.stop()
+
+    for saved in slots.iterdir():
+        saved.unlink()
+    served = Served(launch, home, log)
+    try:
+        await served.ready()
+        found["cold"] = await turn(served.run.public_url, messages, "tool result: pushed", 1)
+    finally:
+        await served.stop()
+    said = log.read_text(errors="replace").splitlines()
+    found["lucebox_slot_lines"] = [line for line in said if line.startswith("# lucebox: slot")]
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    results: dict[str, Any] = {"ctx": CTX, "threads": os.cpu_count()}
+    for name in REPEATS:
+        with tempfile.TemporaryDirectory(prefix="lucebox-conversation-") as folder:
+            results[name] = asyncio.run(measure(name, Path(folder)))
+    results["command"] = shlex.join(["python", "-m", "benchmarks.conversation_survives_restart"])
+    if args.out is not None:
+        results["command"] += f" --out {args.out}"
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
