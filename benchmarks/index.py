@@ -97,7 +97,7 @@ INDEX = (
         "conversation_survives_restart",
         "Is an agent's next turn warm after a stop and start, and after a calibration's probe?",
         "cpu",
-        "results/cpu-conversation-survives-restart.json",
+        ("results/cpu-conversation-survives-restart.json",),
     ),
     Benchmark(
         "vision_prompt_reuse",
