@@ -219,30 +219,28 @@ async def router_run(
 ) -> AsyncIterator[ServedSetRun]:
     """The set's run, not yet started: its router's preset file written and lucebox's proxy
     listening on the served address until the block ends. Iterating the run's events serves."""
-    planned = prepared.planned
-    ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
-    write_text_atomic(ini_path, router_ini(planned, prepared.settings.models_idle_s))
-    public = planned.launches[0].server
+    served = _RouterSet(paths, prepared)
+    public = served.planned.launches[0].server
     # The router counts no models: the proxy in front of it evicts by memory.
-    spec = replace(router_launch(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
+    spec = replace(
+        router_launch(served.planned, str(served.ini_path), 0), host=LOOPBACK, port=_free_port()
+    )
     api_key = None
     if spec.api_key_file:
         _, api_key, created = ensure_api_key_file(paths, prepared.settings.api_key)
         if created:
             emit(StepEvent("server", "note", f"API key (shown once): {api_key}"))
-    placements, room = placements_of(planned)
-    shapes = shapes_of(planned)
     try:
         policy = FrontPolicy(public.host, public.port, api_key, machine_names())
         server, clients, gate = await start_proxy(
             public.host,
             public.port,
             url_of(spec),
-            placements,
-            room,
+            served.placements,
+            served.room,
             auth_headers(api_key),
             policy,
-            shapes,
+            served.shapes,
         )
     except OSError as exc:
         holder = port_holder(public.host, public.port) or "another program"
@@ -253,42 +251,15 @@ async def router_run(
             ).next_step,
         ) from exc
     supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
-
-    async def after_oom(alias: str) -> tuple[PlannedModel, ...]:
-        nonlocal planned
-        settings = prepared.settings
-        smaller = await asyncio.to_thread(smaller_context_set, paths, planned, alias, settings)
-        write_text_atomic(ini_path, router_ini(smaller, settings.models_idle_s))
-        # The proxy holds these very mappings: it admits by the new bytes from now on, and
-        # says the new context.
-        placements.update(placements_of(smaller)[0])
-        shapes.update(shapes_of(smaller))
-        planned = smaller
-        return planned_models(smaller)
-
-    async def after_spec(alias: str, decision: Decision) -> tuple[PlannedModel, ...]:
-        nonlocal planned
-        settings = prepared.settings
-        changed = await asyncio.to_thread(respecced_set, paths, planned, alias, settings, decision)
-        if decision.action == "off":
-            launch = planned.launches[planned.aliases.index(alias)]
-            label = running_label(launch.server)
-            await asyncio.to_thread(keep_guard_off, paths, launch, label, decision.reason)
-        write_text_atomic(ini_path, router_ini(changed, settings.models_idle_s))
-        placements.update(placements_of(changed)[0])
-        shapes.update(shapes_of(changed))
-        planned = changed
-        return planned_models(changed)
-
     try:
         yield ServedSetRun(
             paths,
             supervisor,
-            planned=planned_models(planned),
+            planned=planned_models(served.planned),
             public_url=url_of(public),
             api_key=api_key,
-            replan_on_oom=after_oom,
-            respec=after_spec,
+            replan_on_oom=served.after_oom,
+            respec=served.after_spec,
             hang_bounds=bounds_for(prepared.settings.hang_s),
             in_flight=gate.in_flight,
         )
@@ -296,6 +267,45 @@ async def router_run(
         server.close()
         for client in clients:
             await client.aclose()
+
+
+class _RouterSet:
+    """The set a router serves, and its re-plans: each writes the router's preset file again
+    and updates the proxy's mappings in place (it admits by the new bytes from then on, and
+    says the new context)."""
+
+    def __init__(self, paths: Paths, prepared: PreparedSet) -> None:
+        self.paths = paths
+        self.settings = prepared.settings
+        self.planned = prepared.planned
+        self.ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
+        self.placements, self.room = placements_of(self.planned)
+        self.shapes = shapes_of(self.planned)
+        self._serve(self.planned)
+
+    async def after_oom(self, alias: str) -> tuple[PlannedModel, ...]:
+        smaller = await asyncio.to_thread(
+            smaller_context_set, self.paths, self.planned, alias, self.settings
+        )
+        return self._serve(smaller)
+
+    async def after_spec(self, alias: str, decision: Decision) -> tuple[PlannedModel, ...]:
+        planned = self.planned
+        changed = await asyncio.to_thread(
+            respecced_set, self.paths, planned, alias, self.settings, decision
+        )
+        if decision.action == "off":
+            launch = planned.launches[planned.aliases.index(alias)]
+            label = running_label(launch.server)
+            await asyncio.to_thread(keep_guard_off, self.paths, launch, label, decision.reason)
+        return self._serve(changed)
+
+    def _serve(self, planned: SetPlan) -> tuple[PlannedModel, ...]:
+        write_text_atomic(self.ini_path, router_ini(planned, self.settings.models_idle_s))
+        self.placements.update(placements_of(planned)[0])
+        self.shapes.update(shapes_of(planned))
+        self.planned = planned
+        return planned_models(planned)
 
 
 async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:
