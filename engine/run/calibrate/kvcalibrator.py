@@ -13,13 +13,12 @@ again and serves it, and the measurement resumes from the next mode once idle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
 
-from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.plan.launch import server_argv
@@ -57,7 +56,7 @@ class KvSetup:
     """Whether measuring may start: the speculation and engine calibrations go first."""
 
 
-class KvModeCalibrator(ProbeSender):
+class KvModeCalibrator(ProbeSender[KvTrial]):
     """One launch's long-context mode measurement; ``run`` drives it inside a MeasuredRun."""
 
     def __init__(self, paths: Paths, setup: KvSetup) -> None:
@@ -74,10 +73,6 @@ class KvModeCalibrator(ProbeSender):
     def complete(self) -> bool:
         return all(self.measurement.done(t.label) for t in self.setup.modes.trials)
 
-    @property
-    def active(self) -> bool:
-        return self.state == "running"
-
     def status(self) -> ModesStatus:
         """The modes measured so far, as status shows them."""
         trials = self.setup.modes.trials
@@ -88,13 +83,20 @@ class KvModeCalibrator(ProbeSender):
             tuple(t.label for t in trials if not self.measurement.done(t.label)),
         )
 
-    async def run(self, server: MeasuredRun) -> None:
-        if self.state == "done":
-            return
+    what = "long-context mode measurement"
+    client_timeout_s = 900.0
+    """The long probe's prompt takes longer than the others."""
+
+    def _forced(self) -> bool:
+        """Measured once: what serves is the plan's, whatever the modes measure."""
+        return True
+
+    def _may_start(self) -> bool:
+        return self.setup.before()
+
+    async def _calibrate(self, server: MeasuredRun) -> None:
         try:
-            await self._calibrate(server)
-        except (OSError, LuceboxError) as exc:
-            server.supervisor.log.write(f"# lucebox: long-context mode measurement stopped: {exc}")
+            await self._measure_all(server)
         finally:
             # Whatever stopped it, the planned launch serves and clients go in.
             try:
@@ -103,28 +105,24 @@ class KvModeCalibrator(ProbeSender):
                 server.supervisor.log.write(f"# lucebox: back to the planned launch: {exc}")
             self.state, self.trial = "done", None
 
-    def _may_start(self) -> bool:
-        return self.setup.before()
+    def _todo(self, server: MeasuredRun) -> Sequence[KvTrial]:
+        todo = [t for t in self.setup.modes.trials if not self.measurement.done(t.label)]
+        running = kvmodes.served_label(*_kv_of(server.supervisor.launch))
+        return sorted(todo, key=lambda t: t.label != running)
 
-    async def _calibrate(self, server: MeasuredRun) -> None:
-        async with httpx.AsyncClient(timeout=900.0, headers=auth_headers(server.api_key)) as client:
-            while True:
-                await self._wait_idle(client, server)
-                todo = [t for t in self.setup.modes.trials if not self.measurement.done(t.label)]
-                running = kvmodes.served_label(*_kv_of(server.supervisor.launch))
-                todo.sort(key=lambda t: t.label != running)
-                if not todo:
-                    break
-                self.state, self.trial = "running", todo[0]
-                rate = await self._measure(client, server, todo[0])
-                if isinstance(rate, str):
-                    self._keep(self.measurement.with_refused(todo[0].label, rate))
-                elif rate is not None:
-                    self._keep(self.measurement.with_rate(rate))
-                else:  # a client came: the planned launch serves it
-                    self._serve_planned(server)
-                    self.state = "paused"
-                    self._last_client_s = time.monotonic()
+    async def _measure_one(
+        self, client: httpx.AsyncClient, server: MeasuredRun, trial: KvTrial
+    ) -> bool:
+        self.trial = trial
+        rate = await self._measure(client, server, trial)
+        if isinstance(rate, str):
+            self._keep(self.measurement.with_refused(trial.label, rate))
+        elif rate is not None:
+            self._keep(self.measurement.with_rate(rate))
+        else:  # a client came: the planned launch serves it
+            self._serve_planned(server)
+            return False
+        return True
 
     def _serve_planned(self, server: MeasuredRun) -> None:
         """The launch the plan serves, again (a restart when a trial's mode runs); clients go

@@ -9,10 +9,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import httpx
 
+from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.plan.speculation.measurements import ProbeRate
 from lucebox.engine.run.calibrate import calibration
@@ -44,9 +45,11 @@ class MeasuredRun(Protocol):
     whose queue says when a client comes, and the run's one way to restart or serve a choice."""
 
     url: str
-    api_key: str | None
     front: Front | None
     supervisor: Supervisor
+
+    @property
+    def api_key(self) -> str | None: ...
 
     @property
     def status(self) -> Status: ...
@@ -60,9 +63,16 @@ class MeasuredRun(Protocol):
     ) -> None: ...
 
 
-class ProbeSender:
+_Item = TypeVar("_Item")
+"""What one calibration measures one at a time: a configuration, an engine kind, a mode."""
+
+
+class ProbeSender(Generic[_Item]):
     """Sends the probe set to a serving engine once no client has asked for ``idle_s``, and
-    gives way at once when one does (shared by the speculation and the engine calibration)."""
+    gives way at once when one does; the run loop every calibration shares."""
+
+    client_timeout_s = PROBE_TIMEOUT_S
+    """How long one of its own requests may take."""
 
     def __init__(self, idle_s: float, probe_max_tokens: int | None) -> None:
         self.idle_s = idle_s
@@ -145,6 +155,12 @@ class ProbeSender:
             return True
         return not probing and before is not None and now != before
 
+    @property
+    def active(self) -> bool:
+        """Measuring now: the served requests are the probes', the speculation guard holds
+        its judgement meanwhile."""
+        return self.state == "running"
+
     def _may_start(self) -> bool:
         """Whether measuring may begin (another calibration may have to finish first)."""
         return True
@@ -169,6 +185,31 @@ class ProbeSender:
             self._due.clear()
 
     async def _calibrate(self, server: MeasuredRun) -> None:
+        """Measure what is missing, then act on it (serve the verdict)."""
+        await self._measure_all(server)
+
+    async def _measure_all(self, server: MeasuredRun) -> None:
+        """Each item left to measure, the first of :meth:`_todo` each time the server is idle
+        again; a client that comes pauses it until the next idle moment."""
+        headers = auth_headers(server.api_key)
+        async with httpx.AsyncClient(timeout=self.client_timeout_s, headers=headers) as client:
+            while True:
+                await self._wait_idle(client, server)
+                todo = self._todo(server)
+                if not todo:
+                    return
+                self.state = "running"
+                if not await self._measure_one(client, server, todo[0]):
+                    self.state, self._last_client_s = "paused", time.monotonic()
+
+    def _todo(self, server: MeasuredRun) -> Sequence[_Item]:
+        """What is left to measure, what runs now first (no restart for it)."""
+        return ()
+
+    async def _measure_one(
+        self, client: httpx.AsyncClient, server: MeasuredRun, item: _Item
+    ) -> bool:
+        """Measure ``item`` and keep what it gave; False when a client came meanwhile."""
         raise NotImplementedError
 
     def _forced(self) -> bool:

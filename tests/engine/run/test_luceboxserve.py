@@ -120,7 +120,7 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
     spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
     run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0)
-    sender = ProbeSender(idle_s=1.0, probe_max_tokens=16)
+    sender: ProbeSender[object] = ProbeSender(idle_s=1.0, probe_max_tokens=16)
     readies: list[ServerEvent] = []
     ready = asyncio.Event()
 
