@@ -48,7 +48,7 @@ from lucebox.engine.run.servedsetmodels import (
     router_change,
     router_states,
 )
-from lucebox.engine.run.serverrun import RunItem, ServerRun
+from lucebox.engine.run.serverrun import RunFacts, RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent
 
 if TYPE_CHECKING:
@@ -161,14 +161,8 @@ class ServedSetRun(ServerRun):
         in_flight: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
-        super().__init__(
-            paths,
-            supervisor,
-            model=aliases,
-            gpu_index=0,
-            api_key=api_key,
-            hang_bounds=hang_bounds,
-        )
+        facts = RunFacts(aliases, 0, api_key=api_key, hang_bounds=hang_bounds)
+        super().__init__(paths, supervisor, facts)
         self._hang_watch = ChildHangWatch(hang_bounds) if hang_bounds is not None else None
         """Each loaded model's process watched for a request that makes no progress."""
         self.in_flight = in_flight

@@ -38,7 +38,7 @@ from lucebox.engine.plan.sources import presetchoice
 from lucebox.engine.run.kinds.metrics import Sample
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
-from lucebox.engine.run.serverrun import RunItem, ServerRun
+from lucebox.engine.run.serverrun import RunFacts, RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet, planned_models
 from support.ggufgen import ModelSpec, write_llama
@@ -260,9 +260,7 @@ class ScriptedRun(ServerRun):
     """The real run's stop and restart over a scripted engine: its events and samples."""
 
     def __init__(self, backend: ScriptedBackend, prepared: Prepared, supervisor: Supervisor):
-        super().__init__(
-            backend.paths, supervisor, model=prepared.model, gpu_index=prepared.gpu_index
-        )
+        super().__init__(backend.paths, supervisor, RunFacts(prepared.model, prepared.gpu_index))
         self.backend = backend
 
     async def events(self) -> AsyncIterator[RunItem]:

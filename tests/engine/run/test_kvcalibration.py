@@ -26,7 +26,7 @@ from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run import runstate
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun import Calibrations, RunFacts, ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
 from support.ports import free_port
@@ -99,7 +99,9 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
     calibration = KvModeCalibrator(paths, setup)
     assert calibration.state == "waiting"
     supervisor = Supervisor(planned[SERVED], tmp_path / "engine.log", ready_timeout_s=60)
-    run = ServerRun(paths, supervisor, model="tiny", gpu_index=0, kv_calibrator=calibration)
+    run = ServerRun(
+        paths, supervisor, RunFacts("tiny", 0), calibrations=Calibrations(kv_modes=calibration)
+    )
 
     def settled() -> bool:
         status = runstate.read_status(paths)
@@ -191,7 +193,9 @@ async def test_a_mode_that_dies_at_start_is_kept_as_cannot_serve_and_the_planned
         return None
 
     supervisor.replan_on_oom = replan_on_oom
-    run = ServerRun(paths, supervisor, model="tiny", gpu_index=0, kv_calibrator=calibration)
+    run = ServerRun(
+        paths, supervisor, RunFacts("tiny", 0), calibrations=Calibrations(kv_modes=calibration)
+    )
 
     async def consume() -> None:
         async for _ in run.events():
