@@ -30,6 +30,7 @@ from lucebox.engine.run.calibrate import calibrator
 from lucebox.engine.run.calibrate.calibration import Trial
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
+from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.runstate import engine_log
@@ -291,8 +292,8 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         paths,
         supervisor,
         RunFacts(
-            prepared.model,
-            prepared.gpu_index,
+            model=prepared.model,
+            gpu_index=prepared.gpu_index,
             api_key=prepared.api_key,
             webui_url=webui.served_url(server.server_path, server.host, server.port),
             peers=tuple(
@@ -349,11 +350,9 @@ def _kv_calibrator(
         paths,
         KvSetup(
             modes,
-            settings.calibrate_idle_s,
-            settings.probe_max_tokens or None,
+            ProbePace(settings.calibrate_idle_s, settings.probe_max_tokens or None, before),
             replanner.for_kv_trial,
             serving_plan,
-            before=before,
         ),
     )
 
@@ -386,10 +385,12 @@ def _engine_calibrator(
         EngineSetup(
             choice.key,
             None if mode == "auto" else mode,
-            settings.calibrate_idle_s,
-            settings.probe_max_tokens or None,
+            ProbePace(
+                settings.calibrate_idle_s,
+                settings.probe_max_tokens or None,
+                lambda: measuring is None or measuring.state == "done",
+            ),
             replanner.for_engine,
             guard_for,
-            before=lambda: measuring is None or measuring.state == "done",
         ),
     )

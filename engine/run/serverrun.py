@@ -93,7 +93,7 @@ def planned_spec(spec_type: str | None, reason: str | None) -> SpecStatus | None
     return SpecStatus(spec_type, None, reason or f"{spec_type} as planned", None, None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFacts:
     """What a run serves and tells `status`, fixed for its life."""
 
@@ -104,7 +104,9 @@ class RunFacts:
     api_key: str | None = None
     """The key the engine was started with (read once from its key file)."""
     webui_url: str | None = None
+    """Where the engine's own web UI answers; None when it has none."""
     peers: tuple[PeerStatus, ...] = ()
+    """The launch's RPC peers as they answered before it."""
     thinking_default: bool | None = None
     """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
     the front asks both engines the same way."""

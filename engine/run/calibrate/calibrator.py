@@ -38,6 +38,7 @@ from lucebox.engine.run.calibrate.calibration import Trial
 from lucebox.engine.run.calibrate.probing import (
     WARM_UP,
     MeasuredRun,
+    ProbePace,
     ProbeSender,
     ask,
     restart_into,
@@ -59,8 +60,7 @@ class CalibrationSetup:
     trials: tuple[Trial, ...]
     forced: bool
     """The user chose the mode: it is measured against none, and kept."""
-    idle_s: float
-    probe_max_tokens: int | None
+    pace: ProbePace
     on_gpu: bool
     plan_trial: Callable[[Trial], ServerLaunch | None]
     plan_final: Callable[[], tuple[ServerLaunch, str] | None]
@@ -80,7 +80,7 @@ class Calibrator(ProbeSender[Trial]):
     """One launch's calibration; ``run`` drives it inside a :class:`MeasuredRun`."""
 
     def __init__(self, paths: Paths, setup: CalibrationSetup) -> None:
-        super().__init__(setup.idle_s, setup.probe_max_tokens)
+        super().__init__(setup.pace)
         self.paths = paths
         self.setup = setup
         self.measurement = read_measurement(paths, setup.key) or Measurement(setup.key)
@@ -252,8 +252,7 @@ def setup_for(
         key,
         calibration.trials_for(candidates, forced=forced),
         forced,
-        settings.calibrate_idle_s,
-        settings.probe_max_tokens or None,
+        ProbePace(settings.calibrate_idle_s, settings.probe_max_tokens or None),
         launch.budget.is_gpu,
         plan_trial,
         plan_final,

@@ -35,6 +35,7 @@ from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.calibrate.probing import (
     WARM_UP,
     MeasuredRun,
+    ProbePace,
     ProbeSender,
     ask,
     restart_into,
@@ -52,22 +53,20 @@ class EngineSetup:
     key: str
     forced: KindName | None
     """The engine the user forced (``--engine``): measured against the other, and kept."""
-    idle_s: float
-    probe_max_tokens: int | None
+    pace: ProbePace
+    """When it may probe: the speculation calibration goes first."""
     plan_engine: Callable[[KindName | None], tuple[ServerLaunch, str] | None]
     """The launch on that engine and its speculation reason, through the planner (None: the
     planner's own choice, which reads the verdict from the store); None when it cannot start."""
     guard_for: Callable[[ServerLaunch], SpecGuard | None]
     """The speculation guard of a launch the verdict serves."""
-    before: Callable[[], bool] = lambda: True
-    """Whether the engine calibration may start: the speculation calibration goes first."""
 
 
 class EngineCalibrator(ProbeSender[KindName]):
     """One launch's engine calibration; ``run`` drives it inside a :class:`MeasuredRun`."""
 
     def __init__(self, paths: Paths, setup: EngineSetup) -> None:
-        super().__init__(setup.idle_s, setup.probe_max_tokens)
+        super().__init__(setup.pace)
         self.paths = paths
         self.setup = setup
         found = engineverdict.read_engines(paths, setup.key)
@@ -113,9 +112,6 @@ class EngineCalibrator(ProbeSender[KindName]):
         self._keep(replace(self.measurement, mix=tuple(sorted(mix.items())), remeasure_at=at))
         self.state = "waiting"
         self._due.set()
-
-    def _may_start(self) -> bool:
-        return self.setup.before()
 
     def _todo(self, server: MeasuredRun) -> Sequence[KindName]:
         running = server.supervisor.launch.kind

@@ -29,6 +29,7 @@ from lucebox.engine.run.calibrate.probes import PROBES, long_probe
 from lucebox.engine.run.calibrate.probing import (
     WARM_UP,
     MeasuredRun,
+    ProbePace,
     ProbeSender,
     ask,
     restart_into,
@@ -46,21 +47,19 @@ class KvSetup:
     """What one launch's long-context modes are and how each is planned (the one planner)."""
 
     modes: KvModesPlan
-    idle_s: float
-    probe_max_tokens: int | None
+    pace: ProbePace
+    """When it may probe: the speculation and engine calibrations go first."""
     plan_trial: Callable[[KvTrial], ServerLaunch | str]
     """The launch serving that mode at the served context, or why it cannot serve here."""
     plan_final: Callable[[], ServerLaunch | None]
     """The launch the plan serves, once the modes are measured."""
-    before: Callable[[], bool] = lambda: True
-    """Whether measuring may start: the speculation and engine calibrations go first."""
 
 
 class KvModeCalibrator(ProbeSender[KvTrial]):
     """One launch's long-context mode measurement; ``run`` drives it inside a MeasuredRun."""
 
     def __init__(self, paths: Paths, setup: KvSetup) -> None:
-        super().__init__(setup.idle_s, setup.probe_max_tokens)
+        super().__init__(setup.pace)
         self.paths = paths
         self.setup = setup
         self.measurement = kvmodes.read_modes(paths, setup.modes.key) or KvModes(setup.modes.key)
@@ -90,9 +89,6 @@ class KvModeCalibrator(ProbeSender[KvTrial]):
     def _forced(self) -> bool:
         """Measured once: what serves is the plan's, whatever the modes measure."""
         return True
-
-    def _may_start(self) -> bool:
-        return self.setup.before()
 
     async def _calibrate(self, server: MeasuredRun) -> None:
         try:

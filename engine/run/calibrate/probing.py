@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import httpx
@@ -37,6 +38,18 @@ PROBE_TIMEOUT_S = 300.0
 """One probe's reply at most: a configuration this slow loses anyway."""
 WARM_UP = {"messages": [{"role": "user", "content": "Reply with one word."}], "max_tokens": 4}
 """Sent after each restart, not counted: the first steps of a fresh engine build its graphs."""
+
+
+@dataclass(frozen=True)
+class ProbePace:
+    """When a calibration may send its probes, and how long their replies may be."""
+
+    idle_s: float
+    """How long no client must have sent a request first."""
+    probe_max_tokens: int | None = None
+    """A cap on each probe's reply; None: the probe's own."""
+    before: Callable[[], bool] = lambda: True
+    """Whether it may start: another calibration may have to finish first."""
 
 
 class MeasuredRun(Protocol):
@@ -74,9 +87,8 @@ class ProbeSender(Generic[_Item]):
     client_timeout_s = PROBE_TIMEOUT_S
     """How long one of its own requests may take."""
 
-    def __init__(self, idle_s: float, probe_max_tokens: int | None) -> None:
-        self.idle_s = idle_s
-        self.probe_max_tokens = probe_max_tokens
+    def __init__(self, pace: ProbePace) -> None:
+        self.pace = pace
         self.state: CalibrationState = "waiting"
         self._last_client_s = time.monotonic()
         self._last_look: tuple[float, float] | None = None
@@ -104,7 +116,7 @@ class ProbeSender(Generic[_Item]):
     async def _probe(
         self, client: httpx.AsyncClient, server: MeasuredRun, probe: Probe
     ) -> ProbeRate | None:
-        limit = self.probe_max_tokens
+        limit = self.pace.probe_max_tokens
         max_tokens = min(limit, probe.max_tokens) if limit else probe.max_tokens
         body = {
             "messages": list(probe.messages),
@@ -160,10 +172,6 @@ class ProbeSender(Generic[_Item]):
         """Measuring now: the served requests are the probes', the speculation guard holds
         its judgement meanwhile."""
         return self.state == "running"
-
-    def _may_start(self) -> bool:
-        """Whether measuring may begin (another calibration may have to finish first)."""
-        return True
 
     what = "calibration"
     """What the engine log calls this measurement when it stops."""
@@ -222,10 +230,10 @@ class ProbeSender(Generic[_Item]):
             return
         self._last_look = None
         while True:
-            ready = server.status.state == "ready" and self._may_start()
+            ready = server.status.state == "ready" and self.pace.before()
             if not ready or await self._client_seen(client, server, probing=False):
                 self._last_client_s = time.monotonic()
-            elif time.monotonic() - self._last_client_s >= self.idle_s:
+            elif time.monotonic() - self._last_client_s >= self.pace.idle_s:
                 return
             await asyncio.sleep(POLL_S)
 

@@ -161,7 +161,7 @@ class ServedSetRun(ServerRun):
         in_flight: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
-        facts = RunFacts(aliases, 0, api_key=api_key, hang_bounds=hang_bounds)
+        facts = RunFacts(model=aliases, gpu_index=0, api_key=api_key, hang_bounds=hang_bounds)
         super().__init__(paths, supervisor, facts)
         self._hang_watch = ChildHangWatch(hang_bounds) if hang_bounds is not None else None
         """Each loaded model's process watched for a request that makes no progress."""

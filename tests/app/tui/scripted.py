@@ -260,7 +260,9 @@ class ScriptedRun(ServerRun):
     """The real run's stop and restart over a scripted engine: its events and samples."""
 
     def __init__(self, backend: ScriptedBackend, prepared: Prepared, supervisor: Supervisor):
-        super().__init__(backend.paths, supervisor, RunFacts(prepared.model, prepared.gpu_index))
+        super().__init__(
+            backend.paths, supervisor, RunFacts(model=prepared.model, gpu_index=prepared.gpu_index)
+        )
         self.backend = backend
 
     async def events(self) -> AsyncIterator[RunItem]:

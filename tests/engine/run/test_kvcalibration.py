@@ -26,6 +26,7 @@ from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run import runstate
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
+from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.serverrun import Calibrations, RunFacts, ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
@@ -87,7 +88,7 @@ def mode_setup(
     def plan_trial(trial: KvTrial) -> ServerLaunch | str:
         return planned.get(trial.label) or CANNOT
 
-    setup = KvSetup(modes, 0.5, 8, plan_trial, lambda: planned[SERVED])
+    setup = KvSetup(modes, ProbePace(0.5, 8), plan_trial, lambda: planned[SERVED])
     return planned, resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")}), setup
 
 
@@ -100,7 +101,10 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
     assert calibration.state == "waiting"
     supervisor = Supervisor(planned[SERVED], tmp_path / "engine.log", ready_timeout_s=60)
     run = ServerRun(
-        paths, supervisor, RunFacts("tiny", 0), calibrations=Calibrations(kv_modes=calibration)
+        paths,
+        supervisor,
+        RunFacts(model="tiny", gpu_index=0),
+        calibrations=Calibrations(kv_modes=calibration),
     )
 
     def settled() -> bool:
@@ -194,7 +198,10 @@ async def test_a_mode_that_dies_at_start_is_kept_as_cannot_serve_and_the_planned
 
     supervisor.replan_on_oom = replan_on_oom
     run = ServerRun(
-        paths, supervisor, RunFacts("tiny", 0), calibrations=Calibrations(kv_modes=calibration)
+        paths,
+        supervisor,
+        RunFacts(model="tiny", gpu_index=0),
+        calibrations=Calibrations(kv_modes=calibration),
     )
 
     async def consume() -> None:

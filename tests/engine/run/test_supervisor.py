@@ -212,7 +212,7 @@ async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
     spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
     paths = resolve_paths()
-    run = ServerRun(paths, supervisor, RunFacts("t", 0))
+    run = ServerRun(paths, supervisor, RunFacts(model="t", gpu_index=0))
     lines: list[tuple[int, str]] = []
     feed = supervisor.on_line
     assert feed is not None
