@@ -33,9 +33,10 @@ from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.hang import bounds_for
+from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.sample import EngineStatus, PeerStatus
-from lucebox.engine.run.serverrun import Calibrations, RunFacts, ServerRun, SpecSetup
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 
 

@@ -30,7 +30,8 @@ from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.kinds.luceboxrun import parse_reply, reply_from_usage
-from lucebox.engine.run.serverrun import Calibrations, RunFacts, ServerRun
+from lucebox.engine.run.runsetup import Calibrations, RunFacts
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
 from support.luceboxfake import rated_reply

@@ -33,6 +33,7 @@ from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
+from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.sample import SpecStatus
 from lucebox.engine.run.servedset.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
 from lucebox.engine.run.servedset.servedsethang import ChildHangWatch, look_at_child
@@ -48,7 +49,7 @@ from lucebox.engine.run.servedsetmodels import (
     router_change,
     router_states,
 )
-from lucebox.engine.run.serverrun import RunFacts, RunItem, ServerRun
+from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent
 
 if TYPE_CHECKING:

@@ -36,9 +36,10 @@ from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.plan.sources import presetchoice
 from lucebox.engine.run.kinds.metrics import Sample
+from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
-from lucebox.engine.run.serverrun import RunFacts, RunItem, ServerRun
+from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedset import PreparedSet, planned_models
 from support.ggufgen import ModelSpec, write_llama

@@ -22,8 +22,9 @@ from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
 from lucebox.engine.run.death import log_cause
+from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import read_status
-from lucebox.engine.run.serverrun import RunFacts, ServerRun
+from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import (
     RestartPolicy,
     ServerEvent,
