@@ -354,15 +354,22 @@ class ServedSetRun(ServerRun):
         if decision.action == "off":
             self._spec_guard.switched_off(alias, decision)
         self._spec_guard.replanned({m.alias: m.spec for m in self.planned})
+        failed = await self._reload_presets(client)
+        if failed is not None:
+            return (
+                f"{alias}: {decision.reason}; the router did not take the new plan ({failed}), "
+                "so it serves as before until the set restarts"
+            )
+        return f"{alias}: {decision.reason}; it loads so on the next request"
+
+    async def _reload_presets(self, client: httpx.AsyncClient) -> httpx.HTTPError | None:
+        """Tell the router to re-read its preset file; what failed, None when it did."""
         try:
             answer = await client.get(self.url + "/models", params={"reload": "1"})
             answer.raise_for_status()
         except httpx.HTTPError as exc:
-            return (
-                f"{alias}: {decision.reason}; the router did not take the new plan ({exc}), "
-                "so it serves as before until the set restarts"
-            )
-        return f"{alias}: {decision.reason}; it loads so on the next request"
+            return exc
+        return None
 
     async def _replan(self, client: httpx.AsyncClient, alias: str, replan: ReplanOnOom) -> str:
         """``alias`` planned again after running out of memory, and the router told to re-read
@@ -378,13 +385,11 @@ class ServedSetRun(ServerRun):
         except GuardRefusal as refused:
             return f"{alias} ran out of memory: left failed ({refused.message}; {refused.hint})"
         ctx = next(m.ctx for m in self.planned if m.alias == alias)
-        try:
-            answer = await client.get(self.url + "/models", params={"reload": "1"})
-            answer.raise_for_status()
-        except httpx.HTTPError as exc:
+        failed = await self._reload_presets(client)
+        if failed is not None:
             return (
                 f"{alias} ran out of memory: planned at {ctx} tokens, but the router did not "
-                f"re-read its presets ({exc}), so it stays failed"
+                f"re-read its presets ({failed}), so it stays failed"
             )
         return (
             f"{alias} ran out of memory: planned again at a {ctx}-token context; it loads "
