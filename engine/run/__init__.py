@@ -1,12 +1,13 @@
 """Run: start the planned engine, keep it up, read its numbers, and measure on it.
 
-- ``supervisor`` (start, ready, restart, why it died: ``death``, ``deathfacts``), ``serverrun``
-  (the running server, its one way to stop or restart) and ``runsetup`` (what it is built
-  from), ``specwatch`` (its speculation guard), ``hang`` (when a busy engine counts as hung),
-  ``runstate`` (the lock and the state file `status` reads), ``sample`` and
-  ``servedsetmodels`` (what a run and a set's run report), ``gpustatus``, ``lastserved``,
-  ``slots`` (warm prompts across restarts), ``chat`` (one timed chat), ``rpcpeer``
+- ``supervisor`` (start, ready, restart, why it died: ``death``, ``deathfacts``), ``serverrun`` (the
+  running server, its one way to stop or restart), ``specwatch`` (its speculation guard), ``hang``
+  (when a busy engine counts as hung), ``runstate`` (the lock and the state file `status` reads),
+  ``sample`` and ``servedsetmodels`` (what a run and a set's run report), ``gpustatus``,
+  ``lastserved``, ``slots`` (warm prompts across restarts), ``chat`` (one timed chat), ``rpcpeer``
   (`lucebox worker`, an RPC peer).
 - ``kinds/``: how a running engine of each kind is read; ``front/``: lucebox's front door;
   ``calibrate/``: measuring on the card once idle; ``servedset/``: a served set's run.
+- ``runsetup``: what a server run is built from (what it serves, how it watches its
+  speculation, what it measures).
 """
