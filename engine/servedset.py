@@ -18,6 +18,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from lucebox.engine.core import units
 from lucebox.engine.core.api import auth_headers
@@ -219,28 +220,30 @@ async def router_run(
 ) -> AsyncIterator[ServedSetRun]:
     """The set's run, not yet started: its router's preset file written and lucebox's proxy
     listening on the served address until the block ends. Iterating the run's events serves."""
-    served = _RouterSet(paths, prepared)
-    public = served.planned.launches[0].server
+    planned = prepared.planned
+    ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
+    write_text_atomic(ini_path, router_ini(planned, prepared.settings.models_idle_s))
+    public = planned.launches[0].server
     # The router counts no models: the proxy in front of it evicts by memory.
-    spec = replace(
-        router_launch(served.planned, str(served.ini_path), 0), host=LOOPBACK, port=_free_port()
-    )
+    spec = replace(router_launch(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
     api_key = None
     if spec.api_key_file:
         _, api_key, created = ensure_api_key_file(paths, prepared.settings.api_key)
         if created:
             emit(StepEvent("server", "note", f"API key (shown once): {api_key}"))
+    placements, room = placements_of(planned)
+    shapes = shapes_of(planned)
     try:
         policy = FrontPolicy(public.host, public.port, api_key, machine_names())
         server, clients, gate = await start_proxy(
             public.host,
             public.port,
             url_of(spec),
-            served.placements,
-            served.room,
+            placements,
+            room,
             auth_headers(api_key),
             policy,
-            served.shapes,
+            shapes,
         )
     except OSError as exc:
         holder = port_holder(public.host, public.port) or "another program"
@@ -251,11 +254,13 @@ async def router_run(
             ).next_step,
         ) from exc
     supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
+
+    served = _RouterSet(paths, prepared.settings, planned, ini_path, placements, shapes)
     try:
         yield ServedSetRun(
             paths,
             supervisor,
-            planned=planned_models(served.planned),
+            planned=planned_models(planned),
             public_url=url_of(public),
             api_key=api_key,
             replan_on_oom=served.after_oom,
@@ -274,14 +279,23 @@ class _RouterSet:
     and updates the proxy's mappings in place (it admits by the new bytes from then on, and
     says the new context)."""
 
-    def __init__(self, paths: Paths, prepared: PreparedSet) -> None:
+    def __init__(
+        self,
+        paths: Paths,
+        settings: config.Settings,
+        planned: SetPlan,
+        ini_path: Path,
+        placements: dict[str, Placement],
+        shapes: dict[str, Shapes],
+    ) -> None:
         self.paths = paths
-        self.settings = prepared.settings
-        self.planned = prepared.planned
-        self.ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
-        self.placements, self.room = placements_of(self.planned)
-        self.shapes = shapes_of(self.planned)
-        self._serve(self.planned)
+        self.settings = settings
+        self.planned = planned
+        self.ini_path = ini_path
+        self.placements = placements
+        """The proxy's own mapping of each model's device and bytes."""
+        self.shapes = shapes
+        """The proxy's own mapping of each model's API shaping."""
 
     async def after_oom(self, alias: str) -> tuple[PlannedModel, ...]:
         smaller = await asyncio.to_thread(
