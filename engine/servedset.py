@@ -274,28 +274,21 @@ async def router_run(
             await client.aclose()
 
 
+@dataclass
 class _RouterSet:
     """The set a router serves, and its re-plans: each writes the router's preset file again
     and updates the proxy's mappings in place (it admits by the new bytes from then on, and
     says the new context)."""
 
-    def __init__(
-        self,
-        paths: Paths,
-        settings: config.Settings,
-        planned: SetPlan,
-        ini_path: Path,
-        placements: dict[str, Placement],
-        shapes: dict[str, Shapes],
-    ) -> None:
-        self.paths = paths
-        self.settings = settings
-        self.planned = planned
-        self.ini_path = ini_path
-        self.placements = placements
-        """The proxy's own mapping of each model's device and bytes."""
-        self.shapes = shapes
-        """The proxy's own mapping of each model's API shaping."""
+    paths: Paths
+    settings: config.Settings
+    planned: SetPlan
+    """The set as last planned."""
+    ini_path: Path
+    placements: dict[str, Placement]
+    """The proxy's own mapping of each model's device and bytes."""
+    shapes: dict[str, Shapes]
+    """The proxy's own mapping of each model's API shaping."""
 
     async def after_oom(self, alias: str) -> tuple[PlannedModel, ...]:
         smaller = await asyncio.to_thread(
