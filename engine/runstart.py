@@ -30,8 +30,10 @@ from lucebox.engine.run.calibrate import calibrator
 from lucebox.engine.run.calibrate.calibration import Trial
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
+from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.hang import bounds_for
+from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.sample import EngineStatus, PeerStatus
 from lucebox.engine.run.serverrun import ServerRun
@@ -156,12 +158,11 @@ class Replanner:
         engines' verdict), with its speculation reason; None when it cannot start here."""
         first = self.prepared.launch
         if self._llama_engine is None:
-            if first.engine_kind == "llama-server":
+            llama_server = kinds.LLAMA_SERVER
+            if first.engine_kind == llama_server.name:
                 self._llama_engine = first.engine
             else:
-                found = registry.select_engine(
-                    self.paths, gpu.probe_gpus(), self.settings.engine_id
-                )
+                found = llama_server.select(self.paths, gpu.probe_gpus(), self.settings.engine_id)
                 self._llama_engine = EngineView.of(found.engine)
         changed = planner.replan(
             self.paths,
@@ -291,23 +292,25 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     return ServerRun(
         paths,
         supervisor,
-        model=prepared.model,
-        gpu_index=prepared.gpu_index,
-        spec_reason=launch.speculation.reason,
-        webui_url=webui.served_url(server.server_path, server.host, server.port),
-        spec_guard=guard,
-        spec_asked=launch.resolved.spec != "auto",
-        on_spec_decision=replanner.after_spec_decision,
-        api_key=prepared.api_key,
-        peers=tuple(
-            PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
+        RunFacts(
+            model=prepared.model,
+            gpu_index=prepared.gpu_index,
+            api_key=prepared.api_key,
+            webui_url=webui.served_url(server.server_path, server.host, server.port),
+            peers=tuple(
+                PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
+            ),
+            thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
+            planned_engine=planned_engine(launch),
+            hang_bounds=bounds_for(prepared.settings.hang_s),
         ),
-        calibrator=measuring,
-        engine_calibrator=engines,
-        kv_calibrator=long_context,
-        thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
-        hang_bounds=bounds_for(prepared.settings.hang_s),
-        engine=planned_engine(launch),
+        SpecSetup(
+            launch.speculation.reason,
+            guard,
+            asked=launch.resolved.spec != "auto",
+            on_decision=replanner.after_spec_decision,
+        ),
+        Calibrations(measuring, engines, long_context),
     )
 
 
@@ -335,23 +338,22 @@ def _kv_calibrator(
     if modes is None or settings.calibrate_idle_s <= 0:
         return None
 
+    def has_modes() -> bool:
+        return kinds.kind(replanner.current.engine_kind).serves_kv_modes
+
     def before() -> bool:
-        serving = replanner.current.engine_kind == "lucebox"
-        return serving and all(c is None or c.state == "done" for c in first)
+        return has_modes() and all(c is None or c.state == "done" for c in first)
 
     def serving_plan() -> ServerLaunch | None:
-        current = replanner.current
-        return current.server if current.engine_kind == "lucebox" else None
+        return replanner.current.server if has_modes() else None
 
     return KvModeCalibrator(
         paths,
         KvSetup(
             modes,
-            settings.calibrate_idle_s,
-            settings.probe_max_tokens or None,
+            ProbePace(settings.calibrate_idle_s, settings.probe_max_tokens or None, before),
             replanner.for_kv_trial,
             serving_plan,
-            before=before,
         ),
     )
 
@@ -373,10 +375,10 @@ def _engine_calibrator(
     on_gpu = launch.budget.is_gpu
 
     def guard_for(server: ServerLaunch) -> SpecGuard | None:
-        if measuring is not None and server.kind == "llama-server":
-            return measuring.guard_for(server)
-        if server.spec_type is None or server.kind != "llama-server":
+        if server.spec_type is None or not kinds.kind(server.kind).calibrates_speculation:
             return None
+        if measuring is not None:
+            return measuring.guard_for(server)
         return SpecGuard.for_launch(server.spec_type, server.draft_max, on_gpu)
 
     return EngineCalibrator(
@@ -384,10 +386,12 @@ def _engine_calibrator(
         EngineSetup(
             choice.key,
             None if mode == "auto" else mode,
-            settings.calibrate_idle_s,
-            settings.probe_max_tokens or None,
+            ProbePace(
+                settings.calibrate_idle_s,
+                settings.probe_max_tokens or None,
+                lambda: measuring is None or measuring.state == "done",
+            ),
             replanner.for_engine,
             guard_for,
-            before=lambda: measuring is None or measuring.state == "done",
         ),
     )

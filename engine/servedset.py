@@ -18,6 +18,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from lucebox.engine.core import units
 from lucebox.engine.core.api import auth_headers
@@ -254,32 +255,7 @@ async def router_run(
         ) from exc
     supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
 
-    async def after_oom(alias: str) -> tuple[PlannedModel, ...]:
-        nonlocal planned
-        settings = prepared.settings
-        smaller = await asyncio.to_thread(smaller_context_set, paths, planned, alias, settings)
-        write_text_atomic(ini_path, router_ini(smaller, settings.models_idle_s))
-        # The proxy holds these very mappings: it admits by the new bytes from now on, and
-        # says the new context.
-        placements.update(placements_of(smaller)[0])
-        shapes.update(shapes_of(smaller))
-        planned = smaller
-        return planned_models(smaller)
-
-    async def after_spec(alias: str, decision: Decision) -> tuple[PlannedModel, ...]:
-        nonlocal planned
-        settings = prepared.settings
-        changed = await asyncio.to_thread(respecced_set, paths, planned, alias, settings, decision)
-        if decision.action == "off":
-            launch = planned.launches[planned.aliases.index(alias)]
-            label = running_label(launch.server)
-            await asyncio.to_thread(keep_guard_off, paths, launch, label, decision.reason)
-        write_text_atomic(ini_path, router_ini(changed, settings.models_idle_s))
-        placements.update(placements_of(changed)[0])
-        shapes.update(shapes_of(changed))
-        planned = changed
-        return planned_models(changed)
-
+    served = _RouterSet(paths, prepared.settings, planned, ini_path, placements, shapes)
     try:
         yield ServedSetRun(
             paths,
@@ -287,8 +263,8 @@ async def router_run(
             planned=planned_models(planned),
             public_url=url_of(public),
             api_key=api_key,
-            replan_on_oom=after_oom,
-            respec=after_spec,
+            replan_on_oom=served.after_oom,
+            respec=served.after_spec,
             hang_bounds=bounds_for(prepared.settings.hang_s),
             in_flight=gate.in_flight,
         )
@@ -296,6 +272,47 @@ async def router_run(
         server.close()
         for client in clients:
             await client.aclose()
+
+
+@dataclass
+class _RouterSet:
+    """The set a router serves, and its re-plans: each writes the router's preset file again
+    and updates the proxy's mappings in place (it admits by the new bytes from then on, and
+    says the new context)."""
+
+    paths: Paths
+    settings: config.Settings
+    planned: SetPlan
+    """The set as last planned."""
+    ini_path: Path
+    placements: dict[str, Placement]
+    """The proxy's own mapping of each model's device and bytes."""
+    shapes: dict[str, Shapes]
+    """The proxy's own mapping of each model's API shaping."""
+
+    async def after_oom(self, alias: str) -> tuple[PlannedModel, ...]:
+        smaller = await asyncio.to_thread(
+            smaller_context_set, self.paths, self.planned, alias, self.settings
+        )
+        return self._serve(smaller)
+
+    async def after_spec(self, alias: str, decision: Decision) -> tuple[PlannedModel, ...]:
+        planned = self.planned
+        changed = await asyncio.to_thread(
+            respecced_set, self.paths, planned, alias, self.settings, decision
+        )
+        if decision.action == "off":
+            launch = planned.launches[planned.aliases.index(alias)]
+            label = running_label(launch.server)
+            await asyncio.to_thread(keep_guard_off, self.paths, launch, label, decision.reason)
+        return self._serve(changed)
+
+    def _serve(self, planned: SetPlan) -> tuple[PlannedModel, ...]:
+        write_text_atomic(self.ini_path, router_ini(planned, self.settings.models_idle_s))
+        self.placements.update(placements_of(planned)[0])
+        self.shapes.update(shapes_of(planned))
+        self.planned = planned
+        return planned_models(planned)
 
 
 async def _serve_router(paths: Paths, prepared: PreparedSet, emit: Emit) -> int:

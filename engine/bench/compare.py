@@ -31,6 +31,7 @@ from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.command import cli_argv
 from lucebox.engine.core.errors import GuardRefusal, RunError, UsageError
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import kinds
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.pipeline import ServeOptions, prepare
@@ -85,7 +86,8 @@ AXES: Mapping[str, Mapping[str, ServeConfig]] = {
         "off": ServeConfig("spec=off", serve_args=("--spec", "off")),
     },
     "engine": {
-        kind: ServeConfig(f"engine={kind}", engine=kind) for kind in ("lucebox", "llama-server")
+        kind: ServeConfig(f"engine={kind}", engine=kind)
+        for kind in (kinds.LUCEBOX.name, kinds.LLAMA_SERVER.name)
     },
     "vision": {
         "on": ServeConfig("vision=on", serve_args=("--vision", "on")),

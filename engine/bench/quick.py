@@ -13,6 +13,7 @@ from typing import Any
 
 from lucebox.engine.bench.compare import ServeConfig, Served
 from lucebox.engine.bench.measure import CallSample, streamed_call
+from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.engineverdict import EngineMeasurement, verdict
 from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate
@@ -137,9 +138,9 @@ def engines_verdict(
     None unless both engines were compared."""
     both = EngineMeasurement("bench")
     for config, samples in results:
-        if config.engine in ("llama-server", "lucebox"):
+        if config.engine in kinds.KINDS:
             both = both.with_trial(config.engine, probes_trial(config.name, samples, max_tokens))
-    if both.trial("llama-server") is None or both.trial("lucebox") is None:
+    if any(both.trial(kind) is None for kind in kinds.KINDS):
         return None
     kind, why, _ = verdict(both, ())
     return kind, why

@@ -132,6 +132,36 @@ class EngineKind(Protocol):
         """The installed build of this kind a launch would use, and why."""
         ...
 
+    @property
+    def honours_response_format(self) -> bool:
+        """Whether it constrains a reply to a JSON schema or object (``response_format``);
+        where it does not, the front refuses such a request rather than answer free text."""
+        ...
+
+    @property
+    def replays_reasoning(self) -> bool:
+        """Whether it takes back a Responses reasoning item that carries its text (none is
+        taken where it does not: the item is dropped)."""
+        ...
+
+    @property
+    def streams_cap_as_stop(self) -> bool:
+        """Whether its chat stream says ``stop`` for a reply cut at the request's
+        ``max_tokens`` (the front holds the closing chunk and says ``length`` there)."""
+        ...
+
+    @property
+    def calibrates_speculation(self) -> bool:
+        """Whether the speculation calibration measures its modes and guards what serves
+        (the calibration's trials run on this kind)."""
+        ...
+
+    @property
+    def serves_kv_modes(self) -> bool:
+        """Whether it has long-context modes (an exact cache or a KVFlash pool at each KV
+        type) for the mode calibration to measure."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerKind:
@@ -208,6 +238,12 @@ class LlamaServerKind:
         self, paths: Paths, probe: GpuProbe, wanted_id: str = "", cpu: CpuInfo | None = None
     ) -> EngineSelection:
         return registry.select_engine(paths, probe, wanted_id, cpu)
+
+    honours_response_format: bool = True
+    replays_reasoning: bool = True
+    streams_cap_as_stop: bool = False
+    calibrates_speculation: bool = True
+    serves_kv_modes: bool = False
 
 
 @dataclass(frozen=True)
@@ -307,6 +343,12 @@ class LuceboxKind:
         if selection.engine is None:
             return EngineSelection(None, f"not built yet: run `{self.build_command}`")
         return selection
+
+    honours_response_format: bool = False
+    replays_reasoning: bool = False
+    streams_cap_as_stop: bool = True
+    calibrates_speculation: bool = False
+    serves_kv_modes: bool = True
 
 
 LLAMA_SERVER = LlamaServerKind()

@@ -8,4 +8,6 @@
   (`lucebox worker`, an RPC peer), ``announce`` (found on the LAN over mDNS).
 - ``kinds/``: how a running engine of each kind is read; ``front/``: lucebox's front door;
   ``calibrate/``: measuring on the card once idle; ``servedset/``: a served set's run.
+- ``runsetup``: what a server run is built from (what it serves, how it watches its
+  speculation, what it measures).
 """

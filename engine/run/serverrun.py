@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -18,24 +18,22 @@ import httpx
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.memory.cpuread import cpu_cores
 from lucebox.engine.plan.speculation.measurements import PrefillRecorder
-from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
+from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run import specwatch
-from lucebox.engine.run.calibrate.calibrator import Calibrator, running_label
-from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
-from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator
+from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.front.apishape import Shapes
 from lucebox.engine.run.front.front import Front, FrontSetup, start_front
 from lucebox.engine.run.front.frontguard import FrontPolicy, machine_names
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import (
-    DEFAULT_BOUNDS,
     HangBounds,
     Watch,
     chosen_look,
@@ -46,6 +44,7 @@ from lucebox.engine.run.kinds.enginelog import EngineLog
 from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.kinds.metrics import Sampler, with_last_rates
 from lucebox.engine.run.lastserved import served_now, write_last_served
+from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
 from lucebox.engine.run.runstate import (
     RunStateName,
     Status,
@@ -120,46 +119,21 @@ class ServerRun:
         self,
         paths: Paths,
         supervisor: Supervisor,
-        *,
-        model: str,
-        gpu_index: int,
-        spec_reason: str | None = None,
-        webui_url: str | None = None,
-        spec_guard: SpecGuard | None = None,
-        spec_asked: bool = False,
-        on_spec_decision: Callable[[Decision, ServerLaunch], ServerLaunch | None] | None = None,
-        api_key: str | None = None,
-        peers: tuple[PeerStatus, ...] = (),
-        calibrator: Calibrator | None = None,
-        engine_calibrator: EngineCalibrator | None = None,
-        kv_calibrator: KvModeCalibrator | None = None,
-        thinking_default: bool | None = None,
-        hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
-        engine: EngineStatus | None = None,
+        facts: RunFacts,
+        speculation: SpecSetup | None = None,
+        calibrations: Calibrations | None = None,
     ) -> None:
-
-        self.spec_watch = specwatch.SpecWatch(spec_guard, spec_asked)
-        """The speculation guard (``spec_guard``, None when nothing speculates) and what it
-        decided; ``spec_asked``: the user chose the mode, a decision only warns."""
-        self.on_spec_decision = on_spec_decision
-        self.api_key = api_key
-        """The key the engine was started with (read once from its key file), for the run's
-        own requests: samples and slot saves."""
-        self.calibrator = calibrator
-        """Measures speculation on this card once idle; None when nothing can speculate."""
-        self.engine_calibrator = engine_calibrator
-        """Measures both engines once idle where both can serve; None elsewhere."""
-        self.kv_calibrator = kv_calibrator
-        """Measures a long-context Lucebox launch's modes once idle; None elsewhere."""
-        self.planned_engine = engine
-        """The engine kind the launch was planned on and what chose it; None: not said."""
-        self.thinking_default = thinking_default
-        """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
-        the front asks both engines the same way."""
+        speculation = speculation or SpecSetup()
         self.paths = paths
         self.supervisor = supervisor
-        self.gpu_index = gpu_index
-        self.spec_reason = spec_reason
+        self.facts = facts
+        self.calibrations = calibrations or Calibrations()
+        self.spec_watch = specwatch.SpecWatch(speculation.guard, speculation.asked)
+        """The speculation guard and what it decided."""
+        self.on_spec_decision = speculation.on_decision
+        self.spec_reason = speculation.reason
+        """Why the serving speculation runs: the plan's reason, then the calibration's or the
+        guard's."""
         self.url = engine_url(supervisor.launch)
         """The engine itself (its private port behind the front): samples, slots, probes."""
         self.public_url = url_of(supervisor.launch)
@@ -172,13 +146,13 @@ class ServerRun:
                 "starting",
                 pid=os.getpid(),
                 url=self.public_url,
-                model=model,
+                model=facts.model,
                 started_at=time.time(),
                 ctx=supervisor.launch.plan.ctx,
                 log=str(engine_log(paths)),
-                spec=planned_spec(supervisor.launch.spec_type, spec_reason),
-                webui_url=webui_url,
-                peers=peers,
+                spec=planned_spec(supervisor.launch.spec_type, speculation.reason),
+                webui_url=facts.webui_url,
+                peers=facts.peers,
                 vision=supervisor.launch.mmproj_path,
             )
         )
@@ -192,11 +166,14 @@ class ServerRun:
         """Whether the engine said ready and has not stopped since (its slot can be saved)."""
         self._clients_held = False
         """Client requests wait in the front (the engine runs what they must not be served by)."""
-        self.hang_bounds = hang_bounds
-        """How long a running request may go without progress, by phase (``server.hang_s``);
-        None: never judged hung."""
         supervisor.on_line = self._feed_line
         supervisor.before_stop = self._engine_stopping
+
+    @property
+    def api_key(self) -> str | None:
+        """The key the engine was started with, for the run's own requests (samples, slot
+        saves, the calibrations' probes)."""
+        return self.facts.api_key
 
     @property
     def status(self) -> Status:
@@ -236,9 +213,10 @@ class ServerRun:
 
     def _spec_view(self, sampled: SpecStatus | None) -> SpecStatus | None:
         spec = self.spec_watch.view(sampled)
-        if self.calibrator is None:
+        calibrator = self.calibrations.speculation
+        if calibrator is None:
             return spec
-        return self.calibrator.spec_view(running_label(self.supervisor.launch), spec)
+        return calibrator.spec_view(running_label(self.supervisor.launch), spec)
 
     def _watch_speculation(
         self, sample: Sample, requests: Sequence[ServedRequest], engine_pid: int
@@ -246,14 +224,14 @@ class ServerRun:
         """Feed the guard and the calibration's watch of the served mix with the requests
         that finished since the last sample (of engine ``engine_pid``); apply the guard's
         decision once no request is running (one restart)."""
-        measuring = (self.calibrator, self.engine_calibrator, self.kv_calibrator)
-        if any(c is not None and c.active for c in measuring):
+        calibrations = self.calibrations
+        if calibrations.measuring:
             return  # the probes' requests are the calibration's own
-        if self.engine_calibrator is not None:
-            self.engine_calibrator.observe(requests)
-        if self.calibrator is not None and self.supervisor.launch.kind == "llama-server":
-            self.calibrator.observe(requests)  # its trials are llama-server's
+        if calibrations.engine is not None:
+            calibrations.engine.observe(requests)
         current = self.supervisor.launch
+        if calibrations.speculation is not None and kinds.kind(current.kind).calibrates_speculation:
+            calibrations.speculation.observe(requests)  # its trials ran on this kind
         decide = self.on_spec_decision
         self.spec_watch, decision = specwatch.step(
             self.spec_watch,
@@ -372,11 +350,11 @@ class ServerRun:
     def engine_status(self) -> EngineStatus | None:
         """The engine kind serving now and what chose it: a trial while the engine calibration
         runs it, the verdict once it is the measured one, else what the plan said."""
-        planned = self.planned_engine
+        planned = self.facts.planned_engine
         if planned is None:
             return None
         kind = self.supervisor.launch.kind
-        calibration = self.engine_calibrator
+        calibration = self.calibrations.engine
         if calibration is not None and calibration.active and calibration.kind == kind:
             return EngineStatus(kind, "trial", "measured against the other engine now")
         verdict = calibration.measurement if calibration is not None else None
@@ -390,12 +368,13 @@ class ServerRun:
         self._run.status = replace(self._run.status, engine=self.engine_status())
         if self.front is not None:
             self._run.status = replace(self._run.status, queue=self.front.queue_status())
-        if self.kv_calibrator is not None:
-            # The modes are the Lucebox engine's: none while the engine calibration serves
-            # the launch on llama-server.
-            lucebox = self.supervisor.launch.kind == "lucebox"
-            modes = self.kv_calibrator.status() if lucebox else None
-            self._run.status = replace(self._run.status, kv_modes=modes)
+        modes = self.calibrations.kv_modes
+        if modes is not None:
+            # None while the engine calibration serves the launch on a kind without them.
+            has_modes = kinds.kind(self.supervisor.launch.kind).serves_kv_modes
+            self._run.status = replace(
+                self._run.status, kv_modes=modes.status() if has_modes else None
+            )
         write_status(self.paths, self._run.status)
 
     async def events(self) -> AsyncIterator[RunItem]:
@@ -421,11 +400,7 @@ class ServerRun:
                 await queue.put(None)
 
         supervising = asyncio.create_task(follow_supervisor())
-        calibrating = [
-            asyncio.create_task(c.run(self))
-            for c in (self.calibrator, self.engine_calibrator, self.kv_calibrator)
-            if c is not None
-        ]
+        calibrating = [asyncio.create_task(c.run(self)) for c in self.calibrations.present()]
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, ServerEvent):
@@ -469,7 +444,7 @@ class ServerRun:
             self._front_spec(),
             lambda: engine_url(self.supervisor.launch),
             status=lambda: self._run.status,
-            shape=Shapes(launch.kind, launch.alias, launch.plan.ctx, self.thinking_default),
+            shape=Shapes(launch.kind, launch.alias, launch.plan.ctx, self.facts.thinking_default),
         )
         try:
             server = await start_front(front, launch.host, launch.port)
@@ -562,12 +537,14 @@ class ServerRun:
         facts = self._run.logs.setdefault(engine_pid, self._engine_log())
         on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
         prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
-        options: dict[str, Any] = dict(nvml=nvml, gpu_index=self.gpu_index, api_key=self.api_key)
+        options: dict[str, Any] = dict(
+            nvml=nvml, gpu_index=self.facts.gpu_index, api_key=self.api_key
+        )
         options.update(gpu_indices=spec.gpus)
         options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
         sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler
-        bounds = self.hang_bounds
+        bounds = self.facts.hang_bounds
         if bounds is not None:
             bounds = replace(bounds, silent_factor=sampler.silent_factor)
         watching = asyncio.create_task(self._watch_hang(sampler, bounds)) if bounds else None

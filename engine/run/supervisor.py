@@ -4,8 +4,8 @@ The engine runs in its own process group with a parent-death signal, so it canno
 lucebox; its output goes to a rotating log file and an in-memory ring for the UI. Events are
 an async iterator that the CLI and the TUI both consume.
 
-``events`` is one state machine (start, loading, ready, exit, backoff, give up) and reads best
-whole.
+``events`` is one state machine (start, loading, ready, exit, backoff, give up): one engine's
+life is ``_one_engine``, what follows its death ``_after_death``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gav
 LOG_ROTATE_BYTES = 16 * 1024 * 1024
 LOG_KEEP = 3
 RING_LINES = 2000
+_FINAL: frozenset[EventKind] = frozenset({"gave-up", "stopped"})
+"""The events after which :meth:`Supervisor.events` ends."""
 STOP_TIMEOUT_S = 15.0
 HEALTH_INTERVAL_S = 0.05
 """While loading, the engine answers /health with 503 in well under a millisecond: asking
@@ -229,183 +231,186 @@ class Supervisor:
         """Start the engine and keep it up until ``stop`` or a crash loop; yield what happens."""
         try:
             while not self._stopping.is_set():
-                host, port = engine_address(self.launch)
-                holder = port_holder(host, port)
-                if holder is not None:
-                    free = next_free_port(host, port)
-                    taken = port_taken(port, holder, free)
-                    yield self._noted(
-                        ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
-                    )
+                last: ServerEvent | None = None
+                async for last in self._one_engine():
+                    yield last
+                if last is None or last.kind in _FINAL:
                     return
-                argv = server_argv(self.launch)
-                self.log.write(f"# lucebox: starting {' '.join(argv)}")
-                launched = self._stamp_files()
-                lines_before = self.lines_total
-                self._oom_kills_at_start = oom_kills()
-                try:
-                    process = await asyncio.create_subprocess_exec(
-                        *argv,
-                        env=engine_environ(self.launch, os.environ),
-                        stdout=asyncio.subprocess.PIPE,
-                        stderr=asyncio.subprocess.STDOUT,
-                        start_new_session=True,
-                        preexec_fn=die_with_parent,
-                    )
-                except OSError as exc:  # the binary is gone or cannot run: no retry helps
-                    missing = engine_missing(
-                        argv[0],
-                        exc.strerror or str(exc),
-                        kinds.kind(self.launch.kind).build_command,
-                    )
-                    yield self._noted(
-                        ServerEvent(
-                            "gave-up", missing.sentence, cause=missing, restarts=self.restarts
-                        )
-                    )
-                    return
-                self.process = process
-                assert process.stdout is not None
-                pump = asyncio.create_task(self._pump(process.pid, process.stdout))
-                yield ServerEvent(
-                    "starting",
-                    f"engine started (pid {process.pid}, ctx {self.launch.plan.ctx})",
-                    process.pid,
-                    restarts=self.restarts,
-                    ctx=self.launch.plan.ctx,
-                )
-                yield ServerEvent(
-                    "loading", "loading the model", process.pid, restarts=self.restarts
-                )
-                unready = await self._wait_ready(process)
-                if unready is None:
-                    yield ServerEvent(
-                        "ready",
-                        f"serving at {url_of(self.launch)}",
-                        process.pid,
-                        restarts=self.restarts,
-                    )
-                    stop_wait = asyncio.create_task(self._stopping.wait())
-                    restart_wait = asyncio.create_task(self._restart_asked.wait())
-                    hang_wait = asyncio.create_task(self._hang_seen.wait())
-                    exit_wait = asyncio.create_task(process.wait())
-                    await asyncio.wait(
-                        {stop_wait, restart_wait, hang_wait, exit_wait},
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-                    stop_wait.cancel()
-                    restart_wait.cancel()
-                    hang_wait.cancel()
-                    if self._hang_seen.is_set() and not self._stopping.is_set():
-                        # A stopped engine ignores SIGTERM, and a hung one has no slot to save.
-                        with contextlib.suppress(ProcessLookupError):
-                            os.killpg(process.pid, signal.SIGKILL)
-                        await process.wait()
-                    if self._restart_asked.is_set() and not self._stopping.is_set():
-                        self._restart_asked.clear()
-                        await self._terminate(process)
-                        await pump
-                        asked, self._restart_spec = self._restart_spec, None
-                        yield self._relaunch(
-                            asked or self.launch,
-                            "restarting as asked",
-                            process.pid,
-                            None,
-                            planned=True,
-                        )
-                        continue
-                if self._stopping.is_set():
-                    await self._terminate(process)
-                    await pump
-                    yield ServerEvent(
-                        "stopped", "engine stopped", process.pid, restarts=self.restarts
-                    )
-                    return
-                stopped_why = None
-                if process.returncode is None:  # never became ready in time
-                    stopped_why = unready
-                    await self._terminate(process)
-                await pump
-                returncode = process.returncode
-                assert returncode is not None
-                hung_why, self._hung_why = self._hung_why, None
-                self._hang_seen.clear()
-                death = self._name_death(returncode, lines_before, launched, stopped_why, hung_why)
-                exited = ServerEvent(
-                    "exited",
-                    f"engine exited ({returncode}): {death.sentence}",
-                    process.pid,
-                    death,
-                    self.restarts,
-                )
-                if self.fallback is not None:
-                    back, self.fallback = self.fallback, None
-                    yield self._noted(exited)
-                    message = "back to the planned launch: the one tried died"
-                    yield self._relaunch(back, message, process.pid, death, planned=True)
-                    continue
-                self._count_crash()
-                yield self._noted(exited)
-                rebuild_to = self._rebuild_target() if death.code == "illegal-instruction" else None
-                if rebuild_to is not None:
-                    yield self._noted(
-                        ServerEvent(
-                            "restarting",
-                            f"rebuilding the same engine version for {rebuild_to}, once: the "
-                            f"{self.cpu_target} build died of an illegal instruction "
-                            "(a few minutes)",
-                            process.pid,
-                            death,
-                            self.restarts,
-                        )
-                    )
-                    rebuilt = await self._rebuild(rebuild_to)
-                    if isinstance(rebuilt, ServerLaunch):
-                        self._rebuilt_from, self.cpu_target = self.cpu_target, rebuild_to
-                        message = f"rebuilt for {rebuild_to}: starting it"
-                        yield self._relaunch(rebuilt, message, process.pid, death)
-                        continue
-                    if self._stopping.is_set():
-                        yield ServerEvent(
-                            "stopped", "engine stopped", process.pid, restarts=self.restarts
-                        )
-                        return
-                    death = dataclasses.replace(
-                        death,
-                        next_step=f"the rebuild for {rebuild_to} failed ({rebuilt}): {REPORT_STEP}",
-                    )
-                next_spec = self._after_crash(death)
-                if next_spec is None:
-                    done = self.after_give_up(death) if self.after_give_up else None
-                    yield self._noted(
-                        ServerEvent(
-                            "gave-up",
-                            f"gave up after {_crashes(len(self._crash_times))} in "
-                            f"{self.policy.window_s:.0f} s: {death.code}: {death.sentence}"
-                            + (f"; {done}" if done else ""),
-                            process.pid,
-                            death,
-                            self.restarts,
-                        )
-                    )
-                    return
-                backoff = min(
-                    self.policy.max_backoff_s,
-                    self.policy.first_backoff_s * 2 ** (len(self._crash_times) - 1),
-                )
-                if next_spec is not self.launch:
-                    message = (
-                        f"out of memory: retrying once at a smaller context "
-                        f"({next_spec.plan.ctx} tokens)"
-                    )
-                else:
-                    message = f"restarting in {backoff:.0f} s"
-                yield self._relaunch(next_spec, message, process.pid, death)
-                await event_within(self._stopping, backoff)
         finally:
             if self.process is not None and self.process.returncode is None:
                 await self._terminate(self.process)
             self.log.close()
+
+    async def _one_engine(self) -> AsyncIterator[ServerEvent]:
+        """One engine process from its start to its end, then what follows it: a restart
+        (the last event says ``restarting``), or the end of the run (``gave-up``, ``stopped``)."""
+        refused = self._address_taken()
+        if refused is not None:
+            yield refused
+            return
+        argv = server_argv(self.launch)
+        self.log.write(f"# lucebox: starting {' '.join(argv)}")
+        launched = self._stamp_files()
+        lines_before = self.lines_total
+        self._oom_kills_at_start = oom_kills()
+        process = await self._spawn(argv)
+        if isinstance(process, ServerEvent):
+            yield process
+            return
+        self.process = process
+        assert process.stdout is not None
+        pump = asyncio.create_task(self._pump(process.pid, process.stdout))
+        ctx = self.launch.plan.ctx
+        started = f"engine started (pid {process.pid}, ctx {ctx})"
+        yield ServerEvent("starting", started, process.pid, restarts=self.restarts, ctx=ctx)
+        yield ServerEvent("loading", "loading the model", process.pid, restarts=self.restarts)
+        unready = await self._wait_ready(process)
+        if unready is None:
+            serving = f"serving at {url_of(self.launch)}"
+            yield ServerEvent("ready", serving, process.pid, restarts=self.restarts)
+            if await self._serve(process):
+                await self._terminate(process)
+                await pump
+                asked, self._restart_spec = self._restart_spec, None
+                message = "restarting as asked"
+                yield self._relaunch(asked or self.launch, message, process.pid, None, planned=True)
+                return
+        if self._stopping.is_set():
+            await self._terminate(process)
+            await pump
+            yield ServerEvent("stopped", "engine stopped", process.pid, restarts=self.restarts)
+            return
+        if process.returncode is None:  # never became ready in time
+            await self._terminate(process)
+        else:
+            unready = None
+        await pump
+        assert process.returncode is not None
+        hung_why, self._hung_why = self._hung_why, None
+        self._hang_seen.clear()
+        death = self._name_death(process.returncode, lines_before, launched, unready, hung_why)
+        async for event in self._after_death(death, process.pid):
+            yield event
+
+    def _address_taken(self) -> ServerEvent | None:
+        """The give-up when another program holds the engine's address; None when it is free."""
+        host, port = engine_address(self.launch)
+        holder = port_holder(host, port)
+        if holder is None:
+            return None
+        taken = port_taken(port, holder, next_free_port(host, port))
+        return self._noted(
+            ServerEvent("gave-up", taken.sentence, cause=taken, restarts=self.restarts)
+        )
+
+    async def _spawn(self, argv: list[str]) -> asyncio.subprocess.Process | ServerEvent:
+        """The engine's process, in its own session, dying with lucebox; the give-up when the
+        binary is gone or cannot run (no retry helps)."""
+        try:
+            return await asyncio.create_subprocess_exec(
+                *argv,
+                env=engine_environ(self.launch, os.environ),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+        except OSError as exc:
+            build_command = kinds.kind(self.launch.kind).build_command
+            missing = engine_missing(argv[0], exc.strerror or str(exc), build_command)
+            return self._noted(
+                ServerEvent("gave-up", missing.sentence, cause=missing, restarts=self.restarts)
+            )
+
+    async def _serve(self, process: asyncio.subprocess.Process) -> bool:
+        """While the ready engine serves: until a stop, a restart, a hang or its exit. A hung
+        engine is killed here; returns whether a restart was asked (and no stop)."""
+        stop_wait = asyncio.create_task(self._stopping.wait())
+        restart_wait = asyncio.create_task(self._restart_asked.wait())
+        hang_wait = asyncio.create_task(self._hang_seen.wait())
+        exit_wait = asyncio.create_task(process.wait())
+        await asyncio.wait(
+            {stop_wait, restart_wait, hang_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED
+        )
+        stop_wait.cancel()
+        restart_wait.cancel()
+        hang_wait.cancel()
+        if self._hang_seen.is_set() and not self._stopping.is_set():
+            # A stopped engine ignores SIGTERM, and a hung one has no slot to save.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        if self._restart_asked.is_set() and not self._stopping.is_set():
+            self._restart_asked.clear()
+            return True
+        return False
+
+    async def _after_death(self, death: EngineDeath, pid: int) -> AsyncIterator[ServerEvent]:
+        """What follows an engine's death: back to the planned launch after a trial, a
+        rebuild for a lower CPU baseline, a restart after a backoff, or giving up."""
+        exited = ServerEvent(
+            "exited",
+            f"engine exited ({death.returncode}): {death.sentence}",
+            pid,
+            death,
+            self.restarts,
+        )
+        if self.fallback is not None:
+            back, self.fallback = self.fallback, None
+            yield self._noted(exited)
+            message = "back to the planned launch: the one tried died"
+            yield self._relaunch(back, message, pid, death, planned=True)
+            return
+        self._count_crash()
+        yield self._noted(exited)
+        rebuild_to = self._rebuild_target() if death.code == "illegal-instruction" else None
+        if rebuild_to is not None:
+            yield self._noted(
+                ServerEvent(
+                    "restarting",
+                    f"rebuilding the same engine version for {rebuild_to}, once: the "
+                    f"{self.cpu_target} build died of an illegal instruction (a few minutes)",
+                    pid,
+                    death,
+                    self.restarts,
+                )
+            )
+            rebuilt = await self._rebuild(rebuild_to)
+            if isinstance(rebuilt, ServerLaunch):
+                self._rebuilt_from, self.cpu_target = self.cpu_target, rebuild_to
+                yield self._relaunch(rebuilt, f"rebuilt for {rebuild_to}: starting it", pid, death)
+                return
+            if self._stopping.is_set():
+                yield ServerEvent("stopped", "engine stopped", pid, restarts=self.restarts)
+                return
+            step = f"the rebuild for {rebuild_to} failed ({rebuilt}): {REPORT_STEP}"
+            death = dataclasses.replace(death, next_step=step)
+        async for event in self._restart_or_give_up(death, pid):
+            yield event
+
+    async def _restart_or_give_up(self, death: EngineDeath, pid: int) -> AsyncIterator[ServerEvent]:
+        """The same launch again after a backoff (a smaller context after running out of
+        memory), or the give-up once crashes loop or no retry helps."""
+        next_spec = self._after_crash(death)
+        if next_spec is None:
+            done = self.after_give_up(death) if self.after_give_up else None
+            crashes = _crashes(len(self._crash_times))
+            message = f"gave up after {crashes} in {self.policy.window_s:.0f} s: "
+            message += f"{death.code}: {death.sentence}" + (f"; {done}" if done else "")
+            yield self._noted(ServerEvent("gave-up", message, pid, death, self.restarts))
+            return
+        backoff = min(
+            self.policy.max_backoff_s,
+            self.policy.first_backoff_s * 2 ** (len(self._crash_times) - 1),
+        )
+        if next_spec is not self.launch:
+            message = (
+                f"out of memory: retrying once at a smaller context ({next_spec.plan.ctx} tokens)"
+            )
+        else:
+            message = f"restarting in {backoff:.0f} s"
+        yield self._relaunch(next_spec, message, pid, death)
+        await event_within(self._stopping, backoff)
 
     def _relaunch(
         self,

@@ -105,7 +105,7 @@ async def test_serve_on_auto_measures_both_engines_and_serves_the_faster(
     assert prepared.launch.engine_kind == "lucebox"  # the rule: a Lucebox draft
     assert prepared.launch.engine_choice is not None and prepared.launch.engine_choice.both
     run = runstart.server_run(paths, prepared, runstart.new_supervisor(paths, prepared))
-    calibration = run.engine_calibrator
+    calibration = run.calibrations.engine
     assert calibration is not None, "both engines are installed: the calibration must run"
 
     def said() -> str:

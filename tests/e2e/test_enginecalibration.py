@@ -28,7 +28,9 @@ from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, EngineSetup
+from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.kinds.luceboxrun import parse_reply, reply_from_usage
+from lucebox.engine.run.runsetup import Calibrations, RunFacts
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
@@ -114,10 +116,15 @@ async def test_the_faster_engine_for_the_served_mix_serves_and_flips_back_when_i
         chosen = kind or (found.chosen if found and found.chosen else "llama-server")
         return planned[chosen], f"served by {chosen}"
 
-    setup = EngineSetup(KEY, None, 0.5, 8, plan_engine, lambda launch: None)
+    setup = EngineSetup(KEY, None, ProbePace(0.5, 8), plan_engine, lambda launch: None)
     calibration = EngineCalibrator(paths, setup)
     supervisor = Supervisor(planned["llama-server"], tmp_path / "engine.log", ready_timeout_s=120)
-    run = ServerRun(paths, supervisor, model="smol", gpu_index=0, engine_calibrator=calibration)
+    run = ServerRun(
+        paths,
+        supervisor,
+        RunFacts(model="smol", gpu_index=0),
+        calibrations=Calibrations(engine=calibration),
+    )
 
     def serving() -> KindName:
         return run.supervisor.launch.kind

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.plan.speculation.measurements import (
     OFF,
@@ -37,9 +36,9 @@ from lucebox.engine.plan.speculation.workload import MIX_REQUESTS, ServedRequest
 from lucebox.engine.run.calibrate import calibration
 from lucebox.engine.run.calibrate.calibration import Trial
 from lucebox.engine.run.calibrate.probing import (
-    PROBE_TIMEOUT_S,
     WARM_UP,
     MeasuredRun,
+    ProbePace,
     ProbeSender,
     ask,
     restart_into,
@@ -61,8 +60,7 @@ class CalibrationSetup:
     trials: tuple[Trial, ...]
     forced: bool
     """The user chose the mode: it is measured against none, and kept."""
-    idle_s: float
-    probe_max_tokens: int | None
+    pace: ProbePace
     on_gpu: bool
     plan_trial: Callable[[Trial], ServerLaunch | None]
     plan_final: Callable[[], tuple[ServerLaunch, str] | None]
@@ -78,11 +76,11 @@ def running_label(server: ServerLaunch) -> str:
     return config_label(server.spec_type, server.draft_max, server.draft_p_min)
 
 
-class Calibrator(ProbeSender):
+class Calibrator(ProbeSender[Trial]):
     """One launch's calibration; ``run`` drives it inside a :class:`MeasuredRun`."""
 
     def __init__(self, paths: Paths, setup: CalibrationSetup) -> None:
-        super().__init__(setup.idle_s, setup.probe_max_tokens)
+        super().__init__(setup.pace)
         self.paths = paths
         self.setup = setup
         self.measurement = read_measurement(paths, setup.key) or Measurement(setup.key)
@@ -108,11 +106,6 @@ class Calibrator(ProbeSender):
             shortened=shortened,
             baseline=self.measurement.baseline_curve(),
         )
-
-    @property
-    def active(self) -> bool:
-        """Measuring now: the speculation guard holds its judgement meanwhile."""
-        return self.state == "running"
 
     def spec_view(self, label: str, sampled: SpecStatus | None) -> SpecStatus | None:
         """Speculation as status shows it: the sampler's view with the measured rate, or
@@ -171,22 +164,23 @@ class Calibrator(ProbeSender):
         self.served, self.state = (), "waiting"
         self._due.set()
 
+    def _todo(self, server: MeasuredRun) -> Sequence[Trial]:
+        running = running_label(server.supervisor.launch)
+        return calibration.missing(self.setup.trials, self.measurement, running)
+
+    async def _measure_one(
+        self, client: httpx.AsyncClient, server: MeasuredRun, trial: Trial
+    ) -> bool:
+        self.trial = trial
+        running = running_label(server.supervisor.launch)
+        rate = await self._measure(client, server, trial, running)
+        if rate is None:
+            return trial not in self.setup.trials  # dropped: it could not start
+        self._keep(self.measurement.with_trial(rate))
+        return True
+
     async def _calibrate(self, server: MeasuredRun) -> None:
-        headers = auth_headers(server.api_key)
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as client:
-            while True:
-                await self._wait_idle(client, server)
-                running = running_label(server.supervisor.launch)
-                todo = calibration.missing(self.setup.trials, self.measurement, running)
-                if not todo:
-                    break
-                self.state, self.trial = "running", todo[0]
-                rate = await self._measure(client, server, todo[0], running)
-                if rate is None and todo[0] in self.setup.trials:  # not dropped: a client came
-                    self.state, self._last_client_s = "paused", time.monotonic()
-                if rate is None:
-                    continue
-                self._keep(self.measurement.with_trial(rate))
+        await self._measure_all(server)
         self.trial = None
         if not self.setup.forced:
             chosen, why = calibration.verdict(self.measurement, self.setup.labels)
@@ -258,8 +252,7 @@ def setup_for(
         key,
         calibration.trials_for(candidates, forced=forced),
         forced,
-        settings.calibrate_idle_s,
-        settings.probe_max_tokens or None,
+        ProbePace(settings.calibrate_idle_s, settings.probe_max_tokens or None),
         launch.budget.is_gpu,
         plan_trial,
         plan_final,

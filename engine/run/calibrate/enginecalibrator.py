@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.engineverdict import EngineCost, EngineMeasurement
@@ -35,6 +35,7 @@ from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.calibrate.probing import (
     WARM_UP,
     MeasuredRun,
+    ProbePace,
     ProbeSender,
     ask,
     restart_into,
@@ -52,22 +53,20 @@ class EngineSetup:
     key: str
     forced: KindName | None
     """The engine the user forced (``--engine``): measured against the other, and kept."""
-    idle_s: float
-    probe_max_tokens: int | None
+    pace: ProbePace
+    """When it may probe: the speculation calibration goes first."""
     plan_engine: Callable[[KindName | None], tuple[ServerLaunch, str] | None]
     """The launch on that engine and its speculation reason, through the planner (None: the
     planner's own choice, which reads the verdict from the store); None when it cannot start."""
     guard_for: Callable[[ServerLaunch], SpecGuard | None]
     """The speculation guard of a launch the verdict serves."""
-    before: Callable[[], bool] = lambda: True
-    """Whether the engine calibration may start: the speculation calibration goes first."""
 
 
-class EngineCalibrator(ProbeSender):
+class EngineCalibrator(ProbeSender[KindName]):
     """One launch's engine calibration; ``run`` drives it inside a :class:`MeasuredRun`."""
 
     def __init__(self, paths: Paths, setup: EngineSetup) -> None:
-        super().__init__(setup.idle_s, setup.probe_max_tokens)
+        super().__init__(setup.pace)
         self.paths = paths
         self.setup = setup
         found = engineverdict.read_engines(paths, setup.key)
@@ -89,10 +88,6 @@ class EngineCalibrator(ProbeSender):
         todo = self.measurement.unmeasured()
         return not todo and (self.setup.forced is not None or self.measurement.chosen is not None)
 
-    @property
-    def active(self) -> bool:
-        return self.state == "running"
-
     what = "engine calibration"
 
     def _forced(self) -> bool:
@@ -104,7 +99,7 @@ class EngineCalibrator(ProbeSender):
         if self.setup.forced or not requests:
             return
         self.served = (*self.served, *requests)[-MIX_REQUESTS:]
-        base = self.measurement.trial("llama-server")
+        base = self._base()
         if self.state != "done" or self.measurement.chosen is None or base is None:
             return
         shapes = base.shapes()
@@ -118,27 +113,24 @@ class EngineCalibrator(ProbeSender):
         self.state = "waiting"
         self._due.set()
 
-    def _may_start(self) -> bool:
-        return self.setup.before()
+    def _todo(self, server: MeasuredRun) -> Sequence[KindName]:
+        running = server.supervisor.launch.kind
+        todo = [k for k in self.measurement.unmeasured() if k not in self._dropped]
+        return sorted(todo, key=lambda k: k != running)
+
+    async def _measure_one(
+        self, client: httpx.AsyncClient, server: MeasuredRun, kind: KindName
+    ) -> bool:
+        self.kind = kind
+        trial = await self._measure(client, server, kind)
+        if trial is None:
+            return kind in self._dropped  # dropped: it could not start
+        self._keep(self.measurement.with_trial(kind, trial))
+        return True
 
     async def _calibrate(self, server: MeasuredRun) -> None:
-        headers = auth_headers(server.api_key)
         serving = server.supervisor.launch.kind
-        async with httpx.AsyncClient(timeout=300.0, headers=headers) as client:
-            while True:
-                await self._wait_idle(client, server)
-                running = server.supervisor.launch.kind
-                todo = [k for k in self.measurement.unmeasured() if k not in self._dropped]
-                todo.sort(key=lambda k: k != running)
-                if not todo:
-                    break
-                self.state, self.kind = "running", todo[0]
-                trial = await self._measure(client, server, todo[0])
-                if trial is None and todo[0] not in self._dropped:
-                    self.state = "paused"
-                    self._last_client_s = time.monotonic()
-                if trial is not None:
-                    self._keep(self.measurement.with_trial(todo[0], trial))
+        await self._measure_all(server)
         self.kind = None
         weighed = self.served if len(self.served) >= MIN_MIX_REQUESTS else ()
         if not self._dropped:
@@ -160,8 +152,8 @@ class EngineCalibrator(ProbeSender):
         server.serve_measured(launch, reason, self.setup.guard_for(launch))
 
     def _base(self) -> TrialRate | None:
-        """The llama-server trial, whose probe shapes the served requests are matched to."""
-        return self.measurement.trial("llama-server")
+        """llama-server's trial, whose probe shapes the served requests are matched to."""
+        return self.measurement.trial(kinds.LLAMA_SERVER.name)
 
     def _keep(self, measurement: EngineMeasurement) -> None:
         self.measurement = measurement

@@ -13,13 +13,12 @@ again and serves it, and the measurement resumes from the next mode once idle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
 
-from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.plan.launch import server_argv
@@ -30,6 +29,7 @@ from lucebox.engine.run.calibrate.probes import PROBES, long_probe
 from lucebox.engine.run.calibrate.probing import (
     WARM_UP,
     MeasuredRun,
+    ProbePace,
     ProbeSender,
     ask,
     restart_into,
@@ -47,21 +47,19 @@ class KvSetup:
     """What one launch's long-context modes are and how each is planned (the one planner)."""
 
     modes: KvModesPlan
-    idle_s: float
-    probe_max_tokens: int | None
+    pace: ProbePace
+    """When it may probe: the speculation and engine calibrations go first."""
     plan_trial: Callable[[KvTrial], ServerLaunch | str]
     """The launch serving that mode at the served context, or why it cannot serve here."""
     plan_final: Callable[[], ServerLaunch | None]
     """The launch the plan serves, once the modes are measured."""
-    before: Callable[[], bool] = lambda: True
-    """Whether measuring may start: the speculation and engine calibrations go first."""
 
 
-class KvModeCalibrator(ProbeSender):
+class KvModeCalibrator(ProbeSender[KvTrial]):
     """One launch's long-context mode measurement; ``run`` drives it inside a MeasuredRun."""
 
     def __init__(self, paths: Paths, setup: KvSetup) -> None:
-        super().__init__(setup.idle_s, setup.probe_max_tokens)
+        super().__init__(setup.pace)
         self.paths = paths
         self.setup = setup
         self.measurement = kvmodes.read_modes(paths, setup.modes.key) or KvModes(setup.modes.key)
@@ -74,10 +72,6 @@ class KvModeCalibrator(ProbeSender):
     def complete(self) -> bool:
         return all(self.measurement.done(t.label) for t in self.setup.modes.trials)
 
-    @property
-    def active(self) -> bool:
-        return self.state == "running"
-
     def status(self) -> ModesStatus:
         """The modes measured so far, as status shows them."""
         trials = self.setup.modes.trials
@@ -88,13 +82,17 @@ class KvModeCalibrator(ProbeSender):
             tuple(t.label for t in trials if not self.measurement.done(t.label)),
         )
 
-    async def run(self, server: MeasuredRun) -> None:
-        if self.state == "done":
-            return
+    what = "long-context mode measurement"
+    client_timeout_s = 900.0
+    """The long probe's prompt takes longer than the others."""
+
+    def _forced(self) -> bool:
+        """Measured once: what serves is the plan's, whatever the modes measure."""
+        return True
+
+    async def _calibrate(self, server: MeasuredRun) -> None:
         try:
-            await self._calibrate(server)
-        except (OSError, LuceboxError) as exc:
-            server.supervisor.log.write(f"# lucebox: long-context mode measurement stopped: {exc}")
+            await self._measure_all(server)
         finally:
             # Whatever stopped it, the planned launch serves and clients go in.
             try:
@@ -103,28 +101,24 @@ class KvModeCalibrator(ProbeSender):
                 server.supervisor.log.write(f"# lucebox: back to the planned launch: {exc}")
             self.state, self.trial = "done", None
 
-    def _may_start(self) -> bool:
-        return self.setup.before()
+    def _todo(self, server: MeasuredRun) -> Sequence[KvTrial]:
+        todo = [t for t in self.setup.modes.trials if not self.measurement.done(t.label)]
+        running = kvmodes.served_label(*_kv_of(server.supervisor.launch))
+        return sorted(todo, key=lambda t: t.label != running)
 
-    async def _calibrate(self, server: MeasuredRun) -> None:
-        async with httpx.AsyncClient(timeout=900.0, headers=auth_headers(server.api_key)) as client:
-            while True:
-                await self._wait_idle(client, server)
-                todo = [t for t in self.setup.modes.trials if not self.measurement.done(t.label)]
-                running = kvmodes.served_label(*_kv_of(server.supervisor.launch))
-                todo.sort(key=lambda t: t.label != running)
-                if not todo:
-                    break
-                self.state, self.trial = "running", todo[0]
-                rate = await self._measure(client, server, todo[0])
-                if isinstance(rate, str):
-                    self._keep(self.measurement.with_refused(todo[0].label, rate))
-                elif rate is not None:
-                    self._keep(self.measurement.with_rate(rate))
-                else:  # a client came: the planned launch serves it
-                    self._serve_planned(server)
-                    self.state = "paused"
-                    self._last_client_s = time.monotonic()
+    async def _measure_one(
+        self, client: httpx.AsyncClient, server: MeasuredRun, trial: KvTrial
+    ) -> bool:
+        self.trial = trial
+        rate = await self._measure(client, server, trial)
+        if isinstance(rate, str):
+            self._keep(self.measurement.with_refused(trial.label, rate))
+        elif rate is not None:
+            self._keep(self.measurement.with_rate(rate))
+        else:  # a client came: the planned launch serves it
+            self._serve_planned(server)
+            return False
+        return True
 
     def _serve_planned(self, server: MeasuredRun) -> None:
         """The launch the plan serves, again (a restart when a trial's mode runs); clients go

@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import httpx
 
+from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.plan.speculation.measurements import ProbeRate
 from lucebox.engine.run.calibrate import calibration
@@ -38,15 +40,29 @@ WARM_UP = {"messages": [{"role": "user", "content": "Reply with one word."}], "m
 """Sent after each restart, not counted: the first steps of a fresh engine build its graphs."""
 
 
+@dataclass(frozen=True)
+class ProbePace:
+    """When a calibration may send its probes, and how long their replies may be."""
+
+    idle_s: float
+    """How long no client must have sent a request first."""
+    probe_max_tokens: int | None = None
+    """A cap on each probe's reply; None: the probe's own."""
+    before: Callable[[], bool] = lambda: True
+    """Whether it may start: another calibration may have to finish first."""
+
+
 class MeasuredRun(Protocol):
     """What a calibration needs of the run it measures (:class:`~lucebox.engine.run.serverrun.
     ServerRun` is one): the engine's own address and key, its status and supervisor, the front
     whose queue says when a client comes, and the run's one way to restart or serve a choice."""
 
     url: str
-    api_key: str | None
     front: Front | None
     supervisor: Supervisor
+
+    @property
+    def api_key(self) -> str | None: ...
 
     @property
     def status(self) -> Status: ...
@@ -63,13 +79,19 @@ class MeasuredRun(Protocol):
     ) -> None: ...
 
 
-class ProbeSender:
-    """Sends the probe set to a serving engine once no client has asked for ``idle_s``, and
-    gives way at once when one does (shared by the speculation and the engine calibration)."""
+_Item = TypeVar("_Item")
+"""What one calibration measures one at a time: a configuration, an engine kind, a mode."""
 
-    def __init__(self, idle_s: float, probe_max_tokens: int | None) -> None:
-        self.idle_s = idle_s
-        self.probe_max_tokens = probe_max_tokens
+
+class ProbeSender(Generic[_Item]):
+    """Sends the probe set to a serving engine once no client has asked for ``idle_s``, and
+    gives way at once when one does; the run loop every calibration shares."""
+
+    client_timeout_s = PROBE_TIMEOUT_S
+    """How long one of its own requests may take."""
+
+    def __init__(self, pace: ProbePace) -> None:
+        self.pace = pace
         self.state: CalibrationState = "waiting"
         self._last_client_s = time.monotonic()
         self._last_look: tuple[float, float] | None = None
@@ -97,7 +119,7 @@ class ProbeSender:
     async def _probe(
         self, client: httpx.AsyncClient, server: MeasuredRun, probe: Probe
     ) -> ProbeRate | None:
-        limit = self.probe_max_tokens
+        limit = self.pace.probe_max_tokens
         max_tokens = min(limit, probe.max_tokens) if limit else probe.max_tokens
         body = {
             "messages": list(probe.messages),
@@ -148,9 +170,11 @@ class ProbeSender:
             return True
         return not probing and before is not None and now != before
 
-    def _may_start(self) -> bool:
-        """Whether measuring may begin (another calibration may have to finish first)."""
-        return True
+    @property
+    def active(self) -> bool:
+        """Measuring now: the served requests are the probes', the speculation guard holds
+        its judgement meanwhile."""
+        return self.state == "running"
 
     what = "calibration"
     """What the engine log calls this measurement when it stops."""
@@ -172,6 +196,31 @@ class ProbeSender:
             self._due.clear()
 
     async def _calibrate(self, server: MeasuredRun) -> None:
+        """Measure what is missing, then act on it (serve the verdict)."""
+        await self._measure_all(server)
+
+    async def _measure_all(self, server: MeasuredRun) -> None:
+        """Each item left to measure, the first of :meth:`_todo` each time the server is idle
+        again; a client that comes pauses it until the next idle moment."""
+        headers = auth_headers(server.api_key)
+        async with httpx.AsyncClient(timeout=self.client_timeout_s, headers=headers) as client:
+            while True:
+                await self._wait_idle(client, server)
+                todo = self._todo(server)
+                if not todo:
+                    return
+                self.state = "running"
+                if not await self._measure_one(client, server, todo[0]):
+                    self.state, self._last_client_s = "paused", time.monotonic()
+
+    def _todo(self, server: MeasuredRun) -> Sequence[_Item]:
+        """What is left to measure, what runs now first (no restart for it)."""
+        return ()
+
+    async def _measure_one(
+        self, client: httpx.AsyncClient, server: MeasuredRun, item: _Item
+    ) -> bool:
+        """Measure ``item`` and keep what it gave; False when a client came meanwhile."""
         raise NotImplementedError
 
     def _forced(self) -> bool:
@@ -184,10 +233,10 @@ class ProbeSender:
             return
         self._last_look = None
         while True:
-            ready = server.status.state == "ready" and self._may_start()
+            ready = server.status.state == "ready" and self.pace.before()
             if not ready or await self._client_seen(client, server, probing=False):
                 self._last_client_s = time.monotonic()
-            elif time.monotonic() - self._last_client_s >= self.idle_s:
+            elif time.monotonic() - self._last_client_s >= self.pace.idle_s:
                 return
             await asyncio.sleep(POLL_S)
 

@@ -44,7 +44,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lucebox.engine.engines import kinds
+
 if TYPE_CHECKING:
+    from lucebox.engine.engines.kinds import EngineKind
     from lucebox.engine.engines.registry import KindName
 
 CHAT_PATH = "/v1/chat/completions"
@@ -72,7 +75,8 @@ parameters (``top_logprobs`` without ``logprobs`` is a 400 there)."""
 class ShapeContext:
     """What a transform may know about the request it shapes."""
 
-    engine: KindName
+    engine: EngineKind
+    """The serving engine's kind, asked what it honours."""
     path: str
     """The request path without its query, e.g. ``/v1/responses``."""
     model_id: str
@@ -107,7 +111,7 @@ def unsupported(ctx: ShapeContext, body: bytes) -> str | None:
     something else in silence; None when it can. The Lucebox engine does not constrain a reply
     to JSON (``response_format`` is not implemented there), so a JSON schema or JSON object
     asked of it is refused rather than answered with free text."""
-    if ctx.engine != "lucebox":
+    if ctx.engine.honours_response_format:
         return None
     doc = _json_object(body)
     if doc is None:
@@ -123,10 +127,16 @@ def unsupported(ctx: ShapeContext, body: bytes) -> str | None:
     if kind not in STRUCTURED_TYPES:
         return None
     return (
-        f"the Lucebox engine serving this model cannot constrain a reply to {kind} "
+        f"{ctx.engine.title} serving this model cannot constrain a reply to {kind} "
         "(response_format is not implemented there): ask without it, or serve the model on "
-        "llama-server (`lucebox serve --engine llama-server`), which honours it"
+        f"an engine that honours it ({_honouring()})"
     )
+
+
+def _honouring() -> str:
+    """How to serve on the engines that honour ``response_format``."""
+    honour = [k for k in kinds.KINDS.values() if k.honours_response_format]
+    return ", ".join(f"`lucebox serve --engine {k.name}`" for k in honour)
 
 
 def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
@@ -255,7 +265,7 @@ class StreamShaper:
 
     def _holds(self, doc: dict[str, Any]) -> bool:
         """A Lucebox chat stream's closing chunk: its usage comes in the next one."""
-        if self._ctx.engine != "lucebox" or api_endpoint(self._ctx.path) != CHAT_PATH:
+        if not self._ctx.engine.streams_cap_as_stop or api_endpoint(self._ctx.path) != CHAT_PATH:
             return False
         choices = doc.get("choices")
         return (
@@ -389,10 +399,10 @@ def _with_thinking(doc: dict[str, Any], default: bool | None) -> dict[str, Any]:
     return {**doc, "chat_template_kwargs": {**kwargs, "enable_thinking": wanted}}
 
 
-def _responses_request(engine: KindName, doc: dict[str, Any]) -> dict[str, Any]:
+def _responses_request(engine: EngineKind, doc: dict[str, Any]) -> dict[str, Any]:
     shaped = {k: v for k, v in doc.items() if k not in RESPONSES_UNREAD and k != "text"}
     response_format = _response_format(doc.get("text"))
-    if engine == "llama-server" and response_format is not None:
+    if engine.honours_response_format and response_format is not None:
         shaped.setdefault("response_format", response_format)
     items = doc.get("input")
     if isinstance(items, list):
@@ -407,12 +417,12 @@ def _typed_item(item: Any) -> Any:
     return item
 
 
-def _unreplayable(engine: KindName, item: Any) -> bool:
-    """A reasoning item the engine cannot take back: any on the Lucebox engine, one without
-    reasoning text on llama-server."""
+def _unreplayable(engine: EngineKind, item: Any) -> bool:
+    """A reasoning item the engine cannot take back: any on an engine that replays none, one
+    without reasoning text on one that does."""
     if not isinstance(item, dict) or item.get("type") != "reasoning":
         return False
-    if engine != "llama-server":
+    if not engine.replays_reasoning:
         return True
     content = item.get("content")
     first = content[0] if isinstance(content, list) and content else None
@@ -473,7 +483,7 @@ class Shapes:
 
     def _ctx(self, path: str) -> ShapeContext:
         return ShapeContext(
-            self.engine, path, self.model_id, self.context_length, self.thinking_default
+            kinds.kind(self.engine), path, self.model_id, self.context_length, self.thinking_default
         )
 
     def request(self, path: str, body: bytes) -> bytes:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.run.kinds import luceboxrun
@@ -89,7 +90,10 @@ class LuceboxRun:
         return await luceboxrun.warm_up(client, url)
 
 
-_RUNS: dict[KindName, EngineRun] = {"llama-server": LlamaServerRun(), "lucebox": LuceboxRun()}
+_RUNS: dict[KindName, EngineRun] = {
+    kinds.LLAMA_SERVER.name: LlamaServerRun(),
+    kinds.LUCEBOX.name: LuceboxRun(),
+}
 
 
 def engine_run(kind: KindName) -> EngineRun:

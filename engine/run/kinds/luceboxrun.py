@@ -6,14 +6,13 @@ written to stderr as each reply ends) and from ``/status/json``, whose ``perf_hi
 holds each reply's prefill and decode rates. Its rollback buffers and compute graphs are
 allocated on the first request, where an out-of-memory abort can still come: lucebox sends a
 warm-up request before it reports the engine ready. The line formats are the pinned engine's
-(``qwen35_backend.cpp``, ``http_server.cpp``), checked against lines recorded on the H100.
+(``qwen35_backend.cpp``, ``http_server.cpp``); the tests read lines the engine logged.
 """
 
 from __future__ import annotations
 
 import re
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -279,41 +278,18 @@ class LuceboxSampler(Sampler):
         self._answers += 1
         decoding = isinstance(phase, str) and "decode" in phase
         self.look = Look(now_s, busy, "decode" if decoding else "prefill", 0, (self._answers,))
-        finished = self.log.take_finished()
-        for request in finished:
-            self.window.add_finished(request, now_s)
-        if finished:
-            self._last = finished[-1]
-        rates = self.window.rates(now_s)
-        totals = self._add_totals(finished)
+        finished = self._take_finished(now_s)
         log = self.lucebox_log
-        used, util, temperature, power = self._gpu()
-        last = self._last
-        sample = replace(
-            totals,
-            at_s=time.time(),
-            decode_tokens_per_s=rates.decode_tokens_per_s,
-            prefill_tokens_per_s=rates.prefill_tokens_per_s,
-            ttft_s=rates.ttft_s,
-            spec_acceptance=rates.spec_acceptance,
+        return self._assembled(
+            finished,
+            self.window.rates(now_s),
             # Running totals for the speculation guard, as llama-server's counters give them:
             # without them it reads "drafted nothing" and switched DDTree off at 94% accepted.
             draft_tokens_total=log.drafted_total if self.spec_type else None,
             accepted_tokens_total=log.accepted_total if self.spec_type else None,
-            vram_used_bytes=used,
-            gpu_util_percent=util,
-            requests_finished=len(finished),
             slots_busy=len(self._running),
             slots_total=1,
-            gpu_temperature_c=temperature,
-            gpu_power_w=power,
-            last_decode_tokens_per_s=_ratio(last.decode_steps, last.decode_s) if last else None,
-            last_prefill_tokens_per_s=_ratio(last.prompt_tokens, last.prompt_s) if last else None,
-            last_ttft_s=last.first_token_s if last else None,
-            gpu_loads=self._gpu_loads(),
         )
-        self.history.append(sample)
-        return sample
 
     def spec_status(self) -> SpecStatus | None:
         if self.spec_type is None:

@@ -305,9 +305,7 @@ class Sampler:
         processing = counters.get("requests_processing", 0.0) > 0 or bool(self._running)
         slots = await self._slots(client) if processing or self._slots_total is None else None
         now_s = self.clock()
-        finished = self.log.take_finished()
-        for request in finished:
-            self.window.add_finished(request, now_s)
+        finished = self._take_finished(now_s)
         if slots is not None:
             self._slots_total = len(slots)
             self._speculating = any(isinstance(s, dict) and s.get("speculative") for s in slots)
@@ -321,8 +319,34 @@ class Sampler:
         self._counters = counters
         if rates.cached_prompt_share is not None:
             self._cached_share = rates.cached_prompt_share
+        return self._assembled(
+            finished,
+            rates,
+            slots_busy=len(self._running) if self._slots_total is not None else None,
+            slots_total=self._slots_total,
+            prompt_tokens_total=_whole(counters.get("prompt_tokens_total")),
+            cached_prompt_tokens_total=_whole(counters.get("prompt_tokens_cached_total")),
+            generated_tokens_total=_whole(counters.get("tokens_predicted_total")),
+            cached_prompt_share=self._cached_share,
+            draft_tokens_total=_whole(counters.get("spec_decode_num_draft_tokens_total")),
+            accepted_tokens_total=_whole(counters.get("spec_decode_num_accepted_tokens_total")),
+        )
+
+    def _take_finished(self, now_s: float) -> list[FinishedRequest]:
+        """The requests the engine's log finished since the last sample, into the window."""
+        finished = self.log.take_finished()
+        for request in finished:
+            self.window.add_finished(request, now_s)
         if finished:
             self._last = finished[-1]
+        return finished
+
+    def _assembled(
+        self, finished: list[FinishedRequest], rates: WindowRates, **engine_fields: Any
+    ) -> Sample:
+        """The sample every kind reports (the window's rates, the totals, the card's and the
+        process's numbers, the last request's rates), with ``engine_fields``, the kind's own;
+        kept in the history."""
         totals = self._add_totals(finished)
         used, util, temperature, power = self._gpu()
         cpu = rss = None
@@ -343,20 +367,13 @@ class Sampler:
             engine_cpu_percent=cpu,
             engine_rss_bytes=rss,
             requests_finished=len(finished),
-            slots_busy=len(self._running) if self._slots_total is not None else None,
-            slots_total=self._slots_total,
             gpu_temperature_c=temperature,
             gpu_power_w=power,
             last_decode_tokens_per_s=_ratio(last.decode_steps, last.decode_s) if last else None,
             last_prefill_tokens_per_s=_ratio(last.prompt_tokens, last.prompt_s) if last else None,
             last_ttft_s=last.first_token_s if last else None,
-            prompt_tokens_total=_whole(counters.get("prompt_tokens_total")),
-            cached_prompt_tokens_total=_whole(counters.get("prompt_tokens_cached_total")),
-            generated_tokens_total=_whole(counters.get("tokens_predicted_total")),
-            cached_prompt_share=self._cached_share,
-            draft_tokens_total=_whole(counters.get("spec_decode_num_draft_tokens_total")),
-            accepted_tokens_total=_whole(counters.get("spec_decode_num_accepted_tokens_total")),
             gpu_loads=self._gpu_loads(),
+            **engine_fields,
         )
         self.history.append(sample)
         return sample

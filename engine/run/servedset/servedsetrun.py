@@ -33,6 +33,7 @@ from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
+from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.sample import SpecStatus
 from lucebox.engine.run.servedset.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
 from lucebox.engine.run.servedset.servedsethang import ChildHangWatch, look_at_child
@@ -161,14 +162,8 @@ class ServedSetRun(ServerRun):
         in_flight: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
-        super().__init__(
-            paths,
-            supervisor,
-            model=aliases,
-            gpu_index=0,
-            api_key=api_key,
-            hang_bounds=hang_bounds,
-        )
+        facts = RunFacts(model=aliases, gpu_index=0, api_key=api_key, hang_bounds=hang_bounds)
+        super().__init__(paths, supervisor, facts)
         self._hang_watch = ChildHangWatch(hang_bounds) if hang_bounds is not None else None
         """Each loaded model's process watched for a request that makes no progress."""
         self.in_flight = in_flight
@@ -359,15 +354,22 @@ class ServedSetRun(ServerRun):
         if decision.action == "off":
             self._spec_guard.switched_off(alias, decision)
         self._spec_guard.replanned({m.alias: m.spec for m in self.planned})
+        failed = await self._reload_presets(client)
+        if failed is not None:
+            return (
+                f"{alias}: {decision.reason}; the router did not take the new plan ({failed}), "
+                "so it serves as before until the set restarts"
+            )
+        return f"{alias}: {decision.reason}; it loads so on the next request"
+
+    async def _reload_presets(self, client: httpx.AsyncClient) -> httpx.HTTPError | None:
+        """Tell the router to re-read its preset file; what failed, None when it did."""
         try:
             answer = await client.get(self.url + "/models", params={"reload": "1"})
             answer.raise_for_status()
         except httpx.HTTPError as exc:
-            return (
-                f"{alias}: {decision.reason}; the router did not take the new plan ({exc}), "
-                "so it serves as before until the set restarts"
-            )
-        return f"{alias}: {decision.reason}; it loads so on the next request"
+            return exc
+        return None
 
     async def _replan(self, client: httpx.AsyncClient, alias: str, replan: ReplanOnOom) -> str:
         """``alias`` planned again after running out of memory, and the router told to re-read
@@ -383,13 +385,11 @@ class ServedSetRun(ServerRun):
         except GuardRefusal as refused:
             return f"{alias} ran out of memory: left failed ({refused.message}; {refused.hint})"
         ctx = next(m.ctx for m in self.planned if m.alias == alias)
-        try:
-            answer = await client.get(self.url + "/models", params={"reload": "1"})
-            answer.raise_for_status()
-        except httpx.HTTPError as exc:
+        failed = await self._reload_presets(client)
+        if failed is not None:
             return (
                 f"{alias} ran out of memory: planned at {ctx} tokens, but the router did not "
-                f"re-read its presets ({exc}), so it stays failed"
+                f"re-read its presets ({failed}), so it stays failed"
             )
         return (
             f"{alias} ran out of memory: planned again at a {ctx}-token context; it loads "

@@ -36,6 +36,7 @@ from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.plan.sources import presetchoice
 from lucebox.engine.run.kinds.metrics import Sample
+from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
 from lucebox.engine.run.serverrun import RunItem, ServerRun
@@ -261,7 +262,7 @@ class ScriptedRun(ServerRun):
 
     def __init__(self, backend: ScriptedBackend, prepared: Prepared, supervisor: Supervisor):
         super().__init__(
-            backend.paths, supervisor, model=prepared.model, gpu_index=prepared.gpu_index
+            backend.paths, supervisor, RunFacts(model=prepared.model, gpu_index=prepared.gpu_index)
         )
         self.backend = backend
 

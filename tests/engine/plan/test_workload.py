@@ -30,6 +30,7 @@ from lucebox.engine.plan.speculation.workload import (
 )
 from lucebox.engine.run.calibrate import calibration
 from lucebox.engine.run.calibrate.calibrator import CalibrationSetup, Calibrator
+from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.sample import SpecStatus
 
 KEY = MeasurementKey("t.gguf:1:ab", None, "cpu b11434", "CPU", 4096, "f16/f16")
@@ -163,7 +164,7 @@ def test_the_calibration_marks_its_measurement_due_once_the_served_mix_moved(
     write_measurement(paths, measured())
     candidates = [SpecCandidate("ngram-mod", False, None, None, "")]
     setup = CalibrationSetup(
-        KEY, calibration.trials_for(candidates, forced=False), False, 30.0, None, False,
+        KEY, calibration.trials_for(candidates, forced=False), False, ProbePace(30.0), False,
         lambda _trial: None, lambda: None,
     )  # fmt: skip
     watch = Calibrator(paths, setup)

@@ -20,6 +20,8 @@ from openai.types import Model
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
+from lucebox.engine.engines import kinds
+from lucebox.engine.engines.registry import KindName
 from lucebox.engine.run.front.apishape import (
     ShapeContext,
     Shapes,
@@ -41,8 +43,8 @@ STREAM = (FIXTURES / "plain.stream.txt").read_bytes()
 REPLY = (FIXTURES / "plain.reply.json").read_bytes()
 
 
-def ctx(path: str, engine: str = "lucebox", thinking: bool | None = False) -> ShapeContext:
-    return ShapeContext(engine, path, "tiny", 4096, thinking)  # type: ignore[arg-type]
+def ctx(path: str, engine: KindName = "lucebox", thinking: bool | None = False) -> ShapeContext:
+    return ShapeContext(kinds.kind(engine), path, "tiny", 4096, thinking)
 
 
 def shaped_stream(context: ShapeContext, request: dict, stream: bytes, seed: int = 0) -> bytes:

@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from lucebox.engine.engines.kinds import LLAMA_SERVER
 from lucebox.engine.run.front.apishape import (
     ShapeContext,
     Shapes,
@@ -102,7 +103,7 @@ def test_responses_multi_turn_without_type_accepted_through_shape_request(server
     refused = raw_post(server, "/v1/responses", {"input": plain, "max_output_tokens": 4})
     assert refused.status_code == 400, refused.text
     assert "Cannot determine type" in refused.text
-    ctx = ShapeContext("llama-server", "/v1/responses", ALIAS, 2048, False)
+    ctx = ShapeContext(LLAMA_SERVER, "/v1/responses", ALIAS, 2048, False)
     body = shape_request(ctx, json.dumps({"input": plain, "max_output_tokens": 4}).encode())
     accepted = httpx.post(f"{server.url}/v1/responses", content=body, timeout=300)
     assert accepted.status_code == 200, accepted.text
@@ -182,7 +183,7 @@ def test_usage_chunk_when_asked_never_twice(server, oai):
     # as if asked, gets one from its timings with the counts the engine gives when asked.
     plain = {"messages": messages, "max_tokens": 4, "stream": True}
     raw = raw_stream(server, "/v1/chat/completions", plain)
-    ctx = ShapeContext("llama-server", "/v1/chat/completions", ALIAS, 2048, None)
+    ctx = ShapeContext(LLAMA_SERVER, "/v1/chat/completions", ALIAS, 2048, None)
     shaper = StreamShaper(
         ctx, json.dumps({**plain, "stream_options": {"include_usage": True}}).encode()
     )
@@ -219,7 +220,7 @@ def test_qwen_template_thinks_by_default_on_llama_server_unless_shaped(built_eng
     with running_server(Path(engine.stdout.strip()), smol_model(), args) as qwen:
 
         def rendered(path: str, body: dict[str, Any], default: bool | None) -> str:
-            ctx = ShapeContext("llama-server", path, ALIAS, 2048, default)
+            ctx = ShapeContext(LLAMA_SERVER, path, ALIAS, 2048, default)
             shaped = shape_request(ctx, json.dumps(body).encode())
             reply = httpx.post(f"{qwen.url}/apply-template", content=shaped, timeout=120)
             assert reply.status_code == 200, reply.text

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -230,7 +231,7 @@ class LongRequest(threading.Thread):
 async def test_a_stopped_engine_mid_request_is_a_hang_restarted_and_the_client_is_let_go(home):
     prepared, supervisor = serve(home, smol_model())
     run = runstart.server_run(home, prepared, supervisor)
-    run.hang_bounds = HangBounds(prefill_floor_s=3.0, decode_s=3.0)
+    run.facts = replace(run.facts, hang_bounds=HangBounds(prefill_floor_s=3.0, decode_s=3.0))
     events: list[ServerEvent] = []
     client: LongRequest | None = None
     stopped_at = hung_after_s = 0.0

@@ -26,6 +26,8 @@ from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run import runstate
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
+from lucebox.engine.run.calibrate.probing import ProbePace
+from lucebox.engine.run.runsetup import Calibrations, RunFacts
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
@@ -87,7 +89,7 @@ def mode_setup(
     def plan_trial(trial: KvTrial) -> ServerLaunch | str:
         return planned.get(trial.label) or CANNOT
 
-    setup = KvSetup(modes, 0.5, 8, plan_trial, lambda: planned[SERVED])
+    setup = KvSetup(modes, ProbePace(0.5, 8), plan_trial, lambda: planned[SERVED])
     return planned, resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")}), setup
 
 
@@ -99,7 +101,12 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
     calibration = KvModeCalibrator(paths, setup)
     assert calibration.state == "waiting"
     supervisor = Supervisor(planned[SERVED], tmp_path / "engine.log", ready_timeout_s=60)
-    run = ServerRun(paths, supervisor, model="tiny", gpu_index=0, kv_calibrator=calibration)
+    run = ServerRun(
+        paths,
+        supervisor,
+        RunFacts(model="tiny", gpu_index=0),
+        calibrations=Calibrations(kv_modes=calibration),
+    )
 
     def settled() -> bool:
         status = runstate.read_status(paths)
@@ -191,7 +198,12 @@ async def test_a_mode_that_dies_at_start_is_kept_as_cannot_serve_and_the_planned
         return None
 
     supervisor.replan_on_oom = replan_on_oom
-    run = ServerRun(paths, supervisor, model="tiny", gpu_index=0, kv_calibrator=calibration)
+    run = ServerRun(
+        paths,
+        supervisor,
+        RunFacts(model="tiny", gpu_index=0),
+        calibrations=Calibrations(kv_modes=calibration),
+    )
 
     async def consume() -> None:
         async for _ in run.events():

@@ -25,8 +25,9 @@ from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
-from lucebox.engine.run.calibrate.probing import ProbeSender
+from lucebox.engine.run.calibrate.probing import ProbePace, ProbeSender
 from lucebox.engine.run.hang import HangBounds
+from lucebox.engine.run.runsetup import RunFacts, SpecSetup
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
@@ -56,10 +57,9 @@ def _guarded_run(supervisor: Supervisor) -> tuple[ServerRun, list[Decision]]:
         decisions.append(decision)
         return None
 
-    run = ServerRun(
-        resolve_paths(), supervisor, model="tiny", gpu_index=0,
-        spec_guard=SpecGuard.for_launch("ddtree", None, on_gpu=True), on_spec_decision=decided,
-    )  # fmt: skip
+    guard = SpecGuard.for_launch("ddtree", None, on_gpu=True)
+    speculation = SpecSetup(guard=guard, on_decision=decided)
+    run = ServerRun(resolve_paths(), supervisor, RunFacts(model="tiny", gpu_index=0), speculation)
     return run, decisions
 
 
@@ -87,7 +87,7 @@ async def test_warm_up_before_ready_then_replies_from_the_log(tmp_path, monkeypa
     monkeypatch.setenv("FAKE_REQUESTS", str(requests))
     spec = lucebox_spec(tmp_path)
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
-    run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0)
+    run = ServerRun(resolve_paths(), supervisor, RunFacts(model="tiny", gpu_index=0))
     async with asyncio.timeout(60):
         seen_at_ready, samples = await _serve(run, spec.port, requests)
     argv = json.loads(seen_at_ready[0].removeprefix("ARGV "))
@@ -119,8 +119,8 @@ async def test_clients_wait_out_a_restart_behind_the_front_and_measuring_sees_th
     monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
     spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
-    run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0)
-    sender = ProbeSender(idle_s=1.0, probe_max_tokens=16)
+    run = ServerRun(resolve_paths(), supervisor, RunFacts(model="tiny", gpu_index=0))
+    sender: ProbeSender[object] = ProbeSender(ProbePace(1.0, 16))
     readies: list[ServerEvent] = []
     ready = asyncio.Event()
 
@@ -178,7 +178,9 @@ async def test_the_front_stays_closed_when_a_restart_is_asked_during_the_restore
     monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests.txt"))
     spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
-    run = RestartAskedDuringRestore(resolve_paths(), supervisor, model="tiny", gpu_index=0)
+    run = RestartAskedDuringRestore(
+        resolve_paths(), supervisor, RunFacts(model="tiny", gpu_index=0)
+    )
     open_at_ready: list[bool] = []
     async with asyncio.timeout(60):
         async for item in run.events():
@@ -259,7 +261,9 @@ async def test_an_engine_stopped_before_any_look_saw_its_request_is_a_hang(tmp_p
     spec = replace(lucebox_spec(tmp_path), engine_port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=20)
     bounds = HangBounds(prefill_floor_s=3.0, decode_s=3.0)
-    run = ServerRun(resolve_paths(), supervisor, model="tiny", gpu_index=0, hang_bounds=bounds)
+    run = ServerRun(
+        resolve_paths(), supervisor, RunFacts(model="tiny", gpu_index=0, hang_bounds=bounds)
+    )
     events: list[ServerEvent] = []
     asking: asyncio.Task[tuple[int, str]] | None = None
     stopped_at = hung_after_s = 0.0

@@ -22,6 +22,7 @@ from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.run import runstate
 from lucebox.engine.run.death import log_cause
+from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import read_status
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import (
@@ -212,7 +213,7 @@ async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
     spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
     supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
     paths = resolve_paths()
-    run = ServerRun(paths, supervisor, model="t", gpu_index=0)
+    run = ServerRun(paths, supervisor, RunFacts(model="t", gpu_index=0))
     lines: list[tuple[int, str]] = []
     feed = supervisor.on_line
     assert feed is not None
