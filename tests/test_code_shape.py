@@ -12,15 +12,12 @@ ROOT = Path(__file__).parents[1]
 LONGEST_LINES = 80
 LONG_ALLOWED: frozenset[str] = frozenset(
     {
-        "engine/run/supervisor.py:Supervisor.events",
         "engine/plan/lucebox/luceboxplan.py:plan_lucebox",
         "engine/models/headerinfo.py:info_from_header",
         "engine/models/guard.py:check_model",
         "engine/pipeline.py:prepare",
         "engine/plan/memory/memory.py:make_plan",
-        "engine/run/front/prometheus.py:prometheus_text",
         "engine/plan/visionplan.py:choose_vision",
-        "engine/servedset.py:router_run",
         "engine/plan/lucebox/luceboxroute.py:lucebox_launch",
     }
 )
@@ -34,11 +31,6 @@ NAME_TESTS_ALLOWED: frozenset[str] = frozenset(
         "engine/plan/sources/presetchoice.py",
         "engine/plan/chatdefaults.py",
         "engine/plan/planner.py",
-        "engine/runstart.py",
-        "engine/run/serverrun.py",
-        "engine/run/front/apishape.py",
-        "engine/bench/compare.py",
-        "engine/bench/quick.py",
         "app/cli/engine.py",
     }
 )

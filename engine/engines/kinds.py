@@ -162,6 +162,12 @@ class EngineKind(Protocol):
         type) for the mode calibration to measure."""
         ...
 
+    @property
+    def seats_saved_slot(self) -> bool:
+        """Whether its slot can be seated on the client's last prompt before a save (a request
+        with no generation, answered from its in-memory checkpoint: run/slots.py)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerKind:
@@ -244,6 +250,7 @@ class LlamaServerKind:
     streams_cap_as_stop: bool = False
     calibrates_speculation: bool = True
     serves_kv_modes: bool = False
+    seats_saved_slot: bool = True
 
 
 @dataclass(frozen=True)
@@ -349,6 +356,7 @@ class LuceboxKind:
     streams_cap_as_stop: bool = True
     calibrates_speculation: bool = False
     serves_kv_modes: bool = True
+    seats_saved_slot: bool = False
 
 
 LLAMA_SERVER = LlamaServerKind()

@@ -311,7 +311,7 @@ class ServerRun:
         """Whether the slot is saved now: it holds a client's conversation no file holds yet,
         seated on the client's last prompt first (slots.py says why); a slot that last served
         lucebox's own request is not (the file keeps the conversation saved before it)."""
-        if self.front is None or self.supervisor.launch.kind != "llama-server":
+        if self.front is None or not kinds.kind(self.supervisor.launch.kind).seats_saved_slot:
             return stopping  # no front to say whose the slot is, or no llama-server: as before
         prompt = self.front.client_prompt
         client_s = prompt.sent_s if prompt is not None else None

@@ -25,6 +25,7 @@ from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.calibrate.probing import WARM_UP, ask
+from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.slots import SlotKey, build_of, restore_slot, save_slot
 from lucebox.engine.run.supervisor import Supervisor
@@ -67,7 +68,7 @@ class Served:
     def __init__(self, launch: ServerLaunch, home: Path, log: Path) -> None:
         paths = resolve_paths({"LUCEBOX_HOME": str(home)})
         supervisor = Supervisor(launch, log, ready_timeout_s=120)
-        self.run = ServerRun(paths, supervisor, model="agent", gpu_index=0)
+        self.run = ServerRun(paths, supervisor, RunFacts(model="agent", gpu_index=0))
         self.task = asyncio.create_task(self._consume())
 
     async def _consume(self) -> None:
