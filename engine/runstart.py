@@ -303,6 +303,8 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
             planned_engine=planned_engine(launch),
             hang_bounds=bounds_for(prepared.settings.hang_s),
+            allowed_origins=prepared.settings.allowed_origins,
+            mdns_name=prepared.settings.mdns_name,
         ),
         SpecSetup(
             launch.speculation.reason,

@@ -26,6 +26,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.machine.personkeys import keys_path
 from lucebox.engine.machine.ports import next_free_port, port_holder
 from lucebox.engine.pipeline import (
     Emit,
@@ -53,7 +54,7 @@ from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import port_taken
 from lucebox.engine.run.front.apishape import Shapes
-from lucebox.engine.run.front.frontguard import FrontPolicy, machine_names
+from lucebox.engine.run.front.frontguard import server_policy
 from lucebox.engine.run.hang import bounds_for
 from lucebox.engine.run.runstate import ServeLock, engine_log
 from lucebox.engine.run.servedset.admission import Placement
@@ -234,7 +235,13 @@ async def router_run(
     placements, room = placements_of(planned)
     shapes = shapes_of(planned)
     try:
-        policy = FrontPolicy(public.host, public.port, api_key, machine_names())
+        policy = server_policy(
+            public.host,
+            public.port,
+            api_key,
+            keys_path(paths),
+            prepared.settings.allowed_origins,
+        )
         server, clients, gate = await start_proxy(
             public.host,
             public.port,

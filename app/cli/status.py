@@ -54,6 +54,11 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         head += f"\n  last exit: {status.cause.code}: {status.cause.sentence}"
     if status.webui_url:
         head += f"\n  chat in a browser: {status.webui_url}"
+    if status.lan is not None:
+        head += f"\n  on the LAN: {', '.join(status.lan.chat_urls())} (`lucebox share`)"
+    if status.keys:
+        used = ", ".join(f"{k.name} {k.requests} requests" for k in status.keys)
+        head += f"\n  keys: {used}"
     head += "".join(f"\n  {model_line(model)}" for model in status.models)
     sample = status.sample
     if sample is None:

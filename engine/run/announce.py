@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 if TYPE_CHECKING:
-    from zeroconf import ServiceInfo
+    from zeroconf import ServiceInfo, Zeroconf
 
 API_SERVICE = "_lucebox._tcp.local."
 PAGE_SERVICE = "_http._tcp.local."
@@ -98,26 +98,47 @@ def _infos(what: Announced) -> list[ServiceInfo]:
     ]
 
 
+class Announcer:
+    """The records answered on the LAN addresses from :meth:`start` to :meth:`close`.
+
+    python-zeroconf's blocking calls run its own loop on a thread of its own: call these from a
+    thread, never from an asyncio loop (the run uses ``asyncio.to_thread``)."""
+
+    def __init__(self, what: Announced) -> None:
+        self.what = what
+        self._zc: Zeroconf | None = None
+        self._infos: list[ServiceInfo] = []
+
+    def start(self) -> str | None:
+        """The name announced: one another host holds gets a number (``lucebox (2)``), as
+        DNS-SD asks; None when there is nothing to announce on."""
+        if not self.what.addresses or not self.what.name:
+            return None
+        from zeroconf import IPVersion, Zeroconf
+
+        self._zc = Zeroconf(interfaces=list(self.what.addresses), ip_version=IPVersion.V4Only)
+        self._infos = _infos(self.what)
+        for info in self._infos:
+            self._zc.register_service(info, allow_name_change=True)
+        return self._infos[0].name.removesuffix(f".{API_SERVICE}")
+
+    def close(self) -> None:
+        if self._zc is None:
+            return
+        for info in self._infos:
+            self._zc.unregister_service(info)
+        self._zc.close()
+        self._zc = None
+
+
 @contextmanager
 def announcing(what: Announced) -> Iterator[str | None]:
-    """The records answered on ``what.addresses`` while the block runs, which yields the name
-    announced: one another host holds gets a number (``lucebox (2)``), as DNS-SD asks; None
-    when there is nothing to announce on."""
-    if not what.addresses or not what.name:
-        yield None
-        return
-    from zeroconf import IPVersion, Zeroconf
-
-    zc = Zeroconf(interfaces=list(what.addresses), ip_version=IPVersion.V4Only)
-    infos = _infos(what)
+    """:class:`Announcer` for a block of blocking code."""
+    announcer = Announcer(what)
     try:
-        for info in infos:
-            zc.register_service(info, allow_name_change=True)
-        yield infos[0].name.removesuffix(f".{API_SERVICE}")
+        yield announcer.start()
     finally:
-        for info in infos:
-            zc.unregister_service(info)
-        zc.close()
+        announcer.close()
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,10 @@ class RunFacts:
     hang_bounds: HangBounds | None = DEFAULT_BOUNDS
     """How long a running request may go without progress, by phase (``server.hang_s``);
     None: never judged hung."""
+    allowed_origins: tuple[str, ...] = ()
+    """Web origins whose pages may call the API (``server.allowed_origins``)."""
+    mdns_name: str = ""
+    """The name announced on the LAN while serving beyond loopback; empty: none."""
 
 
 @dataclass(frozen=True)

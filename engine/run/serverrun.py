@@ -20,6 +20,7 @@ from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import NvmlProvider
+from lucebox.engine.machine.personkeys import keys_path, read_keys
 from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.memory.cpuread import cpu_cores
@@ -27,11 +28,12 @@ from lucebox.engine.plan.speculation.measurements import PrefillRecorder
 from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run import specwatch
+from lucebox.engine.run.announce import Announced, Announcer, lan_addresses
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.front.apishape import Shapes
 from lucebox.engine.run.front.front import Front, FrontSetup, start_front
-from lucebox.engine.run.front.frontguard import FrontPolicy, machine_names
+from lucebox.engine.run.front.frontguard import server_policy
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import (
     HangBounds,
@@ -53,7 +55,14 @@ from lucebox.engine.run.runstate import (
     write_slot_save,
     write_status,
 )
-from lucebox.engine.run.sample import CacheStatus, EngineStatus, PeerStatus, Sample, SpecStatus
+from lucebox.engine.run.sample import (
+    CacheStatus,
+    EngineStatus,
+    LanStatus,
+    PeerStatus,
+    Sample,
+    SpecStatus,
+)
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.slots import (
     SlotHolder,
@@ -139,6 +148,7 @@ class ServerRun:
         self.public_url = url_of(supervisor.launch)
         """What clients use: the front's address."""
         self.front: Front | None = None
+        self._announcer: Announcer | None = None
         """lucebox's front while the run serves; None for an engine that serves its address
         itself (a served set's router)."""
         self._run = _Run(
@@ -367,7 +377,11 @@ class ServerRun:
     def _save(self) -> None:
         self._run.status = replace(self._run.status, engine=self.engine_status())
         if self.front is not None:
-            self._run.status = replace(self._run.status, queue=self.front.queue_status())
+            self._run.status = replace(
+                self._run.status,
+                queue=self.front.queue_status(),
+                keys=self.front.key_use.status(),
+            )
         modes = self.calibrations.kv_modes
         if modes is not None:
             # None while the engine calibration serves the launch on a kind without them.
@@ -426,7 +440,13 @@ class ServerRun:
         launch = self.supervisor.launch
         run = engine_run(launch.kind)
         return FrontSetup(
-            policy=FrontPolicy(launch.host, launch.port, self.api_key, machine_names()),
+            policy=server_policy(
+                launch.host,
+                launch.port,
+                self.api_key,
+                keys_path(self.paths),
+                self.facts.allowed_origins,
+            ),
             model=launch.alias,
             ctx=launch.plan.ctx,
             capacity=run.parallel(launch),
@@ -453,11 +473,39 @@ class ServerRun:
             return port_taken(launch.port, holder, next_free_port(launch.host, launch.port))
         front.engine_ready(False)  # until the engine behind it says ready
         self.front = front
+        await self._announce()
         return server
 
     def _close_front(self, server: asyncio.Server) -> None:
         server.close()
         self.front = None
+        if self._announcer is not None:
+            self._announcer.close()  # a second's unregistering, once, as the run ends
+            self._announcer = None
+
+    async def _announce(self) -> None:
+        """The server on the LAN by name while it serves beyond loopback (announce.py); a LAN
+        that refuses multicast costs the name, never the run."""
+        launch = self.supervisor.launch
+        addresses = lan_addresses(launch.host)
+        if not addresses:
+            return
+        what = Announced(
+            self.facts.mdns_name,
+            addresses,
+            launch.port,
+            launch.alias,
+            launch.kind,
+            key_needed=bool(self.api_key) or bool(read_keys(keys_path(self.paths)).keys),
+        )
+        announcer = Announcer(what)
+        try:
+            name = await asyncio.to_thread(announcer.start)
+        except OSError as exc:
+            self.supervisor.log.write(f"# lucebox: not announced on the LAN: {exc}")
+            name = None
+        self._announcer = announcer if name is not None else None
+        self._run.status = replace(self._run.status, lan=LanStatus(name, addresses, launch.port))
 
     async def _on_event(self, event: ServerEvent, queue: asyncio.Queue[RunItem | None]) -> None:
 

@@ -17,10 +17,11 @@ import ipaddress
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from lucebox.engine.core.address import is_loopback
-from lucebox.engine.machine.personkeys import SCOPES, KeyRing, Scope
+from lucebox.engine.machine.personkeys import SCOPES, KeyRing, KeyWatch, Scope
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
 """Answered without the key, as llama-server does (a supervisor's or a load balancer's probe)."""
@@ -129,6 +130,15 @@ def scope_needed(method: str, path: str) -> Scope:
     if method in ("GET", "HEAD") and (path in CHAT_GET_PATHS or path.startswith("/v1/models/")):
         return "chat"
     return "models" if path in MODELS_PATHS else "admin"
+
+
+def server_policy(
+    host: str, port: int, api_key: str | None, keys_file: Path, allowed_origins: tuple[str, ...]
+) -> FrontPolicy:
+    """The policy of a server lucebox runs: this machine's names, each person's key as the
+    keys file says at each request, the origins the user allowed."""
+    watch = KeyWatch(keys_file)
+    return FrontPolicy(host, port, api_key, machine_names(), allowed_origins, watch.ring)
 
 
 def machine_names() -> tuple[str, ...]:

@@ -116,4 +116,20 @@ def prometheus_text(status: Status) -> str:
                 f"# TYPE lucebox_{name} {kind}",
                 f"lucebox_{name} {value}",
             ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _key_lines(status)) + "\n"
+
+
+def _key_lines(status: Status) -> list[str]:
+    """Each key's use, labelled by the key's name (never the key)."""
+    if not status.keys:
+        return []
+    lines = []
+    for name, help_text, attribute in (
+        ("key_requests_total", "requests each key made since the start", "requests"),
+        ("key_tokens_total", "tokens generated for each key since the start", "tokens"),
+    ):
+        lines += [f"# HELP lucebox_{name} {help_text}", f"# TYPE lucebox_{name} counter"]
+        lines += [
+            f'lucebox_{name}{{key="{use.name}"}} {getattr(use, attribute)}' for use in status.keys
+        ]
+    return lines

@@ -5,7 +5,6 @@ finding it over mDNS."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import pytest
 
 from lucebox.engine.run.announce import API_SERVICE, PAGE_SERVICE, Announced, _infos, lan_addresses
 from lucebox.engine.run.sample import LanStatus
+from support import netns
 
 SERVED = Announced("lucebox", ("10.77.0.1",), 8080, "smollm2", "llama-server", key_needed=True)
 
@@ -41,14 +41,6 @@ def test_loopback_and_link_local_are_never_announced():
     assert LanStatus.from_json(json.loads(json.dumps(shown.to_json()))) == shown
 
 
-NAMESPACE = """
-ip link set lo up
-ip link add v0 type veth peer name v1
-ip addr add 10.77.0.1/24 dev v0 && ip addr add 10.77.0.2/24 dev v1
-ip link set v0 up && ip link set v1 up
-ip link set v0 multicast on && ip link set v1 multicast on
-ip route add 224.0.0.0/4 dev v0
-"""
 ANNOUNCE = """
 import time
 from lucebox.engine.run.announce import Announced, announcing
@@ -62,29 +54,17 @@ print(json.dumps([dataclasses.asdict(f) for f in find(("10.77.0.2",), wait_s=2.0
 """
 
 
-def _namespaces_work() -> str | None:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "unshare or ip is missing"
-    tried = subprocess.run(
-        ["unshare", "-n", "sh", "-c", "ip link add v0 type veth peer name v1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return None if tried.returncode == 0 else f"no network namespace here: {tried.stderr.strip()}"
-
-
 def test_a_second_process_finds_lucebox_by_name():
-    why = _namespaces_work()
+    why = netns.why_not()
     if why is not None:
         pytest.skip(f"the two-process discovery test needs a network namespace: {why}")
-    script = NAMESPACE + textwrap.dedent(f"""
+    script = textwrap.dedent(f"""
         {sys.executable} -c '{ANNOUNCE}' & sleep 1.5
         {sys.executable} -c '{FIND}'
         wait
     """)
     done = subprocess.run(
-        ["unshare", "-n", "bash", "-c", script],
+        netns.in_namespace(script),
         capture_output=True,
         text=True,
         timeout=60,
