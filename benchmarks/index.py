@@ -63,6 +63,12 @@ INDEX = (
         device_step="engine_choice_on_auto",
     ),
     Benchmark(
+        "conversation_after_restart_gpu",
+        "Is a 50K-token conversation warm after `lucebox down` and `serve` on a GPU, per engine?",
+        "gpu",
+        device_step="conversation_after_restart_gpu",
+    ),
+    Benchmark(
         "engine_choice_measured",
         "Which engine is faster here, measured as the engine calibration measures them?",
         "gpu",

@@ -685,6 +685,19 @@ step_engine_choice_on_auto() {
     return "$rc"
 }
 
+step_conversation_after_restart_gpu() {
+    # Both builds in (build-llama, BSA=0 build-lucebox): a ~50K-token conversation across
+    # down/serve, on auto and with each engine pinned (PROMPT, ENGINES).
+    setup
+    lucebox_models pair || return 1
+    timeout 1500 python3 -m benchmarks.conversation_after_restart_gpu \
+        "$MODELS/qwen35-tiny.gguf" "$OUT/conversation.json" --prompt "${PROMPT:-50000}" \
+        --engines "${ENGINES:-auto,llama-server,lucebox}" --serve-args "${SERVE_ARGS:-}"
+    local rc=$?
+    keep_result conversation-after-restart-gpu "$OUT/conversation.json"
+    return "$rc"
+}
+
 step_engine_choice_measured() {
     # Both engines built in LUCEBOX_HOME. Writes $OUT/engine_choice.json; stops every server.
     setup
@@ -1558,6 +1571,7 @@ launch_matches_plan_gpu	[ARGS of the benchmark]
 rpc_peer_vs_gpu	[ARGS of the benchmark]
 engine_choice_on_auto	serve with nothing pinned compares both engines
 engine_choice_measured	both engines measured as the calibration measures them
+conversation_after_restart_gpu	a long conversation across down/serve, per engine (PROMPT)
 vision_on_gpu	a text model with its projector, --vision on and off
 long_prompt_modes_gpu	[pflash|kv] [ARGS of the benchmark]
 lucebox_memory_by_stage	[stages|fit] (CONFIGS, VERSION, DEADLINE)

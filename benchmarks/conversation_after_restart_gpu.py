@@ -1,0 +1,130 @@
+"""Benchmark: is a long conversation warm after `lucebox down` and `serve`, on a GPU, per engine?
+
+`lucebox serve --model TARGET --ctx CTX` as a user types it (auto, calibration on), then again
+with each engine pinned: a conversation of about PROMPT tokens (the generated model reads a byte
+a token) in two turns, `lucebox down`, `lucebox serve` with the same options, a third turn
+extending the second; beside it, a prompt of the same size that shares nothing (cold). The
+client's time to the first token of each turn and, where the reply says it, the tokens the
+engine read (llama-server's ``timings.prompt_n``).
+
+    python3 -m benchmarks.conversation_after_restart_gpu TARGET OUT.json [--prompt 50000]
+        [--ctx 65536] [--engines auto,llama-server,lucebox] [--serve-args "--gpu 0"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CLI = [sys.executable, "-m", "lucebox.app.cli"]
+READY_S = 600.0
+
+
+def _cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, check=False, timeout=timeout_s
+    )
+
+
+def _status() -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = json.loads(_cli("status", "--json").stdout)
+    except ValueError:
+        return {}
+    return found
+
+
+def _serve(options: list[str]) -> str:
+    done = _cli("serve", "--detach", *options)
+    if done.returncode != 0:
+        raise RuntimeError(f"serve --detach failed: {done.stderr[-1500:]}")
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        status = _status()
+        if status.get("state") == "ready":
+            return str(status["url"])
+        if status.get("state") == "failed":
+            raise RuntimeError(f"serve failed: {status.get('cause')}")
+        time.sleep(1)
+    raise RuntimeError("serve was not ready in time")
+
+
+def _turn(url: str, key: str | None, messages: list[dict[str, str]]) -> dict[str, Any]:
+    body = {"messages": messages, "max_tokens": 16, "stream": False, "temperature": 0}
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    sent_s = time.perf_counter()
+    reply = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=600)
+    took_s = time.perf_counter() - sent_s
+    data = reply.json() if reply.status_code == 200 else {}
+    timings = data.get("timings") or {}
+    content = ((data.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
+    return {
+        "status": reply.status_code,
+        "reply_s": round(took_s, 3),
+        "prompt_n": timings.get("prompt_n"),
+        "cache_n": timings.get("cache_n"),
+        "content": content,
+    }
+
+
+def conversation(prompt_tokens: int, salt: str) -> list[dict[str, str]]:
+    note = (f"{salt} project note, line of context. " * (prompt_tokens // 36 + 1))[:prompt_tokens]
+    return [{"role": "system", "content": note}, {"role": "user", "content": "First step?"}]
+
+
+def one_engine(engine: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
+    options = ["--model", target, "--ctx", str(args.ctx), *shlex.split(args.serve_args)]
+    if engine != "auto":
+        options += ["--engine", engine]
+    url = _serve(options)
+    served = _status().get("engine") or {}
+    messages = conversation(args.prompt, f"{engine} conversation")
+    seen: dict[str, Any] = {"options": options, "engine": served}
+    seen["turn1"] = _turn(url, None, messages)
+    messages += [{"role": "assistant", "content": seen["turn1"]["content"]}]
+    messages += [{"role": "user", "content": "And the next one?"}]
+    seen["turn2_warm"] = _turn(url, None, messages)
+    _cli("down", timeout_s=180)
+    url = _serve(options)
+    messages += [{"role": "assistant", "content": seen["turn2_warm"]["content"]}]
+    messages += [{"role": "user", "content": "Then?"}]
+    seen["turn3_after_restart"] = _turn(url, None, messages)
+    seen["cold_same_size"] = _turn(url, None, conversation(args.prompt, f"{engine} unrelated"))
+    _cli("down", timeout_s=180)
+    return seen
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("target")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--prompt", type=int, default=50000)
+    parser.add_argument("--ctx", type=int, default=65536)
+    parser.add_argument("--engines", default="auto,llama-server,lucebox")
+    parser.add_argument("--serve-args", default="")
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "command": "python3 -m benchmarks.conversation_after_restart_gpu " + " ".join(sys.argv[1:]),
+        "path": "lucebox serve as typed (auto first, then each engine pinned), calibration on",
+    }
+    for engine in args.engines.split(","):
+        try:
+            results[engine] = one_engine(engine, args.target, args)
+        except (RuntimeError, httpx.HTTPError, subprocess.TimeoutExpired) as exc:
+            results[engine] = {"error": str(exc)}
+            _cli("down", timeout_s=180)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
