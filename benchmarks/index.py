@@ -66,6 +66,7 @@ INDEX = (
         "conversation_after_restart_gpu",
         "Is a 50K-token conversation warm after `lucebox down` and `serve` on a GPU, per engine?",
         "gpu",
+        results=("results/h100-conversation-after-restart-gpu.json",),
         device_step="conversation_after_restart_gpu",
     ),
     Benchmark(
