@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.engines import kinds
+from lucebox.engine.engines.kinds import EngineKind
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.guard import Problem
@@ -110,6 +112,11 @@ class LaunchPlan:
         return self.engine_choice.kind if self.engine_choice is not None else "llama-server"
 
     @property
+    def served_by(self) -> EngineKind:
+        """The engine kind that serves this launch, to ask what it can do."""
+        return kinds.kind(self.engine_kind)
+
+    @property
     def misfit(self) -> str:
         """ "" when the set runs wholly on the device, else one word: offload, vram (ram
         without a GPU, or when the RAM beside the GPU is short), slow (even the smallest
@@ -158,7 +165,7 @@ class LaunchPlan:
             "refusal": str(self.refusal) if self.refusal else None,
             "vision": self.vision.to_json(),
             "chat": chat_defaults(
-                self.engine_kind,
+                self.served_by,
                 self.target.facts.architecture,
                 self.target.info is None or self.target.info.has_chat_template,
                 self.server.chat_template,

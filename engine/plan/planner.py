@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget, pool_of
@@ -151,7 +152,7 @@ def plan_launch(
     pooled = plan_on(budget)
     if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
-    if pooled.engine_kind == "lucebox":  # it weighs its cards itself (luceboxroute)
+    if pooled.served_by.weighs_its_own_cards:
         return pooled
     roomiest = max(budget.devices, key=lambda d: d.vram_free_bytes)
     alone = plan_on(pool_of((roomiest,), budget.host_total_bytes))
@@ -195,7 +196,7 @@ def _plan_on_budget(
     )
     choice = replace(choice, key=engines_key if choice.both else None)
     basis = LaunchBasis(options, resolved, preset, target, ctx_cap)
-    if choice.kind == "lucebox":
+    if not kinds.kind(choice.kind).allocates_like_llama_cpp:
         launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
         vision, refused = lucebox_vision(resolved, target, projectors)
         return replace(launch, vision=vision, refusal=launch.refusal or refused)

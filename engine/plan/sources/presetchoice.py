@@ -52,15 +52,15 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
         and not p.preset.smoke_test
         and p.preset.vram_tier_gib <= card_gib
         and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
-        and (p.preset.engine != LUCEBOX_PRESET_ENGINE or _on_lucebox(p))
+        and (p.preset.engine != LUCEBOX_PRESET_ENGINE or _verifies_draft_trees(p))
     ]
     if useful:
         return max(
             useful,
             key=lambda p: (
                 p.preset.vram_tier_gib if p.preset else 0,
-                _on_lucebox(p),
-                _reported_speedup(p) if _on_lucebox(p) else 0.0,
+                _verifies_draft_trees(p),
+                _reported_speedup(p) if _verifies_draft_trees(p) else 0.0,
                 p.plan.ctx,
             ),
         )
@@ -76,8 +76,8 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
 
 
-def _on_lucebox(plan: LaunchPlan) -> bool:
-    return plan.engine_kind == "lucebox"
+def _verifies_draft_trees(plan: LaunchPlan) -> bool:
+    return plan.served_by.verifies_draft_trees
 
 
 def _reported_speedup(plan: LaunchPlan) -> float:
