@@ -374,8 +374,8 @@ def _prefill_reason(
         mode = (
             "PFlash on every prompt (the engine's --prefill-compression always): a short prompt "
             "is compressed too, and every request parks the target and loads the drafter "
-            "(on an H200 a 43-token question waited 1.77 s for its first token instead of "
-            "0.11 s); --prefill auto compresses only long prompts"
+            "(so even a short question waits for that before its first token); --prefill auto "
+            "compresses only long prompts"
         )
     drafter = (
         f"PFlash's drafter ({request.prefill_drafter_bytes / MIB:.0f} MiB) with its scoring "

@@ -187,17 +187,15 @@ def _prefill_notes(drafter: PrefillDrafter, engine: EngineView) -> str:
             ". PFlash gets its fast kernel (Block-Sparse-Attention) when the build has it: "
             "sm_80 or newer with its source fetched"
         )
-    # Measured through lucebox serve on an H200 (benchmarks/results/h200x2-pflash-bsa.json and the
-    # no-BSA run of issue 40): what the client waited for the first token of a 128K prompt.
+    # The rule behind both notes: benchmarks/results/h200x2-pflash-bsa.json.
     if not engine.bsa:
         return notes + (
-            f". {SLOW_FALLBACK} in {engine.id}: on an H200 without it PFlash took 22.7 s to "
-            "the first token of a 128K prompt, 20.4 s of it scoring (31.2 s with PFlash off; "
-            "2.1 s with the fast kernel)"
+            f". {SLOW_FALLBACK} in {engine.id}: scoring a long prompt then takes most of the "
+            "wait for its first token, several times longer than with the fast kernel"
         )
     return notes + (
-        f". {engine.id} has PFlash's fast kernel (Block-Sparse-Attention): on an H200 the "
-        "first token of a 128K prompt came after 2.1 s instead of 28.6 s with PFlash off"
+        f". {engine.id} has PFlash's fast kernel (Block-Sparse-Attention): scoring a long "
+        "prompt takes a small part of the time reading it whole would"
     )
 
 
