@@ -8,16 +8,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.engines.kinds import EngineKind
 from lucebox.engine.engines.registry import KindName
+from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.chatdefaults import chat_defaults
 from lucebox.engine.plan.enginechoice import EngineChoice
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import ServerLaunch, server_argv, server_env
+from lucebox.engine.plan.launch import (
+    ServerLaunch,
+    key_file_of,
+    private_port,
+    server_argv,
+    server_env,
+)
 from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
@@ -189,6 +197,34 @@ class LaunchBasis:
     @property
     def alias(self) -> str:
         return self.preset.id if self.preset else self.target.path.stem
+
+    def server(
+        self,
+        paths: Paths,
+        engine: EngineView,
+        plan: Plan,
+        budget: GpuBudget,
+        speculation: Speculation,
+    ) -> ServerLaunch:
+        """How the engine starts, as every kind shares it: its binary and model on the local
+        GPUs of ``budget``, behind the front with the user's key, with the chosen draft. Each
+        kind's route adds its own switches."""
+        resolved = self.resolved
+        return ServerLaunch(
+            server_path=engine.server_path,
+            model_path=str(self.target.path),
+            plan=plan,
+            alias=self.alias,
+            host=resolved.host,
+            port=resolved.port,
+            engine_port=private_port(resolved.port),
+            api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
+            draft_path=str(speculation.draft.path) if speculation.draft else None,
+            spec_type=speculation.spec_type,
+            draft_max=speculation.draft_max,
+            draft_p_min=speculation.p_min,
+            gpus=tuple(d.index for d in budget.local_gpus),
+        )
 
     def launch(
         self,

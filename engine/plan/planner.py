@@ -15,7 +15,6 @@ from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
-from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.guard import refusal as refusal_of
@@ -24,7 +23,6 @@ from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import luceboxroute
 from lucebox.engine.plan.lucebox.luceboxplan import KvMode
@@ -209,23 +207,11 @@ def _plan_on_budget(
         paths, request, target, draft, preset, engine, resolved, options
     )
     memory = replace(memory, reasons={**memory.reasons, "vision": vision.reason})
-    server = ServerLaunch(
-        server_path=engine.server_path,
-        model_path=str(target.path),
-        plan=memory,
-        alias=basis.alias,
-        host=resolved.host,
-        port=resolved.port,
-        engine_port=private_port(resolved.port),
+    server = replace(
+        basis.server(paths, engine, memory, budget, spec_choice),
         chat_template=preset.chat_template if preset else None,
-        draft_path=str(spec_choice.draft.path) if spec_choice.draft else None,
-        spec_type=spec_choice.spec_type,
-        draft_max=spec_choice.draft_max,
-        draft_p_min=spec_choice.p_min,
-        api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
         slot_save_path=str(paths.slots_dir) if resolved.cache == "agent" else None,
-        gpus=tuple(d.index for d in budget.local_gpus),
         rpc=tuple(d.address for d in budget.devices if d.address),
         mmproj_path=vision.path,
     )

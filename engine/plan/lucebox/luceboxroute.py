@@ -18,7 +18,6 @@ from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.bsa import SLOW_FALLBACK
 from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, KindName
-from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
@@ -26,7 +25,6 @@ from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.records import stored_path
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import kvmodes
 from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan
@@ -264,21 +262,8 @@ def lucebox_launch(
     if placement:
         reasons["placement"] = placement
     plan = dataclasses.replace(planned.plan, reasons=reasons)
-    server_launch = ServerLaunch(
-        server_path=engine.server_path,
-        model_path=str(target.path),
-        plan=plan,
-        alias=basis.alias,
-        host=resolved.host,
-        port=resolved.port,
-        engine_port=private_port(resolved.port),
-        # The front checks the user's key; the engine itself has none and stays on loopback.
-        api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
-        draft_path=str(draft.path) if draft is not None else None,
-        spec_type=spec.spec_type,
-        gpus=tuple(d.index for d in budget.local_gpus),
-        kind="lucebox",
-        lucebox=planned.flags,
+    server_launch = dataclasses.replace(
+        basis.server(paths, engine, plan, budget, spec), kind="lucebox", lucebox=planned.flags
     )
     refusal = _refusal(choice, target, draft, plan)
     if refusal is None and resolved.placement not in ("auto", chosen):
