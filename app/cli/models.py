@@ -112,7 +112,7 @@ def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | 
         return str(args.source), None
     view = pipeline.machine_view(paths, options)
     chosen = repoplan.by_name(
-        paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine
+        paths, options, resolved=view.resolved, budget=view.budget, installs=view.installs
     )
     if chosen is None:
         return str(args.source), None
@@ -124,7 +124,7 @@ def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | 
         replace(options, model=chosen.source, quant=None),
         resolved=view.resolved,
         budget=view.budget,
-        engine=view.engine,
+        installs=view.installs,
         remote_facts=chosen.facts,
         projectors=chosen.projector_infos,
     )
@@ -234,7 +234,7 @@ def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
     view = pipeline.machine_view(paths, options)
     budget = view.budget
     planned = repoplan.plan_quants(
-        paths, source, options, resolved=view.resolved, budget=budget, engine=view.engine
+        paths, source, options, resolved=view.resolved, budget=budget, installs=view.installs
     )
     try:
         choice: quantchoice.QuantChoice | None = quantchoice.choose(

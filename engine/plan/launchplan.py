@@ -18,7 +18,7 @@ from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.chatdefaults import chat_defaults
 from lucebox.engine.plan.enginechoice import EngineChoice
-from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launch import (
     ServerLaunch,
     key_file_of,
@@ -74,6 +74,8 @@ class LaunchPlan:
     resolved: Resolved
     options: ServeOptions
     """What it was planned from: a re-plan changes only what it must."""
+    installs: Installs
+    """Every engine kind's build it was planned with: a re-plan plans with the same."""
     ctx_cap: int | None = None
     """The bound an out-of-memory re-plan put on the context; later re-plans keep it."""
     refusal: GuardRefusal | None = None
@@ -193,6 +195,7 @@ class LaunchBasis:
     preset: Preset | None
     target: ModelFile
     ctx_cap: int | None
+    installs: Installs
 
     @property
     def alias(self) -> str:
@@ -248,6 +251,7 @@ class LaunchBasis:
             server=server,
             resolved=self.resolved,
             options=self.options,
+            installs=self.installs,
             ctx_cap=self.ctx_cap,
             refusal=refusal,
             engine_choice=engine_choice,

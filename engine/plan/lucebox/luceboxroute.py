@@ -109,13 +109,9 @@ def _kv_types(engine: EngineView, pinned: str | None) -> tuple[str, ...]:
     return (pinned,) if pinned in built else tuple(built)
 
 
-def lucebox_engine(paths: Paths, wanted_id: str) -> EngineView:
-    """The installed Lucebox engine a launch uses (``engine.id``'s, else the default source's
-    build), or the pinned one not built yet."""
-    return _view(luceboxbuild.select(paths, wanted_id).engine)
-
-
-def _view(installed: EngineManifest | None) -> EngineView:
+def lucebox_view(installed: EngineManifest | None) -> EngineView:
+    """The Lucebox build a plan is made for: the installed one, or the pinned one not built
+    yet."""
     if installed is not None:
         return EngineView.of(installed)
     caps = EngineCapabilities(
@@ -214,10 +210,10 @@ def lucebox_launch(
     draft: ModelFile | None,
     budget: GpuBudget,
     choice: EngineChoice,
+    engine: EngineView,
 ) -> LaunchPlan:
-    """The whole launch when the Lucebox engine serves."""
+    """The whole launch when the Lucebox engine serves, on its build ``engine``."""
     resolved = basis.resolved
-    engine = lucebox_engine(paths, resolved.engine_id)
     draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
     drafter = _prefill_drafter(paths) if resolved.prefill != "off" else None
     request = _lucebox_request(basis, draft, budget, engine, drafter)

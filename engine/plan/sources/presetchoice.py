@@ -15,7 +15,7 @@ from lucebox.engine.models.presets import (
     find_preset,
     load_presets,
 )
-from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.engineview import Installs
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.modelfiles import preset_vision
 from lucebox.engine.plan.options import Resolved, ServeOptions
@@ -90,7 +90,7 @@ def plan_preset(
     options: ServeOptions,
     resolved: Resolved,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     preset: Preset,
 ) -> LaunchPlan:
     """The launch `plan --preset ID` (and `up --preset ID --dry-run`) plans for ``preset``:
@@ -104,7 +104,7 @@ def plan_preset(
         options,
         resolved=resolved,
         budget=budget,
-        engine=engine,
+        installs=installs,
         preset=preset,
         projectors=vision.projectors,
     )
@@ -115,23 +115,23 @@ def plan_preset(
 
 
 def preset_table(
-    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, engine: EngineView
+    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, installs: Installs
 ) -> PresetTable:
     """Every preset planned for ``budget`` as `plan --preset ID` plans it, and the one a card
     of that size gets."""
     plans = tuple(
-        plan_preset(paths, options, resolved, budget, engine, p) for p in load_presets(paths)
+        plan_preset(paths, options, resolved, budget, installs, p) for p in load_presets(paths)
     )
     return PresetTable(budget, plans, choose_preset(list(plans), budget))
 
 
 def pick_preset(
-    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, engine: EngineView
+    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, installs: Installs
 ) -> Preset:
     """The named preset, or the best one for ``budget``; refuses when none fits."""
     if resolved.preset_id:
         return find_preset(paths, resolved.preset_id)
-    best = preset_table(paths, options, resolved, budget, engine).best
+    best = preset_table(paths, options, resolved, budget, installs).best
     if best is None or best.preset is None:
         raise GuardRefusal(
             f"no preset fits {budget.device}",

@@ -14,9 +14,8 @@ from lucebox.engine.engines.kinds import LLAMA_SERVER
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan.chatdefaults import chat_defaults, thinking_default
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.planner import installs_of, plan_launch
 from support.ggufgen import cached_gguf
 
 RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)
@@ -48,7 +47,7 @@ def test_the_plan_prints_one_thinking_default_for_a_qwen35_on_either_engine(engi
         options,
         resolved=resolve(options, Settings()),
         budget=RTX_4090,
-        engine=EngineView.of(None),
+        installs=installs_of(),
     )
     chat = launch.to_json()["chat"]
     assert launch.engine_kind == engine and chat["thinking_default"] is False
