@@ -66,7 +66,6 @@ class LaunchPlan:
     alias: str
     preset: Preset | None
     budget: GpuBudget
-    engine: EngineView
     target: ModelFile
     speculation: Speculation
     server: ServerLaunch
@@ -90,6 +89,11 @@ class LaunchPlan:
     kv_modes: KvModesPlan | None = None
     """A long-context Lucebox launch's modes (exact at each KV type, KVFlash), measured on this
     card once idle; None for a short context or another engine."""
+
+    @property
+    def engine(self) -> EngineView:
+        """The build of the engine kind that serves this launch."""
+        return self.installs.of(self.engine_kind)
 
     @property
     def plan(self) -> Plan:
@@ -235,7 +239,6 @@ class LaunchBasis:
         speculation: Speculation,
         *,
         budget: GpuBudget,
-        engine: EngineView,
         refusal: GuardRefusal | None,
         engine_choice: EngineChoice,
         vision: Vision = NO_PROJECTOR,
@@ -245,7 +248,6 @@ class LaunchBasis:
             alias=server.alias,
             preset=self.preset,
             budget=budget,
-            engine=engine,
             target=self.target,
             speculation=speculation,
             server=server,

@@ -223,7 +223,6 @@ def _plan_on_budget(
         server,
         spec_choice,
         budget=budget,
-        engine=engine,
         refusal=refusal or vision_refusal or _refusal(target, memory),
         engine_choice=choice,
         vision=vision,

@@ -293,39 +293,33 @@ def _context(request: LuceboxRequest, room_bytes: int) -> _Context:
     fit = largest[kv_type]
     pool: int | None = None
     exact = fit >= wanted and not pinned
-    if pinned:
-        max_ctx = pad_ctx(wanted)
-        pool = kvflash_pool(fit, max_ctx)
-        kv = int(pool * per_token)
-        reason = (
-            f"{max_ctx} tokens with KVFlash as asked (--kv-mode kvflash): a {pool}-token pool "
-            f"at {kv_type} KV on the GPU, the rest paged to host RAM (sparse attention over "
-            "the pool, not exact)"
-        )
-    elif exact:
+    if exact:
         max_ctx = pad_ctx(wanted) if request.ctx else wanted // CTX_PAD * CTX_PAD
         kv = int(pad_ctx(max_ctx) * per_token)
         reason = f"{max_ctx} tokens with exact attention at {kv_type} KV"
-    elif request.ctx is not None and request.kv_mode == "exact":
+    elif request.ctx is None:
+        max_ctx = max(0, fit)
+        kv = int(max_ctx * per_token)
+        reason = f"{max_ctx} tokens: the largest exact context that fits at {kv_type} KV"
+    elif request.kv_mode == "exact":
         max_ctx = pad_ctx(wanted)
         kv = int(max_ctx * per_token)
         reason = (
             f"{max_ctx} tokens asked for with an exact cache (--kv-mode exact); {fit} "
             f"fit in VRAM at {kv_type} KV, and KVFlash (not exact) was not allowed"
         )
-    elif request.ctx is not None:
+    else:  # a context asked for beyond what fits, or --kv-mode kvflash
         max_ctx = pad_ctx(wanted)
         pool = kvflash_pool(fit, max_ctx)
         kv = int(pool * per_token)
-        reason = (
-            f"{max_ctx} tokens asked for; {fit} fit in VRAM at {kv_type} KV, so "
-            f"KVFlash keeps a {pool}-token pool on the GPU and pages the rest to host RAM "
-            "(sparse attention over the pool, not exact)"
+        held = (
+            f"with KVFlash as asked (--kv-mode kvflash): a {pool}-token pool at {kv_type} KV on "
+            "the GPU, the rest paged to host RAM"
+            if pinned
+            else f"asked for; {fit} fit in VRAM at {kv_type} KV, so KVFlash keeps a "
+            f"{pool}-token pool on the GPU and pages the rest to host RAM"
         )
-    else:
-        max_ctx = max(0, fit)
-        kv = int(max_ctx * per_token)
-        reason = f"{max_ctx} tokens: the largest exact context that fits at {kv_type} KV"
+        reason = f"{max_ctx} tokens {held} (sparse attention over the pool, not exact)"
     return _Context(max_ctx, kv_type, fit, pool, exact, kv, wanted, reason)
 
 

@@ -228,9 +228,7 @@ def lucebox_launch(
     refusal = _refusal(choice, basis.target, draft, plan) or _placement_refusal(
         resolved.placement, placed
     )
-    launch = basis.launch(
-        server, spec, budget=placed.budget, engine=engine, refusal=refusal, engine_choice=choice
-    )
+    launch = basis.launch(server, spec, budget=placed.budget, refusal=refusal, engine_choice=choice)
     return dataclasses.replace(launch, kv_modes=_kv_modes(paths, request, launch))
 
 
