@@ -358,18 +358,15 @@ def _plan_on_cards(
                    for c in cards}
         for m in members
     }  # fmt: skip
-
-    def holds(launch: LaunchPlan) -> bool:
-        p = launch.plan
-        return launch.refusal is None and p.n_gpu_layers < 0 and not p.n_cpu_moe
-
-    if not all(any(holds(lp) for lp in on_card[m.source].values()) for m in members):
+    if not all(any(_holds_alone(lp) for lp in on_card[m.source].values()) for m in members):
         pooled = tuple(_plan(paths, options, m, settings, budget, installs) for m in members)
         refusal = _refuse_alone(budget, pooled)
         if refusal is not None:
             return SetPlan(pooled, 1, budget, {"fits": refusal.message}, refusal)
         wide = next(
-            m.source for m in members if not any(holds(lp) for lp in on_card[m.source].values())
+            m.source
+            for m in members
+            if not any(_holds_alone(lp) for lp in on_card[m.source].values())
         )
         group = _group(
             paths, options, members, pooled, settings=settings, budget=budget, installs=installs
@@ -378,14 +375,7 @@ def _plan_on_cards(
         launches = tuple(_with_reason(lp, "device", why) for lp in group.launches)
         return _checked(launches, group.fit_together, budget, {"models_max": group.why})
 
-    # Largest first, each to the card with the most room left that holds it alone.
-    room = {c.index: c.vram_free_bytes for c in cards}
-    placed: dict[int, list[Member]] = {c.index: [] for c in cards}
-    for member in sorted(members, key=lambda m: -max(map(fixed_bytes, on_card[m.source].values()))):
-        fitting = [i for i, lp in on_card[member.source].items() if holds(lp)]
-        index = max(fitting, key=lambda i: room[i] - fixed_bytes(on_card[member.source][i]))
-        placed[index].append(member)
-        room[index] -= fixed_bytes(on_card[member.source][index])
+    placed = _assign_cards(members, on_card, cards)
     by_source: dict[str, LaunchPlan] = {}
     reasons: dict[str, str] = {}
     limits: list[int] = []
@@ -413,15 +403,37 @@ def _plan_on_cards(
         if group.fit_together < len(group_members):
             limits.append(group.fit_together)
     models_max = min(limits) if limits else len(members)
-    if limits:
-        reasons["models_max"] = (
-            f"{models_max} on the tightest card; lucebox's proxy evicts per card by memory, "
-            "so the other cards keep their models loaded (a count limit would not)"
-        )
-    else:
-        reasons["models_max"] = f"{models_max}: every card holds all of its models at once"
+    reasons["models_max"] = (
+        f"{models_max} on the tightest card; lucebox's proxy evicts per card by memory, "
+        "so the other cards keep their models loaded (a count limit would not)"
+        if limits
+        else f"{models_max}: every card holds all of its models at once"
+    )
     launches = tuple(by_source[m.source] for m in members)
     return _checked(launches, models_max, budget, reasons)
+
+
+def _holds_alone(launch: LaunchPlan) -> bool:
+    """The launch serves wholly on its device: not refused, every layer and expert on it."""
+    p = launch.plan
+    return launch.refusal is None and p.n_gpu_layers < 0 and not p.n_cpu_moe
+
+
+def _assign_cards(
+    members: tuple[Member, ...],
+    on_card: dict[str, dict[int, LaunchPlan]],
+    cards: tuple[DeviceBudget, ...],
+) -> dict[int, list[Member]]:
+    """The models on each card: largest first, each to the card with the most room left that
+    holds it alone."""
+    room = {c.index: c.vram_free_bytes for c in cards}
+    placed: dict[int, list[Member]] = {c.index: [] for c in cards}
+    for member in sorted(members, key=lambda m: -max(map(fixed_bytes, on_card[m.source].values()))):
+        fitting = [i for i, lp in on_card[member.source].items() if _holds_alone(lp)]
+        index = max(fitting, key=lambda i: room[i] - fixed_bytes(on_card[member.source][i]))
+        placed[index].append(member)
+        room[index] -= fixed_bytes(on_card[member.source][index])
+    return placed
 
 
 def smaller_context_set(paths: Paths, planned: SetPlan, alias: str, settings: Settings) -> SetPlan:
