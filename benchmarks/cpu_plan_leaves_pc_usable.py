@@ -81,7 +81,7 @@ def main() -> int:
         print("this PC has a GPU: the CPU caps do not apply", file=sys.stderr)
         return 1
     budget, cap_s = view.budget, view.resolved.cpu_read_s
-    table = presetchoice.preset_table(paths, options, view.resolved, budget, view.engine)
+    table = presetchoice.preset_table(paths, options, view.resolved, budget, view.installs)
     cores = cpuread.cpu_cores()
     rows, broken = [], 0
     for item in table.plans:

@@ -24,7 +24,7 @@ from lucebox.engine.core import units
 from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import FetchError, GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import install, kinds, registry, toolchain, webui
+from lucebox.engine.engines import install, kinds, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
 from lucebox.engine.engines.kinds import LLAMA_SERVER, EngineKind
 from lucebox.engine.engines.registry import EngineManifest
@@ -37,7 +37,7 @@ from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo, read_projector
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.plan import modelfiles, planner
-from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.lucebox.luceboxplan import PREFILL_DRAFTER_SOURCE
 from lucebox.engine.plan.modelfiles import local_file
@@ -230,23 +230,25 @@ def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
 @dataclass(frozen=True)
 class MachineView:
     """This machine as every plan sees it: flags over settings, GPUs, RPC peers, the budget
-    over them and the installed engine. ``prepare``, ``lucebox presets`` and the TUI's preset
-    table all start from it, so the table is planned on the budget the launch gets."""
+    over them and every engine kind's installed build. ``prepare``, ``lucebox presets`` and
+    the TUI's preset table all start from it, so the table is planned on the budget the
+    launch gets."""
 
     settings: config.Settings
     resolved: Resolved
     probe: gpu.GpuProbe
     peers: tuple[Peer, ...]
     budget: GpuBudget
-    installed: EngineManifest | None
+    installs: Installs
 
     @property
     def engine(self) -> EngineView:
-        return EngineView.of(self.installed)
+        """llama-server's build (its version is the one RPC peers must match)."""
+        return self.installs.llama_server
 
 
 def machine_view(paths: Paths, options: ServeOptions) -> MachineView:
-    """Read settings, probe the GPUs, ask the RPC peers and find the installed engine."""
+    """Read settings, probe the GPUs, ask the RPC peers and find each engine kind's build."""
     settings = config.load_settings(paths)
     if options.engine_id:
         settings = replace(settings, engine_id=options.engine_id)
@@ -254,8 +256,8 @@ def machine_view(paths: Paths, options: ServeOptions) -> MachineView:
     probe = gpu.probe_gpus()
     found = peers.ask_peers(resolved.rpc)
     budget = budget_for(probe, resolved.gpus, options.vram_mib, peers.peer_devices(found))
-    installed = registry.select_engine(paths, probe, settings.engine_id).engine
-    return MachineView(settings, resolved, probe, found, budget, installed)
+    installs = planner.find_installs(paths, probe, settings.engine_id)
+    return MachineView(settings, resolved, probe, found, budget, installs)
 
 
 def prepare(
@@ -275,7 +277,7 @@ def prepare(
     """
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     view = machine_view(paths, options)
-    settings, budget, installed = view.settings, view.budget, view.installed
+    settings, budget, installs = view.settings, view.budget, view.installs
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
@@ -284,10 +286,10 @@ def prepare(
         emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
     else:
         emit(StepEvent("preset", "running", "choosing the model set"))
-        preset = presetchoice.pick_preset(paths, options, view.resolved, budget, view.engine)
+        preset = presetchoice.pick_preset(paths, options, view.resolved, budget, view.installs)
         emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
     by_name = repoplan.by_name(
-        paths, options, resolved=view.resolved, budget=budget, engine=view.engine
+        paths, options, resolved=view.resolved, budget=budget, installs=view.installs
     )
     if by_name is not None:
         emit(StepEvent("models", "note", by_name.why))
@@ -306,14 +308,14 @@ def prepare(
     candidates, source_of, unplanned = projector_candidates(paths, preset, by_name, view.resolved)
 
     def plan_with(
-        installed: EngineManifest | None, projectors: tuple[ProjectorInfo, ...] = candidates
+        installs: Installs, projectors: tuple[ProjectorInfo, ...] = candidates
     ) -> LaunchPlan:
         return planner.plan_launch(
             paths,
             options,
             resolved=view.resolved,
             budget=budget,
-            engine=EngineView.of(installed),
+            installs=installs,
             preset=preset,
             remote_facts=by_name.facts if by_name else None,
             projectors=projectors,
@@ -321,18 +323,18 @@ def prepare(
 
     # One plan from the engines installed now, made again only when the engine it routes to
     # was built just now: the plan then reads what the new binary can do.
-    launch = plan_with(installed)
+    launch = plan_with(installs)
     if not dry_run:
         kind = kinds.kind(launch.engine_kind)
         if _ensure_engine(paths, view.probe, settings.engine_id, emit, kind)[1]:
-            installed = LLAMA_SERVER.select(paths, view.probe, settings.engine_id).engine
-            launch = plan_with(installed)
+            installs = planner.find_installs(paths, view.probe, settings.engine_id)
+            launch = plan_with(installs)
         pulled = pull_projector(paths, source_of, launch, view.resolved, emit, cancel)
         if pulled is not None:
-            launch = plan_with(installed, pulled[0])
+            launch = plan_with(installs, pulled[0])
             unplanned = unplanned or pulled[1]
         paths.ensure(paths.slots_dir)  # the engine refuses a save path that is missing
-    peers.check_builds(view.peers, EngineView.of(installed).version)
+    peers.check_builds(view.peers, installs.llama_server.version)
     emit(StepEvent("plan", "running", "sizing context, KV cache and speculation"))
     if by_name is not None:
         launch = replace(

@@ -14,11 +14,10 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds, registry, update, webui
 from lucebox.engine.engines.build import BuildEvent
 from lucebox.engine.engines.registry import EngineManifest, KindName
-from lucebox.engine.machine import config, gpu
+from lucebox.engine.machine import config
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan import chatdefaults, planner
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.lucebox.kvmodes import KvTrial
@@ -104,7 +103,6 @@ class Replanner:
         self.current = prepared.launch
         self.calibrator: calibrator.Calibrator | None = None
         """The calibration of this launch, which keeps the store's entry while it runs."""
-        self._llama_engine: EngineView | None = None
 
     def after_oom(self, server: ServerLaunch) -> ServerLaunch | None:
         """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
@@ -156,21 +154,7 @@ class Replanner:
     def for_engine(self, kind: KindName | None) -> tuple[ServerLaunch, str] | None:
         """The launch re-planned on ``kind`` (None: the planner's choice, which reads the
         engines' verdict), with its speculation reason; None when it cannot start here."""
-        first = self.prepared.launch
-        if self._llama_engine is None:
-            llama_server = kinds.LLAMA_SERVER
-            if first.engine_kind == llama_server.name:
-                self._llama_engine = first.engine
-            else:
-                found = llama_server.select(self.paths, gpu.probe_gpus(), self.settings.engine_id)
-                self._llama_engine = EngineView.of(found.engine)
-        changed = planner.replan(
-            self.paths,
-            first,
-            self.settings,
-            engine_kind=kind,
-            llama_engine=self._llama_engine,
-        )
+        changed = planner.replan(self.paths, self.prepared.launch, self.settings, engine_kind=kind)
         if changed.refusal is not None or self._lossy(changed):
             return None
         self.current = changed

@@ -111,7 +111,7 @@ def prepare_set(
     ``cancel`` stops a download between reads (the TUI's quit)."""
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     view = machine_view(paths, options)
-    settings, budget, installed = view.settings, view.budget, view.installed
+    settings, budget, installs = view.settings, view.budget, view.installs
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
@@ -123,6 +123,7 @@ def prepare_set(
             if preset and preset.draft and preset.draft.model:
                 pull_source(paths, preset.draft.model.source, emit, cancel)
         installed = ensure_engine(paths, view.probe, settings.engine_id, emit)
+        installs = replace(installs, llama_server=EngineView.of(installed))
         paths.ensure(paths.slots_dir)
     emit(StepEvent("plan", "running", "planning the set: which fit together, and where"))
     planned = plan_set(
@@ -131,7 +132,7 @@ def prepare_set(
         sources,
         settings=settings,
         budget=budget,
-        engine=EngineView.of(installed),
+        installs=installs,
         ram_limit_bytes=settings.models_ram_mib * units.MIB,
     )
     if planned.refusal is not None:

@@ -12,13 +12,9 @@ ROOT = Path(__file__).parents[1]
 LONGEST_LINES = 80
 LONG_ALLOWED: frozenset[str] = frozenset(
     {
-        "engine/plan/lucebox/luceboxplan.py:plan_lucebox",
         "engine/models/headerinfo.py:info_from_header",
         "engine/models/guard.py:check_model",
         "engine/pipeline.py:prepare",
-        "engine/plan/memory/memory.py:make_plan",
-        "engine/plan/visionplan.py:choose_vision",
-        "engine/plan/lucebox/luceboxroute.py:lucebox_launch",
     }
 )
 KIND_HOMES = ("engine/engines/", "engine/plan/enginechoice.py")
@@ -28,9 +24,6 @@ NAME_TEST = re.compile(
 )
 NAME_TESTS_ALLOWED: frozenset[str] = frozenset(
     {
-        "engine/plan/sources/presetchoice.py",
-        "engine/plan/chatdefaults.py",
-        "engine/plan/planner.py",
         "app/cli/engine.py",
     }
 )

@@ -114,7 +114,7 @@ def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | 
         return str(args.source), None
     view = pipeline.machine_view(paths, options)
     chosen = repoplan.by_name(
-        paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine
+        paths, options, resolved=view.resolved, budget=view.budget, installs=view.installs
     )
     if chosen is None:
         return str(args.source), None
@@ -126,7 +126,7 @@ def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | 
         replace(options, model=chosen.source, quant=None),
         resolved=view.resolved,
         budget=view.budget,
-        engine=view.engine,
+        installs=view.installs,
         remote_facts=chosen.facts,
         projectors=chosen.projector_infos,
     )
@@ -157,7 +157,7 @@ def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, list[st
         return source, [projector_source] if projector_source else []
     options = ServeOptions().named(match)
     view = pipeline.machine_view(paths, options)
-    preset = presetchoice.pick_preset(paths, options, view.resolved, view.budget, view.engine)
+    preset = presetchoice.pick_preset(paths, options, view.resolved, view.budget, view.installs)
     if len(match.preset_ids) > 1:
         print(f"lucebox: {preset.id} is the preset for {view.budget.device}", file=sys.stderr)
     draft = preset.draft.model if preset.draft else None
@@ -260,7 +260,7 @@ def cmd_models_quants(args: argparse.Namespace, paths: Paths) -> int:
     view = pipeline.machine_view(paths, options)
     budget = view.budget
     planned = repoplan.plan_quants(
-        paths, source, options, resolved=view.resolved, budget=budget, engine=view.engine
+        paths, source, options, resolved=view.resolved, budget=budget, installs=view.installs
     )
     try:
         choice: quantchoice.QuantChoice | None = quantchoice.choose(

@@ -89,7 +89,7 @@ def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:
     view = pipeline.machine_view(paths, options)
     budget = view.budget
     peers.check_builds(view.peers, view.engine.version)
-    table = presetchoice.preset_table(paths, options, view.resolved, budget, view.engine)
+    table = presetchoice.preset_table(paths, options, view.resolved, budget, view.installs)
     plans, best = table.plans, table.best
     if args.json:
         print_json(

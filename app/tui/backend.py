@@ -38,7 +38,7 @@ class Backend:
     def preset_table(self, options: ServeOptions) -> presetchoice.PresetTable:
         view = pipeline.machine_view(self.paths, options)
         return presetchoice.preset_table(
-            self.paths, options, view.resolved, view.budget, view.engine
+            self.paths, options, view.resolved, view.budget, view.installs
         )
 
     def hub_finder(self, options: ServeOptions) -> HubFinder:
@@ -56,7 +56,7 @@ class Backend:
                 asked,
                 resolved=view.resolved,
                 budget=view.budget,
-                engine=view.engine,
+                installs=view.installs,
             )
 
         return HubFinder(search=hubrepo.search, quants=quants)

@@ -64,6 +64,30 @@ class EngineKind(Protocol):
         ...
 
     @property
+    def allocates_like_llama_cpp(self) -> bool:
+        """Its memory is llama.cpp's layout (weights, KV per slot, compute buffers), so the
+        planner's llama.cpp memory plan prices it; False: its own plan does."""
+        ...
+
+    @property
+    def weighs_its_own_cards(self) -> bool:
+        """Its plan chooses how to use several cards itself, so the planner does not weigh
+        one card against the split for it."""
+        ...
+
+    @property
+    def verifies_draft_trees(self) -> bool:
+        """It verifies a draft's tokens as a tree (DDTree): a preset's published gain for
+        such a draft holds only when this kind serves it."""
+        ...
+
+    @property
+    def uses_builtin_chat_templates(self) -> bool:
+        """It renders its families' chats with its own built-in templates and ignores the
+        GGUF's."""
+        ...
+
+    @property
     def source_flags(self) -> SourceFlags:
         """The command-line flags that name where this kind's source comes from."""
         ...
@@ -174,6 +198,10 @@ class LlamaServerKind:
     name: KindName = "llama-server"
     title: str = "llama-server"
     build_command: str = "lucebox engine build"
+    allocates_like_llama_cpp: bool = True
+    weighs_its_own_cards: bool = False
+    verifies_draft_trees: bool = False
+    uses_builtin_chat_templates: bool = False
     source_flags: SourceFlags = SourceFlags(
         "--sdist",
         "use this local copy of the sdist",
@@ -258,6 +286,10 @@ class LuceboxKind:
     name: KindName = "lucebox"
     title: str = "the Lucebox engine"
     build_command: str = "lucebox engine build --engine lucebox"
+    allocates_like_llama_cpp: bool = False
+    weighs_its_own_cards: bool = True
+    verifies_draft_trees: bool = True
+    uses_builtin_chat_templates: bool = True
     source_flags: SourceFlags = SourceFlags(
         "--tarball",
         "a local archive of the pinned commit (offline)",

@@ -3,7 +3,7 @@
 - entry: ``planner`` (one model); ``servedset/`` (a set); ``sources/`` (a preset or a repo chosen
   for the machine).
 - inputs: ``options`` (flags over config.toml), ``flagtypes``, ``modelfiles`` (the files of a
-  launch), ``engineview`` (the engine planned for).
+  launch), ``engineview`` (each engine kind's build, found once by the caller).
 - ``memory/``: llama-server's memory plan; ``speculation/``: the speculation mode, its guard and
   the measurement store; ``lucebox/``: the Lucebox engine's route, plan and modes.
 - which engine: ``enginechoice`` (the rule), ``engineverdict`` (the measured verdict).

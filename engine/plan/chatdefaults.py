@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lucebox.engine.engines.registry import KindName
+from lucebox.engine.engines.kinds import EngineKind
 from lucebox.engine.plan.enginechoice import KVFLASH_ARCHS
 
 THINKING_OFF_ARCHS = (*KVFLASH_ARCHS, "qwen3", "deepseek4")
@@ -56,13 +56,13 @@ def thinking_default(arch: str) -> bool | None:
 
 
 def chat_defaults(
-    kind: KindName, arch: str, has_gguf_template: bool, named_template: str | None = None
+    kind: EngineKind, arch: str, has_gguf_template: bool, named_template: str | None = None
 ) -> ChatDefaults:
-    """What the plan prints for the launch's chats (``named_template``: a preset's
-    ``--chat-template`` for llama-server)."""
+    """What the plan prints for the launch's chats on ``kind`` (``named_template``: a
+    preset's ``--chat-template`` for llama-server)."""
     thinking = thinking_default(arch)
     thinking_reason = THINKING_OFF_REASON if thinking is not None else "the template's own default"
-    if kind == "lucebox":
+    if kind.uses_builtin_chat_templates:
         template = f"builtin:{arch}"
         why = (
             "the Lucebox engine renders its families with built-in templates and ignores the "

@@ -8,14 +8,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lucebox.engine.core.errors import GuardRefusal
+from lucebox.engine.core.paths import Paths
+from lucebox.engine.engines import kinds
+from lucebox.engine.engines.kinds import EngineKind
 from lucebox.engine.engines.registry import KindName
+from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.guard import Problem
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.chatdefaults import chat_defaults
 from lucebox.engine.plan.enginechoice import EngineChoice
-from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import ServerLaunch, server_argv, server_env
+from lucebox.engine.plan.engineview import EngineView, Installs
+from lucebox.engine.plan.launch import (
+    ServerLaunch,
+    key_file_of,
+    private_port,
+    server_argv,
+    server_env,
+)
 from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
@@ -56,7 +66,6 @@ class LaunchPlan:
     alias: str
     preset: Preset | None
     budget: GpuBudget
-    engine: EngineView
     target: ModelFile
     speculation: Speculation
     server: ServerLaunch
@@ -64,6 +73,8 @@ class LaunchPlan:
     resolved: Resolved
     options: ServeOptions
     """What it was planned from: a re-plan changes only what it must."""
+    installs: Installs
+    """Every engine kind's build it was planned with: a re-plan plans with the same."""
     ctx_cap: int | None = None
     """The bound an out-of-memory re-plan put on the context; later re-plans keep it."""
     refusal: GuardRefusal | None = None
@@ -78,6 +89,11 @@ class LaunchPlan:
     kv_modes: KvModesPlan | None = None
     """A long-context Lucebox launch's modes (exact at each KV type, KVFlash), measured on this
     card once idle; None for a short context or another engine."""
+
+    @property
+    def engine(self) -> EngineView:
+        """The build of the engine kind that serves this launch."""
+        return self.installs.of(self.engine_kind)
 
     @property
     def plan(self) -> Plan:
@@ -108,6 +124,11 @@ class LaunchPlan:
     def engine_kind(self) -> KindName:
         """The engine that serves this launch (llama-server for a plan made before the choice)."""
         return self.engine_choice.kind if self.engine_choice is not None else "llama-server"
+
+    @property
+    def served_by(self) -> EngineKind:
+        """The engine kind that serves this launch, to ask what it can do."""
+        return kinds.kind(self.engine_kind)
 
     @property
     def misfit(self) -> str:
@@ -158,7 +179,7 @@ class LaunchPlan:
             "refusal": str(self.refusal) if self.refusal else None,
             "vision": self.vision.to_json(),
             "chat": chat_defaults(
-                self.engine_kind,
+                self.served_by,
                 self.target.facts.architecture,
                 self.target.info is None or self.target.info.has_chat_template,
                 self.server.chat_template,
@@ -178,10 +199,39 @@ class LaunchBasis:
     preset: Preset | None
     target: ModelFile
     ctx_cap: int | None
+    installs: Installs
 
     @property
     def alias(self) -> str:
         return self.preset.id if self.preset else self.target.path.stem
+
+    def server(
+        self,
+        paths: Paths,
+        engine: EngineView,
+        plan: Plan,
+        budget: GpuBudget,
+        speculation: Speculation,
+    ) -> ServerLaunch:
+        """How the engine starts, as every kind shares it: its binary and model on the local
+        GPUs of ``budget``, behind the front with the user's key, with the chosen draft. Each
+        kind's route adds its own switches."""
+        resolved = self.resolved
+        return ServerLaunch(
+            server_path=engine.server_path,
+            model_path=str(self.target.path),
+            plan=plan,
+            alias=self.alias,
+            host=resolved.host,
+            port=resolved.port,
+            engine_port=private_port(resolved.port),
+            api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
+            draft_path=str(speculation.draft.path) if speculation.draft else None,
+            spec_type=speculation.spec_type,
+            draft_max=speculation.draft_max,
+            draft_p_min=speculation.p_min,
+            gpus=tuple(d.index for d in budget.local_gpus),
+        )
 
     def launch(
         self,
@@ -189,7 +239,6 @@ class LaunchBasis:
         speculation: Speculation,
         *,
         budget: GpuBudget,
-        engine: EngineView,
         refusal: GuardRefusal | None,
         engine_choice: EngineChoice,
         vision: Vision = NO_PROJECTOR,
@@ -199,12 +248,12 @@ class LaunchBasis:
             alias=server.alias,
             preset=self.preset,
             budget=budget,
-            engine=engine,
             target=self.target,
             speculation=speculation,
             server=server,
             resolved=self.resolved,
             options=self.options,
+            installs=self.installs,
             ctx_cap=self.ctx_cap,
             refusal=refusal,
             engine_choice=engine_choice,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, TypeVar
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.units import MIB
@@ -260,34 +260,22 @@ class Resolved:
     http(s) image URLs clients name."""
 
 
+ModeT = TypeVar("ModeT", bound=str)
+"""One of a mode setting's values (speculation, engine, vision)."""
+
+
 def resolve(options: ServeOptions, settings: Settings) -> Resolved:
-    spec = options.spec or settings.spec or "auto"
-    if spec not in speculation.SPEC_MODES:
-        raise UsageError(
-            f"model.spec = {spec!r} in config.toml is not a speculation mode",
-            hint=f"use one of {', '.join(speculation.SPEC_MODES)}",
-        )
-    engine = options.engine or settings.engine_kind or "auto"
-    if engine not in ENGINE_MODES:
-        raise UsageError(
-            f"engine.kind = {engine!r} in config.toml is not an engine",
-            hint=f"use one of {', '.join(ENGINE_MODES)}",
-        )
-    engine_from = (
-        f"--engine {engine} as asked"
-        if options.engine
-        else f'engine.kind = "{engine}" in config.toml'
+    spec = _checked_mode(
+        options.spec or settings.spec or "auto",
+        speculation.SPEC_MODES,
+        "model.spec",
+        "a speculation mode",
     )
-    vision = options.vision or settings.vision or "auto"
-    if vision not in VISION_MODES:
-        raise UsageError(
-            f"model.vision = {vision!r} in config.toml is not a vision mode",
-            hint=f"use one of {', '.join(VISION_MODES)}",
-        )
-    vision_from = (
-        f"--vision {vision} as asked"
-        if options.vision
-        else f'model.vision = "{vision}" in config.toml'
+    engine = _checked_mode(
+        options.engine or settings.engine_kind or "auto", ENGINE_MODES, "engine.kind", "an engine"
+    )
+    vision = _checked_mode(
+        options.vision or settings.vision or "auto", VISION_MODES, "model.vision", "a vision mode"
     )
     return Resolved(
         preset_id=None
@@ -306,14 +294,31 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         keep_free_ram_bytes=settings.keep_free_ram_mib * MIB or None,
         cpu_read_s=settings.cpu_read_s,
         engine_mode=engine,
-        engine_from=engine_from,
+        engine_from=_mode_from("--engine", "engine.kind", engine, asked=bool(options.engine)),
         prefill=options.prefill or "off",
         placement=options.placement or "auto",
         kv_mode=options.kv_mode or "auto",
         kv_type=options.kv_type,
         engine_id=settings.engine_id,
         vision=vision,
-        vision_from=vision_from,
+        vision_from=_mode_from("--vision", "model.vision", vision, asked=bool(options.vision)),
         mmproj=options.mmproj or settings.mmproj,
         image_urls=settings.image_urls,
     )
+
+
+def _checked_mode(value: str, modes: tuple[ModeT, ...], key: str, what: str) -> ModeT:
+    """``value`` as one of ``modes``; only config.toml's ``key`` can hold another (the flags
+    check their choices), so the refusal names it."""
+    for mode in modes:
+        if mode == value:
+            return mode
+    raise UsageError(
+        f"{key} = {value!r} in config.toml is not {what}", hint=f"use one of {', '.join(modes)}"
+    )
+
+
+def _mode_from(flag: str, key: str, mode: str, *, asked: bool) -> str:
+    """Where a mode other than auto comes from, for the plan's reason: the flag, else
+    config.toml."""
+    return f"{flag} {mode} as asked" if asked else f'{key} = "{mode}" in config.toml'

@@ -13,17 +13,18 @@ from dataclasses import replace
 
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines.registry import KindName
-from lucebox.engine.machine.apikey import api_key_path
+from lucebox.engine.engines import kinds
+from lucebox.engine.engines.kinds import LLAMA_SERVER, LUCEBOX
+from lucebox.engine.engines.registry import EngineManifest, KindName
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
+from lucebox.engine.machine.gpu import GpuProbe
 from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo
 from lucebox.engine.plan import engineverdict
-from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
+from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import luceboxroute
 from lucebox.engine.plan.lucebox.luceboxplan import KvMode
@@ -123,13 +124,14 @@ def plan_launch(
     *,
     resolved: Resolved,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     preset: Preset | None = None,
     ctx_cap: int | None = None,
     remote_facts: ModelFacts | None = None,
     projectors: tuple[ProjectorInfo, ...] = (),
 ) -> LaunchPlan:
-    """The launch for ``options`` on ``budget`` with ``engine``; reads headers, never fetches.
+    """The launch for ``options`` on ``budget`` with ``installs`` (every engine kind's build,
+    found once by the caller: :func:`find_installs`); reads headers, never fetches.
 
     ``resolved`` is ``options`` over config.toml (``resolve``, once per decision); ``preset`` is
     the model set already chosen (None with --model); ``ctx_cap`` bounds the context after an
@@ -144,14 +146,14 @@ def plan_launch(
 
     def plan_on(devices: GpuBudget) -> LaunchPlan:
         return _plan_on_budget(
-            paths, options, resolved=resolved, budget=devices, engine=engine, preset=preset,
+            paths, options, resolved=resolved, budget=devices, installs=installs, preset=preset,
             ctx_cap=ctx_cap, remote_facts=remote_facts, projectors=projectors,
         )  # fmt: skip
 
     pooled = plan_on(budget)
     if len(budget.devices) < 2 or any(d.address for d in budget.devices):
         return pooled
-    if pooled.engine_kind == "lucebox":  # it weighs its cards itself (luceboxroute)
+    if pooled.served_by.weighs_its_own_cards:
         return pooled
     roomiest = max(budget.devices, key=lambda d: d.vram_free_bytes)
     alone = plan_on(pool_of((roomiest,), budget.host_total_bytes))
@@ -172,12 +174,13 @@ def _plan_on_budget(
     *,
     resolved: Resolved,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     preset: Preset | None,
     ctx_cap: int | None,
     remote_facts: ModelFacts | None = None,
     projectors: tuple[ProjectorInfo, ...] = (),
 ) -> LaunchPlan:
+    engine = installs.llama_server
     target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
     llama_plan = make_plan(request) if resolved.ctx and resolved.engine_mode == "auto" else None
@@ -191,12 +194,12 @@ def _plan_on_budget(
         llama_plan,
         preset,
         measured=(measured.chosen, measured.why) if measured and measured.chosen else None,
-        missing_build=_missing_build(paths, engine, resolved),
+        missing_build=installs.missing_build,
     )
     choice = replace(choice, key=engines_key if choice.both else None)
-    basis = LaunchBasis(options, resolved, preset, target, ctx_cap)
-    if choice.kind == "lucebox":
-        launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice)
+    basis = LaunchBasis(options, resolved, preset, target, ctx_cap, installs)
+    if not kinds.kind(choice.kind).allocates_like_llama_cpp:
+        launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice, installs.lucebox)
         vision, refused = lucebox_vision(resolved, target, projectors)
         return replace(launch, vision=vision, refusal=launch.refusal or refused)
 
@@ -208,23 +211,11 @@ def _plan_on_budget(
         paths, request, target, draft, preset, engine, resolved, options
     )
     memory = replace(memory, reasons={**memory.reasons, "vision": vision.reason})
-    server = ServerLaunch(
-        server_path=engine.server_path,
-        model_path=str(target.path),
-        plan=memory,
-        alias=basis.alias,
-        host=resolved.host,
-        port=resolved.port,
-        engine_port=private_port(resolved.port),
+    server = replace(
+        basis.server(paths, engine, memory, budget, spec_choice),
         chat_template=preset.chat_template if preset else None,
-        draft_path=str(spec_choice.draft.path) if spec_choice.draft else None,
-        spec_type=spec_choice.spec_type,
-        draft_max=spec_choice.draft_max,
-        draft_p_min=spec_choice.p_min,
-        api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
         sampling=tuple(sorted(preset.sampling.items())) if preset else (),
         slot_save_path=str(paths.slots_dir) if resolved.cache == "agent" else None,
-        gpus=tuple(d.index for d in budget.local_gpus),
         rpc=tuple(d.address for d in budget.devices if d.address),
         mmproj_path=vision.path,
     )
@@ -232,7 +223,6 @@ def _plan_on_budget(
         server,
         spec_choice,
         budget=budget,
-        engine=engine,
         refusal=refusal or vision_refusal or _refusal(target, memory),
         engine_choice=choice,
         vision=vision,
@@ -430,15 +420,6 @@ def _engines_key(
     return engineverdict.launch_key(key) if key is not None else None
 
 
-def _missing_build(paths: Paths, engine: EngineView, resolved: Resolved) -> KindName | None:
-    """The engine of the two that is not installed (llama-server first), if one is not."""
-    if engine.id is None:
-        return "llama-server"
-    if luceboxroute.lucebox_engine(paths, resolved.engine_id).id is None:
-        return "lucebox"
-    return None
-
-
 def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:
     if target.check is not None and not target.check.usable:
         return refusal_of(target.check)
@@ -466,14 +447,12 @@ def replan(
     draft_max: int | None = None,
     p_min: float | None = None,
     engine_kind: KindName | None = None,
-    llama_engine: EngineView | None = None,
     kv: tuple[KvMode, str, int] | None = None,
 ) -> LaunchPlan:
     """``launch`` planned again (same options, files, card and engine) with a context bound, a
     shorter draft or another speculation mode: after an out-of-memory start, or when the
-    speculation guard decides; or on the engine ``engine_kind`` (the calibration's), with
-    ``llama_engine`` the installed llama-server when ``launch`` is the Lucebox engine's; or
-    with ``kv`` (mode, cache type, context) pinned: a long-context mode's trial."""
+    speculation guard decides; or on the engine ``engine_kind`` (the calibration's); or with
+    ``kv`` (mode, cache type, context) pinned: a long-context mode's trial."""
     options = replace(
         launch.options,
         spec=spec or launch.options.spec,
@@ -488,7 +467,7 @@ def replan(
         options,
         resolved=resolve(options, settings),
         budget=launch.budget,
-        engine=llama_engine or launch.engine,
+        installs=launch.installs,
         preset=launch.preset,
         ctx_cap=ctx_cap or launch.ctx_cap,
         remote_facts=None if launch.target.present else launch.target.facts,
@@ -508,3 +487,20 @@ def smaller_context_plan(paths: Paths, launch: LaunchPlan, settings: Settings) -
             hint="ask for a smaller --ctx (or model.ctx), or free GPU memory",
         )
     return replan(paths, launch, settings, ctx_cap=served * 3 // 4)
+
+
+def find_installs(paths: Paths, probe: GpuProbe, wanted_id: str = "") -> Installs:
+    """Every engine kind's installed build a launch would use (``wanted_id`` names one),
+    found once for the plans a caller makes."""
+    return installs_of(
+        LLAMA_SERVER.select(paths, probe, wanted_id).engine,
+        LUCEBOX.select(paths, probe, wanted_id).engine,
+    )
+
+
+def installs_of(
+    llama_server: EngineManifest | None = None, lucebox: EngineManifest | None = None
+) -> Installs:
+    """The builds a plan is made for from the installed ones; each kind not built yet is
+    planned with its pinned source's capabilities."""
+    return Installs(EngineView.of(llama_server), luceboxroute.lucebox_view(lucebox))

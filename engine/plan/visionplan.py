@@ -162,55 +162,93 @@ def choose_vision(
         return Vision(False, None, f"refused: {refused.message}"), request, refused
     exposed = _url_fetch_refusal(resolved) if found else None
     if exposed is not None:
-        hint = "set model.image_urls true to serve images anyway, or serve on 127.0.0.1"
-        cost_bytes = projector_bytes(found[0], on_gpu=request.budget.is_gpu)
-        if resolved.vision == "on":
-            refusal = GuardRefusal(
-                f"vision is on ({resolved.vision_from}) but {exposed}", hint=hint
-            )
-            return Vision(False, found[0], f"refused: {exposed}", cost_bytes), request, refusal
-        reason = f"not served: {exposed}; {hint}"
-        return Vision(False, found[0], reason, cost_bytes), request, None
+        vision, refusal = _kept_off_address(resolved, found[0], exposed, request.budget.is_gpu)
+        return vision, request, refusal
     if not found:
-        if resolved.vision == "on":
-            return (
-                NO_PROJECTOR,
-                request,
-                GuardRefusal(
-                    f"vision is on ({resolved.vision_from}) but the model has no projector that "
-                    + ("matches it: " + "; ".join(left) if left else "lucebox can find"),
-                    hint="pass --mmproj PATH (the model's mmproj GGUF), or --vision auto",
-                    problem_codes=(MISMATCH_CODE,) if left else (),
-                ),
-            )
-        return replace(NO_PROJECTOR, reason=_none_found(target, left)), request, None
+        vision, refusal = _none_found_vision(resolved, target, left)
+        return vision, request, refusal
+    return _weigh_projectors(request, resolved, found, serve)
+
+
+def _kept_off_address(
+    resolved: Resolved, projector: ProjectorInfo, exposed: str, on_gpu: bool
+) -> tuple[Vision, GuardRefusal | None]:
+    """A projector not served because its URL fetching would reach beyond loopback; refused
+    under --vision on."""
+    hint = "set model.image_urls true to serve images anyway, or serve on 127.0.0.1"
+    cost_bytes = projector_bytes(projector, on_gpu=on_gpu)
+    if resolved.vision == "on":
+        refusal = GuardRefusal(f"vision is on ({resolved.vision_from}) but {exposed}", hint=hint)
+        return Vision(False, projector, f"refused: {exposed}", cost_bytes), refusal
+    return Vision(False, projector, f"not served: {exposed}; {hint}", cost_bytes), None
+
+
+def _none_found_vision(
+    resolved: Resolved, target: ModelFile, left: list[str]
+) -> tuple[Vision, GuardRefusal | None]:
+    """No projector to weigh: why, and the refusal under --vision on."""
+    if resolved.vision != "on":
+        return replace(NO_PROJECTOR, reason=_none_found(target, left)), None
+    refusal = GuardRefusal(
+        f"vision is on ({resolved.vision_from}) but the model has no projector that "
+        + ("matches it: " + "; ".join(left) if left else "lucebox can find"),
+        hint="pass --mmproj PATH (the model's mmproj GGUF), or --vision auto",
+        problem_codes=(MISMATCH_CODE,) if left else (),
+    )
+    return NO_PROJECTOR, refusal
+
+
+def _holding(request: PlanRequest, projector: ProjectorInfo) -> PlanRequest:
+    """``request`` with the projector's memory in it."""
+    on_gpu = request.budget.is_gpu
+    return replace(
+        request,
+        projector_bytes=projector_bytes(projector, on_gpu=on_gpu),
+        projector_reason=f"vision projector {_cost_text(projector, on_gpu=on_gpu)}",
+    )
+
+
+def _weigh_projectors(
+    request: PlanRequest,
+    resolved: Resolved,
+    found: list[ProjectorInfo],
+    serve: Callable[[PlanRequest], Plan],
+) -> tuple[Vision, PlanRequest, GuardRefusal | None]:
+    """The first projector, most precise first, that keeps the plan's context, KV type and
+    layers (under --vision on, the first that fits); else the last one, left out."""
     on_gpu = request.budget.is_gpu
     plain = make_plan(request)
-    native_ctx = request.target.native_ctx
-    wanted = min(plain.ctx, wanted_ctx(request.ctx, native_ctx))
-    weighed = []
+    asked_ctx = wanted_ctx(request.ctx, request.target.native_ctx)
+    wanted = min(plain.ctx, asked_ctx)
     for projector in found:
-        held = replace(
-            request,
-            projector_bytes=projector_bytes(projector, on_gpu=on_gpu),
-            projector_reason=f"vision projector {_cost_text(projector, on_gpu=on_gpu)}",
-        )
+        held = _holding(request, projector)
         planned = make_plan(held)
         keeps = planned.fits and planned.ctx >= wanted
         keeps = keeps and planned.cache_type_k == plain.cache_type_k
         keeps = keeps and not _layers_moved(planned, plain)
         if keeps or (resolved.vision == "on" and planned.fits):
             why = (
-                _served_why(serve(held), serve(request), wanted_ctx(request.ctx, native_ctx))
+                _served_why(serve(held), serve(request), asked_ctx)
                 if keeps
                 else f"served ({resolved.vision_from})"
             )
             reason = f"{why}; {_cost_text(projector, on_gpu=on_gpu)}; {ENGINE_WITH_PROJECTOR}"
             return Vision(True, projector, reason, held.projector_bytes), held, None
-        weighed.append((projector, planned, held))
-    projector, planned, held = weighed[-1]
-    cost_bytes = projector_bytes(projector, on_gpu=on_gpu)
-    costs = _cost_text(projector, on_gpu=on_gpu)
+    vision, refusal = _left_out(request, resolved, found[-1], plain, serve)
+    return vision, request, refusal
+
+
+def _left_out(
+    request: PlanRequest,
+    resolved: Resolved,
+    projector: ProjectorInfo,
+    plain: Plan,
+    serve: Callable[[PlanRequest], Plan],
+) -> tuple[Vision, GuardRefusal | None]:
+    """The projector not served, with what serving it would cost; refused under --vision on."""
+    held = _holding(request, projector)
+    planned = make_plan(held)
+    costs = _cost_text(projector, on_gpu=request.budget.is_gpu)
     moved = _layers_moved(planned, plain)
     if not planned.fits:
         cost = f"{costs} does not fit beside the model"
@@ -223,9 +261,9 @@ def choose_vision(
             f"vision is on ({resolved.vision_from}) but {cost}",
             hint="free GPU memory, pick a smaller quant, or pass --vision auto",
         )
-        return Vision(False, projector, f"refused: {cost}", cost_bytes), request, refusal
+        return Vision(False, projector, f"refused: {cost}", held.projector_bytes), refusal
     reason = f"not served: {cost}; pass --vision on to serve it"
-    return Vision(False, projector, reason, cost_bytes), request, None
+    return Vision(False, projector, reason, held.projector_bytes), None
 
 
 def _layers_moved(planned: Plan, plain: Plan) -> str:

@@ -26,9 +26,9 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.memory.sizes import CTX_PAD
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.run.servedset import servedsetproxy
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
@@ -59,7 +59,7 @@ def _prepared(ctx: int | None = None) -> servedset.PreparedSet:
     options = ServeOptions(models=sources, port=free_port(), ctx=ctx)
     planned = plan_set(
         resolve_paths(), options, sources,
-        settings=Settings(), budget=cpu, engine=EngineView.of(None),
+        settings=Settings(), budget=cpu, installs=installs_of(),
     )  # fmt: skip
     return servedset.PreparedSet(planned, Settings())
 

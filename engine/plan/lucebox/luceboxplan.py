@@ -14,7 +14,9 @@ after, so they count in the peak that must fit, not in what the GPU shows betwee
 A context beyond what fits is served with a KVFlash pool and the rest of the KV paged to host
 RAM: sparse attention over the resident pool, not exact.
 
-``plan_lucebox`` adds the terms in the order the engine allocates them and stays one function.
+``plan_lucebox`` prices the terms in the order the engine allocates them (``_terms``), puts
+them on the placement's cards, fits the context in the room left (``_context``) and explains
+each number (``_reasons``).
 """
 
 from __future__ import annotations
@@ -164,159 +166,64 @@ def kv_types_for(request: LuceboxRequest) -> tuple[str, ...]:
     return tuple(preferred) or ("q4_0",)
 
 
+@dataclass(frozen=True)
+class _Terms:
+    """What the engine allocates besides the attention KV, before it is put on cards."""
+
+    parts: Parts
+    ddtree_budget: int | None
+    verify_tokens: int
+    """Tokens one verification rolls back over: the DDTree budget and one more, at least 16."""
+    scoring_bytes: int
+    """What PFlash's drafter and its buffers take beyond the target's weights they park."""
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The context served and how its attention KV is held."""
+
+    max_ctx: int
+    kv_type: str
+    largest_ctx: int
+    """The largest exact context that fits at ``kv_type``."""
+    pool_tokens: int | None
+    """The KVFlash pool; None: the whole context is exact on the card."""
+    exact: bool
+    attention_kv_bytes: int
+    wanted_ctx: int
+    reason: str
+
+
 def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
     """Context, KV type, KVFlash pool, DDTree budget and every memory term, with reasons."""
     target, budget = request.target, request.budget
-    weights = max(0, target.weights_bytes - target.host_bytes)
-    draft = request.draft.weights_bytes if request.draft else 0
-    budget_ddtree = ddtree_budget(budget.device) if request.draft else None
-    verify_tokens = max(16, (budget_ddtree or 0) + 1)
-    ring = N_CAPTURE_LAYERS * target.n_embd * FEATURE_RING_TOKENS * 2
-    if request.draft is None and target.architecture in RING_WITH_DRAFT_ONLY_ARCHS:
-        ring = 0
-    rollback = rollback_bytes(target, verify_tokens)
-    build = request.build
-    runtime = build.runtime_bytes + (DRAFT_RUNTIME_BYTES if request.draft else 0)
-    chunk_pool = compute_bytes(target) if build.pool_resident else 0
-    pool_kept = "kept in the engine's pool" if build.pool_resident else "freed between requests"
-    scoring = 0
-    if request.prefill != "off":
-        scoring = request.prefill_drafter_bytes + PFLASH_SCORING_BYTES - weights
-    transient = max(chunk_logits_bytes(target), scoring)
-    parts = Parts(
-        weights=weights,
-        layer_weights=min(weights, target.layer_bytes),
-        draft=draft,
-        draft_runtime=DRAFT_RUNTIME_BYTES if request.draft else 0,
-        graph=chunk_pool,
-        ring=ring,
-        rollback=rollback,
-        runtime=build.runtime_bytes,
-        tensor_runtime=build.tensor_runtime_bytes,
-        draft_card_runtime=build.draft_card_runtime_bytes if request.draft else 0,
-        cuda_context=CUDA_CONTEXT_BYTES,
-        transient=transient,
-        recurrent=target.recurrent_state_bytes,
-    )
+    terms = _terms(request)
     cards = request.cards or ((budget.device, budget.vram_free_bytes),)
-    loads = device_loads(request.placement, parts, cards)
-    compute = sum(load.compute for load in loads)
-    cuda_context = sum(load.cuda_context for load in loads)
-    reserve = sum(load.reserve for load in loads)
-    transient = sum(load.transient for load in loads)
+    loads = device_loads(request.placement, terms.parts, cards)
     room = attention_room(loads)
-    native = target.native_ctx
-    wanted = wanted_ctx(request.ctx, native, unasked=native)
-    if request.ctx_cap is not None and request.ctx is None:
-        wanted = min(wanted, request.ctx_cap)
-
-    types = kv_types_for(request)
-    largest = {t: _largest(room, kv_bytes_per_token(target, t), native) for t in types}
-    kv_type = next((t for t in types if largest[t] >= wanted), types[-1])
-    pinned = request.kv_mode == "kvflash" and request.ctx is not None
-    if pinned:
-        kv_type = types[0]  # the pool is small: it keeps the best KV type
+    context = _context(request, room)
+    max_ctx, kv_type, pool = context.max_ctx, context.kv_type, context.pool_tokens
+    fits = max_ctx >= min(MIN_CTX, target.native_ctx) and room - context.attention_kv_bytes >= 0
     per_token = kv_bytes_per_token(target, kv_type)
-    pool: int | None = None
-    exact = largest[kv_type] >= wanted and not pinned
-    if pinned:
-        max_ctx = pad_ctx(wanted)
-        pool = kvflash_pool(largest[kv_type], max_ctx)
-        kv = int(pool * per_token)
-        ctx_reason = (
-            f"{max_ctx} tokens with KVFlash as asked (--kv-mode kvflash): a {pool}-token pool "
-            f"at {kv_type} KV on the GPU, the rest paged to host RAM (sparse attention over "
-            "the pool, not exact)"
-        )
-    elif exact:
-        max_ctx = pad_ctx(wanted) if request.ctx else wanted // CTX_PAD * CTX_PAD
-        kv = int(pad_ctx(max_ctx) * per_token)
-        ctx_reason = f"{max_ctx} tokens with exact attention at {kv_type} KV"
-    elif request.ctx is not None and request.kv_mode == "exact":
-        max_ctx = pad_ctx(wanted)
-        kv = int(max_ctx * per_token)
-        ctx_reason = (
-            f"{max_ctx} tokens asked for with an exact cache (--kv-mode exact); {largest[kv_type]} "
-            f"fit in VRAM at {kv_type} KV, and KVFlash (not exact) was not allowed"
-        )
-    elif request.ctx is not None:
-        max_ctx = pad_ctx(wanted)
-        pool = kvflash_pool(largest[kv_type], max_ctx)
-        kv = int(pool * per_token)
-        ctx_reason = (
-            f"{max_ctx} tokens asked for; {largest[kv_type]} fit in VRAM at {kv_type} KV, so "
-            f"KVFlash keeps a {pool}-token pool on the GPU and pages the rest to host RAM "
-            "(sparse attention over the pool, not exact)"
-        )
-    else:
-        max_ctx = max(0, largest[kv_type])
-        kv = int(max_ctx * per_token)
-        ctx_reason = f"{max_ctx} tokens: the largest exact context that fits at {kv_type} KV"
-    attention_kv = kv
-    kv += target.recurrent_state_bytes
-    fits = max_ctx >= min(MIN_CTX, native) and room - attention_kv >= 0
-    host_pages = int(max(0, max_ctx - pool) * per_token) if pool is not None else 0
     per_slot = target.recurrent_state_bytes + int(per_token * min(max_ctx, 32768))
     slots = _prefix_slots(budget.host_total_bytes, per_slot)
     max_tokens = max(CTX_PAD, min(MAX_TOKENS_CAP, max_ctx // 4))
     memory = MemoryBytes(
         weights=sum(load.weights for load in loads),
-        kv=kv,
-        draft=draft,
-        compute=compute,
-        cuda_context=cuda_context,
-        reserve=reserve,
+        kv=context.attention_kv_bytes + target.recurrent_state_bytes,
+        draft=terms.parts.draft,
+        compute=sum(load.compute for load in loads),
+        cuda_context=sum(load.cuda_context for load in loads),
+        reserve=sum(load.reserve for load in loads),
         available=sum(free for _, free in cards),
         prompt_cache=slots * per_slot,
-        checkpoints=host_pages,
-        prefill_transient=transient,
+        # KV pages beyond the KVFlash pool live in host RAM.
+        checkpoints=int(max(0, max_ctx - pool) * per_token) if pool is not None else 0,
+        prefill_transient=sum(load.transient for load in loads),
     )
-    reasons = {
-        "engine": "the Lucebox engine (dflash_server): one request at a time (batch 1)",
-        "ctx": ctx_reason,
-        "weights": (
-            f"{weights / MIB:.0f} MiB on the GPU; the token embeddings "
-            f"({target.host_bytes / MIB:.0f} MiB) stay in host RAM"
-        ),
-        "kv": f"{kv_type} for K and V (this build has only the symmetric kernels)"
-        + ("; Gemma 4's KV is f16 whatever the flags say" if kv_type == "f16" else ""),
-        "compute": (
-            f"a prefill chunk's f16 logits and activations {compute_bytes(target) / MIB:.0f} MiB "
-            f"({pool_kept}), feature ring "
-            f"{ring / MIB:.0f} MiB, rollback {rollback / MIB:.0f} MiB (for {verify_tokens} "
-            f"verified tokens), graphs and workspaces {runtime / MIB:.0f} MiB (fitted for "
-            f"{build.version}); allocated on the first request, which lucebox sends before ready"
-        ),
-        "prefill": _prefill_reason(target, request, scoring, transient),
-        "max_tokens": f"{max_tokens}: a reply's default and cap, below --max-ctx {max_ctx}",
-        "prompt_cache": f"{slots} prefix-cache snapshot slots in host RAM",
-    }
-    if not fits:
-        reasons["fit"] = (
-            f"the engine needs {memory.peak / MIB:.0f} MiB at its peak ({weights / MIB:.0f} MiB "
-            f"weights, {kv / MIB:.0f} MiB KV for {pool or max_ctx} tokens on the GPU, "
-            f"{compute / MIB:.0f} MiB "
-            f"graphs and buffers, {transient / MIB:.0f} MiB while a prefill runs, "
-            f"{cuda_context / MIB:.0f} MiB CUDA context); {memory.available / MIB:.0f} MiB "
-            f"are free on {budget.device} and {reserve / MIB:.0f} MiB stay in reserve"
-        )
-    if pool is not None:
-        reasons["kvflash"] = f"{host_pages / MIB:.0f} MiB of KV paged to host RAM at full context"
-    if budget_ddtree is not None:
-        reasons["ddtree"] = f"DDTree budget {budget_ddtree} for {budget.device}"
-    flags = LuceboxFlags(
-        max_ctx=max_ctx,
-        max_tokens=max_tokens,
-        cache_type=None if kv_type == "f16" and target.architecture in F16_KV_ARCHS else kv_type,
-        prefix_cache_slots=slots,
-        ddtree_budget=budget_ddtree,
-        kvflash_pool=pool,
-        prefill="off" if request.prefill == "off" else
-        ("always" if request.prefill == "pflash" else "auto"),
-        prefill_drafter=request.prefill_drafter,
-        sampled_verify=request.draft is not None and target.architecture in SAMPLED_VERIFY_ARCHS,
-        placement=request.placement,
-    )  # fmt: skip
+    reasons = _reasons(request, terms, context, memory, fits, slots=slots, max_tokens=max_tokens)
+    if len(loads) > 1:
+        reasons["devices"] = _devices_reason(request.placement, loads, context.attention_kv_bytes)
     plan = Plan(
         fits=fits,
         ctx=max_ctx,
@@ -328,12 +235,171 @@ def plan_lucebox(request: LuceboxRequest) -> LuceboxPlan:
         memory_bytes=memory,
         kvflash_pool_tokens=pool,
         reasons=reasons,
-        largest_ctx=largest[kv_type],
-        device_bytes=_device_bytes(loads, attention_kv, memory.total),
+        largest_ctx=context.largest_ctx,
+        device_bytes=_device_bytes(loads, context.attention_kv_bytes, memory.total),
     )
-    if len(loads) > 1:
-        reasons["devices"] = _devices_reason(request.placement, loads, attention_kv)
-    return LuceboxPlan(plan, flags, reasons, exact=exact and fits, wanted_ctx=wanted)
+    flags = _flags(request, context, terms.ddtree_budget, slots, max_tokens)
+    return LuceboxPlan(
+        plan, flags, reasons, exact=context.exact and fits, wanted_ctx=context.wanted_ctx
+    )
+
+
+def _terms(request: LuceboxRequest) -> _Terms:
+    """Each memory term but the attention KV, in the order the engine allocates them."""
+    target, build = request.target, request.build
+    weights = max(0, target.weights_bytes - target.host_bytes)
+    budget_ddtree = ddtree_budget(request.budget.device) if request.draft else None
+    verify_tokens = max(16, (budget_ddtree or 0) + 1)
+    ring = N_CAPTURE_LAYERS * target.n_embd * FEATURE_RING_TOKENS * 2
+    if request.draft is None and target.architecture in RING_WITH_DRAFT_ONLY_ARCHS:
+        ring = 0
+    scoring = 0
+    if request.prefill != "off":
+        scoring = request.prefill_drafter_bytes + PFLASH_SCORING_BYTES - weights
+    parts = Parts(
+        weights=weights,
+        layer_weights=min(weights, target.layer_bytes),
+        draft=request.draft.weights_bytes if request.draft else 0,
+        draft_runtime=DRAFT_RUNTIME_BYTES if request.draft else 0,
+        graph=compute_bytes(target) if build.pool_resident else 0,
+        ring=ring,
+        rollback=rollback_bytes(target, verify_tokens),
+        runtime=build.runtime_bytes,
+        tensor_runtime=build.tensor_runtime_bytes,
+        draft_card_runtime=build.draft_card_runtime_bytes if request.draft else 0,
+        cuda_context=CUDA_CONTEXT_BYTES,
+        transient=max(chunk_logits_bytes(target), scoring),
+        recurrent=target.recurrent_state_bytes,
+    )
+    return _Terms(parts, budget_ddtree, verify_tokens, scoring)
+
+
+def _context(request: LuceboxRequest, room_bytes: int) -> _Context:
+    """The context and KV type that fit in ``room_bytes``: exact while the context wanted
+    fits, else (a context asked for) a KVFlash pool unless --kv-mode exact forbids it, else
+    (none asked) the largest exact one; --kv-mode kvflash with a context pins a pool."""
+    target = request.target
+    native = target.native_ctx
+    wanted = wanted_ctx(request.ctx, native, unasked=native)
+    if request.ctx_cap is not None and request.ctx is None:
+        wanted = min(wanted, request.ctx_cap)
+    types = kv_types_for(request)
+    largest = {t: _largest(room_bytes, kv_bytes_per_token(target, t), native) for t in types}
+    kv_type = next((t for t in types if largest[t] >= wanted), types[-1])
+    pinned = request.kv_mode == "kvflash" and request.ctx is not None
+    if pinned:
+        kv_type = types[0]  # the pool is small: it keeps the best KV type
+    per_token = kv_bytes_per_token(target, kv_type)
+    fit = largest[kv_type]
+    pool: int | None = None
+    exact = fit >= wanted and not pinned
+    if exact:
+        max_ctx = pad_ctx(wanted) if request.ctx else wanted // CTX_PAD * CTX_PAD
+        kv = int(pad_ctx(max_ctx) * per_token)
+        reason = f"{max_ctx} tokens with exact attention at {kv_type} KV"
+    elif request.ctx is None:
+        max_ctx = max(0, fit)
+        kv = int(max_ctx * per_token)
+        reason = f"{max_ctx} tokens: the largest exact context that fits at {kv_type} KV"
+    elif request.kv_mode == "exact":
+        max_ctx = pad_ctx(wanted)
+        kv = int(max_ctx * per_token)
+        reason = (
+            f"{max_ctx} tokens asked for with an exact cache (--kv-mode exact); {fit} "
+            f"fit in VRAM at {kv_type} KV, and KVFlash (not exact) was not allowed"
+        )
+    else:  # a context asked for beyond what fits, or --kv-mode kvflash
+        max_ctx = pad_ctx(wanted)
+        pool = kvflash_pool(fit, max_ctx)
+        kv = int(pool * per_token)
+        held = (
+            f"with KVFlash as asked (--kv-mode kvflash): a {pool}-token pool at {kv_type} KV on "
+            "the GPU, the rest paged to host RAM"
+            if pinned
+            else f"asked for; {fit} fit in VRAM at {kv_type} KV, so KVFlash keeps a "
+            f"{pool}-token pool on the GPU and pages the rest to host RAM"
+        )
+        reason = f"{max_ctx} tokens {held} (sparse attention over the pool, not exact)"
+    return _Context(max_ctx, kv_type, fit, pool, exact, kv, wanted, reason)
+
+
+def _reasons(
+    request: LuceboxRequest,
+    terms: _Terms,
+    context: _Context,
+    memory: MemoryBytes,
+    fits: bool,
+    *,
+    slots: int,
+    max_tokens: int,
+) -> dict[str, str]:
+    """Why each memory term and the context are what they are."""
+    target, budget, build, parts = request.target, request.budget, request.build, terms.parts
+    pool_kept = "kept in the engine's pool" if build.pool_resident else "freed between requests"
+    runtime = parts.runtime + parts.draft_runtime
+    transient = memory.prefill_transient
+    reasons = {
+        "engine": "the Lucebox engine (dflash_server): one request at a time (batch 1)",
+        "ctx": context.reason,
+        "weights": (
+            f"{parts.weights / MIB:.0f} MiB on the GPU; the token embeddings "
+            f"({target.host_bytes / MIB:.0f} MiB) stay in host RAM"
+        ),
+        "kv": f"{context.kv_type} for K and V (this build has only the symmetric kernels)"
+        + ("; Gemma 4's KV is f16 whatever the flags say" if context.kv_type == "f16" else ""),
+        "compute": (
+            f"a prefill chunk's f16 logits and activations {compute_bytes(target) / MIB:.0f} MiB "
+            f"({pool_kept}), feature ring "
+            f"{parts.ring / MIB:.0f} MiB, rollback {parts.rollback / MIB:.0f} MiB (for "
+            f"{terms.verify_tokens} verified tokens), graphs and workspaces "
+            f"{runtime / MIB:.0f} MiB (fitted for {build.version}); allocated on the first "
+            "request, which lucebox sends before ready"
+        ),
+        "prefill": _prefill_reason(target, request, terms.scoring_bytes, transient),
+        "max_tokens": f"{max_tokens}: a reply's default and cap, below --max-ctx {context.max_ctx}",
+        "prompt_cache": f"{slots} prefix-cache snapshot slots in host RAM",
+    }
+    if not fits:
+        reasons["fit"] = (
+            f"the engine needs {memory.peak / MIB:.0f} MiB at its peak "
+            f"({parts.weights / MIB:.0f} MiB weights, {memory.kv / MIB:.0f} MiB KV for "
+            f"{context.pool_tokens or context.max_ctx} tokens on the GPU, "
+            f"{memory.compute / MIB:.0f} MiB graphs and buffers, {transient / MIB:.0f} MiB "
+            f"while a prefill runs, {memory.cuda_context / MIB:.0f} MiB CUDA context); "
+            f"{memory.available / MIB:.0f} MiB are free on {budget.device} and "
+            f"{memory.reserve / MIB:.0f} MiB stay in reserve"
+        )
+    if context.pool_tokens is not None:
+        reasons["kvflash"] = (
+            f"{memory.checkpoints / MIB:.0f} MiB of KV paged to host RAM at full context"
+        )
+    if terms.ddtree_budget is not None:
+        reasons["ddtree"] = f"DDTree budget {terms.ddtree_budget} for {budget.device}"
+    return reasons
+
+
+def _flags(
+    request: LuceboxRequest,
+    context: _Context,
+    budget_ddtree: int | None,
+    slots: int,
+    max_tokens: int,
+) -> LuceboxFlags:
+    """The engine's switches for this plan."""
+    arch = request.target.architecture
+    prefill = {"off": "off", "pflash": "always"}.get(request.prefill, "auto")
+    return LuceboxFlags(
+        max_ctx=context.max_ctx,
+        max_tokens=max_tokens,
+        cache_type=None if context.kv_type == "f16" and arch in F16_KV_ARCHS else context.kv_type,
+        prefix_cache_slots=slots,
+        ddtree_budget=budget_ddtree,
+        kvflash_pool=context.pool_tokens,
+        prefill=prefill,
+        prefill_drafter=request.prefill_drafter,
+        sampled_verify=request.draft is not None and arch in SAMPLED_VERIFY_ARCHS,
+        placement=request.placement,
+    )
 
 
 def _device_bytes(
@@ -374,8 +440,8 @@ def _prefill_reason(
         mode = (
             "PFlash on every prompt (the engine's --prefill-compression always): a short prompt "
             "is compressed too, and every request parks the target and loads the drafter "
-            "(on an H200 a 43-token question waited 1.77 s for its first token instead of "
-            "0.11 s); --prefill auto compresses only long prompts"
+            "(so even a short question waits for that before its first token); --prefill auto "
+            "compresses only long prompts"
         )
     drafter = (
         f"PFlash's drafter ({request.prefill_drafter_bytes / MIB:.0f} MiB) with its scoring "

@@ -18,7 +18,6 @@ from lucebox.engine.engines import lucebox, luceboxbuild
 from lucebox.engine.engines.bsa import SLOW_FALLBACK
 from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, KindName
-from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
@@ -26,7 +25,6 @@ from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.records import stored_path
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
-from lucebox.engine.plan.launch import ServerLaunch, key_file_of, private_port
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import kvmodes
 from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan
@@ -38,6 +36,7 @@ from lucebox.engine.plan.lucebox.luceboxdevices import (
     offered,
 )
 from lucebox.engine.plan.lucebox.luceboxfit import build_memory
+from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags
 from lucebox.engine.plan.lucebox.luceboxplan import (
     PREFILL_DRAFTER_BYTES,
     PREFILL_DRAFTER_SOURCE,
@@ -52,6 +51,7 @@ from lucebox.engine.plan.modelfiles import ModelFile, local_file
 from lucebox.engine.plan.options import Resolved
 from lucebox.engine.plan.speculation import measurements
 from lucebox.engine.plan.speculation.measurements import placement_key, read_placement_rates
+from lucebox.engine.plan.speculation.speculation import SpecMode
 
 PINNED_ARCHS = ("qwen35", "qwen35moe", "laguna", "qwen3", "gemma4", "deepseek4")
 """What the pinned engine's backend factory dispatches on (read from its source)."""
@@ -109,13 +109,9 @@ def _kv_types(engine: EngineView, pinned: str | None) -> tuple[str, ...]:
     return (pinned,) if pinned in built else tuple(built)
 
 
-def lucebox_engine(paths: Paths, wanted_id: str) -> EngineView:
-    """The installed Lucebox engine a launch uses (``engine.id``'s, else the default source's
-    build), or the pinned one not built yet."""
-    return _view(luceboxbuild.select(paths, wanted_id).engine)
-
-
-def _view(installed: EngineManifest | None) -> EngineView:
+def lucebox_view(installed: EngineManifest | None) -> EngineView:
+    """The Lucebox build a plan is made for: the installed one, or the pinned one not built
+    yet."""
     if installed is not None:
         return EngineView.of(installed)
     caps = EngineCapabilities(
@@ -187,18 +183,15 @@ def _prefill_notes(drafter: PrefillDrafter, engine: EngineView) -> str:
             ". PFlash gets its fast kernel (Block-Sparse-Attention) when the build has it: "
             "sm_80 or newer with its source fetched"
         )
-    # Measured through lucebox serve on an H200
-    # (benchmarks/results/h200x2-long-prompt-modes-gpu-pflash.json and a run without BSA): what
-    # the client waited for the first token of a 128K prompt.
+    # The rule behind both notes: benchmarks/results/h200x2-long-prompt-modes-gpu-pflash.json.
     if not engine.bsa:
         return notes + (
-            f". {SLOW_FALLBACK} in {engine.id}: on an H200 without it PFlash took 22.7 s to "
-            "the first token of a 128K prompt, 20.4 s of it scoring (31.2 s with PFlash off; "
-            "2.1 s with the fast kernel)"
+            f". {SLOW_FALLBACK} in {engine.id}: scoring a long prompt then takes most of the "
+            "wait for its first token, several times longer than with the fast kernel"
         )
     return notes + (
-        f". {engine.id} has PFlash's fast kernel (Block-Sparse-Attention): on an H200 the "
-        "first token of a 128K prompt came after 2.1 s instead of 28.6 s with PFlash off"
+        f". {engine.id} has PFlash's fast kernel (Block-Sparse-Attention): scoring a long "
+        "prompt takes a small part of the time reading it whole would"
     )
 
 
@@ -217,20 +210,43 @@ def lucebox_launch(
     draft: ModelFile | None,
     budget: GpuBudget,
     choice: EngineChoice,
+    engine: EngineView,
 ) -> LaunchPlan:
-    """The whole launch when the Lucebox engine serves."""
-    resolved, target, ctx_cap = basis.resolved, basis.target, basis.ctx_cap
-    engine = lucebox_engine(paths, resolved.engine_id)
-    # The card with the most free memory holds the target; a second card may join it.
-    cards = sorted(budget.local_gpus, key=lambda d: -d.vram_free_bytes)[:2]
+    """The whole launch when the Lucebox engine serves, on its build ``engine``."""
+    resolved = basis.resolved
     draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
     drafter = _prefill_drafter(paths) if resolved.prefill != "off" else None
-    request = LuceboxRequest(
-        target=target.facts,
+    request = _lucebox_request(basis, draft, budget, engine, drafter)
+    placed = _place(paths, request, basis.target, draft, engine, resolved)
+    spec = _ddtree_speculation(draft, placed.planned.flags, resolved.spec)
+    plan = _explained(placed, choice, spec, drafter, engine)
+    server = dataclasses.replace(
+        basis.server(paths, engine, plan, placed.budget, spec),
+        kind="lucebox",
+        lucebox=placed.planned.flags,
+    )
+    refusal = _refusal(choice, basis.target, draft, plan) or _placement_refusal(
+        resolved.placement, placed
+    )
+    launch = basis.launch(server, spec, budget=placed.budget, refusal=refusal, engine_choice=choice)
+    return dataclasses.replace(launch, kv_modes=_kv_modes(paths, request, launch))
+
+
+def _lucebox_request(
+    basis: LaunchBasis,
+    draft: ModelFile | None,
+    budget: GpuBudget,
+    engine: EngineView,
+    drafter: PrefillDrafter | None,
+) -> LuceboxRequest:
+    """What the Lucebox memory plan is asked, before a placement names its cards."""
+    resolved = basis.resolved
+    return LuceboxRequest(
+        target=basis.target.facts,
         budget=budget,
         draft=draft.facts if draft is not None else None,
         ctx=resolved.ctx,
-        ctx_cap=ctx_cap,
+        ctx_cap=basis.ctx_cap,
         kv_types=_kv_types(engine, resolved.kv_type),
         prefill=resolved.prefill,
         prefill_drafter=str(drafter.path) if drafter else None,
@@ -238,61 +254,39 @@ def lucebox_launch(
         kv_mode=resolved.kv_mode,
         build=build_memory(engine.version),
     )
-    names = offered(
-        engine.capabilities.features, len(cards), draft is not None,
-        target.facts.architecture, resolved.prefill != "off",
-    )  # fmt: skip
-    key = placement_key(
-        target.path, draft.path if draft else None, engine.id or engine.version,
-        tuple(d.label for d in sorted(cards, key=lambda d: d.index)),
-    )  # fmt: skip
-    rates = read_placement_rates(paths, key) if len(names) > 1 else {}
-    chosen, budget, planned, placement = _placed(request, cards, names, resolved, rates)
-    if draft is not None:
-        budget_text = planned.flags.ddtree_budget
-        spec = Speculation(
-            "ddtree",
-            draft,
-            None,
-            None,
-            f"DFlash draft {draft.path.name} verified as a tree (DDTree, budget {budget_text})"
-            + ("; sampled verification on" if planned.flags.sampled_verify else ""),
-        )
-    else:
-        why = "off as asked" if resolved.spec == "off" else "none: no Lucebox draft given"
-        spec = Speculation(None, None, None, None, why)
-    reasons = {**planned.plan.reasons, "engine": choice.reason, "spec": spec.reason}
+
+
+def _ddtree_speculation(
+    draft: ModelFile | None, flags: LuceboxFlags, mode: SpecMode
+) -> Speculation:
+    """A Lucebox draft is always verified as a tree (DDTree); no draft, no speculation."""
+    if draft is None:
+        why = "off as asked" if mode == "off" else "none: no Lucebox draft given"
+        return Speculation(None, None, None, None, why)
+    why = (
+        f"DFlash draft {draft.path.name} verified as a tree (DDTree, budget {flags.ddtree_budget})"
+    )
+    if flags.sampled_verify:
+        why += "; sampled verification on"
+    return Speculation("ddtree", draft, None, None, why)
+
+
+def _explained(
+    placed: Placed,
+    choice: EngineChoice,
+    spec: Speculation,
+    drafter: PrefillDrafter | None,
+    engine: EngineView,
+) -> Plan:
+    """The placement's memory plan with the launch's reasons: the engine, the speculation,
+    PFlash's drafter and kernel, and the placement."""
+    plan = placed.planned.plan
+    reasons = {**plan.reasons, "engine": choice.reason, "spec": spec.reason}
     if drafter is not None:
         reasons["prefill"] += _prefill_notes(drafter, engine)
-    if placement:
-        reasons["placement"] = placement
-    plan = dataclasses.replace(planned.plan, reasons=reasons)
-    server_launch = ServerLaunch(
-        server_path=engine.server_path,
-        model_path=str(target.path),
-        plan=plan,
-        alias=basis.alias,
-        host=resolved.host,
-        port=resolved.port,
-        engine_port=private_port(resolved.port),
-        # The front checks the user's key; the engine itself has none and stays on loopback.
-        api_key_file=key_file_of(str(api_key_path(paths)), resolved.host, resolved.has_api_key),
-        draft_path=str(draft.path) if draft is not None else None,
-        spec_type=spec.spec_type,
-        gpus=tuple(d.index for d in budget.local_gpus),
-        kind="lucebox",
-        lucebox=planned.flags,
-    )
-    refusal = _refusal(choice, target, draft, plan)
-    if refusal is None and resolved.placement not in ("auto", chosen):
-        refusal = GuardRefusal(
-            f"--placement {resolved.placement} is not possible here: {placement or 'one GPU'}",
-            hint="pass --placement auto to let lucebox choose",
-        )
-    launch = basis.launch(
-        server_launch, spec, budget=budget, engine=engine, refusal=refusal, engine_choice=choice
-    )
-    return dataclasses.replace(launch, kv_modes=_kv_modes(paths, request, launch))
+    if placed.why:
+        reasons["placement"] = placed.why
+    return dataclasses.replace(plan, reasons=reasons)
 
 
 def _kv_modes(paths: Paths, request: LuceboxRequest, launch: LaunchPlan) -> KvModesPlan | None:
@@ -317,19 +311,53 @@ def _kv_modes(paths: Paths, request: LuceboxRequest, launch: LaunchPlan) -> KvMo
     )
 
 
+@dataclass(frozen=True)
+class Placed:
+    """The placement that serves: its name, its cards' budget, its plan, and why ("" with one
+    card)."""
+
+    name: str
+    budget: GpuBudget
+    planned: LuceboxPlan
+    why: str
+
+
+def _place(
+    paths: Paths,
+    request: LuceboxRequest,
+    target: ModelFile,
+    draft: ModelFile | None,
+    engine: EngineView,
+    resolved: Resolved,
+) -> Placed:
+    """The placement that serves, among those this build offers on the two cards with the most
+    free memory, weighed with the decode rates measured for them."""
+    # The card with the most free memory holds the target; a second card may join it.
+    cards = sorted(request.budget.local_gpus, key=lambda d: -d.vram_free_bytes)[:2]
+    names = offered(
+        engine.capabilities.features, len(cards), draft is not None,
+        target.facts.architecture, resolved.prefill != "off",
+    )  # fmt: skip
+    key = placement_key(
+        target.path, draft.path if draft else None, engine.id or engine.version,
+        tuple(d.label for d in sorted(cards, key=lambda d: d.index)),
+    )  # fmt: skip
+    rates = read_placement_rates(paths, key) if len(names) > 1 else {}
+    return _placed(request, cards, names, resolved, rates)
+
+
 def _placed(
     request: LuceboxRequest,
     cards: list[DeviceBudget],
     names: tuple[PlacementName, ...],
     resolved: Resolved,
     rates: dict[str, float],
-) -> tuple[str, GpuBudget, LuceboxPlan, str]:
-    """The placement that serves: (its name, its cards' budget, its plan, why; "" with one
-    card). Each offered placement is planned on its cards; --placement names one, else
+) -> Placed:
+    """Each offered placement planned on its cards; --placement names one, else
     :func:`choose_placement` weighs them."""
     host = request.budget.host_total_bytes
     if not cards:  # no local GPU: the plan reports what the budget lacks
-        return "one", request.budget, plan_lucebox(request), ""
+        return Placed("one", request.budget, plan_lucebox(request), "")
     plans: dict[PlacementName, tuple[GpuBudget, LuceboxPlan]] = {}
     for name in names:
         used = tuple(cards[:1] if name == "one" else cards[:2])
@@ -346,7 +374,7 @@ def _placed(
             ),
         )
     if len(names) == 1 and resolved.placement in ("auto", "one"):
-        return "one", *plans["one"], ""
+        return Placed("one", *plans["one"], "")
     candidates = [
         Candidate(name, p.plan.fits, p.exact, p.plan.largest_ctx, rates.get(name))
         for name, (_, p) in plans.items()
@@ -355,11 +383,21 @@ def _placed(
     if resolved.placement != "auto" and resolved.placement in plans:
         asked = resolved.placement
         listed = why[why.index("(") :]
-        return asked, *plans[asked], f"{PLACEMENT_TEXT[asked]}: as asked {listed}"
+        return Placed(asked, *plans[asked], f"{PLACEMENT_TEXT[asked]}: as asked {listed}")
     if resolved.placement != "auto":
         offers = ", ".join(names)
-        return best.name, *plans[best.name], f"this build and launch offer {offers}"
-    return best.name, *plans[best.name], why
+        return Placed(best.name, *plans[best.name], f"this build and launch offer {offers}")
+    return Placed(best.name, *plans[best.name], why)
+
+
+def _placement_refusal(asked: str, placed: Placed) -> GuardRefusal | None:
+    """The refusal of a --placement that this build and launch cannot serve."""
+    if asked in ("auto", placed.name):
+        return None
+    return GuardRefusal(
+        f"--placement {asked} is not possible here: {placed.why or 'one GPU'}",
+        hint="pass --placement auto to let lucebox choose",
+    )
 
 
 def _refusal(

@@ -7,10 +7,11 @@ native maximum), the KV cache types (pairs the engine has fast kernels for), GPU
 the weights do not fit, and parallel slots. It never shrinks a context the user asked for: it
 refuses with the largest that fits.
 
-``make_plan`` stays one function: it reads as the plan's steps in order and ends in the Plan
-it explains. Each step is a helper of its own module: :mod:`sizes` (what each term costs),
-:mod:`layerchoice` (where the weights go), :mod:`ctxchoice` (the KV type and context that
-fit), :mod:`termreasons` (why each term is what it is).
+``make_plan`` reads as the plan's steps in order and ends in the Plan it explains: the
+overheads and the room they leave (``_overheads``), the layers, KV type and context that fit
+(``_fit``), then each term. The steps' helpers have modules of their own: :mod:`sizes` (what
+each term costs), :mod:`layerchoice` (where the weights go), :mod:`ctxchoice` (the KV type and
+context that fit), :mod:`termreasons` (why each term is what it is).
 """
 
 from __future__ import annotations
@@ -139,62 +140,69 @@ class Plan:
         }
 
 
+@dataclass(frozen=True)
+class _Overheads:
+    """What the device holds besides the model's weights and KV, and the room they leave."""
+
+    reserve_bytes: int
+    cuda_context_bytes: int
+    prompt_cache_bytes: int
+    n_checkpoints: int
+    """Context checkpoints per slot."""
+    checkpoints_bytes: int
+    """All slots' checkpoints."""
+    room_after_weights_bytes: int
+    """What is left for the KV and compute buffers once every weight is on the device."""
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """Where the weights go and the context and KV type that fit beside them."""
+
+    n_gpu_layers: int
+    n_cpu_moe: int
+    kv_type: str
+    ctx: int
+    largest_ctx: int
+    fits: bool
+    reasons: dict[str, str]
+
+
 def make_plan(request: PlanRequest) -> Plan:
     """Choose context, KV types and offload for ``request``; explain every number."""
     target, budget, draft = request.target, request.budget, request.draft
-    reserve = (
-        reserve_bytes(budget)
-        if budget.is_gpu
-        else cpu_keep_free_bytes(budget.vram_total_bytes, request.keep_free_bytes)
-    )
-    cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
-    available = budget.vram_free_bytes
-    prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
-    n_checkpoints, checkpoint_bytes = (
-        checkpoints_per_slot(target, budget, request.swa_full) if request.checkpoints else (0, 0)
-    )
-    checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
-    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
-    room_after_weights = available - reserve - cuda_context - resident
-    room_after_weights -= draft.weights_bytes if draft else 0
-    room_after_weights -= request.projector_bytes
-    if not budget.is_gpu:
-        room_after_weights -= prompt_cache + checkpoints
+    over = _overheads(request)
     reasons = overhead_reasons(
-        request, reserve, cuda_context, prompt_cache, n_checkpoints, checkpoints
-    )
-    kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
-    min_ctx = min(MIN_CTX, target.native_ctx)
-    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = place_layers(
         request,
-        room_after_weights,
-        reserve + cuda_context + request.projector_bytes,
-        kv_choices,
-        min_ctx,
+        over.reserve_bytes,
+        over.cuda_context_bytes,
+        over.prompt_cache_bytes,
+        over.n_checkpoints,
+        over.checkpoints_bytes,
     )
-    kv_type = choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
-    ctx_fit = largest[kv_type]
-    ctx, fits, reasons["ctx"] = choose_ctx(request, ctx_fit, kv_type, min_ctx)
-    if too_slow(request, fits, ctx, min_ctx):
-        fits, reasons["too_slow"] = False, too_slow_reason(request, min_ctx)
-    reasons["cache_type"] = kv_reason(kv_type, largest, target.native_ctx)
-    used_ctx = max(ctx, CTX_PAD)
-    kv = kv_bytes(target, used_ctx, kv_type, request.parallel, request.swa_full)
+    fit = _fit(request, over)
+    reasons.update(fit.reasons)
+    used_ctx = max(fit.ctx, CTX_PAD)
+    kv = kv_bytes(target, used_ctx, fit.kv_type, request.parallel, request.swa_full)
     swa_reason = swa_full_reason(request)
     if swa_reason:
         reasons["swa_full"] = swa_reason
     draft_total = 0
     if draft is not None:
-        draft_total = draft_bytes(draft, used_ctx, kv_type, request.parallel)
-        reasons["draft"] = draft_reason(draft, kv_type)
-    compute = compute_bytes(target, used_ctx, kv_type, request.swa_full) * compute_copies(budget)
-    on_gpu = weights_on_gpu(target, n_gpu_layers, n_cpu_moe)
+        draft_total = draft_bytes(draft, used_ctx, fit.kv_type, request.parallel)
+        reasons["draft"] = draft_reason(draft, fit.kv_type)
+    compute = compute_bytes(target, used_ctx, fit.kv_type, request.swa_full)
+    on_gpu = weights_on_gpu(target, fit.n_gpu_layers, fit.n_cpu_moe)
+    prompt_cache, fits = over.prompt_cache_bytes, fit.fits
     if budget.is_gpu:
         # No layer on the GPU: weights_on_gpu counts them all, yet they are all in RAM.
-        in_ram = target.weights_bytes - (0 if n_gpu_layers == 0 and not n_cpu_moe else on_gpu)
-        bound = host_ram_bound(
-            budget.host_total_bytes, request.keep_free_bytes, in_ram, prompt_cache, checkpoints
+        in_ram = target.weights_bytes - (
+            0 if fit.n_gpu_layers == 0 and not fit.n_cpu_moe else on_gpu
         )
+        bound = host_ram_bound(
+            budget.host_total_bytes, request.keep_free_bytes, in_ram, prompt_cache,
+            over.checkpoints_bytes,
+        )  # fmt: skip
         prompt_cache, fits = bound.prompt_cache_bytes, fits and bound.fits
         if bound.reason:
             reasons["ram" if not bound.fits else "host_ram"] = bound.reason
@@ -202,44 +210,96 @@ def make_plan(request: PlanRequest) -> Plan:
         weights=on_gpu,
         kv=kv,
         draft=draft_total,
-        compute=compute,
-        cuda_context=cuda_context,
-        reserve=reserve,
-        available=available,
+        compute=compute * compute_copies(budget),
+        cuda_context=over.cuda_context_bytes,
+        reserve=over.reserve_bytes,
+        available=budget.vram_free_bytes,
         prompt_cache=prompt_cache,
-        checkpoints=checkpoints,
+        checkpoints=over.checkpoints_bytes,
         projector=request.projector_bytes,
         prompt_cache_in_total=not budget.is_gpu,
     )
-    kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
-    pool = kvflash_pool(
-        available - cuda_context - memory.weights, reserve, kv_per_token, target.native_ctx
-    )
-    reasons["kvflash_pool"] = (
-        f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"
-    )
+    reasons["kvflash_pool"] = _kvflash_pool_reason(request, memory, fit.kv_type)
     split, main_gpu, per_device = split_over_devices(
-        budget, memory, target, n_gpu_layers, n_cpu_moe
+        budget, memory, target, fit.n_gpu_layers, fit.n_cpu_moe
     )
     if split:
         reasons["split"] = split_reason(budget, split, main_gpu)
     return Plan(
         fits=fits,
-        ctx=ctx,
-        cache_type_k=kv_type,
-        cache_type_v=kv_type,
-        n_gpu_layers=n_gpu_layers,
-        n_cpu_moe=n_cpu_moe,
+        ctx=fit.ctx,
+        cache_type_k=fit.kv_type,
+        cache_type_v=fit.kv_type,
+        n_gpu_layers=fit.n_gpu_layers,
+        n_cpu_moe=fit.n_cpu_moe,
         parallel=request.parallel,
         memory_bytes=memory,
         kvflash_pool_tokens=None,  # the pool a launch serves with: llama-server has none
         reasons=reasons,
-        largest_ctx=ctx_fit,
+        largest_ctx=fit.largest_ctx,
         swa_full=request.swa_full,
         cache_ram_mib=prompt_cache // MIB,
         # --cache off keeps nothing: not the engine's 32 default checkpoints either.
-        context_checkpoints=n_checkpoints or (None if request.prompt_cache else 0),
+        context_checkpoints=over.n_checkpoints or (None if request.prompt_cache else 0),
         device_bytes=per_device,
         tensor_split=split,
         main_gpu=main_gpu,
     )
+
+
+def _overheads(request: PlanRequest) -> _Overheads:
+    """The reserve, CUDA contexts, prompt cache and checkpoints, and the room left once the
+    weights are on the device (on a CPU the prompt cache shares that room)."""
+    target, budget, draft = request.target, request.budget, request.draft
+    reserve = (
+        reserve_bytes(budget)
+        if budget.is_gpu
+        else cpu_keep_free_bytes(budget.vram_total_bytes, request.keep_free_bytes)
+    )
+    cuda_context = CUDA_CONTEXT_BYTES * budget.device_count if budget.is_gpu else 0
+    prompt_cache = prompt_cache_bytes(budget, target) if request.prompt_cache else 0
+    n_checkpoints, checkpoint_bytes = (
+        checkpoints_per_slot(target, budget, request.swa_full) if request.checkpoints else (0, 0)
+    )
+    checkpoints = n_checkpoints * checkpoint_bytes * request.parallel
+    resident = target.weights_bytes - (target.host_bytes if budget.is_gpu else 0)
+    room = budget.vram_free_bytes - reserve - cuda_context - resident
+    room -= draft.weights_bytes if draft else 0
+    room -= request.projector_bytes
+    if not budget.is_gpu:
+        room -= prompt_cache + checkpoints
+    return _Overheads(reserve, cuda_context, prompt_cache, n_checkpoints, checkpoints, room)
+
+
+def _fit(request: PlanRequest, over: _Overheads) -> _Fit:
+    """The layers on the device, then the KV type and context that fit beside them."""
+    target = request.target
+    kv_choices = [t for t in KV_PAIRS if t in request.kv_types] or ["f16"]
+    min_ctx = min(MIN_CTX, target.native_ctx)
+    reasons: dict[str, str] = {}
+    n_gpu_layers, n_cpu_moe, largest, reasons["n_gpu_layers"] = place_layers(
+        request,
+        over.room_after_weights_bytes,
+        over.reserve_bytes + over.cuda_context_bytes + request.projector_bytes,
+        kv_choices,
+        min_ctx,
+    )
+    kv_type = choose_kv_type(largest, wanted_ctx(request.ctx, target.native_ctx))
+    ctx, fits, reasons["ctx"] = choose_ctx(request, largest[kv_type], kv_type, min_ctx)
+    if too_slow(request, fits, ctx, min_ctx):
+        fits, reasons["too_slow"] = False, too_slow_reason(request, min_ctx)
+    reasons["cache_type"] = kv_reason(kv_type, largest, target.native_ctx)
+    return _Fit(n_gpu_layers, n_cpu_moe, kv_type, ctx, largest[kv_type], fits, reasons)
+
+
+def _kvflash_pool_reason(request: PlanRequest, memory: MemoryBytes, kv_type: str) -> str:
+    """The pool the Lucebox engine would keep here, for comparison: llama-server has none."""
+    target = request.target
+    kv_per_token = kv_bytes(target, CTX_PAD * 64, kv_type) / (CTX_PAD * 64)
+    pool = kvflash_pool(
+        memory.available - memory.cuda_context - memory.weights,
+        memory.reserve,
+        kv_per_token,
+        target.native_ctx,
+    )
+    return f"{pool} tokens by the lucebox engine's KVFlash rule; not available on llama-server"

@@ -26,7 +26,7 @@ from lucebox.engine.core.units import GIB, MIB
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.presets import Preset, load_presets
-from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.engineview import Installs
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory.ctxchoice import wanted_ctx
 from lucebox.engine.plan.memory.sizes import RESERVE_MIN_BYTES
@@ -108,7 +108,7 @@ def _plan(
     member: Member,
     settings: Settings,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
 ) -> LaunchPlan:
     one = replace(
         options,
@@ -118,7 +118,7 @@ def _plan(
     )
     resolved = resolve(one, settings)
     return plan_launch(
-        paths, one, resolved=resolved, budget=budget, engine=engine, preset=member.preset
+        paths, one, resolved=resolved, budget=budget, installs=installs, preset=member.preset
     )
 
 
@@ -166,7 +166,7 @@ def _group(
     *,
     settings: Settings,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     process_bytes: int = 0,
 ) -> _Group:
     """The most of ``members`` that fit on ``budget`` at once with the context they want;
@@ -184,7 +184,7 @@ def _group(
         launches = tuple(
             _plan(
                 paths, options, m, settings,
-                share_of(budget, f + spare // k - process_bytes, k), engine,
+                share_of(budget, f + spare // k - process_bytes, k), installs,
             )
             for m, f in zip(members, fixed, strict=True)
         )  # fmt: skip
@@ -248,7 +248,7 @@ def plan_set(
     *,
     settings: Settings,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     ram_limit_bytes: int = 0,
 ) -> SetPlan:
     """The set ``sources`` on ``budget``; ``ram_limit_bytes`` (0: none) caps a CPU budget.
@@ -256,12 +256,12 @@ def plan_set(
     A projector is planned in the set's budget like the rest of its model; under
     ``--vision auto`` the set keeps it only where the set still holds as many models at once
     as it would without (the set's counterpart of the context a projector must not cost)."""
-    planned = _plan_set(paths, options, sources, settings, budget, engine, ram_limit_bytes)
+    planned = _plan_set(paths, options, sources, settings, budget, installs, ram_limit_bytes)
     auto = [lp for lp in planned.launches if lp.vision.served and lp.resolved.vision == "auto"]
     if not auto:
         return planned
     text_only = replace(options, vision="off")
-    without = _plan_set(paths, text_only, sources, settings, budget, engine, ram_limit_bytes)
+    without = _plan_set(paths, text_only, sources, settings, budget, installs, ram_limit_bytes)
     if not without.fits or without.models_max <= planned.models_max:
         return planned
     dropped = {lp.alias: lp.vision for lp in auto}
@@ -288,7 +288,7 @@ def _plan_set(
     sources: tuple[str, ...],
     settings: Settings,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     ram_limit_bytes: int,
 ) -> SetPlan:
     if options.draft is not None:
@@ -304,18 +304,18 @@ def _plan_set(
         settings = replace(settings, keep_free_ram_mib=RESERVE_MIN_BYTES // MIB)
     cards = budget.devices if budget.is_gpu and not any(d.address for d in budget.devices) else ()
     if len(cards) > 1:
-        return _plan_on_cards(paths, options, members, settings, budget, engine, cards)
+        return _plan_on_cards(paths, options, members, settings, budget, installs, cards)
     process = 0 if budget.is_gpu else ENGINE_PROCESS_BYTES
     if process:
         # The router's process first, then each model's: the plans get what is left.
         budget = share_of(budget, budget.vram_free_bytes - process, 1)
     alone_budget = share_of(budget, budget.vram_free_bytes - process, 1) if process else budget
-    alone = tuple(_plan(paths, options, m, settings, alone_budget, engine) for m in members)
+    alone = tuple(_plan(paths, options, m, settings, alone_budget, installs) for m in members)
     refusal = _refuse_alone(budget, alone)
     if refusal is not None:
         return SetPlan(alone, 1, budget, {"fits": refusal.message}, refusal, process)
     group = _group(
-        paths, options, members, alone, settings=settings, budget=budget, engine=engine,
+        paths, options, members, alone, settings=settings, budget=budget, installs=installs,
         process_bytes=process,
     )  # fmt: skip
     launches = tuple(_with_reason(lp, "device", f"on {budget.device}") for lp in group.launches)
@@ -348,44 +348,34 @@ def _plan_on_cards(
     members: tuple[Member, ...],
     settings: Settings,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     cards: tuple[DeviceBudget, ...],
 ) -> SetPlan:
     """Each model on a card of its own where one holds it; else the set over all cards."""
     host = budget.host_total_bytes
     on_card = {
-        m.source: {c.index: _plan(paths, options, m, settings, pool_of((c,), host), engine)
+        m.source: {c.index: _plan(paths, options, m, settings, pool_of((c,), host), installs)
                    for c in cards}
         for m in members
     }  # fmt: skip
-
-    def holds(launch: LaunchPlan) -> bool:
-        p = launch.plan
-        return launch.refusal is None and p.n_gpu_layers < 0 and not p.n_cpu_moe
-
-    if not all(any(holds(lp) for lp in on_card[m.source].values()) for m in members):
-        pooled = tuple(_plan(paths, options, m, settings, budget, engine) for m in members)
+    if not all(any(_holds_alone(lp) for lp in on_card[m.source].values()) for m in members):
+        pooled = tuple(_plan(paths, options, m, settings, budget, installs) for m in members)
         refusal = _refuse_alone(budget, pooled)
         if refusal is not None:
             return SetPlan(pooled, 1, budget, {"fits": refusal.message}, refusal)
         wide = next(
-            m.source for m in members if not any(holds(lp) for lp in on_card[m.source].values())
+            m.source
+            for m in members
+            if not any(_holds_alone(lp) for lp in on_card[m.source].values())
         )
         group = _group(
-            paths, options, members, pooled, settings=settings, budget=budget, engine=engine
+            paths, options, members, pooled, settings=settings, budget=budget, installs=installs
         )
         why = f"{wide} fits no card alone: the set shares all {len(cards)} cards"
         launches = tuple(_with_reason(lp, "device", why) for lp in group.launches)
         return _checked(launches, group.fit_together, budget, {"models_max": group.why})
 
-    # Largest first, each to the card with the most room left that holds it alone.
-    room = {c.index: c.vram_free_bytes for c in cards}
-    placed: dict[int, list[Member]] = {c.index: [] for c in cards}
-    for member in sorted(members, key=lambda m: -max(map(fixed_bytes, on_card[m.source].values()))):
-        fitting = [i for i, lp in on_card[member.source].items() if holds(lp)]
-        index = max(fitting, key=lambda i: room[i] - fixed_bytes(on_card[member.source][i]))
-        placed[index].append(member)
-        room[index] -= fixed_bytes(on_card[member.source][index])
+    placed = _assign_cards(members, on_card, cards)
     by_source: dict[str, LaunchPlan] = {}
     reasons: dict[str, str] = {}
     limits: list[int] = []
@@ -396,7 +386,7 @@ def _plan_on_cards(
         alone = tuple(on_card[m.source][card.index] for m in group_members)
         group = _group(
             paths, options, group_members, alone, settings=settings,
-            budget=pool_of((card,), host), engine=engine,
+            budget=pool_of((card,), host), installs=installs,
         )  # fmt: skip
         others = [
             lp.alias
@@ -413,15 +403,37 @@ def _plan_on_cards(
         if group.fit_together < len(group_members):
             limits.append(group.fit_together)
     models_max = min(limits) if limits else len(members)
-    if limits:
-        reasons["models_max"] = (
-            f"{models_max} on the tightest card; lucebox's proxy evicts per card by memory, "
-            "so the other cards keep their models loaded (a count limit would not)"
-        )
-    else:
-        reasons["models_max"] = f"{models_max}: every card holds all of its models at once"
+    reasons["models_max"] = (
+        f"{models_max} on the tightest card; lucebox's proxy evicts per card by memory, "
+        "so the other cards keep their models loaded (a count limit would not)"
+        if limits
+        else f"{models_max}: every card holds all of its models at once"
+    )
     launches = tuple(by_source[m.source] for m in members)
     return _checked(launches, models_max, budget, reasons)
+
+
+def _holds_alone(launch: LaunchPlan) -> bool:
+    """The launch serves wholly on its device: not refused, every layer and expert on it."""
+    p = launch.plan
+    return launch.refusal is None and p.n_gpu_layers < 0 and not p.n_cpu_moe
+
+
+def _assign_cards(
+    members: tuple[Member, ...],
+    on_card: dict[str, dict[int, LaunchPlan]],
+    cards: tuple[DeviceBudget, ...],
+) -> dict[int, list[Member]]:
+    """The models on each card: largest first, each to the card with the most room left that
+    holds it alone."""
+    room = {c.index: c.vram_free_bytes for c in cards}
+    placed: dict[int, list[Member]] = {c.index: [] for c in cards}
+    for member in sorted(members, key=lambda m: -max(map(fixed_bytes, on_card[m.source].values()))):
+        fitting = [i for i, lp in on_card[member.source].items() if _holds_alone(lp)]
+        index = max(fitting, key=lambda i: room[i] - fixed_bytes(on_card[member.source][i]))
+        placed[index].append(member)
+        room[index] -= fixed_bytes(on_card[member.source][index])
+    return placed
 
 
 def smaller_context_set(paths: Paths, planned: SetPlan, alias: str, settings: Settings) -> SetPlan:

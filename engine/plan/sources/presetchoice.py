@@ -15,7 +15,7 @@ from lucebox.engine.models.presets import (
     find_preset,
     load_presets,
 )
-from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.engineview import Installs
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.modelfiles import preset_vision
 from lucebox.engine.plan.options import Resolved, ServeOptions
@@ -52,15 +52,15 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
         and not p.preset.smoke_test
         and p.preset.vram_tier_gib <= card_gib
         and p.plan.ctx >= min(GOOD_CTX, p.target.facts.native_ctx)
-        and (p.preset.engine != LUCEBOX_PRESET_ENGINE or _on_lucebox(p))
+        and (p.preset.engine != LUCEBOX_PRESET_ENGINE or _verifies_draft_trees(p))
     ]
     if useful:
         return max(
             useful,
             key=lambda p: (
                 p.preset.vram_tier_gib if p.preset else 0,
-                _on_lucebox(p),
-                _reported_speedup(p) if _on_lucebox(p) else 0.0,
+                _verifies_draft_trees(p),
+                _reported_speedup(p) if _verifies_draft_trees(p) else 0.0,
                 p.plan.ctx,
             ),
         )
@@ -76,8 +76,8 @@ def choose_preset(plans: list[LaunchPlan], budget: GpuBudget) -> LaunchPlan | No
     return min(fallback, key=lambda p: not (p.preset and p.preset.cpu_default), default=None)
 
 
-def _on_lucebox(plan: LaunchPlan) -> bool:
-    return plan.engine_kind == "lucebox"
+def _verifies_draft_trees(plan: LaunchPlan) -> bool:
+    return plan.served_by.verifies_draft_trees
 
 
 def _reported_speedup(plan: LaunchPlan) -> float:
@@ -90,7 +90,7 @@ def plan_preset(
     options: ServeOptions,
     resolved: Resolved,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
     preset: Preset,
 ) -> LaunchPlan:
     """The launch `plan --preset ID` (and `up --preset ID --dry-run`) plans for ``preset``:
@@ -104,7 +104,7 @@ def plan_preset(
         options,
         resolved=resolved,
         budget=budget,
-        engine=engine,
+        installs=installs,
         preset=preset,
         projectors=vision.projectors,
     )
@@ -115,23 +115,23 @@ def plan_preset(
 
 
 def preset_table(
-    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, engine: EngineView
+    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, installs: Installs
 ) -> PresetTable:
     """Every preset planned for ``budget`` as `plan --preset ID` plans it, and the one a card
     of that size gets."""
     plans = tuple(
-        plan_preset(paths, options, resolved, budget, engine, p) for p in load_presets(paths)
+        plan_preset(paths, options, resolved, budget, installs, p) for p in load_presets(paths)
     )
     return PresetTable(budget, plans, choose_preset(list(plans), budget))
 
 
 def pick_preset(
-    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, engine: EngineView
+    paths: Paths, options: ServeOptions, resolved: Resolved, budget: GpuBudget, installs: Installs
 ) -> Preset:
     """The named preset, or the best one for ``budget``; refuses when none fits."""
     if resolved.preset_id:
         return find_preset(paths, resolved.preset_id)
-    table = preset_table(paths, options, resolved, budget, engine)
+    table = preset_table(paths, options, resolved, budget, installs)
     best = table.best if not resolved.preset_among else _best_among(table, resolved.preset_among)
     if best is None or best.preset is None:
         among = ", ".join(resolved.preset_among)

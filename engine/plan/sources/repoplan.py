@@ -21,7 +21,7 @@ from lucebox.engine.models.projector import ProjectorInfo, mismatch, precision_r
 from lucebox.engine.models.quant import QuantGroup, bits_per_weight, quant_from_name
 from lucebox.engine.models.records import StoreError, list_models, stored_path
 from lucebox.engine.plan import planner
-from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.engineview import Installs
 from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, ServeOptions
 from lucebox.engine.plan.sources import quantchoice
@@ -169,7 +169,7 @@ def by_name(
     *,
     resolved: Resolved,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
 ) -> RepoChoice | None:
     """The quant choice when ``options.model`` names a repo; None for any other source."""
     source = repo_source(options.model)
@@ -181,7 +181,9 @@ def by_name(
             )
         return None
     try:
-        return choose_quant(paths, source, options, resolved=resolved, budget=budget, engine=engine)
+        return choose_quant(
+            paths, source, options, resolved=resolved, budget=budget, installs=installs
+        )
     except hubrepo.HubUnreachableError:
         stored = _stored_pull(paths, source, _asked_quant(source, options.quant))
         if stored is None:
@@ -223,14 +225,16 @@ def plan_quants(
     *,
     resolved: Resolved,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
 ) -> RepoCandidates:
     """List the repo ``source`` names, read one header, plan each quant on ``budget`` (the
     other choices from ``options``)."""
     listing = hubrepo.list_repo(source)
     header = hubrepo.read_header(listing, source)
     info = header.info
-    base = facts_from_info(info, engine.capabilities.swa_patterns.get(info.architecture))
+    base = facts_from_info(
+        info, installs.llama_server.capabilities.swa_patterns.get(info.architecture)
+    )
     candidates = []
     facts_by_quant: dict[str, ModelFacts] = {}
     for group in listing.layout.candidates:
@@ -241,7 +245,7 @@ def plan_quants(
             replace(options, model=listing.source_for(group), quant=None),
             resolved=resolved,
             budget=budget,
-            engine=engine,
+            installs=installs,
             remote_facts=facts,
         )
         candidates.append(
@@ -266,11 +270,13 @@ def choose_quant(
     *,
     resolved: Resolved,
     budget: GpuBudget,
-    engine: EngineView,
+    installs: Installs,
 ) -> RepoChoice:
     """Plan every quant of the repo ``source`` names on ``budget``; choose one."""
     asked = _asked_quant(source, options.quant)
-    planned = plan_quants(paths, source, options, resolved=resolved, budget=budget, engine=engine)
+    planned = plan_quants(
+        paths, source, options, resolved=resolved, budget=budget, installs=installs
+    )
     choice = quantchoice.choose(
         planned.candidates,
         planned.native_ctx,

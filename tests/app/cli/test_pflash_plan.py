@@ -98,7 +98,7 @@ def test_the_modes_say_what_they_compress_and_the_cost_on_short_prompts(
     assert "--prefill-compression auto" in auto and "32000 tokens or more" in auto
     assert "a shorter one never" in auto
     assert "--prefill-compression always" in always and "a short prompt is compressed too" in always
-    assert "1.77 s for its first token instead of 0.11 s" in always
+    assert "even a short question waits for that before its first token" in always
     assert "--prefill-compression" not in off["argv"]  # off stays the default
     for why in (auto, always):  # no build yet: the build decides the kernel
         assert "when the build has it: sm_80 or newer" in why

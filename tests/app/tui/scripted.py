@@ -33,6 +33,7 @@ from lucebox.engine.plan import planner
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.plan.sources import presetchoice
 from lucebox.engine.run.kinds.metrics import Sample
@@ -91,7 +92,7 @@ def prepared_for(tmp_path: Path, server_path: str = "/opt/llama-server") -> Prep
         options,
         resolved=resolve(options, Settings()),
         budget=RTX_4090,
-        engine=engine,
+        installs=replace(installs_of(), llama_server=engine),
     )
     return Prepared(launch, Settings(), 0, 60.0)
 
@@ -104,7 +105,12 @@ def prepared_set_for() -> PreparedSet:
     engine = EngineView("b11434", "b11434", "/opt/llama-server", pinned_engine().capabilities)
     options = ServeOptions(models=SET_SOURCES, port=8080)
     planned = plan_set(
-        resolve_paths(), options, SET_SOURCES, settings=Settings(), budget=RTX_4090, engine=engine
+        resolve_paths(),
+        options,
+        SET_SOURCES,
+        settings=Settings(),
+        budget=RTX_4090,
+        installs=replace(installs_of(), llama_server=engine),
     )
     return PreparedSet(planned, Settings())
 
@@ -200,9 +206,8 @@ class ScriptedBackend(Backend):
             raise self.preset_table_failure
         if self.budget is None:
             return super().preset_table(options)
-        engine = EngineView.of(None)
         resolved = resolve(options, Settings())
-        return presetchoice.preset_table(self.paths, options, resolved, self.budget, engine)
+        return presetchoice.preset_table(self.paths, options, resolved, self.budget, installs_of())
 
     def prepare(self, options: ServeOptions, emit: Emit, cancel: threading.Event) -> Prepared:
         self.options_seen.append(options)

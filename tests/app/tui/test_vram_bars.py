@@ -24,7 +24,7 @@ def test_one_device_shows_no_extra_bars():
     assert device_bars(Prepared(launch, Settings(), 0, 60.0), 40).plain == ""
 
 
-def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load(monkeypatch):
+def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load():
     """Tensor parallel on two cards: a bar per card with its planned bytes, what the engine
     uses there and the card's load, from the sampler's reading of each GPU."""
     import dataclasses
@@ -37,7 +37,7 @@ def test_the_lucebox_engine_on_two_cards_shows_each_card_planned_used_and_load(m
     # The deep target: enough layer weights that splitting them pays for tensor parallel.
     deep = dataclasses.replace(TARGET, n_layer=32, n_ff=8192)
     files = tuple(cached_gguf(dataclasses.replace(m, header_only=True)) for m in (deep, DRAFT))
-    launch = plan_on(files, two_cards(4600), HELP_4CF58A04, monkeypatch, ctx=262144)
+    launch = plan_on(files, two_cards(4600), HELP_4CF58A04, ctx=262144)
     assert launch.to_json()["placement"] == "tensor"
     prepared = Prepared(launch, Settings(), 0, 60.0)
     (_, first), (_, second) = launch.plan.device_bytes

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import probe_gpus
-from lucebox.engine.plan.lucebox import luceboxroute
+from lucebox.engine.plan.planner import find_installs
 from tests.engine.builds import llama_build, lucebox_build
 from tests.engine.engines.test_cputarget import XEON_AMX
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
@@ -49,8 +49,8 @@ def test_the_lucebox_engine_serves_the_default_sources_build_unless_engine_id_na
     assert served(kinds.LUCEBOX, llama.id) == current.id
     assert served(kinds.LLAMA_SERVER, other.id) == llama.id
     # The plan of a Lucebox launch is made for the build that serves.
-    assert luceboxroute.lucebox_engine(paths, "").id == current.id
-    assert luceboxroute.lucebox_engine(paths, other.id).id == other.id
+    assert find_installs(paths, probe).lucebox.id == current.id
+    assert find_installs(paths, probe, other.id).lucebox.id == other.id
 
 
 def test_without_the_default_sources_build_the_newest_lucebox_build_serves(tmp_path):

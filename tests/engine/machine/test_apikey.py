@@ -19,10 +19,9 @@ from lucebox.engine.machine.apikey import api_key_path, ensure_api_key_file, rea
 from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import probe_gpus
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import engine_url, server_argv
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.planner import installs_of, plan_launch
 from support.health import wait_healthy
 from support.ports import free_port
 from tests.conftest import run_lucebox
@@ -99,7 +98,7 @@ def test_the_real_engine_gets_the_key_from_the_file_only(built_engine_home, tmp_
         options,
         resolved=resolve(options, Settings()),
         budget=budget_for(probe_gpus()),
-        engine=EngineView.of(engine),
+        installs=installs_of(engine),
     )
     spec = dataclasses.replace(launch.server, api_key_file=str(key_file))
     paths.ensure(paths.slots_dir)  # prepare() makes it before a launch; the engine needs it

@@ -21,8 +21,8 @@ from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.models import hubrepo, quant
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.records import StoreError
-from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.plan.sources import quantchoice, repoplan
 from support.ggufgen import ModelSpec, cached_gguf, write_gguf
 from support.hubserver import COMMIT, HubFile, HubState, serve_hub
@@ -147,7 +147,7 @@ def _choose(vram_mib: int, **extra: object) -> repoplan.RepoChoice:
         options,
         resolved=resolve(options, settings),
         budget=budget,
-        engine=pinned_engine(),
+        installs=installs_of(),
     )
 
 

@@ -9,12 +9,13 @@ import pytest
 from benchmarks.lucebox_models import TARGET
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
+from lucebox.engine.engines import kinds
+from lucebox.engine.engines.kinds import LLAMA_SERVER
 from lucebox.engine.machine.budget import DeviceBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan.chatdefaults import chat_defaults, thinking_default
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.planner import installs_of, plan_launch
 from support.ggufgen import cached_gguf
 
 RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB),), 64 * GIB)
@@ -30,11 +31,11 @@ RTX_4090 = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GI
     ],
 )
 def test_chat_defaults_per_family(kind, arch, template, thinking):
-    chosen = chat_defaults(kind, arch, has_gguf_template=True)
+    chosen = chat_defaults(kinds.kind(kind), arch, has_gguf_template=True)
     assert (chosen.template, chosen.thinking_default) == (template, thinking)
     assert thinking_default(arch) is thinking
-    assert chat_defaults("llama-server", "llama", False).template == "chatml"
-    assert chat_defaults("llama-server", "gemma3", False, "gemma").template == "builtin:gemma"
+    assert chat_defaults(LLAMA_SERVER, "llama", False).template == "chatml"
+    assert chat_defaults(LLAMA_SERVER, "gemma3", False, "gemma").template == "builtin:gemma"
 
 
 @pytest.mark.parametrize("engine", ["llama-server", "lucebox"])
@@ -46,7 +47,7 @@ def test_the_plan_prints_one_thinking_default_for_a_qwen35_on_either_engine(engi
         options,
         resolved=resolve(options, Settings()),
         budget=RTX_4090,
-        engine=EngineView.of(None),
+        installs=installs_of(),
     )
     chat = launch.to_json()["chat"]
     assert launch.engine_kind == engine and chat["thinking_default"] is False

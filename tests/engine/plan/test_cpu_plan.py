@@ -8,13 +8,13 @@ from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.models.headerinfo import inspect_model
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
-from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory import cpuread
 from lucebox.engine.plan.memory.hostram import cpu_keep_free_bytes
 from lucebox.engine.plan.memory.memory import make_plan
 from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import installs_of
 from support.ggufgen import ModelSpec, cached_gguf
 
 RAM = GpuBudget("CPU (no NVIDIA GPU): system RAM", 24 * GIB, 22 * GIB, is_gpu=False)
@@ -69,7 +69,7 @@ def test_presets_on_this_cpu_leave_ram_and_read_in_time():
     settings = config.load_settings(paths)
     options = ServeOptions()
     resolved = resolve(options, settings)
-    table = presetchoice.preset_table(paths, options, resolved, RAM, pinned_engine())
+    table = presetchoice.preset_table(paths, options, resolved, RAM, installs_of())
     fitting = [p for p in table.plans if not p.misfit]
     assert fitting and table.best is not None and table.best.alias == "smollm2"
     for item in table.plans:
@@ -96,7 +96,7 @@ def test_a_measured_rate_replaces_the_estimate(tmp_path):
 
     def plan() -> LaunchPlan:
         return planner.plan_launch(
-            paths, options, resolved=resolved, budget=RAM, engine=pinned_engine()
+            paths, options, resolved=resolved, budget=RAM, installs=installs_of()
         )
 
     assert plan().plan.ctx == 131072  # a tiny model: the estimate does not bound it

@@ -42,7 +42,7 @@ from lucebox.engine.plan.lucebox.luceboxplan import (
 )
 from lucebox.engine.plan.memory.sizes import CUDA_CONTEXT_BYTES
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.planner import installs_of, plan_launch
 from lucebox.engine.plan.speculation.measurements import (
     placement_key,
     read_placement_rates,
@@ -88,14 +88,13 @@ def two_cards(free_mib: int, second_free_mib: int | None = None) -> GpuBudget:
     return pool_of(cards, 64 * GIB)
 
 
-def plan_on(files, budget, help_text, monkeypatch, **options):
-    monkeypatch.setattr(luceboxroute, "lucebox_engine", lambda paths, wanted: build(help_text))
+def plan_on(files, budget, help_text, **options):
     target, draft = files
     serve = ServeOptions(model=str(target), draft=str(draft), engine="lucebox", **options)
     paths = resolve_paths()
     return plan_launch(
         paths, serve, resolved=resolve(serve, Settings()), budget=budget,
-        engine=EngineView.of(None),
+        installs=dataclasses.replace(installs_of(), lucebox=build(help_text)),
     )  # fmt: skip
 
 
@@ -143,8 +142,8 @@ def test_each_placement_is_planned_per_card(files, placement: PlacementName):
     assert devices[1][1] < one.plan.memory_bytes.total - attention_kv // 2 + CUDA_CONTEXT_BYTES
 
 
-def test_one_card_that_holds_the_context_serves_alone(files, monkeypatch):
-    launch = plan_on(files, two_cards(4000, 6000), HELP_4CF58A04, monkeypatch, ctx=CTX)
+def test_one_card_that_holds_the_context_serves_alone(files):
+    launch = plan_on(files, two_cards(4000, 6000), HELP_4CF58A04, ctx=CTX)
     assert launch.refusal is None
     assert launch.server.gpus == (1,)  # the card with the most free memory
     assert launch.to_json()["placement"] == "one"
@@ -155,11 +154,11 @@ def test_one_card_that_holds_the_context_serves_alone(files, monkeypatch):
         assert flag not in launch.argv
 
 
-def test_the_draft_moves_to_the_second_card_when_that_buys_the_context(files, monkeypatch):
+def test_the_draft_moves_to_the_second_card_when_that_buys_the_context(files):
     """2,500 MiB free on each card: one card holds 121,088 tokens exactly; with the draft on
     the other the first holds all 262,144 (tensor parallel holds none: on 4cf58a04 it costs
     840 MiB more per card, more than half this small target's layers)."""
-    launch = plan_on(files, two_cards(2500, 2490), HELP_4CF58A04, monkeypatch, ctx=CTX)
+    launch = plan_on(files, two_cards(2500, 2490), HELP_4CF58A04, ctx=CTX)
     assert launch.refusal is None and launch.plan.kvflash_pool_tokens is None
     assert launch.server.gpus == (0, 1)
     assert server_env(launch.server)["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -179,10 +178,10 @@ def deep_files(files) -> tuple[Path, Path]:
     return cached_gguf(deep), files[1]
 
 
-def test_tensor_parallel_when_only_it_holds_the_context(deep_files, monkeypatch):
+def test_tensor_parallel_when_only_it_holds_the_context(deep_files):
     """4,600 MiB free on each card: one card and the draft apart hold 262,144 tokens only with
     a KVFlash pool; tensor parallel holds them exactly."""
-    launch = plan_on(deep_files, two_cards(4600), HELP_4CF58A04, monkeypatch, ctx=CTX)
+    launch = plan_on(deep_files, two_cards(4600), HELP_4CF58A04, ctx=CTX)
     assert launch.refusal is None and launch.plan.ctx == CTX
     assert launch.plan.kvflash_pool_tokens is None
     argv = launch.argv
@@ -196,32 +195,32 @@ def test_tensor_parallel_when_only_it_holds_the_context(deep_files, monkeypatch)
     assert all(d["memory_bytes"] < 4600 * MIB for d in devices)
 
 
-def test_a_build_without_the_tensor_flag_never_gets_it(files, monkeypatch):
+def test_a_build_without_the_tensor_flag_never_gets_it(files):
     """62880e20's --help has --draft-device but no --target-split-mode: the cards where only
     tensor parallel holds the context get the draft apart and a KVFlash pool instead, and
     --placement tensor is refused."""
     caps = build(HELP_62880E20).capabilities
     assert "draft-device" in caps.features and "target-split-mode" not in caps.features
     assert "tensor" not in offered(caps.features, 2, True, "qwen35", False)
-    auto = plan_on(files, two_cards(2925), HELP_62880E20, monkeypatch, ctx=CTX)
+    auto = plan_on(files, two_cards(2925), HELP_62880E20, ctx=CTX)
     assert "--target-split-mode" not in auto.argv and "--target-devices" not in auto.argv
     assert auto.plan.kvflash_pool_tokens is not None
-    asked = plan_on(files, two_cards(2925), HELP_62880E20, monkeypatch, ctx=CTX,
+    asked = plan_on(files, two_cards(2925), HELP_62880E20, ctx=CTX,
                     placement="tensor")  # fmt: skip
     assert asked.refusal is not None and "--placement tensor" in str(asked.refusal)
     assert "--target-split-mode" not in asked.argv
 
 
-def test_placement_as_asked(files, monkeypatch):
-    launch = plan_on(files, two_cards(8000), HELP_4CF58A04, monkeypatch, ctx=32768,
+def test_placement_as_asked(files):
+    launch = plan_on(files, two_cards(8000), HELP_4CF58A04, ctx=32768,
                      placement="tensor")  # fmt: skip
     assert launch.refusal is None and "--target-split-mode" in launch.argv
     assert launch.plan.reasons["placement"].startswith("tensor parallel across both cards: as")
 
 
-def test_measured_decode_decides_among_those_that_hold_the_context(files, monkeypatch):
+def test_measured_decode_decides_among_those_that_hold_the_context(files):
     budget = two_cards(8000)
-    first = plan_on(files, budget, HELP_4CF58A04, monkeypatch, ctx=32768)
+    first = plan_on(files, budget, HELP_4CF58A04, ctx=32768)
     assert first.to_json()["placement"] == "one"
     paths = resolve_paths()
     target, draft = files
@@ -230,7 +229,7 @@ def test_measured_decode_decides_among_those_that_hold_the_context(files, monkey
     write_placement_rate(paths, key, "one", 410.0)
     write_placement_rate(paths, key, "tensor", 520.0)
     assert read_placement_rates(paths, key) == {"one": 410.0, "tensor": 520.0}
-    again = plan_on(files, budget, HELP_4CF58A04, monkeypatch, ctx=32768)
+    again = plan_on(files, budget, HELP_4CF58A04, ctx=32768)
     assert again.to_json()["placement"] == "tensor"
     assert "the fastest measured" in again.plan.reasons["placement"]
     assert "520 tok/s measured" in again.plan.reasons["placement"]
@@ -311,7 +310,7 @@ def test_the_4cf58a04_fit_plans_each_card_within_5_percent(files, run):
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
-def test_lucebox_serve_on_two_h200s_held_what_the_4cf58a04_plan_says(files, monkeypatch, placement):
+def test_lucebox_serve_on_two_h200s_held_what_the_4cf58a04_plan_says(files, placement):
     """The earlier lease's `lucebox serve --gpus 0,1 --placement P` runs of the 4cf58a04 build
     (benchmarks/results/h200x2-two-gpus-planned-vs-run-both-engines.json, runs apart from the
     fit's): what
@@ -325,7 +324,7 @@ def test_lucebox_serve_on_two_h200s_held_what_the_4cf58a04_plan_says(files, monk
     budget = pool_of(
         tuple(DeviceBudget(i, "NVIDIA H200", 143771 * MIB, free) for i in range(2)), 128 * GIB
     )
-    launch = plan_on(files, budget, HELP_4CF58A04, monkeypatch, ctx=32768, placement=placement)
+    launch = plan_on(files, budget, HELP_4CF58A04, ctx=32768, placement=placement)
     assert launch.refusal is None and launch.to_json()["placement"] == placement
     planned_mib = [b / MIB for _, b in launch.plan.device_bytes]
     held_mib = [m["nvidia_smi_mib"] for m in run["memory"]]

@@ -24,9 +24,8 @@ from lucebox.engine.machine.config import Settings
 from lucebox.engine.models.gguf import read_header
 from lucebox.engine.models.headerinfo import info_from_header
 from lucebox.engine.models.modelfacts import facts_from_info
-from lucebox.engine.plan.engineview import EngineView
+from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launch import engine_environ, server_argv
-from lucebox.engine.plan.lucebox import luceboxroute
 from lucebox.engine.plan.lucebox.luceboxplan import (
     DDTREE_MIN_BUDGET,
     PFLASH_SCORING_BYTES,
@@ -36,7 +35,7 @@ from lucebox.engine.plan.lucebox.luceboxplan import (
     plan_lucebox,
 )
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.planner import installs_of, plan_launch
 from support.ggufgen import cached_gguf
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
@@ -58,17 +57,17 @@ def files() -> tuple[Path, Path, Path]:
     return target, draft, mtp
 
 
-def plan(options: ServeOptions, budget=H100, settings: Settings | None = None):
+def plan(options: ServeOptions, budget=H100, settings: Settings | None = None, installs=None):
     return plan_launch(
         resolve_paths(), options, resolved=resolve(options, settings or Settings()), budget=budget,
-        engine=EngineView.of(None),
+        installs=installs or installs_of(),
     )  # fmt: skip
 
 
 @pytest.fixture
-def recorded_build(monkeypatch) -> None:
-    """Plan every Lucebox launch for :data:`RECORDED_BUILD`, as if it were the one installed."""
-    monkeypatch.setattr(luceboxroute, "lucebox_engine", lambda paths, wanted: RECORDED_BUILD)
+def recorded_build() -> Installs:
+    """The builds to plan with when :data:`RECORDED_BUILD` is the Lucebox build installed."""
+    return dataclasses.replace(installs_of(), lucebox=RECORDED_BUILD)
 
 
 def serve_memory_runs() -> list[dict]:
@@ -101,7 +100,7 @@ def test_plan_within_5_percent_of_the_gpu_after_warm_up_and_covers_the_peak(
     picks depends on it, and that is checked against the recorded plan."""
     free_bytes = run.get("free_mib", H200_FREE_MIB) * MIB
     budget = pool_of((DeviceBudget(0, "NVIDIA H200", 143771 * MIB, free_bytes),), 128 * GIB)
-    launch = plan(options_of(run["argv"], files), budget)
+    launch = plan(options_of(run["argv"], files), budget, installs=recorded_build)
     assert launch.to_json()["engine"]["id"] == RECORDED_BUILD.id
     assert launch.refusal is None or "not on disk" in str(launch.refusal)
     assert [launch.plan.ctx, launch.plan.cache_type_k, launch.plan.kvflash_pool_tokens] == run["kv"]
@@ -174,7 +173,11 @@ def test_off_loopback_without_a_key_no_engine_is_started(files):
 def test_a_context_beyond_vram_is_served_with_a_kvflash_pool(files, recorded_build):
     """The recorded KVFlash run's 2,800 MiB free, on the build it ran (62880e20)."""
     small = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 3060", 12 * GIB, 2800 * MIB),), 64 * GIB)
-    launch = plan(ServeOptions(model=str(files[0]), ctx=262144, engine="lucebox"), small)
+    launch = plan(
+        ServeOptions(model=str(files[0]), ctx=262144, engine="lucebox"),
+        small,
+        installs=recorded_build,
+    )
     assert launch.refusal is None
     pool = launch.plan.kvflash_pool_tokens
     assert pool is not None and 512 <= pool < 262144
@@ -190,7 +193,11 @@ def test_the_fit_counts_what_a_prefill_holds_while_it_runs(files, recorded_build
     but not with a prefill chunk's logits on top (the engine would die at a long prompt's last
     chunk): refused with the numbers and what to do."""
     card = pool_of((DeviceBudget(0, "NVIDIA GeForce RTX 3060", 12 * GIB, 2600 * MIB),), 64 * GIB)
-    launch = plan(ServeOptions(model=str(files[0]), ctx=262144, engine="lucebox"), card)
+    launch = plan(
+        ServeOptions(model=str(files[0]), ctx=262144, engine="lucebox"),
+        card,
+        installs=recorded_build,
+    )
     memory = launch.plan.memory_bytes
     assert memory.total < 2600 * MIB < memory.peak
     assert memory.prefill_transient == (TARGET.vocab_size or 0) * 4 * 512
@@ -296,7 +303,7 @@ def test_a_lucebox_draft_named_by_a_preset_selects_the_engine_before_any_pull():
     launch = plan_launch(
         paths, ServeOptions(preset=lucebox_row.id),
         resolved=resolve(ServeOptions(preset=lucebox_row.id), Settings()), budget=RTX_4090,
-        engine=EngineView.of(None), preset=lucebox_row,
+        installs=installs_of(), preset=lucebox_row,
     )  # fmt: skip
     assert launch.engine_choice is not None and launch.engine_choice.kind == "lucebox"
     assert "dflash-draft-3.6-q4_k_m.gguf is a Lucebox DFlash draft" in launch.engine_choice.reason

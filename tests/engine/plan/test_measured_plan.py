@@ -11,9 +11,9 @@ from lucebox.engine.machine import gpu
 from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.plan import planner
-from lucebox.engine.plan.engineview import pinned_engine
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.plan.speculation.measurements import (
     OFF,
     Measurement,
@@ -34,7 +34,7 @@ def launch_of(target: Path, spec: SpecMode | None = None, vram_mib: int = 16384)
         wanted,
         resolved=resolve(wanted, Settings()),
         budget=budget_for(gpu.probe_gpus(), (), (vram_mib,)),
-        engine=pinned_engine(),
+        installs=installs_of(),
     )
 
 

@@ -16,12 +16,12 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.models.headerinfo import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info, read_swa_patterns
 from lucebox.engine.models.presets import PresetError, facts_from_preset, load_presets, parse_preset
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.memory.ctxchoice import ENOUGH_CTX
 from lucebox.engine.plan.memory.memory import make_plan
 from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.memory.sizes import compute_bytes, kv_bytes, kvflash_pool
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.plan.sources.presetchoice import choose_preset, preset_table
 from support.ggufgen import SHAPES, ModelSpec, write_llama
 from tests.engine.fake_nvml import FakeGpu, FakeNvml
@@ -40,7 +40,7 @@ def table_for(budget: GpuBudget, paths=None):
     """Every shipped preset planned for ``budget`` with default flags and no engine built."""
     options = ServeOptions()
     return preset_table(
-        paths or resolve_paths(), options, resolve(options, Settings()), budget, EngineView.of(None)
+        paths or resolve_paths(), options, resolve(options, Settings()), budget, installs_of()
     )
 
 
@@ -285,9 +285,7 @@ def test_lucebox_variants_are_served_by_that_engine_only_where_it_can_serve():
     assert rows["qwen3.6-27b"].engine_kind == "llama-server"  # the MTP row stays the fallback
     assert table.best is not None and table.best.alias in LUCEBOX_PRESETS
     options = ServeOptions(host="0.0.0.0")
-    shared = preset_table(
-        paths, options, resolve(options, Settings()), card(24), EngineView.of(None)
-    )
+    shared = preset_table(paths, options, resolve(options, Settings()), card(24), installs_of())
     # Off loopback the Lucebox engine serves behind lucebox's front, which holds the key.
     assert {p.alias: p.engine_kind for p in shared.plans} == {
         p.alias: p.engine_kind for p in table.plans
@@ -427,7 +425,7 @@ def _launch(budget: GpuBudget, preset: str):
         ServeOptions(preset=preset),
         resolved=resolve(ServeOptions(preset=preset), Settings()),
         budget=budget,
-        engine=EngineView.of(None),
+        installs=installs_of(),
         preset=find_preset(paths, preset),
     )
 

@@ -37,7 +37,7 @@ def _options(cards_gib: tuple[int, ...]) -> ServeOptions:
 def _table(paths: Paths, options: ServeOptions) -> presetchoice.PresetTable:
     """What `lucebox presets` (and the TUI's picker) plan."""
     view = pipeline.machine_view(paths, options)
-    return presetchoice.preset_table(paths, options, view.resolved, view.budget, view.engine)
+    return presetchoice.preset_table(paths, options, view.resolved, view.budget, view.installs)
 
 
 def _plan(paths: Paths, options: ServeOptions) -> LaunchPlan:

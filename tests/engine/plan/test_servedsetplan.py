@@ -13,10 +13,10 @@ from lucebox.engine.core.units import MIB
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.config import Settings, settings_from_toml
 from lucebox.engine.machine.gpu import probe_gpus
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import server_argv
 from lucebox.engine.plan.memory.sizes import CTX_PAD
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.plan.servedset.router import router_ini, router_launch, section_options
 from lucebox.engine.plan.servedset.servedsetplan import (
     SetPlan,
@@ -44,7 +44,7 @@ def _plan(sources: tuple[str, ...], budget: GpuBudget, **options: object) -> Set
         sources,
         settings=Settings(),
         budget=budget,
-        engine=EngineView.of(None),
+        installs=installs_of(),
     )
 
 
@@ -132,12 +132,12 @@ def test_a_ram_limit_holds_one_model_at_a_time():
     sources = ("smollm2", "smoke")
     free = plan_set(
         resolve_paths(), ServeOptions(models=sources), sources,
-        settings=Settings(), budget=cpu, engine=EngineView.of(None),
+        settings=Settings(), budget=cpu, installs=installs_of(),
     )  # fmt: skip
     assert free.models_max == 2
     limited = plan_set(
         resolve_paths(), ServeOptions(models=sources), sources,
-        settings=Settings(), budget=cpu, engine=EngineView.of(None), ram_limit_bytes=1000 * MIB,
+        settings=Settings(), budget=cpu, installs=installs_of(), ram_limit_bytes=1000 * MIB,
     )  # fmt: skip
     assert limited.models_max == 1 and limited.fits
     # Each model with its own process and the router's fits the limit.
@@ -206,7 +206,7 @@ def test_a_member_of_a_ram_limited_set_is_planned_again_within_the_limit():
     sources = ("smollm2", "smoke")
     limited = plan_set(
         resolve_paths(), ServeOptions(models=sources), sources,
-        settings=Settings(), budget=cpu, engine=EngineView.of(None), ram_limit_bytes=1000 * MIB,
+        settings=Settings(), budget=cpu, installs=installs_of(), ram_limit_bytes=1000 * MIB,
     )  # fmt: skip
     smoke = limited.launches[1]
     smaller = smaller_context_set(resolve_paths(), limited, "smoke", Settings())
@@ -275,7 +275,7 @@ def test_a_member_switched_off_by_the_guard_is_planned_off_when_the_set_starts_a
     def planned_set() -> SetPlan:
         return plan_set(
             resolve_paths(), ServeOptions(models=sources), sources,
-            settings=Settings(), budget=cpu, engine=EngineView.of(None),
+            settings=Settings(), budget=cpu, installs=installs_of(),
         )  # fmt: skip
 
     first = planned_set()

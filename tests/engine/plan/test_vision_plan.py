@@ -22,9 +22,8 @@ from lucebox.engine.models.projector import (
     embedded_vision,
     read_projector,
 )
-from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import plan_launch
+from lucebox.engine.plan.planner import installs_of, plan_launch
 from lucebox.engine.plan.servedset.router import router_ini
 from lucebox.engine.plan.servedset.servedsetplan import plan_set
 from lucebox.engine.plan.visionplan import projector_bytes
@@ -57,7 +56,7 @@ def model(tmp_path: Path) -> Path:
 def plan(options: ServeOptions, budget=H100, settings: Settings | None = None):
     return plan_launch(
         resolve_paths(), options, resolved=resolve(options, settings or Settings()), budget=budget,
-        engine=EngineView.of(None),
+        installs=installs_of(),
     )  # fmt: skip
 
 
@@ -225,7 +224,7 @@ def test_off_loopback_images_wait_for_the_user_to_allow_url_fetches(model):
 def _set(sources: tuple[str, ...], free_mib: int, **options: object):
     return plan_set(
         resolve_paths(), ServeOptions(models=sources, **options), sources,  # type: ignore[arg-type]
-        settings=Settings(), budget=card(free_mib), engine=EngineView.of(None),
+        settings=Settings(), budget=card(free_mib), installs=installs_of(),
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from lucebox.engine.plan.launch import ServerLaunch, server_argv
 from lucebox.engine.plan.memory.memory import make_plan
 from lucebox.engine.plan.memory.request import PlanRequest
 from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.run import runstate
 from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.runsetup import RunFacts
@@ -284,7 +285,7 @@ def _prepared_on(tmp_path, server: Path, ctx: int | None):
         options,
         resolved=resolve(options, Settings()),
         budget=GpuBudget("a 8192 MiB card", 8 * GIB, 8 * GIB, True),
-        engine=engine,
+        installs=dataclasses.replace(installs_of(), llama_server=engine),
     )
     return Prepared(launch, Settings(), 0, 10.0)
 
