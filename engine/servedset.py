@@ -75,23 +75,6 @@ ROUTER_READY_TIMEOUT_S = 60.0
 """The router answers /health as soon as it listens; models load later, on request."""
 
 
-def served_sources(options: ServeOptions, settings: config.Settings) -> tuple[str, ...]:
-    """The set to serve: several --model, else models.served when no model or preset is
-    named; empty when one model is served (as always, without the router)."""
-    if options.models:
-        return options.models
-    if options.model is None and options.preset is None and len(settings.models_served) > 1:
-        return settings.models_served
-    return ()
-
-
-def one_from_setting(options: ServeOptions, settings: config.Settings) -> ServeOptions:
-    """``options`` with models.served's only entry as the model, when nothing is named."""
-    if options.model or options.preset or options.models or len(settings.models_served) != 1:
-        return options
-    return replace(options, model=settings.models_served[0])
-
-
 @dataclass(frozen=True)
 class PreparedSet:
     planned: SetPlan
