@@ -5,8 +5,8 @@ launch -> supervise + sample. The prepared launch's run (its supervisor, calibra
 re-plans) is made in :mod:`lucebox.engine.runstart`; the lock, the state file and the running
 server's stop and restart are in :mod:`lucebox.engine.run.runstate`.
 
-``prepare`` stays one function: it reads as the checklist's steps in order, emitting each, so
-the CLI's lines and the TUI's checklist follow it one to one.
+``prepare`` reads as the checklist's steps in order, emitting each, so the CLI's lines and the
+TUI's checklist follow it one to one; the longer steps are functions of their own below it.
 """
 
 from __future__ import annotations
@@ -275,17 +275,11 @@ def prepare(
     """
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     view = machine_view(paths, options)
-    settings, budget, installed = view.settings, view.budget, view.installed
+    budget = view.budget
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
-    preset = None
-    if options.model:
-        emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
-    else:
-        emit(StepEvent("preset", "running", "choosing the model set"))
-        preset = presetchoice.pick_preset(paths, options, view.resolved, budget, view.engine)
-        emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    preset = _preset_step(paths, options, view, emit)
     by_name = repoplan.by_name(
         paths, options, resolved=view.resolved, budget=budget, engine=view.engine
     )
@@ -293,16 +287,76 @@ def prepare(
         emit(StepEvent("models", "note", by_name.why))
         options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
-        target_source = options.model or (preset.target.source if preset else "")
-        pull_source(paths, target_source, emit, cancel)
-        draft_source = options.draft or (
-            preset.draft.model.source if preset and preset.draft and preset.draft.model else None
+        _pull_models(paths, options, preset, emit, cancel)
+    launch = _launch_plan(
+        paths, options, view, preset, by_name, emit, dry_run=dry_run, cancel=cancel
+    )
+    for problem in launch.problems:
+        emit(problem_note(problem))
+    if launch.refusal is not None:
+        raise PlanRefusal(launch, launch.refusal)
+    emit(
+        StepEvent(
+            "models",
+            "done",
+            launch.target.path.name + (" + draft" if launch.speculation.draft else ""),
         )
-        if draft_source:
-            pull_source(paths, draft_source, emit, cancel)
-        if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
-            pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
+    )
+    emit(StepEvent("plan", "done", plan_summary(launch)))
+    api_key = None
+    if not dry_run and launch.server.api_key_file:
+        api_key = server_api_key(paths, view.settings, emit)
+    # Loading reads the whole file: allow a minute per GiB on top of two minutes.
+    size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
+    ready_timeout_s = 120 + 60 * size_bytes / 2**30
+    gpu_index = launch.server.gpus[0] if launch.server.gpus else 0
+    return Prepared(launch, view.settings, gpu_index, ready_timeout_s, view.peers, api_key)
 
+
+def _preset_step(
+    paths: Paths, options: ServeOptions, view: MachineView, emit: Emit
+) -> Preset | None:
+    """The preset served, picked for this machine; None when a model is named."""
+    if options.model:
+        emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
+        return None
+    emit(StepEvent("preset", "running", "choosing the model set"))
+    preset = presetchoice.pick_preset(paths, options, view.resolved, view.budget, view.engine)
+    emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    return preset
+
+
+def _pull_models(
+    paths: Paths,
+    options: ServeOptions,
+    preset: Preset | None,
+    emit: Emit,
+    cancel: threading.Event | None,
+) -> None:
+    """The target, its draft and PFlash's drafter, pulled when they are not here."""
+    target_source = options.model or (preset.target.source if preset else "")
+    pull_source(paths, target_source, emit, cancel)
+    draft_source = options.draft or (
+        preset.draft.model.source if preset and preset.draft and preset.draft.model else None
+    )
+    if draft_source:
+        pull_source(paths, draft_source, emit, cancel)
+    if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
+        pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
+
+
+def _launch_plan(
+    paths: Paths,
+    options: ServeOptions,
+    view: MachineView,
+    preset: Preset | None,
+    by_name: repoplan.RepoChoice | None,
+    emit: Emit,
+    *,
+    dry_run: bool,
+    cancel: threading.Event | None,
+) -> LaunchPlan:
+    """The launch planned, its engine built and its projector pulled (unless ``dry_run``)."""
     candidates, source_of, unplanned = projector_candidates(paths, preset, by_name, view.resolved)
 
     def plan_with(
@@ -312,7 +366,7 @@ def prepare(
             paths,
             options,
             resolved=view.resolved,
-            budget=budget,
+            budget=view.budget,
             engine=EngineView.of(installed),
             preset=preset,
             remote_facts=by_name.facts if by_name else None,
@@ -321,11 +375,13 @@ def prepare(
 
     # One plan from the engines installed now, made again only when the engine it routes to
     # was built just now: the plan then reads what the new binary can do.
+    installed = view.installed
     launch = plan_with(installed)
     if not dry_run:
         kind = kinds.kind(launch.engine_kind)
-        if _ensure_engine(paths, view.probe, settings.engine_id, emit, kind)[1]:
-            installed = LLAMA_SERVER.select(paths, view.probe, settings.engine_id).engine
+        engine_id = view.settings.engine_id
+        if _ensure_engine(paths, view.probe, engine_id, emit, kind)[1]:
+            installed = LLAMA_SERVER.select(paths, view.probe, engine_id).engine
             launch = plan_with(installed)
         pulled = pull_projector(paths, source_of, launch, view.resolved, emit, cancel)
         if pulled is not None:
@@ -341,30 +397,15 @@ def prepare(
     if unplanned and not launch.vision.served:
         emit(StepEvent("models", "note", f"vision {unplanned}"))
         launch = launch.with_vision_left_out(unplanned)
-    for problem in launch.problems:
-        emit(problem_note(problem))
-    if launch.refusal is not None:
-        raise PlanRefusal(launch, launch.refusal)
-    emit(
-        StepEvent(
-            "models",
-            "done",
-            launch.target.path.name + (" + draft" if launch.speculation.draft else ""),
-        )
-    )
-    emit(StepEvent("plan", "done", plan_summary(launch)))
-    api_key = None
-    if not dry_run and launch.server.api_key_file:
-        key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
-        if created:
-            emit(
-                StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
-            )
-    # Loading reads the whole file: allow a minute per GiB on top of two minutes.
-    size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
-    ready_timeout_s = 120 + 60 * size_bytes / 2**30
-    gpu_index = launch.server.gpus[0] if launch.server.gpus else 0
-    return Prepared(launch, settings, gpu_index, ready_timeout_s, view.peers, api_key)
+    return launch
+
+
+def server_api_key(paths: Paths, settings: config.Settings, emit: Emit) -> str:
+    """The key the server checks, from its key file; a key generated now is shown once."""
+    key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
+    if created:
+        emit(StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}"))
+    return api_key
 
 
 def plan_summary(launch: LaunchPlan) -> str:
