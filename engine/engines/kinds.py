@@ -168,6 +168,11 @@ class EngineKind(Protocol):
         with no generation, answered from its in-memory checkpoint: run/slots.py)."""
         ...
 
+    @property
+    def serves_pflash(self) -> bool:
+        """Its builds serve PFlash speculative prefill (and report its fast kernel, BSA)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerKind:
@@ -251,6 +256,7 @@ class LlamaServerKind:
     calibrates_speculation: bool = True
     serves_kv_modes: bool = False
     seats_saved_slot: bool = True
+    serves_pflash: bool = False
 
 
 @dataclass(frozen=True)
@@ -357,6 +363,7 @@ class LuceboxKind:
     calibrates_speculation: bool = False
     serves_kv_modes: bool = True
     seats_saved_slot: bool = False
+    serves_pflash: bool = True
 
 
 LLAMA_SERVER = LlamaServerKind()
