@@ -33,14 +33,15 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard
+from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo, read_projector
 from lucebox.engine.models.pull import pull_model
+from lucebox.engine.models.records import stored_file
 from lucebox.engine.plan import modelfiles, planner
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.lucebox.luceboxplan import PREFILL_DRAFTER_SOURCE
-from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.sources import presetchoice, repoplan
@@ -125,11 +126,13 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
 
 
 def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
-    found = local_file(paths, source)
+    """The file of ``source`` on disk, pulled into the store first when it is not."""
+    parsed = parse_source(source)
+    found = stored_file(paths, parsed)
     if found is not None:
         return found
     emit(StepEvent("models", "running", f"looking for {source}"))
-    return pull_model(paths, source, on_progress=_download_progress(emit), cancel=cancel).main_path
+    return pull_model(paths, parsed, on_progress=_download_progress(emit), cancel=cancel).main_path
 
 
 def pull_projector(

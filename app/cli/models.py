@@ -25,6 +25,7 @@ from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.models import guard, hubrepo, ondisk, projector
+from lucebox.engine.models.modelsource import ModelSource, parse_source
 from lucebox.engine.models.presets import load_presets
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import (
@@ -106,18 +107,19 @@ def _record_line(record: ModelRecord) -> str:
     )
 
 
-def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | None]:
+def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[ModelSource | str, str | None]:
     """The file a pull fetches (a repo named by name becomes the quant chosen for this
     machine) and the repo's projector the plan would serve with it (None: none)."""
+    asked = parse_source(args.source)
+    if asked.kind != "repo" and not args.quant:
+        return asked, None
     options = ServeOptions(model=args.source, quant=args.quant)
-    if repoplan.repo_source(args.source) is None and not args.quant:
-        return str(args.source), None
     view = pipeline.machine_view(paths, options)
     chosen = repoplan.by_name(
         paths, options, resolved=view.resolved, budget=view.budget, engine=view.engine
     )
     if chosen is None:
-        return str(args.source), None
+        return asked, None
     print(f"lucebox: {chosen.why}", file=sys.stderr)
     if not chosen.projectors:
         return chosen.source, None
@@ -134,18 +136,20 @@ def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | 
     return chosen.source, chosen.projector_source(served) if served else None
 
 
-def _pull(paths: Paths, source: str) -> ModelRecord:
+def _pull(paths: Paths, source: ModelSource | str) -> ModelRecord:
+    """``source`` pulled into the store with a progress bar; text is parsed by the pull."""
     try:
         return pull_model(paths, source, on_progress=transfer_progress("models pull"))
     except KeyboardInterrupt:
         print(file=sys.stderr)
+        text = source.text if isinstance(source, ModelSource) else source
         raise CancelledByUserError(
             "download interrupted; the partial file is kept (*.part) in the store",
-            hint=f"run `lucebox models pull {source}` again to resume",
+            hint=f"run `lucebox models pull {text}` again to resume",
         ) from None
 
 
-def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, list[str]]:
+def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[ModelSource | str, list[str]]:
     """The files a pull fetches (the model's first) when ``SRC`` is a short name or a preset:
     a preset's files (for a family, the preset this card gets), else the repo it names."""
     match = match_name(args.source, load_presets(paths), hub_repo_ids)
