@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from lucebox.engine.models.gguf import (
     FILE_TYPE_NAMES,
@@ -219,42 +219,20 @@ def _draft_kind(arch: str, *, has_mtp: bool, has_markov: bool) -> str | None:
     return "draft-mtp" if has_mtp else None
 
 
-class _TokenizerFields(TypedDict):
-    vocab_size: int | None
-    tokenizer_model: str | None
-    tokenizer_pre: str | None
-    tokenizer_fingerprint: str | None
-    bos_token_id: int | None
-    eos_token_id: int | None
-    add_bos_token: bool | None
-    add_eos_token: bool | None
-    has_chat_template: bool
-    chat_template_bytes: int
+def _vocab_size(tokens: Any) -> int | None:
+    """How many tokens the vocabulary holds (a summarised or a listed token array)."""
+    if isinstance(tokens, ArraySummary):
+        return tokens.count
+    return len(tokens) if isinstance(tokens, tuple) else None
 
 
-def _tokenizer_fields(meta: dict[str, Any]) -> _TokenizerFields:
-    """The ModelInfo fields the tokenizer keys give: vocabulary, special tokens, template."""
-    tokens = meta.get("tokenizer.ggml.tokens")
-    vocab_size = (
-        tokens.count
-        if isinstance(tokens, ArraySummary)
-        else (len(tokens) if isinstance(tokens, tuple) else None)
-    )
-    template = _str(meta, "tokenizer.chat_template")
-    add_bos = meta.get("tokenizer.ggml.add_bos_token")
-    add_eos = meta.get("tokenizer.ggml.add_eos_token")
-    return _TokenizerFields(
-        vocab_size=vocab_size,
-        tokenizer_model=_str(meta, "tokenizer.ggml.model"),
-        tokenizer_pre=_str(meta, "tokenizer.ggml.pre"),
-        tokenizer_fingerprint=tokens.digest if isinstance(tokens, ArraySummary) else None,
-        bos_token_id=_int(meta, "tokenizer.ggml.bos_token_id"),
-        eos_token_id=_int(meta, "tokenizer.ggml.eos_token_id"),
-        add_bos_token=add_bos if isinstance(add_bos, bool) else None,
-        add_eos_token=add_eos if isinstance(add_eos, bool) else None,
-        has_chat_template=bool(template),
-        chat_template_bytes=len(template.encode()) if template else 0,
-    )
+def _ssm(meta: dict[str, Any], arch: str) -> dict[str, int]:
+    """The state-space layers' shape keys the header has."""
+    return {
+        key: value
+        for key in ("conv_kernel", "inner_size", "state_size", "group_count")
+        if (value := _int(meta, f"{arch}.ssm.{key}")) is not None
+    }
 
 
 def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> ModelInfo:
@@ -272,6 +250,10 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
     kv_layers, recurrent_layers = _cache_layers(meta, arch, names, block_count)
     has_mtp = f"blk.{(block_count or 0) - 1}.nextn.eh_proj.weight" in names
     has_markov = "markov_w1.weight" in names
+    tokens = meta.get("tokenizer.ggml.tokens")
+    template = _str(meta, "tokenizer.chat_template")
+    add_bos = meta.get("tokenizer.ggml.add_bos_token")
+    add_eos = meta.get("tokenizer.ggml.add_eos_token")
     return ModelInfo(
         path=path,
         architecture=arch,
@@ -294,7 +276,16 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
         value_length_swa=_int(meta, f"{arch}.attention.value_length_swa"),
         sliding_window=_int(meta, f"{arch}.attention.sliding_window"),
         swa_layers=_swa_layers(meta, arch, block_count),
-        **_tokenizer_fields(meta),
+        vocab_size=_vocab_size(tokens),
+        tokenizer_model=_str(meta, "tokenizer.ggml.model"),
+        tokenizer_pre=_str(meta, "tokenizer.ggml.pre"),
+        tokenizer_fingerprint=tokens.digest if isinstance(tokens, ArraySummary) else None,
+        bos_token_id=_int(meta, "tokenizer.ggml.bos_token_id"),
+        eos_token_id=_int(meta, "tokenizer.ggml.eos_token_id"),
+        add_bos_token=add_bos if isinstance(add_bos, bool) else None,
+        add_eos_token=add_eos if isinstance(add_eos, bool) else None,
+        has_chat_template=bool(template),
+        chat_template_bytes=len(template.encode()) if template else 0,
         weights_bytes=sum(groups.values()),
         weights_bytes_by_group=groups,
         tensor_count=len(header.tensors),
@@ -316,11 +307,7 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
         has_markov_head=has_markov,
         kv_layers=tuple(sorted(kv_layers)),
         recurrent_layers=tuple(sorted(recurrent_layers)),
-        ssm={
-            key: value
-            for key in ("conv_kernel", "inner_size", "state_size", "group_count")
-            if (value := _int(meta, f"{arch}.ssm.{key}")) is not None
-        },
+        ssm=_ssm(meta, arch),
         draft_kind=_draft_kind(arch, has_mtp=has_mtp, has_markov=has_markov),
         header_bytes_read=header.bytes_read,
         version=header.version,
