@@ -8,7 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 from lucebox.app.cli import servedsetplan
-from lucebox.app.cli.args import add_json, add_launch_options, print_json, serve_options
+from lucebox.app.cli.args import (
+    add_json,
+    add_launch_options,
+    print_json,
+    serve_options,
+    show_plan,
+)
 from lucebox.app.cli.handler import Command
 from lucebox.engine import pipeline
 from lucebox.engine.core import units
@@ -38,13 +44,9 @@ def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> i
             raise
         launch_plan, refusal = exc.launch, exc
     launch_plan = dataclasses.replace(launch_plan, fit_check=fitcheck.fit_check(launch_plan))
-    if as_json:
-        print_json(launch_plan.to_json())
-    else:
-        _print_launch_plan(launch_plan)
-    if refusal is not None:
-        raise refusal
-    return EXIT_OK
+    return show_plan(
+        launch_plan.to_json, lambda: _print_launch_plan(launch_plan), refusal, as_json=as_json
+    )
 
 
 def _print_launch_plan(launch_plan: LaunchPlan) -> None:
