@@ -168,7 +168,7 @@ def preset_projector(paths: Paths, projector: PresetProjector) -> tuple[Projecto
     """A preset's projector at the path the store keeps (or will keep) it: its header read from
     disk once pulled, else planned from the preset's own size and type (the network is never
     asked: only a pull fetches it); None and why when the file here is not a projector."""
-    parsed = parse_source(projector.source)
+    parsed = projector.model_source
     where = stored_file(paths, parsed) or stored_path(paths, parsed)
     if where.is_file():
         info = read_projector(where)
