@@ -24,7 +24,7 @@ from lucebox.engine.core import units
 from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import FetchError, GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import install, kinds, registry, toolchain, webui
+from lucebox.engine.engines import kinds, registry, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
 from lucebox.engine.engines.kinds import LLAMA_SERVER, EngineKind
 from lucebox.engine.engines.registry import EngineManifest
@@ -223,7 +223,7 @@ def _ensure_engine(
 def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
     emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
-    engine, _ = install.build_and_install(
+    engine, _ = LLAMA_SERVER.build_and_install(
         paths, LLAMA_SERVER.ensure_source(paths), cpu_options(), on_event=_build_progress(emit)
     )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
