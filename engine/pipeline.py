@@ -5,8 +5,8 @@ launch -> supervise + sample. The prepared launch's run (its supervisor, calibra
 re-plans) is made in :mod:`lucebox.engine.runstart`; the lock, the state file and the running
 server's stop and restart are in :mod:`lucebox.engine.run.runstate`.
 
-``prepare`` stays one function: it reads as the checklist's steps in order, emitting each, so
-the CLI's lines and the TUI's checklist follow it one to one.
+``prepare`` reads as the checklist's steps in order, emitting each, so the CLI's lines and the
+TUI's checklist follow it one to one; the longer steps are functions of their own below it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lucebox.engine.core import units
 from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import FetchError, GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import install, kinds, toolchain, webui
+from lucebox.engine.engines import kinds, toolchain, webui
 from lucebox.engine.engines.build import BuildEvent, cpu_options, estimate_left_s
 from lucebox.engine.engines.kinds import LLAMA_SERVER, EngineKind
 from lucebox.engine.engines.registry import EngineManifest
@@ -33,14 +33,15 @@ from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
 from lucebox.engine.models import guard
+from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo, read_projector
 from lucebox.engine.models.pull import pull_model
+from lucebox.engine.models.records import stored_file
 from lucebox.engine.plan import modelfiles, planner
 from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.lucebox.luceboxplan import PREFILL_DRAFTER_SOURCE
-from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.sources import presetchoice, repoplan
@@ -125,11 +126,13 @@ def _build_progress(emit: Emit) -> Callable[[BuildEvent], None]:
 
 
 def pull_source(paths: Paths, source: str, emit: Emit, cancel: threading.Event | None) -> Path:
-    found = local_file(paths, source)
+    """The file of ``source`` on disk, pulled into the store first when it is not."""
+    parsed = parse_source(source)
+    found = stored_file(paths, parsed)
     if found is not None:
         return found
     emit(StepEvent("models", "running", f"looking for {source}"))
-    return pull_model(paths, source, on_progress=_download_progress(emit), cancel=cancel).main_path
+    return pull_model(paths, parsed, on_progress=_download_progress(emit), cancel=cancel).main_path
 
 
 def pull_projector(
@@ -220,7 +223,7 @@ def _ensure_engine(
 def build_cpu_engine(paths: Paths, emit: Emit) -> EngineManifest:
     """The CPU engine a user chose after the CUDA build was refused; the pipeline then uses it."""
     emit(StepEvent("engine", "running", "building the CPU engine, as asked"))
-    engine, _ = install.build_and_install(
+    engine, _ = LLAMA_SERVER.build_and_install(
         paths, LLAMA_SERVER.ensure_source(paths), cpu_options(), on_event=_build_progress(emit)
     )
     emit(StepEvent("engine", "done", f"{engine.id} ({engine.version})"))
@@ -277,17 +280,11 @@ def prepare(
     """
     emit(StepEvent("gpu", "running", "looking for an NVIDIA GPU"))
     view = machine_view(paths, options)
-    settings, budget, installs = view.settings, view.budget, view.installs
+    budget = view.budget
     emit(
         StepEvent("gpu", "done", f"{budget.device}, {units.gib_text(budget.vram_free_bytes)} free")
     )
-    preset = None
-    if options.model:
-        emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
-    else:
-        emit(StepEvent("preset", "running", "choosing the model set"))
-        preset = presetchoice.pick_preset(paths, options, view.resolved, budget, view.installs)
-        emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    preset = _preset_step(paths, options, view, emit)
     by_name = repoplan.by_name(
         paths, options, resolved=view.resolved, budget=budget, installs=view.installs
     )
@@ -295,16 +292,76 @@ def prepare(
         emit(StepEvent("models", "note", by_name.why))
         options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
-        target_source = options.model or (preset.target.source if preset else "")
-        pull_source(paths, target_source, emit, cancel)
-        draft_source = options.draft or (
-            preset.draft.model.source if preset and preset.draft and preset.draft.model else None
+        _pull_models(paths, options, preset, emit, cancel)
+    launch = _launch_plan(
+        paths, options, view, preset, by_name, emit, dry_run=dry_run, cancel=cancel
+    )
+    for problem in launch.problems:
+        emit(problem_note(problem))
+    if launch.refusal is not None:
+        raise PlanRefusal(launch, launch.refusal)
+    emit(
+        StepEvent(
+            "models",
+            "done",
+            launch.target.path.name + (" + draft" if launch.speculation.draft else ""),
         )
-        if draft_source:
-            pull_source(paths, draft_source, emit, cancel)
-        if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
-            pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
+    )
+    emit(StepEvent("plan", "done", plan_summary(launch)))
+    api_key = None
+    if not dry_run and launch.server.api_key_file:
+        api_key = server_api_key(paths, view.settings, emit)
+    # Loading reads the whole file: allow a minute per GiB on top of two minutes.
+    size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
+    ready_timeout_s = 120 + 60 * size_bytes / 2**30
+    gpu_index = launch.server.gpus[0] if launch.server.gpus else 0
+    return Prepared(launch, view.settings, gpu_index, ready_timeout_s, view.peers, api_key)
 
+
+def _preset_step(
+    paths: Paths, options: ServeOptions, view: MachineView, emit: Emit
+) -> Preset | None:
+    """The preset served, picked for this machine; None when a model is named."""
+    if options.model:
+        emit(StepEvent("preset", "done", f"no preset: serving {options.model}"))
+        return None
+    emit(StepEvent("preset", "running", "choosing the model set"))
+    preset = presetchoice.pick_preset(paths, options, view.resolved, view.budget, view.installs)
+    emit(StepEvent("preset", "done", f"{preset.id} ({preset.title})"))
+    return preset
+
+
+def _pull_models(
+    paths: Paths,
+    options: ServeOptions,
+    preset: Preset | None,
+    emit: Emit,
+    cancel: threading.Event | None,
+) -> None:
+    """The target, its draft and PFlash's drafter, pulled when they are not here."""
+    target_source = options.model or (preset.target.source if preset else "")
+    pull_source(paths, target_source, emit, cancel)
+    draft_source = options.draft or (
+        preset.draft.model.source if preset and preset.draft and preset.draft.model else None
+    )
+    if draft_source:
+        pull_source(paths, draft_source, emit, cancel)
+    if options.prefill not in (None, "off"):  # PFlash scores the prompt with its drafter
+        pull_source(paths, PREFILL_DRAFTER_SOURCE, emit, cancel)
+
+
+def _launch_plan(
+    paths: Paths,
+    options: ServeOptions,
+    view: MachineView,
+    preset: Preset | None,
+    by_name: repoplan.RepoChoice | None,
+    emit: Emit,
+    *,
+    dry_run: bool,
+    cancel: threading.Event | None,
+) -> LaunchPlan:
+    """The launch planned, its engine built and its projector pulled (unless ``dry_run``)."""
     candidates, source_of, unplanned = projector_candidates(paths, preset, by_name, view.resolved)
 
     def plan_with(
@@ -314,7 +371,7 @@ def prepare(
             paths,
             options,
             resolved=view.resolved,
-            budget=budget,
+            budget=view.budget,
             installs=installs,
             preset=preset,
             remote_facts=by_name.facts if by_name else None,
@@ -323,11 +380,13 @@ def prepare(
 
     # One plan from the engines installed now, made again only when the engine it routes to
     # was built just now: the plan then reads what the new binary can do.
+    installs = view.installs
     launch = plan_with(installs)
     if not dry_run:
         kind = kinds.kind(launch.engine_kind)
-        if _ensure_engine(paths, view.probe, settings.engine_id, emit, kind)[1]:
-            installs = planner.find_installs(paths, view.probe, settings.engine_id)
+        engine_id = view.settings.engine_id
+        if _ensure_engine(paths, view.probe, engine_id, emit, kind)[1]:
+            installs = planner.find_installs(paths, view.probe, engine_id)
             launch = plan_with(installs)
         pulled = pull_projector(paths, source_of, launch, view.resolved, emit, cancel)
         if pulled is not None:
@@ -343,30 +402,15 @@ def prepare(
     if unplanned and not launch.vision.served:
         emit(StepEvent("models", "note", f"vision {unplanned}"))
         launch = launch.with_vision_left_out(unplanned)
-    for problem in launch.problems:
-        emit(problem_note(problem))
-    if launch.refusal is not None:
-        raise PlanRefusal(launch, launch.refusal)
-    emit(
-        StepEvent(
-            "models",
-            "done",
-            launch.target.path.name + (" + draft" if launch.speculation.draft else ""),
-        )
-    )
-    emit(StepEvent("plan", "done", plan_summary(launch)))
-    api_key = None
-    if not dry_run and launch.server.api_key_file:
-        key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
-        if created:
-            emit(
-                StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}")
-            )
-    # Loading reads the whole file: allow a minute per GiB on top of two minutes.
-    size_bytes = launch.target.path.stat().st_size if launch.target.present else 0
-    ready_timeout_s = 120 + 60 * size_bytes / 2**30
-    gpu_index = launch.server.gpus[0] if launch.server.gpus else 0
-    return Prepared(launch, settings, gpu_index, ready_timeout_s, view.peers, api_key)
+    return launch
+
+
+def server_api_key(paths: Paths, settings: config.Settings, emit: Emit) -> str:
+    """The key the server checks, from its key file; a key generated now is shown once."""
+    key_path, api_key, created = ensure_api_key_file(paths, settings.api_key)
+    if created:
+        emit(StepEvent("server", "note", f"API key (shown once, kept in {key_path}): {api_key}"))
+    return api_key
 
 
 def plan_summary(launch: LaunchPlan) -> str:

@@ -25,7 +25,6 @@ from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
-from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.personkeys import keys_path
 from lucebox.engine.machine.ports import next_free_port, port_holder
 from lucebox.engine.pipeline import (
@@ -36,6 +35,7 @@ from lucebox.engine.pipeline import (
     ensure_engine,
     machine_view,
     pull_source,
+    server_api_key,
 )
 from lucebox.engine.plan import chatdefaults
 from lucebox.engine.plan.engineview import EngineView
@@ -73,23 +73,6 @@ LOOPBACK = "127.0.0.1"
 
 ROUTER_READY_TIMEOUT_S = 60.0
 """The router answers /health as soon as it listens; models load later, on request."""
-
-
-def served_sources(options: ServeOptions, settings: config.Settings) -> tuple[str, ...]:
-    """The set to serve: several --model, else models.served when no model or preset is
-    named; empty when one model is served (as always, without the router)."""
-    if options.models:
-        return options.models
-    if options.model is None and options.preset is None and len(settings.models_served) > 1:
-        return settings.models_served
-    return ()
-
-
-def one_from_setting(options: ServeOptions, settings: config.Settings) -> ServeOptions:
-    """``options`` with models.served's only entry as the model, when nothing is named."""
-    if options.model or options.preset or options.models or len(settings.models_served) != 1:
-        return options
-    return replace(options, model=settings.models_served[0])
 
 
 @dataclass(frozen=True)
@@ -230,9 +213,7 @@ async def router_run(
     spec = replace(router_launch(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
     api_key = None
     if spec.api_key_file:
-        _, api_key, created = ensure_api_key_file(paths, prepared.settings.api_key)
-        if created:
-            emit(StepEvent("server", "note", f"API key (shown once): {api_key}"))
+        api_key = server_api_key(paths, prepared.settings, emit)
     placements, room = placements_of(planned)
     shapes = shapes_of(planned)
     try:

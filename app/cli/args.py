@@ -1,12 +1,15 @@
-"""What the ``lucebox`` commands share: ``--json``, how JSON is printed, the launch options."""
+"""What the ``lucebox`` commands share: ``--json``, how JSON is printed, how a plan is shown,
+the launch options."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from lucebox.engine.core.errors import EXIT_OK, GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models import hubrepo
 from lucebox.engine.models.presets import load_presets
@@ -26,6 +29,23 @@ NAME_HELP = (
 
 def print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
+
+
+def show_plan(
+    document: Callable[[], object],
+    print_text: Callable[[], None],
+    refusal: GuardRefusal | None,
+    *,
+    as_json: bool,
+) -> int:
+    """A plan printed as JSON or as text, then its refusal raised (exit 3); else exit 0."""
+    if as_json:
+        print_json(document())
+    else:
+        print_text()
+    if refusal is not None:
+        raise refusal
+    return EXIT_OK
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

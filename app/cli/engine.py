@@ -98,7 +98,7 @@ def cmd_engine_build(args: argparse.Namespace, paths: Paths) -> int:
     else:
         print(f"{manifest.id}: {how}\n  {manifest.server_path}\n  {manifest.version}")
         print(f"  web UI: {_webui_line(manifest)}")
-        if manifest.kind == "lucebox":
+        if kinds.kind(manifest.kind).serves_pflash:
             print(f"  PFlash: {_pflash_line(manifest)}")
     return EXIT_OK
 
@@ -116,7 +116,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         name: kind.select(paths, probe, settings.engine_id, host_cpu)
         for name, kind in kinds.KINDS.items()
     }
-    selection = chosen["llama-server"]
+    selection = chosen[kinds.LLAMA_SERVER.name]
     in_use = {s.engine.id for s in chosen.values() if s.engine is not None}
     engines = registry.list_engines(paths)
     fits = {e.id: registry.cpu_fit(paths, e, host_cpu) for e in engines}
@@ -152,7 +152,7 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
         print(f"{mark} {engine.id}  {engine.kind}  {engine.backend}{archs}  {engine.version}")
         print(f"    built from: {_built_from_line(engine)}")
         print(f"    spec types: {', '.join(engine.capabilities.spec_types)}")
-        if engine.kind == "lucebox":
+        if kinds.kind(engine.kind).serves_pflash:
             print(f"    PFlash: {_pflash_line(engine)}")
         if engine.toolkit:
             print(f"    built with: {engine.toolkit}")
@@ -170,8 +170,9 @@ def cmd_engine_status(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def _bsa(engine: registry.EngineManifest) -> bool | None:
-    """Whether a Lucebox engine build has Block-Sparse-Attention (None for other kinds)."""
-    return bool(engine.options.get("bsa")) if engine.kind == "lucebox" else None
+    """Whether a build has PFlash's fast kernel, Block-Sparse-Attention (None for kinds
+    without PFlash)."""
+    return bool(engine.options.get("bsa")) if kinds.kind(engine.kind).serves_pflash else None
 
 
 def _pflash_line(engine: registry.EngineManifest) -> str:
@@ -407,8 +408,8 @@ def register(commands: Any, command: Command) -> None:
 def _add_engine_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
-        choices=("llama-server", "lucebox"),
-        default="llama-server",
+        choices=tuple(kinds.KINDS),
+        default=kinds.LLAMA_SERVER.name,
         help="which engine (default: llama-server; lucebox: the Lucebox engine, CUDA only)",
     )
 

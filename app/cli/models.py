@@ -25,6 +25,7 @@ from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.models import guard, hubrepo, ondisk, projector
+from lucebox.engine.models.modelsource import ModelSource, parse_source
 from lucebox.engine.models.presets import load_presets
 from lucebox.engine.models.pull import pull_model
 from lucebox.engine.models.records import (
@@ -106,18 +107,19 @@ def _record_line(record: ModelRecord) -> str:
     )
 
 
-def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | None]:
+def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[ModelSource | str, str | None]:
     """The file a pull fetches (a repo named by name becomes the quant chosen for this
     machine) and the repo's projector the plan would serve with it (None: none)."""
+    asked = parse_source(args.source)
+    if asked.kind != "repo" and not args.quant:
+        return asked, None
     options = ServeOptions(model=args.source, quant=args.quant)
-    if repoplan.repo_source(args.source) is None and not args.quant:
-        return str(args.source), None
     view = pipeline.machine_view(paths, options)
     chosen = repoplan.by_name(
         paths, options, resolved=view.resolved, budget=view.budget, installs=view.installs
     )
     if chosen is None:
-        return str(args.source), None
+        return asked, None
     print(f"lucebox: {chosen.why}", file=sys.stderr)
     if not chosen.projectors:
         return chosen.source, None
@@ -134,18 +136,24 @@ def _pinned_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, str | 
     return chosen.source, chosen.projector_source(served) if served else None
 
 
-def _pull(paths: Paths, source: str) -> ModelRecord:
+def _pull(paths: Paths, source: ModelSource | str) -> ModelRecord:
+    """``source`` pulled into the store with a progress bar; text is parsed by the pull."""
     try:
         return pull_model(paths, source, on_progress=transfer_progress("models pull"))
     except KeyboardInterrupt:
         print(file=sys.stderr)
+        text = source.text if isinstance(source, ModelSource) else source
         raise CancelledByUserError(
             "download interrupted; the partial file is kept (*.part) in the store",
-            hint=f"run `lucebox models pull {source}` again to resume",
+            hint=f"run `lucebox models pull {text}` again to resume",
         ) from None
 
 
-def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, list[str]]:
+Beside = list[tuple[str, str]]
+"""Files pulled beside the model, each with what it is: ("vision projector", SOURCE)."""
+
+
+def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[ModelSource | str, Beside]:
     """The files a pull fetches (the model's first) when ``SRC`` is a short name or a preset:
     a preset's files (for a family, the preset this card gets), else the repo it names."""
     match = match_name(args.source, load_presets(paths), hub_repo_ids)
@@ -154,23 +162,25 @@ def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[str, list[st
         named = argparse.Namespace(**{**vars(args), "source": match.source})
         named.quant = match.quant or args.quant
         source, projector_source = _pinned_sources(paths, named)
-        return source, [projector_source] if projector_source else []
+        return source, [("vision projector", projector_source)] if projector_source else []
     options = ServeOptions().named(match)
     view = pipeline.machine_view(paths, options)
     preset = presetchoice.pick_preset(paths, options, view.resolved, view.budget, view.installs)
     if len(match.preset_ids) > 1:
         print(f"lucebox: {preset.id} is the preset for {view.budget.device}", file=sys.stderr)
     draft = preset.draft.model if preset.draft else None
-    beside = [m.source for m in (draft, preset.projector) if m is not None]
+    beside = [("draft", draft.source)] if draft else []
+    beside += [("vision projector", preset.projector.source)] if preset.projector else []
     return preset.target.source, beside
 
 
 def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
+    beside: Beside
     if is_short_name(args.source):
         source, beside = _named_sources(paths, args)
     else:
         source, projector_source = _pinned_sources(paths, args)
-        beside = [projector_source] if projector_source else []
+        beside = [("vision projector", projector_source)] if projector_source else []
     record = _pull(paths, source)
     if args.json:
         print_json(record.to_json())
@@ -178,10 +188,10 @@ def cmd_models_pull(args: argparse.Namespace, paths: Paths) -> int:
         print(_record_line(record))
         for problem in record.info.get("problems", []):
             print(f"  note: {problem} (see `lucebox models check {record.main_path}`)")
-    for other in beside:
+    for what, other in beside:
         # Beside the weights, where serve finds them; the JSON stays the model's record.
         pulled = _pull(paths, other)
-        print(f"lucebox: also {_record_line(pulled)}", file=sys.stderr)
+        print(f"lucebox: {what} {_record_line(pulled)}", file=sys.stderr)
     return EXIT_OK
 
 

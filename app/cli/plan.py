@@ -8,9 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 from lucebox.app.cli import servedsetplan
-from lucebox.app.cli.args import add_json, add_launch_options, print_json, serve_options
+from lucebox.app.cli.args import (
+    add_json,
+    add_launch_options,
+    print_json,
+    serve_options,
+    show_plan,
+)
 from lucebox.app.cli.handler import Command
-from lucebox.engine import pipeline, servedset
+from lucebox.engine import pipeline
 from lucebox.engine.core import units
 from lucebox.engine.core.errors import EXIT_OK, GuardRefusal
 from lucebox.engine.core.paths import Paths
@@ -20,15 +26,15 @@ from lucebox.engine.plan.flagtypes import index_list, mib_list, peer_list
 from lucebox.engine.plan.launchplan import LaunchPlan, PlanRefusal
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.sources import presetchoice
+from lucebox.engine.servedchoice import ModelSet, served_choice
 
 
 def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> int:
     """What `plan` and `up/serve --dry-run` print: the launch plan, then exit 3 if refused."""
-    settings = config.load_settings(paths)
-    sources = servedset.served_sources(options, settings)
-    if sources:
-        return servedsetplan.show_set_plan(paths, options, sources, as_json=as_json)
-    options = servedset.one_from_setting(options, settings)
+    chosen = served_choice(options, config.load_settings(paths))
+    if isinstance(chosen, ModelSet):
+        return servedsetplan.show_set_plan(paths, chosen.options, chosen.sources, as_json=as_json)
+    options = chosen.options
     quiet: Callable[[pipeline.StepEvent], None] = lambda event: None  # noqa: E731
     try:
         prepared = pipeline.prepare(paths, options, quiet, dry_run=True)
@@ -38,13 +44,9 @@ def show_launch_plan(paths: Paths, options: ServeOptions, *, as_json: bool) -> i
             raise
         launch_plan, refusal = exc.launch, exc
     launch_plan = dataclasses.replace(launch_plan, fit_check=fitcheck.fit_check(launch_plan))
-    if as_json:
-        print_json(launch_plan.to_json())
-    else:
-        _print_launch_plan(launch_plan)
-    if refusal is not None:
-        raise refusal
-    return EXIT_OK
+    return show_plan(
+        launch_plan.to_json, lambda: _print_launch_plan(launch_plan), refusal, as_json=as_json
+    )
 
 
 def _print_launch_plan(launch_plan: LaunchPlan) -> None:

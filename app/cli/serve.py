@@ -16,6 +16,7 @@ from lucebox.engine.core.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.run import runstate
+from lucebox.engine.servedchoice import ModelSet, served_choice
 
 
 def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
@@ -24,27 +25,27 @@ def cmd_serve(args: argparse.Namespace, paths: Paths) -> int:
             "--vram-mib plans for a card that is not here, so it only goes with --dry-run",
             hint="add --dry-run, or use `lucebox plan --vram-mib N`",
         )
+    options = serve_options(args, paths)  # once: a short name is resolved and said once
     if args.dry_run:
-        return show_launch_plan(paths, serve_options(args, paths), as_json=args.json)
-    sources = servedset.served_sources(serve_options(args, paths), config.load_settings(paths))
-    if sources and getattr(args, "prepare_only", False):
-        servedset.prepare_set(
-            paths, serve_options(args, paths), sources, step_printer(), dry_run=False
-        )
-        return EXIT_OK
-    if sources and not args.detach:
-        return servedset.serve_set(paths, serve_options(args, paths), sources, step_printer())
-    if args.detach:
-        pid, log = runstate.start_detached(paths, serve_options(args, paths).to_args())
+        return show_launch_plan(paths, options, as_json=args.json)
+    prepare_only = getattr(args, "prepare_only", False)  # a serve flag; up has none
+    if args.detach and not prepare_only:
+        pid, log = runstate.start_detached(paths, options.to_args())
         print(f"lucebox serve runs in the background (pid {pid}); log: {log}")
         print("`lucebox status` shows it, `lucebox down` stops it")
         return EXIT_OK
-
-    if getattr(args, "prepare_only", False):  # a serve flag; up has none
-        pipeline.prepare(paths, serve_options(args, paths), step_printer())
+    chosen = served_choice(options, config.load_settings(paths))
+    if isinstance(chosen, ModelSet):
+        if prepare_only:
+            servedset.prepare_set(
+                paths, chosen.options, chosen.sources, step_printer(), dry_run=False
+            )
+            return EXIT_OK
+        return servedset.serve_set(paths, chosen.options, chosen.sources, step_printer())
+    if prepare_only:
+        pipeline.prepare(paths, chosen.options, step_printer())
         return EXIT_OK
-    options = servedset.one_from_setting(serve_options(args, paths), config.load_settings(paths))
-    return pipeline.serve(paths, options, step_printer())
+    return pipeline.serve(paths, chosen.options, step_printer())
 
 
 def step_printer() -> Callable[[pipeline.StepEvent], None]:
@@ -86,9 +87,7 @@ def cmd_up(args: argparse.Namespace, paths: Paths) -> int:
         return cmd_serve(args, paths)
     from lucebox.app.tui import make_app  # Textual loads only for the dashboard
 
-    # models.served with one entry names the model, as it does for serve.
-    options = servedset.one_from_setting(serve_options(args, paths), config.load_settings(paths))
-    app = make_app(paths, options)
+    app = make_app(paths, serve_options(args, paths))
     app.run()
     return EXIT_FAILURE if app.return_code is None else app.return_code
 

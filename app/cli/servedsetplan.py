@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from lucebox.app.cli.args import print_json
+from lucebox.app.cli.args import show_plan
 from lucebox.engine import servedset
 from lucebox.engine.core import units
-from lucebox.engine.core.errors import EXIT_OK
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.pipeline import ServeOptions, StepEvent
 from lucebox.engine.plan.servedset.servedsetplan import SetPlan, SetRefusal
@@ -24,13 +23,7 @@ def show_set_plan(
         set_plan = planned.planned
     except SetRefusal as exc:
         set_plan, refusal = exc.planned, exc
-    if as_json:
-        print_json(set_plan.to_json())
-    else:
-        _print_set_plan(set_plan)
-    if refusal is not None:
-        raise refusal
-    return EXIT_OK
+    return show_plan(set_plan.to_json, lambda: _print_set_plan(set_plan), refusal, as_json=as_json)
 
 
 def _print_set_plan(planned: SetPlan) -> None:

@@ -59,6 +59,7 @@ from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.servedchoice import ModelSet, OneModel, ServedChoice
 from lucebox.engine.servedset import PreparedSet
 
 PIPELINE_STOP_WAIT_S = 1.0
@@ -87,6 +88,9 @@ class LuceboxApp(App[None]):
         super().__init__()
         self.backend = backend
         self.options = options
+        """What the user asked for (a detached serve gets these)."""
+        self.chosen: ServedChoice = OneModel(options)
+        """One model or a set: decided from ``options`` on mount and whenever they change."""
         self.clock = clock
         self.prepared: Prepared | PreparedSet | None = None
         """What the pipeline prepared: one model's launch, or a served set's plans."""
@@ -104,11 +108,18 @@ class LuceboxApp(App[None]):
 
     async def on_mount(self) -> None:
         await self.push_screen(self.start_screen)
-        named = self.options.model or self.options.preset or self.options.models
-        if not named and not self.backend.served_sources(self.options) and self.backend.first_run():
+        self.choose(self.options)
+        chosen = self.chosen
+        named = isinstance(chosen, ModelSet) or chosen.options.model or chosen.options.preset
+        if not named and self.backend.first_run():
             self.pick_preset()
         else:
             self.start_pipeline()
+
+    def choose(self, options: ServeOptions) -> None:
+        """Take ``options`` as what the user asks for, and decide once: one model or a set."""
+        self.options = options
+        self.chosen = self.backend.served_choice(options)
 
     # pipeline -----------------------------------------------------------------------------------
 
@@ -131,11 +142,11 @@ class LuceboxApp(App[None]):
             self.lock = self.backend.lock()
         if cpu_engine_first:
             self.backend.build_cpu_engine(emit)
-        sources = self.backend.served_sources(self.options)
+        chosen = self.chosen
         prepared = (
-            self.backend.prepare_set(self.options, sources, emit, cancel)
-            if sources
-            else self.backend.prepare(self.options, emit, cancel)
+            self.backend.prepare_set(chosen, emit, cancel)
+            if isinstance(chosen, ModelSet)
+            else self.backend.prepare(chosen.options, emit, cancel)
         )
         if not cancel.is_set():
             self.post_message(PipelinePrepared(prepared))
@@ -268,7 +279,7 @@ class LuceboxApp(App[None]):
 
     @on(AllowBaseRequested)
     def allow_base_and_retry(self) -> None:
-        self.options = replace(self.options, allow_base=True)
+        self.choose(replace(self.options, allow_base=True))
         self.start_pipeline()
 
     @on(CpuEngineRequested)
@@ -334,10 +345,10 @@ class LuceboxApp(App[None]):
                 self.start_pipeline()
             return
         if "/" in preset_id:  # a model found on the Hub: its pinned file, not a preset
-            self.options = replace(self.options, preset=None, model=preset_id, models=())
+            self.choose(replace(self.options, preset=None, model=preset_id, models=()))
         else:
             self.backend.choose_preset(preset_id)
-            self.options = replace(self.options, preset=preset_id, model=None, models=())
+            self.choose(replace(self.options, preset=preset_id, model=None, models=()))
         self.stop_server()
         self.dashboard = None
         self.prepared = None

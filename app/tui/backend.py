@@ -22,6 +22,7 @@ from lucebox.engine.run import runstate
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
+from lucebox.engine.servedchoice import ModelSet, ServedChoice, served_choice
 from lucebox.engine.servedset import PreparedSet
 
 
@@ -72,19 +73,15 @@ class Backend:
     ) -> Prepared:
         return pipeline.prepare(self.paths, options, emit, cancel=cancel)
 
-    def served_sources(self, options: ServeOptions) -> tuple[str, ...]:
-        """The set ``options`` serve (several --model, or models.served); empty for one model."""
-        return servedset.served_sources(options, config.load_settings(self.paths))
+    def served_choice(self, options: ServeOptions) -> ServedChoice:
+        """Whether ``options`` serve one model or a set (several --model, or models.served)."""
+        return served_choice(options, config.load_settings(self.paths))
 
     def prepare_set(
-        self,
-        options: ServeOptions,
-        sources: tuple[str, ...],
-        emit: pipeline.Emit,
-        cancel: threading.Event,
+        self, chosen: ModelSet, emit: pipeline.Emit, cancel: threading.Event
     ) -> PreparedSet:
         return servedset.prepare_set(
-            self.paths, options, sources, emit, dry_run=False, cancel=cancel
+            self.paths, chosen.options, chosen.sources, emit, dry_run=False, cancel=cancel
         )
 
     def router_run(

@@ -4,7 +4,8 @@
     ├── UsageError                   exit 2: the command line or an input the user gave is wrong
     │   ├── PathsError               exit 2: LUCEBOX_HOME or a lucebox folder cannot be used
     │   ├── ConfigError              exit 2: config.toml is unreadable, corrupt or has bad values
-    │   └── PresetError              exit 2: a preset file is malformed (presets)
+    │   ├── PresetError              exit 2: a preset file is malformed (presets)
+    │   └── ModelNameError           exit 2: a short name names no model, or several (shortname)
     ├── GuardRefusal                 exit 3: a guard refused (model check, plan, engine support)
     │   ├── HashMismatchError        exit 3: bytes differ from their published or recorded sha256
     │   ├── PlanRefusal              exit 3: a launch plan that must not start (planning)
@@ -27,7 +28,7 @@
         ├── AlreadyServingError      exit 1: another lucebox server runs for this user (runstate)
         ├── CallError                exit 1: the server refused or broke off a call (api)
         ├── ServiceError             exit 1: systemd refused a step (systemd)
-        └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (worker)
+        └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (rpcpeer)
 
 A class defined in another module names it in brackets; tests/engine/core/test_errors.py keeps this
 drawing and the code in step. Every message names the thing that is wrong and what to do next;

@@ -15,7 +15,7 @@ import shutil
 import stat
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
@@ -135,11 +135,35 @@ def build_and_install(
     (``webui_detail`` says why). An engine whose UI build failed before (npm unreachable)
     is rebuilt in its cached build folder, which redoes only the UI and the link.
     """
-    cached = _find_cached(paths, source, build_key(source, options))
-    if cached is not None and (cached.webui or not options.webui):
-        return reuse_built(cached, on_event)  # no need to wait behind a build of another engine
-    with one_build_at_a_time(paths, on_event):
-        return _build_and_install(paths, source, options, jobs=jobs, on_event=on_event)
+
+    def complete_build() -> EngineManifest | None:
+        cached = _find_cached(paths, source, build_key(source, options))
+        return cached if cached is not None and (cached.webui or not options.webui) else None
+
+    return reuse_or_build(
+        paths,
+        on_event,
+        complete_build,
+        lambda: _build_and_install(paths, source, options, jobs=jobs, on_event=on_event),
+    )
+
+
+def reuse_or_build(
+    paths: Paths,
+    on_event: BuildCallback | None,
+    find: Callable[[], EngineManifest | None],
+    build: Callable[[], tuple[EngineManifest, bool]],
+) -> tuple[EngineManifest, bool]:
+    """The build ``find`` finds, else ``build``'s, one build at a time: every kind's
+    build_and_install. ``find`` is asked again once the lock is held, for the engine a
+    build this one waited for installed."""
+    cached = find()
+    if cached is None:
+        with one_build_at_a_time(paths, on_event):
+            cached = find()
+            if cached is None:
+                return build()
+    return reuse_built(cached, on_event)
 
 
 @contextlib.contextmanager
@@ -169,8 +193,6 @@ def _build_and_install(
     on_event: BuildCallback | None,
 ) -> tuple[EngineManifest, bool]:
     cached = _find_cached(paths, source, build_key(source, options))
-    if cached is not None and (cached.webui or not options.webui):
-        return reuse_built(cached, on_event)
     node = nodejs.ensure_node(paths) if options.webui else None
     if node is not None and not node.usable:
         if cached is not None:

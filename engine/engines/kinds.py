@@ -192,6 +192,11 @@ class EngineKind(Protocol):
         with no generation, answered from its in-memory checkpoint: run/slots.py)."""
         ...
 
+    @property
+    def serves_pflash(self) -> bool:
+        """Its builds serve PFlash speculative prefill (and report its fast kernel, BSA)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerKind:
@@ -279,6 +284,7 @@ class LlamaServerKind:
     calibrates_speculation: bool = True
     serves_kv_modes: bool = False
     seats_saved_slot: bool = True
+    serves_pflash: bool = False
 
 
 @dataclass(frozen=True)
@@ -389,6 +395,7 @@ class LuceboxKind:
     calibrates_speculation: bool = False
     serves_kv_modes: bool = True
     seats_saved_slot: bool = False
+    serves_pflash: bool = True
 
 
 LLAMA_SERVER = LlamaServerKind()

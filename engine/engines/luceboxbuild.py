@@ -38,9 +38,8 @@ from lucebox.engine.engines.build import (
 )
 from lucebox.engine.engines.install import (
     find_built,
-    one_build_at_a_time,
     publish,
-    reuse_built,
+    reuse_or_build,
     staging_dir,
     write_manifest,
 )
@@ -345,14 +344,12 @@ def build_and_install(
     """Build (or reuse) dflash_server for ``options``; returns it and whether it was cached."""
     with_bsa = bsa_for(source, options)
     key = build_key(source, options, with_bsa=with_bsa.present)
-    cached = find_built(paths, key)
-    if cached is None:
-        with one_build_at_a_time(paths, on_event):
-            cached = find_built(paths, key)
-            if cached is None:
-                built = _build_and_install(paths, source, options, key, with_bsa, jobs, on_event)
-                return built, False
-    return reuse_built(cached, on_event)
+    return reuse_or_build(
+        paths,
+        on_event,
+        lambda: find_built(paths, key),
+        lambda: (_build_and_install(paths, source, options, key, with_bsa, jobs, on_event), False),
+    )
 
 
 def manifest_for(

@@ -269,8 +269,24 @@ def check_model(
     instruct_guard: bool = True,
 ) -> CheckResult:
     """Inspect one model file and run every single-file guard on it."""
+    inspected = _inspect(path)
+    if isinstance(inspected, CheckResult):
+        return inspected
+    info, problems = inspected
+    draft_kind = draft_only_kind(info, path) if instruct_guard else None
+    if draft_kind is not None:
+        problems.append(_draft_only(info, draft_kind))
+    elif instruct_guard:
+        problems += _instruct_problems(info, path, allow_base, template_supplied)
+    arch_problems, notes = _arch_problems(info, known_archs, draft_kind)
+    problems += arch_problems
+    return CheckResult(str(path), verdict_of(problems), tuple(problems), info, notes)
+
+
+def _inspect(path: Path) -> CheckResult | tuple[ModelInfo, list[Problem]]:
+    """The file's header and what is wrong with the file itself (missing, cut off, damaged,
+    a shard missing); a refusal when there is no header to read."""
     problems: list[Problem] = []
-    notes: list[str] = []
     if not path.exists():
         problem = Problem("not-found", "error", f"{path} does not exist: check the path")
         return CheckResult(str(path), "refuse", (problem,), None)
@@ -313,46 +329,60 @@ def check_model(
             )
         )
     problems += _shard_problems(path, info)
+    return info, problems
 
-    draft_kind = draft_only_kind(info, path) if instruct_guard else None
-    if draft_kind is not None:
-        engine = (
-            " --engine lucebox (the Lucebox engine: llama-server cannot use it)"
-            if info.architecture in OTHER_ENGINE_DRAFT_ARCHS
-            else ""
-        )
+
+def _draft_only(info: ModelInfo, draft_kind: str) -> Problem:
+    """A draft given as the served model: it needs a target."""
+    engine = (
+        " --engine lucebox (the Lucebox engine: llama-server cannot use it)"
+        if info.architecture in OTHER_ENGINE_DRAFT_ARCHS
+        else ""
+    )
+    return Problem(
+        "draft-only",
+        "error",
+        f"this is {draft_kind} ('{info.architecture}'): a draft, it needs a target "
+        f"model; serve the target with --model and give this file as --draft{engine}",
+    )
+
+
+def _instruct_problems(
+    info: ModelInfo, path: Path, allow_base: bool, template_supplied: bool
+) -> list[Problem]:
+    """No chat template, or a base model: refused unless --allow-base makes them warnings."""
+    problems: list[Problem] = []
+    severity: Severity = "warning" if allow_base else "error"
+    escape = "" if allow_base else "; pass --allow-base to serve it anyway"
+    if not info.has_chat_template and not template_supplied:
         problems.append(
             Problem(
-                "draft-only",
-                "error",
-                f"this is {draft_kind} ('{info.architecture}'): a draft, it needs a target "
-                f"model; serve the target with --model and give this file as --draft{engine}",
+                "no-chat-template",
+                severity,
+                "the file has no chat template, so the engine would silently fall back to "
+                f"ChatML and the replies turn to gibberish: use the instruct release{escape}",
             )
         )
-        instruct_guard = False
-    if instruct_guard:
-        severity: Severity = "warning" if allow_base else "error"
-        escape = "" if allow_base else "; pass --allow-base to serve it anyway"
-        if not info.has_chat_template and not template_supplied:
-            problems.append(
-                Problem(
-                    "no-chat-template",
-                    severity,
-                    "the file has no chat template, so the engine would silently fall back to "
-                    f"ChatML and the replies turn to gibberish: use the instruct release{escape}",
-                )
+    reason = base_model_reason(info, path)
+    if reason is not None:
+        problems.append(
+            Problem(
+                "base-model",
+                severity,
+                f"this looks like a base model ({reason}); base models continue text instead "
+                f"of answering: use the instruct release{escape}",
             )
-        reason = base_model_reason(info, path)
-        if reason is not None:
-            problems.append(
-                Problem(
-                    "base-model",
-                    severity,
-                    f"this looks like a base model ({reason}); base models continue text instead "
-                    f"of answering: use the instruct release{escape}",
-                )
-            )
+        )
+    return problems
 
+
+def _arch_problems(
+    info: ModelInfo, known_archs: tuple[str, ...] | None, draft_kind: str | None
+) -> tuple[list[Problem], tuple[str, ...]]:
+    """An architecture the engine does not know, or one another engine serves; the note when
+    no engine's architectures are known."""
+    problems: list[Problem] = []
+    notes: list[str] = []
     foreign = other_engine_problem(info)
     if known_archs is None:
         notes.append("architecture not checked: no engine built and no engine source unpacked")
@@ -369,7 +399,7 @@ def check_model(
         )
     if foreign is not None and draft_kind is None:
         problems.append(foreign)
-    return CheckResult(str(path), verdict_of(problems), tuple(problems), info, tuple(notes))
+    return problems, tuple(notes)
 
 
 def check_pair(

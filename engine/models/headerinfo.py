@@ -174,12 +174,8 @@ def inspect_model(path: Path) -> ModelInfo:
     return info_from_header(read_header(path), str(path), path.stat().st_size)
 
 
-def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> ModelInfo:
-    """What a parsed header says about the model in ``path`` (a local path or a Hub URL)."""
-    meta = header.metadata
-    arch = _str(meta, "general.architecture") or ""
-    if not arch:
-        raise GgufFormatError("corrupt-header", "general.architecture is missing")
+def _tensor_bytes(header: GgufHeader) -> tuple[dict[str, int], dict[int, int], int]:
+    """The tensors' bytes by group and by ggml type, and where the last one ends."""
     groups: dict[str, int] = {}
     by_type: dict[int, int] = {}
     end = 0
@@ -188,19 +184,13 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
         groups[group] = groups.get(group, 0) + tensor.n_bytes
         by_type[tensor.ggml_type] = by_type.get(tensor.ggml_type, 0) + tensor.n_bytes
         end = max(end, tensor.offset + tensor.n_bytes)
-    tokens = meta.get("tokenizer.ggml.tokens")
-    vocab_size = (
-        tokens.count
-        if isinstance(tokens, ArraySummary)
-        else (len(tokens) if isinstance(tokens, tuple) else None)
-    )
-    template = _str(meta, "tokenizer.chat_template")
-    file_type = _int(meta, "general.file_type")
-    block_count = _int(meta, f"{arch}.block_count")
-    targets = meta.get(f"{arch}.target_layers")
-    mtp_tensor = f"blk.{(block_count or 0) - 1}.nextn.eh_proj.weight"
-    quant = max(by_type, key=lambda t: by_type[t]) if by_type else None
-    names = {t.name for t in header.tensors}
+    return groups, by_type, end
+
+
+def _cache_layers(
+    meta: dict[str, Any], arch: str, names: set[str], block_count: int | None
+) -> tuple[set[int], set[int]]:
+    """The layers that keep a KV cache and the recurrent (SSM, linear-attention) layers."""
     kv_layers: set[int] = set()
     recurrent_layers: set[int] = set()
     for name in names:
@@ -219,13 +209,49 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
     shared = _int(meta, f"{arch}.attention.shared_kv_layers") or 0
     if shared and block_count:
         kv_layers = {layer for layer in kv_layers if layer < block_count - shared}
-    has_mtp = mtp_tensor in names
-    has_markov = "markov_w1.weight" in names
-    draft_kind = None
+    return kv_layers, recurrent_layers
+
+
+def _draft_kind(arch: str, *, has_mtp: bool, has_markov: bool) -> str | None:
+    """Which drafter the file is: a DFlash or DSpark draft, an MTP head, or none."""
     if arch == "dflash":
-        draft_kind = "draft-dspark" if has_markov else "draft-dflash"
-    elif has_mtp:
-        draft_kind = "draft-mtp"
+        return "draft-dspark" if has_markov else "draft-dflash"
+    return "draft-mtp" if has_mtp else None
+
+
+def _vocab_size(tokens: Any) -> int | None:
+    """How many tokens the vocabulary holds (a summarised or a listed token array)."""
+    if isinstance(tokens, ArraySummary):
+        return tokens.count
+    return len(tokens) if isinstance(tokens, tuple) else None
+
+
+def _ssm(meta: dict[str, Any], arch: str) -> dict[str, int]:
+    """The state-space layers' shape keys the header has."""
+    return {
+        key: value
+        for key in ("conv_kernel", "inner_size", "state_size", "group_count")
+        if (value := _int(meta, f"{arch}.ssm.{key}")) is not None
+    }
+
+
+def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> ModelInfo:
+    """What a parsed header says about the model in ``path`` (a local path or a Hub URL)."""
+    meta = header.metadata
+    arch = _str(meta, "general.architecture") or ""
+    if not arch:
+        raise GgufFormatError("corrupt-header", "general.architecture is missing")
+    groups, by_type, end = _tensor_bytes(header)
+    file_type = _int(meta, "general.file_type")
+    block_count = _int(meta, f"{arch}.block_count")
+    targets = meta.get(f"{arch}.target_layers")
+    quant = max(by_type, key=lambda t: by_type[t]) if by_type else None
+    names = {t.name for t in header.tensors}
+    kv_layers, recurrent_layers = _cache_layers(meta, arch, names, block_count)
+    has_mtp = f"blk.{(block_count or 0) - 1}.nextn.eh_proj.weight" in names
+    has_markov = "markov_w1.weight" in names
+    tokens = meta.get("tokenizer.ggml.tokens")
+    template = _str(meta, "tokenizer.chat_template")
     add_bos = meta.get("tokenizer.ggml.add_bos_token")
     add_eos = meta.get("tokenizer.ggml.add_eos_token")
     return ModelInfo(
@@ -250,7 +276,7 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
         value_length_swa=_int(meta, f"{arch}.attention.value_length_swa"),
         sliding_window=_int(meta, f"{arch}.attention.sliding_window"),
         swa_layers=_swa_layers(meta, arch, block_count),
-        vocab_size=vocab_size,
+        vocab_size=_vocab_size(tokens),
         tokenizer_model=_str(meta, "tokenizer.ggml.model"),
         tokenizer_pre=_str(meta, "tokenizer.ggml.pre"),
         tokenizer_fingerprint=tokens.digest if isinstance(tokens, ArraySummary) else None,
@@ -281,12 +307,8 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
         has_markov_head=has_markov,
         kv_layers=tuple(sorted(kv_layers)),
         recurrent_layers=tuple(sorted(recurrent_layers)),
-        ssm={
-            key: value
-            for key in ("conv_kernel", "inner_size", "state_size", "group_count")
-            if (value := _int(meta, f"{arch}.ssm.{key}")) is not None
-        },
-        draft_kind=draft_kind,
+        ssm=_ssm(meta, arch),
+        draft_kind=_draft_kind(arch, has_mtp=has_mtp, has_markov=has_markov),
         header_bytes_read=header.bytes_read,
         version=header.version,
         raw_metadata_keys=tuple(meta),

@@ -27,7 +27,7 @@ from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models import ondisk
 from lucebox.engine.models.guard import shard_names
-from lucebox.engine.models.modelsource import ModelSource, parse_source
+from lucebox.engine.models.modelsource import ModelSource
 from lucebox.engine.models.pullcheck import check_and_record, check_free_disk, checked_record
 from lucebox.engine.models.records import ModelRecord, StoreError, repo_dir
 
@@ -138,9 +138,8 @@ def pull_revision(
     revision beside the old files: a changed file is downloaded and verified, one whose sha256
     is stored already is linked there (the shards of a model load from one folder). The record
     is checked, not saved: the current revision serves until the caller switches."""
-    source = parse_source(record.source)
     text = record.source.partition("@")[0] + (f"@{commit}" if "@" in record.source else "")
-    source = replace(source, text=text, revision=commit)
+    source = replace(record.model_source, text=text, revision=commit)
     revision_dir = repo_dir(paths, source.repo_id) / commit[:12]
     _, plans = _remote_plans(source, revision_dir)
     stored = {f.sha256: Path(f.path) for f in record.files}

@@ -13,7 +13,6 @@ from typing import Any
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.models import hubrepo
 from lucebox.engine.models.guard import shard_names
-from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.records import ModelRecord, StoreError
 
 DOCTOR_TIMEOUT_S = 5.0
@@ -61,7 +60,7 @@ def check_revision(record: ModelRecord, *, timeout_s: float | None = None) -> Re
             f"{record.name} came from {record.source}, not from a Hub repo: it has no revisions",
             hint="`lucebox models pull SRC` fetches another version",
         )
-    source = parse_source(record.source)
+    source = record.model_source
     newest, files = hubrepo.repo_files(source.repo_id, timeout_s=timeout_s)
     names = shard_names(source.filename)
     missing = [n for n in names if n not in files]

@@ -8,6 +8,7 @@ own presets in ``<config>/presets/``; a bad file names the file, the key and the
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -16,7 +17,7 @@ from typing import Any
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.modelfacts import ModelFacts
-from lucebox.engine.models.modelsource import parse_source
+from lucebox.engine.models.modelsource import ModelSource, parse_source
 from lucebox.engine.models.projector import STAND_IN_SHAPES
 
 SPEC_TYPES_NEEDING_DRAFT = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
@@ -53,8 +54,17 @@ class PresetFacts:
 
 
 @dataclass(frozen=True)
-class PresetModel:
+class _FromSource:
     source: str
+
+    @functools.cached_property
+    def model_source(self) -> ModelSource:
+        """``source`` parsed, once: when the preset is read (a malformed one refuses it)."""
+        return parse_source(self.source)
+
+
+@dataclass(frozen=True)
+class PresetModel(_FromSource):
     size_bytes: int
     size_is_estimate: bool
     facts: PresetFacts
@@ -64,11 +74,10 @@ class PresetModel:
 
 
 @dataclass(frozen=True)
-class PresetProjector:
+class PresetProjector(_FromSource):
     """A vision model's projector (its ``mmproj-*.gguf``), sized so a plan can count it
     before the pull."""
 
-    source: str
     projector_type: str
     """Its ``clip.projector_type``: the image shape planned until its header is read."""
     size_bytes: int
@@ -184,19 +193,24 @@ def _facts(table: Any, where: str) -> PresetFacts:
 def _model(table: Any, facts: Any, where: str) -> PresetModel:
     if not isinstance(table, dict):
         raise PresetError(f"{where}: missing table")
-    source = _get(table, "source", str, where)
-    try:
-        parse_source(source)
-    except UsageError as exc:
-        raise PresetError(f"{where}: {exc.message}", hint=exc.hint) from exc
-    return PresetModel(
-        source=source,
+    model = PresetModel(
+        source=_get(table, "source", str, where),
         size_bytes=_get(table, "size_bytes", int, where),
         size_is_estimate=bool(_get(table, "size_is_estimate", bool, where, required=False)),
         facts=_facts(facts, f"{where} facts"),
         base_model=bool(_get(table, "base_model", bool, where, required=False)),
         file_name=_get(table, "file_name", str, where, required=False),
     )
+    _checked_source(model, where)
+    return model
+
+
+def _checked_source(item: _FromSource, where: str) -> ModelSource:
+    """``item``'s source, parsed now and kept parsed; a malformed one refuses the preset."""
+    try:
+        return item.model_source
+    except UsageError as exc:
+        raise PresetError(f"{where}: {exc.message}", hint=exc.hint) from exc
 
 
 def _projector(table: Any, where: str) -> PresetProjector | None:
@@ -207,25 +221,21 @@ def _projector(table: Any, where: str) -> PresetProjector | None:
     unknown = set(table) - set(_PROJECTOR)
     if unknown:
         raise PresetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    source = _get(table, "source", str, where)
-    try:
-        parsed = parse_source(source)
-    except UsageError as exc:
-        raise PresetError(f"{where}: {exc.message}", hint=exc.hint) from exc
-    if parsed.kind != "hf":
-        raise PresetError(f"{where}: 'source' should name one GGUF file, hf:OWNER/REPO/FILE.gguf")
-    kind = _get(table, "projector_type", str, where)
-    if kind not in STAND_IN_SHAPES:
-        raise PresetError(
-            f"{where}: projector_type {kind!r} has no image shape to plan before the pull",
-            hint=f"use one of {', '.join(sorted(STAND_IN_SHAPES))}",
-        )
-    return PresetProjector(
-        source=source,
-        projector_type=kind,
+    projector = PresetProjector(
+        source=_get(table, "source", str, where),
+        projector_type=_get(table, "projector_type", str, where),
         size_bytes=_get(table, "size_bytes", int, where),
         size_is_estimate=bool(_get(table, "size_is_estimate", bool, where, required=False)),
     )
+    if _checked_source(projector, where).kind != "hf":
+        raise PresetError(f"{where}: 'source' should name one GGUF file, hf:OWNER/REPO/FILE.gguf")
+    if projector.projector_type not in STAND_IN_SHAPES:
+        raise PresetError(
+            f"{where}: projector_type {projector.projector_type!r} has no image shape to plan "
+            "before the pull",
+            hint=f"use one of {', '.join(sorted(STAND_IN_SHAPES))}",
+        )
+    return projector
 
 
 def parse_preset(text: str, path: str) -> Preset:

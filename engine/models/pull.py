@@ -54,22 +54,23 @@ def _add_local(paths: Paths, source: ModelSource) -> ModelRecord:
 
 def pull_model(
     paths: Paths,
-    text: str,
+    text: str | ModelSource,
     *,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     policy: RetryPolicy | None = None,
 ) -> ModelRecord:
-    """Get the model named by a source into the store, verified, and record it.
+    """Get the model named by a source (its text, or the text parsed) into the store,
+    verified, and record it.
 
     Setting ``cancel`` (from another thread) stops a download between reads with
     :class:`CancelledByUserError`; the partial file is kept and the next pull resumes it.
     ``policy`` (how long to keep retrying) defaults to the ``download.*`` settings.
     """
-    source = parse_source(text)
+    source = parse_source(text) if isinstance(text, str) else text
     if source.kind == "repo":
         raise UsageError(
-            f"{text} names a whole repo, and the store pulls files",
+            f"{source.text} names a whole repo, and the store pulls files",
             hint="`lucebox models pull` chooses its quant for this machine; or name the file",
         )
     if source.kind == "hf":

@@ -3,6 +3,7 @@ listing, finding, re-verifying and removing them."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,7 +15,7 @@ from lucebox.engine.core.errors import FetchError, HashMismatchError
 from lucebox.engine.core.hashing import sha256_file
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models import ondisk
-from lucebox.engine.models.modelsource import ModelSource
+from lucebox.engine.models.modelsource import ModelSource, parse_source
 
 
 class StoreError(FetchError):
@@ -51,6 +52,11 @@ class ModelRecord:
     @property
     def main_path(self) -> Path:
         return Path(self.files[0].path)
+
+    @functools.cached_property
+    def model_source(self) -> ModelSource:
+        """``source`` parsed, once per record (the record on disk keeps the text)."""
+        return parse_source(self.source)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -95,6 +101,16 @@ def stored_path(paths: Paths, source: ModelSource, file_name: str | None = None)
         return files_dir(paths) / "pypi" / (file_name or f"{source.dist}.gguf")
     assert source.path is not None
     return source.path
+
+
+def stored_file(paths: Paths, source: ModelSource) -> Path | None:
+    """The file behind ``source`` when it is on disk: the path itself, or the pulled file."""
+    if source.kind == "path":
+        return source.path if source.path and source.path.is_file() else None
+    for record in list_models(paths):
+        if record.source == source.text and record.main_path.is_file():
+            return record.main_path
+    return None
 
 
 def now_text() -> str:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lucebox.engine.core.errors import UsageError
-from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.quant import quant_from_name
 
@@ -157,7 +156,7 @@ def _preset_match(name: ShortName, family: list[Preset]) -> NameMatch | None:
 
 
 def _repo_of(preset: Preset) -> str | None:
-    parsed = parse_source(preset.target.source)
+    parsed = preset.target.model_source
     return parsed.repo_id if parsed.kind in ("hf", "repo") else None
 
 

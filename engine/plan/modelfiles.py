@@ -21,20 +21,14 @@ from lucebox.engine.models.presets import (
     facts_from_preset,
 )
 from lucebox.engine.models.projector import ProjectorInfo, read_projector, stand_in_projector
-from lucebox.engine.models.records import list_models, stored_path
+from lucebox.engine.models.records import stored_file, stored_path
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.options import Resolved, ServeOptions
 
 
 def local_file(paths: Paths, source: str) -> Path | None:
     """The file behind a model source, when it is on disk (a path, or pulled into the store)."""
-    parsed = parse_source(source)
-    if parsed.kind == "path":
-        return parsed.path if parsed.path and parsed.path.is_file() else None
-    for record in list_models(paths):
-        if record.source == source and record.main_path.is_file():
-            return record.main_path
-    return None
+    return stored_file(paths, parse_source(source))
 
 
 def _not_here_yet(paths: Paths, source: str, model: PresetModel | None, role: str) -> Path:
@@ -87,11 +81,10 @@ def target_file(
 ) -> ModelFile:
     """The served model: its header's facts and the model check, or the preset's facts (or,
     for a quant of a repo named by name not pulled yet, ``remote_facts`` read from the Hub)."""
-    path = local_file(paths, source)
+    parsed = parse_source(source)
+    path = stored_file(paths, parsed)
     if path is None and remote_facts is not None:
-        return ModelFile(
-            source, stored_path(paths, parse_source(source)), False, remote_facts, None
-        )
+        return ModelFile(source, stored_path(paths, parsed), False, remote_facts, None)
     if path is None:
         planned = _not_here_yet(paths, source, preset.target if preset else None, "")
         assert preset is not None
@@ -175,9 +168,8 @@ def preset_projector(paths: Paths, projector: PresetProjector) -> tuple[Projecto
     """A preset's projector at the path the store keeps (or will keep) it: its header read from
     disk once pulled, else planned from the preset's own size and type (the network is never
     asked: only a pull fetches it); None and why when the file here is not a projector."""
-    where = local_file(paths, projector.source) or stored_path(
-        paths, parse_source(projector.source)
-    )
+    parsed = projector.model_source
+    where = stored_file(paths, parsed) or stored_path(paths, parsed)
     if where.is_file():
         info = read_projector(where)
         return info, "" if info else f"{where.name} is not a vision projector"

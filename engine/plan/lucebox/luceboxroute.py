@@ -22,7 +22,7 @@ from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
 from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
-from lucebox.engine.models.records import stored_path
+from lucebox.engine.models.records import stored_file, stored_path
 from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
@@ -47,7 +47,7 @@ from lucebox.engine.plan.lucebox.luceboxplan import (
 )
 from lucebox.engine.plan.memory.ctxchoice import MIN_CTX
 from lucebox.engine.plan.memory.memory import Plan
-from lucebox.engine.plan.modelfiles import ModelFile, local_file
+from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved
 from lucebox.engine.plan.speculation import measurements
 from lucebox.engine.plan.speculation.measurements import placement_key, read_placement_rates
@@ -163,10 +163,11 @@ class PrefillDrafter:
 
 
 def _prefill_drafter(paths: Paths) -> PrefillDrafter:
-    found = local_file(paths, PREFILL_DRAFTER_SOURCE)
+    source = parse_source(PREFILL_DRAFTER_SOURCE)
+    found = stored_file(paths, source)
     if found is not None:
         return PrefillDrafter(found, True, found.stat().st_size)
-    planned = stored_path(paths, parse_source(PREFILL_DRAFTER_SOURCE))
+    planned = stored_path(paths, source)
     return PrefillDrafter(planned, False, PREFILL_DRAFTER_BYTES)
 
 

@@ -19,10 +19,9 @@ from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.modelsource import ModelSource, parse_source
 from lucebox.engine.models.projector import ProjectorInfo, mismatch, precision_rank, projector_of
 from lucebox.engine.models.quant import QuantGroup, bits_per_weight, quant_from_name
-from lucebox.engine.models.records import StoreError, list_models, stored_path
+from lucebox.engine.models.records import StoreError, list_models, stored_file, stored_path
 from lucebox.engine.plan import planner
 from lucebox.engine.plan.engineview import Installs
-from lucebox.engine.plan.modelfiles import local_file
 from lucebox.engine.plan.options import Resolved, ServeOptions
 from lucebox.engine.plan.sources import quantchoice
 from lucebox.engine.plan.visionplan import ENGINE_WITH_PROJECTOR, Vision
@@ -75,7 +74,8 @@ def repo_projectors(
         if sidecar.kind != "mmproj":
             continue
         pinned = f"hf:{listing.repo_id}/{sidecar.file.path}@{listing.revision}"
-        where = local_file(paths, pinned) or stored_path(paths, parse_source(pinned))
+        parsed = parse_source(pinned)
+        where = stored_file(paths, parsed) or stored_path(paths, parsed)
         try:
             header = hubrepo.read_file_header(listing, sidecar.file, source)
         except StoreError as exc:

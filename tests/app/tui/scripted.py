@@ -42,6 +42,7 @@ from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
 from lucebox.engine.run.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.servedchoice import ModelSet, OneModel, ServedChoice
 from lucebox.engine.servedset import PreparedSet, planned_models
 from support.ggufgen import ModelSpec, write_llama
 from tests.engine.plan.test_memory_plan import GEMMA_270M
@@ -222,12 +223,11 @@ class ScriptedBackend(Backend):
             raise CancelledByUserError("download of Qwen3-14B-Q4_K_M.gguf cancelled")
         return prepared_for(self.tmp_path, self.server_path)
 
-    def served_sources(self, options: ServeOptions) -> tuple[str, ...]:
-        return self.set_sources
+    def served_choice(self, options: ServeOptions) -> ServedChoice:
+        return ModelSet(options, self.set_sources) if self.set_sources else OneModel(options)
 
-    def prepare_set(
-        self, options: ServeOptions, sources: tuple[str, ...], emit: Emit, cancel: threading.Event
-    ) -> PreparedSet:
+    def prepare_set(self, chosen: ModelSet, emit: Emit, cancel: threading.Event) -> PreparedSet:
+        options = chosen.options
         self.options_seen.append(options)
         for event in self.steps:
             emit(event)

@@ -90,6 +90,7 @@ EXIT_CODES = {
     "ConfigError": 2,
     "PathsError": 2,
     "PresetError": 2,
+    "ModelNameError": 2,
     "GuardRefusal": 3,
     "HashMismatchError": 3,
     "PlanRefusal": 3,
