@@ -84,10 +84,6 @@ def serve_options(args: argparse.Namespace, paths: Paths) -> ServeOptions:
         if options.names_a_model:
             refuse_second_model(name)
         return options_from({**vars(args), "model": [name]})
-    match = match_name(name, load_presets(paths), hub_repo_ids)
+    match = match_name(name, load_presets(paths), hubrepo.repo_ids)
     print(f"lucebox: {match.why}", file=sys.stderr)
     return options.named(match)
-
-
-def hub_repo_ids(text: str) -> list[str]:
-    return [hit.repo_id for hit in hubrepo.search(text)]

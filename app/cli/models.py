@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.app.cli import modelrevisions
-from lucebox.app.cli.args import add_json, hub_repo_ids, print_json
+from lucebox.app.cli.args import add_json, print_json
 from lucebox.app.cli.handler import Command, group_help
 from lucebox.app.cli.progress import transfer_progress
 from lucebox.engine import pipeline
@@ -156,7 +156,7 @@ Beside = list[tuple[str, str]]
 def _named_sources(paths: Paths, args: argparse.Namespace) -> tuple[ModelSource | str, Beside]:
     """The files a pull fetches (the model's first) when ``SRC`` is a short name or a preset:
     a preset's files (for a family, the preset this card gets), else the repo it names."""
-    match = match_name(args.source, load_presets(paths), hub_repo_ids)
+    match = match_name(args.source, load_presets(paths), hubrepo.repo_ids)
     print(f"lucebox: {match.why}", file=sys.stderr)
     if match.source is not None:
         named = argparse.Namespace(**{**vars(args), "source": match.source})

@@ -14,6 +14,8 @@ from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
 from lucebox.engine.models import hubrepo
+from lucebox.engine.models.presets import load_presets
+from lucebox.engine.models.shortname import ModelNameError, NameMatch, match_name
 from lucebox.engine.pipeline import Prepared
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.sources import presetchoice, repoplan
@@ -60,7 +62,16 @@ class Backend:
                 installs=view.installs,
             )
 
-        return HubFinder(search=hubrepo.search, quants=quants)
+        def named(text: str) -> NameMatch | None:
+            """What a short name names when it names presets, or has a tag (a repo at a
+            quant); None: search the Hub for the text as typed."""
+            presets = load_presets(self.paths)
+            try:
+                return match_name(text, presets, lambda _: [])
+            except ModelNameError:
+                return match_name(text, presets, hubrepo.repo_ids) if ":" in text else None
+
+        return HubFinder(search=hubrepo.search, quants=quants, named=named)
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)

@@ -258,3 +258,8 @@ def search(text: str, *, limit: int = SEARCH_LIMIT) -> list[RepoHit]:
         )
         for m in models
     ]
+
+
+def repo_ids(text: str) -> list[str]:
+    """The ids of :func:`search`'s repos, as short names look them up."""
+    return [hit.repo_id for hit in search(text)]

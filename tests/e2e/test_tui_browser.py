@@ -66,3 +66,24 @@ async def test_search_open_a_repo_and_serve_the_chosen_quant(hub, tmp_path):
         await wait_until(pilot, lambda: bool(backend.options_seen))
     assert backend.options_seen[0].model == chosen and backend.options_seen[0].preset is None
     assert backend.chosen == []  # a Hub model is not saved as the preset
+
+
+async def test_a_short_name_lists_its_presets_and_enter_serves_the_one_picked(hub, tmp_path):
+    backend = ScriptedBackend(resolve_paths(dict(os.environ)), tmp_path)
+    app = LuceboxApp(backend, ServeOptions(), clock=lambda: 1000.0)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: preset_table_shown(app))
+        await pilot.press("slash")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelBrowserScreen))
+        app.screen.query_one(Input).value = "gemma4:31b"
+        await pilot.press("enter")
+        await wait_until(
+            pilot, lambda: set(browser_rows(app)) == {"gemma4-31b", "gemma4-31b-lucebox"}
+        )
+        help_text = str(app.screen.query_one("#browser-help").render())
+        assert "names the presets" in help_text
+        table = app.screen.query_one(DataTable)
+        picked = browser_rows(app)[table.cursor_row]
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: bool(backend.options_seen))
+    assert backend.options_seen[0].preset == picked

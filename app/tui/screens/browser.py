@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Input, Static
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.models.hubrepo import RepoHit
+from lucebox.engine.models.shortname import NameMatch, is_short_name
 from lucebox.engine.plan.sources import quantchoice
 from lucebox.engine.plan.sources.repoplan import RepoCandidates
 
@@ -28,11 +29,20 @@ class HubFinder:
     search: Callable[[str], list[RepoHit]]
     quants: Callable[[str], RepoCandidates]
     """Every quant of a repo, planned for this machine."""
+    named: Callable[[str], NameMatch | None] | None = None
+    """What a short name (``qwen3.6:27b``) names: presets, or a repo at a quant; None when
+    the text is a plain search."""
+
+
+PRESETS = "presets"
+"""Where the table lists the presets a short name names (no repo has a name without "/")."""
 
 
 class ModelBrowserScreen(ModalScreen[str | None]):
     """Type a name and Enter to search; Enter on a repo lists its quants; Enter on a quant
-    returns its pinned source (``hf:OWNER/REPO/FILE.gguf@COMMIT``)."""
+    returns its pinned source (``hf:OWNER/REPO/FILE.gguf@COMMIT``). A short name
+    (``qwen3.6:27b``) lists the presets it names (Enter returns the preset id) or its repo's
+    quants."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
 
@@ -44,7 +54,10 @@ class ModelBrowserScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="browser"):
             yield Static("Models on the Hugging Face Hub (GGUF)", id="browser-title")
-            yield Input(placeholder="search, e.g. qwen3 (Enter)", id="browser-search")
+            yield Input(
+                placeholder="search, e.g. qwen3, or a short name: qwen3.6:27b (Enter)",
+                id="browser-search",
+            )
             yield DataTable(id="browser-table", cursor_type="row", zebra_stripes=True)
             yield Static("Enter searches / opens / serves · Esc goes back", id="browser-help")
 
@@ -63,11 +76,33 @@ class ModelBrowserScreen(ModalScreen[str | None]):
     @work(thread=True, exclusive=True, group="browser", exit_on_error=False)
     def _search(self, text: str) -> None:
         try:
+            named = self.finder.named(text) if self.finder.named and is_short_name(text) else None
+            if named is not None:
+                self._named(named)
+                return
             hits = self.finder.search(text)
         except LuceboxError as exc:
             self.app.call_from_thread(self._say, f"{exc.message} ({exc.hint})")
             return
         self.app.call_from_thread(self._show_hits, text, hits)
+
+    def _named(self, match: NameMatch) -> None:
+        """A short name: its presets listed to pick from, or its repo's quants planned."""
+        if match.source is None:
+            self.app.call_from_thread(self._show_presets, match)
+            return
+        planned = self.finder.quants(match.source)
+        self.app.call_from_thread(self._show_quants, match.source, planned)
+
+    def _show_presets(self, match: NameMatch) -> None:
+        self.repo = PRESETS
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        table.add_columns("Preset")
+        for preset_id in match.preset_ids:
+            table.add_row(preset_id, key=preset_id)
+        self._say(f"{match.why} · Enter serves one (the preset table marks what fits with ★)")
+        table.focus()
 
     def _show_hits(self, text: str, hits: list[RepoHit]) -> None:
         self.repo = None
