@@ -285,6 +285,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
                 PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
             ),
             thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
+            sampling=launch.sampling,
             planned_engine=planned_engine(launch),
             hang_bounds=bounds_for(prepared.settings.hang_s),
             allowed_origins=prepared.settings.allowed_origins,

@@ -464,7 +464,13 @@ class ServerRun:
             self._front_spec(),
             lambda: engine_url(self.supervisor.launch),
             status=lambda: self._run.status,
-            shape=Shapes(launch.kind, launch.alias, launch.plan.ctx, self.facts.thinking_default),
+            shape=Shapes(
+                launch.kind,
+                launch.alias,
+                launch.plan.ctx,
+                self.facts.thinking_default,
+                self.facts.sampling,
+            ),
         )
         try:
             server = await start_front(front, launch.host, launch.port)
