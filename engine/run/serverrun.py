@@ -381,6 +381,7 @@ class ServerRun:
                 self._run.status,
                 queue=self.front.queue_status(),
                 keys=self.front.key_use.status(),
+                sampling=self.front.sampling.status(),
             )
         modes = self.calibrations.kv_modes
         if modes is not None:
@@ -471,6 +472,7 @@ class ServerRun:
                 self.facts.thinking_default,
                 self.facts.sampling,
             ),
+            sampling=self.facts.sampling,
         )
         try:
             server = await start_front(front, launch.host, launch.port)
