@@ -42,6 +42,11 @@ class SamplingDefaults:
     def greedy(self) -> bool:
         return is_greedy(self.temperature, self.top_k)
 
+    @property
+    def label(self) -> str:
+        """The sampling measurements at these defaults are stored under (:func:`label`)."""
+        return label(0.0 if self.greedy else self.temperature)
+
     def fields(self) -> dict[str, float | int]:
         """The request fields, by their API names."""
         return {
@@ -58,6 +63,16 @@ class SamplingDefaults:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.fields(), "source": self.source}
+
+
+GREEDY = "greedy"
+"""The label of greedy sampling: measurements stored before sampling was recorded are these."""
+
+
+def label(temperature: float) -> str:
+    """A sampling as the measurement store names it: ``greedy``, or ``t0.7`` when sampled at
+    temperature 0.7 (greedy and sampled rates are kept apart)."""
+    return GREEDY if temperature <= 0 else f"t{temperature:g}"
 
 
 def is_greedy(temperature: float, top_k: float) -> bool:

@@ -241,6 +241,7 @@ class ServerRun:
             calibrations.engine.observe(requests)
         current = self.supervisor.launch
         if calibrations.speculation is not None and kinds.kind(current.kind).calibrates_speculation:
+            calibrations.speculation.mix = self.front.sampling if self.front else None
             calibrations.speculation.observe(requests)  # its trials ran on this kind
         decide = self.on_spec_decision
         self.spec_watch, decision = specwatch.step(

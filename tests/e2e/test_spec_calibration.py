@@ -33,6 +33,11 @@ from tests.conftest import run_lucebox
 
 pytestmark = pytest.mark.slow
 
+GREEDY_KV: dict[str, object] = {"general.sampling.temp": 0.0}
+"""The generated target's own defaults are greedy: with no client yet, the calibration measures
+greedy, where a head that always agrees shows its gain (sampled, a random-weight model's
+replies stop repeating)."""
+
 
 def calibrating_home(folder: Path, *, idle_s: str = "1", probe_tokens: str = "48") -> Path:
     home = private_engine_home(folder)
@@ -112,7 +117,7 @@ def test_ngram_that_pays_on_repeated_text_is_kept_with_its_measured_ratio(
     # Sixteen times the tests' width (111 MB): decoding then reads weights from memory, which a
     # checked batch of drafts shares, so n-gram's gain stands out of a busy 2-core machine's
     # noise (1.7x-16x measured while another suite ran; 1.02x-1.6x at the tests' width).
-    model = cached_gguf(widen(qwen35_target(agree_token="hello"), 16))
+    model = cached_gguf(widen(qwen35_target(agree_token="hello", extra_kv=GREEDY_KV), 16))
     with serving(home, model):
         now = wait_for(home, calibrated)
         spec = now["spec"]
@@ -160,7 +165,7 @@ def test_a_random_dflash_draft_named_with_draft_is_switched_off_by_the_calibrati
 
 def test_a_forced_mtp_head_is_measured_shown_and_kept(built_engine_home, tmp_path):
     home = calibrating_home(tmp_path / "home")
-    model = cached_gguf(qwen35_target(agree_token="hello"))
+    model = cached_gguf(qwen35_target(agree_token="hello", extra_kv=GREEDY_KV))
     with serving(home, model, "--spec", "mtp"):
         now = wait_for(home, calibrated)
         spec = now["spec"]

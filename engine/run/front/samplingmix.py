@@ -75,6 +75,14 @@ def probe_fields(mix: SamplingStatus | None, defaults: SamplingDefaults | None) 
     return {**other, "temperature": mix.temperature, "seed": PROBE_SEED}
 
 
+def client_fields(mix: SamplingStatus | None) -> dict[str, Any]:
+    """A bench request's sampling for ``mix`` through lucebox's front (greedy without one): the
+    temperature and a fixed seed; the front fills the launch's defaults in for the rest."""
+    if mix is None or mix.is_greedy:
+        return {"temperature": 0, "seed": PROBE_SEED}
+    return {"temperature": mix.temperature, "seed": PROBE_SEED}
+
+
 def _number(value: Any, default: float) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
