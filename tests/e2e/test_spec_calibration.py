@@ -225,3 +225,32 @@ def test_a_served_mix_unlike_the_probes_is_measured_again_once_idle(built_engine
         assert entry["remeasure_at"] > measured_first_at
         assert all(t["at"] >= entry["remeasure_at"] for t in entry["trials"])
         assert "weighed as served, because the served mix moved" in reason_of(again)
+
+
+def entries(home: Path) -> dict:
+    path = store_file(resolve_paths({"LUCEBOX_HOME": str(home)}))
+    return json.loads(path.read_text())["entries"] if path.exists() else {}
+
+
+def test_the_calibration_measures_at_the_sampling_clients_send(built_engine_home, tmp_path):
+    home = calibrating_home(tmp_path / "home", idle_s="2", probe_tokens="16")
+    with serving(home, smol_model()) as url:
+        # No client yet: the defaults stand in (SmolLM2's GGUF names none: llama.cpp's 0.8).
+        wait_for(home, calibrated)
+        (first,) = entries(home).values()
+        assert first["key"]["sampling"] == "t0.8" and first["chosen"] is not None
+        body = {
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }
+        for _ in range(4):
+            reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+            assert reply.status_code == 200
+        wait_for(home, lambda now: now["sampling"]["greedy"] == 4, 10)
+        # The mix is greedy now: measured again at it, kept apart from the sampled rates.
+        wait_for(home, lambda now: len(entries(home)) == 2 and calibrated(now), 240)
+        wait_for(home, lambda now: all(e["chosen"] for e in entries(home).values()), 240)
+        found = {e["key"]["sampling"]: e for e in entries(home).values()}
+        assert set(found) == {"t0.8", "greedy"}
+        assert found["t0.8"]["trials"] == first["trials"]
