@@ -428,10 +428,16 @@ def test_a_client_that_sends_no_sampling_gets_the_same_on_both_engines(engine, t
     spec = FrontSetup(loopback_policy(), "smol", 2048)
     llama = Shapes("llama-server", "smol", 2048, None, SAMPLING)
     with running_front(spec, engine.url, llama, SAMPLING) as front:
-        reply = httpx.post(f"{front.url}/v1/chat/completions", json=chat("hi", 4), timeout=120)
-        assert reply.status_code == 200
+        # The filled fields are read on every API the front shapes, none refused.
+        for path, body in (
+            ("/v1/messages", {"model": "smol", **chat("hi", 4)}),
+            ("/v1/responses", {"model": "smol", "input": "hi", "max_output_tokens": 4}),
+            ("/v1/chat/completions", chat("hi", 4)),
+        ):
+            reply = httpx.post(f"{front.url}{path}", json=body, timeout=120)
+            assert reply.status_code == 200, (path, reply.text)
         mix = front.front.sampling.status()
-    assert (mix.greedy, mix.sampled, mix.temperature, mix.source) == (0, 1, 0.3, "clients")
+    assert (mix.greedy, mix.sampled, mix.temperature, mix.source) == (0, 3, 0.3, "clients")
     # llama-server's slot keeps the sampling its last task ran with.
     slots = httpx.get(f"{engine.url}/slots", timeout=10).json()
     params = next(s["params"] for s in slots if isinstance(s.get("params"), dict))
