@@ -363,6 +363,16 @@ class SamplingStatus:
             return self.temperature <= 0
         return self.greedy >= self.sampled
 
+    def text(self) -> str:
+        """One line for people: what was counted, or the defaults that stand in."""
+        if self.source == "defaults":
+            at = "greedy" if self.temperature <= 0 else f"temperature {self.temperature:g}"
+            return f"no request yet; the defaults stand in ({at})"
+        sampled = f"{self.sampled} sampled"
+        if self.sampled:
+            sampled += f" (mostly at temperature {self.temperature:g})"
+        return f"{sampled}, {self.greedy} greedy"
+
     @classmethod
     def from_json(cls, data: Any) -> SamplingStatus | None:
         if not isinstance(data, dict):

@@ -77,6 +77,8 @@ def test_status_shows_the_sampling_clients_sent(built_engine_home, tmp_path):
             "temperature": 0.7,
             "from": "clients",
         }
+        text = run_lucebox("status", env=home).stdout
+        assert "\n  sampling: 3 sampled (mostly at temperature 0.7), 1 greedy" in text
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)

@@ -33,6 +33,10 @@ def test_requests_count_by_class_unset_fields_as_the_defaults():
     assert not found.is_greedy
     assert SamplingStatus.from_json(found.to_json()) == found
     assert found.to_json()["from"] == "clients"
+    assert found.text() == "3 sampled (mostly at temperature 0.7), 2 greedy"
+    assert SamplingMix(SAMPLED).status().text() == (
+        "no request yet; the defaults stand in (temperature 0.6)"
+    )
     restored = Status.from_file_json({"state": "ready", "sampling": found.to_json()})
     assert restored is not None and restored.sampling == found
 
