@@ -146,6 +146,7 @@ class Replanner:
             spec=trial.mode,
             draft_max=trial.draft_max,
             p_min=trial.p_min,
+            measured_at=self._measured_at(),
         )
         if changed.refusal is not None:
             return None
@@ -182,11 +183,19 @@ class Replanner:
 
     def measured(self) -> tuple[ServerLaunch, str] | None:
         """The launch planned again once the calibration stored its rates."""
-        changed = planner.replan(self.paths, self.prepared.launch, self.settings)
+        changed = planner.replan(
+            self.paths, self.prepared.launch, self.settings, measured_at=self._measured_at()
+        )
         if changed.refusal is not None:
             return None
         self.current = changed
         return changed.server, changed.speculation.reason
+
+    def _measured_at(self) -> str | None:
+        """The sampling the calibration measures the served mix at (its key's), which the
+        planner reads the verdict of; None before it runs."""
+        measuring = self.calibrator
+        return measuring.setup.key.sampling if measuring is not None else None
 
 
 def new_supervisor(paths: Paths, prepared: Prepared) -> Supervisor:
@@ -285,6 +294,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
                 PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
             ),
             thinking_default=chatdefaults.thinking_default(launch.target.facts.architecture),
+            sampling=launch.sampling,
             planned_engine=planned_engine(launch),
             hang_bounds=bounds_for(prepared.settings.hang_s),
             allowed_origins=prepared.settings.allowed_origins,

@@ -194,6 +194,7 @@ def shapes_of(planned: SetPlan) -> dict[str, Shapes]:
             lp.alias,
             lp.plan.ctx,
             chatdefaults.thinking_default(lp.target.facts.architecture),
+            lp.sampling,
         )
         for lp in planned.launches
     }

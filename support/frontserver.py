@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 from lucebox.engine.run.front.front import Front, FrontSetup, start_front
 from lucebox.engine.run.front.frontguard import FrontPolicy
 from lucebox.engine.run.front.frontwire import ApiShape
@@ -25,10 +26,14 @@ class RunningFront:
 
 @contextmanager
 def running_front(
-    spec: FrontSetup, engine_url: str, shape: ApiShape | None = None
+    spec: FrontSetup,
+    engine_url: str,
+    shape: ApiShape | None = None,
+    sampling: SamplingDefaults | None = None,
 ) -> Iterator[RunningFront]:
     """The front on a free loopback port (``spec.policy``'s port is replaced by it), with the
-    API shaping ``shape`` (serverrun gives it :class:`apishape.Shapes`)."""
+    API shaping ``shape`` (serverrun gives it :class:`apishape.Shapes`) and the sampling
+    defaults its mix counts unset fields as."""
     port = free_port()
     spec = replace(spec, policy=replace(spec.policy, port=port))
     loop = asyncio.new_event_loop()
@@ -38,7 +43,7 @@ def running_front(
     stop = asyncio.Event()
 
     async def main() -> None:
-        front = Front(spec, lambda: engine_url, shape=shape)
+        front = Front(spec, lambda: engine_url, shape=shape, sampling=sampling)
         server = await start_front(front, "127.0.0.1", port)
         holder["front"] = front
         ready.set()

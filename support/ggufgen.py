@@ -235,6 +235,8 @@ def _start(path: Path, spec: ModelSpec, *, tokenizer: bool = True) -> gguf.GGUFW
             writer.add_bool(key, value)
         elif isinstance(value, int):
             writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
         else:
             writer.add_string(key, str(value))
     return writer

@@ -6,7 +6,8 @@ lines, then per chat request the lines and the reply recorded for a 256-token gr
 lines the real engine wrote on an H200 for a DDTree reply with an agreeing draft
 (``ddtree-agree.log``: 45 of 48 drafted tokens accepted). It parses its command line as the
 engine does (model first, space-separated options) and appends each request path to
-``$FAKE_REQUESTS``. Streams are framed as the engine frames them: by closing the connection.
+``$FAKE_REQUESTS`` (and each POST body, one JSON line each, to ``$FAKE_BODIES`` where set).
+Streams are framed as the engine frames them: by closing the connection.
 
 With ``$FAKE_RATES`` naming a JSON file ``{"decode_tok_s": D, "prefill_tok_s": P}`` (read at
 each request, so a test may change it while the engine runs), a non-streamed reply has
@@ -80,6 +81,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._note()
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        if os.environ.get("FAKE_BODIES"):
+            with open(os.environ["FAKE_BODIES"], "a", encoding="utf-8") as out:
+                out.write(json.dumps(body) + "\n")
         streamed = bool(body.get("stream"))
         rates = os.environ.get("FAKE_RATES")
         if rates and not streamed:

@@ -33,6 +33,7 @@ from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.plan.flagtypes import positive_int
 from lucebox.engine.run import runstate
+from lucebox.engine.run.front.samplingmix import client_fields
 
 Result = TypeVar("Result")
 
@@ -66,6 +67,7 @@ def _measure(
     url = getattr(args, "url", None)
     model = None
     engine_log = None
+    sampling = None
     # lucebox's own key goes to lucebox's own server only, never to a --url of another host.
     api_key = None
     if url is None:
@@ -78,8 +80,9 @@ def _measure(
             )
         url, model = status.url, status.model
         engine_log = Path(status.log) if status.log else None
+        sampling = status.sampling
     default = ServeConfig("default")
-    served = Served(url.rstrip("/"), model, api_key, default, engine_log)
+    served = Served(url.rstrip("/"), model, api_key, default, engine_log, sampling)
     return [(default, workload(served))]
 
 
@@ -95,7 +98,10 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
+    sampled_at: dict[str, dict[str, Any]] = {}
+
     def workload(served: Served) -> dict[str, CallSample]:
+        sampled_at[served.config.name] = client_fields(served.sampling)
         return run_quick(
             served,
             max_tokens=args.n_gen,
@@ -110,7 +116,8 @@ def cmd_bench_quick(args: argparse.Namespace, paths: Paths) -> int:
             "configs": {
                 serve.name: {name: sample_json(s) for name, s in samples.items()}
                 for serve, samples in results
-            }
+            },
+            "sampling": sampled_at,
         }
         if len(results) == 2:
             (_, first), (_, second) = results

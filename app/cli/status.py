@@ -59,6 +59,8 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     if status.keys:
         used = ", ".join(f"{k.name} {k.requests} requests" for k in status.keys)
         head += f"\n  keys: {used}"
+    if status.sampling is not None:
+        head += f"\n  sampling: {status.sampling.text()}"
     head += "".join(f"\n  {model_line(model)}" for model in status.models)
     sample = status.sample
     if sample is None:

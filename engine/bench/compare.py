@@ -37,6 +37,7 @@ from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.pipeline import ServeOptions, prepare
 from lucebox.engine.plan.enginechoice import EngineMode
 from lucebox.engine.run.runstate import current_status, pid_alive
+from lucebox.engine.run.sample import SamplingStatus
 
 Result = TypeVar("Result")
 
@@ -64,6 +65,8 @@ class Served:
     config: ServeConfig = field(default_factory=lambda: ServeConfig("default"))
     engine_log: Path | None = None
     """The serving engine's log, where the Lucebox engine writes what each reply drafted."""
+    sampling: SamplingStatus | None = None
+    """The sampling its requests got (`status`); the bench measures at it. None: greedy."""
 
     def headers(self) -> dict[str, str]:
         return auth_headers(self.api_key)
@@ -269,7 +272,7 @@ def serving(
             api_key = client_api_key(paths, config.load_settings(paths).api_key)
             status = current_status(paths)
             log = Path(status.log) if status.log else None
-            yield Served(url, status.model, api_key, serve, log)
+            yield Served(url, status.model, api_key, serve, log, status.sampling)
         finally:
             child.stop()
 

@@ -2,8 +2,9 @@
 
 The speculation calibration's probes (:mod:`lucebox.engine.run.calibrate.probes`: chat, code, an
 edit that repeats its input, an agent turn over tool output), so `--compare spec=on,off` measures
-what the calibration measures, and a question over a long document (prefill). Greedy
-decoding so two runs are comparable.
+what the calibration measures, and a question over a long document (prefill). At the sampling
+the served requests got (`status`'s ``sampling``: greedy when the mix is, else its typical
+temperature), with a fixed seed so two runs compare.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lucebox.engine.engines.registry import KindName
 from lucebox.engine.plan.engineverdict import EngineMeasurement, verdict
 from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate
 from lucebox.engine.run.calibrate.probes import PROBES, Probe
+from lucebox.engine.run.front.samplingmix import client_fields
 
 _CITIES = ["Oslo", "Lima", "Pune", "Graz", "Kobe", "Turin", "Perth", "Quito", "Accra", "Hanoi"]
 _ITEMS = ["valves", "cables", "pumps", "filters", "sensors", "gaskets", "motors", "relays"]
@@ -66,7 +68,7 @@ def run_quick(
     ``max_tokens`` caps every prompt's reply (a smoke run); by default each has its own.
     """
     headers = served.headers()
-    base: dict[str, Any] = {"temperature": 0, "seed": 1, **dict(served.config.request_fields)}
+    base: dict[str, Any] = {**client_fields(served.sampling), **dict(served.config.request_fields)}
     log = served.engine_log
     streamed_call(served.url, {**base, "messages": list(WARM_UP), "max_tokens": 1}, headers)
     samples = {}

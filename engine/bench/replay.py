@@ -1,8 +1,10 @@
 """Replay an agent transcript against a server: every model call with exactly its prefix.
 
 One warm-up call (one token, an unrelated prompt, so it primes nothing) comes first and is not
-counted. A prefix that does not fit the served context with room for the reply is skipped with
-a warning, never sent. The result is the ``bench replay --json`` shape of docs/contracts.md.
+counted. Each call samples as the served requests did (`status`'s ``sampling``: greedy when
+the mix is, else its typical temperature, with a fixed seed). A prefix that does not fit the
+served context with room for the reply is skipped with a warning, never sent. The result is
+the ``bench replay --json`` shape of docs/contracts.md.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from lucebox.engine.bench.measure import (
     streamed_call,
 )
 from lucebox.engine.bench.transcript import Transcript
+from lucebox.engine.run.front.samplingmix import client_fields
 
 WARM_UP = [{"role": "user", "content": "Reply with one word."}]
 
@@ -88,7 +91,7 @@ def replay(
     """Send each call of ``transcript`` (the first ``calls`` of them) in order and measure it."""
     headers = served.headers()
     extra = dict(served.config.request_fields)
-    base = {"max_tokens": n_gen, "temperature": 0, "seed": 1, **extra}
+    base = {"max_tokens": n_gen, **client_fields(served.sampling), **extra}
     streamed_call(served.url, {**base, "messages": WARM_UP, "max_tokens": 1}, headers)
     n_ctx = served_context(served.url, headers)
     measured: list[ReplayCall] = []

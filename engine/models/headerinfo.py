@@ -99,6 +99,9 @@ class ModelInfo:
     header_bytes_read: int
     version: int
     raw_metadata_keys: tuple[str, ...] = field(default=(), repr=False)
+    sampling: dict[str, float] = field(default_factory=dict)
+    """The generation defaults the file carries (``general.sampling.*``), by request field
+    name: ``temperature``, ``top_p``, ``top_k``, ``min_p``."""
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "raw_metadata_keys"}
@@ -144,6 +147,24 @@ def _first_int(meta: dict[str, Any], *keys: str) -> int | None:
         if (value := _int(meta, key)) is not None:
             return value
     return None
+
+
+SAMPLING_KEYS = {
+    "general.sampling.temp": "temperature",
+    "general.sampling.top_p": "top_p",
+    "general.sampling.top_k": "top_k",
+    "general.sampling.min_p": "min_p",
+}
+"""The header keys llama-server reads as a model's generation defaults, by request field."""
+
+
+def _sampling(meta: dict[str, Any]) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for key, name in SAMPLING_KEYS.items():
+        value = meta.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            found[name] = float(value)
+    return found
 
 
 def _str(meta: dict[str, Any], key: str) -> str | None:
@@ -312,4 +333,5 @@ def info_from_header(header: GgufHeader, path: str, actual_size_bytes: int) -> M
         header_bytes_read=header.bytes_read,
         version=header.version,
         raw_metadata_keys=tuple(meta),
+        sampling=_sampling(meta),
     )

@@ -8,6 +8,7 @@
   the measurement store; ``lucebox/``: the Lucebox engine's route, plan and modes.
 - which engine: ``enginechoice`` (the rule), ``engineverdict`` (the measured verdict).
 - around them: ``visionplan`` (the projector), ``chatdefaults`` (template and thinking),
+  ``samplingdefaults`` (the sampling a request that says none gets),
   ``fitcheck`` (llama-fit-params beside the plan).
 - the result: ``launch`` (argv and environment by the engine kind's rules), ``launchplan``.
 """

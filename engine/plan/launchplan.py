@@ -30,6 +30,7 @@ from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved, ServeOptions
+from lucebox.engine.plan.samplingdefaults import SamplingDefaults, sampling_defaults
 from lucebox.engine.plan.speculation import measurements, speculation
 from lucebox.engine.plan.visionplan import NO_PROJECTOR, Vision
 
@@ -121,6 +122,15 @@ class LaunchPlan:
         return shlex.join(self.argv)
 
     @property
+    def sampling(self) -> SamplingDefaults:
+        """What a request that leaves sampling unset gets, on either engine (the front fills
+        it in): the preset's ``[sampling]``, else the GGUF's, else llama.cpp's defaults."""
+        info = self.target.info
+        return sampling_defaults(
+            self.preset.sampling if self.preset else None, info.sampling if info else None
+        )
+
+    @property
     def engine_kind(self) -> KindName:
         """The engine that serves this launch (llama-server for a plan made before the choice)."""
         return self.engine_choice.kind if self.engine_choice is not None else "llama-server"
@@ -184,6 +194,7 @@ class LaunchPlan:
                 self.target.info is None or self.target.info.has_chat_template,
                 self.server.chat_template,
             ).to_json(),
+            "sampling": self.sampling.to_json(),
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
             **({"kv_modes": self.kv_modes.to_json()} if self.kv_modes else {}),

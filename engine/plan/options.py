@@ -55,6 +55,9 @@ class ServeOptions:
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
     p_min: float | None = None
     """Another draft p-min than the mode's own (a calibration trial)."""
+    measured_at: str | None = None
+    """The sampling whose measured rates choose the speculation (``greedy``, ``t0.7``: what the
+    calibration measured the served mix at); None: the launch's sampling defaults'."""
     engine: EngineMode | None = None
     """Which engine serves; None reads engine.kind (empty: auto, the planner chooses)."""
     engine_id: str | None = None

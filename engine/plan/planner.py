@@ -35,6 +35,7 @@ from lucebox.engine.plan.memory.memory import Plan, make_plan
 from lucebox.engine.plan.memory.request import KV_PAIRS, PlanRequest
 from lucebox.engine.plan.modelfiles import ModelFile, launch_files
 from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
+from lucebox.engine.plan.samplingdefaults import sampling_defaults
 from lucebox.engine.plan.speculation import measurements, specguard, speculation
 from lucebox.engine.plan.speculation.speculation import SpecFiles, SpecMode
 from lucebox.engine.plan.visionplan import choose_vision, lucebox_vision
@@ -287,7 +288,9 @@ def _choose_speculation(
             found, on_gpu, user_draft=options.draft is not None
         )
     allowed = speculation.for_mode(found, resolved.spec)
+    sampled_at = options.measured_at or _sampling_label(preset, target)
     key = _measurement_key(paths, target, draft, engine, request.budget, make_plan(request))
+    key = replace(key, sampling=sampled_at) if key is not None else None
     candidates = tuple(allowed)
     if key is not None and resolved.spec == "auto":
         # Only what auto could serve is worth measuring: not a draft whose memory costs context.
@@ -383,6 +386,15 @@ def _speculation(
     )
 
 
+def _sampling_label(preset: Preset | None, target: ModelFile) -> str:
+    """The sampling a launch's requests get by default, as the measurement store names it."""
+    info = target.info
+    defaults = sampling_defaults(
+        preset.sampling if preset else None, info.sampling if info else None
+    )
+    return defaults.label
+
+
 def _measurement_key(
     paths: Paths,
     target: ModelFile,
@@ -448,6 +460,7 @@ def replan(
     p_min: float | None = None,
     engine_kind: KindName | None = None,
     kv: tuple[KvMode, str, int] | None = None,
+    measured_at: str | None = None,
 ) -> LaunchPlan:
     """``launch`` planned again (same options, files, card and engine) with a context bound, a
     shorter draft or another speculation mode: after an out-of-memory start, or when the
@@ -459,6 +472,7 @@ def replan(
         draft_max=draft_max if draft_max is not None else launch.options.draft_max,
         p_min=p_min if p_min is not None else launch.options.p_min,
         engine=engine_kind or launch.options.engine,
+        measured_at=measured_at or launch.options.measured_at,
     )
     if kv is not None:
         options = replace(options, kv_mode=kv[0], kv_type=kv[1], ctx=kv[2])

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrate.calibrator import Calibrator
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
@@ -35,6 +36,9 @@ class RunFacts:
     thinking_default: bool | None = None
     """Whether the served model thinks when a request does not say (plan/chatdefaults.py);
     the front asks both engines the same way."""
+    sampling: SamplingDefaults | None = None
+    """What a request that leaves sampling unset gets (plan/samplingdefaults.py): the front
+    fills it in on both engines; None leaves it to the engine."""
     planned_engine: EngineStatus | None = None
     """The engine kind the launch was planned on and what chose it; None: not said."""
     hang_bounds: HangBounds | None = DEFAULT_BOUNDS

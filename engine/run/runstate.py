@@ -31,6 +31,7 @@ from lucebox.engine.run.sample import (
     PeerStatus,
     QueueStatus,
     Sample,
+    SamplingStatus,
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelStatus
@@ -104,6 +105,8 @@ class Status:
     """How the LAN reaches the server; None while it serves this PC alone."""
     keys: tuple[KeyUse, ...] = ()
     """What each key used since the start: every person's, and server.api_key's."""
+    sampling: SamplingStatus | None = None
+    """The sampling the front's generation requests got; None without a front."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -136,6 +139,7 @@ class Status:
             "engine": self.engine.to_json() if self.engine else None,
             "lan": self.lan.to_json() if self.lan else None,
             "keys": [k.to_json() for k in self.keys],
+            "sampling": self.sampling.to_json() if self.sampling else None,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -182,6 +186,7 @@ class Status:
             engine=EngineStatus.from_json(data.get("engine")),
             lan=LanStatus.from_json(data.get("lan")),
             keys=_items(KeyUse.from_json, data.get("keys")),
+            sampling=SamplingStatus.from_json(data.get("sampling")),
         )
 
 

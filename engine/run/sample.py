@@ -26,6 +26,7 @@ _Value = TypeVar(
     "EngineStatus",
     "KeyUse",
     "LanStatus",
+    "SamplingStatus",
 )
 
 
@@ -338,3 +339,51 @@ class QueueStatus:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class SamplingStatus:
+    """The sampling the served generation requests got, as `lucebox status` shows it: counts by
+    class and the typical temperature of the sampled ones; before any request, the defaults
+    the front fills in stand in (``source`` ``defaults``)."""
+
+    greedy: int
+    """Requests decoded greedily (temperature 0 or top_k 1)."""
+    sampled: int
+    temperature: float
+    """The most common temperature of the sampled requests; 0 when none was sampled (the
+    defaults' temperature before any request)."""
+    source: str
+    """``clients`` once a request was recorded, else ``defaults``."""
+
+    @property
+    def is_greedy(self) -> bool:
+        """Whether the mix is mostly greedy (probes are then greedy too)."""
+        if self.greedy == self.sampled == 0:
+            return self.temperature <= 0
+        return self.greedy >= self.sampled
+
+    def text(self) -> str:
+        """One line for people: what was counted, or the defaults that stand in."""
+        if self.source == "defaults":
+            at = "greedy" if self.temperature <= 0 else f"temperature {self.temperature:g}"
+            return f"no request yet; the defaults stand in ({at})"
+        sampled = f"{self.sampled} sampled"
+        if self.sampled:
+            sampled += f" (mostly at temperature {self.temperature:g})"
+        return f"{sampled}, {self.greedy} greedy"
+
+    @classmethod
+    def from_json(cls, data: Any) -> SamplingStatus | None:
+        if not isinstance(data, dict):
+            return None
+        found = {**data, "source": data.get("from")}
+        return _from_json(cls, {k: v for k, v in found.items() if k != "from"})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "greedy": self.greedy,
+            "sampled": self.sampled,
+            "temperature": self.temperature,
+            "from": self.source,
+        }

@@ -241,6 +241,7 @@ class ServerRun:
             calibrations.engine.observe(requests)
         current = self.supervisor.launch
         if calibrations.speculation is not None and kinds.kind(current.kind).calibrates_speculation:
+            calibrations.speculation.mix = self.front.sampling if self.front else None
             calibrations.speculation.observe(requests)  # its trials ran on this kind
         decide = self.on_spec_decision
         self.spec_watch, decision = specwatch.step(
@@ -381,6 +382,7 @@ class ServerRun:
                 self._run.status,
                 queue=self.front.queue_status(),
                 keys=self.front.key_use.status(),
+                sampling=self.front.sampling.status(),
             )
         modes = self.calibrations.kv_modes
         if modes is not None:
@@ -464,7 +466,14 @@ class ServerRun:
             self._front_spec(),
             lambda: engine_url(self.supervisor.launch),
             status=lambda: self._run.status,
-            shape=Shapes(launch.kind, launch.alias, launch.plan.ctx, self.facts.thinking_default),
+            shape=Shapes(
+                launch.kind,
+                launch.alias,
+                launch.plan.ctx,
+                self.facts.thinking_default,
+                self.facts.sampling,
+            ),
+            sampling=self.facts.sampling,
         )
         try:
             server = await start_front(front, launch.host, launch.port)

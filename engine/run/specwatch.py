@@ -4,6 +4,15 @@ The run feeds its :class:`SpecGuard` each sample's drafted and accepted totals a
 that finished since the last one; a decision (shorter drafts, or none) waits until the engine
 runs no request, since the engine has no per-request switch. The run applies it (one restart);
 this module holds only the state and the step, pure.
+
+Greedy and sampled replies are judged apart only as far as the engines' logs tell them apart.
+The Lucebox engine does: a sampled reply without sampled verification logs ``[ar-decode]``
+(``ServedRequest.speculated`` False) and the guard judges the draft by the others; with
+``DFLASH_SAMPLED_VERIFY`` both log ``[spec-decode]``. llama-server does not: at its default
+verbosity no per-request line names the sampling (the slot's parameters are logged at debug,
+its sampler chain at trace level, ``tools/server/server-context.cpp``), so its greedy and
+sampled replies are judged together; the front's request order could pair them, not done yet
+(issue 56).
 """
 
 from __future__ import annotations

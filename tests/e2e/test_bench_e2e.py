@@ -6,11 +6,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.run.front.samplingmix import client_fields
+from lucebox.engine.run.runstate import current_status
 from support.realmodels import smol_model
 from support.smolserver import private_engine_home
 from tests.conftest import alive, run_lucebox
@@ -60,9 +63,21 @@ def test_replay_of_three_calls_reuses_the_growing_prefix(smol_server, smol_home)
 
 
 def test_quick_measures_the_running_server(smol_server, smol_home):
+    paths = resolve_paths({"LUCEBOX_HOME": str(smol_home)})
+    mix = current_status(paths).sampling
     result = bench(smol_home, "quick", "--n-gen", "4", "--json")
     assert result.returncode == 0, result.stderr
-    samples = json.loads(result.stdout)["configs"]["default"]
+    document = json.loads(result.stdout)
+    # Measured at the sampling the served requests got (the defaults before any).
+    assert mix is not None and document["sampling"]["default"] == client_fields(mix)
+    counted = mix.greedy + mix.sampled + 6  # the warm-up and five prompts, through the front
+    deadline = time.monotonic() + 10
+    while (after := current_status(paths).sampling) is not None and time.monotonic() < deadline:
+        if after.greedy + after.sampled >= counted:
+            break
+        time.sleep(0.3)
+    assert after is not None and after.greedy + after.sampled == counted
+    samples = document["configs"]["default"]
     assert list(samples) == ["chat", "code", "edit", "agent", "long"]  # the probes, then long
     for sample in samples.values():
         assert sample["ttft_s"] > 0 and sample["completion_tokens"] <= 4

@@ -33,6 +33,11 @@ from tests.conftest import run_lucebox
 
 pytestmark = pytest.mark.slow
 
+GREEDY_KV: dict[str, object] = {"general.sampling.temp": 0.0}
+"""The generated target's own defaults are greedy: with no client yet, the calibration measures
+greedy, where a head that always agrees shows its gain (sampled, a random-weight model's
+replies stop repeating)."""
+
 
 def calibrating_home(folder: Path, *, idle_s: str = "1", probe_tokens: str = "48") -> Path:
     home = private_engine_home(folder)
@@ -112,7 +117,7 @@ def test_ngram_that_pays_on_repeated_text_is_kept_with_its_measured_ratio(
     # Sixteen times the tests' width (111 MB): decoding then reads weights from memory, which a
     # checked batch of drafts shares, so n-gram's gain stands out of a busy 2-core machine's
     # noise (1.7x-16x measured while another suite ran; 1.02x-1.6x at the tests' width).
-    model = cached_gguf(widen(qwen35_target(agree_token="hello"), 16))
+    model = cached_gguf(widen(qwen35_target(agree_token="hello", extra_kv=GREEDY_KV), 16))
     with serving(home, model):
         now = wait_for(home, calibrated)
         spec = now["spec"]
@@ -160,7 +165,7 @@ def test_a_random_dflash_draft_named_with_draft_is_switched_off_by_the_calibrati
 
 def test_a_forced_mtp_head_is_measured_shown_and_kept(built_engine_home, tmp_path):
     home = calibrating_home(tmp_path / "home")
-    model = cached_gguf(qwen35_target(agree_token="hello"))
+    model = cached_gguf(qwen35_target(agree_token="hello", extra_kv=GREEDY_KV))
     with serving(home, model, "--spec", "mtp"):
         now = wait_for(home, calibrated)
         spec = now["spec"]
@@ -220,3 +225,32 @@ def test_a_served_mix_unlike_the_probes_is_measured_again_once_idle(built_engine
         assert entry["remeasure_at"] > measured_first_at
         assert all(t["at"] >= entry["remeasure_at"] for t in entry["trials"])
         assert "weighed as served, because the served mix moved" in reason_of(again)
+
+
+def entries(home: Path) -> dict:
+    path = store_file(resolve_paths({"LUCEBOX_HOME": str(home)}))
+    return json.loads(path.read_text())["entries"] if path.exists() else {}
+
+
+def test_the_calibration_measures_at_the_sampling_clients_send(built_engine_home, tmp_path):
+    home = calibrating_home(tmp_path / "home", idle_s="2", probe_tokens="16")
+    with serving(home, smol_model()) as url:
+        # No client yet: the defaults stand in (SmolLM2's GGUF names none: llama.cpp's 0.8).
+        wait_for(home, calibrated)
+        (first,) = entries(home).values()
+        assert first["key"]["sampling"] == "t0.8" and first["chosen"] is not None
+        body = {
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }
+        for _ in range(4):
+            reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+            assert reply.status_code == 200
+        wait_for(home, lambda now: now["sampling"]["greedy"] == 4, 10)
+        # The mix is greedy now: measured again at it, kept apart from the sampled rates.
+        wait_for(home, lambda now: len(entries(home)) == 2 and calibrated(now), 240)
+        wait_for(home, lambda now: all(e["chosen"] for e in entries(home).values()), 240)
+        found = {e["key"]["sampling"]: e for e in entries(home).values()}
+        assert set(found) == {"t0.8", "greedy"}
+        assert found["t0.8"]["trials"] == first["trials"]

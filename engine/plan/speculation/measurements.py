@@ -96,11 +96,14 @@ class MeasurementKey:
     card: str
     ctx: int
     kv: str
+    sampling: str = "greedy"
+    """The sampling the probes sent (plan/samplingdefaults.py ``label``): ``greedy`` or
+    ``t0.7``; greedy and sampled rates are stored apart."""
 
     def text(self) -> str:
-        return " | ".join(
-            [self.model, self.draft or "-", self.engine, self.card, str(self.ctx), self.kv]
-        )
+        parts = [self.model, self.draft or "-", self.engine, self.card, str(self.ctx), self.kv]
+        # A greedy key reads as before sampling was recorded: its entries stay valid.
+        return " | ".join(parts if self.sampling == "greedy" else [*parts, self.sampling])
 
 
 @dataclass(frozen=True)
@@ -461,6 +464,7 @@ def key_for(
     ctx: int,
     kv: str,
     paths: Paths | None = None,
+    sampling: str = "greedy",
 ) -> MeasurementKey:
     return MeasurementKey(
         file_identity(target, paths),
@@ -469,6 +473,7 @@ def key_for(
         card,
         ctx,
         kv,
+        sampling,
     )
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from lucebox.engine.core.paths import Paths
+from lucebox.engine.plan import samplingdefaults
 from lucebox.engine.plan.speculation.measurements import (
     OFF,
     Measurement,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from lucebox.engine.machine.config import Settings
     from lucebox.engine.plan.launch import ServerLaunch
     from lucebox.engine.plan.launchplan import LaunchPlan
+    from lucebox.engine.run.front.samplingmix import SamplingMix
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class Calibrator(ProbeSender[Trial]):
         """The configuration being measured now."""
         self.served: tuple[ServedRequest, ...] = ()
         """The latest requests served since the verdict, for the mix."""
+        self.mix: SamplingMix | None = None
+        """The front's tally of the sampling its requests got (the run gives it)."""
 
     @property
     def complete(self) -> bool:
@@ -146,11 +150,37 @@ class Calibrator(ProbeSender[Trial]):
     def _forced(self) -> bool:
         return self.setup.forced
 
+    def _follow_mix(self, server: MeasuredRun) -> None:
+        """Measure at the sampling the front's requests got (greedy, or the mix's typical
+        temperature): the probes send it and the rates go to that sampling's entry."""
+        if server.front is None:
+            return
+        self.mix = server.front.sampling
+        fields = self.mix.probe_fields()
+        at = samplingdefaults.label(float(fields["temperature"]))
+        self.probe_sampling = fields
+        if at != self.setup.key.sampling:
+            self.setup = replace(self.setup, key=replace(self.setup.key, sampling=at))
+            key = self.setup.key
+            self.measurement = read_measurement(self.paths, key) or Measurement(key)
+
+    def _mix_moved(self) -> bool:
+        """The served requests' sampling is no longer the one measured at."""
+        if self.mix is None:
+            return False
+        temperature = float(self.mix.probe_fields()["temperature"])
+        return samplingdefaults.label(temperature) != self.setup.key.sampling
+
     def observe(self, requests: Sequence[ServedRequest]) -> None:
-        """Requests the clients were served: once their mix has moved from the one the verdict
-        was weighed by, every configuration is due again (measured once idle)."""
+        """Requests the clients were served: once their mix (shapes or sampling) has moved
+        from the one the verdict was weighed by, every configuration is due again (measured
+        once idle)."""
         verdict = self.measurement.chosen is not None
         if self.setup.forced or self.state != "done" or not verdict or not requests:
+            return
+        if self._mix_moved():
+            self.served, self.state = (), "waiting"
+            self._due.set()
             return
         self.served = (*self.served, *requests)[-MIX_REQUESTS:]
         base = self.measurement.baseline
@@ -165,6 +195,7 @@ class Calibrator(ProbeSender[Trial]):
         self._due.set()
 
     def _todo(self, server: MeasuredRun) -> Sequence[Trial]:
+        self._follow_mix(server)
         running = running_label(server.supervisor.launch)
         return calibration.missing(self.setup.trials, self.measurement, running)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
@@ -19,6 +19,7 @@ from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.plan.speculation.measurements import ProbeRate
 from lucebox.engine.run.calibrate import calibration
 from lucebox.engine.run.calibrate.probes import PROBES, Probe
+from lucebox.engine.run.front.samplingmix import probe_fields
 from lucebox.engine.run.kinds.luceboxrun import reply_from_usage
 from lucebox.engine.run.kinds.metrics import parse_counters
 
@@ -36,6 +37,8 @@ within a decode step)."""
 READY_TIMEOUT_S = 900.0
 PROBE_TIMEOUT_S = 300.0
 """One probe's reply at most: a configuration this slow loses anyway."""
+GREEDY_PROBE: Mapping[str, Any] = probe_fields(None, None)
+"""Greedy, with a fixed seed."""
 WARM_UP = {"messages": [{"role": "user", "content": "Reply with one word."}], "max_tokens": 4}
 """Sent after each restart, not counted: the first steps of a fresh engine build its graphs."""
 
@@ -89,6 +92,9 @@ class ProbeSender(Generic[_Item]):
 
     client_timeout_s = PROBE_TIMEOUT_S
     """How long one of its own requests may take."""
+    probe_sampling: Mapping[str, Any] = GREEDY_PROBE
+    """The sampling fields each probe sends: greedy unless a calibration measures at the
+    served mix (the speculation calibration's rates are stored by sampling)."""
 
     def __init__(self, pace: ProbePace) -> None:
         self.pace = pace
@@ -124,8 +130,7 @@ class ProbeSender(Generic[_Item]):
         body = {
             "messages": list(probe.messages),
             "max_tokens": max_tokens,
-            "temperature": 0,
-            "seed": 1,
+            **self.probe_sampling,
         }
         task = asyncio.create_task(ask(client, server, body))
         try:
@@ -260,7 +265,7 @@ async def served_besides(
 async def ask(
     client: httpx.AsyncClient, server: MeasuredRun, body: dict[str, object]
 ) -> dict[str, object] | None:
-    """One greedy chat request of lucebox's own to ``server``'s engine (a client's
+    """One chat request of lucebox's own to ``server``'s engine (a client's
     conversation in its slot is saved first); the engine's ``timings`` of the reply, None
     when it failed."""
     await server.keep_conversation()

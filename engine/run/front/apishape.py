@@ -31,6 +31,10 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
   (:mod:`lucebox.engine.plan.chatdefaults`), set as ``chat_template_kwargs.enable_thinking``,
   which both engines read; an Anthropic ``thinking`` or a ``reasoning_effort`` the client sent
   is spelled the same way, so llama-server honours it as the Lucebox engine does.
+- Sampling: a field a request leaves unset (``temperature``, ``top_p``, ``top_k``,
+  ``min_p``) gets the served model's own default, decided once per launch
+  (:mod:`lucebox.engine.plan.samplingdefaults`); the engines' own fallbacks differ
+  (llama-server's flags, GGUF keys or built-ins; the Lucebox engine's model card or greedy).
 - ``/v1/models``: one document on both engines, with ``context_length``
   (:func:`models_with_context`, which the front and a set's proxy answer with). The
   Lucebox engine's Codex-only schema (``?client_version=``) is replaced too: its
@@ -49,6 +53,7 @@ from lucebox.engine.engines import kinds
 if TYPE_CHECKING:
     from lucebox.engine.engines.kinds import EngineKind
     from lucebox.engine.engines.registry import KindName
+    from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 
 CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
@@ -85,6 +90,9 @@ class ShapeContext:
     thinking_default: bool | None
     """Whether the model thinks when a request does not say; None leaves it to the template
     (:func:`lucebox.engine.plan.chatdefaults.thinking_default`)."""
+    sampling: SamplingDefaults | None = None
+    """The sampling a request gets where it leaves a field unset, on either engine; None
+    leaves it to the engine."""
 
 
 def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
@@ -95,6 +103,8 @@ def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
     if endpoint not in SHAPED_PATHS or doc is None:
         return body
     shaped = _with_thinking(doc, ctx.thinking_default)
+    if ctx.sampling is not None:
+        shaped = ctx.sampling.filled(shaped)
     if "reasoning" in shaped and shaped["reasoning"] is None:
         # The Lucebox engine turns thinking on for any "reasoning" key, null too.
         shaped = {k: v for k, v in shaped.items() if k != "reasoning"}
@@ -480,10 +490,16 @@ class Shapes:
     model_id: str
     context_length: int
     thinking_default: bool | None
+    sampling: SamplingDefaults | None = None
 
     def _ctx(self, path: str) -> ShapeContext:
         return ShapeContext(
-            kinds.kind(self.engine), path, self.model_id, self.context_length, self.thinking_default
+            kinds.kind(self.engine),
+            path,
+            self.model_id,
+            self.context_length,
+            self.thinking_default,
+            self.sampling,
         )
 
     def request(self, path: str, body: bytes) -> bytes:

@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import h11
@@ -60,9 +61,13 @@ from lucebox.engine.run.front.frontwire import (
 )
 from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
+from lucebox.engine.run.front.samplingmix import SamplingMix
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
 from lucebox.engine.run.slots import ClientPrompt
+
+if TYPE_CHECKING:
+    from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 
 QUEUE_NOTE_S = 5.0
 """How often a waiting streamed request is told its place (``: queued, position N``)."""
@@ -149,6 +154,7 @@ class Front:
         *,
         status: Callable[[], Status] = lambda: Status("ready"),
         shape: ApiShape | None = None,
+        sampling: SamplingDefaults | None = None,
     ) -> None:
         self.spec = spec
         self.engine_url = engine_url
@@ -159,6 +165,8 @@ class Front:
         self.queue = FrontQueue(spec.capacity, spec.max_waiting)
         self.counters = FrontCounters()
         self.key_use = KeyTally()
+        self.sampling = SamplingMix(sampling)
+        """The sampling the generation requests got (``sampling``: what fills unset fields)."""
         self._engine_ready = asyncio.Event()
         self._engine_ready.set()
         self._down_since_s = 0.0
@@ -253,6 +261,7 @@ class Front:
             retry = [("retry-after", str(full.retry_after_s))]
             await ex.error(503, f"the server is busy: {full}", [*retry, *cors])
             return
+        self.sampling.record(body)  # unset fields as the shape fills them: the defaults
         admitted = asyncio.ensure_future(ticket.admitted.wait())
         try:
             # A stream that must wait hears its place at once, then every queue_note_s.

@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lucebox.engine.plan.samplingdefaults import FIELDS, SamplingDefaults
+from lucebox.engine.run.front.apishape import Shapes
 from lucebox.engine.run.front.front import FrontSetup
 from lucebox.engine.run.runstate import Status
 from support import luceboxfake
@@ -416,3 +418,38 @@ def test_health_waits_while_the_engine_loads_and_hears_once_the_run_has_ended(lu
     assert loading.json()["error"]["message"] == "Loading model"
     assert ended.status_code == 503 and "retry-after" not in ended.headers
     assert "not serving (stopped)" in ended.json()["error"]["message"]
+
+
+SAMPLING = SamplingDefaults(0.3, 0.5, 7, 0.1, "preset")
+"""Defaults unlike either engine's own, so what each applied shows who filled them in."""
+
+
+def test_a_client_that_sends_no_sampling_gets_the_same_on_both_engines(engine, tmp_path):
+    spec = FrontSetup(loopback_policy(), "smol", 2048)
+    llama = Shapes("llama-server", "smol", 2048, None, SAMPLING)
+    with running_front(spec, engine.url, llama, SAMPLING) as front:
+        # The filled fields are read on every API the front shapes, none refused.
+        for path, body in (
+            ("/v1/messages", {"model": "smol", **chat("hi", 4)}),
+            ("/v1/responses", {"model": "smol", "input": "hi", "max_output_tokens": 4}),
+            ("/v1/chat/completions", chat("hi", 4)),
+        ):
+            reply = httpx.post(f"{front.url}{path}", json=body, timeout=120)
+            assert reply.status_code == 200, (path, reply.text)
+        mix = front.front.sampling.status()
+    assert (mix.greedy, mix.sampled, mix.temperature, mix.source) == (0, 3, 0.3, "clients")
+    # llama-server's slot keeps the sampling its last task ran with.
+    slots = httpx.get(f"{engine.url}/slots", timeout=10).json()
+    params = next(s["params"] for s in slots if isinstance(s.get("params"), dict))
+    applied = {k: params[k] for k in FIELDS}
+    bodies = tmp_path / "bodies.jsonl"
+    lucebox = Shapes("lucebox", "qwen", 8192, False, SAMPLING)
+    with (
+        fake_engine(tmp_path, FAKE_BODIES=str(bodies)) as url,
+        running_front(spec, url, lucebox, SAMPLING) as front,
+    ):
+        reply = httpx.post(f"{front.url}/v1/chat/completions", json=chat("hi", 4), timeout=60)
+        assert reply.status_code == 200
+    sent = json.loads(bodies.read_text().splitlines()[-1])
+    assert applied == pytest.approx(SAMPLING.fields())
+    assert {k: sent[k] for k in FIELDS} == SAMPLING.fields()

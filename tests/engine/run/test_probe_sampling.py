@@ -1,0 +1,90 @@
+"""The speculation calibration's probes carry the served mix's sampling, and its rates are kept
+under that sampling's key: greedy and sampled apart."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.samplingdefaults import SamplingDefaults
+from lucebox.engine.plan.speculation.measurements import (
+    Measurement,
+    MeasurementKey,
+    read_measurement,
+    write_measurement,
+)
+from lucebox.engine.run.calibrate.calibrator import CalibrationSetup, Calibrator
+from lucebox.engine.run.calibrate.probes import PROBES
+from lucebox.engine.run.calibrate.probing import ProbePace
+from lucebox.engine.run.front.samplingmix import PROBE_SEED, SamplingMix
+from lucebox.engine.run.kinds.ownrequests import OwnRequests
+
+KEY = MeasurementKey("m.gguf:1:ab", None, "pinned b1", "cpu", 4096, "f16/f16")
+DEFAULTS = SamplingDefaults(0.6, 0.95, 20, 0.0, "preset")
+TIMINGS = {"prompt_n": 10, "prompt_ms": 5.0, "predicted_n": 8, "predicted_ms": 40.0}
+
+
+class Run:
+    """What a calibration needs of a run, with the front's sampling tally."""
+
+    url = "http://engine"
+
+    def __init__(self, mix: SamplingMix) -> None:
+        activity = SimpleNamespace(activity=lambda: (0, 0))
+        self.front = SimpleNamespace(queue=activity, sampling=mix)
+        self.supervisor = SimpleNamespace(own_requests=OwnRequests())
+
+    async def keep_conversation(self) -> None:
+        return None
+
+
+def calibrator(tmp_path) -> Calibrator:
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    setup = CalibrationSetup(
+        KEY, (), False, ProbePace(0.0), False, lambda trial: None, lambda: None
+    )
+    return Calibrator(paths, setup)
+
+
+async def probe_body(measuring: Calibrator, run: Run) -> dict:
+    sent: list[dict] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"choices": [], "timings": TIMINGS})
+
+    measuring._follow_mix(run)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine)) as client:
+        rate = await measuring._probe(client, run, PROBES[0])  # type: ignore[arg-type]
+    assert rate is not None and rate.tokens == 8
+    return sent[0]
+
+
+@pytest.mark.asyncio
+async def test_probes_carry_the_mix_sampling_and_store_it_apart(tmp_path):
+    mix = SamplingMix(DEFAULTS)
+    measuring = calibrator(tmp_path)
+    before = await probe_body(measuring, Run(mix))  # no request yet: the defaults stand in
+    assert (before["temperature"], before["top_k"], before["seed"]) == (0.6, 20, PROBE_SEED)
+    assert measuring.setup.key.sampling == "t0.6" and measuring.measurement.key.sampling == "t0.6"
+    for _ in range(3):
+        mix.record(json.dumps({"messages": [], "temperature": 0}).encode())
+    greedy = await probe_body(measuring, Run(mix))
+    assert greedy == {**greedy, "temperature": 0, "seed": PROBE_SEED} and "top_k" not in greedy
+    assert measuring.setup.key.sampling == "greedy"
+    assert measuring.setup.key.text() == KEY.text()  # greedy entries read as before
+
+
+def test_greedy_and_sampled_rates_are_stored_apart(tmp_path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    sampled_key = replace(KEY, sampling="t0.7")
+    write_measurement(paths, Measurement(KEY, chosen="off", why="greedy"))
+    write_measurement(paths, Measurement(sampled_key, chosen="draft-mtp n3", why="sampled"))
+    greedy, sampled = read_measurement(paths, KEY), read_measurement(paths, sampled_key)
+    assert greedy is not None and greedy.chosen == "off" and greedy.key.sampling == "greedy"
+    assert sampled is not None and sampled.chosen == "draft-mtp n3" and sampled.key == sampled_key
