@@ -101,6 +101,12 @@ INDEX = (
         "cpu",
     ),
     Benchmark(
+        "front_door_holds",
+        "Does the front door hold against 1,000+ hostile bodies, idle and slow connections?",
+        "cpu",
+        results=("results/cpu-front-door-holds.json",),
+    ),
+    Benchmark(
         "conversation_survives_restart",
         "Is an agent's next turn warm after a stop and start, and after a calibration's probe?",
         "cpu",
