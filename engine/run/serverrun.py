@@ -454,6 +454,7 @@ class ServerRun:
             capacity=run.parallel(launch),
             engine_key=self.api_key if run.reads_key_file else None,
             engine_wait_s=self.supervisor.ready_timeout_s,
+            images=launch.mmproj_path is not None,
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:

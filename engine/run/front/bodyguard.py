@@ -34,15 +34,33 @@ def too_large(length: int) -> Refusal:
     )
 
 
-def body_refusal(body: bytes) -> Refusal | None:
+MESSAGES_PATHS = ("/chat/completions", "/messages")
+"""The APIs whose body is a conversation: a ``messages`` list."""
+IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image"})
+"""An image in a message: chat's, Anthropic's and Responses' part types."""
+
+
+def body_refusal(body: bytes, path: str = "", *, images: bool = True) -> Refusal | None:
     """Why the front refuses a generation request's body, or None when it goes on (a body
-    that is not JSON goes on: the engine answers it as it would)."""
+    that is not JSON goes on: the engine answers it as it would). ``images`` False: the model
+    is served without a vision projector, so an image is the client's mistake (400), not the
+    engine's failure."""
     try:
         doc = json.loads(body)
     except RecursionError:
         return Refusal(400, "the request's JSON nests too deep to read: send plain JSON")
     except (ValueError, UnicodeDecodeError):
         return None
+    if path.endswith(MESSAGES_PATHS) and not (
+        isinstance(doc, dict) and isinstance(doc.get("messages"), list) and doc["messages"]
+    ):
+        return Refusal(400, "'messages' is required: a JSON object with a list of messages")
+    if not images and _has_image(doc):
+        return Refusal(
+            400,
+            "this model is served without a vision projector, so it takes no images: send "
+            "text, or serve a vision model (see `lucebox status`)",
+        )
     for url in _image_urls(doc):
         why = _local_url(url)
         if why is not None:
@@ -73,6 +91,19 @@ def _image_urls(doc: Any) -> Iterator[str]:
             if isinstance(source, dict) and isinstance(source.get("url"), str):
                 yield source["url"]
             stack.extend(v for v in item.values() if isinstance(v, list | dict))
+
+
+def _has_image(doc: Any) -> bool:
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if item.get("type") in IMAGE_PART_TYPES:
+                return True
+            stack.extend(v for v in item.values() if isinstance(v, list | dict))
+    return False
 
 
 def _local_url(url: str) -> str | None:

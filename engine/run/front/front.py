@@ -134,6 +134,8 @@ class FrontSetup:
     engine_wait_s: float = ENGINE_WAIT_S
     """The longest a request waits from its arrival for the engine to be ready (the
     launch's ready timeout where the run knows it)."""
+    images: bool = True
+    """The engine serves a vision projector; False: an image in a request is refused (400)."""
 
 
 @dataclass
@@ -177,6 +179,9 @@ class Front:
         self.client_prompt: ClientPrompt | None = None
         """The last generation request relayed to the engine: the slot holds its conversation
         (the run seats and saves it before a stop or lucebox's own request)."""
+
+    def _body_refusal(self, path: str, body: bytes) -> Refusal | None:
+        return body_refusal(body, path, images=self.spec.images)
 
     def queue_status(self) -> QueueStatus:
         return self.queue.status()
@@ -228,7 +233,7 @@ class Front:
                 await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path in ("/v1/models", "/models"):
                 await self._models(ex, cors)
-            elif is_generation(method, path) and (bad := body_refusal(body)) is not None:
+            elif is_generation(method, path) and (bad := self._body_refusal(path, body)):
                 self.counters.answered[bad.status] += 1
                 await ex.error(bad.status, bad.message, cors)
             elif is_generation(method, path) and (why := self.shape.unsupported(path, body)):

@@ -56,6 +56,23 @@ def test_nesting_past_what_a_parser_follows_is_refused():
         assert refused is not None and refused.status == 400 and "nests too deep" in refused.message
 
 
+def test_a_conversation_without_messages_or_an_image_to_a_text_model_is_the_clients_400():
+    for path in ("/v1/chat/completions", "/v1/messages"):
+        for body in (b"[[1]]", b'{"a": {"a": 1}}', b'{"messages": "hi"}', b'{"messages": []}'):
+            refused = body_refusal(body, path)
+            assert refused is not None and refused.status == 400, (path, body)
+            assert "'messages' is required" in refused.message
+    assert body_refusal(b'{"prompt": "hi"}', "/v1/completions") is None
+    image = _chat_with_image("data:image/png;base64,iVBORw0KGgo=")
+    assert body_refusal(image, "/v1/chat/completions") is None
+    refused = body_refusal(image, "/v1/chat/completions", images=False)
+    assert refused is not None and refused.status == 400 and "takes no images" in refused.message
+    anthropic = {"messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "data": "iVBO"}}]}]}  # fmt: skip
+    text_only = body_refusal(json.dumps(anthropic).encode(), "/v1/messages", images=False)
+    assert text_only is not None and text_only.status == 400
+
+
 def _raw_post(port: int, head: bytes, body: bytes = b"") -> bytes:
     """A request written on a socket as a client would, and what the front answers at once."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
