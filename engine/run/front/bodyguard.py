@@ -73,37 +73,34 @@ def body_refusal(body: bytes, path: str = "", *, images: bool = True) -> Refusal
     return None
 
 
+def _objects(doc: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in ``doc``, however deep (iteratively: the depth is the client's)."""
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            yield item
+            stack.extend(v for v in item.values() if isinstance(v, list | dict))
+
+
 def _image_urls(doc: Any) -> Iterator[str]:
     """Every image URL the body names, in any of the APIs' shapes (chat ``image_url``,
     Responses ``input_image``, Anthropic ``source.url``)."""
-    stack = [doc]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            image = item.get("image_url")
-            if isinstance(image, dict):
-                image = image.get("url")
-            if isinstance(image, str):
-                yield image
-            source = item.get("source")
-            if isinstance(source, dict) and isinstance(source.get("url"), str):
-                yield source["url"]
-            stack.extend(v for v in item.values() if isinstance(v, list | dict))
+    for item in _objects(doc):
+        image = item.get("image_url")
+        if isinstance(image, dict):
+            image = image.get("url")
+        if isinstance(image, str):
+            yield image
+        source = item.get("source")
+        if isinstance(source, dict) and isinstance(source.get("url"), str):
+            yield source["url"]
 
 
 def _has_image(doc: Any) -> bool:
-    stack = [doc]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            if item.get("type") in IMAGE_PART_TYPES:
-                return True
-            stack.extend(v for v in item.values() if isinstance(v, list | dict))
-    return False
+    return any(item.get("type") in IMAGE_PART_TYPES for item in _objects(doc))
 
 
 def _local_url(url: str) -> str | None:
