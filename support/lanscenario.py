@@ -59,6 +59,7 @@ def _use_of(name: str) -> dict[str, Any] | None:
 def run(host: str, find_from: str | None) -> dict[str, Any]:
     paths = resolve_paths()
     config.set_setting(paths, "server.allowed_origins", ALLOWED_ORIGIN)
+    config.set_setting(paths, "server.mdns_name", "lucebox")  # inside the test's namespace
     _, phone = add_key(paths, "phone", "chat")
     seen: dict[str, Any] = {}
     argv = ["serve", "--model", str(smol_model()), "--ctx", "2048", "--host", host]

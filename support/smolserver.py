@@ -27,5 +27,8 @@ def private_engine_home(folder: Path) -> Path:
 
 def no_calibration(home: Path) -> None:
     """A test home serves as planned: no speculation calibration restarts a server mid-test
-    (the calibration's own tests turn it on)."""
-    config.set_setting(resolve_paths({"LUCEBOX_HOME": str(home)}), "spec.calibrate_idle_s", "0")
+    (the calibration's own tests turn it on), and a server off loopback announces nothing on
+    the real network (the LAN tests announce inside a network namespace of their own)."""
+    paths = resolve_paths({"LUCEBOX_HOME": str(home)})
+    config.set_setting(paths, "spec.calibrate_idle_s", "0")
+    config.set_setting(paths, "server.mdns_name", "")
