@@ -100,7 +100,9 @@ def _image_urls(doc: Any) -> Iterator[str]:
 
 
 def _has_image(doc: Any) -> bool:
-    return any(item.get("type") in IMAGE_PART_TYPES for item in _objects(doc))
+    # A tool's JSON schema writes "type" as a list or an object too: only a name is a part's.
+    kinds = (item.get("type") for item in _objects(doc))
+    return any(isinstance(kind, str) and kind in IMAGE_PART_TYPES for kind in kinds)
 
 
 def _local_url(url: str) -> str | None:

@@ -210,6 +210,13 @@ class Front:
             return
         try:
             await self._answer_admitted(ex, request, body, method, target, path, headers)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # A body shape no rule foresaw: the client hears it as an error, and the front
+            # keeps serving (a dropped connection tells it nothing).
+            if ex.started:
+                raise
+            self.counters.answered[500] += 1
+            await ex.error(500, f"lucebox's front could not handle this request: {exc!r}")
         finally:
             self.key_use.count(caller.key_name, ex.reply.tokens)
 

@@ -71,6 +71,12 @@ def test_a_conversation_without_messages_or_an_image_to_a_text_model_is_the_clie
         {"type": "image", "source": {"type": "base64", "data": "iVBO"}}]}]}  # fmt: skip
     text_only = body_refusal(json.dumps(anthropic).encode(), "/v1/messages", images=False)
     assert text_only is not None and text_only.status == 400
+    # Codex's tools write JSON-schema types as lists and objects: not image parts.
+    schema = {"type": "object", "properties": {"a": {"type": ["string", "null"]}, "b": {
+        "type": {"nested": 1}}}}  # fmt: skip
+    codex = {"input": [{"type": "message", "role": "user", "content": "hi"}],
+             "tools": [{"type": "function", "name": "shell", "parameters": schema}]}  # fmt: skip
+    assert body_refusal(json.dumps(codex).encode(), "/v1/responses", images=False) is None
 
 
 def _raw_post(port: int, head: bytes, body: bytes = b"") -> bytes:
