@@ -29,18 +29,9 @@ from typing import Any
 
 import httpx
 
-from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.core.units import GIB
-from lucebox.engine.engines import registry
-from lucebox.engine.plan.launch import ServerLaunch
-from lucebox.engine.plan.memory.memory import Plan
-from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.calibrate.probing import WARM_UP, ask
-from lucebox.engine.run.runsetup import RunFacts
-from lucebox.engine.run.serverrun import ServerRun
-from lucebox.engine.run.supervisor import Supervisor
+from support.agentrun import Served, agent_launch
 from support.ggufgen import cached_gguf, qwen35_target, widen
-from support.ports import free_port
 from support.realmodels import engine_home, smol_model
 
 CTX = 8192
@@ -58,48 +49,6 @@ def model_path(name: str) -> Path:
     if name == "smollm2":
         return smol_model()
     return cached_gguf(widen(qwen35_target(mtp=False, n_ctx=32768), HYBRID_WIDTH))
-
-
-def launch_for(model: Path, slots: Path) -> ServerLaunch:
-    paths = resolve_paths({"LUCEBOX_HOME": str(engine_home())})
-    llama = next(e for e in registry.list_engines(paths) if e.kind == "llama-server")
-    plan = Plan(True, CTX, "f16", "f16", 0, 0, 1, MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB), None)
-    return ServerLaunch(
-        llama.server_path,
-        str(model),
-        plan,
-        "agent",
-        port=free_port(),
-        engine_port=free_port(),
-        slot_save_path=str(slots),
-    )
-
-
-class Served:
-    """One run of the launch in this process."""
-
-    def __init__(self, launch: ServerLaunch, home: Path, log: Path) -> None:
-        supervisor = Supervisor(launch, log, ready_timeout_s=120)
-        paths = resolve_paths({"LUCEBOX_HOME": str(home)})
-        self.run = ServerRun(paths, supervisor, RunFacts(model="agent", gpu_index=0))
-        self.task = asyncio.create_task(self._consume())
-
-    async def _consume(self) -> None:
-        async for _ in self.run.events():
-            pass
-
-    async def ready(self, not_pid: int | None = None) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            status = self.run.status
-            if status.state == "ready" and status.engine_pid not in (None, not_pid):
-                return
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"the run was not ready: {status}")
-
-    async def stop(self) -> None:
-        self.run.stop()
-        await asyncio.wait_for(self.task, 60)
 
 
 async def turn(
@@ -127,7 +76,7 @@ async def turn(
 async def measure(name: str, folder: Path) -> dict[str, Any]:
     slots = folder / "slots"
     slots.mkdir()
-    launch = launch_for(model_path(name), slots)
+    launch = agent_launch(engine_home(), model_path(name), slots, CTX)
     home, log = folder / "home", folder / "engine.log"
     messages = [{"role": "system", "content": "You are a coding agent. " + NOTE * REPEATS[name]}]
     found: dict[str, Any] = {}

@@ -11,7 +11,6 @@ differ from those generated).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,19 +18,12 @@ import httpx
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.core.units import GIB
 from lucebox.engine.engines import registry
-from lucebox.engine.plan.launch import ServerLaunch
-from lucebox.engine.plan.memory.memory import Plan
-from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.calibrate.probing import WARM_UP, ask
-from lucebox.engine.run.runsetup import RunFacts
-from lucebox.engine.run.serverrun import ServerRun
 from lucebox.engine.run.slots import SlotKey, build_of, restore_slot, save_slot
-from lucebox.engine.run.supervisor import Supervisor
+from support.agentrun import Served, agent_launch
 from support.engineserver import running_server
 from support.ggufgen import cached_gguf, qwen35_target
-from support.ports import free_port
 from support.realmodels import smol_model
 
 pytestmark = pytest.mark.slow
@@ -45,47 +37,6 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
 }
 WARM_TOKENS = 300
 """A warm turn reads its new user message and the reply sent back; a cold one all ~3,000."""
-
-
-def launch_for(home: Path, model: Path, slots: Path) -> ServerLaunch:
-    paths = resolve_paths({"LUCEBOX_HOME": str(home)})
-    llama = next(e for e in registry.list_engines(paths) if e.kind == "llama-server")
-    plan = Plan(True, CTX, "f16", "f16", 0, 0, 1, MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB), None)
-    return ServerLaunch(
-        llama.server_path,
-        str(model),
-        plan,
-        "agent",
-        port=free_port(),
-        engine_port=free_port(),
-        slot_save_path=str(slots),
-    )
-
-
-class Served:
-    """One run of the launch in this process, its events consumed until it stops."""
-
-    def __init__(self, launch: ServerLaunch, home: Path, log: Path) -> None:
-        paths = resolve_paths({"LUCEBOX_HOME": str(home)})
-        supervisor = Supervisor(launch, log, ready_timeout_s=120)
-        self.run = ServerRun(paths, supervisor, RunFacts(model="agent", gpu_index=0))
-        self.task = asyncio.create_task(self._consume())
-
-    async def _consume(self) -> None:
-        async for _ in self.run.events():
-            pass
-
-    async def ready(self, not_pid: int | None = None) -> None:
-        for _ in range(600):
-            status = self.run.status
-            if status.state == "ready" and status.engine_pid not in (None, not_pid):
-                return  # the front holds requests until the slot is restored
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"not ready: {self.run.status}")
-
-    async def stop(self) -> None:
-        self.run.stop()
-        await asyncio.wait_for(self.task, 60)
 
 
 async def turn(url: str, messages: list[dict[str, str]], question: str) -> dict[str, int]:
@@ -106,7 +57,7 @@ async def test_the_turn_after_a_restart_and_after_a_probe_is_read_from_the_saved
     built_engine_home, tmp_path, name
 ):
     make_model, repeats = MODELS[name]
-    launch = launch_for(built_engine_home, make_model(), tmp_path / "slots")
+    launch = agent_launch(built_engine_home, make_model(), tmp_path / "slots", CTX)
     (tmp_path / "slots").mkdir()
     home, log = tmp_path / "home", tmp_path / "engine.log"
     messages = [{"role": "system", "content": "You are a coding agent. " + NOTE * repeats}]

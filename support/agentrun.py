@@ -1,0 +1,65 @@
+"""One agent-profile llama-server run in this process, for the conversation test and bench:
+the launch (the built CPU engine, a fixed plan, a slot folder) and the run behind the front,
+its events consumed until it stops."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.units import GIB
+from lucebox.engine.engines import registry
+from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.plan.memory.memory import Plan
+from lucebox.engine.plan.memory.sizes import MemoryBytes
+from lucebox.engine.run.runsetup import RunFacts
+from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervisor import Supervisor
+from support.ports import free_port
+
+READY_S = 120.0
+
+
+def agent_launch(engine_home: Path, model: Path, slots: Path, ctx: int) -> ServerLaunch:
+    """The agent profile of ``model`` on the llama-server built in ``engine_home``."""
+    paths = resolve_paths({"LUCEBOX_HOME": str(engine_home)})
+    llama = next(e for e in registry.list_engines(paths) if e.kind == "llama-server")
+    plan = Plan(True, ctx, "f16", "f16", 0, 0, 1, MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB), None)
+    return ServerLaunch(
+        llama.server_path,
+        str(model),
+        plan,
+        "agent",
+        port=free_port(),
+        engine_port=free_port(),
+        slot_save_path=str(slots),
+    )
+
+
+class Served:
+    """One run of the launch in this process, its events consumed until it stops."""
+
+    def __init__(self, launch: ServerLaunch, home: Path, log: Path) -> None:
+        paths = resolve_paths({"LUCEBOX_HOME": str(home)})
+        supervisor = Supervisor(launch, log, ready_timeout_s=READY_S)
+        self.run = ServerRun(paths, supervisor, RunFacts(model="agent", gpu_index=0))
+        self.task = asyncio.create_task(self._consume())
+
+    async def _consume(self) -> None:
+        async for _ in self.run.events():
+            pass
+
+    async def ready(self, not_pid: int | None = None) -> None:
+        """Until a new engine (not ``not_pid``) serves: the front holds requests until the
+        slot is restored."""
+        for _ in range(int(READY_S / 0.1)):
+            status = self.run.status
+            if status.state == "ready" and status.engine_pid not in (None, not_pid):
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"the run was not ready: {self.run.status}")
+
+    async def stop(self) -> None:
+        self.run.stop()
+        await asyncio.wait_for(self.task, 60)
