@@ -9,10 +9,17 @@ length. The engine with the fewer seconds over the mix serves; the Lucebox engin
 more than ``ENGINE_TIE_MARGIN``, ties go to llama-server (it serves every model and has the
 larger ecosystem). Before both were measured the fixed rule (plan/enginechoice.py) is the prior.
 
-The verdict is kept in the measurement store's ``engines`` section per launch (the files, the card,
-the context), with the mix it was weighed by: a re-measure comes only when the served mix moves
-``MIX_SHIFT`` away from that one (plan/speculation/workload.py), which keeps the choice from
-flapping.
+Two runs of one launch can differ by more than the margin (warm-up, clocks), so a verdict knows
+its spread: where the two engines come closer than ``UNSURE_GAP`` after one run each, both run
+the probes again, and again (up to ``MAX_RUNS``) while they stay within their run-to-run spread;
+the Lucebox engine then serves only when it wins by more than the margin and the spread. Each
+figure is shown with its spread.
+
+The verdict is kept in the measurement store's ``engines`` section per launch (the files, the
+card, the context) and per sampling (greedy and sampled replies run differently,
+plan/samplingdefaults.py), with the mix it was weighed by: a re-measure comes only when the
+served mix moves ``MIX_SHIFT`` away from that one (plan/speculation/workload.py), which keeps
+the choice from flapping.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from typing import Any
 
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.kindname import KIND_TEXT, KindName
+from lucebox.engine.plan import samplingdefaults
 from lucebox.engine.plan.speculation import measurements
-from lucebox.engine.plan.speculation.measurements import TrialRate
+from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate
 from lucebox.engine.plan.speculation.workload import (
     ProbeShape,
     RateCurve,
@@ -37,6 +45,11 @@ ENGINE_TIE_MARGIN = 0.05
 """The Lucebox engine serves only when the mix takes this share less time on it: two runs of
 one launch differ by 1-2% (the calibration's 3% margin), and a switch costs a restart and
 gives up llama-server's wider support, so a near tie stays with llama-server."""
+UNSURE_GAP = 0.15
+"""After one run each, engines closer than this are measured again: two default launches of
+one model on one card have differed by more than the margin."""
+MAX_RUNS = 3
+"""Runs of the probe set per engine at most: each is a restart and minutes of probes."""
 ENGINE_KINDS: tuple[KindName, ...] = ("llama-server", "lucebox")
 SECTION = "engines"
 
@@ -49,26 +62,31 @@ class EngineCost:
     request_s: float
     decode_tok_s: float
     ttft_s: float
+    spread: float = 0.0
+    """The runs' request seconds, highest less lowest over their mean (0 with one run)."""
+    runs: int = 1
 
     def text(self) -> str:
+        spread = f", ±{self.spread / 2:.0%} over {self.runs} runs" if self.runs > 1 else ""
         return (
             f"{KIND_TEXT[self.kind]} {self.request_s:.2f} s a request "
-            f"(decode {self.decode_tok_s:.0f} tok/s, first token {self.ttft_s:.2f} s)"
+            f"(decode {self.decode_tok_s:.0f} tok/s, first token {self.ttft_s:.2f} s{spread})"
         )
 
 
-def _curves(trial: TrialRate) -> tuple[RateCurve, RateCurve]:
-    """Decode and prompt-reading rates of ``trial`` by prompt length."""
-    decode = trial.shapes()
+def _curves(trial: TrialRate, probes: Sequence[ProbeRate]) -> tuple[RateCurve, RateCurve]:
+    """Decode and prompt-reading rates of one run (``probes``) of ``trial`` by prompt length."""
+    run = replace(trial, probes=tuple(probes), repeats=())
+    decode = run.shapes()
     read = tuple(
         ProbeShape(p.name, p.prompt_tokens, p.tokens, p.prompt_tokens / p.prefill_s, p.asked)
-        for p in trial.probes
+        for p in probes
         if p.prefill_s > 0 and p.prompt_tokens > 0
     )
     read_tokens = sum(p.prompt_tokens for p in read)
     read_s = sum(p.prompt_tokens / p.tok_s for p in read if p.tok_s > 0)
     overall = read_tokens / read_s if read_s > 0 else 0.0
-    return RateCurve.of(decode, trial.tok_s), RateCurve.of(read, overall)
+    return RateCurve.of(decode, run.tok_s), RateCurve.of(read, overall)
 
 
 def probe_requests(trial: TrialRate) -> tuple[ServedRequest, ...]:
@@ -77,8 +95,29 @@ def probe_requests(trial: TrialRate) -> tuple[ServedRequest, ...]:
 
 
 def cost(kind: KindName, trial: TrialRate, requests: Sequence[ServedRequest]) -> EngineCost:
-    """Seconds ``requests`` take on ``kind`` as measured by ``trial``, per request."""
-    decode, read = _curves(trial)
+    """Seconds ``requests`` take on ``kind`` as measured by ``trial``, per request: the mean
+    over its runs, with their spread."""
+    each = [_run_cost(kind, trial, run, requests) for run in trial.runs()]
+    count = len(each)
+    request_s = sum(c.request_s for c in each) / count
+    spread = (max(c.request_s for c in each) - min(c.request_s for c in each)) / request_s
+    return EngineCost(
+        kind,
+        request_s,
+        sum(c.decode_tok_s for c in each) / count,
+        sum(c.ttft_s for c in each) / count,
+        spread if count > 1 and request_s > 0 else 0.0,
+        count,
+    )
+
+
+def _run_cost(
+    kind: KindName,
+    trial: TrialRate,
+    probes: Sequence[ProbeRate],
+    requests: Sequence[ServedRequest],
+) -> EngineCost:
+    decode, read = _curves(trial, probes)
     ttft = decode_s = tokens = 0.0
     for request in requests:
         read_tok_s = read.tok_s_at(request.prompt_tokens)
@@ -177,22 +216,55 @@ def verdict(
     if requests:
         over += f" ({mix_text(served_mix(requests, llama.shapes(), by_requests=True))})"
     text = f"measured on this card over {over}: {costs[0].text()}; {costs[1].text()}"
-    faster = costs[1].request_s < costs[0].request_s * (1 - ENGINE_TIE_MARGIN)
+    margin = _margin(costs)
+    faster = costs[1].request_s < costs[0].request_s * (1 - margin)
     if faster:
         return "lucebox", f"the Lucebox engine is faster, {text}", costs
     tie = costs[1].request_s < costs[0].request_s
-    lead = (
-        f"llama-server: within the {ENGINE_TIE_MARGIN:.0%} tie margin"
-        if tie
-        else "llama-server is faster"
-    )
+    within = "tie margin" if margin == ENGINE_TIE_MARGIN else "runs' spread"
+    lead = f"llama-server: within the {margin:.0%} {within}" if tie else "llama-server is faster"
     return "llama-server", f"{lead}, {text}", costs
 
 
+def _margin(costs: Sequence[EngineCost]) -> float:
+    """How much less time the Lucebox engine must take to serve: the tie margin, or the runs'
+    spread where that is wider."""
+    return max(ENGINE_TIE_MARGIN, *(c.spread for c in costs))
+
+
+def needs_another_run(costs: Sequence[EngineCost]) -> bool:
+    """Whether both engines run the probes again before the verdict stands: they are closer
+    than ``UNSURE_GAP`` after one run each, or than their spread after more, and neither has
+    run ``MAX_RUNS`` times."""
+    if len(costs) < 2 or min(c.runs for c in costs) >= MAX_RUNS:
+        return False
+    fast, slow = sorted(c.request_s for c in costs[:2])
+    if slow <= 0:
+        return False
+    gap = 1 - fast / slow
+    if min(c.runs for c in costs) < 2:
+        return gap < UNSURE_GAP
+    return gap < _margin(costs)
+
+
 def launch_key(key: measurements.MeasurementKey) -> str:
-    """The store's key for a launch both engines serve: the files, the card and the context of
-    the speculation key, less the build and the KV type (each engine plans its own)."""
-    return " | ".join([key.model, key.draft or "-", key.card, str(key.ctx)])
+    """The store's key for a launch both engines serve: the files, the card, the context and
+    the sampling of the speculation key, less the build and the KV type (each engine plans its
+    own)."""
+    return at_sampling(
+        " | ".join([key.model, key.draft or "-", key.card, str(key.ctx)]), key.sampling
+    )
+
+
+_LAUNCH_PARTS = 4
+"""The parts of a launch key before its sampling."""
+
+
+def at_sampling(key: str, sampling: str) -> str:
+    """``key`` for replies at ``sampling``: greedy keys read as before sampling was kept."""
+    parts = key.split(" | ")[:_LAUNCH_PARTS]
+    greedy = sampling == samplingdefaults.GREEDY
+    return " | ".join(parts if greedy else [*parts, sampling])
 
 
 def read_engines(paths: Paths, key: str) -> EngineMeasurement | None:

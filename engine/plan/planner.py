@@ -185,7 +185,8 @@ def _plan_on_budget(
     target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
     llama_plan = make_plan(request) if resolved.ctx and resolved.engine_mode == "auto" else None
-    engines_key = _engines_key(paths, target, draft, engine, budget, request)
+    sampled_at = options.measured_at or _sampling_label(preset, target)
+    engines_key = _engines_key(paths, target, draft, engine, budget, request, sampled_at)
     measured = engineverdict.read_engines(paths, engines_key) if engines_key else None
     choice = luceboxroute.choose(
         resolved,
@@ -425,11 +426,13 @@ def _engines_key(
     engine: EngineView,
     budget: GpuBudget,
     request: PlanRequest,
+    sampled_at: str,
 ) -> str | None:
-    """The store's key for the engines' verdict on this launch: the files, the card and the
-    context llama-server plans (not the build: a verdict outlives a rebuild of either)."""
+    """The store's key for the engines' verdict on this launch: the files, the card, the
+    context llama-server plans and the sampling its requests get (not the build: a verdict
+    outlives a rebuild of either)."""
     key = _measurement_key(paths, target, draft, engine, budget, make_plan(request))
-    return engineverdict.launch_key(key) if key is not None else None
+    return engineverdict.launch_key(replace(key, sampling=sampled_at)) if key else None
 
 
 def _refusal(target: ModelFile, memory: Plan) -> GuardRefusal | None:

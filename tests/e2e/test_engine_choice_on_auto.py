@@ -149,10 +149,10 @@ async def test_serve_on_auto_measures_both_engines_and_serves_the_faster(
         assert shown.engine.to_json()["kind"] == faster
         assert shown.engine.chosen_by == "measured"
         # Measured where clients wait: within 10% of what they waited for the first token
-        # (and of the 3 ms a client here spends connecting and parsing).
+        # (and of the 5 ms a client here may spend connecting and parsing on a busy machine).
         assert shown.sample is not None and shown.sample.ttft_s is not None
         client_s = sum(waits) / len(waits)
-        near = max(0.1 * client_s, 0.003)
+        near = max(0.1 * client_s, 0.005)
         assert abs(shown.sample.ttft_s - client_s) <= near, (shown.sample.ttft_s, waits)
     finally:
         run.stop()

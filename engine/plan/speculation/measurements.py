@@ -151,6 +151,17 @@ class TrialRate:
     p_min: float | None
     probes: tuple[ProbeRate, ...]
     at: float
+    repeats: tuple[tuple[ProbeRate, ...], ...] = ()
+    """The probe set's earlier runs of this configuration, kept where a verdict needed its
+    run-to-run spread (plan/engineverdict.py)."""
+
+    def runs(self) -> tuple[tuple[ProbeRate, ...], ...]:
+        """Every run of the probe set, the latest first."""
+        return (self.probes, *self.repeats)
+
+    def with_run(self, later: TrialRate) -> TrialRate:
+        """This configuration with ``later``'s run added (the latest first)."""
+        return replace(later, repeats=self.runs())
 
     @property
     def tokens(self) -> int:
@@ -192,6 +203,11 @@ class TrialRate:
             "tok_s": round(self.tok_s, 2),
             "probes": [vars(p) for p in self.probes],
             "at": self.at,
+            **(
+                {"repeats": [[vars(p) for p in run] for run in self.repeats]}
+                if self.repeats
+                else {}
+            ),
         }
 
     @classmethod
@@ -200,6 +216,9 @@ class TrialRate:
             return None
         try:
             probes = tuple(ProbeRate.from_json(p) for p in data.get("probes") or [])
+            repeats = tuple(
+                tuple(ProbeRate.from_json(p) for p in run) for run in data.get("repeats") or []
+            )
             return cls(
                 data["label"],
                 data.get("spec_type"),
@@ -207,6 +226,7 @@ class TrialRate:
                 data.get("p_min"),
                 probes,
                 float(data.get("at") or 0.0),
+                repeats,
             )
         except (TypeError, AttributeError):
             return None

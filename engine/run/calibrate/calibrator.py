@@ -44,6 +44,7 @@ from lucebox.engine.run.calibrate.probing import (
     ask,
     restart_into,
     served_besides,
+    served_sampling,
 )
 from lucebox.engine.run.sample import SpecStatus
 
@@ -153,11 +154,11 @@ class Calibrator(ProbeSender[Trial]):
     def _follow_mix(self, server: MeasuredRun) -> None:
         """Measure at the sampling the front's requests got (greedy, or the mix's typical
         temperature): the probes send it and the rates go to that sampling's entry."""
-        if server.front is None:
+        served = served_sampling(server)
+        if served is None or server.front is None:
             return
         self.mix = server.front.sampling
-        fields = self.mix.probe_fields()
-        at = samplingdefaults.label(float(fields["temperature"]))
+        fields, at = served
         self.probe_sampling = fields
         if at != self.setup.key.sampling:
             self.setup = replace(self.setup, key=replace(self.setup.key, sampling=at))

@@ -4,8 +4,11 @@ goes, then the faster for the served mix serves (plan/engineverdict.py): one swi
 at an idle moment, through the one planner.
 
 It watches the served requests as the speculation calibration does: once their mix has moved
-``MIX_SHIFT`` from the one the verdict was weighed by, both engines are due again and the
-verdict may flip back. A forced ``--engine`` is measured against the other and kept.
+``MIX_SHIFT`` from the one the verdict was weighed by, or their sampling from the one measured at
+(the probes send the served mix's sampling, and verdicts are stored by it), both engines are due
+again and the verdict may flip back. Where the two come close, both run the probes again before
+the verdict stands (``engineverdict.needs_another_run``). A forced ``--engine`` is measured
+against the other and kept.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import httpx
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
-from lucebox.engine.plan import engineverdict
+from lucebox.engine.plan import engineverdict, samplingdefaults
 from lucebox.engine.plan.engineverdict import EngineCost, EngineMeasurement
 from lucebox.engine.plan.speculation.measurements import TrialRate
 from lucebox.engine.plan.speculation.workload import (
@@ -39,11 +42,13 @@ from lucebox.engine.run.calibrate.probing import (
     ProbeSender,
     ask,
     restart_into,
+    served_sampling,
 )
 
 if TYPE_CHECKING:
     from lucebox.engine.plan.launch import ServerLaunch
     from lucebox.engine.plan.speculation.specguard import SpecGuard
+    from lucebox.engine.run.front.samplingmix import SamplingMix
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,8 @@ class EngineCalibrator(ProbeSender[KindName]):
         self.served: tuple[ServedRequest, ...] = ()
         """The latest requests the clients were served, for the mix."""
         self._dropped: set[KindName] = set()
+        self._again: set[KindName] = set()
+        """Engines due another run of the probes: the verdict was too close to stand."""
 
     @property
     def complete(self) -> bool:
@@ -97,6 +104,10 @@ class EngineCalibrator(ProbeSender[KindName]):
         """Requests the clients were served: the next verdict weighs them, and once their mix
         moved from the one the verdict was weighed by, both engines are due again."""
         if self.setup.forced or not requests:
+            return
+        if self.state == "done" and self._sampling_moved():
+            self.served, self.state = (), "waiting"
+            self._due.set()
             return
         self.served = (*self.served, *requests)[-MIX_REQUESTS:]
         base = self._base()
@@ -114,9 +125,35 @@ class EngineCalibrator(ProbeSender[KindName]):
         self._due.set()
 
     def _todo(self, server: MeasuredRun) -> Sequence[KindName]:
+        self._follow_sampling(server)
         running = server.supervisor.launch.kind
-        todo = [k for k in self.measurement.unmeasured() if k not in self._dropped]
+        due = {*self.measurement.unmeasured(), *self._again}
+        todo = [k for k in engineverdict.ENGINE_KINDS if k in due and k not in self._dropped]
         return sorted(todo, key=lambda k: k != running)
+
+    def _follow_sampling(self, server: MeasuredRun) -> None:
+        """Probe at the sampling the front's requests got; its verdict is stored apart."""
+        served = served_sampling(server)
+        if served is None or server.front is None:
+            return
+        self.mix = server.front.sampling
+        fields, at = served
+        self.probe_sampling = fields
+        key = engineverdict.at_sampling(self.setup.key, at)
+        if key != self.setup.key:
+            self.setup = replace(self.setup, key=key)
+            self.measurement = engineverdict.read_engines(self.paths, key) or EngineMeasurement(key)
+            self._again.clear()
+
+    mix: SamplingMix | None = None
+    """The front's record of the sampling its requests got (live)."""
+
+    def _sampling_moved(self) -> bool:
+        """The served requests' sampling is no longer the one the verdict was measured at."""
+        if self.mix is None:
+            return False
+        at = samplingdefaults.label(float(self.mix.probe_fields()["temperature"]))
+        return engineverdict.at_sampling(self.setup.key, at) != self.setup.key
 
     async def _measure_one(
         self, client: httpx.AsyncClient, server: MeasuredRun, kind: KindName
@@ -125,12 +162,17 @@ class EngineCalibrator(ProbeSender[KindName]):
         trial = await self._measure(client, server, kind)
         if trial is None:
             return kind in self._dropped  # dropped: it could not start
-        self._keep(self.measurement.with_trial(kind, trial))
+        earlier = self.measurement.trial(kind) if kind in self._again else None
+        self._again.discard(kind)
+        self._keep(self.measurement.with_trial(kind, earlier.with_run(trial) if earlier else trial))
         return True
 
     async def _calibrate(self, server: MeasuredRun) -> None:
         serving = server.supervisor.launch.kind
         await self._measure_all(server)
+        while not self._dropped and self._too_close():
+            self._again = set(engineverdict.ENGINE_KINDS)
+            await self._measure_all(server)
         self.kind = None
         weighed = self.served if len(self.served) >= MIN_MIX_REQUESTS else ()
         if not self._dropped:
@@ -150,6 +192,12 @@ class EngineCalibrator(ProbeSender[KindName]):
         launch, reason = final
         self.switches += int(launch.kind != serving)
         server.serve_measured(launch, reason, self.setup.guard_for(launch))
+
+    def _too_close(self) -> bool:
+        """Whether the engines' costs over the mix are too close for one more run to be spared."""
+        weighed = self.served if len(self.served) >= MIN_MIX_REQUESTS else ()
+        _, _, costs = engineverdict.verdict(self.measurement, weighed)
+        return engineverdict.needs_another_run(costs)
 
     def _base(self) -> TrialRate | None:
         """llama-server's trial, whose probe shapes the served requests are matched to."""

@@ -16,6 +16,7 @@ import httpx
 
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
+from lucebox.engine.plan import samplingdefaults
 from lucebox.engine.plan.speculation.measurements import ProbeRate
 from lucebox.engine.run.calibrate import calibration
 from lucebox.engine.run.calibrate.probes import PROBES, Probe
@@ -244,6 +245,15 @@ class ProbeSender(Generic[_Item]):
             elif time.monotonic() - self._last_client_s >= self.pace.idle_s:
                 return
             await asyncio.sleep(POLL_S)
+
+
+def served_sampling(server: MeasuredRun) -> tuple[dict[str, Any], str] | None:
+    """The sampling fields of the front's served mix (its typical temperature, or greedy) and
+    the label its measurements are stored under; None for an engine serving its own address."""
+    if server.front is None:
+        return None
+    fields = server.front.sampling.probe_fields()
+    return fields, samplingdefaults.label(float(fields["temperature"]))
 
 
 class _ClientCameError(Exception):

@@ -64,6 +64,47 @@ def test_a_near_tie_goes_to_llama_server():
     assert kind == "llama-server" and why.startswith("llama-server: within the 5% tie margin")
 
 
+def test_a_close_verdict_runs_again_and_a_switch_needs_to_clear_the_runs_spread():
+    # One run each, 8% apart: closer than a single run can tell, so both run again.
+    luce = engine_rate("lucebox ddtree", 300.0 / 0.92, 8000.0)
+    one = BOTH.with_trial("lucebox", luce)
+    assert engineverdict.needs_another_run(verdict(one, DECODE)[2])
+    # Far apart after one run: the verdict stands.
+    assert not engineverdict.needs_another_run(verdict(BOTH, DECODE)[2])
+    # Second runs: llama-server's wider apart than the gap (315 then 285 tok/s).
+    llama = engine_rate("l", 315.0, 8000.0).with_run(engine_rate("l", 285.0, 8000.0))
+    luce2 = luce.with_run(engine_rate("lucebox ddtree", 300.0 / 0.92, 8000.0))
+    two = one.with_trial("llama-server", llama).with_trial("lucebox", luce2)
+    kind, why, costs = verdict(two, DECODE)
+    assert costs[0].runs == 2 and costs[0].spread == pytest.approx(0.10, abs=0.01)
+    assert costs[1].spread == 0.0 and costs[1].request_s < costs[0].request_s
+    assert kind == "llama-server" and "within the 10% runs' spread" in why
+    assert "±5% over 2 runs" in why
+    assert engineverdict.needs_another_run(costs)
+    # A third run each: no more, whatever the gap.
+    three = two.with_trial("llama-server", llama.with_run(LLAMA)).with_trial(
+        "lucebox", luce2.with_run(luce)
+    )
+    assert not engineverdict.needs_another_run(verdict(three, DECODE)[2])
+
+
+def test_runs_are_kept_in_the_store_and_verdicts_by_sampling(tmp_path: Path):
+    trial = LLAMA.with_run(engine_rate("llama-server ngram-mod", 270.0, 8000.0))
+    assert TrialRate.from_json(json.loads(json.dumps(trial.to_json()))) == trial
+    assert TrialRate.from_json(LLAMA.to_json()) == LLAMA
+    base = "m.gguf | - | H100 | 4096"
+    assert engineverdict.at_sampling(base, "greedy") == base
+    sampled = engineverdict.at_sampling(base, "t0.7")
+    assert sampled == f"{base} | t0.7" and engineverdict.at_sampling(sampled, "t0.6").endswith(
+        "| 4096 | t0.6"
+    )
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    engineverdict.write_engines(paths, EngineMeasurement(sampled, chosen="lucebox"))
+    assert engineverdict.read_engines(paths, base) is None
+    found = engineverdict.read_engines(paths, sampled)
+    assert found is not None and found.chosen == "lucebox"
+
+
 def facts(**changed) -> EngineFacts:
     base = {
         "mode": "auto",
