@@ -14,9 +14,12 @@ The construction (``ModelSpec.successors`` = K > 0, ``ModelSpec.active_tokens`` 
   ``FIRST_LOGIT`` for the first successor, ``FIRST_LOGIT - gap`` for the others, ``gap``
   chosen so that the first takes ``FIRST_SHARE`` at ``TEMPERATURE``; every other logit is 0
   (under llama-server's default top-k, top-p and min-p all K successors stay in play).
-- ``agree_share``: the share of slots whose first successor this file keeps. A target keeps
-  all (1.0); its draft, built from the same table (the table's seed is fixed), replaces the
-  first successor of the other slots with an active token outside the target's K.
+- ``agree_share``: the share of slots whose first successor this file's drafts keep. A target
+  keeps all (1.0); a draft model, built from the same table (its seed is fixed), replaces the
+  first successor of the other slots with an active token outside the target's K. In a target
+  with an MTP head the output head keeps the whole table and the share is the head's: its
+  input projection maps each slot to itself, or for the other slots to the slot whose first
+  successor is that other token (the embedding half only; the hidden half is zero).
 
 Greedy decoding then accepts a draft about as often as its share, and sampling at 0.7 accepts
 only where the target happened to sample its first successor (0.7 a position); the sampled
@@ -48,9 +51,11 @@ DRAFT_SEED = 57
 
 @dataclass(frozen=True)
 class BigramTable:
-    """Successor slots per slot (column 0 the first) and the active token id of each slot."""
+    """The output head's successor slots per slot (column 0 the first), the slot whose
+    successors the MTP head's input projection picks for each slot, and the active ids."""
 
     successors: np.ndarray
+    mtp_slots: np.ndarray
     active_ids: np.ndarray
 
     @property
@@ -81,7 +86,13 @@ def table_for(spec: ModelSpec, first_word_id: int, n_vocab: int) -> BigramTable:
         others = np.setdiff1d(np.arange(n_slots), [table[slot, 0]])
         table[slot, 1:] = rng.choice(others, k - 1, replace=False)
     drafted = _with_share(table, spec.agree_share)
-    return BigramTable(drafted, np.arange(first_word_id, first_word_id + n_slots))
+    active_ids = np.arange(first_word_id, first_word_id + n_slots)
+    if not getattr(spec, "nextn_layers", 0):
+        return BigramTable(drafted, np.arange(n_slots), active_ids)
+    # A target with an MTP head keeps the whole table; the head drafts from the slot whose
+    # first successor is the drafted one (the first successors are one cycle: invertible).
+    before = np.argsort(table[:, 0])
+    return BigramTable(table, before[drafted[:, 0]], active_ids)
 
 
 def _with_share(table: np.ndarray, agree_share: float) -> np.ndarray:
@@ -110,6 +121,11 @@ def bigram_tensor(name: str, data: np.ndarray, table: BigramTable) -> np.ndarray
         for column, logit in enumerate([FIRST_LOGIT] + [rest] * (table.successors.shape[1] - 1)):
             rows = table.active_ids[table.successors[:, column]]
             data[rows, slots] = logit / math.sqrt(n_embd)
+    elif name.endswith("nextn.eh_proj.weight"):
+        # Its input is [RMS-normed embedding, normed hidden]: carry the embedding's slot s
+        # (sqrt(n_embd) there) to slot mtp_slots[s] at the embedding's own scale.
+        data = np.zeros_like(data)
+        data[table.mtp_slots, np.arange(table.n_slots)] = BIGRAM_EMBEDDING / math.sqrt(n_embd)
     return data
 
 

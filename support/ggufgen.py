@@ -86,8 +86,9 @@ class ModelSpec:
     active_tokens: int = 48
     """The bigram table's vocabulary (at most ``n_embd`` and the vocabulary's words)."""
     agree_share: float = 1.0
-    """The share of the bigram table's slots whose first successor this file keeps: 1.0 for a
-    target, less for a draft that should disagree with it there."""
+    """The share of the bigram table's slots whose first successor this file's drafts keep:
+    a draft model's own head, or the MTP head of a target that has one (its output head then
+    keeps the whole table); 1.0 for a target, less for a draft that should disagree."""
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""A generated pair with realistic acceptance (``support/bigram.py``) in the real CPU engine:
-llama-server's own counters show the draft accepted as its share says under greedy decoding,
-much less at temperature 0.7, and n-gram lookup accepting almost nothing of the sampled text."""
+"""Generated pairs with realistic acceptance (``support/bigram.py``) in the real CPU engine:
+llama-server's own counters show a draft model, and a hybrid target's MTP head, accepted as
+their share says under greedy decoding, much less at temperature 0.7, and n-gram lookup
+accepting almost nothing of the sampled text."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from support.bigram import DRAFT_SHARE
 from support.engineserver import running_server, spec_args
-from support.ggufgen import cached_gguf, partial_pair
+from support.ggufgen import cached_gguf, partial_pair, qwen35_target
 from tests.conftest import run_lucebox
 
 pytestmark = pytest.mark.slow
@@ -27,10 +29,14 @@ def server_path(built_engine_home: Path) -> Path:
     return Path(path.stdout.strip())
 
 
-def counts(server_path: Path, args: list[str], temperature: float) -> tuple[int, int, int]:
-    """Drafted, accepted and generated tokens over ``SEEDS`` of the pair's target with ``args``."""
+def counts(
+    server_path: Path, args: list[str], temperature: float, target: Path | None = None
+) -> tuple[int, int, int]:
+    """Drafted, accepted and generated tokens over ``SEEDS`` of ``target`` (the pair's by
+    default) served with ``args``."""
     drafted = accepted = generated = 0
-    with running_server(server_path, cached_gguf(partial_pair()[0]), args) as server:
+    target = target or cached_gguf(partial_pair()[0])
+    with running_server(server_path, target, args) as server:
         for seed in SEEDS:
             reply = server.complete(PROMPT, N_PREDICT, temperature=temperature, seed=seed)
             drafted += reply["timings"].get("draft_n", 0)
@@ -39,24 +45,31 @@ def counts(server_path: Path, args: list[str], temperature: float) -> tuple[int,
     return drafted, accepted, generated
 
 
-@functools.cache  # the default share's greedy figure serves two tests
-def acceptance(server_path: Path, agree_share: float, temperature: float) -> float:
-    """Accepted over drafted tokens of the pair's draft model of ``agree_share``."""
-    draft = cached_gguf(partial_pair(agree_share)[1])
-    drafted, accepted, _ = counts(server_path, spec_args("draft-simple", draft), temperature)
+@functools.cache  # the default share's greedy figures serve two tests
+def acceptance(server_path: Path, mode: str, agree_share: float, temperature: float) -> float:
+    """Accepted over drafted tokens: the pair's draft model of ``agree_share``
+    (``draft-simple``), or the MTP head of a hybrid target of that share (``draft-mtp``)."""
+    if mode == "draft-mtp":
+        target = cached_gguf(qwen35_target(successors=4, vocab_size=512, agree_share=agree_share))
+        args = spec_args(mode, draft_max=3)
+    else:
+        target = cached_gguf(partial_pair()[0])
+        args = spec_args(mode, cached_gguf(partial_pair(agree_share)[1]))
+    drafted, accepted, _ = counts(server_path, args, temperature, target)
     assert drafted > 0
     return accepted / drafted
 
 
-def test_sampling_lowers_the_acceptance_of_a_partial_draft(server_path):
-    greedy = acceptance(server_path, 0.95, 0)
-    sampled = acceptance(server_path, 0.95, 0.7)
-    assert greedy >= 0.8
-    assert sampled <= 0.6
+@pytest.mark.parametrize("mode", ["draft-simple", "draft-mtp"])
+def test_sampling_lowers_the_acceptance_of_a_partial_draft(server_path, mode):
+    assert acceptance(server_path, mode, DRAFT_SHARE, 0) >= 0.8
+    assert acceptance(server_path, mode, DRAFT_SHARE, 0.7) <= 0.6
 
 
-def test_the_share_sets_the_greedy_acceptance(server_path):
-    assert acceptance(server_path, 0.6, 0) <= acceptance(server_path, 0.95, 0) - 0.3
+@pytest.mark.parametrize("mode", ["draft-simple", "draft-mtp"])
+def test_the_share_sets_the_greedy_acceptance(server_path, mode):
+    lower = acceptance(server_path, mode, 0.6, 0)
+    assert lower <= acceptance(server_path, mode, DRAFT_SHARE, 0) - 0.3
 
 
 @pytest.mark.parametrize("mode", ["ngram-simple", "ngram-mod"])
