@@ -12,7 +12,10 @@ Random weights, but the target and its draft agree (``agree_token``): the target
 real pair would, and the measured speed-up is the engine's best case on this card.
 The ``partial`` set is the same target as a bigram table (``support/bigram.py``) with qwen3
 draft models for llama-server's ``draft-simple`` that keep its first successor on 0.95 and
-0.6 of the table: greedy acceptance about 0.9 and 0.4, at temperature 0.7 about 0.45 and 0.3.
+0.6 of the table (greedy acceptance about 0.9 and 0.4, at temperature 0.7 about 0.45 and
+0.25), and the target with an MTP head of share 0.95. No Lucebox-format draft: a DFlash
+draft predicts a block from mask tokens and the target's features at every context position,
+and only attention weights built for it could pick out the last token that a bigram needs.
 
 Usage: python3 benchmarks/lucebox_models.py OUT_DIR [all|pair|pflash|partial]  (prints the paths)
 """
@@ -91,6 +94,11 @@ PARTIAL_DRAFTS = {
     "qwen35-tiny-partial-draft60.gguf": draft_model_for(PARTIAL_TARGET, agree_share=0.6),
 }
 """One-layer qwen3 drafts 512 wide (head size 128) with the target's vocabulary."""
+PARTIAL_MTP_TARGET = dataclasses.replace(
+    PARTIAL_TARGET, nextn_layers=1, agree_share=DRAFT_SHARE, name="Qwen3.5 Tiny Bigram MTP"
+)
+"""The bigram target with an MTP head that keeps its first successor on 0.95 of the table
+(``draft-mtp`` on llama-server; the Lucebox engine refuses its block count)."""
 
 PREFILL_DRAFTER = ModelSpec(
     arch="qwen3",
@@ -131,6 +139,7 @@ def main(out_dir: Path, which: str) -> None:
     if which == "partial":
         wanted.append(("qwen35-tiny-partial.gguf", write_qwen35, PARTIAL_TARGET))
         wanted += [(name, write_llama, spec) for name, spec in PARTIAL_DRAFTS.items()]
+        wanted.append(("qwen35-tiny-partial-mtp.gguf", write_qwen35, PARTIAL_MTP_TARGET))
     else:
         wanted.append(("qwen35-tiny.gguf", write_qwen35, TARGET))
     if which in ("pair", "all"):

@@ -4,10 +4,11 @@ speculation mode decode, greedy against temperature 0.7?
 The target is a generated bigram table (``support/bigram.py``): greedy decoding is
 deterministic, temperature 0.7 samples a genuinely random walk that n-gram lookup cannot
 predict, and its qwen3 drafts keep the target's first successor on 0.95 and 0.6 of the table.
-Each mode (none, the two drafts with ``draft-simple``, ``ngram-mod``, and the 0.95 draft with
-``ngram-mod`` in front) serves ``--requests`` completions (a seed each) at each temperature on
-the raw engine; per mode and temperature: drafted and accepted tokens, acceptance, and decode
-speed (the engine's ``predicted_per_second``, median over the requests).
+Each mode (none, the two drafts with ``draft-simple``, the target's 0.95 MTP head with
+``draft-mtp``, ``ngram-mod``, and the 0.95 draft with ``ngram-mod`` in front) serves
+``--requests`` completions (a seed each) at each temperature on the raw engine; per mode and
+temperature: drafted and accepted tokens, acceptance, and decode speed (the engine's
+``predicted_per_second``, median over the requests).
 
     python -m benchmarks.sampled_acceptance [--server PATH] [--models DIR] [--n-predict 128]
         [--requests 3] [--json]
@@ -25,35 +26,46 @@ import json
 import shlex
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.spec_breakeven import server_path
+from support.bigram import DRAFT_SHARE
 from support.engineserver import running_server, spec_args
-from support.ggufgen import cached_gguf, partial_pair
+from support.ggufgen import cached_gguf, partial_pair, qwen35_target
 
 PROMPT = "hello world the model test hello world"
 TEMPERATURES = (0.0, 0.7)
+FILES = (("target", ""), ("high", "-draft"), ("low", "-draft60"), ("mtp", "-mtp"))
+"""The ``partial`` set of benchmarks/lucebox_models.py: each role's file name suffix."""
 
 
-def pair_paths(models: Path | None) -> tuple[Path, Path, Path]:
-    """The target and its 0.95 and 0.6 drafts."""
+def model_paths(models: Path | None) -> dict[str, Path]:
+    """The target, its 0.95 and 0.6 drafts, and the target with a 0.95 MTP head."""
     if models is not None:
-        names = ("qwen35-tiny-partial", "qwen35-tiny-partial-draft", "qwen35-tiny-partial-draft60")
-        return tuple(models / f"{name}.gguf" for name in names)  # type: ignore[return-value]
+        return {role: models / f"qwen35-tiny-partial{suffix}.gguf" for role, suffix in FILES}
     target, high = partial_pair()
-    return cached_gguf(target), cached_gguf(high), cached_gguf(partial_pair(0.6)[1])
-
-
-def modes(high: Path, low: Path) -> dict[str, list[str]]:
-    """Each mode's llama-server flags (both models on the GPU where there is one)."""
-    offload = ["--spec-draft-ngl", "99"]
+    mtp = qwen35_target(successors=target.successors, vocab_size=target.vocab_size)
     return {
-        "none": [],
-        "draft-0.95": [*spec_args("draft-simple", high), *offload],
-        "draft-0.6": [*spec_args("draft-simple", low), *offload],
-        "ngram-mod": spec_args("ngram-mod"),
-        "ngram-mod+draft-0.95": [*spec_args("ngram-mod,draft-simple", high), *offload],
+        "target": cached_gguf(target),
+        "high": cached_gguf(high),
+        "low": cached_gguf(partial_pair(0.6)[1]),
+        "mtp": cached_gguf(replace(mtp, agree_share=DRAFT_SHARE)),
+    }
+
+
+def modes(paths: dict[str, Path]) -> dict[str, tuple[Path, list[str]]]:
+    """Each mode's target and llama-server flags (both models on the GPU where there is one)."""
+    offload = ["--spec-draft-ngl", "99"]
+    target, high = paths["target"], paths["high"]
+    return {
+        "none": (target, []),
+        "draft-0.95": (target, [*spec_args("draft-simple", high), *offload]),
+        "draft-0.6": (target, [*spec_args("draft-simple", paths["low"]), *offload]),
+        "mtp-0.95": (paths["mtp"], spec_args("draft-mtp", draft_max=3)),
+        "ngram-mod": (target, spec_args("ngram-mod")),
+        "ngram-mod+draft-0.95": (target, [*spec_args("ngram-mod,draft-simple", high), *offload]),
     }
 
 
@@ -90,10 +102,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.server = server_path(args.server)
-    target, high, low = pair_paths(args.models)
     command = shlex.join(["python", "-m", "benchmarks.sampled_acceptance", *sys.argv[1:]])
-    result: dict[str, Any] = {"command": command, "target": target.name, "modes": {}}
-    for name, flags in modes(high, low).items():
+    result: dict[str, Any] = {"command": command, "modes": {}}
+    for name, (target, flags) in modes(model_paths(args.models)).items():
         rows = measure(args.server, target, flags, args.n_predict, args.requests)
         result["modes"][name] = rows
         if not args.json:
