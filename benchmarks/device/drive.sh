@@ -51,6 +51,9 @@
 #   one card, both engines:   bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models
 #                             pair; bash $D detach auto wait-builds + engine_choice_on_auto;
 #                             bash $D collect auto          (later calls: bash $D collect auto)
+#   realistic acceptance:     bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models
+#                             partial; PAIR=partial bash $D detach acc wait-builds +
+#                             sampled_acceptance + engine_choice_on_auto; bash $D collect acc
 #   a lease's first call:     bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models;
 #                             bash $D detach first wait-builds llama + vision_on_gpu + wait-builds
 #                             lucebox + lucebox_memory_by_stage fit; bash $D collect first
@@ -682,7 +685,8 @@ step_engine_choice_on_auto() {
     lucebox engine status --json >"$OUT/engine-status.json" 2>&1
     local target=qwen35-tiny draft=qwen35-tiny-dflash suffix=
     if [ "${PAIR:-pair}" = partial ]; then
-        target=qwen35-tiny-partial draft=${DRAFT:-qwen35-tiny-partial-draft} suffix=-$draft
+        target=qwen35-tiny-partial draft=${DRAFT:-qwen35-tiny-partial-draft}
+        suffix=-${draft#qwen35-tiny-}
     fi
     lucebox_models "${PAIR:-pair}" || return 1
     timeout 1100 python3 -m benchmarks.engine_choice_on_auto "$MODELS/$target.gguf" \
