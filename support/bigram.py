@@ -21,9 +21,10 @@ The construction (``ModelSpec.successors`` = K > 0, ``ModelSpec.active_tokens`` 
   input projection maps each slot to itself, or for the other slots to the slot whose first
   successor is that other token (the embedding half only; the hidden half is zero).
 
-Greedy decoding then accepts a draft about as often as its share, and sampling at 0.7 accepts
-only where the target happened to sample its first successor (0.7 a position); the sampled
-text is a random walk over A tokens, which n-gram lookup cannot predict.
+Greedy decoding then accepts a drafted position as often as the share, and sampling at 0.7
+only where the target also sampled its first successor (0.7 of those); with llama-server's
+3-token drafts a share of 0.95 accepts about 0.9 of drafted tokens greedy and 0.45 sampled.
+The sampled text is a random walk over A tokens, which n-gram lookup cannot predict.
 """
 
 from __future__ import annotations
