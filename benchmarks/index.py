@@ -89,6 +89,13 @@ INDEX = (
         device_step="spec_breakeven",
     ),
     Benchmark(
+        "sampled_acceptance",
+        "At the acceptance real drafts give under sampling, what does each speculation mode "
+        "decode, greedy against temperature 0.7?",
+        "cpu",
+        device_step="sampled_acceptance",
+    ),
+    Benchmark(
         "spec_calibration_gpu",
         "Does the speculation calibration keep the fastest mode for each head on the GPU?",
         "gpu",

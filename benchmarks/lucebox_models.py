@@ -10,8 +10,14 @@ model standing in for PFlash's prefill drafter.
 Random weights, but the target and its draft agree (``agree_token``): the target always decodes
 "hello" and the draft predicts it, so DFlash and DDTree accept their drafts as a well-matched
 real pair would, and the measured speed-up is the engine's best case on this card.
+The ``partial`` set is the same target as a bigram table (``support/bigram.py``) with qwen3
+draft models for llama-server's ``draft-simple`` that keep its first successor on 0.95 and
+0.6 of the table (greedy acceptance about 0.9 and 0.4, at temperature 0.7 about 0.45 and
+0.25), and the target with an MTP head of share 0.95. No Lucebox-format draft: a DFlash
+draft predicts a block from mask tokens and the target's features at every context position,
+and only attention weights built for it could pick out the last token that a bigram needs.
 
-Usage: python3 benchmarks/lucebox_models.py OUT_DIR [all|pair|pflash]  (prints the paths written)
+Usage: python3 benchmarks/lucebox_models.py OUT_DIR [all|pair|pflash|partial]  (prints the paths)
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.bigram import DRAFT_SHARE
 from support.ggufgen import (
     HybridSpec,
     LuceboxDFlashSpec,
     ModelSpec,
+    draft_model_for,
     write_llama,
     write_lucebox_dflash,
     write_qwen35,
@@ -72,6 +80,26 @@ DRAFT = LuceboxDFlashSpec(
 spaced, ``1 + k * (n_layer - 2) / 4``): a draft reading 2 failed its first feature copy with
 "ring copy failed ... fc_in=2048" and a CUDA abort (measured on the H100)."""
 
+PARTIAL_TARGET = dataclasses.replace(
+    TARGET,
+    name="Qwen3.5 Tiny Bigram Instruct",
+    basename="qwen3.5-tiny-bigram",
+    agree_token=None,
+    successors=4,
+    active_tokens=512,
+)
+"""The target as a bigram table over 512 tokens: a greedy reply repeats only after 512 tokens."""
+PARTIAL_DRAFTS = {
+    "qwen35-tiny-partial-draft.gguf": draft_model_for(PARTIAL_TARGET, agree_share=DRAFT_SHARE),
+    "qwen35-tiny-partial-draft60.gguf": draft_model_for(PARTIAL_TARGET, agree_share=0.6),
+}
+"""One-layer qwen3 drafts 512 wide (head size 128) with the target's vocabulary."""
+PARTIAL_MTP_TARGET = dataclasses.replace(
+    PARTIAL_TARGET, nextn_layers=1, agree_share=DRAFT_SHARE, name="Qwen3.5 Tiny Bigram MTP"
+)
+"""The bigram target with an MTP head that keeps its first successor on 0.95 of the table
+(``draft-mtp`` on llama-server; the Lucebox engine refuses its block count)."""
+
 PREFILL_DRAFTER = ModelSpec(
     arch="qwen3",
     name="Qwen3 Tiny Drafter",
@@ -104,11 +132,16 @@ def written(path: Path, write: Callable[[Path, Any], Path], spec: Any) -> Path:
 
 def main(out_dir: Path, which: str) -> None:
     """``pair``: the target and its draft; ``pflash``: the target and PFlash's prefill drafter;
-    ``all``: the target, its draft, the MTP target and the drafter."""
+    ``all``: the target, its draft, the MTP target and the drafter; ``partial``: the bigram
+    target and its drafts."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    wanted: list[tuple[str, Callable[[Path, Any], Path], Any]] = [
-        ("qwen35-tiny.gguf", write_qwen35, TARGET)
-    ]
+    wanted: list[tuple[str, Callable[[Path, Any], Path], Any]] = []
+    if which == "partial":
+        wanted.append(("qwen35-tiny-partial.gguf", write_qwen35, PARTIAL_TARGET))
+        wanted += [(name, write_llama, spec) for name, spec in PARTIAL_DRAFTS.items()]
+        wanted.append(("qwen35-tiny-partial-mtp.gguf", write_qwen35, PARTIAL_MTP_TARGET))
+    else:
+        wanted.append(("qwen35-tiny.gguf", write_qwen35, TARGET))
     if which in ("pair", "all"):
         wanted.append(("qwen35-tiny-dflash.gguf", write_lucebox_dflash, DRAFT))
     if which == "all":
@@ -123,6 +156,6 @@ def main(out_dir: Path, which: str) -> None:
 
 if __name__ == "__main__":
     chosen = sys.argv[2] if len(sys.argv) > 2 else "all"
-    if len(sys.argv) < 2 or chosen not in ("all", "pair", "pflash"):
-        sys.exit("usage: python3 benchmarks/lucebox_models.py OUT_DIR [all|pair|pflash]")
+    if len(sys.argv) < 2 or chosen not in ("all", "pair", "pflash", "partial"):
+        sys.exit("usage: python3 benchmarks/lucebox_models.py OUT_DIR [all|pair|pflash|partial]")
     main(Path(sys.argv[1]), chosen)

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import gguf
 import numpy as np
 
+from support.bigram import DRAFT_SHARE, BigramTable, bigram_tensor, table_for
+
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -77,6 +79,16 @@ class ModelSpec:
     and the final norm keeps only that dimension, which the output head maps to this word. Any
     draft built the same way (MTP head, DFlash draft, draft model) then predicts exactly what
     the target decodes: acceptance 1. Random weights without it accept almost nothing."""
+    successors: int = 0
+    """With K > 0 the model is in effect a bigram table over ``active_tokens`` tokens, K
+    successors each (``support/bigram.py`` states the construction): greedy decoding is
+    deterministic, temperature 0.7 samples the first successor 0.7 of the time."""
+    active_tokens: int = 48
+    """The bigram table's vocabulary (at most ``n_embd`` and the vocabulary's words)."""
+    agree_share: float = 1.0
+    """The share of the bigram table's slots whose first successor this file's drafts keep:
+    a draft model's own head, or the MTP head of a target that has one (its output head then
+    keeps the whole table); 1.0 for a target, less for a draft that should disagree."""
 
 
 @dataclass
@@ -266,6 +278,7 @@ def _tensors(writer: gguf.GGUFWriter, spec: ModelSpec) -> Tensor:
     rng = np.random.default_rng(spec.seed)
     shared: dict[tuple[tuple[int, ...], str], np.ndarray] = {}
     agree = token_id(spec, spec.agree_token) if spec.agree_token else None
+    bigram = _bigram_table(spec)
 
     def tensor(name: str, *shape: int, kind: str = "weight") -> None:
         dtype = np.dtype(spec.dtype if kind == "weight" else np.float32)
@@ -292,6 +305,8 @@ def _tensors(writer: gguf.GGUFWriter, spec: ModelSpec) -> Tensor:
             data = -0.5 - np.abs(data)  # a decay: -exp(A_log) is negative in real checkpoints
         if agree is not None:
             data = _agreeing(name, data, agree)
+        if bigram is not None:
+            data = bigram_tensor(name, data, bigram)
         if quant is None:
             writer.add_tensor(name, data)
             return
@@ -306,6 +321,15 @@ def _tensors(writer: gguf.GGUFWriter, spec: ModelSpec) -> Tensor:
         writer.add_tensor(name, packed, raw_dtype=quant)
 
     return tensor
+
+
+def _bigram_table(spec: ModelSpec) -> BigramTable | None:
+    """The bigram table of a spec with ``successors`` (a draft's with its ``agree_share``)."""
+    if not spec.successors:
+        return None
+    if spec.arch == "gemma3" or isinstance(spec, (DFlashSpec, LuceboxDFlashSpec)):
+        raise ValueError(f"no bigram construction for {type(spec).__name__} {spec.arch}")
+    return table_for(spec, 5 + len(spec.extra_specials) + 256, len(vocab(spec)))
 
 
 def _agreeing(name: str, data: np.ndarray, agree: int) -> np.ndarray:
@@ -623,8 +647,11 @@ def write_gguf(path: Path, spec: ModelSpec) -> Path:
 def spec_digest(spec: ModelSpec) -> str:
     """A stable hash of everything that decides the bytes ``write_gguf`` writes for ``spec``."""
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    if not fields["split_max_tensors"]:
-        del fields["split_max_tensors"]  # files written before splits existed keep their name
+    # Files written before these fields existed keep their name while the fields are unset.
+    for name, unset in (("split_max_tensors", 0), ("successors", 0), ("active_tokens", 48),
+                        ("agree_share", 1.0)):  # fmt: skip
+        if fields[name] == unset:
+            del fields[name]
     fields["dtype"] = np.dtype(spec.dtype).name
     text = f"{GENERATOR_VERSION}:{type(spec).__name__}:{sorted(fields.items())!r}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -733,6 +760,8 @@ def draft_model_for(target: ModelSpec, **changes: object) -> ModelSpec:
         dtype=target.dtype,
         quant=target.quant,
         agree_token=target.agree_token,
+        successors=target.successors,
+        active_tokens=target.active_tokens,
         constant_weights=target.constant_weights,
         header_only=target.header_only,
         seed=target.seed + 2,
@@ -748,6 +777,16 @@ def qwen3_pair(**changes: object) -> tuple[ModelSpec, ModelSpec]:
     )  # fmt: skip
     target = dataclasses.replace(target, **changes)  # type: ignore[arg-type]
     return target, draft_model_for(target)
+
+
+def partial_pair(
+    agree_share: float = DRAFT_SHARE, **changes: object
+) -> tuple[ModelSpec, ModelSpec]:
+    """``qwen3_pair`` as bigram tables (``ModelSpec.successors``): the draft keeps the target's
+    first successor on ``agree_share`` of the slots, so greedy acceptance follows the share and
+    sampled acceptance falls below it."""
+    target, _ = qwen3_pair(**{"successors": 4, "vocab_size": 512, **changes})
+    return target, draft_model_for(target, agree_share=agree_share)
 
 
 SHAPES = {

@@ -27,9 +27,11 @@
 #                         engines into $OUT. Fails when a build failed or still runs.
 #   pack / restore        the installed engines into $OUT/engines.tar.xz.partN (15 MiB each) /
 #                         the ones carried back in .devrun/carry unpacked into LUCEBOX_HOME.
-#   models [SET] [DIR]    generated models, written once: pair|pflash|all
-#                         (benchmarks/lucebox_models.py, into .devrun/work/models) or a
-#                         support/ggufgen SHAPES name (prints its path).
+#   models [SET] [DIR]    generated models, written once: pair|pflash|all|partial
+#                         (benchmarks/lucebox_models.py, into .devrun/work/models; partial:
+#                         the bigram target and its llama-server drafts, acceptance ~0.9
+#                         greedy and ~0.45 at temperature 0.7) or a support/ggufgen SHAPES
+#                         name (prints its path).
 #   serve ARGS... / down  `lucebox serve ARGS` in a session of its own, waited for until ready /
 #                         stopped.
 #   detach NAME STEP ARGS [+ STEP ARGS]...
@@ -49,6 +51,9 @@
 #   one card, both engines:   bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models
 #                             pair; bash $D detach auto wait-builds + engine_choice_on_auto;
 #                             bash $D collect auto          (later calls: bash $D collect auto)
+#   realistic acceptance:     bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models
+#                             partial; PAIR=partial bash $D detach acc wait-builds +
+#                             sampled_acceptance + engine_choice_on_auto; bash $D collect acc
 #   a lease's first call:     bash $D build-llama; BSA=0 bash $D build-lucebox; bash $D models;
 #                             bash $D detach first wait-builds llama + vision_on_gpu + wait-builds
 #                             lucebox + lucebox_memory_by_stage fit; bash $D collect first
@@ -145,7 +150,7 @@ write_llama; write_llama(Path('$model'), SHAPES['$1'])"
     echo "$model"
 }
 
-# The Lucebox engine's generated models (SET pair|pflash|all) in DIR (each file written once).
+# The generated models (SET pair|pflash|all|partial) in DIR (each file written once).
 lucebox_models() { python3 benchmarks/lucebox_models.py "${2:-$MODELS}" "$1" >/dev/null; }
 
 # Waits until `lucebox serve` (pid $1) is ready or failed or gone, up to 90 s; prints its state.
@@ -369,7 +374,7 @@ step_models() {
     local set=${1:-all} start
     start=$(date +%s)
     case "$set" in
-    pair | pflash | all) lucebox_models "$set" "${2:-$MODELS}" || return 1; ls -la "${2:-$MODELS}" ;;
+    pair | pflash | all | partial) lucebox_models "$set" "${2:-$MODELS}" || return 1; ls -la "${2:-$MODELS}" ;;
     *) generated_model "$set" ;;
     esac
     echo "models in $(($(date +%s) - start)) s"
@@ -674,14 +679,20 @@ step_rpc_peer_vs_gpu() {
 
 step_engine_choice_on_auto() {
     # Both builds in (build-llama, BSA=0 build-lucebox, models pair): serve with nothing pinned,
-    # calibration on. Writes $OUT/auto-choice.json.
+    # calibration on. Writes $OUT/auto-choice.json. PAIR=partial serves the bigram target with
+    # its llama-server draft (DRAFT=qwen35-tiny-partial-draft60 for the 0.6 share) instead.
     setup
     lucebox engine status --json >"$OUT/engine-status.json" 2>&1
-    lucebox_models pair || return 1
-    timeout 1100 python3 -m benchmarks.engine_choice_on_auto "$MODELS/qwen35-tiny.gguf" \
-        "$MODELS/qwen35-tiny-dflash.gguf" "$OUT/auto-choice.json" --deadline-s 1000
+    local target=qwen35-tiny draft=qwen35-tiny-dflash suffix=
+    if [ "${PAIR:-pair}" = partial ]; then
+        target=qwen35-tiny-partial draft=${DRAFT:-qwen35-tiny-partial-draft}
+        suffix=-${draft#qwen35-tiny-}
+    fi
+    lucebox_models "${PAIR:-pair}" || return 1
+    timeout 1100 python3 -m benchmarks.engine_choice_on_auto "$MODELS/$target.gguf" \
+        "$MODELS/$draft.gguf" "$OUT/auto-choice.json" --deadline-s 1000
     local rc=$?
-    keep_result engine-choice-on-auto "$OUT/auto-choice.json"
+    keep_result "engine-choice-on-auto$suffix" "$OUT/auto-choice.json"
     return "$rc"
 }
 
@@ -1269,6 +1280,18 @@ json.load(open('$OUT/quick-never.json'))['decode_ratio'])" || tail -3 "$OUT/quic
     fi
 }
 
+step_sampled_acceptance() {
+    # The bigram target (models partial) with each llama-server speculation mode, greedy and at
+    # temperature 0.7 (benchmarks/sampled_acceptance.py), on the CUDA engine (build-llama).
+    setup
+    local server
+    server=$(lucebox engine path) || return 1
+    lucebox_models partial || return 1
+    timeout 500 python3 -m benchmarks.sampled_acceptance --server "$server" --models "$MODELS" \
+        --n-predict "${N_PREDICT:-256}" --json | tee "$OUT/sampled-acceptance.json"
+    keep_result sampled-acceptance "$OUT/sampled-acceptance.json"
+}
+
 # The spec calibration's three targets (SCALE and LAYERS shrink them for a try on a CPU).
 spec_models() {
     python3 - <<'PY'
@@ -1558,7 +1581,7 @@ build-lucebox	start the Lucebox engine's build detached [VERSION] (BSA, TREE)
 wait-builds	wait for the detached builds [JOB...] (WAIT_S, PACK)
 pack	the installed engines into \$OUT/engines.tar.xz.partN
 restore	the carried engines unpacked into LUCEBOX_HOME
-models	generated models [pair|pflash|all|SHAPE] [DIR]
+models	generated models [pair|pflash|all|partial|SHAPE] [DIR]
 serve	lucebox serve ARGS in a session of its own, until ready
 down	stop what serve started
 detach	NAME STEP ARGS [+ STEP ARGS]...: steps in a session of their own
@@ -1582,6 +1605,7 @@ engine_faults	[ENTRIES] (SERVE_ARGS)
 kv_calibration_gpu	serve's own long-context mode measurement (KV_HOME, LIMIT_S)
 spec_breakeven	each speculation mode's break-even on the GPU engine
 spec_calibration_gpu	[build|measure]
+sampled_acceptance	the bigram pair's acceptance and speed per mode, greedy and at 0.7 (N_PREDICT)
 lucebox_modes_gpu	the Lucebox engine's modes raw and through serve (CONFIGS)
 serve_status_gpu	[SHAPE]: status --json during a long request, then down
 serve_overhead	[SHAPE]: serve's ready time and overhead on the GPU
