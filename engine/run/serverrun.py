@@ -455,6 +455,7 @@ class ServerRun:
             engine_key=self.api_key if run.reads_key_file else None,
             engine_wait_s=self.supervisor.ready_timeout_s,
             images=launch.mmproj_path is not None,
+            thinking_default=self.facts.thinking_default,
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:

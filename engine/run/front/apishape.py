@@ -36,8 +36,9 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
   (:mod:`lucebox.engine.plan.samplingdefaults`); the engines' own fallbacks differ
   (llama-server's flags, GGUF keys or built-ins; the Lucebox engine's model card or greedy).
 - ``/v1/models``: one document on both engines, with ``context_length``
-  (:func:`models_with_context`, which the front and a set's proxy answer with). The
-  Lucebox engine's Codex-only schema (``?client_version=``) is replaced too: its
+  (:func:`models_with_context`, which the front and a set's proxy answer with). Codex's
+  request (``?client_version=``) gets Codex's own document, built by lucebox
+  (:mod:`lucebox.engine.run.front.codexmodels`), never the Lucebox engine's, whose
   ``default_reasoning_level`` would turn thinking on for Codex on that engine alone.
 """
 

@@ -31,6 +31,7 @@ import h11
 
 from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
 from lucebox.engine.run.front.bodyguard import body_refusal
+from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.frontguard import (
     GENERATION_SUFFIXES,
     FrontPolicy,
@@ -136,6 +137,8 @@ class FrontSetup:
     launch's ready timeout where the run knows it)."""
     images: bool = True
     """The engine serves a vision projector; False: an image in a request is refused (400)."""
+    thinking_default: bool | None = None
+    """The model's planned thinking default, which Codex's model list offers."""
 
 
 @dataclass
@@ -239,7 +242,7 @@ class Front:
             elif method == "GET" and path == "/metrics":
                 await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path in ("/v1/models", "/models"):
-                await self._models(ex, cors)
+                await self._models(ex, cors, codex=asks_codex_list(target))
             elif is_generation(method, path) and (bad := self._body_refusal(path, body)):
                 self.counters.answered[bad.status] += 1
                 await ex.error(bad.status, bad.message, cors)
@@ -531,9 +534,10 @@ class Front:
         self.counters.keepalives += 1
         await ex.data(KEEPALIVE_COMMENT)
 
-    async def _models(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
+    async def _models(self, ex: Exchange, cors: list[tuple[str, str]], *, codex: bool) -> None:
         """The engine's model list with the context planned now
-        (:func:`apishape.models_with_context`); an engine that does not answer is said."""
+        (:func:`apishape.models_with_context`), or in Codex's shape where Codex asks
+        (:func:`codexmodels.codex_models`); an engine that does not answer is said."""
         try:
             call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
             try:
@@ -546,9 +550,17 @@ class Front:
         data = listed.get("data") if isinstance(listed, dict) else None
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
         served = dict.fromkeys(ids or [self.spec.model], self.spec.ctx)
-        document = models_with_context(listed, served, int(time.time()))
+        document = (
+            codex_models([self._codex_model(model_id) for model_id in served])
+            if codex
+            else models_with_context(listed, served, int(time.time()))
+        )
         self.counters.answered[200] += 1
         await ex.whole(200, json.dumps(document).encode(), extra=cors)
+
+    def _codex_model(self, model_id: str) -> CodexModel:
+        spec = self.spec
+        return CodexModel(model_id, spec.ctx, spec.thinking_default, spec.images)
 
     def _index(self) -> bytes:
         """``GET /`` when the engine has no page there: what is served, and where."""

@@ -28,6 +28,7 @@ import h11
 import httpx
 
 from lucebox.engine.run.front.apishape import Shapes, models_with_context
+from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.frontguard import (
     PUBLIC_PATHS,
     FrontPolicy,
@@ -204,7 +205,7 @@ class ServedSetProxy:
                 await self._pipe_events(ex, answer, shape.stream(path, body))
             elif "application/json" in content_type:
                 whole = b"".join([chunk async for chunk in self._chunks(ex, answer)])
-                await ex.data(self._shaped_reply(shape, path, answer.status_code, whole))
+                await ex.data(self._shaped_reply(shape, target, answer.status_code, whole))
             else:
                 async for chunk in answer.aiter_raw():
                     await ex.data(chunk)
@@ -212,11 +213,19 @@ class ServedSetProxy:
         finally:
             await answer.aclose()
 
-    def _shaped_reply(self, shape: ApiShape, path: str, status: int, whole: bytes) -> bytes:
+    def _shaped_reply(self, shape: ApiShape, target: str, status: int, whole: bytes) -> bytes:
         """A whole JSON reply as the client gets it: the model's shaping; the model list with
-        each model's planned context (:func:`apishape.models_with_context`)."""
+        each model's planned context (:func:`apishape.models_with_context`), in Codex's shape
+        where Codex asks (:func:`codexmodels.codex_models`)."""
+        path = urlsplit(target).path
         if status != 200 or path not in ("/v1/models", "/models"):
             return shape.reply(path, status, whole)
+        if asks_codex_list(target):
+            served = [
+                CodexModel(alias, s.context_length, s.thinking_default)
+                for alias, s in self.shapes.items()
+            ]
+            return json.dumps(codex_models(served)).encode()
         try:
             listed = json.loads(whole)
         except ValueError:

@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from lucebox.engine.run.front.apishape import Shapes
 from lucebox.engine.run.front.frontguard import FrontPolicy
 from lucebox.engine.run.servedset.admission import Placement
 from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy
+from support import codexlist
 from support.frontserver import loopback_policy
 
 MIB = 2**20
@@ -133,3 +135,30 @@ async def test_the_rules_of_the_front_hold_for_the_set_and_silent_streams_hear_k
     assert [line for line in text.split("\n\n") if line.startswith("data")] == [
         e.decode().strip() for e in events
     ]
+
+
+async def test_codex_gets_its_own_list_naming_each_model_of_the_set():
+    def answer(request: httpx.Request) -> httpx.Response:
+        return answer_json({"object": "list", "data": [{"id": a} for a in PLACEMENTS]})
+
+    shapes = {
+        "smollm2": Shapes("llama-server", "smollm2", 4096, None),
+        "smoke": Shapes("llama-server", "smoke", 8192, False),
+    }
+    router = httpx.MockTransport(answer)
+    async with httpx.AsyncClient(base_url="http://router", transport=router) as client:
+        gate = ModelGate(client, PLACEMENTS, ROOM)
+        proxy = ServedSetProxy(client, gate, loopback_policy(), shapes=shapes)
+        server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+                codex = (await http.get("/v1/models?client_version=0.169.0")).json()
+                plain = (await http.get("/v1/models")).json()
+        finally:
+            server.close()
+    assert codexlist.problems(codex) == []
+    listed = [(m["slug"], m["context_window"]) for m in codex["models"]]
+    assert listed == [("smollm2", 4096), ("smoke", 8192)]
+    assert [m.get("default_reasoning_level") for m in codex["models"]] == [None, "none"]
+    assert [m["context_length"] for m in plain["data"]] == [4096, 8192]
