@@ -355,6 +355,11 @@ class SamplingStatus:
     defaults' temperature before any request)."""
     source: str
     """``clients`` once a request was recorded, else ``defaults``."""
+    greedy_acceptance: float | None = None
+    """Draft tokens accepted of those drafted in greedy replies, where the engine's replies
+    say (llama-server's timings); None before any."""
+    sampled_acceptance: float | None = None
+    """The same for sampled replies."""
 
     @property
     def is_greedy(self) -> bool:
@@ -371,7 +376,16 @@ class SamplingStatus:
         sampled = f"{self.sampled} sampled"
         if self.sampled:
             sampled += f" (mostly at temperature {self.temperature:g})"
-        return f"{sampled}, {self.greedy} greedy"
+        accepted = [
+            f"{share:.0%} {kind}"
+            for kind, share in (
+                ("greedy", self.greedy_acceptance),
+                ("sampled", self.sampled_acceptance),
+            )
+            if share is not None
+        ]
+        drafts = f"; drafts accepted {', '.join(accepted)}" if accepted else ""
+        return f"{sampled}, {self.greedy} greedy{drafts}"
 
     @classmethod
     def from_json(cls, data: Any) -> SamplingStatus | None:
@@ -386,4 +400,6 @@ class SamplingStatus:
             "sampled": self.sampled,
             "temperature": self.temperature,
             "from": self.source,
+            "greedy_acceptance": self.greedy_acceptance,
+            "sampled_acceptance": self.sampled_acceptance,
         }

@@ -8,11 +8,11 @@ this module holds only the state and the step, pure.
 Greedy and sampled replies are judged apart only as far as the engines' logs tell them apart.
 The Lucebox engine does: a sampled reply without sampled verification logs ``[ar-decode]``
 (``ServedRequest.speculated`` False) and the guard judges the draft by the others; with
-``DFLASH_SAMPLED_VERIFY`` both log ``[spec-decode]``. llama-server does not: at its default
-verbosity no per-request line names the sampling (the slot's parameters are logged at debug,
-its sampler chain at trace level, ``tools/server/server-context.cpp``), so its greedy and
-sampled replies are judged together; the front's request order could pair them, not done yet
-(issue 56).
+``DFLASH_SAMPLED_VERIFY`` both log ``[spec-decode]``. llama-server's log does not name the
+sampling at its default verbosity, but each reply's timings carry its drafted and accepted
+tokens, and the front counts them by the request's sampling (``status``'s sampling line shows
+both acceptances). The guard judges them together there on purpose: one engine mode serves both
+classes, so what decides is the acceptance over the mix as served.
 """
 
 from __future__ import annotations

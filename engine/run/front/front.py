@@ -222,6 +222,7 @@ class Front:
             await ex.error(500, f"lucebox's front could not handle this request: {exc!r}")
         finally:
             self.key_use.count(caller.key_name, ex.reply.tokens)
+            self.sampling.replied(ex.reply.greedy, ex.reply.drafted, ex.reply.accepted)
 
     async def _answer_admitted(
         self,
@@ -276,7 +277,7 @@ class Front:
             retry = [("retry-after", str(full.retry_after_s))]
             await ex.error(503, f"the server is busy: {full}", [*retry, *cors])
             return
-        self.sampling.record(body)  # unset fields as the shape fills them: the defaults
+        ex.reply.greedy = self.sampling.record(body)  # unset fields as the shape fills them
         admitted = asyncio.ensure_future(ticket.admitted.wait())
         try:
             # A stream that must wait hears its place at once, then every queue_note_s.

@@ -53,18 +53,33 @@ REPORTED_TOKENS = re.compile(rb'"(?:completion_tokens|output_tokens|predicted_n)
 timings."""
 
 
+DRAFT_COUNTS = re.compile(rb'"(draft_n|draft_n_accepted)"\s*:\s*(\d+)')
+"""llama-server's timings of a reply it drafted for: tokens drafted and accepted (present only
+when it drafted)."""
+
+
 class ReplyTokens:
     """The tokens an answer carried: what the reply itself reports where it does (usage,
-    timings), else the events that carried generated text (a stream without usage)."""
+    timings), else the events that carried generated text (a stream without usage); and the
+    draft tokens its timings say were drafted and accepted."""
 
     def __init__(self) -> None:
         self.reported = 0
         self.events = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.greedy: bool | None = None
+        """Whether the request was decoded greedily; None: not a generation request."""
 
     def see(self, data: bytes) -> None:
         for found in REPORTED_TOKENS.finditer(data):
             self.reported = max(self.reported, int(found.group(1)))
         self.events += len(CARRIES_TOKEN.findall(data))
+        for name, count in DRAFT_COUNTS.findall(data):
+            if name == b"draft_n":
+                self.drafted = max(self.drafted, int(count))
+            else:
+                self.accepted = max(self.accepted, int(count))
 
     @property
     def tokens(self) -> int:

@@ -32,25 +32,37 @@ class SamplingMix:
         self.greedy = 0
         self.sampled = 0
         self._temperatures: Counter[float] = Counter()
+        self._drafts = {"greedy": [0, 0], "sampled": [0, 0]}
+        """Draft tokens (drafted, accepted) of the replies, by their request's sampling."""
 
-    def record(self, body: bytes) -> None:
-        """Count the request ``body`` as the engine gets it; a body that is not a JSON object
-        counts nothing."""
+    def record(self, body: bytes) -> bool | None:
+        """Count the request ``body`` as the engine gets it: whether it decodes greedily; a
+        body that is not a JSON object counts nothing (None)."""
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            return
+            return None
         if not isinstance(doc, dict):
-            return
+            return None
         temperature = _number(doc.get("temperature"), self.defaults.temperature)
         top_k = _number(doc.get("top_k"), self.defaults.top_k)
         if is_greedy(temperature, top_k):
             self.greedy += 1
-            return
+            return True
         self.sampled += 1
         key = round(temperature, 2)
         if key in self._temperatures or len(self._temperatures) < TEMPERATURES_KEPT:
             self._temperatures[key] += 1
+        return False
+
+    def replied(self, greedy: bool | None, drafted: int, accepted: int) -> None:
+        """A reply's draft tokens (the engine's timings), counted by its request's sampling:
+        sampled replies accept fewer, and a mix of both is judged by what each gets."""
+        if greedy is None or drafted <= 0:
+            return
+        kept = self._drafts["greedy" if greedy else "sampled"]
+        kept[0] += drafted
+        kept[1] += min(accepted, drafted)
 
     def status(self) -> SamplingStatus:
         if self.greedy == self.sampled == 0:
@@ -58,8 +70,17 @@ class SamplingMix:
             return SamplingStatus(0, 0, temperature, "defaults")
         typical = self._temperatures.most_common(1)
         return SamplingStatus(
-            self.greedy, self.sampled, typical[0][0] if typical else 0.0, "clients"
+            self.greedy,
+            self.sampled,
+            typical[0][0] if typical else 0.0,
+            "clients",
+            self._acceptance("greedy"),
+            self._acceptance("sampled"),
         )
+
+    def _acceptance(self, kind: str) -> float | None:
+        drafted, accepted = self._drafts[kind]
+        return accepted / drafted if drafted else None
 
     def probe_fields(self) -> dict[str, Any]:
         """The sampling a probe sends to measure at this mix: greedy when the mix is, else the

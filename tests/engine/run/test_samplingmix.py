@@ -53,3 +53,25 @@ def test_probes_carry_the_mix_sampling():
         "min_p": 0.0,
         "seed": PROBE_SEED,
     }
+
+
+def test_draft_acceptance_is_kept_apart_for_greedy_and_sampled_replies():
+    from lucebox.engine.run.front.frontwire import ReplyTokens
+
+    mix = SamplingMix(SAMPLED)
+    # llama-server's timings, as a whole reply and as a stream's last event carry them.
+    greedy_reply = b'{"timings":{"predicted_n":64,"draft_n":60,"draft_n_accepted":54}}'
+    sampled_event = b'data: {"choices":[],"timings":{"draft_n":40,"draft_n_accepted":18}}\n\n'
+    for sent, seen in ((body(temperature=0), greedy_reply), (body(), sampled_event)):
+        reply = ReplyTokens()
+        reply.greedy = mix.record(sent)
+        reply.see(seen)
+        mix.replied(reply.greedy, reply.drafted, reply.accepted)
+    plain = ReplyTokens()  # a reply the engine did not draft for says nothing of acceptance
+    plain.see(b'{"timings":{"predicted_n":9}}')
+    mix.replied(True, plain.drafted, plain.accepted)
+    mix.replied(None, 10, 10)  # not a generation request
+    status = mix.status()
+    assert (status.greedy_acceptance, status.sampled_acceptance) == (0.9, 0.45)
+    assert status.text().endswith("drafts accepted 90% greedy, 45% sampled")
+    assert SamplingStatus.from_json(status.to_json()) == status
