@@ -179,6 +179,8 @@ class Front:
         self.client_prompt: ClientPrompt | None = None
         """The last generation request relayed to the engine: the slot holds its conversation
         (the run seats and saves it before a stop or lucebox's own request)."""
+        self.on_request: Callable[[str, str], None] | None = None
+        """Told each admitted request's method and path (the sleep watch wakes the engine)."""
 
     def _body_refusal(self, path: str, body: bytes) -> Refusal | None:
         return body_refusal(body, path, images=self.spec.images)
@@ -231,6 +233,8 @@ class Front:
         headers: dict[str, str],
     ) -> None:
         cors = cors_headers(headers.get("origin"))
+        if self.on_request is not None:
+            self.on_request(method, path)
         ex.watch()
         try:
             if method == "OPTIONS":
@@ -249,7 +253,7 @@ class Front:
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors)
             elif not self._engine_ready.is_set():
-                await self._not_ready(ex, cors)
+                await self._not_ready(ex, cors, path)
             else:
                 await self._relay(ex, request, target, path, body, cors, streamed=False)
         except ClientGoneError:
@@ -376,11 +380,16 @@ class Front:
             await call.close()
         return None
 
-    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
+    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]], path: str) -> None:
         """What llama-server answers while it loads, so health checks wait instead of failing
-        (502); once the run has ended, that no engine comes back."""
-        self.counters.answered[503] += 1
+        (502); once the run has ended, that no engine comes back; while it sleeps, that the
+        server is healthy (a request wakes it, a health check must not wait for one)."""
         state = self.status().state
+        if state == "sleeping" and path in ("/health", "/v1/health"):
+            self.counters.answered[200] += 1
+            await ex.whole(200, b'{"status":"ok"}', extra=cors)
+            return
+        self.counters.answered[503] += 1
         if state in ENDED_STATES:
             await ex.error(503, f"the engine is not serving ({state}); start it again", cors)
             return
@@ -533,7 +542,13 @@ class Front:
 
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
         """The engine's model list with the context planned now
-        (:func:`apishape.models_with_context`); an engine that does not answer is said."""
+        (:func:`apishape.models_with_context`); an engine that does not answer is said. An
+        engine asleep is not woken: clients poll this, and the served alias is known."""
+        if self.status().state == "sleeping":
+            asleep = models_with_context({}, {self.spec.model: self.spec.ctx}, int(time.time()))
+            self.counters.answered[200] += 1
+            await ex.whole(200, json.dumps(asleep).encode(), extra=cors)
+            return
         try:
             call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
             try:
