@@ -200,6 +200,8 @@ class ServerRun:
         """Stop the serving engine and start it again, with ``server`` when given; the status
         says so at once, so no sample of the engine on its way out reads as what now serves."""
         self.supervisor.restart(server)
+        if self._sleep is not None:
+            self._sleep.restarted()
         self._run.status = replace(self._run.status, state="restarting")
         if self.front is not None:
             self.front.engine_ready(False)

@@ -53,6 +53,11 @@ class SleepWatch:
             self.asleep, self.since = False, time.time()
             self.hooks.wake()
 
+    def restarted(self) -> None:
+        """A restart starts an engine that sleeps: it is awake from now (no second start)."""
+        if self.asleep:
+            self.asleep, self.since = False, time.time()
+
     def status(self) -> SleepStatus:
         return SleepStatus(self.asleep, self.since, self.idle_s)
 

@@ -359,18 +359,27 @@ class Supervisor:
 
     async def _asleep(self) -> AsyncIterator[ServerEvent]:
         """The engine stopped on purpose to free its memory: no crash, no restart counted; the
-        same launch starts again once woken (:meth:`wake`), unless a stop comes first."""
+        same launch starts again once woken (:meth:`wake`), the asked one on a restart, unless
+        a stop comes first."""
         self.process = None
         message = "engine asleep (its memory freed); the next request starts it"
         yield self._noted(ServerEvent("sleeping", message, restarts=self.restarts))
-        stop_wait = asyncio.create_task(self._stopping.wait())
-        wake_wait = asyncio.create_task(self._wake_asked.wait())
-        await asyncio.wait({stop_wait, wake_wait}, return_when=asyncio.FIRST_COMPLETED)
-        stop_wait.cancel()
-        wake_wait.cancel()
+        waits = {
+            asyncio.create_task(event.wait())
+            for event in (self._stopping, self._wake_asked, self._restart_asked)
+        }
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
         self._wake_asked.clear()
         if self._stopping.is_set():
             yield ServerEvent("stopped", "engine stopped", restarts=self.restarts)
+        elif self._restart_asked.is_set():
+            self._restart_asked.clear()
+            asked, self._restart_spec = self._restart_spec, None
+            yield self._relaunch(
+                asked or self.launch, "restarting as asked", None, None, planned=True
+            )
         else:
             self.log.write("# lucebox: waking: a request came")
 

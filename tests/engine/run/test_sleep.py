@@ -106,6 +106,15 @@ def test_a_request_in_the_idle_time_starts_it_again(monkeypatch):
     assert engine.calls == ["sleep"]
 
 
+def test_a_restart_while_asleep_leaves_it_awake_with_no_second_start():
+    engine = Engine()
+    watch = SleepWatch(10.0, engine.hooks())
+    watch.step(watch._last_active_s + 11.0)
+    watch.restarted()
+    watch.saw_request("POST", "/v1/chat/completions")
+    assert engine.calls == ["sleep"] and not watch.status().asleep
+
+
 async def test_a_sleep_stops_the_engine_without_a_crash_and_a_wake_starts_it_again(
     plan,  # noqa: F811 (the fixture)
     tmp_path,
@@ -134,3 +143,26 @@ async def test_a_sleep_stops_the_engine_without_a_crash_and_a_wake_starts_it_aga
     said = (tmp_path / "engine.log").read_text()
     assert "# lucebox: sleeping:" in said and "# lucebox: waking" in said
     assert "exited" not in said
+
+
+async def test_a_restart_asked_while_asleep_starts_the_engine_at_once(
+    plan,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    fake = tmp_path / "fake-server"
+    fake.write_text(HEALTHY.format(python=sys.executable))
+    fake.chmod(0o755)
+    spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    seen = []
+    async for event in supervisor.events():
+        seen.append(event)
+        if event.kind == "ready":
+            supervisor.sleep() if len(seen) < 4 else supervisor.stop()
+        elif event.kind == "sleeping":
+            supervisor.restart()
+    assert [e.kind for e in seen] == [
+        *("starting", "loading", "ready", "sleeping", "restarting"),
+        *("starting", "loading", "ready", "stopped"),
+    ]
+    assert (seen[-1].restarts, supervisor.planned_restarts) == (0, 1)
