@@ -252,8 +252,10 @@ class Front:
                 await ex.error(400, why, cors)
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors)
+            elif not self._engine_ready.is_set() and self.status().state == "sleeping":
+                await self._asleep(ex, request, target, path, body, cors)
             elif not self._engine_ready.is_set():
-                await self._not_ready(ex, cors, path)
+                await self._not_ready(ex, cors)
             else:
                 await self._relay(ex, request, target, path, body, cors, streamed=False)
         except ClientGoneError:
@@ -380,16 +382,29 @@ class Front:
             await call.close()
         return None
 
-    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]], path: str) -> None:
-        """What llama-server answers while it loads, so health checks wait instead of failing
-        (502); once the run has ended, that no engine comes back; while it sleeps, that the
-        server is healthy (a request wakes it, a health check must not wait for one)."""
-        state = self.status().state
-        if state == "sleeping" and path in ("/health", "/v1/health"):
+    async def _asleep(
+        self,
+        ex: Exchange,
+        request: h11.Request,
+        target: str,
+        path: str,
+        body: bytes,
+        cors: list[tuple[str, str]],
+    ) -> None:
+        """While the engine sleeps: a health check hears the server is healthy (it causes no
+        wake, so it must not wait for one); any other request has woken it (``on_request``)
+        and waits for it, as a generation request does."""
+        if path in ("/health", "/v1/health"):
             self.counters.answered[200] += 1
             await ex.whole(200, b'{"status":"ok"}', extra=cors)
-            return
+        elif await self._engine_back(ex, cors, ex.arrived_s, streamed=False):
+            await self._relay(ex, request, target, path, body, cors, streamed=False)
+
+    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
+        """What llama-server answers while it loads, so health checks wait instead of failing
+        (502); once the run has ended, that no engine comes back."""
         self.counters.answered[503] += 1
+        state = self.status().state
         if state in ENDED_STATES:
             await ex.error(503, f"the engine is not serving ({state}); start it again", cors)
             return
