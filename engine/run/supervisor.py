@@ -352,7 +352,8 @@ class Supervisor:
         if self._restart_asked.is_set() and not self._stopping.is_set():
             self._restart_asked.clear()
             return "restart"
-        if self._sleep_asked.is_set() and not self._stopping.is_set() and not exit_wait.done():
+        alive = process.returncode is None  # one that died (or hung) is restarted as such
+        if self._sleep_asked.is_set() and not self._stopping.is_set() and alive:
             self._sleep_asked.clear()
             return "sleep"
         return None
