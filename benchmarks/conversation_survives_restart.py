@@ -9,6 +9,9 @@ whole reply is one token) and the tokens the engine read for it, measured:
 - warm: the run that served the turns before;
 - after restart: the run stopped and started again (the slot saved and restored);
 - after probe: a calibration's probe took the slot, then the run restarted (a trial);
+- after sleep: the run's engine slept once idle (``server.sleep_idle_s``, its slot saved) and
+  the turn woke it (the engine's start and the slot's restore are in its wait); "before sleep"
+  is the turn before it, warm in that run;
 - cold: a new run with no saved slot.
 
     .venv/bin/python -m benchmarks.conversation_survives_restart [--out FILE]
@@ -40,6 +43,8 @@ REPEATS = {"qwen35-hybrid": 60, "smollm2": 250}
 """The generated model's tokenizer reads a byte a token, SmolLM2's about a word: ~3,000 each."""
 
 
+SLEEP_IDLE_S = 2.0
+"""Short: the bench waits it out once."""
 HYBRID_WIDTH = 8
 """The generated hybrid 8x wider than the tests' (n_embd 512): reading a prompt takes long
 enough to tell a warm turn from a cold one by time, not only by tokens."""
@@ -102,6 +107,16 @@ async def measure(name: str, folder: Path) -> dict[str, Any]:
         served.run.restart()
         await served.ready(not_pid=pid)
         found["after_probe"] = await turn(url, messages, "tool result: tests pass", 1)
+    finally:
+        await served.stop()
+
+    served = Served(launch, home, log, sleep_idle_s=SLEEP_IDLE_S)
+    try:
+        await served.ready()
+        url = served.run.public_url
+        found["before_sleep"] = await turn(url, messages, "tool result: lint clean", 1)
+        await served.asleep()
+        found["after_sleep"] = await turn(url, messages, "tool result: deployed", 1)
     finally:
         await served.stop()
 

@@ -115,7 +115,7 @@ INDEX = (
     ),
     Benchmark(
         "conversation_survives_restart",
-        "Is an agent's next turn warm after a stop and start, and after a calibration's probe?",
+        "Is an agent's next turn warm after a stop and start, a calibration's probe, a sleep?",
         "cpu",
         ("results/cpu-conversation-survives-restart.json",),
     ),

@@ -40,10 +40,13 @@ def agent_launch(engine_home: Path, model: Path, slots: Path, ctx: int) -> Serve
 class Served:
     """One run of the launch in this process, its events consumed until it stops."""
 
-    def __init__(self, launch: ServerLaunch, home: Path, log: Path) -> None:
+    def __init__(
+        self, launch: ServerLaunch, home: Path, log: Path, *, sleep_idle_s: float = 0.0
+    ) -> None:
         paths = resolve_paths({"LUCEBOX_HOME": str(home)})
         supervisor = Supervisor(launch, log, ready_timeout_s=READY_S)
-        self.run = ServerRun(paths, supervisor, RunFacts(model="agent", gpu_index=0))
+        facts = RunFacts(model="agent", gpu_index=0, sleep_idle_s=sleep_idle_s)
+        self.run = ServerRun(paths, supervisor, facts)
         self.task = asyncio.create_task(self._consume())
 
     async def _consume(self) -> None:
@@ -59,6 +62,14 @@ class Served:
                 return
             await asyncio.sleep(0.1)
         raise RuntimeError(f"the run was not ready: {self.run.status}")
+
+    async def asleep(self) -> None:
+        """Until the engine sleeps (``sleep_idle_s`` after the last request)."""
+        for _ in range(int(READY_S / 0.1)):
+            if self.run.status.state == "sleeping":
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"the run did not sleep: {self.run.status}")
 
     async def stop(self) -> None:
         self.run.stop()

@@ -27,6 +27,7 @@ from lucebox.engine.machine import systemd
 from lucebox.engine.run import runstate
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.servedsetmodels import ModelStatus, find_model
+from lucebox.engine.run.sleep import SleepStatus
 
 COMMANDS = ("status", "down", "logs")
 WATCH_POLL_S = 0.25
@@ -50,6 +51,8 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     )
     if status.engine is not None:
         head += f"\n  engine: {status.engine.text()}"
+    if status.sleep is not None:
+        head += f"\n  {sleep_line(status.sleep)}"
     if status.cause is not None:
         head += f"\n  last exit: {status.cause.code}: {status.cause.sentence}"
     if status.webui_url:
@@ -84,6 +87,14 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         text += "\n  long-context modes, measured on this card:"
         text += "".join(f"\n    {line}" for line in lines)
     return text
+
+
+def sleep_line(sleep: SleepStatus) -> str:
+    """Asleep or awake, since when (local time), and what wakes it or puts it to sleep."""
+    since = time.strftime("%H:%M:%S", time.localtime(sleep.since))
+    if sleep.asleep:
+        return f"asleep since {since} (memory freed): the next request wakes it"
+    return f"awake since {since}: sleeps after {sleep.idle_s:.0f} s without requests"
 
 
 def model_line(model: ModelStatus) -> str:

@@ -82,6 +82,10 @@ class Settings:
     image_urls: bool = False
     """Serve images off loopback although llama-server fetches any http(s) image URL a client
     names (it has no switch for it): false keeps vision off there."""
+    sleep_idle_s: float = 0.0
+    """After this long without a client request the engine stops (its conversation saved, its
+    memory freed) while the server keeps listening; the next request starts it again; 0 never
+    sleeps."""
     hang_s: float = 60.0
     """A running request that makes no progress for this long counts as hung (a prompt gets
     longer by its length at the measured prefill rate): the engine, or the set's model process,
@@ -100,6 +104,7 @@ KEYS: dict[str, str] = {
     "server.allowed_origins": "allowed_origins",
     "server.mdns_name": "mdns_name",
     "server.hang_s": "hang_s",
+    "server.sleep_idle_s": "sleep_idle_s",
     "gpu.indices": "gpu_indices",
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",

@@ -48,6 +48,9 @@ class RunFacts:
     """Web origins whose pages may call the API (``server.allowed_origins``)."""
     mdns_name: str = ""
     """The name announced on the LAN while serving beyond loopback; empty: none."""
+    sleep_idle_s: float = 0.0
+    """Seconds without a client request before the engine sleeps (``server.sleep_idle_s``);
+    0: never."""
 
 
 @dataclass(frozen=True)

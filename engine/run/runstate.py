@@ -35,6 +35,7 @@ from lucebox.engine.run.sample import (
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelStatus
+from lucebox.engine.run.sleep import SleepStatus
 
 STATE_NAME = "serve.json"
 STOP_RECORD_NAME = "last-slot-save.json"
@@ -46,7 +47,9 @@ STOP_TIMEOUT_S = 45.0
 LOCK_POLL_S = 0.2
 
 _Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus, KeyUse)
-RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
+RunStateName = Literal[
+    "starting", "loading", "ready", "restarting", "sleeping", "stopped", "failed"
+]
 
 
 class AlreadyServingError(RunError):
@@ -107,6 +110,9 @@ class Status:
     """What each key used since the start: every person's, and server.api_key's."""
     sampling: SamplingStatus | None = None
     """The sampling the front's generation requests got; None without a front."""
+    sleep: SleepStatus | None = None
+    """Whether the engine sleeps and since when; None when it never sleeps
+    (``server.sleep_idle_s`` 0)."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -140,6 +146,7 @@ class Status:
             "lan": self.lan.to_json() if self.lan else None,
             "keys": [k.to_json() for k in self.keys],
             "sampling": self.sampling.to_json() if self.sampling else None,
+            "sleep": self.sleep.to_json() if self.sleep else None,
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -187,6 +194,7 @@ class Status:
             lan=LanStatus.from_json(data.get("lan")),
             keys=_items(KeyUse.from_json, data.get("keys")),
             sampling=SamplingStatus.from_json(data.get("sampling")),
+            sleep=SleepStatus.from_json(data.get("sleep")),
         )
 
 

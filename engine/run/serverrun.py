@@ -64,6 +64,7 @@ from lucebox.engine.run.sample import (
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
+from lucebox.engine.run.sleepwatch import SleepWatch, sleep_watch
 from lucebox.engine.run.slots import (
     SlotHolder,
     SlotKey,
@@ -89,6 +90,7 @@ _STATE_OF_EVENT: dict[str, RunStateName] = {
     "ready": "ready",
     "exited": "restarting",
     "restarting": "restarting",
+    "sleeping": "sleeping",
     "gave-up": "failed",
     "stopped": "stopped",
 }
@@ -176,6 +178,7 @@ class ServerRun:
         """Whether the engine said ready and has not stopped since (its slot can be saved)."""
         self._clients_held = False
         """Client requests wait in the front (the engine runs what they must not be served by)."""
+        self._sleep: SleepWatch | None = sleep_watch(self, facts.sleep_idle_s)
         supervisor.on_line = self._feed_line
         supervisor.before_stop = self._engine_stopping
 
@@ -197,6 +200,8 @@ class ServerRun:
         """Stop the serving engine and start it again, with ``server`` when given; the status
         says so at once, so no sample of the engine on its way out reads as what now serves."""
         self.supervisor.restart(server)
+        if self._sleep is not None:
+            self._sleep.restarted()
         self._run.status = replace(self._run.status, state="restarting")
         if self.front is not None:
             self.front.engine_ready(False)
@@ -383,6 +388,7 @@ class ServerRun:
                 queue=self.front.queue_status(),
                 keys=self.front.key_use.status(),
                 sampling=self.front.sampling.status(),
+                sleep=self._sleep.status() if self._sleep is not None else None,
             )
         modes = self.calibrations.kv_modes
         if modes is not None:
@@ -417,6 +423,9 @@ class ServerRun:
 
         supervising = asyncio.create_task(follow_supervisor())
         calibrating = [asyncio.create_task(c.run(self)) for c in self.calibrations.present()]
+        if self._sleep is not None and self.front is not None:
+            self.front.on_request = self._sleep.saw_request
+            calibrating.append(asyncio.create_task(self._sleep.run()))
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, ServerEvent):

@@ -54,7 +54,9 @@ from lucebox.engine.run.deathfacts import file_stamp, oom_kills, oom_kills_since
 from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.kinds.ownrequests import OwnRequests
 
-EventKind = Literal["starting", "loading", "ready", "exited", "restarting", "gave-up", "stopped"]
+EventKind = Literal[
+    "starting", "loading", "ready", "exited", "restarting", "sleeping", "gave-up", "stopped"
+]
 LOG_ROTATE_BYTES = 16 * 1024 * 1024
 LOG_KEEP = 3
 RING_LINES = 2000
@@ -167,6 +169,8 @@ class Supervisor:
         """lucebox's own requests to the engine (its warm-up, the calibrations' probes)."""
         self._stopping = asyncio.Event()
         self._restart_asked = asyncio.Event()
+        self._sleep_asked = asyncio.Event()
+        self._wake_asked = asyncio.Event()
         self._hang_seen = asyncio.Event()
         self._hung_why: str | None = None
         self._restart_spec: ServerLaunch | None = None
@@ -268,9 +272,14 @@ class Supervisor:
         if unready is None:
             serving = f"serving at {url_of(self.launch)}"
             yield ServerEvent("ready", serving, process.pid, restarts=self.restarts)
-            if await self._serve(process):
+            wanted = await self._serve(process)
+            if wanted is not None:
                 await self._terminate(process)
                 await pump
+                if wanted == "sleep":
+                    async for event in self._asleep():
+                        yield event
+                    return
                 asked, self._restart_spec = self._restart_spec, None
                 message = "restarting as asked"
                 yield self._relaunch(asked or self.launch, message, process.pid, None, planned=True)
@@ -322,19 +331,19 @@ class Supervisor:
                 ServerEvent("gave-up", missing.sentence, cause=missing, restarts=self.restarts)
             )
 
-    async def _serve(self, process: asyncio.subprocess.Process) -> bool:
-        """While the ready engine serves: until a stop, a restart, a hang or its exit. A hung
-        engine is killed here; returns whether a restart was asked (and no stop)."""
-        stop_wait = asyncio.create_task(self._stopping.wait())
-        restart_wait = asyncio.create_task(self._restart_asked.wait())
-        hang_wait = asyncio.create_task(self._hang_seen.wait())
+    async def _serve(
+        self, process: asyncio.subprocess.Process
+    ) -> Literal["restart", "sleep"] | None:
+        """While the ready engine serves: until a stop, a restart, a sleep, a hang or its exit.
+        A hung engine is killed here; returns the restart or sleep asked (and no stop)."""
+        waits = {
+            asyncio.create_task(event.wait())
+            for event in (self._stopping, self._restart_asked, self._hang_seen, self._sleep_asked)
+        }
         exit_wait = asyncio.create_task(process.wait())
-        await asyncio.wait(
-            {stop_wait, restart_wait, hang_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED
-        )
-        stop_wait.cancel()
-        restart_wait.cancel()
-        hang_wait.cancel()
+        await asyncio.wait({*waits, exit_wait}, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
         if self._hang_seen.is_set() and not self._stopping.is_set():
             # A stopped engine ignores SIGTERM, and a hung one has no slot to save.
             with contextlib.suppress(ProcessLookupError):
@@ -342,8 +351,38 @@ class Supervisor:
             await process.wait()
         if self._restart_asked.is_set() and not self._stopping.is_set():
             self._restart_asked.clear()
-            return True
-        return False
+            return "restart"
+        alive = process.returncode is None  # one that died (or hung) is restarted as such
+        if self._sleep_asked.is_set() and not self._stopping.is_set() and alive:
+            self._sleep_asked.clear()
+            return "sleep"
+        return None
+
+    async def _asleep(self) -> AsyncIterator[ServerEvent]:
+        """The engine stopped on purpose to free its memory: no crash, no restart counted; the
+        same launch starts again once woken (:meth:`wake`), the asked one on a restart, unless
+        a stop comes first."""
+        self.process = None
+        message = "engine asleep (its memory freed); the next request starts it"
+        yield self._noted(ServerEvent("sleeping", message, restarts=self.restarts))
+        waits = {
+            asyncio.create_task(event.wait())
+            for event in (self._stopping, self._wake_asked, self._restart_asked)
+        }
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        self._wake_asked.clear()
+        if self._stopping.is_set():
+            yield ServerEvent("stopped", "engine stopped", restarts=self.restarts)
+        elif self._restart_asked.is_set():
+            self._restart_asked.clear()
+            asked, self._restart_spec = self._restart_spec, None
+            yield self._relaunch(
+                asked or self.launch, "restarting as asked", None, None, planned=True
+            )
+        else:
+            self.log.write("# lucebox: waking: a request came")
 
     async def _after_death(self, death: EngineDeath, pid: int) -> AsyncIterator[ServerEvent]:
         """What follows an engine's death: back to the planned launch after a trial, a
@@ -548,6 +587,16 @@ class Supervisor:
         the crash path; serverrun.ServerRun's hang watch is the caller."""
         self._hung_why = why
         self._hang_seen.set()
+
+    def sleep(self) -> None:
+        """Stop the serving engine (its slot saved first) and start the same launch again only
+        once :meth:`wake` is called; sleepwatch.SleepWatch is the caller, through the run."""
+        self._wake_asked.clear()
+        self._sleep_asked.set()
+
+    def wake(self) -> None:
+        """Start the sleeping engine again (at once, should it still be stopping)."""
+        self._wake_asked.set()
 
     def restart(self, server: ServerLaunch | None = None) -> None:
         """Stop the serving engine and start it again, with ``server`` when given (no crash

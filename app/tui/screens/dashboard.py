@@ -100,7 +100,8 @@ class DashboardScreen(ServingScreen):
         header.append(self.prepared.model, style="bold cyan")
         header.append("  ")
         header.append(self.state, style=f"bold {self.state_style}")
-        header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
+        awake = "for" if self.state == "sleeping" else "up"
+        header.append(f" · {awake} {format_duration(uptime_s)} · {self.restarts} restarts")
         header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}")
         header.append(" · vision" if self.prepared.launch.vision.served else "")
         if self.engine is not None:

@@ -22,7 +22,7 @@ from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 LOG_TAIL_INTERVAL_S = 2.0
-STATE_STYLES = {"ready": "green", "failed": "red", "stopped": "red"}
+STATE_STYLES = {"ready": "green", "sleeping": "cyan", "failed": "red", "stopped": "red"}
 """The header's colour of a run's state; any other (starting, restarting) is yellow."""
 
 
@@ -79,8 +79,8 @@ class ServingScreen(Screen[None]):
         return STATE_STYLES.get(self.state, "yellow")
 
     def show_event(self, event: ServerEvent) -> None:
-        if event.kind == "ready":
-            self.server_started_at = self.clock()
+        if event.kind in ("ready", "sleeping"):
+            self.server_started_at = self.clock()  # the header says how long it has slept
         self.state = serverrun.state_of(event)
         self.restarts = event.restarts
         self.cause = event.cause or self.cause

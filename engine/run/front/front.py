@@ -182,6 +182,8 @@ class Front:
         self.client_prompt: ClientPrompt | None = None
         """The last generation request relayed to the engine: the slot holds its conversation
         (the run seats and saves it before a stop or lucebox's own request)."""
+        self.on_request: Callable[[str, str], None] | None = None
+        """Told each admitted request's method and path (the sleep watch wakes the engine)."""
 
     def _body_refusal(self, path: str, body: bytes) -> Refusal | None:
         return body_refusal(body, path, images=self.spec.images)
@@ -235,6 +237,8 @@ class Front:
         headers: dict[str, str],
     ) -> None:
         cors = cors_headers(headers.get("origin"))
+        if self.on_request is not None:
+            self.on_request(method, path)
         ex.watch()
         try:
             if method == "OPTIONS":
@@ -252,6 +256,8 @@ class Front:
                 await ex.error(400, why, cors)
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors)
+            elif not self._engine_ready.is_set() and self.status().state == "sleeping":
+                await self._asleep(ex, request, target, path, body, cors)
             elif not self._engine_ready.is_set():
                 await self._not_ready(ex, cors)
             else:
@@ -379,6 +385,24 @@ class Front:
         finally:
             await call.close()
         return None
+
+    async def _asleep(
+        self,
+        ex: Exchange,
+        request: h11.Request,
+        target: str,
+        path: str,
+        body: bytes,
+        cors: list[tuple[str, str]],
+    ) -> None:
+        """While the engine sleeps: a health check hears the server is healthy (it causes no
+        wake, so it must not wait for one); any other request has woken it (``on_request``)
+        and waits for it, as a generation request does."""
+        if path in ("/health", "/v1/health"):
+            self.counters.answered[200] += 1
+            await ex.whole(200, b'{"status":"ok"}', extra=cors)
+        elif await self._engine_back(ex, cors, ex.arrived_s, streamed=False):
+            await self._relay(ex, request, target, path, body, cors, streamed=False)
 
     async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
         """What llama-server answers while it loads, so health checks wait instead of failing
@@ -538,16 +562,19 @@ class Front:
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]], *, codex: bool) -> None:
         """The engine's model list with the context planned now
         (:func:`apishape.models_with_context`), or in Codex's shape where Codex asks
-        (:func:`codexmodels.codex_models`); an engine that does not answer is said."""
-        try:
-            call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
+        (:func:`codexmodels.codex_models`); an engine that does not answer is said. An engine
+        asleep is not woken: clients poll this, and the served alias is known."""
+        listed: object = {}
+        if self.status().state != "sleeping":
             try:
-                listed = json.loads(await self._read_all(ex, call))
-            finally:
-                await call.close()
-        except (*ENGINE_ERRORS, ValueError) as exc:
-            await self._failed(ex, 502, f"the engine did not list its models: {exc}")
-            return
+                call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
+                try:
+                    listed = json.loads(await self._read_all(ex, call))
+                finally:
+                    await call.close()
+            except (*ENGINE_ERRORS, ValueError) as exc:
+                await self._failed(ex, 502, f"the engine did not list its models: {exc}")
+                return
         data = listed.get("data") if isinstance(listed, dict) else None
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
         served = dict.fromkeys(ids or [self.spec.model], self.spec.ctx)

@@ -161,3 +161,22 @@ def test_down_says_when_the_stop_could_not_save_the_conversation():
     assert done.returncode == 0 and done.stdout.strip() == f"stopped lucebox (pid {server.pid})"
     assert f"the conversation cache was not saved on this stop: {why}" in done.stderr
     assert runstate.slot_save_failure(paths, server.pid + 1) is None  # another process's
+
+
+def test_status_says_the_engine_sleeps_and_since_when():
+    from lucebox.engine.run.sleep import SleepStatus
+
+    paths = resolve_paths()
+    since = time.mktime((2026, 12, 6, 14, 5, 9, 0, 0, -1))
+    asleep = replace(
+        serving(os.getpid(), a_sample()), state="sleeping", sleep=SleepStatus(True, since, 600.0)
+    )
+    runstate.write_status(paths, asleep)
+    people = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
+    assert people.stdout.startswith("sleeping: "), people.stdout
+    assert "asleep since 14:05:09 (memory freed): the next request wakes it" in people.stdout
+    runstate.write_status(
+        paths, replace(asleep, state="ready", sleep=SleepStatus(False, since, 600))
+    )
+    people = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
+    assert "awake since 14:05:09: sleeps after 600 s without requests" in people.stdout

@@ -276,6 +276,20 @@ async def test_server_giving_up_shows_the_diagnosis_and_a_retry(backend):
         await wait_until(pilot, lambda: on_dashboard(app))
 
 
+async def dashboard_header(
+    backend, after_ready: list[ServerEvent], awaited: str
+) -> tuple[str, int]:
+    """The dashboard header's text and height once the events after ready show ``awaited``."""
+    started, loading, ready = backend.server_events
+    backend.server_events = [started, loading, ready, *after_ready]
+    app = app_for(backend)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        header = app.screen.query_one("#dash-header", Static)
+        await wait_until(pilot, lambda: awaited in str(header.render()))
+        return str(header.render()), header.size.height
+
+
 async def test_the_dashboard_shows_why_the_engine_died_under_its_state(backend):
     killed = EngineDeath(
         "killed",
@@ -284,22 +298,21 @@ async def test_the_dashboard_shows_why_the_engine_died_under_its_state(backend):
         "close some, or serve a smaller model or context",
         -9,
     )
-    started, loading, ready = backend.server_events
-    backend.server_events = [
-        *(started, loading, ready),
+    after_ready = [
         ServerEvent("exited", f"engine exited (-9): {killed.sentence}", 4242, killed),
         ServerEvent("restarting", "restarting in 1 s", 4242, killed, 1),
         ServerEvent("starting", "engine started (pid 4343)", 4343, restarts=1),
     ]
-    app = app_for(backend)
-    async with app.run_test(size=(140, 30)) as pilot:
-        await wait_until(pilot, lambda: on_dashboard(app))
-        header = app.screen.query_one("#dash-header", Static)
-        await wait_until(pilot, lambda: "last exit: killed" in str(header.render()))
-        shown = str(header.render())
-        assert "starting" in shown and "1 restarts" in shown
-        assert "out-of-memory killer" in shown
-        assert header.size.height == 3
+    shown, height = await dashboard_header(backend, after_ready, "last exit: killed")
+    assert "starting" in shown and "1 restarts" in shown
+    assert "out-of-memory killer" in shown
+    assert height == 3
+
+
+async def test_the_dashboard_says_the_engine_sleeps_and_for_how_long(backend):
+    asleep = "engine asleep (its memory freed); the next request starts it"
+    shown, _ = await dashboard_header(backend, [ServerEvent("sleeping", asleep)], "sleeping")
+    assert "sleeping · for " in shown and "0 restarts" in shown
 
 
 async def test_first_run_chooses_a_preset_from_the_plan_table(backend):
