@@ -161,3 +161,22 @@ def test_down_says_when_the_stop_could_not_save_the_conversation():
     assert done.returncode == 0 and done.stdout.strip() == f"stopped lucebox (pid {server.pid})"
     assert f"the conversation cache was not saved on this stop: {why}" in done.stderr
     assert runstate.slot_save_failure(paths, server.pid + 1) is None  # another process's
+
+
+def test_status_says_what_the_start_restored_and_what_the_disk_cache_keeps():
+    from lucebox.app.cli.status import status_line
+    from lucebox.engine.machine import systemd
+    from lucebox.engine.run.sample import CacheStatus
+
+    cache = CacheStatus(
+        0.4,
+        0,
+        last_restore="not restored: saved with another engine build",
+        disk_entries=3,
+        disk_bytes=3 * 2**30,
+    )
+    status = replace(serving(os.getpid(), a_sample()), cache=cache)
+    unit = systemd.ServiceStatus(installed=False, enabled=False, scope="user")
+    text = status_line(status, unit)
+    assert "\n  last restore: not restored: saved with another engine build" in text
+    assert "\n  disk prefix cache: 3 prompt states, 3.0 GiB" in text

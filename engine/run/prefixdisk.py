@@ -1,0 +1,56 @@
+"""The Lucebox engine's disk prefix cache around its starts, and what it keeps for ``status``.
+
+Before each start the launch's folder gets its record (what its states are valid for) and is
+marked used; the other folders are dropped, least recently used first, until the whole store
+fits the planned budget (the engine evicts only within the folder it serves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lucebox.engine.core import prefixstore
+from lucebox.engine.core.units import MIB
+from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.run.sample import CacheStatus
+
+
+@dataclass(frozen=True)
+class DiskCacheStatus:
+    """What the disk prefix cache of the running launch keeps."""
+
+    folder: str
+    entries: int
+    bytes: int
+    budget_bytes: int
+
+
+def before_start(launch: ServerLaunch) -> list[Path]:
+    """Ready the launch's folder and trim the store to its budget; the folders dropped."""
+    disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
+    if disk is None or disk.folder is None or disk.key is None:
+        return []
+    folder = Path(disk.folder)
+    try:
+        prefixstore.prepare(folder, disk.key)
+    except OSError:
+        return []  # the engine makes the folder itself; only the record and recency are lost
+    return prefixstore.trim(folder.parent, folder, disk.budget_mib * MIB)
+
+
+def disk_cache_status(launch: ServerLaunch) -> DiskCacheStatus | None:
+    """What the launch's folder keeps now; None when the engine has no disk cache."""
+    disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
+    if disk is None or disk.folder is None:
+        return None
+    used = prefixstore.usage(Path(disk.folder))
+    return DiskCacheStatus(disk.folder, used.entries, used.bytes, disk.budget_mib * MIB)
+
+
+def with_disk(cache: CacheStatus, launch: ServerLaunch) -> CacheStatus:
+    """``cache`` with what the launch's disk prefix cache keeps now."""
+    disk = disk_cache_status(launch)
+    if disk is None:
+        return cache
+    return replace(cache, disk_entries=disk.entries, disk_bytes=disk.bytes)

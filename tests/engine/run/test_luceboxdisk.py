@@ -1,0 +1,119 @@
+"""The Lucebox stand-in's disk prefix cache against the planned flags: a conversation comes
+back from disk after a stop and a start, and never into another build's or KV type's launch.
+The stand-in parses and logs as the pinned engine does (support/luceboxdisk.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lucebox.engine.core.prefixstore import PrefixKey
+from lucebox.engine.core.units import GIB
+from lucebox.engine.plan.lucebox.diskcache import DiskCacheRequest, plan_disk_cache
+from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags, dflash_server_argv
+from support import luceboxfake
+from support.ports import free_port
+
+SYSTEM = "You are a careful coding agent. " * 140
+TURN_1 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "first question"}]
+TURN_2 = [
+    *TURN_1,
+    {"role": "assistant", "content": "an answer"},
+    {"role": "user", "content": "more"},
+]
+
+
+class Engine:
+    """The stand-in started with a launch's argv; its log is read after it stopped."""
+
+    def __init__(self, argv: list[str], tmp_path: Path) -> None:
+        self.log = tmp_path / f"engine-{time.monotonic_ns()}.log"
+        self.port = int(argv[argv.index("--port") + 1])
+        env = {**os.environ, "FAKE_REQUESTS": str(tmp_path / "requests")}
+        command = [sys.executable, "-m", "support.luceboxfake", *argv[1:]]
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(command, stderr=out, env=env)
+
+    def wait_listening(self) -> None:
+        for _ in range(200):
+            if "listening on" in self.log.read_text():
+                return
+            time.sleep(0.05)
+        raise AssertionError(self.log.read_text())
+
+    def chat(self, messages: list[dict]) -> None:
+        reply = httpx.post(
+            f"http://127.0.0.1:{self.port}/v1/chat/completions",
+            json={"messages": messages, "max_tokens": 8},
+            timeout=10,
+        )
+        assert reply.status_code == 200
+
+    def stop(self) -> str:
+        self.process.send_signal(signal.SIGTERM)
+        assert self.process.wait(timeout=10) == 0
+        return self.log.read_text()
+
+
+def argv_for(key: PrefixKey, root: Path, kv_type: str = "q4_0") -> list[str]:
+    disk = plan_disk_cache(DiskCacheRequest(str(root), key, 100 * GIB))
+    flags = LuceboxFlags(4096, 512, kv_type, 4, disk_cache=disk)
+    return dflash_server_argv("dflash_server", key.model_path, "m", free_port(), flags, None)
+
+
+def served(argv: list[str], tmp_path: Path, messages: list[dict]) -> str:
+    engine = Engine(argv, tmp_path)
+    engine.wait_listening()
+    engine.chat(messages)
+    return engine.stop()
+
+
+def test_after_a_stop_and_a_start_the_conversation_is_read_from_disk_in_its_folder_only(
+    tmp_path,
+):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    key = PrefixKey(str(model), 4, 1, "build-a", "q4_0", "q4_0", 4096)
+    root = tmp_path / "prefix"
+    first = served(argv_for(key, root), tmp_path, TURN_1)
+    assert "[disk-cache] shutdown: saving 1 tracked slots" in first
+    assert "[disk-cache] saved " in first and "disk_hit=false" in first
+
+    again = served(argv_for(key, root), tmp_path, TURN_2)
+    assert "[disk-cache] hit policy=auto:30 len=1123 slot=63 pos=1123" in again
+    assert "restore=true slot=63 prefix_len=1123" in again and "disk_hit=true" in again
+
+    other_build = dataclasses.replace(key, engine_build="build-b")
+    other_kv = dataclasses.replace(key, cache_type_k="q8_0", cache_type_v="q8_0")
+    for other, kv_type in ((other_build, "q4_0"), (other_kv, "q8_0")):
+        missed = served(argv_for(other, root, kv_type), tmp_path, TURN_2)
+        assert "[disk-cache] hit" not in missed and "disk_hit=false" in missed
+
+
+@pytest.mark.parametrize("policy", ["bogus", "auto:0", "0", "auto:x"])
+def test_a_policy_the_engine_refuses_ends_it_with_status_2_and_its_line(tmp_path, policy):
+    argv = ["m.gguf", "--port", str(free_port()), "--disk-prefix-cache", policy]
+    env = {**os.environ, "FAKE_REQUESTS": str(tmp_path / "requests")}
+    done = subprocess.run(
+        [sys.executable, luceboxfake.__file__, *argv], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "[server] --disk-prefix-cache must be off, full, auto, auto:<window>, or a positive "
+        "token count"
+    )
+
+
+def test_paged_attention_turns_the_disk_cache_off_with_the_engines_line(tmp_path):
+    key = PrefixKey(str(tmp_path / "m.gguf"), 4, 1, "build-a", "q4_0", "q4_0", 4096)
+    log = served([*argv_for(key, tmp_path / "prefix"), "--paged-attention"], tmp_path, TURN_1)
+    assert "[server] --paged-attention disables prefix/prefill snapshots" in log
+    assert "[disk-cache]" not in log and not (tmp_path / "prefix").exists()
