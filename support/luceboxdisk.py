@@ -166,7 +166,7 @@ class DiskCache:
         if not path.is_file():
             return False
         header = _header(path)
-        if header is None:
+        if header is None or not _whole(path):
             say(f"[disk-cache] lookup failed, removing {path}")
             path.unlink(missing_ok=True)
             return False
@@ -238,6 +238,13 @@ def _common(a: list[str], b: list[str]) -> int:
 
 def _hash(messages: list[str]) -> str:
     return hashlib.sha1(json.dumps(messages).encode()).hexdigest()[:32]
+
+
+def _whole(path: Path) -> bool:
+    """Whether the file holds all the tensor bytes its header promises (``read_file``)."""
+    head = path.read_bytes()[:80]
+    (payload,) = struct.unpack_from("<Q", head, 52)
+    return path.stat().st_size >= 80 + payload
 
 
 def _header(path: Path) -> str | None:

@@ -320,6 +320,11 @@ class ServerRun:
                 self._run.status, cache=replace(cache, slot_save_failure=done.failure)
             )
 
+    def _cache_status(self, sampler: Sampler) -> CacheStatus:
+        cache = sampler.cache_status()
+        restored = self._last_restore or cache.last_restore
+        return replace(cache, slot_save_failure=self._slot_save_failure, last_restore=restored)
+
     async def _seat_conversation(
         self, client: httpx.AsyncClient, headers: dict[str, str], *, stopping: bool
     ) -> bool:
@@ -667,11 +672,7 @@ class ServerRun:
                 sample=self._run.sample,
                 spec=self._spec_view(sampler.spec_status()),
                 cache=prefixdisk.with_disk(
-                    replace(
-                        sampler.cache_status(),
-                        slot_save_failure=self._slot_save_failure,
-                        last_restore=self._last_restore,
-                    ),
+                    self._cache_status(sampler),
                     self.supervisor.launch,
                 ),
             )

@@ -19,6 +19,7 @@ from lucebox.engine.core.prefixstore import PrefixKey
 from lucebox.engine.core.units import GIB
 from lucebox.engine.plan.lucebox.diskcache import DiskCacheRequest, plan_disk_cache
 from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags, dflash_server_argv
+from lucebox.engine.run.kinds.luceboxrun import LuceboxLog
 from support import luceboxfake
 from support.ports import free_port
 
@@ -69,6 +70,14 @@ def argv_for(key: PrefixKey, root: Path, kv_type: str = "q4_0") -> list[str]:
     return dflash_server_argv("dflash_server", key.model_path, "m", free_port(), flags, None)
 
 
+def restored_by(log: str) -> str | None:
+    """What ``status`` says the start restored, read from the log by lucebox's own reader."""
+    reader = LuceboxLog()
+    for line in log.splitlines():
+        reader.feed(line)
+    return reader.disk_restore
+
+
 def served(argv: list[str], tmp_path: Path, messages: list[dict]) -> str:
     engine = Engine(argv, tmp_path)
     engine.wait_listening()
@@ -90,6 +99,7 @@ def test_after_a_stop_and_a_start_the_conversation_is_read_from_disk_in_its_fold
     again = served(argv_for(key, root), tmp_path, TURN_2)
     assert "[disk-cache] hit policy=auto:30 len=1123 slot=63 pos=1123" in again
     assert "restore=true slot=63 prefix_len=1123" in again and "disk_hit=true" in again
+    assert restored_by(again) == "read 1123 tokens from the disk prefix cache"
 
     other_build = dataclasses.replace(key, engine_build="build-b")
     other_kv = dataclasses.replace(key, cache_type_k="q8_0", cache_type_v="q8_0")
@@ -117,3 +127,16 @@ def test_paged_attention_turns_the_disk_cache_off_with_the_engines_line(tmp_path
     log = served([*argv_for(key, tmp_path / "prefix"), "--paged-attention"], tmp_path, TURN_1)
     assert "[server] --paged-attention disables prefix/prefill snapshots" in log
     assert "[disk-cache]" not in log and not (tmp_path / "prefix").exists()
+
+
+def test_a_cut_saved_state_is_removed_and_status_says_why(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    key = PrefixKey(str(model), 4, 1, "build-a", "q4_0", "q4_0", 4096)
+    root = tmp_path / "prefix"
+    served(argv_for(key, root), tmp_path, TURN_1)
+    (state,) = root.glob("*/*/*.dkv")
+    state.write_bytes(state.read_bytes()[:200])  # the header whole, the tensors cut short
+    log = served(argv_for(key, root), tmp_path, TURN_2)
+    assert f"[disk-cache] lookup failed, removing {state}" in log and "disk_hit=false" in log
+    assert restored_by(log) == "not restored from disk: a saved state could not be read (removed)"
