@@ -4,24 +4,34 @@ The stand-in parses and logs as the pinned engine does (support/luceboxdisk.py).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
-from lucebox.engine.core.prefixstore import PrefixKey
-from lucebox.engine.core.units import GIB
-from lucebox.engine.plan.lucebox.diskcache import DiskCacheRequest, plan_disk_cache
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.prefixstore import RECORD_NAME, PrefixKey
+from lucebox.engine.core.units import GIB, MIB
+from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.plan.lucebox.diskcache import DiskCache, DiskCacheRequest, plan_disk_cache
 from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags, dflash_server_argv
 from lucebox.engine.run.kinds.luceboxrun import LuceboxLog
+from lucebox.engine.run.runsetup import RunFacts
+from lucebox.engine.run.sample import CacheStatus, Sample
+from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from support import luceboxfake
 from support.ports import free_port
+from tests.engine.run.test_luceboxserve import lucebox_spec
 
 SYSTEM = "You are a careful coding agent. " * 140
 TURN_1 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "first question"}]
@@ -140,3 +150,59 @@ def test_a_cut_saved_state_is_removed_and_status_says_why(tmp_path):
     log = served(argv_for(key, root), tmp_path, TURN_2)
     assert f"[disk-cache] lookup failed, removing {state}" in log and "disk_hit=false" in log
     assert restored_by(log) == "not restored from disk: a saved state could not be read (removed)"
+
+
+async def _one_turn(tmp_path: Path, launch: ServerLaunch, messages: list[dict]) -> CacheStatus:
+    """One start of ``launch`` through the supervisor, one client turn, the stop; what the
+    status said of the cache once the turn was counted."""
+    supervisor = Supervisor(launch, tmp_path / "engine.log", ready_timeout_s=20)
+    run = ServerRun(resolve_paths(), supervisor, RunFacts(model="m", gpu_index=0))
+    cache = None
+    async with asyncio.timeout(60):
+        async for item in run.events():
+            if isinstance(item, ServerEvent) and item.kind == "ready":
+                async with httpx.AsyncClient(timeout=10) as client:
+                    url = f"http://127.0.0.1:{launch.port}/v1/chat/completions"
+                    reply = await client.post(url, json={"messages": messages, "max_tokens": 8})
+                assert reply.status_code == 200
+            elif isinstance(item, Sample) and item.requests_finished_total >= 1:
+                cache = run.status.cache
+                run.stop()
+    assert cache is not None
+    return cache
+
+
+async def test_serve_readies_the_folder_trims_older_ones_and_status_shows_the_restore(
+    tmp_path, monkeypatch
+):
+    """Through the supervisor and run as `lucebox serve` runs the engine: each start writes
+    the folder's record and drops other folders past the budget, least recently used first;
+    the start after a stop reads the conversation from disk and status says so."""
+    monkeypatch.setenv("FAKE_REQUESTS", str(tmp_path / "requests"))
+    spec = lucebox_spec(tmp_path)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    key = PrefixKey(str(model), 4, 1, "build-a", "q4_0", "q4_0", 4096)
+    root = tmp_path / "prefix"
+    stale = root / "old-model-0123456789abcdef"
+    (stale / "layout").mkdir(parents=True)
+    (stale / "layout" / "a.dkv").write_bytes(bytes(2 * MIB))
+    os.utime(stale, (1, 1))
+    os.utime(stale / "layout", (1, 1))
+    disk = DiskCache(f"{root}/{key.folder_name}", 1, 1024, "auto", "", key)
+    flags = replace(spec.lucebox, disk_cache=disk) if spec.lucebox else None
+    launch = replace(spec, model_path=str(model), lucebox=flags)
+
+    first = await _one_turn(tmp_path, launch, TURN_1)
+    assert not stale.exists()
+    assert (
+        f"# lucebox: disk prefix cache over budget: removed {stale}"
+        in (tmp_path / "engine.log").read_text()
+    )
+    assert json.loads((root / key.folder_name / RECORD_NAME).read_text())["engine_build"] == (
+        "build-a"
+    )
+    assert first.last_restore is None and first.disk_entries == 0
+    again = await _one_turn(tmp_path, launch, TURN_2)
+    assert again.last_restore == "read 1123 tokens from the disk prefix cache"
+    assert again.disk_entries == 1 and (again.disk_bytes or 0) > 1123
