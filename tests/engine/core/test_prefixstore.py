@@ -43,3 +43,29 @@ def test_removing_a_model_drops_its_folders_only(tmp_path):
     assert sorted(prefixstore.forget_model(tmp_path, mine)) == sorted([first, second])
     assert kept.is_dir() and not first.exists()
     assert prefixstore.usage(first) == prefixstore.StoreUsage(0, 0)
+
+
+def test_models_rm_and_an_update_drop_the_models_folders(tmp_path):
+    from lucebox.engine.core.paths import resolve_paths
+    from lucebox.engine.models import records, revisions
+    from lucebox.engine.models.records import ModelRecord, StoredFile
+
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path / "home")})
+    root = paths.prefix_cache_dir
+
+    def record(name: str, revision: str) -> ModelRecord:
+        model = tmp_path / f"{name}-{revision}.gguf"
+        model.write_bytes(b"GGUF")
+        stored = StoredFile(str(model), 4, "0" * 64, owned=True)
+        return ModelRecord(name, f"hf:a/{name}", "target", (stored,), "local", revision, "now")
+
+    old, new, other = record("m", "r1"), record("m", "r2"), record("o", "r1")
+    old_folder = saved(root, old.main_path, 4096, 10, 1)
+    new_folder = saved(root, new.main_path, 4096, 10, 1)
+    other_folder = saved(root, other.main_path, 4096, 10, 1)
+    records.save_record(paths, old)
+    records.save_record(paths, other)
+    revisions.switch(paths, old, new)
+    assert not old_folder.exists() and new_folder.is_dir()
+    records.remove_model(paths, "m", delete_foreign=False)
+    assert not new_folder.exists() and other_folder.is_dir()
