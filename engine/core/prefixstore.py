@@ -130,6 +130,34 @@ def forget_model(root: Path, model_path: Path) -> list[Path]:
     return removed
 
 
+KEY_WORDS = {
+    "engine_build": "another engine build",
+    "cache_type_k": "another KV type",
+    "cache_type_v": "another KV type",
+    "ctx": "another context",
+    "model_bytes": "another version of the model file",
+    "model_mtime_ns": "another version of the model file",
+}
+
+
+def saved_elsewhere(root: Path, key: PrefixKey) -> str | None:
+    """Why states kept for the same model file are not this launch's ("another engine
+    build, another KV type"); None when no other folder holds any for it."""
+    wanted = asdict(key)
+    found: list[str] = []
+    for folder in _folders(root):
+        try:
+            record = json.loads((folder / RECORD_NAME).read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("model_path") != key.model_path:
+            continue
+        if record == wanted or not usage(folder).entries:
+            continue
+        found += [words for name, words in KEY_WORDS.items() if record.get(name) != wanted[name]]
+    return ", ".join(dict.fromkeys(found)) or None
+
+
 def _folders(root: Path) -> list[Path]:
     try:
         return [f for f in root.iterdir() if f.is_dir()]

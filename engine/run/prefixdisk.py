@@ -49,8 +49,15 @@ def disk_cache_status(launch: ServerLaunch) -> DiskCacheStatus | None:
 
 
 def with_disk(cache: CacheStatus, launch: ServerLaunch) -> CacheStatus:
-    """``cache`` with what the launch's disk prefix cache keeps now."""
+    """``cache`` with what the launch's disk prefix cache keeps now, and why nothing was
+    restored when states kept for the same model were saved by another launch."""
     disk = disk_cache_status(launch)
     if disk is None:
         return cache
-    return replace(cache, disk_entries=disk.entries, disk_bytes=disk.bytes)
+    restore = cache.last_restore
+    key = launch.lucebox.disk_cache.key if launch.lucebox and launch.lucebox.disk_cache else None
+    if restore is None and key is not None:
+        elsewhere = prefixstore.saved_elsewhere(Path(disk.folder).parent, key)
+        if elsewhere is not None:
+            restore = f"not restored: the states kept on disk were saved with {elsewhere}"
+    return replace(cache, disk_entries=disk.entries, disk_bytes=disk.bytes, last_restore=restore)

@@ -190,7 +190,8 @@ async def test_serve_readies_the_folder_trims_older_ones_and_status_shows_the_re
     os.utime(stale, (1, 1))
     os.utime(stale / "layout", (1, 1))
     disk = DiskCache(f"{root}/{key.folder_name}", 1, 1024, "auto", "", key)
-    flags = replace(spec.lucebox, disk_cache=disk) if spec.lucebox else None
+    assert spec.lucebox is not None
+    flags = replace(spec.lucebox, disk_cache=disk)
     launch = replace(spec, model_path=str(model), lucebox=flags)
 
     first = await _one_turn(tmp_path, launch, TURN_1)
@@ -206,3 +207,13 @@ async def test_serve_readies_the_folder_trims_older_ones_and_status_shows_the_re
     again = await _one_turn(tmp_path, launch, TURN_2)
     assert again.last_restore == "read 1123 tokens from the disk prefix cache"
     assert again.disk_entries == 1 and (again.disk_bytes or 0) > 1123
+
+    rebuilt = replace(key, engine_build="build-b", cache_type_k="q8_0", cache_type_v="q8_0")
+    elsewhere = replace(disk, folder=f"{root}/{rebuilt.folder_name}", key=rebuilt)
+    other = await _one_turn(
+        tmp_path, replace(launch, lucebox=replace(flags, disk_cache=elsewhere)), TURN_2
+    )
+    assert other.last_restore == (
+        "not restored: the states kept on disk were saved with another engine build, "
+        "another KV type"
+    )
