@@ -9,6 +9,10 @@ recent ones: the agent's growing conversation, turn after turn. ``full`` (its de
 up only the whole prompt and one short cold prefix, so the next turn of a conversation, which
 is never the same prompt, would read everything again after a restart. The checkpoint
 interval and cold prefix act only under ``full`` and are left at the engine's defaults.
+
+The engine keeps its folder within ``--kv-cache-budget`` itself (``enforce_budget``: the
+lowest of hits decayed over six hours times tokens per byte goes first, a state saved in the
+last minute never), so lucebox relies on it there and trims only the other folders.
 """
 
 from __future__ import annotations
@@ -77,8 +81,8 @@ def plan_disk_cache(request: DiskCacheRequest) -> DiskCache:
     budget_mib = budget // MIB
     reason = (
         f"{folder}, up to {budget / GIB:.1f} GiB (a quarter of the free disk, at most "
-        f"{BUDGET_CAP_BYTES // GIB} GiB; the engine evicts within it, lucebox drops other "
-        f"models' and builds' folders, least recently used first); policy {POLICY}: a "
+        f"{BUDGET_CAP_BYTES // GIB} GiB; the engine evicts within its folder by its own score, "
+        f"lucebox drops other folders, least recently used first); policy {POLICY}: a "
         f"conversation's prefix at each chat boundary, from {MIN_TOKENS} tokens, found again "
         "after a restart; one folder per model file, engine build, KV type and context"
     )
