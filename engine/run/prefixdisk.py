@@ -15,6 +15,17 @@ from lucebox.engine.core.units import MIB
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.run.sample import CacheStatus
 
+SAVING_STOP_S = 35.0
+"""After SIGTERM the engine writes its tracked prompts to the disk cache (``HttpServer``'s
+shutdown save: several GiB for a large model's long conversations) before it exits: it gets
+this long before SIGKILL, inside the 45 s `lucebox down` waits."""
+
+
+def stop_timeout_s(launch: ServerLaunch, default_s: float) -> float:
+    """How long the engine may take to exit after SIGTERM."""
+    disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
+    return SAVING_STOP_S if disk is not None and disk.folder is not None else default_s
+
 
 @dataclass(frozen=True)
 class DiskCacheStatus:

@@ -531,7 +531,7 @@ class Supervisor:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
-            async with asyncio.timeout(STOP_TIMEOUT_S):
+            async with asyncio.timeout(prefixdisk.stop_timeout_s(self.launch, STOP_TIMEOUT_S)):
                 await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):

@@ -217,3 +217,17 @@ async def test_serve_readies_the_folder_trims_older_ones_and_status_shows_the_re
         "not restored: the states kept on disk were saved with another engine build, "
         "another KV type"
     )
+
+
+def test_an_engine_saving_to_disk_gets_longer_to_exit_within_what_down_waits(tmp_path):
+    from lucebox.engine.run import prefixdisk, runstate
+
+    spec = lucebox_spec(tmp_path)
+    assert spec.lucebox is not None
+    key = PrefixKey("/m/q.gguf", 4, 1, "build-a", "q4_0", "q4_0", 4096)
+    saving = replace(
+        spec,
+        lucebox=replace(spec.lucebox, disk_cache=DiskCache("/c/f", 1, 1024, "auto", "", key)),
+    )
+    assert prefixdisk.stop_timeout_s(spec, 15.0) == 15.0
+    assert 15.0 < prefixdisk.stop_timeout_s(saving, 15.0) < runstate.STOP_TIMEOUT_S
