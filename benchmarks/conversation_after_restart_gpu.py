@@ -3,12 +3,16 @@
 `lucebox serve --model TARGET --ctx CTX` as a user types it (auto, calibration on), then again
 with each engine pinned: a conversation of about PROMPT tokens (the generated model reads a byte
 a token) in two turns, `lucebox down`, `lucebox serve` with the same options, a third turn
-extending the second; beside it, a prompt of the same size that shares nothing (cold). The
-client's time to the first token of each turn and, where the reply says it, the tokens the
-engine read (llama-server's ``timings.prompt_n``).
+extending the second; beside it, a prompt of the same size that shares nothing (cold). With
+``--swap-to OTHER``, then a swap: `down`, `serve --model OTHER` and one turn there, `down`,
+`serve` of TARGET again and a fourth turn extending the third. The client's time to the first
+token of each turn and, where the reply says it, the tokens the engine read (llama-server's
+``timings.prompt_n``); for the Lucebox engine, what its disk prefix cache logged (``[disk-cache]``
+lines: hits, saves) and what ``status`` says it keeps.
 
     python3 -m benchmarks.conversation_after_restart_gpu TARGET OUT.json [--prompt 50000]
         [--ctx 65536] [--engines auto,llama-server,lucebox] [--serve-args "--gpu 0"]
+        [--swap-to OTHER.gguf]
 """
 
 from __future__ import annotations
@@ -80,10 +84,35 @@ def conversation(prompt_tokens: int, salt: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": note}, {"role": "user", "content": "First step?"}]
 
 
+def _options(engine: str, model: str, args: argparse.Namespace) -> list[str]:
+    options = ["--model", model, "--ctx", str(args.ctx), *shlex.split(args.serve_args)]
+    return options if engine == "auto" else [*options, "--engine", engine]
+
+
+def _kept() -> dict[str, Any]:
+    """What the running server says it restored and keeps, and its disk cache's log lines."""
+    cache = _status().get("cache") or {}
+    log = _cli("logs").stdout.splitlines()
+    disk = [line for line in log if line.startswith("[disk-cache]") or "disk_hit=true" in line]
+    keys = ("last_restore", "disk_entries", "disk_bytes")
+    return {**{key: cache.get(key) for key in keys}, "disk_lines": disk[-12:]}
+
+
+def _swap(engine: str, args: argparse.Namespace, seen: dict[str, Any], messages: list) -> None:
+    """Serve another model for a turn, then the target again: its next turn after the swap."""
+    _cli("down", timeout_s=180)
+    url = _serve(_options(engine, args.swap_to, args))
+    seen["other_model_turn"] = _turn(url, None, conversation(2000, f"{engine} other model"))
+    _cli("down", timeout_s=180)
+    url = _serve(_options(engine, args.target, args))
+    messages += [{"role": "assistant", "content": seen["turn3_after_restart"]["content"]}]
+    messages += [{"role": "user", "content": "And after the swap?"}]
+    seen["turn4_after_swap"] = _turn(url, None, messages)
+    seen["kept_after_swap"] = _kept()
+
+
 def one_engine(engine: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
-    options = ["--model", target, "--ctx", str(args.ctx), *shlex.split(args.serve_args)]
-    if engine != "auto":
-        options += ["--engine", engine]
+    options = _options(engine, target, args)
     url = _serve(options)
     served = _status().get("engine") or {}
     messages = conversation(args.prompt, f"{engine} conversation")
@@ -97,6 +126,9 @@ def one_engine(engine: str, target: str, args: argparse.Namespace) -> dict[str, 
     messages += [{"role": "assistant", "content": seen["turn2_warm"]["content"]}]
     messages += [{"role": "user", "content": "Then?"}]
     seen["turn3_after_restart"] = _turn(url, None, messages)
+    seen["kept_after_restart"] = _kept()
+    if args.swap_to:
+        _swap(engine, args, seen, messages)
     seen["cold_same_size"] = _turn(url, None, conversation(args.prompt, f"{engine} unrelated"))
     _cli("down", timeout_s=180)
     return seen
@@ -110,6 +142,7 @@ def main() -> int:
     parser.add_argument("--ctx", type=int, default=65536)
     parser.add_argument("--engines", default="auto,llama-server,lucebox")
     parser.add_argument("--serve-args", default="")
+    parser.add_argument("--swap-to", default="", help="another model to swap to and back from")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "command": "python3 -m benchmarks.conversation_after_restart_gpu " + " ".join(sys.argv[1:]),

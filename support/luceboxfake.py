@@ -29,10 +29,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+
+if __package__:
+    from support import luceboxdisk
+else:  # run as the engine's binary: a script beside its module
+    import luceboxdisk  # type: ignore[no-redef, import-not-found]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "engine" / "fixtures" / "lucebox"
 LOG = (FIXTURES / "plain.log").read_text().splitlines()
@@ -48,6 +54,8 @@ STREAM = (FIXTURES / "plain.stream.txt").read_bytes()
 STATUS = (FIXTURES / "plain.status.json").read_bytes()
 DRAFT_REPLY_LINES = (FIXTURES / "ddtree-agree.log").read_text().splitlines()
 DRAFTING = [False]
+DISK = [luceboxdisk.DiskCache()]
+"""The disk prefix cache it was started with (support/luceboxdisk.py)."""
 MODE = ["exact f16"]
 """The long-context mode the engine runs: its rates in ``$FAKE_RATES``' ``"modes"``."""
 
@@ -85,13 +93,17 @@ class Handler(BaseHTTPRequestHandler):
             with open(os.environ["FAKE_BODIES"], "a", encoding="utf-8") as out:
                 out.write(json.dumps(body) + "\n")
         streamed = bool(body.get("stream"))
+        disk = DISK[0]
+        if disk.on:
+            disk.chat([str(m.get("content", "")) for m in body.get("messages", [])], "chatcmpl")
         rates = os.environ.get("FAKE_RATES")
         if rates and not streamed:
             self._send(rated_reply(body, json.loads(Path(rates).read_text())))
             return
         lines = STREAM_LINES if streamed else REPLY_LINES
         for line in DRAFT_REPLY_LINES if DRAFTING[0] else lines:
-            say(line)
+            if not (disk.on and " chat CACHE " in line):
+                say(line)
         if streamed:
             self._stream()
         else:
@@ -161,6 +173,12 @@ def rated_reply(body: dict, rates: dict) -> bytes:
     return json.dumps(reply).encode()
 
 
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM: the engine's accept loop ends and its disk cache saves the tracked prompt."""
+    DISK[0].shutdown()
+    os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1].startswith("-"):
         say("Usage: dflash_server <model.gguf> [options]")
@@ -182,8 +200,16 @@ def main(argv: list[str]) -> int:
         say("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2048.00 MiB on device 0: "
             "cudaMalloc failed: out of memory")  # fmt: skip
         return int(mode["start_exit"])
+    disk = luceboxdisk.configure(options)
+    if isinstance(disk, int):
+        return disk
     for line in START:
         say(line)
+    if disk.on:
+        max_ctx = int(options[options.index("--max-ctx") + 1]) if "--max-ctx" in options else 8192
+        disk.start(argv[1], max_ctx, f"{kv_type}/{kv_type}")
+    DISK[0] = disk
+    signal.signal(signal.SIGTERM, _stop)
     server = HTTPServer(("127.0.0.1", port), Handler)
     say(f"[server] listening on http://127.0.0.1:{port}")
     server.serve_forever()

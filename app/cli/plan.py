@@ -64,7 +64,7 @@ def _print_launch_plan(launch_plan: LaunchPlan) -> None:
         f"slots {result.parallel}"
     )
     shown = ("ctx", "cache_type", "n_gpu_layers", "spec", "vision", "swa_full", "kvflash_pool",
-             "placement", "devices")  # fmt: skip
+             "placement", "devices", "disk_cache")  # fmt: skip
     for key in shown:
         if key in result.reasons:
             print(f"  {key}: {result.reasons[key]}")

@@ -38,6 +38,21 @@ def _number(value: float | None, unit: str, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f} {unit}"
 
 
+def _kept_lines(status: runstate.Status) -> str:
+    """What the engine kept of conversations across restarts: the slot restored at its start
+    and the disk prefix cache."""
+    cache = status.cache
+    if cache is None:
+        return ""
+    lines = f"\n  last restore: {cache.last_restore}" if cache.last_restore else ""
+    if cache.disk_bytes is not None:
+        lines += (
+            f"\n  disk prefix cache: {cache.disk_entries} prompt states, "
+            f"{gib_text(cache.disk_bytes)}"
+        )
+    return lines
+
+
 def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     """Lines for people: the service, the state and model, and the latest rates."""
     service = f"service: {describe(unit)}\n" if unit.installed else ""
@@ -65,6 +80,7 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     if status.sampling is not None:
         head += f"\n  sampling: {status.sampling.text()}"
     head += "".join(f"\n  {model_line(model)}" for model in status.models)
+    head += _kept_lines(status)
     sample = status.sample
     if sample is None:
         return head

@@ -698,13 +698,24 @@ step_engine_choice_on_auto() {
 
 step_conversation_after_restart_gpu() {
     # Both builds in (build-llama, BSA=0 build-lucebox): a ~50K-token conversation across
-    # down/serve, on auto and with each engine pinned (PROMPT, ENGINES).
+    # down/serve, on auto and with each engine pinned (PROMPT, ENGINES), then a swap to another
+    # model file (a copy of the target under another name: its own cache key) and back
+    # (SWAP=0 leaves it out). The Lucebox engine runs with its planned disk prefix cache (the
+    # default path); the plan it serves with is kept beside the result.
     setup
     lucebox_models pair || return 1
-    timeout 1500 python3 -m benchmarks.conversation_after_restart_gpu \
+    local other="$MODELS/qwen35-tiny-other.gguf" swap=()
+    if [ "${SWAP:-1}" != 0 ]; then
+        [ -f "$other" ] || cp "$MODELS/qwen35-tiny.gguf" "$other" || return 1
+        swap=(--swap-to "$other")
+    fi
+    lucebox plan --model "$MODELS/qwen35-tiny.gguf" --ctx 65536 --engine lucebox --json \
+        >"$OUT/conversation-lucebox-plan.json" 2>"$OUT/conversation-lucebox-plan.err"
+    timeout 1800 python3 -m benchmarks.conversation_after_restart_gpu \
         "$MODELS/qwen35-tiny.gguf" "$OUT/conversation.json" --prompt "${PROMPT:-50000}" \
-        --engines "${ENGINES:-auto,llama-server,lucebox}" --serve-args "${SERVE_ARGS:-}"
+        --engines "${ENGINES:-auto,llama-server,lucebox}" --serve-args "${SERVE_ARGS:-}" ${swap[@]+"${swap[@]}"}
     local rc=$?
+    keep_result conversation-lucebox-plan "$OUT/conversation-lucebox-plan.json"
     keep_result conversation-after-restart-gpu "$OUT/conversation.json"
     return "$rc"
 }
@@ -1594,7 +1605,7 @@ launch_matches_plan_gpu	[ARGS of the benchmark]
 rpc_peer_vs_gpu	[ARGS of the benchmark]
 engine_choice_on_auto	serve with nothing pinned compares both engines
 engine_choice_measured	both engines measured as the calibration measures them
-conversation_after_restart_gpu	a long conversation across down/serve, per engine (PROMPT)
+conversation_after_restart_gpu	a long conversation across down/serve and a model swap, per engine (PROMPT, SWAP)
 vision_on_gpu	a text model with its projector, --vision on and off
 long_prompt_modes_gpu	[pflash|kv] [ARGS of the benchmark]
 lucebox_memory_by_stage	[stages|fit] (CONFIGS, VERSION, DEADLINE)

@@ -61,6 +61,12 @@ class Paths:
         return self.data_dir / "slots"
 
     @property
+    def prefix_cache_dir(self) -> Path:
+        """The Lucebox engine's disk prefix cache: one folder per model file, build, KV type and
+        context (:mod:`lucebox.engine.core.prefixstore`)."""
+        return self.cache_dir / "prefix"
+
+    @property
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
 

@@ -19,6 +19,7 @@ from lucebox.engine.models.records import (
     StoreError,
     files_dir,
     find_model,
+    forget_states,
     list_models,
     save_record,
 )
@@ -52,6 +53,7 @@ def switch(paths: Paths, current: ModelRecord, new: ModelRecord) -> None:
     older = [r for r in kept(paths, current.name) if r.revision != new.revision]
     _write_kept(paths, current.name, [current, *older])
     save_record(paths, new)
+    forget_states(paths, current)
 
 
 def rollback(paths: Paths, name: str) -> tuple[ModelRecord, ModelRecord]:

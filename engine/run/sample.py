@@ -232,6 +232,11 @@ class CacheStatus:
     """Prompt tokens the last finished request processed."""
     slot_save_failure: str | None = None
     """Why the last save of the agent slot before a planned stop failed; None: it did not."""
+    last_restore: str | None = None
+    """What the restore at this engine's start did: the tokens restored, or why none."""
+    disk_entries: int | None = None
+    """Prompt states the Lucebox engine keeps in its disk prefix cache; None: it has none."""
+    disk_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

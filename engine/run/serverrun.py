@@ -27,7 +27,7 @@ from lucebox.engine.plan.memory.cpuread import cpu_cores
 from lucebox.engine.plan.speculation.measurements import PrefillRecorder
 from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
-from lucebox.engine.run import specwatch
+from lucebox.engine.run import prefixdisk, specwatch
 from lucebox.engine.run.announce import Announced, Announcer, lan_addresses
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
@@ -70,6 +70,7 @@ from lucebox.engine.run.slots import (
     SlotKey,
     reseat_slot,
     restore_slot,
+    restore_words,
     save_slot,
 )
 from lucebox.engine.run.supervisor import (
@@ -170,6 +171,7 @@ class ServerRun:
         )
         self._sampling: asyncio.Task[None] | None = None
         self._slot_save_failure: str | None = None
+        self._last_restore: str | None = None
         self._slot_holder = SlotHolder()
         """Whether the engine's slot holds a client's conversation no file holds yet."""
         self._sampler: Sampler | None = None
@@ -307,6 +309,8 @@ class ServerRun:
             done = await act(client, self.url, headers, Path(spec.slot_save_path), SlotKey.of(spec))
             if action == "save" and done.failure is None:
                 self._slot_holder.saved_s = time.monotonic()
+            if action == "restore":
+                self._last_restore = restore_words(done)
         if done.tokens:
             self.supervisor.log.write(f"# lucebox: slot {action}d ({done.tokens} tokens)")
         if done.failure is not None:
@@ -320,6 +324,11 @@ class ServerRun:
             self._run.status = replace(
                 self._run.status, cache=replace(cache, slot_save_failure=done.failure)
             )
+
+    def _cache_status(self, sampler: Sampler) -> CacheStatus:
+        cache = sampler.cache_status()
+        restored = self._last_restore or cache.last_restore
+        return replace(cache, slot_save_failure=self._slot_save_failure, last_restore=restored)
 
     async def _seat_conversation(
         self, client: httpx.AsyncClient, headers: dict[str, str], *, stopping: bool
@@ -672,7 +681,10 @@ class ServerRun:
                 gpus=gpu_statuses(nvml) if nvml is not None else (),
                 sample=self._run.sample,
                 spec=self._spec_view(sampler.spec_status()),
-                cache=replace(sampler.cache_status(), slot_save_failure=self._slot_save_failure),
+                cache=prefixdisk.with_disk(
+                    self._cache_status(sampler),
+                    self.supervisor.launch,
+                ),
             )
             self._watch_speculation(sample, [r.served() for r in sampler.finished], engine_pid)
             if on_cpu:

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.prefixstore import build_of
 from lucebox.engine.plan.launch import ServerLaunch
 
 SLOT_ID = 0
@@ -102,16 +103,9 @@ class SlotResult:
 
     tokens: int | None
     failure: str | None
-
-
-def build_of(server_path: str) -> str:
-    """The engine binary at ``server_path`` as a build: a rebuild in place changes it."""
-    try:
-        found = Path(server_path).resolve()
-        stat = found.stat()
-    except OSError:
-        return server_path
-    return f"{found}@{stat.st_size}:{stat.st_mtime_ns}"
+    miss: str | None = None
+    """Why a saved slot was not restored when that is no failure (it was saved for another
+    launch)."""
 
 
 @dataclass(frozen=True)
@@ -249,13 +243,39 @@ async def restore_slot(
     except (ValueError, AttributeError, TypeError):
         return SlotResult(None, "the saved slot's record is unreadable; the slot is ignored")
     if saved_for != key.to_json() or not slot.is_file():
-        return SlotResult(None, None)
+        return SlotResult(None, None, _miss(saved_for, key) if slot.is_file() else None)
     with contextlib.suppress(OSError):
         found_bytes = os.stat(slot).st_size
         if isinstance(saved_bytes, int) and found_bytes != saved_bytes:
             why = f"the saved slot is {found_bytes} bytes, not the {saved_bytes} saved"
             return SlotResult(None, f"{why}; the slot is ignored")
     return await _slot_action(client, url, headers, key.file_name, "restore", "n_restored")
+
+
+MISS_WORDS = {
+    "engine_build": "another engine build",
+    "cache_type_k": "another KV type",
+    "cache_type_v": "another KV type",
+    "ctx": "another context",
+    "model_path": "another model file",
+    "mmproj_path": "another projector",
+}
+
+
+def _miss(saved_for: Any, key: SlotKey) -> str:
+    """Why the slot saved for ``saved_for`` does not fit the launch of ``key``."""
+    wanted = key.to_json()
+    found = saved_for if isinstance(saved_for, dict) else {}
+    what = [words for name, words in MISS_WORDS.items() if found.get(name) != wanted[name]]
+    return f"saved with {', '.join(dict.fromkeys(what)) or 'another launch'}"
+
+
+def restore_words(result: SlotResult) -> str | None:
+    """What a restore did, for ``status``; None when there was nothing to restore."""
+    if result.tokens is not None:
+        return f"restored the saved slot ({result.tokens} tokens)"
+    why = result.failure or result.miss
+    return f"not restored: {why}" if why else None
 
 
 async def _slot_action(

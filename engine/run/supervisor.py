@@ -39,6 +39,7 @@ from lucebox.engine.plan.launch import (
     server_argv,
     url_of,
 )
+from lucebox.engine.run import prefixdisk
 from lucebox.engine.run.death import (
     REPORT_STEP,
     DeathFacts,
@@ -253,6 +254,8 @@ class Supervisor:
             yield refused
             return
         argv = server_argv(self.launch)
+        for dropped in prefixdisk.before_start(self.launch):
+            self.log.write(f"# lucebox: disk prefix cache over budget: removed {dropped}")
         self.log.write(f"# lucebox: starting {' '.join(argv)}")
         launched = self._stamp_files()
         lines_before = self.lines_total
@@ -567,7 +570,7 @@ class Supervisor:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
-            async with asyncio.timeout(STOP_TIMEOUT_S):
+            async with asyncio.timeout(prefixdisk.stop_timeout_s(self.launch, STOP_TIMEOUT_S)):
                 await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):

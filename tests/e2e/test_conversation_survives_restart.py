@@ -18,9 +18,10 @@ import httpx
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.core.prefixstore import build_of
 from lucebox.engine.engines import registry
 from lucebox.engine.run.calibrate.probing import WARM_UP, ask
-from lucebox.engine.run.slots import SlotKey, build_of, restore_slot, save_slot
+from lucebox.engine.run.slots import SlotKey, restore_slot, save_slot
 from support.agentrun import Served, agent_launch
 from support.engineserver import running_server
 from support.ggufgen import cached_gguf, qwen35_target

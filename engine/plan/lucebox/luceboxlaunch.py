@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lucebox.engine.plan.lucebox.diskcache import DiskCache
+
 LOOPBACK = "127.0.0.1"
 SAMPLED_VERIFY_ARCHS = ("qwen35", "laguna")
 """Where the engine offers sampled verification (``DFLASH_SAMPLED_VERIFY=1``): speculation
@@ -56,6 +58,8 @@ class LuceboxFlags:
     placement: str = "one"
     """one (a single card), draft-apart (target on the first card the engine sees, draft on
     the second) or tensor (the target split by tensor across both)."""
+    disk_cache: DiskCache | None = None
+    """The disk prefix cache (plan/lucebox/diskcache.py); None or no folder: not passed."""
 
 
 def dflash_server_argv(
@@ -101,7 +105,19 @@ def dflash_server_argv(
         ]
     if flags.prefill != "off" and flags.prefill_drafter is not None:
         argv += ["--prefill-compression", flags.prefill, "--prefill-drafter", flags.prefill_drafter]
-    return argv
+    return argv + disk_cache_argv(flags.disk_cache)
+
+
+def disk_cache_argv(disk: DiskCache | None) -> list[str]:
+    """The engine's disk prefix cache flags: none unless the plan gave it a folder."""
+    if disk is None or disk.folder is None:
+        return []
+    return [
+        "--kv-cache-dir", disk.folder,
+        "--kv-cache-budget", str(disk.budget_mib),
+        "--kv-cache-min-tokens", str(disk.min_tokens),
+        "--disk-prefix-cache", disk.policy,
+    ]  # fmt: skip
 
 
 def lucebox_env(flags: LuceboxFlags) -> dict[str, str]:

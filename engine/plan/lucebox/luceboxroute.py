@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lucebox.engine.core import prefixstore
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import lucebox, luceboxbuild
@@ -27,6 +28,7 @@ from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_e
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import kvmodes
+from lucebox.engine.plan.lucebox.diskcache import disk_cache_of
 from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan
 from lucebox.engine.plan.lucebox.luceboxdevices import (
     PLACEMENT_TEXT,
@@ -221,10 +223,15 @@ def lucebox_launch(
     placed = _place(paths, request, basis.target, draft, engine, resolved)
     spec = _ddtree_speculation(draft, placed.planned.flags, resolved.spec)
     plan = _explained(placed, choice, spec, drafter, engine)
+    disk = disk_cache_of(
+        paths, str(basis.target.path), prefixstore.build_of(engine.server_path), plan,
+        wanted=resolved.cache == "agent",
+    )  # fmt: skip
+    plan = dataclasses.replace(plan, reasons={**plan.reasons, "disk_cache": disk.reason})
     server = dataclasses.replace(
         basis.server(paths, engine, plan, placed.budget, spec),
         kind="lucebox",
-        lucebox=placed.planned.flags,
+        lucebox=dataclasses.replace(placed.planned.flags, disk_cache=disk),
     )
     refusal = _refusal(choice, basis.target, draft, plan) or _placement_refusal(
         resolved.placement, placed

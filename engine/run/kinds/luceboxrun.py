@@ -12,7 +12,7 @@ warm-up request before it reports the engine ready. The line formats are the pin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -20,7 +20,7 @@ import httpx
 from lucebox.engine.run.hang import Look
 from lucebox.engine.run.kinds.enginelog import EngineLog, FinishedRequest
 from lucebox.engine.run.kinds.metrics import Sampler
-from lucebox.engine.run.sample import Sample, SpecStatus
+from lucebox.engine.run.sample import CacheStatus, Sample, SpecStatus
 
 WARM_UP_TIMEOUT_S = 300.0
 WARM_UP_TURN = " ".join(["warm"] * 300)
@@ -43,6 +43,12 @@ _DONE = re.compile(
     r"finish=(\S+) restore=(\w+) slot=(-?\d+) prefix_len=(\d+) prefill=([\d.]+)s "
     r"decode=([\d.]+)s\(([\d.]+)tok/s\) error=(\S+)"
 )
+_DISK_HIT = re.compile(r"^\[disk-cache\] hit policy=\S+ len=(\d+) slot=-?\d+ pos=(\d+)")
+DISK_NOTES = {
+    "[disk-cache] lookup failed, removing ": "a saved state could not be read (removed)",
+    "[disk-cache] adopted layout mismatch": "the saved states' layout is not this launch's",
+}
+"""The disk prefix cache's lines (``disk_prefix_cache.cpp``) that say why a state was not used."""
 _POOL = re.compile(r"^\[kvflash\] resident pool (\d+) tokens \(logical max_ctx (\d+)\)")
 _TARGET = re.compile(r"^\[target\] target loaded: .* on GPU ([\d.]+) GiB, tok_embd (\d+) MiB")
 
@@ -178,8 +184,22 @@ class LuceboxLog(EngineLog):
         self.failed_replies: list[str] = []
         self.kvflash_pool: tuple[int, int] | None = None
         self._replies = 0
+        self.disk_restore: str | None = None
+        """What the disk prefix cache last restored, or why it could not."""
+
+    def _disk(self, line: str) -> bool:
+        if (hit := _DISK_HIT.match(line)) is not None:
+            self.disk_restore = f"read {hit[2]} tokens from the disk prefix cache"
+            return True
+        for start, why in DISK_NOTES.items():
+            if line.startswith(start):
+                self.disk_restore = f"not restored from disk: {why}"
+                return True
+        return False
 
     def feed(self, line: str) -> None:
+        if line.startswith("[disk-cache]") and self._disk(line):
+            return
         if (decode := parse_decode(line)) is not None:
             self._decode = decode
             return
@@ -258,6 +278,9 @@ class LuceboxSampler(Sampler):
         super().__init__(url, engine_pid, log, **options)
         self.lucebox_log = log
         self._answers = 0
+
+    def cache_status(self) -> CacheStatus:
+        return replace(super().cache_status(), last_restore=self.lucebox_log.disk_restore)
 
     async def sample_once(self, client: httpx.AsyncClient) -> Sample | None:
         self.look = None

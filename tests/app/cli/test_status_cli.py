@@ -180,3 +180,22 @@ def test_status_says_the_engine_sleeps_and_since_when():
     )
     people = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
     assert "awake since 14:05:09: sleeps after 600 s without requests" in people.stdout
+
+
+def test_status_says_what_the_start_restored_and_what_the_disk_cache_keeps():
+    from lucebox.app.cli.status import status_line
+    from lucebox.engine.machine import systemd
+    from lucebox.engine.run.sample import CacheStatus
+
+    cache = CacheStatus(
+        0.4,
+        0,
+        last_restore="not restored: saved with another engine build",
+        disk_entries=3,
+        disk_bytes=3 * 2**30,
+    )
+    status = replace(serving(os.getpid(), a_sample()), cache=cache)
+    unit = systemd.ServiceStatus(installed=False, enabled=False, scope="user")
+    text = status_line(status, unit)
+    assert "\n  last restore: not restored: saved with another engine build" in text
+    assert "\n  disk prefix cache: 3 prompt states, 3.0 GiB" in text

@@ -26,6 +26,7 @@ from lucebox.engine.models.headerinfo import info_from_header
 from lucebox.engine.models.modelfacts import facts_from_info
 from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launch import engine_environ, server_argv
+from lucebox.engine.plan.lucebox.luceboxlaunch import disk_cache_argv
 from lucebox.engine.plan.lucebox.luceboxplan import (
     DDTREE_MIN_BUDGET,
     PFLASH_SCORING_BYTES,
@@ -131,6 +132,7 @@ def test_argv_with_a_lucebox_draft(files):
         "--prefix-cache-slots", str(flags.prefix_cache_slots),
         "--cache-type-k", "q8_0", "--cache-type-v", "q8_0",
         "--draft", str(draft), "--ddtree", "--ddtree-budget", "28",
+        *disk_cache_argv(flags.disk_cache),
     ]  # fmt: skip
     assert "--spark" not in launch.argv
     assert launch.speculation.spec_type == "ddtree"

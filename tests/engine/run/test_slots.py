@@ -11,13 +11,14 @@ from pathlib import Path
 
 import httpx
 
+from lucebox.engine.core.prefixstore import build_of
 from lucebox.engine.run.slots import (
     ClientPrompt,
     SlotHolder,
     SlotKey,
-    build_of,
     reseat_body,
     restore_slot,
+    restore_words,
     save_slot,
 )
 
@@ -94,7 +95,12 @@ async def test_a_slot_saved_by_another_engine_build_is_not_restored(tmp_path):
         assert new != old
         nothing = await restore_slot(client, "http://e", {}, folder, new)
         assert nothing.tokens is None and nothing.failure is None
-        assert (await restore_slot(client, "http://e", {}, folder, old)).tokens == 14
+        assert restore_words(nothing) == "not restored: saved with another engine build"
+        other_kv = replace(old, cache_type_k="q8_0", cache_type_v="q8_0", ctx=8192)
+        missed = await restore_slot(client, "http://e", {}, folder, other_kv)
+        assert restore_words(missed) == "not restored: saved with another KV type, another context"
+        restored = await restore_slot(client, "http://e", {}, folder, old)
+        assert restore_words(restored) == "restored the saved slot (14 tokens)"
 
 
 async def test_a_cut_or_unreadable_slot_is_ignored_with_a_note(tmp_path):
@@ -106,6 +112,7 @@ async def test_a_cut_or_unreadable_slot_is_ignored_with_a_note(tmp_path):
         cut = await restore_slot(client, "http://e", {}, tmp_path, KEY)
         assert cut.tokens is None
         assert cut.failure == "the saved slot is 5 bytes, not the 14 saved; the slot is ignored"
+        assert restore_words(cut) == f"not restored: {cut.failure}"
         (tmp_path / f"{KEY.file_name}.json").write_text("{not json")
         unreadable = await restore_slot(client, "http://e", {}, tmp_path, KEY)
         assert unreadable.tokens is None and unreadable.failure is not None

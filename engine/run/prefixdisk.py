@@ -1,0 +1,74 @@
+"""The Lucebox engine's disk prefix cache around its starts, and what it keeps for ``status``.
+
+Before each start the launch's folder gets its record (what its states are valid for) and is
+marked used; the other folders are dropped, least recently used first, until the whole store
+fits the planned budget (the engine evicts only within the folder it serves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lucebox.engine.core import prefixstore
+from lucebox.engine.core.units import MIB
+from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.run.sample import CacheStatus
+
+SAVING_STOP_S = 35.0
+"""After SIGTERM the engine writes its tracked prompts to the disk cache (``HttpServer``'s
+shutdown save: several GiB for a large model's long conversations) before it exits: it gets
+this long before SIGKILL, inside the 45 s `lucebox down` waits."""
+
+
+def stop_timeout_s(launch: ServerLaunch, default_s: float) -> float:
+    """How long the engine may take to exit after SIGTERM."""
+    disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
+    return SAVING_STOP_S if disk is not None and disk.folder is not None else default_s
+
+
+@dataclass(frozen=True)
+class DiskCacheStatus:
+    """What the disk prefix cache of the running launch keeps."""
+
+    folder: str
+    entries: int
+    bytes: int
+    budget_bytes: int
+
+
+def before_start(launch: ServerLaunch) -> list[Path]:
+    """Ready the launch's folder and trim the store to its budget; the folders dropped."""
+    disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
+    if disk is None or disk.folder is None or disk.key is None:
+        return []
+    folder = Path(disk.folder)
+    try:
+        prefixstore.prepare(folder, disk.key)
+    except OSError:
+        return []  # the engine makes the folder itself; only the record and recency are lost
+    return prefixstore.trim(folder.parent, folder, disk.budget_mib * MIB)
+
+
+def disk_cache_status(launch: ServerLaunch) -> DiskCacheStatus | None:
+    """What the launch's folder keeps now; None when the engine has no disk cache."""
+    disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
+    if disk is None or disk.folder is None:
+        return None
+    used = prefixstore.usage(Path(disk.folder))
+    return DiskCacheStatus(disk.folder, used.entries, used.bytes, disk.budget_mib * MIB)
+
+
+def with_disk(cache: CacheStatus, launch: ServerLaunch) -> CacheStatus:
+    """``cache`` with what the launch's disk prefix cache keeps now, and why nothing was
+    restored when states kept for the same model were saved by another launch."""
+    disk = disk_cache_status(launch)
+    if disk is None:
+        return cache
+    restore = cache.last_restore
+    key = launch.lucebox.disk_cache.key if launch.lucebox and launch.lucebox.disk_cache else None
+    if restore is None and key is not None:
+        elsewhere = prefixstore.saved_elsewhere(Path(disk.folder).parent, key)
+        if elsewhere is not None:
+            restore = f"not restored: the states kept on disk were saved with {elsewhere}"
+    return replace(cache, disk_entries=disk.entries, disk_bytes=disk.bytes, last_restore=restore)
