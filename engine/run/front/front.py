@@ -209,7 +209,9 @@ class Front:
             await ex.error(caller.status, caller.message)
             return
         try:
-            await self._answer_admitted(ex, request, body, method, target, path, headers)
+            await self._answer_admitted(
+                ex, request, body, method, target, path, headers, caller.key_name
+            )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             # A body shape no rule foresaw: the client hears it as an error, and the front
             # keeps serving (a dropped connection tells it nothing).
@@ -229,6 +231,7 @@ class Front:
         target: str,
         path: str,
         headers: dict[str, str],
+        key_name: str | None = None,
     ) -> None:
         cors = cors_headers(headers.get("origin"))
         ex.watch()
@@ -247,7 +250,7 @@ class Front:
                 self.counters.answered[400] += 1
                 await ex.error(400, why, cors)
             elif is_generation(method, path):
-                await self._queued(ex, request, target, path, body, cors)
+                await self._queued(ex, request, target, path, body, cors, key_name)
             elif not self._engine_ready.is_set():
                 await self._not_ready(ex, cors)
             else:
@@ -264,10 +267,11 @@ class Front:
         path: str,
         body: bytes,
         cors: list[tuple[str, str]],
+        key_name: str | None = None,
     ) -> None:
         streamed = wants_stream(body)
         try:
-            ticket = self.queue.enter(ex.arrived_s)
+            ticket = self.queue.enter(ex.arrived_s, key_name)
         except QueueFullError as full:
             self.counters.answered[503] += 1
             retry = [("retry-after", str(full.retry_after_s))]
