@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from benchmarks.lucebox_models import TARGET
+from lucebox.engine import pipeline
 from lucebox.engine.core.errors import ConfigError, UsageError
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB, MIB
@@ -123,3 +124,13 @@ def test_users_are_checked_where_they_are_given():
         resolve(ServeOptions(users=65), Settings())
     assert options_from({"users": 4}).users == 4
     assert ServeOptions(users=4).to_args() == ["--users", "4"]
+
+
+def test_up_says_why_fewer_users_are_planned():
+    events: list[pipeline.StepEvent] = []
+    options = ServeOptions(preset="qwen3.6-27b", vram_mib=(24576,), engine="llama-server", users=64)
+    prepared = pipeline.prepare(resolve_paths(), options, events.append, dry_run=True)
+    users = prepared.launch.users
+    assert users is not None and 1 < users.slots < 64
+    notes = [e.message for e in events if e.state == "note" and e.step == "plan"]
+    assert notes == [users.note] and notes[0].startswith(f"64 users asked, {users.slots} planned")
