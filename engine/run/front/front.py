@@ -64,7 +64,7 @@ from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.samplingmix import SamplingMix
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
-from lucebox.engine.run.slots import ClientPrompt
+from lucebox.engine.run.slots import ClientPrompt, kept_prompt
 
 if TYPE_CHECKING:
     from lucebox.engine.plan.samplingdefaults import SamplingDefaults
@@ -356,7 +356,8 @@ class Front:
         ]
         method = request.method.decode("latin-1")
         if is_generation(method, path):
-            self.client_prompt = ClientPrompt(path, sent, time.monotonic())
+            now_prompt = ClientPrompt(path, sent, time.monotonic())
+            self.client_prompt = kept_prompt(self.client_prompt, now_prompt, self.queue.capacity)
         sending = asyncio.ensure_future(self._call(method, target, headers, sent))
         try:
             while not await ex.wait(sending, self.spec.keepalive_s):
