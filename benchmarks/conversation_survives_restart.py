@@ -128,9 +128,14 @@ async def measure(name: str, folder: Path) -> dict[str, Any]:
         found["cold"] = await turn(served.run.public_url, messages, "tool result: pushed", 1)
     finally:
         await served.stop()
-    said = log.read_text(errors="replace").splitlines()
-    found["lucebox_slot_lines"] = [line for line in said if line.startswith("# lucebox: slot")]
+    found["lucebox_slot_lines"] = slot_lines(log)
     return found
+
+
+def slot_lines(log: Path) -> list[str]:
+    """What lucebox wrote in the engine log about saving and restoring the slot."""
+    said = log.read_text(errors="replace").splitlines()
+    return [line for line in said if line.startswith("# lucebox: slot")]
 
 
 def main() -> int:
@@ -141,13 +146,18 @@ def main() -> int:
     for name in REPEATS:
         with tempfile.TemporaryDirectory(prefix="lucebox-conversation-") as folder:
             results[name] = asyncio.run(measure(name, Path(folder)))
-    results["command"] = shlex.join(["python", "-m", "benchmarks.conversation_survives_restart"])
-    if args.out is not None:
-        results["command"] += f" --out {args.out}"
+    return write_results(
+        results, ["python", "-m", "benchmarks.conversation_survives_restart"], args.out
+    )
+
+
+def write_results(results: dict[str, Any], command: list[str], out: Path | None) -> int:
+    """Print ``results`` with the command that made them, and write them to ``out``."""
+    results["command"] = shlex.join(command + (["--out", str(out)] if out is not None else []))
     text = json.dumps(results, indent=1)
     print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    if out is not None:
+        out.write_text(text + "\n")
     return 0
 
 

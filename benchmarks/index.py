@@ -120,6 +120,12 @@ INDEX = (
         ("results/cpu-conversation-survives-restart.json",),
     ),
     Benchmark(
+        "several_users",
+        "Four people at once: the N-user plan against one slot, and the agent's warm turn?",
+        "cpu",
+        results=("results/cpu-several-users.json",),
+    ),
+    Benchmark(
         "vision_prompt_reuse",
         "What does serving a vision projector do to an agent's prompt reuse?",
         "cpu",

@@ -402,6 +402,8 @@ def _launch_plan(
     if unplanned and not launch.vision.served:
         emit(StepEvent("models", "note", f"vision {unplanned}"))
         launch = launch.with_vision_left_out(unplanned)
+    if launch.users is not None and launch.users.note:
+        emit(StepEvent("plan", "note", launch.users.note))
     return launch
 
 

@@ -68,6 +68,8 @@ def _print_launch_plan(launch_plan: LaunchPlan) -> None:
     for key in shown:
         if key in result.reasons:
             print(f"  {key}: {result.reasons[key]}")
+    if launch_plan.users is not None:
+        print(f"  users: {launch_plan.users.reason}")
     choice = launch_plan.engine_choice
     if choice is not None:
         print(f"  engine: {choice.reason}")

@@ -35,12 +35,14 @@ from lucebox.app.tui.messages import (
     ServerChanged,
     StepChanged,
     StopRequested,
+    UsersPickRequested,
 )
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.dashboardbase import ServingScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
+from lucebox.app.tui.screens.users import UsersModal
 from lucebox.engine.core.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -349,6 +351,22 @@ class LuceboxApp(App[None]):
         else:
             self.backend.choose_preset(preset_id)
             self.choose(replace(self.options, preset=preset_id, model=None, models=()))
+        self.plan_again()
+
+    @on(UsersPickRequested)
+    def users_pick_requested(self) -> None:
+        current = self.options.users or self.backend.users()
+        self.push_screen(UsersModal(current), self.users_chosen)
+
+    def users_chosen(self, users: int | None) -> None:
+        if users is None or users == (self.options.users or self.backend.users()):
+            return
+        self.backend.choose_users(users)
+        self.choose(replace(self.options, users=users))
+        self.plan_again()
+
+    def plan_again(self) -> None:
+        """Stop what serves and run the pipeline again with the options chosen now."""
         self.stop_server()
         self.dashboard = None
         self.prepared = None

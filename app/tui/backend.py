@@ -76,6 +76,13 @@ class Backend:
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)
 
+    def users(self) -> int:
+        """server.users: the people served at once."""
+        return config.load_settings(self.paths).users
+
+    def choose_users(self, users: int) -> None:
+        config.set_setting(self.paths, "server.users", str(users))
+
     def lock(self) -> runstate.ServeLock:
         return runstate.ServeLock(self.paths)
 

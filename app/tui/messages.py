@@ -94,6 +94,11 @@ class PresetPickRequested(Message):
 
 
 @dataclass
+class UsersPickRequested(Message):
+    """Ask how many people to serve at once; a new count restarts the pipeline with it."""
+
+
+@dataclass
 class RestartRequested(Message):
     """Restart the engine with the same plan."""
 

@@ -86,6 +86,9 @@ class Settings:
     """After this long without a client request the engine stops (its conversation saved, its
     memory freed) while the server keeps listening; the next request starts it again; 0 never
     sleeps."""
+    users: int = 1
+    """People served at once: llama-server slots sharing one context (the plan seats fewer
+    where each would get too little, and says); the Lucebox engine queues them."""
     hang_s: float = 60.0
     """A running request that makes no progress for this long counts as hung (a prompt gets
     longer by its length at the measured prefill rate): the engine, or the set's model process,
@@ -105,6 +108,7 @@ KEYS: dict[str, str] = {
     "server.mdns_name": "mdns_name",
     "server.hang_s": "hang_s",
     "server.sleep_idle_s": "sleep_idle_s",
+    "server.users": "users",
     "gpu.indices": "gpu_indices",
     "model.ctx": "ctx",
     "model.allow_base": "allow_base",
@@ -289,6 +293,8 @@ def parse_value(key: str, raw: str) -> Any:
         )
     if key == "server.port" and raw.strip().isdigit() and not 1 <= int(raw) <= 65535:
         raise ConfigError(f"key 'server.port' takes a port from 1 to 65535, not {raw}")
+    if key == "server.users" and raw.strip().isdigit() and int(raw) < 1:
+        raise ConfigError("key 'server.users' takes a number of people, 1 or more, not 0")
     field = KEYS.get(key)
     if field is None:
         raise ConfigError(f"unknown key '{key}'", hint=f"known keys: {', '.join(KEYS)}")

@@ -32,6 +32,7 @@ from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved, ServeOptions
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults, sampling_defaults
 from lucebox.engine.plan.speculation import measurements, speculation
+from lucebox.engine.plan.users import UsersPlan
 from lucebox.engine.plan.visionplan import NO_PROJECTOR, Vision
 
 
@@ -90,6 +91,8 @@ class LaunchPlan:
     kv_modes: KvModesPlan | None = None
     """A long-context Lucebox launch's modes (exact at each KV type, KVFlash), measured on this
     card once idle; None for a short context or another engine."""
+    users: UsersPlan | None = None
+    """The people it serves at once and what each gets; None for a served set's model."""
 
     @property
     def engine(self) -> EngineView:
@@ -198,6 +201,7 @@ class LaunchPlan:
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
             **({"kv_modes": self.kv_modes.to_json()} if self.kv_modes else {}),
+            **({"users": self.users.to_json()} if self.users else {}),
         }
 
 
@@ -253,6 +257,7 @@ class LaunchBasis:
         refusal: GuardRefusal | None,
         engine_choice: EngineChoice,
         vision: Vision = NO_PROJECTOR,
+        users: UsersPlan | None = None,
     ) -> LaunchPlan:
         return LaunchPlan(
             title=self.preset.title if self.preset else self.target.facts.name,
@@ -269,4 +274,5 @@ class LaunchBasis:
             refusal=refusal,
             engine_choice=engine_choice,
             vision=vision,
+            users=users,
         )

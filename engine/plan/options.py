@@ -85,6 +85,8 @@ class ServeOptions:
     """Serve the projector; None reads model.vision (empty: auto)."""
     preset_among: tuple[str, ...] = ()
     """The presets a short name named (``up qwen3.6``): the plan picks the one for the card."""
+    users: int | None = None
+    """People served at once (llama-server slots); None reads server.users."""
 
     @property
     def names_a_model(self) -> bool:
@@ -179,6 +181,9 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
                "prompt cache: agent (default: reuse growing prompts) or off (re-read every "
                "prompt)", choices=("agent", "off")),
     LaunchFlag("--ctx", "ctx", "context length in tokens", "N", positive_int),
+    LaunchFlag("--users", "users",
+               "people served at once (default 1, setting server.users): llama-server slots "
+               "sharing the context; the Lucebox engine queues them", "N", positive_int),
     LaunchFlag("--host", "host", "address to bind (default 127.0.0.1)", "H"),
     LaunchFlag("--port", "port", "TCP port (default 8080)", "P", port_number),
     LaunchFlag("--gpus", "gpus",
@@ -261,6 +266,8 @@ class Resolved:
     image_urls: bool = False
     """model.image_urls: off loopback, images are served although the engine fetches the
     http(s) image URLs clients name."""
+    users: int = 1
+    """People served at once (--users or server.users); the plan may seat fewer, and says."""
 
 
 ModeT = TypeVar("ModeT", bound=str)
@@ -307,7 +314,22 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         vision_from=_mode_from("--vision", "model.vision", vision, asked=bool(options.vision)),
         mmproj=options.mmproj or settings.mmproj,
         image_urls=settings.image_urls,
+        users=_users(options.users or settings.users),
     )
+
+
+MAX_USERS = 64
+"""More people at once than a home PC serves well; also bounds the planner's search."""
+
+
+def _users(users: int) -> int:
+    """--users or server.users as planned (only config.toml can hold one under 1)."""
+    if not 1 <= users <= MAX_USERS:
+        raise UsageError(
+            f"{users} users (--users or server.users) is not a number lucebox plans for",
+            hint=f"use 1 to {MAX_USERS} (1: one person at a time)",
+        )
+    return users
 
 
 def _checked_mode(value: str, modes: tuple[ModeT, ...], key: str, what: str) -> ModeT:

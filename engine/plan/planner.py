@@ -38,6 +38,7 @@ from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
 from lucebox.engine.plan.samplingdefaults import sampling_defaults
 from lucebox.engine.plan.speculation import measurements, specguard, speculation
 from lucebox.engine.plan.speculation.speculation import SpecFiles, SpecMode
+from lucebox.engine.plan.users import fit_users, llama_users, queued_users
 from lucebox.engine.plan.visionplan import choose_vision, lucebox_vision
 
 
@@ -184,6 +185,7 @@ def _plan_on_budget(
     engine = installs.llama_server
     target, draft = launch_files(paths, options, preset, engine, resolved.allow_base, remote_facts)
     request = _memory_request(paths, target, budget, resolved, engine, ctx_cap)
+    request, fewer_users = fit_users(request, resolved.users, make_plan)
     llama_plan = make_plan(request) if resolved.ctx and resolved.engine_mode == "auto" else None
     sampled_at = options.measured_at or _sampling_label(preset, target)
     engines_key = _engines_key(paths, target, draft, engine, budget, request, sampled_at)
@@ -203,7 +205,8 @@ def _plan_on_budget(
     if not kinds.kind(choice.kind).allocates_like_llama_cpp:
         launch = luceboxroute.lucebox_launch(paths, basis, draft, budget, choice, installs.lucebox)
         vision, refused = lucebox_vision(resolved, target, projectors)
-        return replace(launch, vision=vision, refusal=launch.refusal or refused)
+        users = queued_users(resolved.users, launch.plan.ctx)
+        return replace(launch, vision=vision, refusal=launch.refusal or refused, users=users)
 
     def served(held: PlanRequest) -> Plan:
         return _choose_speculation(paths, held, target, draft, preset, engine, resolved, options)[1]
@@ -228,6 +231,7 @@ def _plan_on_budget(
         refusal=refusal or vision_refusal or _refusal(target, memory),
         engine_choice=choice,
         vision=vision,
+        users=llama_users(resolved.users, memory, fewer_users),
     )
 
 

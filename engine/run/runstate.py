@@ -141,6 +141,7 @@ class Status:
             "cause": self.cause.to_json() if self.cause else None,
             "vision": {"served": self.vision is not None, "projector": self.vision},
             "queue": self.queue.to_json() if self.queue else None,
+            "users": self.queue.users_json() if self.queue else None,
             "kv_modes": self.kv_modes.to_json() if self.kv_modes else None,
             "engine": self.engine.to_json() if self.engine else None,
             "lan": self.lan.to_json() if self.lan else None,

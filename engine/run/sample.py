@@ -345,6 +345,11 @@ class QueueStatus:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def users_json(self) -> dict[str, int]:
+        """People served at once as planned (the engine's slots), how many of those slots
+        are busy now, and how many requests wait their turn."""
+        return {"planned": self.capacity, "slots_busy": self.running, "waiting": self.depth}
+
 
 @dataclass(frozen=True)
 class SamplingStatus:

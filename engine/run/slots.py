@@ -118,6 +118,19 @@ class ClientPrompt:
     """When the front relayed it (``time.monotonic``)."""
 
 
+KEEP_LONGER_S = 3600.0
+"""With several slots, a longer prompt sent within this long is kept over a shorter newer one."""
+
+
+def kept_prompt(kept: ClientPrompt | None, new: ClientPrompt, slots: int) -> ClientPrompt:
+    """The prompt a stop saves into the slot: the newest with one slot. With several (several
+    people at once) the newest unless a longer one came within KEEP_LONGER_S: an agent's long
+    conversation, costly to read again, is not displaced by someone's short chat."""
+    if slots <= 1 or kept is None or len(new.body) >= len(kept.body):
+        return new
+    return kept if new.sent_s - kept.sent_s <= KEEP_LONGER_S else new
+
+
 class SlotHolder:
     """Who holds the engine's slot: the client's conversation or lucebox's own request.
 

@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import Footer, Input
 
-from lucebox.app.tui.messages import PresetPickRequested
+from lucebox.app.tui.messages import PresetPickRequested, UsersPickRequested
 from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
     OPEN_LOG,
@@ -52,6 +52,7 @@ class DashboardScreen(ServingScreen):
         COPY_URL,
         Binding("w", "open_webui", "Web UI"),
         QUIT,
+        Binding("u", "choose_users", "Users"),  # last: a narrow footer drops it, not Quit
     ]
 
     def __init__(
@@ -147,6 +148,9 @@ class DashboardScreen(ServingScreen):
 
     def action_switch_preset(self) -> None:
         self.post_message(PresetPickRequested())
+
+    def action_choose_users(self) -> None:
+        self.post_message(UsersPickRequested())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # An engine built without the UI has no page to open: no key in the footer.

@@ -101,6 +101,9 @@ class Plan:
             "--fit",
             "off",
         ]
+        if self.parallel > 1:
+            # Off by default for a given -np: each slot would get ctx/N, never the whole pool.
+            flags.append("--kv-unified")
         if self.n_cpu_moe:
             flags += ["--n-cpu-moe", str(self.n_cpu_moe)]
         if self.swa_full:

@@ -21,7 +21,7 @@ IDLE_S_DEFAULT = 3600
 """A loaded model that serves nothing for this long sleeps (LM Studio's idle TTL is an hour)."""
 ROUTER_ONLY_FLAGS = {"--host", "--port", "--alias", "--api-key-file"}
 """Flags of a single server's argv the router owns: it sets them for each child itself."""
-FLAGS_WITHOUT_VALUE = {"--metrics", "--jinja", "--swa-full"}
+FLAGS_WITHOUT_VALUE = {"--metrics", "--jinja", "--swa-full", "--kv-unified"}
 """The flags lucebox's launches pass without a value (launch.py, memory.Plan.server_flags)."""
 _INI_FORBIDDEN = (";", "#", "\n", "\r")
 """An INI value ends at ``;`` or ``#`` (a comment) and at a line break."""

@@ -65,7 +65,7 @@ from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.samplingmix import SamplingMix
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
-from lucebox.engine.run.slots import ClientPrompt
+from lucebox.engine.run.slots import ClientPrompt, kept_prompt
 
 if TYPE_CHECKING:
     from lucebox.engine.plan.samplingdefaults import SamplingDefaults
@@ -214,7 +214,9 @@ class Front:
             await ex.error(caller.status, caller.message)
             return
         try:
-            await self._answer_admitted(ex, request, body, method, target, path, headers)
+            await self._answer_admitted(
+                ex, request, body, method, target, path, headers, caller.key_name
+            )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             # A body shape no rule foresaw: the client hears it as an error, and the front
             # keeps serving (a dropped connection tells it nothing).
@@ -235,6 +237,7 @@ class Front:
         target: str,
         path: str,
         headers: dict[str, str],
+        key_name: str | None = None,
     ) -> None:
         cors = cors_headers(headers.get("origin"))
         if self.on_request is not None:
@@ -255,7 +258,7 @@ class Front:
                 self.counters.answered[400] += 1
                 await ex.error(400, why, cors)
             elif is_generation(method, path):
-                await self._queued(ex, request, target, path, body, cors)
+                await self._queued(ex, request, target, path, body, cors, key_name)
             elif not self._engine_ready.is_set() and self.status().state == "sleeping":
                 await self._asleep(ex, request, target, path, body, cors)
             elif not self._engine_ready.is_set():
@@ -274,10 +277,11 @@ class Front:
         path: str,
         body: bytes,
         cors: list[tuple[str, str]],
+        key_name: str | None = None,
     ) -> None:
         streamed = wants_stream(body)
         try:
-            ticket = self.queue.enter(ex.arrived_s)
+            ticket = self.queue.enter(ex.arrived_s, key_name)
         except QueueFullError as full:
             self.counters.answered[503] += 1
             retry = [("retry-after", str(full.retry_after_s))]
@@ -362,7 +366,8 @@ class Front:
         ]
         method = request.method.decode("latin-1")
         if is_generation(method, path):
-            self.client_prompt = ClientPrompt(path, sent, time.monotonic())
+            now_prompt = ClientPrompt(path, sent, time.monotonic())
+            self.client_prompt = kept_prompt(self.client_prompt, now_prompt, self.queue.capacity)
         sending = asyncio.ensure_future(self._call(method, target, headers, sent))
         try:
             while not await ex.wait(sending, self.spec.keepalive_s):

@@ -1,6 +1,9 @@
-"""The front's queue: generation requests reach the engine in arrival order, as many at once
-as it serves (one for the Lucebox engine, its parallel slots for llama-server); a bounded
-number wait, and past that bound a request is told when to try again from the measured rate.
+"""The front's queue: generation requests reach the engine as many at once as it serves (one
+for the Lucebox engine, its parallel slots for llama-server); a bounded number wait, and past
+that bound a request is told when to try again from the measured rate.
+
+Waiting requests take turns by key (each person's, :func:`fair_order`): one person's burst
+does not hold everyone else back; requests of one key keep their arrival order.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ import asyncio
 import math
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from lucebox.engine.run.hang import Look
 from lucebox.engine.run.sample import QueueStatus
@@ -31,8 +35,10 @@ class Ticket:
     """One request's place: waiting, admitted (held while the engine is not ready), then in
     the engine, then done."""
 
-    def __init__(self, arrived_s: float) -> None:
+    def __init__(self, arrived_s: float, key: str | None = None) -> None:
         self.arrived_s = arrived_s
+        self.key = key
+        """The name of the key the request carried (None: one that needed none)."""
         self.started_s: float | None = None
         """When the engine got it; None while it waits or is held."""
         self.engine_chunks = 0
@@ -43,8 +49,21 @@ class Ticket:
         self.admitted = asyncio.Event()
 
 
+def fair_order(waiting: Sequence[Ticket], last_turn: dict[str | None, int]) -> list[Ticket]:
+    """``waiting`` in the order they get the engine: round-robin over their keys, each key's in
+    arrival order. The keys take turns from the one whose last turn is oldest (never: first,
+    then by the arrival of its first waiting request); ``last_turn`` holds each key's last."""
+    by_key: dict[str | None, list[Ticket]] = {}
+    for ticket in waiting:
+        by_key.setdefault(ticket.key, []).append(ticket)
+    keys = sorted(by_key, key=lambda k: (last_turn.get(k, -1), by_key[k][0].arrived_s))
+    rounds = max((len(tickets) for tickets in by_key.values()), default=0)
+    return [by_key[k][i] for i in range(rounds) for k in keys if i < len(by_key[k])]
+
+
 class FrontQueue:
-    """FIFO admission for ``capacity`` requests at once, ``max_waiting`` more waiting."""
+    """Admission for ``capacity`` requests at once, ``max_waiting`` more waiting, in turns by
+    key (:func:`fair_order`)."""
 
     def __init__(self, capacity: int, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
         self.capacity = max(1, capacity)
@@ -55,18 +74,21 @@ class FrontQueue:
         self._served = 0
         self._rejected = 0
         self._entered = 0
+        self._last_turn: dict[str | None, int] = {}
+        """Each key's last turn in the engine (the count of turns before it)."""
+        self._turns = 0
         self._first_tokens: deque[tuple[float, float]] = deque(maxlen=FIRST_TOKENS_KEPT)
         """(when the request ended, its client's wait for the first token) of streamed
         answers, newest last."""
 
-    def enter(self, arrived_s: float | None = None) -> Ticket:
-        """A ticket for a request that arrived at ``arrived_s`` (monotonic; None: now),
-        admitted at once when the engine has room and nobody waits.
+    def enter(self, arrived_s: float | None = None, key: str | None = None) -> Ticket:
+        """A ticket for a request with the key named ``key`` that arrived at ``arrived_s``
+        (monotonic; None: now), admitted at once when the engine has room and nobody waits.
 
         Raises:
             QueueFullError: ``max_waiting`` requests wait already.
         """
-        ticket = Ticket(time.monotonic() if arrived_s is None else arrived_s)
+        ticket = Ticket(time.monotonic() if arrived_s is None else arrived_s, key)
         self._entered += 1
         if len(self._running) < self.capacity and not self._waiting:
             self._start(ticket)
@@ -81,7 +103,9 @@ class FrontQueue:
         """1 for the next request to run; 0 once it runs."""
         if ticket.admitted.is_set():
             return 0
-        return self._waiting.index(ticket) + 1 if ticket in self._waiting else 0
+        if ticket not in self._waiting:
+            return 0
+        return fair_order(self._waiting, self._last_turn).index(ticket) + 1
 
     def leave(self, ticket: Ticket) -> None:
         """The request is done, or its client left (waiting or running)."""
@@ -101,9 +125,13 @@ class FrontQueue:
         if ticket.first_token_s is not None:
             self._first_tokens.append((time.monotonic(), ticket.first_token_s))
         while self._waiting and len(self._running) < self.capacity:
-            self._start(self._waiting.popleft())
+            ticket = fair_order(self._waiting, self._last_turn)[0]
+            self._waiting.remove(ticket)
+            self._start(ticket)
 
     def _start(self, ticket: Ticket) -> None:
+        self._last_turn[ticket.key] = self._turns
+        self._turns += 1
         self._running.add(ticket)
         ticket.admitted.set()
 

@@ -229,3 +229,21 @@ def test_a_detached_child_gets_back_every_launch_flag_the_parser_read():
     assert again == first
     assert first.gpus == (1,) and first.vram_mib == (8192, 4096) and first.allow_base
     assert first.mmproj == "/m/mmproj-F16.gguf" and first.vision == "on"
+
+
+def test_plan_for_several_users_states_each_persons_context():
+    result = run_lucebox(
+        "plan", "--preset", "qwen3.6-27b", "--vram-mib", "24576", "--engine", "llama-server",
+        "--users", "4",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "users: 4 slots share one" in result.stdout
+    assert "-np 4" in result.stdout and "--kv-unified" in result.stdout
+    shown = run_lucebox(
+        "plan", "--preset", "qwen3.6-27b", "--vram-mib", "24576", "--engine", "lucebox",
+        "--users", "4", "--json",
+    )  # fmt: skip
+    users = json.loads(shown.stdout)["users"]
+    assert (users["slots"], users["queued"]) == (1, 3) and "queue" in users["reason"]
+    refused = run_lucebox("plan", "--preset", "qwen3.6-27b", "--users", "0")
+    assert refused.returncode == 2 and "--users" in refused.stderr

@@ -189,6 +189,8 @@ class ScriptedBackend(Backend):
     options_seen: list[ServeOptions] = field(default_factory=list)
     detached: list[ServeOptions] = field(default_factory=list)
     chosen: list[str] = field(default_factory=list)
+    users_chosen: list[int] = field(default_factory=list)
+    """server.users as the TUI set it (the last one is the setting)."""
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
     preset_table_failure: Exception | None = None
@@ -245,6 +247,12 @@ class ScriptedBackend(Backend):
 
     def choose_preset(self, preset_id: str) -> None:
         self.chosen.append(preset_id)
+
+    def users(self) -> int:
+        return self.users_chosen[-1] if self.users_chosen else 1
+
+    def choose_users(self, users: int) -> None:
+        self.users_chosen.append(users)
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
         supervisor = Supervisor(

@@ -19,6 +19,7 @@ from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.quit import QuitModal
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.screens.start import StartScreen
+from lucebox.app.tui.screens.users import UsersModal
 from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.log import LogTail, log_style
 from lucebox.app.tui.widgets.steps import StepRow
@@ -356,6 +357,27 @@ async def test_quit_stopping_the_server_stops_it(backend):
         await pilot.press("s")
         await wait_until(pilot, lambda: supervisor is not None and supervisor.stop_requested)
     assert backend.detached == []
+
+
+async def test_the_users_choice_plans_the_server_again_with_it(backend):
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("u")
+        await wait_until(pilot, lambda: isinstance(app.screen, UsersModal))
+        await pilot.press("escape")  # cancelled: nothing changes
+        await wait_until(pilot, lambda: on_dashboard(app))
+        assert backend.users_chosen == [] and len(backend.options_seen) == 1
+        await pilot.press("u")
+        await wait_until(pilot, lambda: isinstance(app.screen, UsersModal))
+        await pilot.click("#users-4")
+        await wait_until(pilot, lambda: len(backend.options_seen) == 2 and on_dashboard(app))
+        await pilot.press("u")
+        await wait_until(pilot, lambda: isinstance(app.screen, UsersModal))
+        chosen = app.screen.query_one("#users-4", Button)
+        assert chosen.variant == "primary"  # the setting now
+    assert backend.users_chosen == [4]
+    assert backend.options_seen[-1] == ServeOptions(preset="smoke", users=4)
 
 
 async def test_chat_reports_a_server_that_is_not_there(backend):

@@ -10,6 +10,7 @@ from textual.pilot import Pilot
 from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
+from lucebox.app.tui.screens.users import UsersModal
 from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.steps import StepRow
 from lucebox.engine.core.paths import resolve_paths
@@ -121,5 +122,17 @@ def test_dashboard_of_a_served_set(backend, snap_compare, size):
                 and app.screen.models == backend.models_script
             ),
         )
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_users_choice(backend, snap_compare, size):
+    app = app_for(backend)
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await pilot.press("u")
+        await settle(pilot, lambda: isinstance(app.screen, UsersModal))
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -224,6 +224,12 @@ def test_section_options_refuse_what_the_ini_cannot_hold():
         ("c", "4096"),
         ("swa-full", "true"),
     ]
+    # Several users: the slots and their shared pool reach each model's section.
+    assert section_options(["s", "-np", "4", "--kv-unified", "--cache-ram", "720"]) == [
+        ("np", "4"),
+        ("kv-unified", "true"),
+        ("cache-ram", "720"),
+    ]
 
 
 def test_models_settings_parse():
