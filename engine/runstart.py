@@ -299,6 +299,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             hang_bounds=bounds_for(prepared.settings.hang_s),
             allowed_origins=prepared.settings.allowed_origins,
             mdns_name=prepared.settings.mdns_name,
+            sides=launch.sides.models,
         ),
         SpecSetup(
             launch.speculation.reason,

@@ -31,6 +31,7 @@ from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved, ServeOptions
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults, sampling_defaults
+from lucebox.engine.plan.sidemodels import NO_SIDES, SidePlan
 from lucebox.engine.plan.speculation import measurements, speculation
 from lucebox.engine.plan.visionplan import NO_PROJECTOR, Vision
 
@@ -90,6 +91,8 @@ class LaunchPlan:
     kv_modes: KvModesPlan | None = None
     """A long-context Lucebox launch's modes (exact at each KV type, KVFlash), measured on this
     card once idle; None for a short context or another engine."""
+    sides: SidePlan = NO_SIDES
+    """The embedding and reranker models served beside the chat model (llama-server each)."""
 
     @property
     def engine(self) -> EngineView:
@@ -198,6 +201,7 @@ class LaunchPlan:
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
             **({"kv_modes": self.kv_modes.to_json()} if self.kv_modes else {}),
+            "side_models": self.sides.to_json(),
         }
 
 

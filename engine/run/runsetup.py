@@ -10,6 +10,7 @@ from typing import Any
 
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults
+from lucebox.engine.plan.sidemodels import SideModel
 from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrate.calibrator import Calibrator
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
@@ -48,6 +49,8 @@ class RunFacts:
     """Web origins whose pages may call the API (``server.allowed_origins``)."""
     mdns_name: str = ""
     """The name announced on the LAN while serving beyond loopback; empty: none."""
+    sides: tuple[SideModel, ...] = ()
+    """The embedding and reranker models served beside the chat engine (plan/sidemodels.py)."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from lucebox.engine.run.sample import (
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
+from lucebox.engine.run.sideserver import SideServers, side_route
 from lucebox.engine.run.slots import (
     SlotHolder,
     SlotKey,
@@ -416,6 +417,8 @@ class ServerRun:
                 await queue.put(None)
 
         supervising = asyncio.create_task(follow_supervisor())
+        sides = SideServers(self.facts.sides, self.paths.logs_dir)
+        siding = asyncio.create_task(sides.run())
         calibrating = [asyncio.create_task(c.run(self)) for c in self.calibrations.present()]
         try:
             while (item := await queue.get()) is not None:
@@ -430,7 +433,9 @@ class ServerRun:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
                 self.supervisor.stop()
+                sides.stop()
                 await self._stop_sampling()
+                await siding
                 with contextlib.suppress(asyncio.CancelledError):
                     await supervising  # a refused re-plan raises here
             finally:
@@ -455,6 +460,7 @@ class ServerRun:
             engine_key=self.api_key if run.reads_key_file else None,
             engine_wait_s=self.supervisor.ready_timeout_s,
             images=launch.mmproj_path is not None,
+            sides=tuple(side_route(side, self.api_key) for side in self.facts.sides),
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:

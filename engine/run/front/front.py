@@ -64,6 +64,7 @@ from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.samplingmix import SamplingMix
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
+from lucebox.engine.run.sideserver import SideRoute, side_listing
 from lucebox.engine.run.slots import ClientPrompt
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class FrontSetup:
     launch's ready timeout where the run knows it)."""
     images: bool = True
     """The engine serves a vision projector; False: an image in a request is refused (400)."""
+    sides: tuple[SideRoute, ...] = ()
+    """Embedding and reranker models other processes serve: their requests skip the queue."""
 
 
 @dataclass
@@ -240,6 +243,8 @@ class Front:
                 await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path in ("/v1/models", "/models"):
                 await self._models(ex, cors)
+            elif route := next((r for r in self.spec.sides if r.answers(method, path)), None):
+                await self._side(ex, request, target, body, route, cors)
             elif is_generation(method, path) and (bad := self._body_refusal(path, body)):
                 self.counters.answered[bad.status] += 1
                 await ex.error(bad.status, bad.message, cors)
@@ -547,8 +552,40 @@ class Front:
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
         served = dict.fromkeys(ids or [self.spec.model], self.spec.ctx)
         document = models_with_context(listed, served, int(time.time()))
+        document.setdefault("data", []).extend(side_listing(self.spec.sides, int(time.time())))
         self.counters.answered[200] += 1
         await ex.whole(200, json.dumps(document).encode(), extra=cors)
+
+    async def _side(
+        self,
+        ex: Exchange,
+        request: h11.Request,
+        target: str,
+        body: bytes,
+        route: SideRoute,
+        cors: list[tuple[str, str]],
+    ) -> None:
+        """An embedding or rerank request relayed to the process that serves it, past the
+        chat queue; its whole answer back (none of them streams)."""
+        headers = [
+            *((k, v) for k, v in request.headers if k.lower() not in _NOT_RELAYED),
+            *([(b"authorization", f"Bearer {route.key}".encode())] if route.key else []),
+        ]
+        try:
+            call = await EngineCall.open(route.url)
+            try:
+                answer = await call.send("POST", target, headers, body)
+                whole = await self._read_all(ex, call)
+            finally:
+                await call.close()
+        except ENGINE_ERRORS as exc:
+            self.counters.answered[503] += 1
+            why = f"the {route.role} model {route.alias} is not answering ({exc}); try again soon"
+            await ex.error(503, why, [("retry-after", "2"), *cors])
+            return
+        self.counters.answered[answer.status_code] += 1
+        kept = [("content-type", header_of(answer, b"content-type") or "application/json")]
+        await ex.whole(answer.status_code, whole, kept[0][1], extra=cors)
 
     def _index(self) -> bytes:
         """``GET /`` when the engine has no page there: what is served, and where."""
