@@ -574,6 +574,7 @@ class ServerRun:
             api_key_file=spec.api_key_file,
             on_gpu=bool(spec.gpus or spec.rpc),
             weights_bytes=spec.plan.memory_bytes.weights,
+            embed_model=next((s.alias for s in self.facts.sides if s.role == "embeddings"), None),
         )
         with contextlib.suppress(OSError, LuceboxError):
             write_last_served(self.paths, record)

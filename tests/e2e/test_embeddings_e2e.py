@@ -8,11 +8,13 @@ The reranker's head is seeded, not trained: only the rerank wire format is prove
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -25,6 +27,8 @@ from support.bertgguf import minilm_model, reranker_model
 from support.realmodels import smol_model
 from support.smolserver import private_engine_home
 from tests.conftest import assert_one_line_error, run_lucebox
+from tests.e2e.test_agent_clients import LUCEBOX, clean_env, run
+from tests.e2e.test_agent_clients import clients_path as clients_path  # a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +53,13 @@ def until_answers(url: str, path: str, body: dict[str, object], timeout_s: float
 
 
 @pytest.fixture(scope="module")
-def beside_smol(built_engine_home, tmp_path_factory) -> Iterator[Served]:
-    home = private_engine_home(tmp_path_factory.mktemp("embed-home"))
+def embed_home(built_engine_home, tmp_path_factory) -> Path:
+    return private_engine_home(tmp_path_factory.mktemp("embed-home"))
+
+
+@pytest.fixture(scope="module")
+def beside_smol(embed_home) -> Iterator[Served]:
+    home = embed_home
     paths = resolve_paths({"LUCEBOX_HOME": str(home)})
     options = ServeOptions(model=str(smol_model()), ctx=2048)
     sides = ("--embed-model", str(minilm_model()), "--rerank-model", str(reranker_model()))
@@ -132,3 +141,21 @@ def test_plan_shows_the_embedding_models_memory_and_refuses_it_without_room():
     assert "the chat model keeps its memory" in refused.stderr
     alone = run_lucebox("plan", "--model", smol, "--ctx", "2048", "--vram-mib", "1000")
     assert alone.returncode == 0, alone.stderr  # the same chat plan fits without it
+
+
+def test_llm_embeds_through_lucebox_as_launch_sets_it_up(
+    embed_home, beside_smol, clients_path, tmp_path
+):
+    """The real `llm` CLI (a RAG-capable client: `llm embed`, `llm similar`) pointed at the
+    running server by `lucebox launch llm`, which `lucebox connect llm` describes."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = clean_env(home, embed_home, clients_path)
+    described = run([*LUCEBOX, "connect", "llm"], env, work)
+    assert "llm -- embed -m 3-small" in described.stdout + described.stderr, described
+    argv = [*LUCEBOX, "launch", "llm", "--", "embed", "-m", "3-small", "-c", GUITAR]
+    done = run(argv, env, work)
+    assert done.returncode == 0, done.stderr
+    vector = json.loads(done.stdout)
+    assert len(vector) == 384  # MiniLM's width: lucebox's embedding model answered
