@@ -201,7 +201,7 @@ class LaunchPlan:
             "fit_check": self.fit_check,
             **({"source": self.source_choice} if self.source_choice else {}),
             **({"kv_modes": self.kv_modes.to_json()} if self.kv_modes else {}),
-            "side_models": self.sides.to_json(),
+            **({"side_models": self.sides.to_json()} if self.sides.models else {}),
         }
 
 
