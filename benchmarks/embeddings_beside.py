@@ -51,15 +51,17 @@ def summary(took: list[float]) -> dict[str, float]:
     }
 
 
-def during_chat(client: httpx.Client, url: str, model: str, count: int) -> dict[str, Any]:
-    """Embedding latencies while one long streamed chat reply runs."""
+def during_chat(
+    client: httpx.Client, url: str, model: str, count: int, chat_tokens: int
+) -> dict[str, Any]:
+    """Embedding latencies while one streamed chat reply of ``chat_tokens`` runs."""
     streaming, finished = threading.Event(), threading.Event()
 
     def reply() -> None:
         body = {
             "model": model,
             "messages": [{"role": "user", "content": "Count to a thousand."}],
-            **{"max_tokens": 2000, "ignore_eos": True, "stream": True},
+            **{"max_tokens": chat_tokens, "ignore_eos": True, "stream": True},
         }
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as r:
             for _ in r.iter_raw():
@@ -75,7 +77,7 @@ def during_chat(client: httpx.Client, url: str, model: str, count: int) -> dict[
     return {**summary(took), "chat_still_streaming_after": still_streaming}
 
 
-def measure(url: str, count: int) -> dict[str, Any]:
+def measure(url: str, count: int, chat_tokens: int) -> dict[str, Any]:
     with httpx.Client(timeout=120) as client:
         listed = client.get(f"{url}/v1/models").json()["data"]
         chat_model = next(m["id"] for m in listed if m.get("type") != "embeddings")
@@ -90,7 +92,7 @@ def measure(url: str, count: int) -> dict[str, Any]:
             "cosine_unrelated": round(cosine(guitar, unrelated), 4),
             "paraphrase_ranked_first": cosine(guitar, paraphrase) > cosine(guitar, unrelated),
             "idle": summary(latencies_s(client, url, count)),
-            "during_chat": during_chat(client, url, chat_model, count),
+            "during_chat": during_chat(client, url, chat_model, count, chat_tokens),
         }
 
 
@@ -98,11 +100,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--count", type=int, default=30)
+    parser.add_argument("--chat-tokens", type=int, default=2000)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     document = {
-        "command": f"python -m benchmarks embeddings_beside --url {args.url}",
-        **measure(args.url, args.count),
+        "command": f"python -m benchmarks embeddings_beside --url {args.url} --count "
+        f"{args.count} --chat-tokens {args.chat_tokens}",
+        **measure(args.url, args.count, args.chat_tokens),
     }
     text = json.dumps(document, indent=2)
     print(text)

@@ -252,6 +252,7 @@ INDEX = (
         "embeddings_beside",
         "Do embeddings beside the Lucebox engine answer fast, right, and past a running chat?",
         "gpu",
+        results=("results/cpu-embeddings-beside.json",),
         device_step="embeddings_beside",
     ),
     Benchmark(

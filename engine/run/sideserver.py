@@ -24,7 +24,7 @@ STOP_GRACE_S = 5.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTH_POLL_S = 0.25
-EMBED_PATHS = ("/v1/embeddings", "/embeddings", "/v1/embedding", "/embedding")
+EMBED_PATHS = ("/v1/embeddings", "/embeddings", "/embedding")
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
 PATHS_OF: dict[SideRole, tuple[str, ...]] = {"embeddings": EMBED_PATHS, "rerank": RERANK_PATHS}
 
