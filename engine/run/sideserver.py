@@ -2,7 +2,7 @@
 engine serves chat: each started as planned (``SideModel.argv``), on its own loopback port,
 started again when it dies (with a growing wait), and stopped with the run.
 
-The front sends ``/v1/embeddings`` and ``/v1/rerank`` straight to them (:class:`SideRoute`), never
+The front sends ``/v1/embeddings`` and ``/v1/rerank`` straight to them (front/sideroute.py), never
 through the chat queue: another process answers them, so they need not wait for a chat reply.
 """
 
@@ -11,37 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from lucebox.engine.plan.lucebox.luceboxlaunch import ENGINE_ENV_PREFIXES
 from lucebox.engine.plan.sidemodels import SideModel, SideRole
+from lucebox.engine.run.front.sideroute import PATHS_OF, SideRoute
 from lucebox.engine.run.supervisor import die_with_parent
 
 STOP_GRACE_S = 5.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTH_POLL_S = 0.25
-EMBED_PATHS = ("/v1/embeddings", "/embeddings", "/embedding")
-RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
-PATHS_OF: dict[SideRole, tuple[str, ...]] = {"embeddings": EMBED_PATHS, "rerank": RERANK_PATHS}
-
-
-@dataclass(frozen=True)
-class SideRoute:
-    """Where the front sends one side model's requests."""
-
-    role: SideRole
-    alias: str
-    url: str
-    paths: tuple[str, ...]
-    key: str | None = None
-    """The key the side llama-server reads from its key file; None: it wants none."""
-
-    def answers(self, method: str, path: str) -> bool:
-        return method == "POST" and path in self.paths
 
 
 def side_route(side: SideModel, key: str | None) -> SideRoute:
@@ -133,20 +115,3 @@ class SideServers:
                         self.ready[side.role] = True
                         return
                 await asyncio.sleep(HEALTH_POLL_S)
-
-
-def side_listing(routes: tuple[SideRoute, ...], created_s: int) -> list[dict[str, object]]:
-    """The side models as ``/v1/models`` lists them: ``type`` as LM Studio says it
-    (``embeddings``), ``capabilities`` as Ollama does (``embedding``)."""
-    capability = {"embeddings": "embedding", "rerank": "rerank"}
-    return [
-        {
-            "id": route.alias,
-            "object": "model",
-            "created": created_s,
-            "owned_by": "lucebox",
-            "type": route.role,
-            "capabilities": [capability[route.role]],
-        }
-        for route in routes
-    ]

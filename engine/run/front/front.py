@@ -62,9 +62,9 @@ from lucebox.engine.run.front.frontwire import (
 from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.samplingmix import SamplingMix
+from lucebox.engine.run.front.sideroute import SideRoute, side_listing
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
-from lucebox.engine.run.sideserver import SideRoute, side_listing
 from lucebox.engine.run.slots import ClientPrompt
 
 if TYPE_CHECKING:

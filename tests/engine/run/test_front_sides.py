@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from lucebox.engine.run.front.front import FrontSetup
-from lucebox.engine.run.sideserver import EMBED_PATHS, SideRoute
+from lucebox.engine.run.front.sideroute import EMBED_PATHS, SideRoute
 from support.bertgguf import minilm_model
 from support.engineserver import RunningServer, running_server
 from support.frontserver import loopback_policy, running_front
