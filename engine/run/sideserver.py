@@ -81,14 +81,18 @@ class SideServers:
         log_path = self.logs_dir / f"{side.role}.log"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
-            process = await asyncio.create_subprocess_exec(
-                *side.argv,
-                env=side_environ(side, dict(os.environ)),
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *side.argv,
+                    env=side_environ(side, dict(os.environ)),
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                )
+            except OSError as exc:  # a build gone missing: said in its log, tried again later
+                log.write(f"# lucebox: {side.argv[0]} did not start: {exc}\n".encode())
+                return
         watching = asyncio.create_task(self._until_ready(side))
         stopping = asyncio.create_task(self._stopping.wait())
         exited = asyncio.create_task(process.wait())
