@@ -92,7 +92,7 @@ class SideModel:
         argv = [self.server_path, "-m", self.path, "--alias", self.alias]
         argv += ["--host", "127.0.0.1", "--port", str(self.port)]
         argv += ["-c", ctx, "-b", ctx, "-ub", ctx, "-np", "1"]
-        argv += ["-ngl", "all" if self.on_gpu else "0"]
+        argv += ["-ngl", "all" if self.on_gpu else "0", "--fit", "off"]  # as planned
         if self.api_key_file:
             argv += ["--api-key-file", self.api_key_file]
         if self.role == "rerank":
