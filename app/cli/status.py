@@ -62,6 +62,11 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     if status.sampling is not None:
         head += f"\n  sampling: {status.sampling.text()}"
     head += "".join(f"\n  {model_line(model)}" for model in status.models)
+    head += "".join(
+        f"\n  {side.role} model: {side.alias}, {'ready' if side.ready else 'starting'}"
+        + (f", {side.restarts} restarts" if side.restarts else "")
+        for side in status.sides
+    )
     sample = status.sample
     if sample is None:
         return head

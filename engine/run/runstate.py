@@ -32,6 +32,7 @@ from lucebox.engine.run.sample import (
     QueueStatus,
     Sample,
     SamplingStatus,
+    SideStatus,
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelStatus
@@ -45,7 +46,7 @@ STOP_TIMEOUT_S = 45.0
 """A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
 LOCK_POLL_S = 0.2
 
-_Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus, KeyUse)
+_Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus, KeyUse, SideStatus)
 RunStateName = Literal["starting", "loading", "ready", "restarting", "stopped", "failed"]
 
 
@@ -107,6 +108,8 @@ class Status:
     """What each key used since the start: every person's, and server.api_key's."""
     sampling: SamplingStatus | None = None
     """The sampling the front's generation requests got; None without a front."""
+    sides: tuple[SideStatus, ...] = ()
+    """The embedding and reranker models beside the chat engine; empty: none."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -140,6 +143,7 @@ class Status:
             "lan": self.lan.to_json() if self.lan else None,
             "keys": [k.to_json() for k in self.keys],
             "sampling": self.sampling.to_json() if self.sampling else None,
+            "side_models": [s.to_json() for s in self.sides],
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -187,6 +191,7 @@ class Status:
             lan=LanStatus.from_json(data.get("lan")),
             keys=_items(KeyUse.from_json, data.get("keys")),
             sampling=SamplingStatus.from_json(data.get("sampling")),
+            sides=_items(SideStatus.from_json, data.get("side_models")),
         )
 
 

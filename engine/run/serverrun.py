@@ -177,6 +177,8 @@ class ServerRun:
         """Whether the engine said ready and has not stopped since (its slot can be saved)."""
         self._clients_held = False
         """Client requests wait in the front (the engine runs what they must not be served by)."""
+        self._sides = SideServers(facts.sides, paths.logs_dir)
+        """The embedding and reranker models' processes beside the engine."""
         supervisor.on_line = self._feed_line
         supervisor.before_stop = self._engine_stopping
 
@@ -377,7 +379,9 @@ class ServerRun:
         return EngineStatus(kind, "rule", "")
 
     def _save(self) -> None:
-        self._run.status = replace(self._run.status, engine=self.engine_status())
+        self._run.status = replace(
+            self._run.status, engine=self.engine_status(), sides=self._sides.status()
+        )
         if self.front is not None:
             self._run.status = replace(
                 self._run.status,
@@ -417,7 +421,7 @@ class ServerRun:
                 await queue.put(None)
 
         supervising = asyncio.create_task(follow_supervisor())
-        sides = SideServers(self.facts.sides, self.paths.logs_dir)
+        sides = self._sides
         siding = asyncio.create_task(sides.run())
         calibrating = [asyncio.create_task(c.run(self)) for c in self.calibrations.present()]
         try:

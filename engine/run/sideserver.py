@@ -18,6 +18,7 @@ import httpx
 from lucebox.engine.plan.lucebox.luceboxlaunch import ENGINE_ENV_PREFIXES
 from lucebox.engine.plan.sidemodels import SideModel, SideRole
 from lucebox.engine.run.front.sideroute import PATHS_OF, SideRoute
+from lucebox.engine.run.sample import SideStatus
 from lucebox.engine.run.supervisor import die_with_parent
 
 STOP_GRACE_S = 5.0
@@ -60,6 +61,12 @@ class SideServers:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    def status(self) -> tuple[SideStatus, ...]:
+        return tuple(
+            SideStatus(s.role, s.alias, self.ready[s.role], self.restarts[s.role])
+            for s in self.sides
+        )
 
     async def run(self) -> None:
         await asyncio.gather(*(self._keep(side) for side in self.sides))

@@ -18,6 +18,7 @@ from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine import config, gpu
 from lucebox.engine.plan.options import ServeOptions
+from lucebox.engine.run import runstate
 from support.bertgguf import minilm_model
 from support.ggufgen import LuceboxDFlashSpec, cached_gguf, qwen35_target
 from support.luceboxfake import __file__ as FAKE
@@ -84,6 +85,13 @@ async def test_embeddings_beside_the_lucebox_engine(built_engine_home, tmp_path,
         async with httpx.AsyncClient(timeout=30) as client:
             listed = (await client.get(f"{run.public_url}/v1/models")).json()["data"]
         assert {"embeddings"} <= {m.get("type") for m in listed}
+        shown = {"role": "embeddings", "alias": side.alias, "ready": True, "restarts": 0}
+
+        def status_shows_it() -> bool:
+            status = runstate.read_status(paths)
+            return status is not None and status.to_json()["side_models"] == [shown]
+
+        await until(status_shows_it, 30, lambda: runstate.read_status(paths))
         seen = tmp_path / "requests.txt"
         assert "embeddings" not in (seen.read_text() if seen.exists() else "")
     finally:
