@@ -293,6 +293,8 @@ def prepare(
         options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
         _pull_models(paths, options, preset, emit, cancel)
+        for _role, source in view.resolved.side_models:
+            pull_source(paths, source, emit, cancel)
     launch = _launch_plan(
         paths, options, view, preset, by_name, emit, dry_run=dry_run, cancel=cancel
     )
