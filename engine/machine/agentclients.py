@@ -316,13 +316,24 @@ def _llm(endpoint: Endpoint, where: Where) -> ClientSetup:
     files = [ConfigFile(models, merge_models)]
     if endpoint.api_key:
         files.append(ConfigFile(keys, merge_keys))
+    notes = [f"use it with `llm -m {endpoint.model} PROMPT`"]
+    embed_env: tuple[EnvVar, ...] = ()
+    if endpoint.embed_model:
+        # llm's OpenAI embedding models have no address of their own in its files; their
+        # OpenAI client reads the SDK's variables, and lucebox answers any model name there
+        # with the one embedding model it serves.
+        embed_env = _openai_env(endpoint)
+        notes.append(
+            f"embed with `lucebox launch llm -- embed -m 3-small -c TEXT` ({endpoint.embed_model})"
+        )
     return ClientSetup(
         "llm",
         (),
         tuple(files),
         program=PROGRAMS["llm"],
         launch_files=tuple(files),
-        notes=(f"use it with `llm -m {endpoint.model} PROMPT`",),
+        launch_env=embed_env,
+        notes=tuple(notes),
     )
 
 
@@ -393,6 +404,15 @@ def _continue_config(endpoint: Endpoint) -> str:
             f"      contextLength: {endpoint.ctx}",
             f"      maxTokens: {endpoint.output_tokens}",
         ]
+    if endpoint.embed_model:
+        lines += [
+            f"  - name: {json.dumps(endpoint.embed_model)}",
+            "    provider: openai",
+            f"    model: {json.dumps(endpoint.embed_model)}",
+            f"    apiBase: {json.dumps(endpoint.url + '/v1')}",
+            f"    apiKey: {json.dumps(endpoint.client_key)}",
+            "    roles: [embed]",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -423,11 +443,17 @@ def _continue(endpoint: Endpoint, where: Where) -> ClientSetup:
 def _openai(endpoint: Endpoint, where: Where) -> ClientSetup:
     # The official SDKs read OPENAI_BASE_URL / OPENAI_API_KEY and refuse to start without a
     # key (github.com/openai/openai-python).
-    env = (
+    notes = [f"model: {endpoint.model}"]
+    if endpoint.embed_model:
+        notes.append(f"embedding model: {endpoint.embed_model} (/v1/embeddings)")
+    return ClientSetup("openai", _openai_env(endpoint), (), notes=tuple(notes))
+
+
+def _openai_env(endpoint: Endpoint) -> tuple[EnvVar, ...]:
+    return (
         EnvVar("OPENAI_BASE_URL", f"{endpoint.url}/v1"),
         EnvVar("OPENAI_API_KEY", endpoint.client_key, secret=endpoint.api_key is not None),
     )
-    return ClientSetup("openai", env, (), notes=(f"model: {endpoint.model}",))
 
 
 def _anthropic(endpoint: Endpoint, where: Where) -> ClientSetup:

@@ -96,6 +96,11 @@ class Settings:
     cpu_read_s: float = 300.0
     """Without a GPU the chosen context is at most what the CPU reads in this long (0: no
     bound); a context the user asks for is not bounded."""
+    embed_model: str = ""
+    """An embedding model served beside the chat model (a GGUF path or source) at
+    ``/v1/embeddings``; empty serves none."""
+    rerank_model: str = ""
+    """A reranker model served beside the chat model at ``/v1/rerank``; empty serves none."""
 
 
 # Dotted key in config.toml -> Settings field.
@@ -129,6 +134,8 @@ KEYS: dict[str, str] = {
     "model.mmproj": "mmproj",
     "model.vision": "vision",
     "model.image_urls": "image_urls",
+    "embeddings.model": "embed_model",
+    "rerank.model": "rerank_model",
 }
 
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(Settings)}

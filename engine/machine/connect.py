@@ -40,6 +40,8 @@ class Endpoint:
     """Where lucebox keeps that key: exports read it from there rather than print it."""
     aliases: tuple[str, ...] = ()
     """Every model of a served set (``model`` is the one the client starts with)."""
+    embed_model: str | None = None
+    """The embedding model served beside the chat model (``/v1/embeddings``); None: none."""
 
     @property
     def client_key(self) -> str:

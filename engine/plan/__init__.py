@@ -9,6 +9,7 @@
 - which engine: ``enginechoice`` (the rule), ``engineverdict`` (the measured verdict).
 - around them: ``visionplan`` (the projector), ``chatdefaults`` (template and thinking),
   ``samplingdefaults`` (the sampling a request that says none gets),
-  ``fitcheck`` (llama-fit-params beside the plan).
+  ``fitcheck`` (llama-fit-params beside the plan), ``sidemodels`` and ``sideplan`` (embedding and
+  reranker models in what the chat plan leaves).
 - the result: ``launch`` (argv and environment by the engine kind's rules), ``launchplan``.
 """

@@ -31,6 +31,7 @@ from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved, ServeOptions
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults, sampling_defaults
+from lucebox.engine.plan.sidemodels import NO_SIDES, SidePlan
 from lucebox.engine.plan.speculation import measurements, speculation
 from lucebox.engine.plan.users import UsersPlan
 from lucebox.engine.plan.visionplan import NO_PROJECTOR, Vision
@@ -93,6 +94,8 @@ class LaunchPlan:
     card once idle; None for a short context or another engine."""
     users: UsersPlan | None = None
     """The people it serves at once and what each gets; None for a served set's model."""
+    sides: SidePlan = NO_SIDES
+    """The embedding and reranker models served beside the chat model (llama-server each)."""
 
     @property
     def engine(self) -> EngineView:
@@ -202,6 +205,7 @@ class LaunchPlan:
             **({"source": self.source_choice} if self.source_choice else {}),
             **({"kv_modes": self.kv_modes.to_json()} if self.kv_modes else {}),
             **({"users": self.users.to_json()} if self.users else {}),
+            **({"side_models": self.sides.to_json()} if self.sides.models else {}),
         }
 
 

@@ -26,6 +26,7 @@ from lucebox.engine.plan.flagtypes import (
 )
 from lucebox.engine.plan.lucebox.luceboxdevices import PLACEMENT_MODES, PlacementMode
 from lucebox.engine.plan.lucebox.luceboxplan import KV_MODES, PREFILL_MODES, KvMode, PrefillMode
+from lucebox.engine.plan.sidemodels import SideRole
 from lucebox.engine.plan.speculation import speculation
 from lucebox.engine.plan.speculation.speculation import SpecMode
 
@@ -87,6 +88,10 @@ class ServeOptions:
     """The presets a short name named (``up qwen3.6``): the plan picks the one for the card."""
     users: int | None = None
     """People served at once (llama-server slots); None reads server.users."""
+    embed_model: str | None = None
+    """An embedding model served beside the chat model; None reads embeddings.model."""
+    rerank_model: str | None = None
+    """A reranker served beside the chat model; None reads rerank.model."""
 
     @property
     def names_a_model(self) -> bool:
@@ -206,6 +211,13 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
     LaunchFlag("--preset-among", "preset_among",
                "the presets to pick from for this card (what a short name names)", "ID[,ID...]",
                id_list, exclusive="what"),
+    LaunchFlag("--embed-model", "embed_model",
+               "an embedding model (GGUF path or source) served beside the chat model at "
+               "/v1/embeddings, in the memory the chat model leaves (setting embeddings.model)",
+               "SRC"),
+    LaunchFlag("--rerank-model", "rerank_model",
+               "a reranker model (GGUF, pooling rank) served beside the chat model at /v1/rerank "
+               "(setting rerank.model)", "SRC"),
     LaunchFlag("--rpc", "rpc",
                "`lucebox worker` peers whose devices join the split (setting rpc.peers)",
                "HOST:PORT[,...]", peer_list),
@@ -268,6 +280,8 @@ class Resolved:
     http(s) image URLs clients name."""
     users: int = 1
     """People served at once (--users or server.users); the plan may seat fewer, and says."""
+    side_models: tuple[tuple[SideRole, str], ...] = ()
+    """(role, source) of the embedding and reranker models served beside the chat model."""
 
 
 ModeT = TypeVar("ModeT", bound=str)
@@ -315,6 +329,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         mmproj=options.mmproj or settings.mmproj,
         image_urls=settings.image_urls,
         users=_users(options.users or settings.users),
+        side_models=_side_models(options, settings),
     )
 
 
@@ -330,6 +345,15 @@ def _users(users: int) -> int:
             hint=f"use 1 to {MAX_USERS} (1: one person at a time)",
         )
     return users
+
+
+def _side_models(options: ServeOptions, settings: Settings) -> tuple[tuple[SideRole, str], ...]:
+    """(role, source) of each side model asked for, the flag over the setting."""
+    asked: tuple[tuple[SideRole, str], ...] = (
+        ("embeddings", options.embed_model or settings.embed_model),
+        ("rerank", options.rerank_model or settings.rerank_model),
+    )
+    return tuple((role, source) for role, source in asked if source)
 
 
 def _checked_mode(value: str, modes: tuple[ModeT, ...], key: str, what: str) -> ModeT:

@@ -36,6 +36,7 @@ from lucebox.engine.plan.memory.request import KV_PAIRS, PlanRequest
 from lucebox.engine.plan.modelfiles import ModelFile, launch_files
 from lucebox.engine.plan.options import Resolved, ServeOptions, resolve
 from lucebox.engine.plan.samplingdefaults import sampling_defaults
+from lucebox.engine.plan.sideplan import with_side_models
 from lucebox.engine.plan.speculation import measurements, specguard, speculation
 from lucebox.engine.plan.speculation.speculation import SpecFiles, SpecMode
 from lucebox.engine.plan.users import fit_users, llama_users, queued_users
@@ -121,6 +122,27 @@ def _weigh_swa_full(request: PlanRequest) -> PlanRequest:
 
 
 def plan_launch(
+    paths: Paths,
+    options: ServeOptions,
+    *,
+    resolved: Resolved,
+    budget: GpuBudget,
+    installs: Installs,
+    preset: Preset | None = None,
+    ctx_cap: int | None = None,
+    remote_facts: ModelFacts | None = None,
+    projectors: tuple[ProjectorInfo, ...] = (),
+) -> LaunchPlan:
+    """The chat launch (:func:`_plan_chat`) with its embedding and reranker models planned in
+    the memory it leaves (sidemodels): the chat model is planned first and keeps its memory."""
+    chat = _plan_chat(
+        paths, options, resolved=resolved, budget=budget, installs=installs, preset=preset,
+        ctx_cap=ctx_cap, remote_facts=remote_facts, projectors=projectors,
+    )  # fmt: skip
+    return with_side_models(paths, chat)
+
+
+def _plan_chat(
     paths: Paths,
     options: ServeOptions,
     *,

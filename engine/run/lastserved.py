@@ -39,6 +39,8 @@ class LastServed:
     cpu_cores: int
     at_s: float
     """Unix time the server became ready."""
+    embed_model: str | None = None
+    """The embedding model served beside the chat model (its alias); None: none."""
 
     @property
     def model(self) -> str:
@@ -54,6 +56,7 @@ class LastServed:
             "weights_bytes": self.weights_bytes,
             "cpu_cores": self.cpu_cores,
             "at_s": self.at_s,
+            "embed_model": self.embed_model,
         }
 
     @classmethod
@@ -73,6 +76,7 @@ class LastServed:
                 weights_bytes=int(data["weights_bytes"]),
                 cpu_cores=int(data["cpu_cores"]),
                 at_s=float(data["at_s"]),
+                embed_model=str(data["embed_model"]) if data.get("embed_model") else None,
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -91,11 +95,20 @@ def served_now(
     api_key_file: str | None,
     on_gpu: bool,
     weights_bytes: int,
+    embed_model: str | None = None,
 ) -> LastServed:
     """The record of a server that became ready just now on this machine."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return LastServed(
-        url, aliases, ctx, api_key_file, on_gpu, weights_bytes, cores or 1, round(time.time(), 1)
+        url,
+        aliases,
+        ctx,
+        api_key_file,
+        on_gpu,
+        weights_bytes,
+        cores or 1,
+        round(time.time(), 1),
+        embed_model,
     )
 
 

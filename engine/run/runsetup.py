@@ -10,6 +10,7 @@ from typing import Any
 
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults
+from lucebox.engine.plan.sidemodels import SideModel
 from lucebox.engine.plan.speculation.specguard import Decision, SpecGuard
 from lucebox.engine.run.calibrate.calibrator import Calibrator
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
@@ -51,6 +52,8 @@ class RunFacts:
     sleep_idle_s: float = 0.0
     """Seconds without a client request before the engine sleeps (``server.sleep_idle_s``);
     0: never."""
+    sides: tuple[SideModel, ...] = ()
+    """The embedding and reranker models served beside the chat engine (plan/sidemodels.py)."""
 
 
 @dataclass(frozen=True)

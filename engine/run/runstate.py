@@ -32,6 +32,7 @@ from lucebox.engine.run.sample import (
     QueueStatus,
     Sample,
     SamplingStatus,
+    SideStatus,
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelStatus
@@ -46,7 +47,7 @@ STOP_TIMEOUT_S = 45.0
 """A stop saves the slot (at most 15 s) and gives the engine 15 s to exit."""
 LOCK_POLL_S = 0.2
 
-_Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus, KeyUse)
+_Item = TypeVar("_Item", GpuStatus, PeerStatus, ModelStatus, KeyUse, SideStatus)
 RunStateName = Literal[
     "starting", "loading", "ready", "restarting", "sleeping", "stopped", "failed"
 ]
@@ -113,6 +114,8 @@ class Status:
     sleep: SleepStatus | None = None
     """Whether the engine sleeps and since when; None when it never sleeps
     (``server.sleep_idle_s`` 0)."""
+    sides: tuple[SideStatus, ...] = ()
+    """The embedding and reranker models beside the chat engine; empty: none."""
 
     def uptime_s(self, now_s: float | None = None) -> float:
         if self.started_at is None:
@@ -148,6 +151,7 @@ class Status:
             "keys": [k.to_json() for k in self.keys],
             "sampling": self.sampling.to_json() if self.sampling else None,
             "sleep": self.sleep.to_json() if self.sleep else None,
+            "side_models": [s.to_json() for s in self.sides],
         }
 
     def to_file_json(self) -> dict[str, Any]:
@@ -196,6 +200,7 @@ class Status:
             keys=_items(KeyUse.from_json, data.get("keys")),
             sampling=SamplingStatus.from_json(data.get("sampling")),
             sleep=SleepStatus.from_json(data.get("sleep")),
+            sides=_items(SideStatus.from_json, data.get("side_models")),
         )
 
 

@@ -21,6 +21,7 @@ _Value = TypeVar(
     "MeasuredRate",
     "CacheStatus",
     "GpuStatus",
+    "SideStatus",
     "PeerStatus",
     "QueueStatus",
     "EngineStatus",
@@ -278,6 +279,24 @@ class PeerStatus:
 
     @classmethod
     def from_json(cls, data: Any) -> PeerStatus | None:
+        return _from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class SideStatus:
+    """An embedding or reranker model served beside the chat engine, as it runs now."""
+
+    role: str
+    alias: str
+    ready: bool
+    restarts: int
+    """Times its process was started again after it died."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> SideStatus | None:
         return _from_json(cls, data)
 
 

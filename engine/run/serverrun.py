@@ -64,6 +64,7 @@ from lucebox.engine.run.sample import (
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
+from lucebox.engine.run.sideserver import SideServers, side_route
 from lucebox.engine.run.sleepwatch import SleepWatch, sleep_watch
 from lucebox.engine.run.slots import (
     SlotHolder,
@@ -181,6 +182,8 @@ class ServerRun:
         self._clients_held = False
         """Client requests wait in the front (the engine runs what they must not be served by)."""
         self._sleep: SleepWatch | None = sleep_watch(self, facts.sleep_idle_s)
+        self._sides = SideServers(facts.sides, paths.logs_dir)
+        """The embedding and reranker models' processes beside the engine."""
         supervisor.on_line = self._feed_line
         supervisor.before_stop = self._engine_stopping
 
@@ -390,7 +393,9 @@ class ServerRun:
         return EngineStatus(kind, "rule", "")
 
     def _save(self) -> None:
-        self._run.status = replace(self._run.status, engine=self.engine_status())
+        self._run.status = replace(
+            self._run.status, engine=self.engine_status(), sides=self._sides.status()
+        )
         if self.front is not None:
             self._run.status = replace(
                 self._run.status,
@@ -431,6 +436,8 @@ class ServerRun:
                 await queue.put(None)
 
         supervising = asyncio.create_task(follow_supervisor())
+        sides = self._sides
+        siding = asyncio.create_task(sides.run())
         calibrating = [asyncio.create_task(c.run(self)) for c in self.calibrations.present()]
         if self._sleep is not None and self.front is not None:
             self.front.on_request = self._sleep.saw_request
@@ -448,7 +455,9 @@ class ServerRun:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
                 self.supervisor.stop()
+                sides.stop()
                 await self._stop_sampling()
+                await siding
                 with contextlib.suppress(asyncio.CancelledError):
                     await supervising  # a refused re-plan raises here
             finally:
@@ -474,6 +483,7 @@ class ServerRun:
             engine_wait_s=self.supervisor.ready_timeout_s,
             images=launch.mmproj_path is not None,
             thinking_default=self.facts.thinking_default,
+            sides=tuple(side_route(side, self.api_key) for side in self.facts.sides),
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:
@@ -587,6 +597,7 @@ class ServerRun:
             api_key_file=spec.api_key_file,
             on_gpu=bool(spec.gpus or spec.rpc),
             weights_bytes=spec.plan.memory_bytes.weights,
+            embed_model=next((s.alias for s in self.facts.sides if s.role == "embeddings"), None),
         )
         with contextlib.suppress(OSError, LuceboxError):
             write_last_served(self.paths, record)

@@ -256,6 +256,13 @@ def plan_set(
     A projector is planned in the set's budget like the rest of its model; under
     ``--vision auto`` the set keeps it only where the set still holds as many models at once
     as it would without (the set's counterpart of the context a projector must not cost)."""
+    if options.embed_model or options.rerank_model or settings.embed_model or settings.rerank_model:
+        raise UsageError(
+            "embedding and reranker models are served beside one chat model, not yet beside "
+            "a served set",
+            hint="serve one chat model with --embed-model/--rerank-model, or unset "
+            "embeddings.model and rerank.model for the set",
+        )
     planned = _plan_set(paths, options, sources, settings, budget, installs, ram_limit_bytes)
     auto = [lp for lp in planned.launches if lp.vision.served and lp.resolved.vision == "auto"]
     if not auto:

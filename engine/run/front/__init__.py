@@ -5,5 +5,6 @@
   ``frontqueue``: the queue of generation requests; ``frontwire``: HTTP/1.1 on its sockets (h11),
   shared with a served set's proxy; ``apishape``: requests and replies normalised where an engine
   lacks an API; ``prometheus``: lucebox's numbers as Prometheus text;
-``keyuse``: what each key used; ``samplingmix``: the sampling the requests got.
+``keyuse``: what each key used; ``samplingmix``: the sampling the requests got;
+``sideroute``: embedding and rerank requests sent to their own processes, past the queue.
 """

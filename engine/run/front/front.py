@@ -63,6 +63,7 @@ from lucebox.engine.run.front.frontwire import (
 from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.samplingmix import SamplingMix
+from lucebox.engine.run.front.sideroute import SideRoute, side_listing
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
 from lucebox.engine.run.slots import ClientPrompt, kept_prompt
@@ -139,6 +140,8 @@ class FrontSetup:
     """The engine serves a vision projector; False: an image in a request is refused (400)."""
     thinking_default: bool | None = None
     """The model's planned thinking default, which Codex's model list offers."""
+    sides: tuple[SideRoute, ...] = ()
+    """Embedding and reranker models other processes serve: their requests skip the queue."""
 
 
 @dataclass
@@ -251,6 +254,8 @@ class Front:
                 await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path in ("/v1/models", "/models"):
                 await self._models(ex, cors, codex=asks_codex_list(target))
+            elif route := next((r for r in self.spec.sides if r.answers(method, path)), None):
+                await self._side(ex, request, target, body, route, cors)
             elif is_generation(method, path) and (bad := self._body_refusal(path, body)):
                 self.counters.answered[bad.status] += 1
                 await ex.error(bad.status, bad.message, cors)
@@ -583,17 +588,48 @@ class Front:
         data = listed.get("data") if isinstance(listed, dict) else None
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
         served = dict.fromkeys(ids or [self.spec.model], self.spec.ctx)
-        document = (
-            codex_models([self._codex_model(model_id) for model_id in served])
-            if codex
-            else models_with_context(listed, served, int(time.time()))
-        )
+        if codex:
+            document = codex_models([self._codex_model(model_id) for model_id in served])
+        else:
+            document = models_with_context(listed, served, int(time.time()))
+            document.setdefault("data", []).extend(side_listing(self.spec.sides, int(time.time())))
         self.counters.answered[200] += 1
         await ex.whole(200, json.dumps(document).encode(), extra=cors)
 
     def _codex_model(self, model_id: str) -> CodexModel:
         spec = self.spec
         return CodexModel(model_id, spec.ctx, spec.thinking_default, spec.images)
+
+    async def _side(
+        self,
+        ex: Exchange,
+        request: h11.Request,
+        target: str,
+        body: bytes,
+        route: SideRoute,
+        cors: list[tuple[str, str]],
+    ) -> None:
+        """An embedding or rerank request relayed to the process that serves it, past the
+        chat queue; its whole answer back (none of them streams)."""
+        headers = [
+            *((k, v) for k, v in request.headers if k.lower() not in _NOT_RELAYED),
+            *([(b"authorization", f"Bearer {route.key}".encode())] if route.key else []),
+        ]
+        try:
+            call = await EngineCall.open(route.url)
+            try:
+                answer = await call.send("POST", target, headers, body)
+                whole = await self._read_all(ex, call)
+            finally:
+                await call.close()
+        except ENGINE_ERRORS as exc:
+            self.counters.answered[503] += 1
+            why = f"the {route.role} model {route.alias} is not answering ({exc}); try again soon"
+            await ex.error(503, why, [("retry-after", "2"), *cors])
+            return
+        self.counters.answered[answer.status_code] += 1
+        kept = [("content-type", header_of(answer, b"content-type") or "application/json")]
+        await ex.whole(answer.status_code, whole, kept[0][1], extra=cors)
 
     def _index(self) -> bytes:
         """``GET /`` when the engine has no page there: what is served, and where."""

@@ -294,3 +294,9 @@ def test_a_member_switched_off_by_the_guard_is_planned_off_when_the_set_starts_a
     assert again.launches[0].server.spec_type is None
     assert f"switched off by the guard while serving: {why}" in again.launches[0].speculation.reason
     assert again.launches[1].server.spec_type == first.launches[1].server.spec_type
+
+
+def test_a_set_refuses_side_models_it_cannot_serve_yet():
+    cpu = GpuBudget("CPU (no NVIDIA GPU): system RAM", 64 * 1024 * MIB, 48 * 1024 * MIB, False)
+    with pytest.raises(UsageError, match="not yet beside a served set"):
+        _plan(("smollm2", "smoke"), cpu, embed_model="/models/minilm.gguf")
