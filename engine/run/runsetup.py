@@ -15,6 +15,7 @@ from lucebox.engine.run.calibrate.calibrator import Calibrator
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator
 from lucebox.engine.run.calibrate.probing import ProbeSender
+from lucebox.engine.run.front.chatpage import ChatPage
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
 from lucebox.engine.run.sample import EngineStatus, PeerStatus
 
@@ -48,6 +49,10 @@ class RunFacts:
     """Web origins whose pages may call the API (``server.allowed_origins``)."""
     mdns_name: str = ""
     """The name announced on the LAN while serving beyond loopback; empty: none."""
+    chat_page: ChatPage | None = None
+    """The chat page the front serves itself (the engine has none); None: the engine's own,
+    or none (``no_page_reason`` says why)."""
+    no_page_reason: str = ""
 
 
 @dataclass(frozen=True)

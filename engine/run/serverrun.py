@@ -455,6 +455,7 @@ class ServerRun:
             engine_key=self.api_key if run.reads_key_file else None,
             engine_wait_s=self.supervisor.ready_timeout_s,
             images=launch.mmproj_path is not None,
+            page=self.facts.chat_page,
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:
@@ -482,6 +483,8 @@ class ServerRun:
             holder = port_holder(launch.host, launch.port) or "another program"
             return port_taken(launch.port, holder, next_free_port(launch.host, launch.port))
         front.engine_ready(False)  # until the engine behind it says ready
+        if self.facts.no_page_reason:
+            self.supervisor.log.write(f"# lucebox: no chat page: {self.facts.no_page_reason}")
         self.front = front
         await self._announce()
         return server

@@ -31,6 +31,7 @@ import h11
 
 from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
 from lucebox.engine.run.front.bodyguard import body_refusal
+from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_answer
 from lucebox.engine.run.front.frontguard import (
     GENERATION_SUFFIXES,
     FrontPolicy,
@@ -136,6 +137,8 @@ class FrontSetup:
     launch's ready timeout where the run knows it)."""
     images: bool = True
     """The engine serves a vision projector; False: an image in a request is refused (400)."""
+    page: ChatPage | None = None
+    """The chat page the front serves itself (the engine has none); None: the engine's."""
 
 
 @dataclass
@@ -168,6 +171,7 @@ class Front:
         self.counters = FrontCounters()
         self.key_use = KeyTally()
         self.sampling = SamplingMix(sampling)
+        self._page_facts = PageFacts(spec.model, spec.ctx, spec.images, sampling)
         """The sampling the generation requests got (``sampling``: what fills unset fields)."""
         self._engine_ready = asyncio.Event()
         self._engine_ready.set()
@@ -240,6 +244,8 @@ class Front:
                 await ex.whole(200, self.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "GET" and path in ("/v1/models", "/models"):
                 await self._models(ex, cors)
+            elif page := page_answer(self.spec.page, method, path, self._page_facts):
+                await ex.whole(200, page[0], page[1], extra=cors)
             elif is_generation(method, path) and (bad := self._body_refusal(path, body)):
                 self.counters.answered[bad.status] += 1
                 await ex.error(bad.status, bad.message, cors)

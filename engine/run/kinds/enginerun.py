@@ -47,11 +47,18 @@ class EngineRun(Protocol):
         """Requests the engine serves at once (the front's queue lets that many in)."""
         ...
 
+    @property
+    def answers_chat_page(self) -> bool:
+        """Whether the engine answers the chat page's own calls (``/props``, ``/slots``);
+        False: the front answers them when it serves the page."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerRun:
     sends_warm_up: bool = False
     reads_key_file: bool = True
+    answers_chat_page: bool = True
 
     def parallel(self, server: ServerLaunch) -> int:
         return server.plan.parallel
@@ -71,6 +78,7 @@ class LlamaServerRun:
 class LuceboxRun:
     sends_warm_up: bool = True
     reads_key_file: bool = False
+    answers_chat_page: bool = False
 
     def parallel(self, server: ServerLaunch) -> int:
         """One: a single worker thread at batch 1 (the engine's contract)."""
