@@ -474,6 +474,7 @@ class ServerRun:
                 launch.plan.ctx,
                 self.facts.thinking_default,
                 self.facts.sampling,
+                engine_run(launch.kind).reply_budget(launch),
             ),
             sampling=self.facts.sampling,
         )

@@ -62,6 +62,7 @@ from lucebox.engine.run.front.frontwire import (
 )
 from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
+from lucebox.engine.run.front.replycap import within_room
 from lucebox.engine.run.front.samplingmix import SamplingMix
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
@@ -366,6 +367,7 @@ class Front:
                     await _sse_started(ex, cors)
                     await self._keepalive(ex)
             call, answer = sending.result()
+            call, answer = await self._within_context(call, answer, method, target, headers, sent)
         except ENGINE_ERRORS as exc:
             failure = f"the engine did not answer: {exc}"
             if may_retry:
@@ -381,6 +383,31 @@ class Front:
         finally:
             await call.close()
         return None
+
+    async def _within_context(
+        self,
+        call: EngineCall,
+        answer: h11.Response,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        sent: bytes,
+    ) -> tuple[EngineCall, h11.Response]:
+        """A reply limit the engine refused as too long for this prompt is cut to the room
+        the prompt leaves, and the request sent once more (:mod:`replycap`)."""
+        path = urlsplit(target).path
+        if answer.status_code != 400 or not is_generation(method, path):
+            return call, answer
+        refused = bytearray()
+        while (chunk := await call.chunk()) is not None:
+            refused += chunk
+        shorter = within_room(sent, api_endpoint(path), bytes(refused))
+        if shorter is None:
+            call.unread(bytes(refused))
+            return call, answer
+        await call.close()
+        self.client_prompt = ClientPrompt(path, shorter, time.monotonic())
+        return await self._call(method, target, headers, shorter)
 
     async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
         """What llama-server answers while it loads, so health checks wait instead of failing

@@ -47,6 +47,10 @@ class EngineRun(Protocol):
         """Requests the engine serves at once (the front's queue lets that many in)."""
         ...
 
+    def reply_budget(self, server: ServerLaunch) -> int:
+        """The most reply tokens a request gets: a client's larger limit is clamped to it."""
+        ...
+
     @property
     def answers_chat_page(self) -> bool:
         """Whether the engine answers the chat page's own calls (``/props``, ``/slots``);
@@ -62,6 +66,10 @@ class LlamaServerRun:
 
     def parallel(self, server: ServerLaunch) -> int:
         return server.plan.parallel
+
+    def reply_budget(self, server: ServerLaunch) -> int:
+        """The context: llama-server stops a reply where its slot's context ends."""
+        return server.plan.ctx
 
     def engine_log(self) -> EngineLog:
         return EngineLog()
@@ -83,6 +91,11 @@ class LuceboxRun:
     def parallel(self, server: ServerLaunch) -> int:
         """One: a single worker thread at batch 1 (the engine's contract)."""
         return 1
+
+    def reply_budget(self, server: ServerLaunch) -> int:
+        """The ``--max-tokens`` it was started with: above it the engine would refuse a prompt
+        that leaves less room than the request asked for."""
+        return server.lucebox.max_tokens if server.lucebox is not None else server.plan.ctx
 
     def engine_log(self) -> EngineLog:
         return LuceboxLog()
