@@ -24,6 +24,7 @@ from lucebox.app.tui.screens.dashboardbase import (
     STOP,
     ServingScreen,
     format_duration,
+    restarts_text,
 )
 from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.gpu import GpuPanel
@@ -100,7 +101,8 @@ class DashboardScreen(ServingScreen):
         header.append(self.prepared.model, style="bold cyan")
         header.append("  ")
         header.append(self.state, style=f"bold {self.state_style}")
-        header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
+        header.append(f" · up {format_duration(uptime_s)} · ")
+        header.append(restarts_text(self.restarts, self.trials))
         header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}")
         header.append(" · vision" if self.prepared.launch.vision.served else "")
         if self.engine is not None:

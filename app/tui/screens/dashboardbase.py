@@ -26,6 +26,12 @@ STATE_STYLES = {"ready": "green", "failed": "red", "stopped": "red"}
 """The header's colour of a run's state; any other (starting, restarting) is yellow."""
 
 
+def restarts_text(crashes: int, trials: int) -> str:
+    """The engine's restarts after crashes, and lucebox's own trials apart from them."""
+    text = f"{crashes} restart{'' if crashes == 1 else 's'}"
+    return text + (f" · {trials} calibration trial{'' if trials == 1 else 's'}" if trials else "")
+
+
 def format_duration(seconds: float) -> str:
     """Minutes are enough for an uptime, and the header then changes once a minute."""
     minutes = max(int(seconds), 0) // 60
@@ -56,6 +62,8 @@ class ServingScreen(Screen[None]):
         self.server_started_at = clock()  # the dashboard opens when the server is ready
         self.state = "ready"
         self.restarts = 0
+        self.trials = 0
+        """Restarts lucebox asked for itself (calibration trials): no crash."""
         self.cause: EngineDeath | None = None
         """Why the engine last died: shown under the state until it dies again."""
         self.log_lines_shown = 0
@@ -83,6 +91,8 @@ class ServingScreen(Screen[None]):
             self.server_started_at = self.clock()
         self.state = serverrun.state_of(event)
         self.restarts = event.restarts
+        if event.kind == "restarting" and event.planned:
+            self.trials += 1
         self.cause = event.cause or self.cause
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
