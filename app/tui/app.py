@@ -23,6 +23,7 @@ from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import (
     AllowBaseRequested,
     CpuEngineRequested,
+    KeysRequested,
     MetricsSampled,
     ModelLoadRequested,
     ModelsSampled,
@@ -38,6 +39,7 @@ from lucebox.app.tui.messages import (
 )
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.dashboardbase import ServingScreen
+from lucebox.app.tui.screens.keys import KeysScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
@@ -289,6 +291,10 @@ class LuceboxApp(App[None]):
     @on(PresetPickRequested)
     def preset_pick_requested(self) -> None:
         self.pick_preset()
+
+    @on(KeysRequested)
+    def show_keys(self) -> None:
+        self.push_screen(KeysScreen(self.backend))
 
     @on(RestartRequested)
     def restart_server(self) -> None:

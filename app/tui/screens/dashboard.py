@@ -18,6 +18,7 @@ from textual.widgets import Footer, Input
 from lucebox.app.tui.messages import PresetPickRequested
 from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
+    KEYS,
     OPEN_LOG,
     QUIT,
     RESTART,
@@ -52,6 +53,7 @@ class DashboardScreen(ServingScreen):
         OPEN_LOG,
         COPY_URL,
         Binding("w", "open_webui", "Web UI"),
+        KEYS,
         QUIT,
     ]
 

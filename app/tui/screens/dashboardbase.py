@@ -12,7 +12,12 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.screen import Screen
 
-from lucebox.app.tui.messages import QuitRequested, RestartRequested, StopRequested
+from lucebox.app.tui.messages import (
+    KeysRequested,
+    QuitRequested,
+    RestartRequested,
+    StopRequested,
+)
 from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.screens.quit import QuitModal
 from lucebox.app.tui.widgets.log import LogTail
@@ -45,6 +50,7 @@ STOP = Binding("s", "stop", "Stop")
 OPEN_LOG = Binding("l", "open_log", "Log")
 COPY_URL = Binding("y", "copy_url", "Copy URL")
 QUIT = Binding("q", "quit_asking", "Quit")
+KEYS = Binding("k", "open_keys", "Keys")
 """The keys every serving dashboard has (its actions are here); each screen orders its own."""
 
 
@@ -118,6 +124,9 @@ class ServingScreen(Screen[None]):
 
     def action_stop(self) -> None:
         self.post_message(StopRequested())
+
+    def action_open_keys(self) -> None:
+        self.post_message(KeysRequested())
 
     def action_open_log(self) -> None:
         self.app.push_screen(LogScreen(self.log_path))

@@ -15,6 +15,7 @@ from textual.widgets import Footer
 from lucebox.app.tui.messages import ModelLoadRequested, ModelUnloadRequested
 from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
+    KEYS,
     OPEN_LOG,
     QUIT,
     RESTART,
@@ -41,6 +42,7 @@ class ServedSetDashboardScreen(ServingScreen):
         STOP,
         OPEN_LOG,
         COPY_URL,
+        KEYS,
         QUIT,
     ]
 
