@@ -293,7 +293,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             model=prepared.model,
             gpu_index=prepared.gpu_index,
             api_key=prepared.api_key,
-            webui_url=webui.webui_url(server.host, server.port) if page.served else None,
+            webui_url=page.url(server),
             peers=tuple(
                 PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
             ),
@@ -323,6 +323,10 @@ class PageChoice:
     served: bool
     front_page: ChatPage | None = None
     why_none: str = ""
+
+    def url(self, server: ServerLaunch) -> str | None:
+        """Where a browser finds the page of ``server``; None without one."""
+        return webui.webui_url(server.host, server.port) if self.served else None
 
 
 def chat_page(paths: Paths, server: ServerLaunch) -> PageChoice:

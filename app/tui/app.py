@@ -235,7 +235,10 @@ class LuceboxApp(App[None]):
     def new_dashboard(self, prepared: Prepared | PreparedSet) -> ServingScreen:
         log_path, notes = self.backend.log_path, self.start_screen.notes
         if isinstance(prepared, Prepared):
-            return DashboardScreen(prepared, log_path=log_path, notes=notes, clock=self.clock)
+            page_url = self.server.status.webui_url if self.server is not None else None
+            return DashboardScreen(
+                prepared, log_path=log_path, notes=notes, clock=self.clock, webui_url=page_url
+            )
         models = self.server.status.models if self.server is not None else ()
         url = url_of(prepared.planned.launches[0].server)  # the proxy's: the served address
         return ServedSetDashboardScreen(

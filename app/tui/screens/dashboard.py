@@ -64,6 +64,7 @@ class DashboardScreen(ServingScreen):
         log_path: Path,
         notes: list[str],
         clock: Callable[[], float],
+        webui_url: str | None = None,
     ) -> None:
         url = url_of(prepared.server)
         super().__init__(url=url, log_path=log_path, notes=notes, clock=clock)
@@ -74,8 +75,8 @@ class DashboardScreen(ServingScreen):
         """The context the running engine serves: after an out-of-memory re-plan, the new one."""
         self.engine: EngineStatus | None = None
         """The engine kind serving and what chose it, as the run last said."""
-        spec = prepared.server
-        self.webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
+        self.webui_url = webui_url
+        """The chat page, the engine's own or the one lucebox's front serves."""
 
     def compose(self) -> ComposeResult:
         yield Readout("", id="dash-header")

@@ -12,8 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lucebox.engine import runstart
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.engines import uibundle
+from lucebox.engine.engines import uibundle, webui
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_api, page_file
 from lucebox.engine.run.runsetup import RunFacts
@@ -84,3 +85,17 @@ async def test_the_page_loads_and_chats_on_the_lucebox_engine(tmp_path, monkeypa
     assert seen["/v1/models"].json()["data"][0]["id"] == "tiny"
     assert seen["/slots"].json()[0]["n_ctx"] == 4096
     assert seen["/tools"].json() == []
+
+
+def test_the_front_serves_the_page_only_for_an_engine_without_one(tmp_path, built_engine_home):
+    paths = resolve_paths({"LUCEBOX_HOME": str(built_engine_home)})
+    lucebox = lucebox_spec(tmp_path)
+    page = runstart.chat_page(paths, lucebox)
+    assert page.front_page is not None and page.front_page.answers_api
+    assert page.url(lucebox) == f"http://127.0.0.1:{lucebox.port}/"
+    with_ui = tmp_path / "llama-server"
+    with_ui.write_bytes(b"\x7fELF" + webui.ASSET_MARKER)
+    own = runstart.chat_page(paths, replace(lucebox, server_path=str(with_ui), kind="llama-server"))
+    assert own.served and own.front_page is None
+    none = runstart.chat_page(resolve_paths({"LUCEBOX_HOME": str(tmp_path)}), lucebox)
+    assert none.url(lucebox) is None and "lucebox engine build" in none.why_none
