@@ -293,6 +293,8 @@ def prepare(
         options = replace(options, model=by_name.source, quant=None)
     if not dry_run:
         _pull_models(paths, options, preset, emit, cancel)
+        # Here and checked: the step says so while the engine builds (minutes, on a first run).
+        emit(StepEvent("models", "done", "the model files are here"))
     launch = _launch_plan(
         paths, options, view, preset, by_name, emit, dry_run=dry_run, cancel=cancel
     )
