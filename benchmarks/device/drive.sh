@@ -1553,10 +1553,19 @@ step_chat_page_gpu() {
     # front serves from the llama.cpp build's UI (GET /, its script and style), the calls the
     # page makes at start, a chat as the page sends it, and 401 without the key
     # (support/chatpage.py, as tests/engine/run/test_chatpage.py on the CPU). Needs both engines
-    # built (a llama.cpp build without the UI: the serve log says why). Leaves no process.
+    # built (build-llama, build-lucebox, wait-builds). This machine cannot fetch npm packages, so
+    # its llama.cpp build has no UI: a bundle built elsewhere, carried as
+    # .devrun/carry/llama-ui-dist.tgz (a build's tools/ui/dist, packed with tar czf -C DIST .),
+    # goes into each llama.cpp engine's ui/ folder, where lucebox looks first; without it the
+    # engine log says why there is no page. Leaves no process.
     setup
-    local W=.devrun/work/chatpage PORT=18320 KEY=device-page-$RANDOM$RANDOM state
+    local W=.devrun/work/chatpage PORT=18320 KEY=device-page-$RANDOM$RANDOM state eng
+    local UI=.devrun/carry/llama-ui-dist.tgz
     mkdir -p "$W"
+    for eng in "$LUCEBOX_HOME"/data/engines/llama.cpp-*; do
+        [ -f "$UI" ] && [ -d "$eng/bin" ] && [ ! -f "$eng/ui/index.html" ] \
+            && mkdir -p "$eng/ui" && tar xzf "$UI" -C "$eng/ui" && echo "UI bundle into $eng/ui"
+    done
     SERVE_PID=
     trap 'front_finish' EXIT
     lucebox_models pair "$W" || return 1
