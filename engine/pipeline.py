@@ -295,6 +295,8 @@ def prepare(
         _pull_models(paths, options, preset, emit, cancel)
         for _role, source in view.resolved.side_models:
             pull_source(paths, source, emit, cancel)
+        # Here and checked: the step says so while the engine builds (minutes, on a first run).
+        emit(StepEvent("models", "done", "the model files are here"))
     launch = _launch_plan(
         paths, options, view, preset, by_name, emit, dry_run=dry_run, cancel=cancel
     )

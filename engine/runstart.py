@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import kinds, registry, update, webui
+from lucebox.engine.engines import kinds, registry, uibundle, update, webui
 from lucebox.engine.engines.build import BuildEvent
 from lucebox.engine.engines.registry import EngineManifest, KindName
 from lucebox.engine.machine import config
@@ -31,7 +32,9 @@ from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, Engi
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.front.chatpage import ChatPage
 from lucebox.engine.run.hang import bounds_for
+from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.sample import EngineStatus, PeerStatus
@@ -265,6 +268,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
     every change of launch while it runs comes from the one planner (``Replanner``)."""
     server = prepared.server
     launch = prepared.launch
+    page = chat_page(paths, server)
     replanner = Replanner(paths, prepared)
     supervisor.replan_on_oom = replanner.after_oom
     setup = calibrator.setup_for(launch, prepared.settings, replanner.for_trial, replanner.measured)
@@ -289,7 +293,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             model=prepared.model,
             gpu_index=prepared.gpu_index,
             api_key=prepared.api_key,
-            webui_url=webui.served_url(server.server_path, server.host, server.port),
+            webui_url=page.url(server),
             peers=tuple(
                 PeerStatus(p.address, p.info.build, p.info.free_bytes, "up") for p in prepared.peers
             ),
@@ -301,6 +305,8 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             mdns_name=prepared.settings.mdns_name,
             sleep_idle_s=prepared.settings.sleep_idle_s,
             sides=launch.sides.models,
+            chat_page=page.front_page,
+            no_page_reason=page.why_none,
         ),
         SpecSetup(
             launch.speculation.reason,
@@ -310,6 +316,30 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         ),
         Calibrations(measuring, engines, long_context),
     )
+
+
+@dataclass(frozen=True)
+class PageChoice:
+    """Who serves the chat page: the engine (it embeds the UI), the front, or nobody."""
+
+    served: bool
+    front_page: ChatPage | None = None
+    why_none: str = ""
+
+    def url(self, server: ServerLaunch) -> str | None:
+        """Where a browser finds the page of ``server``; None without one."""
+        return webui.webui_url(server.host, server.port) if self.served else None
+
+
+def chat_page(paths: Paths, server: ServerLaunch) -> PageChoice:
+    """The engine's own page where it has one; else the front serves the llama.cpp build's."""
+    if webui.has_webui(Path(server.server_path)):
+        return PageChoice(served=True)
+    bundle = uibundle.find_bundle(paths)
+    if bundle.folder is None:
+        return PageChoice(served=False, why_none=bundle.why_none)
+    answers = engine_run(server.kind).answers_chat_page
+    return PageChoice(served=True, front_page=ChatPage(bundle.folder, answers_api=not answers))
 
 
 def planned_engine(launch: LaunchPlan) -> EngineStatus:

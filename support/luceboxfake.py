@@ -7,7 +7,10 @@ lines the real engine wrote on an H200 for a DDTree reply with an agreeing draft
 (``ddtree-agree.log``: 45 of 48 drafted tokens accepted). It parses its command line as the
 engine does (model first, space-separated options) and appends each request path to
 ``$FAKE_REQUESTS`` (and each POST body, one JSON line each, to ``$FAKE_BODIES`` where set).
-Streams are framed as the engine frames them: by closing the connection.
+Streams are framed as the engine frames them: by closing the connection. Started with both
+``--max-ctx`` and ``--max-tokens`` (as lucebox starts it), a request is admitted as the engine
+admits it: its reply limit clamped to ``--max-tokens``, and a prompt (one token
+per four characters) with that limit over ``--max-ctx`` refused 400 with the engine's message.
 
 With ``$FAKE_RATES`` naming a JSON file ``{"decode_tok_s": D, "prefill_tok_s": P}`` (read at
 each request, so a test may change it while the engine runs), a non-streamed reply has
@@ -57,6 +60,9 @@ DRAFTING = [False]
 DISK = [luceboxdisk.DiskCache()]
 """The disk prefix cache it was started with (support/luceboxdisk.py)."""
 MODE = ["exact f16"]
+LIMITS: dict[str, int] = {}
+"""``--max-ctx`` and ``--max-tokens`` as started; without both (a test starting the stand-in by
+hand) every request is admitted."""
 """The long-context mode the engine runs: its rates in ``$FAKE_RATES``' ``"modes"``."""
 
 
@@ -70,8 +76,8 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def _send(self, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(200)
+    def _send(self, body: bytes, content_type: str = "application/json", status: int = 200) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
@@ -92,6 +98,9 @@ class Handler(BaseHTTPRequestHandler):
         if os.environ.get("FAKE_BODIES"):
             with open(os.environ["FAKE_BODIES"], "a", encoding="utf-8") as out:
                 out.write(json.dumps(body) + "\n")
+        if refusal := overflow(body):
+            self._send(refusal, status=400)
+            return
         streamed = bool(body.get("stream"))
         disk = DISK[0]
         if disk.on:
@@ -131,12 +140,43 @@ class Handler(BaseHTTPRequestHandler):
 _REPLIES = [0]
 
 
+def prompt_tokens(body: dict) -> int:
+    """One token per four characters of the messages' text."""
+    text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
+    return max(1, len(text) // 4)
+
+
+def overflow(body: dict) -> bytes | None:
+    """The engine's admission (http_server.cpp, admission.h): the reply limit clamped to
+    ``--max-tokens``, then a prompt and limit over ``--max-ctx`` refused with its message."""
+    if len(LIMITS) < 2:
+        return None
+    asked = [
+        body[k] for k in ("max_tokens", "max_output_tokens", "max_completion_tokens") if k in body
+    ]
+    max_output = int(asked[0]) if asked else LIMITS["max_tokens"]
+    if max_output > LIMITS["max_tokens"]:
+        say(
+            f"[server] max_tokens={max_output} clamped to default_max_tokens={LIMITS['max_tokens']}"
+        )
+        max_output = LIMITS["max_tokens"]
+    prompt = prompt_tokens(body)
+    if prompt + max_output <= LIMITS["max_ctx"]:
+        return None
+    message = (
+        f"This model's maximum context length is {LIMITS['max_ctx']} tokens. However, you "
+        f"requested {prompt + max_output} tokens ({prompt} in the messages, {max_output} in the "
+        "completion). Please reduce the length of the messages or completion."
+    )
+    return json.dumps({"error": {"message": message, "type": "invalid_request_error"}}).encode()
+
+
 def rated_reply(body: dict, rates: dict) -> bytes:
     """The recorded reply cut to ``max_tokens`` tokens, timed at ``rates``; logs its lines."""
     _REPLIES[0] += 1
     reply_id = f"chatcmpl_{_REPLIES[0]:016d}"
     text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
-    prompt = max(1, len(text) // 4)
+    prompt = prompt_tokens(body)
     words = json.loads(REPLY)["choices"][0]["message"]["content"].split()
     out = int(body.get("max_tokens") or 256)
     rates = rates.get("modes", {}).get(MODE[0], rates)
@@ -192,6 +232,10 @@ def main(argv: list[str]) -> int:
         out.write("ARGV " + json.dumps(argv[1:]) + "\n")
     port = int(options[options.index("--port") + 1])
     DRAFTING[0] = "--draft" in options
+    for limit in ("max_ctx", "max_tokens"):
+        flag = "--" + limit.replace("_", "-")
+        if flag in options:
+            LIMITS[limit] = int(options[options.index(flag) + 1])
     kv_type = options[options.index("--cache-type-k") + 1] if "--cache-type-k" in options else "f16"
     MODE[0] = f"{'kvflash' if '--kvflash' in options else 'exact'} {kv_type}"
     rates = os.environ.get("FAKE_RATES")

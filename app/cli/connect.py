@@ -7,7 +7,7 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from lucebox.engine.machine.connect import (
     known_client,
     write_file,
 )
+from lucebox.engine.machine.personkeys import key_for_client
 from lucebox.engine.plan.memory.agentprompt import ServedModel, prompt_warnings
 from lucebox.engine.run import runstate
 from lucebox.engine.run.lastserved import read_last_served
@@ -147,6 +148,8 @@ def cmd_connect(args: argparse.Namespace, paths: Paths) -> int:
     if args.restore:
         return print_restored(paths, client)
     target = target_of(paths, args.model)
+    if args.key is not None:
+        target = with_person_key(paths, target, args.key)
     endpoint = target.endpoint
     setup = setup_for(client, endpoint, where_for(paths))
     said = notices(client, target)
@@ -178,6 +181,15 @@ def cmd_connect(args: argparse.Namespace, paths: Paths) -> int:
     if written:
         print(f"# undo: lucebox connect {client} --restore")
     return EXIT_OK
+
+
+def with_person_key(paths: Paths, target: Target, given: str) -> Target:
+    """``target`` with a person's key (``--key NAME|KEY``) in place of the server's."""
+    person = key_for_client(paths, given)
+    made = " (made now: `lucebox keys list` shows it)" if person.made else ""
+    print(f"lucebox: the client gets the key of '{person.name}'{made}", file=sys.stderr)
+    endpoint = replace(target.endpoint, api_key=person.secret, api_key_file=person.path)
+    return replace(target, endpoint=endpoint)
 
 
 def hide_key(text: str, endpoint: Endpoint) -> str:
@@ -243,4 +255,10 @@ def register(commands: Any, command: Command) -> None:
     connect.add_argument("--json", action="store_true", help="print the result as JSON")
     connect.add_argument(
         "--model", metavar="ALIAS", help="of a served set, the model the client starts with"
+    )
+    connect.add_argument(
+        "--key",
+        metavar="NAME|KEY",
+        help="a person's key instead of the server's: the key `keys add` printed, or a new "
+        "name (a chat key is made for it)",
     )

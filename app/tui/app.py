@@ -23,6 +23,7 @@ from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.messages import (
     AllowBaseRequested,
     CpuEngineRequested,
+    KeysRequested,
     MetricsSampled,
     ModelLoadRequested,
     ModelsSampled,
@@ -39,6 +40,7 @@ from lucebox.app.tui.messages import (
 )
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.dashboardbase import ServingScreen
+from lucebox.app.tui.screens.keys import KeysScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
 from lucebox.app.tui.screens.start import Failure, StartScreen
@@ -235,7 +237,10 @@ class LuceboxApp(App[None]):
     def new_dashboard(self, prepared: Prepared | PreparedSet) -> ServingScreen:
         log_path, notes = self.backend.log_path, self.start_screen.notes
         if isinstance(prepared, Prepared):
-            return DashboardScreen(prepared, log_path=log_path, notes=notes, clock=self.clock)
+            page_url = self.server.status.webui_url if self.server is not None else None
+            return DashboardScreen(
+                prepared, log_path=log_path, notes=notes, clock=self.clock, webui_url=page_url
+            )
         models = self.server.status.models if self.server is not None else ()
         url = url_of(prepared.planned.launches[0].server)  # the proxy's: the served address
         return ServedSetDashboardScreen(
@@ -291,6 +296,10 @@ class LuceboxApp(App[None]):
     @on(PresetPickRequested)
     def preset_pick_requested(self) -> None:
         self.pick_preset()
+
+    @on(KeysRequested)
+    def show_keys(self) -> None:
+        self.push_screen(KeysScreen(self.backend))
 
     @on(RestartRequested)
     def restart_server(self) -> None:

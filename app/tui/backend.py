@@ -13,6 +13,14 @@ from lucebox.engine.core.crashlog import write_crash_log
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine import config
+from lucebox.engine.machine.personkeys import (
+    PersonKey,
+    Scope,
+    add_key,
+    keys_path,
+    read_keys,
+    revoke_key,
+)
 from lucebox.engine.models import hubrepo
 from lucebox.engine.models.presets import load_presets
 from lucebox.engine.models.shortname import ModelNameError, NameMatch, match_name
@@ -72,6 +80,16 @@ class Backend:
                 return match_name(text, presets, hubrepo.repo_ids) if ":" in text else None
 
         return HubFinder(search=hubrepo.search, quants=quants, named=named)
+
+    def person_keys(self) -> tuple[PersonKey, ...]:
+        return read_keys(keys_path(self.paths)).keys
+
+    def add_person_key(self, name: str, scope: Scope) -> str:
+        """A new key for ``name``, returned this once (only its hash is kept)."""
+        return add_key(self.paths, name, scope)[1]
+
+    def revoke_person_key(self, name: str) -> None:
+        revoke_key(self.paths, name)
 
     def choose_preset(self, preset_id: str) -> None:
         config.set_setting(self.paths, "preset", preset_id)

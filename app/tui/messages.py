@@ -104,6 +104,11 @@ class RestartRequested(Message):
 
 
 @dataclass
+class KeysRequested(Message):
+    """Show each person's key: make one, revoke one."""
+
+
+@dataclass
 class StopRequested(Message):
     """Stop the engine and keep the dashboard open."""
 

@@ -1616,6 +1616,42 @@ step_tui_overhead() {
         --window-s "${WINDOW_S:-30}" --rounds "${ROUNDS:-2}" | tee "$OUT/tui_overhead.json"
 }
 
+step_chat_page_gpu() {
+    # `lucebox serve --engine lucebox` of the generated pair with an API key: the chat page the
+    # front serves from the llama.cpp build's UI (GET /, its script and style), the calls the
+    # page makes at start, a chat as the page sends it, and 401 without the key
+    # (support/chatpage.py, as tests/engine/run/test_chatpage.py on the CPU). Needs both engines
+    # built (build-llama, build-lucebox, wait-builds). This machine cannot fetch npm packages, so
+    # its llama.cpp build has no UI: a bundle built elsewhere, carried as
+    # .devrun/carry/llama-ui-dist.tgz (a build's tools/ui/dist, packed with tar czf -C DIST .),
+    # goes into each llama.cpp engine's ui/ folder, where lucebox looks first; without it the
+    # engine log says why there is no page. Leaves no process.
+    setup
+    local W=.devrun/work/chatpage PORT=18320 KEY=device-page-$RANDOM$RANDOM state eng
+    local UI=.devrun/carry/llama-ui-dist.tgz
+    mkdir -p "$W"
+    for eng in "$LUCEBOX_HOME"/data/engines/llama.cpp-*; do
+        [ -f "$UI" ] && [ -d "$eng/bin" ] && [ ! -f "$eng/ui/index.html" ] \
+            && mkdir -p "$eng/ui" && tar xzf "$UI" -C "$eng/ui" && echo "UI bundle into $eng/ui"
+    done
+    SERVE_PID=
+    trap 'front_finish' EXIT
+    lucebox_models pair "$W" || return 1
+    set_front_config "$KEY" || return 1
+    lucebox serve --model "$W/qwen35-tiny.gguf" --draft "$W/qwen35-tiny-dflash.gguf" \
+        --engine lucebox --ctx 4096 --port "$PORT" >"$W/serve.log" 2>&1 &
+    SERVE_PID=$!
+    state=$(wait_serve_ready "$SERVE_PID")
+    echo "serve state: $state"
+    grep -E "chat page" "$W/serve.log" "$LUCEBOX_HOME/state/logs/engine.log" 2>/dev/null | head -3
+    timeout 120 python3 -m support.chatpage "http://127.0.0.1:$PORT" "$KEY" 4096 \
+        | tee "$OUT/chat-page.json"
+    echo "chat page rc ${PIPESTATUS[0]}"
+    front_finish
+    SERVE_PID=
+    keep_result chat-page-gpu "$OUT/chat-page.json"
+}
+
 # --- the steps, by name ---------------------------------------------------------------------
 
 STEPS="env	the environment every step sets up, and what it finds
@@ -1647,6 +1683,7 @@ lucebox_memory_by_stage	[stages|fit] (CONFIGS, VERSION, DEADLINE)
 two_gpus_planned_vs_run	[llama [ARGS]|both] (BUDGET_S, PARTS)
 engine_update_gpu	62880e20 -> 4cf58a04 self-tested, rolled back
 front_clients_gpu	[sdk|opencode]
+chat_page_gpu	the chat page on the Lucebox engine, through lucebox's front
 engine_faults	[ENTRIES] (SERVE_ARGS)
 kv_calibration_gpu	serve's own long-context mode measurement (KV_HOME, LIMIT_S)
 spec_breakeven	each speculation mode's break-even on the GPU engine

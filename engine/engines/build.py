@@ -205,6 +205,16 @@ def parse_progress(line: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def overall_percent(shown: int | None, found: int | None) -> int | None:
+    """The build's percent after a line that says ``found`` (None: it says none), the last
+    shown being ``shown``. cmake counts each target of ``--target`` from 0 again (the first
+    takes nearly all the time): the percent never goes back, and says 99 until the build
+    ends."""
+    if found is None:
+        return None
+    return min(99, max(shown or 0, found))
+
+
 def estimate_left_s(elapsed_s: float, percent: int) -> float | None:
     """Seconds left at the pace so far; None before 5% (the first steps say little)."""
     if percent < 5 or percent >= 100:
@@ -239,6 +249,7 @@ def run_logged(
 ) -> None:
     """Run one cmake step, appending its output to ``log`` and reporting progress."""
     tail: deque[str] = deque(maxlen=400)
+    shown: int | None = None
     with log.open("a", encoding="utf-8") as log_file:
         log_file.write(f"$ {' '.join(argv)}\n")
         log_file.flush()
@@ -262,8 +273,10 @@ def run_logged(
                 log_file.write(raw)
                 log_file.flush()  # so `tail -f` on the log follows the build
                 tail.append(line)
+                percent = overall_percent(shown, parse_progress(line))
+                shown = shown if percent is None else percent
                 if on_event is not None:
-                    on_event(BuildEvent(stage, parse_progress(line), line))
+                    on_event(BuildEvent(stage, percent, line))
         except BaseException:
             proc.kill()
             proc.wait()

@@ -48,6 +48,7 @@ from lucebox.engine.engines.source import (
     SourceInfo,
     check_unpacked,
 )
+from lucebox.engine.engines.uibundle import BUILD_UI_FOLDER, UI_FOLDER
 from lucebox.engine.models.modelfacts import read_swa_patterns
 
 
@@ -217,6 +218,7 @@ def _build_and_install(
     staging = staging_dir(paths, engine_id)
     try:
         hashes = _install_binaries(bin_dir, staging / "bin")
+        _install_ui(bin_dir.parent / BUILD_UI_FOLDER, staging / UI_FOLDER)
         server = staging / "bin" / "llama-server"
         version, capabilities = read_engine(paths, server, source.path)
         has_ui = webui.has_webui(server)
@@ -243,6 +245,13 @@ def _build_and_install(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest, False
+
+
+def _install_ui(built: Path, installed: Path) -> None:
+    """The built chat page beside the binaries: a front serves it for an engine without one
+    (the build folder is a cache, and may be gone)."""
+    if (built / "index.html").is_file():
+        shutil.copytree(built, installed)
 
 
 def _webui_detail(has_ui: bool, node: nodejs.NodeInfo | None, build_log: Path) -> str:

@@ -108,7 +108,7 @@ def add_key(paths: Paths, name: str, scope: Scope) -> tuple[PersonKey, str]:
             f"a key named '{name}' exists",
             hint=f"`lucebox keys revoke {name}` first, or pick another name",
         )
-    secret = f"lbk-{secrets.token_urlsafe(32)}"
+    secret = f"{SECRET_PREFIX}{secrets.token_urlsafe(32)}"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     made = PersonKey(name, scope, _digest(secret), stamp)
     _write(path, KeyRing((*ring.keys, made)))
@@ -124,6 +124,49 @@ def revoke_key(paths: Paths, name: str) -> PersonKey:
         raise UsageError(f"no key named '{name}'", hint=f"keys: {known}")
     _write(path, KeyRing(tuple(k for k in ring.keys if k.name != name)))
     return gone
+
+
+SECRET_PREFIX = "lbk-"
+CLIENT_KEYS_FOLDER = "client-keys"
+"""Where ``connect --key`` keeps a person's key for the client configs it writes (0600)."""
+
+
+@dataclass(frozen=True)
+class ClientKey:
+    """A person's key a client is set up with: whose, the key, the file it is read from."""
+
+    name: str
+    secret: str
+    path: Path
+    made: bool
+    """Made now for this client (``--key NAME`` of a name with no key yet)."""
+
+
+def key_for_client(paths: Paths, given: str) -> ClientKey:
+    """The person's key ``given`` names: its value (as ``keys add`` printed it), or a name
+    with no key yet, for which a chat key is made. A name that has a key is refused: only its
+    hash is kept, so lucebox cannot write it."""
+    ring = read_keys(keys_path(paths))
+    person = ring.who(given)
+    made = False
+    if person is None and given.startswith(SECRET_PREFIX):
+        raise UsageError(
+            "--key is not a key of this server (revoked, or made for another)",
+            hint="`lucebox keys list` shows the keys; `lucebox keys add NAME` makes one",
+        )
+    if person is None and ring.named(given) is not None:
+        raise UsageError(
+            f"the key of '{given}' is kept hashed, so lucebox cannot write it",
+            hint=f"pass the key itself (`keys add` printed it), or `lucebox keys revoke {given}` "
+            "and connect again with --key NAME to make a new one",
+        )
+    if person is None:
+        person, given = add_key(paths, given, "chat")
+        made = True
+    path = paths.config_dir / CLIENT_KEYS_FOLDER / f"{person.name}.key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, given + "\n")  # mode 0600
+    return ClientKey(person.name, given, path, made)
 
 
 class KeyWatch:

@@ -16,6 +16,7 @@ from lucebox.engine.run.calibrate.calibrator import Calibrator
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator
 from lucebox.engine.run.calibrate.probing import ProbeSender
+from lucebox.engine.run.front.chatpage import ChatPage
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
 from lucebox.engine.run.sample import EngineStatus, PeerStatus
 
@@ -54,6 +55,10 @@ class RunFacts:
     0: never."""
     sides: tuple[SideModel, ...] = ()
     """The embedding and reranker models served beside the chat engine (plan/sidemodels.py)."""
+    chat_page: ChatPage | None = None
+    """The chat page the front serves itself (the engine has none); None: the engine's own,
+    or none (``no_page_reason`` says why)."""
+    no_page_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -484,6 +484,7 @@ class ServerRun:
             images=launch.mmproj_path is not None,
             thinking_default=self.facts.thinking_default,
             sides=tuple(side_route(side, self.api_key) for side in self.facts.sides),
+            page=self.facts.chat_page,
         )
 
     async def _open_front(self) -> asyncio.Server | EngineDeath | None:
@@ -502,6 +503,7 @@ class ServerRun:
                 launch.plan.ctx,
                 self.facts.thinking_default,
                 self.facts.sampling,
+                engine_run(launch.kind).reply_budget(launch),
             ),
             sampling=self.facts.sampling,
         )
@@ -511,6 +513,8 @@ class ServerRun:
             holder = port_holder(launch.host, launch.port) or "another program"
             return port_taken(launch.port, holder, next_free_port(launch.host, launch.port))
         front.engine_ready(False)  # until the engine behind it says ready
+        if self.facts.no_page_reason:
+            self.supervisor.log.write(f"# lucebox: no chat page: {self.facts.no_page_reason}")
         self.front = front
         await self._announce()
         return server

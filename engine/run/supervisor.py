@@ -83,6 +83,9 @@ class ServerEvent:
     restarts: int = 0
     ctx: int | None = None
     """The context this engine serves (a re-plan after running out of memory changes it)."""
+    planned: bool = False
+    """A restart lucebox asked for itself (a calibration's trial, the speculation guard, the
+    restart key), not one after a crash."""
 
 
 class PortInUseError(RunError):
@@ -471,7 +474,9 @@ class Supervisor:
             self.planned_restarts += 1
         else:
             self.restarts += 1
-        return self._noted(ServerEvent("restarting", message, pid, cause, self.restarts))
+        return self._noted(
+            ServerEvent("restarting", message, pid, cause, self.restarts, planned=planned)
+        )
 
     def _noted(self, event: ServerEvent) -> ServerEvent:
         """The event, also written to the engine log: whoever reads it there learns why the

@@ -30,5 +30,10 @@ def test_prepare_plans_once_with_the_engine_installed(built_engine_home, tmp_pat
     assert plans == ["plan"]
     assert Path(prepared.launch.server.model_path) == smol_model()
     assert prepared.launch.engine_kind == "llama-server"
+    # The models step is done before the engine step begins, not only after the plan.
+    order = [(s.step, s.state) for s in steps if s.step in ("models", "engine")]
+    assert order.index(("models", "done")) < next(
+        i for i, (step, _) in enumerate(order) if step == "engine"
+    )
     engine_steps = [s for s in steps if s.step == "engine"]
     assert engine_steps[-1].state == "done" and "llama.cpp-b11434-cpu" in engine_steps[-1].message

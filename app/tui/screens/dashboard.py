@@ -18,12 +18,14 @@ from textual.widgets import Footer, Input
 from lucebox.app.tui.messages import PresetPickRequested, UsersPickRequested
 from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
+    KEYS,
     OPEN_LOG,
     QUIT,
     RESTART,
     STOP,
     ServingScreen,
     format_duration,
+    restarts_text,
 )
 from lucebox.app.tui.widgets.chat import ChatPanel
 from lucebox.app.tui.widgets.gpu import GpuPanel
@@ -51,6 +53,7 @@ class DashboardScreen(ServingScreen):
         OPEN_LOG,
         COPY_URL,
         Binding("w", "open_webui", "Web UI"),
+        KEYS,
         QUIT,
         Binding("u", "choose_users", "Users"),  # last: a narrow footer drops it, not Quit
     ]
@@ -62,6 +65,7 @@ class DashboardScreen(ServingScreen):
         log_path: Path,
         notes: list[str],
         clock: Callable[[], float],
+        webui_url: str | None = None,
     ) -> None:
         url = url_of(prepared.server)
         super().__init__(url=url, log_path=log_path, notes=notes, clock=clock)
@@ -72,8 +76,8 @@ class DashboardScreen(ServingScreen):
         """The context the running engine serves: after an out-of-memory re-plan, the new one."""
         self.engine: EngineStatus | None = None
         """The engine kind serving and what chose it, as the run last said."""
-        spec = prepared.server
-        self.webui_url = webui.served_url(spec.server_path, spec.host, spec.port)
+        self.webui_url = webui_url
+        """The chat page, the engine's own or the one lucebox's front serves."""
 
     def compose(self) -> ComposeResult:
         yield Readout("", id="dash-header")
@@ -102,7 +106,8 @@ class DashboardScreen(ServingScreen):
         header.append("  ")
         header.append(self.state, style=f"bold {self.state_style}")
         awake = "for" if self.state == "sleeping" else "up"
-        header.append(f" · {awake} {format_duration(uptime_s)} · {self.restarts} restarts")
+        header.append(f" · {awake} {format_duration(uptime_s)} · ")
+        header.append(restarts_text(self.restarts, self.trials))
         header.append(f" · ctx {self.served_ctx or plan.ctx:,} · KV {plan.cache_type_k}")
         header.append(" · vision" if self.prepared.launch.vision.served else "")
         if self.engine is not None:

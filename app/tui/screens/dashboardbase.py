@@ -12,7 +12,12 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.screen import Screen
 
-from lucebox.app.tui.messages import QuitRequested, RestartRequested, StopRequested
+from lucebox.app.tui.messages import (
+    KeysRequested,
+    QuitRequested,
+    RestartRequested,
+    StopRequested,
+)
 from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.screens.quit import QuitModal
 from lucebox.app.tui.widgets.log import LogTail
@@ -24,6 +29,12 @@ from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 LOG_TAIL_INTERVAL_S = 2.0
 STATE_STYLES = {"ready": "green", "sleeping": "cyan", "failed": "red", "stopped": "red"}
 """The header's colour of a run's state; any other (starting, restarting) is yellow."""
+
+
+def restarts_text(crashes: int, trials: int) -> str:
+    """The engine's restarts after crashes, and lucebox's own trials apart from them."""
+    text = f"{crashes} restart{'' if crashes == 1 else 's'}"
+    return text + (f" · {trials} calibration trial{'' if trials == 1 else 's'}" if trials else "")
 
 
 def format_duration(seconds: float) -> str:
@@ -39,6 +50,7 @@ STOP = Binding("s", "stop", "Stop")
 OPEN_LOG = Binding("l", "open_log", "Log")
 COPY_URL = Binding("y", "copy_url", "Copy URL")
 QUIT = Binding("q", "quit_asking", "Quit")
+KEYS = Binding("k", "open_keys", "Keys")
 """The keys every serving dashboard has (its actions are here); each screen orders its own."""
 
 
@@ -56,6 +68,8 @@ class ServingScreen(Screen[None]):
         self.server_started_at = clock()  # the dashboard opens when the server is ready
         self.state = "ready"
         self.restarts = 0
+        self.trials = 0
+        """Restarts lucebox asked for itself (calibration trials): no crash."""
         self.cause: EngineDeath | None = None
         """Why the engine last died: shown under the state until it dies again."""
         self.log_lines_shown = 0
@@ -83,6 +97,8 @@ class ServingScreen(Screen[None]):
             self.server_started_at = self.clock()  # the header says how long it has slept
         self.state = serverrun.state_of(event)
         self.restarts = event.restarts
+        if event.kind == "restarting" and event.planned:
+            self.trials += 1
         self.cause = event.cause or self.cause
         self.refresh_header()
         self.query_one(LogTail).add([f"# lucebox: {event.kind}: {event.message}"])
@@ -108,6 +124,9 @@ class ServingScreen(Screen[None]):
 
     def action_stop(self) -> None:
         self.post_message(StopRequested())
+
+    def action_open_keys(self) -> None:
+        self.post_message(KeysRequested())
 
     def action_open_log(self) -> None:
         self.app.push_screen(LogScreen(self.log_path))

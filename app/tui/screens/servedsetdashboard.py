@@ -15,12 +15,14 @@ from textual.widgets import Footer
 from lucebox.app.tui.messages import ModelLoadRequested, ModelUnloadRequested
 from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
+    KEYS,
     OPEN_LOG,
     QUIT,
     RESTART,
     STOP,
     ServingScreen,
     format_duration,
+    restarts_text,
 )
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.models import ModelTable, card_lines
@@ -40,6 +42,7 @@ class ServedSetDashboardScreen(ServingScreen):
         STOP,
         OPEN_LOG,
         COPY_URL,
+        KEYS,
         QUIT,
     ]
 
@@ -80,7 +83,8 @@ class ServedSetDashboardScreen(ServingScreen):
         header.append(f"a set of {len(self.prepared.planned.launches)}", style="bold cyan")
         header.append("  ")
         header.append(self.state, style=f"bold {self.state_style}")
-        header.append(f" · up {format_duration(uptime_s)} · {self.restarts} restarts")
+        header.append(f" · up {format_duration(uptime_s)} · ")
+        header.append(restarts_text(self.restarts, self.trials))
         header.append(" · a model loads when a request names it\n")
         header.append(f"{self.url}/v1", style="bold underline")
         header.append("  y copies it", style="dim")

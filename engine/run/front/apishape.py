@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lucebox.engine.engines import kinds
+from lucebox.engine.run.front.replycap import clamped
 
 if TYPE_CHECKING:
     from lucebox.engine.engines.kinds import EngineKind
@@ -94,6 +95,8 @@ class ShapeContext:
     sampling: SamplingDefaults | None = None
     """The sampling a request gets where it leaves a field unset, on either engine; None
     leaves it to the engine."""
+    reply_budget: int | None = None
+    """The most reply tokens the plan serves a request (:mod:`replycap`); None: no bound."""
 
 
 def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
@@ -103,7 +106,7 @@ def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
     endpoint = api_endpoint(ctx.path)
     if endpoint not in SHAPED_PATHS or doc is None:
         return body
-    shaped = _with_thinking(doc, ctx.thinking_default)
+    shaped = _with_thinking(clamped(doc, endpoint, ctx.reply_budget), ctx.thinking_default)
     if ctx.sampling is not None:
         shaped = ctx.sampling.filled(shaped)
     if "reasoning" in shaped and shaped["reasoning"] is None:
@@ -215,7 +218,7 @@ class StreamShaper:
         self._pending = b""
         self._sequence = 0
         self._item_ids: list[str] = []
-        self._cap = _reply_cap(request)
+        self._cap = _reply_cap(clamped(request, api_endpoint(ctx.path), ctx.reply_budget))
         self._held: dict[str, Any] | None = None
         """The Lucebox engine's closing chunk, held until its usage says whether the reply
         stopped at the cap."""
@@ -492,6 +495,8 @@ class Shapes:
     context_length: int
     thinking_default: bool | None
     sampling: SamplingDefaults | None = None
+    reply_budget: int | None = None
+    """The most reply tokens the plan serves a request; a client's larger limit is clamped."""
 
     def _ctx(self, path: str) -> ShapeContext:
         return ShapeContext(
@@ -501,6 +506,7 @@ class Shapes:
             self.context_length,
             self.thinking_default,
             self.sampling,
+            self.reply_budget,
         )
 
     def request(self, path: str, body: bytes) -> bytes:

@@ -31,6 +31,7 @@ import h11
 
 from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
 from lucebox.engine.run.front.bodyguard import body_refusal
+from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.frontguard import (
     GENERATION_SUFFIXES,
@@ -62,6 +63,7 @@ from lucebox.engine.run.front.frontwire import (
 )
 from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
+from lucebox.engine.run.front.replycap import within_room
 from lucebox.engine.run.front.samplingmix import SamplingMix
 from lucebox.engine.run.front.sideroute import SideRoute, side_listing
 from lucebox.engine.run.runstate import Status
@@ -142,6 +144,8 @@ class FrontSetup:
     """The model's planned thinking default, which Codex's model list offers."""
     sides: tuple[SideRoute, ...] = ()
     """Embedding and reranker models other processes serve: their requests skip the queue."""
+    page: ChatPage | None = None
+    """The chat page the front serves itself (the engine has none); None: the engine's."""
 
 
 @dataclass
@@ -174,6 +178,7 @@ class Front:
         self.counters = FrontCounters()
         self.key_use = KeyTally()
         self.sampling = SamplingMix(sampling)
+        self._page_facts = PageFacts(spec.model, spec.ctx, spec.images, sampling)
         """The sampling the generation requests got (``sampling``: what fills unset fields)."""
         self._engine_ready = asyncio.Event()
         self._engine_ready.set()
@@ -256,6 +261,8 @@ class Front:
                 await self._models(ex, cors, codex=asks_codex_list(target))
             elif route := next((r for r in self.spec.sides if r.answers(method, path)), None):
                 await self._side(ex, request, target, body, route, cors)
+            elif page := page_answer(self.spec.page, method, path, self._page_facts):
+                await ex.whole(200, page[0], page[1], extra=cors)
             elif is_generation(method, path) and (bad := self._body_refusal(path, body)):
                 self.counters.answered[bad.status] += 1
                 await ex.error(bad.status, bad.message, cors)
@@ -380,6 +387,7 @@ class Front:
                     await _sse_started(ex, cors)
                     await self._keepalive(ex)
             call, answer = sending.result()
+            call, answer = await self._within_context(call, answer, method, target, headers, sent)
         except ENGINE_ERRORS as exc:
             failure = f"the engine did not answer: {exc}"
             if may_retry:
@@ -413,6 +421,31 @@ class Front:
             await ex.whole(200, b'{"status":"ok"}', extra=cors)
         elif await self._engine_back(ex, cors, ex.arrived_s, streamed=False):
             await self._relay(ex, request, target, path, body, cors, streamed=False)
+
+    async def _within_context(
+        self,
+        call: EngineCall,
+        answer: h11.Response,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        sent: bytes,
+    ) -> tuple[EngineCall, h11.Response]:
+        """A reply limit the engine refused as too long for this prompt is cut to the room
+        the prompt leaves, and the request sent once more (:mod:`replycap`)."""
+        path = urlsplit(target).path
+        if answer.status_code != 400 or not is_generation(method, path):
+            return call, answer
+        refused = bytearray()
+        while (chunk := await call.chunk()) is not None:
+            refused += chunk
+        shorter = within_room(sent, api_endpoint(path), bytes(refused))
+        if shorter is None:
+            call.unread(bytes(refused))
+            return call, answer
+        await call.close()
+        self.client_prompt = ClientPrompt(path, shorter, time.monotonic())
+        return await self._call(method, target, headers, shorter)
 
     async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
         """What llama-server answers while it loads, so health checks wait instead of failing

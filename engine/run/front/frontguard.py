@@ -50,9 +50,13 @@ CHAT_POST_SUFFIXES = (
     "/tokenize",
     "/detokenize",
     "/apply-template",
+    "/streams/lookup",
 )
 """What a chat-scoped key may POST: replies, and the counting a client does around them."""
-CHAT_GET_PATHS = frozenset({"/v1/models", "/models", "/api/tags", "/api/version"})
+CHAT_GET_PATHS = frozenset(
+    {"/v1/models", "/models", "/api/tags", "/api/version", "/props", "/tools"}
+)
+"""What a chat-scoped key may GET: the models, and what the chat page reads at start."""
 MODELS_PATHS = frozenset({"/models/load", "/models/unload", "/props"})
 """A served set's models loaded and unloaded, and the server's properties read."""
 SERVER_KEY_NAME = "server.api_key"

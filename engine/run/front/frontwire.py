@@ -342,6 +342,9 @@ class EngineCall:
         self.writer = writer
         self.conn = h11.Connection(h11.CLIENT)
         self.ends_at_close = False
+        self._unread: list[bytes] = []
+        self._ended = False
+        """The answer's body has been read to its end."""
         """The answer's body has no length and is not chunked: it ends when the engine
         closes the connection, so an engine that dies ends it the same way."""
 
@@ -381,10 +384,21 @@ class EngineCall:
             raise ConnectionError("the engine closed the connection mid-answer")
         return event
 
+    def unread(self, data: bytes) -> None:
+        """``data``, read from the answer's body already, comes again from :meth:`chunk`."""
+        self._unread.append(data)
+
     async def chunk(self) -> bytes | None:
         """The next piece of the answer's body; None at its end."""
+        if self._unread:
+            return self._unread.pop(0)
+        if self._ended:
+            return None
         event = await self._next()
-        return bytes(event.data) if isinstance(event, h11.Data) else None
+        if isinstance(event, h11.Data):
+            return bytes(event.data)
+        self._ended = True
+        return None
 
     async def close(self) -> None:
         self.writer.close()

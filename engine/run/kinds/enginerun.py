@@ -47,14 +47,29 @@ class EngineRun(Protocol):
         """Requests the engine serves at once (the front's queue lets that many in)."""
         ...
 
+    def reply_budget(self, server: ServerLaunch) -> int:
+        """The most reply tokens a request gets: a client's larger limit is clamped to it."""
+        ...
+
+    @property
+    def answers_chat_page(self) -> bool:
+        """Whether the engine answers the chat page's own calls (``/props``, ``/slots``);
+        False: the front answers them when it serves the page."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerRun:
     sends_warm_up: bool = False
     reads_key_file: bool = True
+    answers_chat_page: bool = True
 
     def parallel(self, server: ServerLaunch) -> int:
         return server.plan.parallel
+
+    def reply_budget(self, server: ServerLaunch) -> int:
+        """The context: llama-server stops a reply where its slot's context ends."""
+        return server.plan.ctx
 
     def engine_log(self) -> EngineLog:
         return EngineLog()
@@ -71,10 +86,16 @@ class LlamaServerRun:
 class LuceboxRun:
     sends_warm_up: bool = True
     reads_key_file: bool = False
+    answers_chat_page: bool = False
 
     def parallel(self, server: ServerLaunch) -> int:
         """One: a single worker thread at batch 1 (the engine's contract)."""
         return 1
+
+    def reply_budget(self, server: ServerLaunch) -> int:
+        """The ``--max-tokens`` it was started with: above it the engine would refuse a prompt
+        that leaves less room than the request asked for."""
+        return server.lucebox.max_tokens if server.lucebox is not None else server.plan.ctx
 
     def engine_log(self) -> EngineLog:
         return LuceboxLog()

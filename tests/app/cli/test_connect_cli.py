@@ -4,6 +4,7 @@ real files, --restore putting the user's original back, and the refusals."""
 from __future__ import annotations
 
 import json
+import stat
 import tomllib
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine.apikey import ensure_api_key_file
+from lucebox.engine.machine.personkeys import keys_path, read_keys
+from lucebox.engine.run.front.frontguard import Caller, FrontPolicy, admit
 from lucebox.engine.run.lastserved import served_now, write_last_served
 from tests.conftest import assert_one_line_error, run_lucebox
 
@@ -259,3 +262,36 @@ def test_a_served_set_names_every_alias_and_the_model_chosen(home):
     unknown = connect(env, "codex", "--model", "gpt-4")
     assert unknown.returncode == 2 and "served models: smollm2, smoke" in unknown.stderr
     assert_one_line_error(unknown)
+
+
+def test_a_person_key_is_written_in_place_of_the_servers(tmp_path, lucebox_home):
+    folder = tmp_path / "user-home"
+    folder.mkdir()
+    remember_server(lucebox_home, keyed=True)
+    env = {"HOME": str(folder), "LUCEBOX_HOME": str(lucebox_home)}
+    paths = resolve_paths(env)
+    made = run_lucebox("keys", "add", "phone", env=env)
+    phone = made.stdout.strip()
+    assert made.returncode == 0 and phone.startswith("lbk-")
+    assert connect(env, "codex", "--key", phone, "--write").returncode == 0
+    codex = tomllib.loads((folder / ".codex" / "config.toml").read_text())
+    assert codex["model_providers"]["lucebox"]["experimental_bearer_token"] == phone
+    kept = paths.config_dir / "client-keys" / "phone.key"
+    printed = connect(env, "openai", "--key", phone)
+    assert f'export OPENAI_API_KEY="$(cat {kept})"' in printed.stdout
+    assert phone not in printed.stdout and "the key of 'phone'" in printed.stderr
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+    # A new name: a chat key is made for it, and the front admits what was written.
+    tablet = connect(env, "openai", "--key", "tablet")
+    assert tablet.returncode == 0 and "made now" in tablet.stderr
+    written = (paths.config_dir / "client-keys" / "tablet.key").read_text().strip()
+    policy = FrontPolicy("0.0.0.0", 8123, "lb-secret", people=lambda: read_keys(keys_path(paths)))
+    headers = {"host": "192.168.1.5:8123", "authorization": f"Bearer {written}"}
+    assert admit(policy, "POST", "/v1/chat/completions", headers) == Caller("tablet", "chat")
+
+    hashed = connect(env, "openai", "--key", "phone")
+    assert hashed.returncode == 2 and "kept hashed" in hashed.stderr
+    assert_one_line_error(hashed)
+    unknown = connect(env, "openai", "--key", "lbk-not-one-of-ours")
+    assert unknown.returncode == 2 and "not a key of this server" in unknown.stderr

@@ -20,7 +20,7 @@ from textual.widgets import DataTable
 
 from lucebox.app.tui.backend import Backend
 from lucebox.app.tui.screens.presets import PresetScreen
-from lucebox.engine import pipeline
+from lucebox.engine import pipeline, runstart
 from lucebox.engine.core.downloadprogress import TransferProgress
 from lucebox.engine.core.errors import CancelledByUserError, GuardRefusal
 from lucebox.engine.core.paths import Paths, resolve_paths
@@ -274,9 +274,14 @@ class ScriptedRun(ServerRun):
     """The real run's stop and restart over a scripted engine: its events and samples."""
 
     def __init__(self, backend: ScriptedBackend, prepared: Prepared, supervisor: Supervisor):
-        super().__init__(
-            backend.paths, supervisor, RunFacts(model=prepared.model, gpu_index=prepared.gpu_index)
+        page = runstart.chat_page(backend.paths, prepared.server)
+        facts = RunFacts(
+            model=prepared.model,
+            gpu_index=prepared.gpu_index,
+            webui_url=page.url(prepared.server),
+            chat_page=page.front_page,
         )
+        super().__init__(backend.paths, supervisor, facts)
         self.backend = backend
 
     async def events(self) -> AsyncIterator[RunItem]:

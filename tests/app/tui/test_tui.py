@@ -303,9 +303,12 @@ async def test_the_dashboard_shows_why_the_engine_died_under_its_state(backend):
         ServerEvent("exited", f"engine exited (-9): {killed.sentence}", 4242, killed),
         ServerEvent("restarting", "restarting in 1 s", 4242, killed, 1),
         ServerEvent("starting", "engine started (pid 4343)", 4343, restarts=1),
+        # A calibration's two trials: restarts lucebox asked for, not crashes.
+        *[ServerEvent("restarting", "trial", 4343, None, 1, planned=True)] * 2,
+        ServerEvent("starting", "engine started (pid 4344)", 4344, restarts=1),
     ]
     shown, height = await dashboard_header(backend, after_ready, "last exit: killed")
-    assert "starting" in shown and "1 restarts" in shown
+    assert "starting" in shown and "1 restart · 2 calibration trials" in shown
     assert "out-of-memory killer" in shown
     assert height == 3
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from lucebox.engine.engines import toolkit
 from lucebox.engine.engines.build import (
     TARGETS,
     BuildError,
+    BuildEvent,
     BuildOptions,
     build_engine_tree,
     build_key,
@@ -19,6 +21,7 @@ from lucebox.engine.engines.build import (
     estimate_left_s,
     parse_archs,
     parse_progress,
+    run_logged,
 )
 from lucebox.engine.engines.cputarget import X86_64_V3
 from lucebox.engine.engines.source import SourceInfo
@@ -165,6 +168,23 @@ def test_estimate_left_follows_the_pace_so_far():
     assert estimate_left_s(300.0, 25) == 900.0
     assert estimate_left_s(10.0, 2) is None
     assert estimate_left_s(600.0, 100) is None
+
+
+def test_the_build_percent_never_goes_back_across_its_targets(built_engine_home, tmp_path):
+    """The suite's real CPU build log, replayed through the build's own runner: cmake counts
+    each target from 0 again; the percent shown keeps rising and says 99 until the end."""
+    builds = resolve_paths({"LUCEBOX_HOME": str(built_engine_home)}).builds_dir
+    recorded = next(
+        log
+        for log in builds.glob("*/build.log")
+        if "Built target ggml-rpc-server" in log.read_text(errors="replace")
+    )
+    events: list[BuildEvent] = []
+    run_logged(["cat", str(recorded)], tmp_path / "replay.log", "build", events.append)
+    said = [p for e in events if (p := parse_progress(e.line)) is not None]
+    assert any(later < earlier - 50 for earlier, later in itertools.pairwise(said))
+    shown = [e.percent for e in events if e.percent is not None]
+    assert shown == sorted(shown) and shown[-1] == 99 and len(shown) == len(said)
 
 
 def test_a_build_folder_made_for_another_checkout_is_replaced_whole(tmp_path):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.engines import webui
+from lucebox.engine.engines import install, uibundle, webui
+from lucebox.engine.engines.registry import list_engines
 from lucebox.engine.engines.source import ensure_source
 from support.ports import free_port
 from support.uibuild import ui_assets_argv
@@ -95,3 +97,18 @@ def test_served_url_only_for_an_engine_with_the_ui(tmp_path):
     assert webui.served_url(str(server), "127.0.0.1", 8080) is None
     server.write_bytes(b"\x7fELF" + b"\0" * 64 + webui.ASSET_MARKER)
     assert webui.served_url(str(server), "127.0.0.1", 8080) == "http://127.0.0.1:8080/"
+
+
+def test_the_page_is_installed_beside_the_binaries_and_found_there(tmp_path, built_engine_home):
+    """The suite's real build: its UI (in the build folder, for an install made before the
+    page was copied) is copied beside the binaries, found there once the build folder is not."""
+    paths = resolve_paths({"LUCEBOX_HOME": str(built_engine_home)})
+    engine = next(e for e in list_engines(paths) if e.kind == "llama-server")
+    built = uibundle.bundle_folder(paths, engine)
+    assert built is not None and (built / "index.html").is_file()
+    folder = tmp_path / "engine"
+    install._install_ui(built, folder / uibundle.UI_FOLDER)
+    moved = replace(engine, server_path=str(folder / "bin" / "llama-server"), build_key=None)
+    assert uibundle.bundle_folder(paths, moved) == folder / "ui"
+    install._install_ui(tmp_path / "no-ui", tmp_path / "other")  # a build without the UI
+    assert not (tmp_path / "other").exists()

@@ -47,6 +47,10 @@ def test_the_front_admits_each_key_by_scope_and_forgets_a_revoked_one_at_once():
     _, laptop = add_key(paths, "laptop", "models")
     assert _call(policy, phone, *CHAT) == Caller("phone", "chat")
     assert _call(policy, phone, "GET", "/v1/models") == Caller("phone", "chat")
+    # What the chat page reads at start: a chat key opens the page.
+    assert _call(policy, phone, "GET", "/props") == Caller("phone", "chat")
+    props_set = _call(policy, phone, "POST", "/props")
+    assert isinstance(props_set, Refusal) and props_set.status == 403
     refused = _call(policy, phone, "POST", "/models/load")
     assert isinstance(refused, Refusal) and refused.status == 403
     assert "has the chat scope; POST /models/load needs models" in refused.message
