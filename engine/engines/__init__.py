@@ -3,8 +3,9 @@
 - ``kinds``: the :class:`~kinds.EngineKind` interface and its two kinds, llama-server and the
   Lucebox engine; callers name a kind and ask it. ``kindname``: the kinds' names (no imports).
   ``known``: each kind's known sources (data).
-- llama-server: ``source`` (the pinned sdist), ``build`` (cmake, the build cache), ``webui`` and
-  ``nodejs`` (its web UI).
+- llama-server: ``source`` (the pinned sdist), ``build`` (cmake, the build cache), ``webui``,
+  ``uibundle`` and ``nodejs`` (its web UI, and the bundle the front serves for an engine
+  without one).
 - the Lucebox engine: ``lucebox`` (the pinned ``server/`` tree), ``bsa`` (Block-Sparse-Attention
   in it, PFlash's fast kernel), ``luceboxbuild`` (dflash_server).
 - both: ``registry`` (installed engines, manifests, the selection), ``install`` (publishing a

@@ -10,6 +10,6 @@
 - around them: ``visionplan`` (the projector), ``chatdefaults`` (template and thinking),
   ``samplingdefaults`` (the sampling a request that says none gets),
   ``fitcheck`` (llama-fit-params beside the plan), ``sidemodels`` and ``sideplan`` (embedding and
-  reranker models in what the chat plan leaves).
+  reranker models in what the chat plan leaves), ``users`` (people served at once).
 - the result: ``launch`` (argv and environment by the engine kind's rules), ``launchplan``.
 """

@@ -2,5 +2,6 @@
 
 ``start`` (the checklist), ``presets`` (the first-run choice), ``dashboardbase`` (what the
 dashboards share), ``dashboard`` (one model), ``servedsetdashboard`` (a set), ``log``,
-``browser`` (the web chat), ``quit``.
+``browser`` (the web chat), ``keys`` (a key per person), ``users`` (people served at once),
+``quit``.
 """

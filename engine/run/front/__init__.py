@@ -6,5 +6,7 @@
   shared with a served set's proxy; ``apishape``: requests and replies normalised where an engine
   lacks an API; ``prometheus``: lucebox's numbers as Prometheus text;
 ``keyuse``: what each key used; ``samplingmix``: the sampling the requests got;
-``sideroute``: embedding and rerank requests sent to their own processes, past the queue.
+``sideroute``: embedding and rerank requests sent to their own processes, past the queue;
+``codexmodels``: the model list in Codex's own shape; ``chatpage``: the chat page served in
+front of an engine without one; ``replycap``: reply limits beyond the plan clamped.
 """
