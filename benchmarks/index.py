@@ -59,14 +59,20 @@ INDEX = (
         "engine_choice_on_auto",
         "Does `lucebox serve` with nothing pinned compare both engines by itself?",
         "gpu",
-        results=("results/h100-engine-choice-on-auto.json",),
+        results=(
+            "results/h100-engine-choice-on-auto.json",
+            "results/h100-engine-choice-on-auto-partial-draft.json",
+        ),
         device_step="engine_choice_on_auto",
     ),
     Benchmark(
         "conversation_after_restart_gpu",
         "Is a 50K-token conversation warm after `lucebox down` and `serve` on a GPU, per engine?",
         "gpu",
-        results=("results/h100-conversation-after-restart-gpu.json",),
+        results=(
+            "results/h100-conversation-after-restart-gpu.json",
+            "results/h100-conversation-after-restart-gpu-lucebox-plan.json",
+        ),
         device_step="conversation_after_restart_gpu",
     ),
     Benchmark(
@@ -93,6 +99,7 @@ INDEX = (
         "At the acceptance real drafts give under sampling, what does each speculation mode "
         "decode, greedy against temperature 0.7?",
         "cpu",
+        results=("results/h100-sampled-acceptance.json",),
         device_step="sampled_acceptance",
     ),
     Benchmark(
@@ -265,8 +272,15 @@ INDEX = (
         "embeddings_beside",
         "Do embeddings beside the Lucebox engine answer fast, right, and past a running chat?",
         "gpu",
-        results=("results/cpu-embeddings-beside.json",),
+        results=("results/cpu-embeddings-beside.json", "results/h100-embeddings-beside.json"),
         device_step="embeddings_beside",
+    ),
+    Benchmark(
+        "chat_page_gpu",
+        "Does the chat page load and chat in front of the real Lucebox engine, asking for the key?",
+        "gpu",
+        results=("results/h100-chat-page-gpu.json",),
+        device_step="chat_page_gpu",
     ),
     Benchmark(
         "set_model_switch_time",

@@ -88,7 +88,10 @@ def main(argv: list[str]) -> int:
     url, key, ctx = argv[0], argv[1], int(argv[2])
     seen = asyncio.run(page_session(url, key))
     checks = page_checks(seen, ctx)
-    print(json.dumps({"url": url, "checks": checks, "chat_tail": seen["chat"].text[-400:]}))
+    # The key is the run's own: the command names where it went, not what it was.
+    command = f"python3 -m support.chatpage {url} KEY {ctx}"
+    tail = seen["chat"].text[-400:]
+    print(json.dumps({"command": command, "url": url, "checks": checks, "chat_tail": tail}))
     return 0 if all(checks.values()) else 1
 
 

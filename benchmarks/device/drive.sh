@@ -715,7 +715,7 @@ step_conversation_after_restart_gpu() {
         "$MODELS/qwen35-tiny.gguf" "$OUT/conversation.json" --prompt "${PROMPT:-50000}" \
         --engines "${ENGINES:-auto,llama-server,lucebox}" --serve-args "${SERVE_ARGS:-}" ${swap[@]+"${swap[@]}"}
     local rc=$?
-    keep_result conversation-lucebox-plan "$OUT/conversation-lucebox-plan.json"
+    keep_result conversation-after-restart-gpu-lucebox-plan "$OUT/conversation-lucebox-plan.json"
     keep_result conversation-after-restart-gpu "$OUT/conversation.json"
     return "$rc"
 }
