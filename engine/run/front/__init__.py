@@ -8,5 +8,7 @@
 ``keyuse``: what each key used; ``samplingmix``: the sampling the requests got;
 ``sideroute``: embedding and rerank requests sent to their own processes, past the queue;
 ``codexmodels``: the model list in Codex's own shape; ``chatpage``: the chat page served in
-front of an engine without one; ``replycap``: reply limits beyond the plan clamped.
+front of an engine without one; ``replycap``: reply limits beyond the plan clamped;
+``connguard``: what one client connection may hold (silence, slow bodies, unread answers,
+connections per address).
 """

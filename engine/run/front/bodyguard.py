@@ -26,6 +26,13 @@ MAX_BODY_BYTES = 32 * MIB
 room, and bounds what one request makes the front hold in memory."""
 
 
+MAX_MESSAGES = 20_000
+"""Messages one request may carry: a long agent session's tool calls and results are a few
+thousand; more is a client looping, and each costs the template work."""
+MAX_CHOICES = 16
+"""Replies one request may ask for (``n``): each is a whole generation."""
+
+
 def too_large(length: int) -> Refusal:
     return Refusal(
         413,
@@ -55,6 +62,9 @@ def body_refusal(body: bytes, path: str = "", *, images: bool = True) -> Refusal
         isinstance(doc, dict) and isinstance(doc.get("messages"), list) and doc["messages"]
     ):
         return Refusal(400, "'messages' is required: a JSON object with a list of messages")
+    counted = _over_count(doc)
+    if counted is not None:
+        return counted
     if not images and _has_image(doc):
         return Refusal(
             400,
@@ -70,6 +80,26 @@ def body_refusal(body: bytes, path: str = "", *, images: bool = True) -> Refusal
                 f"the image URL {shown} {why}: lucebox does not fetch local files or "
                 "link-local addresses; send the image inline as a data: URL",
             )
+    return None
+
+
+def _over_count(doc: Any) -> Refusal | None:
+    """A request past ``MAX_MESSAGES`` messages or ``MAX_CHOICES`` replies, said with the
+    limit."""
+    if not isinstance(doc, dict):
+        return None
+    messages = doc.get("messages")
+    if isinstance(messages, list) and len(messages) > MAX_MESSAGES:
+        return Refusal(
+            400,
+            f"the request has {len(messages):,} messages; lucebox takes at most "
+            f"{MAX_MESSAGES:,} in one request (summarise or drop the oldest)",
+        )
+    choices = doc.get("n")
+    if isinstance(choices, int) and not isinstance(choices, bool) and choices > MAX_CHOICES:
+        return Refusal(
+            400, f"'n' is {choices:,}; lucebox makes at most {MAX_CHOICES} replies a request"
+        )
     return None
 
 

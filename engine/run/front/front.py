@@ -33,6 +33,7 @@ from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models
 from lucebox.engine.run.front.bodyguard import body_refusal
 from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
+from lucebox.engine.run.front.connguard import AddressCount
 from lucebox.engine.run.front.frontguard import (
     GENERATION_SUFFIXES,
     FrontPolicy,
@@ -178,6 +179,8 @@ class Front:
         self.counters = FrontCounters()
         self.key_use = KeyTally()
         self.sampling = SamplingMix(sampling)
+        self.addresses = AddressCount()
+        """Open connections by client address (:mod:`connguard`)."""
         self._page_facts = PageFacts(spec.model, spec.ctx, spec.images, sampling)
         """The sampling the generation requests got (``sampling``: what fills unset fields)."""
         self._engine_ready = asyncio.Event()
@@ -209,7 +212,7 @@ class Front:
             self._down_since_s = time.monotonic()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await serve_connection(reader, writer, self.answer)
+        await serve_connection(reader, writer, self.answer, self.addresses)
 
     async def answer(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
         method = request.method.decode("latin-1")

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import h11
 
 from lucebox.engine.run.front.bodyguard import MAX_BODY_BYTES, too_large
+from lucebox.engine.run.front.connguard import BODY_S, IDLE_S, WRITE_STALL_S, AddressCount
 from lucebox.engine.run.front.frontguard import Refusal
 
 HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
@@ -213,9 +214,12 @@ class Exchange:
         if data:
             self.writer.write(data)
             try:
-                await self.writer.drain()
+                await asyncio.wait_for(self.writer.drain(), WRITE_STALL_S)
             except ConnectionError as exc:
                 raise ClientGoneError("the client hung up") from exc
+            except TimeoutError as exc:
+                self.gone.set()
+                raise ClientGoneError("the client read nothing of its answer") from exc
 
     async def head(self, status: int, headers: Iterable[tuple[str | bytes, str | bytes]]) -> None:
         raw = [(_latin1(name), _latin1(value)) for name, value in headers]
@@ -291,27 +295,50 @@ async def _read_body(
 
 
 async def serve_connection(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    answer: Answer,
+    addresses: AddressCount | None = None,
 ) -> None:
-    """Answer each request of one client connection with ``answer`` until it closes; a
-    connection still open when the server shuts down ends quietly (Python 3.11's stream server
-    prints a traceback for a connection task cancelled at shutdown)."""
-    with contextlib.suppress(asyncio.CancelledError):
-        await _serve_connection(reader, writer, answer)
+    """Answer each request of one client connection with ``answer`` until it closes (or stays
+    silent, or sends too slowly: :mod:`connguard`); one connection too many from its address
+    is answered 429. A connection still open when the server shuts down ends quietly (Python
+    3.11's stream server prints a traceback for a connection task cancelled at shutdown)."""
+    peer = writer.get_extra_info("peername")
+    address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+    admitted = addresses is None or addresses.enter(address)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            over = None if admitted or addresses is None else addresses.refusal(address)
+            await _serve_connection(reader, writer, answer, over)
+    finally:
+        if admitted and addresses is not None:
+            addresses.leave(address)
 
 
 async def _serve_connection(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    answer: Answer,
+    too_many: str | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER)
     try:
         while True:
-            request = await next_event(conn, reader)
+            request = await asyncio.wait_for(next_event(conn, reader), IDLE_S)
             if not isinstance(request, h11.Request):
                 return
             arrived_s = time.monotonic()
             exchange = Exchange(conn, reader, writer, arrived_s)
-            body = await _read_body(conn, reader, request)
+            if too_many is not None:
+                await exchange.error(429, too_many)
+                return
+            try:
+                body = await asyncio.wait_for(_read_body(conn, reader, request), BODY_S)
+            except TimeoutError:
+                why = f"the request's body did not arrive within {BODY_S:.0f} s: send it at once"
+                await exchange.error(408, why)
+                return
             if isinstance(body, Refusal):  # answered before reading it all: the rest is not read
                 await exchange.error(body.status, body.message)
                 return
@@ -324,7 +351,7 @@ async def _serve_connection(
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
-    except (h11.ProtocolError, ConnectionError, ClientGoneError):
+    except (h11.ProtocolError, ConnectionError, ClientGoneError, TimeoutError):
         return
     finally:
         writer.close()

@@ -29,6 +29,7 @@ import httpx
 
 from lucebox.engine.run.front.apishape import Shapes, models_with_context
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
+from lucebox.engine.run.front.connguard import AddressCount
 from lucebox.engine.run.front.frontguard import (
     PUBLIC_PATHS,
     FrontPolicy,
@@ -140,9 +141,11 @@ class ServedSetProxy:
         self.shapes = shapes or {}
         """Each model's API shaping, by alias (a request naming none passes unchanged)."""
         self.keepalive_s = keepalive_s
+        self.addresses = AddressCount()
+        """Open connections by client address (:mod:`~lucebox.engine.run.front.connguard`)."""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await serve_connection(reader, writer, self._answer)
+        await serve_connection(reader, writer, self._answer, self.addresses)
 
     async def _answer(self, ex: Exchange, request: h11.Request, body: bytes) -> None:
         method = request.method.decode("latin-1")

@@ -56,6 +56,21 @@ def test_nesting_past_what_a_parser_follows_is_refused():
         assert refused is not None and refused.status == 400 and "nests too deep" in refused.message
 
 
+def test_too_many_messages_or_replies_are_refused_naming_the_limit():
+    from lucebox.engine.run.front.bodyguard import MAX_CHOICES, MAX_MESSAGES
+
+    many = [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)
+    refused = body_refusal(json.dumps({"messages": many}).encode(), "/v1/chat/completions")
+    assert refused is not None and refused.status == 400
+    assert f"at most {MAX_MESSAGES:,} in one request" in refused.message
+    one = [{"role": "user", "content": "hi"}]
+    asked = {"messages": one, "n": MAX_CHOICES + 1}
+    refused = body_refusal(json.dumps(asked).encode(), "/v1/chat/completions")
+    assert refused is not None and f"at most {MAX_CHOICES} replies" in refused.message
+    within = {"messages": one * MAX_MESSAGES, "n": MAX_CHOICES}
+    assert body_refusal(json.dumps(within).encode(), "/v1/chat/completions") is None
+
+
 def test_a_conversation_without_messages_or_an_image_to_a_text_model_is_the_clients_400():
     for path in ("/v1/chat/completions", "/v1/messages"):
         for body in (b"[[1]]", b'{"a": {"a": 1}}', b'{"messages": "hi"}', b'{"messages": []}'):
