@@ -9,6 +9,7 @@ memory and (for an answer never read) the engine's slot for as long as it likes.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 
 IDLE_S = 120.0
@@ -21,7 +22,9 @@ WRITE_STALL_S = 120.0
 """Longest an answer may wait for the client to read what was written: then it counts as gone
 (its engine work stops), as a client that hung up does."""
 MAX_CONNECTIONS_PER_ADDRESS = 64
-"""Connections one address may keep open at once: far more than a client's connection pool."""
+"""Connections one address of the network may keep open at once: far more than a client's
+connection pool. This PC's own programs (loopback) are not bounded: one that means harm here
+needs no sockets for it, and lucebox's own clients and agents run there."""
 
 
 class AddressCount:
@@ -34,12 +37,16 @@ class AddressCount:
     def enter(self, address: str) -> bool:
         """Count a new connection from ``address``; False when it is one too many (it is
         not counted, and must be refused)."""
+        if _loopback(address):
+            return True
         if self._open[address] >= self.limit:
             return False
         self._open[address] += 1
         return True
 
     def leave(self, address: str) -> None:
+        if _loopback(address):
+            return
         self._open[address] -= 1
         if self._open[address] <= 0:
             del self._open[address]
@@ -49,3 +56,10 @@ class AddressCount:
             f"more than {self.limit} connections from {address} are open at once: close some "
             "(a client's connection pool reuses a few)"
         )
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False

@@ -10,7 +10,7 @@ import contextlib
 import h11
 import pytest
 
-from lucebox.engine.run.front import frontwire
+from lucebox.engine.run.front import connguard, frontwire
 from lucebox.engine.run.front.connguard import AddressCount
 from lucebox.engine.run.front.frontwire import ClientGoneError, Exchange, serve_connection
 
@@ -61,7 +61,11 @@ async def stop(server: asyncio.Server) -> None:
     await server.wait_closed()
 
 
-async def test_one_connection_too_many_from_an_address_hears_429_naming_the_limit():
+async def test_one_connection_too_many_from_an_address_hears_429_naming_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # This PC's own programs are not bounded: the test's loopback stands for a LAN address.
+    monkeypatch.setattr(connguard, "_loopback", lambda address: False)
     server, port = await serving(pong, AddressCount(limit=2))
     held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
     await asyncio.sleep(0.1)
@@ -75,6 +79,14 @@ async def test_one_connection_too_many_from_an_address_hears_429_naming_the_limi
     for _, writer in held:
         await closed(writer)
     await stop(server)
+
+
+def test_this_pcs_own_programs_are_not_bounded():
+    count = AddressCount(limit=1)
+    assert all(count.enter("127.0.0.1") for _ in range(5)) and count.enter("::1")
+    assert count.enter("192.168.1.20") and not count.enter("192.168.1.20")
+    count.leave("192.168.1.20")
+    assert count.enter("192.168.1.20")
 
 
 async def test_a_silent_connection_is_closed(monkeypatch: pytest.MonkeyPatch):
