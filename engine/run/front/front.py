@@ -66,7 +66,7 @@ from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.replycap import within_room
 from lucebox.engine.run.front.samplingmix import SamplingMix
-from lucebox.engine.run.front.sideroute import SideRoute, side_listing
+from lucebox.engine.run.front.sideroute import SideRoute, relay_side, side_listing
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
 from lucebox.engine.run.slots import ClientPrompt, kept_prompt
@@ -263,7 +263,9 @@ class Front:
             elif method == "GET" and path in ("/v1/models", "/models"):
                 await self._models(ex, cors, codex=asks_codex_list(target))
             elif route := next((r for r in self.spec.sides if r.answers(method, path)), None):
-                await self._side(ex, request, target, body, route, cors)
+                wait_s = self.spec.keepalive_s
+                status = await relay_side(ex, request, target, body, route, cors, wait_s)
+                self.counters.answered[status] += 1
             elif page := page_answer(self.spec.page, method, path, self._page_facts):
                 await ex.whole(200, page[0], page[1], extra=cors)
             elif is_generation(method, path) and (bad := self._body_refusal(path, body)):
@@ -635,37 +637,6 @@ class Front:
     def _codex_model(self, model_id: str) -> CodexModel:
         spec = self.spec
         return CodexModel(model_id, spec.ctx, spec.thinking_default, spec.images)
-
-    async def _side(
-        self,
-        ex: Exchange,
-        request: h11.Request,
-        target: str,
-        body: bytes,
-        route: SideRoute,
-        cors: list[tuple[str, str]],
-    ) -> None:
-        """An embedding or rerank request relayed to the process that serves it, past the
-        chat queue; its whole answer back (none of them streams)."""
-        headers = [
-            *((k, v) for k, v in request.headers if k.lower() not in _NOT_RELAYED),
-            *([(b"authorization", f"Bearer {route.key}".encode())] if route.key else []),
-        ]
-        try:
-            call = await EngineCall.open(route.url)
-            try:
-                answer = await call.send("POST", target, headers, body)
-                whole = await self._read_all(ex, call)
-            finally:
-                await call.close()
-        except ENGINE_ERRORS as exc:
-            self.counters.answered[503] += 1
-            why = f"the {route.role} model {route.alias} is not answering ({exc}); try again soon"
-            await ex.error(503, why, [("retry-after", "2"), *cors])
-            return
-        self.counters.answered[answer.status_code] += 1
-        kept = [("content-type", header_of(answer, b"content-type") or "application/json")]
-        await ex.whole(answer.status_code, whole, kept[0][1], extra=cors)
 
     def _index(self) -> bytes:
         """``GET /`` when the engine has no page there: what is served, and where."""

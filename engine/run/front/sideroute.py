@@ -3,13 +3,21 @@ processes (run/sideserver.py starts them), past the chat queue."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
+import h11
+
 from lucebox.engine.plan.sidemodels import SideRole
+from lucebox.engine.run.front.frontwire import HOP_HEADERS, EngineCall, Exchange
 
 EMBED_PATHS = ("/v1/embeddings", "/embeddings", "/embedding")
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
 PATHS_OF: dict[SideRole, tuple[str, ...]] = {"embeddings": EMBED_PATHS, "rerank": RERANK_PATHS}
+NOT_RELAYED = HOP_HEADERS | {b"authorization", b"x-api-key", b"origin", b"referer"}
+"""Headers a client's request keeps from the process behind: its key is the front's to check,
+and the side process gets its own."""
+SIDE_ERRORS = (OSError, h11.ProtocolError)
 
 
 @dataclass(frozen=True)
@@ -42,3 +50,51 @@ def side_listing(routes: tuple[SideRoute, ...], created_s: int) -> list[dict[str
         }
         for route in routes
     ]
+
+
+async def relay_side(
+    ex: Exchange,
+    request: h11.Request,
+    target: str,
+    body: bytes,
+    route: SideRoute,
+    cors: list[tuple[str, str]],
+    wait_s: float,
+) -> int:
+    """An embedding or rerank request relayed to the process that serves it, past any chat
+    queue or model gate; its whole answer back (none of them streams). The status answered."""
+    headers = [
+        *((k, v) for k, v in request.headers if k.lower() not in NOT_RELAYED),
+        *([(b"authorization", f"Bearer {route.key}".encode())] if route.key else []),
+    ]
+    try:
+        call = await EngineCall.open(route.url)
+        try:
+            answer = await call.send("POST", target, headers, body)
+            whole = await _read_all(ex, call, wait_s)
+        finally:
+            await call.close()
+    except SIDE_ERRORS as exc:
+        why = f"the {route.role} model {route.alias} is not answering ({exc}); try again soon"
+        await ex.error(503, why, [("retry-after", "2"), *cors])
+        return 503
+    found = (v for k, v in answer.headers if k.lower() == b"content-type")
+    content_type = next(found, b"application/json").decode("latin-1")
+    await ex.whole(answer.status_code, whole, content_type, extra=cors)
+    return int(answer.status_code)
+
+
+async def _read_all(ex: Exchange, call: EngineCall, wait_s: float) -> bytes:
+    """The whole answer; a client that hangs up meanwhile ends the wait (ClientGoneError)."""
+    whole = bytearray()
+    while True:
+        reading = asyncio.ensure_future(call.chunk())
+        try:
+            while not await ex.wait(reading, wait_s):
+                pass
+            chunk = reading.result()
+        finally:
+            reading.cancel()
+        if chunk is None:
+            return bytes(whole)
+        whole += chunk

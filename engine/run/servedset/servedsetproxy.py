@@ -49,6 +49,7 @@ from lucebox.engine.run.front.frontwire import (
     serve_connection,
     split_events,
 )
+from lucebox.engine.run.front.sideroute import SideRoute, relay_side, side_listing
 from lucebox.engine.run.servedset.admission import Placement, evictions
 from lucebox.engine.run.servedsetmodels import router_states
 
@@ -134,6 +135,7 @@ class ServedSetProxy:
         policy: FrontPolicy,
         shapes: Mapping[str, Shapes] | None = None,
         keepalive_s: float = KEEPALIVE_S,
+        sides: tuple[SideRoute, ...] = (),
     ) -> None:
         self.client = client
         self.gate = gate
@@ -141,6 +143,8 @@ class ServedSetProxy:
         self.shapes = shapes or {}
         """Each model's API shaping, by alias (a request naming none passes unchanged)."""
         self.keepalive_s = keepalive_s
+        self.sides = sides
+        """The embedding and reranker models' own processes: their requests skip the gate."""
         self.addresses = AddressCount()
         """Open connections by client address (:mod:`~lucebox.engine.run.front.connguard`)."""
 
@@ -155,6 +159,11 @@ class ServedSetProxy:
             await ex.error(refused.status, refused.message)
             return
         ex.watch()  # a client that hangs up ends its request in the router too
+        if side := next((r for r in self.sides if r.answers(method, path)), None):
+            # Another process answers it: it must neither wait for room nor evict a model.
+            target = request.target.decode("latin-1")
+            await relay_side(ex, request, target, body, side, [], self.keepalive_s)
+            return
         # A request the key does not guard (a preflight, /health, the page's files) names no
         # model: it must not make the gate unload others for it.
         public = method == "OPTIONS" or path in PUBLIC_PATHS or is_page_file(path)
@@ -234,7 +243,9 @@ class ServedSetProxy:
         except ValueError:
             return whole
         contexts = {alias: served.context_length for alias, served in self.shapes.items()}
-        return json.dumps(models_with_context(listed, contexts, int(time.time()))).encode()
+        document = models_with_context(listed, contexts, int(time.time()))
+        document.setdefault("data", []).extend(side_listing(self.sides, int(time.time())))
+        return json.dumps(document).encode()
 
     async def _pipe_events(self, ex: Exchange, answer: httpx.Response, shaper: EventShape) -> None:
         """The router's events on as they come, each through ``shaper``, and a comment
@@ -282,13 +293,15 @@ async def start_proxy(
     headers: Mapping[str, str],
     policy: FrontPolicy,
     shapes: Mapping[str, Shapes],
+    sides: tuple[SideRoute, ...] = (),
 ) -> tuple[asyncio.Server, tuple[httpx.AsyncClient, ...], ModelGate]:
     """The proxy listening on ``host:port`` for the router at ``router_url``, by ``policy``'s
     rules; ``headers`` (the API key) go only with the proxy's own calls, a client's request
-    keeps its own; its gate knows which models answer a request now."""
+    keeps its own; its gate knows which models answer a request now; ``sides`` are the side
+    models' processes, answered past the gate."""
     admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
     client = httpx.AsyncClient(base_url=router_url, timeout=None)
     gate = ModelGate(admin, placements, room_bytes)
-    proxy = ServedSetProxy(client, gate, policy, shapes)
+    proxy = ServedSetProxy(client, gate, policy, shapes, sides=sides)
     server = await asyncio.start_server(proxy.handle, host, port)
     return server, (client, admin), gate

@@ -12,6 +12,7 @@ import httpx
 
 from lucebox.engine.run.front.apishape import Shapes
 from lucebox.engine.run.front.frontguard import FrontPolicy
+from lucebox.engine.run.front.sideroute import EMBED_PATHS, SideRoute
 from lucebox.engine.run.servedset.admission import Placement
 from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy
 from support import codexlist
@@ -44,7 +45,7 @@ def answer_json(document: object) -> httpx.Response:
 
 def scripted_router(loaded: set[str], calls: list[tuple[str, str]]) -> httpx.MockTransport:
     def answer(request: httpx.Request) -> httpx.Response:
-        if request.method == "GET" and request.url.path == "/models":
+        if request.method == "GET" and request.url.path in ("/models", "/v1/models"):
             states = {a: "loaded" if a in loaded else "unloaded" for a in PLACEMENTS}
             data = [{"id": a, "status": {"value": s}} for a, s in states.items()]
             return answer_json({"data": data})
@@ -162,3 +163,63 @@ async def test_codex_gets_its_own_list_naming_each_model_of_the_set():
     assert listed == [("smollm2", 4096), ("smoke", 8192)]
     assert [m.get("default_reasoning_level") for m in codex["models"]] == [None, "none"]
     assert [m["context_length"] for m in plain["data"]] == [4096, 8192]
+
+
+async def fake_side(seen: list[bytes]) -> asyncio.Server:
+    """A side model's process: records each request and answers one embedding."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        seen.append(head + await reader.readexactly(length))
+        body = json.dumps({"data": [{"embedding": [0.5, 0.5], "index": 0}]}).encode()
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, "127.0.0.1", 0)
+
+
+async def test_an_embedding_reaches_its_side_process_past_the_gate_and_is_listed():
+    loaded = {"smollm2"}
+    calls: list[tuple[str, str]] = []
+    router = scripted_router(loaded, calls)
+    seen: list[bytes] = []
+    side_server = await fake_side(seen)
+    side_port = side_server.sockets[0].getsockname()[1]
+    route = SideRoute("embeddings", "minilm", f"http://127.0.0.1:{side_port}", EMBED_PATHS)
+    try:
+        async with (
+            httpx.AsyncClient(base_url="http://router", transport=router) as admin,
+            httpx.AsyncClient(base_url="http://router", transport=router) as client,
+        ):
+            gate = ModelGate(admin, PLACEMENTS, ROOM)
+            proxy = ServedSetProxy(client, gate, loopback_policy(None), sides=(route,))
+            answer = await ask(proxy, "/v1/embeddings", "minilm")
+            listed = await ask_get(proxy, "/v1/models")
+    finally:
+        side_server.close()
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"][0]["embedding"] == [0.5, 0.5]
+    assert len(seen) == 1 and b'"minilm"' in seen[0]
+    # Not the gate's: no room asked for, no model loaded or unloaded, none admitted.
+    assert calls == [] and loaded == {"smollm2"} and gate.last_used_s == {}
+    assert {"id": "minilm", "type": "embeddings"}.items() <= listed.json()["data"][-1].items()
+
+
+async def ask_get(proxy: ServedSetProxy, path: str) -> httpx.Response:
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            return await client.get(path)
+    finally:
+        server.close()
