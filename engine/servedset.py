@@ -40,7 +40,7 @@ from lucebox.engine.pipeline import (
 from lucebox.engine.plan import chatdefaults
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import url_of
-from lucebox.engine.plan.launchplan import LaunchPlan
+from lucebox.engine.plan.options import side_models_of
 from lucebox.engine.plan.servedset.router import router_ini, router_launch
 from lucebox.engine.plan.servedset.servedsetplan import (
     SetPlan,
@@ -50,6 +50,7 @@ from lucebox.engine.plan.servedset.servedsetplan import (
     respecced_set,
     smaller_context_set,
 )
+from lucebox.engine.plan.servedset.setsides import device_key, device_room_bytes
 from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import port_taken
@@ -62,6 +63,7 @@ from lucebox.engine.run.servedset.servedsetguard import ModelSpec
 from lucebox.engine.run.servedset.servedsetproxy import start_proxy
 from lucebox.engine.run.servedset.servedsetrun import PlannedModel, ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote
+from lucebox.engine.run.sideserver import side_route
 from lucebox.engine.run.supervisor import (
     PortInUseError,
     ServerEvent,
@@ -105,6 +107,8 @@ def prepare_set(
             pull_source(paths, preset.target.source if preset else member.source, emit, cancel)
             if preset and preset.draft and preset.draft.model:
                 pull_source(paths, preset.draft.model.source, emit, cancel)
+        for _role, source in side_models_of(options, view.settings):
+            pull_source(paths, source, emit, cancel)
         installed = ensure_engine(paths, view.probe, settings.engine_id, emit)
         installs = replace(installs, llama_server=EngineView.of(installed))
         paths.ensure(paths.slots_dir)
@@ -130,7 +134,10 @@ def set_summary(planned: SetPlan) -> str:
         f"{lp.alias} ctx {lp.plan.ctx} {units.gib_text(lp.plan.memory_bytes.total, 2)}"
         for lp in planned.launches
     )
-    return f"{each}; at most {planned.models_max} loaded at once"
+    sides = "".join(
+        f"; {m.role} {m.alias} {units.gib_text(m.memory_bytes, 2)}" for m in planned.sides.models
+    )
+    return f"{each}; at most {planned.models_max} loaded at once{sides}"
 
 
 def planned_models(planned: SetPlan) -> tuple[PlannedModel, ...]:
@@ -164,24 +171,17 @@ def serve_set(paths: Paths, options: ServeOptions, sources: tuple[str, ...], emi
         lock.release()
 
 
-def device_key(launch: LaunchPlan) -> str:
-    """The device a model's memory is counted on: its GPUs (NVML indices), or the RAM."""
-    return ",".join(map(str, launch.server.gpus)) or "ram"
-
-
 def placements_of(planned: SetPlan) -> tuple[dict[str, Placement], dict[str, int]]:
-    """Each model's device and planned bytes, and each device's room, for the proxy."""
+    """Each model's device and planned bytes, and each device's room, for the proxy: the
+    side models' bytes are not the set's to load models into."""
     placements = {
         lp.alias: Placement(device_key(lp), lp.plan.memory_bytes.total + planned.process_bytes)
         for lp in planned.launches
     }
-    free = {str(d.index): d.vram_free_bytes for d in planned.budget.devices}
-    room = {
-        key: sum(free[i] for i in key.split(","))
-        if key != "ram"
-        else planned.budget.vram_free_bytes
-        for key in {p.device for p in placements.values()}
-    }
+    keys = {p.device for p in placements.values()}
+    room = {key: device_room_bytes(planned.budget, key) for key in keys}
+    if planned.sides.models:
+        room[device_key(planned.launches[0])] -= sum(m.memory_bytes for m in planned.sides.models)
     return placements, room
 
 
@@ -234,6 +234,7 @@ async def router_run(
             auth_headers(api_key),
             policy,
             shapes,
+            tuple(side_route(side, api_key) for side in planned.sides.models),
         )
     except OSError as exc:
         holder = port_holder(public.host, public.port) or "another program"
@@ -257,6 +258,7 @@ async def router_run(
             respec=served.after_spec,
             hang_bounds=bounds_for(prepared.settings.hang_s),
             in_flight=gate.in_flight,
+            sides=planned.sides.models,
         )
     finally:
         server.close()

@@ -36,5 +36,11 @@ def _print_set_plan(planned: SetPlan) -> None:
             f"{units.mib_text(plan.memory_bytes.total)}; {where}"
         )
     print(f"  models_max {planned.models_max}")
+    for side in planned.sides.models:
+        where = "GPU" if side.on_gpu else "RAM"
+        print(
+            f"  {side.role} {side.alias}: ctx {side.ctx}, {units.mib_text(side.memory_bytes)} "
+            f"of {where} beside the set (it leaves {units.mib_text(planned.sides.headroom_bytes)})"
+        )
     for name, why in planned.reasons.items():
         print(f"  {name}: {why}")

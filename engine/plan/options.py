@@ -329,7 +329,7 @@ def resolve(options: ServeOptions, settings: Settings) -> Resolved:
         mmproj=options.mmproj or settings.mmproj,
         image_urls=settings.image_urls,
         users=_users(options.users or settings.users),
-        side_models=_side_models(options, settings),
+        side_models=side_models_of(options, settings),
     )
 
 
@@ -347,7 +347,7 @@ def _users(users: int) -> int:
     return users
 
 
-def _side_models(options: ServeOptions, settings: Settings) -> tuple[tuple[SideRole, str], ...]:
+def side_models_of(options: ServeOptions, settings: Settings) -> tuple[tuple[SideRole, str], ...]:
     """(role, source) of each side model asked for, the flag over the setting."""
     asked: tuple[tuple[SideRole, str], ...] = (
         ("embeddings", options.embed_model or settings.embed_model),

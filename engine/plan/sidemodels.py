@@ -28,6 +28,7 @@ SIDE_FIXED_BYTES = 32 * MIB
 POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 """llama.cpp's ``LLAMA_POOLING_TYPE`` values, as ``--pooling`` takes them."""
 RANK_POOLING = 4
+PLAN_SUFFIX = "'s plan"
 SIDE_PORT_OFFSET = {"embeddings": 1, "rerank": 2}
 """A side model's loopback port: this far past the chat engine's private port."""
 
@@ -146,8 +147,14 @@ def compute_bytes(side: SideFile, ctx: int) -> int:
     return scores + activations + SIDE_FIXED_BYTES
 
 
-def plan_sides(files: tuple[SideFile, ...], *, headroom_bytes: int, host: SideHost) -> SidePlan:
-    """``files`` planned in ``headroom_bytes`` (what the chat plan leaves on its device)."""
+def plan_sides(
+    files: tuple[SideFile, ...],
+    *,
+    headroom_bytes: int,
+    host: SideHost,
+    left_by: str = "the chat model's plan",
+) -> SidePlan:
+    """``files`` planned in ``headroom_bytes`` (what ``left_by`` leaves on its device)."""
     on_gpu = host.on_gpu
     models = tuple(_side_model(f, host) for f in files)
     needed = sum(m.memory_bytes for m in models)
@@ -157,8 +164,8 @@ def plan_sides(files: tuple[SideFile, ...], *, headroom_bytes: int, host: SideHo
         where = "GPU memory" if on_gpu else "RAM"
         refusal = GuardRefusal(
             f"{names} {'needs' if len(models) == 1 else 'need'} {units.mib_text(needed)} of "
-            f"{where}, but the chat model's plan leaves {units.mib_text(max(0, headroom_bytes))}"
-            "; the chat model keeps its memory",
+            f"{where}, but {left_by} leaves {units.mib_text(max(0, headroom_bytes))}"
+            f"; {left_by.removesuffix(PLAN_SUFFIX)} keeps its memory",
             hint="give the chat model a smaller --ctx, or serve without --embed-model / "
             "--rerank-model (settings embeddings.model, rerank.model)",
             problem_codes=("side-model-does-not-fit",),

@@ -30,8 +30,10 @@ from lucebox.engine.plan.engineview import Installs
 from lucebox.engine.plan.launchplan import LaunchPlan
 from lucebox.engine.plan.memory.ctxchoice import wanted_ctx
 from lucebox.engine.plan.memory.sizes import RESERVE_MIN_BYTES
-from lucebox.engine.plan.options import ServeOptions, resolve
+from lucebox.engine.plan.options import ServeOptions, resolve, side_models_of
 from lucebox.engine.plan.planner import plan_launch, replan, smaller_context_plan
+from lucebox.engine.plan.servedset.setsides import with_set_sides
+from lucebox.engine.plan.sidemodels import NO_SIDES, SidePlan
 from lucebox.engine.plan.speculation.specguard import Decision
 
 ENGINE_PROCESS_BYTES = 40 * MIB
@@ -60,6 +62,8 @@ class SetPlan:
     refusal: GuardRefusal | None = None
     process_bytes: int = 0
     """What each model's own process holds beyond its plan (and the router's, once)."""
+    sides: SidePlan = NO_SIDES
+    """The embedding and reranker models beside the set (:mod:`setsides`)."""
 
     @property
     def fits(self) -> bool:
@@ -79,6 +83,7 @@ class SetPlan:
             "device": self.budget.device,
             "process_bytes": self.process_bytes,
             "refusal": str(self.refusal) if self.refusal else None,
+            **({"side_models": self.sides.to_json()} if self.sides.models else {}),
         }
 
 
@@ -252,17 +257,28 @@ def plan_set(
     ram_limit_bytes: int = 0,
 ) -> SetPlan:
     """The set ``sources`` on ``budget``; ``ram_limit_bytes`` (0: none) caps a CPU budget.
+    Its side models are planned once, beside the set (:mod:`setsides`), never by a member."""
+    side_models = side_models_of(options, settings)
+    options = replace(options, embed_model=None, rerank_model=None)
+    settings = replace(settings, embed_model="", rerank_model="")
+    planned = _members_planned(paths, options, sources, settings, budget, installs, ram_limit_bytes)
+    return with_set_sides(paths, planned, side_models)
+
+
+def _members_planned(
+    paths: Paths,
+    options: ServeOptions,
+    sources: tuple[str, ...],
+    settings: Settings,
+    budget: GpuBudget,
+    installs: Installs,
+    ram_limit_bytes: int,
+) -> SetPlan:
+    """The set's own models.
 
     A projector is planned in the set's budget like the rest of its model; under
     ``--vision auto`` the set keeps it only where the set still holds as many models at once
     as it would without (the set's counterpart of the context a projector must not cost)."""
-    if options.embed_model or options.rerank_model or settings.embed_model or settings.rerank_model:
-        raise UsageError(
-            "embedding and reranker models are served beside one chat model, not yet beside "
-            "a served set",
-            hint="serve one chat model with --embed-model/--rerank-model, or unset "
-            "embeddings.model and rerank.model for the set",
-        )
     planned = _plan_set(paths, options, sources, settings, budget, installs, ram_limit_bytes)
     auto = [lp for lp in planned.launches if lp.vision.served and lp.resolved.vision == "auto"]
     if not auto:

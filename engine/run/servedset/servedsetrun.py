@@ -29,6 +29,7 @@ from lucebox.engine.core.api import CallError, auth_headers
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.gpu import NvmlProvider
+from lucebox.engine.plan.sidemodels import SideModel
 from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
@@ -160,9 +161,12 @@ class ServedSetRun(ServerRun):
         respec: Respec | None = None,
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
         in_flight: Callable[[], frozenset[str]] = frozenset,
+        sides: tuple[SideModel, ...] = (),
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
-        facts = RunFacts(model=aliases, gpu_index=0, api_key=api_key, hang_bounds=hang_bounds)
+        facts = RunFacts(
+            model=aliases, gpu_index=0, api_key=api_key, hang_bounds=hang_bounds, sides=sides
+        )  # the side models' servers start, restart and show in status as a single model's
         super().__init__(paths, supervisor, facts)
         self._hang_watch = ChildHangWatch(hang_bounds) if hang_bounds is not None else None
         """Each loaded model's process watched for a request that makes no progress."""

@@ -28,6 +28,7 @@ from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.runstart import keep_guard_off
 from lucebox.engine.servedset import placements_of
+from support.bertgguf import minilm_model
 from support.ggufgen import ModelSpec as GeneratedModel
 from support.ggufgen import cached_gguf
 from tests.engine.fake_nvml import FakeNvml
@@ -296,7 +297,32 @@ def test_a_member_switched_off_by_the_guard_is_planned_off_when_the_set_starts_a
     assert again.launches[1].server.spec_type == first.launches[1].server.spec_type
 
 
-def test_a_set_refuses_side_models_it_cannot_serve_yet():
-    cpu = GpuBudget("CPU (no NVIDIA GPU): system RAM", 64 * 1024 * MIB, 48 * 1024 * MIB, False)
-    with pytest.raises(UsageError, match="not yet beside a served set"):
-        _plan(("smollm2", "smoke"), cpu, embed_model="/models/minilm.gguf")
+def _cpu(mib: int) -> GpuBudget:
+    return GpuBudget("CPU (no NVIDIA GPU): system RAM", mib * MIB, mib * MIB, False)
+
+
+def test_a_side_model_beside_a_set_takes_what_the_set_leaves_and_says_so():
+    pair = ("smollm2", "smoke")
+    alone = _plan(pair, _cpu(48 * 1024))
+    planned = _plan(pair, _cpu(48 * 1024), embed_model=str(minilm_model()))
+    assert planned.fits
+    (side,) = planned.sides.models
+    assert side.role == "embeddings" and side.alias == "all-MiniLM-L6-v2-F16"
+    assert 45 * MIB < side.memory_bytes <= planned.sides.headroom_bytes
+    # The set keeps every byte it planned without it: its models, contexts and count.
+    assert [lp.plan for lp in planned.launches] == [lp.plan for lp in alone.launches]
+    assert planned.models_max == alone.models_max
+    shown = planned.to_json()["side_models"][0]
+    assert shown["memory_bytes"]["total"] == side.memory_bytes
+    # The proxy loads the set's models into what the side model leaves.
+    assert placements_of(planned)[1]["ram"] == placements_of(alone)[1]["ram"] - side.memory_bytes
+    assert all(not lp.sides.models for lp in planned.launches)  # planned once, by the set
+
+
+def test_a_side_model_the_set_leaves_no_room_for_refuses_the_set_with_the_numbers():
+    planned = _plan(("smollm2", "smoke"), _cpu(3100), embed_model=str(minilm_model()))
+    assert planned.refusal is not None and not planned.fits
+    message = planned.refusal.message
+    assert "needs 93 MiB of RAM, but the set's plan leaves 31 MiB" in message
+    assert "the set keeps its memory" in message
+    assert planned.sides.headroom_bytes < planned.sides.models[0].memory_bytes
