@@ -62,7 +62,8 @@ class ServedSet:
 
     def router_states(self) -> dict[str, str]:
         answer = httpx.get(self.url + "/models", timeout=10).json()
-        return {m["id"]: m["status"]["value"] for m in answer["data"]}
+        # A side model is listed beside the router's models, with no router state.
+        return {m["id"]: m["status"]["value"] for m in answer["data"] if "status" in m}
 
     def ask(
         self, model: str, max_tokens: int = 1, content: str = "Say hi"
