@@ -66,7 +66,13 @@ from lucebox.engine.run.front.keyuse import KeyTally
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.replycap import within_room
 from lucebox.engine.run.front.samplingmix import SamplingMix
-from lucebox.engine.run.front.sideroute import SideRoute, relay_side, side_listing
+from lucebox.engine.run.front.sideroute import (
+    CALL_ERRORS,
+    NOT_RELAYED,
+    SideRoute,
+    relay_side,
+    side_listing,
+)
 from lucebox.engine.run.runstate import Status
 from lucebox.engine.run.sample import QueueStatus
 from lucebox.engine.run.slots import ClientPrompt, kept_prompt
@@ -76,9 +82,8 @@ if TYPE_CHECKING:
 
 QUEUE_NOTE_S = 5.0
 """How often a waiting streamed request is told its place (``: queued, position N``)."""
-_NOT_RELAYED = HOP_HEADERS | {b"authorization", b"x-api-key", b"origin", b"referer"}
 _ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
-ENGINE_ERRORS = (OSError, h11.ProtocolError)
+ENGINE_ERRORS = CALL_ERRORS
 """What a broken or refused connection to the engine raises."""
 SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
 ENGINE_WAIT_S = 600.0
@@ -378,7 +383,7 @@ class Front:
         answering is not answered 502: what failed is returned, to send the request again."""
         sent = self.shape.request(path, body) if body else body
         headers: list[tuple[bytes, bytes]] = [
-            *((k, v) for k, v in request.headers if k.lower() not in _NOT_RELAYED),
+            *((k, v) for k, v in request.headers if k.lower() not in NOT_RELAYED),
             *self._engine_headers,
         ]
         method = request.method.decode("latin-1")

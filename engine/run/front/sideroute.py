@@ -17,7 +17,8 @@ PATHS_OF: dict[SideRole, tuple[str, ...]] = {"embeddings": EMBED_PATHS, "rerank"
 NOT_RELAYED = HOP_HEADERS | {b"authorization", b"x-api-key", b"origin", b"referer"}
 """Headers a client's request keeps from the process behind: its key is the front's to check,
 and the side process gets its own."""
-SIDE_ERRORS = (OSError, h11.ProtocolError)
+CALL_ERRORS = (OSError, h11.ProtocolError)
+"""What a broken or refused connection to a process behind the front raises."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ async def relay_side(
             whole = await _read_all(ex, call, wait_s)
         finally:
             await call.close()
-    except SIDE_ERRORS as exc:
+    except CALL_ERRORS as exc:
         why = f"the {route.role} model {route.alias} is not answering ({exc}); try again soon"
         await ex.error(503, why, [("retry-after", "2"), *cors])
         return 503
