@@ -16,7 +16,13 @@ from typing import Any, TypeVar
 
 from lucebox.app.cli.handler import Command, group_help
 from lucebox.engine import pipeline
-from lucebox.engine.bench.between import EVENTS, BetweenTurn, read_tokens, replay_between
+from lucebox.engine.bench.between import (
+    EVENT_FORMS,
+    BetweenTurn,
+    parse_between,
+    read_tokens,
+    replay_between,
+)
 from lucebox.engine.bench.compare import (
     ServeConfig,
     Served,
@@ -268,6 +274,7 @@ def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
 
 def _replay_between(args: argparse.Namespace, paths: Paths, transcript: Transcript) -> int:
     """``--between EVENT``: the bench serves its own server, so it can stop and start it."""
+    between = parse_between(args.between)
     if args.url or args.compare:
         raise UsageError(
             "--between goes with neither --url nor --compare",
@@ -282,18 +289,21 @@ def _replay_between(args: argparse.Namespace, paths: Paths, transcript: Transcri
     options = pipeline.ServeOptions(
         preset=args.preset, model=args.model, draft=args.draft, ctx=args.ctx
     )
-    _note(f"{args.between}: starting lucebox serve")
+    _note(f"{between.kind}: starting lucebox serve")
     with restartable(paths, options, ServeConfig("default")) as server:
 
         def event() -> Served:
-            _note(f"{args.between}: stopping and starting lucebox serve")
-            return server.restart()
+            if between.model is None:
+                _note("restart: stopping and starting lucebox serve")
+                return server.restart()
+            _note(f"swap: serving {between.model}, then the model again")
+            return server.swap(pipeline.ServeOptions(model=between.model, ctx=args.ctx))
 
         turns = replay_between(
             server.served,
             transcript,
             event,
-            event_name=args.between,
+            event_name=between.kind,
             n_gen=args.n_gen,
             calls=args.calls,
             on_turn=lambda turn: _note(_between_line(turn)),
@@ -372,10 +382,9 @@ def register(commands: Any, command: Command) -> None:
     )
     replay_cmd.add_argument(
         "--between",
-        choices=EVENTS,
-        metavar="EVENT",
-        help="serve --model or --preset and restart it before each call; each call's TTFT "
-        "after the restart against the same call warm and cold",
+        metavar=EVENT_FORMS,
+        help="serve --model or --preset and restart it (or swap to MODEL and back) before "
+        "each call; each call's TTFT after that against the same call warm and cold",
     )
     replay_cmd.add_argument("--url", metavar="U", help="measure the server at this URL instead")
     quick = command(

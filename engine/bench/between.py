@@ -4,8 +4,9 @@ warm and cold.
 Three passes over the transcript's calls, on one server that the bench owns:
 
 - warm: the calls in order, nothing between them (each reads only what its predecessor left);
-- after: the calls in order again, the server restarted before every call but the first (each
-  stop saves the engine's slot, each start restores it), so a call reads what survived;
+- after: the calls in order again, the server restarted (or swapped to another model and back)
+  before every call but the first (each stop saves the engine's slot, each start of the same
+  model restores it), so a call reads what survived;
 - cold: per call, an unrelated prompt of the same size, which no cache holds.
 
 The measurement (:func:`replay_between`) takes the event as a callable, so the I/O of stopping
@@ -22,9 +23,29 @@ from lucebox.engine.bench.compare import Served
 from lucebox.engine.bench.measure import CallSample, count_prompt_tokens, streamed_call
 from lucebox.engine.bench.replay import WARM_UP, request_base
 from lucebox.engine.bench.transcript import Transcript
+from lucebox.engine.core.errors import UsageError
 
-EVENTS = ("restart",)
-"""What can happen between turns."""
+EVENT_FORMS = "restart | swap:MODEL"
+
+
+@dataclass(frozen=True)
+class BetweenEvent:
+    """What happens before each call: a restart, or a swap to ``model`` and back."""
+
+    kind: str
+    model: str | None = None
+
+
+def parse_between(text: str) -> BetweenEvent:
+    if text == "restart":
+        return BetweenEvent("restart")
+    kind, _, model = text.partition(":")
+    if kind == "swap" and model:
+        return BetweenEvent("swap", model)
+    raise UsageError(
+        f"--between {text}: not an event",
+        hint=f"--between {EVENT_FORMS}",
+    )
 
 
 def read_tokens(sample: CallSample) -> int | None:

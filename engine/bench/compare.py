@@ -287,8 +287,9 @@ class RestartableServer:
             raise RunError(f"{self.config.name}: the server has not started")
         return self._served
 
-    def start(self, ready_timeout_s: float = 900) -> Served:
-        self.child = _ServeProcess(self.paths, self.options, self.config, self.env)
+    def start(self, ready_timeout_s: float = 900, options: ServeOptions | None = None) -> Served:
+        """Serve this configuration (or ``options`` in its place) until it is ready."""
+        self.child = _ServeProcess(self.paths, options or self.options, self.config, self.env)
         url = self.child.wait_ready(ready_timeout_s)
         api_key = client_api_key(self.paths, config.load_settings(self.paths).api_key)
         status = current_status(self.paths)
@@ -305,6 +306,12 @@ class RestartableServer:
         """``lucebox down`` then ``lucebox serve`` of the same configuration; the new server."""
         self.stop()
         return self.start()
+
+    def swap(self, other: ServeOptions) -> Served:
+        """Serve ``other`` until it is ready, then this configuration again: a swap and back."""
+        self.stop()
+        self.start(options=other)
+        return self.restart()
 
 
 @contextlib.contextmanager

@@ -128,10 +128,13 @@ def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engi
     assert json.loads(status.stdout)["state"] == "stopped"
 
 
+@pytest.mark.parametrize("event", ["restart", "swap"])
 def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
-    built_engine_home, tmp_path
+    built_engine_home, tmp_path, event
 ):
     home = private_engine_home(tmp_path / "between-home")
+    # The swap serves the same file: the only real chat model here (a base one is refused).
+    between = "restart" if event == "restart" else f"swap:{smol_model()}"
     result = bench(
         home,
         "replay",
@@ -141,7 +144,7 @@ def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
         "--n-gen",
         "4",
         "--between",
-        "restart",
+        between,
         "--model",
         str(smol_model()),
         "--ctx",
@@ -164,7 +167,7 @@ def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
     before, last = turns[0]["after"], turns[1]["after"]
     assert last["cached_tokens"] >= 0.95 * before["prompt_tokens"], turns
     said = result.stderr
-    assert said.count("restart: stopping and starting lucebox serve") == 2
+    assert said.count("restart: stopping" if event == "restart" else "swap: serving") == 2
     assert "read" in said and "of the warm cache kept" in said
     status = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)})
     assert json.loads(status.stdout)["state"] == "stopped"

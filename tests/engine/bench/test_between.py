@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from lucebox.engine.bench.between import BetweenTurn, filler_messages, read_tokens
+from lucebox.engine.bench.between import (
+    BetweenEvent,
+    BetweenTurn,
+    filler_messages,
+    parse_between,
+    read_tokens,
+)
 from lucebox.engine.bench.measure import CallSample
+from lucebox.engine.core.errors import UsageError
 
 
 def sample(ttft_s: float, prompt: int | None, cached: int | None) -> CallSample:
@@ -58,3 +65,11 @@ def test_fillers_share_nothing_but_their_opening():
     first, second = filler_messages(1, 50), filler_messages(2, 50)
     assert len(first[0]["content"].split()) > 50
     assert set(first[0]["content"].split()[4:]).isdisjoint(second[0]["content"].split())
+
+
+def test_an_event_is_a_restart_or_a_swap_to_a_named_model():
+    assert parse_between("restart") == BetweenEvent("restart")
+    assert parse_between("swap:qwen3.6:27b") == BetweenEvent("swap", "qwen3.6:27b")
+    for text in ("swap", "swap:", "sleep", "restart:x"):
+        with pytest.raises(UsageError, match="not an event"):
+            parse_between(text)
