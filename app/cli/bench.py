@@ -16,11 +16,20 @@ from typing import Any, TypeVar
 
 from lucebox.app.cli.handler import Command, group_help
 from lucebox.engine import pipeline
+from lucebox.engine.bench.between import (
+    EVENT_FORMS,
+    BetweenTurn,
+    parse_between,
+    read_tokens,
+    replay_between,
+)
 from lucebox.engine.bench.compare import (
     ServeConfig,
     Served,
     compare_form,
     parse_compare,
+    refuse_running,
+    restartable,
     run_configs,
 )
 from lucebox.engine.bench.measure import CallSample
@@ -212,6 +221,8 @@ def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
             hint="--url measures a server as it is; --compare starts its own",
         )
     transcript = read_transcript(args.transcript)
+    if args.between is not None:
+        return _replay_between(args, paths, transcript)
 
     def workload(served: Served) -> ReplayResult:
         return replay(
@@ -261,26 +272,88 @@ def cmd_bench_replay(args: argparse.Namespace, paths: Paths) -> int:
     return EXIT_OK
 
 
+def _replay_between(args: argparse.Namespace, paths: Paths, transcript: Transcript) -> int:
+    """``--between EVENT``: the bench serves its own server, so it can stop and start it."""
+    between = parse_between(args.between)
+    if args.url or args.compare:
+        raise UsageError(
+            "--between goes with neither --url nor --compare",
+            hint="--between starts its own server from --model or --preset",
+        )
+    if not (args.model or args.preset):
+        raise UsageError(
+            "--between needs --model or --preset: the bench serves its own server to restart",
+            hint="stop yours with `lucebox down` first",
+        )
+    refuse_running(paths, "--between")
+    options = pipeline.ServeOptions(
+        preset=args.preset, model=args.model, draft=args.draft, ctx=args.ctx
+    )
+    _note(f"{between.kind}: starting lucebox serve")
+    with restartable(paths, options, ServeConfig("default")) as server:
+
+        def event() -> Served:
+            if between.model is None:
+                _note("restart: stopping and starting lucebox serve")
+                return server.restart()
+            _note(f"swap: serving {between.model}, then the model again")
+            return server.swap(pipeline.ServeOptions(model=between.model, ctx=args.ctx))
+
+        turns = replay_between(
+            server.served,
+            transcript,
+            event,
+            event_name=between.kind,
+            n_gen=args.n_gen,
+            calls=args.calls,
+            on_turn=lambda turn: _note(_between_line(turn)),
+        )
+    if args.json:
+        print(json.dumps({"between": [turn.to_json() for turn in turns]}, indent=2))
+        return EXIT_OK
+    print(f"{'call':>4} {'event':<8} {'after s':>8} {'warm s':>7} {'cold s':>7} {'read':>11}")
+    for turn in turns:
+        after = turn.after
+        read = f"{read_tokens(after)}/{after.prompt_tokens}"
+        print(
+            f"{turn.index:>4} {turn.event:<8} {turn.after.ttft_s:>8.3f} "
+            f"{turn.warm.ttft_s:>7.3f} {turn.cold.ttft_s:>7.3f} {read:>11}"
+        )
+    return EXIT_OK
+
+
+def _between_line(turn: BetweenTurn) -> str:
+    kept = turn.kept_share
+    return (
+        f"call {turn.index} after {turn.event}: ttft {turn.after.ttft_s:.2f} s "
+        f"(warm {turn.warm.ttft_s:.2f} s, cold {turn.cold.ttft_s:.2f} s), read "
+        f"{read_tokens(turn.after)} of {turn.after.prompt_tokens} prompt tokens"
+        + ("" if kept is None else f", {kept:.0%} of the warm cache kept")
+    )
+
+
 # --- registration -----------------------------------------------------------------------------
 
 
 Count = Callable[[str], int]
 
 
-def _add_compare_options(parser: argparse.ArgumentParser, forms: str, count: Count) -> None:
+def _add_compare_options(
+    parser: argparse.ArgumentParser, forms: str, count: Count, serving: str = "--compare"
+) -> None:
     parser.add_argument(
         "--compare",
         metavar=forms,
         help="serve two configurations one after the other and compare them",
     )
-    parser.add_argument("--preset", metavar="ID", help="with --compare: the preset to serve")
-    parser.add_argument("--model", metavar="SRC", help="with --compare: the model to serve")
+    parser.add_argument("--preset", metavar="ID", help=f"with {serving}: the preset to serve")
+    parser.add_argument("--model", metavar="SRC", help=f"with {serving}: the model to serve")
     parser.add_argument(
         "--draft",
         metavar="SRC",
-        help="with --compare: its draft model (a Lucebox draft serves DDTree on that engine)",
+        help=f"with {serving}: its draft model (a Lucebox draft serves DDTree on that engine)",
     )
-    parser.add_argument("--ctx", type=count, metavar="N", help="with --compare: context")
+    parser.add_argument("--ctx", type=count, metavar="N", help=f"with {serving}: context")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -304,7 +377,15 @@ def register(commands: Any, command: Command) -> None:
     replay_cmd.add_argument(
         "--calls", type=count, metavar="N", help="replay only the first N calls"
     )
-    _add_compare_options(replay_cmd, "cache=on,off | vision=on,off", count)
+    _add_compare_options(
+        replay_cmd, "cache=on,off | vision=on,off", count, "--compare or --between"
+    )
+    replay_cmd.add_argument(
+        "--between",
+        metavar=EVENT_FORMS,
+        help="serve --model or --preset and restart it (or swap to MODEL and back) before "
+        "each call; each call's TTFT after that against the same call warm and cold",
+    )
     replay_cmd.add_argument("--url", metavar="U", help="measure the server at this URL instead")
     quick = command(
         "quick",

@@ -265,16 +265,83 @@ def serving(
     ``env`` is the child's environment (default: this process's); its ``LUCEBOX_HOME`` must
     name the same home as ``paths``.
     """
+    with restartable(paths, options, serve, env=env, ready_timeout_s=ready_timeout_s) as server:
+        yield server.served
+
+
+class RestartableServer:
+    """A ``lucebox serve`` child that can be stopped and started again as a user would: each
+    stop saves the engine's slot and each start restores it."""
+
+    def __init__(
+        self, paths: Paths, options: ServeOptions, serve: ServeConfig, env: Mapping[str, str]
+    ) -> None:
+        self.paths, self.options, self.config, self.env = paths, options, serve, env
+        self.child: _ServeProcess | None = None
+        self._served: Served | None = None
+
+    @property
+    def served(self) -> Served:
+        """The server running now."""
+        if self._served is None:
+            raise RunError(f"{self.config.name}: the server has not started")
+        return self._served
+
+    def start(self, ready_timeout_s: float = 900, options: ServeOptions | None = None) -> Served:
+        """Serve this configuration (or ``options`` in its place) until it is ready."""
+        self.child = _ServeProcess(self.paths, options or self.options, self.config, self.env)
+        url = self.child.wait_ready(ready_timeout_s)
+        api_key = client_api_key(self.paths, config.load_settings(self.paths).api_key)
+        status = current_status(self.paths)
+        log = Path(status.log) if status.log else None
+        self._served = Served(url, status.model, api_key, self.config, log, status.sampling)
+        return self._served
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child, self._served = None, None
+
+    def restart(self) -> Served:
+        """``lucebox down`` then ``lucebox serve`` of the same configuration; the new server."""
+        self.stop()
+        return self.start()
+
+    def swap(self, other: ServeOptions) -> Served:
+        """Serve ``other`` until it is ready, then this configuration again: a swap and back."""
+        self.stop()
+        self.start(options=other)
+        return self.restart()
+
+
+@contextlib.contextmanager
+def restartable(
+    paths: Paths,
+    options: ServeOptions,
+    serve: ServeConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 900,
+) -> Iterator[RestartableServer]:
+    """A restartable server for one configuration, its saved slots its own while it lasts."""
     with _cold_slots(paths):
-        child = _ServeProcess(paths, options, serve, os.environ if env is None else env)
+        server = RestartableServer(paths, options, serve, os.environ if env is None else env)
         try:
-            url = child.wait_ready(ready_timeout_s)
-            api_key = client_api_key(paths, config.load_settings(paths).api_key)
-            status = current_status(paths)
-            log = Path(status.log) if status.log else None
-            yield Served(url, status.model, api_key, serve, log, status.sampling)
+            server.start(ready_timeout_s)
+            yield server
         finally:
-            child.stop()
+            server.stop()
+
+
+def refuse_running(paths: Paths, option: str) -> None:
+    """Refuse to start a bench's own server while the user's runs (one engine at a time)."""
+    running = current_status(paths)
+    if running.state != "stopped":
+        raise UsageError(
+            f"lucebox already serves {running.model} at {running.url}; "
+            f"{option} starts its own servers",
+            hint=f"stop it with `lucebox down`, or measure it with --url / without {option}",
+        )
 
 
 def run_configs(
@@ -287,13 +354,7 @@ def run_configs(
     on_note: Callable[[str], None] = lambda note: None,
 ) -> list[tuple[ServeConfig, Result]]:
     """Serve each configuration in turn and run ``workload`` against it (blocking)."""
-    running = current_status(paths)
-    if running.state != "stopped":
-        raise UsageError(
-            f"lucebox already serves {running.model} at {running.url}; "
-            "--compare starts its own servers",
-            hint="stop it with `lucebox down`, or measure it with --url / without --compare",
-        )
+    refuse_running(paths, "--compare")
     check_planned(paths, options, configs)
     results: list[tuple[ServeConfig, Result]] = []
     for serve in configs:

@@ -79,6 +79,13 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def request_base(served: Served, n_gen: int) -> dict[str, Any]:
+    """The fields of every replayed call: the reply's length, the served sampling, the
+    configuration's own fields."""
+    extra = dict(served.config.request_fields)
+    return {"max_tokens": n_gen, **client_fields(served.sampling), **extra}
+
+
 def replay(
     served: Served,
     transcript: Transcript,
@@ -90,8 +97,7 @@ def replay(
 ) -> ReplayResult:
     """Send each call of ``transcript`` (the first ``calls`` of them) in order and measure it."""
     headers = served.headers()
-    extra = dict(served.config.request_fields)
-    base = {"max_tokens": n_gen, **client_fields(served.sampling), **extra}
+    base = request_base(served, n_gen)
     streamed_call(served.url, {**base, "messages": WARM_UP, "max_tokens": 1}, headers)
     n_ctx = served_context(served.url, headers)
     measured: list[ReplayCall] = []

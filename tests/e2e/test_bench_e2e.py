@@ -126,3 +126,48 @@ def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engi
     assert (slots / "users.slot").read_bytes() == b"saved by the user's server"
     status = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)})
     assert json.loads(status.stdout)["state"] == "stopped"
+
+
+@pytest.mark.parametrize("event", ["restart", "swap"])
+def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
+    built_engine_home, tmp_path, event
+):
+    home = private_engine_home(tmp_path / "between-home")
+    # The swap serves the same file: the only real chat model here (a base one is refused).
+    between = "restart" if event == "restart" else f"swap:{smol_model()}"
+    result = bench(
+        home,
+        "replay",
+        str(SESSION),
+        "--calls",
+        "3",
+        "--n-gen",
+        "4",
+        "--between",
+        between,
+        "--model",
+        str(smol_model()),
+        "--ctx",
+        "4096",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    turns = json.loads(result.stdout)["between"]
+    assert [turn["index"] for turn in turns] == [1, 2]
+    for turn in turns:
+        after, warm, cold = turn["after"], turn["warm"], turn["cold"]
+        # The saved slot held the call before, so the call reads again only what it added, as
+        # it did warm, and far less than an unrelated prompt of its size.
+        assert after["cached_tokens"] >= 0.9 * warm["cached_tokens"] > 0, turns
+        read_after = after["prompt_tokens"] - after["cached_tokens"]
+        assert read_after < cold["prompt_tokens"] - cold["cached_tokens"], turns
+        assert abs(cold["prompt_tokens"] - after["prompt_tokens"]) < 0.2 * after["prompt_tokens"]
+        assert turn["kept_share"] is not None and turn["kept_share"] > 0.9, turns
+    # What survived the restart is the whole call before: only the new tool result is read.
+    before, last = turns[0]["after"], turns[1]["after"]
+    assert last["cached_tokens"] >= 0.95 * before["prompt_tokens"], turns
+    said = result.stderr
+    assert said.count("restart: stopping" if event == "restart" else "swap: serving") == 2
+    assert "read" in said and "of the warm cache kept" in said
+    status = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)})
+    assert json.loads(status.stdout)["state"] == "stopped"

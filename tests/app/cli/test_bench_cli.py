@@ -23,6 +23,9 @@ SESSION = Path(__file__).resolve().parents[3] / "assets" / "agent-session.jsonl"
         (["replay", str(SESSION), "--compare", "spec=on,off"], "--compare cache=on,off"),
         (["quick", "--compare", "spec=on"], "two different values"),
         (["quick", "--model", "x.gguf"], "choose what --compare serves"),
+        (["replay", str(SESSION), "--between", "restart"], "--between needs --model"),
+        (["replay", str(SESSION), "--between", "restart", "--url", "http://x"], "neither"),
+        (["replay", str(SESSION), "--between", "swap:", "--model", "x.gguf"], "not an event"),
     ],
 )
 def test_bad_bench_input_is_one_line_and_exit_2(args, says):
