@@ -7,12 +7,28 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lucebox.engine.run.sleep import SleepStatus, counts_as_activity, idle_since, sleep_due
 
 if TYPE_CHECKING:
-    from lucebox.engine.run.serverrun import ServerRun
+    from lucebox.engine.run.front.front import Front
+    from lucebox.engine.run.runsetup import Calibrations
+    from lucebox.engine.run.runstate import Status
+    from lucebox.engine.run.supervisor import Supervisor
+
+
+class SleepingRun(Protocol):
+    """What the watch needs of the run it puts to sleep (:class:`~lucebox.engine.run.
+    serverrun.ServerRun` is one)."""
+
+    front: Front | None
+    supervisor: Supervisor
+    calibrations: Calibrations
+
+    @property
+    def status(self) -> Status: ...
+
 
 SLEEP_CHECK_S = 0.5
 """How often the watch looks whether the engine is idle enough to sleep."""
@@ -79,7 +95,7 @@ class SleepWatch:
             self.step(time.monotonic())
 
 
-def sleep_watch(run: ServerRun, idle_s: float) -> SleepWatch | None:
+def sleep_watch(run: SleepingRun, idle_s: float) -> SleepWatch | None:
     """The watch of ``run`` after ``idle_s`` idle; None when it never sleeps."""
     if idle_s <= 0:
         return None

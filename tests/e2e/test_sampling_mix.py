@@ -56,6 +56,8 @@ def test_status_shows_the_sampling_clients_sent(built_engine_home, tmp_path):
             "sampled": 0,
             "temperature": 0.8,
             "from": "defaults",
+            "greedy_acceptance": None,
+            "sampled_acceptance": None,
         }
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         messages = [{"role": "user", "content": "Say hello."}]
@@ -76,6 +78,9 @@ def test_status_shows_the_sampling_clients_sent(built_engine_home, tmp_path):
             "sampled": 3,
             "temperature": 0.7,
             "from": "clients",
+            # No draft serves here: the replies' timings carry no draft tokens to count.
+            "greedy_acceptance": None,
+            "sampled_acceptance": None,
         }
         text = run_lucebox("status", env=home).stdout
         assert "\n  sampling: 3 sampled (mostly at temperature 0.7), 1 greedy" in text

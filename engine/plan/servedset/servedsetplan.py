@@ -32,7 +32,7 @@ from lucebox.engine.plan.memory.ctxchoice import wanted_ctx
 from lucebox.engine.plan.memory.sizes import RESERVE_MIN_BYTES
 from lucebox.engine.plan.options import ServeOptions, resolve, side_models_of
 from lucebox.engine.plan.planner import plan_launch, replan, smaller_context_plan
-from lucebox.engine.plan.servedset.setsides import with_set_sides
+from lucebox.engine.plan.servedset.setsides import set_sides
 from lucebox.engine.plan.sidemodels import NO_SIDES, SidePlan
 from lucebox.engine.plan.speculation.specguard import Decision
 
@@ -262,7 +262,11 @@ def plan_set(
     options = replace(options, embed_model=None, rerank_model=None)
     settings = replace(settings, embed_model="", rerank_model="")
     planned = _members_planned(paths, options, sources, settings, budget, installs, ram_limit_bytes)
-    return with_set_sides(paths, planned, side_models)
+    if not side_models:
+        return planned
+    limits = (planned.models_max, planned.process_bytes)
+    sides = set_sides(paths, planned.launches, planned.budget, limits, side_models)
+    return replace(planned, sides=sides, refusal=planned.refusal or sides.refusal)
 
 
 def _members_planned(

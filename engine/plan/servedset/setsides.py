@@ -8,18 +8,14 @@ on that device and a reserve; one that does not fit refuses the set with the num
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.plan.launch import private_port
 from lucebox.engine.plan.launchplan import LaunchPlan
-from lucebox.engine.plan.sidemodels import SideHost, SideRole, plan_sides, read_side_file
+from lucebox.engine.plan.sidemodels import SideHost, SidePlan, SideRole, plan_sides, read_side_file
 from lucebox.engine.plan.sideplan import side_path
-
-if TYPE_CHECKING:  # servedsetplan plans its sides here
-    from lucebox.engine.plan.servedset.servedsetplan import SetPlan
 
 
 def device_key(launch: LaunchPlan) -> str:
@@ -35,27 +31,30 @@ def device_room_bytes(budget: GpuBudget, key: str) -> int:
     return sum(free[i] for i in key.split(","))
 
 
-def side_headroom_bytes(planned: SetPlan, key: str) -> int:
-    """What the set leaves on ``key``: its room less the ``models_max`` largest models there
-    (each with its process) and the largest reserve one of them keeps."""
-    on_key = [lp for lp in planned.launches if device_key(lp) == key]
-    sizes = sorted(
-        (lp.plan.memory_bytes.total + planned.process_bytes for lp in on_key), reverse=True
-    )
+def side_headroom_bytes(
+    launches: Sequence[LaunchPlan], budget: GpuBudget, models_max: int, process_bytes: int, key: str
+) -> int:
+    """What a set of ``launches`` leaves on ``key``: its room less the ``models_max`` largest
+    models there (each with its process) and the largest reserve one of them keeps."""
+    on_key = [lp for lp in launches if device_key(lp) == key]
+    sizes = sorted((lp.plan.memory_bytes.total + process_bytes for lp in on_key), reverse=True)
     reserve = max((lp.plan.memory_bytes.reserve for lp in on_key), default=0)
-    return device_room_bytes(planned.budget, key) - sum(sizes[: planned.models_max]) - reserve
+    return device_room_bytes(budget, key) - sum(sizes[:models_max]) - reserve
 
 
-def with_set_sides(
-    paths: Paths, planned: SetPlan, side_models: tuple[tuple[SideRole, str], ...]
-) -> SetPlan:
-    """``planned`` with the side models ``side_models`` names, on its first model's device."""
-    if not side_models:
-        return planned
+def set_sides(
+    paths: Paths,
+    launches: Sequence[LaunchPlan],
+    budget: GpuBudget,
+    limits: tuple[int, int],
+    side_models: tuple[tuple[SideRole, str], ...],
+) -> SidePlan:
+    """The side models ``side_models`` names beside a set of ``launches``, on its first
+    model's device; ``limits``: the set's (models_max, process_bytes)."""
     files = tuple(
         read_side_file(role, source, side_path(paths, role, source)) for role, source in side_models
     )
-    first = planned.launches[0]
+    first = launches[0]
     key = device_key(first)
     host = SideHost(
         server_path=first.installs.llama_server.server_path,
@@ -64,6 +63,5 @@ def with_set_sides(
         gpus=key.split(",")[0] if key != "ram" else "",
         engine_port=private_port(first.resolved.port),
     )
-    headroom = side_headroom_bytes(planned, key)
-    sides = plan_sides(files, headroom_bytes=headroom, host=host, left_by="the set's plan")
-    return replace(planned, sides=sides, refusal=planned.refusal or sides.refusal)
+    headroom = side_headroom_bytes(launches, budget, *limits, key)
+    return plan_sides(files, headroom_bytes=headroom, host=host, left_by="the set's plan")
