@@ -70,7 +70,8 @@ def plan_disk_cache(request: DiskCacheRequest) -> DiskCache:
         return _off(off, "off: the prompt cache is off (--cache off)")
     if request.paged_attention:
         return _off(off, "off: paged attention turns the engine's snapshots off")
-    budget = min(BUDGET_CAP_BYTES, request.free_bytes // DISK_SHARE)
+    # Whole GiB: a plan made again a few files later passes the engine the same flags.
+    budget = min(BUDGET_CAP_BYTES, request.free_bytes // DISK_SHARE // GIB * GIB)
     if budget < BUDGET_FLOOR_BYTES:
         return _off(
             off,
