@@ -59,6 +59,9 @@ from lucebox.engine.run.front.frontwire import (
     EngineCall,
     Exchange,
     SameShape,
+    header_of,
+    next_chunk,
+    read_whole,
     serve_connection,
     split_events,
 )
@@ -104,12 +107,6 @@ ENGINE_GONE_GRACE_S = 3.0
 front answers 502 (it learns of the death from the supervisor, a moment later)."""
 ENDED_STATES = ("stopped", "failed")
 """Run states no engine comes back from: a waiting request is answered 503 at once."""
-
-
-def header_of(answer: h11.Response, name: bytes) -> str:
-    """One header of the engine's answer ('' when absent)."""
-    found = (v for k, v in answer.headers if k.lower() == name)
-    return next(found, b"").decode("latin-1")
 
 
 def is_generation(method: str, path: str) -> bool:
@@ -548,21 +545,11 @@ class Front:
             await ex.end()
 
     async def _read_all(self, ex: Exchange, call: EngineCall) -> bytes:
-        """The whole body of the engine's answer (a hang-up meanwhile ends the wait)."""
-        whole = bytearray()
-        while (chunk := await self._next_chunk(ex, call, keepalive=False)) is not None:
-            whole += chunk
-        return bytes(whole)
+        return await read_whole(ex, call, self.spec.keepalive_s)
 
     async def _next_chunk(self, ex: Exchange, call: EngineCall, *, keepalive: bool) -> bytes | None:
-        reading = asyncio.ensure_future(call.chunk())
-        try:
-            while not await ex.wait(reading, self.spec.keepalive_s):
-                if keepalive:
-                    await self._keepalive(ex)
-            return reading.result()
-        finally:
-            reading.cancel()
+        quiet = (lambda: self._keepalive(ex)) if keepalive else None
+        return await next_chunk(ex, call, self.spec.keepalive_s, quiet)
 
     async def _pipe_events(
         self,

@@ -431,3 +431,35 @@ class EngineCall:
         self.writer.close()
         with contextlib.suppress(ConnectionError):
             await self.writer.wait_closed()
+
+
+def header_of(answer: h11.Response, name: bytes) -> str:
+    """One header of the engine's answer ('' when absent)."""
+    found = (v for k, v in answer.headers if k.lower() == name)
+    return next(found, b"").decode("latin-1")
+
+
+async def next_chunk(
+    ex: Exchange,
+    call: EngineCall,
+    wait_s: float,
+    on_quiet: Callable[[], Awaitable[None]] | None = None,
+) -> bytes | None:
+    """The engine's next piece of its answer (None at its end), looking every ``wait_s`` for a
+    client that hung up (ClientGoneError) and calling ``on_quiet`` meanwhile."""
+    reading = asyncio.ensure_future(call.chunk())
+    try:
+        while not await ex.wait(reading, wait_s):
+            if on_quiet is not None:
+                await on_quiet()
+        return reading.result()
+    finally:
+        reading.cancel()
+
+
+async def read_whole(ex: Exchange, call: EngineCall, wait_s: float) -> bytes:
+    """The whole body of the engine's answer (a hang-up meanwhile ends the wait)."""
+    whole = bytearray()
+    while (chunk := await next_chunk(ex, call, wait_s)) is not None:
+        whole += chunk
+    return bytes(whole)

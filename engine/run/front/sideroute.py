@@ -3,13 +3,18 @@ processes (run/sideserver.py starts them), past the chat queue."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 import h11
 
 from lucebox.engine.plan.sidemodels import SideRole
-from lucebox.engine.run.front.frontwire import HOP_HEADERS, EngineCall, Exchange
+from lucebox.engine.run.front.frontwire import (
+    HOP_HEADERS,
+    EngineCall,
+    Exchange,
+    header_of,
+    read_whole,
+)
 
 EMBED_PATHS = ("/v1/embeddings", "/embeddings", "/embedding")
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
@@ -72,30 +77,13 @@ async def relay_side(
         call = await EngineCall.open(route.url)
         try:
             answer = await call.send("POST", target, headers, body)
-            whole = await _read_all(ex, call, wait_s)
+            whole = await read_whole(ex, call, wait_s)
         finally:
             await call.close()
     except CALL_ERRORS as exc:
         why = f"the {route.role} model {route.alias} is not answering ({exc}); try again soon"
         await ex.error(503, why, [("retry-after", "2"), *cors])
         return 503
-    found = (v for k, v in answer.headers if k.lower() == b"content-type")
-    content_type = next(found, b"application/json").decode("latin-1")
+    content_type = header_of(answer, b"content-type") or "application/json"
     await ex.whole(answer.status_code, whole, content_type, extra=cors)
     return int(answer.status_code)
-
-
-async def _read_all(ex: Exchange, call: EngineCall, wait_s: float) -> bytes:
-    """The whole answer; a client that hangs up meanwhile ends the wait (ClientGoneError)."""
-    whole = bytearray()
-    while True:
-        reading = asyncio.ensure_future(call.chunk())
-        try:
-            while not await ex.wait(reading, wait_s):
-                pass
-            chunk = reading.result()
-        finally:
-            reading.cancel()
-        if chunk is None:
-            return bytes(whole)
-        whole += chunk
