@@ -24,7 +24,12 @@ from lucebox.engine.models.guard import verdict_of
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.records import stored_file, stored_path
-from lucebox.engine.plan.enginechoice import EngineChoice, EngineFacts, choose_engine
+from lucebox.engine.plan.enginechoice import (
+    EngineChoice,
+    EngineFacts,
+    choose_engine,
+    is_lucebox_draft,
+)
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import kvmodes
@@ -76,7 +81,6 @@ def choose(
     llama-server's plan for the context asked for (None when none was asked for);
     ``measured`` the calibration's verdict for it, ``missing_build`` the engine not built."""
     info = target.info
-    draft_info = draft.info if draft is not None else None
     # A preset's file not pulled yet: its own MTP head is what its speculation names.
     preset_mtp = bool(preset and preset.draft and preset.draft.spec_type == "draft-mtp")
     asked = resolved.ctx
@@ -89,9 +93,7 @@ def choose(
             on_nvidia_gpu=budget.is_gpu,
             draft_name=draft.path.name if draft is not None else None,
             # A preset's draft not pulled yet: its published facts name the architecture.
-            draft_arch=draft_info.architecture
-            if draft_info is not None
-            else (draft.facts.architecture if draft is not None else None),
+            draft_arch=_draft_arch(draft),
             llama_fits_ctx=llama_plan is None
             or asked is None
             or (llama_plan.fits and llama_plan.ctx >= asked),
@@ -198,6 +200,13 @@ def _prefill_notes(drafter: PrefillDrafter, engine: EngineView) -> str:
     )
 
 
+def _draft_arch(draft: ModelFile | None) -> str | None:
+    """The draft's architecture: its header's, or a preset's published facts before a pull."""
+    if draft is None:
+        return None
+    return draft.info.architecture if draft.info is not None else draft.facts.architecture
+
+
 def _as_lucebox_draft(draft: ModelFile) -> ModelFile:
     """The draft with llama-server's refusals of a Lucebox draft left out."""
     if draft.check is None:
@@ -217,11 +226,16 @@ def lucebox_launch(
 ) -> LaunchPlan:
     """The whole launch when the Lucebox engine serves, on its build ``engine``."""
     resolved = basis.resolved
-    draft = _as_lucebox_draft(draft) if draft is not None and resolved.spec != "off" else None
+    given = draft
+    foreign = given is not None and not is_lucebox_draft(_draft_arch(given))
+    kept = given if given is not None and not foreign and resolved.spec != "off" else None
+    draft = _as_lucebox_draft(kept) if kept is not None else None
     drafter = _prefill_drafter(paths) if resolved.prefill != "off" else None
     request = _lucebox_request(basis, draft, budget, engine, drafter)
     placed = _place(paths, request, basis.target, draft, engine, resolved)
     spec = _ddtree_speculation(draft, placed.planned.flags, resolved.spec)
+    if given is not None and foreign and resolved.spec != "off":
+        spec = dataclasses.replace(spec, reason=_foreign_draft_reason(given.path.name))
     plan = _explained(placed, choice, spec, drafter, engine)
     disk = disk_cache_of(
         paths, str(basis.target.path), prefixstore.build_of(engine.server_path), plan,
@@ -277,6 +291,13 @@ def _ddtree_speculation(
     if flags.sampled_verify:
         why += "; sampled verification on"
     return Speculation("ddtree", draft, None, None, why)
+
+
+def _foreign_draft_reason(draft_name: str | None) -> str:
+    return (
+        f"none: the draft {draft_name} is in llama-server's format, and the Lucebox engine "
+        "takes a DFlash draft (this engine serves without speculation)"
+    )
 
 
 def _explained(

@@ -37,7 +37,7 @@ from lucebox.engine.plan.lucebox.luceboxplan import (
 )
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import installs_of, plan_launch
-from support.ggufgen import cached_gguf
+from support.ggufgen import cached_gguf, draft_model_for
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
 H100 = pool_of((DeviceBudget(0, "NVIDIA H100 80GB HBM3", 81079 * MIB, 80_500 * MIB),), 128 * GIB)
@@ -281,6 +281,20 @@ def test_the_engine_never_reads_dflash_settings_from_lucebox_s_environment(files
     launch = plan(ServeOptions(model=str(target), draft=str(draft)))
     env = engine_environ(launch.server, {"DFLASH_KVFLASH": "auto", "PATH": "/bin"})
     assert "DFLASH_KVFLASH" not in env and env["DFLASH_SAMPLED_VERIFY"] == "1"
+
+
+def test_a_llama_server_draft_is_not_passed_to_the_lucebox_engine(files):
+    """The Lucebox engine loads only DFlash drafts (a qwen3 draft model fails its load): it
+    serves without speculation and says why, and the draft stays llama-server's."""
+    target = files[0]
+    draft = cached_gguf(dataclasses.replace(draft_model_for(TARGET), header_only=True))
+    launch = plan(ServeOptions(model=str(target), draft=str(draft), ctx=32768, engine="lucebox"))
+    assert launch.server.kind == "lucebox"
+    assert "--draft" not in launch.argv and launch.speculation.draft is None
+    assert "in llama-server's format" in launch.speculation.reason
+    assert draft.name in launch.speculation.reason
+    served = plan(ServeOptions(model=str(target), draft=str(draft), ctx=32768))
+    assert served.server.kind == "llama-server" and served.speculation.draft is not None
 
 
 def test_a_lucebox_draft_named_by_a_preset_selects_the_engine_before_any_pull():
