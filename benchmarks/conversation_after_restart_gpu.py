@@ -5,14 +5,16 @@ with each engine pinned: a conversation of about PROMPT tokens (the generated mo
 a token) in two turns, `lucebox down`, `lucebox serve` with the same options, a third turn
 extending the second; beside it, a prompt of the same size that shares nothing (cold). With
 ``--swap-to OTHER``, then a swap: `down`, `serve --model OTHER` and one turn there, `down`,
-`serve` of TARGET again and a fourth turn extending the third. The client's time to the first
+`serve` of TARGET again and a fourth turn extending the third. With ``--sleep-s S`` (the
+``server.sleep_idle_s`` setting, set for the run and put back after), then a sleep: the run idles
+until ``status`` says its engine sleeps, and one more turn wakes it. The client's time to the first
 token of each turn and, where the reply says it, the tokens the engine read (llama-server's
 ``timings.prompt_n``); for the Lucebox engine, what its disk prefix cache logged (``[disk-cache]``
 lines: hits, saves) and what ``status`` says it keeps.
 
     python3 -m benchmarks.conversation_after_restart_gpu TARGET OUT.json [--prompt 50000]
         [--ctx 65536] [--engines auto,llama-server,lucebox] [--serve-args "--gpu 0"]
-        [--swap-to OTHER.gguf]
+        [--swap-to OTHER.gguf] [--sleep-s 20]
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def _kept() -> dict[str, Any]:
     return {**{key: cache.get(key) for key in keys}, "disk_lines": disk[-12:]}
 
 
-def _swap(engine: str, args: argparse.Namespace, seen: dict[str, Any], messages: list) -> None:
+def _swap(engine: str, args: argparse.Namespace, seen: dict[str, Any], messages: list) -> str:
     """Serve another model for a turn, then the target again: its next turn after the swap."""
     _cli("down", timeout_s=180)
     url = _serve(_options(engine, args.swap_to, args))
@@ -109,6 +111,20 @@ def _swap(engine: str, args: argparse.Namespace, seen: dict[str, Any], messages:
     messages += [{"role": "user", "content": "And after the swap?"}]
     seen["turn4_after_swap"] = _turn(url, None, messages)
     seen["kept_after_swap"] = _kept()
+    return url
+
+
+def _sleep(args: argparse.Namespace, seen: dict[str, Any], messages: list, url: str) -> None:
+    """Idle until the engine sleeps, then the next turn, which wakes it."""
+    deadline = time.monotonic() + args.sleep_s + READY_S
+    while time.monotonic() < deadline and not (_status().get("sleep") or {}).get("asleep"):
+        time.sleep(1)
+    seen["asleep_seen"] = bool((_status().get("sleep") or {}).get("asleep"))
+    last = seen.get("turn4_after_swap") or seen["turn3_after_restart"]
+    messages += [{"role": "assistant", "content": last["content"]}]
+    messages += [{"role": "user", "content": "And after the sleep?"}]
+    seen["turn_after_sleep"] = _turn(url, None, messages)
+    seen["kept_after_sleep"] = _kept()
 
 
 def one_engine(engine: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -128,7 +144,9 @@ def one_engine(engine: str, target: str, args: argparse.Namespace) -> dict[str, 
     seen["turn3_after_restart"] = _turn(url, None, messages)
     seen["kept_after_restart"] = _kept()
     if args.swap_to:
-        _swap(engine, args, seen, messages)
+        url = _swap(engine, args, seen, messages)
+    if args.sleep_s:
+        _sleep(args, seen, messages, url)
     seen["cold_same_size"] = _turn(url, None, conversation(args.prompt, f"{engine} unrelated"))
     _cli("down", timeout_s=180)
     return seen
@@ -143,18 +161,27 @@ def main() -> int:
     parser.add_argument("--engines", default="auto,llama-server,lucebox")
     parser.add_argument("--serve-args", default="")
     parser.add_argument("--swap-to", default="", help="another model to swap to and back from")
+    parser.add_argument(
+        "--sleep-s", type=float, default=0.0, help="server.sleep_idle_s for the run"
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {
         "command": "python3 -m benchmarks.conversation_after_restart_gpu " + " ".join(sys.argv[1:]),
         "path": "lucebox serve as typed (auto first, then each engine pinned), calibration on",
     }
-    for engine in args.engines.split(","):
-        try:
-            results[engine] = one_engine(engine, args.target, args)
-        except (RuntimeError, httpx.HTTPError, subprocess.TimeoutExpired) as exc:
-            results[engine] = {"error": str(exc)}
-            _cli("down", timeout_s=180)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    if args.sleep_s:
+        _cli("config", "set", "server.sleep_idle_s", str(args.sleep_s))
+    try:
+        for engine in args.engines.split(","):
+            try:
+                results[engine] = one_engine(engine, args.target, args)
+            except (RuntimeError, httpx.HTTPError, subprocess.TimeoutExpired) as exc:
+                results[engine] = {"error": str(exc)}
+                _cli("down", timeout_s=180)
+            args.out.write_text(json.dumps(results, indent=1) + "\n")
+    finally:
+        if args.sleep_s:
+            _cli("config", "set", "server.sleep_idle_s", "0")
     print(json.dumps(results, indent=1))
     return 0
 

@@ -9,7 +9,11 @@ first token beside the clients' own. Writes the store's ``engines`` section and 
 engine choice next to them. Every figure comes from serve's own calibration.
 
     python3 -m benchmarks.engine_choice_on_auto TARGET DRAFT OUT.json [--ctx 32768] [--port 18270]
-        [--deadline-s 900] [--chats 8] [--serve-args "--gpu 0"]
+        [--deadline-s 900] [--chats 8] [--serve-args "--gpu 0"] [--temperature 0.7]
+
+With ``--temperature T`` every chat sends it, and two chats go first, as soon as serve answers,
+so the sampling the calibration measures at is the clients' (unset: each engine's defaults
+made equal by lucebox).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -33,6 +38,7 @@ from lucebox.engine.plan.speculation import measurements
 from lucebox.engine.run.front.frontwire import CARRIES_TOKEN
 
 CLI = [sys.executable, "-m", "lucebox.app.cli"]
+USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
 
 def lucebox_json(*args: str) -> Any:
@@ -43,9 +49,10 @@ def lucebox_json(*args: str) -> Any:
         return {"exit_code": done.returncode, "stderr": done.stderr[-2000:]}
 
 
-def chats(url: str, count: int) -> list[dict[str, float]]:
-    """Streamed chats on one open connection, each with a fresh prompt: the wait for the first
-    token and the whole reply, as the client saw them."""
+def chats(url: str, count: int, temperature: float | None) -> list[dict[str, float]]:
+    """Streamed chats on one open connection, each with a fresh prompt, at ``temperature``
+    (None: left unset, as most clients do): the wait for the first token, the whole reply and
+    the tokens the reply counted, as the client saw them."""
     seen = []
     with httpx.Client(timeout=300) as client:
         client.get(f"{url}/health")
@@ -55,15 +62,46 @@ def chats(url: str, count: int) -> list[dict[str, float]]:
                 "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": 256,
                 "stream": True,
+                "stream_options": {"include_usage": True},
             }
+            if temperature is not None:
+                body["temperature"] = temperature
             sent_s = time.perf_counter()
-            first = None
+            first, tokens = None, 0
             with client.stream("POST", f"{url}/v1/chat/completions", json=body) as reply:
                 for chunk in reply.iter_raw():
                     if first is None and CARRIES_TOKEN.search(chunk):
                         first = time.perf_counter() - sent_s
-            seen.append({"ttft_s": first or 0.0, "total_s": time.perf_counter() - sent_s})
+                    tokens = _completion_tokens(chunk) or tokens
+            total_s = time.perf_counter() - sent_s
+            decode_s = total_s - (first or 0.0)
+            seen.append(
+                {
+                    "ttft_s": first or 0.0,
+                    "total_s": total_s,
+                    "tokens": tokens,
+                    "decode_tok_s": round(tokens / decode_s, 1) if tokens and decode_s > 0 else 0.0,
+                }
+            )
     return seen
+
+
+def _completion_tokens(chunk: bytes) -> int:
+    """The usage's completion tokens where this chunk carries them (the stream's last event)."""
+    found = USAGE_TOKENS.search(chunk)
+    return int(found.group(1)) if found else 0
+
+
+def lead_chats(
+    serve: subprocess.Popen[bytes], url: str, deadline_s: float, temperature: float | None
+) -> list[dict[str, float]]:
+    """Once serve answers, two chats at the clients' sampling: the front records it, so the
+    idle calibration that follows measures at it (before any traffic, the defaults stand in)."""
+    while time.monotonic() < deadline_s and serve.poll() is None:
+        if lucebox_json("status").get("state") == "ready":
+            return chats(url, 2, temperature)
+        time.sleep(1)
+    return []
 
 
 def wait_for_verdict(
@@ -94,6 +132,7 @@ def main() -> int:
     parser.add_argument("--deadline-s", type=float, default=900)
     parser.add_argument("--chats", type=int, default=8)
     parser.add_argument("--serve-args", default="")
+    parser.add_argument("--temperature", type=float, default=None, help="unset: left to defaults")
     args = parser.parse_args()
     started = time.monotonic()
     serve_args = ["--model", args.target, "--draft", args.draft, "--ctx", str(args.ctx)]
@@ -101,6 +140,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "path": "lucebox serve on auto, calibration on (its own idle wait), nothing pinned",
         "command": ["lucebox", "serve", *serve_args],
+        "clients_temperature": args.temperature,
     }
     serve = subprocess.Popen(
         [*CLI, "serve", *serve_args],
@@ -109,13 +149,14 @@ def main() -> int:
         start_new_session=True,
     )
     timeline: list[dict[str, Any]] = []
+    url = f"http://127.0.0.1:{args.port}"
     try:
+        result["lead_chats"] = lead_chats(serve, url, started + args.deadline_s, args.temperature)
         status = wait_for_verdict(serve, started + args.deadline_s, timeline)
         result["verdict_after_s"] = round(time.monotonic() - started, 1)
         result["status_at_verdict"] = status
-        url = f"http://127.0.0.1:{args.port}"
         if status.get("state") == "ready":
-            seen = chats(url, args.chats)
+            seen = chats(url, args.chats, args.temperature)
             time.sleep(2)  # one sample after the last reply
             after = lucebox_json("status")
             sample = after.get("sample") or {}
@@ -124,6 +165,7 @@ def main() -> int:
                 "replies": seen,
                 "ttft_s_mean": statistics.mean(waits),
                 "ttft_s_median": statistics.median(waits),
+                "decode_tok_s_median": statistics.median(s["decode_tok_s"] for s in seen),
             }
             result["status_after_clients"] = {
                 "engine": after.get("engine"),
@@ -131,11 +173,14 @@ def main() -> int:
                 "ttft_s": sample.get("ttft_s"),
                 "decode_tokens_per_s": sample.get("decode_tokens_per_s"),
                 "restarts": after.get("restarts"),
+                "spec": after.get("spec"),
+                "sampling": after.get("sampling"),
             }
         plan = lucebox_json("plan", *serve_args[:6])
         result["plan_engine"] = plan.get("engine") if isinstance(plan, dict) else plan
         paths = resolve_paths(os.environ)
         result["store_engines"] = measurements.read_section(paths, "engines")
+        result["store_spec"] = measurements.read_section(paths, "entries")
     finally:
         result["timeline"] = timeline
         subprocess.run([*CLI, "down"], capture_output=True, check=False)

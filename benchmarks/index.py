@@ -62,6 +62,8 @@ INDEX = (
         results=(
             "results/h100-engine-choice-on-auto.json",
             "results/h100-engine-choice-on-auto-partial-draft.json",
+            "results/h100-engine-choice-on-auto-partial-draft-t0.json",
+            "results/h100-engine-choice-on-auto-partial-draft-t07.json",
         ),
         device_step="engine_choice_on_auto",
     ),
@@ -74,6 +76,13 @@ INDEX = (
             "results/h100-conversation-after-restart-gpu-lucebox-plan.json",
         ),
         device_step="conversation_after_restart_gpu",
+    ),
+    Benchmark(
+        "decode_spread_gpu",
+        "How far apart do launches of one plan decode, and is it warm-up, clocks or noise?",
+        "gpu",
+        results=("results/h100-decode-spread-gpu.json",),
+        device_step="decode_spread_gpu",
     ),
     Benchmark(
         "engine_choice_measured",

@@ -689,8 +689,11 @@ step_engine_choice_on_auto() {
         suffix=-${draft#qwen35-tiny-}
     fi
     lucebox_models "${PAIR:-pair}" || return 1
+    # CLIENT_T=0 or 0.7: the clients' temperature (unset: the defaults lucebox fills in).
+    [ -n "${CLIENT_T:-}" ] && suffix+=-t${CLIENT_T//./}
     timeout 1100 python3 -m benchmarks.engine_choice_on_auto "$MODELS/$target.gguf" \
-        "$MODELS/$draft.gguf" "$OUT/auto-choice.json" --deadline-s 1000
+        "$MODELS/$draft.gguf" "$OUT/auto-choice.json" --deadline-s "${DEADLINE_S:-1000}" \
+        ${CLIENT_T:+--temperature "$CLIENT_T"}
     local rc=$?
     keep_result "engine-choice-on-auto$suffix" "$OUT/auto-choice.json"
     return "$rc"
@@ -700,7 +703,7 @@ step_conversation_after_restart_gpu() {
     # Both builds in (build-llama, BSA=0 build-lucebox): a ~50K-token conversation across
     # down/serve, on auto and with each engine pinned (PROMPT, ENGINES), then a swap to another
     # model file (a copy of the target under another name: its own cache key) and back
-    # (SWAP=0 leaves it out). The Lucebox engine runs with its planned disk prefix cache (the
+    # (SWAP=0 leaves it out); SLEEP_S=20 adds a sleep (server.sleep_idle_s) and a turn waking it. The Lucebox engine runs with its planned disk prefix cache (the
     # default path); the plan it serves with is kept beside the result.
     setup
     lucebox_models pair || return 1
@@ -713,10 +716,24 @@ step_conversation_after_restart_gpu() {
         >"$OUT/conversation-lucebox-plan.json" 2>"$OUT/conversation-lucebox-plan.err"
     timeout 1800 python3 -m benchmarks.conversation_after_restart_gpu \
         "$MODELS/qwen35-tiny.gguf" "$OUT/conversation.json" --prompt "${PROMPT:-50000}" \
-        --engines "${ENGINES:-auto,llama-server,lucebox}" --serve-args "${SERVE_ARGS:-}" ${swap[@]+"${swap[@]}"}
+        --engines "${ENGINES:-auto,llama-server,lucebox}" --serve-args "${SERVE_ARGS:-}" ${swap[@]+"${swap[@]}"} \
+        ${SLEEP_S:+--sleep-s "$SLEEP_S"}
     local rc=$?
     keep_result conversation-after-restart-gpu-lucebox-plan "$OUT/conversation-lucebox-plan.json"
     keep_result conversation-after-restart-gpu "$OUT/conversation.json"
+    return "$rc"
+}
+
+step_decode_spread_gpu() {
+    # Both builds in (build-llama, BSA=0 build-lucebox, models pair): the agreeing pair served
+    # LAUNCHES times per engine (ENGINES), CHATS greedy chats each, the GPU's clocks sampled.
+    setup
+    lucebox_models pair || return 1
+    timeout 560 python3 -m benchmarks.decode_spread_gpu "$OUT/decode-spread.json" \
+        --serve-args "--model $MODELS/qwen35-tiny.gguf --draft $MODELS/qwen35-tiny-dflash.gguf --ctx 32768" \
+        --engines "${ENGINES:-lucebox,llama-server}" --launches "${LAUNCHES:-5}" --chats "${CHATS:-8}"
+    local rc=$?
+    keep_result decode-spread-gpu "$OUT/decode-spread.json"
     return "$rc"
 }
 
@@ -1673,9 +1690,10 @@ cpu_baseline_cost	the shipped CPU baseline against native builds on this CPU
 plan_memory_vs_gpu	NAME:LEAVE_FREE_MIB...
 launch_matches_plan_gpu	[ARGS of the benchmark]
 rpc_peer_vs_gpu	[ARGS of the benchmark]
-engine_choice_on_auto	serve with nothing pinned compares both engines
+engine_choice_on_auto	serve with nothing pinned compares both engines (PAIR, CLIENT_T)
+decode_spread_gpu	launches of one plan, their decode spread and the GPU's clocks (ENGINES, LAUNCHES, CHATS)
 engine_choice_measured	both engines measured as the calibration measures them
-conversation_after_restart_gpu	a long conversation across down/serve and a model swap, per engine (PROMPT, SWAP)
+conversation_after_restart_gpu	a long conversation across down/serve and a model swap, per engine (PROMPT, SWAP, SLEEP_S)
 vision_on_gpu	a text model with its projector, --vision on and off
 embeddings_beside	the Lucebox engine with MiniLM beside it: latency, cosine, memory
 long_prompt_modes_gpu	[pflash|kv] [ARGS of the benchmark]
