@@ -426,6 +426,12 @@ step_chain() {
     return "$rc"
 }
 
+# Runs STEP ARGS with VAR=VALUE settings of its own (in a chain, one step's settings).
+step_with() {
+    while [ "$#" -gt 0 ] && [[ "$1" == *=* ]]; do export "${1?}"; shift; done
+    bash "$ROOT/$DRIVE" "$@"
+}
+
 step_collect() {
     setup
     local name=${1:-call} R=/tmp/collect-${1:-call} pending log f
@@ -1684,6 +1690,7 @@ serve	lucebox serve ARGS in a session of its own, until ready
 down	stop what serve started
 detach	NAME STEP ARGS [+ STEP ARGS]...: steps in a session of their own
 chain	STEP ARGS [+ STEP ARGS]...: what detach runs
+with	VAR=VALUE... STEP ARGS: one step with settings of its own (a chain's step)
 collect	wait for the detached chains [NAME]; \$OUT/collect-NAME.tgz
 engine_build_gpu	[doctor|toolkit-gather|toolkit-build|toolkit-measure|toolkit-local]
 cpu_baseline_cost	the shipped CPU baseline against native builds on this CPU
