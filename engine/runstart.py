@@ -9,6 +9,7 @@ import functools
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from lucebox.engine.core.errors import CancelledByUserError, LuceboxError
 from lucebox.engine.core.paths import Paths
@@ -30,7 +31,7 @@ from lucebox.engine.run.calibrate import calibrator
 from lucebox.engine.run.calibrate.calibration import Trial
 from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, EngineSetup
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
-from lucebox.engine.run.calibrate.probing import ProbePace
+from lucebox.engine.run.calibrate.probing import MeasuredRun, ProbePace, served_sampling
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.front.chatpage import ChatPage
 from lucebox.engine.run.hang import bounds_for
@@ -106,6 +107,8 @@ class Replanner:
         self.current = prepared.launch
         self.calibrator: calibrator.Calibrator | None = None
         """The calibration of this launch, which keeps the store's entry while it runs."""
+        self.run: MeasuredRun | None = None
+        """The run serving the launch, whose front records the sampling clients get."""
 
     def after_oom(self, server: ServerLaunch) -> ServerLaunch | None:
         """A context the user asked for is never shrunk: the re-plan refuses (exit 3)."""
@@ -122,11 +125,9 @@ class Replanner:
         if decision.action == "off":
             self._keep_off(server, decision.reason)
         if decision.action == "shorten":
-            changed = planner.replan(
-                self.paths, self.current, self.settings, draft_max=decision.draft_max
-            )
+            changed = self._replan(self.current, draft_max=decision.draft_max)
         else:
-            changed = planner.replan(self.paths, self.current, self.settings, spec="off")
+            changed = self._replan(self.current, spec="off")
         if changed.refusal is not None:
             return None
         self.current = changed
@@ -142,14 +143,8 @@ class Replanner:
     def for_trial(self, trial: Trial) -> ServerLaunch | None:
         """The served launch re-planned with one calibration configuration (None: it cannot
         start here)."""
-        changed = planner.replan(
-            self.paths,
-            self.prepared.launch,
-            self.settings,
-            spec=trial.mode,
-            draft_max=trial.draft_max,
-            p_min=trial.p_min,
-            measured_at=self._measured_at(),
+        changed = self._replan(
+            self.prepared.launch, spec=trial.mode, draft_max=trial.draft_max, p_min=trial.p_min
         )
         if changed.refusal is not None:
             return None
@@ -158,7 +153,7 @@ class Replanner:
     def for_engine(self, kind: KindName | None) -> tuple[ServerLaunch, str] | None:
         """The launch re-planned on ``kind`` (None: the planner's choice, which reads the
         engines' verdict), with its speculation reason; None when it cannot start here."""
-        changed = planner.replan(self.paths, self.prepared.launch, self.settings, engine_kind=kind)
+        changed = self._replan(self.prepared.launch, engine_kind=kind)
         if changed.refusal is not None or self._lossy(changed):
             return None
         self.current = changed
@@ -169,7 +164,7 @@ class Replanner:
         smaller one after an out-of-memory re-plan), or why that mode cannot serve here."""
         served = self.current
         kv = (trial.kv_mode, trial.kv_type, served.plan.ctx)
-        changed = planner.replan(self.paths, served, self.settings, kv=kv)
+        changed = self._replan(served, kv=kv)
         if changed.refusal is not None:
             return str(changed.refusal)
         return changed.server
@@ -186,17 +181,27 @@ class Replanner:
 
     def measured(self) -> tuple[ServerLaunch, str] | None:
         """The launch planned again once the calibration stored its rates."""
-        changed = planner.replan(
-            self.paths, self.prepared.launch, self.settings, measured_at=self._measured_at()
-        )
+        changed = self._replan(self.prepared.launch)
         if changed.refusal is not None:
             return None
         self.current = changed
         return changed.server, changed.speculation.reason
 
+    def _replan(self, launch: LaunchPlan, **changes: Any) -> LaunchPlan:
+        """``launch`` planned again with ``changes``, always at the sampling the calibration
+        measures: a re-plan read at the model's defaults instead would miss every verdict
+        stored for the clients' sampling (the engine's, the speculation's, the KV mode's)."""
+        return planner.replan(
+            self.paths, launch, self.settings, measured_at=self._measured_at(), **changes
+        )
+
     def _measured_at(self) -> str | None:
-        """The sampling the calibration measures the served mix at (its key's), which the
-        planner reads the verdict of; None before it runs."""
+        """The sampling the calibrations measure the served mix at, which the planner reads
+        the verdicts of: the front's (its defaults before any traffic), else the speculation
+        calibration's key's; None before either."""
+        served = served_sampling(self.run) if self.run is not None else None
+        if served is not None:
+            return served[1]
         measuring = self.calibrator
         return measuring.setup.key.sampling if measuring is not None else None
 
@@ -286,7 +291,7 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
             launch.budget.is_gpu,
             shortened=launch.options.draft_max is not None,
         )
-    return ServerRun(
+    run = ServerRun(
         paths,
         supervisor,
         RunFacts(
@@ -316,6 +321,8 @@ def server_run(paths: Paths, prepared: Prepared, supervisor: Supervisor) -> Serv
         ),
         Calibrations(measuring, engines, long_context),
     )
+    replanner.run = run
+    return run
 
 
 @dataclass(frozen=True)

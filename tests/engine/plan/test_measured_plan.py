@@ -4,6 +4,7 @@ the same file, build, card, context and KV type, and says so; a forced mode is n
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from lucebox.engine.core.paths import resolve_paths
@@ -116,3 +117,32 @@ def test_a_guard_switch_off_is_written_back_so_a_restart_keeps_speculation_off()
     )
     # A mode the user forces is still theirs.
     assert launch_of(target, spec="mtp").speculation.spec_type == "draft-mtp"
+
+
+def test_every_re_plan_of_a_run_reads_the_verdicts_at_the_clients_sampling():
+    """After the engine calibration the launch is planned again on the chosen engine: it must
+    read the speculation verdict stored for the sampling clients sent (greedy here), not the
+    model's defaults', or the measured mode is lost and the prior serves."""
+    from types import SimpleNamespace
+
+    from lucebox.engine.pipeline import Prepared
+    from lucebox.engine.plan.samplingdefaults import GREEDY
+    from lucebox.engine.run.front.samplingmix import SamplingMix
+    from lucebox.engine.runstart import Replanner
+
+    target = cached_gguf(qwen35_target())
+    launch = launch_of(target)
+    key = launch.speculation.measurement_key
+    assert key is not None and key.sampling != GREEDY
+    why = "measured on this card over 1 probes, none is faster: draft-mtp n3 p0.75 0.65x"
+    trials = (rate(OFF, None, 680), rate("draft-mtp n3 p0.75", "draft-mtp", 440, 0.75))
+    write_measurement(resolve_paths(), Measurement(replace(key, sampling=GREEDY), trials, OFF, why))
+    replanner = Replanner(resolve_paths(), Prepared(launch, Settings(), 0, 60.0))
+    unmeasured = replanner.for_engine(None)
+    assert unmeasured is not None and unmeasured[0].spec_type == "draft-mtp"
+    mix = SamplingMix()
+    mix.record(b'{"temperature": 0}')
+    replanner.run = SimpleNamespace(front=SimpleNamespace(sampling=mix))  # type: ignore[assignment]
+    measured = replanner.for_engine(None)
+    assert measured is not None and measured[0].spec_type is None
+    assert measured[1].startswith(f"off: {why}")
