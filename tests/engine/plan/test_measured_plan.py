@@ -142,7 +142,7 @@ def test_every_re_plan_of_a_run_reads_the_verdicts_at_the_clients_sampling():
     assert unmeasured is not None and unmeasured[0].spec_type == "draft-mtp"
     mix = SamplingMix()
     mix.record(b'{"temperature": 0}')
-    replanner.run = SimpleNamespace(front=SimpleNamespace(sampling=mix))  # type: ignore[assignment]
+    replanner.run = SimpleNamespace(front=SimpleNamespace(sampling=mix))
     measured = replanner.for_engine(None)
     assert measured is not None and measured[0].spec_type is None
     assert measured[1].startswith(f"off: {why}")
