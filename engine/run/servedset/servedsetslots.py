@@ -122,7 +122,7 @@ class SetSlots:
             return
         url = await self._process_url(alias)
         if url is None:
-            self.note(f"{alias}: slot not saved: its process is not running")
+            self.note(f"{alias}: slot not saved: it is not loaded")
             return
         if model.key.mmproj_path is None:  # a projector turns prompt reuse off: nothing to seat
             seated = await reseat_slot(self.engines, url, {}, prompt)
