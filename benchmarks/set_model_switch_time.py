@@ -6,8 +6,9 @@ its wall time is what a client waits for the switch.
 
 1. cold: the first request to a model (the router starts its process, the model loads).
 2. loaded: requests alternating between the loaded models.
-3. sleeping: a model idle past models.idle_s has slept (its weights freed); the next request
-   wakes it. Resident memory loaded vs sleeping is read from its process.
+3. sleeping: a model idle past models.idle_s is unloaded by lucebox's proxy (its slot saved,
+   its process gone); the next request loads it and restores the slot. Resident memory
+   loaded vs unloaded is read from its process.
 4. evicting: with models.ram_mib for one model at a time (models_max 1), each request for the
    other model unloads the first and loads it.
 5. prompt cache: how much of a repeated ~700-token prompt a model takes from its cache after
@@ -82,7 +83,7 @@ def sleeping(home: Path, sources: list[str], aliases: list[str], rounds: int) ->
             _asked(served, alias)
             loaded_bytes = _memory(served, alias)
             for _ in range(rounds):
-                served.wait_states({alias: "sleeping"}, timeout_s=60)
+                served.wait_states({alias: "unloaded"}, timeout_s=60)
                 time.sleep(1.5)  # the state file catches up with the router
                 held[alias] = {
                     "loaded_bytes": loaded_bytes,
@@ -129,7 +130,7 @@ def cache_survival(home: Path, sources: list[str]) -> dict[str, Any]:
         report["after_switching_back"] = _cached_tokens(s, "smollm2")
     with served_set(home, sources[:2], {"models.idle_s": str(IDLE_S), "models.ram_mib": "0"}) as s:
         _cached_tokens(s, "smollm2")
-        s.wait_states({"smollm2": "sleeping"}, timeout_s=60)
+        s.wait_states({"smollm2": "unloaded"}, timeout_s=60)
         report["after_sleeping"] = _cached_tokens(s, "smollm2")
     limit = str(RAM_MIB_ONE_AT_A_TIME)
     with served_set(home, sources[:2], {"models.idle_s": "3600", "models.ram_mib": limit}) as s:

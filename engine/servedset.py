@@ -62,6 +62,7 @@ from lucebox.engine.run.servedset.admission import Placement
 from lucebox.engine.run.servedset.servedsetguard import ModelSpec
 from lucebox.engine.run.servedset.servedsetproxy import start_proxy
 from lucebox.engine.run.servedset.servedsetrun import PlannedModel, ServedSetRun
+from lucebox.engine.run.servedset.servedsetslots import SetSlots, model_slots, set_slot_folder
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.sideserver import side_route
 from lucebox.engine.run.supervisor import (
@@ -208,7 +209,9 @@ async def router_run(
     listening on the served address until the block ends. Iterating the run's events serves."""
     planned = prepared.planned
     ini_path = paths.ensure(paths.runtime_dir) / "router.ini"
-    write_text_atomic(ini_path, router_ini(planned, prepared.settings.models_idle_s))
+    # The models' processes refuse to start when their slot folder is missing.
+    slot_folder = paths.ensure(set_slot_folder(paths.slots_dir, planned.aliases))
+    write_text_atomic(ini_path, router_ini(planned, slot_folder))
     public = planned.launches[0].server
     # The router counts no models: the proxy in front of it evicts by memory.
     spec = replace(router_launch(planned, str(ini_path), 0), host=LOOPBACK, port=_free_port())
@@ -235,6 +238,7 @@ async def router_run(
             policy,
             shapes,
             tuple(side_route(side, api_key) for side in planned.sides.models),
+            (slot_folder, model_slots(planned)),
         )
     except OSError as exc:
         holder = port_holder(public.host, public.port) or "another program"
@@ -245,8 +249,11 @@ async def router_run(
             ).next_step,
         ) from exc
     supervisor = Supervisor(spec, engine_log(paths), ready_timeout_s=ROUTER_READY_TIMEOUT_S)
+    gate.slots.note = lambda line: supervisor.log.write(f"# lucebox: {line}")
+    idle_s = prepared.settings.models_idle_s
+    idling = asyncio.create_task(gate.unload_idle(idle_s)) if idle_s > 0 else None
 
-    served = _RouterSet(paths, prepared.settings, planned, ini_path, placements, shapes)
+    served = _RouterSet(paths, prepared.settings, planned, ini_path, placements, shapes, gate.slots)
     try:
         yield ServedSetRun(
             paths,
@@ -259,8 +266,13 @@ async def router_run(
             hang_bounds=bounds_for(prepared.settings.hang_s),
             in_flight=gate.in_flight,
             sides=planned.sides.models,
+            save_slots=gate.slots.save_loaded,
         )
     finally:
+        if idling is not None:
+            idling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await idling
         server.close()
         for client in clients:
             await client.aclose()
@@ -281,6 +293,8 @@ class _RouterSet:
     """The proxy's own mapping of each model's device and bytes."""
     shapes: dict[str, Shapes]
     """The proxy's own mapping of each model's API shaping."""
+    slots: SetSlots
+    """The proxy's saved slots: a model planned again saves and restores by its new key."""
 
     async def after_oom(self, alias: str) -> tuple[PlannedModel, ...]:
         smaller = await asyncio.to_thread(
@@ -300,8 +314,9 @@ class _RouterSet:
         return self._serve(changed)
 
     def _serve(self, planned: SetPlan) -> tuple[PlannedModel, ...]:
-        write_text_atomic(self.ini_path, router_ini(planned, self.settings.models_idle_s))
+        write_text_atomic(self.ini_path, router_ini(planned, self.slots.folder))
         self.placements.update(placements_of(planned)[0])
+        self.slots.models.update(model_slots(planned))
         self.shapes.update(shapes_of(planned))
         self.planned = planned
         return planned_models(planned)

@@ -65,7 +65,8 @@ class Settings:
     models_served: tuple[str, ...] = ()
     """Presets or model sources served together on one endpoint (two or more: the router)."""
     models_idle_s: int = 3600
-    """A model of a served set that serves nothing for this long sleeps (frees its memory)."""
+    """A model of a served set that serves nothing for this long is unloaded (frees its memory),
+    its slot saved first; 0 never unloads one for idling."""
     models_ram_mib: int = 0
     """Without a GPU, the RAM a served set may use in MiB; 0: what is available."""
     calibrate_idle_s: float = 30.0

@@ -7,18 +7,22 @@ and common/preset.cpp of the pinned source). So each section carries exactly the
 model's plan would launch a single server with, and the router's argv only what belongs to
 the router: address, API key file, the preset file and ``--models-max``. The router sets each
 child's host, port and alias itself.
+
+Each section's ``slot-save-path`` is the set's own folder of slot files. The file sets no
+``sleep-idle-seconds``: a model that sleeps in its process drops its cache with no word to
+lucebox, so the idle unload is lucebox's proxy's, which saves the slot first
+(run/servedset/servedsetslots.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.plan.launch import ServerLaunch, server_argv
 from lucebox.engine.plan.servedset.servedsetplan import SetPlan
 
-IDLE_S_DEFAULT = 3600
-"""A loaded model that serves nothing for this long sleeps (LM Studio's idle TTL is an hour)."""
 ROUTER_ONLY_FLAGS = {"--host", "--port", "--alias", "--api-key-file"}
 """Flags of a single server's argv the router owns: it sets them for each child itself."""
 FLAGS_WITHOUT_VALUE = {"--metrics", "--jinja", "--swa-full", "--kv-unified"}
@@ -62,14 +66,11 @@ def visible_gpus(planned: SetPlan) -> tuple[int, ...]:
     return tuple(sorted({g for launch in planned.launches for g in launch.server.gpus}))
 
 
-def router_ini(planned: SetPlan, idle_s: int) -> str:
-    """The preset file: ``[*]`` with the idle time, then one section per model, by alias."""
+def router_ini(planned: SetPlan, slot_folder: Path) -> str:
+    """The preset file: one section per model, by alias; a model whose plan saves its slot
+    saves it in ``slot_folder``, the set's own."""
     visible = visible_gpus(planned)
-    lines = [
-        "; written by lucebox from the set's plans: edit the plan, not this file",
-        "[*]",
-        f"sleep-idle-seconds = {idle_s}",
-    ]
+    lines = ["; written by lucebox from the set's plans: edit the plan, not this file"]
     for launch in planned.launches:
         alias = launch.alias
         if any(mark in alias for mark in (*_INI_FORBIDDEN, "[", "]", ":")):
@@ -77,8 +78,11 @@ def router_ini(planned: SetPlan, idle_s: int) -> str:
                 f"the alias {alias!r} cannot name a section of llama-server's preset file",
                 hint="rename the model file: letters, digits, dots, dashes and underscores",
             )
+        server = launch.server
+        if server.slot_save_path is not None:
+            server = replace(server, slot_save_path=str(slot_folder))
         lines += ["", f"[{alias}]"]
-        lines += [f"{key} = {value}" for key, value in section_options(server_argv(launch.server))]
+        lines += [f"{key} = {value}" for key, value in section_options(server_argv(server))]
         device = _devices(launch.server, visible)
         if device:
             lines.append(f"device = {device}")

@@ -12,6 +12,11 @@ apply per model, by the model a request names; a stream the router leaves silent
 events hears a keep-alive comment every few seconds, as the front's do. The router runs with no
 count limit on a loopback port of its own. An unknown model name is answered here, naming the
 served ones.
+
+Every unload is the proxy's, and each saves the model's slot first (:mod:`servedsetslots`):
+an eviction for room, a model that answered nothing for the set's idle time (the router's
+own sleep is off) and ``POST /models/unload``. A request for a model the gate found unloaded
+waits until it loads and its saved slot is restored.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -30,6 +36,7 @@ import httpx
 from lucebox.engine.run.front.apishape import Shapes, models_with_context
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
+from lucebox.engine.run.front.front import is_generation
 from lucebox.engine.run.front.frontguard import (
     PUBLIC_PATHS,
     FrontPolicy,
@@ -51,10 +58,13 @@ from lucebox.engine.run.front.frontwire import (
 )
 from lucebox.engine.run.front.sideroute import SideRoute, relay_side, side_listing
 from lucebox.engine.run.servedset.admission import Placement, evictions
+from lucebox.engine.run.servedset.servedsetslots import ModelSlot, SetSlots
 from lucebox.engine.run.servedsetmodels import router_states
 
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
+IDLE_CHECK_S = 5.0
+"""How often the idle unload looks, at most (an idle time of an hour needs no finer look)."""
 
 
 def model_of(target: bytes, body: bytes) -> str | None:
@@ -68,35 +78,47 @@ def model_of(target: bytes, body: bytes) -> str | None:
 
 
 class ModelGate:
-    """Admits a request for a model once it fits beside the loaded ones on its device."""
+    """Admits a request for a model once it fits beside the loaded ones on its device; the
+    one that unloads models (each saves its slot first) and restores a loaded one's."""
 
     def __init__(
         self,
         client: httpx.AsyncClient,
         placements: Mapping[str, Placement],
         room_bytes: Mapping[str, int],
+        slots: SetSlots | None = None,
     ) -> None:
         self.client = client
         self.placements = placements
         self.room_bytes = room_bytes
+        self.slots = slots or SetSlots(client, client, Path(), {})
         self.last_used_s: dict[str, float] = {}
         self.busy: Counter[str] = Counter()
+        self.cold: set[str] = set()
+        """Models found unloaded whose next process has not had its saved slot restored."""
         self._lock = asyncio.Lock()
+        self._warming: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def _running(self, states: tuple[str, ...] = ("loaded", "loading")) -> frozenset[str]:
+        """The models in one of ``states`` in the router."""
+        found = router_states((await self.client.get("/models")).json())
+        return frozenset(a for a, s in found.items() if s in states)
 
     async def _loaded(self) -> frozenset[str]:
         """Loaded or loading in the router, or admitted and not yet seen loading there."""
-        states = router_states((await self.client.get("/models")).json())
-        admitted = {a for a, n in self.busy.items() if n}
-        return frozenset(a for a, s in states.items() if s in ("loaded", "loading")) | admitted
+        return await self._running() | self.in_flight()
 
     async def admit(self, alias: str) -> str | None:
         """None once ``alias`` may load; else why it cannot (busy models fill its device)."""
         async with self._lock:
             self.last_used_s[alias] = time.monotonic()
-            busy = frozenset(a for a, n in self.busy.items() if n)
+            busy = self.in_flight()
+            running = await self._running()
+            if alias not in running:
+                self.cold.add(alias)
             victims = evictions(
                 alias,
-                await self._loaded(),
+                running | busy,
                 self.placements,
                 self.room_bytes,
                 self.last_used_s,
@@ -105,10 +127,37 @@ class ModelGate:
             if victims is None:
                 return f"{alias} does not fit beside the models answering requests now"
             for victim in victims:
-                await self.client.post("/models/unload", json={"model": victim})
-                await self._gone(victim)
+                await self._unload(victim)
             self.busy[alias] += 1
             return None
+
+    async def _unload(self, victim: str) -> None:
+        """Save ``victim``'s slot, then have the router unload it."""
+        await self.slots.save(victim)
+        await self.client.post("/models/unload", json={"model": victim})
+        await self._gone(victim)
+        self.last_used_s.pop(victim, None)  # its idle time starts again when it loads
+
+    async def warm(self, alias: str) -> None:
+        """Once an admitted model the gate found unloaded has loaded, its saved slot restored,
+        before any request to it passes."""
+        async with self._warming[alias]:
+            if alias in self.cold:
+                await self.slots.restore(alias)
+                self.cold.discard(alias)
+
+    async def unload_idle(self, idle_s: float) -> None:
+        """Forever: each loaded model that has answered nothing through the proxy for
+        ``idle_s`` is unloaded, its slot saved first (the set's one idle timer)."""
+        while True:
+            await asyncio.sleep(min(IDLE_CHECK_S, idle_s / 2))
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                async with self._lock:
+                    now_s = time.monotonic()
+                    for alias in await self._running(("loaded",)) - self.in_flight():
+                        # One loaded past the gate (the dashboard's key) idles from now.
+                        if now_s - self.last_used_s.setdefault(alias, now_s) >= idle_s:
+                            await self._unload(alias)
 
     async def _gone(self, victim: str) -> None:
         """Wait until the router no longer runs ``victim`` (its process has exited)."""
@@ -119,6 +168,7 @@ class ModelGate:
 
     def done(self, alias: str) -> None:
         self.busy[alias] -= 1
+        self.last_used_s[alias] = time.monotonic()  # idle from the end of its last answer
 
     def in_flight(self) -> frozenset[str]:
         """The models answering a request through the proxy now."""
@@ -173,6 +223,8 @@ class ServedSetProxy:
             await ex.error(404, f"model '{alias}' is not served; served: {served}")
             return
         if path == "/models/unload":
+            if alias is not None:
+                await self.gate.slots.save(alias)
             alias = None  # an unload needs no room: it goes on without evicting anything
         try:
             no_room = await self.gate.admit(alias) if alias is not None else None
@@ -184,7 +236,9 @@ class ServedSetProxy:
             return
         shape = self.shapes.get(alias, SameShape()) if alias is not None else SameShape()
         try:
-            await self._forward(ex, request, body, shape)
+            if alias is not None and path != "/models/load":  # a load asks for no slot
+                await self.gate.warm(alias)
+            await self._forward(ex, request, body, shape, alias)
         except ClientGoneError:
             return
         finally:
@@ -192,7 +246,7 @@ class ServedSetProxy:
                 self.gate.done(alias)
 
     async def _forward(
-        self, ex: Exchange, request: h11.Request, body: bytes, shape: ApiShape
+        self, ex: Exchange, request: h11.Request, body: bytes, shape: ApiShape, alias: str | None
     ) -> None:
         target = request.target.decode("latin-1")
         path = urlsplit(target).path
@@ -201,6 +255,8 @@ class ServedSetProxy:
         # Bodies come back as sent: a JSON reply is reshaped, so it must not arrive compressed.
         headers.append((b"accept-encoding", b"identity"))
         sent = shape.request(path, body) if body else body
+        if alias is not None and is_generation(request.method.decode("latin-1"), path):
+            self.gate.slots.sent(alias, path, sent)
         upstream = self.client.build_request(
             request.method.decode(), target, headers=headers, content=sent
         )
@@ -294,14 +350,17 @@ async def start_proxy(
     policy: FrontPolicy,
     shapes: Mapping[str, Shapes],
     sides: tuple[SideRoute, ...] = (),
+    slots: tuple[Path, Mapping[str, ModelSlot]] = (Path(), {}),
 ) -> tuple[asyncio.Server, tuple[httpx.AsyncClient, ...], ModelGate]:
     """The proxy listening on ``host:port`` for the router at ``router_url``, by ``policy``'s
     rules; ``headers`` (the API key) go only with the proxy's own calls, a client's request
-    keeps its own; its gate knows which models answer a request now; ``sides`` are the side
+    keeps its own; its gate knows which models answer a request now and keeps their slots
+    (``slots``: the set's folder and each saving model's slot); ``sides`` are the side
     models' processes, answered past the gate."""
     admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
     client = httpx.AsyncClient(base_url=router_url, timeout=None)
-    gate = ModelGate(admin, placements, room_bytes)
+    engines = httpx.AsyncClient(timeout=30.0)
+    gate = ModelGate(admin, placements, room_bytes, SetSlots(admin, engines, *slots))
     proxy = ServedSetProxy(client, gate, policy, shapes, sides=sides)
     server = await asyncio.start_server(proxy.handle, host, port)
-    return server, (client, admin), gate
+    return server, (client, admin, engines), gate

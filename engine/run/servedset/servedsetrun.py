@@ -9,7 +9,8 @@ of memory is planned again once at a smaller context, as a single server is: the
 re-reads its preset file and loads it again on the next request; the other models run on.
 Each speculating model runs the speculation guard on its own process's counters
 (:mod:`servedsetguard`); its decision re-plans that model alone, which the router loads again
-with the new flags.
+with the new flags. Its stop saves each loaded model's slot first (through the proxy's
+:class:`~servedsetslots.SetSlots`), as a single server's stop saves its one.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class ServedSetRun(ServerRun):
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
         in_flight: Callable[[], frozenset[str]] = frozenset,
         sides: tuple[SideModel, ...] = (),
+        save_slots: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
         facts = RunFacts(
@@ -175,6 +177,8 @@ class ServedSetRun(ServerRun):
         are looked at (any request to a process, a look too, keeps it from sleeping)."""
         self.planned = planned
         self.public_url = public_url
+        self.save_slots = save_slots
+        """Saves the slot of each loaded model: awaited before the router stops on purpose."""
         self.replan_on_oom = replan_on_oom
         self.respec = respec
         self._spec_guard = ChildSpecGuard(
@@ -235,12 +239,20 @@ class ServedSetRun(ServerRun):
         await self._ask(f"{self.public_url}/models/load", alias, "load", LOAD_TIMEOUT_S)
 
     async def unload(self, alias: str) -> None:
-        """Unload ``alias`` through the router's own endpoint (its process exits).
+        """Unload ``alias`` through lucebox's proxy, which saves its slot first; the router's
+        endpoint then stops its process.
 
         Raises:
             CallError: the router refused (not running) or did not answer.
         """
-        await self._ask(f"{self.url}/models/unload", alias, "unload", UNLOAD_TIMEOUT_S)
+        await self._ask(f"{self.public_url}/models/unload", alias, "unload", UNLOAD_TIMEOUT_S)
+
+    async def _engine_stopping(self) -> None:
+        """Before the router stops on purpose: sampling ends, then each loaded model's slot is
+        saved, so the set's next start restores the conversations."""
+        await super()._engine_stopping()
+        if self._engine_ready and self.save_slots is not None:
+            await self.save_slots()
 
     async def _ask(self, url: str, alias: str, verb: str, timeout_s: float) -> None:
         headers = auth_headers(self.api_key)

@@ -53,6 +53,8 @@ SMALL_PAIR = ("qwen3-4b", "smollm2")
 MID_PAIR = ("qwen3-4b", "qwen3-14b")
 BIG_PAIR = ("qwen3.6-27b", "qwen3-4b")
 BIG_TRIO = ("qwen3.6-27b-q6", "qwen3.6-27b", "gemma3-12b")
+SLOTS = Path("/slots/sets/pair")
+"""The set's folder of slot files, as its preset sections name it."""
 
 
 @pytest.mark.parametrize(
@@ -149,8 +151,9 @@ def test_a_ram_limit_holds_one_model_at_a_time():
 
 def test_router_ini_carries_each_plan_and_the_router_only_router_flags():
     planned = _plan(BIG_PAIR, _budget((24576, 24576)))
-    text = router_ini(planned, idle_s=600)
-    assert "[*]\nsleep-idle-seconds = 600\n" in text
+    text = router_ini(planned, SLOTS)
+    # The router's own sleep stays off: lucebox's proxy unloads an idle model, saved first.
+    assert "[*]" not in text and "sleep-idle-seconds" not in text
     for launch in planned.launches:
         section = text.split(f"[{launch.alias}]\n", 1)[1].split("\n\n", 1)[0]
         keys = dict(line.split(" = ", 1) for line in section.splitlines())
@@ -160,6 +163,7 @@ def test_router_ini_carries_each_plan_and_the_router_only_router_flags():
         assert keys["jinja"] == "true" and keys["metrics"] == "true"
         assert keys["device"] == f"CUDA{launch.server.gpus[0]}"
         assert not {"host", "port", "alias", "api-key-file"} & set(keys)
+        assert keys["slot-save-path"] == str(SLOTS)
     spec = router_launch(planned, "/run/router.ini")
     argv = server_argv(spec)
     assert argv[1:] == [
@@ -190,7 +194,7 @@ def test_a_member_out_of_memory_is_planned_again_at_three_quarters_the_others_ke
     after, _ = placements_of(smaller)
     assert after[big.alias].planned_bytes < before[big.alias].planned_bytes
     assert after[small.alias] == before[small.alias]
-    old_ini, new_ini = router_ini(planned, idle_s=600), router_ini(smaller, idle_s=600)
+    old_ini, new_ini = router_ini(planned, SLOTS), router_ini(smaller, SLOTS)
     assert _section(new_ini, big.alias)["c"] == str(replanned.plan.ctx)
     assert _section(new_ini, small.alias) == _section(old_ini, small.alias)
 
@@ -264,13 +268,13 @@ def test_a_member_the_guard_decides_on_is_planned_again_the_others_kept():
     assert replanned.server.spec_type == "draft-mtp" and replanned.server.draft_max == 2
     assert replanned.plan.reasons["device"] == mtp.plan.reasons["device"]
     assert shortened.reasons[mtp.alias] == shorter.reason
-    assert _section(router_ini(shortened, idle_s=600), mtp.alias)["spec-draft-n-max"] == "2"
+    assert _section(router_ini(shortened, SLOTS), mtp.alias)["spec-draft-n-max"] == "2"
     off = Decision("off", 0.05, None, "5% accepted; speculation switched off", "seen")
     without = respecced_set(resolve_paths(), shortened, mtp.alias, Settings(), off)
     assert without.launches[0].server.spec_type is None and without.launches[1] is small
-    new_ini = router_ini(without, idle_s=600)
+    new_ini = router_ini(without, SLOTS)
     assert "spec-type" not in _section(new_ini, mtp.alias)
-    assert _section(new_ini, small.alias) == _section(router_ini(planned, idle_s=600), small.alias)
+    assert _section(new_ini, small.alias) == _section(router_ini(planned, SLOTS), small.alias)
 
 
 def test_a_member_switched_off_by_the_guard_is_planned_off_when_the_set_starts_again(

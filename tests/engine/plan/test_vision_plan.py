@@ -236,7 +236,7 @@ def test_a_set_plans_the_projector_in_its_budget(model, tmp_path):
     seeing = roomy.launches[0]
     assert seeing.vision.served and roomy.models_max == 2
     assert seeing.plan.memory_bytes.projector > 0
-    ini = router_ini(roomy, idle_s=60)
+    ini = router_ini(roomy, Path("/slots"))
     section = ini.split(f"[{seeing.alias}]\n", 1)[1].split("\n\n", 1)[0]
     assert f"mmproj = {model.parent / 'mmproj-tiny-F16.gguf'}" in section.splitlines()
     # On a card where the projector would cost the set a model at once, auto leaves it out
@@ -246,7 +246,7 @@ def test_a_set_plans_the_projector_in_its_budget(model, tmp_path):
     reason = tight.launches[0].vision.reason
     assert "1 model(s) at once instead of 2" in reason and "--vision on" in reason
     assert tight.launches[0].plan.reasons["vision"] == reason
-    assert "mmproj" not in router_ini(tight, idle_s=60)
+    assert "mmproj" not in router_ini(tight, Path("/slots"))
     on = _set(sources, 2500, vision="on")
     assert on.launches[0].vision.served and on.models_max == 1
 

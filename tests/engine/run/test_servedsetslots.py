@@ -1,0 +1,182 @@
+"""The set's saved slots through the proxy, in front of a router and model processes that
+answer like the real ones (scripted: a save writes the file, the calls are recorded); the
+real router is in tests/e2e/test_served_set_slots.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+
+from lucebox.engine.run.servedset.admission import Placement
+from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy
+from lucebox.engine.run.servedset.servedsetslots import (
+    ModelSlot,
+    SetSlots,
+    set_slot_folder,
+)
+from lucebox.engine.run.slots import SlotKey
+from support.frontserver import loopback_policy
+from tests.engine.run.test_servedsetproxy import Streamed
+
+MIB = 2**20
+PLACEMENTS = {"smollm2": Placement("ram", 563 * MIB), "smoke": Placement("ram", 891 * MIB)}
+ROOM = {"ram": 960 * MIB}  # one at a time
+PORTS = {"smollm2": 9001, "smoke": 9002}
+JSON = {"content-type": "application/json"}
+KEYS = {a: SlotKey(a, f"/models/{a}.gguf", 4096, "f16", "f16") for a in PLACEMENTS}
+
+
+class FakeSet:
+    """The router (``/models`` with each loaded model's port in its argv, ``/props?model=``
+    loads, ``/models/unload``, a chat answered) and each model's own process (the reseat, and
+    ``/slots/0`` save, which writes the file, and restore)."""
+
+    def __init__(self, folder: Path, loaded: set[str]) -> None:
+        self.folder = folder
+        self.loaded = loaded
+        self.calls: list[tuple[str, str]] = []
+        self.transport = httpx.MockTransport(self.answer)
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if request.url.port in PORTS.values():
+            alias = next(a for a, p in PORTS.items() if p == request.url.port)
+            return self._process(alias, request)
+        if request.method == "GET" and path == "/models":
+            data = [
+                {
+                    "id": a,
+                    "status": {"value": "loaded", "args": ["llama-server", "--port", str(PORTS[a])]}
+                    if a in self.loaded
+                    else {"value": "unloaded"},
+                }
+                for a in PLACEMENTS
+            ]
+            return httpx.Response(200, json={"data": data})
+        alias = request.url.params.get("model") or json.loads(request.content)["model"]
+        self.calls.append((path, alias))
+        if path == "/props":
+            self.loaded.add(alias)
+        elif path == "/models/unload":
+            self.loaded.discard(alias)
+        elif path == "/v1/chat/completions":
+            self.loaded.add(alias)  # the router loads a model a request names
+        # Streamed, as the proxy reads a real router's answer.
+        document = json.dumps({"success": True, "model": alias}).encode()
+        return httpx.Response(200, headers=JSON, stream=Streamed(document))
+
+    def _process(self, alias: str, request: httpx.Request) -> httpx.Response:
+        action = request.url.params.get("action", request.url.path)
+        self.calls.append((f"{alias} {action}", alias))
+        if action == "/v1/chat/completions":
+            body = json.loads(request.content)
+            assert body["max_tokens"] == 0 and body["add_generation_prompt"] is False
+            return httpx.Response(200, json={"timings": {"prompt_n": 3}})
+        if action == "save":
+            (self.folder / json.loads(request.content)["filename"]).write_bytes(b"s" * 100)
+            return httpx.Response(200, json={"n_saved": 40})
+        return httpx.Response(200, json={"n_restored": 40})
+
+
+def proxy_of(fake: FakeSet, notes: list[str]) -> tuple[ServedSetProxy, ModelGate]:
+    router = httpx.AsyncClient(base_url="http://router", transport=fake.transport)
+    models = {a: ModelSlot(k) for a, k in KEYS.items()}
+    slots = SetSlots(router, router, fake.folder, models)
+    slots.note = notes.append
+    gate = ModelGate(router, PLACEMENTS, ROOM, slots)
+    return ServedSetProxy(router, gate, loopback_policy()), gate
+
+
+async def chat(proxy: ServedSetProxy, model: str) -> httpx.Response:
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            return await client.post("/v1/chat/completions", json=body)
+    finally:
+        server.close()
+
+
+async def test_an_evicted_model_is_saved_first_and_restored_before_its_next_request(tmp_path):
+    fake = FakeSet(tmp_path, {"smollm2"})
+    notes: list[str] = []
+    proxy, _ = proxy_of(fake, notes)
+    assert (await chat(proxy, "smollm2")).status_code == 200
+    assert (await chat(proxy, "smoke")).status_code == 200
+    # Seated on the client's last prompt, saved from its own process, then unloaded.
+    assert fake.calls[1:4] == [
+        ("smollm2 /v1/chat/completions", "smollm2"),
+        ("smollm2 save", "smollm2"),
+        ("/models/unload", "smollm2"),
+    ]
+    assert fake.calls[4:] == [("/v1/chat/completions", "smoke")]  # nothing saved to restore
+    fake.calls.clear()
+    assert (await chat(proxy, "smollm2")).status_code == 200
+    assert fake.calls == [
+        ("smoke /v1/chat/completions", "smoke"),
+        ("smoke save", "smoke"),
+        ("/models/unload", "smoke"),
+        ("/props", "smollm2"),  # the router loads it, and it is restored before the request
+        ("smollm2 restore", "smollm2"),
+        ("/v1/chat/completions", "smollm2"),
+    ]
+    assert notes == [
+        "smollm2: slot saved (40 tokens)",
+        "smoke: slot saved (40 tokens)",
+        "smollm2: slot restored (40 tokens)",
+    ]
+    record = json.loads((tmp_path / "smollm2.slot.json").read_text())
+    assert record == {**KEYS["smollm2"].to_json(), "bytes": 100}
+
+
+async def test_a_slot_saved_for_another_launch_or_cut_short_is_ignored_with_a_note(tmp_path):
+    fake = FakeSet(tmp_path, set())
+    notes: list[str] = []
+    proxy, gate = proxy_of(fake, notes)
+    other = {**KEYS["smollm2"].to_json(), "ctx": 8192, "bytes": 100}
+    (tmp_path / "smollm2.slot").write_bytes(b"s" * 100)
+    (tmp_path / "smollm2.slot.json").write_text(json.dumps(other))
+    await chat(proxy, "smollm2")
+    cut = {**KEYS["smoke"].to_json(), "bytes": 200}
+    (tmp_path / "smoke.slot").write_bytes(b"s" * 100)
+    (tmp_path / "smoke.slot.json").write_text(json.dumps(cut))
+    await chat(proxy, "smoke")
+    assert not [call for call in fake.calls if call[0].endswith("restore")]
+    assert notes == [
+        "smollm2: slot not restored: saved with another context; the slot is ignored",
+        "smollm2: slot saved (40 tokens)",  # its conversation, over the file of the other
+        "smoke: slot restore failed: the saved slot is 100 bytes, not the 200 saved; "
+        "the slot is ignored",
+    ]
+    assert gate.cold == set()
+
+
+async def test_an_idle_model_is_saved_and_unloaded_by_the_proxy_a_busy_one_stays(tmp_path):
+    fake = FakeSet(tmp_path, {"smollm2"})
+    notes: list[str] = []
+    proxy, gate = proxy_of(fake, notes)
+    await chat(proxy, "smollm2")
+    fake.loaded.add("smoke")  # past the gate (the dashboard's key), and answering now
+    gate.busy["smoke"] += 1
+    idling = asyncio.create_task(gate.unload_idle(0.2))
+    try:
+        for _ in range(100):
+            if "smollm2" not in fake.loaded:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        idling.cancel()
+    assert fake.loaded == {"smoke"}
+    assert fake.calls[-2:] == [("smollm2 save", "smollm2"), ("/models/unload", "smollm2")]
+    assert notes == ["smollm2: slot saved (40 tokens)"]
+
+
+def test_each_set_has_its_own_folder_whatever_order_it_is_named_in(tmp_path):
+    one = set_slot_folder(tmp_path, ["smoke", "smollm2"])
+    assert one == set_slot_folder(tmp_path, ["smollm2", "smoke"])
+    assert one.parent == tmp_path / "sets" and one.name.startswith("smoke+smollm2-")
+    assert one != set_slot_folder(tmp_path, ["smollm2", "smoke", "tiny"])
