@@ -45,7 +45,12 @@ def _kept_lines(status: runstate.Status) -> str:
     if cache is None:
         return ""
     lines = f"\n  last restore: {cache.last_restore}" if cache.last_restore else ""
-    if cache.disk_bytes is not None:
+    if cache.disk_bytes is not None and cache.disk_store == "slots":
+        lines += (
+            f"\n  saved conversations: {cache.disk_entries} ({cache.disk_tokens or 0} tokens), "
+            f"{gib_text(cache.disk_bytes)}"
+        )
+    elif cache.disk_bytes is not None:
         lines += (
             f"\n  disk prefix cache: {cache.disk_entries} prompt states, "
             f"{gib_text(cache.disk_bytes)}"

@@ -5,5 +5,6 @@ folders), ``atomic`` (writes that never leave a half file), ``units``, ``address
 (lucebox's own command line), ``crashlog``, ``api`` (the one client of the engine's HTTP API);
 downloads: ``download`` (resumable, retried), ``downloadattempt`` (one Range request),
 ``downloadlock`` (one writer per file), ``downloadprogress``, ``hashing``; ``waits`` (bounded
-waits that keep a cancellation); ``prefixstore`` (the prompt states kept on disk, by recency).
+waits that keep a cancellation); ``prefixstore`` (the prompt states kept on disk, by
+recency), ``slotstore`` (llama-server's saved slots on disk, by recency).
 """

@@ -22,6 +22,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lucebox.engine.core.atomic import write_text_atomic
+from lucebox.engine.core.units import GIB
+
+DISK_SHARE = 4
+"""A store may take a quarter of the disk it is on (what it holds counts as free)."""
+BUDGET_CAP_BYTES = 64 * GIB
 
 RECORD_NAME = "lucebox.json"
 """What a folder is for; the engine reads only its subfolders, so this file is not its."""
@@ -106,6 +111,20 @@ def trim(root: Path, keep: Path, budget_bytes: int) -> list[Path]:
         total -= held[folder]
         removed.append(folder)
     return removed
+
+
+def budget_bytes(free_and_held_bytes: int) -> int:
+    """A store's share of its disk, given what is free there plus what the store holds: in
+    whole GiB, so a plan made again a few files later passes the engine the same flags."""
+    return min(BUDGET_CAP_BYTES, free_and_held_bytes // DISK_SHARE // GIB * GIB)
+
+
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the disk ``folder`` is (or will be) on."""
+    for found in (folder, *folder.parents):
+        if found.exists():
+            return shutil.disk_usage(found).free
+    return 0
 
 
 def held_bytes(root: Path) -> int:

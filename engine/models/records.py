@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lucebox.engine.core import prefixstore
+from lucebox.engine.core import prefixstore, slotstore
 from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import FetchError, HashMismatchError
 from lucebox.engine.core.hashing import sha256_file
@@ -192,7 +192,9 @@ def remove_model(paths: Paths, name: str, *, delete_foreign: bool) -> list[Path]
 
 
 def forget_states(paths: Paths, record: ModelRecord) -> None:
-    """Drop the prompt states the Lucebox engine saved on disk for ``record``'s files (the
-    model is removed or replaced: they would only take the disk)."""
+    """Drop the prompt states the engines saved on disk for ``record``'s files, the Lucebox
+    engine's and llama-server's saved slots (the model is removed or replaced: they would only
+    take the disk)."""
     for stored in record.files:
         prefixstore.forget_model(paths.prefix_cache_dir, Path(stored.path))
+        slotstore.forget_model(paths.slots_dir, Path(stored.path))

@@ -10,6 +10,7 @@
 - around them: ``visionplan`` (the projector), ``chatdefaults`` (template and thinking),
   ``samplingdefaults`` (the sampling a request that says none gets),
   ``fitcheck`` (llama-fit-params beside the plan), ``sidemodels`` and ``sideplan`` (embedding and
-  reranker models in what the chat plan leaves), ``users`` (people served at once).
+  reranker models in what the chat plan leaves), ``users`` (people served at once),
+  ``savedslots`` (llama-server's saved conversations: where, and their disk budget).
 - the result: ``launch`` (argv and environment by the engine kind's rules), ``launchplan``.
 """

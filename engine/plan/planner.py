@@ -23,7 +23,7 @@ from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo
-from lucebox.engine.plan import engineverdict
+from lucebox.engine.plan import engineverdict, savedslots
 from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import luceboxroute
@@ -237,7 +237,10 @@ def _plan_on_budget(
     spec_choice, memory, refusal = _choose_speculation(
         paths, request, target, draft, preset, engine, resolved, options
     )
-    memory = replace(memory, reasons={**memory.reasons, "vision": vision.reason})
+    reasons = {**memory.reasons, "vision": vision.reason}
+    if resolved.cache == "agent":
+        reasons["disk_cache"] = savedslots.saved_slots_reason(paths.slots_dir)
+    memory = replace(memory, reasons=reasons)
     server = replace(
         basis.server(paths, engine, memory, budget, spec_choice),
         chat_template=preset.chat_template if preset else None,

@@ -1,8 +1,12 @@
-"""The Lucebox engine's disk prefix cache around its starts, and what it keeps for ``status``.
+"""The prompt states an engine keeps on disk, around its starts, and what they hold for
+``status``: the Lucebox engine's disk prefix cache, llama-server's saved slots.
 
-Before each start the launch's folder gets its record (what its states are valid for) and is
-marked used; the other folders are dropped, least recently used first, until the whole store
-fits the planned budget (the engine evicts only within the folder it serves).
+Before each start of the Lucebox engine the launch's folder gets its record (what its states
+are valid for) and is marked used; the other folders are dropped, least recently used first,
+until the whole store fits the planned budget (the engine evicts only within the folder it
+serves). Before each start of llama-server with saved slots, the slots other than the
+launch's own are dropped, least recently saved first, until the slots folder fits the same
+share of its disk (:func:`prefixstore.budget_bytes`).
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lucebox.engine.core import prefixstore
+from lucebox.engine.core import prefixstore, slotstore
 from lucebox.engine.core.units import MIB
 from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.plan.savedslots import slots_budget_bytes
 from lucebox.engine.run.sample import CacheStatus
+from lucebox.engine.run.slots import SlotKey
 
 SAVING_STOP_S = 35.0
 """After SIGTERM the engine writes its tracked prompts to the disk cache (``HttpServer``'s
@@ -38,7 +44,10 @@ class DiskCacheStatus:
 
 
 def before_start(launch: ServerLaunch) -> list[Path]:
-    """Ready the launch's folder and trim the store to its budget; the folders dropped."""
+    """Ready the launch's folder and trim the store to its budget; the folders (or slots)
+    dropped."""
+    if launch.slot_save_path is not None:
+        return _trim_slots(launch, Path(launch.slot_save_path))
     disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
     if disk is None or disk.folder is None or disk.key is None:
         return []
@@ -48,6 +57,11 @@ def before_start(launch: ServerLaunch) -> list[Path]:
     except OSError:
         return []  # the engine makes the folder itself; only the record and recency are lost
     return prefixstore.trim(folder.parent, folder, disk.budget_mib * MIB)
+
+
+def _trim_slots(launch: ServerLaunch, root: Path) -> list[Path]:
+    own = root / SlotKey.of(launch).file_name
+    return slotstore.trim(root, own, slots_budget_bytes(root))
 
 
 def disk_cache_status(launch: ServerLaunch) -> DiskCacheStatus | None:
@@ -60,8 +74,18 @@ def disk_cache_status(launch: ServerLaunch) -> DiskCacheStatus | None:
 
 
 def with_disk(cache: CacheStatus, launch: ServerLaunch) -> CacheStatus:
-    """``cache`` with what the launch's disk prefix cache keeps now, and why nothing was
-    restored when states kept for the same model were saved by another launch."""
+    """``cache`` with what the launch's disk prefix cache (or the saved slots) keeps now, and
+    why nothing was restored when states kept for the same model were saved by another
+    launch."""
+    if launch.slot_save_path is not None:
+        kept = slotstore.usage(Path(launch.slot_save_path))
+        return replace(
+            cache,
+            disk_entries=kept.conversations,
+            disk_bytes=kept.bytes,
+            disk_tokens=kept.tokens,
+            disk_store="slots",
+        )
     disk = disk_cache_status(launch)
     if disk is None:
         return cache
@@ -71,4 +95,10 @@ def with_disk(cache: CacheStatus, launch: ServerLaunch) -> CacheStatus:
         elsewhere = prefixstore.saved_elsewhere(Path(disk.folder).parent, key)
         if elsewhere is not None:
             restore = f"not restored: the states kept on disk were saved with {elsewhere}"
-    return replace(cache, disk_entries=disk.entries, disk_bytes=disk.bytes, last_restore=restore)
+    return replace(
+        cache,
+        disk_entries=disk.entries,
+        disk_bytes=disk.bytes,
+        last_restore=restore,
+        disk_store="prefix-cache",
+    )

@@ -236,8 +236,13 @@ class CacheStatus:
     last_restore: str | None = None
     """What the restore at this engine's start did: the tokens restored, or why none."""
     disk_entries: int | None = None
-    """Prompt states the Lucebox engine keeps in its disk prefix cache; None: it has none."""
+    """Prompt states the Lucebox engine keeps in its disk prefix cache, or conversations
+    llama-server's saved slots keep (``disk_store`` says which); None: none is kept."""
     disk_bytes: int | None = None
+    disk_tokens: int | None = None
+    """Tokens the saved slots hold (the Lucebox engine's states do not say)."""
+    disk_store: str | None = None
+    """``prefix-cache`` (the Lucebox engine's) or ``slots`` (llama-server's saved slots)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

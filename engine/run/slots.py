@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from lucebox.engine.core.atomic import write_text_atomic
-from lucebox.engine.core.prefixstore import build_of
+from lucebox.engine.core.prefixstore import build_of, model_stamp
 from lucebox.engine.plan.launch import ServerLaunch
 
 SLOT_ID = 0
@@ -56,6 +56,8 @@ DROPPED_KEYS = (
 """What a reseat does not send again: it is answered whole, with no token."""
 BYTES_KEY = "bytes"
 """The saved file's length, beside the key in the record: a shorter file is not restored."""
+TOKENS_KEY = "tokens"
+"""The tokens it holds, beside the key in the record (what ``status`` counts as kept)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class SlotKey:
     engine_build: str = ""
     """The engine binary that saved it (path, size, modification time): a state file's
     layout is the build's own, and another build may read it wrong."""
+    model_bytes: int = 0
+    model_mtime_ns: int = 0
+    """The model file's size and modification time: an update in place is another model."""
 
     @property
     def file_name(self) -> str:
@@ -91,6 +96,7 @@ class SlotKey:
             plan.cache_type_v,
             server.mmproj_path,
             build_of(server.server_path),
+            *model_stamp(server.model_path),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -226,7 +232,7 @@ async def save_slot(
     saved = await _slot_action(client, url, headers, part.name, "save", "n_saved")
     if saved.tokens is not None:
         try:
-            record = {**key.to_json(), BYTES_KEY: part.stat().st_size}
+            record = {**key.to_json(), BYTES_KEY: part.stat().st_size, TOKENS_KEY: saved.tokens}
             part.replace(folder / key.file_name)
             write_text_atomic(_meta_path(folder, key), json.dumps(record), durable=False)
         except OSError as exc:
@@ -253,6 +259,7 @@ async def restore_slot(
     try:
         saved_for = json.loads(text)
         saved_bytes = saved_for.pop(BYTES_KEY, None)
+        saved_for.pop(TOKENS_KEY, None)
     except (ValueError, AttributeError, TypeError):
         return SlotResult(None, "the saved slot's record is unreadable; the slot is ignored")
     if saved_for != key.to_json() or not slot.is_file():
@@ -271,6 +278,8 @@ MISS_WORDS = {
     "cache_type_v": "another KV type",
     "ctx": "another context",
     "model_path": "another model file",
+    "model_bytes": "another version of the model file",
+    "model_mtime_ns": "another version of the model file",
     "mmproj_path": "another projector",
 }
 

@@ -258,7 +258,7 @@ class Supervisor:
             return
         argv = server_argv(self.launch)
         for dropped in prefixdisk.before_start(self.launch):
-            self.log.write(f"# lucebox: disk prefix cache over budget: removed {dropped}")
+            self.log.write(f"# lucebox: saved prompt states over budget: removed {dropped}")
         self.log.write(f"# lucebox: starting {' '.join(argv)}")
         launched = self._stamp_files()
         lines_before = self.lines_total

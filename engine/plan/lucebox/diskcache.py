@@ -17,9 +17,7 @@ last minute never), so lucebox relies on it there and trims only the other folde
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from lucebox.engine.core import prefixstore
 from lucebox.engine.core.paths import Paths
@@ -30,9 +28,6 @@ POLICY = "auto"
 MIN_TOKENS = 1024
 """A shorter prompt is read again in about a second on the cards the engine serves; saving
 each would spend the budget on system prompts alone."""
-DISK_SHARE = 4
-"""The store may take a quarter of the disk it is on (what it holds counts as free)."""
-BUDGET_CAP_BYTES = 64 * GIB
 BUDGET_FLOOR_BYTES = 2 * GIB
 """Below this a 50K-token conversation's state (about 1 GiB at q4_0 for the 27B targets,
 with the snapshot of the one before) does not fit: the cache is not passed."""
@@ -70,8 +65,7 @@ def plan_disk_cache(request: DiskCacheRequest) -> DiskCache:
         return _off(off, "off: the prompt cache is off (--cache off)")
     if request.paged_attention:
         return _off(off, "off: paged attention turns the engine's snapshots off")
-    # Whole GiB: a plan made again a few files later passes the engine the same flags.
-    budget = min(BUDGET_CAP_BYTES, request.free_bytes // DISK_SHARE // GIB * GIB)
+    budget = prefixstore.budget_bytes(request.free_bytes)
     if budget < BUDGET_FLOOR_BYTES:
         return _off(
             off,
@@ -82,8 +76,8 @@ def plan_disk_cache(request: DiskCacheRequest) -> DiskCache:
     budget_mib = budget // MIB
     reason = (
         f"{folder}, up to {budget / GIB:.1f} GiB (a quarter of the free disk, at most "
-        f"{BUDGET_CAP_BYTES // GIB} GiB; the engine evicts within its folder by its own score, "
-        f"lucebox drops other folders, least recently used first); policy {POLICY}: a "
+        f"{prefixstore.BUDGET_CAP_BYTES // GIB} GiB; the engine evicts within its folder by its "
+        f"own score, lucebox drops other folders, least recently used first); policy {POLICY}: a "
         f"conversation's prefix at each chat boundary, from {MIN_TOKENS} tokens, found again "
         "after a restart; one folder per model file, engine build, KV type and context"
     )
@@ -108,17 +102,9 @@ def disk_cache_of(
     request = DiskCacheRequest(
         str(root),
         key,
-        _free_bytes(root) + prefixstore.held_bytes(root),
+        prefixstore.free_bytes(root) + prefixstore.held_bytes(root),
         wanted=wanted,
         # lucebox does not pass --paged-attention, which would turn the cache off.
         paged_attention=False,
     )
     return plan_disk_cache(request)
-
-
-def _free_bytes(folder: Path) -> int:
-    """Free bytes on the disk ``folder`` is (or will be) on."""
-    for found in (folder, *folder.parents):
-        if found.exists():
-            return shutil.disk_usage(found).free
-    return 0

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from lucebox.engine.core.slotstore import SETS_FOLDER
 from lucebox.engine.plan.servedset.servedsetplan import SetPlan
 from lucebox.engine.run.servedset.servedsethang import CHILD_HOST
 from lucebox.engine.run.servedsetmodels import loaded_children
@@ -45,8 +46,6 @@ from lucebox.engine.run.slots import (
     save_slot,
 )
 
-SETS_FOLDER = "sets"
-"""Under the slots folder: one folder per set, beside the single engine's files."""
 LOAD_TIMEOUT_S = 600.0
 """A load before a restore waits as long as the request that asked for it would."""
 

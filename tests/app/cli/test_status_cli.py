@@ -199,3 +199,6 @@ def test_status_says_what_the_start_restored_and_what_the_disk_cache_keeps():
     text = status_line(status, unit)
     assert "\n  last restore: not restored: saved with another engine build" in text
     assert "\n  disk prefix cache: 3 prompt states, 3.0 GiB" in text
+    slots = replace(cache, disk_store="slots", disk_entries=2, disk_tokens=51200)
+    text = status_line(replace(status, cache=slots), unit)
+    assert "\n  saved conversations: 2 (51200 tokens), 3.0 GiB" in text

@@ -8,13 +8,9 @@ from typing import Any
 
 import pytest
 
-from lucebox.engine.core.prefixstore import PrefixKey
+from lucebox.engine.core.prefixstore import BUDGET_CAP_BYTES, PrefixKey
 from lucebox.engine.core.units import GIB, MIB
-from lucebox.engine.plan.lucebox.diskcache import (
-    BUDGET_CAP_BYTES,
-    DiskCacheRequest,
-    plan_disk_cache,
-)
+from lucebox.engine.plan.lucebox.diskcache import DiskCacheRequest, plan_disk_cache
 from lucebox.engine.plan.lucebox.luceboxlaunch import disk_cache_argv
 
 KEY = PrefixKey("/m/qwen.gguf", 16 * GIB, 1, "/e/dflash_server@9:1", "q4_0", "q4_0", 65536)

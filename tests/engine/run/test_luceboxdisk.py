@@ -197,7 +197,7 @@ async def test_serve_readies_the_folder_trims_older_ones_and_status_shows_the_re
     first = await _one_turn(tmp_path, launch, TURN_1)
     assert not stale.exists()
     assert (
-        f"# lucebox: disk prefix cache over budget: removed {stale}"
+        f"# lucebox: saved prompt states over budget: removed {stale}"
         in (tmp_path / "engine.log").read_text()
     )
     assert json.loads((root / key.folder_name / RECORD_NAME).read_text())["engine_build"] == (

@@ -6,12 +6,16 @@ lucebox's own request."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
+from lucebox.engine.core import slotstore
 from lucebox.engine.core.prefixstore import build_of
+from lucebox.engine.core.units import GIB
+from lucebox.engine.plan.savedslots import slots_reason
 from lucebox.engine.run.slots import (
     ClientPrompt,
     SlotHolder,
@@ -169,3 +173,55 @@ def test_the_slot_holder_saves_a_clients_turn_once_and_never_lucebox_own():
     assert holder.lucebox_last(11.0, 13.0)  # a probe after the save
     assert not holder.unsaved_client(11.0, 13.0)
     assert holder.unsaved_client(14.0, 13.0)  # the client came back after the probe
+
+
+async def test_a_slot_saved_for_an_older_version_of_the_model_file_is_not_restored(tmp_path):
+    """An update in place keeps the path: the file's size and time tell the versions apart."""
+    old = replace(KEY, model_bytes=1000, model_mtime_ns=1)
+    async with engine(tmp_path, full_disk=False) as client:
+        assert (await save_slot(client, "http://e", {}, tmp_path, old)).tokens == 14
+        updated = replace(old, model_bytes=1200, model_mtime_ns=2)
+        missed = await restore_slot(client, "http://e", {}, tmp_path, updated)
+    assert restore_words(missed) == "not restored: saved with another version of the model file"
+
+
+def _saved(folder: Path, alias: str, model: str, size: int, tokens: int, at_s: int) -> Path:
+    """A slot as save_slot leaves it: the file, and its record with the key, bytes, tokens."""
+    key = SlotKey(alias, model, 4096, "f16", "f16")
+    folder.mkdir(parents=True, exist_ok=True)
+    slot = folder / key.file_name
+    slot.write_bytes(b"s" * size)
+    record = {**key.to_json(), "bytes": size, "tokens": tokens}
+    (folder / f"{key.file_name}.json").write_text(json.dumps(record))
+    os.utime(slot, (at_s, at_s))
+    return slot
+
+
+def test_the_slots_folder_is_trimmed_least_recently_saved_first_never_the_launch_s_own(tmp_path):
+    oldest = _saved(tmp_path, "a", "/m/a.gguf", 400, 40, 100)
+    own = _saved(tmp_path, "b", "/m/b.gguf", 300, 30, 50)
+    in_a_set = _saved(tmp_path / "sets" / "a-b-123", "c", "/m/c.gguf", 200, 20, 200)
+    newest = _saved(tmp_path, "d", "/m/d.gguf", 100, 10, 300)
+    kept = slotstore.usage(tmp_path)
+    assert (kept.conversations, kept.bytes, kept.tokens) == (4, 1000, 100)
+    removed = slotstore.trim(tmp_path, own, budget_bytes=500)
+    assert removed == [oldest, in_a_set]
+    assert not (tmp_path / "a.slot.json").exists()
+    assert sorted(slotstore.saved_slots(tmp_path)) == sorted([own, newest])
+    assert slotstore.trim(tmp_path, own, budget_bytes=500) == []
+
+
+def test_a_removed_model_s_slots_go_with_it_the_others_stay(tmp_path):
+    gone = _saved(tmp_path, "a", str(tmp_path / "a.gguf"), 10, 1, 1)
+    in_a_set = _saved(tmp_path / "sets" / "s-1", "a", str(tmp_path / "a.gguf"), 10, 1, 1)
+    other = _saved(tmp_path, "b", str(tmp_path / "b.gguf"), 10, 1, 1)
+    assert sorted(slotstore.forget_model(tmp_path, tmp_path / "a.gguf")) == sorted([gone, in_a_set])
+    assert slotstore.saved_slots(tmp_path) == [other]
+
+
+def test_plan_says_where_the_slots_are_kept_their_budget_and_what_they_hold(tmp_path):
+    _saved(tmp_path, "a", "/m/a.gguf", 10, 2048, 1)
+    reason = slots_reason(tmp_path, 12 * GIB, slotstore.usage(tmp_path))
+    assert reason.startswith(f"{tmp_path}: the agent's conversation saved on every stop")
+    assert "up to 12 GiB (a quarter of the free disk, at most 64 GiB)" in reason
+    assert reason.endswith("1 conversations saved now (2048 tokens, 0.0 GiB)")
