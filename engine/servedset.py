@@ -267,6 +267,7 @@ async def router_run(
             in_flight=gate.in_flight,
             sides=planned.sides.models,
             save_slots=gate.slots.save_loaded,
+            slot_words=lambda: gate.slots.last,
         )
     finally:
         if idling is not None:

@@ -127,7 +127,8 @@ def model_line(model: ModelStatus) -> str:
     """One model of a served set for people: state, memory, last use, device."""
     used = "never used" if model.last_used_s is None else f"used {model.last_used_s:.0f} s ago"
     held = f"{gib_text(model.memory_bytes, 2)} of {gib_text(model.planned_bytes, 2)} planned"
-    return f"{model.alias}: {model.state}, {held}, {used} ({model.device})"
+    slot = f"; slot {model.last_slot}" if model.last_slot else ""
+    return f"{model.alias}: {model.state}, {held}, {used} ({model.device}){slot}"
 
 
 def _show(status: runstate.Status, args: argparse.Namespace, paths: Paths) -> None:

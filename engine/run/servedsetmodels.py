@@ -47,6 +47,9 @@ class ModelStatus:
     spec: SpecStatus | None = None
     """Its speculation as planned, the acceptance of its process, and the guard's switch-off;
     None when it does not speculate."""
+    last_slot: str | None = None
+    """What the last save or restore of its slot did ("restored the saved slot (N tokens)",
+    "save failed: ..."); None before either."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,7 @@ class ModelStatus:
             "planned_bytes": self.planned_bytes,
             "load_progress": self.load_progress,
             "spec": self.spec.to_json() if self.spec is not None else None,
+            "last_slot": self.last_slot,
         }
 
     @classmethod
@@ -75,6 +79,7 @@ class ModelStatus:
             planned_bytes=int(data.get("planned_bytes") or 0),
             load_progress=float(progress) if isinstance(progress, int | float) else None,
             spec=SpecStatus.from_json(data.get("spec")),
+            last_slot=data["last_slot"] if isinstance(data.get("last_slot"), str) else None,
         )
 
 

@@ -112,9 +112,11 @@ def model_statuses(
     now_s: float,
     progress: Mapping[str, float] | None = None,
     specs: Mapping[str, SpecStatus | None] | None = None,
+    slots: Mapping[str, str] | None = None,
 ) -> tuple[ModelStatus, ...]:
     """Each planned model's status from the router's states, its processes, the load
-    progress the router announced and its speculation (pure)."""
+    progress the router announced, its speculation and its slot's last save or restore
+    (pure)."""
     statuses = []
     for model in planned:
         state = states.get(model.alias, "unloaded")
@@ -133,6 +135,7 @@ def model_statuses(
                 planned_bytes=model.planned_bytes,
                 load_progress=(progress or {}).get(model.alias) if state == "loading" else None,
                 spec=(specs or {}).get(model.alias),
+                last_slot=(slots or {}).get(model.alias),
             )
         )
     return tuple(statuses)
@@ -164,6 +167,7 @@ class ServedSetRun(ServerRun):
         in_flight: Callable[[], frozenset[str]] = frozenset,
         sides: tuple[SideModel, ...] = (),
         save_slots: Callable[[], Awaitable[None]] | None = None,
+        slot_words: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
         facts = RunFacts(
@@ -179,6 +183,8 @@ class ServedSetRun(ServerRun):
         self.public_url = public_url
         self.save_slots = save_slots
         """Saves the slot of each loaded model: awaited before the router stops on purpose."""
+        self.slot_words = slot_words
+        """What the last save or restore of each model's slot did, for status."""
         self.replan_on_oom = replan_on_oom
         self.respec = respec
         self._spec_guard = ChildSpecGuard(
@@ -439,7 +445,14 @@ class ServedSetRun(ServerRun):
         memory = await asyncio.to_thread(child_memory_bytes, engine_pid)
         specs = {m.alias: self._spec_guard.status(m.alias) for m in self.planned}
         models = model_statuses(
-            self.planned, self._states, memory, self._last_used, time.time(), self._progress, specs
+            self.planned,
+            self._states,
+            memory,
+            self._last_used,
+            time.time(),
+            self._progress,
+            specs,
+            self.slot_words(),
         )
         gpus = gpu_statuses(self._nvml) if self._nvml is not None else ()
         self._run.status = replace(self._run.status, models=models, gpus=gpus)

@@ -43,6 +43,7 @@ from lucebox.engine.run.slots import (
     kept_prompt,
     reseat_slot,
     restore_slot,
+    restore_words,
     save_slot,
 )
 
@@ -98,6 +99,8 @@ class SetSlots:
         """Writes one line into the set's log."""
         self._prompts: dict[str, ClientPrompt] = {}
         self._holders: dict[str, SlotHolder] = {}
+        self.last: dict[str, str] = {}
+        """What the last save or restore of each model's slot did, in status's words."""
 
     def sent(self, alias: str, path: str, body: bytes) -> None:
         """A client's generation request to ``alias`` as the router got it."""
@@ -171,10 +174,20 @@ class SetSlots:
         return None if port is None else f"http://{CHILD_HOST}:{port}"
 
     def _said(self, alias: str, action: str, done: SlotResult) -> None:
-        """The log's lines for one save or restore, in the single engine's words."""
+        """The log's lines for one save or restore, in the single engine's words, and
+        status's."""
+        said = restore_words(done) if action == "restore" else _save_words(done)
+        if said is not None:
+            self.last[alias] = said
         if done.tokens:
             self.note(f"{alias}: slot {action}d ({done.tokens} tokens)")
         if done.failure is not None:
             self.note(f"{alias}: slot {action} failed: {done.failure}")
         elif done.miss is not None:
             self.note(f"{alias}: slot not restored: {done.miss}; the slot is ignored")
+
+
+def _save_words(done: SlotResult) -> str | None:
+    if done.tokens is not None:
+        return f"saved ({done.tokens} tokens)"
+    return f"save failed: {done.failure}" if done.failure is not None else None

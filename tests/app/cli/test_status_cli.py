@@ -124,16 +124,23 @@ def test_status_of_a_served_set_names_its_models_and_refuses_an_unknown_one():
     paths = resolve_paths()
     models = (
         ModelStatus("smollm2", "loaded", "CPU", 340 * 2**20, 2.0, 1000 * 2**20),
-        ModelStatus("smoke", "sleeping", "CPU", 60 * 2**20, 700.0, 1300 * 2**20),
+        ModelStatus(
+            "smoke", "unloaded", "CPU", 0, 700.0, 1300 * 2**20, last_slot="saved (812 tokens)"
+        ),
     )
     runstate.write_status(paths, replace(serving(os.getpid(), a_sample()), models=models))
     one = subprocess.run(
         lucebox("status", "--model", "smoke", "--json"), capture_output=True, text=True, check=False
     )
     assert one.returncode == 0, one.stderr
-    assert json.loads(one.stdout)["state"] == "sleeping"
+    assert json.loads(one.stdout)["state"] == "unloaded"
+    assert json.loads(one.stdout)["last_slot"] == "saved (812 tokens)"
     people = subprocess.run(lucebox("status"), capture_output=True, text=True, check=False)
-    assert "smollm2: loaded, 0.33 GiB of 0.98 GiB planned, used 2 s ago (CPU)" in people.stdout
+    assert "smollm2: loaded, 0.33 GiB of 0.98 GiB planned, used 2 s ago (CPU)\n" in people.stdout
+    assert (
+        "smoke: unloaded, 0.00 GiB of 1.27 GiB planned, used 700 s ago (CPU); slot saved (812 "
+        in people.stdout
+    )
     unknown = subprocess.run(
         lucebox("status", "--model", "gpt-4"), capture_output=True, text=True, check=False
     )

@@ -104,7 +104,7 @@ async def chat(proxy: ServedSetProxy, model: str) -> httpx.Response:
 async def test_an_evicted_model_is_saved_first_and_restored_before_its_next_request(tmp_path):
     fake = FakeSet(tmp_path, {"smollm2"})
     notes: list[str] = []
-    proxy, _ = proxy_of(fake, notes)
+    proxy, gate = proxy_of(fake, notes)
     assert (await chat(proxy, "smollm2")).status_code == 200
     assert (await chat(proxy, "smoke")).status_code == 200
     # Seated on the client's last prompt, saved from its own process, then unloaded.
@@ -130,7 +130,12 @@ async def test_an_evicted_model_is_saved_first_and_restored_before_its_next_requ
         "smollm2: slot restored (40 tokens)",
     ]
     record = json.loads((tmp_path / "smollm2.slot.json").read_text())
-    assert record == {**KEYS["smollm2"].to_json(), "bytes": 100}
+    assert record == {**KEYS["smollm2"].to_json(), "bytes": 100, "tokens": 40}
+    # Status says each model's last save or restore.
+    assert gate.slots.last == {
+        "smollm2": "restored the saved slot (40 tokens)",
+        "smoke": "saved (40 tokens)",
+    }
 
 
 async def test_a_slot_saved_for_another_launch_or_cut_short_is_ignored_with_a_note(tmp_path):
@@ -153,6 +158,11 @@ async def test_a_slot_saved_for_another_launch_or_cut_short_is_ignored_with_a_no
         "the slot is ignored",
     ]
     assert gate.cold == set()
+    assert gate.slots.last == {
+        "smollm2": "saved (40 tokens)",
+        "smoke": "not restored: the saved slot is 100 bytes, not the 200 saved; the slot is "
+        "ignored",
+    }
 
 
 async def test_an_idle_model_is_saved_and_unloaded_by_the_proxy_a_busy_one_stays(tmp_path):
