@@ -46,7 +46,7 @@ from lucebox.engine.run.calibrate.probing import (
     served_besides,
     served_sampling,
 )
-from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.sample import SamplingRate, SamplingStatus, SpecStatus
 
 if TYPE_CHECKING:
     from lucebox.engine.machine.config import Settings
@@ -94,6 +94,8 @@ class Calibrator(ProbeSender[Trial]):
         """The latest requests served since the verdict, for the mix."""
         self.mix: SamplingMix | None = None
         """The front's tally of the sampling its requests got (the run gives it)."""
+        self._elsewhere: dict[str, Measurement | None] = {}
+        """What the store holds at the samplings this calibration does not measure at now."""
 
     @property
     def complete(self) -> bool:
@@ -146,6 +148,22 @@ class Calibrator(ProbeSender[Trial]):
             return sampled
         return replace(sampled, measured=measured)
 
+    def sampling_rates(self, label: str, mix: SamplingStatus | None) -> tuple[SamplingRate, ...]:
+        """Greedy and sampled replies apart: ``label``'s speed-up as measured at each sampling
+        (the store keeps them apart) and the acceptance the front counted."""
+        sampled = calibration.sampled_at(mix, self.setup.key.sampling)
+        measured = {at: self._measured_at(at) for at in (samplingdefaults.GREEDY, sampled) if at}
+        return calibration.by_sampling(measured, label, mix, sampled)
+
+    def _measured_at(self, sampling: str) -> Measurement | None:
+        """What the store holds at ``sampling`` (read once; this calibration's own as kept)."""
+        if sampling == self.setup.key.sampling:
+            return self.measurement
+        if sampling not in self._elsewhere:
+            key = replace(self.setup.key, sampling=sampling)
+            self._elsewhere[sampling] = read_measurement(self.paths, key)
+        return self._elsewhere[sampling]
+
     what = "speculation calibration"
 
     def _forced(self) -> bool:
@@ -164,6 +182,7 @@ class Calibrator(ProbeSender[Trial]):
             self.setup = replace(self.setup, key=replace(self.setup.key, sampling=at))
             key = self.setup.key
             self.measurement = read_measurement(self.paths, key) or Measurement(key)
+            self._elsewhere.clear()
 
     def _mix_moved(self) -> bool:
         """The served requests' sampling is no longer the one measured at."""

@@ -754,3 +754,15 @@ def test_speculation_line_shows_what_the_calibration_measured():
     reason = "off: drafted nothing, 0.65x (measured on this card over 4 probes, ...)"
     off = spec_line(SpecStatus("draft-mtp", False, reason, None, None, slower), None)
     assert off is not None and off.plain == "MTP off: drafted nothing, 0.65x"
+
+
+def test_speculation_line_shows_greedy_and_sampled_apart():
+    from lucebox.app.tui.widgets.throughput import spec_line
+    from lucebox.engine.run.sample import MeasuredRate, SamplingRate, SpecStatus
+
+    mtp = MeasuredRate(690.0, 1100.0, 1.594, 4, 1.0)
+    apart = (SamplingRate(False, "greedy", 1.594, 0.9), SamplingRate(True, "t0.7", None, 0.45))
+    line = spec_line(SpecStatus("draft-mtp", True, "measured", 0.7, 2.5, mtp, apart), 0.7)
+    assert line is not None and line.plain == (
+        "MTP · greedy 1.59x measured, 90% accepted · sampled (t0.7) 45% accepted · 2.5 per step"
+    )

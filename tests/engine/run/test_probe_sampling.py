@@ -15,14 +15,18 @@ from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 from lucebox.engine.plan.speculation.measurements import (
     Measurement,
     MeasurementKey,
+    ProbeRate,
+    TrialRate,
     read_measurement,
     write_measurement,
 )
+from lucebox.engine.run.calibrate.calibration import by_sampling, sampled_at
 from lucebox.engine.run.calibrate.calibrator import CalibrationSetup, Calibrator
 from lucebox.engine.run.calibrate.probes import PROBES
 from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.front.samplingmix import PROBE_SEED, SamplingMix
 from lucebox.engine.run.kinds.ownrequests import OwnRequests
+from lucebox.engine.run.sample import SamplingRate, SpecStatus
 
 KEY = MeasurementKey("m.gguf:1:ab", None, "pinned b1", "cpu", 4096, "f16/f16")
 DEFAULTS = SamplingDefaults(0.6, 0.95, 20, 0.0, "preset")
@@ -88,3 +92,42 @@ def test_greedy_and_sampled_rates_are_stored_apart(tmp_path):
     greedy, sampled = read_measurement(paths, KEY), read_measurement(paths, sampled_key)
     assert greedy is not None and greedy.chosen == "off" and greedy.key.sampling == "greedy"
     assert sampled is not None and sampled.chosen == "draft-mtp n3" and sampled.key == sampled_key
+
+
+def _trial(label: str, spec_type: str | None, tok_s: float) -> TrialRate:
+    probe = ProbeRate("chat", int(tok_s), 1.0, weight=int(tok_s))
+    return TrialRate(label, spec_type, 3 if spec_type else None, None, (probe,), 1.0)
+
+
+def test_greedy_and_sampled_speed_ups_show_apart_each_where_there_is_data(tmp_path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    mtp = "draft-mtp n3"
+    for sampling, tok_s in (("greedy", 160.0), ("t0.7", 110.0)):
+        trials = (_trial("off", None, 100.0), _trial(mtp, "draft-mtp", tok_s))
+        write_measurement(paths, Measurement(replace(KEY, sampling=sampling), trials, mtp))
+    measuring = calibrator(tmp_path)
+    mix = SamplingMix(DEFAULTS)
+    # The defaults' sampling (t0.6) was never measured, and nothing was served yet.
+    assert measuring.sampling_rates(mtp, mix.status()) == (
+        SamplingRate(False, "greedy", pytest.approx(1.6), None),
+    )
+    mix.record(json.dumps({"temperature": 0}).encode())
+    mix.replied(True, 100, 90)
+    mix.record(json.dumps({"temperature": 0.7}).encode())
+    mix.replied(False, 100, 45)
+    greedy, sampled = measuring.sampling_rates(mtp, mix.status())
+    assert greedy == SamplingRate(False, "greedy", pytest.approx(1.6), pytest.approx(0.9))
+    assert sampled == SamplingRate(True, "t0.7", pytest.approx(1.1), pytest.approx(0.45))
+    assert sampled.text() == "sampled (t0.7) 1.10x measured, 45% accepted"
+    assert measuring.sampling_rates("off", mix.status())[1].ratio is None  # nothing to gain
+
+
+def test_a_run_without_calibration_shows_acceptance_by_sampling_alone():
+    mix = SamplingMix(DEFAULTS)
+    mix.record(json.dumps({"temperature": 0.7}).encode())
+    mix.replied(False, 10, 4)
+    shown = by_sampling({}, "draft-mtp n3", mix.status(), sampled_at(mix.status()))
+    assert shown == (SamplingRate(True, "t0.7", None, pytest.approx(0.4)),)
+    assert shown[0].text() == "sampled (t0.7) 40% accepted"
+    spec = SpecStatus("draft-mtp", True, "planned", 0.4, 1.2, by_sampling=shown)
+    assert SpecStatus.from_json(json.loads(json.dumps(spec.to_json()))) == spec
