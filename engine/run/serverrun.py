@@ -259,6 +259,9 @@ class ServerRun:
             return  # the probes' requests are the calibration's own
         if calibrations.engine is not None:
             calibrations.engine.observe(requests)
+        if calibrations.kv_modes is not None:
+            calibrations.kv_modes.mix = self.front.sampling if self.front else None
+            calibrations.kv_modes.observe(requests)
         current = self.supervisor.launch
         if calibrations.speculation is not None and kinds.kind(current.kind).calibrates_speculation:
             calibrations.speculation.mix = self.front.sampling if self.front else None

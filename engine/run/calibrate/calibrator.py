@@ -44,7 +44,6 @@ from lucebox.engine.run.calibrate.probing import (
     ask,
     restart_into,
     served_besides,
-    served_sampling,
 )
 from lucebox.engine.run.sample import SamplingRate, SamplingStatus, SpecStatus
 
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
     from lucebox.engine.machine.config import Settings
     from lucebox.engine.plan.launch import ServerLaunch
     from lucebox.engine.plan.launchplan import LaunchPlan
-    from lucebox.engine.run.front.samplingmix import SamplingMix
 
 
 @dataclass(frozen=True)
@@ -92,8 +90,6 @@ class Calibrator(ProbeSender[Trial]):
         """The configuration being measured now."""
         self.served: tuple[ServedRequest, ...] = ()
         """The latest requests served since the verdict, for the mix."""
-        self.mix: SamplingMix | None = None
-        """The front's tally of the sampling its requests got (the run gives it)."""
         self._elsewhere: dict[str, Measurement | None] = {}
         """What the store holds at the samplings this calibration does not measure at now."""
 
@@ -172,13 +168,8 @@ class Calibrator(ProbeSender[Trial]):
     def _follow_mix(self, server: MeasuredRun) -> None:
         """Measure at the sampling the front's requests got (greedy, or the mix's typical
         temperature): the probes send it and the rates go to that sampling's entry."""
-        served = served_sampling(server)
-        if served is None or server.front is None:
-            return
-        self.mix = server.front.sampling
-        fields, at = served
-        self.probe_sampling = fields
-        if at != self.setup.key.sampling:
+        at = self._served_sampling(server)
+        if at is not None and at != self.setup.key.sampling:
             self.setup = replace(self.setup, key=replace(self.setup.key, sampling=at))
             key = self.setup.key
             self.measurement = read_measurement(self.paths, key) or Measurement(key)
@@ -186,10 +177,8 @@ class Calibrator(ProbeSender[Trial]):
 
     def _mix_moved(self) -> bool:
         """The served requests' sampling is no longer the one measured at."""
-        if self.mix is None:
-            return False
-        temperature = float(self.mix.probe_fields()["temperature"])
-        return samplingdefaults.label(temperature) != self.setup.key.sampling
+        now = self._sampling_now()
+        return now is not None and now != self.setup.key.sampling
 
     def observe(self, requests: Sequence[ServedRequest]) -> None:
         """Requests the clients were served: once their mix (shapes or sampling) has moved

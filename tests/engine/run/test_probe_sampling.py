@@ -1,5 +1,5 @@
-"""The speculation calibration's probes carry the served mix's sampling, and its rates are kept
-under that sampling's key: greedy and sampled apart."""
+"""The calibrations' probes carry the served mix's sampling, and their rates are kept under that
+sampling's key: greedy and sampled apart (the speculation's and the long-context modes')."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.lucebox import kvmodes
+from lucebox.engine.plan.lucebox.kvmodes import KvModes, KvModesPlan
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 from lucebox.engine.plan.speculation.measurements import (
     Measurement,
@@ -20,8 +22,10 @@ from lucebox.engine.plan.speculation.measurements import (
     read_measurement,
     write_measurement,
 )
+from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run.calibrate.calibration import by_sampling, sampled_at
 from lucebox.engine.run.calibrate.calibrator import CalibrationSetup, Calibrator
+from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.calibrate.probes import PROBES
 from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.front.samplingmix import PROBE_SEED, SamplingMix
@@ -55,14 +59,17 @@ def calibrator(tmp_path) -> Calibrator:
     return Calibrator(paths, setup)
 
 
-async def probe_body(measuring: Calibrator, run: Run) -> dict:
+async def probe_body(measuring: Calibrator | KvModeCalibrator, run: Run) -> dict:
     sent: list[dict] = []
 
     def engine(request: httpx.Request) -> httpx.Response:
         sent.append(json.loads(request.content))
         return httpx.Response(200, json={"choices": [], "timings": TIMINGS})
 
-    measuring._follow_mix(run)  # type: ignore[arg-type]
+    if isinstance(measuring, Calibrator):
+        measuring._follow_mix(run)  # type: ignore[arg-type]
+    else:
+        measuring._follow_sampling(run)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=httpx.MockTransport(engine)) as client:
         rate = await measuring._probe(client, run, PROBES[0])  # type: ignore[arg-type]
     assert rate is not None and rate.tokens == 8
@@ -131,3 +138,39 @@ def test_a_run_without_calibration_shows_acceptance_by_sampling_alone():
     assert shown[0].text() == "sampled (t0.7) 40% accepted"
     spec = SpecStatus("draft-mtp", True, "planned", 0.4, 1.2, by_sampling=shown)
     assert SpecStatus.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+KV_KEY = "m.gguf:1:ab | - | build | card | 65536"
+
+
+@pytest.mark.asyncio
+async def test_long_context_modes_probe_at_the_mix_sampling_and_store_it_apart(tmp_path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    trials = kvmodes.trials_for(("q8_0",))
+    greedy = KvModes(KV_KEY)
+    for trial in trials:
+        greedy = greedy.with_refused(trial.label, "measured greedy")
+    kvmodes.write_modes(paths, greedy)
+    modes = KvModesPlan(KV_KEY, trials, "exact q8_0", 1024)
+    setup = KvSetup(modes, ProbePace(0.0), lambda trial: "cannot", lambda: None)
+    measuring = KvModeCalibrator(paths, setup)
+    assert measuring.state == "done"  # greedy: every mode is stored
+    mix = SamplingMix(DEFAULTS)
+    measuring.mix = mix
+    # Served at the defaults' temperature: the modes there are unmeasured, so due once idle.
+    measuring.observe([ServedRequest(100, 8, 0.1)])
+    sampled_key = f"{KV_KEY} | t0.6"
+    assert measuring.measurement.key == sampled_key and measuring.state == "waiting"
+    body = await probe_body(measuring, Run(mix))
+    assert (body["temperature"], body["top_k"], body["seed"]) == (0.6, 20, PROBE_SEED)
+    measuring._keep(measuring.measurement.with_refused("exact q8_0", "measured at t0.6"))
+    stored = kvmodes.read_modes(paths, sampled_key)
+    assert stored is not None and stored.refused == (("exact q8_0", "measured at t0.6"),)
+    assert kvmodes.read_modes(paths, KV_KEY) == greedy  # the greedy entry as it was
+    # Greedy requests again: the greedy modes are read back, nothing is due.
+    for _ in range(3):
+        mix.record(json.dumps({"temperature": 0}).encode())
+    measuring.state = "done"
+    measuring.observe([ServedRequest(100, 8, 0.1)])
+    assert measuring.measurement == greedy and measuring.state == "done"
+    assert kvmodes.at_sampling(sampled_key, "greedy") == KV_KEY
