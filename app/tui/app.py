@@ -34,6 +34,7 @@ from lucebox.app.tui.messages import (
     RestartRequested,
     RetryRequested,
     ServerChanged,
+    SleepPickRequested,
     StepChanged,
     StopRequested,
     UsersPickRequested,
@@ -43,6 +44,7 @@ from lucebox.app.tui.screens.dashboardbase import ServingScreen
 from lucebox.app.tui.screens.keys import KeysScreen
 from lucebox.app.tui.screens.presets import PresetScreen
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
+from lucebox.app.tui.screens.sleep import SleepModal
 from lucebox.app.tui.screens.start import Failure, StartScreen
 from lucebox.app.tui.screens.users import UsersModal
 from lucebox.engine.core.errors import (
@@ -372,6 +374,17 @@ class LuceboxApp(App[None]):
             return
         self.backend.choose_users(users)
         self.choose(replace(self.options, users=users))
+        self.plan_again()
+
+    @on(SleepPickRequested)
+    def sleep_pick_requested(self) -> None:
+        self.push_screen(SleepModal(self.backend.sleep_idle_s()), self.sleep_chosen)
+
+    def sleep_chosen(self, idle_s: float | None) -> None:
+        if idle_s is None or idle_s == self.backend.sleep_idle_s():
+            return
+        # The run reads it when it starts: the server starts again with it.
+        self.backend.choose_sleep(idle_s)
         self.plan_again()
 
     def plan_again(self) -> None:

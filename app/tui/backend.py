@@ -101,6 +101,13 @@ class Backend:
     def choose_users(self, users: int) -> None:
         config.set_setting(self.paths, "server.users", str(users))
 
+    def sleep_idle_s(self) -> float:
+        """server.sleep_idle_s: how long idle before the engine sleeps (0: never)."""
+        return config.load_settings(self.paths).sleep_idle_s
+
+    def choose_sleep(self, idle_s: float) -> None:
+        config.set_setting(self.paths, "server.sleep_idle_s", f"{idle_s:g}")
+
     def lock(self) -> runstate.ServeLock:
         return runstate.ServeLock(self.paths)
 

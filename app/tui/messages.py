@@ -99,6 +99,11 @@ class UsersPickRequested(Message):
 
 
 @dataclass
+class SleepPickRequested(Message):
+    """Ask how long idle before the engine sleeps; a new time restarts the pipeline with it."""
+
+
+@dataclass
 class RestartRequested(Message):
     """Restart the engine with the same plan."""
 

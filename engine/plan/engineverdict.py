@@ -30,7 +30,6 @@ from typing import Any
 
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.kindname import KIND_TEXT, KindName
-from lucebox.engine.plan import samplingdefaults
 from lucebox.engine.plan.speculation import measurements
 from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate
 from lucebox.engine.plan.speculation.workload import (
@@ -262,9 +261,7 @@ _LAUNCH_PARTS = 4
 
 def at_sampling(key: str, sampling: str) -> str:
     """``key`` for replies at ``sampling``: greedy keys read as before sampling was kept."""
-    parts = key.split(" | ")[:_LAUNCH_PARTS]
-    greedy = sampling == samplingdefaults.GREEDY
-    return " | ".join(parts if greedy else [*parts, sampling])
+    return measurements.at_sampling(key, sampling, _LAUNCH_PARTS)
 
 
 def read_engines(paths: Paths, key: str) -> EngineMeasurement | None:

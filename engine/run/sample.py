@@ -28,6 +28,7 @@ _Value = TypeVar(
     "KeyUse",
     "LanStatus",
     "SamplingStatus",
+    "SamplingRate",
 )
 
 
@@ -157,6 +158,9 @@ class SpecStatus:
     """Draft tokens accepted per verification step."""
     measured: MeasuredRate | None = None
     """Its decode speed against none on this card; None until the calibration measured it."""
+    by_sampling: tuple[SamplingRate, ...] = ()
+    """Greedy and sampled replies apart, each where there is data: a sampled reply accepts
+    fewer drafts, so one figure for both says little of either."""
 
     @property
     def mode_name(self) -> str:
@@ -175,14 +179,52 @@ class SpecStatus:
         return f"{self.mode_name} {self.measured.ratio:.2f}x (measured)"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "by_sampling": [r.to_json() for r in self.by_sampling]}
 
     @classmethod
     def from_json(cls, data: Any) -> SpecStatus | None:
         found = _from_json(cls, data)
-        if found is None or found.measured is None:
-            return found
-        return replace(found, measured=MeasuredRate.from_json(found.measured))
+        if found is None:
+            return None
+        measured = MeasuredRate.from_json(found.measured) if found.measured else None
+        stored = found.by_sampling if isinstance(found.by_sampling, list | tuple) else ()
+        rates = (SamplingRate.from_json(r) for r in stored)
+        return replace(
+            found, measured=measured, by_sampling=tuple(r for r in rates if r is not None)
+        )
+
+
+@dataclass(frozen=True)
+class SamplingRate:
+    """Speculation for the replies of one sampling: its speed-up as the calibration measured
+    it at that sampling, and its draft acceptance as served."""
+
+    sampled: bool
+    """False: greedy replies (temperature 0 or top_k 1)."""
+    at: str
+    """The sampling the speed-up was measured at, as the store names it (``greedy``,
+    ``t0.7``)."""
+    ratio: float | None
+    """Decode speed against none measured at ``at`` on this card; None where it was not."""
+    acceptance: float | None
+    """Draft tokens accepted of those drafted in served replies of this sampling; None before
+    any."""
+
+    def text(self) -> str:
+        """``greedy 1.59x measured, 90% accepted`` or ``sampled (t0.7) 45% accepted``."""
+        name = f"sampled ({self.at})" if self.sampled else "greedy"
+        figures = [
+            *([f"{self.ratio:.2f}x measured"] if self.ratio is not None else []),
+            *([f"{self.acceptance:.0%} accepted"] if self.acceptance is not None else []),
+        ]
+        return f"{name} {', '.join(figures)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> SamplingRate | None:
+        return _from_json(cls, data)
 
 
 CHOSEN_BY_TEXT = {

@@ -29,6 +29,7 @@ from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run import prefixdisk, specwatch
 from lucebox.engine.run.announce import Announced, Announcer, lan_addresses
+from lucebox.engine.run.calibrate.calibration import by_sampling, sampled_at
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.front.apishape import Shapes
@@ -234,9 +235,18 @@ class ServerRun:
     def _spec_view(self, sampled: SpecStatus | None) -> SpecStatus | None:
         spec = self.spec_watch.view(sampled)
         calibrator = self.calibrations.speculation
-        if calibrator is None:
+        label = running_label(self.supervisor.launch)
+        if calibrator is not None:
+            spec = calibrator.spec_view(label, spec)
+        if spec is None or self.front is None:
             return spec
-        return calibrator.spec_view(running_label(self.supervisor.launch), spec)
+        # Greedy and sampled replies apart, each where measured or counted.
+        mix = self.front.sampling.status()
+        if calibrator is not None:
+            rates = calibrator.sampling_rates(label, mix)
+        else:
+            rates = by_sampling({}, label, mix, sampled_at(mix))
+        return replace(spec, by_sampling=rates)
 
     def _watch_speculation(
         self, sample: Sample, requests: Sequence[ServedRequest], engine_pid: int
@@ -249,6 +259,9 @@ class ServerRun:
             return  # the probes' requests are the calibration's own
         if calibrations.engine is not None:
             calibrations.engine.observe(requests)
+        if calibrations.kv_modes is not None:
+            calibrations.kv_modes.mix = self.front.sampling if self.front else None
+            calibrations.kv_modes.observe(requests)
         current = self.supervisor.launch
         if calibrations.speculation is not None and kinds.kind(current.kind).calibrates_speculation:
             calibrations.speculation.mix = self.front.sampling if self.front else None

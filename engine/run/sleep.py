@@ -17,6 +17,27 @@ POLLED_PATHS = frozenset({"/health", "/v1/health", "/v1/models", "/models", "/me
 engine woken by each poll would never sleep)."""
 
 
+SLEEP_CHOICES_S = (0.0, 300.0, 900.0, 3600.0)
+"""The idle times offered where one is picked (off, 5 min, 15 min, 1 h); any other is taken."""
+RULE = (
+    "After this long without a client request the engine stops and frees the GPU, while the "
+    "server keeps listening. The conversation is saved, and the next request wakes the "
+    "engine: that request waits as long as the engine takes to start."
+)
+"""What sleeping does, for whoever chooses ``server.sleep_idle_s``."""
+
+
+def idle_text(idle_s: float) -> str:
+    """``off``, ``5 min``, ``1 h``, ``1 h 30 min`` or ``90 s``: an idle time for people."""
+    if idle_s <= 0:
+        return "off"
+    if idle_s % 60:
+        return f"{idle_s:g} s"
+    hours, minutes = divmod(int(idle_s) // 60, 60)
+    shown = [f"{hours} h"] if hours else []
+    return " ".join([*shown, f"{minutes} min"] if minutes else shown)
+
+
 def counts_as_activity(method: str, path: str) -> bool:
     """Whether a client's request to the front keeps the engine awake (and wakes it)."""
     return method != "OPTIONS" and path not in POLLED_PATHS

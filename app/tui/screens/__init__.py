@@ -3,5 +3,5 @@
 ``start`` (the checklist), ``presets`` (the first-run choice), ``dashboardbase`` (what the
 dashboards share), ``dashboard`` (one model), ``servedsetdashboard`` (a set), ``log``,
 ``browser`` (the web chat), ``keys`` (a key per person), ``users`` (people served at once),
-``quit``.
+``sleep`` (when the engine sleeps to free the GPU), ``quit``.
 """

@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import Footer, Input
 
-from lucebox.app.tui.messages import PresetPickRequested, UsersPickRequested
+from lucebox.app.tui.messages import PresetPickRequested, SleepPickRequested, UsersPickRequested
 from lucebox.app.tui.screens.dashboardbase import (
     COPY_URL,
     KEYS,
@@ -55,7 +55,9 @@ class DashboardScreen(ServingScreen):
         Binding("w", "open_webui", "Web UI"),
         KEYS,
         QUIT,
-        Binding("u", "choose_users", "Users"),  # last: a narrow footer drops it, not Quit
+        # Last: a narrow footer drops these, not Quit.
+        Binding("u", "choose_users", "Users"),
+        Binding("z", "choose_sleep", "Sleep"),
     ]
 
     def __init__(
@@ -156,6 +158,9 @@ class DashboardScreen(ServingScreen):
 
     def action_choose_users(self) -> None:
         self.post_message(UsersPickRequested())
+
+    def action_choose_sleep(self) -> None:
+        self.post_message(SleepPickRequested())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # An engine built without the UI has no page to open: no key in the footer.

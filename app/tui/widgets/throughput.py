@@ -1,5 +1,6 @@
 """Decode, prefill and the engine's time to first token: the value now and the last minute's
-trend, then draft acceptance and how much of the prompts came from the cache, and a long
+trend, then speculation's speed-up and draft acceptance (greedy and sampled replies apart where
+the engine has figures for each) and how much of the prompts came from the cache, and a long
 context's modes as measured on this card.
 
 The time to first token is the engine's own (its prompt time per request): queueing and the
@@ -83,9 +84,15 @@ def spec_line(spec: SpecStatus | None, acceptance: float | None) -> Text | None:
         return Text(headline, style="bold yellow")  # measured slower here: off on purpose
     if spec.active is False:
         return Text(f"{spec.type} is OFF: {spec.reason}", style="bold red")
-    line = Text(headline or spec.type, style="bold")
-    if spec.acceptance is not None:
-        line.append(f" · {spec.acceptance:.0%} of drafts accepted")
+    if spec.by_sampling:
+        # Greedy and sampled replies apart: one figure for both says little of either.
+        line = Text(spec.mode_name, style="bold")
+        for rate in spec.by_sampling:
+            line.append(f" · {rate.text()}")
+    else:
+        line = Text(headline or spec.type, style="bold")
+        if spec.acceptance is not None:
+            line.append(f" · {spec.acceptance:.0%} of drafts accepted")
     if spec.accepted_per_step is not None:
         line.append(f" · {spec.accepted_per_step:.1f} per step")
     return line

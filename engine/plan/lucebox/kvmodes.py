@@ -11,6 +11,9 @@ long probe, and `plan`, `status` and the dashboard show each mode's speed and wh
 The measurement never changes what serves: a lossy mode (a KVFlash pool's sparse attention, a
 coarser KV type) runs only where nothing exact gives the context asked for, or when the user pins
 it (``--kv-mode``); the numbers are there so that choice is made knowingly.
+
+The probes send the sampling the front's requests got, as the speculation and engine
+calibrations' do, and each sampling's modes are stored apart (greedy keys as before).
 """
 
 from __future__ import annotations
@@ -181,9 +184,19 @@ def views(modes: KvModes, serving: str) -> tuple[ModeView, ...]:
 
 
 def launch_key(key: measurements.MeasurementKey) -> str:
-    """The store's key: the files, the engine build, the card and the context asked for (the
-    KV type is what the modes vary)."""
-    return " | ".join([key.model, key.draft or "-", key.engine, key.card, str(key.ctx)])
+    """The store's key: the files, the engine build, the card, the context asked for (the
+    KV type is what the modes vary) and the sampling the probes send."""
+    parts = [key.model, key.draft or "-", key.engine, key.card, str(key.ctx)]
+    return at_sampling(" | ".join(parts), key.sampling)
+
+
+_LAUNCH_PARTS = 5
+"""The parts of a launch key before its sampling."""
+
+
+def at_sampling(key: str, sampling: str) -> str:
+    """``key`` for replies at ``sampling``: greedy keys read as before sampling was kept."""
+    return measurements.at_sampling(key, sampling, _LAUNCH_PARTS)
 
 
 def read_modes(paths: Paths, key: str) -> KvModes | None:

@@ -330,9 +330,11 @@ def _kv_modes(paths: Paths, request: LuceboxRequest, launch: LaunchPlan) -> KvMo
     # The context asked for (0: none asked), not the one planned: an unasked context follows
     # the card's free memory from one start to the next, and a key that moved with it would
     # measure every mode again, and `plan` beside a running server would never find them.
+    # At the sampling the calibration measures the served mix at, else the launch's defaults.
+    sampling = launch.options.measured_at or launch.sampling.label
     key = measurements.key_for(
         launch.target.path, draft, launch.engine.id or launch.engine.version,
-        launch.budget.device, request.ctx or 0, "", paths,
+        launch.budget.device, request.ctx or 0, "", paths, sampling,
     )  # fmt: skip
     serving = kvmodes.served_label(plan.cache_type_k, plan.kvflash_pool_tokens)
     return kvmodes.plan_modes(

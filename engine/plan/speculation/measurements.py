@@ -30,6 +30,7 @@ from lucebox.engine.core.atomic import write_text_atomic
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.records import list_models
+from lucebox.engine.plan.samplingdefaults import GREEDY
 from lucebox.engine.plan.speculation.speculation import SpecCandidate
 from lucebox.engine.plan.speculation.workload import ProbeShape, RateCurve, probe_mix
 
@@ -96,14 +97,21 @@ class MeasurementKey:
     card: str
     ctx: int
     kv: str
-    sampling: str = "greedy"
+    sampling: str = GREEDY
     """The sampling the probes sent (plan/samplingdefaults.py ``label``): ``greedy`` or
     ``t0.7``; greedy and sampled rates are stored apart."""
 
     def text(self) -> str:
         parts = [self.model, self.draft or "-", self.engine, self.card, str(self.ctx), self.kv]
-        # A greedy key reads as before sampling was recorded: its entries stay valid.
-        return " | ".join(parts if self.sampling == "greedy" else [*parts, self.sampling])
+        return at_sampling(" | ".join(parts), self.sampling, len(parts))
+
+
+def at_sampling(key: str, sampling: str, parts: int) -> str:
+    """A store key of ``parts`` parts (``key``'s first, any sampling it had dropped) for
+    replies at ``sampling``: a greedy key reads as before sampling was recorded, so its
+    entries stay valid."""
+    kept = key.split(" | ")[:parts]
+    return " | ".join(kept if sampling == GREEDY else [*kept, sampling])
 
 
 @dataclass(frozen=True)
@@ -484,7 +492,7 @@ def key_for(
     ctx: int,
     kv: str,
     paths: Paths | None = None,
-    sampling: str = "greedy",
+    sampling: str = GREEDY,
 ) -> MeasurementKey:
     return MeasurementKey(
         file_identity(target, paths),

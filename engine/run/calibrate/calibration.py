@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from lucebox.engine.plan import samplingdefaults
 from lucebox.engine.plan.speculation.measurements import (
     OFF,
     Measurement,
@@ -22,7 +23,7 @@ from lucebox.engine.plan.speculation.measurements import (
     config_label,
 )
 from lucebox.engine.plan.speculation.speculation import MODE_OF_TYPE, SpecCandidate, SpecMode
-from lucebox.engine.run.sample import MeasuredRate, SpecStatus
+from lucebox.engine.run.sample import MeasuredRate, SamplingRate, SamplingStatus, SpecStatus
 
 MAX_CANDIDATES = 3
 """Configurations measured besides none: each costs a restart and the probes."""
@@ -157,3 +158,38 @@ def shown_off(measurement: Measurement, label: str) -> SpecStatus | None:
         None,
         measured_rate(measurement, label),
     )
+
+
+def sampled_at(
+    mix: SamplingStatus | None, measured_at: str = samplingdefaults.GREEDY
+) -> str | None:
+    """The sampling a sampled reply's speed-up is read at: the served mix's typical
+    temperature, else the one the calibration measures at when that is sampled; None when
+    nothing is sampled."""
+    if mix is not None and mix.temperature > 0:
+        return samplingdefaults.label(mix.temperature)
+    return None if measured_at == samplingdefaults.GREEDY else measured_at
+
+
+def by_sampling(
+    measured: Mapping[str, Measurement | None],
+    running: str,
+    mix: SamplingStatus | None,
+    sampled: str | None,
+) -> tuple[SamplingRate, ...]:
+    """Greedy and sampled replies apart: the speed-up of the ``running`` configuration where
+    ``measured`` (by sampling) holds one, the acceptance as the front counted it; each only
+    where there is a figure."""
+    rows = (
+        (False, samplingdefaults.GREEDY, mix.greedy_acceptance if mix else None),
+        (True, sampled, mix.sampled_acceptance if mix else None),
+    )
+    found = []
+    for is_sampled, at, acceptance in rows:
+        if at is None:
+            continue
+        measurement = measured.get(at)
+        ratio = measurement.ratio(running) if measurement and running != OFF else None
+        if ratio is not None or acceptance is not None:
+            found.append(SamplingRate(is_sampled, at, ratio, acceptance))
+    return tuple(found)

@@ -44,15 +44,13 @@ from lucebox.engine.run.calibrate.probing import (
     ask,
     restart_into,
     served_besides,
-    served_sampling,
 )
-from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.sample import SamplingRate, SamplingStatus, SpecStatus
 
 if TYPE_CHECKING:
     from lucebox.engine.machine.config import Settings
     from lucebox.engine.plan.launch import ServerLaunch
     from lucebox.engine.plan.launchplan import LaunchPlan
-    from lucebox.engine.run.front.samplingmix import SamplingMix
 
 
 @dataclass(frozen=True)
@@ -92,8 +90,8 @@ class Calibrator(ProbeSender[Trial]):
         """The configuration being measured now."""
         self.served: tuple[ServedRequest, ...] = ()
         """The latest requests served since the verdict, for the mix."""
-        self.mix: SamplingMix | None = None
-        """The front's tally of the sampling its requests got (the run gives it)."""
+        self._elsewhere: dict[str, Measurement | None] = {}
+        """What the store holds at the samplings this calibration does not measure at now."""
 
     @property
     def complete(self) -> bool:
@@ -146,6 +144,22 @@ class Calibrator(ProbeSender[Trial]):
             return sampled
         return replace(sampled, measured=measured)
 
+    def sampling_rates(self, label: str, mix: SamplingStatus | None) -> tuple[SamplingRate, ...]:
+        """Greedy and sampled replies apart: ``label``'s speed-up as measured at each sampling
+        (the store keeps them apart) and the acceptance the front counted."""
+        sampled = calibration.sampled_at(mix, self.setup.key.sampling)
+        measured = {at: self._measured_at(at) for at in (samplingdefaults.GREEDY, sampled) if at}
+        return calibration.by_sampling(measured, label, mix, sampled)
+
+    def _measured_at(self, sampling: str) -> Measurement | None:
+        """What the store holds at ``sampling`` (read once; this calibration's own as kept)."""
+        if sampling == self.setup.key.sampling:
+            return self.measurement
+        if sampling not in self._elsewhere:
+            key = replace(self.setup.key, sampling=sampling)
+            self._elsewhere[sampling] = read_measurement(self.paths, key)
+        return self._elsewhere[sampling]
+
     what = "speculation calibration"
 
     def _forced(self) -> bool:
@@ -154,23 +168,17 @@ class Calibrator(ProbeSender[Trial]):
     def _follow_mix(self, server: MeasuredRun) -> None:
         """Measure at the sampling the front's requests got (greedy, or the mix's typical
         temperature): the probes send it and the rates go to that sampling's entry."""
-        served = served_sampling(server)
-        if served is None or server.front is None:
-            return
-        self.mix = server.front.sampling
-        fields, at = served
-        self.probe_sampling = fields
-        if at != self.setup.key.sampling:
+        at = self._served_sampling(server)
+        if at is not None and at != self.setup.key.sampling:
             self.setup = replace(self.setup, key=replace(self.setup.key, sampling=at))
             key = self.setup.key
             self.measurement = read_measurement(self.paths, key) or Measurement(key)
+            self._elsewhere.clear()
 
     def _mix_moved(self) -> bool:
         """The served requests' sampling is no longer the one measured at."""
-        if self.mix is None:
-            return False
-        temperature = float(self.mix.probe_fields()["temperature"])
-        return samplingdefaults.label(temperature) != self.setup.key.sampling
+        now = self._sampling_now()
+        return now is not None and now != self.setup.key.sampling
 
     def observe(self, requests: Sequence[ServedRequest]) -> None:
         """Requests the clients were served: once their mix (shapes or sampling) has moved

@@ -23,7 +23,7 @@ import httpx
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
-from lucebox.engine.plan import engineverdict, samplingdefaults
+from lucebox.engine.plan import engineverdict
 from lucebox.engine.plan.engineverdict import EngineCost, EngineMeasurement
 from lucebox.engine.plan.speculation.measurements import TrialRate
 from lucebox.engine.plan.speculation.workload import (
@@ -42,13 +42,11 @@ from lucebox.engine.run.calibrate.probing import (
     ProbeSender,
     ask,
     restart_into,
-    served_sampling,
 )
 
 if TYPE_CHECKING:
     from lucebox.engine.plan.launch import ServerLaunch
     from lucebox.engine.plan.speculation.specguard import SpecGuard
-    from lucebox.engine.run.front.samplingmix import SamplingMix
 
 
 @dataclass(frozen=True)
@@ -133,27 +131,17 @@ class EngineCalibrator(ProbeSender[KindName]):
 
     def _follow_sampling(self, server: MeasuredRun) -> None:
         """Probe at the sampling the front's requests got; its verdict is stored apart."""
-        served = served_sampling(server)
-        if served is None or server.front is None:
-            return
-        self.mix = server.front.sampling
-        fields, at = served
-        self.probe_sampling = fields
-        key = engineverdict.at_sampling(self.setup.key, at)
+        at = self._served_sampling(server)
+        key = engineverdict.at_sampling(self.setup.key, at) if at is not None else self.setup.key
         if key != self.setup.key:
             self.setup = replace(self.setup, key=key)
             self.measurement = engineverdict.read_engines(self.paths, key) or EngineMeasurement(key)
             self._again.clear()
 
-    mix: SamplingMix | None = None
-    """The front's record of the sampling its requests got (live)."""
-
     def _sampling_moved(self) -> bool:
         """The served requests' sampling is no longer the one the verdict was measured at."""
-        if self.mix is None:
-            return False
-        at = samplingdefaults.label(float(self.mix.probe_fields()["temperature"]))
-        return engineverdict.at_sampling(self.setup.key, at) != self.setup.key
+        now = self._sampling_now()
+        return now is not None and engineverdict.at_sampling(self.setup.key, now) != self.setup.key
 
     async def _measure_one(
         self, client: httpx.AsyncClient, server: MeasuredRun, kind: KindName

@@ -3,6 +3,10 @@ each mode the planner can serve at the served context (the exact cache at each K
 KVFlash pool at each), a restart through the planner each, over the probe set plus one long
 probe; stored as it goes (plan/lucebox/kvmodes.py), then the planned launch serves again.
 
+The probes send the sampling the front's requests got, and each sampling's modes are kept
+apart (as the speculation and engine calibrations' rates are): once the served sampling moves,
+the modes at the new one are measured once idle where the store lacks them.
+
 It only measures: what serves is the plan's (exact while an exact cache gives the context,
 else KVFlash; or what the user pinned), so a lossy mode never comes on because it measured
 faster, and no client is ever served by a mode being measured: while one runs, client requests
@@ -37,6 +41,7 @@ from lucebox.engine.run.calibrate.probing import (
 
 if TYPE_CHECKING:
     from lucebox.engine.plan.launch import ServerLaunch
+    from lucebox.engine.plan.speculation.workload import ServedRequest
 
 LONG_REPLY_TOKENS = 128
 """The long probe's reply: enough decode steps for a rate after the long prompt."""
@@ -87,8 +92,31 @@ class KvModeCalibrator(ProbeSender[KvTrial]):
     """The long probe's prompt takes longer than the others."""
 
     def _forced(self) -> bool:
-        """Measured once: what serves is the plan's, whatever the modes measure."""
-        return True
+        """Measured once per sampling: what serves is the plan's, whatever the modes
+        measure."""
+        return False
+
+    def _follow_sampling(self, server: MeasuredRun) -> None:
+        """Probe at the sampling the front's requests got; its modes are stored apart."""
+        at = self._served_sampling(server)
+        self._at_sampling(at)
+
+    def _at_sampling(self, at: str | None) -> None:
+        """The modes measured at ``at`` (None: those held now)."""
+        key = kvmodes.at_sampling(self.measurement.key, at) if at is not None else None
+        if key is not None and key != self.measurement.key:
+            self.measurement = kvmodes.read_modes(self.paths, key) or KvModes(key)
+
+    def observe(self, requests: Sequence[ServedRequest]) -> None:
+        """Requests the clients were served: once their sampling moved from the one the modes
+        were measured at, those at the new one are read, and measured once idle where the
+        store lacks them."""
+        if self.state != "done" or not requests:
+            return
+        self._at_sampling(self._sampling_now())
+        if not self.complete:
+            self.state = "waiting"
+            self._due.set()
 
     async def _calibrate(self, server: MeasuredRun) -> None:
         try:
@@ -102,6 +130,7 @@ class KvModeCalibrator(ProbeSender[KvTrial]):
             self.state, self.trial = "done", None
 
     def _todo(self, server: MeasuredRun) -> Sequence[KvTrial]:
+        self._follow_sampling(server)
         todo = [t for t in self.setup.modes.trials if not self.measurement.done(t.label)]
         running = kvmodes.served_label(*_kv_of(server.supervisor.launch))
         return sorted(todo, key=lambda t: t.label != running)

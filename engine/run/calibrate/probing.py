@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from lucebox.engine.plan.launch import ServerLaunch
     from lucebox.engine.plan.speculation.specguard import SpecGuard
     from lucebox.engine.run.front.front import Front
+    from lucebox.engine.run.front.samplingmix import SamplingMix
     from lucebox.engine.run.runstate import Status
     from lucebox.engine.run.supervisor import Supervisor
 
@@ -94,8 +95,10 @@ class ProbeSender(Generic[_Item]):
     client_timeout_s = PROBE_TIMEOUT_S
     """How long one of its own requests may take."""
     probe_sampling: Mapping[str, Any] = GREEDY_PROBE
-    """The sampling fields each probe sends: greedy unless a calibration measures at the
-    served mix (the speculation calibration's rates are stored by sampling)."""
+    """The sampling fields each probe sends: greedy until :meth:`_served_sampling` follows the
+    served mix (every calibration's rates are stored by sampling)."""
+    mix: SamplingMix | None = None
+    """The front's tally of the sampling its requests got (live); None without a front."""
 
     def __init__(self, pace: ProbePace) -> None:
         self.pace = pace
@@ -175,6 +178,24 @@ class ProbeSender(Generic[_Item]):
         if busy > (1 if probing else 0):
             return True
         return not probing and before is not None and now != before
+
+    def _served_sampling(self, server: MeasuredRun) -> str | None:
+        """Probe at the sampling the front's requests got (greedy, or the mix's typical
+        temperature): the probes send it from now on; the label its measurements are stored
+        under, or None for an engine serving its own address (the probes stay greedy)."""
+        served = served_sampling(server)
+        if served is None or server.front is None:
+            return None
+        self.mix = server.front.sampling
+        self.probe_sampling, at = served
+        return at
+
+    def _sampling_now(self) -> str | None:
+        """The label of the sampling the served requests get now; None before the front's
+        tally is known."""
+        if self.mix is None:
+            return None
+        return samplingdefaults.label(float(self.mix.probe_fields()["temperature"]))
 
     @property
     def active(self) -> bool:

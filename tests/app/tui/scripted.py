@@ -191,6 +191,8 @@ class ScriptedBackend(Backend):
     chosen: list[str] = field(default_factory=list)
     users_chosen: list[int] = field(default_factory=list)
     """server.users as the TUI set it (the last one is the setting)."""
+    sleep_chosen: list[float] = field(default_factory=list)
+    """server.sleep_idle_s as the TUI set it (the last one is the setting)."""
     budget: GpuBudget | None = None
     """The card the preset table is planned for; None probes this machine."""
     preset_table_failure: Exception | None = None
@@ -253,6 +255,12 @@ class ScriptedBackend(Backend):
 
     def choose_users(self, users: int) -> None:
         self.users_chosen.append(users)
+
+    def sleep_idle_s(self) -> float:
+        return self.sleep_chosen[-1] if self.sleep_chosen else 0.0
+
+    def choose_sleep(self, idle_s: float) -> None:
+        self.sleep_chosen.append(idle_s)
 
     def supervisor(self, prepared: Prepared) -> Supervisor:
         supervisor = Supervisor(

@@ -18,6 +18,7 @@ from lucebox.app.tui.messages import StepChanged
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.quit import QuitModal
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
+from lucebox.app.tui.screens.sleep import SleepModal
 from lucebox.app.tui.screens.start import StartScreen
 from lucebox.app.tui.screens.users import UsersModal
 from lucebox.app.tui.widgets.chat import ChatPanel
@@ -754,3 +755,68 @@ def test_speculation_line_shows_what_the_calibration_measured():
     reason = "off: drafted nothing, 0.65x (measured on this card over 4 probes, ...)"
     off = spec_line(SpecStatus("draft-mtp", False, reason, None, None, slower), None)
     assert off is not None and off.plain == "MTP off: drafted nothing, 0.65x"
+
+
+def test_speculation_line_shows_greedy_and_sampled_apart():
+    from lucebox.app.tui.widgets.throughput import spec_line
+    from lucebox.engine.run.sample import MeasuredRate, SamplingRate, SpecStatus
+
+    mtp = MeasuredRate(690.0, 1100.0, 1.594, 4, 1.0)
+    apart = (SamplingRate(False, "greedy", 1.594, 0.9), SamplingRate(True, "t0.7", None, 0.45))
+    line = spec_line(SpecStatus("draft-mtp", True, "measured", 0.7, 2.5, mtp, apart), 0.7)
+    assert line is not None and line.plain == (
+        "MTP · greedy 1.59x measured, 90% accepted · sampled (t0.7) 45% accepted · 2.5 per step"
+    )
+
+
+async def test_the_sleep_choice_states_the_rule_and_starts_the_server_again_with_it(backend):
+    app = app_for(backend)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: on_dashboard(app))
+        await pilot.press("z")
+        await wait_until(pilot, lambda: isinstance(app.screen, SleepModal))
+        rule = str(app.screen.query_one("#sleep-detail", Static).render())
+        assert "conversation is saved" in rule and "wakes the engine" in rule
+        assert app.screen.query_one("#sleep-0", Button).variant == "primary"  # off by default
+        await pilot.press("escape")  # cancelled: nothing changes
+        await wait_until(pilot, lambda: on_dashboard(app))
+        assert backend.sleep_chosen == [] and len(backend.options_seen) == 1
+        await pilot.press("z")
+        await wait_until(pilot, lambda: isinstance(app.screen, SleepModal))
+        await pilot.click("#sleep-900")
+        await wait_until(pilot, lambda: len(backend.options_seen) == 2 and on_dashboard(app))
+        await pilot.press("z")
+        await wait_until(pilot, lambda: isinstance(app.screen, SleepModal))
+        assert app.screen.query_one("#sleep-900", Button).variant == "primary"  # the setting now
+        # A custom time in minutes; one that is not a number is refused, and it stays open.
+        app.screen.query_one("#sleep-custom", Input).value = "-3"
+        app.screen.query_one("#sleep-custom", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SleepModal)
+        assert "a number" in str(app.screen.query_one("#sleep-error", Static).render())
+        app.screen.query_one("#sleep-custom", Input).value = "40"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(backend.options_seen) == 3 and on_dashboard(app))
+        await pilot.press("z")
+        await wait_until(pilot, lambda: isinstance(app.screen, SleepModal))
+        assert app.screen.query_one("#sleep-custom", Input).value == "40"
+        await pilot.click("#sleep-0")
+        await wait_until(pilot, lambda: len(backend.options_seen) == 4 and on_dashboard(app))
+    assert backend.sleep_chosen == [900.0, 2400.0, 0.0]
+
+
+def test_idle_times_read_as_people_say_them():
+    from lucebox.engine.run.sleep import idle_text
+
+    shown = [idle_text(s) for s in (0, 300, 900, 3600, 5400, 90, 2400)]
+    assert shown == ["off", "5 min", "15 min", "1 h", "1 h 30 min", "90 s", "40 min"]
+
+
+def test_the_sleep_choice_is_kept_in_the_config_file(tmp_path):
+    paths = resolve_paths({"LUCEBOX_HOME": str(tmp_path)})
+    chosen = Backend(paths)
+    assert chosen.sleep_idle_s() == 0.0  # off by default
+    chosen.choose_sleep(2400.0)
+    assert "sleep_idle_s = 2400" in paths.config_file.read_text()
+    assert Backend(paths).sleep_idle_s() == 2400.0

@@ -10,6 +10,7 @@ from textual.pilot import Pilot
 from lucebox.app.tui.app import LuceboxApp
 from lucebox.app.tui.screens.dashboard import DashboardScreen
 from lucebox.app.tui.screens.servedsetdashboard import ServedSetDashboardScreen
+from lucebox.app.tui.screens.sleep import SleepModal
 from lucebox.app.tui.screens.users import UsersModal
 from lucebox.app.tui.widgets.models import ModelTable
 from lucebox.app.tui.widgets.steps import StepRow
@@ -134,5 +135,17 @@ def test_users_choice(backend, snap_compare, size):
         await settle(pilot, lambda: isinstance(app.screen, DashboardScreen))
         await pilot.press("u")
         await settle(pilot, lambda: isinstance(app.screen, UsersModal))
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_sleep_choice(backend, snap_compare, size):
+    app = app_for(backend)
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await pilot.press("z")
+        await settle(pilot, lambda: isinstance(app.screen, SleepModal))
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)

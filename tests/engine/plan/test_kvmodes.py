@@ -143,9 +143,10 @@ def test_the_key_is_the_context_asked_for_so_free_memory_does_not_move_it():
     auto = [plan(options, card(mib)) for mib in (3000, 3400)]
     assert auto[0].plan.ctx != auto[1].plan.ctx
     keys = {launch.kv_modes.key for launch in auto if launch.kv_modes is not None}
-    assert len(keys) == 1 and next(iter(keys)).endswith(" | 0")
+    # The sampling the launch's requests get by default comes last (llama.cpp's rule: 0.8).
+    assert len(keys) == 1 and next(iter(keys)).endswith(" | 0 | t0.8")
     asked = plan(ServeOptions(model=target(), ctx=CTX, engine="lucebox"))
-    assert asked.kv_modes is not None and asked.kv_modes.key.endswith(f" | {CTX}")
+    assert asked.kv_modes is not None and asked.kv_modes.key.endswith(f" | {CTX} | t0.8")
 
 
 def test_a_damaged_entry_is_measured_again_not_a_traceback():

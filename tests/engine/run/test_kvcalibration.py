@@ -24,6 +24,7 @@ from lucebox.engine.plan.lucebox.kvmodes import KvModesPlan, KvTrial
 from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
+from lucebox.engine.plan.samplingdefaults import sampling_defaults
 from lucebox.engine.run import runstate
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.calibrate.probing import ProbePace
@@ -39,6 +40,7 @@ CTX = 65536
 POOL = 16384
 MEMORY = MemoryBytes(0, 0, 0, 0, 0, 0, 8 * GIB)
 SERVED = "exact q8_0"
+RULE_SAMPLING = sampling_defaults(None, None).label
 CANNOT = "the plan does not fit: 547 MiB KV for 65536 tokens"
 RATES: dict[str, Any] = {
     "decode_tok_s": 400.0,
@@ -84,7 +86,9 @@ def mode_setup(
     monkeypatch.setenv("FAKE_RATES", str(rates_file))
     planned = launches(tmp_path)
     trials = kvmodes.trials_for(("q8_0", "q4_0"))
-    modes = KvModesPlan("qwen35 | - | build | card | 65536", trials, SERVED, CTX // 2)
+    # Keyed at the sampling the front fills in (llama.cpp's rule, 0.8), as the planner keys it.
+    key = kvmodes.at_sampling("qwen35 | - | build | card | 65536", RULE_SAMPLING)
+    modes = KvModesPlan(key, trials, SERVED, CTX // 2)
 
     def plan_trial(trial: KvTrial) -> ServerLaunch | str:
         return planned.get(trial.label) or CANNOT
@@ -174,7 +178,8 @@ async def test_every_mode_is_measured_and_shown_and_the_planned_one_serves_again
         pooled = next(m for m in shown.modes if m.label == "kvflash q8_0")
         assert pooled.gives_up.startswith("exactness: sparse attention over a 16,384-token pool")
         assert any(line.startswith("exact q8_0 (serving): ") for line in shown.lines())
-        # Stored: the next run of the same launch measures nothing again.
+        # Stored at the served sampling: the next run of the same launch measures nothing again.
+        assert measured.key.endswith(f" | {RULE_SAMPLING}")
         assert KvModeCalibrator(paths, setup).state == "done"
     finally:
         run.stop()

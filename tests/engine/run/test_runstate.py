@@ -83,6 +83,7 @@ def test_status_json_keeps_the_design_keys():
         "acceptance": 0.9,
         "accepted_per_step": 2.7,
         "measured": None,
+        "by_sampling": [],
     }
 
     assert {"cached_prompt_share", "full_reprocess_events"} <= document["cache"].keys()
