@@ -147,6 +147,7 @@ class Replanner:
             self.prepared.launch,
             self.settings,
             spec=trial.mode,
+            spec_type=trial.spec_type,
             draft_max=trial.draft_max,
             p_min=trial.p_min,
             measured_at=self._measured_at(),
