@@ -78,7 +78,7 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
         time.sleep(0.3)
     assert after is not None and after.greedy + after.sampled == counted
     samples = document["configs"]["default"]
-    assert list(samples) == ["chat", "code", "edit", "agent", "long"]  # the probes, then long
+    assert list(samples) == ["chat", "code", "edit", "rewrite", "agent", "long"]  # probes, long
     for sample in samples.values():
         assert sample["ttft_s"] > 0 and sample["completion_tokens"] <= 4
         assert sample["prefill_tok_s"] > 0
