@@ -17,7 +17,7 @@ draft file) is planned. What the pinned engines do, read from their source:
   the draftless n-gram types first, then draft-simple, eagle3, mtp, dflash, dspark (the model
   drafts only with a draft context; common/speculative.cpp:2680-2707). Each step
   ``common_speculative_draft`` asks them in that order and stops at the first that returns a
-  draft (common/speculative.cpp:2868-2947): n-gram lookup answers where the reply repeats
+  draft (common/speculative.cpp:2868-2956): n-gram lookup answers where the reply repeats
   the prompt and costs nothing where it has no match, the model drafts the rest. Each keeps
   its own length (ngram-mod's ``--spec-ngram-mod-n-max``, 64 by default; the model's
   ``--spec-draft-n-max``): the server caps a step's draft only by the context and reply left
