@@ -70,7 +70,7 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
     document = json.loads(result.stdout)
     # Measured at the sampling the served requests got (the defaults before any).
     assert mix is not None and document["sampling"]["default"] == client_fields(mix)
-    counted = mix.greedy + mix.sampled + 6  # the warm-up and five prompts, through the front
+    counted = mix.greedy + mix.sampled + 7  # the warm-up and six prompts, through the front
     deadline = time.monotonic() + 10
     while (after := current_status(paths).sampling) is not None and time.monotonic() < deadline:
         if after.greedy + after.sampled >= counted:
