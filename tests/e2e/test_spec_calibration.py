@@ -312,7 +312,7 @@ def test_ngram_in_front_of_a_named_draft_is_measured_and_the_verdict_is_near_the
         again = bench_modes(home, target, draft, sampling)
         rates = {name: max(rate, again[name]) for name, rate in rates.items()}
     if rates["spec=on"] < 0.95 * max(rates.values()):
-        # Seen three times of four on a loaded 2-core machine: bench's spec=off decoded the
-        # probes at ~1,400 tok/s where the calibration's off trial read ~21-38, so none won
-        # the bench by far. Open: which of the two measures off wrong (issue 56).
+        # Seen three runs of four on a 2-core machine at load 4-6: one 48-token reply of a
+        # configuration decoded at 5 tok/s and the same reply of the next at 1,000+, so the
+        # probes' weighted rate follows whichever reply stalled, not the mode (issue 56).
         pytest.xfail(f"kept {entry['chosen']} below 0.95x of bench quick's best: {rates}")
