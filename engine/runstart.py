@@ -144,7 +144,11 @@ class Replanner:
         """The served launch re-planned with one calibration configuration (None: it cannot
         start here)."""
         changed = self._replan(
-            self.prepared.launch, spec=trial.mode, draft_max=trial.draft_max, p_min=trial.p_min
+            self.prepared.launch,
+            spec=trial.mode,
+            spec_type=trial.spec_type,
+            draft_max=trial.draft_max,
+            p_min=trial.p_min,
         )
         if changed.refusal is not None:
             return None

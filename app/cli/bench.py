@@ -396,4 +396,6 @@ def register(commands: Any, command: Command) -> None:
     quick.add_argument(
         "--n-gen", type=count, metavar="N", help="cap every reply at N tokens (a smoke run)"
     )
-    _add_compare_options(quick, "spec=on,off | engine=lucebox,llama-server", count)
+    _add_compare_options(
+        quick, "spec=on,off[,mtp,dflash,draft,ngram] | engine=lucebox,llama-server", count
+    )

@@ -36,6 +36,7 @@ from lucebox.engine.machine import config
 from lucebox.engine.machine.apikey import client_api_key
 from lucebox.engine.pipeline import ServeOptions, prepare
 from lucebox.engine.plan.enginechoice import EngineMode
+from lucebox.engine.plan.speculation.speculation import SPEC_MODES
 from lucebox.engine.run.runstate import current_status, pid_alive
 from lucebox.engine.run.sample import SamplingStatus
 
@@ -74,7 +75,9 @@ class Served:
 
 # What each side of a --compare axis changes. cache=on is the planner's agent profile; off: no
 # host-RAM prompt cache, no checkpoints or slot files, and no prompt reuse per request
-# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation. vision=on
+# (llama-server's `cache_prompt`). spec=on lets the planner choose the speculation (a verdict the
+# calibration stored serves, a combination of n-gram lookup and a draft included), spec=MODE
+# forces one mode (spec=on,off,draft,ngram measures each side of a calibration). vision=on
 # serves the model's projector (a loaded projector changes what llama-server may reuse of a
 # prompt), off serves the same model without it.
 AXES: Mapping[str, Mapping[str, ServeConfig]] = {
@@ -87,6 +90,11 @@ AXES: Mapping[str, Mapping[str, ServeConfig]] = {
     "spec": {
         "on": ServeConfig("spec=on", serve_args=("--spec", "auto")),
         "off": ServeConfig("spec=off", serve_args=("--spec", "off")),
+        **{
+            mode: ServeConfig(f"spec={mode}", serve_args=("--spec", mode))
+            for mode in SPEC_MODES
+            if mode not in ("auto", "off")
+        },
     },
     "engine": {
         kind: ServeConfig(f"engine={kind}", engine=kind)
@@ -100,8 +108,8 @@ AXES: Mapping[str, Mapping[str, ServeConfig]] = {
 
 
 def compare_form(axis: str) -> str:
-    """How ``--compare`` names both sides of ``axis``: ``spec=on,off``."""
-    return f"{axis}={','.join(AXES[axis])}"
+    """How ``--compare`` names both sides of ``axis``: ``spec=on,off`` (its first two)."""
+    return f"{axis}={','.join(list(AXES[axis])[:2])}"
 
 
 def parse_compare(text: str, allowed_axes: tuple[str, ...]) -> tuple[ServeConfig, ...]:

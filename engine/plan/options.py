@@ -56,6 +56,9 @@ class ServeOptions:
     """A shorter draft length than the mode's own (the speculation guard's re-plan)."""
     p_min: float | None = None
     """Another draft p-min than the mode's own (a calibration trial)."""
+    spec_type: str | None = None
+    """The one speculation type of the mode's candidates to plan (a calibration trial: a
+    combination, ``ngram-mod,draft-mtp``, runs under its model draft's mode)."""
     measured_at: str | None = None
     """The sampling whose measured rates choose the speculation (``greedy``, ``t0.7``: what the
     calibration measured the served mix at); None: the launch's sampling defaults'."""

@@ -93,7 +93,7 @@ def _weigh(
         extra = None
         if candidate.uses_draft_file and draft is not None:
             extra = draft.facts
-        elif candidate.spec_type == "draft-mtp":
+        elif speculation.model_type(candidate.spec_type) == "draft-mtp":
             extra = _mtp_facts(request.target)
         if extra is None:
             return candidate, plain, passed
@@ -318,6 +318,8 @@ def _choose_speculation(
             found, on_gpu, user_draft=options.draft is not None
         )
     allowed = speculation.for_mode(found, resolved.spec)
+    if options.spec_type is not None and resolved.spec != "off":
+        allowed = [c for c in found if c.spec_type == options.spec_type]
     sampled_at = options.measured_at or _sampling_label(preset, target)
     key = _measurement_key(paths, target, draft, engine, request.budget, make_plan(request))
     key = replace(key, sampling=sampled_at) if key is not None else None
@@ -488,6 +490,7 @@ def replan(
     *,
     ctx_cap: int | None = None,
     spec: SpecMode | None = None,
+    spec_type: str | None = None,
     draft_max: int | None = None,
     p_min: float | None = None,
     engine_kind: KindName | None = None,
@@ -501,6 +504,7 @@ def replan(
     options = replace(
         launch.options,
         spec=spec or launch.options.spec,
+        spec_type=spec_type or launch.options.spec_type,
         draft_max=draft_max if draft_max is not None else launch.options.draft_max,
         p_min=p_min if p_min is not None else launch.options.p_min,
         engine=engine_kind or launch.options.engine,

@@ -164,10 +164,14 @@ class SpecStatus:
 
     @property
     def mode_name(self) -> str:
-        """``MTP``, ``DFlash``, ``n-gram``...: the mode as a user calls it."""
-        if self.type.startswith("ngram"):
-            return "n-gram"
-        return _MODE_NAMES.get(self.type, self.type)
+        """``MTP``, ``DFlash``, ``n-gram``, ``n-gram + MTP``...: the mode as a user calls it
+        (a combination of types, ``ngram-mod,draft-mtp``, by each of them)."""
+        names = []
+        for part in self.type.split(","):
+            name = "n-gram" if part.startswith("ngram") else _MODE_NAMES.get(part, part)
+            if name not in names:
+                names.append(name)
+        return " + ".join(names)
 
     def headline(self) -> str | None:
         """What the measurement says, in a few words: ``MTP 1.59x (measured)``, or for a mode

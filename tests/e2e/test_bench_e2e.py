@@ -70,7 +70,7 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
     document = json.loads(result.stdout)
     # Measured at the sampling the served requests got (the defaults before any).
     assert mix is not None and document["sampling"]["default"] == client_fields(mix)
-    counted = mix.greedy + mix.sampled + 6  # the warm-up and five prompts, through the front
+    counted = mix.greedy + mix.sampled + 7  # the warm-up and six prompts, through the front
     deadline = time.monotonic() + 10
     while (after := current_status(paths).sampling) is not None and time.monotonic() < deadline:
         if after.greedy + after.sampled >= counted:
@@ -78,7 +78,7 @@ def test_quick_measures_the_running_server(smol_server, smol_home):
         time.sleep(0.3)
     assert after is not None and after.greedy + after.sampled == counted
     samples = document["configs"]["default"]
-    assert list(samples) == ["chat", "code", "edit", "agent", "long"]  # the probes, then long
+    assert list(samples) == ["chat", "code", "edit", "rewrite", "agent", "long"]  # probes, long
     for sample in samples.values():
         assert sample["ttft_s"] > 0 and sample["completion_tokens"] <= 4
         assert sample["prefill_tok_s"] > 0

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from lucebox.engine.plan.speculation.speculation import drafts_from_text_only, model_type
 from lucebox.engine.plan.speculation.workload import RateCurve, ServedRequest
 
 MIN_DRAFTED_TOKENS = 256
@@ -83,10 +84,12 @@ def acceptance_floor(spec_type: str, draft_max: int | None, on_gpu: bool) -> tup
             f"{LUCEBOX_FLOOR:.0%} of verified positions accepted (about 2 tokens a step, "
             "where the draft stops paying for itself)"
         )
-    if spec_type.startswith("ngram"):
+    if drafts_from_text_only(spec_type):
         # Every n-gram type drafts from the text itself and costs the same to check.
         ngram = table[("ngram-mod", None)]
         return ngram, f"the {ngram:.0%} break-even measured for ngram-mod {backend}"
+    # N-gram lookup in front of a model draft: the model's drafts are what cost a check.
+    spec_type = model_type(spec_type)
     floor = table.get((spec_type, draft_max))
     if floor is None:
         return default, (
@@ -197,7 +200,8 @@ class SpecGuard:
         """Judge decoding since the last judgement (the requests finished since the last call,
         the engine's running count of drafted tokens): a model draft that drafts nothing, or
         decoding below the rate measured without speculation for prompts of the same lengths,
-        goes. N-gram drafts cost nothing when they find no match: exempt from the first."""
+        goes. N-gram drafts cost nothing when they find no match: exempt from both (not with a
+        model drafting behind them)."""
         # A reply the engine decoded without its draft says nothing about the draft.
         requests = [r for r in requests if r.speculated]
         sums = self.window
@@ -212,10 +216,11 @@ class SpecGuard:
         none_tok_s = sums.decoded / sums.none_s if sums.none_s > 0 else None
         ratio = rate / none_tok_s if none_tok_s else None
         ratio_text = f", {ratio:.2f}x of none" if ratio is not None else ""
-        if drafted == 0 and not self.spec_type.startswith("ngram"):
+        text_only = drafts_from_text_only(self.spec_type)
+        if drafted == 0 and not text_only:
             seen = f"drafted nothing in {sums.decoded} decoded tokens{ratio_text}"
             return window, Decision("off", 0.0, None, f"{seen}; speculation switched off", seen)
-        if ratio is None or ratio >= 1 - RATE_MARGIN or self.spec_type.startswith("ngram"):
+        if ratio is None or ratio >= 1 - RATE_MARGIN or text_only:
             return window, None
         seen = (
             f"decoding at {rate:.0f} tok/s, {ratio:.2f}x of the {none_tok_s:.0f} tok/s "

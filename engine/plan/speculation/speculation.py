@@ -6,6 +6,40 @@ a small draft with the target's tokenizer; otherwise n-gram speculation, which n
 and pays off when replies repeat their input (code edits). The chosen draft length follows the
 mode and the family (upstream's measurements: Qwen3.6 27B gains most from 3-token MTP drafts
 with p-min 0.75, the 35B-A3B MoE prefers p-min 0).
+
+**N-gram lookup combined with the model's draft** (issue 56) is one more candidate after the
+single modes, offered where the engine has ``ngram-mod`` and a model draft (an MTP head or a
+draft file) is planned. What the pinned engines do, read from their source:
+
+- llama-server (b11434): ``--spec-type`` takes a comma-separated list and appends each type
+  (common/arg.cpp:4273-4282), so ``--spec-type ngram-mod,draft-mtp`` enables both.
+  ``common_speculative_init`` keeps one implementation per enabled type in a fixed priority,
+  the draftless n-gram types first, then draft-simple, eagle3, mtp, dflash, dspark (the model
+  drafts only with a draft context; common/speculative.cpp:2680-2707). Each step
+  ``common_speculative_draft`` asks them in that order and stops at the first that returns a
+  draft (common/speculative.cpp:2868-2956): n-gram lookup answers where the reply repeats
+  the prompt and costs nothing where it has no match, the model drafts the rest. Each keeps
+  its own length (ngram-mod's ``--spec-ngram-mod-n-max``, 64 by default; the model's
+  ``--spec-draft-n-max``): the server caps a step's draft only by the context and reply left
+  (tools/server/server-context.cpp:517-536, 3207-3240). Acceptance goes to the one that
+  drafted (``impl_last``, common/speculative.cpp:2958-2990). An MTP context is loaded when any
+  listed type is draft-mtp (common/common.cpp:1683); ``-md`` loads the draft file as for the
+  single mode. Any n-gram type combines with any model type; lucebox plans ``ngram-mod`` (the
+  one ``--spec-default`` picks, common/arg.cpp:4747-4761) before the planned model type.
+- The Lucebox engine (``dflash_server``, both pinned revisions 62880e20 and 4cf58a04) has no
+  prompt-lookup or n-gram speculation to combine: its options are a DFlash ``--draft`` and
+  ``--ddtree`` / ``--ddtree-budget`` (server/src/server/server_main.cpp:233-236 at 62880e20,
+  :113-115 at 4cf58a04). Its n-grams are elsewhere: PFlash's anchor scan picks prefill chunks
+  by 4-gram matches (server/src/qwen3/anchor_scan.h:1-22, qwen3_drafter.cpp:580), and a
+  watchdog ends a reply stuck in a repetition loop (server/src/common/model_backend.h:235-239).
+  Tool-call hint tokens (server/src/server/tool_hint.h:22-57) feed its drafter, with no
+  switch. So the combination is a llama-server mode only: the Lucebox engine's spec types
+  (dflash, ddtree) have no ``ngram-mod``.
+
+The combination is named by the engine's own list (``ngram-mod,draft-mtp``) in the plan,
+``status`` and the measurement store, and shown as ``n-gram + MTP``; it is measured like any
+mode and kept only where it beats both none and the best single mode by the tie margin
+(run/calibrate/calibration.py).
 """
 
 from __future__ import annotations
@@ -63,8 +97,54 @@ class SpecFiles:
     preset_draft_max: int | None = None
 
 
+NGRAM_FIRST = "ngram-mod"
+"""The n-gram type a combination puts before the model's draft."""
+TYPE_SEPARATOR = ","
+"""How the engine's ``--spec-type`` lists several types, and how lucebox names a combination."""
+
+
+def type_parts(spec_type: str) -> tuple[str, ...]:
+    """The engine's types in ``spec_type``: one, or a combination's in the engine's order."""
+    return tuple(spec_type.split(TYPE_SEPARATOR))
+
+
+def is_combined(spec_type: str) -> bool:
+    return len(type_parts(spec_type)) > 1
+
+
+def model_type(spec_type: str) -> str:
+    """The type that drafts with a model (``draft-mtp`` of ``ngram-mod,draft-mtp``); the type
+    itself when none does."""
+    models = [t for t in type_parts(spec_type) if not t.startswith("ngram")]
+    return models[-1] if models else spec_type
+
+
+def drafts_from_text_only(spec_type: str) -> bool:
+    """Every type in ``spec_type`` is an n-gram lookup: no model drafts, no memory."""
+    return all(t.startswith("ngram") for t in type_parts(spec_type))
+
+
+def mode_of(spec_type: str) -> SpecMode:
+    """The ``--spec`` mode that runs ``spec_type``; a combination's is its model draft's (the
+    part that needs a file or a head)."""
+    return MODE_OF_TYPE.get(model_type(spec_type), "auto")
+
+
+def combined(candidate: SpecCandidate) -> SpecCandidate:
+    """``candidate`` (a model draft) with n-gram lookup in front: the engine asks the n-gram
+    table first each step and the model where it has no match."""
+    return SpecCandidate(
+        f"{NGRAM_FIRST}{TYPE_SEPARATOR}{candidate.spec_type}",
+        candidate.uses_draft_file,
+        candidate.draft_max,
+        candidate.p_min,
+        f"n-gram lookup first, where the reply repeats the prompt, then {candidate.why}",
+    )
+
+
 def candidates(files: SpecFiles, spec_types: tuple[str, ...]) -> list[SpecCandidate]:
-    """Every speculation the files and the engine allow, best first."""
+    """Every speculation the files and the engine allow, best first; the combinations of n-gram
+    lookup with each model draft last (only a measurement chooses them)."""
     found: list[SpecCandidate] = []
     p_min = 0.0 if files.target_is_moe else MTP_P_MIN_DENSE
     if files.target_has_mtp and "draft-mtp" in spec_types:
@@ -121,6 +201,8 @@ def candidates(files: SpecFiles, spec_types: tuple[str, ...]) -> list[SpecCandid
                 "(code edits, agent tool output)",
             )
         )
+    if NGRAM_FIRST in spec_types:
+        found += [combined(c) for c in found if not drafts_from_text_only(c.spec_type)]
     return found
 
 
@@ -140,8 +222,13 @@ def for_backend(
     """
     if on_gpu:
         return found, ""
-    kept = [c for c in found if c.spec_type not in CPU_LOSES or (user_draft and c.uses_draft_file)]
-    left = sorted({c.spec_type for c in found if c not in kept})
+    kept = [
+        c
+        for c in found
+        if model_type(c.spec_type) not in CPU_LOSES or (user_draft and c.uses_draft_file)
+    ]
+    # A combination goes with its model draft: the note names the draft.
+    left = sorted({c.spec_type for c in found if c not in kept and not is_combined(c.spec_type)})
     why = (
         f"not {', '.join(left)}: on a CPU, checking a draft costs nearly as much as decoding "
         "it, so they were slower than none even when every draft was accepted"
@@ -159,12 +246,13 @@ def tried_on_cpu(chosen: SpecCandidate | None, on_gpu: bool) -> str:
 
 
 def for_mode(found: list[SpecCandidate], mode: SpecMode) -> list[SpecCandidate]:
-    """The candidates a mode allows, best first (auto: all of them)."""
+    """The candidates a mode allows, best first (auto: all of them; a mode the user chose, its
+    own type alone, without n-gram lookup in front)."""
     if mode == "off":
         return []
     if mode == "auto":
         return found
-    return [c for c in found if MODE_OF_TYPE.get(c.spec_type) == mode]
+    return [c for c in found if mode_of(c.spec_type) == mode and not is_combined(c.spec_type)]
 
 
 def unavailable_reason(files: SpecFiles, mode: SpecMode, spec_types: tuple[str, ...]) -> str:

@@ -5,8 +5,11 @@ from the one the last measurement was weighed by.
 lucebox does not see the text of a request, only what the engine logs for it: the prompt's
 length (cached tokens included) and the reply's. Those are the features a probe and a served
 request share, so a request is matched to the probe nearest it by both (an edit returns a
-reply about as long as the long prompt it was given; an agent turn after a tool call reads a
-long prompt and answers briefly; a chat asks little and answers more).
+reply about as long as the prompt it was given; a rewrite of a whole file, an agent's, reads
+a long prompt and returns most of it; an agent turn after a tool call reads a long prompt and
+answers briefly; a chat asks little and answers more). Each probe's weight is its share of
+the served decoded tokens so matched, as every probe's is; before a judgement it is the
+tokens it asks for.
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ that never passes its p-min drafts nothing yet costs a third of the speed), so t
 measures: the probe set with no speculation and with at most three configurations the planner
 allows, each a restart through the planner. The fastest by token-weighted decode (each probe
 weighted by the tokens it asks for, the same mix for every configuration) wins; a mode
-must beat none by more than the noise of one measurement, so ties go to none. A mode the user
-forced is measured too (against none), so they see what it costs, but is kept.
+must beat none by more than the noise of one measurement, so ties go to none. N-gram lookup
+combined with the model's draft (plan/speculation/speculation.py) is measured besides, in a
+place of its own, and must also beat the best single mode by that margin: ties go to the
+simpler. A mode the user forced is measured too (against none), so they see what it costs, but
+is kept.
 """
 
 from __future__ import annotations
@@ -22,11 +25,18 @@ from lucebox.engine.plan.speculation.measurements import (
     TrialRate,
     config_label,
 )
-from lucebox.engine.plan.speculation.speculation import MODE_OF_TYPE, SpecCandidate, SpecMode
+from lucebox.engine.plan.speculation.speculation import (
+    SpecCandidate,
+    SpecMode,
+    is_combined,
+    mode_of,
+)
 from lucebox.engine.run.sample import MeasuredRate, SamplingRate, SamplingStatus, SpecStatus
 
 MAX_CANDIDATES = 3
-"""Configurations measured besides none: each costs a restart and the probes."""
+"""Single modes measured besides none: each costs a restart and the probes."""
+MAX_COMBINATIONS = 1
+"""Combinations of n-gram lookup with a model draft measured besides: the first planned."""
 TIE_MARGIN = 0.03
 """A mode must beat none by more than this share to be chosen: two runs of the same launch
 differ by about 1-2% (benchmarks/spec_breakeven.py), and a tie costs nothing to lose."""
@@ -49,12 +59,13 @@ OFF_TRIAL = Trial(OFF, "off", None, None, None)
 def trial_of(spec_type: str | None, draft_max: int | None, p_min: float | None) -> Trial:
     if spec_type is None:
         return OFF_TRIAL
-    mode = MODE_OF_TYPE.get(spec_type, "auto")
+    mode = mode_of(spec_type)
     return Trial(config_label(spec_type, draft_max, p_min), mode, spec_type, draft_max, p_min)
 
 
 def trials_for(candidates: Sequence[SpecCandidate], *, forced: bool) -> tuple[Trial, ...]:
-    """None first, then the planner's candidates best first, at most ``MAX_CANDIDATES``.
+    """None first, then the planner's single modes best first, at most ``MAX_CANDIDATES``,
+    then its first combination of n-gram lookup with a model draft.
 
     An MTP head with a p-min gets a second try without it when there is room: the model cards
     disagree on it per model (the dense 27B wants 0.75, the MoE 0), and only a measurement
@@ -63,10 +74,12 @@ def trials_for(candidates: Sequence[SpecCandidate], *, forced: bool) -> tuple[Tr
     found = [trial_of(c.spec_type, c.draft_max, c.p_min) for c in candidates]
     if forced:
         return (OFF_TRIAL, *found[:1])
-    first = found[0] if found else None
+    single = [t for t in found if not is_combined(t.spec_type or "")]
+    both = [t for t in found if is_combined(t.spec_type or "")]
+    first = single[0] if single else None
     if first is not None and first.spec_type == "draft-mtp" and first.p_min:
-        found.insert(1, trial_of(first.spec_type, first.draft_max, 0.0))
-    return (OFF_TRIAL, *found[:MAX_CANDIDATES])
+        single.insert(1, trial_of(first.spec_type, first.draft_max, 0.0))
+    return (OFF_TRIAL, *single[:MAX_CANDIDATES], *both[:MAX_COMBINATIONS])
 
 
 def missing(trials: Sequence[Trial], measurement: Measurement | None, running: str) -> list[Trial]:
@@ -116,6 +129,16 @@ def verdict(measurement: Measurement, labels: Sequence[str]) -> tuple[str, str]:
         return OFF, "no rate without speculation was measured"
     others = [t for t in rates if t.label != OFF]
     best = max(others, key=measurement.rate, default=None)
+    single = [t for t in others if not is_combined(t.spec_type or "")]
+    best_single = max(single, key=measurement.rate, default=None)
+    # A combination adds a second drafter: kept only where it clearly beats the best alone.
+    if (
+        best is not None
+        and best_single is not None
+        and best is not best_single
+        and measurement.rate(best) <= measurement.rate(best_single) * (1 + TIE_MARGIN)
+    ):
+        best = best_single
     over = f"measured on this card over {len(base.probes)} probes"
     if measurement.remeasure_why:
         # Says why speculation came back on (or stayed off) after the workload changed.

@@ -1,8 +1,19 @@
-"""The probe set that speculation is measured with: four requests a coding assistant serves.
+"""The probe set that speculation is measured with: five requests a coding assistant serves.
 
-A short chat, code writing, an edit that repeats most of its input (where n-gram speculation
-pays off) and an agent turn that quotes tool output back. The calibration and
+A short chat, code writing, an edit that repeats most of a short text (where n-gram speculation
+pays off), a rewrite that returns a whole source file of a few hundred lines with one change
+(an agent editing a file: the reply copies a long prompt, where n-gram lookup in front of a
+model's draft can pay off) and an agent turn that quotes tool output back. The calibration and
 `bench quick` both send them, greedy, so two configurations see the same work.
+
+Each probe weighs what it asks for (its ``max_tokens``) in the probes' own mix, and the served
+mix takes over once requests came: each served request counts for the probe nearest it in
+prompt and reply length (plan/speculation/workload.py). The rewrite is the one probe with both a
+long prompt and a long reply, so an agent's file rewrites count for it, not for the short edit
+(a short prompt) or an agent turn (a short reply). It asks for 256 tokens: copying runs at a
+steady rate after the first lines, and more would give it most of the probes' own mix. Its
+prompt is about 2,000 tokens with a real tokenizer: where the served context cannot hold it,
+the engine refuses it at once and it counts for no configuration, as any failed probe.
 """
 
 from __future__ import annotations
@@ -37,6 +48,41 @@ _EDIT_SOURCE = "\n".join(
         "Namespaces are one honking great idea -- let's do more of those!",
     ]
 )
+
+_REWRITE_KINDS = ("total", "count", "largest", "clamp")
+_REWRITE_NOUNS = ("price", "weight", "score", "delay", "width", "depth", "speed", "level", "size")
+
+
+def _rewrite_function(index: int) -> list[str]:
+    """One small function of the rewrite probe's file, ``index`` choosing its shape and names."""
+    kind = _REWRITE_KINDS[index % len(_REWRITE_KINDS)]
+    noun = _REWRITE_NOUNS[index % len(_REWRITE_NOUNS)]
+    limit = 10 + (index * 7) % 90
+    start, step = {
+        "total": (f"{index % 5}", f"result += item.{noun}"),
+        "count": ("0", f"result += item.{noun} > {limit}"),
+        "largest": ("None", f"result = max(result or item.{noun}, item.{noun})"),
+        "clamp": ("[]", f"result.append(min(item.{noun}, {limit}))"),
+    }[kind]
+    return [
+        f"def {kind}_{noun}_{index}(items):",
+        f'    """The {kind} of the {noun} of each item, limit {limit}."""',
+        f"    result = {start}",
+        "    for item in items:",
+        f"        {step}",
+        "    return result",
+        "",
+    ]
+
+
+def rewrite_source(functions: int = 40) -> str:
+    """A Python module of ``functions`` small functions (eight lines each, 323 lines for the
+    probe's 40), the same every time: every configuration reads the same prompt."""
+    lines = ['"""Helpers over a list of items, generated for a probe."""', "", "LIMIT = 3", ""]
+    for index in range(functions):
+        lines += ["", *_rewrite_function(index)]
+    return "\n".join(lines)
+
 
 _TOOL_OUTPUT = "\n".join(
     [
@@ -92,6 +138,17 @@ PROBES: tuple[Probe, ...] = (
             },
         ),
         320,
+    ),
+    Probe(
+        "rewrite",
+        (
+            {
+                "role": "user",
+                "content": "Change LIMIT = 3 to LIMIT = 5 in this file and return the whole "
+                f"file, unchanged otherwise:\n\n```python\n{rewrite_source()}\n```",
+            },
+        ),
+        256,
     ),
     # An agent's turn after a tool call, as plain messages so every chat template takes it.
     Probe(

@@ -9,7 +9,7 @@ from lucebox.engine.bench.quick import engines_verdict, probes_trial
 from lucebox.engine.plan.engineverdict import EngineMeasurement, verdict
 from lucebox.engine.run.calibrate.probes import PROBES
 
-PROMPTS = {"chat": 40, "code": 50, "edit": 330, "agent": 420}
+PROMPTS = {"chat": 40, "code": 50, "edit": 330, "rewrite": 2100, "agent": 420}
 
 
 def samples(decode_tok_s: float, prefill_tok_s: float) -> dict[str, CallSample]:
@@ -44,7 +44,7 @@ def test_the_comparison_gives_the_calibrations_verdict_on_the_same_probes():
         assert verdict(both, ())[:2] == found
         trial = both.trial("lucebox")
         assert trial is not None and [p.name for p in trial.probes] == [p.name for p in PROBES]
-        assert trial.probes[3].prefill_s == 420 / prefill
+        assert trial.probes[-1].prefill_s == 420 / prefill
 
 
 def test_no_verdict_unless_both_engines_were_compared():

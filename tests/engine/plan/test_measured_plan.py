@@ -51,7 +51,11 @@ def test_a_measured_off_verdict_turns_auto_off_with_the_reason():
     launch = launch_of(target)
     key = launch.speculation.measurement_key
     assert key is not None and key.card == "a 16384 MiB card" and key.ctx == launch.plan.ctx
-    assert [c.spec_type for c in launch.speculation.candidates] == ["draft-mtp", "ngram-mod"]
+    assert [c.spec_type for c in launch.speculation.candidates] == [
+        "draft-mtp",
+        "ngram-mod",
+        "ngram-mod,draft-mtp",
+    ]
     assert launch.speculation.spec_type == "draft-mtp"  # nothing measured yet: the prior
     why = "measured on this card over 1 probes, none is faster: draft-mtp n3 p0.75 0.65x"
     trials = (rate(OFF, None, 680), rate("draft-mtp n3 p0.75", "draft-mtp", 440, 0.75))
@@ -92,7 +96,11 @@ def test_a_head_whose_memory_costs_context_is_not_measured_under_auto(tmp_path):
     assert "not draft-mtp: its memory would leave" in squeezed.speculation.reason
     assert [c.spec_type for c in squeezed.speculation.candidates] == ["ngram-mod"]
     roomy = launch_of(target, vram_mib=5000)
-    assert [c.spec_type for c in roomy.speculation.candidates] == ["draft-mtp", "ngram-mod"]
+    assert [c.spec_type for c in roomy.speculation.candidates] == [
+        "draft-mtp",
+        "ngram-mod",
+        "ngram-mod,draft-mtp",
+    ]
     forced = launch_of(target, spec="mtp", vram_mib=3000)  # the user's choice is measured
     assert [c.spec_type for c in forced.speculation.candidates] == ["draft-mtp"]
 

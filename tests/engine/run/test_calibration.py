@@ -154,3 +154,37 @@ def test_each_probe_weighs_what_it_asked_for_so_a_reply_ending_sooner_gains_noth
     m = measured(trial(OFF, 100), trial("ngram-mod", 10))
     assert round(m.ratio("ngram-mod") or 0, 3) == 1.0  # by decoded tokens it would be 1.37x
     assert calibration.verdict(m, [OFF, "ngram-mod"])[0] == OFF
+
+
+BOTH = SpecCandidate("ngram-mod,draft-mtp", False, 3, 0.75, "both")
+
+
+def test_the_combination_is_measured_in_a_place_of_its_own():
+    trials = trials_for([MTP, NGRAM, BOTH], forced=False)
+    assert [t.label for t in trials] == [
+        OFF,
+        "draft-mtp n3 p0.75",
+        "draft-mtp n3 p0",
+        "ngram-mod",
+        "ngram-mod,draft-mtp n3 p0.75",
+    ]
+    assert (trials[-1].mode, trials[-1].spec_type) == ("mtp", "ngram-mod,draft-mtp")
+    # A forced mode is measured as planned, against none: no combination.
+    assert trials_for([MTP, BOTH], forced=True) == (OFF_TRIAL, trial_of("draft-mtp", 3, 0.75))
+
+
+def test_the_combination_is_kept_only_where_it_beats_the_best_single_mode_too():
+    labels = [OFF, "draft-mtp n3", "ngram-mod", "ngram-mod,draft-mtp n3"]
+    close = measured(
+        rate(OFF, 100.0),
+        rate("draft-mtp n3", 150.0, drafted=90, accepted=80),
+        rate("ngram-mod", 120.0, drafted=50, accepted=40),
+        rate("ngram-mod,draft-mtp n3", 154.0, drafted=200, accepted=180),
+    )
+    assert calibration.verdict(close, labels)[0] == "draft-mtp n3"  # a tie: the simpler
+    clear = replace(close).with_trial(rate("ngram-mod,draft-mtp n3", 170.0, drafted=200))
+    chosen, why = calibration.verdict(clear, labels)
+    assert chosen == "ngram-mod,draft-mtp n3" and "ngram-mod,draft-mtp n3 1.70x" in why
+    # Faster than the single modes yet no faster than none: none.
+    slow = measured(rate(OFF, 100.0), rate("ngram-mod,draft-mtp n3", 102.0, drafted=10))
+    assert calibration.verdict(slow, [OFF, "ngram-mod,draft-mtp n3"])[0] == OFF
