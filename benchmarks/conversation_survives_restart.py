@@ -222,7 +222,9 @@ async def repeated(session: Session, event: Event) -> list[tuple[dict[str, Any],
 
 
 def summary(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
-    """The medians of the warm turns and of the turns after the event, and their ratio."""
+    """The medians of the warm turns and of the turns after the event, and their ratio; the
+    median of each pair's ratio too (a pair is served minutes apart at most: it reads less of
+    the machine's changing load than medians taken over the whole run)."""
     warm_s = statistics.median(w["ttft_s"] for w, _ in pairs)
     after_s = statistics.median(a["ttft_s"] for _, a in pairs)
     return {
@@ -230,6 +232,9 @@ def summary(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any
         "after_ttft_median_s": round(after_s, 3),
         "ratio": round(after_s / warm_s, 2),
         "ratios": [round(a["ttft_s"] / w["ttft_s"], 2) for w, a in pairs],
+        "pair_ratio_median": round(
+            statistics.median(a["ttft_s"] / w["ttft_s"] for w, a in pairs), 2
+        ),
         "warm_prompt_n": [w["prompt_n"] for w, _ in pairs],
         "after_prompt_n": [a["prompt_n"] for _, a in pairs],
         "after_outside_s": [a.get("outside_s") for _, a in pairs],
