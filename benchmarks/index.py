@@ -124,7 +124,10 @@ INDEX = (
         "conversation_survives_restart",
         "Is an 8K+ agent chat's next turn within 1.5x of warm after a restart, calibration, sleep?",
         "cpu",
-        ("results/cpu-conversation-survives-restart.json",),
+        (
+            "results/cpu-conversation-survives-restart.json",
+            "results/cpu-conversation-survives-restart-rerun.json",
+        ),
     ),
     Benchmark(
         "several_users",
