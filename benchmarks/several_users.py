@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 
-from benchmarks.conversation_survives_restart import NOTE, slot_lines, turn, write_results
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine.budget import budget_for
 from lucebox.engine.machine.config import Settings
@@ -37,7 +36,7 @@ from lucebox.engine.machine.gpu import probe_gpus
 from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import find_installs, plan_launch
-from support.agentrun import Served
+from support.agentrun import NOTE, Served, slot_lines, turn, write_results
 from support.ports import free_port
 from support.realmodels import engine_home, smol_model
 

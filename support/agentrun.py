@@ -5,7 +5,13 @@ its events consumed until it stops."""
 from __future__ import annotations
 
 import asyncio
+import json
+import shlex
+import time
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
@@ -19,6 +25,8 @@ from lucebox.engine.run.supervisor import Supervisor
 from support.ports import free_port
 
 READY_S = 120.0
+NOTE = "Here is a long project note to keep in mind. "
+"""A line of an agent's system note, repeated to the prompt size wanted."""
 
 
 def agent_launch(engine_home: Path, model: Path, slots: Path, ctx: int) -> ServerLaunch:
@@ -74,3 +82,41 @@ class Served:
     async def stop(self) -> None:
         self.run.stop()
         await asyncio.wait_for(self.task, 60)
+
+
+async def turn(
+    url: str, messages: list[dict[str, str]], question: str, max_tokens: int
+) -> dict[str, Any]:
+    """One turn as a client sends it; its wall time (to the reply's end), prompt and cache."""
+    messages.append({"role": "user", "content": question})
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=600) as client:
+        reply = await client.post(f"{url}/v1/chat/completions", json=body)
+    wall_s = time.monotonic() - started
+    reply.raise_for_status()
+    answer = reply.json()
+    messages.append({"role": "assistant", "content": answer["choices"][0]["message"]["content"]})
+    timings = answer["timings"]
+    return {
+        "ttft_s": round(wall_s, 3),
+        "prompt_n": timings["prompt_n"],
+        "cache_n": timings["cache_n"],
+        "prompt_ms": round(timings["prompt_ms"], 1),
+    }
+
+
+def slot_lines(log: Path) -> list[str]:
+    """What lucebox wrote in the engine log about saving and restoring the slot."""
+    said = log.read_text(errors="replace").splitlines()
+    return [line for line in said if line.startswith("# lucebox: slot")]
+
+
+def write_results(results: dict[str, Any], command: list[str], out: Path | None) -> int:
+    """Print ``results`` with the command that made them, and write them to ``out``."""
+    results["command"] = shlex.join(command + (["--out", str(out)] if out is not None else []))
+    text = json.dumps(results, indent=1)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")
+    return 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
+import gguf
 import platformdirs
 
 from lucebox.engine.core.paths import resolve_paths
@@ -67,3 +69,17 @@ def smoke_serve_argv(port: int) -> list[str]:
         "--ctx",
         "4096",
     ]
+
+
+def smol_model_long(n_ctx: int) -> Path:
+    """SmolLM2 with its header's trained context raised to ``n_ctx`` (a copy; the weights are
+    the real ones), so `serve` plans a context past the 8,192 tokens it was trained for:
+    benchmarks that time long conversations read its speed there, not its answers' quality."""
+    path = test_cache_dir() / f"SmolLM2-135M-Instruct.Q4_1.ctx{n_ctx}.gguf"
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        shutil.copyfile(smol_model(), partial)
+        field = gguf.GGUFReader(partial, "r+").fields["llama.context_length"]
+        field.parts[field.data[0]][0] = n_ctx
+        partial.rename(path)
+    return path

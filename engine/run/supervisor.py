@@ -175,6 +175,8 @@ class Supervisor:
         self._restart_asked = asyncio.Event()
         self._sleep_asked = asyncio.Event()
         self._wake_asked = asyncio.Event()
+        self._woken = False
+        """The next start is a wake's: the same launch, started before in this run."""
         self._hang_seen = asyncio.Event()
         self._hung_why: str | None = None
         self._restart_spec: ServerLaunch | None = None
@@ -257,6 +259,9 @@ class Supervisor:
             yield refused
             return
         argv = server_argv(self.launch)
+        if self._woken:  # the same launch passed its warm-up before it slept
+            argv += engine_run(self.launch.kind).wake_argv
+            self._woken = False
         for dropped in prefixdisk.before_start(self.launch):
             self.log.write(f"# lucebox: saved prompt states over budget: removed {dropped}")
         self.log.write(f"# lucebox: starting {' '.join(argv)}")
@@ -389,6 +394,7 @@ class Supervisor:
             )
         else:
             self.log.write("# lucebox: waking: a request came")
+            self._woken = True
 
     async def _after_death(self, death: EngineDeath, pid: int) -> AsyncIterator[ServerEvent]:
         """What follows an engine's death: back to the planned launch after a trial, a

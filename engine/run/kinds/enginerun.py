@@ -57,12 +57,21 @@ class EngineRun(Protocol):
         False: the front answers them when it serves the page."""
         ...
 
+    @property
+    def wake_argv(self) -> tuple[str, ...]:
+        """What a wake adds to the launch it starts again: the same launch already passed its
+        warm-up in this run, so a warm-up the engine runs on its own is left out."""
+        ...
+
 
 @dataclass(frozen=True)
 class LlamaServerRun:
     sends_warm_up: bool = False
     reads_key_file: bool = True
     answers_chat_page: bool = True
+    wake_argv: tuple[str, ...] = ("--no-warmup",)
+    """Its empty warm-up run reads every weight once (its first decode): on a wake the same
+    binary and files passed it before, and the client's turn waits behind it."""
 
     def parallel(self, server: ServerLaunch) -> int:
         return server.plan.parallel
@@ -87,6 +96,7 @@ class LuceboxRun:
     sends_warm_up: bool = True
     reads_key_file: bool = False
     answers_chat_page: bool = False
+    wake_argv: tuple[str, ...] = ()
 
     def parallel(self, server: ServerLaunch) -> int:
         """One: a single worker thread at batch 1 (the engine's contract)."""

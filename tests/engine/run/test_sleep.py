@@ -143,6 +143,9 @@ async def test_a_sleep_stops_the_engine_without_a_crash_and_a_wake_starts_it_aga
     said = (tmp_path / "engine.log").read_text()
     assert "# lucebox: sleeping:" in said and "# lucebox: waking" in said
     assert "exited" not in said
+    # The wake starts the launch that passed its warm-up already: llama-server skips its own.
+    starts = [line for line in said.splitlines() if line.startswith("# lucebox: starting")]
+    assert ["--no-warmup" in line for line in starts] == [False, True]
 
 
 async def test_a_restart_asked_while_asleep_starts_the_engine_at_once(
@@ -166,3 +169,4 @@ async def test_a_restart_asked_while_asleep_starts_the_engine_at_once(
         *("starting", "loading", "ready", "stopped"),
     ]
     assert (seen[-1].restarts, supervisor.planned_restarts) == (0, 1)
+    assert "--no-warmup" not in (tmp_path / "engine.log").read_text()  # a restart warms up
