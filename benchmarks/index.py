@@ -56,6 +56,13 @@ INDEX = (
         device_step="engine_build_gpu",
     ),
     Benchmark(
+        "spec_verdict_near_best",
+        "Does the speculation mode serve keeps decode within 5% of the best `bench quick` "
+        "measures at the same sampling?",
+        "cpu",
+        results=("results/cpu-spec-verdict-near-best.json",),
+    ),
+    Benchmark(
         "engine_choice_on_auto",
         "Does `lucebox serve` with nothing pinned compare both engines by itself?",
         "gpu",
