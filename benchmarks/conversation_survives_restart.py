@@ -202,12 +202,13 @@ async def evict_and_wake(session: Session) -> None:
     serving = session.serving
     other = serving.others[0].stem
     body = {"model": other, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-    async with httpx.AsyncClient(base_url=serving.url, timeout=WAIT_S) as client:
-        (await client.post("/v1/chat/completions", json=body)).raise_for_status()
-        listed = (await client.get("/models")).json()["data"]
-    states = {m["id"]: m["status"]["value"] for m in listed if "status" in m}
-    if states.get(serving.model.stem) != "unloaded":
-        raise RuntimeError(f"{other}'s load left the bench's model loaded: {states}")
+    async with httpx.AsyncClient(timeout=WAIT_S) as client:
+        (await client.post(f"{serving.url}/v1/chat/completions", json=body)).raise_for_status()
+    bench = serving.model.stem
+    unloaded = {"unloaded"}
+    await serving.until(
+        lambda s: {m.state for m in s.models if m.alias == bench} == unloaded, "evicted"
+    )
 
 
 EVENTS = (
