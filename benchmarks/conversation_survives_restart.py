@@ -14,8 +14,10 @@ medians of both and their ratio (issue 55 asks the turn after within 1.5x of the
   turn; the calibration `serve` starts then runs its trials (their restarts and probes take
   the engine) and serves what it chose; the next turn comes after;
 - sleep: the engine sleeps once idle (``server.sleep_idle_s``) and the turn wakes it;
-- evict and wake (a served set's model unloaded and loaded again): :func:`evict_and_wake` is
-  its hook, not measured yet.
+- evict and wake: the model served in a set beside a generated wide llama (1 GiB of weights)
+  with ``models.ram_mib`` so tight that one evicts the other; a request to the other model
+  evicts the bench's (the set's proxy saves its slot first), and the next turn loads it again
+  (the proxy restores the slot before the turn passes).
 
 ``outside_s`` of a turn is its time to the first token less the engine's prompt time: the
 start, the restore and the front's hold on a wake or restart.
@@ -41,9 +43,9 @@ from typing import Any
 import httpx
 
 from lucebox.engine.plan.speculation.measurements import store_file
-from support.agentchat import Conversation, Serving, note_line, tool_result
+from support.agentchat import WAIT_S, Conversation, Serving, note_line, tool_result
 from support.agentrun import write_results
-from support.ggufgen import cached_gguf, qwen35_target, widen
+from support.ggufgen import ModelSpec, cached_gguf, qwen35_target, widen
 from support.realmodels import smol_model_long
 
 CTX = 20480
@@ -67,6 +69,22 @@ CALIBRATING = {
 }
 """Five seconds idle before the calibration (30 by default: the bench waits it out 3 times);
 short probes, as the calibration's own tests use."""
+IN_A_SET = {**PLAIN, "models.ram_mib": "1800"}
+"""Room for either model of the set alone, each with its whole 20480-token context, never for
+both: the other's weights alone take 1 GiB."""
+OTHER = ModelSpec(
+    basename="wide-llama",
+    n_ctx=32768,
+    n_layer=5,
+    n_embd=2048,
+    n_head=16,
+    n_head_kv=2,
+    n_ff=16384,
+    constant_weights=True,
+)
+"""The set's other model: a generated llama wide enough that the planner cannot shrink the two
+to fit together (the Gemma 270M is a base model the set refuses; a tiny one fits beside with a
+quantized cache)."""
 
 
 def model_path(name: str) -> Path:
@@ -99,15 +117,19 @@ class Session:
         print(f"{self.name} {label}: {found}", file=sys.stderr, flush=True)
         return found
 
-    async def serve_with(self, settings: dict[str, str]) -> None:
-        """A serve read with ``settings``; a new one (and a turn that restores the slot, left
-        out of the pairs) when the one running was started with others."""
-        if self.serving.process is not None and self.serving.settings == settings:
+    async def serve_with(self, settings: dict[str, str], others: tuple[Path, ...] = ()) -> None:
+        """A serve read with ``settings``, of the model alone or in a set with ``others``; a new
+        one (and a turn that restores the slot, left out of the pairs) when the one running was
+        started otherwise."""
+        serving = self.serving
+        if serving.process is not None and (serving.settings, serving.others) == (settings, others):
             return
-        if self.serving.process is not None:
-            self.serving.down()
-        self.serving.configure(settings)
-        await self.serving.serve()
+        if serving.process is not None:
+            serving.down()
+        serving.configure(settings)
+        serving.others = others
+        self.chat.model = serving.model.stem if others else None  # a set routes by alias
+        await serving.serve()
         await self.turn("after a start (unpaired)")
 
 
@@ -169,19 +191,33 @@ def chosen(serving: Serving) -> str | None:
     return next((v for v in verdicts if v is not None), None)
 
 
+async def set_serve(session: Session) -> None:
+    """The model served in a set beside :data:`OTHER`, one of the two loaded at a time."""
+    await session.serve_with(IN_A_SET, (cached_gguf(OTHER),))
+
+
 async def evict_and_wake(session: Session) -> None:
-    """A served set's model unloaded (its slot saved by the proxy) and loaded again by the
-    next request: the hook for the served set's slot saving, not built yet."""
-    raise NotImplementedError("a served set does not save a model's slot before unloading it")
+    """One request to the set's other model: its load evicts the bench's model, whose slot the
+    proxy saves first; the next turn loads it again and the proxy restores the slot."""
+    serving = session.serving
+    other = serving.others[0].stem
+    body = {"model": other, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    async with httpx.AsyncClient(timeout=WAIT_S) as client:
+        (await client.post(f"{serving.url}/v1/chat/completions", json=body)).raise_for_status()
+    bench = serving.model.stem
+    unloaded = {"unloaded"}
+    await serving.until(
+        lambda s: {m.state for m in s.models if m.alias == bench} == unloaded, "evicted"
+    )
 
 
 EVENTS = (
     Event("restart", plain, restart),
     Event("idle_calibration", uncalibrated_serve, idle_calibration),
     Event("sleep", sleeping_serve, sleep),
+    Event("evict_and_wake", set_serve, evict_and_wake),
 )
-"""What is measured; ``Event("evict_and_wake", ..., evict_and_wake)`` joins once a served set
-saves a model's slot."""
+"""What is measured, in this order (the set last: each other event serves the model alone)."""
 
 
 async def measure(name: str, folder: Path, events: tuple[Event, ...]) -> dict[str, Any]:
@@ -242,9 +278,14 @@ def summary(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any
 
 
 def lucebox_lines(log: str) -> list[str]:
-    """What lucebox wrote in the engine log about slots, sleeps and restarts."""
+    """What lucebox wrote in the engine log about slots (a set's lines name the model first),
+    sleeps and restarts."""
     kept = ("# lucebox: slot", "# lucebox: sleeping", "# lucebox: waking", "# lucebox: restart")
-    return [line for line in log.splitlines() if line.startswith(kept)]
+    return [
+        line
+        for line in log.splitlines()
+        if line.startswith(kept) or (line.startswith("# lucebox: ") and ": slot " in line)
+    ]
 
 
 def main() -> int:

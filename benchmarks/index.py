@@ -138,12 +138,10 @@ INDEX = (
     ),
     Benchmark(
         "conversation_survives_restart",
-        "Is an 8K+ agent chat's next turn within 1.5x of warm after a restart, calibration, sleep?",
+        "Is an 8K+ agent chat's next turn within 1.5x of warm after a restart, calibration, sleep,"
+        " eviction from a served set?",
         "cpu",
-        (
-            "results/cpu-conversation-survives-restart.json",
-            "results/cpu-conversation-survives-restart-rerun.json",
-        ),
+        ("results/cpu-conversation-survives-restart.json",),
     ),
     Benchmark(
         "several_users",

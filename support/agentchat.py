@@ -53,6 +53,8 @@ class Conversation:
     messages: list[dict[str, str]]
     max_tokens: int
     steps: int = 0
+    model: str | None = None
+    """The model each turn names (a served set routes by it); None names none."""
 
     async def turn(self, url: str, question: str) -> dict[str, Any]:
         """One streamed turn: time to the first token and to the end, the tokens the engine
@@ -64,6 +66,8 @@ class Conversation:
             "temperature": 0,
             "stream": True,
         }
+        if self.model is not None:
+            body["model"] = self.model
         reply, first_s = "", None
         timings: dict[str, Any] = {}
         started = time.monotonic()
@@ -97,7 +101,8 @@ class Conversation:
 
 @dataclass
 class Serving:
-    """`lucebox serve --model MODEL --ctx CTX` in ``home``, stopped with `lucebox down`."""
+    """`lucebox serve --model MODEL [--model OTHER ...] --ctx CTX` in ``home``, stopped with
+    `lucebox down`."""
 
     home: Path
     model: Path
@@ -105,6 +110,8 @@ class Serving:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     settings: dict[str, str] = field(default_factory=dict)
+    others: tuple[Path, ...] = ()
+    """The served set's other models (each one more ``--model``); none serves ``model`` alone."""
 
     @classmethod
     def in_folder(cls, folder: Path, model: Path, ctx: int) -> Serving:
@@ -135,6 +142,8 @@ class Serving:
 
     def _start(self) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", "lucebox.app.cli", "serve", "--model", str(self.model)]
+        for other in self.others:
+            argv += ["--model", str(other)]
         argv += ["--ctx", str(self.ctx), "--port", str(self.port)]
         with (self.home / "serve.out").open("ab") as out:
             return subprocess.Popen(
