@@ -149,8 +149,10 @@ def test_a_random_dflash_draft_named_with_draft_is_switched_off_by_the_calibrati
         assert planned["type"] == "draft-dflash"
         wait_for(home, lambda now: stored(home).get("chosen") is not None)
         entry = stored(home)
-        assert [t["label"] for t in entry["trials"]] == ["draft-dflash n15", "off", "ngram-mod"]
-        assert entry["chosen"] != "draft-dflash n15"
+        both = "ngram-mod,draft-dflash n15"  # n-gram lookup in front of the draft
+        labels = ["draft-dflash n15", "off", "ngram-mod", both]
+        assert [t["label"] for t in entry["trials"]] == labels
+        assert entry["chosen"] not in ("draft-dflash n15", both)
         dflash, off = trial(entry, "draft-dflash n15"), trial(entry, "off")
         assert dflash["tok_s"] < off["tok_s"]
         spec = wait_for(home, calibrated)["spec"]
