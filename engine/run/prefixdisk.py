@@ -11,6 +11,7 @@ share of its disk (:func:`prefixstore.budget_bytes`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -64,6 +65,21 @@ def _trim_slots(launch: ServerLaunch, root: Path) -> list[Path]:
     return slotstore.trim(root, own, slots_budget_bytes(root))
 
 
+def _changed_ns(root: Path) -> int:
+    """When a slot was last saved or dropped there: a save renames its file into the folder."""
+    try:
+        return root.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+@functools.lru_cache(maxsize=4)
+def _slots_usage(root: str, changed_ns: int) -> slotstore.SlotStoreUsage:
+    """What the slots folder holds, read again only once it changed: status asks every
+    sample, and the folder changes on a stop or a start."""
+    return slotstore.usage(Path(root))
+
+
 def disk_cache_status(launch: ServerLaunch) -> DiskCacheStatus | None:
     """What the launch's folder keeps now; None when the engine has no disk cache."""
     disk = launch.lucebox.disk_cache if launch.lucebox is not None else None
@@ -78,7 +94,7 @@ def with_disk(cache: CacheStatus, launch: ServerLaunch) -> CacheStatus:
     why nothing was restored when states kept for the same model were saved by another
     launch."""
     if launch.slot_save_path is not None:
-        kept = slotstore.usage(Path(launch.slot_save_path))
+        kept = _slots_usage(launch.slot_save_path, _changed_ns(Path(launch.slot_save_path)))
         return replace(
             cache,
             disk_entries=kept.conversations,

@@ -225,3 +225,19 @@ def test_plan_says_where_the_slots_are_kept_their_budget_and_what_they_hold(tmp_
     assert reason.startswith(f"{tmp_path}: the agent's conversation saved on every stop")
     assert "up to 12 GiB (a quarter of the free disk, at most 64 GiB)" in reason
     assert reason.endswith("1 conversations saved now (2048 tokens, 0.0 GiB)")
+
+
+def test_status_counts_the_saved_slots_and_sees_a_new_save(tmp_path):
+    from lucebox.engine.run.prefixdisk import with_disk
+    from lucebox.engine.run.sample import CacheStatus
+    from tests.engine.run.test_luceboxserve import lucebox_spec
+
+    folder = tmp_path / "slots"
+    launch = replace(lucebox_spec(tmp_path), lucebox=None, slot_save_path=str(folder))
+    _saved(folder, "a", "/m/a.gguf", 10, 2048, 1)
+    first = with_disk(CacheStatus(None, 0), launch)
+    assert (first.disk_store, first.disk_entries, first.disk_tokens) == ("slots", 1, 2048)
+    _saved(folder, "b", "/m/b.gguf", 10, 100, 2)
+    os.utime(folder, ns=(5, 5))  # the folder's change, apart from the first read's clock tick
+    again = with_disk(CacheStatus(None, 0), launch)
+    assert (again.disk_entries, again.disk_tokens, again.disk_bytes) == (2, 2148, 20)
