@@ -168,8 +168,16 @@ class TrialRate:
         return (self.probes, *self.repeats)
 
     def with_run(self, later: TrialRate) -> TrialRate:
-        """This configuration with ``later``'s run added (the latest first)."""
+        """This configuration with ``later``'s run added (the latest first). A run of another
+        configuration (the speculation verdict changed between the runs) starts afresh: the
+        runs' spread is the noise of one configuration, not the gap between two."""
+        if self.configuration() != later.configuration():
+            return later
         return replace(later, repeats=self.runs())
+
+    def configuration(self) -> tuple[str, str | None, int | None, float | None]:
+        """What was measured: the mode and its settings, apart from when and how fast."""
+        return (self.label, self.spec_type, self.draft_max, self.p_min)
 
     @property
     def tokens(self) -> int:

@@ -82,10 +82,18 @@ def test_a_close_verdict_runs_again_and_a_switch_needs_to_clear_the_runs_spread(
     assert "±5% over 2 runs" in why
     assert engineverdict.needs_another_run(costs)
     # A third run each: no more, whatever the gap.
-    three = two.with_trial("llama-server", llama.with_run(LLAMA)).with_trial(
-        "lucebox", luce2.with_run(luce)
-    )
+    three = two.with_trial("llama-server", llama.with_run(engine_rate("l", 300.0, 8000.0)))
+    three = three.with_trial("lucebox", luce2.with_run(luce))
     assert not engineverdict.needs_another_run(verdict(three, DECODE)[2])
+
+
+def test_a_run_of_another_mode_starts_the_runs_afresh():
+    # The speculation verdict changed between two runs of one engine: its draft, then none.
+    drafted = engine_rate("llama-server draft-simple n8", 214.0, 8000.0)
+    plain = engine_rate("llama-server off", 711.0, 8000.0)
+    assert drafted.with_run(plain) == plain and plain.runs() == (plain.probes,)
+    again = plain.with_run(engine_rate("llama-server off", 690.0, 8000.0))
+    assert len(again.runs()) == 2 and again.configuration() == plain.configuration()
 
 
 def test_runs_are_kept_in_the_store_and_verdicts_by_sampling(tmp_path: Path):
