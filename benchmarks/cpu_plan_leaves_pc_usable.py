@@ -28,10 +28,10 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.models.headerinfo import inspect_model
 from lucebox.engine.models.modelfacts import facts_from_info
+from lucebox.engine.plan import prefillrates
 from lucebox.engine.plan.memory import cpuread
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.sources import presetchoice
-from lucebox.engine.plan.speculation import measurements
 from support.realmodels import smol_model
 from support.smolserver import private_engine_home
 
@@ -57,7 +57,7 @@ def measure_prefill(model: Path, ctx: int) -> tuple[int, float]:
 def _measure(cores: int) -> dict[str, object]:
     model = smol_model()
     tokens, seconds = measure_prefill(model, 8192)
-    measurements.write_prefill(resolve_paths(), model, cores, tokens, seconds)
+    prefillrates.write_prefill(resolve_paths(), model, cores, tokens, seconds)
     info = inspect_model(model)
     facts = facts_from_info(info)
     return {
@@ -88,7 +88,7 @@ def main() -> int:
         memory = item.plan.memory_bytes
         # The rate the planner bounded the context with: measured here, else estimated.
         measured = (
-            measurements.read_prefill(paths, item.target.path, cores)
+            prefillrates.read_prefill(paths, item.target.path, cores)
             if item.target.present
             else None
         )

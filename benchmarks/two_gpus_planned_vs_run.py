@@ -410,7 +410,7 @@ def lucebox_parts(work: Path, n_gpus: int, ctx: int, deadline: float) -> dict[st
     own choice once the three are measured."""
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.plan.lucebox.luceboxdevices import PLACEMENTS, offered
-    from lucebox.engine.plan.speculation.measurements import placement_key, write_placement_rate
+    from lucebox.engine.plan.placementrates import placement_key, write_placement_rate
 
     rows = refresh_lucebox_features()
     build = lucebox_build(rows)

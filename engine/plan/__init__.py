@@ -12,5 +12,7 @@
   ``fitcheck`` (llama-fit-params beside the plan), ``sidemodels`` and ``sideplan`` (embedding and
   reranker models in what the chat plan leaves), ``users`` (people served at once),
   ``savedslots`` (llama-server's saved conversations: where, and their disk budget).
+- rates measured on this machine beside the speculation's: ``prefillrates`` (the CPU's prompt
+  read, per model), ``placementrates`` (the Lucebox engine's two-card placements).
 - the result: ``launch`` (argv and environment by the engine kind's rules), ``launchplan``.
 """

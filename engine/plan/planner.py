@@ -23,7 +23,7 @@ from lucebox.engine.models.guard import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo
-from lucebox.engine.plan import engineverdict, savedslots
+from lucebox.engine.plan import engineverdict, prefillrates, savedslots
 from lucebox.engine.plan.engineview import EngineView, Installs
 from lucebox.engine.plan.launchplan import LaunchBasis, LaunchPlan, Speculation
 from lucebox.engine.plan.lucebox import luceboxroute
@@ -275,7 +275,7 @@ def _memory_request(
     read = None
     if not budget.is_gpu and resolved.ctx is None:
         cores = cpuread.cpu_cores()
-        rate = measurements.read_prefill(paths, target.path, cores) if target.present else None
+        rate = prefillrates.read_prefill(paths, target.path, cores) if target.present else None
         read = cpuread.read_cap(
             target.facts, resolved.cpu_read_s, cores, rate.tok_s if rate else None
         )

@@ -24,7 +24,7 @@ from lucebox.engine.machine.personkeys import keys_path, read_keys
 from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.memory.cpuread import cpu_cores
-from lucebox.engine.plan.speculation.measurements import PrefillRecorder
+from lucebox.engine.plan.prefillrates import PrefillRecorder
 from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run import prefixdisk, specwatch

@@ -56,8 +56,8 @@ from lucebox.engine.plan.memory.ctxchoice import MIN_CTX
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.modelfiles import ModelFile
 from lucebox.engine.plan.options import Resolved
+from lucebox.engine.plan.placementrates import placement_key, read_placement_rates
 from lucebox.engine.plan.speculation import measurements
-from lucebox.engine.plan.speculation.measurements import placement_key, read_placement_rates
 from lucebox.engine.plan.speculation.speculation import SpecMode
 
 PINNED_ARCHS = ("qwen35", "qwen35moe", "laguna", "qwen3", "gemma4", "deepseek4")

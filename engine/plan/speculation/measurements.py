@@ -1,6 +1,6 @@
-"""The measurement store: what each speculation did to decode speed on this card, and how
-fast this PC's CPU reads prompts per model (the ``prefill`` section: a CPU context is bounded
-by it, plan/memory/cpuread.py).
+"""The measurement store: what each speculation did to decode speed on this card. Its file also
+holds sections read and written through :func:`read_section`: how fast this PC's CPU reads
+prompts per model (plan/prefillrates.py) and the two-card placements (plan/placementrates.py).
 
 One small JSON file in the data dir, one entry per (model file, draft file, engine build, card,
 context, KV type): the token-weighted decode rate of every configuration the calibration
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -426,72 +425,6 @@ def write_measurement(paths: Paths, measurement: Measurement) -> None:
     write_section(paths, "entries", entries)
 
 
-# --- prefill: how fast this PC's CPU reads prompts, per model ---------------------------------
-
-PREFILL_MIN_TOKENS = 2048
-"""A prefill rate is kept once this many prompt tokens were read: fewer say little about a
-long read."""
-PREFILL_REWRITE_TOKENS = 4096
-"""Later measurements rewrite the store after this many more tokens (not on every sample)."""
-
-
-@dataclass(frozen=True)
-class PrefillRate:
-    """The engine's own prefill totals for one model served on this many CPU cores."""
-
-    tokens: int
-    seconds: float
-    cores: int
-    at: float
-
-    @property
-    def tok_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-def _prefill_key(paths: Paths, model: Path, cores: int) -> str:
-    return f"{file_identity(model, paths)} | {cores} cores"
-
-
-def read_prefill(paths: Paths, model: Path, cores: int) -> PrefillRate | None:
-    """The prefill rate measured for ``model`` on this many cores, once it read enough."""
-    entry = read_section(paths, "prefill").get(_prefill_key(paths, model, cores))
-    try:
-        rate = PrefillRate(**entry) if isinstance(entry, dict) else None
-    except TypeError:
-        return None
-    if rate is None or rate.tokens < PREFILL_MIN_TOKENS or rate.seconds <= 0:
-        return None
-    return rate
-
-
-def write_prefill(paths: Paths, model: Path, cores: int, tokens: int, seconds: float) -> None:
-    section = read_section(paths, "prefill")
-    section[_prefill_key(paths, model, cores)] = vars(
-        PrefillRate(tokens, round(seconds, 3), cores, time.time())
-    )
-    write_section(paths, "prefill", section)
-
-
-class PrefillRecorder:
-    """Feeds one CPU run's cumulative prefill totals into the store, now and then."""
-
-    def __init__(self, paths: Paths, model: Path, cores: int) -> None:
-        self.paths, self.model, self.cores = paths, model, cores
-        self.written_tokens = 0
-
-    def observe(self, tokens_total: int, seconds_total: float) -> None:
-        if tokens_total < PREFILL_MIN_TOKENS:
-            return
-        if self.written_tokens and tokens_total - self.written_tokens < PREFILL_REWRITE_TOKENS:
-            return
-        try:
-            write_prefill(self.paths, self.model, self.cores, tokens_total, seconds_total)
-        except OSError:
-            return  # a measurement is worth a retry on the next sample, not a crash
-        self.written_tokens = tokens_total
-
-
 def key_for(
     target: Path,
     draft: Path | None,
@@ -532,30 +465,3 @@ def measured_choice(
         return None
     why = f"{match[0].why}; served as {trial.label}: {measurement.why}"
     return [replace(match[0], draft_max=trial.draft_max, p_min=trial.p_min, why=why)]
-
-
-def placement_key(target: Path, draft: Path | None, engine: str, cards: tuple[str, ...]) -> str:
-    """The Lucebox engine's files, build and the cards a two-card placement chooses among."""
-    files = f"{file_identity(target)} | {file_identity(draft) if draft else '-'}"
-    return f"{files} | {engine} | {' + '.join(cards)}"
-
-
-def read_placement_rates(paths: Paths, key: str) -> dict[str, float]:
-    """Decode tok/s measured per placement (benchmarks/two_gpus_planned_vs_run.py measures them on
-    the cards)."""
-    entry = read_section(paths, "placements").get(key)
-    if not isinstance(entry, dict):
-        return {}
-    return {
-        name: float(rate)
-        for name, rate in entry.items()
-        if isinstance(rate, int | float) and rate > 0
-    }
-
-
-def write_placement_rate(paths: Paths, key: str, placement: str, decode_tok_s: float) -> None:
-    section = read_section(paths, "placements")
-    entry = section.get(key)
-    kept = entry if isinstance(entry, dict) else {}
-    section[key] = {**kept, placement: round(decode_tok_s, 1)}
-    write_section(paths, "placements", section)

@@ -85,8 +85,7 @@ def test_presets_on_this_cpu_leave_ram_and_read_in_time():
 def test_a_measured_rate_replaces_the_estimate(tmp_path):
     from lucebox.engine.core.paths import resolve_paths
     from lucebox.engine.machine import config
-    from lucebox.engine.plan import planner
-    from lucebox.engine.plan.speculation import measurements
+    from lucebox.engine.plan import planner, prefillrates
 
     paths = resolve_paths()
     model = cached_gguf(ModelSpec(n_ctx=131072, basename="tiny-measured"))
@@ -100,14 +99,14 @@ def test_a_measured_rate_replaces_the_estimate(tmp_path):
         )
 
     assert plan().plan.ctx == 131072  # a tiny model: the estimate does not bound it
-    recorder = measurements.PrefillRecorder(paths, model, cores)
+    recorder = prefillrates.PrefillRecorder(paths, model, cores)
     recorder.observe(1000, 1.0)  # too few tokens to say anything
-    assert measurements.read_prefill(paths, model, cores) is None
+    assert prefillrates.read_prefill(paths, model, cores) is None
     recorder.observe(3000, 300.0)  # measured 10 tok/s: 3,000 tokens in 5 minutes
     measured = plan().plan
     assert "measured for this model on this PC" in measured.reasons["ctx"]
     assert measured.ctx == 2816
-    assert measurements.read_prefill(paths, model, cores + 1) is None  # another CPU: estimate
+    assert prefillrates.read_prefill(paths, model, cores + 1) is None  # another CPU: estimate
 
 
 def test_beside_a_gpu_the_ram_keeps_its_share_too():

@@ -42,12 +42,12 @@ from lucebox.engine.plan.lucebox.luceboxplan import (
 )
 from lucebox.engine.plan.memory.sizes import CUDA_CONTEXT_BYTES
 from lucebox.engine.plan.options import ServeOptions, resolve
-from lucebox.engine.plan.planner import installs_of, plan_launch
-from lucebox.engine.plan.speculation.measurements import (
+from lucebox.engine.plan.placementrates import (
     placement_key,
     read_placement_rates,
     write_placement_rate,
 )
+from lucebox.engine.plan.planner import installs_of, plan_launch
 from support.ggufgen import cached_gguf
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lucebox"
