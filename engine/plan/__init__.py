@@ -1,7 +1,7 @@
 """Plan: the one planner turns (card, files or preset, flags + settings) into a launch.
 
-- entry: ``planner`` (one model); ``servedset/`` (a set); ``sources/`` (a preset or a repo chosen
-  for the machine).
+- entry: ``planner`` (one model; ``specchoice``: its speculation and the store's keys);
+  ``servedset/`` (a set); ``sources/`` (a preset or a repo chosen for the machine).
 - inputs: ``options`` (flags over config.toml), ``flagtypes``, ``modelfiles`` (the files of a
   launch), ``engineview`` (each engine kind's build, found once by the caller).
 - ``memory/``: llama-server's memory plan; ``speculation/``: the speculation mode, its guard and
