@@ -182,6 +182,14 @@ class SpecStatus:
             return f"{self.mode_name} {self.reason.split(' (', 1)[0]}"
         return f"{self.mode_name} {self.measured.ratio:.2f}x (measured)"
 
+    def sampling_text(self) -> str | None:
+        """Greedy and sampled replies apart, as the dashboard and `status` show them after the
+        mode's name: ``greedy 1.59x measured, 90% accepted · sampled (t0.7) 45% accepted``;
+        None without a figure for either, or for a mode switched off (its headline says why)."""
+        if self.active is False:
+            return None
+        return " · ".join(rate.text() for rate in self.by_sampling) or None
+
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "by_sampling": [r.to_json() for r in self.by_sampling]}
 
