@@ -71,6 +71,9 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     )
     if status.engine is not None:
         head += f"\n  engine: {status.engine.text()}"
+        if status.engine.chosen_by == "measured" and status.engine.reason:
+            # The verdict's figures, each engine's with its runs' spread where it ran again.
+            head += f"\n    {status.engine.reason}"
     if status.sleep is not None:
         head += f"\n  {sleep_line(status.sleep)}"
     if status.cause is not None:
@@ -84,6 +87,10 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
         head += f"\n  keys: {used}"
     if status.sampling is not None:
         head += f"\n  sampling: {status.sampling.text()}"
+    spec = status.spec
+    apart = spec.sampling_text() if spec is not None else None
+    if spec is not None and apart is not None:
+        head += f"\n  speculation: {spec.mode_name} · {apart}"
     head += "".join(f"\n  {model_line(model)}" for model in status.models)
     head += _kept_lines(status)
     head += "".join(
@@ -102,9 +109,9 @@ def status_line(status: runstate.Status, unit: systemd.ServiceStatus) -> str:
     ]
     if status.cache is not None and status.cache.cached_prompt_share is not None:
         parts.append(f"prompt cached {status.cache.cached_prompt_share:.0%}")
-    if status.spec is not None and status.spec.acceptance is not None:
-        parts.append(f"draft accepted {status.spec.acceptance:.0%}")
-    if status.spec is not None and (headline := status.spec.headline()) is not None:
+    if spec is not None and apart is None and spec.acceptance is not None:
+        parts.append(f"draft accepted {spec.acceptance:.0%}")
+    if spec is not None and apart is None and (headline := spec.headline()) is not None:
         parts.append(headline)
     if sample.vram_used_bytes is not None:
         parts.append(f"VRAM {gib_text(sample.vram_used_bytes, 2)}")

@@ -182,6 +182,14 @@ class SpecStatus:
             return f"{self.mode_name} {self.reason.split(' (', 1)[0]}"
         return f"{self.mode_name} {self.measured.ratio:.2f}x (measured)"
 
+    def sampling_text(self) -> str | None:
+        """Greedy and sampled replies apart, as the dashboard and `status` show them after the
+        mode's name: ``greedy 1.59x measured, 90% accepted · sampled (t0.7) 45% accepted``;
+        None without a figure for either, or for a mode switched off (its headline says why)."""
+        if self.active is False:
+            return None
+        return " · ".join(rate.text() for rate in self.by_sampling) or None
+
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "by_sampling": [r.to_json() for r in self.by_sampling]}
 
@@ -213,12 +221,19 @@ class SamplingRate:
     acceptance: float | None
     """Draft tokens accepted of those drafted in served replies of this sampling; None before
     any."""
+    spread: float = 0.0
+    """The speed-up's runs of the probe set, highest less lowest over their mean (0 with one
+    run)."""
+    runs: int = 1
+    """Runs of the probe set the speed-up is the latest of."""
 
     def text(self) -> str:
-        """``greedy 1.59x measured, 90% accepted`` or ``sampled (t0.7) 45% accepted``."""
+        """``greedy 1.59x measured, 90% accepted``, ``greedy 1.59x measured ±3% over 2 runs``
+        or ``sampled (t0.7) 45% accepted``."""
         name = f"sampled ({self.at})" if self.sampled else "greedy"
+        spread = f" ±{self.spread / 2:.0%} over {self.runs} runs" if self.runs > 1 else ""
         figures = [
-            *([f"{self.ratio:.2f}x measured"] if self.ratio is not None else []),
+            *([f"{self.ratio:.2f}x measured{spread}"] if self.ratio is not None else []),
             *([f"{self.acceptance:.0%} accepted"] if self.acceptance is not None else []),
         ]
         return f"{name} {', '.join(figures)}"

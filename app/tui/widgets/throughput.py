@@ -84,11 +84,10 @@ def spec_line(spec: SpecStatus | None, acceptance: float | None) -> Text | None:
         return Text(headline, style="bold yellow")  # measured slower here: off on purpose
     if spec.active is False:
         return Text(f"{spec.type} is OFF: {spec.reason}", style="bold red")
-    if spec.by_sampling:
+    if (apart := spec.sampling_text()) is not None:
         # Greedy and sampled replies apart: one figure for both says little of either.
         line = Text(spec.mode_name, style="bold")
-        for rate in spec.by_sampling:
-            line.append(f" · {rate.text()}")
+        line.append(f" · {apart}")
     else:
         line = Text(headline or spec.type, style="bold")
         if spec.acceptance is not None:

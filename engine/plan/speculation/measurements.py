@@ -326,6 +326,19 @@ class Measurement:
             return None
         return self.rate(trial) / self.rate(base)
 
+    def ratio_spread(self, label: str) -> tuple[float, int]:
+        """How far ``label``'s speed-up spreads over its runs of the probe set (each against
+        the same rate without speculation): the runs' highest less lowest rate over their mean,
+        and how many runs; (0.0, 1) with one run."""
+        base, trial = self.baseline, self.trial(label)
+        if base is None or trial is None or self.rate(base) <= 0:
+            return 0.0, 1
+        runs = [self.rate(replace(trial, probes=run, repeats=())) for run in trial.runs()]
+        mean = sum(runs) / len(runs)
+        if len(runs) < 2 or mean <= 0:
+            return 0.0, 1
+        return (max(runs) - min(runs)) / mean, len(runs)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "key": vars(self.key),

@@ -201,8 +201,8 @@ def by_sampling(
     sampled: str | None,
 ) -> tuple[SamplingRate, ...]:
     """Greedy and sampled replies apart: the speed-up of the ``running`` configuration where
-    ``measured`` (by sampling) holds one, the acceptance as the front counted it; each only
-    where there is a figure."""
+    ``measured`` (by sampling) holds one, with its runs' spread, and the acceptance as the
+    front counted it; each only where there is a figure."""
     rows = (
         (False, samplingdefaults.GREEDY, mix.greedy_acceptance if mix else None),
         (True, sampled, mix.sampled_acceptance if mix else None),
@@ -213,6 +213,9 @@ def by_sampling(
             continue
         measurement = measured.get(at)
         ratio = measurement.ratio(running) if measurement and running != OFF else None
+        spread, runs = (0.0, 1)
+        if measurement is not None and ratio is not None:
+            spread, runs = measurement.ratio_spread(running)
         if ratio is not None or acceptance is not None:
-            found.append(SamplingRate(is_sampled, at, ratio, acceptance))
+            found.append(SamplingRate(is_sampled, at, ratio, acceptance, spread, runs))
     return tuple(found)

@@ -209,3 +209,68 @@ def test_status_says_what_the_start_restored_and_what_the_disk_cache_keeps():
     slots = replace(cache, disk_store="slots", disk_entries=2, disk_tokens=51200)
     text = status_line(replace(status, cache=slots), unit)
     assert "\n  saved conversations: 2 (51200 tokens), 3.0 GiB" in text
+
+
+def test_status_shows_greedy_and_sampled_speed_ups_apart_with_their_spread():
+    """The plain text words the speed-ups as the dashboard does, each with its spread where it
+    ran more than once, and the engine verdict with its runs' spread; --json carries them."""
+    from lucebox.app.cli.status import status_line
+    from lucebox.engine.machine import systemd
+    from lucebox.engine.plan.engineverdict import EngineCost
+    from lucebox.engine.run.sample import EngineStatus, MeasuredRate, SamplingRate, SpecStatus
+
+    apart = (
+        SamplingRate(False, "greedy", 1.594, 0.9, spread=0.06, runs=2),
+        SamplingRate(True, "t0.7", 1.12, 0.45),
+    )
+    mtp = MeasuredRate(690.0, 1100.0, 1.594, 4, 1.0)
+    spec = SpecStatus("draft-mtp", True, "measured", 0.7, 2.5, mtp, apart)
+    costs = (
+        EngineCost("llama-server", 1.3, 80.0, 0.12, spread=0.08, runs=2),
+        EngineCost("lucebox", 1.1, 120.0, 0.2, spread=0.04, runs=2),
+    )
+    why = (
+        f"the Lucebox engine is faster, measured on this card: {costs[0].text()}; {costs[1].text()}"
+    )
+    status = replace(
+        serving(os.getpid(), a_sample()), spec=spec, engine=EngineStatus("lucebox", "measured", why)
+    )
+    unit = systemd.ServiceStatus(installed=False, enabled=False, scope="user")
+    text = status_line(status, unit)
+    assert (
+        "\n  speculation: MTP · greedy 1.59x measured ±3% over 2 runs, 90% accepted"
+        " · sampled (t0.7) 1.12x measured, 45% accepted\n"
+    ) in text
+    # One figure for both samplings is no longer on the rates' line.
+    assert "(measured)" not in text and "draft accepted" not in text
+    assert (
+        "\n  engine: the Lucebox engine (measured on this card)\n    the Lucebox engine is "
+        "faster, measured on this card: llama-server 1.30 s a request (decode 80 tok/s, first "
+        "token 0.12 s, ±4% over 2 runs); the Lucebox engine 1.10 s a request (decode 120 tok/s, "
+        "first token 0.20 s, ±2% over 2 runs)\n"
+    ) in text
+    switched_off = replace(spec, active=False, reason="off: slower than none, 0.92x (...)")
+    text = status_line(replace(status, spec=switched_off), unit)
+    assert "speculation:" not in text and "MTP off: slower than none, 0.92x" in text
+
+    runstate.write_status(resolve_paths(), status)
+    done = subprocess.run(lucebox("status", "--json"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["spec"]["by_sampling"] == [
+        {
+            "sampled": False,
+            "at": "greedy",
+            "ratio": 1.594,
+            "acceptance": 0.9,
+            "spread": 0.06,
+            "runs": 2,
+        },
+        {
+            "sampled": True,
+            "at": "t0.7",
+            "ratio": 1.12,
+            "acceptance": 0.45,
+            "spread": 0.0,
+            "runs": 1,
+        },
+    ]

@@ -139,6 +139,17 @@ def test_greedy_and_sampled_speed_ups_show_apart_each_where_there_is_data(tmp_pa
     assert measuring.sampling_rates("off", mix.status())[1].ratio is None  # nothing to gain
 
 
+def test_a_speed_up_measured_over_several_runs_shows_their_spread():
+    mtp = "draft-mtp n3"
+    first, second = _trial(mtp, "draft-mtp", 150.0), _trial(mtp, "draft-mtp", 160.0)
+    again = Measurement(KEY, (_trial("off", None, 100.0), first.with_run(second)), mtp)
+    (greedy,) = by_sampling({"greedy": again}, mtp, None, None)
+    assert (round(greedy.spread, 3), greedy.runs) == (0.065, 2)
+    assert greedy.text() == "greedy 1.60x measured ±3% over 2 runs"
+    once = Measurement(KEY, (_trial("off", None, 100.0), second), mtp)
+    assert by_sampling({"greedy": once}, mtp, None, None)[0].text() == "greedy 1.60x measured"
+
+
 def test_a_run_without_calibration_shows_acceptance_by_sampling_alone():
     mix = SamplingMix(DEFAULTS)
     mix.record(json.dumps({"temperature": 0.7}).encode())
