@@ -28,6 +28,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -40,6 +41,7 @@ from lucebox.engine.run.front.front import is_generation
 from lucebox.engine.run.front.frontguard import (
     PUBLIC_PATHS,
     FrontPolicy,
+    cors_headers,
     header_map,
     is_page_file,
     refusal,
@@ -63,6 +65,11 @@ from lucebox.engine.run.servedsetmodels import router_states
 
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
+MODELS_WAIT_S = 2.0
+"""How long a client's model list waits for a router answering none (starting, restarting)
+before the proxy lists the set itself: clients poll the list, and must not hang on it."""
+MODELS_POLL_S = 0.1
+LIST_PATHS = frozenset({"/v1/models", "/models"})
 IDLE_CHECK_S = 5.0
 """How often the idle unload looks, at most (an idle time of an hour needs no finer look)."""
 
@@ -186,6 +193,7 @@ class ServedSetProxy:
         shapes: Mapping[str, Shapes] | None = None,
         keepalive_s: float = KEEPALIVE_S,
         sides: tuple[SideRoute, ...] = (),
+        models_wait_s: float = MODELS_WAIT_S,
     ) -> None:
         self.client = client
         self.gate = gate
@@ -197,6 +205,9 @@ class ServedSetProxy:
         """The embedding and reranker models' own processes: their requests skip the gate."""
         self.addresses = AddressCount()
         """Open connections by client address (:mod:`~lucebox.engine.run.front.connguard`)."""
+        self.models_wait_s = models_wait_s
+        self._seen_models: dict[str, dict[str, Any]] = {}
+        """Each model's entry in the router's last list: the list while it answers none."""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await serve_connection(reader, writer, self._answer, self.addresses)
@@ -213,6 +224,11 @@ class ServedSetProxy:
             # Another process answers it: it must neither wait for room nor evict a model.
             target = request.target.decode("latin-1")
             await relay_side(ex, request, target, body, side, [], self.keepalive_s)
+            return
+        if method == "GET" and path in LIST_PATHS:
+            with contextlib.suppress(ClientGoneError):
+                origin = header_map(request.headers).get("origin")  # allowed, as refusal says
+                await self._models(ex, request.target.decode("latin-1"), cors_headers(origin))
             return
         # A request the key does not guard (a preflight, /health, the page's files) names no
         # model: it must not make the gate unload others for it.
@@ -273,7 +289,7 @@ class ServedSetProxy:
                 await self._pipe_events(ex, answer, shape.stream(path, body))
             elif "application/json" in content_type:
                 whole = b"".join([chunk async for chunk in self._chunks(ex, answer)])
-                await ex.data(self._shaped_reply(shape, target, answer.status_code, whole))
+                await ex.data(shape.reply(path, answer.status_code, whole))
             else:
                 async for chunk in answer.aiter_raw():
                     await ex.data(chunk)
@@ -281,27 +297,48 @@ class ServedSetProxy:
         finally:
             await answer.aclose()
 
-    def _shaped_reply(self, shape: ApiShape, target: str, status: int, whole: bytes) -> bytes:
-        """A whole JSON reply as the client gets it: the model's shaping; the model list with
-        each model's planned context (:func:`apishape.models_with_context`), in Codex's shape
-        where Codex asks (:func:`codexmodels.codex_models`)."""
-        path = urlsplit(target).path
-        if status != 200 or path not in ("/v1/models", "/models"):
-            return shape.reply(path, status, whole)
+    async def _models(self, ex: Exchange, target: str, cors: list[tuple[str, str]]) -> None:
+        """The model list, always a valid one: the router's with each model's planned context
+        (:func:`apishape.models_with_context`) and the side models, or Codex's own list where
+        Codex asks (:func:`codexmodels.codex_models`, from the plans alone). While the router
+        answers no list, each model of the set as the router last listed it (its state then),
+        or by its name alone."""
+        now_s = int(time.time())
         if asks_codex_list(target):
             served = [
                 CodexModel(alias, s.context_length, s.thinking_default)
                 for alias, s in self.shapes.items()
             ]
-            return json.dumps(codex_models(served)).encode()
-        try:
-            listed = json.loads(whole)
-        except ValueError:
-            return whole
+            await ex.whole(200, json.dumps(codex_models(served)).encode(), extra=cors)
+            return
+        listed = await self._router_models()
+        if listed is None:
+            known = [self._seen_models.get(alias, {"id": alias}) for alias in self.gate.placements]
+            listed = {"object": "list", "data": known}
         contexts = {alias: served.context_length for alias, served in self.shapes.items()}
-        document = models_with_context(listed, contexts, int(time.time()))
-        document.setdefault("data", []).extend(side_listing(self.sides, int(time.time())))
-        return json.dumps(document).encode()
+        document = models_with_context(listed, contexts, now_s)
+        document.setdefault("data", []).extend(side_listing(self.sides, now_s))
+        await ex.whole(200, json.dumps(document).encode(), extra=cors)
+
+    async def _router_models(self) -> dict[str, Any] | None:
+        """The router's list, asked again for up to ``models_wait_s`` while it answers none
+        (see the module's docstring); None when it never did."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.models_wait_s):
+                while True:
+                    with contextlib.suppress(httpx.HTTPError, ValueError):
+                        answer = await self.gate.client.get("/models")
+                        listed = answer.json() if answer.status_code == 200 else None
+                        data = listed.get("data") if isinstance(listed, dict) else None
+                        if isinstance(listed, dict) and isinstance(data, list):
+                            self._seen_models = {
+                                e["id"]: e
+                                for e in data
+                                if isinstance(e, dict) and isinstance(e.get("id"), str)
+                            }
+                            return listed
+                    await asyncio.sleep(MODELS_POLL_S)
+        return None
 
     async def _pipe_events(self, ex: Exchange, answer: httpx.Response, shaper: EventShape) -> None:
         """The router's events on as they come, each through ``shaper``, and a comment

@@ -36,6 +36,7 @@ from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
 from lucebox.engine.run.runsetup import RunFacts
+from lucebox.engine.run.runstate import write_slot_save
 from lucebox.engine.run.sample import SpecStatus
 from lucebox.engine.run.servedset.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
 from lucebox.engine.run.servedset.servedsethang import ChildHangWatch, look_at_child
@@ -166,7 +167,7 @@ class ServedSetRun(ServerRun):
         hang_bounds: HangBounds | None = DEFAULT_BOUNDS,
         in_flight: Callable[[], frozenset[str]] = frozenset,
         sides: tuple[SideModel, ...] = (),
-        save_slots: Callable[[], Awaitable[None]] | None = None,
+        save_slots: Callable[[], Awaitable[Mapping[str, str]]] | None = None,
         slot_words: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         aliases = ", ".join(m.alias for m in planned)
@@ -182,7 +183,8 @@ class ServedSetRun(ServerRun):
         self.planned = planned
         self.public_url = public_url
         self.save_slots = save_slots
-        """Saves the slot of each loaded model: awaited before the router stops on purpose."""
+        """Saves the slot of each loaded model, awaited before the router stops on purpose:
+        why each save that failed did, by alias."""
         self.slot_words = slot_words
         """What the last save or restore of each model's slot did, for status."""
         self.replan_on_oom = replan_on_oom
@@ -255,10 +257,13 @@ class ServedSetRun(ServerRun):
 
     async def _engine_stopping(self) -> None:
         """Before the router stops on purpose: sampling ends, then each loaded model's slot is
-        saved, so the set's next start restores the conversations."""
+        saved, so the set's next start restores the conversations; the saves that failed are
+        recorded for `lucebox down` to say, as a single server's."""
         await super()._engine_stopping()
         if self._engine_ready and self.save_slots is not None:
-            await self.save_slots()
+            failed = await self.save_slots()
+            said = "; ".join(f"{alias}: {why}" for alias, why in failed.items())
+            write_slot_save(self.paths, said or None)
 
     async def _ask(self, url: str, alias: str, verb: str, timeout_s: float) -> None:
         headers = auth_headers(self.api_key)

@@ -18,10 +18,14 @@ unsets ``LLAMA_API_KEY`` and ``--api-key-file`` for its children, ``unset_reserv
 its ``/slots/0?action=save|restore`` is the single server's own. So the reseats, saves and
 restores go to the process's own port; only the load goes through the router, as
 ``GET /props?model=``, which waits until the model is ready (``ensure_model_ready``).
+
+When the set stops, every loaded model saves at once, each within :data:`SAVE_WITHIN_S`: one
+after the other, several models would take minutes, past the time `lucebox down` waits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import time
@@ -36,6 +40,8 @@ from lucebox.engine.plan.servedset.servedsetplan import SetPlan
 from lucebox.engine.run.servedset.servedsethang import CHILD_HOST
 from lucebox.engine.run.servedsetmodels import loaded_children
 from lucebox.engine.run.slots import (
+    RESEAT_TIMEOUT_S,
+    SAVE_TIMEOUT_S,
     ClientPrompt,
     SlotHolder,
     SlotKey,
@@ -49,6 +55,9 @@ from lucebox.engine.run.slots import (
 
 LOAD_TIMEOUT_S = 600.0
 """A load before a restore waits as long as the request that asked for it would."""
+SAVE_WITHIN_S = RESEAT_TIMEOUT_S + SAVE_TIMEOUT_S
+"""One model's whole save on the stop path (its port asked, the reseat and the save): the
+single engine's bound, so a set's stop fits the time `lucebox down` waits as a single one's."""
 
 
 @dataclass(frozen=True)
@@ -114,18 +123,19 @@ class SetSlots:
         model = self.models.get(alias)
         return model is not None and (self.folder / model.key.file_name).is_file()
 
-    async def save(self, alias: str) -> None:
+    async def save(self, alias: str) -> str | None:
         """Save ``alias``'s slot before its process goes, seated on the client's last prompt
-        first; nothing when it holds no client conversation that no file holds yet."""
+        first; nothing when it holds no client conversation that no file holds yet. Why its
+        conversation was not saved; None when it was, or had nothing to save."""
         model = self.models.get(alias)
         prompt = self._prompts.get(alias)
         holder = self._holders.setdefault(alias, SlotHolder())
         if model is None or prompt is None or not holder.unsaved_client(prompt.sent_s, None):
-            return
+            return None
         url = await self._process_url(alias)
         if url is None:
             self.note(f"{alias}: slot not saved: it is not loaded")
-            return
+            return "it is not loaded"
         if model.key.mmproj_path is None:  # a projector turns prompt reuse off: nothing to seat
             seated = await reseat_slot(self.engines, url, {}, prompt)
             if seated.failure is not None:
@@ -134,15 +144,43 @@ class SetSlots:
         if done.failure is None:
             holder.saved_s = time.monotonic()
         self._said(alias, "save", done)
+        return done.failure
 
-    async def save_loaded(self) -> None:
-        """Save the slot of every model loaded now (the set is stopping)."""
+    async def save_loaded(self) -> dict[str, str]:
+        """Save the slot of every model loaded now, all at once (the set is stopping): why
+        each model's save failed, by alias; one failing leaves the others' saves as they go."""
         try:
             loaded = loaded_children((await self.router.get("/models")).json())
         except (httpx.HTTPError, ValueError):
-            return
-        for alias in loaded:
-            await self.save(alias)
+            return {}
+        aliases = list(loaded)
+        outcomes = await asyncio.gather(
+            *(self._save_within(alias) for alias in aliases), return_exceptions=True
+        )
+        failed: dict[str, str] = {}
+        for alias, outcome in zip(aliases, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                why = f"lucebox could not save it ({type(outcome).__name__}: {outcome})"
+                self._failed_save(alias, why)
+                failed[alias] = why
+            elif outcome is not None:
+                failed[alias] = outcome
+        return failed
+
+    async def _save_within(self, alias: str) -> str | None:
+        """:meth:`save` given up after :data:`SAVE_WITHIN_S`; why it failed, or None."""
+        try:
+            async with asyncio.timeout(SAVE_WITHIN_S):
+                return await self.save(alias)
+        except TimeoutError:
+            why = f"it took longer than {SAVE_WITHIN_S:.0f} s"
+            self._failed_save(alias, why)
+            return why
+
+    def _failed_save(self, alias: str, why: str) -> None:
+        """A save that ended with no result of the engine's, said as :meth:`_said` says one."""
+        self.last[alias] = f"save failed: {why}"
+        self.note(f"{alias}: slot save failed: {why}")
 
     async def restore(self, alias: str) -> None:
         """Load ``alias`` through the router and restore its saved slot into the new process,

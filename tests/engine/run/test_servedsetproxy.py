@@ -149,7 +149,7 @@ async def test_codex_gets_its_own_list_naming_each_model_of_the_set():
     router = httpx.MockTransport(answer)
     async with httpx.AsyncClient(base_url="http://router", transport=router) as client:
         gate = ModelGate(client, PLACEMENTS, ROOM)
-        proxy = ServedSetProxy(client, gate, loopback_policy(), shapes=shapes)
+        proxy = ServedSetProxy(client, gate, loopback_policy(), shapes=shapes, models_wait_s=0.5)
         server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         try:
@@ -223,3 +223,53 @@ async def ask_get(proxy: ServedSetProxy, path: str) -> httpx.Response:
             return await client.get(path)
     finally:
         server.close()
+
+
+LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
+"""The router's answer to any request before its HTTP layer is ready (``middleware_server_state``
+in tools/server/server-http.cpp of the pinned llama.cpp)."""
+
+
+async def test_the_model_list_is_a_list_whatever_the_router_answers():
+    script: list[str] = []  # what the router does next: "loading", "down"; a list when empty
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if script and script[0] == "down":
+            raise httpx.ConnectError("connection refused", request=request)
+        if script:
+            script.pop(0)
+            headers = {"content-type": "application/json; charset=utf-8"}
+            return httpx.Response(
+                503, headers=headers, stream=Streamed(json.dumps(LOADING).encode())
+            )
+        states = {"smollm2": "loaded", "smoke": "unloaded"}
+        data = [{"id": a, "status": {"value": s}} for a, s in states.items()]
+        return answer_json({"object": "list", "data": data})
+
+    shapes = {
+        "smollm2": Shapes("llama-server", "smollm2", 4096, None),
+        "smoke": Shapes("llama-server", "smoke", 8192, False),
+    }
+    router = httpx.MockTransport(answer)
+    async with (
+        httpx.AsyncClient(base_url="http://router", transport=router) as admin,
+        httpx.AsyncClient(base_url="http://router", transport=router) as client,
+    ):
+        gate = ModelGate(admin, PLACEMENTS, ROOM)
+        proxy = ServedSetProxy(client, gate, loopback_policy(), shapes=shapes, models_wait_s=0.5)
+        first = await ask_get(proxy, "/v1/models")
+        script[:] = ["loading", "loading"]  # its start: the list once it is ready
+        started = await ask_get(proxy, "/models")
+        script[:] = ["loading"] * 100
+        starting = await ask_get(proxy, "/v1/models")
+        script[:] = ["down"]
+        down = await ask_get(proxy, "/v1/models")
+    states = {"smollm2": "loaded", "smoke": "unloaded"}
+    for reply in (first, started, starting, down):
+        assert reply.status_code == 200, reply.text
+        document = reply.json()
+        assert document["object"] == "list"
+        listed_states = {m["id"]: m["status"]["value"] for m in document["data"]}
+        assert listed_states == states  # as the router said, or last said
+        assert [m["context_length"] for m in document["data"]] == [4096, 8192]
+    assert not script or script[0] == "down"

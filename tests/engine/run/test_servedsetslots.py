@@ -6,20 +6,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from pathlib import Path
 
 import httpx
 
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.launch import ServerLaunch
+from lucebox.engine.run import runstate
+from lucebox.engine.run.servedset import servedsetslots
 from lucebox.engine.run.servedset.admission import Placement
 from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy
+from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedset.servedsetslots import (
     ModelSlot,
     SetSlots,
     set_slot_folder,
 )
 from lucebox.engine.run.slots import SlotKey
+from lucebox.engine.run.supervisor import Supervisor
 from support.frontserver import loopback_policy
+from support.ports import free_port
 from tests.engine.run.test_servedsetproxy import Streamed
+from tests.engine.run.test_supervisor import plan  # noqa: F401 (the fixture)
 
 MIB = 2**20
 PLACEMENTS = {"smollm2": Placement("ram", 563 * MIB), "smoke": Placement("ram", 891 * MIB)}
@@ -190,3 +200,103 @@ def test_each_set_has_its_own_folder_whatever_order_it_is_named_in(tmp_path):
     assert one == set_slot_folder(tmp_path, ["smollm2", "smoke"])
     assert one.parent == tmp_path / "sets" and one.name.startswith("smoke+smollm2-")
     assert one != set_slot_folder(tmp_path, ["smollm2", "smoke", "tiny"])
+
+
+class SavingSet(FakeSet):
+    """The set with both models loaded and each holding a client's conversation; each save
+    waits until the other's has begun (saves one after the other never get there: the first
+    one gives up after 5 s), then answers as ``saves`` says: ``"saved"``, ``"refused"`` (the
+    engine's error), or ``"hung"`` (no answer)."""
+
+    def __init__(self, folder: Path, saves: dict[str, str]) -> None:
+        super().__init__(folder, set(PLACEMENTS))
+        self.saves = saves
+        self.saving = 0
+        self.most_saving = 0
+        self.both_saving = asyncio.Event()
+
+    async def answer(self, request: httpx.Request) -> httpx.Response:  # type: ignore[override]
+        alias = next((a for a, p in PORTS.items() if p == request.url.port), None)
+        if alias is None or request.url.params.get("action") != "save":
+            return super().answer(request)
+        self.saving += 1
+        self.most_saving = max(self.most_saving, self.saving)
+        if self.saving == len(PLACEMENTS):
+            self.both_saving.set()
+        try:
+            await asyncio.wait_for(self.both_saving.wait(), 5)
+            if self.saves[alias] == "hung":
+                await asyncio.sleep(60)
+        finally:
+            self.saving -= 1
+        if self.saves[alias] == "refused":
+            error = {"error": {"code": 500, "message": "failed to save slot"}}
+            return httpx.Response(500, json=error)
+        return super().answer(request)
+
+    def slots(self, notes: list[str]) -> SetSlots:
+        router = httpx.AsyncClient(base_url="http://router", transport=self.transport)
+        slots = SetSlots(router, router, self.folder, {a: ModelSlot(k) for a, k in KEYS.items()})
+        slots.note = notes.append
+        body = json.dumps({"messages": [{"role": "user", "content": "Hi"}]}).encode()
+        for alias in PLACEMENTS:
+            slots.sent(alias, "/v1/chat/completions", body)
+        return slots
+
+
+async def test_a_stopping_set_saves_its_models_at_once_and_one_refused_keeps_the_other(
+    tmp_path,
+):
+    fake = SavingSet(tmp_path, {"smollm2": "refused", "smoke": "saved"})
+    notes: list[str] = []
+    failed = await fake.slots(notes).save_loaded()
+    assert fake.most_saving == 2  # both saves were under way together
+    why = "the engine refused the save (500: failed to save slot); no slot is kept"
+    assert failed == {"smollm2": why}
+    assert (tmp_path / KEYS["smoke"].file_name).is_file()
+    assert not (tmp_path / KEYS["smollm2"].file_name).exists()
+    assert sorted(notes) == ["smoke: slot saved (40 tokens)", f"smollm2: slot save failed: {why}"]
+
+
+async def test_a_save_that_never_ends_is_given_up_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(servedsetslots, "SAVE_WITHIN_S", 0.5)
+    fake = SavingSet(tmp_path, {"smollm2": "hung", "smoke": "saved"})
+    notes: list[str] = []
+    slots = fake.slots(notes)
+    started_s = time.monotonic()
+    failed = await slots.save_loaded()
+    assert time.monotonic() - started_s < 5
+    assert failed == {"smollm2": "it took longer than 0 s"}
+    assert (tmp_path / KEYS["smoke"].file_name).is_file()
+    assert slots.last == {
+        "smollm2": "save failed: it took longer than 0 s",
+        "smoke": "saved (40 tokens)",
+    }
+    assert "smollm2: slot save failed: it took longer than 0 s" in notes
+
+
+async def test_a_set_stop_records_its_failed_saves_for_lucebox_down(
+    plan,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    paths = resolve_paths()
+    spec = ServerLaunch(str(tmp_path / "llama-server"), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    failures = {"smollm2": "it took longer than 30 s", "smoke": "it is not loaded"}
+
+    async def save_slots() -> dict[str, str]:
+        return failures
+
+    run = ServedSetRun(
+        paths, supervisor, planned=(), public_url="http://127.0.0.1:1", save_slots=save_slots
+    )
+    try:
+        run._engine_ready = True
+        await run._engine_stopping()
+        said = runstate.slot_save_failure(paths, os.getpid())
+        assert said == "smollm2: it took longer than 30 s; smoke: it is not loaded"
+        failures.clear()  # a later stop that saved them all says nothing
+        await run._engine_stopping()
+        assert runstate.slot_save_failure(paths, os.getpid()) is None
+    finally:
+        supervisor.log.close()
