@@ -27,6 +27,7 @@
         ├── PortInUseError           exit 1: another program holds the port (supervisor)
         ├── AlreadyServingError      exit 1: another lucebox server runs for this user (runstate)
         ├── CallError                exit 1: the server refused or broke off a call (api)
+        ├── ModelListError           exit 1: a set's router gave no model list (routerlist)
         ├── ServiceError             exit 1: systemd refused a step (systemd)
         └── WorkerError              exit 1: the RPC server of `lucebox worker` stopped (rpcpeer)
 

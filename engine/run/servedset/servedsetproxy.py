@@ -60,15 +60,12 @@ from lucebox.engine.run.front.frontwire import (
 )
 from lucebox.engine.run.front.sideroute import SideRoute, relay_side, side_listing
 from lucebox.engine.run.servedset.admission import Placement, evictions
+from lucebox.engine.run.servedset.routerlist import LIST_WAIT_S, ModelListError, router_list
 from lucebox.engine.run.servedset.servedsetslots import ModelSlot, SetSlots
 from lucebox.engine.run.servedsetmodels import router_states
 
 UNLOAD_TIMEOUT_S = 60.0
 UNLOAD_POLL_S = 0.05
-MODELS_WAIT_S = 2.0
-"""How long a client's model list waits for a router answering none (starting, restarting)
-before the proxy lists the set itself: clients poll the list, and must not hang on it."""
-MODELS_POLL_S = 0.1
 LIST_PATHS = frozenset({"/v1/models", "/models"})
 IDLE_CHECK_S = 5.0
 """How often the idle unload looks, at most (an idle time of an hour needs no finer look)."""
@@ -193,7 +190,7 @@ class ServedSetProxy:
         shapes: Mapping[str, Shapes] | None = None,
         keepalive_s: float = KEEPALIVE_S,
         sides: tuple[SideRoute, ...] = (),
-        models_wait_s: float = MODELS_WAIT_S,
+        models_wait_s: float = LIST_WAIT_S,
     ) -> None:
         self.client = client
         self.gate = gate
@@ -311,34 +308,18 @@ class ServedSetProxy:
             ]
             await ex.whole(200, json.dumps(codex_models(served)).encode(), extra=cors)
             return
-        listed = await self._router_models()
-        if listed is None:
+        try:
+            listed = await router_list(self.gate.client, self.models_wait_s)
+        except ModelListError:
             known = [self._seen_models.get(alias, {"id": alias}) for alias in self.gate.placements]
             listed = {"object": "list", "data": known}
+        else:
+            entries = [e for e in listed["data"] if isinstance(e, dict)]
+            self._seen_models = {e["id"]: e for e in entries if isinstance(e.get("id"), str)}
         contexts = {alias: served.context_length for alias, served in self.shapes.items()}
         document = models_with_context(listed, contexts, now_s)
         document.setdefault("data", []).extend(side_listing(self.sides, now_s))
         await ex.whole(200, json.dumps(document).encode(), extra=cors)
-
-    async def _router_models(self) -> dict[str, Any] | None:
-        """The router's list, asked again for up to ``models_wait_s`` while it answers none
-        (see the module's docstring); None when it never did."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.models_wait_s):
-                while True:
-                    with contextlib.suppress(httpx.HTTPError, ValueError):
-                        answer = await self.gate.client.get("/models")
-                        listed = answer.json() if answer.status_code == 200 else None
-                        data = listed.get("data") if isinstance(listed, dict) else None
-                        if isinstance(listed, dict) and isinstance(data, list):
-                            self._seen_models = {
-                                e["id"]: e
-                                for e in data
-                                if isinstance(e, dict) and isinstance(e.get("id"), str)
-                            }
-                            return listed
-                    await asyncio.sleep(MODELS_POLL_S)
-        return None
 
     async def _pipe_events(self, ex: Exchange, answer: httpx.Response, shaper: EventShape) -> None:
         """The router's events on as they come, each through ``shaper``, and a comment

@@ -38,6 +38,7 @@ from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import write_slot_save
 from lucebox.engine.run.sample import SpecStatus
+from lucebox.engine.run.servedset.routerlist import error_message
 from lucebox.engine.run.servedset.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
 from lucebox.engine.run.servedset.servedsethang import ChildHangWatch, look_at_child
 from lucebox.engine.run.servedsetmodels import (
@@ -140,15 +141,6 @@ def model_statuses(
             )
         )
     return tuple(statuses)
-
-
-def error_message(answer: httpx.Response) -> str:
-    """What an error answer of the router (or the proxy) says, else its status line."""
-    try:
-        message = answer.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = None
-    return str(message) if message else f"HTTP {answer.status_code} {answer.reason_phrase}"
 
 
 class ServedSetRun(ServerRun):

@@ -77,6 +77,7 @@ EXIT_CODES = {
     "CallError": 1,
     "EngineError": 1,
     "HubUnreachableError": 1,
+    "ModelListError": 1,
     "PortInUseError": 1,
     "ServiceError": 1,
     "SourceError": 1,
