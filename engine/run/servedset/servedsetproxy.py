@@ -17,6 +17,12 @@ Every unload is the proxy's, and each saves the model's slot first (:mod:`served
 an eviction for room, a model that answered nothing for the set's idle time (the router's
 own sleep is off) and ``POST /models/unload``. A request for a model the gate found unloaded
 waits until it loads and its saved slot is restored.
+
+The gate counts only what the router lists (:mod:`routerlist`). While the router lists no
+models (starting, restarting) it asks again for a couple of seconds, then refuses the request
+with 503 and why, as the router itself answers while it starts: admitting it could load a model
+past the memory budget, and waiting longer would hold every request behind the gate's lock for
+a router that may not come back.
 """
 
 from __future__ import annotations
@@ -100,12 +106,18 @@ class ModelGate:
         self.busy: Counter[str] = Counter()
         self.cold: set[str] = set()
         """Models found unloaded whose next process has not had its saved slot restored."""
+        self.list_wait_s = LIST_WAIT_S
+        """How long a look at what runs waits for a router that answers no list."""
         self._lock = asyncio.Lock()
         self._warming: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def _running(self, states: tuple[str, ...] = ("loaded", "loading")) -> frozenset[str]:
-        """The models in one of ``states`` in the router."""
-        found = router_states((await self.client.get("/models")).json())
+        """The models in one of ``states`` in the router.
+
+        Raises:
+            ModelListError: the router listed no models (:mod:`routerlist`).
+        """
+        found = router_states(await router_list(self.client, self.list_wait_s))
         return frozenset(a for a, s in found.items() if s in states)
 
     async def _loaded(self) -> frozenset[str]:
@@ -113,11 +125,16 @@ class ModelGate:
         return await self._running() | self.in_flight()
 
     async def admit(self, alias: str) -> str | None:
-        """None once ``alias`` may load; else why it cannot (busy models fill its device)."""
+        """None once ``alias`` may load; else why it cannot: busy models fill its device, or
+        the router lists no models (starting, restarting), so what it would load beside is
+        unknown and admitting it could pass the memory budget."""
         async with self._lock:
             self.last_used_s[alias] = time.monotonic()
             busy = self.in_flight()
-            running = await self._running()
+            try:
+                running = await self._running()
+            except ModelListError as exc:
+                return f"cannot tell which models run beside {alias} ({exc}); try again"
             if alias not in running:
                 self.cold.add(alias)
             victims = evictions(
@@ -155,7 +172,7 @@ class ModelGate:
         ``idle_s`` is unloaded, its slot saved first (the set's one idle timer)."""
         while True:
             await asyncio.sleep(min(IDLE_CHECK_S, idle_s / 2))
-            with contextlib.suppress(httpx.HTTPError, ValueError):
+            with contextlib.suppress(httpx.HTTPError, ModelListError):
                 async with self._lock:
                     now_s = time.monotonic()
                     for alias in await self._running(("loaded",)) - self.in_flight():
@@ -164,11 +181,15 @@ class ModelGate:
                             await self._unload(alias)
 
     async def _gone(self, victim: str) -> None:
-        """Wait until the router no longer runs ``victim`` (its process has exited)."""
-        for _ in range(int(UNLOAD_TIMEOUT_S / UNLOAD_POLL_S)):
-            if victim not in await self._loaded():
-                return
-            await asyncio.sleep(UNLOAD_POLL_S)
+        """Wait until the router no longer runs ``victim`` (its process has exited), at most
+        :data:`UNLOAD_TIMEOUT_S`; a router listing no models has not shown that yet."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(UNLOAD_TIMEOUT_S):
+                while True:
+                    with contextlib.suppress(ModelListError):
+                        if victim not in await self._loaded():
+                            return
+                    await asyncio.sleep(UNLOAD_POLL_S)
 
     def done(self, alias: str) -> None:
         self.busy[alias] -= 1

@@ -273,3 +273,63 @@ async def test_the_model_list_is_a_list_whatever_the_router_answers():
         assert listed_states == states  # as the router said, or last said
         assert [m["context_length"] for m in document["data"]] == [4096, 8192]
     assert not script or script[0] == "down"
+
+
+def loading_answer() -> httpx.Response:
+    headers = {"content-type": "application/json; charset=utf-8"}
+    return httpx.Response(503, headers=headers, stream=Streamed(json.dumps(LOADING).encode()))
+
+
+class StartingRouter:
+    """The router with ``loaded`` running, answering its ``/models`` with 503 "Loading model"
+    ``loading_lists`` more times (a start, a restart); an unloaded model's process stays listed
+    until the router has answered 503 three more times. Each load records what ran then."""
+
+    def __init__(self, loaded: set[str], loading_lists: int) -> None:
+        self.loaded = loaded
+        self.loading_lists = loading_lists
+        self.exiting: set[str] = set()
+        self.loads: list[tuple[str, frozenset[str]]] = []
+        self.transport = httpx.MockTransport(self.answer)
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/models":
+            if self.loading_lists:
+                self.loading_lists -= 1
+                return loading_answer()
+            self.loaded -= self.exiting
+            self.exiting.clear()
+            states = {a: "loaded" if a in self.loaded else "unloaded" for a in PLACEMENTS}
+            return answer_json(
+                {"data": [{"id": a, "status": {"value": s}} for a, s in states.items()]}
+            )
+        model = json.loads(request.content)["model"]
+        if request.url.path == "/models/unload":
+            self.exiting.add(model)
+            self.loading_lists = 3
+        elif request.url.path == "/models/load":
+            self.loads.append((model, frozenset(self.loaded)))
+            self.loaded.add(model)
+        return answer_json({"success": True})
+
+
+async def test_a_router_that_lists_no_models_admits_nothing_past_the_budget():
+    router = StartingRouter({"smollm2"}, loading_lists=1000)
+    async with httpx.AsyncClient(base_url="http://router", transport=router.transport) as admin:
+        gate = ModelGate(admin, PLACEMENTS, ROOM)
+        gate.list_wait_s = 0.3
+        proxy = ServedSetProxy(admin, gate, loopback_policy())
+        # Still starting past the wait: refused with why, nothing loads beside smollm2.
+        refused = await ask(proxy, "/models/load", "smoke")
+        assert refused.status_code == 503
+        message = refused.json()["error"]["message"]
+        assert "cannot tell which models run beside smoke" in message
+        assert "503 (Loading model)" in message
+        assert router.loads == [] and not gate.in_flight()
+        # Ready within the wait: smoke is admitted once smollm2 has been seen to exit, which
+        # the router's 503s after the unload do not show.
+        router.loading_lists = 2
+        gate.list_wait_s = 2.0
+        assert (await ask(proxy, "/models/load", "smoke")).status_code == 200
+    assert router.loads == [("smoke", frozenset())]
+    assert router.loaded == {"smoke"}
