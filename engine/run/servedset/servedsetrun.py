@@ -38,7 +38,7 @@ from lucebox.engine.run.hang import DEFAULT_BOUNDS, HangBounds
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import write_slot_save
 from lucebox.engine.run.sample import SpecStatus
-from lucebox.engine.run.servedset.routerlist import error_message
+from lucebox.engine.run.servedset.routerlist import ModelListError, error_message
 from lucebox.engine.run.servedset.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
 from lucebox.engine.run.servedset.servedsethang import ChildHangWatch, look_at_child
 from lucebox.engine.run.servedsetmodels import (
@@ -176,7 +176,8 @@ class ServedSetRun(ServerRun):
         self.public_url = public_url
         self.save_slots = save_slots
         """Saves the slot of each loaded model, awaited before the router stops on purpose:
-        why each save that failed did, by alias."""
+        why each save that failed did, by alias; raises ModelListError when the router lists
+        no models."""
         self.slot_words = slot_words
         """What the last save or restore of each model's slot did, for status."""
         self.replan_on_oom = replan_on_oom
@@ -250,11 +251,17 @@ class ServedSetRun(ServerRun):
     async def _engine_stopping(self) -> None:
         """Before the router stops on purpose: sampling ends, then each loaded model's slot is
         saved, so the set's next start restores the conversations; the saves that failed are
-        recorded for `lucebox down` to say, as a single server's."""
+        recorded for `lucebox down` to say, as a single server's; so is a router that lists
+        no models, whose conversations then go unsaved."""
         await super()._engine_stopping()
         if self._engine_ready and self.save_slots is not None:
-            failed = await self.save_slots()
-            said = "; ".join(f"{alias}: {why}" for alias, why in failed.items())
+            try:
+                failed = await self.save_slots()
+            except ModelListError as exc:
+                said = f"could not list the set's models: {exc}; conversations not saved"
+                self.supervisor.log.write(f"# lucebox: {said}")
+            else:
+                said = "; ".join(f"{alias}: {why}" for alias, why in failed.items())
             write_slot_save(self.paths, said or None)
 
     async def _ask(self, url: str, alias: str, verb: str, timeout_s: float) -> None:

@@ -37,6 +37,7 @@ import httpx
 
 from lucebox.engine.core.slotstore import SETS_FOLDER
 from lucebox.engine.plan.servedset.servedsetplan import SetPlan
+from lucebox.engine.run.servedset.routerlist import LIST_WAIT_S, ModelListError, router_list
 from lucebox.engine.run.servedset.servedsethang import CHILD_HOST
 from lucebox.engine.run.servedsetmodels import loaded_children
 from lucebox.engine.run.slots import (
@@ -106,6 +107,8 @@ class SetSlots:
         """Each saving model's slot, by alias; a re-plan puts its new key here."""
         self.note: Callable[[str], None] = lambda _line: None
         """Writes one line into the set's log."""
+        self.list_wait_s = LIST_WAIT_S
+        """How long finding the loaded models waits for a router that answers no list."""
         self._prompts: dict[str, ClientPrompt] = {}
         self._holders: dict[str, SlotHolder] = {}
         self.last: dict[str, str] = {}
@@ -132,7 +135,12 @@ class SetSlots:
         holder = self._holders.setdefault(alias, SlotHolder())
         if model is None or prompt is None or not holder.unsaved_client(prompt.sent_s, None):
             return None
-        url = await self._process_url(alias)
+        try:
+            url = await self._process_url(alias)
+        except ModelListError as exc:
+            why = f"could not list the set's models: {exc}"
+            self._failed_save(alias, why)
+            return why
         if url is None:
             self.note(f"{alias}: slot not saved: it is not loaded")
             return "it is not loaded"
@@ -148,12 +156,12 @@ class SetSlots:
 
     async def save_loaded(self) -> dict[str, str]:
         """Save the slot of every model loaded now, all at once (the set is stopping): why
-        each model's save failed, by alias; one failing leaves the others' saves as they go."""
-        try:
-            loaded = loaded_children((await self.router.get("/models")).json())
-        except (httpx.HTTPError, ValueError):
-            return {}
-        aliases = list(loaded)
+        each model's save failed, by alias; one failing leaves the others' saves as they go.
+
+        Raises:
+            ModelListError: the router listed no models, so none was saved.
+        """
+        aliases = list(loaded_children(await router_list(self.router, self.list_wait_s)))
         outcomes = await asyncio.gather(
             *(self._save_within(alias) for alias in aliases), return_exceptions=True
         )
@@ -195,7 +203,11 @@ class SetSlots:
         except httpx.HTTPError as exc:
             self.note(f"{alias}: slot not restored: the router did not load it ({exc})")
             return
-        url = await self._process_url(alias) if ready.status_code == 200 else None
+        try:
+            url = await self._process_url(alias) if ready.status_code == 200 else None
+        except ModelListError as exc:
+            self.note(f"{alias}: slot not restored: could not list the set's models: {exc}")
+            return
         if url is None:
             self.note(f"{alias}: slot not restored: it did not load ({ready.status_code})")
             return
@@ -204,11 +216,12 @@ class SetSlots:
         self._said(alias, "restore", done)
 
     async def _process_url(self, alias: str) -> str | None:
-        """The address of ``alias``'s own process while it is loaded."""
-        try:
-            port = loaded_children((await self.router.get("/models")).json()).get(alias)
-        except (httpx.HTTPError, ValueError):
-            return None
+        """The address of ``alias``'s own process while it is loaded; None when it is not.
+
+        Raises:
+            ModelListError: the router listed no models, so whether it is loaded is unknown.
+        """
+        port = loaded_children(await router_list(self.router, self.list_wait_s)).get(alias)
         return None if port is None else f"http://{CHILD_HOST}:{port}"
 
     def _said(self, alias: str, action: str, done: SlotResult) -> None:

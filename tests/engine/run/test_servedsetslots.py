@@ -28,7 +28,7 @@ from lucebox.engine.run.slots import SlotKey
 from lucebox.engine.run.supervisor import Supervisor
 from support.frontserver import loopback_policy
 from support.ports import free_port
-from tests.engine.run.test_servedsetproxy import Streamed
+from tests.engine.run.test_servedsetproxy import Streamed, loading_answer
 from tests.engine.run.test_supervisor import plan  # noqa: F401 (the fixture)
 
 MIB = 2**20
@@ -300,3 +300,45 @@ async def test_a_set_stop_records_its_failed_saves_for_lucebox_down(
         assert runstate.slot_save_failure(paths, os.getpid()) is None
     finally:
         supervisor.log.close()
+
+
+class StartingSet(SavingSet):
+    """The set with both models holding a conversation, its router answering ``/models`` with
+    503 "Loading model" (starting, restarting) to every look."""
+
+    async def answer(self, request: httpx.Request) -> httpx.Response:  # type: ignore[override]
+        if request.url.path == "/models":
+            return loading_answer()
+        return await super().answer(request)
+
+
+async def test_a_set_stop_whose_router_lists_no_models_says_it_saved_nothing(
+    plan,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    fake = StartingSet(tmp_path, {"smollm2": "saved", "smoke": "saved"})
+    notes: list[str] = []
+    slots = fake.slots(notes)
+    slots.list_wait_s = 0.3
+    # An eviction's save says why, not that the model is not loaded.
+    why = await slots.save("smollm2")
+    assert why == "could not list the set's models: the router answered 503 (Loading model)"
+    assert notes == [f"smollm2: slot save failed: {why}"]
+    paths = resolve_paths()
+    spec = ServerLaunch(str(tmp_path / "llama-server"), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    run = ServedSetRun(
+        paths, supervisor, planned=(), public_url="http://127.0.0.1:1", save_slots=slots.save_loaded
+    )
+    try:
+        run._engine_ready = True
+        await run._engine_stopping()
+    finally:
+        supervisor.log.close()
+    said = runstate.slot_save_failure(paths, os.getpid())
+    assert said == (
+        "could not list the set's models: the router answered 503 (Loading model); "
+        "conversations not saved"
+    )
+    assert f"# lucebox: {said}" in (tmp_path / "engine.log").read_text()
+    assert not [call for call in fake.calls if call[0].endswith("save")]
