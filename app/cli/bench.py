@@ -34,6 +34,7 @@ from lucebox.engine.bench.compare import (
 )
 from lucebox.engine.bench.measure import CallSample
 from lucebox.engine.bench.quick import engines_verdict, probes_tok_s, run_quick, sample_json
+from lucebox.engine.bench.recalibration import refuse_without_calibration
 from lucebox.engine.bench.replay import ReplayCall, ReplayResult, replay
 from lucebox.engine.bench.transcript import Transcript, parse_transcript
 from lucebox.engine.core.errors import EXIT_OK, UsageError
@@ -289,10 +290,17 @@ def _replay_between(args: argparse.Namespace, paths: Paths, transcript: Transcri
     options = pipeline.ServeOptions(
         preset=args.preset, model=args.model, draft=args.draft, ctx=args.ctx
     )
+    if between.kind == "calibrate":
+        refuse_without_calibration(paths, options, _step_note)
     _note(f"{between.kind}: starting lucebox serve")
     with restartable(paths, options, ServeConfig("default")) as server:
 
         def event() -> Served:
+            if between.kind == "calibrate":
+                _note("calibrate: restarting lucebox serve unmeasured, until it has calibrated")
+                served = server.calibrate()
+                _note(f"calibrate: measured; it serves {server.verdict}")
+                return served
             if between.model is None:
                 _note("restart: stopping and starting lucebox serve")
                 return server.restart()
@@ -311,15 +319,21 @@ def _replay_between(args: argparse.Namespace, paths: Paths, transcript: Transcri
     if args.json:
         print(json.dumps({"between": [turn.to_json() for turn in turns]}, indent=2))
         return EXIT_OK
-    print(f"{'call':>4} {'event':<8} {'after s':>8} {'warm s':>7} {'cold s':>7} {'read':>11}")
+    print(f"{'call':>4} {'event':<9} {'after s':>8} {'warm s':>7} {'cold s':>7} {'read':>11}")
     for turn in turns:
         after = turn.after
         read = f"{read_tokens(after)}/{after.prompt_tokens}"
         print(
-            f"{turn.index:>4} {turn.event:<8} {turn.after.ttft_s:>8.3f} "
+            f"{turn.index:>4} {turn.event:<9} {turn.after.ttft_s:>8.3f} "
             f"{turn.warm.ttft_s:>7.3f} {turn.cold.ttft_s:>7.3f} {read:>11}"
         )
     return EXIT_OK
+
+
+def _step_note(event: pipeline.StepEvent) -> None:
+    """A step of preparing the launch; a download's or build's progress is left out."""
+    if event.fraction is None:
+        _note(f"{event.step}: {event.message}")
 
 
 def _between_line(turn: BetweenTurn) -> str:
@@ -383,8 +397,9 @@ def register(commands: Any, command: Command) -> None:
     replay_cmd.add_argument(
         "--between",
         metavar=EVENT_FORMS,
-        help="serve --model or --preset and restart it (or swap to MODEL and back) before "
-        "each call; each call's TTFT after that against the same call warm and cold",
+        help="serve --model or --preset and restart it (calibrate: restart it to measure its "
+        "speculation once idle, as a first serve does; swap: serve MODEL and then it again) "
+        "before each call; each call's TTFT after that against the same call warm and cold",
     )
     replay_cmd.add_argument("--url", metavar="U", help="measure the server at this URL instead")
     quick = command(

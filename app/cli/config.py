@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -21,6 +22,8 @@ def cmd_config_show(args: argparse.Namespace, paths: Paths) -> int:
         print_json({"path": str(paths.config_file), "settings": values})
     else:
         print(f"# {paths.config_file}")
+        if os.environ.get(config.SETTINGS_ENV, "").strip():
+            print(f"# with ${config.SETTINGS_ENV} layered over it")
         for key, value in values.items():
             print(f"{key} = {json.dumps(value)}")
     return EXIT_OK

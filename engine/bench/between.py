@@ -4,9 +4,10 @@ warm and cold.
 Three passes over the transcript's calls, on one server that the bench owns:
 
 - warm: the calls in order, nothing between them (each reads only what its predecessor left);
-- after: the calls in order again, the server restarted (or swapped to another model and back)
-  before every call but the first (each stop saves the engine's slot, each start of the same
-  model restores it), so a call reads what survived;
+- after: the calls in order again, the server restarted (or swapped to another model and back,
+  or restarted to calibrate its speculation once idle and serve what it chose) before every call
+  but the first (each stop saves the engine's slot, each start of the same model restores it),
+  so a call reads what survived;
 - cold: per call, an unrelated prompt of the same size, which no cache holds.
 
 The measurement (:func:`replay_between`) takes the event as a callable, so the I/O of stopping
@@ -25,20 +26,22 @@ from lucebox.engine.bench.replay import WARM_UP, request_base
 from lucebox.engine.bench.transcript import Transcript
 from lucebox.engine.core.errors import UsageError
 
-EVENT_FORMS = "restart | swap:MODEL"
+EVENT_FORMS = "restart | calibrate | swap:MODEL"
 
 
 @dataclass(frozen=True)
 class BetweenEvent:
-    """What happens before each call: a restart, or a swap to ``model`` and back."""
+    """What happens before each call: a restart, a calibration (a restart whose speculation
+    is measured once idle, as a first serve of a model measures it), or a swap to ``model``
+    and back."""
 
     kind: str
     model: str | None = None
 
 
 def parse_between(text: str) -> BetweenEvent:
-    if text == "restart":
-        return BetweenEvent("restart")
+    if text in ("restart", "calibrate"):
+        return BetweenEvent(text)
     kind, _, model = text.partition(":")
     if kind == "swap" and model:
         return BetweenEvent("swap", model)

@@ -27,6 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lucebox.engine.bench.recalibration import (
+    CALIBRATED_TIMEOUT_S,
+    MeasurementsAside,
+    calibrating_env,
+    wait_calibrated,
+)
 from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.command import cli_argv
 from lucebox.engine.core.errors import GuardRefusal, RunError, UsageError
@@ -287,6 +293,10 @@ class RestartableServer:
         self.paths, self.options, self.config, self.env = paths, options, serve, env
         self.child: _ServeProcess | None = None
         self._served: Served | None = None
+        self.measurements: MeasurementsAside | None = None
+        """The user's measurement store, kept aside once the server calibrated."""
+        self.verdict: str | None = None
+        """What the latest calibration chose."""
 
     @property
     def served(self) -> Served:
@@ -295,10 +305,21 @@ class RestartableServer:
             raise RunError(f"{self.config.name}: the server has not started")
         return self._served
 
-    def start(self, ready_timeout_s: float = 900, options: ServeOptions | None = None) -> Served:
-        """Serve this configuration (or ``options`` in its place) until it is ready."""
-        self.child = _ServeProcess(self.paths, options or self.options, self.config, self.env)
-        url = self.child.wait_ready(ready_timeout_s)
+    def start(
+        self,
+        ready_timeout_s: float = 900,
+        options: ServeOptions | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Served:
+        """Serve this configuration (or ``options`` in its place, with ``env`` in place of the
+        server's environment) until it is ready."""
+        child = _ServeProcess(
+            self.paths, options or self.options, self.config, self.env if env is None else env
+        )
+        self.child = child
+        return self._now_served(child.wait_ready(ready_timeout_s))
+
+    def _now_served(self, url: str) -> Served:
         api_key = client_api_key(self.paths, config.load_settings(self.paths).api_key)
         status = current_status(self.paths)
         log = Path(status.log) if status.log else None
@@ -321,6 +342,32 @@ class RestartableServer:
         self.start(options=other)
         return self.restart()
 
+    def calibrate(self) -> Served:
+        """Serve this configuration with its speculation unmeasured and a short idle wait, so it
+        calibrates as ``serve`` does once idle; the server once the calibration is done and the
+        planned launch serves again.
+
+        A restart, because a serve calibrates once per launch whose speculation the store has
+        not measured. The user's measurement store is kept aside from the first calibration
+        until the server's block ends (:func:`restartable` puts it back); each calibration
+        starts from no speculation measured, the previous turn's verdict forgotten too.
+        """
+        self.stop()
+        if self.measurements is None:
+            self.measurements = MeasurementsAside(self.paths)
+        self.measurements.forget_speculation()
+        served = self.start(env=calibrating_env(self.env))
+        child = self.child
+        assert child is not None
+        self.verdict = wait_calibrated(
+            self.paths,
+            child.proc.pid,
+            lambda: child.proc.poll() is None,
+            child.log,
+            CALIBRATED_TIMEOUT_S,
+        )
+        return self._now_served(served.url)
+
 
 @contextlib.contextmanager
 def restartable(
@@ -331,14 +378,20 @@ def restartable(
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 900,
 ) -> Iterator[RestartableServer]:
-    """A restartable server for one configuration, its saved slots its own while it lasts."""
+    """A restartable server for one configuration, its saved slots its own while it lasts, and
+    the measurement store as it found it once it stops (a calibration's verdicts are the bench's
+    own), however the block ends."""
     with _cold_slots(paths):
         server = RestartableServer(paths, options, serve, os.environ if env is None else env)
         try:
             server.start(ready_timeout_s)
             yield server
         finally:
-            server.stop()
+            try:
+                server.stop()
+            finally:
+                if server.measurements is not None:
+                    server.measurements.put_back()
 
 
 def refuse_running(paths: Paths, option: str) -> None:

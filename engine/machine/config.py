@@ -3,11 +3,16 @@
 A file that cannot be parsed or that holds unknown keys or wrong types is reported with the
 file, the key and the expected type, and is never overwritten: ``reset_config`` keeps it as
 ``config.toml.bad-<timestamp>`` before writing defaults.
+
+``LUCEBOX_SETTINGS`` holds TOML layered over the file for one process and the processes it
+starts (the bench's own ``lucebox serve`` calibrating at once): checked as the file is, and
+never written to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import tomllib
 from collections.abc import Mapping
@@ -206,20 +211,33 @@ def _check_value(path: Path, key: str, value: object) -> object:
     return value
 
 
-def settings_from_toml(path: Path, text: str) -> Settings:
-    """Parse and validate the text of a config file (pure; ``path`` only names it)."""
+def _checked_fields(path: Path, text: str, hint: str) -> dict[str, Any]:
+    """The settings fields ``text`` sets, each checked (``path`` only names it)."""
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(
-            f"{path} is not valid TOML: {exc}",
-            hint="fix it by hand, or run `lucebox config reset` to keep it aside and start over",
-        ) from exc
+        raise ConfigError(f"{path} is not valid TOML: {exc}", hint=hint) from exc
     values: dict[str, Any] = {}
     for key, value in _flatten(table).items():
         checked = _check_value(path, key, value)
         values[KEYS[LEGACY_KEYS.get(key, key)]] = checked
-    return Settings(**values)
+    return values
+
+
+def settings_from_toml(path: Path, text: str) -> Settings:
+    """Parse and validate the text of a config file (pure; ``path`` only names it)."""
+    hint = "fix it by hand, or run `lucebox config reset` to keep it aside and start over"
+    return Settings(**_checked_fields(path, text, hint))
+
+
+SETTINGS_ENV = "LUCEBOX_SETTINGS"
+"""TOML (``spec.calibrate_idle_s = 2``) layered over config.toml by :func:`load_settings`."""
+
+
+def layered(settings: Settings, text: str) -> Settings:
+    """``settings`` with the keys the TOML ``text`` of :data:`SETTINGS_ENV` sets (pure)."""
+    hint = f"write {SETTINGS_ENV} as TOML, e.g. {SETTINGS_ENV}='spec.calibrate_idle_s = 2'"
+    return dataclasses.replace(settings, **_checked_fields(Path(f"${SETTINGS_ENV}"), text, hint))
 
 
 def settings_to_toml(settings: Settings) -> str:
@@ -238,8 +256,16 @@ def settings_to_toml(settings: Settings) -> str:
     return tomli_w.dumps(table)
 
 
-def load_settings(paths: Paths) -> Settings:
-    """Read config.toml; a missing file means defaults."""
+def load_settings(paths: Paths, environ: Mapping[str, str] | None = None) -> Settings:
+    """config.toml with what :data:`SETTINGS_ENV` of ``environ`` (default: this process's)
+    layers over it."""
+    settings = file_settings(paths)
+    over = (os.environ if environ is None else environ).get(SETTINGS_ENV, "")
+    return layered(settings, over) if over.strip() else settings
+
+
+def file_settings(paths: Paths) -> Settings:
+    """Read config.toml alone; a missing file means defaults."""
     path = paths.config_file
     try:
         text = path.read_text(encoding="utf-8")
@@ -374,7 +400,7 @@ def save_settings(paths: Paths, settings: Settings) -> Path:
 def set_setting(paths: Paths, key: str, raw: str) -> Settings:
     """Change one key; a config file that does not validate is refused, never overwritten."""
     value = parse_value(key, raw)
-    updated = dataclasses.replace(load_settings(paths), **{KEYS[key]: value})
+    updated = dataclasses.replace(file_settings(paths), **{KEYS[key]: value})
     save_settings(paths, updated)
     return updated
 

@@ -1,5 +1,6 @@
 """`lucebox bench` against the real engine: a 3-call cut of the shipped agent session, the quick
-prompt set, and `--compare cache=on,off` starting and stopping its own servers."""
+prompt set, `--compare cache=on,off` starting and stopping its own servers, and `--between`
+restarting, swapping or calibrating its own server between calls."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.speculation.measurements import store_file, write_section
 from lucebox.engine.run.front.samplingmix import client_fields
 from lucebox.engine.run.runstate import current_status
 from support.realmodels import smol_model
@@ -171,3 +173,91 @@ def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
     assert "read" in said and "of the warm cache kept" in said
     status = run_lucebox("status", "--json", env={"LUCEBOX_HOME": str(home)})
     assert json.loads(status.stdout)["state"] == "stopped"
+
+
+def agent_turns(path: Path) -> Path:
+    """A two-call session in Claude Code's JSONL: a long project note, then one tool call and
+    its short result, so the second call adds little to the first (the shipped session's
+    second call adds ten times its first)."""
+    note = "\n".join(
+        f"- ledger/module{n}.py parses entry kind {n}, rounds amounts half-even, and logs "
+        f"rejected line {n * 7} with its account"
+        for n in range(24)
+    )
+    tool = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "pytest"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "2 failed, 40 passed"}
+    records = [
+        ("user", f"Fix the failing ledger tests. Project notes:\n{note}"),
+        ("assistant", [tool]),
+        ("user", [result]),
+        ("assistant", [{"type": "text", "text": "Both failures are in the parser."}]),
+    ]
+    lines = [{"type": role, "message": {"role": role, "content": c}} for role, c in records]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_replay_between_calibrations_reads_each_call_from_what_survived(
+    built_engine_home, tmp_path
+):
+    home = private_engine_home(tmp_path / "calibrate-home")
+    env = {"LUCEBOX_HOME": str(home)}
+    # Short probes, as the calibration's own tests use (the bench keeps the user's length).
+    done = run_lucebox("config", "set", "spec.probe_max_tokens", "16", env=env)
+    assert done.returncode == 0, done.stderr
+    paths = resolve_paths(env)
+    write_section(paths, "entries", {"the user's launch": {"chosen": "off"}})
+    users, settings = store_file(paths).read_bytes(), paths.config_file.read_bytes()
+    result = bench(
+        home,
+        "replay",
+        str(agent_turns(tmp_path / "session.jsonl")),
+        "--n-gen",
+        "4",
+        "--between",
+        "calibrate",
+        "--model",
+        str(smol_model()),
+        "--ctx",
+        "4096",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    (turn,) = json.loads(result.stdout)["between"]
+    after, warm, cold = turn["after"], turn["warm"], turn["cold"]
+    read_after = after["prompt_tokens"] - after["cached_tokens"]
+    read_cold = cold["prompt_tokens"] - cold["cached_tokens"]
+    print(
+        f"after calibrate: ttft {after['ttft_s']} s, read {read_after} of "
+        f"{after['prompt_tokens']}; warm {warm['ttft_s']} s, read "
+        f"{warm['prompt_tokens'] - warm['cached_tokens']}; cold {cold['ttft_s']} s, read "
+        f"{read_cold}"
+    )
+    # The calibration's restarts and probes took the engine, yet the conversation survived:
+    # the call reads again only the tool call and result it added, as it did warm.
+    assert read_after < 0.2 * after["prompt_tokens"], turn
+    assert read_after < 0.2 * read_cold, turn
+    assert turn["kept_share"] is not None and turn["kept_share"] > 0.9, turn
+    said = result.stderr
+    assert "calibrate: measured; it serves " in said, said
+    # The bench's verdict was its own: the user's measurements and settings are as they were.
+    assert store_file(paths).read_bytes() == users
+    assert not list(store_file(paths).parent.glob("*.bench-*"))
+    assert paths.config_file.read_bytes() == settings
+    status = run_lucebox("status", "--json", env=env)
+    assert json.loads(status.stdout)["state"] == "stopped"
+
+
+def test_replay_between_calibrations_refuses_a_launch_without_speculation(
+    built_engine_home, tmp_path
+):
+    home = private_engine_home(tmp_path / "spec-off-home")
+    env = {"LUCEBOX_HOME": str(home)}
+    assert run_lucebox("config", "set", "model.spec", "off", env=env).returncode == 0
+    result = bench(
+        home, "replay", str(SESSION), "--between", "calibrate", "--model", str(smol_model())
+    )
+    assert result.returncode == 2, result.stderr
+    assert "would not calibrate: speculation is off" in result.stderr
+    assert "--between restart" in result.stderr
+    assert not (home / "state" / "logs" / "compare-default.log").exists()  # nothing served

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lucebox.engine.bench.between import (
+    EVENT_FORMS,
     BetweenEvent,
     BetweenTurn,
     filler_messages,
@@ -73,3 +74,12 @@ def test_an_event_is_a_restart_or_a_swap_to_a_named_model():
     for text in ("swap", "swap:", "sleep", "restart:x"):
         with pytest.raises(UsageError, match="not an event"):
             parse_between(text)
+
+
+def test_calibrate_is_an_event_the_forms_name():
+    assert parse_between("calibrate") == BetweenEvent("calibrate")
+    assert "calibrate" in EVENT_FORMS.split(" | ")
+    for text in ("calibrate:x", "calibration"):
+        with pytest.raises(UsageError, match="not an event") as caught:
+            parse_between(text)
+        assert caught.value.hint == "--between restart | calibrate | swap:MODEL"

@@ -169,3 +169,24 @@ def test_bad_download_settings_are_refused(paths, text, fragment):
 def test_a_zero_stall_time_is_refused_before_any_download(paths):
     with pytest.raises(ConfigError, match=r"download.stall_s must be above 0"):
         retry_policy(Settings(download_stall_s=0.0))
+
+
+def test_lucebox_settings_layer_over_the_file_without_changing_it(paths):
+    config.set_setting(paths, "server.port", "9000")
+    environ = {config.SETTINGS_ENV: "spec.calibrate_idle_s = 2\nspec.probe_max_tokens = 16"}
+    layered = config.load_settings(paths, environ)
+    assert (layered.port, layered.calibrate_idle_s, layered.probe_max_tokens) == (9000, 2.0, 16)
+    assert config.load_settings(paths, {}).calibrate_idle_s == 30.0
+    # A setting changed meanwhile is saved alone: the layer never reaches the file.
+    config.set_setting(paths, "server.users", "2")
+    assert "calibrate_idle_s" not in paths.config_file.read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("spec.calibrate_idle_s = -1", "must not be negative"), ("spec.nope = 1", "unknown key")],
+)
+def test_bad_lucebox_settings_name_the_variable(paths, text, fragment):
+    with pytest.raises(ConfigError, match=fragment) as caught:
+        config.load_settings(paths, {config.SETTINGS_ENV: text})
+    assert "$LUCEBOX_SETTINGS" in caught.value.message
