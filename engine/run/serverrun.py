@@ -13,9 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
-
-from lucebox.engine.core.api import auth_headers
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
@@ -53,7 +50,6 @@ from lucebox.engine.run.runstate import (
     Status,
     engine_log,
     state_file,
-    write_slot_save,
     write_status,
 )
 from lucebox.engine.run.sample import (
@@ -67,14 +63,7 @@ from lucebox.engine.run.sample import (
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.sideserver import SideServers, side_route
 from lucebox.engine.run.sleepwatch import SleepWatch, sleep_watch
-from lucebox.engine.run.slots import (
-    SlotHolder,
-    SlotKey,
-    reseat_slot,
-    restore_slot,
-    restore_words,
-    save_slot,
-)
+from lucebox.engine.run.slotkeeper import SlotKeeper
 from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
@@ -172,10 +161,7 @@ class ServerRun:
             )
         )
         self._sampling: asyncio.Task[None] | None = None
-        self._slot_save_failure: str | None = None
-        self._last_restore: str | None = None
-        self._slot_holder = SlotHolder()
-        """Whether the engine's slot holds a client's conversation no file holds yet."""
+        self._slots = SlotKeeper(paths, supervisor, self.url)
         self._sampler: Sampler | None = None
         """The live engine's sampler: a new speculation reason reaches it without a restart."""
         self._engine_ready = False
@@ -311,74 +297,15 @@ class ServerRun:
             await self._slot("save", stopping=False)
 
     async def _slot(self, action: Literal["save", "restore"], *, stopping: bool = True) -> None:
-
-        spec = self.supervisor.launch
-        if spec.slot_save_path is None:
-            return
-        headers = auth_headers(self.api_key)
-        act = save_slot if action == "save" else restore_slot
-        async with httpx.AsyncClient() as client:
-            if action == "restore":
-                self._slot_holder.engine_ready(time.monotonic())
-            elif not await self._seat_conversation(client, headers, stopping=stopping):
-                return
-            done = await act(client, self.url, headers, Path(spec.slot_save_path), SlotKey.of(spec))
-            if action == "save" and done.failure is None:
-                self._slot_holder.saved_s = time.monotonic()
-            if action == "restore":
-                self._last_restore = restore_words(done)
-        if done.tokens:
-            self.supervisor.log.write(f"# lucebox: slot {action}d ({done.tokens} tokens)")
-        if done.failure is not None:
-            self.supervisor.log.write(f"# lucebox: slot {action} failed: {done.failure}")
-        if action == "save":
-            # The next start computes the prompt again: status says why it is slow, until a
-            # later save succeeds.
-            self._slot_save_failure = done.failure
-            write_slot_save(self.paths, done.failure)
+        saved = await self._slots.act(
+            action, self.front, self.api_key, stopping=stopping, now_s=time.monotonic()
+        )
+        if saved:
             cache = self._run.status.cache or CacheStatus(None, 0)
+            failure = self._slots.save_failure
             self._run.status = replace(
-                self._run.status, cache=replace(cache, slot_save_failure=done.failure)
+                self._run.status, cache=replace(cache, slot_save_failure=failure)
             )
-
-    def _cache_status(self, sampler: Sampler) -> CacheStatus:
-        cache = sampler.cache_status()
-        restored = self._last_restore or cache.last_restore
-        return replace(cache, slot_save_failure=self._slot_save_failure, last_restore=restored)
-
-    async def _seat_conversation(
-        self, client: httpx.AsyncClient, headers: dict[str, str], *, stopping: bool
-    ) -> bool:
-        """Whether the slot is saved now: it holds a client's conversation no file holds yet,
-        seated on the client's last prompt first (slots.py says why); a slot that last served
-        lucebox's own request is not (the file keeps the conversation saved before it)."""
-        if self.front is None or not kinds.kind(self.supervisor.launch.kind).seats_saved_slot:
-            return stopping  # no front to say whose the slot is, or no llama-server: as before
-        prompt = self.front.client_prompt
-        client_s = prompt.sent_s if prompt is not None else None
-        own = self.supervisor.own_requests
-        holder = self._slot_holder
-        if holder.lucebox_last(client_s, own.last_sent_s):
-            if stopping:
-                self.supervisor.log.write(
-                    "# lucebox: slot not saved: it holds lucebox's own request;"
-                    " the conversation saved before is kept"
-                )
-            return False
-        if prompt is None or not holder.unsaved_client(client_s, own.last_sent_s):
-            return False  # the slot holds the file restored, or nothing
-        if self.supervisor.launch.mmproj_path is not None:
-            return True  # a projector turns the engine's prompt reuse off: nothing to seat
-        with own.sending() as answered:
-            seated = await reseat_slot(client, self.url, headers, prompt)
-            if seated.failure is None:
-                answered.append(True)
-        if seated.failure is not None:
-            self.supervisor.log.write(f"# lucebox: slot reseat failed: {seated.failure}")
-        else:
-            read = "" if seated.tokens is None else f" ({seated.tokens} tokens read)"
-            self.supervisor.log.write(f"# lucebox: slot seated on the client's last prompt{read}")
-        return True
 
     async def _stop_sampling(self) -> None:
 
@@ -710,7 +637,7 @@ class ServerRun:
                 sample=self._run.sample,
                 spec=self._spec_view(sampler.spec_status()),
                 cache=prefixdisk.with_disk(
-                    self._cache_status(sampler),
+                    self._slots.cache_status(sampler.cache_status()),
                     self.supervisor.launch,
                 ),
             )
