@@ -44,12 +44,14 @@ WARM_TOKENS = 300
 
 
 async def finished_requests(served: Served, count: int) -> int:
-    """The requests the engine finished as the run counts them, once ``count`` are (or 10 s)."""
+    """The requests the engine finished as the run counts them: once ``count`` are (or 10 s),
+    and a sampling interval later, for any other the engine's log reports late."""
     for _ in range(100):
         sample = served.run.status.sample
         if sample is not None and sample.requests_finished_total >= count:
             break
         await asyncio.sleep(0.1)
+    await asyncio.sleep(1.5)
     sample = served.run.status.sample
     return sample.requests_finished_total if sample is not None else 0
 
