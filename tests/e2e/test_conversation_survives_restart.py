@@ -101,8 +101,11 @@ async def test_the_turn_after_a_restart_and_after_a_probe_is_read_from_the_saved
         assert cold["prompt_n"] > 2000, cold
         warm = await turn(url, messages, "tool result: ok")
         assert warm["prompt_n"] < WARM_TOKENS, warm  # in memory: the engine's own checkpoints
-        # Both turns are the client's; the warm-up before them is lucebox's own.
+        # Both turns are the client's; the warm-up before them is lucebox's own: neither the
+        # engine's finished requests nor the front's served mix count it.
         assert await finished_requests(first, 2) == 2
+        assert first.run.front is not None
+        assert (first.run.front.sampling.greedy, first.run.front.sampling.sampled) == (2, 0)
     finally:
         await first.stop()
 
