@@ -566,7 +566,9 @@ class ServerRun:
         self, engine_pid: int, queue: asyncio.Queue[RunItem | None], nvml: NvmlProvider | None
     ) -> None:
         spec = self.supervisor.launch
-        facts = self._run.logs.setdefault(engine_pid, self._engine_log())
+        facts = self._run.logs.get(engine_pid)
+        if facts is None:  # made only when missing: a new log resets the own-request ledger
+            facts = self._run.logs[engine_pid] = self._engine_log()
         on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
         prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
         options: dict[str, Any] = dict(

@@ -211,7 +211,7 @@ class Supervisor:
             if self.on_line is not None:
                 self.on_line(engine_pid, line)
 
-    async def _wait_ready(self, process: asyncio.subprocess.Process) -> str | None:
+    async def _wait_ready(self, process: asyncio.subprocess.Process, *, woken: bool) -> str | None:
         """None once the engine serves; else why it does not (it exited, it was not ready in
         time, its warm-up failed, a stop was asked for)."""
         url = engine_url(self.launch) + "/health"
@@ -220,21 +220,23 @@ class Supervisor:
             while time.monotonic() < deadline and process.returncode is None:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(url)).status_code == 200:
-                        return await self._warmed_up(client)
+                        return await self._warmed_up(client, woken=woken)
                 if await event_within(self._stopping, HEALTH_INTERVAL_S):
                     return "a stop was asked for"
         return f"it was not ready within {self.ready_timeout_s:.0f} s"
 
-    async def _warmed_up(self, client: httpx.AsyncClient) -> str | None:
+    async def _warmed_up(self, client: httpx.AsyncClient, *, woken: bool) -> str | None:
         """The engine's own warm-up (:meth:`EngineRun.warm_up`) passes before it counts as
-        ready, so a failure it provokes comes now, not to a user; what failed, or None."""
+        ready, so a failure it provokes comes now, not to a user, and before the ready event,
+        on which the run restores the saved slot; what failed, or None."""
         run = engine_run(self.launch.kind)
+        if not run.sends_warm_up(self.launch, woken=woken):
+            return None  # nothing sent: no own request for the log to claim
         with self.own_requests.sending() as answered:
-            failure = await run.warm_up(client, engine_url(self.launch))
+            failure = await run.warm_up(client, engine_url(self.launch), self.launch)
             if failure is None:
                 answered.append(True)
-        if run.sends_warm_up:
-            self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
+        self.log.write(f"# lucebox: warm-up {'answered' if failure is None else failure}")
         return None if failure is None else f"its warm-up request failed: {failure}"
 
     async def events(self) -> AsyncIterator[ServerEvent]:
@@ -259,9 +261,9 @@ class Supervisor:
             yield refused
             return
         argv = server_argv(self.launch)
-        if self._woken:  # the same launch passed its warm-up before it slept
+        woken, self._woken = self._woken, False
+        if woken:  # the same launch passed its warm-up before it slept
             argv += engine_run(self.launch.kind).wake_argv
-            self._woken = False
         for dropped in prefixdisk.before_start(self.launch):
             self.log.write(f"# lucebox: saved prompt states over budget: removed {dropped}")
         self.log.write(f"# lucebox: starting {' '.join(argv)}")
@@ -279,7 +281,7 @@ class Supervisor:
         started = f"engine started (pid {process.pid}, ctx {ctx})"
         yield ServerEvent("starting", started, process.pid, restarts=self.restarts, ctx=ctx)
         yield ServerEvent("loading", "loading the model", process.pid, restarts=self.restarts)
-        unready = await self._wait_ready(process)
+        unready = await self._wait_ready(process, woken=woken)
         if unready is None:
             serving = f"serving at {url_of(self.launch)}"
             yield ServerEvent("ready", serving, process.pid, restarts=self.restarts)

@@ -1,6 +1,7 @@
 """A client's conversation survives a stop and start of the run, and a calibration's probe in
 between, on the real CPU llama-server behind lucebox's front: the turn after each is read from
-the restored slot, not again in full.
+the restored slot, not again in full. Each start's warm-up request runs before the restore, so
+it never displaces the conversation, and it is never counted as a client's request.
 
 Two models: SmolLM2 (plain attention, whose cache rolls back to any prefix) and a generated
 qwen35 hybrid, whose recurrent state rolls back only to an in-memory checkpoint, which a slot
@@ -11,7 +12,9 @@ differ from those generated).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -40,6 +43,30 @@ WARM_TOKENS = 300
 """A warm turn reads its new user message and the reply sent back; a cold one all ~3,000."""
 
 
+async def finished_requests(served: Served, count: int) -> int:
+    """The requests the engine finished as the run counts them: once ``count`` are (or 10 s),
+    and a sampling interval later, for any other the engine's log reports late."""
+    for _ in range(100):
+        sample = served.run.status.sample
+        if sample is not None and sample.requests_finished_total >= count:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(1.5)
+    sample = served.run.status.sample
+    return sample.requests_finished_total if sample is not None else 0
+
+
+def warm_up_then_restore(log: Path) -> list[bool]:
+    """For each engine start in ``log`` that restored the slot: whether its warm-up was
+    answered before the restore."""
+    starts = log.read_text(errors="replace").split("# lucebox: starting")[1:]
+    return [
+        "# lucebox: warm-up answered" in start.split("# lucebox: slot restored")[0]
+        for start in starts
+        if "# lucebox: slot restored" in start
+    ]
+
+
 async def turn(url: str, messages: list[dict[str, str]], question: str) -> dict[str, int]:
     """One chat turn as a client sends it: the history with the earlier replies, the reply
     appended; the reply's timings."""
@@ -59,6 +86,9 @@ async def test_the_turn_after_a_restart_and_after_a_probe_is_read_from_the_saved
 ):
     make_model, repeats = MODELS[name]
     launch = agent_launch(built_engine_home, make_model(), tmp_path / "slots", CTX)
+    # No host-RAM prompt cache: a request that took the slot (a warm-up after the restore)
+    # would park the conversation there, and a warm turn would not prove the slot kept it.
+    launch = replace(launch, plan=replace(launch.plan, cache_ram_mib=0))
     (tmp_path / "slots").mkdir()
     home, log = tmp_path / "home", tmp_path / "engine.log"
     messages = [{"role": "system", "content": "You are a coding agent. " + NOTE * repeats}]
@@ -71,6 +101,11 @@ async def test_the_turn_after_a_restart_and_after_a_probe_is_read_from_the_saved
         assert cold["prompt_n"] > 2000, cold
         warm = await turn(url, messages, "tool result: ok")
         assert warm["prompt_n"] < WARM_TOKENS, warm  # in memory: the engine's own checkpoints
+        # Both turns are the client's; the warm-up before them is lucebox's own: neither the
+        # engine's finished requests nor the front's served mix count it.
+        assert await finished_requests(first, 2) == 2
+        assert first.run.front is not None
+        assert (first.run.front.sampling.greedy, first.run.front.sampling.sampled) == (2, 0)
     finally:
         await first.stop()
 
@@ -92,6 +127,8 @@ async def test_the_turn_after_a_restart_and_after_a_probe_is_read_from_the_saved
     whole = after_restart["prompt_n"] + after_restart["cache_n"]
     assert after_restart["prompt_n"] < WARM_TOKENS < whole, after_restart
     assert after_probe["prompt_n"] < WARM_TOKENS, after_probe
+    # The restart and the trial's restart each warmed the engine up, then restored the slot.
+    assert warm_up_then_restore(log) == [True, True]
     said = log.read_text(errors="replace")
     assert "# lucebox: slot seated on the client's last prompt" in said
     assert "# lucebox: slot not saved: it holds lucebox's own request" in said

@@ -22,7 +22,6 @@ from lucebox.engine.run.kinds.enginelog import EngineLog, FinishedRequest
 from lucebox.engine.run.kinds.metrics import Sampler
 from lucebox.engine.run.sample import CacheStatus, Sample, SpecStatus
 
-WARM_UP_TIMEOUT_S = 300.0
 WARM_UP_TURN = " ".join(["warm"] * 300)
 WARM_UP_MESSAGES = (
     {"role": "user", "content": WARM_UP_TURN},
@@ -247,23 +246,9 @@ class LuceboxLog(EngineLog):
             self.replies_without_speculation += 1
 
 
-async def warm_up(client: httpx.AsyncClient, url: str) -> str | None:
-    """Send the first request (the engine allocates its rollback buffers and graphs then);
-    None when it answered, else what went wrong."""
-    body = {
-        "messages": list(WARM_UP_MESSAGES),
-        "max_tokens": 8,
-        "temperature": 0,
-    }
-    try:
-        reply = await client.post(
-            f"{url}/v1/chat/completions", json=body, timeout=WARM_UP_TIMEOUT_S
-        )
-    except httpx.HTTPError as exc:
-        return f"the warm-up request failed: {exc}"
-    if reply.status_code != 200:
-        return f"the warm-up request got HTTP {reply.status_code}: {reply.text[:200]}"
-    return None
+def warm_up_body() -> dict[str, Any]:
+    """The first request (the engine allocates its rollback buffers and graphs then)."""
+    return {"messages": list(WARM_UP_MESSAGES), "max_tokens": 8, "temperature": 0}
 
 
 class LuceboxSampler(Sampler):

@@ -146,6 +146,8 @@ async def test_a_sleep_stops_the_engine_without_a_crash_and_a_wake_starts_it_aga
     # The wake starts the launch that passed its warm-up already: llama-server skips its own.
     starts = [line for line in said.splitlines() if line.startswith("# lucebox: starting")]
     assert ["--no-warmup" in line for line in starts] == [False, True]
+    # Nor lucebox's: the request that woke it waits behind whatever runs first.
+    assert said.count("fake: POST /completion") == said.count("# lucebox: warm-up answered") == 1
 
 
 async def test_a_restart_asked_while_asleep_starts_the_engine_at_once(
@@ -169,4 +171,6 @@ async def test_a_restart_asked_while_asleep_starts_the_engine_at_once(
         *("starting", "loading", "ready", "stopped"),
     ]
     assert (seen[-1].restarts, supervisor.planned_restarts) == (0, 1)
-    assert "--no-warmup" not in (tmp_path / "engine.log").read_text()  # a restart warms up
+    said = (tmp_path / "engine.log").read_text()
+    assert "--no-warmup" not in said  # a restart warms up
+    assert said.count("# lucebox: warm-up answered") == 2

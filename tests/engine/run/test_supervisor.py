@@ -23,6 +23,7 @@ from lucebox.engine.plan.options import ServeOptions, resolve
 from lucebox.engine.plan.planner import installs_of
 from lucebox.engine.run import runstate
 from lucebox.engine.run.death import log_cause
+from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import read_status
 from lucebox.engine.run.serverrun import ServerRun
@@ -160,7 +161,7 @@ def test_log_path_is_created(tmp_path):
 
 
 HEALTHY = """#!{python}
-import http.server, sys
+import http.server, json, os, sys
 port = int(sys.argv[sys.argv.index("--port") + 1])
 
 class Health(http.server.BaseHTTPRequestHandler):
@@ -168,6 +169,15 @@ class Health(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.end_headers()
         self.wfile.write(b'{{"status":"ok"}}')
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        auth = self.headers.get("Authorization")
+        print("fake: POST", self.path, json.dumps([auth, body]), flush=True)
+        status = int(os.environ.get("FAKE_POST_STATUS", "200"))
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(b'{{"content":""}}' if status == 200 else b"no slot for you")
 
     def log_message(self, *args):
         pass
@@ -260,6 +270,73 @@ async def test_every_stop_and_restart_goes_through_the_run(plan, tmp_path):
     assert {pid for pid, _ in lines} == {first_pid, second_pid}
     assert any("main: server is listening" in line for _, line in lines)
     assert runstate.read_status(paths) is None  # the run removed its state file
+
+
+def _posts(log: Path) -> list[tuple[str, str, dict]]:
+    """The requests the HEALTHY fake was sent, from its lines in the engine log."""
+    posts = []
+    for line in log.read_text().splitlines():
+        if line.startswith("fake: POST "):
+            path, sent = line.removeprefix("fake: POST ").split(" ", 1)
+            auth, body = json.loads(sent)
+            posts.append((path, auth, body))
+    return posts
+
+
+async def test_llama_server_gets_a_short_greedy_warm_up_with_the_key_before_ready(plan, tmp_path):
+    fake = tmp_path / "fake-server"
+    fake.write_text(HEALTHY.format(python=sys.executable))
+    fake.chmod(0o755)
+    key_file = tmp_path / "api_key"
+    key_file.write_text("# lucebox's key\nlb-secret\n")
+    spec = ServerLaunch(
+        str(fake), "m.gguf", plan, "t", port=free_port(), api_key_file=str(key_file)
+    )
+    supervisor = Supervisor(spec, tmp_path / "engine.log", ready_timeout_s=10)
+    posts_at_ready = []
+    async for event in supervisor.events():
+        if event.kind == "ready":
+            posts_at_ready = _posts(tmp_path / "engine.log")
+            supervisor.stop()
+    # Sent and answered before the engine counted as ready, with the key the engine reads.
+    [(path, auth, body)] = posts_at_ready
+    assert (path, auth) == ("/completion", "Bearer lb-secret")
+    assert body["temperature"] == 0 and 0 < body["n_predict"] <= 16 and body["ignore_eos"]
+    said = (tmp_path / "engine.log").read_text()
+    assert said.index("fake: POST /completion") < said.index("# lucebox: warm-up answered")
+    # lucebox's own request: the engine log's finished line it brings is not a client's.
+    assert supervisor.own_requests.claims() and not supervisor.own_requests.claims()
+
+
+async def test_a_failed_llama_server_warm_up_fails_the_start_and_says_why(
+    plan, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FAKE_POST_STATUS", "500")
+    fake = tmp_path / "fake-server"
+    fake.write_text(HEALTHY.format(python=sys.executable))
+    fake.chmod(0o755)
+    spec = ServerLaunch(str(fake), "m.gguf", plan, "t", port=free_port())
+    supervisor = Supervisor(
+        spec, tmp_path / "engine.log", ready_timeout_s=10, policy=RestartPolicy(max_crashes=1)
+    )
+    events = [event async for event in supervisor.events()]
+    assert [e.kind for e in events] == ["starting", "loading", "exited", "gave-up"]
+    assert events[-1].cause is not None and events[-1].cause.code == "not-ready"
+    assert (
+        "lucebox stopped the engine: its warm-up request failed: "
+        "the warm-up request got HTTP 500: no slot for you"
+    ) in events[-1].message
+
+
+def test_a_served_sets_router_and_a_wake_send_llama_server_no_warm_up(plan):
+    run = engine_run("llama-server")
+    spec = ServerLaunch("s", "m.gguf", plan, "t")
+    assert run.sends_warm_up(spec, woken=False)
+    assert not run.sends_warm_up(spec, woken=True)
+    router = dataclasses.replace(spec, model_path="", router=("--models-preset", "set.ini"))
+    assert not run.sends_warm_up(router, woken=False)
+    # The Lucebox engine allocates on its first request: its wake warms up too.
+    assert engine_run("lucebox").sends_warm_up(spec, woken=True)
 
 
 OOM_FAKE = """#!{python}
