@@ -32,6 +32,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.kindname import KIND_TEXT, KindName
 from lucebox.engine.plan.speculation import measurements
 from lucebox.engine.plan.speculation.measurements import ProbeRate, TrialRate
+from lucebox.engine.plan.speculation.spread import RepeatRule, spread
 from lucebox.engine.plan.speculation.workload import (
     ProbeShape,
     RateCurve,
@@ -49,6 +50,7 @@ UNSURE_GAP = 0.15
 one model on one card have differed by more than the margin."""
 MAX_RUNS = 3
 """Runs of the probe set per engine at most: each is a restart and minutes of probes."""
+RULE = RepeatRule(ENGINE_TIE_MARGIN, UNSURE_GAP, MAX_RUNS)
 ENGINE_KINDS: tuple[KindName, ...] = ("llama-server", "lucebox")
 SECTION = "engines"
 
@@ -66,10 +68,10 @@ class EngineCost:
     runs: int = 1
 
     def text(self) -> str:
-        spread = f", ±{self.spread / 2:.0%} over {self.runs} runs" if self.runs > 1 else ""
+        runs = f", ±{self.spread / 2:.0%} over {self.runs} runs" if self.runs > 1 else ""
         return (
             f"{KIND_TEXT[self.kind]} {self.request_s:.2f} s a request "
-            f"(decode {self.decode_tok_s:.0f} tok/s, first token {self.ttft_s:.2f} s{spread})"
+            f"(decode {self.decode_tok_s:.0f} tok/s, first token {self.ttft_s:.2f} s{runs})"
         )
 
 
@@ -98,14 +100,12 @@ def cost(kind: KindName, trial: TrialRate, requests: Sequence[ServedRequest]) ->
     over its runs, with their spread."""
     each = [_run_cost(kind, trial, run, requests) for run in trial.runs()]
     count = len(each)
-    request_s = sum(c.request_s for c in each) / count
-    spread = (max(c.request_s for c in each) - min(c.request_s for c in each)) / request_s
     return EngineCost(
         kind,
-        request_s,
+        sum(c.request_s for c in each) / count,
         sum(c.decode_tok_s for c in each) / count,
         sum(c.ttft_s for c in each) / count,
-        spread if count > 1 and request_s > 0 else 0.0,
+        spread([c.request_s for c in each]),
         count,
     )
 
@@ -215,35 +215,27 @@ def verdict(
     if requests:
         over += f" ({mix_text(served_mix(requests, llama.shapes(), by_requests=True))})"
     text = f"measured on this card over {over}: {costs[0].text()}; {costs[1].text()}"
-    margin = _margin(costs)
-    faster = costs[1].request_s < costs[0].request_s * (1 - margin)
+    spreads = [c.spread for c in costs]
+    faster = costs[1].request_s < costs[0].request_s * (1 - RULE.margin(spreads))
     if faster:
         return "lucebox", f"the Lucebox engine is faster, {text}", costs
     tie = costs[1].request_s < costs[0].request_s
-    within = "tie margin" if margin == ENGINE_TIE_MARGIN else "runs' spread"
-    lead = f"llama-server: within the {margin:.0%} {within}" if tie else "llama-server is faster"
+    lead = f"llama-server: within {RULE.within(spreads)}" if tie else "llama-server is faster"
     return "llama-server", f"{lead}, {text}", costs
-
-
-def _margin(costs: Sequence[EngineCost]) -> float:
-    """How much less time the Lucebox engine must take to serve: the tie margin, or the runs'
-    spread where that is wider."""
-    return max(ENGINE_TIE_MARGIN, *(c.spread for c in costs))
 
 
 def needs_another_run(costs: Sequence[EngineCost]) -> bool:
     """Whether both engines run the probes again before the verdict stands: they are closer
     than ``UNSURE_GAP`` after one run each, or than their spread after more, and neither has
     run ``MAX_RUNS`` times."""
-    if len(costs) < 2 or min(c.runs for c in costs) >= MAX_RUNS:
+    if len(costs) < 2:
         return False
     fast, slow = sorted(c.request_s for c in costs[:2])
     if slow <= 0:
         return False
-    gap = 1 - fast / slow
-    if min(c.runs for c in costs) < 2:
-        return gap < UNSURE_GAP
-    return gap < _margin(costs)
+    return RULE.needs_another_run(
+        1 - fast / slow, [c.runs for c in costs[:2]], [c.spread for c in costs[:2]]
+    )
 
 
 def launch_key(key: measurements.MeasurementKey) -> str:

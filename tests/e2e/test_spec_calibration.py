@@ -134,8 +134,10 @@ def test_ngram_that_pays_on_repeated_text_is_kept_with_its_measured_ratio(
         assert edit["accepted"] > 0 and edit["accepted"] == edit["drafted"]
         text = run_lucebox("status", env={"LUCEBOX_HOME": str(home)}).stdout
         assert f"n-gram {measured['ratio']:.2f}x (measured)" in text
-        # Two restarts of lucebox's own, no crash: to none for its rate, then back to the winner.
-        assert (now["restarts"], now["planned_restarts"]) == (0, 2)
+        # Two restarts of lucebox's own, no crash: to none for its rate, then back to the winner;
+        # at most two more for each time a near tie (a busy machine) ran both again.
+        again = len(trial(entry, "ngram-mod").get("repeats", []))
+        assert now["restarts"] == 0 and 2 <= now["planned_restarts"] <= 2 + 2 * again
 
 
 def test_a_random_dflash_draft_named_with_draft_is_switched_off_by_the_calibration(
@@ -191,7 +193,7 @@ def test_a_request_during_the_calibration_is_served_at_once_and_it_resumes(
     with serving(home, smol_model()) as url:
         # The second configuration (none) is being measured: the first one's rate is stored.
         wait_for(home, lambda now: reason_of(now).startswith("measuring on this card: off"))
-        first_at = trial(stored(home), "ngram-mod")["at"]
+        first = trial(stored(home), "ngram-mod")
         sent = time.monotonic()
         body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
         reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
@@ -204,8 +206,10 @@ def test_a_request_during_the_calibration_is_served_at_once_and_it_resumes(
         # Idle again: it resumes with what it lacks, keeping the rate measured before.
         wait_for(home, lambda now: stored(home).get("chosen") is not None, 240)
         entry = stored(home)
-        assert trial(entry, "ngram-mod")["at"] == first_at
-        assert trial(entry, "off")["at"] > first_at
+        # The first run is kept (the earliest of its runs, where a near tie ran it again).
+        ngram = trial(entry, "ngram-mod")
+        assert [ngram["probes"], *ngram.get("repeats", [])][-1] == first["probes"]
+        assert trial(entry, "off")["at"] > first["at"]
 
 
 def test_a_served_mix_unlike_the_probes_is_measured_again_once_idle(built_engine_home, tmp_path):

@@ -31,6 +31,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.models.records import list_models
 from lucebox.engine.plan.samplingdefaults import GREEDY
 from lucebox.engine.plan.speculation.speculation import SpecCandidate
+from lucebox.engine.plan.speculation.spread import spread
 from lucebox.engine.plan.speculation.workload import ProbeShape, RateCurve, probe_mix
 
 STORE_NAME = "spec-measurements.json"
@@ -160,7 +161,7 @@ class TrialRate:
     at: float
     repeats: tuple[tuple[ProbeRate, ...], ...] = ()
     """The probe set's earlier runs of this configuration, kept where a verdict needed its
-    run-to-run spread (plan/engineverdict.py)."""
+    run-to-run spread (plan/engineverdict.py, run/calibrate/calibration.py)."""
 
     def runs(self) -> tuple[tuple[ProbeRate, ...], ...]:
         """Every run of the probe set, the latest first."""
@@ -285,8 +286,25 @@ class Measurement:
         return trial is not None and trial.at >= self.remeasure_at
 
     def rate(self, trial: TrialRate) -> float:
-        """``trial``'s decode rate over the mix this measurement is weighed by."""
-        return trial.rate_for(dict(self.mix)) if self.mix else trial.tok_s
+        """``trial``'s decode rate over the mix this measurement is weighed by: the mean over
+        its runs of the probe set."""
+        rates = self._run_rates(trial)
+        return sum(rates) / len(rates)
+
+    def _run_rates(self, trial: TrialRate) -> list[float]:
+        """``trial``'s decode rate in each of its runs, over the mix weighed by."""
+        mix = dict(self.mix)
+        return [
+            run_trial.rate_for(mix) if mix else run_trial.tok_s
+            for run_trial in (replace(trial, probes=run, repeats=()) for run in trial.runs())
+        ]
+
+    def rate_spread(self, label: str) -> tuple[float, int]:
+        """How far ``label``'s rate spreads over its runs of the probe set (highest less lowest
+        over their mean), and how many runs; (0.0, 1) with one run or none."""
+        trial = self.trial(label)
+        rates = self._run_rates(trial) if trial is not None else []
+        return (spread(rates), len(rates)) if len(rates) > 1 else (0.0, 1)
 
     def weighed_mix(self) -> dict[str, float]:
         """The probe shares the rates are weighed by now."""
@@ -316,8 +334,12 @@ class Measurement:
         return self.trial(OFF)
 
     def with_trial(self, trial: TrialRate) -> Measurement:
-        kept = tuple(t for t in self.trials if t.label != trial.label)
-        return replace(self, trials=(*kept, trial))
+        """``trial`` kept, in the place of the one of its label measured before."""
+        if self.trial(trial.label) is None:
+            return replace(self, trials=(*self.trials, trial))
+        return replace(
+            self, trials=tuple(trial if t.label == trial.label else t for t in self.trials)
+        )
 
     def ratio(self, label: str) -> float | None:
         """``label``'s decode rate over the rate without speculation; None before both ran."""
@@ -330,14 +352,10 @@ class Measurement:
         """How far ``label``'s speed-up spreads over its runs of the probe set (each against
         the same rate without speculation): the runs' highest less lowest rate over their mean,
         and how many runs; (0.0, 1) with one run."""
-        base, trial = self.baseline, self.trial(label)
-        if base is None or trial is None or self.rate(base) <= 0:
+        base = self.baseline
+        if base is None or self.rate(base) <= 0:
             return 0.0, 1
-        runs = [self.rate(replace(trial, probes=run, repeats=())) for run in trial.runs()]
-        mean = sum(runs) / len(runs)
-        if len(runs) < 2 or mean <= 0:
-            return 0.0, 1
-        return (max(runs) - min(runs)) / mean, len(runs)
+        return self.rate_spread(label)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -10,11 +10,17 @@ combined with the model's draft (plan/speculation/speculation.py) is measured be
 place of its own, and must also beat the best single mode by that margin: ties go to the
 simpler. A mode the user forced is measured too (against none), so they see what it costs, but
 is kept.
+
+Two runs of one launch differ, on a busy machine by more than the margin, so the verdict knows
+its spread: where the two fastest (none among them) come closer than ``UNSURE_GAP`` after one
+run each, both run the probes again, and again (up to ``MAX_RUNS``) while they stay within their
+run-to-run spread (:func:`too_close`); a mode then serves (or a combination over a single mode)
+only when it wins by more than the margin and the spread. Each figure is shown with its spread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from lucebox.engine.plan import samplingdefaults
@@ -31,6 +37,7 @@ from lucebox.engine.plan.speculation.speculation import (
     is_combined,
     mode_of,
 )
+from lucebox.engine.plan.speculation.spread import RepeatRule
 from lucebox.engine.run.sample import MeasuredRate, SamplingRate, SamplingStatus, SpecStatus
 
 MAX_CANDIDATES = 3
@@ -40,6 +47,16 @@ MAX_COMBINATIONS = 1
 TIE_MARGIN = 0.03
 """A mode must beat none by more than this share to be chosen: two runs of the same launch
 differ by about 1-2% (benchmarks/spec_breakeven.py), and a tie costs nothing to lose."""
+UNSURE_GAP = 0.06
+"""After one run each, the two fastest closer than this run again: twice the tie margin, where
+a launch's 1-2% run-to-run difference can still flip the verdict. The engine verdict's 15%
+would re-run nearly every n-gram trial (often within 10% of none), and each run is a restart
+and the probe set."""
+MAX_RUNS = 3
+"""Runs of the probe set per configuration at most: the second gives the two their spread,
+the third checks it; a near tie beyond that costs little either way, and the speculation
+guard (plan/speculation/specguard.py) watches the served rate besides."""
+RULE = RepeatRule(TIE_MARGIN, UNSURE_GAP, MAX_RUNS)
 
 
 @dataclass(frozen=True)
@@ -82,11 +99,55 @@ def trials_for(candidates: Sequence[SpecCandidate], *, forced: bool) -> tuple[Tr
     return (OFF_TRIAL, *single[:MAX_CANDIDATES], *both[:MAX_COMBINATIONS])
 
 
-def missing(trials: Sequence[Trial], measurement: Measurement | None, running: str) -> list[Trial]:
-    """The trials the store has no rate for (or one due again: the served mix moved), the
-    configuration running now first (it needs no restart)."""
-    todo = [t for t in trials if measurement is None or not measurement.fresh(t.label)]
+def missing(
+    trials: Sequence[Trial],
+    measurement: Measurement | None,
+    running: str,
+    again: Collection[str] = (),
+) -> list[Trial]:
+    """The trials the store has no rate for (or one due again: the served mix moved), and those
+    labelled ``again`` (too close to call after their runs so far), the configuration running
+    now first (it needs no restart)."""
+    todo = [
+        t
+        for t in trials
+        if measurement is None or not measurement.fresh(t.label) or t.label in again
+    ]
     return sorted(todo, key=lambda t: t.label != running)
+
+
+@dataclass(frozen=True)
+class CloseCall:
+    """The two fastest configurations, too close for their runs so far to tell apart."""
+
+    labels: tuple[str, str]
+    gap: float
+    """How much faster the faster is, a share of the slower's rate."""
+    runs: int
+    """The fewer runs of the probe set of the two."""
+
+    def text(self) -> str:
+        """``ngram-mod and off are within their runs' spread``."""
+        pair = " and ".join(self.labels)
+        if self.runs < 2:
+            return f"{pair} are within {self.gap:.0%} of each other, closer than one run tells"
+        return f"{pair} are within their runs' spread"
+
+
+def too_close(measurement: Measurement, labels: Sequence[str]) -> CloseCall | None:
+    """The two fastest of ``labels`` (none among them) where both run the probes again before
+    the verdict stands: closer than ``UNSURE_GAP`` after one run each, or than their spread
+    after more, and neither has run ``MAX_RUNS`` times; None when the verdict stands."""
+    rates = [t for label in labels if (t := measurement.trial(label)) is not None]
+    ranked = sorted(rates, key=measurement.rate, reverse=True)
+    if len(ranked) < 2 or measurement.rate(ranked[1]) <= 0:
+        return None
+    fast, slow = ranked[:2]
+    gap = measurement.rate(fast) / measurement.rate(slow) - 1
+    spreads, runs = zip(*(measurement.rate_spread(t.label) for t in (fast, slow)), strict=True)
+    if not RULE.needs_another_run(gap, runs, spreads):
+        return None
+    return CloseCall((fast.label, slow.label), gap, min(runs))
 
 
 def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> ProbeRate | None:
@@ -111,14 +172,28 @@ def probe_rate(name: str, timings: Mapping[str, object], weight: int = 0) -> Pro
 
 
 def describe_trial(measurement: Measurement, trial: TrialRate) -> str:
-    """``draft-mtp n3 p0.75 0.65x (drafted nothing)``: a rate against none, and why."""
+    """``draft-mtp n3 p0.75 0.65x (drafted nothing)``: a rate against none, its runs' spread
+    where it ran more than once, and why."""
     ratio = measurement.ratio(trial.label)
     text = f"{trial.label} {ratio:.2f}x" if ratio is not None else f"{trial.label} unmeasured"
+    spread, runs = measurement.rate_spread(trial.label)
+    if runs > 1:
+        text += f" ±{spread / 2:.0%} over {runs} runs"
     if trial.spec_type is not None and trial.drafted == 0:
         text += " (drafted nothing)"
     elif trial.drafted:
         text += f" ({trial.accepted / trial.drafted:.0%} accepted)"
     return text
+
+
+def _spreads(measurement: Measurement, *trials: TrialRate) -> list[float]:
+    return [measurement.rate_spread(t.label)[0] for t in trials]
+
+
+def _wins(measurement: Measurement, trial: TrialRate, over: TrialRate) -> bool:
+    """Whether ``trial`` is faster than ``over`` by more than the margin and their spread."""
+    margin = RULE.margin(_spreads(measurement, trial, over))
+    return measurement.rate(trial) > measurement.rate(over) * (1 + margin)
 
 
 def verdict(measurement: Measurement, labels: Sequence[str]) -> tuple[str, str]:
@@ -131,23 +206,29 @@ def verdict(measurement: Measurement, labels: Sequence[str]) -> tuple[str, str]:
     best = max(others, key=measurement.rate, default=None)
     single = [t for t in others if not is_combined(t.spec_type or "")]
     best_single = max(single, key=measurement.rate, default=None)
+    simpler = ""
     # A combination adds a second drafter: kept only where it clearly beats the best alone.
     if (
         best is not None
         and best_single is not None
         and best is not best_single
-        and measurement.rate(best) <= measurement.rate(best_single) * (1 + TIE_MARGIN)
+        and not _wins(measurement, best, best_single)
     ):
+        within = RULE.within(_spreads(measurement, best, best_single))
+        simpler = f"; {best.label} is within {within} of {best_single.label}"
         best = best_single
     over = f"measured on this card over {len(base.probes)} probes"
     if measurement.remeasure_why:
         # Says why speculation came back on (or stayed off) after the workload changed.
         over = f"re-{over} weighed as served, because {measurement.remeasure_why};"
     rest = ", ".join(describe_trial(measurement, t) for t in others)
-    if best is None or measurement.rate(best) <= measurement.rate(base) * (1 + TIE_MARGIN):
-        none = " none" if measurement.remeasure_why else ", none"
+    none = " none" if measurement.remeasure_why else ", none"
+    if best is None or measurement.rate(best) <= measurement.rate(base):
         return OFF, f"{over}{none} is faster: {rest}"
-    return best.label, f"{over} against none: {rest}"
+    if not _wins(measurement, best, base):
+        within = RULE.within(_spreads(measurement, best, base))
+        return OFF, f"{over}{none} serves, {best.label} within {within}: {rest}"
+    return best.label, f"{over} against none: {rest}{simpler}"
 
 
 def measured_rate(measurement: Measurement, label: str) -> MeasuredRate | None:
@@ -172,7 +253,13 @@ def shown_off(measurement: Measurement, label: str) -> SpecStatus | None:
     if trial is None or trial.spec_type is None:
         return None
     ratio = measurement.ratio(label) or 0.0
-    cause = "drafted nothing" if trial.drafted == 0 else "slower than none"
+    base = measurement.baseline
+    if trial.drafted == 0:
+        cause = "drafted nothing"
+    elif ratio <= 1 or base is None:
+        cause = "slower than none"
+    else:
+        cause = f"within {RULE.within(_spreads(measurement, trial, base))} of none"
     return SpecStatus(
         trial.spec_type,
         False,

@@ -10,6 +10,9 @@ Once measured, it watches the served requests: when their mix has moved clearly 
 one the verdict was weighed by (:func:`lucebox.engine.plan.speculation.workload.mix_moved`), every
 configuration is due again, measured once idle and weighed by the served mix, so speculation
 switched off for one workload comes back on for another where it gains.
+
+Where the two fastest come too close to call (``calibration.too_close``), both run the probes
+again before the verdict stands, each run kept beside the earlier ones for their spread.
 """
 
 from __future__ import annotations
@@ -92,6 +95,10 @@ class Calibrator(ProbeSender[Trial]):
         """The latest requests served since the verdict, for the mix."""
         self._elsewhere: dict[str, Measurement | None] = {}
         """What the store holds at the samplings this calibration does not measure at now."""
+        self.close: calibration.CloseCall | None = None
+        """The two configurations running the probes again: too close to call so far."""
+        self._again: set[str] = set()
+        """Those of ``close`` yet to run again."""
 
     @property
     def complete(self) -> bool:
@@ -115,7 +122,11 @@ class Calibrator(ProbeSender[Trial]):
         the measurement's own while it runs or when it switched speculation off."""
         again = self.measurement.remeasure_why
         if self.state in ("running", "paused") and self.trial is not None:
-            if self.state == "running":
+            if self.state == "running" and self.close is not None:
+                runs = self.measurement.rate_spread(self.trial.label)[1] + 1
+                reason = f"measuring again on this card: {self.trial.label} (run {runs} of at "
+                reason += f"most {calibration.MAX_RUNS}), because {self.close.text()}"
+            elif self.state == "running":
                 fresh = sum(1 for t in self.setup.trials if self.measurement.fresh(t.label))
                 reason = "re-measuring" if again else "measuring"
                 reason += f" on this card: {self.trial.label} ("
@@ -174,6 +185,7 @@ class Calibrator(ProbeSender[Trial]):
             key = self.setup.key
             self.measurement = read_measurement(self.paths, key) or Measurement(key)
             self._elsewhere.clear()
+            self.close, self._again = None, set()
 
     def _mix_moved(self) -> bool:
         """The served requests' sampling is no longer the one measured at."""
@@ -206,7 +218,7 @@ class Calibrator(ProbeSender[Trial]):
     def _todo(self, server: MeasuredRun) -> Sequence[Trial]:
         self._follow_mix(server)
         running = running_label(server.supervisor.launch)
-        return calibration.missing(self.setup.trials, self.measurement, running)
+        return calibration.missing(self.setup.trials, self.measurement, running, self._again)
 
     async def _measure_one(
         self, client: httpx.AsyncClient, server: MeasuredRun, trial: Trial
@@ -216,11 +228,21 @@ class Calibrator(ProbeSender[Trial]):
         rate = await self._measure(client, server, trial, running)
         if rate is None:
             return trial not in self.setup.trials  # dropped: it could not start
+        earlier = self.measurement.trial(trial.label)
+        if trial.label in self._again and earlier is not None:
+            rate = earlier.with_run(rate)
+        self._again.discard(trial.label)
         self._keep(self.measurement.with_trial(rate))
         return True
 
     async def _calibrate(self, server: MeasuredRun) -> None:
         await self._measure_all(server)
+        while not self.setup.forced:
+            self.close = calibration.too_close(self.measurement, self.setup.labels)
+            if self.close is None:
+                break
+            self._again = set(self.close.labels)
+            await self._measure_all(server)
         self.trial = None
         if not self.setup.forced:
             chosen, why = calibration.verdict(self.measurement, self.setup.labels)
