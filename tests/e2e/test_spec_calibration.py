@@ -133,7 +133,7 @@ def test_ngram_that_pays_on_repeated_text_is_kept_with_its_measured_ratio(
         edit = next(p for p in trial(entry, "ngram-mod")["probes"] if p["name"] == "edit")
         assert edit["accepted"] > 0 and edit["accepted"] == edit["drafted"]
         text = run_lucebox("status", env={"LUCEBOX_HOME": str(home)}).stdout
-        assert f"n-gram {measured['ratio']:.2f}x (measured)" in text
+        assert f"speculation: n-gram · greedy {measured['ratio']:.2f}x measured" in text
         # Two restarts of lucebox's own, no crash: to none for its rate, then back to the winner;
         # at most two more for each time a near tie (a busy machine) ran both again.
         again = len(trial(entry, "ngram-mod").get("repeats", []))
@@ -181,7 +181,7 @@ def test_a_forced_mtp_head_is_measured_shown_and_kept(built_engine_home, tmp_pat
         assert entry["chosen"] is None  # the user's choice, not a verdict for auto
         assert {t["label"] for t in entry["trials"]} == {"off", "draft-mtp n3 p0.75"}
         text = run_lucebox("status", env={"LUCEBOX_HOME": str(home)}).stdout
-        assert f"MTP {ratio:.2f}x (measured)" in text
+        assert f"speculation: MTP · greedy {ratio:.2f}x measured" in text
 
 
 def test_a_request_during_the_calibration_is_served_at_once_and_it_resumes(
