@@ -9,6 +9,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,19 +131,13 @@ def test_compare_serves_each_configuration_and_leaves_nothing_running(built_engi
     assert json.loads(status.stdout)["state"] == "stopped"
 
 
-@pytest.mark.parametrize("event", ["restart", "swap"])
-def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
-    built_engine_home, tmp_path, event
-):
-    home = private_engine_home(tmp_path / "between-home")
-    # The swap serves the same file: the only real chat model here (a base one is refused).
-    between = "restart" if event == "restart" else f"swap:{smol_model()}"
-    result = bench(
+def replay_between(home: Path, session: Path, between: str, *extra: str) -> Any:
+    """`bench replay --between` of SmolLM2 over ``session``, four tokens a reply, as JSON."""
+    return bench(
         home,
         "replay",
-        str(SESSION),
-        "--calls",
-        "3",
+        str(session),
+        *extra,
         "--n-gen",
         "4",
         "--between",
@@ -153,6 +148,16 @@ def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
         "4096",
         "--json",
     )
+
+
+@pytest.mark.parametrize("event", ["restart", "swap"])
+def test_replay_between_restarts_reads_each_call_from_the_restored_slot(
+    built_engine_home, tmp_path, event
+):
+    home = private_engine_home(tmp_path / "between-home")
+    # The swap serves the same file: the only real chat model here (a base one is refused).
+    between = "restart" if event == "restart" else f"swap:{smol_model()}"
+    result = replay_between(home, SESSION, between, "--calls", "3")
     assert result.returncode == 0, result.stderr
     turns = json.loads(result.stdout)["between"]
     assert [turn["index"] for turn in turns] == [1, 2]
@@ -208,20 +213,7 @@ def test_replay_between_calibrations_reads_each_call_from_what_survived(
     paths = resolve_paths(env)
     write_section(paths, "entries", {"the user's launch": {"chosen": "off"}})
     users, settings = store_file(paths).read_bytes(), paths.config_file.read_bytes()
-    result = bench(
-        home,
-        "replay",
-        str(agent_turns(tmp_path / "session.jsonl")),
-        "--n-gen",
-        "4",
-        "--between",
-        "calibrate",
-        "--model",
-        str(smol_model()),
-        "--ctx",
-        "4096",
-        "--json",
-    )
+    result = replay_between(home, agent_turns(tmp_path / "session.jsonl"), "calibrate")
     assert result.returncode == 0, result.stderr
     (turn,) = json.loads(result.stdout)["between"]
     after, warm, cold = turn["after"], turn["warm"], turn["cold"]
