@@ -20,7 +20,10 @@ medians of both and their ratio (issue 55 asks the turn after within 1.5x of the
   (the proxy restores the slot before the turn passes).
 
 ``outside_s`` of a turn is its time to the first token less the engine's prompt time: the
-start, the restore and the front's hold on a wake or restart.
+start, the restore and the front's hold on a wake or restart. ``others_cores`` of a turn is how
+many cores the machine's other work (not the bench, the serve or its engines) kept busy during
+it: on a shared 2-core machine the same prompt on the same engine takes from 0.9 s to 5.5 s as
+that load comes and goes, so a pair whose turns saw different loads says little.
 
     .venv/bin/python -m benchmarks.conversation_survives_restart [--out FILE] [--models ...]
 """
@@ -274,6 +277,8 @@ def summary(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any
         "warm_prompt_n": [w["prompt_n"] for w, _ in pairs],
         "after_prompt_n": [a["prompt_n"] for _, a in pairs],
         "after_outside_s": [a.get("outside_s") for _, a in pairs],
+        "warm_others_cores": [w.get("others_cores") for w, _ in pairs],
+        "after_others_cores": [a.get("others_cores") for _, a in pairs],
     }
 
 

@@ -1,6 +1,8 @@
 """An agent's long conversation with a real `lucebox serve`, for the conversation benchmark: the
 serve process in a home of its own (started, stopped with `lucebox down`, its settings set the
-way `lucebox config set` sets them), and the turns a client sends, timed to the first token."""
+way `lucebox config set` sets them), and the turns a client sends, timed to the first token,
+each with the CPU the machine's other work took meanwhile (on a shared machine it can slow a
+turn several times over)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.machine import config
@@ -25,6 +28,44 @@ from support.smolserver import private_engine_home
 
 WAIT_S = 900.0
 """The longest wait for a start, a calibration or a sleep (a loaded 2-core machine)."""
+
+
+@dataclass(frozen=True)
+class CpuMark:
+    """The machine's busy CPU time and that of this process and all it started, at one time."""
+
+    at_s: float
+    busy_s: float
+    """User, nice, system and interrupt time of every core (the host's steal left out)."""
+    ours_s: float
+    """This process's CPU time and its descendants', the exited ones' included."""
+
+
+def cpu_mark() -> CpuMark:
+    """The machine's and this process tree's CPU time now: the bench, `lucebox serve`, the
+    engine and every model process are all its descendants."""
+    times = psutil.cpu_times()
+    busy_s = times.user + times.nice + times.system
+    busy_s += getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
+    me = psutil.Process()
+    ours_s = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            used = process.cpu_times()
+        except psutil.Error:  # gone meanwhile: its parent counts it once it is reaped
+            continue
+        ours_s += used.user + used.system + used.children_user + used.children_system
+    return CpuMark(time.monotonic(), busy_s, ours_s)
+
+
+def others_cores(before: CpuMark, after: CpuMark) -> float | None:
+    """How many cores the machine's other work kept busy between two marks, on average: its
+    busy time less this process tree's (pure). None over no time."""
+    span_s = after.at_s - before.at_s
+    if span_s <= 0:
+        return None
+    other_s = (after.busy_s - before.busy_s) - (after.ours_s - before.ours_s)
+    return round(max(other_s, 0.0) / span_s, 2)
 
 
 def note_line(index: int) -> str:
@@ -58,7 +99,8 @@ class Conversation:
 
     async def turn(self, url: str, question: str) -> dict[str, Any]:
         """One streamed turn: time to the first token and to the end, the tokens the engine
-        read (``prompt_n``) and found cached (``cache_n``)."""
+        read (``prompt_n``) and found cached (``cache_n``), and the cores the machine's other
+        work kept busy meanwhile (``others_cores``)."""
         self.messages.append({"role": "user", "content": question})
         body = {
             "messages": self.messages,
@@ -71,6 +113,7 @@ class Conversation:
         reply, first_s = "", None
         timings: dict[str, Any] = {}
         started = time.monotonic()
+        before = cpu_mark()
         async with (
             httpx.AsyncClient(timeout=WAIT_S) as client,
             client.stream("POST", f"{url}/v1/chat/completions", json=body) as answer,
@@ -87,6 +130,7 @@ class Conversation:
                         first_s = time.monotonic() - started
                     reply += text
         total_s = time.monotonic() - started
+        others = others_cores(before, cpu_mark())
         self.messages.append({"role": "assistant", "content": reply})
         self.steps += 1
         prompt_ms = timings.get("prompt_ms")
@@ -96,6 +140,7 @@ class Conversation:
             "prompt_n": timings.get("prompt_n"),
             "cache_n": timings.get("cache_n"),
             "prompt_ms": round(prompt_ms, 1) if prompt_ms is not None else None,
+            "others_cores": others,
         }
 
 

@@ -29,6 +29,14 @@ CHILD_LOOK_TIMEOUT_S = 2.0
 """A stopped process answers nothing: the look gives up soon, so the set's poll goes on."""
 
 
+def child_client(timeout_s: float) -> httpx.AsyncClient:
+    """A client for the model processes' own ports that keeps no idle connection: a process's
+    HTTP server waits for an open one before it exits, 0.1 s more on each unload, which an
+    evicting request waits out before the model it asked for loads (the router's own calls to
+    a process close theirs)."""
+    return httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(max_keepalive_connections=0))
+
+
 @dataclass(frozen=True)
 class ChildLook:
     """One look at a model process: what its ``/slots`` and ``/metrics`` said, read once a

@@ -67,6 +67,7 @@ from lucebox.engine.run.front.frontwire import (
 from lucebox.engine.run.front.sideroute import SideRoute, relay_side, side_listing
 from lucebox.engine.run.servedset.admission import Placement, evictions
 from lucebox.engine.run.servedset.routerlist import LIST_WAIT_S, ModelListError, router_list
+from lucebox.engine.run.servedset.servedsethang import child_client
 from lucebox.engine.run.servedset.servedsetslots import ModelSlot, SetSlots
 from lucebox.engine.run.servedsetmodels import router_states
 
@@ -398,7 +399,7 @@ async def start_proxy(
     models' processes, answered past the gate."""
     admin = httpx.AsyncClient(base_url=router_url, timeout=30.0, headers=dict(headers))
     client = httpx.AsyncClient(base_url=router_url, timeout=None)
-    engines = httpx.AsyncClient(timeout=30.0)
+    engines = child_client(30.0)
     gate = ModelGate(admin, placements, room_bytes, SetSlots(admin, engines, *slots))
     proxy = ServedSetProxy(client, gate, policy, shapes, sides=sides)
     server = await asyncio.start_server(proxy.handle, host, port)

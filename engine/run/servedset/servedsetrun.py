@@ -40,7 +40,11 @@ from lucebox.engine.run.runstate import write_slot_save
 from lucebox.engine.run.sample import SpecStatus
 from lucebox.engine.run.servedset.routerlist import ModelListError, error_message
 from lucebox.engine.run.servedset.servedsetguard import NO_SPEC, ChildSpecGuard, ModelSpec
-from lucebox.engine.run.servedset.servedsethang import ChildHangWatch, look_at_child
+from lucebox.engine.run.servedset.servedsethang import (
+    ChildHangWatch,
+    child_client,
+    look_at_child,
+)
 from lucebox.engine.run.servedsetmodels import (
     ModelNote,
     ModelsSample,
@@ -280,7 +284,10 @@ class ServedSetRun(ServerRun):
             await self._poll_models(engine_pid, queue)
 
     async def _poll_models(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
-        async with httpx.AsyncClient(timeout=5.0, headers=auth_headers(self.api_key)) as client:
+        async with (
+            httpx.AsyncClient(timeout=5.0, headers=auth_headers(self.api_key)) as client,
+            child_client(5.0) as children,
+        ):
             following = asyncio.create_task(self._follow_changes(client, engine_pid, queue))
             try:
                 while True:
@@ -292,7 +299,8 @@ class ServedSetRun(ServerRun):
                         self._states = router_states(payload)
                     if payload is not None:  # an unanswered poll says nothing of the models
                         notes = await self._after_failures(client, failed_children(payload))
-                        notes += await self._watch_children(client, loaded_children(payload))
+                        loaded = loaded_children(payload)
+                        notes += await self._watch_children(client, children, loaded)
                         for note in notes:
                             self.supervisor.log.write(f"# lucebox: {note.message}")
                             await queue.put(note)
@@ -323,19 +331,20 @@ class ServedSetRun(ServerRun):
         return notes
 
     async def _watch_children(
-        self, client: httpx.AsyncClient, children: dict[str, int]
+        self, client: httpx.AsyncClient, looker: httpx.AsyncClient, children: dict[str, int]
     ) -> list[ModelNote]:
         """The loaded models (alias -> port) looked at once for both watches: the hang watch
         (:mod:`servedsethang`) judges those answering a request, the speculation guard
         (:mod:`servedsetguard`) those too, those that just answered and those whose decision
         waits for an idle moment. Only they are asked: any request to a model's process, a
-        look too, keeps it from sleeping."""
+        look too, keeps it from sleeping. ``looker`` asks them (it keeps no idle connection,
+        :func:`servedsethang.child_client`); ``client`` asks the router."""
         answering = self.in_flight()
         looked = answering
         if self.respec is not None:
             looked |= self._answering_before | self._spec_guard.pending()
         self._answering_before = answering
-        looks = {a: await look_at_child(client, p) for a, p in children.items() if a in looked}
+        looks = {a: await look_at_child(looker, p) for a, p in children.items() if a in looked}
         notes = []
         if self._hang_watch is not None:
             busy = {a: look for a, look in looks.items() if a in answering}

@@ -14,7 +14,8 @@ from lucebox.engine.run.front.apishape import Shapes
 from lucebox.engine.run.front.frontguard import FrontPolicy
 from lucebox.engine.run.front.sideroute import EMBED_PATHS, SideRoute
 from lucebox.engine.run.servedset.admission import Placement
-from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy
+from lucebox.engine.run.servedset.servedsethang import child_client
+from lucebox.engine.run.servedset.servedsetproxy import ModelGate, ServedSetProxy, start_proxy
 from support import codexlist
 from support.frontserver import loopback_policy
 
@@ -333,3 +334,43 @@ async def test_a_router_that_lists_no_models_admits_nothing_past_the_budget():
         assert (await ask(proxy, "/models/load", "smoke")).status_code == 200
     assert router.loads == [("smoke", frozenset())]
     assert router.loaded == {"smoke"}
+
+
+async def keepalive_process() -> tuple[asyncio.Server, int, asyncio.Event]:
+    """An HTTP/1.1 server that keeps each connection open for the next request, as a model's
+    process does, and says when its client closed one."""
+    closed = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            closed.set()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], closed
+
+
+async def test_calls_to_a_models_own_process_leave_no_idle_connection_to_hold_its_exit():
+    # A model's process waits for an idle connection before it exits: an eviction would wait.
+    process, port, closed = await keepalive_process()
+    server, clients, gate = await start_proxy(
+        "127.0.0.1", 0, "http://127.0.0.1:9", PLACEMENTS, ROOM, {}, loopback_policy(), {}
+    )
+    try:
+        assert (await gate.slots.engines.get(f"http://127.0.0.1:{port}/slots")).json() == []
+        await asyncio.wait_for(closed.wait(), 2.0)  # the reseat's, save's and restore's client
+        closed.clear()
+        async with child_client(5.0) as looker:  # the hang watch's and guard's looks
+            await looker.get(f"http://127.0.0.1:{port}/slots")
+            await asyncio.wait_for(closed.wait(), 2.0)
+    finally:
+        server.close()
+        for client in clients:
+            await client.aclose()
+        process.close()
