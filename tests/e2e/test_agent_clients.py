@@ -80,10 +80,13 @@ def clean_env(home: Path, lucebox_home: Path, path: str) -> dict[str, str]:
 
 
 def prompts_served(paths: Paths) -> int:
+    """The clients' prompts the engine read: every prompt its log times, less lucebox's own
+    warm-up of each start (the supervisor logs each one answered)."""
     try:
-        return engine_log(paths).read_text("utf-8", "replace").count("prompt eval time")
+        text = engine_log(paths).read_text("utf-8", "replace")
     except FileNotFoundError:
         return 0
+    return text.count("prompt eval time") - text.count("# lucebox: warm-up answered")
 
 
 def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
