@@ -34,7 +34,7 @@ from lucebox.engine.bench.compare import (
 )
 from lucebox.engine.bench.measure import CallSample
 from lucebox.engine.bench.quick import engines_verdict, probes_tok_s, run_quick, sample_json
-from lucebox.engine.bench.recalibration import refuse_without_calibration
+from lucebox.engine.bench.recalibration import put_back_left_aside, refuse_without_calibration
 from lucebox.engine.bench.replay import ReplayCall, ReplayResult, replay
 from lucebox.engine.bench.transcript import Transcript, parse_transcript
 from lucebox.engine.core.errors import EXIT_OK, UsageError
@@ -291,6 +291,9 @@ def _replay_between(args: argparse.Namespace, paths: Paths, transcript: Transcri
         preset=args.preset, model=args.model, draft=args.draft, ctx=args.ctx
     )
     if between.kind == "calibrate":
+        put_back = put_back_left_aside(paths)
+        if put_back is not None:
+            _note(f"calibrate: your measurements put back from {put_back}, a killed bench's copy")
         refuse_without_calibration(paths, options, _step_note)
     _note(f"{between.kind}: starting lucebox serve")
     with restartable(paths, options, ServeConfig("default")) as server:

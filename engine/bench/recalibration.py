@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import tomli_w
 
 from lucebox.engine.core.errors import RunError, UsageError
@@ -79,7 +80,8 @@ class MeasurementsAside:
     calibrates, and put back once it stops.
 
     A copy, not a move: should the bench be killed before :meth:`put_back`, the user's
-    measurements are still in ``spec-measurements.json.bench-<pid>`` beside the store.
+    measurements are still in ``spec-measurements.json.bench-<pid>`` beside the store, and the
+    next bench that keeps them aside puts that copy back first (:func:`put_back_left_aside`).
     """
 
     def __init__(self, paths: Paths) -> None:
@@ -100,6 +102,30 @@ class MeasurementsAside:
             self.store.unlink(missing_ok=True)
         else:
             os.replace(self.aside, self.store)
+
+
+def put_back_left_aside(paths: Paths) -> Path | None:
+    """The user's store put back from the copy a killed bench left beside it (the copy of a
+    bench still running is left alone); the copy put back, None when there was none.
+
+    The newest copy wins: an older one predates measurements the user made since."""
+    store = store_file(paths)
+    left = [
+        aside
+        for aside in store.parent.glob(f"{store.name}.bench-*")
+        if not _bench_alive(aside.name.rpartition("-")[2])
+    ]
+    if not left:
+        return None
+    newest = max(left, key=lambda aside: aside.stat().st_mtime_ns)
+    os.replace(newest, store)
+    for older in left:
+        older.unlink(missing_ok=True)
+    return newest
+
+
+def _bench_alive(pid_text: str) -> bool:
+    return pid_text.isdigit() and int(pid_text) != os.getpid() and psutil.pid_exists(int(pid_text))
 
 
 def wait_calibrated(

@@ -4,6 +4,9 @@ settings layer, and when a calibration counts as done (from the files a serve wr
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -12,6 +15,7 @@ from lucebox.engine.bench.recalibration import (
     MeasurementsAside,
     calibrated,
     calibrating_env,
+    put_back_left_aside,
 )
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine.config import SETTINGS_ENV
@@ -37,6 +41,39 @@ def test_the_users_store_is_put_back_whole_after_the_benchs_verdicts(paths):
     aside.put_back()
     assert store_file(paths).read_bytes() == users
     assert [p.name for p in store_file(paths).parent.iterdir()] == [store_file(paths).name]
+
+
+KILLED_BENCH = """
+import os, signal
+from lucebox.engine.bench.recalibration import MeasurementsAside
+from lucebox.engine.core.paths import resolve_paths
+from lucebox.engine.plan.speculation.measurements import write_section
+paths = resolve_paths()
+MeasurementsAside(paths).forget_speculation()
+write_section(paths, "entries", {"bench": {"chosen": "off"}})
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_benchs_copy_is_put_back_and_a_running_ones_left(paths):
+    write_section(paths, "entries", {"users": {"chosen": "ngram-mod"}})
+    users = store_file(paths).read_bytes()
+    killed = subprocess.run([sys.executable, "-c", KILLED_BENCH], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert read_section(paths, "entries") == {"bench": {"chosen": "off"}}
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as running:
+        try:
+            running_copy = store_file(paths).with_name(
+                f"{store_file(paths).name}.bench-{running.pid}"
+            )
+            running_copy.write_text("{}")
+            put_back = put_back_left_aside(paths)
+            assert put_back not in (None, running_copy) and not put_back.exists()
+            assert store_file(paths).read_bytes() == users
+            assert running_copy.exists()
+            assert put_back_left_aside(paths) is None
+        finally:
+            running.kill()
 
 
 def test_no_store_before_means_none_after(paths):
