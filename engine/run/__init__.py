@@ -10,6 +10,7 @@
   beside the engine), ``sleep`` and ``sleepwatch`` (the engine stopped when idle, woken by the
   next request), ``prefixdisk`` (the Lucebox engine's disk prefix cache as the run reads it).
 - ``kinds/``: how a running engine of each kind is read; ``front/``: lucebox's front door;
+  ``supervision/``: the supervisor's parts (the process, its log, readiness, restarts);
   ``calibrate/``: measuring on the card once idle; ``servedset/``: a served set's run.
 - ``runsetup``: what a server run is built from (what it serves, how it watches its
   speculation, what it measures).

@@ -29,7 +29,7 @@ from lucebox.engine.engines.registry import EngineManifest
 from lucebox.engine.machine import gpu
 from lucebox.engine.machine.peers import INFO_PORT_OFFSET, PeerInfo
 from lucebox.engine.machine.ports import port_holder
-from lucebox.engine.run.supervisor import die_with_parent
+from lucebox.engine.run.supervision.engineprocess import die_with_parent
 
 RPC_SERVER = "ggml-rpc-server"
 READY_TIMEOUT_S = 60.0

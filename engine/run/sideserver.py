@@ -19,7 +19,7 @@ from lucebox.engine.plan.lucebox.luceboxlaunch import ENGINE_ENV_PREFIXES
 from lucebox.engine.plan.sidemodels import SideModel, SideRole
 from lucebox.engine.run.front.sideroute import PATHS_OF, SideRoute
 from lucebox.engine.run.sample import SideStatus
-from lucebox.engine.run.supervisor import die_with_parent
+from lucebox.engine.run.supervision.engineprocess import die_with_parent
 
 STOP_GRACE_S = 5.0
 BACKOFF_FIRST_S = 1.0

@@ -35,8 +35,8 @@ from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.serverrun import HANG_CHECK_S, ServerRun
 from lucebox.engine.run.slots import PART_SUFFIX, SlotKey
+from lucebox.engine.run.supervision.restartpolicy import RestartPolicy
 from lucebox.engine.run.supervisor import (
-    RestartPolicy,
     ServerEvent,
     Supervisor,
 )

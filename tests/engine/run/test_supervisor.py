@@ -27,8 +27,8 @@ from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import read_status
 from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.supervision.restartpolicy import RestartPolicy
 from lucebox.engine.run.supervisor import (
-    RestartPolicy,
     ServerEvent,
     Supervisor,
 )
@@ -152,7 +152,7 @@ async def test_generic_crashes_restart_with_backoff_then_give_up(plan, tmp_path)
 
 
 def test_log_path_is_created(tmp_path):
-    from lucebox.engine.run.supervisor import RotatingLog
+    from lucebox.engine.run.supervision.enginelog import RotatingLog
 
     log = RotatingLog(tmp_path / "deep" / "engine.log")
     log.write("line")

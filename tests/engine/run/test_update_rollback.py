@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from lucebox.engine.core.paths import resolve_paths
-from lucebox.engine.run.supervisor import RestartPolicy
+from lucebox.engine.run.supervision.restartpolicy import RestartPolicy
 from tests.engine.run.test_supervisor import _prepared_on
 
 
