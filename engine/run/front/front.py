@@ -35,12 +35,12 @@ from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
 from lucebox.engine.run.front.frontguard import (
-    GENERATION_SUFFIXES,
     FrontPolicy,
     Refusal,
     admit,
     cors_headers,
     header_map,
+    is_generation,
 )
 from lucebox.engine.run.front.frontqueue import (
     DEFAULT_MAX_WAITING,
@@ -107,10 +107,6 @@ ENGINE_GONE_GRACE_S = 3.0
 front answers 502 (it learns of the death from the supervisor, a moment later)."""
 ENDED_STATES = ("stopped", "failed")
 """Run states no engine comes back from: a waiting request is answered 503 at once."""
-
-
-def is_generation(method: str, path: str) -> bool:
-    return method == "POST" and path.endswith(GENERATION_SUFFIXES)
 
 
 def wants_stream(body: bytes) -> bool:
