@@ -31,11 +31,10 @@ import h11
 
 from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
 from lucebox.engine.run.front.bodyguard import body_refusal
-from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_answer
+from lucebox.engine.run.front.chatpage import PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
 from lucebox.engine.run.front.frontguard import (
-    FrontPolicy,
     Refusal,
     admit,
     cors_headers,
@@ -43,7 +42,6 @@ from lucebox.engine.run.front.frontguard import (
     is_generation,
 )
 from lucebox.engine.run.front.frontqueue import (
-    DEFAULT_MAX_WAITING,
     FrontQueue,
     QueueFullError,
     Ticket,
@@ -52,7 +50,6 @@ from lucebox.engine.run.front.frontwire import (
     CARRIES_TOKEN,
     HOP_HEADERS,
     KEEPALIVE_COMMENT,
-    KEEPALIVE_S,
     LAST_EVENT,
     ApiShape,
     ClientGoneError,
@@ -72,7 +69,6 @@ from lucebox.engine.run.front.samplingmix import SamplingMix
 from lucebox.engine.run.front.sideroute import (
     CALL_ERRORS,
     NOT_RELAYED,
-    SideRoute,
     relay_side,
     side_listing,
 )
@@ -82,18 +78,12 @@ from lucebox.engine.run.slots import ClientPrompt, kept_prompt
 
 if TYPE_CHECKING:
     from lucebox.engine.plan.samplingdefaults import SamplingDefaults
+    from lucebox.engine.run.front.frontsetup import FrontSetup
 
-QUEUE_NOTE_S = 5.0
-"""How often a waiting streamed request is told its place (``: queued, position N``)."""
 _ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
 ENGINE_ERRORS = CALL_ERRORS
 """What a broken or refused connection to the engine raises."""
 SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
-ENGINE_WAIT_S = 600.0
-"""How long a generation request waits, from its arrival, for an engine that is starting or
-restarting (a measurement's restart, a re-plan, a crash's backoff) before it is answered 503,
-where the launch's ready timeout is not known: a large model loads in minutes, and a request
-relayed to an engine not listening yet would fail (502)."""
 STATE_POLL_S = 0.5
 """How often a waiting request looks whether the run ended."""
 LOADING_BODY = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
@@ -116,35 +106,6 @@ def wants_stream(body: bytes) -> bool:
         data = json.loads(body)
         return isinstance(data, dict) and data.get("stream") is True
     return False
-
-
-@dataclass(frozen=True)
-class FrontSetup:
-    """What the front of one engine serves and allows."""
-
-    policy: FrontPolicy
-    model: str
-    """The served alias (``/v1/models``)."""
-    ctx: int
-    """The context the engine serves, in tokens (``context_length``)."""
-    capacity: int = 1
-    """Requests the engine serves at once: 1 for the Lucebox engine, llama-server's slots."""
-    engine_key: str | None = None
-    """The key the engine itself wants (llama-server's key file); None: it wants none."""
-    max_waiting: int = DEFAULT_MAX_WAITING
-    keepalive_s: float = KEEPALIVE_S
-    queue_note_s: float = QUEUE_NOTE_S
-    engine_wait_s: float = ENGINE_WAIT_S
-    """The longest a request waits from its arrival for the engine to be ready (the
-    launch's ready timeout where the run knows it)."""
-    images: bool = True
-    """The engine serves a vision projector; False: an image in a request is refused (400)."""
-    thinking_default: bool | None = None
-    """The model's planned thinking default, which Codex's model list offers."""
-    sides: tuple[SideRoute, ...] = ()
-    """Embedding and reranker models other processes serve: their requests skip the queue."""
-    page: ChatPage | None = None
-    """The chat page the front serves itself (the engine has none); None: the engine's."""
 
 
 @dataclass
