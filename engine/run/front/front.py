@@ -21,9 +21,8 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -34,6 +33,7 @@ from lucebox.engine.run.front.bodyguard import body_refusal
 from lucebox.engine.run.front.chatpage import PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
+from lucebox.engine.run.front.frontcounters import FrontCounters, counters_text
 from lucebox.engine.run.front.frontguard import (
     Refusal,
     admit,
@@ -49,7 +49,6 @@ from lucebox.engine.run.front.frontqueue import (
 from lucebox.engine.run.front.frontwire import (
     CARRIES_TOKEN,
     HOP_HEADERS,
-    KEEPALIVE_COMMENT,
     LAST_EVENT,
     ApiShape,
     ClientGoneError,
@@ -63,6 +62,7 @@ from lucebox.engine.run.front.frontwire import (
     split_events,
 )
 from lucebox.engine.run.front.keyuse import KeyTally
+from lucebox.engine.run.front.ownreply import failed, keepalive, sse_started, stopped_midway
 from lucebox.engine.run.front.prometheus import prometheus_text
 from lucebox.engine.run.front.replycap import within_room
 from lucebox.engine.run.front.samplingmix import SamplingMix
@@ -83,7 +83,6 @@ if TYPE_CHECKING:
 _ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
 ENGINE_ERRORS = CALL_ERRORS
 """What a broken or refused connection to the engine raises."""
-SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
 STATE_POLL_S = 0.5
 """How often a waiting request looks whether the run ended."""
 LOADING_BODY = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
@@ -106,14 +105,6 @@ def wants_stream(body: bytes) -> bool:
         data = json.loads(body)
         return isinstance(data, dict) and data.get("stream") is True
     return False
-
-
-@dataclass
-class FrontCounters:
-    answered: Counter[int] = field(default_factory=Counter)
-    """Answers by status code."""
-    client_gone: int = 0
-    keepalives: int = 0
 
 
 class Front:
@@ -271,7 +262,7 @@ class Front:
             while waits or not await ex.wait(admitted, self.spec.queue_note_s):
                 waits = False
                 if streamed:
-                    await _sse_started(ex, cors)
+                    await sse_started(ex, cors)
                     await ex.data(f": queued, position {self.queue.position(ticket)}\n\n".encode())
             for attempt in range(1, RELAY_ATTEMPTS + 1):
                 if not await self._engine_back(ex, cors, ticket.arrived_s, streamed=streamed):
@@ -284,7 +275,7 @@ class Front:
                 if failure is None:
                     return
                 if not await self._engine_gone():
-                    await self._failed(ex, 502, failure)
+                    await failed(ex, self.counters, 502, failure)
                     return
                 self.queue.held(ticket)  # waits for the engine again, as status says
         finally:
@@ -308,11 +299,11 @@ class Front:
                 now_s = time.monotonic()
                 if state in ENDED_STATES or now_s >= deadline_s:
                     message = f"the engine is not serving ({state}); try again later"
-                    await self._failed(ex, 503, message)
+                    await failed(ex, self.counters, 503, message)
                     return False
                 if streamed and now_s - said_s >= self.spec.keepalive_s:
-                    await _sse_started(ex, cors)
-                    await self._keepalive(ex)
+                    await sse_started(ex, cors)
+                    await keepalive(ex, self.counters)
                     said_s = now_s
                 await ex.wait(opened, STATE_POLL_S)
         finally:
@@ -348,15 +339,15 @@ class Front:
         try:
             while not await ex.wait(sending, self.spec.keepalive_s):
                 if streamed:
-                    await _sse_started(ex, cors)
-                    await self._keepalive(ex)
+                    await sse_started(ex, cors)
+                    await keepalive(ex, self.counters)
             call, answer = sending.result()
             call, answer = await self._within_context(call, answer, method, target, headers, sent)
         except ENGINE_ERRORS as exc:
             failure = f"the engine did not answer: {exc}"
             if may_retry:
                 return failure
-            await self._failed(ex, 502, failure)
+            await failed(ex, self.counters, 502, failure)
             return None
         finally:
             sending.cancel()  # a client gone before the engine answered: the call closes
@@ -441,17 +432,6 @@ class Front:
             call.writer.close()
             raise
 
-    async def _failed(self, ex: Exchange, status: int, message: str) -> None:
-        """The error as an answer, or as the last event of a stream already started."""
-        self.counters.answered[status] += 1
-        if ex.started:
-            # Both SDKs raise on it: OpenAI's on an "error" member, Anthropic's on the event.
-            error = json.dumps({"type": "error", "error": {"code": status, "message": message}})
-            await ex.data(f"event: error\ndata: {error}\n\n".encode())
-            await ex.end()
-        else:
-            await ex.error(status, message)
-
     async def _answer_back(
         self,
         ex: Exchange,
@@ -504,9 +484,10 @@ class Front:
     async def _read_all(self, ex: Exchange, call: EngineCall) -> bytes:
         return await read_whole(ex, call, self.spec.keepalive_s)
 
-    async def _next_chunk(self, ex: Exchange, call: EngineCall, *, keepalive: bool) -> bytes | None:
-        quiet = (lambda: self._keepalive(ex)) if keepalive else None
-        return await next_chunk(ex, call, self.spec.keepalive_s, quiet)
+    async def _next_chunk(self, ex: Exchange, call: EngineCall, *, quiet: bool) -> bytes | None:
+        """The engine's next bytes; with ``quiet``, a comment whenever it is silent long."""
+        comment = (lambda: keepalive(ex, self.counters)) if quiet else None
+        return await next_chunk(ex, call, self.spec.keepalive_s, comment)
 
     async def _pipe_events(
         self,
@@ -524,7 +505,7 @@ class Front:
         pending = b""
         ended = False
         try:
-            while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
+            while (chunk := await self._next_chunk(ex, call, quiet=not pending)) is not None:
                 if ticket is not None:
                     ticket.engine_chunks += 1
                 events, pending = split_events(pending + chunk)
@@ -542,19 +523,16 @@ class Front:
         except ENGINE_ERRORS as exc:
             # The events so far are whole (a cut one is dropped): the client reads why it
             # ended instead of a connection closed under it.
-            await self._failed(ex, 502, _stopped_midway(str(exc)))
+            await failed(ex, self.counters, 502, stopped_midway(str(exc)))
             return
         ended = ended or LAST_EVENT.search(pending) is not None  # a last event cut short
         if call.ends_at_close and api_endpoint(path) in SHAPED_PATHS and not ended:
-            await self._failed(ex, 502, _stopped_midway("its stream ended without its last event"))
+            cut = stopped_midway("its stream ended without its last event")
+            await failed(ex, self.counters, 502, cut)
             return
         self.counters.answered[status] += 1
         await ex.data(shaper.close() + pending)
         await ex.end()
-
-    async def _keepalive(self, ex: Exchange) -> None:
-        self.counters.keepalives += 1
-        await ex.data(KEEPALIVE_COMMENT)
 
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]], *, codex: bool) -> None:
         """The engine's model list with the context planned now
@@ -570,7 +548,7 @@ class Front:
                 finally:
                     await call.close()
             except (*ENGINE_ERRORS, ValueError) as exc:
-                await self._failed(ex, 502, f"the engine did not list its models: {exc}")
+                await failed(ex, self.counters, 502, f"the engine did not list its models: {exc}")
                 return
         data = listed.get("data") if isinstance(listed, dict) else None
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
@@ -608,34 +586,9 @@ class Front:
     def metrics_text(self) -> str:
         """Prometheus text: the run's numbers with the queue as it is now, and the front's."""
         status = replace(self.status(), queue=self.queue.status())
-        counters = self.counters
-        lines = [
-            "# TYPE lucebox_client_disconnects_total counter",
-            f"lucebox_client_disconnects_total {counters.client_gone}",
-            "# TYPE lucebox_sse_keepalives_total counter",
-            f"lucebox_sse_keepalives_total {counters.keepalives}",
-            "# TYPE lucebox_responses_total counter",
-            *(
-                f'lucebox_responses_total{{code="{code}"}} {count}'
-                for code, count in sorted(counters.answered.items())
-            ),
-        ]
-        return prometheus_text(status) + "\n".join(lines) + "\n"
-
-
-async def _sse_started(ex: Exchange, cors: list[tuple[str, str]]) -> None:
-    """The front's own SSE head, once: a stream hears from the front before the engine."""
-    if not ex.started:
-        await ex.head(200, [*SSE_HEAD, *cors])
+        return prometheus_text(status) + counters_text(self.counters)
 
 
 async def start_front(front: Front, host: str, port: int) -> asyncio.Server:
     """The front listening on ``host:port`` (IPv4 and IPv6 where the host name has both)."""
     return await asyncio.start_server(front.handle, host, port)
-
-
-def _stopped_midway(how: str) -> str:
-    return (
-        f"the engine stopped in the middle of this reply ({how}); lucebox starts it again: "
-        "send the request again"
-    )
