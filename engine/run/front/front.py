@@ -33,6 +33,7 @@ from lucebox.engine.run.front.bodyguard import body_refusal
 from lucebox.engine.run.front.chatpage import PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
+from lucebox.engine.run.front.enginegate import EngineGate
 from lucebox.engine.run.front.frontcounters import FrontCounters, counters_text
 from lucebox.engine.run.front.frontguard import (
     Refusal,
@@ -83,10 +84,6 @@ if TYPE_CHECKING:
 _ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
 ENGINE_ERRORS = CALL_ERRORS
 """What a broken or refused connection to the engine raises."""
-STATE_POLL_S = 0.5
-"""How often a waiting request looks whether the run ended."""
-LOADING_BODY = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
-"""llama-server's answer to every route while it loads (its contract, server-http.cpp)."""
 RELAY_ATTEMPTS = 2
 """A generation whose engine died before answering its first byte is sent once more to the
 engine started again (nothing reached the client; a prompt that kills the engine dies twice
@@ -94,8 +91,6 @@ and is answered 502)."""
 ENGINE_GONE_GRACE_S = 3.0
 """How long after a broken engine connection the run has to mark the engine down before the
 front answers 502 (it learns of the death from the supervisor, a moment later)."""
-ENDED_STATES = ("stopped", "failed")
-"""Run states no engine comes back from: a waiting request is answered 503 at once."""
 
 
 def wants_stream(body: bytes) -> bool:
@@ -133,10 +128,8 @@ class Front:
         """Open connections by client address (:mod:`connguard`)."""
         self._page_facts = PageFacts(spec.model, spec.ctx, spec.images, sampling)
         """The sampling the generation requests got (``sampling``: what fills unset fields)."""
-        self._engine_ready = asyncio.Event()
-        self._engine_ready.set()
-        self._down_since_s = 0.0
-        """When the engine last went down: every request held for it shares one deadline."""
+        # Read through the front: a test replaces its status.
+        self.gate = EngineGate(lambda: self.status())
         self._engine_headers: list[tuple[bytes, bytes]] = (
             [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
         )
@@ -155,11 +148,7 @@ class Front:
     def engine_ready(self, ready: bool) -> None:
         """Whether the engine behind takes requests now; while not, generation requests wait
         (the run says so as its engine starts, stops and comes back)."""
-        if ready:
-            self._engine_ready.set()
-        elif self._engine_ready.is_set():
-            self._engine_ready.clear()
-            self._down_since_s = time.monotonic()
+        self.gate.engine_ready(ready)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await serve_connection(reader, writer, self.answer, self.addresses)
@@ -226,10 +215,11 @@ class Front:
                 await ex.error(400, why, cors)
             elif is_generation(method, path):
                 await self._queued(ex, request, target, path, body, cors, key_name)
-            elif not self._engine_ready.is_set() and self.status().state == "sleeping":
+            elif not self.gate.is_open and self.status().state == "sleeping":
                 await self._asleep(ex, request, target, path, body, cors)
-            elif not self._engine_ready.is_set():
-                await self._not_ready(ex, cors)
+            elif not self.gate.is_open:
+                self.counters.answered[503] += 1
+                await self.gate.answer_closed(ex, cors)
             else:
                 await self._relay(ex, request, target, path, body, cors, streamed=False)
         except ClientGoneError:
@@ -274,7 +264,7 @@ class Front:
                 )  # fmt: skip
                 if failure is None:
                     return
-                if not await self._engine_gone():
+                if not await self.gate.closes_within(ENGINE_GONE_GRACE_S):
                     await failed(ex, self.counters, 502, failure)
                     return
                 self.queue.held(ticket)  # waits for the engine again, as status says
@@ -285,30 +275,21 @@ class Front:
     async def _engine_back(
         self, ex: Exchange, cors: list[tuple[str, str]], arrived_s: float, *, streamed: bool
     ) -> bool:
-        """Wait while the engine starts or restarts (a stream hears keep-alives); False once
-        answered 503 instead: the run ended, or the engine was not back in time, counted
-        from when it went down or the request arrived, the later (each one queued behind it
-        would wait the whole bound again otherwise; time spent queued while it served is no
-        part of the wait)."""
-        deadline_s = max(arrived_s, self._down_since_s) + self.spec.engine_wait_s
-        opened = asyncio.ensure_future(self._engine_ready.wait())
-        said_s = time.monotonic()
-        try:
-            while not opened.done():
-                state = self.status().state
-                now_s = time.monotonic()
-                if state in ENDED_STATES or now_s >= deadline_s:
-                    message = f"the engine is not serving ({state}); try again later"
-                    await failed(ex, self.counters, 503, message)
-                    return False
-                if streamed and now_s - said_s >= self.spec.keepalive_s:
-                    await sse_started(ex, cors)
-                    await keepalive(ex, self.counters)
-                    said_s = now_s
-                await ex.wait(opened, STATE_POLL_S)
-        finally:
-            opened.cancel()
-        return True
+        """Wait at the gate (a stream hears keep-alives); False once answered 503 instead."""
+
+        async def quiet() -> None:
+            await sse_started(ex, cors)
+            await keepalive(ex, self.counters)
+
+        spec = self.spec
+        state = await self.gate.opened(
+            ex, arrived_s, spec.engine_wait_s, spec.keepalive_s, quiet if streamed else None
+        )
+        if state is None:
+            return True
+        message = f"the engine is not serving ({state}); try again later"
+        await failed(ex, self.counters, 503, message)
+        return False
 
     async def _relay(
         self,
@@ -401,26 +382,6 @@ class Front:
         await call.close()
         self.client_prompt = ClientPrompt(path, shorter, time.monotonic())
         return await self._call(method, target, headers, shorter)
-
-    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
-        """What llama-server answers while it loads, so health checks wait instead of failing
-        (502); once the run has ended, that no engine comes back."""
-        self.counters.answered[503] += 1
-        state = self.status().state
-        if state in ENDED_STATES:
-            await ex.error(503, f"the engine is not serving ({state}); start it again", cors)
-            return
-        await ex.whole(503, LOADING_BODY, extra=[("retry-after", "1"), *cors])
-
-    async def _engine_gone(self) -> bool:
-        """Whether the run marks the engine down within the grace after its connection broke
-        (it is then restarting, and the request can wait for it)."""
-        deadline_s = time.monotonic() + ENGINE_GONE_GRACE_S
-        while self._engine_ready.is_set():
-            if time.monotonic() >= deadline_s:
-                return False
-            await asyncio.sleep(STATE_POLL_S / 5)
-        return True
 
     async def _call(
         self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
