@@ -3,8 +3,9 @@
 It listens on the user's address and port; the engine listens on a private loopback port the
 planner chose (``ServerLaunch.engine_port``). Every request passes the guard
 (:mod:`frontguard`: the API key, ``Host`` and ``Origin``); a generation request then waits its
-turn in :mod:`frontqueue` (the Lucebox engine serves one at a time, llama-server its slots), and
-is relayed to the engine with the user's key replaced by the engine's own. While a streamed
+turn in :mod:`frontqueue` (the Lucebox engine serves one at a time, llama-server its slots),
+waits for an engine that starts or restarts at :mod:`enginegate`, and is relayed to the engine
+(:mod:`enginerelay`) with the user's key replaced by the engine's own. While a streamed
 request waits or the engine has sent nothing for a few seconds (a long prefill, a tool call
 being built), the front writes SSE comment lines, valid on OpenAI, Anthropic and Responses
 streams, so clients' idle watchdogs never fire. A client that hangs up leaves the queue, or has
@@ -21,19 +22,17 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import h11
-
-from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
+from lucebox.engine.run.front.apishape import models_with_context
 from lucebox.engine.run.front.bodyguard import body_refusal
 from lucebox.engine.run.front.chatpage import PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
 from lucebox.engine.run.front.enginegate import EngineGate
+from lucebox.engine.run.front.enginerelay import ENGINE_ERRORS, ClientRequest, EngineRelay
 from lucebox.engine.run.front.frontcounters import FrontCounters, counters_text
 from lucebox.engine.run.front.frontguard import (
     Refusal,
@@ -42,48 +41,31 @@ from lucebox.engine.run.front.frontguard import (
     header_map,
     is_generation,
 )
-from lucebox.engine.run.front.frontqueue import (
-    FrontQueue,
-    QueueFullError,
-    Ticket,
-)
+from lucebox.engine.run.front.frontqueue import FrontQueue, QueueFullError
 from lucebox.engine.run.front.frontwire import (
-    CARRIES_TOKEN,
-    HOP_HEADERS,
-    LAST_EVENT,
     ApiShape,
     ClientGoneError,
-    EngineCall,
     Exchange,
     SameShape,
-    header_of,
-    next_chunk,
-    read_whole,
     serve_connection,
-    split_events,
 )
 from lucebox.engine.run.front.keyuse import KeyTally
-from lucebox.engine.run.front.ownreply import failed, keepalive, sse_started, stopped_midway
+from lucebox.engine.run.front.ownreply import failed, keepalive, sse_started
 from lucebox.engine.run.front.prometheus import prometheus_text
-from lucebox.engine.run.front.replycap import within_room
 from lucebox.engine.run.front.samplingmix import SamplingMix
-from lucebox.engine.run.front.sideroute import (
-    CALL_ERRORS,
-    NOT_RELAYED,
-    relay_side,
-    side_listing,
-)
+from lucebox.engine.run.front.sideroute import relay_side, side_listing
 from lucebox.engine.run.runstate import Status
-from lucebox.engine.run.sample import QueueStatus
-from lucebox.engine.run.slots import ClientPrompt, kept_prompt
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import h11
+
     from lucebox.engine.plan.samplingdefaults import SamplingDefaults
     from lucebox.engine.run.front.frontsetup import FrontSetup
+    from lucebox.engine.run.sample import QueueStatus
+    from lucebox.engine.run.slots import ClientPrompt
 
-_ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
-ENGINE_ERRORS = CALL_ERRORS
-"""What a broken or refused connection to the engine raises."""
 RELAY_ATTEMPTS = 2
 """A generation whose engine died before answering its first byte is sent once more to the
 engine started again (nothing reached the client; a prompt that kills the engine dies twice
@@ -124,23 +106,24 @@ class Front:
         self.counters = FrontCounters()
         self.key_use = KeyTally()
         self.sampling = SamplingMix(sampling)
+        """The sampling the generation requests got (``sampling``: what fills unset fields)."""
         self.addresses = AddressCount()
         """Open connections by client address (:mod:`connguard`)."""
         self._page_facts = PageFacts(spec.model, spec.ctx, spec.images, sampling)
-        """The sampling the generation requests got (``sampling``: what fills unset fields)."""
-        # Read through the front: a test replaces its status.
+        # Both read the front's spec and status as they are now: a run replaces its spec on a
+        # re-plan, and a test its status.
         self.gate = EngineGate(lambda: self.status())
-        self._engine_headers: list[tuple[bytes, bytes]] = (
-            [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
+        self.relay = EngineRelay(
+            engine_url, lambda: self.spec, self.shape, self.counters, self.queue.capacity
         )
-        self.client_prompt: ClientPrompt | None = None
-        """The last generation request relayed to the engine: the slot holds its conversation
-        (the run seats and saves it before a stop or lucebox's own request)."""
         self.on_request: Callable[[str, str], None] | None = None
         """Told each admitted request's method and path (the sleep watch wakes the engine)."""
 
-    def _body_refusal(self, path: str, body: bytes) -> Refusal | None:
-        return body_refusal(body, path, images=self.spec.images)
+    @property
+    def client_prompt(self) -> ClientPrompt | None:
+        """The last generation request relayed to the engine: the slot holds its conversation
+        (the run seats and saves it before a stop or lucebox's own request)."""
+        return self.relay.client_prompt
 
     def queue_status(self) -> QueueStatus:
         return self.queue.status()
@@ -190,6 +173,7 @@ class Front:
         key_name: str | None = None,
     ) -> None:
         cors = cors_headers(headers.get("origin"))
+        asked = ClientRequest(ex, request, target, path, body, cors)
         if self.on_request is not None:
             self.on_request(method, path)
         ex.watch()
@@ -214,28 +198,23 @@ class Front:
                 self.counters.answered[400] += 1
                 await ex.error(400, why, cors)
             elif is_generation(method, path):
-                await self._queued(ex, request, target, path, body, cors, key_name)
+                await self._queued(asked, key_name)
             elif not self.gate.is_open and self.status().state == "sleeping":
-                await self._asleep(ex, request, target, path, body, cors)
+                await self._asleep(asked)
             elif not self.gate.is_open:
                 self.counters.answered[503] += 1
                 await self.gate.answer_closed(ex, cors)
             else:
-                await self._relay(ex, request, target, path, body, cors, streamed=False)
+                await self.relay.relay(asked, streamed=False)
         except ClientGoneError:
             self.counters.client_gone += 1
             ex.gone.set()
 
-    async def _queued(
-        self,
-        ex: Exchange,
-        request: h11.Request,
-        target: str,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-        key_name: str | None = None,
-    ) -> None:
+    def _body_refusal(self, path: str, body: bytes) -> Refusal | None:
+        return body_refusal(body, path, images=self.spec.images)
+
+    async def _queued(self, asked: ClientRequest, key_name: str | None = None) -> None:
+        ex, body, cors = asked.ex, asked.body, asked.cors
         streamed = wants_stream(body)
         try:
             ticket = self.queue.enter(ex.arrived_s, key_name)
@@ -258,10 +237,9 @@ class Front:
                 if not await self._engine_back(ex, cors, ticket.arrived_s, streamed=streamed):
                     return
                 self.queue.serving(ticket)
-                failure = await self._relay(
-                    ex, request, target, path, body, cors,
-                    streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS, ticket=ticket,
-                )  # fmt: skip
+                failure = await self.relay.relay(
+                    asked, streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS, ticket=ticket
+                )
                 if failure is None:
                     return
                 if not await self.gate.closes_within(ENGINE_GONE_GRACE_S):
@@ -291,209 +269,16 @@ class Front:
         await failed(ex, self.counters, 503, message)
         return False
 
-    async def _relay(
-        self,
-        ex: Exchange,
-        request: h11.Request,
-        target: str,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-        *,
-        streamed: bool,
-        may_retry: bool = False,
-        ticket: Ticket | None = None,
-    ) -> str | None:
-        """The request to the engine and its answer back; for a streamed request, comments
-        while the engine says nothing. With ``may_retry``, an engine that failed before
-        answering is not answered 502: what failed is returned, to send the request again."""
-        sent = self.shape.request(path, body) if body else body
-        headers: list[tuple[bytes, bytes]] = [
-            *((k, v) for k, v in request.headers if k.lower() not in NOT_RELAYED),
-            *self._engine_headers,
-        ]
-        method = request.method.decode("latin-1")
-        if is_generation(method, path):
-            now_prompt = ClientPrompt(path, sent, time.monotonic())
-            self.client_prompt = kept_prompt(self.client_prompt, now_prompt, self.queue.capacity)
-        sending = asyncio.ensure_future(self._call(method, target, headers, sent))
-        try:
-            while not await ex.wait(sending, self.spec.keepalive_s):
-                if streamed:
-                    await sse_started(ex, cors)
-                    await keepalive(ex, self.counters)
-            call, answer = sending.result()
-            call, answer = await self._within_context(call, answer, method, target, headers, sent)
-        except ENGINE_ERRORS as exc:
-            failure = f"the engine did not answer: {exc}"
-            if may_retry:
-                return failure
-            await failed(ex, self.counters, 502, failure)
-            return None
-        finally:
-            sending.cancel()  # a client gone before the engine answered: the call closes
-        try:
-            await self._answer_back(ex, call, answer, path, body, cors, ticket)
-        except ENGINE_ERRORS:
-            ex.gone.set()  # the engine broke off: close the client's connection, not end it
-        finally:
-            await call.close()
-        return None
-
-    async def _asleep(
-        self,
-        ex: Exchange,
-        request: h11.Request,
-        target: str,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-    ) -> None:
+    async def _asleep(self, asked: ClientRequest) -> None:
         """While the engine sleeps: a health check hears the server is healthy (it causes no
         wake, so it must not wait for one); any other request has woken it (``on_request``)
         and waits for it, as a generation request does."""
-        if path in ("/health", "/v1/health"):
+        ex = asked.ex
+        if asked.path in ("/health", "/v1/health"):
             self.counters.answered[200] += 1
-            await ex.whole(200, b'{"status":"ok"}', extra=cors)
-        elif await self._engine_back(ex, cors, ex.arrived_s, streamed=False):
-            await self._relay(ex, request, target, path, body, cors, streamed=False)
-
-    async def _within_context(
-        self,
-        call: EngineCall,
-        answer: h11.Response,
-        method: str,
-        target: str,
-        headers: list[tuple[bytes, bytes]],
-        sent: bytes,
-    ) -> tuple[EngineCall, h11.Response]:
-        """A reply limit the engine refused as too long for this prompt is cut to the room
-        the prompt leaves, and the request sent once more (:mod:`replycap`)."""
-        path = urlsplit(target).path
-        if answer.status_code != 400 or not is_generation(method, path):
-            return call, answer
-        refused = bytearray()
-        while (chunk := await call.chunk()) is not None:
-            refused += chunk
-        shorter = within_room(sent, api_endpoint(path), bytes(refused))
-        if shorter is None:
-            call.unread(bytes(refused))
-            return call, answer
-        await call.close()
-        self.client_prompt = ClientPrompt(path, shorter, time.monotonic())
-        return await self._call(method, target, headers, shorter)
-
-    async def _call(
-        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> tuple[EngineCall, h11.Response]:
-        call = await EngineCall.open(self.engine_url())
-        try:
-            return call, await call.send(method, target, headers, body)
-        except BaseException:
-            call.writer.close()
-            raise
-
-    async def _answer_back(
-        self,
-        ex: Exchange,
-        call: EngineCall,
-        answer: h11.Response,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-        ticket: Ticket | None,
-    ) -> None:
-        status = answer.status_code
-        content_type = header_of(answer, b"content-type")
-        streamed = ex.started or "text/event-stream" in content_type
-        if not streamed:
-            # A stream is counted once it ends, by how it ended (whole, or cut: 502); one the
-            # client hangs up on counts among lucebox_client_disconnects_total instead.
-            self.counters.answered[status] += 1
-        if ex.started:  # our own SSE head is out: the engine's status goes in the stream
-            if status != 200:
-                self.counters.answered[status] += 1
-                detail = (await self._read_all(ex, call)).decode("utf-8", errors="replace")
-                await ex.data(f"event: error\ndata: {detail}\n\n".encode())
-                await ex.end()
-                return
-            await self._pipe_events(ex, call, path, body, ticket, status)
-            return
-        if path == "/" and status >= 400:
-            await ex.whole(200, self._index(), extra=cors)
-            return
-        kept = [
-            (k, v)
-            for k, v in answer.headers
-            if k.lower() not in _ENGINE_ANSWER_DROPPED
-            and not k.lower().startswith(b"access-control-")
-        ]
-        if "text/event-stream" in content_type:
-            await ex.head(status, [*kept, *cors])
-            await self._pipe_events(ex, call, path, body, ticket, status)
-        elif "application/json" in content_type:
-            whole = self.shape.reply(path, status, await self._read_all(ex, call))
-            await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
-            await ex.data(whole)
-            await ex.end()
-        else:
-            await ex.head(status, [*kept, *cors])
-            while (chunk := await call.chunk()) is not None:
-                await ex.data(chunk)
-            await ex.end()
-
-    async def _read_all(self, ex: Exchange, call: EngineCall) -> bytes:
-        return await read_whole(ex, call, self.spec.keepalive_s)
-
-    async def _next_chunk(self, ex: Exchange, call: EngineCall, *, quiet: bool) -> bytes | None:
-        """The engine's next bytes; with ``quiet``, a comment whenever it is silent long."""
-        comment = (lambda: keepalive(ex, self.counters)) if quiet else None
-        return await next_chunk(ex, call, self.spec.keepalive_s, comment)
-
-    async def _pipe_events(
-        self,
-        ex: Exchange,
-        call: EngineCall,
-        path: str,
-        body: bytes,
-        ticket: Ticket | None,
-        status: int,
-    ) -> None:
-        """The engine's SSE events on, each through the shape; a comment whenever it is
-        silent for ``keepalive_s`` between two events (never inside one). The answer counts
-        as ``status`` once the stream ended whole, as 502 when it was cut."""
-        shaper = self.shape.stream(path, body)
-        pending = b""
-        ended = False
-        try:
-            while (chunk := await self._next_chunk(ex, call, quiet=not pending)) is not None:
-                if ticket is not None:
-                    ticket.engine_chunks += 1
-                events, pending = split_events(pending + chunk)
-                if (
-                    ticket is not None
-                    and ticket.first_token_s is None
-                    and any(CARRIES_TOKEN.search(event) for event in events)
-                ):
-                    ticket.first_token_s = time.monotonic() - ticket.arrived_s
-                # The Lucebox engine ends a stream by closing the connection, so its death in
-                # the middle of one ends it the same way: only the last event tells them apart.
-                if call.ends_at_close and not ended:
-                    ended = any(LAST_EVENT.search(event) for event in events)
-                await ex.data(b"".join(shaper.feed(e) for e in events))
-        except ENGINE_ERRORS as exc:
-            # The events so far are whole (a cut one is dropped): the client reads why it
-            # ended instead of a connection closed under it.
-            await failed(ex, self.counters, 502, stopped_midway(str(exc)))
-            return
-        ended = ended or LAST_EVENT.search(pending) is not None  # a last event cut short
-        if call.ends_at_close and api_endpoint(path) in SHAPED_PATHS and not ended:
-            cut = stopped_midway("its stream ended without its last event")
-            await failed(ex, self.counters, 502, cut)
-            return
-        self.counters.answered[status] += 1
-        await ex.data(shaper.close() + pending)
-        await ex.end()
+            await ex.whole(200, b'{"status":"ok"}', extra=asked.cors)
+        elif await self._engine_back(ex, asked.cors, ex.arrived_s, streamed=False):
+            await self.relay.relay(asked, streamed=False)
 
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]], *, codex: bool) -> None:
         """The engine's model list with the context planned now
@@ -502,10 +287,11 @@ class Front:
         asleep is not woken: clients poll this, and the served alias is known."""
         listed: object = {}
         if self.status().state != "sleeping":
+            relay = self.relay
             try:
-                call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
+                call, _ = await relay.call("GET", "/v1/models", relay.engine_headers, b"")
                 try:
-                    listed = json.loads(await self._read_all(ex, call))
+                    listed = json.loads(await relay.read_all(ex, call))
                 finally:
                     await call.close()
             except (*ENGINE_ERRORS, ValueError) as exc:
@@ -525,24 +311,6 @@ class Front:
     def _codex_model(self, model_id: str) -> CodexModel:
         spec = self.spec
         return CodexModel(model_id, spec.ctx, spec.thinking_default, spec.images)
-
-    def _index(self) -> bytes:
-        """``GET /`` when the engine has no page there: what is served, and where."""
-        return json.dumps(
-            {
-                "name": "lucebox",
-                "model": self.spec.model,
-                "context_length": self.spec.ctx,
-                "endpoints": [
-                    "/v1/chat/completions",
-                    "/v1/messages",
-                    "/v1/responses",
-                    "/v1/models",
-                    "/metrics",
-                    "/health",
-                ],
-            }
-        ).encode()
 
     def metrics_text(self) -> str:
         """Prometheus text: the run's numbers with the queue as it is now, and the front's."""
