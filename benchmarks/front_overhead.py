@@ -103,7 +103,7 @@ def cpu_engine_and_front() -> Iterator[tuple[str, str]]:
     """SmolLM2 on the test cache's CPU engine, and the front before it on this process with
     the API shapes serverrun gives it."""
     from lucebox.engine.run.front.apishape import Shapes
-    from lucebox.engine.run.front.front import FrontSetup
+    from lucebox.engine.run.front.frontsetup import FrontSetup
     from support.engineserver import running_server
     from support.frontserver import loopback_policy, running_front
     from support.realmodels import engine_home, smol_model

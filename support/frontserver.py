@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults
-from lucebox.engine.run.front.front import Front, FrontSetup, start_front
+from lucebox.engine.run.front.front import Front, start_front
 from lucebox.engine.run.front.frontguard import FrontPolicy
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from lucebox.engine.run.front.frontwire import ApiShape
 from support.ports import free_port
 

@@ -30,8 +30,9 @@ from lucebox.engine.run.calibrate.calibration import by_sampling, sampled_at
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import EngineDeath, port_taken
 from lucebox.engine.run.front.apishape import Shapes
-from lucebox.engine.run.front.front import Front, FrontSetup, start_front
+from lucebox.engine.run.front.front import Front, start_front
 from lucebox.engine.run.front.frontguard import server_policy
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import (
     HangBounds,

@@ -3,8 +3,9 @@
 It listens on the user's address and port; the engine listens on a private loopback port the
 planner chose (``ServerLaunch.engine_port``). Every request passes the guard
 (:mod:`frontguard`: the API key, ``Host`` and ``Origin``); a generation request then waits its
-turn in :mod:`frontqueue` (the Lucebox engine serves one at a time, llama-server its slots), and
-is relayed to the engine with the user's key replaced by the engine's own. While a streamed
+turn in :mod:`frontqueue` (the Lucebox engine serves one at a time, llama-server its slots),
+waits for an engine that starts or restarts at :mod:`enginegate`, and is relayed to the engine
+(:mod:`enginerelay`) with the user's key replaced by the engine's own. While a streamed
 request waits or the engine has sent nothing for a few seconds (a long prefill, a tool call
 being built), the front writes SSE comment lines, valid on OpenAI, Anthropic and Responses
 streams, so clients' idle watchdogs never fire. A client that hangs up leaves the queue, or has
@@ -21,83 +22,50 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import h11
-
-from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint, models_with_context
+from lucebox.engine.run.front.apishape import models_with_context
 from lucebox.engine.run.front.bodyguard import body_refusal
-from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_answer
+from lucebox.engine.run.front.chatpage import PageFacts, page_answer
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
+from lucebox.engine.run.front.enginegate import EngineGate
+from lucebox.engine.run.front.enginerelay import ENGINE_ERRORS, ClientRequest, EngineRelay
+from lucebox.engine.run.front.frontcounters import FrontCounters, counters_text
 from lucebox.engine.run.front.frontguard import (
-    GENERATION_SUFFIXES,
-    FrontPolicy,
     Refusal,
     admit,
     cors_headers,
     header_map,
+    is_generation,
 )
-from lucebox.engine.run.front.frontqueue import (
-    DEFAULT_MAX_WAITING,
-    FrontQueue,
-    QueueFullError,
-    Ticket,
-)
+from lucebox.engine.run.front.frontqueue import FrontQueue, QueueFullError
 from lucebox.engine.run.front.frontwire import (
-    CARRIES_TOKEN,
-    HOP_HEADERS,
-    KEEPALIVE_COMMENT,
-    KEEPALIVE_S,
-    LAST_EVENT,
     ApiShape,
     ClientGoneError,
-    EngineCall,
     Exchange,
     SameShape,
-    header_of,
-    next_chunk,
-    read_whole,
     serve_connection,
-    split_events,
 )
 from lucebox.engine.run.front.keyuse import KeyTally
+from lucebox.engine.run.front.ownreply import failed, keepalive, sse_started
 from lucebox.engine.run.front.prometheus import prometheus_text
-from lucebox.engine.run.front.replycap import within_room
 from lucebox.engine.run.front.samplingmix import SamplingMix
-from lucebox.engine.run.front.sideroute import (
-    CALL_ERRORS,
-    NOT_RELAYED,
-    SideRoute,
-    relay_side,
-    side_listing,
-)
+from lucebox.engine.run.front.sideroute import relay_side, side_listing
 from lucebox.engine.run.runstate import Status
-from lucebox.engine.run.sample import QueueStatus
-from lucebox.engine.run.slots import ClientPrompt, kept_prompt
 
 if TYPE_CHECKING:
-    from lucebox.engine.plan.samplingdefaults import SamplingDefaults
+    from collections.abc import Callable
 
-QUEUE_NOTE_S = 5.0
-"""How often a waiting streamed request is told its place (``: queued, position N``)."""
-_ENGINE_ANSWER_DROPPED = HOP_HEADERS | {b"server", b"date"}
-ENGINE_ERRORS = CALL_ERRORS
-"""What a broken or refused connection to the engine raises."""
-SSE_HEAD = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
-ENGINE_WAIT_S = 600.0
-"""How long a generation request waits, from its arrival, for an engine that is starting or
-restarting (a measurement's restart, a re-plan, a crash's backoff) before it is answered 503,
-where the launch's ready timeout is not known: a large model loads in minutes, and a request
-relayed to an engine not listening yet would fail (502)."""
-STATE_POLL_S = 0.5
-"""How often a waiting request looks whether the run ended."""
-LOADING_BODY = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
-"""llama-server's answer to every route while it loads (its contract, server-http.cpp)."""
+    import h11
+
+    from lucebox.engine.plan.samplingdefaults import SamplingDefaults
+    from lucebox.engine.run.front.frontsetup import FrontSetup
+    from lucebox.engine.run.sample import QueueStatus
+    from lucebox.engine.run.slots import ClientPrompt
+
 RELAY_ATTEMPTS = 2
 """A generation whose engine died before answering its first byte is sent once more to the
 engine started again (nothing reached the client; a prompt that kills the engine dies twice
@@ -105,12 +73,6 @@ and is answered 502)."""
 ENGINE_GONE_GRACE_S = 3.0
 """How long after a broken engine connection the run has to mark the engine down before the
 front answers 502 (it learns of the death from the supervisor, a moment later)."""
-ENDED_STATES = ("stopped", "failed")
-"""Run states no engine comes back from: a waiting request is answered 503 at once."""
-
-
-def is_generation(method: str, path: str) -> bool:
-    return method == "POST" and path.endswith(GENERATION_SUFFIXES)
 
 
 def wants_stream(body: bytes) -> bool:
@@ -120,43 +82,6 @@ def wants_stream(body: bytes) -> bool:
         data = json.loads(body)
         return isinstance(data, dict) and data.get("stream") is True
     return False
-
-
-@dataclass(frozen=True)
-class FrontSetup:
-    """What the front of one engine serves and allows."""
-
-    policy: FrontPolicy
-    model: str
-    """The served alias (``/v1/models``)."""
-    ctx: int
-    """The context the engine serves, in tokens (``context_length``)."""
-    capacity: int = 1
-    """Requests the engine serves at once: 1 for the Lucebox engine, llama-server's slots."""
-    engine_key: str | None = None
-    """The key the engine itself wants (llama-server's key file); None: it wants none."""
-    max_waiting: int = DEFAULT_MAX_WAITING
-    keepalive_s: float = KEEPALIVE_S
-    queue_note_s: float = QUEUE_NOTE_S
-    engine_wait_s: float = ENGINE_WAIT_S
-    """The longest a request waits from its arrival for the engine to be ready (the
-    launch's ready timeout where the run knows it)."""
-    images: bool = True
-    """The engine serves a vision projector; False: an image in a request is refused (400)."""
-    thinking_default: bool | None = None
-    """The model's planned thinking default, which Codex's model list offers."""
-    sides: tuple[SideRoute, ...] = ()
-    """Embedding and reranker models other processes serve: their requests skip the queue."""
-    page: ChatPage | None = None
-    """The chat page the front serves itself (the engine has none); None: the engine's."""
-
-
-@dataclass
-class FrontCounters:
-    answered: Counter[int] = field(default_factory=Counter)
-    """Answers by status code."""
-    client_gone: int = 0
-    keepalives: int = 0
 
 
 class Front:
@@ -181,25 +106,24 @@ class Front:
         self.counters = FrontCounters()
         self.key_use = KeyTally()
         self.sampling = SamplingMix(sampling)
+        """The sampling the generation requests got (``sampling``: what fills unset fields)."""
         self.addresses = AddressCount()
         """Open connections by client address (:mod:`connguard`)."""
         self._page_facts = PageFacts(spec.model, spec.ctx, spec.images, sampling)
-        """The sampling the generation requests got (``sampling``: what fills unset fields)."""
-        self._engine_ready = asyncio.Event()
-        self._engine_ready.set()
-        self._down_since_s = 0.0
-        """When the engine last went down: every request held for it shares one deadline."""
-        self._engine_headers: list[tuple[bytes, bytes]] = (
-            [(b"authorization", f"Bearer {spec.engine_key}".encode())] if spec.engine_key else []
+        # Both read the front's spec and status as they are now: a run replaces its spec on a
+        # re-plan, and a test its status.
+        self.gate = EngineGate(lambda: self.status())
+        self.relay = EngineRelay(
+            engine_url, lambda: self.spec, self.shape, self.counters, self.queue.capacity
         )
-        self.client_prompt: ClientPrompt | None = None
-        """The last generation request relayed to the engine: the slot holds its conversation
-        (the run seats and saves it before a stop or lucebox's own request)."""
         self.on_request: Callable[[str, str], None] | None = None
         """Told each admitted request's method and path (the sleep watch wakes the engine)."""
 
-    def _body_refusal(self, path: str, body: bytes) -> Refusal | None:
-        return body_refusal(body, path, images=self.spec.images)
+    @property
+    def client_prompt(self) -> ClientPrompt | None:
+        """The last generation request relayed to the engine: the slot holds its conversation
+        (the run seats and saves it before a stop or lucebox's own request)."""
+        return self.relay.client_prompt
 
     def queue_status(self) -> QueueStatus:
         return self.queue.status()
@@ -207,11 +131,7 @@ class Front:
     def engine_ready(self, ready: bool) -> None:
         """Whether the engine behind takes requests now; while not, generation requests wait
         (the run says so as its engine starts, stops and comes back)."""
-        if ready:
-            self._engine_ready.set()
-        elif self._engine_ready.is_set():
-            self._engine_ready.clear()
-            self._down_since_s = time.monotonic()
+        self.gate.engine_ready(ready)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await serve_connection(reader, writer, self.answer, self.addresses)
@@ -253,6 +173,7 @@ class Front:
         key_name: str | None = None,
     ) -> None:
         cors = cors_headers(headers.get("origin"))
+        asked = ClientRequest(ex, request, target, path, body, cors)
         if self.on_request is not None:
             self.on_request(method, path)
         ex.watch()
@@ -277,27 +198,23 @@ class Front:
                 self.counters.answered[400] += 1
                 await ex.error(400, why, cors)
             elif is_generation(method, path):
-                await self._queued(ex, request, target, path, body, cors, key_name)
-            elif not self._engine_ready.is_set() and self.status().state == "sleeping":
-                await self._asleep(ex, request, target, path, body, cors)
-            elif not self._engine_ready.is_set():
-                await self._not_ready(ex, cors)
+                await self._queued(asked, key_name)
+            elif not self.gate.is_open and self.status().state == "sleeping":
+                await self._asleep(asked)
+            elif not self.gate.is_open:
+                self.counters.answered[503] += 1
+                await self.gate.answer_closed(ex, cors)
             else:
-                await self._relay(ex, request, target, path, body, cors, streamed=False)
+                await self.relay.relay(asked, streamed=False)
         except ClientGoneError:
             self.counters.client_gone += 1
             ex.gone.set()
 
-    async def _queued(
-        self,
-        ex: Exchange,
-        request: h11.Request,
-        target: str,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-        key_name: str | None = None,
-    ) -> None:
+    def _body_refusal(self, path: str, body: bytes) -> Refusal | None:
+        return body_refusal(body, path, images=self.spec.images)
+
+    async def _queued(self, asked: ClientRequest, key_name: str | None = None) -> None:
+        ex, body, cors = asked.ex, asked.body, asked.cors
         streamed = wants_stream(body)
         try:
             ticket = self.queue.enter(ex.arrived_s, key_name)
@@ -314,20 +231,19 @@ class Front:
             while waits or not await ex.wait(admitted, self.spec.queue_note_s):
                 waits = False
                 if streamed:
-                    await _sse_started(ex, cors)
+                    await sse_started(ex, cors)
                     await ex.data(f": queued, position {self.queue.position(ticket)}\n\n".encode())
             for attempt in range(1, RELAY_ATTEMPTS + 1):
                 if not await self._engine_back(ex, cors, ticket.arrived_s, streamed=streamed):
                     return
                 self.queue.serving(ticket)
-                failure = await self._relay(
-                    ex, request, target, path, body, cors,
-                    streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS, ticket=ticket,
-                )  # fmt: skip
+                failure = await self.relay.relay(
+                    asked, streamed=streamed, may_retry=attempt < RELAY_ATTEMPTS, ticket=ticket
+                )
                 if failure is None:
                     return
-                if not await self._engine_gone():
-                    await self._failed(ex, 502, failure)
+                if not await self.gate.closes_within(ENGINE_GONE_GRACE_S):
+                    await failed(ex, self.counters, 502, failure)
                     return
                 self.queue.held(ticket)  # waits for the engine again, as status says
         finally:
@@ -337,267 +253,32 @@ class Front:
     async def _engine_back(
         self, ex: Exchange, cors: list[tuple[str, str]], arrived_s: float, *, streamed: bool
     ) -> bool:
-        """Wait while the engine starts or restarts (a stream hears keep-alives); False once
-        answered 503 instead: the run ended, or the engine was not back in time, counted
-        from when it went down or the request arrived, the later (each one queued behind it
-        would wait the whole bound again otherwise; time spent queued while it served is no
-        part of the wait)."""
-        deadline_s = max(arrived_s, self._down_since_s) + self.spec.engine_wait_s
-        opened = asyncio.ensure_future(self._engine_ready.wait())
-        said_s = time.monotonic()
-        try:
-            while not opened.done():
-                state = self.status().state
-                now_s = time.monotonic()
-                if state in ENDED_STATES or now_s >= deadline_s:
-                    message = f"the engine is not serving ({state}); try again later"
-                    await self._failed(ex, 503, message)
-                    return False
-                if streamed and now_s - said_s >= self.spec.keepalive_s:
-                    await _sse_started(ex, cors)
-                    await self._keepalive(ex)
-                    said_s = now_s
-                await ex.wait(opened, STATE_POLL_S)
-        finally:
-            opened.cancel()
-        return True
+        """Wait at the gate (a stream hears keep-alives); False once answered 503 instead."""
 
-    async def _relay(
-        self,
-        ex: Exchange,
-        request: h11.Request,
-        target: str,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-        *,
-        streamed: bool,
-        may_retry: bool = False,
-        ticket: Ticket | None = None,
-    ) -> str | None:
-        """The request to the engine and its answer back; for a streamed request, comments
-        while the engine says nothing. With ``may_retry``, an engine that failed before
-        answering is not answered 502: what failed is returned, to send the request again."""
-        sent = self.shape.request(path, body) if body else body
-        headers: list[tuple[bytes, bytes]] = [
-            *((k, v) for k, v in request.headers if k.lower() not in NOT_RELAYED),
-            *self._engine_headers,
-        ]
-        method = request.method.decode("latin-1")
-        if is_generation(method, path):
-            now_prompt = ClientPrompt(path, sent, time.monotonic())
-            self.client_prompt = kept_prompt(self.client_prompt, now_prompt, self.queue.capacity)
-        sending = asyncio.ensure_future(self._call(method, target, headers, sent))
-        try:
-            while not await ex.wait(sending, self.spec.keepalive_s):
-                if streamed:
-                    await _sse_started(ex, cors)
-                    await self._keepalive(ex)
-            call, answer = sending.result()
-            call, answer = await self._within_context(call, answer, method, target, headers, sent)
-        except ENGINE_ERRORS as exc:
-            failure = f"the engine did not answer: {exc}"
-            if may_retry:
-                return failure
-            await self._failed(ex, 502, failure)
-            return None
-        finally:
-            sending.cancel()  # a client gone before the engine answered: the call closes
-        try:
-            await self._answer_back(ex, call, answer, path, body, cors, ticket)
-        except ENGINE_ERRORS:
-            ex.gone.set()  # the engine broke off: close the client's connection, not end it
-        finally:
-            await call.close()
-        return None
+        async def quiet() -> None:
+            await sse_started(ex, cors)
+            await keepalive(ex, self.counters)
 
-    async def _asleep(
-        self,
-        ex: Exchange,
-        request: h11.Request,
-        target: str,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-    ) -> None:
+        spec = self.spec
+        state = await self.gate.opened(
+            ex, arrived_s, spec.engine_wait_s, spec.keepalive_s, quiet if streamed else None
+        )
+        if state is None:
+            return True
+        message = f"the engine is not serving ({state}); try again later"
+        await failed(ex, self.counters, 503, message)
+        return False
+
+    async def _asleep(self, asked: ClientRequest) -> None:
         """While the engine sleeps: a health check hears the server is healthy (it causes no
         wake, so it must not wait for one); any other request has woken it (``on_request``)
         and waits for it, as a generation request does."""
-        if path in ("/health", "/v1/health"):
+        ex = asked.ex
+        if asked.path in ("/health", "/v1/health"):
             self.counters.answered[200] += 1
-            await ex.whole(200, b'{"status":"ok"}', extra=cors)
-        elif await self._engine_back(ex, cors, ex.arrived_s, streamed=False):
-            await self._relay(ex, request, target, path, body, cors, streamed=False)
-
-    async def _within_context(
-        self,
-        call: EngineCall,
-        answer: h11.Response,
-        method: str,
-        target: str,
-        headers: list[tuple[bytes, bytes]],
-        sent: bytes,
-    ) -> tuple[EngineCall, h11.Response]:
-        """A reply limit the engine refused as too long for this prompt is cut to the room
-        the prompt leaves, and the request sent once more (:mod:`replycap`)."""
-        path = urlsplit(target).path
-        if answer.status_code != 400 or not is_generation(method, path):
-            return call, answer
-        refused = bytearray()
-        while (chunk := await call.chunk()) is not None:
-            refused += chunk
-        shorter = within_room(sent, api_endpoint(path), bytes(refused))
-        if shorter is None:
-            call.unread(bytes(refused))
-            return call, answer
-        await call.close()
-        self.client_prompt = ClientPrompt(path, shorter, time.monotonic())
-        return await self._call(method, target, headers, shorter)
-
-    async def _not_ready(self, ex: Exchange, cors: list[tuple[str, str]]) -> None:
-        """What llama-server answers while it loads, so health checks wait instead of failing
-        (502); once the run has ended, that no engine comes back."""
-        self.counters.answered[503] += 1
-        state = self.status().state
-        if state in ENDED_STATES:
-            await ex.error(503, f"the engine is not serving ({state}); start it again", cors)
-            return
-        await ex.whole(503, LOADING_BODY, extra=[("retry-after", "1"), *cors])
-
-    async def _engine_gone(self) -> bool:
-        """Whether the run marks the engine down within the grace after its connection broke
-        (it is then restarting, and the request can wait for it)."""
-        deadline_s = time.monotonic() + ENGINE_GONE_GRACE_S
-        while self._engine_ready.is_set():
-            if time.monotonic() >= deadline_s:
-                return False
-            await asyncio.sleep(STATE_POLL_S / 5)
-        return True
-
-    async def _call(
-        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> tuple[EngineCall, h11.Response]:
-        call = await EngineCall.open(self.engine_url())
-        try:
-            return call, await call.send(method, target, headers, body)
-        except BaseException:
-            call.writer.close()
-            raise
-
-    async def _failed(self, ex: Exchange, status: int, message: str) -> None:
-        """The error as an answer, or as the last event of a stream already started."""
-        self.counters.answered[status] += 1
-        if ex.started:
-            # Both SDKs raise on it: OpenAI's on an "error" member, Anthropic's on the event.
-            error = json.dumps({"type": "error", "error": {"code": status, "message": message}})
-            await ex.data(f"event: error\ndata: {error}\n\n".encode())
-            await ex.end()
-        else:
-            await ex.error(status, message)
-
-    async def _answer_back(
-        self,
-        ex: Exchange,
-        call: EngineCall,
-        answer: h11.Response,
-        path: str,
-        body: bytes,
-        cors: list[tuple[str, str]],
-        ticket: Ticket | None,
-    ) -> None:
-        status = answer.status_code
-        content_type = header_of(answer, b"content-type")
-        streamed = ex.started or "text/event-stream" in content_type
-        if not streamed:
-            # A stream is counted once it ends, by how it ended (whole, or cut: 502); one the
-            # client hangs up on counts among lucebox_client_disconnects_total instead.
-            self.counters.answered[status] += 1
-        if ex.started:  # our own SSE head is out: the engine's status goes in the stream
-            if status != 200:
-                self.counters.answered[status] += 1
-                detail = (await self._read_all(ex, call)).decode("utf-8", errors="replace")
-                await ex.data(f"event: error\ndata: {detail}\n\n".encode())
-                await ex.end()
-                return
-            await self._pipe_events(ex, call, path, body, ticket, status)
-            return
-        if path == "/" and status >= 400:
-            await ex.whole(200, self._index(), extra=cors)
-            return
-        kept = [
-            (k, v)
-            for k, v in answer.headers
-            if k.lower() not in _ENGINE_ANSWER_DROPPED
-            and not k.lower().startswith(b"access-control-")
-        ]
-        if "text/event-stream" in content_type:
-            await ex.head(status, [*kept, *cors])
-            await self._pipe_events(ex, call, path, body, ticket, status)
-        elif "application/json" in content_type:
-            whole = self.shape.reply(path, status, await self._read_all(ex, call))
-            await ex.head(status, [*kept, ("content-length", str(len(whole))), *cors])
-            await ex.data(whole)
-            await ex.end()
-        else:
-            await ex.head(status, [*kept, *cors])
-            while (chunk := await call.chunk()) is not None:
-                await ex.data(chunk)
-            await ex.end()
-
-    async def _read_all(self, ex: Exchange, call: EngineCall) -> bytes:
-        return await read_whole(ex, call, self.spec.keepalive_s)
-
-    async def _next_chunk(self, ex: Exchange, call: EngineCall, *, keepalive: bool) -> bytes | None:
-        quiet = (lambda: self._keepalive(ex)) if keepalive else None
-        return await next_chunk(ex, call, self.spec.keepalive_s, quiet)
-
-    async def _pipe_events(
-        self,
-        ex: Exchange,
-        call: EngineCall,
-        path: str,
-        body: bytes,
-        ticket: Ticket | None,
-        status: int,
-    ) -> None:
-        """The engine's SSE events on, each through the shape; a comment whenever it is
-        silent for ``keepalive_s`` between two events (never inside one). The answer counts
-        as ``status`` once the stream ended whole, as 502 when it was cut."""
-        shaper = self.shape.stream(path, body)
-        pending = b""
-        ended = False
-        try:
-            while (chunk := await self._next_chunk(ex, call, keepalive=not pending)) is not None:
-                if ticket is not None:
-                    ticket.engine_chunks += 1
-                events, pending = split_events(pending + chunk)
-                if (
-                    ticket is not None
-                    and ticket.first_token_s is None
-                    and any(CARRIES_TOKEN.search(event) for event in events)
-                ):
-                    ticket.first_token_s = time.monotonic() - ticket.arrived_s
-                # The Lucebox engine ends a stream by closing the connection, so its death in
-                # the middle of one ends it the same way: only the last event tells them apart.
-                if call.ends_at_close and not ended:
-                    ended = any(LAST_EVENT.search(event) for event in events)
-                await ex.data(b"".join(shaper.feed(e) for e in events))
-        except ENGINE_ERRORS as exc:
-            # The events so far are whole (a cut one is dropped): the client reads why it
-            # ended instead of a connection closed under it.
-            await self._failed(ex, 502, _stopped_midway(str(exc)))
-            return
-        ended = ended or LAST_EVENT.search(pending) is not None  # a last event cut short
-        if call.ends_at_close and api_endpoint(path) in SHAPED_PATHS and not ended:
-            await self._failed(ex, 502, _stopped_midway("its stream ended without its last event"))
-            return
-        self.counters.answered[status] += 1
-        await ex.data(shaper.close() + pending)
-        await ex.end()
-
-    async def _keepalive(self, ex: Exchange) -> None:
-        self.counters.keepalives += 1
-        await ex.data(KEEPALIVE_COMMENT)
+            await ex.whole(200, b'{"status":"ok"}', extra=asked.cors)
+        elif await self._engine_back(ex, asked.cors, ex.arrived_s, streamed=False):
+            await self.relay.relay(asked, streamed=False)
 
     async def _models(self, ex: Exchange, cors: list[tuple[str, str]], *, codex: bool) -> None:
         """The engine's model list with the context planned now
@@ -606,14 +287,15 @@ class Front:
         asleep is not woken: clients poll this, and the served alias is known."""
         listed: object = {}
         if self.status().state != "sleeping":
+            relay = self.relay
             try:
-                call, _ = await self._call("GET", "/v1/models", self._engine_headers, b"")
+                call, _ = await relay.call("GET", "/v1/models", relay.engine_headers, b"")
                 try:
-                    listed = json.loads(await self._read_all(ex, call))
+                    listed = json.loads(await relay.read_all(ex, call))
                 finally:
                     await call.close()
             except (*ENGINE_ERRORS, ValueError) as exc:
-                await self._failed(ex, 502, f"the engine did not list its models: {exc}")
+                await failed(ex, self.counters, 502, f"the engine did not list its models: {exc}")
                 return
         data = listed.get("data") if isinstance(listed, dict) else None
         ids = [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
@@ -630,55 +312,12 @@ class Front:
         spec = self.spec
         return CodexModel(model_id, spec.ctx, spec.thinking_default, spec.images)
 
-    def _index(self) -> bytes:
-        """``GET /`` when the engine has no page there: what is served, and where."""
-        return json.dumps(
-            {
-                "name": "lucebox",
-                "model": self.spec.model,
-                "context_length": self.spec.ctx,
-                "endpoints": [
-                    "/v1/chat/completions",
-                    "/v1/messages",
-                    "/v1/responses",
-                    "/v1/models",
-                    "/metrics",
-                    "/health",
-                ],
-            }
-        ).encode()
-
     def metrics_text(self) -> str:
         """Prometheus text: the run's numbers with the queue as it is now, and the front's."""
         status = replace(self.status(), queue=self.queue.status())
-        counters = self.counters
-        lines = [
-            "# TYPE lucebox_client_disconnects_total counter",
-            f"lucebox_client_disconnects_total {counters.client_gone}",
-            "# TYPE lucebox_sse_keepalives_total counter",
-            f"lucebox_sse_keepalives_total {counters.keepalives}",
-            "# TYPE lucebox_responses_total counter",
-            *(
-                f'lucebox_responses_total{{code="{code}"}} {count}'
-                for code, count in sorted(counters.answered.items())
-            ),
-        ]
-        return prometheus_text(status) + "\n".join(lines) + "\n"
-
-
-async def _sse_started(ex: Exchange, cors: list[tuple[str, str]]) -> None:
-    """The front's own SSE head, once: a stream hears from the front before the engine."""
-    if not ex.started:
-        await ex.head(200, [*SSE_HEAD, *cors])
+        return prometheus_text(status) + counters_text(self.counters)
 
 
 async def start_front(front: Front, host: str, port: int) -> asyncio.Server:
     """The front listening on ``host:port`` (IPv4 and IPv6 where the host name has both)."""
     return await asyncio.start_server(front.handle, host, port)
-
-
-def _stopped_midway(how: str) -> str:
-    return (
-        f"the engine stopped in the middle of this reply ({how}); lucebox starts it again: "
-        "send the request again"
-    )

@@ -128,6 +128,11 @@ class Caller:
     scope: Scope
 
 
+def is_generation(method: str, path: str) -> bool:
+    """Whether the request occupies the engine (it waits its turn in the queue)."""
+    return method == "POST" and path.endswith(GENERATION_SUFFIXES)
+
+
 def scope_needed(method: str, path: str) -> Scope:
     if method == "POST" and path.endswith(CHAT_POST_SUFFIXES):
         return "chat"

@@ -43,12 +43,12 @@ import httpx
 from lucebox.engine.run.front.apishape import Shapes, models_with_context
 from lucebox.engine.run.front.codexmodels import CodexModel, asks_codex_list, codex_models
 from lucebox.engine.run.front.connguard import AddressCount
-from lucebox.engine.run.front.front import is_generation
 from lucebox.engine.run.front.frontguard import (
     PUBLIC_PATHS,
     FrontPolicy,
     cors_headers,
     header_map,
+    is_generation,
     is_page_file,
     refusal,
 )

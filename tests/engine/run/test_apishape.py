@@ -31,7 +31,7 @@ from lucebox.engine.run.front.apishape import (
     shape_response,
     unsupported,
 )
-from lucebox.engine.run.front.front import FrontSetup
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from support import luceboxfake
 from support.frontserver import loopback_policy, running_front
 from support.health import wait_healthy

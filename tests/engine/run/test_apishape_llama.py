@@ -22,7 +22,7 @@ from lucebox.engine.run.front.apishape import (
     StreamShaper,
     shape_request,
 )
-from lucebox.engine.run.front.front import FrontSetup
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from support.engineserver import RunningServer, running_server
 from support.frontserver import RunningFront, loopback_policy, running_front
 from tests.conftest import run_lucebox

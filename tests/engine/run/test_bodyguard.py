@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from lucebox.engine.run.front.bodyguard import MAX_BODY_BYTES, body_refusal
-from lucebox.engine.run.front.front import FrontSetup
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from support.frontserver import loopback_policy, running_front
 from tests.engine.run.test_front import lucebox_fake  # noqa: F401  (the fixture)
 

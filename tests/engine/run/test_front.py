@@ -22,7 +22,7 @@ import pytest
 
 from lucebox.engine.plan.samplingdefaults import FIELDS, SamplingDefaults
 from lucebox.engine.run.front.apishape import Shapes
-from lucebox.engine.run.front.front import FrontSetup
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from lucebox.engine.run.runstate import Status
 from support import luceboxfake
 from support.engineserver import RunningServer, running_server

@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from lucebox.engine.run.front.front import FrontSetup
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from lucebox.engine.run.runstate import Status
 from support.frontserver import loopback_policy, running_front
 from support.ports import free_port

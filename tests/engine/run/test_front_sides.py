@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lucebox.engine.run.front.front import FrontSetup
+from lucebox.engine.run.front.frontsetup import FrontSetup
 from lucebox.engine.run.front.sideroute import EMBED_PATHS, SideRoute
 from support.bertgguf import minilm_model
 from support.engineserver import RunningServer, running_server

@@ -186,7 +186,7 @@ async def test_the_front_stays_closed_when_a_restart_is_asked_during_the_restore
         async for item in run.events():
             if isinstance(item, ServerEvent) and item.kind == "ready":
                 assert run.front is not None
-                open_at_ready.append(run.front._engine_ready.is_set())
+                open_at_ready.append(run.front.gate.is_open)
                 if len(open_at_ready) == 2:
                     run.stop()
     assert open_at_ready == [False, True]
