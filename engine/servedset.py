@@ -4,7 +4,7 @@ The same steps as one model's (pipeline.py): GPU, models (each pulled and checke
 (plan/servedset/servedsetplan.py: every model by the one planner against one budget per device),
 then the router, supervised like the single server, on a loopback port behind lucebox's proxy
 (run/servedset/servedsetproxy.py), which frees memory by the plans before a model loads. A model
-that runs out of memory is planned again here (plan/servedset/servedsetplan.py) and its section of
+that runs out of memory is planned again here (plan/servedset/memberreplan.py) and its section of
 the preset file rewritten; the run (run/servedset/servedsetrun.py) has the router re-read it. One
 model, named once, never comes here.
 """
@@ -41,15 +41,10 @@ from lucebox.engine.plan import chatdefaults
 from lucebox.engine.plan.engineview import EngineView
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import side_models_of
+from lucebox.engine.plan.servedset.memberreplan import respecced_set, smaller_context_set
 from lucebox.engine.plan.servedset.router import router_ini, router_launch
-from lucebox.engine.plan.servedset.servedsetplan import (
-    SetPlan,
-    SetRefusal,
-    members_of,
-    plan_set,
-    respecced_set,
-    smaller_context_set,
-)
+from lucebox.engine.plan.servedset.servedsetplan import plan_set
+from lucebox.engine.plan.servedset.setplan import SetPlan, SetRefusal, members_of
 from lucebox.engine.plan.servedset.setsides import device_key, device_room_bytes
 from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.calibrate.calibrator import running_label

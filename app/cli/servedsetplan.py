@@ -7,7 +7,7 @@ from lucebox.engine import servedset
 from lucebox.engine.core import units
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.pipeline import ServeOptions, StepEvent
-from lucebox.engine.plan.servedset.servedsetplan import SetPlan, SetRefusal
+from lucebox.engine.plan.servedset.setplan import SetPlan, SetRefusal
 
 
 def show_set_plan(

@@ -9,7 +9,7 @@
     ├── GuardRefusal                 exit 3: a guard refused (model check, plan, engine support)
     │   ├── HashMismatchError        exit 3: bytes differ from their published or recorded sha256
     │   ├── PlanRefusal              exit 3: a launch plan that must not start (planning)
-    │   ├── SetRefusal               exit 3: a served set that must not start (servedsetplan)
+    │   ├── SetRefusal               exit 3: a served set that must not start (setplan)
     │   └── ToolkitRefusal           exit 3: no CUDA toolkit builds for this driver/card (toolkit)
     ├── CancelledByUserError         exit 130: the user stopped it (Ctrl-C, quitting the TUI)
     ├── StoreVersionError            exit 1: a newer lucebox wrote the store (measurements)

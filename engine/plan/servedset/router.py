@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lucebox.engine.core.errors import UsageError
 from lucebox.engine.plan.launch import ServerLaunch, server_argv
-from lucebox.engine.plan.servedset.servedsetplan import SetPlan
+from lucebox.engine.plan.servedset.setplan import SetPlan
 
 ROUTER_ONLY_FLAGS = {"--host", "--port", "--alias", "--api-key-file"}
 """Flags of a single server's argv the router owns: it sets them for each child itself."""

@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 
 from lucebox.engine.core.slotstore import SETS_FOLDER
-from lucebox.engine.plan.servedset.servedsetplan import SetPlan
+from lucebox.engine.plan.servedset.setplan import SetPlan
 from lucebox.engine.run.servedset.routerlist import LIST_WAIT_S, ModelListError, router_list
 from lucebox.engine.run.servedset.servedsethang import CHILD_HOST
 from lucebox.engine.run.servedsetmodels import loaded_children

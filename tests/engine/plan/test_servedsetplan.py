@@ -17,13 +17,10 @@ from lucebox.engine.plan.launch import server_argv
 from lucebox.engine.plan.memory.sizes import CTX_PAD
 from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.planner import installs_of
+from lucebox.engine.plan.servedset.memberreplan import respecced_set, smaller_context_set
 from lucebox.engine.plan.servedset.router import router_ini, router_launch, section_options
-from lucebox.engine.plan.servedset.servedsetplan import (
-    SetPlan,
-    plan_set,
-    respecced_set,
-    smaller_context_set,
-)
+from lucebox.engine.plan.servedset.servedsetplan import plan_set
+from lucebox.engine.plan.servedset.setplan import SetPlan
 from lucebox.engine.plan.speculation.specguard import Decision
 from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.runstart import keep_guard_off
