@@ -32,7 +32,7 @@ from lucebox.engine.machine import config, gpu, peers
 from lucebox.engine.machine.apikey import ensure_api_key_file
 from lucebox.engine.machine.budget import GpuBudget, budget_for
 from lucebox.engine.machine.peers import Peer
-from lucebox.engine.models import guard
+from lucebox.engine.models import checkresult
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo, read_projector
@@ -97,7 +97,7 @@ def download_step(progress: TransferProgress) -> StepEvent:
     )
 
 
-def problem_note(problem: guard.Problem) -> StepEvent:
+def problem_note(problem: checkresult.Problem) -> StepEvent:
     """A problem the model check found, as a note under the models step."""
     return StepEvent("models", "note", f"{problem.severity} {problem.code}: {problem.message}")
 

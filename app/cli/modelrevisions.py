@@ -18,7 +18,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
-from lucebox.engine.models import guard, modelupdate, revisions
+from lucebox.engine.models import checkresult, guard, modelupdate, revisions
 from lucebox.engine.models.hubpull import pull_revision
 from lucebox.engine.models.pull import retry_policy
 from lucebox.engine.models.records import ModelRecord, find_model, list_models
@@ -41,7 +41,7 @@ def _refuse_while_serving(paths: Paths) -> None:
         )
 
 
-def _guard(paths: Paths, new: ModelRecord) -> guard.CheckResult:
+def _guard(paths: Paths, new: ModelRecord) -> checkresult.CheckResult:
     settings = config.load_settings(paths)
     selection = registry.select_engine(paths, gpu.probe_gpus(), settings.engine_id)
     archs = registry.known_model_archs(paths, selection)

@@ -24,7 +24,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.core.units import gib_text
 from lucebox.engine.engines import registry
 from lucebox.engine.machine import config, gpu
-from lucebox.engine.models import guard, hubrepo, ondisk, projector
+from lucebox.engine.models import checkresult, guard, hubrepo, ondisk, projector
 from lucebox.engine.models.modelsource import ModelSource, parse_source
 from lucebox.engine.models.presets import load_presets
 from lucebox.engine.models.pull import pull_model
@@ -42,7 +42,7 @@ from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.plan.sources import presetchoice, quantchoice, repoplan
 
 
-def _print_check(result: guard.CheckResult) -> None:
+def _print_check(result: checkresult.CheckResult) -> None:
     info = result.info
     summary = ""
     if info is not None:

@@ -56,7 +56,7 @@ from lucebox.engine.core.errors import (
 )
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines.toolkit import ToolkitRefusal
-from lucebox.engine.models import guard
+from lucebox.engine.models import checkresult
 from lucebox.engine.pipeline import Prepared, StepEvent, StepName
 from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.options import ServeOptions
@@ -176,7 +176,7 @@ class LuceboxApp(App[None]):
             else WORKER_STEPS.get(worker.group, "server")
         )
         if isinstance(error, LuceboxError):
-            refused_base = isinstance(error, GuardRefusal) and guard.allow_base_serves(error)
+            refused_base = isinstance(error, GuardRefusal) and checkresult.allow_base_serves(error)
             failure = Failure(
                 step,
                 error.message,

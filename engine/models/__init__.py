@@ -3,7 +3,8 @@ sees them.
 
 - reading a file: ``gguf`` (the header, bounded against hostile input), ``headerinfo`` (what a
   model's GGUF header says), ``modelfacts`` (the facts a plan needs), ``quant``.
-- checks: ``guard`` (every refusal with its stable code), ``ondisk``.
+- checks: ``guard`` (every refusal with its stable code), ``checkresult`` (a check's problems
+  and verdict), ``draftguard`` (drafts, and a draft against its target), ``ondisk``.
 - the store: ``modelsource`` (``hf:``, ``pypi:``, a repo by name, a path), ``pull`` (one pull
   per source kind: ``hubpull``, ``pypipull``), ``pullcheck`` (disk room, check and record),
   ``records`` (what is pulled: list, verify, remove), ``hubrepo`` (a Hub repo's files by name).

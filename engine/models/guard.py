@@ -10,58 +10,22 @@ present) does not guess; it leaves the check out and says so in the result.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
-from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.units import gib_text
-from lucebox.engine.models.gguf import GgufFormatError, token_texts_digest
+from lucebox.engine.models.checkresult import CheckResult, Problem, Severity, verdict_of
+from lucebox.engine.models.draftguard import (
+    LUCEBOX_DFLASH_ARCH,
+    draft_only_kind,
+    draft_only_problem,
+    other_engine_problem,
+    pair_problems,
+)
+from lucebox.engine.models.gguf import GgufFormatError
 from lucebox.engine.models.headerinfo import ModelInfo, inspect_model
-
-Severity = Literal["error", "warning"]
-Verdict = Literal["ok", "warn", "refuse"]
 
 INCOMPLETE_SUFFIXES = (".part", ".incomplete", ".download", ".crdownload", ".aria2", ".tmp")
 """Markers downloaders leave beside (or instead of) a file that is still being written."""
-SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
-SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
-"""The engine's own draft-simple rules (common/speculative.cpp, contract 4.4)."""
-LUCEBOX_DFLASH_ARCH = "qwen35-dflash-draft"
-OTHER_ENGINE_DRAFT_ARCHS = {
-    LUCEBOX_DFLASH_ARCH: "the Lucebox engine (dflash_server)",
-    "dflash-draft": "the Lucebox engine (dflash_server)",
-    "gemma4-dflash-draft": "the Lucebox engine (dflash_server)",
-}
-"""Draft architectures made for another engine: llama-server cannot load them."""
-DRAFT_ONLY_ARCHS = {"dflash": "a DFlash draft", "gemma4-assistant": "a Gemma 4 MTP assistant"}
-"""Architectures that are drafts by nature: they speculate for a target, never serve alone."""
-
-
-def draft_only_kind(info: ModelInfo, path: Path) -> str | None:
-    """What kind of draft a file is when it can only speak for a target; None for a model."""
-    if info.architecture in DRAFT_ONLY_ARCHS:
-        return DRAFT_ONLY_ARCHS[info.architecture]
-    if info.architecture in OTHER_ENGINE_DRAFT_ARCHS:
-        return f"a draft for {OTHER_ENGINE_DRAFT_ARCHS[info.architecture]}"
-    if info.has_mtp_layers and Path(path).name.lower().startswith("mtp-"):
-        return "an MTP head published apart from its model"
-    return None
-
-
-def other_engine_problem(info: ModelInfo) -> Problem | None:
-    """A draft made for another engine, refused by name."""
-    engine = OTHER_ENGINE_DRAFT_ARCHS.get(info.architecture)
-    if engine is None:
-        return None
-    return Problem(
-        "draft-arch-mismatch",
-        "error",
-        f"architecture '{info.architecture}' is a draft for {engine}, not for llama-server: "
-        "serve the pair with --engine lucebox (NVIDIA GPUs), or for llama-server use an "
-        "upstream DFlash draft (architecture 'dflash', made with convert_hf_to_gguf.py "
-        "--target-model-dir) or let lucebox pick n-gram or MTP speculation",
-    )
 
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -100,65 +64,6 @@ _KNOWN_BASE_NAMES = (
     re.compile(r"^mistral-[\d.]+b(-v\d(\.\d)?)?$"),
     re.compile(r"^phi-?\d(\.\d)?(-mini|-medium|-small)?$"),
 )
-
-
-@dataclass(frozen=True)
-class Problem:
-    code: str
-    severity: Severity
-    message: str
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    path: str
-    verdict: Verdict
-    problems: tuple[Problem, ...]
-    info: ModelInfo | None
-    notes: tuple[str, ...] = ()
-    """Checks that could not run and why (not problems of the file)."""
-    speculative_type: str | None = None
-    """For a draft checked against its target: the type the pair would use."""
-
-    @property
-    def usable(self) -> bool:
-        return self.verdict != "refuse"
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "path": self.path,
-            "verdict": self.verdict,
-            "problems": [p.__dict__ for p in self.problems],
-            "info": self.info.to_json() if self.info else {},
-            "notes": list(self.notes),
-        }
-        if self.speculative_type is not None:
-            out["speculative_type"] = self.speculative_type
-        return out
-
-
-ALLOW_BASE_CODES = frozenset({"base-model", "no-chat-template"})
-"""The problems that allowing a base model (``--allow-base``) turns into warnings."""
-
-
-def refusal(result: CheckResult) -> GuardRefusal:
-    """The error for a model the check refused, carrying the codes of what refused it."""
-    return GuardRefusal(
-        f"{Path(result.path).name} was refused by the model check",
-        hint="see the problems above",
-        problem_codes=tuple(p.code for p in result.problems if p.severity == "error"),
-    )
-
-
-def allow_base_serves(refused: GuardRefusal) -> bool:
-    """Whether allowing a base model would let this refused model be served."""
-    return bool(refused.problem_codes) and set(refused.problem_codes) <= ALLOW_BASE_CODES
-
-
-def verdict_of(problems: list[Problem]) -> Verdict:
-    if any(p.severity == "error" for p in problems):
-        return "refuse"
-    return "warn" if problems else "ok"
 
 
 def incomplete_marker(path: Path) -> Path | None:
@@ -275,7 +180,7 @@ def check_model(
     info, problems = inspected
     draft_kind = draft_only_kind(info, path) if instruct_guard else None
     if draft_kind is not None:
-        problems.append(_draft_only(info, draft_kind))
+        problems.append(draft_only_problem(info, draft_kind))
     elif instruct_guard:
         problems += _instruct_problems(info, path, allow_base, template_supplied)
     arch_problems, notes = _arch_problems(info, known_archs, draft_kind)
@@ -330,21 +235,6 @@ def _inspect(path: Path) -> CheckResult | tuple[ModelInfo, list[Problem]]:
         )
     problems += _shard_problems(path, info)
     return info, problems
-
-
-def _draft_only(info: ModelInfo, draft_kind: str) -> Problem:
-    """A draft given as the served model: it needs a target."""
-    engine = (
-        " --engine lucebox (the Lucebox engine: llama-server cannot use it)"
-        if info.architecture in OTHER_ENGINE_DRAFT_ARCHS
-        else ""
-    )
-    return Problem(
-        "draft-only",
-        "error",
-        f"this is {draft_kind} ('{info.architecture}'): a draft, it needs a target "
-        f"model; serve the target with --model and give this file as --draft{engine}",
-    )
 
 
 def _instruct_problems(
@@ -416,8 +306,8 @@ def check_pair(
     if draft.info is None or target.info is None:
         return draft, target
     problems = list(draft.problems)
-    spec_type, pair_problems = _pair_problems(draft.info, target.info, draft_path, target_path)
-    problems += pair_problems
+    spec_type, mismatches = pair_problems(draft.info, target.info, draft_path, target_path)
+    problems += mismatches
     if spec_type is not None and spec_types is not None and spec_type not in spec_types:
         problems.append(
             Problem(
@@ -432,81 +322,3 @@ def check_pair(
         ),
         target,
     )
-
-
-def _pair_problems(
-    draft: ModelInfo, target: ModelInfo, draft_path: Path, target_path: Path
-) -> tuple[str | None, list[Problem]]:
-    if draft.architecture in OTHER_ENGINE_DRAFT_ARCHS:
-        return None, []  # check_model already refused it by name
-    if draft.draft_kind in ("draft-dflash", "draft-dspark"):
-        problems = []
-        layers = target.block_count or 0
-        too_deep = [layer for layer in draft.target_layers or () if layer >= layers]
-        if too_deep:
-            problems.append(
-                Problem(
-                    "draft-arch-mismatch",
-                    "error",
-                    f"the draft reads target layers {list(too_deep)}, but the target has only "
-                    f"{layers} layers: this draft was made for another target model",
-                )
-            )
-        if (
-            draft.embedding_length
-            and target.embedding_length
-            and (draft.embedding_length != target.embedding_length)
-        ):
-            problems.append(
-                Problem(
-                    "draft-arch-mismatch",
-                    "error",
-                    f"the draft's hidden size {draft.embedding_length} differs from the target's "
-                    f"{target.embedding_length}: this draft was made for another target model",
-                )
-            )
-        return draft.draft_kind, problems
-    if draft.draft_kind == "draft-mtp":
-        if draft.embedding_length != target.embedding_length:
-            return "draft-mtp", [
-                Problem(
-                    "draft-arch-mismatch",
-                    "error",
-                    f"the MTP layers' width {draft.embedding_length} differs from the target's "
-                    f"{target.embedding_length}: the engine would abort",
-                )
-            ]
-        return "draft-mtp", []
-    return "draft-simple", _vocab_problems(draft, target, draft_path, target_path)
-
-
-def _vocab_problems(
-    draft: ModelInfo, target: ModelInfo, draft_path: Path, target_path: Path
-) -> list[Problem]:
-    reasons = []
-    if draft.tokenizer_model != target.tokenizer_model:
-        reasons.append(f"tokenizer '{draft.tokenizer_model}' vs '{target.tokenizer_model}'")
-    if (draft.add_bos_token, draft.bos_token_id) != (target.add_bos_token, target.bos_token_id):
-        reasons.append(f"BOS token {draft.bos_token_id} vs {target.bos_token_id}")
-    if (draft.add_eos_token, draft.eos_token_id) != (target.add_eos_token, target.eos_token_id):
-        reasons.append(f"EOS token {draft.eos_token_id} vs {target.eos_token_id}")
-    draft_vocab, target_vocab = draft.vocab_size or 0, target.vocab_size or 0
-    if abs(draft_vocab - target_vocab) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
-        reasons.append(f"vocab size {draft_vocab} vs {target_vocab}")
-    elif draft.tokenizer_fingerprint != target.tokenizer_fingerprint:
-        stop = min(draft_vocab, target_vocab)
-        start = SPEC_VOCAB_CHECK_START_TOKEN_ID
-        if token_texts_digest(draft_path, start, stop) != token_texts_digest(
-            target_path, start, stop
-        ):
-            reasons.append(f"different token texts among ids {start}..{stop - 1}")
-    if not reasons:
-        return []
-    return [
-        Problem(
-            "draft-vocab-mismatch",
-            "error",
-            "the draft's vocabulary does not match the target's (" + "; ".join(reasons) + "), so "
-            "the engine would refuse to speculate: use a draft of the same model family",
-        )
-    ]

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from lucebox.engine.models import ondisk
+from lucebox.engine.models.checkresult import CheckResult, Problem, verdict_of
 from lucebox.engine.models.gguf import GgufFormatError, GgufHeader, TensorInfo, read_header
-from lucebox.engine.models.guard import CheckResult, Problem, check_model, verdict_of
+from lucebox.engine.models.guard import check_model
 
 CLIP_ARCH = "clip"
 MISMATCH_CODE = "mmproj-mismatch"

@@ -11,7 +11,8 @@ from typing import Any
 from lucebox.engine.core import units
 from lucebox.engine.core.errors import GuardRefusal
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.models.guard import CheckResult, check_model, model_name
+from lucebox.engine.models.checkresult import CheckResult
+from lucebox.engine.models.guard import check_model, model_name
 from lucebox.engine.models.modelsource import ModelSource
 from lucebox.engine.models.records import ModelRecord, StoredFile, now_text, save_record
 

@@ -14,7 +14,7 @@ from lucebox.engine.engines.kinds import EngineKind
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.machine.apikey import api_key_path
 from lucebox.engine.machine.budget import GpuBudget
-from lucebox.engine.models.guard import Problem
+from lucebox.engine.models.checkresult import Problem
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.plan.chatdefaults import chat_defaults
 from lucebox.engine.plan.enginechoice import EngineChoice

@@ -9,8 +9,9 @@ from typing import Any
 
 from lucebox.engine.core.errors import GuardRefusal, UsageError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.models.guard import CheckResult, check_model, check_pair
-from lucebox.engine.models.guard import refusal as refusal_of
+from lucebox.engine.models.checkresult import CheckResult
+from lucebox.engine.models.checkresult import refusal as refusal_of
+from lucebox.engine.models.guard import check_model, check_pair
 from lucebox.engine.models.headerinfo import ModelInfo
 from lucebox.engine.models.modelfacts import ModelFacts, facts_from_info
 from lucebox.engine.models.modelsource import parse_source

@@ -19,7 +19,7 @@ from lucebox.engine.engines.registry import EngineManifest, KindName
 from lucebox.engine.machine.budget import GpuBudget, pool_of
 from lucebox.engine.machine.config import Settings
 from lucebox.engine.machine.gpu import GpuProbe
-from lucebox.engine.models.guard import refusal as refusal_of
+from lucebox.engine.models.checkresult import refusal as refusal_of
 from lucebox.engine.models.modelfacts import ModelFacts
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.projector import ProjectorInfo

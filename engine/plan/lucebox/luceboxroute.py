@@ -20,7 +20,7 @@ from lucebox.engine.engines.bsa import SLOW_FALLBACK
 from lucebox.engine.engines.known import KnownSource
 from lucebox.engine.engines.registry import EngineCapabilities, EngineManifest, KindName
 from lucebox.engine.machine.budget import DeviceBudget, GpuBudget, pool_of
-from lucebox.engine.models.guard import verdict_of
+from lucebox.engine.models.checkresult import verdict_of
 from lucebox.engine.models.modelsource import parse_source
 from lucebox.engine.models.presets import Preset
 from lucebox.engine.models.records import stored_file, stored_path

@@ -27,7 +27,7 @@ from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.core.units import GIB
 from lucebox.engine.machine.budget import GpuBudget
 from lucebox.engine.machine.config import Settings
-from lucebox.engine.models import guard
+from lucebox.engine.models import checkresult, guard
 from lucebox.engine.pipeline import Emit, Prepared, StepEvent
 from lucebox.engine.plan import planner
 from lucebox.engine.plan.engineview import EngineView, pinned_engine
@@ -133,7 +133,7 @@ def refused_by_the_model_check(path: Path, spec: ModelSpec) -> tuple[list[StepEv
     """The notes and the error the engine's model check gives a generated model file."""
     checked = guard.check_model(write_llama(path, spec))
     assert not checked.usable
-    return [pipeline.problem_note(p) for p in checked.problems], guard.refusal(checked)
+    return [pipeline.problem_note(p) for p in checked.problems], checkresult.refusal(checked)
 
 
 BASE_GEMMA = ModelSpec(name="Gemma 3 270m", basename="gemma-3", finetune=None, size_label="270M")

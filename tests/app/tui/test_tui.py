@@ -33,7 +33,7 @@ from lucebox.engine.core.units import GIB
 from lucebox.engine.engines import webui
 from lucebox.engine.engines.toolkit import ToolkitRefusal, choose_toolkit
 from lucebox.engine.machine.gpu import probe_gpus
-from lucebox.engine.models import guard
+from lucebox.engine.models import checkresult, guard
 from lucebox.engine.models.records import files_dir
 from lucebox.engine.pipeline import ServeOptions, StepEvent
 from lucebox.engine.run.death import EngineDeath
@@ -234,7 +234,7 @@ async def test_a_refusal_that_allowing_base_does_not_fix_offers_no_allow_base(ba
         handle.truncate(model.stat().st_size - 4096)
     checked = guard.check_model(model)
     assert {p.code for p in checked.problems} == {"base-model", "truncated"}
-    backend.failures = [guard.refusal(checked)]
+    backend.failures = [checkresult.refusal(checked)]
     app = app_for(backend)
     async with app.run_test(size=(100, 30)) as pilot:
         failure = app.start_screen.query_one("#failure")
