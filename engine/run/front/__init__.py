@@ -7,7 +7,8 @@
   answered, counted; ``frontguard``: who may use it (key, ``Host``/``Origin``); ``bodyguard``: what
   a body may be (size, nesting, image URLs); ``frontqueue``: the queue of generation requests;
   ``frontwire``: HTTP/1.1 on its sockets (h11), shared with a served set's proxy; ``apishape``:
-  requests and replies normalised where an engine lacks an API; ``prometheus``: lucebox's numbers as
+  requests and replies normalised where an engine lacks an API (``streamshaper``: a streamed
+  reply; ``shapecontext``: what the shaping shares); ``prometheus``: lucebox's numbers as
   Prometheus text;
 ``keyuse``: what each key used; ``samplingmix``: the sampling the requests got;
 ``sideroute``: embedding and rerank requests sent to their own processes, past the queue;

@@ -1,8 +1,9 @@
 """The API agents send, normalized where an engine lacks it: pure request and reply shaping.
 
 lucebox's front door passes each request body through :func:`shape_request`, each JSON reply
-through :func:`shape_response` and each SSE stream through one :class:`StreamShaper`, so the
-same client sees the same API on llama-server and on the Lucebox engine (``dflash_server``).
+through :func:`shape_response` and each SSE stream through one :class:`StreamShaper`
+(:mod:`streamshaper`), so the same client sees the same API on llama-server and on the Lucebox
+engine (``dflash_server``).
 Bytes in, bytes out, no I/O; what nothing changes is passed on byte for byte.
 
 What is normalized, and which engine lacks it (``reference/*-contract.md``, measured here):
@@ -44,23 +45,32 @@ What is normalized, and which engine lacks it (``reference/*-contract.md``, meas
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lucebox.engine.engines import kinds
 from lucebox.engine.run.front.replycap import clamped
+from lucebox.engine.run.front.shapecontext import (
+    CHAT_PATH,
+    MESSAGES_PATH,
+    RESPONSES_PATH,
+    ShapeContext,
+    anthropic_id,
+    json_bytes,
+    json_object,
+)
+
+# The front's modules take the endpoint names from here, the shaping's one entry point.
+from lucebox.engine.run.front.shapecontext import SHAPED_PATHS as SHAPED_PATHS
+from lucebox.engine.run.front.shapecontext import api_endpoint as api_endpoint
+from lucebox.engine.run.front.streamshaper import StreamShaper
 
 if TYPE_CHECKING:
     from lucebox.engine.engines.kinds import EngineKind
     from lucebox.engine.engines.registry import KindName
     from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 
-CHAT_PATH = "/v1/chat/completions"
-MESSAGES_PATH = "/v1/messages"
-RESPONSES_PATH = "/v1/responses"
-SHAPED_PATHS = (CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH)
 RESPONSES_UNREAD = (
     "store",
     "include",
@@ -78,31 +88,10 @@ RESPONSES_UNREAD = (
 parameters (``top_logprobs`` without ``logprobs`` is a 400 there)."""
 
 
-@dataclass(frozen=True)
-class ShapeContext:
-    """What a transform may know about the request it shapes."""
-
-    engine: EngineKind
-    """The serving engine's kind, asked what it honours."""
-    path: str
-    """The request path without its query, e.g. ``/v1/responses``."""
-    model_id: str
-    context_length: int
-    """The planned context, in tokens."""
-    thinking_default: bool | None
-    """Whether the model thinks when a request does not say; None leaves it to the template
-    (:func:`lucebox.engine.plan.chatdefaults.thinking_default`)."""
-    sampling: SamplingDefaults | None = None
-    """The sampling a request gets where it leaves a field unset, on either engine; None
-    leaves it to the engine."""
-    reply_budget: int | None = None
-    """The most reply tokens the plan serves a request (:mod:`replycap`); None: no bound."""
-
-
 def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
     """The request body the engine gets; a body that is not a JSON object passes unchanged
     (the engine answers it as it would)."""
-    doc = _json_object(body)
+    doc = json_object(body)
     endpoint = api_endpoint(ctx.path)
     if endpoint not in SHAPED_PATHS or doc is None:
         return body
@@ -114,7 +103,7 @@ def shape_request(ctx: ShapeContext, body: bytes) -> bytes:
         shaped = {k: v for k, v in shaped.items() if k != "reasoning"}
     if endpoint == RESPONSES_PATH:
         shaped = _responses_request(ctx.engine, shaped)
-    return body if shaped == doc else _dump(shaped)
+    return body if shaped == doc else json_bytes(shaped)
 
 
 STRUCTURED_TYPES = ("json_schema", "json_object")
@@ -127,7 +116,7 @@ def unsupported(ctx: ShapeContext, body: bytes) -> str | None:
     asked of it is refused rather than answered with free text."""
     if ctx.engine.honours_response_format:
         return None
-    doc = _json_object(body)
+    doc = json_object(body)
     if doc is None:
         return None
     endpoint = api_endpoint(ctx.path)
@@ -156,7 +145,7 @@ def _honouring() -> str:
 def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
     """The JSON reply the client gets (an error, or a body that is not JSON, passes);
     ``/v1/models`` is lucebox's own document for the served model."""
-    doc = _json_object(body)
+    doc = json_object(body)
     endpoint = api_endpoint(ctx.path)
     if status != 200 or doc is None:
         return body
@@ -165,20 +154,7 @@ def shape_response(ctx: ShapeContext, status: int, body: bytes) -> bytes:
     message_id = doc.get("id")
     if not isinstance(message_id, str) or message_id.startswith("msg_"):
         return body
-    return _dump({**doc, "id": anthropic_id(message_id)})
-
-
-def api_endpoint(path: str) -> str:
-    """The ``/v1`` name of an API path (llama-server also answers them without ``/v1``)."""
-    return path if path.startswith("/v1/") else "/v1" + path
-
-
-def anthropic_id(engine_id: str) -> str:
-    """An Anthropic message id (``msg_...``) for an engine's reply id, stable per reply."""
-    for prefix in ("chatcmpl-", "chatcmpl_"):
-        if engine_id.startswith(prefix):
-            return "msg_" + engine_id[len(prefix) :]
-    return "msg_" + engine_id
+    return json_bytes({**doc, "id": anthropic_id(message_id)})
 
 
 def models_with_context(
@@ -202,187 +178,6 @@ def models_with_context(
             entry["context_length"] = context_by_model[model_id]
         shaped.append(entry)
     return {**document, "object": "list", "data": shaped}
-
-
-class StreamShaper:
-    """Shapes one streamed reply: SSE bytes in any split, shaped SSE bytes out."""
-
-    def __init__(self, ctx: ShapeContext, request_body: bytes) -> None:
-        self._ctx = ctx
-        request = _json_object(request_body) or {}
-        options = request.get("stream_options")
-        self._usage_asked = isinstance(options, dict) and options.get("include_usage") is True
-        self._usage_sent = False
-        self._last_chunk: dict[str, Any] = {}
-        self._timings: dict[str, Any] = {}
-        self._pending = b""
-        self._sequence = 0
-        self._item_ids: list[str] = []
-        self._cap = _reply_cap(clamped(request, api_endpoint(ctx.path), ctx.reply_budget))
-        self._held: dict[str, Any] | None = None
-        """The Lucebox engine's closing chunk, held until its usage says whether the reply
-        stopped at the cap."""
-
-    def feed(self, chunk: bytes) -> bytes:
-        """The shaped events completed by ``chunk``; a partial event waits for the rest."""
-        self._pending = (self._pending + chunk).replace(b"\r\n", b"\n")
-        *events, self._pending = self._pending.split(b"\n\n")
-        return b"".join(self._event(event) for event in events)
-
-    def close(self) -> bytes:
-        """What is still owed when the engine's stream ends: a held closing chunk, then an
-        event left without its blank line, as it came."""
-        rest, self._pending = self._pending, b""
-        return self._release(None) + rest
-
-    def _release(self, completion_tokens: int | None) -> bytes:
-        """The held closing chunk, its ``finish_reason`` ``length`` when the reply used every
-        token the request allowed (the Lucebox engine says ``stop`` there when it streams)."""
-        held, self._held = self._held, None
-        if held is None:
-            return b""
-        if (
-            completion_tokens is not None
-            and self._cap is not None
-            and completion_tokens >= self._cap
-        ):
-            choices = [
-                {**c, "finish_reason": "length"} if c.get("finish_reason") == "stop" else c
-                for c in held["choices"]
-            ]
-            held = {**held, "choices": choices}
-        return b"data: " + _dump(held) + b"\n\n"
-
-    def _event(self, event: bytes) -> bytes:
-        raw = event + b"\n\n"
-        lines = event.split(b"\n")
-        data_at = [i for i, line in enumerate(lines) if line.startswith(b"data:")]
-        if len(data_at) != 1:
-            return raw
-        payload = lines[data_at[0]][len(b"data:") :].strip()
-        if payload == b"[DONE]":
-            return self._release(None) + self._done() + raw
-        doc = _json_object(payload)
-        if doc is None:
-            return self._release(None) + raw
-        released = self._release(_count(_usage_of(doc).get("completion_tokens")))
-        if self._holds(doc):
-            self._held = self._chat_chunk(doc)
-            return released
-        shaped = self._shape(doc)
-        if shaped is None:
-            return released
-        if shaped == doc:
-            return released + raw
-        lines[data_at[0]] = b"data: " + _dump(shaped)
-        return released + b"\n".join(lines) + b"\n\n"
-
-    def _holds(self, doc: dict[str, Any]) -> bool:
-        """A Lucebox chat stream's closing chunk: its usage comes in the next one."""
-        if not self._ctx.engine.streams_cap_as_stop or api_endpoint(self._ctx.path) != CHAT_PATH:
-            return False
-        choices = doc.get("choices")
-        return (
-            self._cap is not None
-            and isinstance(choices, list)
-            and any(isinstance(c, dict) and c.get("finish_reason") == "stop" for c in choices)
-        )
-
-    def _shape(self, doc: dict[str, Any]) -> dict[str, Any] | None:
-        path = api_endpoint(self._ctx.path)
-        if path == CHAT_PATH:
-            return self._chat_chunk(doc)
-        if path == MESSAGES_PATH:
-            return _anthropic_event(doc)
-        if path == RESPONSES_PATH:
-            return self._responses_event(doc)
-        return doc
-
-    def _chat_chunk(self, doc: dict[str, Any]) -> dict[str, Any] | None:
-        if isinstance(doc.get("timings"), dict):
-            self._timings = doc["timings"]
-        choices = doc.get("choices")
-        if choices == [] and isinstance(doc.get("usage"), dict):
-            if not self._usage_asked or self._usage_sent:
-                return None
-            self._usage_sent = True
-            return doc
-        if not isinstance(choices, list):
-            return doc
-        self._last_chunk = doc
-        shaped = [_choice_without_null(choice) for choice in choices]
-        return doc if shaped == choices else {**doc, "choices": shaped}
-
-    def _done(self) -> bytes:
-        """The usage chunk owed before ``[DONE]``: asked for, none sent, and the stream's
-        ``timings`` say the counts (llama-server's names)."""
-        if api_endpoint(self._ctx.path) != CHAT_PATH or not self._usage_asked or self._usage_sent:
-            return b""
-        usage = _usage_from_timings(self._timings)
-        if usage is None:
-            return b""
-        self._usage_sent = True
-        chunk: dict[str, Any] = {
-            key: self._last_chunk[key]
-            for key in ("id", "object", "created", "model")
-            if key in self._last_chunk
-        }
-        return b"data: " + _dump({**chunk, "choices": [], "usage": usage}) + b"\n\n"
-
-    def _responses_event(self, doc: dict[str, Any]) -> dict[str, Any]:
-        shaped = {"sequence_number": self._sequence, **doc}
-        self._sequence += 1
-        item = doc.get("item")
-        item_id = item.get("id") if isinstance(item, dict) else doc.get("item_id")
-        if isinstance(item_id, str) and "output_index" not in doc:
-            if item_id not in self._item_ids:
-                self._item_ids.append(item_id)
-            shaped["output_index"] = self._item_ids.index(item_id)
-        kind = str(shaped.get("type", ""))
-        if kind.startswith(("response.content_part.", "response.output_text.")):
-            shaped.setdefault("content_index", 0)
-        if kind in ("response.output_text.delta", "response.output_text.done"):
-            shaped.setdefault("logprobs", [])
-        return shaped
-
-
-def _anthropic_event(doc: dict[str, Any]) -> dict[str, Any]:
-    message = doc.get("message")
-    if doc.get("type") != "message_start" or not isinstance(message, dict):
-        return doc
-    message_id = message.get("id")
-    if not isinstance(message_id, str) or message_id.startswith("msg_"):
-        return doc
-    return {**doc, "message": {**message, "id": anthropic_id(message_id)}}
-
-
-def _choice_without_null(choice: Any) -> Any:
-    """A stream choice whose delta has no null content: the role's first delta gets "" (as
-    OpenAI sends it), any other drops the key."""
-    if not isinstance(choice, dict) or not isinstance(choice.get("delta"), dict):
-        return choice
-    delta = choice["delta"]
-    if "role" in delta and delta.get("content") is None:
-        return {**choice, "delta": {**delta, "content": ""}}
-    if "content" in delta and delta["content"] is None:
-        return {**choice, "delta": {k: v for k, v in delta.items() if k != "content"}}
-    return choice
-
-
-def _usage_from_timings(timings: Mapping[str, Any]) -> dict[str, Any] | None:
-    prompt, cached, predicted = (
-        _count(timings.get(k)) for k in ("prompt_n", "cache_n", "predicted_n")
-    )
-    if prompt is None or predicted is None:
-        return None
-    cached_tokens = cached or 0
-    prompt_tokens = prompt + cached_tokens
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": predicted,
-        "total_tokens": prompt_tokens + predicted,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    }
 
 
 def _asked_thinking(doc: Mapping[str, Any]) -> bool | None:
@@ -454,35 +249,6 @@ def _response_format(text: Any) -> dict[str, Any] | None:
         return None
     schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
     return {"type": "json_schema", "json_schema": schema}
-
-
-def _json_object(body: bytes) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _reply_cap(request: Mapping[str, Any]) -> int | None:
-    """The reply tokens a chat request allows, where it says."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        if (cap := _count(request.get(key))) is not None:
-            return cap
-    return None
-
-
-def _usage_of(doc: Mapping[str, Any]) -> Mapping[str, Any]:
-    usage = doc.get("usage")
-    return usage if isinstance(usage, dict) else {}
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _dump(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import pytest
 from lucebox.engine.engines import kinds
 from lucebox.engine.models.headerinfo import inspect_model
 from lucebox.engine.plan.samplingdefaults import RULE, SamplingDefaults, sampling_defaults
-from lucebox.engine.run.front.apishape import ShapeContext, shape_request
+from lucebox.engine.run.front.apishape import shape_request
+from lucebox.engine.run.front.shapecontext import ShapeContext
 
 
 @pytest.mark.parametrize(

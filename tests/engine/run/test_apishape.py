@@ -23,15 +23,15 @@ from pydantic import TypeAdapter
 from lucebox.engine.engines import kinds
 from lucebox.engine.engines.registry import KindName
 from lucebox.engine.run.front.apishape import (
-    ShapeContext,
     Shapes,
-    StreamShaper,
     models_with_context,
     shape_request,
     shape_response,
     unsupported,
 )
 from lucebox.engine.run.front.frontsetup import FrontSetup
+from lucebox.engine.run.front.shapecontext import ShapeContext
+from lucebox.engine.run.front.streamshaper import StreamShaper
 from support import luceboxfake
 from support.frontserver import loopback_policy, running_front
 from support.health import wait_healthy

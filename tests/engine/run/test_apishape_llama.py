@@ -17,12 +17,12 @@ import pytest
 
 from lucebox.engine.engines.kinds import LLAMA_SERVER
 from lucebox.engine.run.front.apishape import (
-    ShapeContext,
     Shapes,
-    StreamShaper,
     shape_request,
 )
 from lucebox.engine.run.front.frontsetup import FrontSetup
+from lucebox.engine.run.front.shapecontext import ShapeContext
+from lucebox.engine.run.front.streamshaper import StreamShaper
 from support.engineserver import RunningServer, running_server
 from support.frontserver import RunningFront, loopback_policy, running_front
 from tests.conftest import run_lucebox
