@@ -22,8 +22,8 @@ from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.screens.quit import QuitModal
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.readout import Readout
-from lucebox.engine.run import serverrun
 from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.serverrun import serverrun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 LOG_TAIL_INTERVAL_S = 2.0
