@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +17,7 @@ from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.machine.personkeys import keys_path, read_keys
-from lucebox.engine.machine.ports import down_peers, next_free_port, port_holder
+from lucebox.engine.machine.ports import next_free_port, port_holder
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.memory.cpuread import cpu_cores
 from lucebox.engine.plan.prefillrates import PrefillRecorder
@@ -44,24 +43,28 @@ from lucebox.engine.run.hang import (
 from lucebox.engine.run.kinds.enginelog import EngineLog
 from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.kinds.metrics import Sampler, with_last_rates
-from lucebox.engine.run.lastserved import served_now, write_last_served
+from lucebox.engine.run.lastserved import write_last_served
 from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
 from lucebox.engine.run.runstate import (
-    RunStateName,
     Status,
-    engine_log,
     state_file,
     write_status,
 )
 from lucebox.engine.run.sample import (
-    CacheStatus,
     EngineStatus,
     LanStatus,
-    PeerStatus,
     Sample,
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
+from lucebox.engine.run.serverrun.serverstatus import (
+    RunState,
+    engine_status,
+    first_status,
+    served_record,
+    status_after,
+    status_now,
+)
 from lucebox.engine.run.sideserver import SideServers, side_route
 from lucebox.engine.run.sleepwatch import SleepWatch, sleep_watch
 from lucebox.engine.run.slotkeeper import SlotKeeper
@@ -76,38 +79,6 @@ HANG_CHECK_S = 1.0
 RunItem = ServerEvent | Sample | ModelsSample | ModelNote
 """What a run yields: the supervisor's events, one model's samples, or a set's models and
 what the run did to one of them."""
-
-_STATE_OF_EVENT: dict[str, RunStateName] = {
-    "starting": "starting",
-    "loading": "loading",
-    "ready": "ready",
-    "exited": "restarting",
-    "restarting": "restarting",
-    "sleeping": "sleeping",
-    "gave-up": "failed",
-    "stopped": "stopped",
-}
-
-
-def state_of(event: ServerEvent) -> RunStateName:
-    return _STATE_OF_EVENT[event.kind]
-
-
-def planned_spec(spec_type: str | None, reason: str | None) -> SpecStatus | None:
-    """Speculation as planned, before the engine says whether it runs; None when none is."""
-    if spec_type is None:
-        return None
-    return SpecStatus(spec_type, None, reason or f"{spec_type} as planned", None, None)
-
-
-@dataclass
-class _Run:
-    """What changes while a server runs: its status, last sample and the engine's log facts."""
-
-    status: Status
-    sample: Sample | None = None
-    logs: dict[int, EngineLog] = field(default_factory=dict)
-    """The engine's log facts per engine process, fed line by line by the supervisor."""
 
 
 class ServerRun:
@@ -146,20 +117,8 @@ class ServerRun:
         self._announcer: Announcer | None = None
         """lucebox's front while the run serves; None for an engine that serves its address
         itself (a served set's router)."""
-        self._run = _Run(
-            Status(
-                "starting",
-                pid=os.getpid(),
-                url=self.public_url,
-                model=facts.model,
-                started_at=time.time(),
-                ctx=supervisor.launch.plan.ctx,
-                log=str(engine_log(paths)),
-                spec=planned_spec(supervisor.launch.spec_type, speculation.reason),
-                webui_url=facts.webui_url,
-                peers=facts.peers,
-                vision=supervisor.launch.mmproj_path,
-            )
+        self._run = RunState(
+            first_status(paths, supervisor.launch, facts, self.public_url, speculation.reason)
         )
         self._sampling: asyncio.Task[None] | None = None
         self._slots = SlotKeeper(paths, supervisor, self.url)
@@ -302,11 +261,8 @@ class ServerRun:
             action, self.front, self.api_key, stopping=stopping, now_s=time.monotonic()
         )
         if saved:
-            cache = self._run.status.cache or CacheStatus(None, 0)
-            failure = self._slots.save_failure
-            self._run.status = replace(
-                self._run.status, cache=replace(cache, slot_save_failure=failure)
-            )
+            cache = self._slots.with_save_failure(self._run.status.cache)
+            self._run.status = replace(self._run.status, cache=cache)
 
     async def _stop_sampling(self) -> None:
 
@@ -317,41 +273,20 @@ class ServerRun:
                 await task
 
     def engine_status(self) -> EngineStatus | None:
-        """The engine kind serving now and what chose it: a trial while the engine calibration
-        runs it, the verdict once it is the measured one, else what the plan said."""
-        planned = self.facts.planned_engine
-        if planned is None:
-            return None
+        """The engine kind serving now and what chose it (:func:`serverstatus.engine_status`)."""
         kind = self.supervisor.launch.kind
-        calibration = self.calibrations.engine
-        if calibration is not None and calibration.active and calibration.kind == kind:
-            return EngineStatus(kind, "trial", "measured against the other engine now")
-        verdict = calibration.measurement if calibration is not None else None
-        if verdict is not None and verdict.chosen == kind and planned.chosen_by != "asked":
-            return EngineStatus(kind, "measured", verdict.why)
-        if planned.kind == kind:
-            return planned
-        return EngineStatus(kind, "rule", "")
+        return engine_status(self.facts.planned_engine, kind, self.calibrations.engine)
 
     def _save(self) -> None:
-        self._run.status = replace(
-            self._run.status, engine=self.engine_status(), sides=self._sides.status()
+        self._run.status = status_now(
+            self._run.status,
+            engine=self.engine_status(),
+            sides=self._sides,
+            front=self.front,
+            sleep=self._sleep,
+            kv_modes=self.calibrations.kv_modes,
+            kind=self.supervisor.launch.kind,
         )
-        if self.front is not None:
-            self._run.status = replace(
-                self._run.status,
-                queue=self.front.queue_status(),
-                keys=self.front.key_use.status(),
-                sampling=self.front.sampling.status(),
-                sleep=self._sleep.status() if self._sleep is not None else None,
-            )
-        modes = self.calibrations.kv_modes
-        if modes is not None:
-            # None while the engine calibration serves the launch on a kind without them.
-            has_modes = kinds.kind(self.supervisor.launch.kind).serves_kv_modes
-            self._run.status = replace(
-                self._run.status, kv_modes=modes.status() if has_modes else None
-            )
         write_status(self.paths, self._run.status)
 
     async def events(self) -> AsyncIterator[RunItem]:
@@ -493,15 +428,9 @@ class ServerRun:
 
     async def _on_event(self, event: ServerEvent, queue: asyncio.Queue[RunItem | None]) -> None:
 
-        self._run.status = replace(
-            self._run.status,
-            state=state_of(event),
-            restarts=event.restarts,
-            planned_restarts=self.supervisor.planned_restarts,
-            engine_pid=event.pid,
-            ctx=self.supervisor.launch.plan.ctx,
-            peers=self._peers_after(event),
-            cause=event.cause or self._run.status.cause,
+        supervisor = self.supervisor
+        self._run.status = status_after(
+            self._run.status, event, supervisor.planned_restarts, supervisor.launch.plan.ctx
         )
         self._engine_ready = event.kind == "ready" and event.pid is not None
         if self.front is not None and not self._engine_ready:
@@ -534,29 +463,10 @@ class ServerRun:
 
     def _record_served(self) -> None:
         """Keep the address and alias for `lucebox connect` once the run has ended."""
-        spec = self.supervisor.launch
-        record = served_now(
-            self.public_url,
-            self.served_aliases,
-            spec.plan.ctx,
-            api_key_file=spec.api_key_file,
-            on_gpu=bool(spec.gpus or spec.rpc),
-            weights_bytes=spec.plan.memory_bytes.weights,
-            embed_model=next((s.alias for s in self.facts.sides if s.role == "embeddings"), None),
-        )
+        launch = self.supervisor.launch
+        record = served_record(self.public_url, self.served_aliases, launch, self.facts.sides)
         with contextlib.suppress(OSError, LuceboxError):
             write_last_served(self.paths, record)
-
-    def _peers_after(self, event: ServerEvent) -> tuple[PeerStatus, ...]:
-        """The peers' state: lost when the engine exited and its RPC server does not answer."""
-
-        peers = self._run.status.peers
-        if event.kind == "ready":
-            return tuple(replace(p, state="up") for p in peers)
-        if event.kind != "exited" or not peers:
-            return peers
-        down = set(down_peers(tuple(p.address for p in peers)))
-        return tuple(replace(p, state="lost" if p.address in down else "up") for p in peers)
 
     async def _sample(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
 
