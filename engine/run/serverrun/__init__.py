@@ -1,5 +1,6 @@
 """A single server's run: the engine supervised behind lucebox's front, sampled once ready.
 
-- ``serverrun``: the run, with its one way to stop or restart; ``serverstatus``: what the run
-  says of itself (the state file, the record `lucebox connect` reads).
+- ``serverrun``: the run, with its one way to stop or restart; ``serverfront``: the front on the
+  served address and the run's name on the LAN; ``serverstatus``: what the run says of itself
+  (the state file, the record `lucebox connect` reads).
 """

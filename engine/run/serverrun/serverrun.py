@@ -16,21 +16,16 @@ from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import NvmlProvider
-from lucebox.engine.machine.personkeys import keys_path, read_keys
-from lucebox.engine.machine.ports import next_free_port, port_holder
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.memory.cpuread import cpu_cores
 from lucebox.engine.plan.prefillrates import PrefillRecorder
 from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run import prefixdisk, specwatch
-from lucebox.engine.run.announce import Announced, Announcer, lan_addresses
 from lucebox.engine.run.calibrate.calibration import by_sampling, sampled_at
 from lucebox.engine.run.calibrate.calibrator import running_label
-from lucebox.engine.run.death import EngineDeath, port_taken
-from lucebox.engine.run.front.apishape import Shapes
-from lucebox.engine.run.front.front import Front, start_front
-from lucebox.engine.run.front.frontguard import server_policy
+from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.front.front import Front
 from lucebox.engine.run.front.frontsetup import FrontSetup
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.hang import (
@@ -52,11 +47,11 @@ from lucebox.engine.run.runstate import (
 )
 from lucebox.engine.run.sample import (
     EngineStatus,
-    LanStatus,
     Sample,
     SpecStatus,
 )
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
+from lucebox.engine.run.serverrun.serverfront import ServedFront, front_setup, open_front
 from lucebox.engine.run.serverrun.serverstatus import (
     RunState,
     engine_status,
@@ -65,7 +60,7 @@ from lucebox.engine.run.serverrun.serverstatus import (
     status_after,
     status_now,
 )
-from lucebox.engine.run.sideserver import SideServers, side_route
+from lucebox.engine.run.sideserver import SideServers
 from lucebox.engine.run.sleepwatch import SleepWatch, sleep_watch
 from lucebox.engine.run.slotkeeper import SlotKeeper
 from lucebox.engine.run.supervisor import (
@@ -114,7 +109,6 @@ class ServerRun:
         self.public_url = url_of(supervisor.launch)
         """What clients use: the front's address."""
         self.front: Front | None = None
-        self._announcer: Announcer | None = None
         """lucebox's front while the run serves; None for an engine that serves its address
         itself (a served set's router)."""
         self._run = RunState(
@@ -338,93 +332,27 @@ class ServerRun:
                     await supervising  # a refused re-plan raises here
             finally:
                 if listening is not None:
-                    self._close_front(listening)
+                    listening.close()
+                    self.front = None
                 state_file(self.paths).unlink(missing_ok=True)
 
     def _front_spec(self) -> FrontSetup:
         launch = self.supervisor.launch
-        run = engine_run(launch.kind)
-        return FrontSetup(
-            policy=server_policy(
-                launch.host,
-                launch.port,
-                self.api_key,
-                keys_path(self.paths),
-                self.facts.allowed_origins,
-            ),
-            model=launch.alias,
-            ctx=launch.plan.ctx,
-            capacity=run.parallel(launch),
-            engine_key=self.api_key if run.reads_key_file else None,
-            engine_wait_s=self.supervisor.ready_timeout_s,
-            images=launch.mmproj_path is not None,
-            thinking_default=self.facts.thinking_default,
-            sides=tuple(side_route(side, self.api_key) for side in self.facts.sides),
-            page=self.facts.chat_page,
-        )
+        return front_setup(launch, self.facts, self.paths, self.supervisor.ready_timeout_s)
 
-    async def _open_front(self) -> asyncio.Server | EngineDeath | None:
-        """lucebox's front on the served address, before the engine starts behind it; what
-        holds the address when it cannot listen; None when the engine serves it itself."""
-        launch = self.supervisor.launch
-        if launch.engine_port is None:
+    async def _open_front(self) -> ServedFront | EngineDeath | None:
+        """lucebox's front on the served address (:mod:`serverfront`); None when the engine
+        serves the address itself."""
+        if self.supervisor.launch.engine_port is None:
             return None
-        front = Front(
-            self._front_spec(),
-            lambda: engine_url(self.supervisor.launch),
-            status=lambda: self._run.status,
-            shape=Shapes(
-                launch.kind,
-                launch.alias,
-                launch.plan.ctx,
-                self.facts.thinking_default,
-                self.facts.sampling,
-                engine_run(launch.kind).reply_budget(launch),
-            ),
-            sampling=self.facts.sampling,
+        opened = await open_front(
+            self._front_spec(), self.facts, self.paths, self.supervisor, lambda: self._run.status
         )
-        try:
-            server = await start_front(front, launch.host, launch.port)
-        except OSError:
-            holder = port_holder(launch.host, launch.port) or "another program"
-            return port_taken(launch.port, holder, next_free_port(launch.host, launch.port))
-        front.engine_ready(False)  # until the engine behind it says ready
-        if self.facts.no_page_reason:
-            self.supervisor.log.write(f"# lucebox: no chat page: {self.facts.no_page_reason}")
-        self.front = front
-        await self._announce()
-        return server
-
-    def _close_front(self, server: asyncio.Server) -> None:
-        server.close()
-        self.front = None
-        if self._announcer is not None:
-            self._announcer.close()  # a second's unregistering, once, as the run ends
-            self._announcer = None
-
-    async def _announce(self) -> None:
-        """The server on the LAN by name while it serves beyond loopback (announce.py); a LAN
-        that refuses multicast costs the name, never the run."""
-        launch = self.supervisor.launch
-        addresses = lan_addresses(launch.host)
-        if not addresses:
-            return
-        what = Announced(
-            self.facts.mdns_name,
-            addresses,
-            launch.port,
-            launch.alias,
-            launch.kind,
-            key_needed=bool(self.api_key) or bool(read_keys(keys_path(self.paths)).keys),
-        )
-        announcer = Announcer(what)
-        try:
-            name = await asyncio.to_thread(announcer.start)
-        except OSError as exc:
-            self.supervisor.log.write(f"# lucebox: not announced on the LAN: {exc}")
-            name = None
-        self._announcer = announcer if name is not None else None
-        self._run.status = replace(self._run.status, lan=LanStatus(name, addresses, launch.port))
+        if isinstance(opened, ServedFront):
+            self.front = opened.front
+            if opened.lan is not None:
+                self._run.status = replace(self._run.status, lan=opened.lan)
+        return opened
 
     async def _on_event(self, event: ServerEvent, queue: asyncio.Queue[RunItem | None]) -> None:
 
