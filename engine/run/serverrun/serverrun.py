@@ -9,15 +9,13 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
 from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
-from lucebox.engine.plan.memory.cpuread import cpu_cores
 from lucebox.engine.plan.prefillrates import PrefillRecorder
 from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
@@ -28,15 +26,6 @@ from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.front.front import Front
 from lucebox.engine.run.front.frontsetup import FrontSetup
 from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
-from lucebox.engine.run.hang import (
-    HangBounds,
-    Watch,
-    chosen_look,
-    hung,
-    observe,
-)
-from lucebox.engine.run.kinds.enginelog import EngineLog
-from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.kinds.metrics import Sampler, with_last_rates
 from lucebox.engine.run.lastserved import write_last_served
 from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
@@ -52,6 +41,13 @@ from lucebox.engine.run.sample import (
 )
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.serverrun.serverfront import ServedFront, front_setup, open_front
+from lucebox.engine.run.serverrun.serversampling import (
+    cpu_prefill,
+    engine_sampler,
+    hang_watched,
+    log_reader,
+    with_client_waits,
+)
 from lucebox.engine.run.serverrun.serverstatus import (
     RunState,
     engine_status,
@@ -67,9 +63,6 @@ from lucebox.engine.run.supervisor import (
     ServerEvent,
     Supervisor,
 )
-
-HANG_CHECK_S = 1.0
-"""The hang watch looks as often as the sampler samples."""
 
 RunItem = ServerEvent | Sample | ModelsSample | ModelNote
 """What a run yields: the supervisor's events, one model's samples, or a set's models and
@@ -226,16 +219,8 @@ class ServerRun:
         facts = self._run.logs.get(engine_pid)
         if facts is None:
             # Only the current engine's lines matter: forget an earlier engine's.
-            self._run.logs = {engine_pid: (facts := self._engine_log())}
+            self._run.logs = {engine_pid: (facts := log_reader(self.supervisor))}
         facts.feed(line)
-
-    def _engine_log(self) -> EngineLog:
-        """What reads the engine's lines, for the kind of engine that runs; the requests it
-        reports finished leave out lucebox's own."""
-        log = engine_run(self.supervisor.launch.kind).engine_log()
-        log.own = self.supervisor.own_requests
-        log.own.new_engine()
-        return log
 
     async def _engine_stopping(self) -> None:
         """Runs before the supervisor stops a live engine on purpose: sampling ends first,
@@ -259,7 +244,6 @@ class ServerRun:
             self._run.status = replace(self._run.status, cache=cache)
 
     async def _stop_sampling(self) -> None:
-
         task, self._sampling = self._sampling, None
         if task is not None:
             task.cancel()
@@ -355,7 +339,6 @@ class ServerRun:
         return opened
 
     async def _on_event(self, event: ServerEvent, queue: asyncio.Queue[RunItem | None]) -> None:
-
         supervisor = self.supervisor
         self._run.status = status_after(
             self._run.status, event, supervisor.planned_restarts, supervisor.launch.plan.ctx
@@ -397,7 +380,6 @@ class ServerRun:
             write_last_served(self.paths, record)
 
     async def _sample(self, engine_pid: int, queue: asyncio.Queue[RunItem | None]) -> None:
-
         with nvml_session() as nvml:
             await self._sample_with(engine_pid, queue, nvml)
 
@@ -407,56 +389,22 @@ class ServerRun:
         spec = self.supervisor.launch
         facts = self._run.logs.get(engine_pid)
         if facts is None:  # made only when missing: a new log resets the own-request ledger
-            facts = self._run.logs[engine_pid] = self._engine_log()
-        on_cpu = spec.plan.n_gpu_layers == 0 and not spec.rpc
-        prefill = PrefillRecorder(self.paths, Path(spec.model_path), cpu_cores())
-        options: dict[str, Any] = dict(
-            nvml=nvml, gpu_index=self.facts.gpu_index, api_key=self.api_key
+            facts = self._run.logs[engine_pid] = log_reader(self.supervisor)
+        prefill = cpu_prefill(self.paths, spec)
+        sampler = engine_sampler(
+            spec,
+            self.url,
+            engine_pid,
+            facts,
+            nvml=nvml,
+            gpu_index=self.facts.gpu_index,
+            api_key=self.api_key,
+            spec_reason=self.spec_reason,
         )
-        options.update(gpu_indices=spec.gpus)
-        options.update(spec_type=spec.spec_type, spec_reason=self.spec_reason)
-        sampler = engine_run(spec.kind).sampler(self.url, engine_pid, facts, **options)
         self._sampler = sampler
         bounds = self.facts.hang_bounds
-        if bounds is not None:
-            bounds = replace(bounds, silent_factor=sampler.silent_factor)
-        watching = asyncio.create_task(self._watch_hang(sampler, bounds)) if bounds else None
-        try:
-            await self._follow(sampler, engine_pid, queue, nvml, prefill, on_cpu)
-        finally:
-            if watching is not None:
-                watching.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watching
-
-    def _with_client_waits(self, sample: Sample) -> Sample:
-        """``sample`` with the time to first token its clients waited, where the front saw
-        streamed answers (the engine's own clock leaves out the request's way in and its
-        parse); the engine's figures stand where none streamed."""
-        if self.front is None:
-            return sample
-        window, last = self.front.queue.first_token_s(time.monotonic(), sample.window_s)
-        if window is None:
-            return sample
-        return replace(sample, ttft_s=window, last_ttft_s=last)
-
-    async def _watch_hang(self, sampler: Sampler, bounds: HangBounds) -> None:
-        """Kill and restart an engine whose running request makes no progress within the
-        bound of its phase (:mod:`hang`): the sampler's latest look, checked each second
-        whether the engine answers or not."""
-        watch = Watch()
-        while True:
-            await asyncio.sleep(HANG_CHECK_S)
-            now_s = time.monotonic()
-            front_look = self.front.queue.engine_look(now_s) if self.front else None
-            watch = observe(watch, chosen_look(watch, sampler.look, front_look), now_s)
-            sample = self._run.sample
-            rate = sample.last_prefill_tokens_per_s if sample is not None else None
-            why = hung(watch, now_s, rate, bounds)
-            if why is not None:
-                self.supervisor.log.write(f"# lucebox: hang: {why}")
-                self.supervisor.hung(why)
-                return
+        async with hang_watched(sampler, bounds, self.supervisor, lambda: self.front, self._run):
+            await self._follow(sampler, engine_pid, queue, nvml, prefill)
 
     async def _follow(
         self,
@@ -464,11 +412,10 @@ class ServerRun:
         engine_pid: int,
         queue: asyncio.Queue[RunItem | None],
         nvml: NvmlProvider | None,
-        prefill: PrefillRecorder,
-        on_cpu: bool,
+        prefill: PrefillRecorder | None,
     ) -> None:
         async for engine_sample in sampler.samples():
-            sample = self._with_client_waits(engine_sample)
+            sample = with_client_waits(engine_sample, self.front)
             await queue.put(sample)
             # Status shows the last known rate, not an idle second's missing one.
             self._run.sample = with_last_rates(self._run.sample, sample)
@@ -483,5 +430,5 @@ class ServerRun:
                 ),
             )
             self._watch_speculation(sample, [r.served() for r in sampler.finished], engine_pid)
-            if on_cpu:
+            if prefill is not None:
                 prefill.observe(sample.prefill_tokens_total, sample.prefill_seconds_total)
