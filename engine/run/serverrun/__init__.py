@@ -2,6 +2,7 @@
 
 - ``serverrun``: the run, with its one way to stop or restart; ``serverfront``: the front on the
   served address and the run's name on the LAN; ``serversampling``: the ready engine's log
-  reader, sampler and hang watch; ``serverstatus``: what the run says of itself (the state
-  file, the record `lucebox connect` reads).
+  reader, sampler and hang watch; ``serverspec``: its speculation as `status` shows it and the
+  served requests its guard and calibrations watch; ``serverstatus``: what the run says of
+  itself (the state file, the record `lucebox connect` reads).
 """

@@ -13,15 +13,12 @@ from typing import Literal
 
 from lucebox.engine.core.errors import LuceboxError
 from lucebox.engine.core.paths import Paths
-from lucebox.engine.engines import kinds
 from lucebox.engine.machine.gpu import NvmlProvider
 from lucebox.engine.plan.launch import ServerLaunch, engine_url, server_argv, url_of
 from lucebox.engine.plan.prefillrates import PrefillRecorder
 from lucebox.engine.plan.speculation.specguard import SpecGuard
 from lucebox.engine.plan.speculation.workload import ServedRequest
 from lucebox.engine.run import prefixdisk, specwatch
-from lucebox.engine.run.calibrate.calibration import by_sampling, sampled_at
-from lucebox.engine.run.calibrate.calibrator import running_label
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.front.front import Front
 from lucebox.engine.run.front.frontsetup import FrontSetup
@@ -29,16 +26,8 @@ from lucebox.engine.run.gpustatus import gpu_statuses, nvml_session
 from lucebox.engine.run.kinds.metrics import Sampler, with_last_rates
 from lucebox.engine.run.lastserved import write_last_served
 from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
-from lucebox.engine.run.runstate import (
-    Status,
-    state_file,
-    write_status,
-)
-from lucebox.engine.run.sample import (
-    EngineStatus,
-    Sample,
-    SpecStatus,
-)
+from lucebox.engine.run.runstate import Status, state_file, write_status
+from lucebox.engine.run.sample import EngineStatus, Sample
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.serverrun.serverfront import ServedFront, front_setup, open_front
 from lucebox.engine.run.serverrun.serversampling import (
@@ -48,6 +37,7 @@ from lucebox.engine.run.serverrun.serversampling import (
     log_reader,
     with_client_waits,
 )
+from lucebox.engine.run.serverrun.serverspec import spec_view, watch_step
 from lucebox.engine.run.serverrun.serverstatus import (
     RunState,
     engine_status,
@@ -59,10 +49,7 @@ from lucebox.engine.run.serverrun.serverstatus import (
 from lucebox.engine.run.sideserver import SideServers
 from lucebox.engine.run.sleepwatch import SleepWatch, sleep_watch
 from lucebox.engine.run.slotkeeper import SlotKeeper
-from lucebox.engine.run.supervisor import (
-    ServerEvent,
-    Supervisor,
-)
+from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 RunItem = ServerEvent | Sample | ModelsSample | ModelNote
 """What a run yields: the supervisor's events, one model's samples, or a set's models and
@@ -165,48 +152,23 @@ class ServerRun:
         elif self._sampler is not None:
             self._sampler.spec_reason = reason
 
-    def _spec_view(self, sampled: SpecStatus | None) -> SpecStatus | None:
-        spec = self.spec_watch.view(sampled)
-        calibrator = self.calibrations.speculation
-        label = running_label(self.supervisor.launch)
-        if calibrator is not None:
-            spec = calibrator.spec_view(label, spec)
-        if spec is None or self.front is None:
-            return spec
-        # Greedy and sampled replies apart, each where measured or counted.
-        mix = self.front.sampling.status()
-        if calibrator is not None:
-            rates = calibrator.sampling_rates(label, mix)
-        else:
-            rates = by_sampling({}, label, mix, sampled_at(mix))
-        return replace(spec, by_sampling=rates)
-
     def _watch_speculation(
         self, sample: Sample, requests: Sequence[ServedRequest], engine_pid: int
     ) -> None:
         """Feed the guard and the calibration's watch of the served mix with the requests
         that finished since the last sample (of engine ``engine_pid``); apply the guard's
         decision once no request is running (one restart)."""
-        calibrations = self.calibrations
-        if calibrations.measuring:
-            return  # the probes' requests are the calibration's own
-        if calibrations.engine is not None:
-            calibrations.engine.observe(requests)
-        if calibrations.kv_modes is not None:
-            calibrations.kv_modes.mix = self.front.sampling if self.front else None
-            calibrations.kv_modes.observe(requests)
         current = self.supervisor.launch
-        if calibrations.speculation is not None and kinds.kind(current.kind).calibrates_speculation:
-            calibrations.speculation.mix = self.front.sampling if self.front else None
-            calibrations.speculation.observe(requests)  # its trials ran on this kind
         decide = self.on_spec_decision
-        self.spec_watch, decision = specwatch.step(
+        self.spec_watch, decision = watch_step(
             self.spec_watch,
+            self.calibrations,
+            self.front,
+            current,
             sample,
             requests,
             engine_pid,
             applies=decide is not None,
-            spec_type=current.spec_type,
         )
         if decision is None or decide is None:
             return
@@ -423,7 +385,13 @@ class ServerRun:
                 self._run.status,
                 gpus=gpu_statuses(nvml) if nvml is not None else (),
                 sample=self._run.sample,
-                spec=self._spec_view(sampler.spec_status()),
+                spec=spec_view(
+                    self.spec_watch,
+                    self.calibrations,
+                    self.supervisor.launch,
+                    self.front,
+                    sampler.spec_status(),
+                ),
                 cache=prefixdisk.with_disk(
                     self._slots.cache_status(sampler.cache_status()),
                     self.supervisor.launch,
