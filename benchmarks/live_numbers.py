@@ -50,7 +50,7 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.engines import install, registry
 from lucebox.engine.machine import gpu
 from lucebox.engine.run.runstate import ServeLock, read_status
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from support.ports import free_port
 from support.realmodels import engine_home, smol_model
 

@@ -39,7 +39,7 @@ from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.runsetup import Calibrations, RunFacts, SpecSetup
 from lucebox.engine.run.runstate import engine_log
 from lucebox.engine.run.sample import EngineStatus, PeerStatus
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 
 

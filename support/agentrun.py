@@ -20,7 +20,7 @@ from lucebox.engine.plan.launch import ServerLaunch
 from lucebox.engine.plan.memory.memory import Plan
 from lucebox.engine.plan.memory.sizes import MemoryBytes
 from lucebox.engine.run.runsetup import RunFacts
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support.ports import free_port
 

@@ -63,7 +63,7 @@ from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedchoice import ModelSet, OneModel, ServedChoice
 from lucebox.engine.servedset import PreparedSet

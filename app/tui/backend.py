@@ -30,7 +30,7 @@ from lucebox.engine.plan.sources import presetchoice, repoplan
 from lucebox.engine.plan.sources.repoplan import RepoCandidates
 from lucebox.engine.run import runstate
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from lucebox.engine.servedchoice import ModelSet, ServedChoice, served_choice
 from lucebox.engine.servedset import PreparedSet

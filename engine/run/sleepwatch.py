@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 class SleepingRun(Protocol):
     """What the watch needs of the run it puts to sleep (:class:`~lucebox.engine.run.
-    serverrun.ServerRun` is one)."""
+    serverrun.serverrun.ServerRun` is one)."""
 
     front: Front | None
     supervisor: Supervisor

@@ -42,6 +42,10 @@ class SlotKeeper:
     """Why the last save failed; None once one succeeded."""
     last_restore: str | None = None
 
+    def with_save_failure(self, cache: CacheStatus | None) -> CacheStatus:
+        """``cache`` (an empty one when None) saying why the last save failed, if it did."""
+        return replace(cache or CacheStatus(None, 0), slot_save_failure=self.save_failure)
+
     async def act(
         self,
         action: Literal["save", "restore"],

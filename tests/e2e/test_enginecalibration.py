@@ -31,7 +31,7 @@ from lucebox.engine.run.calibrate.enginecalibrator import EngineCalibrator, Engi
 from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.kinds.luceboxrun import parse_reply, reply_from_usage
 from lucebox.engine.run.runsetup import Calibrations, RunFacts
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
 from support.luceboxfake import rated_reply

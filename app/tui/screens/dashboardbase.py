@@ -22,8 +22,8 @@ from lucebox.app.tui.screens.log import LogScreen
 from lucebox.app.tui.screens.quit import QuitModal
 from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.readout import Readout
-from lucebox.engine.run import serverrun
 from lucebox.engine.run.death import EngineDeath
+from lucebox.engine.run.serverrun.serverstatus import state_of
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 
 LOG_TAIL_INTERVAL_S = 2.0
@@ -95,7 +95,7 @@ class ServingScreen(Screen[None]):
     def show_event(self, event: ServerEvent) -> None:
         if event.kind in ("ready", "sleeping"):
             self.server_started_at = self.clock()  # the header says how long it has slept
-        self.state = serverrun.state_of(event)
+        self.state = state_of(event)
         self.restarts = event.restarts
         if event.kind == "restarting" and event.planned:
             self.trials += 1

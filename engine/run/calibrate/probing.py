@@ -59,8 +59,9 @@ class ProbePace:
 
 class MeasuredRun(Protocol):
     """What a calibration needs of the run it measures (:class:`~lucebox.engine.run.serverrun.
-    ServerRun` is one): the engine's own address and key, its status and supervisor, the front
-    whose queue says when a client comes, and the run's one way to restart or serve a choice."""
+    serverrun.ServerRun` is one): the engine's own address and key, its status and supervisor,
+    the front whose queue says when a client comes, and the run's one way to restart or serve a
+    choice."""
 
     url: str
     front: Front | None

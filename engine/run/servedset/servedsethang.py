@@ -1,4 +1,5 @@
-"""The hang watch of a served set's model processes (the single server's is in serverrun).
+"""The hang watch of a served set's model processes (the single server's is
+:mod:`~lucebox.engine.run.serverrun.serversampling`).
 
 The router itself never runs a request: each loaded model's process does, on its own loopback
 port (``/models`` names it in the process's argv). The run looks at the ``/slots`` and

@@ -57,7 +57,7 @@ from lucebox.engine.run.servedsetmodels import (
     router_change,
     router_states,
 )
-from lucebox.engine.run.serverrun import RunItem, ServerRun
+from lucebox.engine.run.serverrun.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent
 
 if TYPE_CHECKING:

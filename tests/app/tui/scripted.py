@@ -40,7 +40,7 @@ from lucebox.engine.run.kinds.metrics import Sample
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
-from lucebox.engine.run.serverrun import RunItem, ServerRun
+from lucebox.engine.run.serverrun.serverrun import RunItem, ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from lucebox.engine.servedchoice import ModelSet, OneModel, ServedChoice
 from lucebox.engine.servedset import PreparedSet, planned_models

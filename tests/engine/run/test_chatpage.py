@@ -18,7 +18,7 @@ from lucebox.engine.engines import uibundle, webui
 from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_api, page_file
 from lucebox.engine.run.runsetup import RunFacts
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from support.chatpage import page_checks, page_session
 from support.ports import free_port

@@ -33,7 +33,8 @@ from lucebox.engine.plan.options import ServeOptions
 from lucebox.engine.run import runstate
 from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.runstate import engine_log
-from lucebox.engine.run.serverrun import HANG_CHECK_S, ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serversampling import HANG_CHECK_S
 from lucebox.engine.run.slots import PART_SUFFIX, SlotKey
 from lucebox.engine.run.supervision.restartpolicy import RestartPolicy
 from lucebox.engine.run.supervisor import (

@@ -29,7 +29,7 @@ from lucebox.engine.run import runstate
 from lucebox.engine.run.calibrate.kvcalibrator import KvModeCalibrator, KvSetup
 from lucebox.engine.run.calibrate.probing import ProbePace
 from lucebox.engine.run.runsetup import Calibrations, RunFacts
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
 from support.ports import free_port

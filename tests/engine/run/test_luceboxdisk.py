@@ -27,7 +27,7 @@ from lucebox.engine.plan.lucebox.luceboxlaunch import LuceboxFlags, dflash_serve
 from lucebox.engine.run.kinds.luceboxrun import LuceboxLog
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.sample import CacheStatus, Sample
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from support import luceboxfake
 from support.ports import free_port

@@ -11,7 +11,7 @@ import httpx
 
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.run.runsetup import RunFacts
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervisor import ServerEvent, Supervisor
 from support.ports import free_port
 from tests.conftest import alive

@@ -26,7 +26,7 @@ from lucebox.engine.run.death import log_cause
 from lucebox.engine.run.kinds.enginerun import engine_run
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import read_status
-from lucebox.engine.run.serverrun import ServerRun
+from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervision.restartpolicy import RestartPolicy
 from lucebox.engine.run.supervisor import (
     ServerEvent,
