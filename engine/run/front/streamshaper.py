@@ -5,12 +5,9 @@ lists what and why)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lucebox.engine.run.front.replycap import clamped
-
-if TYPE_CHECKING:
-    pass
 from lucebox.engine.run.front.shapecontext import (
     CHAT_PATH,
     MESSAGES_PATH,
