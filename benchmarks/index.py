@@ -88,7 +88,10 @@ INDEX = (
         "decode_spread_gpu",
         "How far apart do launches of one plan decode, and is it warm-up, clocks or noise?",
         "gpu",
-        results=("results/h100-decode-spread-gpu.json",),
+        results=(
+            "results/h100-decode-spread-gpu.json",
+            "results/h100-decode-spread-gpu-warmup.json",
+        ),
         device_step="decode_spread_gpu",
     ),
     Benchmark(
