@@ -46,7 +46,7 @@ from lucebox.engine.plan.options import Resolved, resolve
 from lucebox.engine.plan.options import ServeOptions as ServeOptions
 from lucebox.engine.plan.sources import presetchoice, repoplan
 from lucebox.engine.run.runstate import ServeLock
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from lucebox.engine.runstart import Prepared as Prepared
 from lucebox.engine.runstart import new_supervisor, server_run
 

@@ -60,9 +60,9 @@ from lucebox.engine.run.servedset.servedsetrun import PlannedModel, ServedSetRun
 from lucebox.engine.run.servedset.servedsetslots import SetSlots, model_slots, set_slot_folder
 from lucebox.engine.run.servedsetmodels import ModelNote
 from lucebox.engine.run.sideserver import side_route
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from lucebox.engine.run.supervisor import (
     PortInUseError,
-    ServerEvent,
     Supervisor,
 )
 from lucebox.engine.runstart import keep_guard_off

@@ -64,7 +64,8 @@ from lucebox.engine.run import runstate
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample
 from lucebox.engine.run.serverrun.serverrun import ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 from lucebox.engine.servedchoice import ModelSet, OneModel, ServedChoice
 from lucebox.engine.servedset import PreparedSet
 

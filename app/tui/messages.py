@@ -16,7 +16,7 @@ from lucebox.engine.plan.lucebox.kvmodeview import ModesStatus
 from lucebox.engine.run.kinds.metrics import Sample
 from lucebox.engine.run.sample import EngineStatus, QueueStatus, SpecStatus
 from lucebox.engine.run.servedsetmodels import ModelsSample
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from lucebox.engine.servedset import PreparedSet
 
 # --- from the workers ---------------------------------------------------------------------------

@@ -37,8 +37,7 @@ from lucebox.engine.run.supervision.enginelog import RotatingLog
 from lucebox.engine.run.supervision.engineprocess import address_taken, kill, spawn, terminate
 from lucebox.engine.run.supervision.readiness import wait_ready
 from lucebox.engine.run.supervision.restartpolicy import CrashHistory, RestartPolicy
-from lucebox.engine.run.supervision.serverevent import FINAL
-from lucebox.engine.run.supervision.serverevent import ServerEvent as ServerEvent
+from lucebox.engine.run.supervision.serverevent import FINAL, ServerEvent
 
 # ServerEvent is imported from here by the run's readers: they take it with what yields it.
 

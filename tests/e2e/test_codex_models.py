@@ -23,7 +23,7 @@ from lucebox.engine.bench.compare import Served
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.machine import gpu
 from lucebox.engine.plan.options import ServeOptions
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from support import codexlist
 from support.agentinstall import ClientsUnavailableError, client_bin_dirs
 from support.ggufgen import cached_gguf, qwen35_target

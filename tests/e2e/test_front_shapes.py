@@ -14,7 +14,7 @@ from lucebox.engine import pipeline, runstart
 from lucebox.engine.core.paths import Paths, resolve_paths
 from lucebox.engine.plan.launch import engine_url
 from lucebox.engine.plan.options import ServeOptions
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from support.ports import free_port
 from support.realmodels import smol_model
 from support.smolserver import private_engine_home

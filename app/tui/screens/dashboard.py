@@ -38,7 +38,7 @@ from lucebox.engine.plan.launch import url_of
 from lucebox.engine.plan.lucebox.kvmodeview import ModesStatus
 from lucebox.engine.run.kinds.metrics import Sample, with_last_rates
 from lucebox.engine.run.sample import EngineStatus, QueueStatus, SpecStatus
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 
 
 class DashboardScreen(ServingScreen):

@@ -24,7 +24,8 @@ from lucebox.app.tui.widgets.log import LogTail
 from lucebox.app.tui.widgets.readout import Readout
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.serverrun.serverstatus import state_of
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 
 LOG_TAIL_INTERVAL_S = 2.0
 STATE_STYLES = {"ready": "green", "sleeping": "cyan", "failed": "red", "stopped": "red"}

@@ -55,15 +55,13 @@ from lucebox.engine.run.front.shapecontext import (
     CHAT_PATH,
     MESSAGES_PATH,
     RESPONSES_PATH,
+    SHAPED_PATHS,
     ShapeContext,
     anthropic_id,
+    api_endpoint,
     json_bytes,
     json_object,
 )
-
-# The front's modules take the endpoint names from here, the shaping's one entry point.
-from lucebox.engine.run.front.shapecontext import SHAPED_PATHS as SHAPED_PATHS
-from lucebox.engine.run.front.shapecontext import api_endpoint as api_endpoint
 from lucebox.engine.run.front.streamshaper import StreamShaper
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from lucebox.engine.run.front.apishape import SHAPED_PATHS, api_endpoint
 from lucebox.engine.run.front.frontguard import is_generation
 from lucebox.engine.run.front.frontwire import (
     CARRIES_TOKEN,
@@ -27,6 +26,7 @@ from lucebox.engine.run.front.frontwire import (
 )
 from lucebox.engine.run.front.ownreply import failed, keepalive, sse_started, stopped_midway
 from lucebox.engine.run.front.replycap import within_room
+from lucebox.engine.run.front.shapecontext import SHAPED_PATHS, api_endpoint
 from lucebox.engine.run.front.sideroute import CALL_ERRORS, NOT_RELAYED
 from lucebox.engine.run.slots import ClientPrompt, kept_prompt
 

@@ -58,7 +58,7 @@ from lucebox.engine.run.servedsetmodels import (
     router_states,
 )
 from lucebox.engine.run.serverrun.serverrun import RunItem, ServerRun
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 
 if TYPE_CHECKING:
     from lucebox.engine.run.supervisor import Supervisor

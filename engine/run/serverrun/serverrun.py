@@ -49,7 +49,8 @@ from lucebox.engine.run.serverrun.serverstatus import (
 from lucebox.engine.run.sideserver import SideServers
 from lucebox.engine.run.sleepwatch import SleepWatch, sleep_watch
 from lucebox.engine.run.slotkeeper import SlotKeeper
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 
 RunItem = ServerEvent | Sample | ModelsSample | ModelNote
 """What a run yields: the supervisor's events, one model's samples, or a set's models and

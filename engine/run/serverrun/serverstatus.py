@@ -24,7 +24,7 @@ from lucebox.engine.run.runstate import RunStateName, Status, engine_log
 from lucebox.engine.run.sample import EngineStatus, PeerStatus, Sample, SpecStatus
 from lucebox.engine.run.sideserver import SideServers
 from lucebox.engine.run.sleepwatch import SleepWatch
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 
 _STATE_OF_EVENT: dict[str, RunStateName] = {
     "starting": "starting",

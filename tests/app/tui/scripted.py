@@ -41,7 +41,8 @@ from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.servedset.servedsetrun import ServedSetRun
 from lucebox.engine.run.servedsetmodels import ModelNote, ModelsSample, ModelStatus
 from lucebox.engine.run.serverrun.serverrun import RunItem, ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 from lucebox.engine.servedchoice import ModelSet, OneModel, ServedChoice
 from lucebox.engine.servedset import PreparedSet, planned_models
 from support.ggufgen import ModelSpec, write_llama

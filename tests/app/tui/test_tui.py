@@ -39,7 +39,7 @@ from lucebox.engine.pipeline import ServeOptions, StepEvent
 from lucebox.engine.run.death import EngineDeath
 from lucebox.engine.run.sample import EngineStatus
 from lucebox.engine.run.servedsetmodels import ModelNote
-from lucebox.engine.run.supervisor import ServerEvent
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from support.ggufgen import write_llama
 from support.hubserver import HubFile, serve_hub
 from support.ports import free_port

@@ -19,7 +19,8 @@ from lucebox.engine.plan.samplingdefaults import SamplingDefaults
 from lucebox.engine.run.front.chatpage import ChatPage, PageFacts, page_api, page_file
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.serverrun.serverrun import ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 from support.chatpage import page_checks, page_session
 from support.ports import free_port
 from tests.engine.run.test_luceboxserve import lucebox_spec

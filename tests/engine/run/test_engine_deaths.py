@@ -37,8 +37,8 @@ from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.serverrun.serversampling import HANG_CHECK_S
 from lucebox.engine.run.slots import PART_SUFFIX, SlotKey
 from lucebox.engine.run.supervision.restartpolicy import RestartPolicy
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from lucebox.engine.run.supervisor import (
-    ServerEvent,
     Supervisor,
 )
 from support.ports import free_port

@@ -28,7 +28,8 @@ from lucebox.engine.run.kinds.luceboxrun import LuceboxLog
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.sample import CacheStatus, Sample
 from lucebox.engine.run.serverrun.serverrun import ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
 from support.ports import free_port
 from tests.engine.run.test_luceboxserve import lucebox_spec

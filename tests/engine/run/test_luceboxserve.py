@@ -30,7 +30,8 @@ from lucebox.engine.run.hang import HangBounds
 from lucebox.engine.run.runsetup import RunFacts, SpecSetup
 from lucebox.engine.run.sample import Sample
 from lucebox.engine.run.serverrun.serverrun import ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 from support import luceboxfake
 from support.ports import free_port
 

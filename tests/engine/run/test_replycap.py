@@ -16,7 +16,8 @@ from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.run.front.replycap import clamped, within_room
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.serverrun.serverrun import ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 from support.ports import free_port
 from tests.engine.run.test_luceboxserve import FLAGS, lucebox_spec
 

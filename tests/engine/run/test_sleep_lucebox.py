@@ -12,7 +12,8 @@ import httpx
 from lucebox.engine.core.paths import resolve_paths
 from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.serverrun.serverrun import ServerRun
-from lucebox.engine.run.supervisor import ServerEvent, Supervisor
+from lucebox.engine.run.supervision.serverevent import ServerEvent
+from lucebox.engine.run.supervisor import Supervisor
 from support.ports import free_port
 from tests.conftest import alive
 from tests.engine.run.test_luceboxserve import lucebox_spec

@@ -28,8 +28,8 @@ from lucebox.engine.run.runsetup import RunFacts
 from lucebox.engine.run.runstate import read_status
 from lucebox.engine.run.serverrun.serverrun import ServerRun
 from lucebox.engine.run.supervision.restartpolicy import RestartPolicy
+from lucebox.engine.run.supervision.serverevent import ServerEvent
 from lucebox.engine.run.supervisor import (
-    ServerEvent,
     Supervisor,
 )
 from support.ggufgen import write_llama
