@@ -133,6 +133,24 @@ class HubState:
         return revision, self.history.get((repo, revision), {})
 
 
+class _HubServer(ThreadingHTTPServer):
+    """The stock server, except that a connection a reset fault ends is closed without first
+    shutting its write side down: that shutdown sends a FIN ahead of the RST, and a client
+    that reads the FIN first sees a clean close, not a reset."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.resetting: set[socket.socket] = set()
+        """Connections to end with RST alone (each added and taken by its own thread)."""
+
+    def shutdown_request(self, request: socket.socket | tuple[bytes, socket.socket]) -> None:
+        if request in self.resetting:
+            self.resetting.discard(request)
+            self.close_request(request)
+            return
+        super().shutdown_request(request)
+
+
 def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -258,6 +276,8 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self.connection.setsockopt(
                     socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
                 )
+                assert isinstance(self.server, _HubServer)
+                self.server.resetting.add(self.connection)
             if limit is not None:
                 self.close_connection = True
 
@@ -414,7 +434,7 @@ def serve_hub(state: HubState | None = None) -> Iterator[HubState]:
     reach with HF_HUB_OFFLINE (tests/conftest.py); this lifts it meanwhile (the test, and any
     lucebox it starts, reads the Hub at the HF_ENDPOINT it sets to this one's base_url)."""
     hub = state or HubState()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+    server = _HubServer(_handler(hub))
     server.daemon_threads = True
     hub.base_url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
